@@ -1,0 +1,142 @@
+//! The control protocol between a rank's keeper (`mpicr run`/`mpicr restart`) and the agent
+//! thread inside `libmpicr.so`.
+//!
+//! Transport: a `SOCK_STREAM` unix socketpair created by the keeper. The program's end is passed
+//! as the fd number in the environment variable [`CTL_FD_ENV`]. Each message is one frame: a
+//! little-endian `u32` byte length followed by the `postcard` encoding of the message.
+//!
+//! One checkpoint, as seen on one control connection (K = keeper, A = agent):
+//! ```text
+//! A->K Hello                      once, after the program's MPI_Init
+//! K->A Checkpoint{epoch,..}       start (or A->K Request first, when the program asks)
+//! A->K Counters                   collective counters per communicator
+//! K->A Targets                    maximum over the members (from the coordinator)
+//! A->K SendCounts                 gates closed, collectives aligned: messages sent per peer
+//! K->A ExpectedRecvs              what every peer sent to this rank
+//! A->K ReadyToDump                drained, lower half released, shim.state written
+//! K->A Resume{restarted}          after the dump (continue), or after a restore (restart)
+//! A->K Resumed                    lower half renewed, objects rebuilt, gates open
+//! ```
+//! Any step may be answered by `Failed{reason}`, which aborts the checkpoint on every rank; the
+//! agent then renews (if it released) and continues as if nothing had been requested.
+
+use serde::{Deserialize, Serialize};
+use std::io::{self, Read, Write};
+
+/// Environment variable naming the program's end of the control socketpair.
+pub const CTL_FD_ENV: &str = "MPICR_CTL_FD";
+/// Frames larger than this are refused (a corrupted or hostile peer).
+pub const MAX_FRAME: u32 = 256 << 20;
+
+/// A communicator's job-wide identity: equal on every member, whatever its local handle.
+pub type CommGid = u64;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub rank: i32,
+    pub size: i32,
+    pub pid: u32,
+    /// Path of the real MPI library underneath.
+    pub library: String,
+    /// `sessions` or `namespace`.
+    pub renew_strategy: String,
+    /// Lower-half renewals still possible in this process (None: unbounded).
+    pub renewals_left: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timings {
+    /// Microseconds spent per phase, in protocol order.
+    pub phases_us: Vec<(String, u64)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToAgent {
+    /// Begin a checkpoint. `state_path` is where the agent writes `shim.state`.
+    Checkpoint { epoch: u64, stop: bool, state_path: String },
+    /// Collective targets: the maximum counter over the members of each communicator.
+    Targets { comms: Vec<(CommGid, u64)> },
+    /// Per communicator and source world rank, how many messages were sent to this rank.
+    ExpectedRecvs { expect: Vec<(CommGid, i32, u64)> },
+    /// The dump is done (`restarted: false`) or this process was just restored from the image
+    /// of `epoch` (`restarted: true`). Renew the lower half and continue.
+    Resume { restarted: bool, epoch: u64, size: i32 },
+    /// Abort the checkpoint in progress.
+    Abort { reason: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FromAgent {
+    Hello(Hello),
+    /// The program asked for a checkpoint through the C API.
+    Request { stop: bool },
+    /// Collectives started so far, per communicator.
+    Counters { comms: Vec<(CommGid, u64)> },
+    /// Gates closed at the aligned cut; messages sent per communicator and destination world rank.
+    SendCounts { sent: Vec<(CommGid, i32, u64)> },
+    /// In-flight messages drained, lower half released, state written.
+    ReadyToDump { drained_msgs: u64, drained_bytes: u64, state_bytes: u64, timings: Timings },
+    /// Running again after `Resume`.
+    Resumed { timings: Timings },
+    /// The checkpoint cannot be taken (e.g. an open MPI file); the job keeps running.
+    Failed { reason: String },
+}
+
+/// Writes one frame.
+pub fn send<W: Write, M: Serialize>(w: &mut W, msg: &M) -> io::Result<()> {
+    let body = postcard::to_stdvec(msg).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let len = u32::try_from(body.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "frame too large"))?;
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&len.to_le_bytes());
+    frame.extend_from_slice(&body);
+    w.write_all(&frame)?;
+    w.flush()
+}
+
+/// Reads one frame; `Ok(None)` on a clean end of stream before the frame started.
+pub fn recv<R: Read, M: for<'de> Deserialize<'de>>(r: &mut R) -> io::Result<Option<M>> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_le_bytes(len);
+    if len > MAX_FRAME {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("frame of {len} bytes exceeds the limit")));
+    }
+    let mut body = vec![0u8; len as usize];
+    r.read_exact(&mut body)?;
+    postcard::from_bytes(&body).map(Some).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip() {
+        let msgs = vec![
+            FromAgent::Counters { comms: vec![(7, 3), (9, 0)] },
+            FromAgent::Failed { reason: "open MPI file".into() },
+        ];
+        let mut buf = Vec::new();
+        for m in &msgs {
+            send(&mut buf, m).unwrap();
+        }
+        let mut rd = &buf[..];
+        for m in &msgs {
+            let got: FromAgent = recv(&mut rd).unwrap().unwrap();
+            assert_eq!(&got, m);
+        }
+        assert!(recv::<_, FromAgent>(&mut rd).unwrap().is_none());
+    }
+
+    #[test]
+    fn oversized_frame_is_refused() {
+        let mut buf = (MAX_FRAME + 1).to_le_bytes().to_vec();
+        buf.extend_from_slice(&[0; 8]);
+        let err = recv::<_, ToAgent>(&mut &buf[..]).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+    }
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs everything mpicr needs, idempotently and without prompts:
+#   - Debian's MPICH 4.0.2 and Open MPI 4.1.4 (runtime + headers)
+#   - the PyPI `mpich` 5.x wheel into a venv at .deps/mpich5
+#   - a private CRIU 4.1 from Debian 13 (trixie), unpacked under .deps/criu, never installed
+#     system-wide (it needs glibc 2.38; the host keeps its own libc)
+# Usage: scripts/deps.sh            (run from the repository root; `make deps` calls it)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+deps=$root/.deps
+mkdir -p "$deps"
+export DEBIAN_FRONTEND=noninteractive
+
+need_apt=()
+for p in mpich libmpich-dev openmpi-bin libopenmpi-dev python3-venv pkg-config; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || need_apt+=("$p")
+done
+if [ ${#need_apt[@]} -gt 0 ]; then
+    echo "deps: apt-get install ${need_apt[*]}"
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+# --- MPICH 5.x wheel in a venv -----------------------------------------------------------
+if [ ! -x "$deps/mpich5/bin/mpicc" ]; then
+    echo "deps: MPICH 5.x wheel into .deps/mpich5"
+    python3 -m venv "$deps/mpich5"
+    "$deps/mpich5/bin/pip" install -q 'mpich>=5,<6'
+fi
+
+# --- private CRIU 4.1 ------------------------------------------------------------------------
+"$root/scripts/install-criu.sh"
+echo "deps: all present"
