@@ -1,0 +1,473 @@
+//! Derived datatypes: each constructor records its recipe (with the recipes of its inputs
+//! embedded, since the program may free those), so the type can be built again on a fresh
+//! library with the large-count constructors.
+
+use crate::abi::*;
+use crate::api::{put, slice};
+use crate::state::{TypeEntry, OBJ};
+use crate::{conv, errors, gate, lower};
+use mpicr_virtid::{DatatypeEntry, Kind, TypeRecipe, TypeRef};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::os::raw::c_int;
+
+/// Real handle -> virtual handle of derived types (user ops and MPI_File_get_view see reals).
+static BY_REAL: Mutex<Option<HashMap<c_int, c_int>>> = Mutex::new(None);
+
+pub fn virtual_of_real(real: c_int) -> c_int {
+    if is_builtin(real) {
+        return real;
+    }
+    BY_REAL.lock().as_ref().and_then(|m| m.get(&real).copied()).unwrap_or(real)
+}
+
+pub fn remember_real(real: c_int, v: c_int) {
+    BY_REAL.lock().get_or_insert_with(HashMap::new).insert(real, v);
+}
+
+pub fn forget_real(real: c_int) {
+    if let Some(m) = BY_REAL.lock().as_mut() {
+        m.remove(&real);
+    }
+}
+
+/// A datatype argument as a self-contained recipe reference.
+pub fn typeref(h: MPI_Datatype) -> TypeRef {
+    match conv::index(h, Kind::Datatype).and_then(|i| OBJ.datatypes.with(i, |e| e.dt.recipe.clone())) {
+        Some(r) => TypeRef::Derived(Box::new(r)),
+        None => TypeRef::Predefined(h),
+    }
+}
+
+/// Registers a new real derived datatype.
+pub fn register_type(real: c_int, recipe: TypeRecipe) -> MPI_Datatype {
+    let entry = TypeEntry { dt: DatatypeEntry { recipe, committed: false }, attrs: Vec::new() };
+    let v = match OBJ.datatypes.insert(real as u32 as u64, entry) {
+        Ok(i) => conv::handle(Kind::Datatype, i),
+        Err(_) => errors::fatal("too many live datatypes"),
+    };
+    remember_real(real, v);
+    v
+}
+
+unsafe fn make(name: &'static str, newtype: *mut MPI_Datatype, recipe: impl FnOnce() -> TypeRecipe, call: impl FnOnce(&mut c_int) -> c_int) -> c_int {
+    let g = gate::enter();
+    let mut r = MPI_DATATYPE_NULL;
+    let rc = call(&mut r);
+    if rc != MPI_SUCCESS {
+        drop(g);
+        return errors::raise_default(rc, name);
+    }
+    let v = register_type(r, recipe());
+    drop(g);
+    unsafe { put(newtype, v) };
+    MPI_SUCCESS
+}
+
+fn widen<T: Copy + Into<i64>>(v: Vec<T>) -> Vec<i64> {
+    v.into_iter().map(Into::into).collect()
+}
+
+fn widen_aint(v: Vec<MPI_Aint>) -> Vec<i64> {
+    v.into_iter().map(|x| x as i64).collect()
+}
+
+pub unsafe fn MPI_Type_contiguous(count: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    unsafe {
+        make("MPI_Type_contiguous", newtype, || TypeRecipe::Contiguous { count: count as i64, old: typeref(oldtype) }, |n| {
+            real!(MPI_Type_contiguous(count, conv::datatype(oldtype), n))
+        })
+    }
+}
+
+pub unsafe fn MPI_Type_contiguous_c(count: MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    unsafe {
+        make("MPI_Type_contiguous_c", newtype, || TypeRecipe::Contiguous { count, old: typeref(oldtype) }, |n| {
+            real!(MPI_Type_contiguous_c(count, conv::datatype(oldtype), n))
+        })
+    }
+}
+
+pub unsafe fn MPI_Type_vector(count: c_int, blocklength: c_int, stride: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    let recipe = || TypeRecipe::Vector { count: count as i64, blocklen: blocklength as i64, stride: stride as i64, old: typeref(oldtype) };
+    unsafe { make("MPI_Type_vector", newtype, recipe, |n| real!(MPI_Type_vector(count, blocklength, stride, conv::datatype(oldtype), n))) }
+}
+
+pub unsafe fn MPI_Type_vector_c(count: MPI_Count, blocklength: MPI_Count, stride: MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    let recipe = || TypeRecipe::Vector { count, blocklen: blocklength, stride, old: typeref(oldtype) };
+    unsafe { make("MPI_Type_vector_c", newtype, recipe, |n| real!(MPI_Type_vector_c(count, blocklength, stride, conv::datatype(oldtype), n))) }
+}
+
+pub unsafe fn MPI_Type_create_hvector(count: c_int, blocklength: c_int, stride: MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    let recipe = || TypeRecipe::Hvector { count: count as i64, blocklen: blocklength as i64, stride: stride as i64, old: typeref(oldtype) };
+    unsafe { make("MPI_Type_create_hvector", newtype, recipe, |n| real!(MPI_Type_create_hvector(count, blocklength, stride, conv::datatype(oldtype), n))) }
+}
+
+pub unsafe fn MPI_Type_hvector(count: c_int, blocklength: c_int, stride: MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    let recipe = || TypeRecipe::Hvector { count: count as i64, blocklen: blocklength as i64, stride: stride as i64, old: typeref(oldtype) };
+    unsafe { make("MPI_Type_hvector", newtype, recipe, |n| real!(MPI_Type_hvector(count, blocklength, stride, conv::datatype(oldtype), n))) }
+}
+
+pub unsafe fn MPI_Type_create_hvector_c(count: MPI_Count, blocklength: MPI_Count, stride: MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    let recipe = || TypeRecipe::Hvector { count, blocklen: blocklength, stride, old: typeref(oldtype) };
+    unsafe { make("MPI_Type_create_hvector_c", newtype, recipe, |n| real!(MPI_Type_create_hvector_c(count, blocklength, stride, conv::datatype(oldtype), n))) }
+}
+
+pub unsafe fn MPI_Type_indexed(count: c_int, bl: *const c_int, displs: *const c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    let recipe = || unsafe {
+        TypeRecipe::Indexed { blocklens: widen(slice(bl, count as i64)), displs: widen(slice(displs, count as i64)), old: typeref(oldtype) }
+    };
+    unsafe { make("MPI_Type_indexed", newtype, recipe, |n| real!(MPI_Type_indexed(count, bl, displs, conv::datatype(oldtype), n))) }
+}
+
+pub unsafe fn MPI_Type_indexed_c(count: MPI_Count, bl: *const MPI_Count, displs: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    let recipe = || unsafe { TypeRecipe::Indexed { blocklens: slice(bl, count), displs: slice(displs, count), old: typeref(oldtype) } };
+    unsafe { make("MPI_Type_indexed_c", newtype, recipe, |n| real!(MPI_Type_indexed_c(count, bl, displs, conv::datatype(oldtype), n))) }
+}
+
+pub unsafe fn MPI_Type_create_hindexed(count: c_int, bl: *const c_int, displs: *const MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    let recipe = || unsafe {
+        TypeRecipe::Hindexed { blocklens: widen(slice(bl, count as i64)), displs: widen_aint(slice(displs, count as i64)), old: typeref(oldtype) }
+    };
+    unsafe { make("MPI_Type_create_hindexed", newtype, recipe, |n| real!(MPI_Type_create_hindexed(count, bl, displs, conv::datatype(oldtype), n))) }
+}
+
+pub unsafe fn MPI_Type_hindexed(count: c_int, bl: *const c_int, displs: *const MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    let recipe = || unsafe {
+        TypeRecipe::Hindexed { blocklens: widen(slice(bl, count as i64)), displs: widen_aint(slice(displs, count as i64)), old: typeref(oldtype) }
+    };
+    unsafe { make("MPI_Type_hindexed", newtype, recipe, |n| real!(MPI_Type_hindexed(count, bl as *mut c_int, displs as *mut MPI_Aint, conv::datatype(oldtype), n))) }
+}
+
+pub unsafe fn MPI_Type_create_hindexed_c(count: MPI_Count, bl: *const MPI_Count, displs: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    let recipe = || unsafe { TypeRecipe::Hindexed { blocklens: slice(bl, count), displs: slice(displs, count), old: typeref(oldtype) } };
+    unsafe { make("MPI_Type_create_hindexed_c", newtype, recipe, |n| real!(MPI_Type_create_hindexed_c(count, bl, displs, conv::datatype(oldtype), n))) }
+}
+
+pub unsafe fn MPI_Type_create_indexed_block(count: c_int, blocklength: c_int, displs: *const c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    let recipe = || unsafe { TypeRecipe::IndexedBlock { blocklen: blocklength as i64, displs: widen(slice(displs, count as i64)), old: typeref(oldtype) } };
+    unsafe { make("MPI_Type_create_indexed_block", newtype, recipe, |n| real!(MPI_Type_create_indexed_block(count, blocklength, displs, conv::datatype(oldtype), n))) }
+}
+
+pub unsafe fn MPI_Type_create_indexed_block_c(count: MPI_Count, blocklength: MPI_Count, displs: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    let recipe = || unsafe { TypeRecipe::IndexedBlock { blocklen: blocklength, displs: slice(displs, count), old: typeref(oldtype) } };
+    unsafe { make("MPI_Type_create_indexed_block_c", newtype, recipe, |n| real!(MPI_Type_create_indexed_block_c(count, blocklength, displs, conv::datatype(oldtype), n))) }
+}
+
+pub unsafe fn MPI_Type_create_hindexed_block(count: c_int, blocklength: c_int, displs: *const MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    let recipe = || unsafe { TypeRecipe::HindexedBlock { blocklen: blocklength as i64, displs: widen_aint(slice(displs, count as i64)), old: typeref(oldtype) } };
+    unsafe { make("MPI_Type_create_hindexed_block", newtype, recipe, |n| real!(MPI_Type_create_hindexed_block(count, blocklength, displs, conv::datatype(oldtype), n))) }
+}
+
+pub unsafe fn MPI_Type_create_hindexed_block_c(count: MPI_Count, blocklength: MPI_Count, displs: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    let recipe = || unsafe { TypeRecipe::HindexedBlock { blocklen: blocklength, displs: slice(displs, count), old: typeref(oldtype) } };
+    unsafe { make("MPI_Type_create_hindexed_block_c", newtype, recipe, |n| real!(MPI_Type_create_hindexed_block_c(count, blocklength, displs, conv::datatype(oldtype), n))) }
+}
+
+pub unsafe fn MPI_Type_create_struct(count: c_int, bl: *const c_int, displs: *const MPI_Aint, types: *const MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    unsafe { struct_type("MPI_Type_create_struct", count, bl, displs, types, newtype) }
+}
+
+pub unsafe fn MPI_Type_struct(count: c_int, bl: *const c_int, displs: *const MPI_Aint, types: *const MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    unsafe { struct_type("MPI_Type_struct", count, bl, displs, types, newtype) }
+}
+
+unsafe fn struct_type(name: &'static str, count: c_int, bl: *const c_int, displs: *const MPI_Aint, types: *const MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    let tv = unsafe { slice(types, count as i64) };
+    let recipe = || unsafe {
+        TypeRecipe::Struct {
+            blocklens: widen(slice(bl, count as i64)),
+            displs: widen_aint(slice(displs, count as i64)),
+            types: tv.iter().map(|&t| typeref(t)).collect(),
+        }
+    };
+    unsafe {
+        make(name, newtype, recipe, |n| {
+            let real_types = conv::datatypes(types, count.max(0) as usize);
+            let tp = if types.is_null() { types } else { real_types.as_ptr() };
+            real!(MPI_Type_create_struct(count, bl, displs, tp, n))
+        })
+    }
+}
+
+pub unsafe fn MPI_Type_create_struct_c(count: MPI_Count, bl: *const MPI_Count, displs: *const MPI_Count, types: *const MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    let tv = unsafe { slice(types, count) };
+    let recipe = || unsafe { TypeRecipe::Struct { blocklens: slice(bl, count), displs: slice(displs, count), types: tv.iter().map(|&t| typeref(t)).collect() } };
+    unsafe {
+        make("MPI_Type_create_struct_c", newtype, recipe, |n| {
+            let real_types = conv::datatypes(types, count.max(0) as usize);
+            let tp = if types.is_null() { types } else { real_types.as_ptr() };
+            real!(MPI_Type_create_struct_c(count, bl, displs, tp, n))
+        })
+    }
+}
+
+pub unsafe fn MPI_Type_create_subarray(
+    ndims: c_int, sizes: *const c_int, subsizes: *const c_int, starts: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype,
+) -> c_int {
+    let n = ndims as i64;
+    let recipe = || unsafe {
+        TypeRecipe::Subarray { sizes: widen(slice(sizes, n)), subsizes: widen(slice(subsizes, n)), starts: widen(slice(starts, n)), order, old: typeref(oldtype) }
+    };
+    unsafe { make("MPI_Type_create_subarray", newtype, recipe, |t| real!(MPI_Type_create_subarray(ndims, sizes, subsizes, starts, order, conv::datatype(oldtype), t))) }
+}
+
+pub unsafe fn MPI_Type_create_subarray_c(
+    ndims: c_int, sizes: *const MPI_Count, subsizes: *const MPI_Count, starts: *const MPI_Count, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype,
+) -> c_int {
+    let n = ndims as i64;
+    let recipe = || unsafe { TypeRecipe::Subarray { sizes: slice(sizes, n), subsizes: slice(subsizes, n), starts: slice(starts, n), order, old: typeref(oldtype) } };
+    unsafe { make("MPI_Type_create_subarray_c", newtype, recipe, |t| real!(MPI_Type_create_subarray_c(ndims, sizes, subsizes, starts, order, conv::datatype(oldtype), t))) }
+}
+
+pub unsafe fn MPI_Type_create_darray(
+    size: c_int, rank: c_int, ndims: c_int, gsizes: *const c_int, distribs: *const c_int, dargs: *const c_int, psizes: *const c_int,
+    order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype,
+) -> c_int {
+    let n = ndims as i64;
+    let recipe = || unsafe {
+        TypeRecipe::Darray {
+            size,
+            rank,
+            gsizes: widen(slice(gsizes, n)),
+            distribs: slice(distribs, n),
+            dargs: slice(dargs, n),
+            psizes: slice(psizes, n),
+            order,
+            old: typeref(oldtype),
+        }
+    };
+    unsafe {
+        make("MPI_Type_create_darray", newtype, recipe, |t| {
+            real!(MPI_Type_create_darray(size, rank, ndims, gsizes, distribs, dargs, psizes, order, conv::datatype(oldtype), t))
+        })
+    }
+}
+
+pub unsafe fn MPI_Type_create_darray_c(
+    size: c_int, rank: c_int, ndims: c_int, gsizes: *const MPI_Count, distribs: *const c_int, dargs: *const c_int, psizes: *const c_int,
+    order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype,
+) -> c_int {
+    let n = ndims as i64;
+    let recipe = || unsafe {
+        TypeRecipe::Darray { size, rank, gsizes: slice(gsizes, n), distribs: slice(distribs, n), dargs: slice(dargs, n), psizes: slice(psizes, n), order, old: typeref(oldtype) }
+    };
+    unsafe {
+        make("MPI_Type_create_darray_c", newtype, recipe, |t| {
+            real!(MPI_Type_create_darray_c(size, rank, ndims, gsizes, distribs, dargs, psizes, order, conv::datatype(oldtype), t))
+        })
+    }
+}
+
+pub unsafe fn MPI_Type_create_resized(oldtype: MPI_Datatype, lb: MPI_Aint, extent: MPI_Aint, newtype: *mut MPI_Datatype) -> c_int {
+    let recipe = || TypeRecipe::Resized { lb: lb as i64, extent: extent as i64, old: typeref(oldtype) };
+    unsafe { make("MPI_Type_create_resized", newtype, recipe, |t| real!(MPI_Type_create_resized(conv::datatype(oldtype), lb, extent, t))) }
+}
+
+pub unsafe fn MPI_Type_create_resized_c(oldtype: MPI_Datatype, lb: MPI_Count, extent: MPI_Count, newtype: *mut MPI_Datatype) -> c_int {
+    let recipe = || TypeRecipe::Resized { lb, extent, old: typeref(oldtype) };
+    unsafe { make("MPI_Type_create_resized_c", newtype, recipe, |t| real!(MPI_Type_create_resized_c(conv::datatype(oldtype), lb, extent, t))) }
+}
+
+pub unsafe fn MPI_Type_dup(oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    let rc = unsafe { make("MPI_Type_dup", newtype, || TypeRecipe::Dup { old: typeref(oldtype) }, |t| real!(MPI_Type_dup(conv::datatype(oldtype), t))) };
+    if rc == MPI_SUCCESS {
+        let rc = crate::api::attr::copy_type_attrs(oldtype, unsafe { *newtype });
+        if rc != MPI_SUCCESS {
+            return errors::raise_default(rc, "MPI_Type_dup");
+        }
+        // A duplicate of a committed type is committed.
+        if let (Some(o), Some(n)) = (conv::index(oldtype, Kind::Datatype), conv::index(unsafe { *newtype }, Kind::Datatype)) {
+            let committed = OBJ.datatypes.with(o, |e| e.dt.committed).unwrap_or(false);
+            OBJ.datatypes.with(n, |e| e.dt.committed = committed);
+        }
+    }
+    rc
+}
+
+/// Fortran 90 parameterised types: MPICH returns cached handles that must not be freed, so
+/// they pass through unvirtualised.
+pub unsafe fn MPI_Type_create_f90_real(p: c_int, r: c_int, newtype: *mut MPI_Datatype) -> c_int {
+    let _g = gate::enter();
+    let rc = real!(MPI_Type_create_f90_real(p, r, newtype));
+    drop(_g);
+    if rc != MPI_SUCCESS { errors::raise_default(rc, "MPI_Type_create_f90_real") } else { rc }
+}
+
+pub unsafe fn MPI_Type_create_f90_complex(p: c_int, r: c_int, newtype: *mut MPI_Datatype) -> c_int {
+    let _g = gate::enter();
+    let rc = real!(MPI_Type_create_f90_complex(p, r, newtype));
+    drop(_g);
+    if rc != MPI_SUCCESS { errors::raise_default(rc, "MPI_Type_create_f90_complex") } else { rc }
+}
+
+pub unsafe fn MPI_Type_create_f90_integer(r: c_int, newtype: *mut MPI_Datatype) -> c_int {
+    let _g = gate::enter();
+    let rc = real!(MPI_Type_create_f90_integer(r, newtype));
+    drop(_g);
+    if rc != MPI_SUCCESS { errors::raise_default(rc, "MPI_Type_create_f90_integer") } else { rc }
+}
+
+pub unsafe fn MPI_Type_match_size(typeclass: c_int, size: c_int, datatype: *mut MPI_Datatype) -> c_int {
+    let _g = gate::enter();
+    let rc = real!(MPI_Type_match_size(typeclass, size, datatype));
+    drop(_g);
+    if rc != MPI_SUCCESS { errors::raise_default(rc, "MPI_Type_match_size") } else { rc }
+}
+
+pub unsafe fn MPI_Type_commit(datatype: *mut MPI_Datatype) -> c_int {
+    let g = gate::enter();
+    if datatype.is_null() {
+        return errors::raise_default(real!(MPI_Type_commit(datatype)), "MPI_Type_commit");
+    }
+    let v = unsafe { *datatype };
+    let mut r = conv::datatype(v);
+    let rc = real!(MPI_Type_commit(&mut r));
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_default(rc, "MPI_Type_commit");
+    }
+    if let Some(i) = conv::index(v, Kind::Datatype) {
+        OBJ.datatypes.with(i, |e| e.dt.committed = true);
+    }
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Type_free(datatype: *mut MPI_Datatype) -> c_int {
+    if datatype.is_null() {
+        let _g = gate::enter();
+        return errors::raise_default(real!(MPI_Type_free(datatype)), "MPI_Type_free");
+    }
+    let v = unsafe { *datatype };
+    let idx = conv::index(v, Kind::Datatype).filter(|&i| OBJ.datatypes.real(i).is_some());
+    if idx.is_some() {
+        let rc = crate::api::attr::delete_all_type_attrs(v);
+        if rc != MPI_SUCCESS {
+            return errors::raise_default(rc, "MPI_Type_free");
+        }
+    }
+    let g = gate::enter();
+    let real0 = conv::datatype(v);
+    let mut r = real0;
+    let rc = real!(MPI_Type_free(&mut r));
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_default(rc, "MPI_Type_free");
+    }
+    if let Some(i) = idx {
+        OBJ.datatypes.remove(i);
+        forget_real(real0);
+    }
+    unsafe { *datatype = MPI_DATATYPE_NULL };
+    MPI_SUCCESS
+}
+
+/// Wraps the datatypes returned by MPI_Type_get_contents: derived ones are new references in
+/// the real library and get virtual handles whose recipes come from the queried type's recipe.
+fn wrap_contents(of: MPI_Datatype, out: &mut [MPI_Datatype]) {
+    let inputs: Vec<TypeRef> = conv::index(of, Kind::Datatype)
+        .and_then(|i| OBJ.datatypes.with(i, |e| e.dt.recipe.inputs().into_iter().cloned().collect()))
+        .unwrap_or_default();
+    for (k, t) in out.iter_mut().enumerate() {
+        if is_builtin(*t) {
+            continue;
+        }
+        let recipe = match inputs.get(k) {
+            Some(TypeRef::Derived(r)) => (**r).clone(),
+            _ => TypeRecipe::Named { combiner: -1, args: vec![] },
+        };
+        *t = register_type(*t, recipe);
+    }
+}
+
+pub unsafe fn MPI_Type_get_contents(
+    datatype: MPI_Datatype, max_integers: c_int, max_addresses: c_int, max_datatypes: c_int, ints: *mut c_int, addrs: *mut MPI_Aint,
+    types: *mut MPI_Datatype,
+) -> c_int {
+    let g = gate::enter();
+    let rc = real!(MPI_Type_get_contents(conv::datatype(datatype), max_integers, max_addresses, max_datatypes, ints, addrs, types));
+    if rc == MPI_SUCCESS && !types.is_null() && max_datatypes > 0 {
+        wrap_contents(datatype, unsafe { std::slice::from_raw_parts_mut(types, max_datatypes as usize) });
+    }
+    drop(g);
+    if rc != MPI_SUCCESS { errors::raise_default(rc, "MPI_Type_get_contents") } else { rc }
+}
+
+pub unsafe fn MPI_Type_get_contents_c(
+    datatype: MPI_Datatype, max_integers: MPI_Count, max_addresses: MPI_Count, max_large_counts: MPI_Count, max_datatypes: MPI_Count,
+    ints: *mut c_int, addrs: *mut MPI_Aint, counts: *mut MPI_Count, types: *mut MPI_Datatype,
+) -> c_int {
+    let g = gate::enter();
+    let rc = real!(MPI_Type_get_contents_c(conv::datatype(datatype), max_integers, max_addresses, max_large_counts, max_datatypes, ints, addrs, counts, types));
+    if rc == MPI_SUCCESS && !types.is_null() && max_datatypes > 0 {
+        wrap_contents(datatype, unsafe { std::slice::from_raw_parts_mut(types, max_datatypes as usize) });
+    }
+    drop(g);
+    if rc != MPI_SUCCESS { errors::raise_default(rc, "MPI_Type_get_contents_c") } else { rc }
+}
+
+/// Builds a datatype from its recipe on the current lower half (after a renewal). Inner types
+/// are built and freed on the way.
+pub fn build(recipe: &TypeRecipe) -> Result<c_int, c_int> {
+    let f = lower::fns();
+    let mut temps: Vec<c_int> = Vec::new();
+    let input = |t: &TypeRef, temps: &mut Vec<c_int>| -> Result<c_int, c_int> {
+        match t {
+            TypeRef::Predefined(h) => Ok(conv::datatype(*h)),
+            TypeRef::Derived(r) => {
+                let h = build(r)?;
+                temps.push(h);
+                Ok(h)
+            }
+        }
+    };
+    let mut out = MPI_DATATYPE_NULL;
+    let missing = MPI_ERR_UNSUPPORTED_OPERATION;
+    // SAFETY: every array passed is a live Vec of the length the constructor expects.
+    let rc = unsafe {
+        use TypeRecipe::*;
+        match recipe {
+            Contiguous { count, old } => f.MPI_Type_contiguous_c.map_or(missing, |g| g(*count, input(old, &mut temps).unwrap_or(0), &mut out)),
+            Vector { count, blocklen, stride, old } => {
+                f.MPI_Type_vector_c.map_or(missing, |g| g(*count, *blocklen, *stride, input(old, &mut temps).unwrap_or(0), &mut out))
+            }
+            Hvector { count, blocklen, stride, old } => {
+                f.MPI_Type_create_hvector_c.map_or(missing, |g| g(*count, *blocklen, *stride, input(old, &mut temps).unwrap_or(0), &mut out))
+            }
+            Indexed { blocklens, displs, old } => f.MPI_Type_indexed_c.map_or(missing, |g| {
+                g(blocklens.len() as i64, blocklens.as_ptr(), displs.as_ptr(), input(old, &mut temps).unwrap_or(0), &mut out)
+            }),
+            Hindexed { blocklens, displs, old } => f.MPI_Type_create_hindexed_c.map_or(missing, |g| {
+                g(blocklens.len() as i64, blocklens.as_ptr(), displs.as_ptr(), input(old, &mut temps).unwrap_or(0), &mut out)
+            }),
+            IndexedBlock { blocklen, displs, old } => f.MPI_Type_create_indexed_block_c.map_or(missing, |g| {
+                g(displs.len() as i64, *blocklen, displs.as_ptr(), input(old, &mut temps).unwrap_or(0), &mut out)
+            }),
+            HindexedBlock { blocklen, displs, old } => f.MPI_Type_create_hindexed_block_c.map_or(missing, |g| {
+                g(displs.len() as i64, *blocklen, displs.as_ptr(), input(old, &mut temps).unwrap_or(0), &mut out)
+            }),
+            Struct { blocklens, displs, types } => {
+                let mut ts = Vec::with_capacity(types.len());
+                for t in types {
+                    ts.push(input(t, &mut temps)?);
+                }
+                f.MPI_Type_create_struct_c.map_or(missing, |g| g(blocklens.len() as i64, blocklens.as_ptr(), displs.as_ptr(), ts.as_ptr(), &mut out))
+            }
+            Subarray { sizes, subsizes, starts, order, old } => f.MPI_Type_create_subarray_c.map_or(missing, |g| {
+                g(sizes.len() as c_int, sizes.as_ptr(), subsizes.as_ptr(), starts.as_ptr(), *order, input(old, &mut temps).unwrap_or(0), &mut out)
+            }),
+            Darray { size, rank, gsizes, distribs, dargs, psizes, order, old } => f.MPI_Type_create_darray_c.map_or(missing, |g| {
+                g(*size, *rank, gsizes.len() as c_int, gsizes.as_ptr(), distribs.as_ptr(), dargs.as_ptr(), psizes.as_ptr(), *order,
+                  input(old, &mut temps).unwrap_or(0), &mut out)
+            }),
+            Resized { lb, extent, old } => f.MPI_Type_create_resized_c.map_or(missing, |g| g(input(old, &mut temps).unwrap_or(0), *lb, *extent, &mut out)),
+            Dup { old } => f.MPI_Type_dup.map_or(missing, |g| g(input(old, &mut temps).unwrap_or(0), &mut out)),
+            Named { .. } => missing,
+        }
+    };
+    for mut t in temps {
+        // SAFETY: temporaries built above.
+        unsafe { f.MPI_Type_free.map(|g| g(&mut t)) };
+    }
+    if rc == MPI_SUCCESS { Ok(out) } else { Err(rc) }
+}

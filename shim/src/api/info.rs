@@ -1,0 +1,74 @@
+//! Info objects: real objects underneath; their keys and values are read back at checkpoint
+//! time to rebuild them.
+
+use crate::abi::*;
+use crate::api::put;
+use crate::state::OBJ;
+use crate::{conv, errors, gate};
+use mpicr_virtid::{InfoRecipe, Kind};
+use std::os::raw::c_int;
+
+pub fn register_info(real: c_int) -> MPI_Info {
+    if real == MPI_INFO_NULL || is_builtin(real) {
+        return real;
+    }
+    match OBJ.infos.insert(real as u32 as u64, InfoRecipe::default()) {
+        Ok(i) => conv::handle(Kind::Info, i),
+        Err(_) => errors::fatal("too many live info objects"),
+    }
+}
+
+pub unsafe fn MPI_Info_create(info: *mut MPI_Info) -> c_int {
+    let g = gate::enter();
+    let mut r = MPI_INFO_NULL;
+    let rc = real!(MPI_Info_create(&mut r));
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_default(rc, "MPI_Info_create");
+    }
+    unsafe { put(info, register_info(r)) };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Info_create_env(argc: c_int, argv: *mut *mut std::os::raw::c_char, info: *mut MPI_Info) -> c_int {
+    let g = gate::enter();
+    let mut r = MPI_INFO_NULL;
+    let rc = real!(MPI_Info_create_env(argc, argv, &mut r));
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_default(rc, "MPI_Info_create_env");
+    }
+    unsafe { put(info, register_info(r)) };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Info_dup(info: MPI_Info, newinfo: *mut MPI_Info) -> c_int {
+    let g = gate::enter();
+    let mut r = MPI_INFO_NULL;
+    let rc = real!(MPI_Info_dup(conv::info(info), &mut r));
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_default(rc, "MPI_Info_dup");
+    }
+    unsafe { put(newinfo, register_info(r)) };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Info_free(info: *mut MPI_Info) -> c_int {
+    let g = gate::enter();
+    if info.is_null() {
+        return errors::raise_default(real!(MPI_Info_free(info)), "MPI_Info_free");
+    }
+    let v = unsafe { *info };
+    let mut r = conv::info(v);
+    let rc = real!(MPI_Info_free(&mut r));
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_default(rc, "MPI_Info_free");
+    }
+    if let Some(i) = conv::index(v, Kind::Info) {
+        OBJ.infos.remove(i);
+    }
+    unsafe { *info = MPI_INFO_NULL };
+    MPI_SUCCESS
+}

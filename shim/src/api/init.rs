@@ -1,0 +1,104 @@
+//! Start and end of MPI: the lower half is initialised with at least MPI_THREAD_SERIALIZED so
+//! the agent thread may drive it while the program's threads wait at the gate.
+
+use crate::abi::*;
+use crate::api::comm::register_world_and_self;
+use crate::{conv, gate, lower};
+use std::os::raw::{c_char, c_int};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// The thread level the program was told it got.
+static PROVIDED: AtomicI32 = AtomicI32::new(MPI_THREAD_SINGLE);
+
+pub unsafe fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
+    let mut provided = 0;
+    unsafe { init(argc, argv, MPI_THREAD_SINGLE, &mut provided, "MPI_Init") }
+}
+
+pub unsafe fn MPI_Init_thread(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, provided: *mut c_int) -> c_int {
+    let mut got = 0;
+    let rc = unsafe { init(argc, argv, required, &mut got, "MPI_Init_thread") };
+    if rc == MPI_SUCCESS {
+        unsafe { crate::api::put(provided, got) };
+    }
+    rc
+}
+
+unsafe fn init(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, provided: &mut c_int, name: &str) -> c_int {
+    let g = gate::enter();
+    let level = required.max(MPI_THREAD_SERIALIZED).min(MPI_THREAD_MULTIPLE);
+    let mut real_provided = 0;
+    let rc = real!(MPI_Init_thread(argc, argv, level, &mut real_provided));
+    if rc != MPI_SUCCESS {
+        drop(g);
+        return crate::errors::raise_default(rc, name);
+    }
+    // A program asking for less than the library gives is told what a native run would say.
+    *provided = required.min(real_provided).max(MPI_THREAD_SINGLE);
+    if real_provided < required {
+        *provided = real_provided;
+    }
+    PROVIDED.store(*provided, Ordering::Release);
+    let rc = register_world_and_self();
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return crate::errors::raise_default(rc, name);
+    }
+    crate::agent::start_if_supervised();
+    MPI_SUCCESS
+}
+
+/// Sets MPI_ERRORS_RETURN on the real predefined communicators: the shim applies the program's
+/// error handlers itself.
+pub fn errors_return_on(real_comm: c_int) {
+    if let Some(f) = lower::fns().MPI_Comm_set_errhandler {
+        // SAFETY: a live real communicator and a predefined error handler.
+        unsafe { f(real_comm, MPI_ERRORS_RETURN) };
+    }
+}
+
+pub unsafe fn MPI_Finalize() -> c_int {
+    crate::agent::stop();
+    crate::errors::flush_program_stdio();
+    let g = gate::enter();
+    crate::api::attr::delete_self_attrs_at_finalize();
+    let rc = real!(MPI_Finalize());
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return crate::errors::raise_default(rc, "MPI_Finalize");
+    }
+    rc
+}
+
+pub unsafe fn MPI_Initialized(flag: *mut c_int) -> c_int {
+    let _g = gate::enter();
+    real!(MPI_Initialized(flag))
+}
+
+pub unsafe fn MPI_Finalized(flag: *mut c_int) -> c_int {
+    let _g = gate::enter();
+    real!(MPI_Finalized(flag))
+}
+
+pub unsafe fn MPI_Query_thread(provided: *mut c_int) -> c_int {
+    let _g = gate::enter();
+    let mut initialized = 0;
+    let _ = real!(MPI_Initialized(&mut initialized));
+    if initialized == 0 {
+        return real!(MPI_Query_thread(provided));
+    }
+    unsafe { crate::api::put(provided, PROVIDED.load(Ordering::Acquire)) };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Is_thread_main(flag: *mut c_int) -> c_int {
+    let _g = gate::enter();
+    real!(MPI_Is_thread_main(flag))
+}
+
+pub unsafe fn MPI_Abort(comm: MPI_Comm, errorcode: c_int) -> c_int {
+    crate::errors::flush_program_stdio();
+    let _g = gate::enter();
+    let c = conv::comm(comm);
+    real!(MPI_Abort(c, errorcode))
+}

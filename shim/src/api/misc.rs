@@ -1,0 +1,194 @@
+//! Memory, buffers, user error classes, data representations and the ABI's data symbols.
+
+use crate::abi::*;
+use crate::api::put;
+use crate::{conv, errors, gate, lower};
+use parking_lot::Mutex;
+use std::os::raw::{c_char, c_int, c_void};
+
+/// Memory from MPI_Alloc_mem comes from the program's own allocator, so it stays valid across
+/// lower-half renewals (the real library's allocation would not).
+pub unsafe fn MPI_Alloc_mem(size: MPI_Aint, _info: MPI_Info, baseptr: *mut c_void) -> c_int {
+    if size < 0 {
+        return errors::raise_default(MPI_ERR_ARG, "MPI_Alloc_mem");
+    }
+    // SAFETY: plain allocation; a zero-byte request still returns a unique pointer.
+    let p = unsafe { libc::malloc((size as usize).max(1)) };
+    if p.is_null() {
+        return errors::raise_default(MPI_ERR_NO_MEM, "MPI_Alloc_mem");
+    }
+    unsafe { put(baseptr as *mut *mut c_void, p) };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Free_mem(base: *mut c_void) -> c_int {
+    // SAFETY: `base` came from MPI_Alloc_mem above (or is null).
+    unsafe { libc::free(base) };
+    MPI_SUCCESS
+}
+
+/// Buffers attached for buffered sends, replayed after a renewal.
+static ATTACHED: Mutex<Option<(usize, i64)>> = Mutex::new(None);
+
+pub fn attached_buffer() -> Option<(usize, i64)> {
+    *ATTACHED.lock()
+}
+
+pub unsafe fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
+    let g = gate::enter();
+    let rc = real!(MPI_Buffer_attach(buffer, size));
+    drop(g);
+    check_default!(rc, "MPI_Buffer_attach");
+    *ATTACHED.lock() = Some((buffer as usize, size as i64));
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Buffer_attach_c(buffer: *mut c_void, size: MPI_Count) -> c_int {
+    let g = gate::enter();
+    let rc = real!(MPI_Buffer_attach_c(buffer, size));
+    drop(g);
+    check_default!(rc, "MPI_Buffer_attach_c");
+    *ATTACHED.lock() = Some((buffer as usize, size));
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
+    let g = gate::enter();
+    let rc = real!(MPI_Buffer_detach(buffer_addr, size));
+    drop(g);
+    check_default!(rc, "MPI_Buffer_detach");
+    *ATTACHED.lock() = None;
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Buffer_detach_c(buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
+    let g = gate::enter();
+    let rc = real!(MPI_Buffer_detach_c(buffer_addr, size));
+    drop(g);
+    check_default!(rc, "MPI_Buffer_detach_c");
+    *ATTACHED.lock() = None;
+    MPI_SUCCESS
+}
+
+/// User error classes, codes and strings, in the order made (replayed after a renewal so
+/// that the same values come back).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub enum UserError {
+    Class,
+    Code { class: c_int },
+    String { code: c_int, text: String },
+}
+
+static USER_ERRORS: Mutex<Vec<UserError>> = Mutex::new(Vec::new());
+
+pub fn user_errors() -> Vec<UserError> {
+    USER_ERRORS.lock().clone()
+}
+
+pub unsafe fn MPI_Add_error_class(errorclass: *mut c_int) -> c_int {
+    let g = gate::enter();
+    let rc = real!(MPI_Add_error_class(errorclass));
+    drop(g);
+    check_default!(rc, "MPI_Add_error_class");
+    USER_ERRORS.lock().push(UserError::Class);
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Add_error_code(errorclass: c_int, errorcode: *mut c_int) -> c_int {
+    let g = gate::enter();
+    let rc = real!(MPI_Add_error_code(errorclass, errorcode));
+    drop(g);
+    check_default!(rc, "MPI_Add_error_code");
+    USER_ERRORS.lock().push(UserError::Code { class: errorclass });
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Add_error_string(errorcode: c_int, string: *const c_char) -> c_int {
+    let g = gate::enter();
+    let rc = real!(MPI_Add_error_string(errorcode, string));
+    drop(g);
+    check_default!(rc, "MPI_Add_error_string");
+    USER_ERRORS.lock().push(UserError::String { code: errorcode, text: unsafe { crate::api::cstr(string) } });
+    MPI_SUCCESS
+}
+
+/// Data representations: the conversion callbacks go to the library as they are (they see only
+/// buffers, counts and datatypes of the file view).
+pub unsafe fn MPI_Register_datarep(datarep: *const c_char, r: *mut c_void, w: *mut c_void, e: *mut c_void, extra: *mut c_void) -> c_int {
+    let g = gate::enter();
+    let rc = real!(MPI_Register_datarep(datarep, r, w, e, extra));
+    drop(g);
+    check_default!(rc, "MPI_Register_datarep");
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Register_datarep_c(datarep: *const c_char, r: *mut c_void, w: *mut c_void, e: *mut c_void, extra: *mut c_void) -> c_int {
+    let g = gate::enter();
+    let rc = real!(MPI_Register_datarep_c(datarep, r, w, e, extra));
+    drop(g);
+    check_default!(rc, "MPI_Register_datarep_c");
+    MPI_SUCCESS
+}
+
+// The MPICH ABI's data symbols. Programs compare against these addresses, so the shim owns
+// them and swaps in the real library's values where they are passed down.
+static mut UNWEIGHTED_DUMMY: c_int = 0;
+static mut WEIGHTS_EMPTY_DUMMY: c_int = 0;
+static mut F_STATUS_IGNORE_DUMMY: [c_int; 6] = [0; 6];
+static mut F_STATUSES_IGNORE_DUMMY: [c_int; 6] = [0; 6];
+static mut F08_STATUS_IGNORE_DUMMY: [c_int; 6] = [0; 6];
+static mut F08_STATUSES_IGNORE_DUMMY: [c_int; 6] = [0; 6];
+
+#[no_mangle]
+pub static mut MPI_UNWEIGHTED: *mut c_int = &raw mut UNWEIGHTED_DUMMY;
+#[no_mangle]
+pub static mut MPI_WEIGHTS_EMPTY: *mut c_int = &raw mut WEIGHTS_EMPTY_DUMMY;
+#[no_mangle]
+pub static mut MPI_F_STATUS_IGNORE: *mut c_int = &raw mut F_STATUS_IGNORE_DUMMY as *mut c_int;
+#[no_mangle]
+pub static mut MPI_F_STATUSES_IGNORE: *mut c_int = &raw mut F_STATUSES_IGNORE_DUMMY as *mut c_int;
+#[no_mangle]
+pub static mut MPI_F08_STATUS_IGNORE: *mut c_int = &raw mut F08_STATUS_IGNORE_DUMMY as *mut c_int;
+#[no_mangle]
+pub static mut MPI_F08_STATUSES_IGNORE: *mut c_int = &raw mut F08_STATUSES_IGNORE_DUMMY as *mut c_int;
+#[no_mangle]
+pub static mut MPI_T_PVAR_ALL_HANDLES: *mut c_void = std::ptr::null_mut();
+
+/// The real library's value of one of its pointer-valued data symbols.
+fn real_sentinel(name: &str) -> *mut c_int {
+    let addr = lower::current().data(name) as *const *mut c_int;
+    if addr.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: the symbol is a pointer-sized variable of the real library.
+    unsafe { *addr }
+}
+
+pub fn real_unweighted() -> *mut c_int {
+    real_sentinel("MPI_UNWEIGHTED")
+}
+
+/// Translates a weights argument of the graph constructors.
+pub fn weights_in(p: *const c_int) -> *const c_int {
+    // SAFETY: reading our own statics' values.
+    unsafe {
+        if p == MPI_UNWEIGHTED as *const c_int {
+            real_sentinel("MPI_UNWEIGHTED")
+        } else if p == MPI_WEIGHTS_EMPTY as *const c_int {
+            real_sentinel("MPI_WEIGHTS_EMPTY")
+        } else {
+            p
+        }
+    }
+}
+
+/// Program-side sentinel for a real one coming back (e.g. from MPI_Dist_graph_neighbors).
+pub fn unweighted_out() -> *mut c_int {
+    // SAFETY: reading our own static's value.
+    unsafe { MPI_UNWEIGHTED }
+}
+
+#[allow(dead_code)]
+fn _uses(_: c_int) -> c_int {
+    conv::comm(0)
+}

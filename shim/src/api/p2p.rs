@@ -1,0 +1,663 @@
+//! Point-to-point: every send is counted per destination (the drain needs to know what is in
+//! flight), every receive first looks at the drained-message buffer, and blocking calls are a
+//! nonblocking call plus a gated wait, so a rank blocked in MPI_Recv can be checkpointed.
+
+use crate::abi::*;
+use crate::api::request::{register_done, register_request, wait_internal};
+use crate::api::{put, put_status};
+use crate::state::OBJ;
+use crate::{conv, drained, errors, gate, lower};
+use mpicr_virtid::{Kind, P2pArgs, RequestRecipe, SendMode, TypeRef};
+use std::os::raw::{c_int, c_void};
+
+/// Counts a message sent to `dest` (rank in the communicator's remote/peer group).
+pub fn count_send(comm: MPI_Comm, dest: c_int) {
+    if dest < 0 {
+        return;
+    }
+    if let Some(i) = conv::comm_index(comm) {
+        OBJ.comms.with(i, |c| {
+            if let Some(n) = c.sent.get_mut(dest as usize) {
+                *n += 1;
+            }
+        });
+    }
+}
+
+/// Counts a message received from `src`.
+pub fn count_recv(comm: MPI_Comm, src: c_int) {
+    if src < 0 {
+        return;
+    }
+    if let Some(i) = conv::comm_index(comm) {
+        OBJ.comms.with(i, |c| {
+            if let Some(n) = c.recvd.get_mut(src as usize) {
+                *n += 1;
+            }
+        });
+    }
+}
+
+pub fn comm_gid(comm: MPI_Comm) -> Option<u64> {
+    conv::comm_index(comm).and_then(|i| OBJ.comms.with(i, |c| c.recipe.gid))
+}
+
+fn args(buf: *const c_void, count: i64, datatype: MPI_Datatype, peer: c_int, tag: c_int, comm: MPI_Comm) -> P2pArgs {
+    P2pArgs { buf: buf as u64, count, datatype: TypeRef::Predefined(datatype), peer, tag, comm }
+}
+
+/// Satisfies a receive from the drained-message buffer, if a message matches.
+/// Returns the status to report (with MPI_ERROR set on truncation).
+pub fn take_drained_into(a: &P2pArgs) -> Option<MPI_Status> {
+    if drained::is_empty() || a.peer == MPI_PROC_NULL {
+        return None;
+    }
+    let gid = comm_gid(a.comm)?;
+    let m = drained::take(gid, a.peer, a.tag)?;
+    let TypeRef::Predefined(dt) = a.datatype else { return None };
+    Some(unpack(&m.data, a.buf as *mut c_void, a.count, dt, a.comm, m.source, m.tag))
+}
+
+/// Copies a drained message (packed bytes) into the program's typed buffer.
+fn unpack(data: &[u8], buf: *mut c_void, count: i64, dt: MPI_Datatype, comm: MPI_Comm, source: c_int, tag: c_int) -> MPI_Status {
+    let f = lower::fns();
+    let rdt = conv::datatype(dt);
+    let mut size: MPI_Count = 0;
+    // SAFETY: out-pointer is a local.
+    unsafe { f.MPI_Type_size_c.map(|g| g(rdt, &mut size)) };
+    let capacity = size.saturating_mul(count);
+    let mut st = MPI_Status { MPI_SOURCE: source, MPI_TAG: tag, MPI_ERROR: MPI_SUCCESS, ..Default::default() };
+    let (n, err) = if data.len() as i64 > capacity { (capacity, MPI_ERR_TRUNCATE) } else { (data.len() as i64, MPI_SUCCESS) };
+    if n > 0 && size > 0 {
+        let mut pos: MPI_Count = 0;
+        // SAFETY: `data` holds at least `n` bytes; the program's buffer holds `count` elements
+        // of `dt`, of which `n / size` are written.
+        unsafe {
+            f.MPI_Unpack_c.map(|g| g(data.as_ptr() as *const c_void, n as MPI_Count, &mut pos, buf, n / size, rdt, conv::comm(comm)));
+        }
+    }
+    st.set_bytes(n);
+    st.MPI_ERROR = err;
+    st
+}
+
+/// Posts a send and returns its virtual request.
+unsafe fn post_send(
+    mode: SendMode, buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm,
+    real_call: impl FnOnce(c_int, c_int, &mut c_int) -> c_int,
+) -> Result<MPI_Request, c_int> {
+    let (c, d) = (conv::comm(comm), conv::datatype(dt));
+    let mut r = MPI_REQUEST_NULL;
+    let rc = real_call(c, d, &mut r);
+    if rc != MPI_SUCCESS {
+        return Err(rc);
+    }
+    count_send(comm, dest);
+    Ok(register_request(r, RequestRecipe::Send { mode, args: args(buf, count, dt, dest, tag, comm) }, comm, false))
+}
+
+/// Posts a receive (from the drained buffer when possible) and returns its virtual request.
+unsafe fn post_recv(
+    buf: *mut c_void, count: i64, dt: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm,
+    real_call: impl FnOnce(c_int, c_int, &mut c_int) -> c_int,
+) -> Result<MPI_Request, c_int> {
+    let a = args(buf, count, dt, source, tag, comm);
+    if let Some(st) = take_drained_into(&a) {
+        return Ok(register_done(RequestRecipe::Recv { args: a }, comm, &st));
+    }
+    let (c, d) = (conv::comm(comm), conv::datatype(dt));
+    let mut r = MPI_REQUEST_NULL;
+    let rc = real_call(c, d, &mut r);
+    if rc != MPI_SUCCESS {
+        return Err(rc);
+    }
+    Ok(register_request(r, RequestRecipe::Recv { args: a }, comm, true))
+}
+
+macro_rules! isend {
+    ($name:ident, $real:ident, $count:ty, $mode:ident) => {
+        pub unsafe fn $name(
+            buf: *const c_void, count: $count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm,
+            request: *mut MPI_Request,
+        ) -> c_int {
+            let g = gate::enter();
+            let r = unsafe {
+                post_send(SendMode::$mode, buf, count as i64, datatype, dest, tag, comm, |c, d, r| real!($real(buf, count, d, dest, tag, c, r)))
+            };
+            drop(g);
+            match r {
+                Ok(v) => {
+                    unsafe { put(request, v) };
+                    MPI_SUCCESS
+                }
+                Err(rc) => errors::raise_comm(comm, rc, stringify!($name)),
+            }
+        }
+    };
+}
+
+macro_rules! send {
+    ($name:ident, $real:ident, $count:ty, $mode:ident) => {
+        pub unsafe fn $name(buf: *const c_void, count: $count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
+            let g = gate::enter();
+            let r = unsafe {
+                post_send(SendMode::$mode, buf, count as i64, datatype, dest, tag, comm, |c, d, r| real!($real(buf, count, d, dest, tag, c, r)))
+            };
+            drop(g);
+            let rc = match r {
+                Ok(v) => unsafe { wait_internal(v, MPI_STATUS_IGNORE) },
+                Err(rc) => rc,
+            };
+            if rc != MPI_SUCCESS {
+                return errors::raise_comm(comm, rc, stringify!($name));
+            }
+            MPI_SUCCESS
+        }
+    };
+}
+
+isend!(MPI_Isend, MPI_Isend, c_int, Standard);
+isend!(MPI_Ibsend, MPI_Ibsend, c_int, Buffered);
+isend!(MPI_Issend, MPI_Issend, c_int, Synchronous);
+isend!(MPI_Irsend, MPI_Irsend, c_int, Ready);
+isend!(MPI_Isend_c, MPI_Isend_c, MPI_Count, Standard);
+isend!(MPI_Ibsend_c, MPI_Ibsend_c, MPI_Count, Buffered);
+isend!(MPI_Issend_c, MPI_Issend_c, MPI_Count, Synchronous);
+isend!(MPI_Irsend_c, MPI_Irsend_c, MPI_Count, Ready);
+send!(MPI_Send, MPI_Isend, c_int, Standard);
+send!(MPI_Bsend, MPI_Ibsend, c_int, Buffered);
+send!(MPI_Ssend, MPI_Issend, c_int, Synchronous);
+send!(MPI_Rsend, MPI_Irsend, c_int, Ready);
+send!(MPI_Send_c, MPI_Isend_c, MPI_Count, Standard);
+send!(MPI_Bsend_c, MPI_Ibsend_c, MPI_Count, Buffered);
+send!(MPI_Ssend_c, MPI_Issend_c, MPI_Count, Synchronous);
+send!(MPI_Rsend_c, MPI_Irsend_c, MPI_Count, Ready);
+
+macro_rules! recv {
+    ($iname:ident, $name:ident, $real:ident, $count:ty) => {
+        pub unsafe fn $iname(
+            buf: *mut c_void, count: $count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm,
+            request: *mut MPI_Request,
+        ) -> c_int {
+            let g = gate::enter();
+            let r = unsafe { post_recv(buf, count as i64, datatype, source, tag, comm, |c, d, r| real!($real(buf, count, d, source, tag, c, r))) };
+            drop(g);
+            match r {
+                Ok(v) => {
+                    unsafe { put(request, v) };
+                    MPI_SUCCESS
+                }
+                Err(rc) => errors::raise_comm(comm, rc, stringify!($iname)),
+            }
+        }
+
+        pub unsafe fn $name(
+            buf: *mut c_void, count: $count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm,
+            status: *mut MPI_Status,
+        ) -> c_int {
+            let g = gate::enter();
+            let r = unsafe { post_recv(buf, count as i64, datatype, source, tag, comm, |c, d, r| real!($real(buf, count, d, source, tag, c, r))) };
+            drop(g);
+            let rc = match r {
+                Ok(v) => unsafe { wait_internal(v, status) },
+                Err(rc) => rc,
+            };
+            if rc != MPI_SUCCESS {
+                return errors::raise_comm(comm, rc, stringify!($name));
+            }
+            MPI_SUCCESS
+        }
+    };
+}
+
+recv!(MPI_Irecv, MPI_Recv, MPI_Irecv, c_int);
+recv!(MPI_Irecv_c, MPI_Recv_c, MPI_Irecv_c, MPI_Count);
+
+macro_rules! sendrecv {
+    ($name:ident, $isend:ident, $irecv:ident, $count:ty) => {
+        pub unsafe fn $name(
+            sendbuf: *const c_void, sendcount: $count, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int,
+            recvbuf: *mut c_void, recvcount: $count, recvtype: MPI_Datatype, source: c_int, recvtag: c_int,
+            comm: MPI_Comm, status: *mut MPI_Status,
+        ) -> c_int {
+            let g = gate::enter();
+            let rr = unsafe {
+                post_recv(recvbuf, recvcount as i64, recvtype, source, recvtag, comm, |c, d, r| real!($irecv(recvbuf, recvcount, d, source, recvtag, c, r)))
+            };
+            let sr = match rr {
+                Ok(_) => unsafe {
+                    post_send(SendMode::Standard, sendbuf, sendcount as i64, sendtype, dest, sendtag, comm, |c, d, r| {
+                        real!($isend(sendbuf, sendcount, d, dest, sendtag, c, r))
+                    })
+                },
+                Err(rc) => Err(rc),
+            };
+            drop(g);
+            let rc = match (rr, sr) {
+                (Ok(r), Ok(s)) => {
+                    let rs = unsafe { wait_internal(s, MPI_STATUS_IGNORE) };
+                    let rr = unsafe { wait_internal(r, status) };
+                    if rs != MPI_SUCCESS { rs } else { rr }
+                }
+                (Err(rc), _) | (_, Err(rc)) => rc,
+            };
+            if rc != MPI_SUCCESS {
+                return errors::raise_comm(comm, rc, stringify!($name));
+            }
+            MPI_SUCCESS
+        }
+    };
+}
+
+sendrecv!(MPI_Sendrecv, MPI_Isend, MPI_Irecv, c_int);
+sendrecv!(MPI_Sendrecv_c, MPI_Isend_c, MPI_Irecv_c, MPI_Count);
+
+/// Packs `count` elements of `dt` at `buf` into a new byte vector (for the *_replace calls).
+fn pack(buf: *const c_void, count: i64, dt: MPI_Datatype, comm: MPI_Comm) -> Result<Vec<u8>, c_int> {
+    let f = lower::fns();
+    let (rdt, rc) = (conv::datatype(dt), conv::comm(comm));
+    let mut size: MPI_Count = 0;
+    // SAFETY: out-pointers are locals; the buffer is sized by the library's own answer.
+    unsafe {
+        let e = f.MPI_Pack_size_c.map_or(MPI_ERR_OTHER, |g| g(count, rdt, rc, &mut size));
+        if e != MPI_SUCCESS {
+            return Err(e);
+        }
+        let mut out = vec![0u8; size.max(0) as usize];
+        let mut pos: MPI_Count = 0;
+        let e = f.MPI_Pack_c.map_or(MPI_ERR_OTHER, |g| g(buf, count, rdt, out.as_mut_ptr() as *mut c_void, size, &mut pos, rc));
+        if e != MPI_SUCCESS {
+            return Err(e);
+        }
+        out.truncate(pos as usize);
+        Ok(out)
+    }
+}
+
+macro_rules! sendrecv_replace {
+    ($name:ident, $count:ty) => {
+        pub unsafe fn $name(
+            buf: *mut c_void, count: $count, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int,
+            comm: MPI_Comm, status: *mut MPI_Status,
+        ) -> c_int {
+            let g = gate::enter();
+            let packed = pack(buf, count as i64, datatype, comm);
+            drop(g);
+            let packed = match packed {
+                Ok(p) => p,
+                Err(rc) => return errors::raise_comm(comm, rc, stringify!($name)),
+            };
+            let n = packed.len() as MPI_Count;
+            unsafe {
+                MPI_Sendrecv_c(packed.as_ptr() as *const c_void, n, MPI_PACKED, dest, sendtag, buf, count as MPI_Count, datatype, source, recvtag, comm, status)
+            }
+        }
+    };
+}
+
+sendrecv_replace!(MPI_Sendrecv_replace, c_int);
+sendrecv_replace!(MPI_Sendrecv_replace_c, MPI_Count);
+
+macro_rules! isendrecv {
+    ($name:ident, $count:ty) => {
+        pub unsafe fn $name(
+            sendbuf: *const c_void, sendcount: $count, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int,
+            recvbuf: *mut c_void, recvcount: $count, recvtype: MPI_Datatype, source: c_int, recvtag: c_int,
+            comm: MPI_Comm, request: *mut MPI_Request,
+        ) -> c_int {
+            let g = gate::enter();
+            let (c, st, rt) = (conv::comm(comm), conv::datatype(sendtype), conv::datatype(recvtype));
+            let mut r = MPI_REQUEST_NULL;
+            let rc = real!($name(sendbuf, sendcount, st, dest, sendtag, recvbuf, recvcount, rt, source, recvtag, c, &mut r));
+            if rc == MPI_SUCCESS {
+                count_send(comm, dest);
+                let v = register_request(r, RequestRecipe::Other { function: stringify!($name).into() }, comm, true);
+                unsafe { put(request, v) };
+            }
+            drop(g);
+            if rc != MPI_SUCCESS {
+                return errors::raise_comm(comm, rc, stringify!($name));
+            }
+            MPI_SUCCESS
+        }
+    };
+}
+
+isendrecv!(MPI_Isendrecv, c_int);
+isendrecv!(MPI_Isendrecv_c, MPI_Count);
+
+macro_rules! isendrecv_replace {
+    ($name:ident, $count:ty) => {
+        pub unsafe fn $name(
+            buf: *mut c_void, count: $count, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int,
+            comm: MPI_Comm, request: *mut MPI_Request,
+        ) -> c_int {
+            let g = gate::enter();
+            let (c, d) = (conv::comm(comm), conv::datatype(datatype));
+            let mut r = MPI_REQUEST_NULL;
+            let rc = real!($name(buf, count, d, dest, sendtag, source, recvtag, c, &mut r));
+            if rc == MPI_SUCCESS {
+                count_send(comm, dest);
+                let v = register_request(r, RequestRecipe::Other { function: stringify!($name).into() }, comm, true);
+                unsafe { put(request, v) };
+            }
+            drop(g);
+            if rc != MPI_SUCCESS {
+                return errors::raise_comm(comm, rc, stringify!($name));
+            }
+            MPI_SUCCESS
+        }
+    };
+}
+
+isendrecv_replace!(MPI_Isendrecv_replace, c_int);
+isendrecv_replace!(MPI_Isendrecv_replace_c, MPI_Count);
+
+/// Probe status for a drained message.
+fn drained_status(source: c_int, tag: c_int, bytes: usize) -> MPI_Status {
+    let mut st = MPI_Status { MPI_SOURCE: source, MPI_TAG: tag, ..Default::default() };
+    st.set_bytes(bytes as i64);
+    st
+}
+
+pub unsafe fn MPI_Iprobe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
+    let g = gate::enter();
+    if !drained::is_empty() {
+        if let Some((s, t, n)) = comm_gid(comm).and_then(|gid| drained::peek(gid, source, tag)) {
+            unsafe {
+                put(flag, 1);
+                put_status(status, &drained_status(s, t, n));
+            }
+            return MPI_SUCCESS;
+        }
+    }
+    let c = conv::comm(comm);
+    let rc = real!(MPI_Iprobe(source, tag, c, flag, status));
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_comm(comm, rc, "MPI_Iprobe");
+    }
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Probe(source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
+    let mut flag = 0;
+    let mut spins = 0u32;
+    loop {
+        let rc = unsafe { MPI_Iprobe(source, tag, comm, &mut flag, status) };
+        if rc != MPI_SUCCESS || flag != 0 {
+            return rc;
+        }
+        spins = spins.wrapping_add(1);
+        if spins % 64 == 0 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Drained messages claimed by a matched probe, by message index.
+static CLAIMED: parking_lot::Mutex<Vec<(u32, mpicr_drain::Message)>> = parking_lot::Mutex::new(Vec::new());
+
+pub unsafe fn MPI_Improbe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
+    let g = gate::enter();
+    if !drained::is_empty() {
+        if let Some(m) = comm_gid(comm).and_then(|gid| drained::take(gid, source, tag)) {
+            let st = drained_status(m.source, m.tag, m.data.len());
+            let entry = crate::state::MessageEntry { comm, drained: Some(0) };
+            let idx = OBJ.messages.insert(0, entry).unwrap_or_else(|_| errors::fatal("too many live messages"));
+            CLAIMED.lock().push((idx, m));
+            unsafe {
+                put(flag, 1);
+                put(message, conv::handle(Kind::Message, idx));
+                put_status(status, &st);
+            }
+            return MPI_SUCCESS;
+        }
+    }
+    let c = conv::comm(comm);
+    let mut real_msg = MPI_MESSAGE_NULL;
+    let mut st = MPI_Status::default();
+    let mut f = 0;
+    let rc = real!(MPI_Improbe(source, tag, c, &mut f, &mut real_msg, &mut st));
+    if rc == MPI_SUCCESS && f != 0 {
+        let v = if real_msg == MPI_MESSAGE_NO_PROC || real_msg == MPI_MESSAGE_NULL {
+            real_msg
+        } else {
+            // The message has left the library's queue: it counts as received now.
+            count_recv(comm, st.MPI_SOURCE);
+            let idx = OBJ.messages.insert(real_msg as u32 as u64, crate::state::MessageEntry { comm, drained: None });
+            conv::handle(Kind::Message, idx.unwrap_or_else(|_| errors::fatal("too many live messages")))
+        };
+        unsafe {
+            put(message, v);
+            put_status(status, &st);
+        }
+    }
+    drop(g);
+    unsafe { put(flag, f) };
+    if rc != MPI_SUCCESS {
+        return errors::raise_comm(comm, rc, "MPI_Improbe");
+    }
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Mprobe(source: c_int, tag: c_int, comm: MPI_Comm, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
+    let mut flag = 0;
+    let mut spins = 0u32;
+    loop {
+        let rc = unsafe { MPI_Improbe(source, tag, comm, &mut flag, message, status) };
+        if rc != MPI_SUCCESS || flag != 0 {
+            return rc;
+        }
+        spins = spins.wrapping_add(1);
+        if spins % 64 == 0 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Receives a matched message: from the drained buffer, or the real library.
+/// Returns the virtual request (already complete for drained messages).
+unsafe fn mrecv_start(
+    buf: *mut c_void, count: i64, dt: MPI_Datatype, message: *mut MPI_Message,
+    real_call: impl FnOnce(c_int, &mut c_int, &mut c_int) -> c_int,
+) -> Result<MPI_Request, (MPI_Comm, c_int)> {
+    let v = unsafe { *message };
+    if v == MPI_MESSAGE_NO_PROC {
+        unsafe { *message = MPI_MESSAGE_NULL };
+        let st = MPI_Status { MPI_SOURCE: MPI_PROC_NULL, MPI_TAG: MPI_ANY_TAG, ..Default::default() };
+        return Ok(register_done(RequestRecipe::Other { function: "MPI_Mrecv".into() }, MPI_COMM_NULL, &st));
+    }
+    let Some(idx) = conv::index(v, Kind::Message).filter(|&i| OBJ.messages.real(i).is_some()) else {
+        let mut raw = if conv::index(v, Kind::Message).is_some() { conv::STALE } else { v };
+        let mut r = MPI_REQUEST_NULL;
+        let rc = real_call(conv::datatype(dt), &mut raw, &mut r);
+        return Err((MPI_COMM_WORLD, if rc == MPI_SUCCESS { MPI_ERR_REQUEST } else { rc }));
+    };
+    let mut real_msg = OBJ.messages.real(idx).unwrap_or(0) as u32 as c_int;
+    let Some(entry) = OBJ.messages.remove(idx) else { return Err((MPI_COMM_WORLD, MPI_ERR_REQUEST)) };
+    unsafe { *message = MPI_MESSAGE_NULL };
+    if entry.drained.is_some() {
+        let m = {
+            let mut claimed = CLAIMED.lock();
+            let pos = claimed.iter().position(|(i, _)| *i == idx).expect("claimed drained message");
+            claimed.remove(pos).1
+        };
+        let st = unpack(&m.data, buf, count, dt, entry.comm, m.source, m.tag);
+        return Ok(register_done(RequestRecipe::Other { function: "MPI_Mrecv".into() }, entry.comm, &st));
+    }
+    let mut r = MPI_REQUEST_NULL;
+    let rc = real_call(conv::datatype(dt), &mut real_msg, &mut r);
+    if rc != MPI_SUCCESS {
+        return Err((entry.comm, rc));
+    }
+    Ok(register_request(r, RequestRecipe::Other { function: "MPI_Mrecv".into() }, entry.comm, false))
+}
+
+macro_rules! mrecv {
+    ($iname:ident, $name:ident, $real:ident, $count:ty) => {
+        pub unsafe fn $iname(buf: *mut c_void, count: $count, datatype: MPI_Datatype, message: *mut MPI_Message, request: *mut MPI_Request) -> c_int {
+            let g = gate::enter();
+            let r = unsafe { mrecv_start(buf, count as i64, datatype, message, |d, m, r| real!($real(buf, count, d, m, r))) };
+            drop(g);
+            match r {
+                Ok(v) => {
+                    unsafe { put(request, v) };
+                    MPI_SUCCESS
+                }
+                Err((comm, rc)) => errors::raise_comm(comm, rc, stringify!($iname)),
+            }
+        }
+
+        pub unsafe fn $name(buf: *mut c_void, count: $count, datatype: MPI_Datatype, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
+            let g = gate::enter();
+            let r = unsafe { mrecv_start(buf, count as i64, datatype, message, |d, m, r| real!($real(buf, count, d, m, r))) };
+            drop(g);
+            match r {
+                Ok(v) => {
+                    let rc = unsafe { wait_internal(v, status) };
+                    if rc != MPI_SUCCESS {
+                        return errors::raise_default(rc, stringify!($name));
+                    }
+                    MPI_SUCCESS
+                }
+                Err((comm, rc)) => errors::raise_comm(comm, rc, stringify!($name)),
+            }
+        }
+    };
+}
+
+mrecv!(MPI_Imrecv, MPI_Mrecv, MPI_Imrecv, c_int);
+mrecv!(MPI_Imrecv_c, MPI_Mrecv_c, MPI_Imrecv_c, MPI_Count);
+
+macro_rules! send_init {
+    ($name:ident, $count:ty, $mode:ident) => {
+        pub unsafe fn $name(
+            buf: *const c_void, count: $count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm,
+            request: *mut MPI_Request,
+        ) -> c_int {
+            let g = gate::enter();
+            let (c, d) = (conv::comm(comm), conv::datatype(datatype));
+            let mut r = MPI_REQUEST_NULL;
+            let rc = real!($name(buf, count, d, dest, tag, c, &mut r));
+            if rc == MPI_SUCCESS {
+                let recipe = RequestRecipe::PersistentSend {
+                    mode: SendMode::$mode,
+                    args: args(buf, count as i64, datatype, dest, tag, comm),
+                    active: false,
+                };
+                unsafe { put(request, register_request(r, recipe, comm, false)) };
+            }
+            drop(g);
+            if rc != MPI_SUCCESS {
+                return errors::raise_comm(comm, rc, stringify!($name));
+            }
+            MPI_SUCCESS
+        }
+    };
+}
+
+send_init!(MPI_Send_init, c_int, Standard);
+send_init!(MPI_Bsend_init, c_int, Buffered);
+send_init!(MPI_Ssend_init, c_int, Synchronous);
+send_init!(MPI_Rsend_init, c_int, Ready);
+send_init!(MPI_Send_init_c, MPI_Count, Standard);
+send_init!(MPI_Bsend_init_c, MPI_Count, Buffered);
+send_init!(MPI_Ssend_init_c, MPI_Count, Synchronous);
+send_init!(MPI_Rsend_init_c, MPI_Count, Ready);
+
+macro_rules! recv_init {
+    ($name:ident, $count:ty) => {
+        pub unsafe fn $name(
+            buf: *mut c_void, count: $count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm,
+            request: *mut MPI_Request,
+        ) -> c_int {
+            let g = gate::enter();
+            let (c, d) = (conv::comm(comm), conv::datatype(datatype));
+            let mut r = MPI_REQUEST_NULL;
+            let rc = real!($name(buf, count, d, source, tag, c, &mut r));
+            if rc == MPI_SUCCESS {
+                let recipe = RequestRecipe::PersistentRecv { args: args(buf, count as i64, datatype, source, tag, comm), active: false };
+                unsafe { put(request, register_request(r, recipe, comm, true)) };
+            }
+            drop(g);
+            if rc != MPI_SUCCESS {
+                return errors::raise_comm(comm, rc, stringify!($name));
+            }
+            MPI_SUCCESS
+        }
+    };
+}
+
+recv_init!(MPI_Recv_init, c_int);
+recv_init!(MPI_Recv_init_c, MPI_Count);
+
+pub unsafe fn MPI_Psend_init(
+    buf: *const c_void, partitions: c_int, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm,
+    info: MPI_Info, request: *mut MPI_Request,
+) -> c_int {
+    let g = gate::enter();
+    let (c, d, i) = (conv::comm(comm), conv::datatype(datatype), conv::info(info));
+    let mut r = MPI_REQUEST_NULL;
+    let rc = real!(MPI_Psend_init(buf, partitions, count, d, dest, tag, c, i, &mut r));
+    if rc == MPI_SUCCESS {
+        let recipe = RequestRecipe::Collective { function: "MPI_Psend_init".into(), comm, persistent: true, active: false };
+        unsafe { put(request, register_request(r, recipe, comm, false)) };
+    }
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_comm(comm, rc, "MPI_Psend_init");
+    }
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Precv_init(
+    buf: *mut c_void, partitions: c_int, count: MPI_Count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm,
+    info: MPI_Info, request: *mut MPI_Request,
+) -> c_int {
+    let g = gate::enter();
+    let (c, d, i) = (conv::comm(comm), conv::datatype(datatype), conv::info(info));
+    let mut r = MPI_REQUEST_NULL;
+    let rc = real!(MPI_Precv_init(buf, partitions, count, d, source, tag, c, i, &mut r));
+    if rc == MPI_SUCCESS {
+        let recipe = RequestRecipe::Collective { function: "MPI_Precv_init".into(), comm, persistent: true, active: false };
+        unsafe { put(request, register_request(r, recipe, comm, false)) };
+    }
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_comm(comm, rc, "MPI_Precv_init");
+    }
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Pready(partition: c_int, request: MPI_Request) -> c_int {
+    let _g = gate::enter();
+    let r = conv::request(request);
+    let rc = real!(MPI_Pready(partition, r));
+    drop(_g);
+    if rc != MPI_SUCCESS { errors::raise_default(rc, "MPI_Pready") } else { rc }
+}
+
+pub unsafe fn MPI_Pready_range(lo: c_int, hi: c_int, request: MPI_Request) -> c_int {
+    let _g = gate::enter();
+    let r = conv::request(request);
+    let rc = real!(MPI_Pready_range(lo, hi, r));
+    drop(_g);
+    if rc != MPI_SUCCESS { errors::raise_default(rc, "MPI_Pready_range") } else { rc }
+}
+
+pub unsafe fn MPI_Pready_list(length: c_int, list: *mut c_int, request: MPI_Request) -> c_int {
+    let _g = gate::enter();
+    let r = conv::request(request);
+    let rc = real!(MPI_Pready_list(length, list, r));
+    drop(_g);
+    if rc != MPI_SUCCESS { errors::raise_default(rc, "MPI_Pready_list") } else { rc }
+}
+
+pub unsafe fn MPI_Parrived(request: MPI_Request, partition: c_int, flag: *mut c_int) -> c_int {
+    let _g = gate::enter();
+    let r = conv::request(request);
+    let rc = real!(MPI_Parrived(r, partition, flag));
+    drop(_g);
+    if rc != MPI_SUCCESS { errors::raise_default(rc, "MPI_Parrived") } else { rc }
+}

@@ -1,0 +1,622 @@
+//! Requests: every nonblocking operation gets a virtual request; completion goes through the
+//! real library's test functions, one gated call at a time, so waiting ranks can be stopped.
+//! A completion updates the drain accounting (receives count their source) and frees the
+//! virtual handle, or deactivates it for persistent requests.
+
+use crate::abi::*;
+use crate::api::{begin_collective, put_status};
+use crate::state::{RequestEntry, OBJ};
+use crate::{conv, errors, gate};
+use mpicr_virtid::{Kind, RequestRecipe};
+use std::os::raw::c_int;
+
+/// Registers a real request under a virtual handle.
+pub fn register_request(real: c_int, recipe: RequestRecipe, comm: MPI_Comm, counts_recv: bool) -> MPI_Request {
+    let e = RequestEntry { recipe, comm, counts_recv, done: None };
+    match OBJ.requests.insert(real as u32 as u64, e) {
+        Ok(i) => conv::handle(Kind::Request, i),
+        Err(_) => errors::fatal("too many live requests"),
+    }
+}
+
+/// A request the shim completed itself, reporting `status`.
+pub fn register_done(recipe: RequestRecipe, comm: MPI_Comm, status: &MPI_Status) -> MPI_Request {
+    let e = RequestEntry { recipe, comm, counts_recv: false, done: Some(status.as_array()) };
+    match OBJ.requests.insert(MPI_REQUEST_NULL as u32 as u64, e) {
+        Ok(i) => conv::handle(Kind::Request, i),
+        Err(_) => errors::fatal("too many live requests"),
+    }
+}
+
+pub fn register_collective(real: c_int, comm: MPI_Comm, function: &str, persistent: bool) -> MPI_Request {
+    let recipe = RequestRecipe::Collective {
+        function: function.trim_start_matches('P').to_string(),
+        comm,
+        persistent,
+        active: !persistent,
+    };
+    register_request(real, recipe, comm, false)
+}
+
+/// Finishes the bookkeeping of a completed request. Returns the handle the program keeps:
+/// MPI_REQUEST_NULL, or the same handle for persistent requests (now inactive).
+fn finish(v: MPI_Request, idx: u32, status: &MPI_Status) -> MPI_Request {
+    let Some((persistent, counts, comm)) = OBJ.requests.with(idx, |e| {
+        e.done = None;
+        let persistent = e.recipe.is_persistent();
+        match &mut e.recipe {
+            RequestRecipe::PersistentSend { active, .. }
+            | RequestRecipe::PersistentRecv { active, .. }
+            | RequestRecipe::Collective { active, .. } => *active = false,
+            _ => {}
+        }
+        (persistent, e.counts_recv, e.comm)
+    }) else {
+        return MPI_REQUEST_NULL;
+    };
+    if counts && status.MPI_SOURCE >= 0 && status.count_hi_and_cancelled & 1 == 0 {
+        crate::api::p2p::count_recv(comm, status.MPI_SOURCE);
+    }
+    if persistent {
+        v
+    } else {
+        OBJ.requests.remove(idx);
+        MPI_REQUEST_NULL
+    }
+}
+
+/// A request value that is not live: freed virtual handles become `conv::STALE`.
+fn stale_or_raw(v: MPI_Request) -> MPI_Request {
+    if conv::index(v, Kind::Request).is_some() { conv::STALE } else { v }
+}
+
+/// Status of an inactive or null request.
+fn empty_status() -> MPI_Status {
+    MPI_Status { MPI_SOURCE: MPI_ANY_SOURCE, MPI_TAG: MPI_ANY_TAG, ..Default::default() }
+}
+
+/// What a request is, as seen by one completion attempt.
+enum Slot {
+    /// Null or inactive persistent: completes at once with an empty status.
+    Inert,
+    /// Completed by the shim.
+    Done(u32, MPI_Status),
+    /// Pending in the real library.
+    Real(u32, c_int),
+    /// Not a live request of ours: hand the raw value to the library for the native error.
+    Invalid,
+}
+
+fn classify(v: MPI_Request) -> Slot {
+    if v == MPI_REQUEST_NULL {
+        return Slot::Inert;
+    }
+    let Some(idx) = conv::index(v, Kind::Request) else { return Slot::Invalid };
+    let Some(real) = OBJ.requests.real(idx) else { return Slot::Invalid };
+    let state = OBJ.requests.with(idx, |e| {
+        let inactive = matches!(
+            e.recipe,
+            RequestRecipe::PersistentSend { active: false, .. }
+                | RequestRecipe::PersistentRecv { active: false, .. }
+                | RequestRecipe::Collective { persistent: true, active: false, .. }
+        );
+        (inactive, e.done)
+    });
+    match state {
+        Some((_, Some(st))) => Slot::Done(idx, MPI_Status::from_array(st)),
+        Some((true, None)) => Slot::Inert,
+        Some((false, None)) => Slot::Real(idx, real as u32 as c_int),
+        None => Slot::Invalid,
+    }
+}
+
+/// Completion semantics of the test/wait families.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    All,
+    Any,
+    Some,
+}
+
+/// Outcome of a test call, already applied to the program's arrays.
+struct Tested {
+    flag: bool,
+    /// For Any: the index; for Some: the indices.
+    indices: Vec<usize>,
+    rc: c_int,
+}
+
+/// One non-blocking completion attempt over `reqs` in `mode`; the gate must be held.
+unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: Mode, name: &str) -> Tested {
+    let n = reqs.len();
+    let slots: Vec<Slot> = reqs.iter().map(|&v| classify(v)).collect();
+    let status_at = |i: usize| -> *mut MPI_Status {
+        if statuses.is_null() || statuses == MPI_STATUSES_IGNORE { MPI_STATUS_IGNORE } else { unsafe { statuses.add(i) } }
+    };
+    // Invalid handles: the real library reports the native error class.
+    if let Some(i) = slots.iter().position(|s| matches!(s, Slot::Invalid)) {
+        let mut raw = stale_or_raw(reqs[i]);
+        let mut flag = 0;
+        let mut st = MPI_Status::default();
+        let rc = match crate::lower::fns().MPI_Test {
+            Some(f) => unsafe { f(&mut raw, &mut flag, &mut st) },
+            None => MPI_ERR_REQUEST,
+        };
+        return Tested { flag: false, indices: vec![], rc: if rc == MPI_SUCCESS { MPI_ERR_REQUEST } else { rc } };
+    }
+    let active: Vec<usize> = (0..n).filter(|&i| !matches!(slots[i], Slot::Inert)).collect();
+    if active.is_empty() {
+        // Everything null or inactive.
+        match mode {
+            Mode::All => {
+                for i in 0..n {
+                    unsafe { put_status(status_at(i), &empty_status()) };
+                }
+                return Tested { flag: true, indices: vec![], rc: MPI_SUCCESS };
+            }
+            Mode::Any => return Tested { flag: true, indices: vec![MPI_UNDEFINED as usize], rc: MPI_SUCCESS },
+            Mode::Some => return Tested { flag: true, indices: vec![usize::MAX], rc: MPI_SUCCESS },
+        }
+    }
+    // Requests completed by the shim complete first.
+    let done: Vec<usize> = active.iter().copied().filter(|&i| matches!(slots[i], Slot::Done(..))).collect();
+    let real_idx: Vec<usize> = active.iter().copied().filter(|&i| matches!(slots[i], Slot::Real(..))).collect();
+    let mut reals: Vec<c_int> = real_idx.iter().map(|&i| if let Slot::Real(_, r) = slots[i] { r } else { 0 }).collect();
+    let mut rstat = vec![MPI_Status::default(); reals.len()];
+    let f = crate::lower::fns();
+    let mut completed: Vec<(usize, MPI_Status)> = Vec::new();
+    let mut rc = MPI_SUCCESS;
+    match mode {
+        Mode::All => {
+            let mut flag = 1;
+            if !reals.is_empty() {
+                rc = match f.MPI_Testall {
+                    Some(t) => unsafe { t(reals.len() as c_int, reals.as_mut_ptr(), &mut flag, rstat.as_mut_ptr()) },
+                    None => return Tested { flag: false, indices: vec![], rc: errors::missing("MPI_Testall") },
+                };
+            }
+            if flag == 0 && rc == MPI_SUCCESS {
+                return Tested { flag: false, indices: vec![], rc };
+            }
+            for (k, &i) in real_idx.iter().enumerate() {
+                completed.push((i, rstat[k]));
+            }
+            for &i in &done {
+                if let Slot::Done(_, st) = slots[i] {
+                    completed.push((i, st));
+                }
+            }
+        }
+        Mode::Any => {
+            if let Some(&i) = done.first() {
+                if let Slot::Done(_, st) = slots[i] {
+                    completed.push((i, st));
+                }
+            } else {
+                let (mut index, mut flag) = (MPI_UNDEFINED, 0);
+                let mut st = MPI_Status::default();
+                rc = match f.MPI_Testany {
+                    Some(t) => unsafe { t(reals.len() as c_int, reals.as_mut_ptr(), &mut index, &mut flag, &mut st) },
+                    None => return Tested { flag: false, indices: vec![], rc: errors::missing("MPI_Testany") },
+                };
+                if flag == 0 {
+                    return Tested { flag: false, indices: vec![], rc };
+                }
+                if index >= 0 && (index as usize) < real_idx.len() {
+                    completed.push((real_idx[index as usize], st));
+                }
+            }
+        }
+        Mode::Some => {
+            for &i in &done {
+                if let Slot::Done(_, st) = slots[i] {
+                    completed.push((i, st));
+                }
+            }
+            if !reals.is_empty() {
+                let mut outcount = 0;
+                let mut indices = vec![0; reals.len()];
+                rc = match f.MPI_Testsome {
+                    Some(t) => unsafe {
+                        t(reals.len() as c_int, reals.as_mut_ptr(), &mut outcount, indices.as_mut_ptr(), rstat.as_mut_ptr())
+                    },
+                    None => return Tested { flag: false, indices: vec![], rc: errors::missing("MPI_Testsome") },
+                };
+                if outcount > 0 {
+                    for k in 0..outcount as usize {
+                        completed.push((real_idx[indices[k] as usize], rstat[k]));
+                    }
+                }
+            }
+            if completed.is_empty() && rc == MPI_SUCCESS {
+                return Tested { flag: false, indices: vec![], rc };
+            }
+        }
+    }
+    let _ = name;
+    completed.sort_by_key(|c| c.0);
+    let mut indices = Vec::with_capacity(completed.len());
+    for (k, (i, st)) in completed.iter().enumerate() {
+        let (Slot::Real(idx, _) | Slot::Done(idx, _)) = slots[*i] else { continue };
+        // An errored request in Testall keeps its handle (MPI_ERR_IN_STATUS semantics).
+        if rc == MPI_ERR_IN_STATUS && st.MPI_ERROR != MPI_SUCCESS && st.MPI_ERROR != MPI_ERR_PENDING {
+            unsafe { put_status(status_at(if mode == Mode::Some { k } else { *i }), st) };
+            continue;
+        }
+        if rc == MPI_ERR_IN_STATUS && st.MPI_ERROR == MPI_ERR_PENDING {
+            continue;
+        }
+        reqs[*i] = finish(reqs[*i], idx, st);
+        let out = if mode == Mode::Some { k } else if mode == Mode::Any { 0 } else { *i };
+        if mode == Mode::Any {
+            // Testany/Waitany take a single status.
+            unsafe { put_status(statuses, st) };
+        } else {
+            unsafe { put_status(status_at(out), st) };
+        }
+        indices.push(*i);
+    }
+    if mode == Mode::All {
+        // Null and inactive requests report empty statuses.
+        for i in 0..n {
+            if matches!(slots[i], Slot::Inert) {
+                unsafe { put_status(status_at(i), &empty_status()) };
+            }
+        }
+    }
+    Tested { flag: true, indices, rc }
+}
+
+/// The communicator whose error handler reports a request's failure.
+fn request_comm(v: MPI_Request) -> MPI_Comm {
+    conv::index(v, Kind::Request).and_then(|i| OBJ.requests.with(i, |e| e.comm)).unwrap_or(MPI_COMM_WORLD)
+}
+
+unsafe fn raise(reqs: &[MPI_Request], rc: c_int, name: &str) -> c_int {
+    let comm = reqs.iter().map(|&r| request_comm(r)).find(|&c| c != MPI_COMM_NULL).unwrap_or(MPI_COMM_WORLD);
+    errors::raise_comm(comm, rc, name)
+}
+
+/// Blocks, one gated test at a time, until `mode` is satisfied.
+unsafe fn wait_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: Mode, name: &str) -> Tested {
+    let mut spins = 0u32;
+    loop {
+        let g = gate::enter();
+        let t = unsafe { test_many(reqs, statuses, mode, name) };
+        drop(g);
+        if t.flag || t.rc != MPI_SUCCESS {
+            return t;
+        }
+        spins = spins.wrapping_add(1);
+        if spins % 64 == 0 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+unsafe fn as_slice<'a>(p: *mut MPI_Request, n: c_int) -> &'a mut [MPI_Request] {
+    if p.is_null() || n <= 0 {
+        return &mut [];
+    }
+    unsafe { std::slice::from_raw_parts_mut(p, n as usize) }
+}
+
+pub unsafe fn MPI_Test(request: *mut MPI_Request, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
+    if request.is_null() {
+        return errors::raise_default(MPI_ERR_REQUEST, "MPI_Test");
+    }
+    let reqs = unsafe { std::slice::from_raw_parts_mut(request, 1) };
+    let g = gate::enter();
+    let t = unsafe { test_many(reqs, status, Mode::All, "MPI_Test") };
+    drop(g);
+    unsafe { crate::api::put(flag, t.flag as c_int) };
+    if t.rc != MPI_SUCCESS {
+        return unsafe { raise(reqs, t.rc, "MPI_Test") };
+    }
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Wait(request: *mut MPI_Request, status: *mut MPI_Status) -> c_int {
+    if request.is_null() {
+        return errors::raise_default(MPI_ERR_REQUEST, "MPI_Wait");
+    }
+    let reqs = unsafe { std::slice::from_raw_parts_mut(request, 1) };
+    let comm = request_comm(reqs[0]);
+    let t = unsafe { wait_many(reqs, status, Mode::All, "MPI_Wait") };
+    if t.rc != MPI_SUCCESS {
+        return errors::raise_comm(comm, t.rc, "MPI_Wait");
+    }
+    MPI_SUCCESS
+}
+
+/// Waits for one request on behalf of a blocking call (MPI_Send, MPI_Recv, ...).
+pub unsafe fn wait_internal(mut v: MPI_Request, status: *mut MPI_Status) -> c_int {
+    let reqs = std::slice::from_mut(&mut v);
+    unsafe { wait_many(reqs, status, Mode::All, "wait") }.rc
+}
+
+pub unsafe fn MPI_Testall(count: c_int, reqs: *mut MPI_Request, flag: *mut c_int, statuses: *mut MPI_Status) -> c_int {
+    let reqs = unsafe { as_slice(reqs, count) };
+    let g = gate::enter();
+    let t = unsafe { test_many(reqs, statuses, Mode::All, "MPI_Testall") };
+    drop(g);
+    unsafe { crate::api::put(flag, t.flag as c_int) };
+    if t.rc != MPI_SUCCESS {
+        return unsafe { raise(reqs, t.rc, "MPI_Testall") };
+    }
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Waitall(count: c_int, reqs: *mut MPI_Request, statuses: *mut MPI_Status) -> c_int {
+    let reqs = unsafe { as_slice(reqs, count) };
+    let t = unsafe { wait_many(reqs, statuses, Mode::All, "MPI_Waitall") };
+    if t.rc != MPI_SUCCESS {
+        return unsafe { raise(reqs, t.rc, "MPI_Waitall") };
+    }
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Testany(count: c_int, reqs: *mut MPI_Request, index: *mut c_int, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
+    let reqs = unsafe { as_slice(reqs, count) };
+    let g = gate::enter();
+    let t = unsafe { test_many(reqs, status, Mode::Any, "MPI_Testany") };
+    drop(g);
+    unsafe { any_result(&t, index, flag, status) };
+    if t.rc != MPI_SUCCESS {
+        return unsafe { raise(reqs, t.rc, "MPI_Testany") };
+    }
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Waitany(count: c_int, reqs: *mut MPI_Request, index: *mut c_int, status: *mut MPI_Status) -> c_int {
+    let reqs = unsafe { as_slice(reqs, count) };
+    let t = unsafe { wait_many(reqs, status, Mode::Any, "MPI_Waitany") };
+    unsafe { any_result(&t, index, std::ptr::null_mut(), status) };
+    if t.rc != MPI_SUCCESS {
+        return unsafe { raise(reqs, t.rc, "MPI_Waitany") };
+    }
+    MPI_SUCCESS
+}
+
+unsafe fn any_result(t: &Tested, index: *mut c_int, flag: *mut c_int, status: *mut MPI_Status) {
+    unsafe { crate::api::put(flag, t.flag as c_int) };
+    let i = match t.indices.first() {
+        Some(&i) if i == MPI_UNDEFINED as usize => {
+            unsafe { put_status(status, &empty_status()) };
+            MPI_UNDEFINED
+        }
+        Some(&i) => i as c_int,
+        None => MPI_UNDEFINED,
+    };
+    unsafe { crate::api::put(index, i) };
+}
+
+pub unsafe fn MPI_Testsome(incount: c_int, reqs: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MPI_Status) -> c_int {
+    let reqs = unsafe { as_slice(reqs, incount) };
+    let g = gate::enter();
+    let t = unsafe { test_many(reqs, statuses, Mode::Some, "MPI_Testsome") };
+    drop(g);
+    unsafe { some_result(&t, outcount, indices) };
+    if t.rc != MPI_SUCCESS {
+        return unsafe { raise(reqs, t.rc, "MPI_Testsome") };
+    }
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Waitsome(incount: c_int, reqs: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MPI_Status) -> c_int {
+    let reqs = unsafe { as_slice(reqs, incount) };
+    let t = unsafe { wait_many(reqs, statuses, Mode::Some, "MPI_Waitsome") };
+    unsafe { some_result(&t, outcount, indices) };
+    if t.rc != MPI_SUCCESS {
+        return unsafe { raise(reqs, t.rc, "MPI_Waitsome") };
+    }
+    MPI_SUCCESS
+}
+
+unsafe fn some_result(t: &Tested, outcount: *mut c_int, indices: *mut c_int) {
+    if t.indices.first() == Some(&usize::MAX) {
+        unsafe { crate::api::put(outcount, MPI_UNDEFINED) };
+        return;
+    }
+    let n = if t.flag { t.indices.len() } else { 0 };
+    unsafe { crate::api::put(outcount, n as c_int) };
+    if !indices.is_null() {
+        for (k, &i) in t.indices.iter().take(n).enumerate() {
+            unsafe { *indices.add(k) = i as c_int };
+        }
+    }
+}
+
+pub unsafe fn MPI_Request_get_status(request: MPI_Request, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
+    let g = gate::enter();
+    match classify(request) {
+        Slot::Inert => {
+            unsafe {
+                crate::api::put(flag, 1);
+                put_status(status, &empty_status());
+            }
+            MPI_SUCCESS
+        }
+        Slot::Done(_, st) => {
+            unsafe {
+                crate::api::put(flag, 1);
+                put_status(status, &st);
+            }
+            MPI_SUCCESS
+        }
+        Slot::Real(_, r) => {
+            let rc = real!(MPI_Request_get_status(r, flag, status));
+            drop(g);
+            if rc != MPI_SUCCESS {
+                return errors::raise_comm(request_comm(request), rc, "MPI_Request_get_status");
+            }
+            rc
+        }
+        Slot::Invalid => {
+            let rc = real!(MPI_Request_get_status(stale_or_raw(request), flag, status));
+            drop(g);
+            errors::raise_default(rc, "MPI_Request_get_status")
+        }
+    }
+}
+
+pub unsafe fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
+    if request.is_null() {
+        return errors::raise_default(MPI_ERR_REQUEST, "MPI_Cancel");
+    }
+    let v = unsafe { *request };
+    let g = gate::enter();
+    let rc = match classify(v) {
+        Slot::Real(_, mut r) => real!(MPI_Cancel(&mut r)),
+        Slot::Done(..) => MPI_SUCCESS,
+        Slot::Inert | Slot::Invalid => {
+            let mut raw = stale_or_raw(v);
+            real!(MPI_Cancel(&mut raw))
+        }
+    };
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_comm(request_comm(v), rc, "MPI_Cancel");
+    }
+    rc
+}
+
+pub unsafe fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
+    if request.is_null() {
+        return errors::raise_default(MPI_ERR_REQUEST, "MPI_Request_free");
+    }
+    let v = unsafe { *request };
+    let g = gate::enter();
+    let rc = match classify(v) {
+        Slot::Done(idx, _) => {
+            OBJ.requests.remove(idx);
+            MPI_SUCCESS
+        }
+        Slot::Real(idx, mut r) => {
+            let rc = real!(MPI_Request_free(&mut r));
+            if rc == MPI_SUCCESS {
+                OBJ.requests.remove(idx);
+            }
+            rc
+        }
+        Slot::Inert => match conv::index(v, Kind::Request).filter(|&i| OBJ.requests.real(i).is_some()) {
+            // An inactive persistent request.
+            Some(idx) => {
+                let mut r = OBJ.requests.real(idx).unwrap_or(0) as u32 as c_int;
+                let rc = real!(MPI_Request_free(&mut r));
+                OBJ.requests.remove(idx);
+                rc
+            }
+            None => {
+                let mut raw = stale_or_raw(v);
+                real!(MPI_Request_free(&mut raw))
+            }
+        },
+        Slot::Invalid => {
+            let mut raw = stale_or_raw(v);
+            real!(MPI_Request_free(&mut raw))
+        }
+    };
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_comm(request_comm(v), rc, "MPI_Request_free");
+    }
+    unsafe { *request = MPI_REQUEST_NULL };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Start(request: *mut MPI_Request) -> c_int {
+    if request.is_null() {
+        return errors::raise_default(MPI_ERR_REQUEST, "MPI_Start");
+    }
+    unsafe { start_one(*request) }
+}
+
+pub unsafe fn MPI_Startall(count: c_int, reqs: *mut MPI_Request) -> c_int {
+    for &v in unsafe { as_slice(reqs, count) }.iter() {
+        let rc = unsafe { start_one(v) };
+        if rc != MPI_SUCCESS {
+            return rc;
+        }
+    }
+    MPI_SUCCESS
+}
+
+/// Starts a persistent request: collectives go through the alignment check, sends are counted,
+/// receives may be satisfied from drained messages.
+unsafe fn start_one(v: MPI_Request) -> c_int {
+    let Some(idx) = conv::index(v, Kind::Request).filter(|&i| OBJ.requests.real(i).is_some()) else {
+        let _g = gate::enter();
+        let mut raw = stale_or_raw(v);
+        let rc = real!(MPI_Start(&mut raw));
+        return errors::raise_default(if rc == MPI_SUCCESS { MPI_ERR_REQUEST } else { rc }, "MPI_Start");
+    };
+    let Some(entry) = OBJ.requests.get(idx) else { return errors::raise_default(MPI_ERR_REQUEST, "MPI_Start") };
+    let g = match &entry.recipe {
+        RequestRecipe::Collective { comm, .. } => begin_collective(*comm).0,
+        _ => gate::enter(),
+    };
+    if let RequestRecipe::PersistentRecv { args, .. } = &entry.recipe {
+        if let Some(st) = crate::api::p2p::take_drained_into(args) {
+            OBJ.requests.with(idx, |e| {
+                e.done = Some(st.as_array());
+                if let RequestRecipe::PersistentRecv { active, .. } = &mut e.recipe {
+                    *active = true;
+                }
+            });
+            return MPI_SUCCESS;
+        }
+    }
+    let mut r = OBJ.requests.real(idx).unwrap_or(0) as u32 as c_int;
+    let rc = real!(MPI_Start(&mut r));
+    if rc == MPI_SUCCESS {
+        OBJ.requests.with(idx, |e| match &mut e.recipe {
+            RequestRecipe::PersistentSend { active, args, .. } => {
+                *active = true;
+                crate::api::p2p::count_send(args.comm, args.peer);
+            }
+            RequestRecipe::PersistentRecv { active, .. } | RequestRecipe::Collective { active, .. } => *active = true,
+            _ => {}
+        });
+    }
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_comm(entry.comm, rc, "MPI_Start");
+    }
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Grequest_start(
+    query_fn: *mut std::os::raw::c_void, free_fn: *mut std::os::raw::c_void, cancel_fn: *mut std::os::raw::c_void,
+    extra_state: *mut std::os::raw::c_void, request: *mut MPI_Request,
+) -> c_int {
+    let g = gate::enter();
+    let mut r = MPI_REQUEST_NULL;
+    // The callbacks see only extra_state and a status, never a handle: they go to the library as they are.
+    let rc = real!(MPI_Grequest_start(query_fn, free_fn, cancel_fn, extra_state, &mut r));
+    if rc != MPI_SUCCESS {
+        drop(g);
+        return errors::raise_default(rc, "MPI_Grequest_start");
+    }
+    let recipe = RequestRecipe::Generalized {
+        query_fn: query_fn as u64,
+        free_fn: free_fn as u64,
+        cancel_fn: cancel_fn as u64,
+        extra_state: extra_state as u64,
+    };
+    let v = register_request(r, recipe, MPI_COMM_WORLD, false);
+    drop(g);
+    unsafe { crate::api::put(request, v) };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Grequest_complete(request: MPI_Request) -> c_int {
+    let g = gate::enter();
+    let r = conv::request(request);
+    let rc = real!(MPI_Grequest_complete(r));
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_default(rc, "MPI_Grequest_complete");
+    }
+    rc
+}

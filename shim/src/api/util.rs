@@ -1,0 +1,111 @@
+//! Small helpers shared by the hand-written wrappers.
+
+use crate::abi::*;
+use crate::lower;
+use std::os::raw::c_int;
+
+/// Calls a real MPI function by name, returning the "missing function" error from the
+/// enclosing wrapper if the library lacks it.
+macro_rules! real {
+    ($name:ident ( $($arg:expr),* $(,)? )) => {
+        match $crate::lower::fns().$name {
+            Some(f) => f($($arg),*),
+            None => return $crate::errors::missing(stringify!($name)),
+        }
+    };
+}
+
+/// Returns from the wrapper through the communicator's error handler when `rc` is an error.
+macro_rules! check_comm {
+    ($comm:expr, $rc:expr, $name:expr) => {{
+        let rc = $rc;
+        if rc != $crate::abi::MPI_SUCCESS {
+            return $crate::errors::raise_comm($comm, rc, $name);
+        }
+    }};
+}
+
+macro_rules! check_default {
+    ($rc:expr, $name:expr) => {{
+        let rc = $rc;
+        if rc != $crate::abi::MPI_SUCCESS {
+            return $crate::errors::raise_default(rc, $name);
+        }
+    }};
+}
+
+/// Reads a C array argument into a Vec (empty for null or non-positive length).
+///
+/// # Safety
+/// `p` must point to `n` readable elements when non-null and `n > 0`.
+pub unsafe fn slice<T: Copy>(p: *const T, n: i64) -> Vec<T> {
+    if p.is_null() || n <= 0 {
+        return Vec::new();
+    }
+    // SAFETY: guaranteed by the caller.
+    unsafe { std::slice::from_raw_parts(p, n as usize) }.to_vec()
+}
+
+/// Writes through an out-pointer if it is not null.
+///
+/// # Safety
+/// `p` must be null or valid for a write of `T`.
+pub unsafe fn put<T>(p: *mut T, v: T) {
+    if !p.is_null() {
+        // SAFETY: guaranteed by the caller.
+        unsafe { p.write(v) }
+    }
+}
+
+/// Writes a status unless the program passed MPI_STATUS_IGNORE.
+///
+/// # Safety
+/// `p` must be MPI_STATUS_IGNORE, null, or valid for a write.
+pub unsafe fn put_status(p: *mut MPI_Status, s: &MPI_Status) {
+    if !p.is_null() && p != MPI_STATUS_IGNORE {
+        // SAFETY: guaranteed by the caller.
+        unsafe { p.write(*s) }
+    }
+}
+
+/// The real size of a (real) communicator, or of its remote group for intercomms.
+pub fn peer_count(real_comm: c_int) -> c_int {
+    let f = lower::fns();
+    let mut inter = 0;
+    let mut n = 0;
+    // SAFETY: out-pointers are valid locals.
+    unsafe {
+        if let Some(t) = f.MPI_Comm_test_inter {
+            t(real_comm, &mut inter);
+        }
+        if inter != 0 {
+            if let Some(rs) = f.MPI_Comm_remote_size {
+                rs(real_comm, &mut n);
+            }
+        } else if let Some(sz) = f.MPI_Comm_size {
+            sz(real_comm, &mut n);
+        }
+    }
+    n
+}
+
+pub fn is_inter(real_comm: c_int) -> bool {
+    let mut inter = 0;
+    if let Some(t) = lower::fns().MPI_Comm_test_inter {
+        // SAFETY: valid out-pointer.
+        unsafe { t(real_comm, &mut inter) };
+    }
+    inter != 0
+}
+
+/// Reads a NUL-terminated C string.
+///
+/// # Safety
+/// `p` must be null or a valid C string.
+pub unsafe fn cstr(p: *const std::os::raw::c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: guaranteed by the caller.
+    unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
