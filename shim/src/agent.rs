@@ -1,27 +1,173 @@
 //! The agent thread: talks to the keeper over the control socket and runs the checkpoint
-//! protocol (see `mpicr_proto`). Without a keeper (plain LD_PRELOAD) it never starts and the
-//! shim is pure interposition.
+//! protocol (see `mpicr_proto` for the message sequence). Without a keeper (plain LD_PRELOAD)
+//! it never starts and the shim is pure interposition.
+//!
+//! Alignment state lives here because every collective consults it: while a checkpoint is in
+//! progress (`ALIGNING`), a collective may start only if the coordinator's target for its
+//! communicator allows it; the others wait on `CHANGED` until the checkpoint ends.
 
+use crate::{checkpoint, renew};
+use mpicr_proto::{FromAgent, Hello, ToAgent, CTL_FD_ENV};
+use parking_lot::{Condvar, Mutex};
+use std::collections::HashMap;
+use std::os::fd::FromRawFd;
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
 
-/// Set while a checkpoint aligns collectives; read on every collective.
 static ALIGNING: AtomicBool = AtomicBool::new(false);
+/// Targets per communicator id; `None` until the coordinator sent them.
+static TARGETS: Mutex<Option<HashMap<u64, u64>>> = Mutex::new(None);
+static CHANGED: Condvar = Condvar::new();
 
-/// May a collective numbered `next` start on communicator `gid`?
+/// May a collective numbered `next` start on communicator `gid`? Called with the
+/// communicator table locked, so it is atomic with the agent's snapshot of the counters.
 #[inline(always)]
-pub fn may_start_collective(_gid: u64, _next: u64) -> bool {
-    !ALIGNING.load(Ordering::Acquire)
+pub fn may_start_collective(gid: u64, next: u64) -> bool {
+    if !ALIGNING.load(Ordering::Acquire) {
+        return true;
+    }
+    let t = TARGETS.lock();
+    let ok = match t.as_ref() {
+        None => false,
+        Some(m) => next <= m.get(&gid).copied().unwrap_or(0),
+    };
+    if ok {
+        // The agent waits for counters to reach their targets.
+        CHANGED.notify_all();
+    }
+    ok
 }
 
-/// Blocks until the checkpoint in progress lets collectives run again.
+/// Blocks a program thread until the checkpoint in progress changes what may start.
 pub fn wait_until_collectives_may_start() {
-    while ALIGNING.load(Ordering::Acquire) {
-        std::thread::sleep(std::time::Duration::from_millis(1));
+    let mut t = TARGETS.lock();
+    if ALIGNING.load(Ordering::Acquire) {
+        CHANGED.wait_for(&mut t, Duration::from_millis(100));
     }
 }
 
-/// Starts the agent when the program runs under `mpicr run` (a control fd in the environment).
-pub fn start_if_supervised() {}
+/// Starts aligning: from now on collectives need a target.
+pub(crate) fn begin_alignment() {
+    *TARGETS.lock() = None;
+    ALIGNING.store(true, Ordering::SeqCst);
+}
 
-/// Stops the agent before MPI_Finalize.
-pub fn stop() {}
+pub(crate) fn set_targets(t: HashMap<u64, u64>) {
+    *TARGETS.lock() = Some(t);
+    CHANGED.notify_all();
+}
+
+pub(crate) fn targets() -> HashMap<u64, u64> {
+    TARGETS.lock().clone().unwrap_or_default()
+}
+
+/// Waits (bounded) for a change of the collective counters.
+pub(crate) fn wait_for_progress(timeout: Duration) {
+    let mut t = TARGETS.lock();
+    CHANGED.wait_for(&mut t, timeout);
+}
+
+pub(crate) fn end_alignment() {
+    ALIGNING.store(false, Ordering::SeqCst);
+    *TARGETS.lock() = None;
+    CHANGED.notify_all();
+}
+
+/// The writing half of the control connection (the C API sends requests on it too).
+static CTL: OnceLock<Mutex<UnixStream>> = OnceLock::new();
+
+pub(crate) fn send(msg: &FromAgent) -> std::io::Result<()> {
+    let Some(ctl) = CTL.get() else { return Err(std::io::Error::other("not running under mpicr run")) };
+    let mut w = ctl.lock();
+    mpicr_proto::send(&mut *w, msg)
+}
+
+/// Is this process supervised by a keeper (so that checkpoints are possible)?
+pub fn supervised() -> bool {
+    CTL.get().is_some()
+}
+
+/// Starts the agent when the program runs under `mpicr run` (a control fd in the environment).
+pub fn start_if_supervised() {
+    let Some(fd) = std::env::var(CTL_FD_ENV).ok().and_then(|v| v.parse::<i32>().ok()) else { return };
+    if CTL.get().is_some() {
+        return;
+    }
+    // SAFETY: the keeper passed us this descriptor for our exclusive use.
+    let sock = unsafe { UnixStream::from_raw_fd(fd) };
+    let reader = match sock.try_clone() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("mpicr: control socket (fd {fd}) unusable: {e}; checkpoints are disabled");
+            return;
+        }
+    };
+    if CTL.set(Mutex::new(sock)).is_err() {
+        return;
+    }
+    let hello = Hello {
+        rank: renew::world_rank(),
+        size: renew::world_size(),
+        pid: std::process::id(),
+        library: crate::lower::current().path.display().to_string(),
+        renew_strategy: renew::strategy().name().to_string(),
+        renewals_left: renew::renewals_left(),
+    };
+    if let Err(e) = send(&FromAgent::Hello(hello)) {
+        eprintln!("mpicr: cannot reach the keeper: {e}; checkpoints are disabled");
+        return;
+    }
+    let spawned = std::thread::Builder::new().name("mpicr-agent".into()).spawn(move || serve(reader));
+    if let Err(e) = spawned {
+        eprintln!("mpicr: cannot start the agent thread: {e}; checkpoints are disabled");
+    }
+}
+
+fn serve(mut reader: UnixStream) {
+    loop {
+        let msg: ToAgent = match mpicr_proto::recv(&mut reader) {
+            Ok(Some(m)) => m,
+            // The keeper went away: the job is ending.
+            Ok(None) | Err(_) => return,
+        };
+        match msg {
+            ToAgent::Checkpoint { epoch, stop, state_path } => checkpoint::run(&mut reader, epoch, stop, &state_path),
+            ToAgent::Abort { .. } | ToAgent::Resume { .. } | ToAgent::Targets { .. } | ToAgent::ExpectedRecvs { .. } => {
+                // Out of sequence: nothing in progress.
+            }
+        }
+    }
+}
+
+/// Receives the next message during a checkpoint.
+pub(crate) fn recv(reader: &mut UnixStream) -> Result<ToAgent, String> {
+    match mpicr_proto::recv(reader) {
+        Ok(Some(m)) => Ok(m),
+        Ok(None) => Err("the keeper closed the control connection".into()),
+        Err(e) => Err(format!("control connection: {e}")),
+    }
+}
+
+/// Stops the agent before MPI_Finalize: a checkpoint cannot start once the program finalizes.
+pub fn stop() {
+    if CTL.get().is_some() {
+        crate::gate::open();
+    }
+}
+
+/// The program asks for a checkpoint (C API).
+pub fn request_checkpoint(stop: bool) -> Result<(), String> {
+    if !supervised() {
+        return Err("not running under `mpicr run`".into());
+    }
+    send(&FromAgent::Request { stop }).map_err(|e| e.to_string())
+}
+
+/// Hands the keeper its end of a fresh PMI socketpair for lower-half generation `generation`.
+pub(crate) fn send_pmi_connect(generation: u32, fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
+    let Some(ctl) = CTL.get() else { return Err(std::io::Error::other("not running under mpicr run")) };
+    let w = ctl.lock();
+    mpicr_proto::send_with_fd(&w, &FromAgent::PmiConnect { generation }, fd)
+}

@@ -8,6 +8,8 @@
 pub mod abi;
 pub mod agent;
 pub mod api;
+pub mod checkpoint;
+pub mod renew;
 pub mod conv;
 pub mod drained;
 pub mod errors;

@@ -69,6 +69,8 @@ pub struct RequestEntry {
     pub counts_recv: bool,
     /// Completed by the shim itself (e.g. from the drained-message buffer): the status to report.
     pub done: Option<[i32; 5]>,
+    /// A receive cancelled by a checkpoint, to be posted again on the renewed library.
+    pub repost: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -76,6 +78,8 @@ pub struct MessageEntry {
     pub comm: MPI_Comm,
     /// A message matched from the shim's buffer of drained messages, rather than the library.
     pub drained: Option<u64>,
+    /// Size in bytes (from the probe's status), to receive it into the drain buffer.
+    pub bytes: i64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

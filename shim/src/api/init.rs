@@ -28,6 +28,7 @@ unsafe fn init(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, p
     let g = gate::enter();
     let level = required.max(MPI_THREAD_SERIALIZED).min(MPI_THREAD_MULTIPLE);
     let mut real_provided = 0;
+    crate::renew::remember_level(level);
     let rc = real!(MPI_Init_thread(argc, argv, level, &mut real_provided));
     if rc != MPI_SUCCESS {
         drop(g);

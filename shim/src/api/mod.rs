@@ -5,23 +5,23 @@
 #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 
 #[macro_use]
-mod util;
-mod attr;
-mod coll;
-mod comm;
-mod datatype;
-mod dynamic;
-mod errhandler;
-mod file;
-mod group;
-mod info;
-mod init;
-mod misc;
-mod op;
-mod p2p;
-mod request;
-mod rma;
-mod session;
+pub(crate) mod util;
+pub(crate) mod attr;
+pub(crate) mod coll;
+pub(crate) mod comm;
+pub(crate) mod datatype;
+pub(crate) mod dynamic;
+pub(crate) mod errhandler;
+pub(crate) mod file;
+pub(crate) mod group;
+pub(crate) mod info;
+pub(crate) mod init;
+pub(crate) mod misc;
+pub(crate) mod op;
+pub(crate) mod p2p;
+pub(crate) mod request;
+pub(crate) mod rma;
+pub(crate) mod session;
 
 pub use attr::*;
 pub use coll::*;

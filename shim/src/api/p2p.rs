@@ -396,14 +396,14 @@ pub unsafe fn MPI_Probe(source: c_int, tag: c_int, comm: MPI_Comm, status: *mut 
 }
 
 /// Drained messages claimed by a matched probe, by message index.
-static CLAIMED: parking_lot::Mutex<Vec<(u32, mpicr_drain::Message)>> = parking_lot::Mutex::new(Vec::new());
+pub static CLAIMED: parking_lot::Mutex<Vec<(u32, mpicr_drain::Message)>> = parking_lot::Mutex::new(Vec::new());
 
 pub unsafe fn MPI_Improbe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
     let g = gate::enter();
     if !drained::is_empty() {
         if let Some(m) = comm_gid(comm).and_then(|gid| drained::take(gid, source, tag)) {
             let st = drained_status(m.source, m.tag, m.data.len());
-            let entry = crate::state::MessageEntry { comm, drained: Some(0) };
+            let entry = crate::state::MessageEntry { comm, drained: Some(0), bytes: st.bytes() };
             let idx = OBJ.messages.insert(0, entry).unwrap_or_else(|_| errors::fatal("too many live messages"));
             CLAIMED.lock().push((idx, m));
             unsafe {
@@ -425,7 +425,7 @@ pub unsafe fn MPI_Improbe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut 
         } else {
             // The message has left the library's queue: it counts as received now.
             count_recv(comm, st.MPI_SOURCE);
-            let idx = OBJ.messages.insert(real_msg as u32 as u64, crate::state::MessageEntry { comm, drained: None });
+            let idx = OBJ.messages.insert(real_msg as u32 as u64, crate::state::MessageEntry { comm, drained: None, bytes: st.bytes() });
             conv::handle(Kind::Message, idx.unwrap_or_else(|_| errors::fatal("too many live messages")))
         };
         unsafe {

@@ -12,7 +12,7 @@ use std::os::raw::c_int;
 
 /// Registers a real request under a virtual handle.
 pub fn register_request(real: c_int, recipe: RequestRecipe, comm: MPI_Comm, counts_recv: bool) -> MPI_Request {
-    let e = RequestEntry { recipe, comm, counts_recv, done: None };
+    let e = RequestEntry { recipe, comm, counts_recv, done: None, repost: false };
     match OBJ.requests.insert(real as u32 as u64, e) {
         Ok(i) => conv::handle(Kind::Request, i),
         Err(_) => errors::fatal("too many live requests"),
@@ -21,7 +21,7 @@ pub fn register_request(real: c_int, recipe: RequestRecipe, comm: MPI_Comm, coun
 
 /// A request the shim completed itself, reporting `status`.
 pub fn register_done(recipe: RequestRecipe, comm: MPI_Comm, status: &MPI_Status) -> MPI_Request {
-    let e = RequestEntry { recipe, comm, counts_recv: false, done: Some(status.as_array()) };
+    let e = RequestEntry { recipe, comm, counts_recv: false, done: Some(status.as_array()), repost: false };
     match OBJ.requests.insert(MPI_REQUEST_NULL as u32 as u64, e) {
         Ok(i) => conv::handle(Kind::Request, i),
         Err(_) => errors::fatal("too many live requests"),
@@ -40,7 +40,7 @@ pub fn register_collective(real: c_int, comm: MPI_Comm, function: &str, persiste
 
 /// Finishes the bookkeeping of a completed request. Returns the handle the program keeps:
 /// MPI_REQUEST_NULL, or the same handle for persistent requests (now inactive).
-fn finish(v: MPI_Request, idx: u32, status: &MPI_Status) -> MPI_Request {
+fn finish(v: MPI_Request, idx: u32, status: &MPI_Status, from_library: bool) -> MPI_Request {
     let Some((persistent, counts, comm)) = OBJ.requests.with(idx, |e| {
         e.done = None;
         let persistent = e.recipe.is_persistent();
@@ -54,7 +54,8 @@ fn finish(v: MPI_Request, idx: u32, status: &MPI_Status) -> MPI_Request {
     }) else {
         return MPI_REQUEST_NULL;
     };
-    if counts && status.MPI_SOURCE >= 0 && status.count_hi_and_cancelled & 1 == 0 {
+    // Completions the shim made itself were counted when their message was drained.
+    if from_library && counts && status.MPI_SOURCE >= 0 && status.count_hi_and_cancelled & 1 == 0 {
         crate::api::p2p::count_recv(comm, status.MPI_SOURCE);
     }
     if persistent {
@@ -246,7 +247,7 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
         if rc == MPI_ERR_IN_STATUS && st.MPI_ERROR == MPI_ERR_PENDING {
             continue;
         }
-        reqs[*i] = finish(reqs[*i], idx, st);
+        reqs[*i] = finish(reqs[*i], idx, st, matches!(slots[*i], Slot::Real(..)));
         let out = if mode == Mode::Some { k } else if mode == Mode::Any { 0 } else { *i };
         if mode == Mode::Any {
             // Testany/Waitany take a single status.

@@ -1,0 +1,484 @@
+//! One checkpoint, as run by the agent on this rank (DESIGN.md section 4):
+//! refuse early what cannot be restored, align collectives, close the gate, drain in-flight
+//! messages, release the lower half, write `shim.state`, and after the dump renew and resume.
+//!
+//! Invariants of the drain:
+//! - A message is drained (taken into the shim's buffer) only when no posted receive of the
+//!   program matched it: the library matches posted receives on arrival, before a probe sees it.
+//! - The cut is complete when, for every (communicator, source), the messages this rank has
+//!   received equal what the source reports having sent to it.
+//! - Pending sends then complete (their receivers drained them); pending receives are cancelled
+//!   and posted again after the renewal.
+
+use crate::abi::*;
+use crate::state::{CommEntry, OBJ};
+use crate::{agent, conv, drained, gate, lower, renew};
+use mpicr_drain::{Counts, Message, Progress};
+use mpicr_proto::{FromAgent, Timings, ToAgent};
+use mpicr_virtid::{Kind, RequestRecipe};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::os::raw::c_int;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+fn timeout(var: &str, default_s: u64) -> Duration {
+    Duration::from_secs(std::env::var(var).ok().and_then(|v| v.parse().ok()).unwrap_or(default_s))
+}
+
+/// Phase timings, in protocol order.
+struct Clock {
+    start: Instant,
+    last: Instant,
+    phases: Vec<(String, u64)>,
+}
+
+impl Clock {
+    fn new() -> Self {
+        let now = Instant::now();
+        Clock { start: now, last: now, phases: Vec::new() }
+    }
+    fn lap(&mut self, name: &str) {
+        let now = Instant::now();
+        self.phases.push((name.to_string(), (now - self.last).as_micros() as u64));
+        self.last = now;
+    }
+    fn timings(&self) -> Timings {
+        let mut p = self.phases.clone();
+        p.push(("total".into(), self.start.elapsed().as_micros() as u64));
+        Timings { phases_us: p }
+    }
+}
+
+/// How far a failed checkpoint got, to undo exactly that.
+#[derive(PartialEq, PartialOrd)]
+enum Stage {
+    Aligning,
+    GateClosed,
+    Released,
+}
+
+pub fn run(reader: &mut UnixStream, epoch: u64, stop: bool, state_path: &str) {
+    let mut stage = Stage::Aligning;
+    let mut clock = Clock::new();
+    let result = phases(reader, epoch, stop, state_path, &mut stage, &mut clock);
+    match result {
+        Ok(()) => {}
+        Err(reason) => {
+            let _ = agent::send(&FromAgent::Failed { reason: reason.clone() });
+            if stage >= Stage::Released {
+                if let Err(e) = renew::renew(false, None) {
+                    crate::errors::fatal(&format!("checkpoint failed ({reason}) and the MPI library could not be restarted: {e}"));
+                }
+            }
+            if stage >= Stage::GateClosed {
+                gate::open();
+            }
+            agent::end_alignment();
+        }
+    }
+}
+
+fn phases(reader: &mut UnixStream, epoch: u64, _stop: bool, state_path: &str, stage: &mut Stage, clock: &mut Clock) -> Result<(), String> {
+    if let Some(why) = refusal() {
+        return Err(why);
+    }
+    if renew::renewals_left() == Some(0) {
+        return Err(renew::limit_message());
+    }
+    // 1. Align collectives.
+    agent::begin_alignment();
+    let counters: Vec<(u64, u64)> = OBJ.comms.snapshot().into_iter().map(|(_, _, c)| (c.recipe.gid, c.coll_seq)).collect();
+    agent::send(&FromAgent::Counters { comms: counters }).map_err(|e| e.to_string())?;
+    let targets = match agent::recv(reader)? {
+        ToAgent::Targets { comms } => comms.into_iter().collect::<HashMap<_, _>>(),
+        ToAgent::Abort { reason } => return Err(format!("aborted by the coordinator: {reason}")),
+        other => return Err(format!("unexpected message while aligning: {other:?}")),
+    };
+    agent::set_targets(targets);
+    wait_aligned(timeout("MPICR_ALIGN_TIMEOUT", 120))?;
+    if !gate::close(timeout("MPICR_ALIGN_TIMEOUT", 120)) {
+        return Err("a thread stayed inside the MPI library (a blocking collective whose peers never arrived?)".into());
+    }
+    *stage = Stage::GateClosed;
+    if let Err(e) = check_aligned() {
+        return Err(e);
+    }
+    clock.lap("align");
+
+    // 2. Exchange send counts, drain.
+    let comms = CommIndex::build();
+    agent::send(&FromAgent::SendCounts { sent: comms.sent_counts() }).map_err(|e| e.to_string())?;
+    let expected = match agent::recv(reader)? {
+        ToAgent::ExpectedRecvs { expect } => expect,
+        ToAgent::Abort { reason } => return Err(format!("aborted by the coordinator: {reason}")),
+        other => return Err(format!("unexpected message while draining: {other:?}")),
+    };
+    drain(&comms, &expected, timeout("MPICR_DRAIN_TIMEOUT", 120))?;
+    clock.lap("drain");
+
+    // 3. Release the lower half and write the state file.
+    snapshot_infos();
+    renew::release()?;
+    *stage = Stage::Released;
+    clock.lap("release");
+    let state_bytes = write_state(state_path, epoch)?;
+    let (msgs, bytes) = drained::stats();
+    agent::send(&FromAgent::ReadyToDump { drained_msgs: msgs, drained_bytes: bytes, state_bytes, timings: clock.timings() })
+        .map_err(|e| e.to_string())?;
+
+    // 4. The keeper dumps us. When we run again it is either right after the dump (continue)
+    //    or in a restored process (restart).
+    let (restarted, size) = match agent::recv(reader)? {
+        ToAgent::Resume { restarted, size, .. } => (restarted, size),
+        ToAgent::Abort { reason } => return Err(format!("aborted by the coordinator: {reason}")),
+        other => return Err(format!("unexpected message while waiting to resume: {other:?}")),
+    };
+    let mut clock = Clock::new();
+    if let Err(e) = renew::renew(restarted, Some(size)) {
+        crate::errors::fatal(&format!("cannot renew the MPI library: {e}"));
+    }
+    clock.lap("renew");
+    gate::open();
+    agent::end_alignment();
+    let _ = agent::send(&FromAgent::Resumed { timings: clock.timings() });
+    Ok(())
+}
+
+/// State that cannot be carried through a checkpoint, with the error the user sees.
+fn refusal() -> Option<String> {
+    if let Some((_, _, w)) = OBJ.wins.snapshot().first() {
+        return Some(format!("an MPI window is open ({}): one-sided communication cannot be checkpointed yet; free windows first", w.made_by));
+    }
+    if !OBJ.files.is_empty() {
+        return Some("an MPI file is open (MPI_File_open): MPI-IO state cannot be checkpointed yet; close files first".into());
+    }
+    if !OBJ.sessions.is_empty() {
+        return Some("the program holds an MPI session (MPI_Session_init), which cannot be checkpointed yet".into());
+    }
+    if let Some((_, _, c)) = OBJ.comms.snapshot().into_iter().find(|(_, _, c)| !c.restorable) {
+        return Some(format!("a communicator made by {} reaches processes outside the job and cannot be restored", c.recipe.made_by));
+    }
+    for (_, _, r) in OBJ.requests.snapshot() {
+        match &r.recipe {
+            RequestRecipe::Collective { persistent: true, function, .. } => {
+                return Some(format!("a persistent collective request ({function}) is live; free it before checkpointing"));
+            }
+            RequestRecipe::Generalized { .. } if r.done.is_none() => {
+                return Some("a generalized request (MPI_Grequest_start) is pending".into());
+            }
+            RequestRecipe::Other { function } if r.done.is_none() && !function.contains("Mrecv") => {
+                return Some(format!("a pending {function} request cannot be checkpointed yet"));
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Waits until every communicator reached its collective target.
+fn wait_aligned(limit: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if check_aligned().is_ok() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{} (waited {} s)", check_aligned().unwrap_err(), limit.as_secs()));
+        }
+        agent::wait_for_progress(Duration::from_millis(20));
+    }
+}
+
+fn check_aligned() -> Result<(), String> {
+    let targets = agent::targets();
+    for (_, _, c) in OBJ.comms.snapshot() {
+        let t = targets.get(&c.recipe.gid).copied().unwrap_or(0);
+        if c.coll_seq < t {
+            return Err(format!(
+                "collectives not aligned: communicator from {} is at collective {} of {}",
+                c.recipe.made_by, c.coll_seq, t
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Communicators by table index, with their real handles and peers as world ranks.
+struct CommIndex {
+    by_idx: HashMap<u32, (u64, c_int, Vec<i32>)>,
+    by_gid: HashMap<u64, u32>,
+}
+
+impl CommIndex {
+    fn build() -> Self {
+        let mut by_idx = HashMap::new();
+        let mut by_gid = HashMap::new();
+        for (i, real, c) in OBJ.comms.snapshot() {
+            by_gid.insert(c.recipe.gid, i);
+            by_idx.insert(i, (c.recipe.gid, real as u32 as c_int, peers(&c)));
+        }
+        CommIndex { by_idx, by_gid }
+    }
+
+    fn sent_counts(&self) -> Vec<(u64, i32, u64)> {
+        let mut out = Vec::new();
+        for (_, _, c) in OBJ.comms.snapshot() {
+            let p = peers(&c);
+            for (k, &n) in c.sent.iter().enumerate() {
+                if n > 0 {
+                    out.push((c.recipe.gid, p.get(k).copied().unwrap_or(-1), n));
+                }
+            }
+        }
+        out
+    }
+
+    fn world_of(&self, comm: MPI_Comm, local: c_int) -> Option<(u64, i32)> {
+        let idx = conv::comm_index(comm)?;
+        let (gid, _, peers) = self.by_idx.get(&idx)?;
+        Some((*gid, *peers.get(local as usize)?))
+    }
+}
+
+/// The ranks a communicator talks to, as world ranks (the remote group of an intercomm).
+fn peers(c: &CommEntry) -> Vec<i32> {
+    c.recipe.remote_world_ranks.clone().unwrap_or_else(|| c.recipe.world_ranks.clone())
+}
+
+fn received_counts() -> Counts {
+    let mut out = Counts::new();
+    for (_, _, c) in OBJ.comms.snapshot() {
+        let p = peers(&c);
+        for (k, &n) in c.recvd.iter().enumerate() {
+            if n > 0 {
+                *out.entry((c.recipe.gid, p.get(k).copied().unwrap_or(-1))).or_insert(0) += n;
+            }
+        }
+    }
+    out
+}
+
+/// Tests every pending request the program has in the real library once, recording
+/// completions as shim-completed (`done`) and counting received messages.
+fn test_pending(comms: &CommIndex, progress: &mut Progress) -> usize {
+    let f = lower::fns();
+    let mut pending = 0;
+    for (idx, real, e) in OBJ.requests.snapshot() {
+        if e.done.is_some() || e.repost || !active(&e.recipe) {
+            continue;
+        }
+        let mut r = real as u32 as c_int;
+        let (mut flag, mut st) = (0, MPI_Status::default());
+        // SAFETY: a live real request of the current lower half.
+        unsafe { f.MPI_Test.map(|t| t(&mut r, &mut flag, &mut st)) };
+        if flag == 0 {
+            pending += 1;
+            continue;
+        }
+        OBJ.requests.with(idx, |x| x.done = Some(st.as_array()));
+        if e.counts_recv && st.MPI_SOURCE >= 0 && st.count_hi_and_cancelled & 1 == 0 {
+            crate::api::p2p::count_recv(e.comm, st.MPI_SOURCE);
+            if let Some((gid, w)) = comms.world_of(e.comm, st.MPI_SOURCE) {
+                progress.received(gid, w);
+            }
+        }
+    }
+    pending
+}
+
+fn active(r: &RequestRecipe) -> bool {
+    match r {
+        RequestRecipe::PersistentSend { active, .. } | RequestRecipe::PersistentRecv { active, .. } | RequestRecipe::Collective { active, .. } => *active,
+        _ => true,
+    }
+}
+
+fn is_recv(r: &RequestRecipe) -> bool {
+    matches!(r, RequestRecipe::Recv { .. } | RequestRecipe::PersistentRecv { .. })
+}
+
+fn drain(comms: &CommIndex, expected: &[(u64, i32, u64)], limit: Duration) -> Result<(), String> {
+    let f = lower::fns();
+    let deadline = Instant::now() + limit;
+    let mut progress = Progress::new(expected, &received_counts())?;
+    // Messages in flight: received by the program's own receives, or drained.
+    while !progress.done() {
+        test_pending(comms, &mut progress);
+        for gid in progress.comms() {
+            let Some(idx) = comms.by_gid.get(&gid) else { continue };
+            let (_, real, _) = &comms.by_idx[idx];
+            loop {
+                let (mut flag, mut st) = (0, MPI_Status::default());
+                // SAFETY: probing a live real communicator into locals.
+                unsafe { f.MPI_Iprobe.map(|p| p(MPI_ANY_SOURCE, MPI_ANY_TAG, *real, &mut flag, &mut st)) };
+                if flag == 0 {
+                    break;
+                }
+                let n = st.bytes();
+                let mut data = vec![0u8; n.max(0) as usize];
+                let mut st2 = MPI_Status::default();
+                // SAFETY: `data` holds the probed message's bytes.
+                let rc = unsafe {
+                    f.MPI_Recv_c.map_or(MPI_ERR_OTHER, |r| {
+                        r(data.as_mut_ptr().cast(), n, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, *real, &mut st2)
+                    })
+                };
+                if rc != MPI_SUCCESS {
+                    return Err(format!("receiving an in-flight message failed: {}", crate::errors::error_string(rc)));
+                }
+                let comm_handle = handle_of(*idx);
+                crate::api::p2p::count_recv(comm_handle, st.MPI_SOURCE);
+                if let Some((g, w)) = comms.world_of(comm_handle, st.MPI_SOURCE) {
+                    progress.received(g, w);
+                }
+                drained::push(Message { comm: gid, source: st.MPI_SOURCE, tag: st.MPI_TAG, data });
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{} in-flight messages never arrived (waited {} s)", progress.outstanding(), limit.as_secs()));
+        }
+    }
+    // Sends and nonblocking collectives complete now that every receiver drained.
+    loop {
+        test_pending(comms, &mut progress);
+        let waiting = OBJ.requests.snapshot().into_iter().filter(|(_, _, e)| e.done.is_none() && !e.repost && active(&e.recipe) && !is_recv(&e.recipe)).count();
+        if waiting == 0 {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{waiting} pending sends or collectives did not complete (waited {} s)", limit.as_secs()));
+        }
+        std::thread::yield_now();
+    }
+    // Receives still pending are cancelled and posted again after the renewal.
+    for (idx, real, e) in OBJ.requests.snapshot() {
+        if e.done.is_some() || e.repost || !active(&e.recipe) || !is_recv(&e.recipe) {
+            continue;
+        }
+        let mut r = real as u32 as c_int;
+        // SAFETY: a live real receive request.
+        unsafe { f.MPI_Cancel.map(|c| c(&mut r)) };
+        let mut r = real as u32 as c_int;
+        loop {
+            let (mut flag, mut st) = (0, MPI_Status::default());
+            // SAFETY: as above.
+            unsafe { f.MPI_Test.map(|t| t(&mut r, &mut flag, &mut st)) };
+            if flag != 0 {
+                if st.count_hi_and_cancelled & 1 != 0 {
+                    OBJ.requests.with(idx, |x| x.repost = true);
+                } else {
+                    // It matched a message after all.
+                    OBJ.requests.with(idx, |x| x.done = Some(st.as_array()));
+                    if e.counts_recv {
+                        crate::api::p2p::count_recv(e.comm, st.MPI_SOURCE);
+                    }
+                }
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err("a pending receive could not be cancelled".into());
+            }
+        }
+    }
+    // Matched-probe messages still in the library move to the drained buffer.
+    for (idx, real, m) in OBJ.messages.snapshot() {
+        if m.drained.is_some() {
+            continue;
+        }
+        let mut msg = real as u32 as c_int;
+        let mut data = vec![0u8; m.bytes.max(0) as usize];
+        let mut st = MPI_Status::default();
+        // SAFETY: a live real message handle; `data` holds its bytes.
+        let rc = unsafe { f.MPI_Mrecv_c.map_or(MPI_ERR_OTHER, |g| g(data.as_mut_ptr().cast(), m.bytes, MPI_BYTE, &mut msg, &mut st)) };
+        if rc != MPI_SUCCESS {
+            return Err("receiving a matched-probe message failed".into());
+        }
+        let gid = crate::api::p2p::comm_gid(m.comm).unwrap_or(0);
+        OBJ.messages.with(idx, |x| x.drained = Some(0));
+        OBJ.messages.set_real(idx, 0);
+        crate::api::p2p::CLAIMED.lock().push((idx, Message { comm: gid, source: st.MPI_SOURCE, tag: st.MPI_TAG, data }));
+    }
+    Ok(())
+}
+
+fn handle_of(idx: u32) -> MPI_Comm {
+    match idx {
+        crate::state::WORLD_INDEX => MPI_COMM_WORLD,
+        crate::state::SELF_INDEX => MPI_COMM_SELF,
+        i => conv::handle(Kind::Comm, i),
+    }
+}
+
+/// Reads back the keys and values of every info object (their recipe).
+fn snapshot_infos() {
+    let f = lower::fns();
+    for (idx, real, _) in OBJ.infos.snapshot() {
+        let r = real as u32 as c_int;
+        let mut n = 0;
+        let mut entries = Vec::new();
+        // SAFETY: a live real info; buffers sized per the MPI limits.
+        unsafe {
+            f.MPI_Info_get_nkeys.map(|g| g(r, &mut n));
+            for k in 0..n {
+                let mut key = vec![0 as std::os::raw::c_char; MPI_MAX_INFO_KEY + 1];
+                f.MPI_Info_get_nthkey.map(|g| g(r, k, key.as_mut_ptr()));
+                let mut len: c_int = MPI_MAX_INFO_VAL as c_int + 1;
+                let mut val = vec![0 as std::os::raw::c_char; MPI_MAX_INFO_VAL + 1];
+                let mut flag = 0;
+                f.MPI_Info_get_string.map(|g| g(r, key.as_ptr(), &mut len, val.as_mut_ptr(), &mut flag));
+                if flag != 0 {
+                    entries.push((crate::api::cstr(key.as_ptr()), crate::api::cstr(val.as_ptr())));
+                }
+            }
+        }
+        OBJ.infos.with(idx, |i| i.entries = entries);
+    }
+}
+
+/// Everything the shim knows, saved beside the CRIU images (`mpicr inspect`, self-restart).
+#[derive(Serialize, Deserialize)]
+pub struct StateFile {
+    pub format: u32,
+    pub epoch: u64,
+    pub world_rank: i32,
+    pub world_size: i32,
+    pub generation: u32,
+    pub comms: Vec<(u32, u64, CommEntry)>,
+    pub groups: Vec<(u32, u64, mpicr_virtid::GroupRecipe)>,
+    pub datatypes: Vec<(u32, u64, crate::state::TypeEntry)>,
+    pub ops: Vec<(u32, u64, crate::state::OpEntry)>,
+    pub infos: Vec<(u32, u64, mpicr_virtid::InfoRecipe)>,
+    pub requests: Vec<(u32, u64, crate::state::RequestEntry)>,
+    pub keyvals: Vec<(u32, u64, crate::state::KeyvalEntry)>,
+    pub errhandlers: Vec<(u32, u64, mpicr_virtid::ErrhandlerRecipe)>,
+    pub drained: mpicr_drain::Buffer,
+    pub user_errors: Vec<crate::api::misc::UserError>,
+}
+
+fn write_state(path: &str, epoch: u64) -> Result<u64, String> {
+    let s = StateFile {
+        format: 1,
+        epoch,
+        world_rank: renew::world_rank(),
+        world_size: renew::world_size(),
+        generation: lower::current().number,
+        comms: OBJ.comms.snapshot(),
+        groups: OBJ.groups.snapshot(),
+        datatypes: OBJ.datatypes.snapshot(),
+        ops: OBJ.ops.snapshot(),
+        infos: OBJ.infos.snapshot(),
+        requests: OBJ.requests.snapshot(),
+        keyvals: OBJ.keyvals.snapshot(),
+        errhandlers: OBJ.errhandlers.snapshot(),
+        drained: drained::snapshot(),
+        user_errors: crate::api::misc::user_errors(),
+    };
+    let bytes = postcard::to_stdvec(&s).map_err(|e| format!("encoding shim.state: {e}"))?;
+    if path.is_empty() {
+        return Ok(bytes.len() as u64);
+    }
+    let tmp = format!("{path}.tmp");
+    std::fs::write(&tmp, &bytes).and_then(|_| std::fs::rename(&tmp, path)).map_err(|e| format!("writing {path}: {e}"))?;
+    Ok(bytes.len() as u64)
+}

@@ -1,0 +1,376 @@
+//! Lower-half renewal: release the real library before a dump, bring up a fresh one after it
+//! (or after a restore), and rebuild every real object from its recipe.
+//!
+//! Strategy `namespace` (DESIGN.md section 3): each generation is a fresh copy of the library
+//! in a new link-map namespace with its own MPI_Init/MPI_Finalize. glibc allows 16 namespaces
+//! per process and libraries that pin themselves (UCX) are never unloaded, so a process has at
+//! most [`NAMESPACE_LIMIT`] generations.
+
+use crate::abi::*;
+use crate::api::group::forget_world_group;
+use crate::state::{OBJ, SELF_INDEX, WORLD_INDEX};
+use crate::{conv, lower};
+use mpicr_virtid::{RequestRecipe, SendMode, Topology, TypeRef};
+use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// Generations one process can load: glibc's 16 link-map namespaces minus the program's own.
+pub const NAMESPACE_LIMIT: u32 = 15;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Strategy {
+    Namespace,
+}
+
+impl Strategy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Namespace => "namespace",
+        }
+    }
+}
+
+/// The renewal strategy: `MPICR_RENEW`, or the one that works for the library underneath.
+pub fn strategy() -> Strategy {
+    match std::env::var("MPICR_RENEW").ok().as_deref() {
+        Some("namespace") | None | Some("") => Strategy::Namespace,
+        Some(other) => crate::errors::fatal(&format!(
+            "MPICR_RENEW={other} is not a renewal strategy this build supports (supported: namespace)"
+        )),
+    }
+}
+
+pub fn renewals_left() -> Option<u32> {
+    match strategy() {
+        Strategy::Namespace => Some(NAMESPACE_LIMIT.saturating_sub(lower::generations_loaded())),
+    }
+}
+
+pub fn limit_message() -> String {
+    format!(
+        "no lower-half renewal left: this process already loaded {} copies of the MPI library, the limit of the \
+         `namespace` strategy ({NAMESPACE_LIMIT}, glibc's link-map namespaces); restart the job from its latest epoch \
+         to get a fresh process",
+        lower::generations_loaded()
+    )
+}
+
+pub fn world_rank() -> i32 {
+    OBJ.comms.with(SELF_INDEX, |c| c.recipe.world_ranks.first().copied().unwrap_or(0)).unwrap_or(0)
+}
+
+pub fn world_size() -> i32 {
+    OBJ.comms.with(WORLD_INDEX, |c| c.recipe.world_ranks.len() as i32).unwrap_or(0)
+}
+
+/// Thread level the lower half was first initialised with.
+static LEVEL: AtomicI32 = AtomicI32::new(MPI_THREAD_SERIALIZED);
+
+pub fn remember_level(level: c_int) {
+    LEVEL.store(level, Ordering::Release);
+}
+
+/// Releases the real library: nothing of it (sockets, shared memory) may be in the image.
+pub fn release() -> Result<(), String> {
+    forget_world_group();
+    let f = lower::fns();
+    // SAFETY: every pending operation was completed or cancelled by the drain.
+    let rc = unsafe { f.MPI_Finalize.map_or(MPI_ERR_OTHER, |g| g()) };
+    if rc != MPI_SUCCESS {
+        return Err(format!("MPI_Finalize of the lower half failed: {}", crate::errors::error_string(rc)));
+    }
+    Ok(())
+}
+
+/// Brings up a fresh lower half and rebuilds every object. `size`: the job size the keeper
+/// reports (checked against ours after a restart).
+pub fn renew(restarted: bool, size: Option<i32>) -> Result<(), String> {
+    if let Some(size) = size {
+        if restarted && size != world_size() {
+            return Err(format!("the image has {} ranks but the job has {size}", world_size()));
+        }
+    }
+    if renewals_left() == Some(0) {
+        return Err(limit_message());
+    }
+    let path = lower::current().path.clone();
+    let g = lower::load_generation(&path).map_err(|e| format!("{e} ({})", limit_message()))?;
+    connect_pmi(g.number)?;
+    let f = lower::fns();
+    let mut provided = 0;
+    // SAFETY: initialising the fresh copy; argc/argv may be null.
+    let rc = unsafe {
+        f.MPI_Init_thread.map_or(MPI_ERR_OTHER, |i| i(std::ptr::null_mut(), std::ptr::null_mut(), LEVEL.load(Ordering::Acquire), &mut provided))
+    };
+    if rc != MPI_SUCCESS {
+        return Err(format!("MPI_Init of the renewed library failed: {}", crate::errors::error_string(rc)));
+    }
+    crate::api::init::errors_return_on(MPI_COMM_WORLD);
+    crate::api::init::errors_return_on(MPI_COMM_SELF);
+    OBJ.comms.set_real(WORLD_INDEX, MPI_COMM_WORLD as u32 as u64);
+    OBJ.comms.set_real(SELF_INDEX, MPI_COMM_SELF as u32 as u64);
+    rebuild_comms()?;
+    rebuild_groups()?;
+    rebuild_datatypes()?;
+    rebuild_ops()?;
+    rebuild_infos()?;
+    replay_library_state()?;
+    repost_requests()?;
+    Ok(())
+}
+
+/// Gives the renewed library's PMI client a fresh connection to the keeper, at the descriptor
+/// number the keeper named in PMI_FD when the program started.
+fn connect_pmi(generation: u32) -> Result<(), String> {
+    let Some(pmi_fd) = std::env::var("PMI_FD").ok().and_then(|v| v.parse::<c_int>().ok()) else { return Ok(()) };
+    if !crate::agent::supervised() {
+        return Ok(());
+    }
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: socketpair writes two descriptors into `fds`.
+    if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } != 0 {
+        return Err(format!("socketpair: {}", std::io::Error::last_os_error()));
+    }
+    let keeper_end = unsafe { std::os::fd::BorrowedFd::borrow_raw(fds[1]) };
+    crate::agent::send_pmi_connect(generation, keeper_end).map_err(|e| format!("PmiConnect: {e}"))?;
+    // SAFETY: plain descriptor operations on descriptors we own; dup2 clears CLOEXEC on the copy.
+    unsafe {
+        libc::close(fds[1]);
+        if libc::dup2(fds[0], pmi_fd) < 0 {
+            return Err(format!("dup2 onto PMI_FD {pmi_fd}: {}", std::io::Error::last_os_error()));
+        }
+        libc::close(fds[0]);
+    }
+    Ok(())
+}
+
+/// The real group of MPI_COMM_WORLD in the current generation (caller frees).
+fn world_group() -> Result<c_int, String> {
+    let mut g = MPI_GROUP_NULL;
+    // SAFETY: valid out-pointer.
+    let rc = unsafe { lower::fns().MPI_Comm_group.map_or(MPI_ERR_OTHER, |f| f(MPI_COMM_WORLD, &mut g)) };
+    if rc != MPI_SUCCESS {
+        return Err("MPI_Comm_group(MPI_COMM_WORLD) failed".into());
+    }
+    Ok(g)
+}
+
+fn check(rc: c_int, what: &str) -> Result<(), String> {
+    if rc == MPI_SUCCESS { Ok(()) } else { Err(format!("{what}: {}", crate::errors::error_string(rc))) }
+}
+
+/// An intracommunicator with exactly `ranks` (world ranks, in order), collective over them.
+fn comm_of_ranks(world_group: c_int, ranks: &[i32], tag: c_int) -> Result<c_int, String> {
+    let f = lower::fns();
+    let (mut g, mut c) = (MPI_GROUP_NULL, MPI_COMM_NULL);
+    // SAFETY: arrays are live Vecs; out-pointers are locals.
+    unsafe {
+        check(f.MPI_Group_incl.map_or(MPI_ERR_OTHER, |h| h(world_group, ranks.len() as c_int, ranks.as_ptr(), &mut g)), "MPI_Group_incl")?;
+        check(f.MPI_Comm_create_group.map_or(MPI_ERR_OTHER, |h| h(MPI_COMM_WORLD, g, tag, &mut c)), "MPI_Comm_create_group")?;
+        f.MPI_Group_free.map(|h| h(&mut g));
+    }
+    Ok(c)
+}
+
+/// Communicators are rebuilt in the order of their job-wide ids, the same on every rank, so
+/// the collective creations of overlapping groups never wait on each other in a cycle.
+fn rebuild_comms() -> Result<(), String> {
+    let f = lower::fns();
+    let wg = world_group()?;
+    let me = world_rank();
+    let mut comms: Vec<_> = OBJ.comms.snapshot().into_iter().filter(|(i, _, _)| *i != WORLD_INDEX && *i != SELF_INDEX).collect();
+    comms.sort_by_key(|(_, _, c)| c.recipe.gid);
+    for (idx, _, c) in comms {
+        let r = &c.recipe;
+        let tag = ((r.gid >> 17) & 0x3fff) as c_int;
+        let local = comm_of_ranks(wg, &r.world_ranks, tag)?;
+        let mut comm = local;
+        if let Some(remote) = &r.remote_world_ranks {
+            let mut inter = MPI_COMM_NULL;
+            let remote_leader = *remote.first().ok_or("an intercommunicator without a remote group")?;
+            // SAFETY: live communicators; out-pointer is a local.
+            unsafe {
+                check(f.MPI_Intercomm_create.map_or(MPI_ERR_OTHER, |h| h(local, 0, MPI_COMM_WORLD, remote_leader, tag, &mut inter)), "MPI_Intercomm_create")?;
+                f.MPI_Comm_free.map(|h| h(&mut comm));
+            }
+            comm = inter;
+        }
+        comm = apply_topology(comm, &r.topology)?;
+        let _ = me;
+        OBJ.comms.set_real(idx, comm as u32 as u64);
+    }
+    // SAFETY: freeing the world group made above.
+    unsafe { f.MPI_Group_free.map(|h| h(&mut { wg })) };
+    Ok(())
+}
+
+fn apply_topology(comm: c_int, t: &Topology) -> Result<c_int, String> {
+    let f = lower::fns();
+    let mut out = MPI_COMM_NULL;
+    // SAFETY: arrays are live Vecs of the lengths passed; out-pointer is a local.
+    unsafe {
+        match t {
+            Topology::None => return Ok(comm),
+            Topology::Cart { dims, periods } => check(
+                f.MPI_Cart_create.map_or(MPI_ERR_OTHER, |h| h(comm, dims.len() as c_int, dims.as_ptr(), periods.as_ptr(), 0, &mut out)),
+                "MPI_Cart_create",
+            )?,
+            Topology::Graph { index, edges } => check(
+                f.MPI_Graph_create.map_or(MPI_ERR_OTHER, |h| h(comm, index.len() as c_int, index.as_ptr(), edges.as_ptr(), 0, &mut out)),
+                "MPI_Graph_create",
+            )?,
+            Topology::DistGraph { sources, source_weights, destinations, dest_weights } => {
+                let unweighted = crate::api::misc::real_unweighted() as *const c_int;
+                let sw = source_weights.as_ref().map_or(unweighted, |w| w.as_ptr());
+                let dw = dest_weights.as_ref().map_or(unweighted, |w| w.as_ptr());
+                check(
+                    f.MPI_Dist_graph_create_adjacent.map_or(MPI_ERR_OTHER, |h| {
+                        h(comm, sources.len() as c_int, sources.as_ptr(), sw, destinations.len() as c_int, destinations.as_ptr(), dw, MPI_INFO_NULL, 0, &mut out)
+                    }),
+                    "MPI_Dist_graph_create_adjacent",
+                )?
+            }
+        }
+        let mut c = comm;
+        f.MPI_Comm_free.map(|h| h(&mut c));
+    }
+    crate::api::init::errors_return_on(out);
+    Ok(out)
+}
+
+fn rebuild_groups() -> Result<(), String> {
+    let f = lower::fns();
+    let wg = world_group()?;
+    for (idx, _, g) in OBJ.groups.snapshot() {
+        let mut out = MPI_GROUP_NULL;
+        // SAFETY: live array and out-pointer.
+        unsafe {
+            check(f.MPI_Group_incl.map_or(MPI_ERR_OTHER, |h| h(wg, g.world_ranks.len() as c_int, g.world_ranks.as_ptr(), &mut out)), "MPI_Group_incl")?;
+        }
+        OBJ.groups.set_real(idx, out as u32 as u64);
+    }
+    // SAFETY: freeing the group made above.
+    unsafe { f.MPI_Group_free.map(|h| h(&mut { wg })) };
+    Ok(())
+}
+
+fn rebuild_datatypes() -> Result<(), String> {
+    let f = lower::fns();
+    for (idx, _, t) in OBJ.datatypes.snapshot() {
+        let mut real = crate::api::datatype::build(&t.dt.recipe).map_err(|rc| format!("rebuilding a datatype: {}", crate::errors::error_string(rc)))?;
+        if t.dt.committed {
+            // SAFETY: a datatype just built.
+            unsafe { f.MPI_Type_commit.map(|h| h(&mut real)) };
+        }
+        OBJ.datatypes.set_real(idx, real as u32 as u64);
+        crate::api::datatype::remember_real(real, conv::handle(mpicr_virtid::Kind::Datatype, idx));
+    }
+    Ok(())
+}
+
+fn rebuild_ops() -> Result<(), String> {
+    for (idx, _, op) in OBJ.ops.snapshot() {
+        let real = crate::api::op::create_real(&op.recipe, op.slot).map_err(|rc| format!("rebuilding an op: {}", crate::errors::error_string(rc)))?;
+        OBJ.ops.set_real(idx, real as u32 as u64);
+    }
+    Ok(())
+}
+
+fn rebuild_infos() -> Result<(), String> {
+    let f = lower::fns();
+    for (idx, _, info) in OBJ.infos.snapshot() {
+        let mut real = MPI_INFO_NULL;
+        // SAFETY: out-pointer and NUL-terminated strings.
+        unsafe {
+            check(f.MPI_Info_create.map_or(MPI_ERR_OTHER, |h| h(&mut real)), "MPI_Info_create")?;
+            for (k, v) in &info.entries {
+                let (k, v) = (std::ffi::CString::new(k.as_str()).unwrap_or_default(), std::ffi::CString::new(v.as_str()).unwrap_or_default());
+                f.MPI_Info_set.map(|h| h(real, k.as_ptr(), v.as_ptr()));
+            }
+        }
+        OBJ.infos.set_real(idx, real as u32 as u64);
+    }
+    Ok(())
+}
+
+/// User error classes/codes/strings and the buffered-send buffer.
+fn replay_library_state() -> Result<(), String> {
+    use crate::api::misc::UserError;
+    let f = lower::fns();
+    for e in crate::api::misc::user_errors() {
+        let mut out = 0;
+        // SAFETY: out-pointers are locals; strings are NUL-terminated.
+        unsafe {
+            match e {
+                UserError::Class => f.MPI_Add_error_class.map(|h| h(&mut out)),
+                UserError::Code { class } => f.MPI_Add_error_code.map(|h| h(class, &mut out)),
+                UserError::String { code, text } => {
+                    let t = std::ffi::CString::new(text).unwrap_or_default();
+                    f.MPI_Add_error_string.map(|h| h(code, t.as_ptr()))
+                }
+            };
+        }
+    }
+    if let Some((buf, size)) = crate::api::misc::attached_buffer() {
+        // SAFETY: the program's buffer, still attached from its point of view.
+        unsafe { f.MPI_Buffer_attach_c.map(|h| h(buf as *mut c_void, size)) };
+    }
+    Ok(())
+}
+
+fn dt(t: &TypeRef) -> c_int {
+    match t {
+        TypeRef::Predefined(h) => conv::datatype(*h),
+        TypeRef::Derived(_) => MPI_DATATYPE_NULL,
+    }
+}
+
+/// Posts cancelled receives again and re-creates persistent requests.
+fn repost_requests() -> Result<(), String> {
+    let f = lower::fns();
+    for (idx, _, e) in OBJ.requests.snapshot() {
+        let mut r = MPI_REQUEST_NULL;
+        // SAFETY: the program's buffers and live translated handles.
+        let rc = unsafe {
+            match &e.recipe {
+                RequestRecipe::Recv { args } if e.repost => {
+                    if let Some(st) = crate::api::p2p::take_drained_into(args) {
+                        OBJ.requests.with(idx, |x| {
+                            x.done = Some(st.as_array());
+                            x.repost = false;
+                        });
+                        continue;
+                    }
+                    f.MPI_Irecv_c.map_or(MPI_ERR_OTHER, |h| h(args.buf as *mut c_void, args.count, dt(&args.datatype), args.peer, args.tag, conv::comm(args.comm), &mut r))
+                }
+                RequestRecipe::PersistentRecv { args, active } => {
+                    let rc = f.MPI_Recv_init_c.map_or(MPI_ERR_OTHER, |h| {
+                        h(args.buf as *mut c_void, args.count, dt(&args.datatype), args.peer, args.tag, conv::comm(args.comm), &mut r)
+                    });
+                    if rc == MPI_SUCCESS && *active && e.repost {
+                        if let Some(st) = crate::api::p2p::take_drained_into(args) {
+                            OBJ.requests.with(idx, |x| x.done = Some(st.as_array()));
+                        } else {
+                            f.MPI_Start.map(|h| h(&mut r));
+                        }
+                    }
+                    rc
+                }
+                RequestRecipe::PersistentSend { mode, args, .. } => {
+                    let init = match mode {
+                        SendMode::Standard => f.MPI_Send_init_c,
+                        SendMode::Buffered => f.MPI_Bsend_init_c,
+                        SendMode::Synchronous => f.MPI_Ssend_init_c,
+                        SendMode::Ready => f.MPI_Rsend_init_c,
+                    };
+                    init.map_or(MPI_ERR_OTHER, |h| h(args.buf as *const c_void, args.count, dt(&args.datatype), args.peer, args.tag, conv::comm(args.comm), &mut r))
+                }
+                _ => MPI_SUCCESS,
+            }
+        };
+        check(rc, "re-posting a request")?;
+        OBJ.requests.set_real(idx, r as u32 as u64);
+        OBJ.requests.with(idx, |x| x.repost = false);
+    }
+    Ok(())
+}
