@@ -259,26 +259,19 @@ fn received_counts() -> Counts {
     out
 }
 
-/// Tests every pending request the program has in the real library once, recording
-/// completions as shim-completed (`done`) and counting received messages.
+/// Tests every pending request the program has in the real library once (completions are
+/// recorded for the program, see `request::poll`) and counts received messages for the drain.
 fn test_pending(comms: &CommIndex, progress: &mut Progress) -> usize {
-    let f = lower::fns();
     let mut pending = 0;
     for (idx, real, e) in OBJ.requests.snapshot() {
         if e.done.is_some() || e.repost || !active(&e.recipe) {
             continue;
         }
-        let mut r = real as u32 as c_int;
-        let (mut flag, mut st) = (0, MPI_Status::default());
-        // SAFETY: a live real request of the current lower half.
-        unsafe { f.MPI_Test.map(|t| t(&mut r, &mut flag, &mut st)) };
-        if flag == 0 {
+        let Some(st) = crate::api::request::poll(idx, real as u32 as c_int) else {
             pending += 1;
             continue;
-        }
-        OBJ.requests.with(idx, |x| x.done = Some(st.as_array()));
-        if e.counts_recv && st.MPI_SOURCE >= 0 && st.count_hi_and_cancelled & 1 == 0 {
-            crate::api::p2p::count_recv(e.comm, st.MPI_SOURCE);
+        };
+        if e.counts_recv && st.MPI_ERROR == MPI_SUCCESS && st.MPI_SOURCE >= 0 && st.count_hi_and_cancelled & 1 == 0 {
             if let Some((gid, w)) = comms.world_of(e.comm, st.MPI_SOURCE) {
                 progress.received(gid, w);
             }
@@ -359,21 +352,16 @@ fn drain(comms: &CommIndex, expected: &[(u64, i32, u64)], limit: Duration) -> Re
         let mut r = real as u32 as c_int;
         // SAFETY: a live real receive request.
         unsafe { f.MPI_Cancel.map(|c| c(&mut r)) };
-        let mut r = real as u32 as c_int;
         loop {
-            let (mut flag, mut st) = (0, MPI_Status::default());
-            // SAFETY: as above.
-            unsafe { f.MPI_Test.map(|t| t(&mut r, &mut flag, &mut st)) };
-            if flag != 0 {
+            if let Some(st) = crate::api::request::poll(idx, real as u32 as c_int) {
                 if st.count_hi_and_cancelled & 1 != 0 {
-                    OBJ.requests.with(idx, |x| x.repost = true);
-                } else {
-                    // It matched a message after all.
-                    OBJ.requests.with(idx, |x| x.done = Some(st.as_array()));
-                    if e.counts_recv {
-                        crate::api::p2p::count_recv(e.comm, st.MPI_SOURCE);
-                    }
+                    // Cancelled: posted again on the renewed library.
+                    OBJ.requests.with(idx, |x| {
+                        x.done = None;
+                        x.repost = true;
+                    });
                 }
+                // Otherwise it matched a message after all; `poll` recorded and counted it.
                 break;
             }
             if Instant::now() > deadline {

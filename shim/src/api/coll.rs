@@ -62,13 +62,14 @@ pub fn neighbor_degrees(real_comm: c_int) -> (c_int, c_int) {
     // SAFETY: out-pointers are valid locals.
     unsafe {
         f.MPI_Topo_test.map(|t| t(real_comm, &mut kind));
+        // MPI_GRAPH = 1, MPI_CART = 2, MPI_DIST_GRAPH = 3 in the MPICH ABI.
         match kind {
-            1 => {
+            2 => {
                 let mut nd = 0;
                 f.MPI_Cartdim_get.map(|g| g(real_comm, &mut nd));
                 (2 * nd, 2 * nd)
             }
-            2 => {
+            1 => {
                 let (mut rank, mut n) = (0, 0);
                 f.MPI_Comm_rank.map(|g| g(real_comm, &mut rank));
                 f.MPI_Graph_neighbors_count.map(|g| g(real_comm, rank, &mut n));

@@ -12,8 +12,8 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::os::raw::{c_char, c_int};
 
-const MPI_CART: c_int = 1;
-const MPI_GRAPH: c_int = 2;
+const MPI_CART: c_int = 2;
+const MPI_GRAPH: c_int = 1;
 const MPI_DIST_GRAPH: c_int = 3;
 
 /// Registers the real MPI_COMM_WORLD and MPI_COMM_SELF at their fixed table indices.

@@ -38,32 +38,59 @@ pub fn register_collective(real: c_int, comm: MPI_Comm, function: &str, persiste
     register_request(real, recipe, comm, false)
 }
 
-/// Finishes the bookkeeping of a completed request. Returns the handle the program keeps:
-/// MPI_REQUEST_NULL, or the same handle for persistent requests (now inactive).
-fn finish(v: MPI_Request, idx: u32, status: &MPI_Status, from_library: bool) -> MPI_Request {
-    let Some((persistent, counts, comm)) = OBJ.requests.with(idx, |e| {
+/// Finishes the bookkeeping of a request whose completion was recorded (`done`). Returns the
+/// handle the program keeps: MPI_REQUEST_NULL, or the same handle for persistent requests
+/// (now inactive).
+fn finish(v: MPI_Request, idx: u32) -> MPI_Request {
+    let persistent = OBJ.requests.with(idx, |e| {
         e.done = None;
-        let persistent = e.recipe.is_persistent();
         match &mut e.recipe {
             RequestRecipe::PersistentSend { active, .. }
             | RequestRecipe::PersistentRecv { active, .. }
             | RequestRecipe::Collective { active, .. } => *active = false,
             _ => {}
         }
-        (persistent, e.counts_recv, e.comm)
-    }) else {
-        return MPI_REQUEST_NULL;
+        e.recipe.is_persistent()
+    });
+    match persistent {
+        Some(true) => v,
+        Some(false) => {
+            OBJ.requests.remove(idx);
+            MPI_REQUEST_NULL
+        }
+        None => MPI_REQUEST_NULL,
+    }
+}
+
+/// Tests one pending real request. On completion the status is recorded in the entry
+/// (`done`) and a received message is counted for the drain; the program's handle stays
+/// valid until `finish`. This is also how the agent completes requests during a drain.
+pub(crate) fn poll(idx: u32, real: c_int) -> Option<MPI_Status> {
+    let mut r = real;
+    let (mut flag, mut st) = (0, MPI_Status::default());
+    let rc = match crate::lower::fns().MPI_Test {
+        // SAFETY: a live real request of the current lower half; out-pointers are locals.
+        Some(t) => unsafe { t(&mut r, &mut flag, &mut st) },
+        None => MPI_ERR_OTHER,
     };
-    // Completions the shim made itself were counted when their message was drained.
-    if from_library && counts && status.MPI_SOURCE >= 0 && status.count_hi_and_cancelled & 1 == 0 {
-        crate::api::p2p::count_recv(comm, status.MPI_SOURCE);
+    if rc != MPI_SUCCESS {
+        // The request completed in error.
+        st.MPI_ERROR = rc;
+    } else if flag == 0 {
+        return None;
+    } else if st.MPI_ERROR == MPI_ERR_PENDING {
+        st.MPI_ERROR = MPI_SUCCESS;
     }
-    if persistent {
-        v
-    } else {
-        OBJ.requests.remove(idx);
-        MPI_REQUEST_NULL
+    let counted = OBJ.requests.with(idx, |e| {
+        e.done = Some(st.as_array());
+        e.counts_recv.then_some(e.comm)
+    });
+    if let Some(Some(comm)) = counted {
+        if rc == MPI_SUCCESS && st.MPI_SOURCE >= 0 && st.count_hi_and_cancelled & 1 == 0 {
+            crate::api::p2p::count_recv(comm, st.MPI_SOURCE);
+        }
     }
+    Some(st)
 }
 
 /// A request value that is not live: freed virtual handles become `conv::STALE`.
@@ -80,11 +107,11 @@ fn empty_status() -> MPI_Status {
 enum Slot {
     /// Null or inactive persistent: completes at once with an empty status.
     Inert,
-    /// Completed by the shim.
+    /// Completed (by the library or the shim), status recorded.
     Done(u32, MPI_Status),
     /// Pending in the real library.
     Real(u32, c_int),
-    /// Not a live request of ours: hand the raw value to the library for the native error.
+    /// Not a live request of ours: hand it to the library for the native error.
     Invalid,
 }
 
@@ -122,150 +149,94 @@ enum Mode {
 /// Outcome of a test call, already applied to the program's arrays.
 struct Tested {
     flag: bool,
-    /// For Any: the index; for Some: the indices.
+    /// For Any: the index (MPI_UNDEFINED as usize when all inert); for Some: the indices
+    /// (usize::MAX when all inert).
     indices: Vec<usize>,
     rc: c_int,
 }
 
 /// One non-blocking completion attempt over `reqs` in `mode`; the gate must be held.
-unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: Mode, name: &str) -> Tested {
+/// Each pending request is tested on its own (MPI_Test): completions are recorded and only
+/// handed to the program when `mode` is satisfied, so Testall frees nothing early.
+unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: Mode) -> Tested {
     let n = reqs.len();
-    let slots: Vec<Slot> = reqs.iter().map(|&v| classify(v)).collect();
     let status_at = |i: usize| -> *mut MPI_Status {
         if statuses.is_null() || statuses == MPI_STATUSES_IGNORE { MPI_STATUS_IGNORE } else { unsafe { statuses.add(i) } }
     };
+    let mut slots: Vec<Slot> = reqs.iter().map(|&v| classify(v)).collect();
     // Invalid handles: the real library reports the native error class.
     if let Some(i) = slots.iter().position(|s| matches!(s, Slot::Invalid)) {
         let mut raw = stale_or_raw(reqs[i]);
-        let mut flag = 0;
-        let mut st = MPI_Status::default();
+        let (mut flag, mut st) = (0, MPI_Status::default());
         let rc = match crate::lower::fns().MPI_Test {
             Some(f) => unsafe { f(&mut raw, &mut flag, &mut st) },
             None => MPI_ERR_REQUEST,
         };
         return Tested { flag: false, indices: vec![], rc: if rc == MPI_SUCCESS { MPI_ERR_REQUEST } else { rc } };
     }
-    let active: Vec<usize> = (0..n).filter(|&i| !matches!(slots[i], Slot::Inert)).collect();
-    if active.is_empty() {
-        // Everything null or inactive.
-        match mode {
-            Mode::All => {
-                for i in 0..n {
-                    unsafe { put_status(status_at(i), &empty_status()) };
-                }
-                return Tested { flag: true, indices: vec![], rc: MPI_SUCCESS };
-            }
-            Mode::Any => return Tested { flag: true, indices: vec![MPI_UNDEFINED as usize], rc: MPI_SUCCESS },
-            Mode::Some => return Tested { flag: true, indices: vec![usize::MAX], rc: MPI_SUCCESS },
-        }
-    }
-    // Requests completed by the shim complete first.
-    let done: Vec<usize> = active.iter().copied().filter(|&i| matches!(slots[i], Slot::Done(..))).collect();
-    let real_idx: Vec<usize> = active.iter().copied().filter(|&i| matches!(slots[i], Slot::Real(..))).collect();
-    let mut reals: Vec<c_int> = real_idx.iter().map(|&i| if let Slot::Real(_, r) = slots[i] { r } else { 0 }).collect();
-    let mut rstat = vec![MPI_Status::default(); reals.len()];
-    let f = crate::lower::fns();
-    let mut completed: Vec<(usize, MPI_Status)> = Vec::new();
-    let mut rc = MPI_SUCCESS;
-    match mode {
-        Mode::All => {
-            let mut flag = 1;
-            if !reals.is_empty() {
-                rc = match f.MPI_Testall {
-                    Some(t) => unsafe { t(reals.len() as c_int, reals.as_mut_ptr(), &mut flag, rstat.as_mut_ptr()) },
-                    None => return Tested { flag: false, indices: vec![], rc: errors::missing("MPI_Testall") },
-                };
-            }
-            if flag == 0 && rc == MPI_SUCCESS {
-                return Tested { flag: false, indices: vec![], rc };
-            }
-            for (k, &i) in real_idx.iter().enumerate() {
-                completed.push((i, rstat[k]));
-            }
-            for &i in &done {
-                if let Slot::Done(_, st) = slots[i] {
-                    completed.push((i, st));
-                }
-            }
-        }
-        Mode::Any => {
-            if let Some(&i) = done.first() {
-                if let Slot::Done(_, st) = slots[i] {
-                    completed.push((i, st));
-                }
-            } else {
-                let (mut index, mut flag) = (MPI_UNDEFINED, 0);
-                let mut st = MPI_Status::default();
-                rc = match f.MPI_Testany {
-                    Some(t) => unsafe { t(reals.len() as c_int, reals.as_mut_ptr(), &mut index, &mut flag, &mut st) },
-                    None => return Tested { flag: false, indices: vec![], rc: errors::missing("MPI_Testany") },
-                };
-                if flag == 0 {
-                    return Tested { flag: false, indices: vec![], rc };
-                }
-                if index >= 0 && (index as usize) < real_idx.len() {
-                    completed.push((real_idx[index as usize], st));
-                }
-            }
-        }
-        Mode::Some => {
-            for &i in &done {
-                if let Slot::Done(_, st) = slots[i] {
-                    completed.push((i, st));
-                }
-            }
-            if !reals.is_empty() {
-                let mut outcount = 0;
-                let mut indices = vec![0; reals.len()];
-                rc = match f.MPI_Testsome {
-                    Some(t) => unsafe {
-                        t(reals.len() as c_int, reals.as_mut_ptr(), &mut outcount, indices.as_mut_ptr(), rstat.as_mut_ptr())
-                    },
-                    None => return Tested { flag: false, indices: vec![], rc: errors::missing("MPI_Testsome") },
-                };
-                if outcount > 0 {
-                    for k in 0..outcount as usize {
-                        completed.push((real_idx[indices[k] as usize], rstat[k]));
-                    }
-                }
-            }
-            if completed.is_empty() && rc == MPI_SUCCESS {
-                return Tested { flag: false, indices: vec![], rc };
-            }
-        }
-    }
-    let _ = name;
-    completed.sort_by_key(|c| c.0);
-    let mut indices = Vec::with_capacity(completed.len());
-    for (k, (i, st)) in completed.iter().enumerate() {
-        let (Slot::Real(idx, _) | Slot::Done(idx, _)) = slots[*i] else { continue };
-        // An errored request in Testall keeps its handle (MPI_ERR_IN_STATUS semantics).
-        if rc == MPI_ERR_IN_STATUS && st.MPI_ERROR != MPI_SUCCESS && st.MPI_ERROR != MPI_ERR_PENDING {
-            unsafe { put_status(status_at(if mode == Mode::Some { k } else { *i }), st) };
-            continue;
-        }
-        if rc == MPI_ERR_IN_STATUS && st.MPI_ERROR == MPI_ERR_PENDING {
-            continue;
-        }
-        reqs[*i] = finish(reqs[*i], idx, st, matches!(slots[*i], Slot::Real(..)));
-        let out = if mode == Mode::Some { k } else if mode == Mode::Any { 0 } else { *i };
-        if mode == Mode::Any {
-            // Testany/Waitany take a single status.
-            unsafe { put_status(statuses, st) };
-        } else {
-            unsafe { put_status(status_at(out), st) };
-        }
-        indices.push(*i);
-    }
-    if mode == Mode::All {
-        // Null and inactive requests report empty statuses.
-        for i in 0..n {
-            if matches!(slots[i], Slot::Inert) {
+    if slots.iter().all(|s| matches!(s, Slot::Inert)) {
+        if mode == Mode::All {
+            for i in 0..n {
                 unsafe { put_status(status_at(i), &empty_status()) };
             }
         }
+        let none = match mode {
+            Mode::All => vec![],
+            Mode::Any => vec![MPI_UNDEFINED as usize],
+            Mode::Some => vec![usize::MAX],
+        };
+        return Tested { flag: true, indices: none, rc: MPI_SUCCESS };
     }
-    Tested { flag: true, indices, rc }
+    // Test what is pending, stopping at the first completion for Testany.
+    for s in slots.iter_mut() {
+        if mode == Mode::Any && matches!(s, Slot::Done(..)) {
+            break;
+        }
+        if let Slot::Real(idx, r) = *s {
+            if let Some(st) = poll(idx, r) {
+                *s = Slot::Done(idx, st);
+            }
+        }
+    }
+    let done: Vec<usize> = (0..n).filter(|&i| matches!(slots[i], Slot::Done(..))).collect();
+    let errored = done.iter().any(|&i| matches!(slots[i], Slot::Done(_, st) if st.MPI_ERROR != MPI_SUCCESS));
+    let pending = slots.iter().any(|s| matches!(s, Slot::Real(..)));
+    let take: Vec<usize> = match mode {
+        // Testall hands over everything only when everything completed, or stops at an error.
+        Mode::All if pending && !errored => return Tested { flag: false, indices: vec![], rc: MPI_SUCCESS },
+        Mode::All | Mode::Some => done,
+        Mode::Any => done.into_iter().take(1).collect(),
+    };
+    if take.is_empty() {
+        return Tested { flag: false, indices: vec![], rc: MPI_SUCCESS };
+    }
+    let mut rc = MPI_SUCCESS;
+    for (k, &i) in take.iter().enumerate() {
+        let Slot::Done(idx, st) = slots[i] else { continue };
+        if st.MPI_ERROR != MPI_SUCCESS {
+            rc = if n == 1 { st.MPI_ERROR } else { MPI_ERR_IN_STATUS };
+        }
+        reqs[i] = finish(reqs[i], idx);
+        let out = match mode {
+            Mode::All => status_at(i),
+            Mode::Some => status_at(k),
+            Mode::Any => statuses,
+        };
+        unsafe { put_status(out, &st) };
+    }
+    if mode == Mode::All {
+        for i in 0..n {
+            match slots[i] {
+                Slot::Inert => unsafe { put_status(status_at(i), &empty_status()) },
+                Slot::Real(..) => {
+                    let st = MPI_Status { MPI_ERROR: MPI_ERR_PENDING, ..Default::default() };
+                    unsafe { put_status(status_at(i), &st) }
+                }
+                _ => {}
+            }
+        }
+    }
+    Tested { flag: true, indices: take, rc }
 }
 
 /// The communicator whose error handler reports a request's failure.
@@ -279,11 +250,11 @@ unsafe fn raise(reqs: &[MPI_Request], rc: c_int, name: &str) -> c_int {
 }
 
 /// Blocks, one gated test at a time, until `mode` is satisfied.
-unsafe fn wait_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: Mode, name: &str) -> Tested {
+unsafe fn wait_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: Mode) -> Tested {
     let mut spins = 0u32;
     loop {
         let g = gate::enter();
-        let t = unsafe { test_many(reqs, statuses, mode, name) };
+        let t = unsafe { test_many(reqs, statuses, mode) };
         drop(g);
         if t.flag || t.rc != MPI_SUCCESS {
             return t;
@@ -308,7 +279,7 @@ pub unsafe fn MPI_Test(request: *mut MPI_Request, flag: *mut c_int, status: *mut
     }
     let reqs = unsafe { std::slice::from_raw_parts_mut(request, 1) };
     let g = gate::enter();
-    let t = unsafe { test_many(reqs, status, Mode::All, "MPI_Test") };
+    let t = unsafe { test_many(reqs, status, Mode::All) };
     drop(g);
     unsafe { crate::api::put(flag, t.flag as c_int) };
     if t.rc != MPI_SUCCESS {
@@ -323,7 +294,7 @@ pub unsafe fn MPI_Wait(request: *mut MPI_Request, status: *mut MPI_Status) -> c_
     }
     let reqs = unsafe { std::slice::from_raw_parts_mut(request, 1) };
     let comm = request_comm(reqs[0]);
-    let t = unsafe { wait_many(reqs, status, Mode::All, "MPI_Wait") };
+    let t = unsafe { wait_many(reqs, status, Mode::All) };
     if t.rc != MPI_SUCCESS {
         return errors::raise_comm(comm, t.rc, "MPI_Wait");
     }
@@ -333,13 +304,13 @@ pub unsafe fn MPI_Wait(request: *mut MPI_Request, status: *mut MPI_Status) -> c_
 /// Waits for one request on behalf of a blocking call (MPI_Send, MPI_Recv, ...).
 pub unsafe fn wait_internal(mut v: MPI_Request, status: *mut MPI_Status) -> c_int {
     let reqs = std::slice::from_mut(&mut v);
-    unsafe { wait_many(reqs, status, Mode::All, "wait") }.rc
+    unsafe { wait_many(reqs, status, Mode::All) }.rc
 }
 
 pub unsafe fn MPI_Testall(count: c_int, reqs: *mut MPI_Request, flag: *mut c_int, statuses: *mut MPI_Status) -> c_int {
     let reqs = unsafe { as_slice(reqs, count) };
     let g = gate::enter();
-    let t = unsafe { test_many(reqs, statuses, Mode::All, "MPI_Testall") };
+    let t = unsafe { test_many(reqs, statuses, Mode::All) };
     drop(g);
     unsafe { crate::api::put(flag, t.flag as c_int) };
     if t.rc != MPI_SUCCESS {
@@ -350,7 +321,7 @@ pub unsafe fn MPI_Testall(count: c_int, reqs: *mut MPI_Request, flag: *mut c_int
 
 pub unsafe fn MPI_Waitall(count: c_int, reqs: *mut MPI_Request, statuses: *mut MPI_Status) -> c_int {
     let reqs = unsafe { as_slice(reqs, count) };
-    let t = unsafe { wait_many(reqs, statuses, Mode::All, "MPI_Waitall") };
+    let t = unsafe { wait_many(reqs, statuses, Mode::All) };
     if t.rc != MPI_SUCCESS {
         return unsafe { raise(reqs, t.rc, "MPI_Waitall") };
     }
@@ -360,7 +331,7 @@ pub unsafe fn MPI_Waitall(count: c_int, reqs: *mut MPI_Request, statuses: *mut M
 pub unsafe fn MPI_Testany(count: c_int, reqs: *mut MPI_Request, index: *mut c_int, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
     let reqs = unsafe { as_slice(reqs, count) };
     let g = gate::enter();
-    let t = unsafe { test_many(reqs, status, Mode::Any, "MPI_Testany") };
+    let t = unsafe { test_many(reqs, status, Mode::Any) };
     drop(g);
     unsafe { any_result(&t, index, flag, status) };
     if t.rc != MPI_SUCCESS {
@@ -371,7 +342,7 @@ pub unsafe fn MPI_Testany(count: c_int, reqs: *mut MPI_Request, index: *mut c_in
 
 pub unsafe fn MPI_Waitany(count: c_int, reqs: *mut MPI_Request, index: *mut c_int, status: *mut MPI_Status) -> c_int {
     let reqs = unsafe { as_slice(reqs, count) };
-    let t = unsafe { wait_many(reqs, status, Mode::Any, "MPI_Waitany") };
+    let t = unsafe { wait_many(reqs, status, Mode::Any) };
     unsafe { any_result(&t, index, std::ptr::null_mut(), status) };
     if t.rc != MPI_SUCCESS {
         return unsafe { raise(reqs, t.rc, "MPI_Waitany") };
@@ -395,7 +366,7 @@ unsafe fn any_result(t: &Tested, index: *mut c_int, flag: *mut c_int, status: *m
 pub unsafe fn MPI_Testsome(incount: c_int, reqs: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MPI_Status) -> c_int {
     let reqs = unsafe { as_slice(reqs, incount) };
     let g = gate::enter();
-    let t = unsafe { test_many(reqs, statuses, Mode::Some, "MPI_Testsome") };
+    let t = unsafe { test_many(reqs, statuses, Mode::Some) };
     drop(g);
     unsafe { some_result(&t, outcount, indices) };
     if t.rc != MPI_SUCCESS {
@@ -406,7 +377,7 @@ pub unsafe fn MPI_Testsome(incount: c_int, reqs: *mut MPI_Request, outcount: *mu
 
 pub unsafe fn MPI_Waitsome(incount: c_int, reqs: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MPI_Status) -> c_int {
     let reqs = unsafe { as_slice(reqs, incount) };
-    let t = unsafe { wait_many(reqs, statuses, Mode::Some, "MPI_Waitsome") };
+    let t = unsafe { wait_many(reqs, statuses, Mode::Some) };
     unsafe { some_result(&t, outcount, indices) };
     if t.rc != MPI_SUCCESS {
         return unsafe { raise(reqs, t.rc, "MPI_Waitsome") };
