@@ -8,6 +8,7 @@
 pub mod abi;
 pub mod agent;
 pub mod api;
+pub mod capi;
 pub mod checkpoint;
 pub mod renew;
 pub mod conv;
