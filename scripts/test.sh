@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Everything `make test` runs, in order of increasing cost. Each part can also be run alone.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n=== %s\n' "$*"; }
+
+step "unit tests (virtid, drain, proto, cli, shim header)"
+cargo test --release --workspace --exclude mpicr-tests
+
+step "export check"
+scripts/check-exports.sh
+
+step "C programs: native vs libmpicr, both MPICH builds, 1/2/4 ranks"
+scripts/test-c.sh
+
+if [ -x scripts/test-ckpt.sh ]; then
+    step "checkpoint/restart under Hydra"
+    scripts/test-ckpt.sh
+fi
+
+step "mpi4py's test suite: native vs libmpicr"
+scripts/mpi4py-tests.sh
