@@ -6,6 +6,7 @@ use std::os::raw::{c_int, c_void};
 
 /// A function the program wants called after every checkpoint: `restarted` is 1 in a process
 /// restored from an image, 0 when the job simply continued.
+#[allow(non_camel_case_types)]
 pub type mpicr_resume_fn = Option<unsafe extern "C" fn(restarted: c_int, arg: *mut c_void)>;
 
 struct Callback(unsafe extern "C" fn(c_int, *mut c_void), usize);

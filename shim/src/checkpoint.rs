@@ -119,6 +119,7 @@ fn phases(reader: &mut UnixStream, epoch: u64, _stop: bool, state_path: &str, st
 
     // 3. Release the lower half and write the state file.
     snapshot_infos();
+    snapshot_names();
     renew::release()?;
     *stage = Stage::Released;
     clock.lap("release");
@@ -396,6 +397,27 @@ fn handle_of(idx: u32) -> MPI_Comm {
         crate::state::WORLD_INDEX => MPI_COMM_WORLD,
         crate::state::SELF_INDEX => MPI_COMM_SELF,
         i => conv::handle(Kind::Comm, i),
+    }
+}
+
+/// Reads back the names the program gave communicators and datatypes.
+fn snapshot_names() {
+    let f = lower::fns();
+    let name_of = |get: Option<unsafe extern "C" fn(c_int, *mut std::os::raw::c_char, *mut c_int) -> c_int>, h: c_int| {
+        let mut buf = vec![0 as std::os::raw::c_char; 129];
+        let mut len = 0;
+        // SAFETY: MPI_MAX_OBJECT_NAME (128) + 1 bytes.
+        unsafe { get.map(|g| g(h, buf.as_mut_ptr(), &mut len)) };
+        let s = unsafe { crate::api::cstr(buf.as_ptr()) };
+        (!s.is_empty()).then_some(s)
+    };
+    for (idx, real, _) in OBJ.comms.snapshot() {
+        let n = name_of(f.MPI_Comm_get_name, real as u32 as c_int);
+        OBJ.comms.with(idx, |c| c.name = n);
+    }
+    for (idx, real, _) in OBJ.datatypes.snapshot() {
+        let n = name_of(f.MPI_Type_get_name, real as u32 as c_int);
+        OBJ.datatypes.with(idx, |t| t.name = n);
     }
 }
 

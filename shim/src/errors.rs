@@ -125,7 +125,9 @@ fn dispatch(eh: MPI_Errhandler, rc: c_int, func: &str, call_user: impl FnOnce(u6
             | Some(ErrhandlerRecipe::File { function })
             | Some(ErrhandlerRecipe::Session { function }) => {
                 call_user(function);
-                rc
+                // What the call returns after a user handler ran differs between MPICH
+                // releases (4.x: the error code, 5.x: MPI_SUCCESS); match the library.
+                if crate::renew::mpich_major() >= 5 { MPI_SUCCESS } else { rc }
             }
             None => abort_with(rc, func),
         },

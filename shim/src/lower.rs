@@ -90,9 +90,15 @@ pub fn load_generation(path: &Path) -> Result<&'static Generation, String> {
     Ok(g)
 }
 
-/// How many generations were loaded in this process.
+/// How many generations of the library were brought up in this process (copies loaded for
+/// `namespace`, sessions opened for `sessions`).
 pub fn generations_loaded() -> u32 {
     GENERATIONS.load(Ordering::Acquire)
+}
+
+/// Counts a new generation of the same loaded copy (`sessions` strategy) and returns its number.
+pub fn bump_generation() -> u32 {
+    GENERATIONS.fetch_add(1, Ordering::AcqRel)
 }
 
 fn dlerror() -> String {

@@ -1,10 +1,18 @@
 //! Lower-half renewal: release the real library before a dump, bring up a fresh one after it
 //! (or after a restore), and rebuild every real object from its recipe.
 //!
-//! Strategy `namespace` (DESIGN.md section 3): each generation is a fresh copy of the library
-//! in a new link-map namespace with its own MPI_Init/MPI_Finalize. glibc allows 16 namespaces
-//! per process and libraries that pin themselves (UCX) are never unloaded, so a process has at
-//! most [`NAMESPACE_LIMIT`] generations.
+//! Two strategies (DESIGN.md section 3), chosen from the library's version, overridable with
+//! `MPICR_RENEW=sessions|namespace`:
+//! - `sessions` (MPICH 5.x): the library is loaded once. The first generation uses the world
+//!   model (MPI_Init), because ROMIO and the reporting of errors on invalid handles need it
+//!   (in a sessions-only process MPI_File_open fails and such errors go to the fatal initial
+//!   error handler); every renewal opens a new session with communicators for the
+//!   `mpi://WORLD` and `mpi://SELF` process sets. Release frees every real object and
+//!   finalizes (MPI_Finalize, then MPI_Session_finalize). Unbounded.
+//! - `namespace` (MPICH 4.0.2, which crashes on a second MPI_Session_init): each generation is
+//!   a fresh copy of the library in a new link-map namespace with its own MPI_Init and
+//!   MPI_Finalize. glibc allows 16 namespaces per process and libraries that pin themselves
+//!   (UCX) are never unloaded, so a process has at most [`NAMESPACE_LIMIT`] generations.
 
 use crate::abi::*;
 use crate::api::group::forget_world_group;
@@ -20,29 +28,207 @@ pub const NAMESPACE_LIMIT: u32 = 15;
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Strategy {
     Namespace,
+    Sessions,
 }
 
 impl Strategy {
     pub fn name(self) -> &'static str {
         match self {
             Strategy::Namespace => "namespace",
+            Strategy::Sessions => "sessions",
         }
     }
 }
 
+static STRATEGY: std::sync::OnceLock<Strategy> = std::sync::OnceLock::new();
+
 /// The renewal strategy: `MPICR_RENEW`, or the one that works for the library underneath.
 pub fn strategy() -> Strategy {
-    match std::env::var("MPICR_RENEW").ok().as_deref() {
-        Some("namespace") | None | Some("") => Strategy::Namespace,
+    *STRATEGY.get_or_init(|| match std::env::var("MPICR_RENEW").ok().as_deref() {
+        Some("namespace") => Strategy::Namespace,
+        Some("sessions") => Strategy::Sessions,
+        None | Some("") => detect(),
         Some(other) => crate::errors::fatal(&format!(
-            "MPICR_RENEW={other} is not a renewal strategy this build supports (supported: namespace)"
+            "MPICR_RENEW={other} is not a renewal strategy (use sessions or namespace)"
         )),
-    }
+    })
+}
+
+/// MPICH 5 and later re-initialise sessions; MPICH 4.0.2 crashes on a second MPI_Session_init.
+fn detect() -> Strategy {
+    if mpich_major() >= 5 { Strategy::Sessions } else { Strategy::Namespace }
+}
+
+/// Major version of the MPICH underneath (0 when it is not MPICH).
+pub fn mpich_major() -> u32 {
+    static MAJOR: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *MAJOR.get_or_init(|| {
+        library_version()
+            .split("MPICH Version:")
+            .nth(1)
+            .and_then(|rest| rest.trim_start().split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|d| d.parse::<u32>().ok())
+            .unwrap_or(0)
+    })
+}
+
+/// MPI_Get_library_version of the real library (callable before MPI_Init).
+pub fn library_version() -> String {
+    let mut buf = vec![0 as std::os::raw::c_char; 8192];
+    let mut len = 0;
+    // SAFETY: the buffer exceeds MPI_MAX_LIBRARY_VERSION_STRING (8192 in MPICH).
+    unsafe { lower::fns().MPI_Get_library_version.map(|f| f(buf.as_mut_ptr(), &mut len)) };
+    unsafe { crate::api::cstr(buf.as_ptr()) }
 }
 
 pub fn renewals_left() -> Option<u32> {
     match strategy() {
         Strategy::Namespace => Some(NAMESPACE_LIMIT.saturating_sub(lower::generations_loaded())),
+        Strategy::Sessions => None,
+    }
+}
+
+/// The session of the current generation (`sessions` strategy).
+static SESSION: AtomicI32 = AtomicI32::new(MPI_SESSION_NULL);
+
+/// The real MPI_COMM_WORLD of the current generation.
+pub fn real_world() -> c_int {
+    OBJ.comms.real(WORLD_INDEX).map_or(MPI_COMM_WORLD, |r| r as c_int)
+}
+
+/// Initialises the lower half for the program's MPI_Init: returns the real world and self
+/// communicators and the thread level provided.
+pub fn init_lower(argc: *mut c_int, argv: *mut *mut *mut std::os::raw::c_char, level: c_int) -> Result<(c_int, c_int, c_int), c_int> {
+    let f = lower::fns();
+    remember_level(level);
+    match strategy() {
+        Strategy::Namespace => {
+            let mut provided = 0;
+            // SAFETY: the program's argc/argv, passed through.
+            let rc = unsafe { f.MPI_Init_thread.map_or(MPI_ERR_OTHER, |i| i(argc, argv, level, &mut provided)) };
+            if rc != MPI_SUCCESS {
+                return Err(rc);
+            }
+            Ok((MPI_COMM_WORLD, MPI_COMM_SELF, provided))
+        }
+        Strategy::Sessions if !WORLD_MODEL_USED.swap(true, Ordering::AcqRel) => {
+            let mut provided = 0;
+            // SAFETY: the program's argc/argv, passed through.
+            let rc = unsafe { f.MPI_Init_thread.map_or(MPI_ERR_OTHER, |i| i(argc, argv, level, &mut provided)) };
+            if rc != MPI_SUCCESS {
+                return Err(rc);
+            }
+            IN_WORLD_MODEL.store(true, Ordering::Release);
+            Ok((MPI_COMM_WORLD, MPI_COMM_SELF, provided))
+        }
+        Strategy::Sessions => open_session(level),
+    }
+}
+
+/// `sessions`: whether the world model was used (only the first generation uses it), and
+/// whether the current generation is that one.
+static WORLD_MODEL_USED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static IN_WORLD_MODEL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `sessions`: a session plus communicators for the world and self process sets.
+fn open_session(level: c_int) -> Result<(c_int, c_int, c_int), c_int> {
+    let f = lower::fns();
+    let mut info = MPI_INFO_NULL;
+    let mut session = MPI_SESSION_NULL;
+    let name = |l: c_int| match l {
+        0 => "MPI_THREAD_SINGLE",
+        1 => "MPI_THREAD_FUNNELED",
+        2 => "MPI_THREAD_SERIALIZED",
+        _ => "MPI_THREAD_MULTIPLE",
+    };
+    let key = std::ffi::CString::new("thread_level").unwrap();
+    let val = std::ffi::CString::new(name(level)).unwrap();
+    // SAFETY: out-pointers are locals; strings are NUL-terminated.
+    unsafe {
+        let rc = f.MPI_Info_create.map_or(MPI_ERR_OTHER, |h| h(&mut info));
+        if rc != MPI_SUCCESS {
+            return Err(rc);
+        }
+        f.MPI_Info_set.map(|h| h(info, key.as_ptr(), val.as_ptr()));
+        let rc = f.MPI_Session_init.map_or(MPI_ERR_OTHER, |h| h(info, MPI_ERRORS_RETURN, &mut session));
+        f.MPI_Info_free.map(|h| h(&mut info));
+        if rc != MPI_SUCCESS {
+            return Err(rc);
+        }
+    }
+    SESSION.store(session, Ordering::Release);
+    let comm_of = |pset: &str, tag: &str| -> Result<c_int, c_int> {
+        let (p, t) = (std::ffi::CString::new(pset).unwrap(), std::ffi::CString::new(tag).unwrap());
+        let (mut g, mut c) = (MPI_GROUP_NULL, MPI_COMM_NULL);
+        // SAFETY: as above.
+        unsafe {
+            let rc = f.MPI_Group_from_session_pset.map_or(MPI_ERR_OTHER, |h| h(session, p.as_ptr(), &mut g));
+            if rc != MPI_SUCCESS {
+                return Err(rc);
+            }
+            let rc = f.MPI_Comm_create_from_group.map_or(MPI_ERR_OTHER, |h| h(g, t.as_ptr(), MPI_INFO_NULL, MPI_ERRORS_RETURN, &mut c));
+            f.MPI_Group_free.map(|h| h(&mut g));
+            if rc != MPI_SUCCESS {
+                return Err(rc);
+            }
+        }
+        Ok(c)
+    };
+    let world = comm_of("mpi://WORLD", "org.mpicr.world")?;
+    let selfc = comm_of("mpi://SELF", "org.mpicr.self")?;
+    Ok((world, selfc, level))
+}
+
+/// Ends the lower half for the program's MPI_Finalize.
+pub fn finalize_lower() -> c_int {
+    let f = lower::fns();
+    match strategy() {
+        // SAFETY: the program finalizes; nothing is pending.
+        Strategy::Namespace => unsafe { f.MPI_Finalize.map_or(MPI_ERR_OTHER, |g| g()) },
+        Strategy::Sessions if IN_WORLD_MODEL.swap(false, Ordering::AcqRel) => {
+            // SAFETY: as for `namespace`.
+            unsafe { f.MPI_Finalize.map_or(MPI_ERR_OTHER, |g| g()) }
+        }
+        Strategy::Sessions => {
+            free_real_objects();
+            let mut s = SESSION.swap(MPI_SESSION_NULL, Ordering::AcqRel);
+            // SAFETY: the session opened by `open_session`.
+            unsafe { f.MPI_Session_finalize.map_or(MPI_ERR_OTHER, |g| g(&mut s)) }
+        }
+    }
+}
+
+/// Frees every real object of the current generation (before finalizing a session).
+fn free_real_objects() {
+    let f = lower::fns();
+    // SAFETY: each handle is a live real object of the current generation, freed once.
+    unsafe {
+        for (_, r, e) in OBJ.requests.snapshot() {
+            let mut r = r as u32 as c_int;
+            if e.recipe.is_persistent() && r != MPI_REQUEST_NULL {
+                f.MPI_Request_free.map(|g| g(&mut r));
+            }
+        }
+        for (_, r, _) in OBJ.comms.snapshot() {
+            let mut r = r as u32 as c_int;
+            f.MPI_Comm_free.map(|g| g(&mut r));
+        }
+        for (_, r, _) in OBJ.groups.snapshot() {
+            let mut r = r as u32 as c_int;
+            f.MPI_Group_free.map(|g| g(&mut r));
+        }
+        for (_, r, _) in OBJ.datatypes.snapshot() {
+            let mut r = r as u32 as c_int;
+            f.MPI_Type_free.map(|g| g(&mut r));
+        }
+        for (_, r, _) in OBJ.ops.snapshot() {
+            let mut r = r as u32 as c_int;
+            f.MPI_Op_free.map(|g| g(&mut r));
+        }
+        for (_, r, _) in OBJ.infos.snapshot() {
+            let mut r = r as u32 as c_int;
+            f.MPI_Info_free.map(|g| g(&mut r));
+        }
     }
 }
 
@@ -73,11 +259,10 @@ pub fn remember_level(level: c_int) {
 /// Releases the real library: nothing of it (sockets, shared memory) may be in the image.
 pub fn release() -> Result<(), String> {
     forget_world_group();
-    let f = lower::fns();
-    // SAFETY: every pending operation was completed or cancelled by the drain.
-    let rc = unsafe { f.MPI_Finalize.map_or(MPI_ERR_OTHER, |g| g()) };
+    crate::api::datatype::forget_all_reals();
+    let rc = finalize_lower();
     if rc != MPI_SUCCESS {
-        return Err(format!("MPI_Finalize of the lower half failed: {}", crate::errors::error_string(rc)));
+        return Err(format!("finalizing the lower half ({}) failed: {}", strategy().name(), crate::errors::error_string(rc)));
     }
     Ok(())
 }
@@ -93,22 +278,20 @@ pub fn renew(restarted: bool, size: Option<i32>) -> Result<(), String> {
     if renewals_left() == Some(0) {
         return Err(limit_message());
     }
-    let path = lower::current().path.clone();
-    let g = lower::load_generation(&path).map_err(|e| format!("{e} ({})", limit_message()))?;
-    connect_pmi(g.number)?;
-    let f = lower::fns();
-    let mut provided = 0;
-    // SAFETY: initialising the fresh copy; argc/argv may be null.
-    let rc = unsafe {
-        f.MPI_Init_thread.map_or(MPI_ERR_OTHER, |i| i(std::ptr::null_mut(), std::ptr::null_mut(), LEVEL.load(Ordering::Acquire), &mut provided))
+    let generation = match strategy() {
+        Strategy::Namespace => {
+            let path = lower::current().path.clone();
+            lower::load_generation(&path).map_err(|e| format!("{e} ({})", limit_message()))?.number
+        }
+        Strategy::Sessions => lower::bump_generation(),
     };
-    if rc != MPI_SUCCESS {
-        return Err(format!("MPI_Init of the renewed library failed: {}", crate::errors::error_string(rc)));
-    }
-    crate::api::init::errors_return_on(MPI_COMM_WORLD);
-    crate::api::init::errors_return_on(MPI_COMM_SELF);
-    OBJ.comms.set_real(WORLD_INDEX, MPI_COMM_WORLD as u32 as u64);
-    OBJ.comms.set_real(SELF_INDEX, MPI_COMM_SELF as u32 as u64);
+    connect_pmi(generation)?;
+    let (world, selfc, _) = init_lower(std::ptr::null_mut(), std::ptr::null_mut(), LEVEL.load(Ordering::Acquire))
+        .map_err(|rc| format!("initialising the renewed library failed: {}", crate::errors::error_string(rc)))?;
+    crate::api::init::errors_return_on(world);
+    crate::api::init::errors_return_on(selfc);
+    OBJ.comms.set_real(WORLD_INDEX, world as u32 as u64);
+    OBJ.comms.set_real(SELF_INDEX, selfc as u32 as u64);
     rebuild_comms()?;
     rebuild_groups()?;
     rebuild_datatypes()?;
@@ -116,7 +299,25 @@ pub fn renew(restarted: bool, size: Option<i32>) -> Result<(), String> {
     rebuild_infos()?;
     replay_library_state()?;
     repost_requests()?;
+    restore_names();
     Ok(())
+}
+
+/// Gives rebuilt communicators and datatypes the names they had.
+fn restore_names() {
+    let f = lower::fns();
+    for (_, real, c) in OBJ.comms.snapshot() {
+        if let Some(n) = c.name.and_then(|n| std::ffi::CString::new(n).ok()) {
+            // SAFETY: a live real communicator and a NUL-terminated name.
+            unsafe { f.MPI_Comm_set_name.map(|g| g(real as u32 as c_int, n.as_ptr())) };
+        }
+    }
+    for (_, real, t) in OBJ.datatypes.snapshot() {
+        if let Some(n) = t.name.and_then(|n| std::ffi::CString::new(n).ok()) {
+            // SAFETY: as above, for a datatype.
+            unsafe { f.MPI_Type_set_name.map(|g| g(real as u32 as c_int, n.as_ptr())) };
+        }
+    }
 }
 
 /// Gives the renewed library's PMI client a fresh connection to the keeper, at the descriptor
@@ -148,7 +349,7 @@ fn connect_pmi(generation: u32) -> Result<(), String> {
 fn world_group() -> Result<c_int, String> {
     let mut g = MPI_GROUP_NULL;
     // SAFETY: valid out-pointer.
-    let rc = unsafe { lower::fns().MPI_Comm_group.map_or(MPI_ERR_OTHER, |f| f(MPI_COMM_WORLD, &mut g)) };
+    let rc = unsafe { lower::fns().MPI_Comm_group.map_or(MPI_ERR_OTHER, |f| f(real_world(), &mut g)) };
     if rc != MPI_SUCCESS {
         return Err("MPI_Comm_group(MPI_COMM_WORLD) failed".into());
     }
@@ -166,7 +367,7 @@ fn comm_of_ranks(world_group: c_int, ranks: &[i32], tag: c_int) -> Result<c_int,
     // SAFETY: arrays are live Vecs; out-pointers are locals.
     unsafe {
         check(f.MPI_Group_incl.map_or(MPI_ERR_OTHER, |h| h(world_group, ranks.len() as c_int, ranks.as_ptr(), &mut g)), "MPI_Group_incl")?;
-        check(f.MPI_Comm_create_group.map_or(MPI_ERR_OTHER, |h| h(MPI_COMM_WORLD, g, tag, &mut c)), "MPI_Comm_create_group")?;
+        check(f.MPI_Comm_create_group.map_or(MPI_ERR_OTHER, |h| h(real_world(), g, tag, &mut c)), "MPI_Comm_create_group")?;
         f.MPI_Group_free.map(|h| h(&mut g));
     }
     Ok(c)
@@ -190,7 +391,7 @@ fn rebuild_comms() -> Result<(), String> {
             let remote_leader = *remote.first().ok_or("an intercommunicator without a remote group")?;
             // SAFETY: live communicators; out-pointer is a local.
             unsafe {
-                check(f.MPI_Intercomm_create.map_or(MPI_ERR_OTHER, |h| h(local, 0, MPI_COMM_WORLD, remote_leader, tag, &mut inter)), "MPI_Intercomm_create")?;
+                check(f.MPI_Intercomm_create.map_or(MPI_ERR_OTHER, |h| h(local, 0, real_world(), remote_leader, tag, &mut inter)), "MPI_Intercomm_create")?;
                 f.MPI_Comm_free.map(|h| h(&mut comm));
             }
             comm = inter;

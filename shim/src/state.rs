@@ -29,6 +29,8 @@ pub struct CommEntry {
     pub create_group_seq: u64,
     /// Made by a call whose result cannot be rebuilt (spawn, connect, ...).
     pub restorable: bool,
+    /// Name (MPI_Comm_set_name), read back at checkpoint time.
+    pub name: Option<String>,
 }
 
 impl CommEntry {
@@ -43,6 +45,7 @@ impl CommEntry {
             recvd: vec![0; peers],
             create_group_seq: 0,
             restorable: true,
+            name: None,
         }
     }
 }
@@ -51,6 +54,8 @@ impl CommEntry {
 pub struct TypeEntry {
     pub dt: DatatypeEntry,
     pub attrs: Attrs,
+    /// Name (MPI_Type_set_name), read back at checkpoint time.
+    pub name: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

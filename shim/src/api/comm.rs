@@ -16,20 +16,20 @@ const MPI_CART: c_int = 2;
 const MPI_GRAPH: c_int = 1;
 const MPI_DIST_GRAPH: c_int = 3;
 
-/// Registers the real MPI_COMM_WORLD and MPI_COMM_SELF at their fixed table indices.
-pub fn register_world_and_self() -> c_int {
+/// Registers the real world and self communicators at their fixed table indices.
+pub fn register_world_and_self(world: c_int, selfc: c_int) -> c_int {
     let f = lower::fns();
     let (mut rank, mut size) = (0, 0);
     // SAFETY: valid out-pointers; the library is initialised.
     unsafe {
         if let (Some(r), Some(s)) = (f.MPI_Comm_rank, f.MPI_Comm_size) {
-            r(MPI_COMM_WORLD, &mut rank);
-            s(MPI_COMM_WORLD, &mut size);
+            r(world, &mut rank);
+            s(world, &mut size);
         }
     }
-    crate::api::init::errors_return_on(MPI_COMM_WORLD);
-    crate::api::init::errors_return_on(MPI_COMM_SELF);
-    let world = CommRecipe {
+    crate::api::init::errors_return_on(world);
+    crate::api::init::errors_return_on(selfc);
+    let world_recipe = CommRecipe {
         gid: WORLD_GID,
         world_ranks: (0..size).collect(),
         remote_world_ranks: None,
@@ -37,7 +37,7 @@ pub fn register_world_and_self() -> c_int {
         made_by: "MPI_Init".into(),
         parent: None,
     };
-    let selfc = CommRecipe {
+    let self_recipe = CommRecipe {
         gid: self_gid(rank),
         world_ranks: vec![rank],
         remote_world_ranks: None,
@@ -48,8 +48,8 @@ pub fn register_world_and_self() -> c_int {
     if OBJ.comms.len() != 0 {
         return MPI_ERR_OTHER;
     }
-    let w = OBJ.comms.insert(MPI_COMM_WORLD as u64, CommEntry::new(world, MPI_ERRORS_ARE_FATAL));
-    let s = OBJ.comms.insert(MPI_COMM_SELF as u64, CommEntry::new(selfc, MPI_ERRORS_ARE_FATAL));
+    let w = OBJ.comms.insert(world as u32 as u64, CommEntry::new(world_recipe, MPI_ERRORS_ARE_FATAL));
+    let s = OBJ.comms.insert(selfc as u32 as u64, CommEntry::new(self_recipe, MPI_ERRORS_ARE_FATAL));
     debug_assert_eq!((w, s), (Ok(WORLD_INDEX), Ok(SELF_INDEX)));
     MPI_SUCCESS
 }

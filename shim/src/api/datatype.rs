@@ -25,6 +25,11 @@ pub fn remember_real(real: c_int, v: c_int) {
     BY_REAL.lock().get_or_insert_with(HashMap::new).insert(real, v);
 }
 
+/// Forgets every real handle (the lower half is released; renewal records the new ones).
+pub fn forget_all_reals() {
+    *BY_REAL.lock() = None;
+}
+
 pub fn forget_real(real: c_int) {
     if let Some(m) = BY_REAL.lock().as_mut() {
         m.remove(&real);
@@ -41,7 +46,7 @@ pub fn typeref(h: MPI_Datatype) -> TypeRef {
 
 /// Registers a new real derived datatype.
 pub fn register_type(real: c_int, recipe: TypeRecipe) -> MPI_Datatype {
-    let entry = TypeEntry { dt: DatatypeEntry { recipe, committed: false }, attrs: Vec::new() };
+    let entry = TypeEntry { dt: DatatypeEntry { recipe, committed: false }, attrs: Vec::new(), name: None };
     let v = match OBJ.datatypes.insert(real as u32 as u64, entry) {
         Ok(i) => conv::handle(Kind::Datatype, i),
         Err(_) => errors::fatal("too many live datatypes"),

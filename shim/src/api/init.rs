@@ -4,6 +4,7 @@
 use crate::abi::*;
 use crate::api::comm::register_world_and_self;
 use crate::{conv, gate, lower};
+
 use std::os::raw::{c_char, c_int};
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -24,29 +25,48 @@ pub unsafe fn MPI_Init_thread(argc: *mut c_int, argv: *mut *mut *mut c_char, req
     rc
 }
 
+/// Where the program stands: before MPI_Init, between, or after MPI_Finalize. The shim
+/// answers MPI_Initialized/MPI_Finalized itself: with the `sessions` strategy the real
+/// library's world model is never initialised.
+static STAGE: AtomicI32 = AtomicI32::new(0);
+const INITIALIZED: c_int = 1;
+const FINALIZED: c_int = 2;
+
 unsafe fn init(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, provided: &mut c_int, name: &str) -> c_int {
     let g = gate::enter();
-    let level = required.max(MPI_THREAD_SERIALIZED).min(MPI_THREAD_MULTIPLE);
-    let mut real_provided = 0;
-    crate::renew::remember_level(level);
-    let rc = real!(MPI_Init_thread(argc, argv, level, &mut real_provided));
-    if rc != MPI_SUCCESS {
+    if STAGE.load(Ordering::Acquire) != 0 {
+        // A second MPI_Init: the real library gives the native error.
+        let rc = real!(MPI_Init_thread(argc, argv, required, provided));
         drop(g);
-        return crate::errors::raise_default(rc, name);
+        return crate::errors::raise_default(if rc == MPI_SUCCESS { MPI_ERR_OTHER } else { rc }, name);
     }
+    let level = required.max(MPI_THREAD_SERIALIZED).min(MPI_THREAD_MULTIPLE);
+    let (world, selfc, real_provided) = match crate::renew::init_lower(argc, argv, level) {
+        Ok(x) => x,
+        Err(rc) => {
+            drop(g);
+            return crate::errors::raise_default(rc, name);
+        }
+    };
     // A program asking for less than the library gives is told what a native run would say.
-    *provided = required.min(real_provided).max(MPI_THREAD_SINGLE);
-    if real_provided < required {
-        *provided = real_provided;
-    }
+    *provided = required.clamp(MPI_THREAD_SINGLE, real_provided.max(MPI_THREAD_SINGLE));
     PROVIDED.store(*provided, Ordering::Release);
-    let rc = register_world_and_self();
+    MAIN_THREAD.store(thread_id(), Ordering::Release);
+    let rc = register_world_and_self(world, selfc);
+    STAGE.store(INITIALIZED, Ordering::Release);
     drop(g);
     if rc != MPI_SUCCESS {
         return crate::errors::raise_default(rc, name);
     }
     crate::agent::start_if_supervised();
     MPI_SUCCESS
+}
+
+static MAIN_THREAD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn thread_id() -> u64 {
+    // SAFETY: pthread_self has no preconditions.
+    unsafe { libc::pthread_self() as u64 }
 }
 
 /// Sets MPI_ERRORS_RETURN on the real predefined communicators: the shim applies the program's
@@ -61,9 +81,15 @@ pub fn errors_return_on(real_comm: c_int) {
 pub unsafe fn MPI_Finalize() -> c_int {
     crate::agent::stop();
     crate::errors::flush_program_stdio();
-    let g = gate::enter();
+    if STAGE.load(Ordering::Acquire) != INITIALIZED {
+        let _g = gate::enter();
+        let rc = real!(MPI_Finalize());
+        return crate::errors::raise_default(if rc == MPI_SUCCESS { MPI_ERR_OTHER } else { rc }, "MPI_Finalize");
+    }
     crate::api::attr::delete_self_attrs_at_finalize();
-    let rc = real!(MPI_Finalize());
+    let g = gate::enter();
+    let rc = crate::renew::finalize_lower();
+    STAGE.store(FINALIZED, Ordering::Release);
     drop(g);
     if rc != MPI_SUCCESS {
         return crate::errors::raise_default(rc, "MPI_Finalize");
@@ -72,20 +98,18 @@ pub unsafe fn MPI_Finalize() -> c_int {
 }
 
 pub unsafe fn MPI_Initialized(flag: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    real!(MPI_Initialized(flag))
+    unsafe { crate::api::put(flag, (STAGE.load(Ordering::Acquire) != 0) as c_int) };
+    MPI_SUCCESS
 }
 
 pub unsafe fn MPI_Finalized(flag: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    real!(MPI_Finalized(flag))
+    unsafe { crate::api::put(flag, (STAGE.load(Ordering::Acquire) == FINALIZED) as c_int) };
+    MPI_SUCCESS
 }
 
 pub unsafe fn MPI_Query_thread(provided: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let mut initialized = 0;
-    let _ = real!(MPI_Initialized(&mut initialized));
-    if initialized == 0 {
+    if STAGE.load(Ordering::Acquire) != INITIALIZED {
+        let _g = gate::enter();
         return real!(MPI_Query_thread(provided));
     }
     unsafe { crate::api::put(provided, PROVIDED.load(Ordering::Acquire)) };
@@ -93,8 +117,12 @@ pub unsafe fn MPI_Query_thread(provided: *mut c_int) -> c_int {
 }
 
 pub unsafe fn MPI_Is_thread_main(flag: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    real!(MPI_Is_thread_main(flag))
+    if STAGE.load(Ordering::Acquire) != INITIALIZED {
+        let _g = gate::enter();
+        return real!(MPI_Is_thread_main(flag));
+    }
+    unsafe { crate::api::put(flag, (MAIN_THREAD.load(Ordering::Acquire) == thread_id()) as c_int) };
+    MPI_SUCCESS
 }
 
 pub unsafe fn MPI_Abort(comm: MPI_Comm, errorcode: c_int) -> c_int {
