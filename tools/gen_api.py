@@ -265,9 +265,15 @@ def gen_passthrough(fn):
     # Translate inside the gate: a renewal may rewrite real handles while the gate is closed.
     lines.append("    let _g = gate::enter();")
     args = []
+    ekind, eobj = error_object(fn)
     for n, t, p in params:
         if p["base"] in HANDLE_KINDS and p["ptr"] == 0 and not fn["name"].startswith("MPI_T_"):
-            lines.append("    let %s_r = conv::%s(%s);" % (n, HANDLE_KINDS[p["base"]], n))
+            kind = HANDLE_KINDS[p["base"]]
+            if n == eobj and kind in ("comm", "win") and ret == "c_int":
+                lines.append("    let %s_r = match conv::%s_checked(%s) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, \"%s\") } };"
+                             % (n, kind, n, fn["name"]))
+            else:
+                lines.append("    let %s_r = conv::%s(%s);" % (n, kind, n))
             args.append(n + "_r")
         else:
             args.append(n)
@@ -300,6 +306,7 @@ def gen_collective(fn, note):
     sig = ", ".join("%s: %s" % (n, t) for n, t, _ in params)
     lines = ["pub unsafe fn %s(%s) -> c_int {" % (name, sig)]
     lines.append("    let (_g, _seq) = crate::api::begin_collective(comm);")
+    lines.append("    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, \"%s\"); }" % name)
     neighbor = "neighbor" in name.lower()
     args = []
     for n, t, p in params:

@@ -34,6 +34,31 @@ pub fn comm(v: MPI_Comm) -> MPI_Comm {
     }
 }
 
+/// Set while the lower half runs a sessions-only generation: there, an error on an invalid
+/// communicator or window would go to the library's fatal initial error handler, so the shim
+/// reports it itself (elsewhere the library reports it, with its native message).
+pub static SESSIONS_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A communicator argument that a call's errors are reported on.
+#[inline(always)]
+pub fn comm_checked(v: MPI_Comm) -> Result<MPI_Comm, c_int> {
+    match comm_index(v).and_then(|i| OBJ.comms.real(i)) {
+        Some(r) => Ok(r as c_int),
+        None if SESSIONS_ONLY.load(std::sync::atomic::Ordering::Relaxed) => Err(MPI_ERR_COMM),
+        None => Ok(comm(v)),
+    }
+}
+
+/// A window argument that a call's errors are reported on (see [`comm_checked`]).
+#[inline(always)]
+pub fn win_checked(v: MPI_Win) -> Result<MPI_Win, c_int> {
+    match decode(v, Kind::Win).and_then(|i| OBJ.wins.real(i)) {
+        Some(r) => Ok(r as c_int),
+        None if SESSIONS_ONLY.load(std::sync::atomic::Ordering::Relaxed) => Err(MPI_ERR_WIN),
+        None => Ok(win(v)),
+    }
+}
+
 macro_rules! int_kind {
     ($fn:ident, $kind:ident, $table:ident) => {
         #[inline(always)]

@@ -121,7 +121,10 @@ pub fn init_lower(argc: *mut c_int, argv: *mut *mut *mut std::os::raw::c_char, l
             IN_WORLD_MODEL.store(true, Ordering::Release);
             Ok((MPI_COMM_WORLD, MPI_COMM_SELF, provided))
         }
-        Strategy::Sessions => open_session(level),
+        Strategy::Sessions => {
+            conv::SESSIONS_ONLY.store(true, Ordering::Release);
+            open_session(level)
+        }
     }
 }
 

@@ -86,7 +86,7 @@ unsafe fn post_send(
     mode: SendMode, buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm,
     real_call: impl FnOnce(c_int, c_int, &mut c_int) -> c_int,
 ) -> Result<MPI_Request, c_int> {
-    let (c, d) = (conv::comm(comm), conv::datatype(dt));
+    let (c, d) = (conv::comm_checked(comm)?, conv::datatype(dt));
     let mut r = MPI_REQUEST_NULL;
     let rc = real_call(c, d, &mut r);
     if rc != MPI_SUCCESS {
@@ -102,6 +102,7 @@ unsafe fn post_recv(
     real_call: impl FnOnce(c_int, c_int, &mut c_int) -> c_int,
 ) -> Result<MPI_Request, c_int> {
     let a = args(buf, count, dt, source, tag, comm);
+    conv::comm_checked(comm)?;
     if source == MPI_PROC_NULL && conv::comm_index(comm).is_some() {
         // Completes at once with the status MPI prescribes (no library round trip).
         let st = MPI_Status { MPI_SOURCE: MPI_PROC_NULL, MPI_TAG: MPI_ANY_TAG, ..Default::default() };
@@ -376,7 +377,13 @@ pub unsafe fn MPI_Iprobe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c
             return MPI_SUCCESS;
         }
     }
-    let c = conv::comm(comm);
+    let c = match conv::comm_checked(comm) {
+        Ok(c) => c,
+        Err(e) => {
+            drop(g);
+            return errors::raise_default(e, "MPI_Iprobe");
+        }
+    };
     let rc = real!(MPI_Iprobe(source, tag, c, flag, status));
     drop(g);
     if rc != MPI_SUCCESS {
@@ -419,7 +426,13 @@ pub unsafe fn MPI_Improbe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut 
             return MPI_SUCCESS;
         }
     }
-    let c = conv::comm(comm);
+    let c = match conv::comm_checked(comm) {
+        Ok(c) => c,
+        Err(e) => {
+            drop(g);
+            return errors::raise_default(e, "MPI_Improbe");
+        }
+    };
     let mut real_msg = MPI_MESSAGE_NULL;
     let mut st = MPI_Status::default();
     let mut f = 0;

@@ -8,6 +8,7 @@ use std::os::raw::{c_int, c_void};
 
 pub unsafe fn MPI_Allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Allgather"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -20,6 +21,7 @@ pub unsafe fn MPI_Allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: 
 
 pub unsafe fn MPI_Allgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Allgather_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -32,6 +34,7 @@ pub unsafe fn MPI_Allgather_c(sendbuf: *const c_void, sendcount: MPI_Count, send
 
 pub unsafe fn MPI_Allgather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Allgather_init"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -49,6 +52,7 @@ pub unsafe fn MPI_Allgather_init(sendbuf: *const c_void, sendcount: c_int, sendt
 
 pub unsafe fn MPI_Allgather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Allgather_init_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -66,6 +70,7 @@ pub unsafe fn MPI_Allgather_init_c(sendbuf: *const c_void, sendcount: MPI_Count,
 
 pub unsafe fn MPI_Allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Allgatherv"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -78,6 +83,7 @@ pub unsafe fn MPI_Allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype:
 
 pub unsafe fn MPI_Allgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Allgatherv_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -90,6 +96,7 @@ pub unsafe fn MPI_Allgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sen
 
 pub unsafe fn MPI_Allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Allgatherv_init"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -107,6 +114,7 @@ pub unsafe fn MPI_Allgatherv_init(sendbuf: *const c_void, sendcount: c_int, send
 
 pub unsafe fn MPI_Allgatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Allgatherv_init_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -124,6 +132,7 @@ pub unsafe fn MPI_Allgatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count
 
 pub unsafe fn MPI_Allreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Allreduce"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -136,6 +145,7 @@ pub unsafe fn MPI_Allreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count:
 
 pub unsafe fn MPI_Allreduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Allreduce_c"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -148,6 +158,7 @@ pub unsafe fn MPI_Allreduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, coun
 
 pub unsafe fn MPI_Allreduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Allreduce_init"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -165,6 +176,7 @@ pub unsafe fn MPI_Allreduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, c
 
 pub unsafe fn MPI_Allreduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Allreduce_init_c"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -182,6 +194,7 @@ pub unsafe fn MPI_Allreduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void,
 
 pub unsafe fn MPI_Alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Alltoall"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -194,6 +207,7 @@ pub unsafe fn MPI_Alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: M
 
 pub unsafe fn MPI_Alltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Alltoall_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -206,6 +220,7 @@ pub unsafe fn MPI_Alltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendt
 
 pub unsafe fn MPI_Alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Alltoall_init"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -223,6 +238,7 @@ pub unsafe fn MPI_Alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendty
 
 pub unsafe fn MPI_Alltoall_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Alltoall_init_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -240,6 +256,7 @@ pub unsafe fn MPI_Alltoall_init_c(sendbuf: *const c_void, sendcount: MPI_Count, 
 
 pub unsafe fn MPI_Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Alltoallv"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -252,6 +269,7 @@ pub unsafe fn MPI_Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sd
 
 pub unsafe fn MPI_Alltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Alltoallv_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -264,6 +282,7 @@ pub unsafe fn MPI_Alltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Cou
 
 pub unsafe fn MPI_Alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Alltoallv_init"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -281,6 +300,7 @@ pub unsafe fn MPI_Alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_in
 
 pub unsafe fn MPI_Alltoallv_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Alltoallv_init_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -298,6 +318,7 @@ pub unsafe fn MPI_Alltoallv_init_c(sendbuf: *const c_void, sendcounts: *const MP
 
 pub unsafe fn MPI_Alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Alltoallw"); }
     let sendtypes_v = crate::api::coll_types(sendtypes, conv::comm(comm), crate::api::Side::Send, false);
     let recvtypes_v = crate::api::coll_types(recvtypes, conv::comm(comm), crate::api::Side::Recv, false);
     let comm_r = conv::comm(comm);
@@ -310,6 +331,7 @@ pub unsafe fn MPI_Alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sd
 
 pub unsafe fn MPI_Alltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Alltoallw_c"); }
     let sendtypes_v = crate::api::coll_types(sendtypes, conv::comm(comm), crate::api::Side::Send, false);
     let recvtypes_v = crate::api::coll_types(recvtypes, conv::comm(comm), crate::api::Side::Recv, false);
     let comm_r = conv::comm(comm);
@@ -322,6 +344,7 @@ pub unsafe fn MPI_Alltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Cou
 
 pub unsafe fn MPI_Alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Alltoallw_init"); }
     let sendtypes_v = crate::api::coll_types(sendtypes, conv::comm(comm), crate::api::Side::Send, false);
     let recvtypes_v = crate::api::coll_types(recvtypes, conv::comm(comm), crate::api::Side::Recv, false);
     let comm_r = conv::comm(comm);
@@ -339,6 +362,7 @@ pub unsafe fn MPI_Alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_in
 
 pub unsafe fn MPI_Alltoallw_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Alltoallw_init_c"); }
     let sendtypes_v = crate::api::coll_types(sendtypes, conv::comm(comm), crate::api::Side::Send, false);
     let recvtypes_v = crate::api::coll_types(recvtypes, conv::comm(comm), crate::api::Side::Recv, false);
     let comm_r = conv::comm(comm);
@@ -356,6 +380,7 @@ pub unsafe fn MPI_Alltoallw_init_c(sendbuf: *const c_void, sendcounts: *const MP
 
 pub unsafe fn MPI_Barrier(comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Barrier"); }
     let comm_r = conv::comm(comm);
     let Some(f) = lower::fns().MPI_Barrier else { return errors::missing("MPI_Barrier") };
     let rc = f(comm_r);
@@ -366,6 +391,7 @@ pub unsafe fn MPI_Barrier(comm: MPI_Comm) -> c_int {
 
 pub unsafe fn MPI_Barrier_init(comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Barrier_init"); }
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
@@ -381,6 +407,7 @@ pub unsafe fn MPI_Barrier_init(comm: MPI_Comm, info: MPI_Info, request: *mut MPI
 
 pub unsafe fn MPI_Bcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Bcast"); }
     let datatype_r = conv::datatype(datatype);
     let comm_r = conv::comm(comm);
     let Some(f) = lower::fns().MPI_Bcast else { return errors::missing("MPI_Bcast") };
@@ -392,6 +419,7 @@ pub unsafe fn MPI_Bcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatyp
 
 pub unsafe fn MPI_Bcast_c(buffer: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Bcast_c"); }
     let datatype_r = conv::datatype(datatype);
     let comm_r = conv::comm(comm);
     let Some(f) = lower::fns().MPI_Bcast_c else { return errors::missing("MPI_Bcast_c") };
@@ -403,6 +431,7 @@ pub unsafe fn MPI_Bcast_c(buffer: *mut c_void, count: MPI_Count, datatype: MPI_D
 
 pub unsafe fn MPI_Bcast_init(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Bcast_init"); }
     let datatype_r = conv::datatype(datatype);
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
@@ -419,6 +448,7 @@ pub unsafe fn MPI_Bcast_init(buffer: *mut c_void, count: c_int, datatype: MPI_Da
 
 pub unsafe fn MPI_Bcast_init_c(buffer: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Bcast_init_c"); }
     let datatype_r = conv::datatype(datatype);
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
@@ -435,6 +465,7 @@ pub unsafe fn MPI_Bcast_init_c(buffer: *mut c_void, count: MPI_Count, datatype: 
 
 pub unsafe fn MPI_Exscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Exscan"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -447,6 +478,7 @@ pub unsafe fn MPI_Exscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_
 
 pub unsafe fn MPI_Exscan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Exscan_c"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -459,6 +491,7 @@ pub unsafe fn MPI_Exscan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: 
 
 pub unsafe fn MPI_Exscan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Exscan_init"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -476,6 +509,7 @@ pub unsafe fn MPI_Exscan_init(sendbuf: *const c_void, recvbuf: *mut c_void, coun
 
 pub unsafe fn MPI_Exscan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Exscan_init_c"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -493,6 +527,7 @@ pub unsafe fn MPI_Exscan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, co
 
 pub unsafe fn MPI_Gather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Gather"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -505,6 +540,7 @@ pub unsafe fn MPI_Gather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI
 
 pub unsafe fn MPI_Gather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Gather_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -517,6 +553,7 @@ pub unsafe fn MPI_Gather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtyp
 
 pub unsafe fn MPI_Gather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Gather_init"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -534,6 +571,7 @@ pub unsafe fn MPI_Gather_init(sendbuf: *const c_void, sendcount: c_int, sendtype
 
 pub unsafe fn MPI_Gather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Gather_init_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -551,6 +589,7 @@ pub unsafe fn MPI_Gather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, se
 
 pub unsafe fn MPI_Gatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Gatherv"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -563,6 +602,7 @@ pub unsafe fn MPI_Gatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MP
 
 pub unsafe fn MPI_Gatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Gatherv_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -575,6 +615,7 @@ pub unsafe fn MPI_Gatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendty
 
 pub unsafe fn MPI_Gatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Gatherv_init"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -592,6 +633,7 @@ pub unsafe fn MPI_Gatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtyp
 
 pub unsafe fn MPI_Gatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Gatherv_init_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -609,6 +651,7 @@ pub unsafe fn MPI_Gatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, s
 
 pub unsafe fn MPI_Iallgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Iallgather"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -625,6 +668,7 @@ pub unsafe fn MPI_Iallgather(sendbuf: *const c_void, sendcount: c_int, sendtype:
 
 pub unsafe fn MPI_Iallgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Iallgather_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -641,6 +685,7 @@ pub unsafe fn MPI_Iallgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sen
 
 pub unsafe fn MPI_Iallgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Iallgatherv"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -657,6 +702,7 @@ pub unsafe fn MPI_Iallgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype
 
 pub unsafe fn MPI_Iallgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Iallgatherv_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -673,6 +719,7 @@ pub unsafe fn MPI_Iallgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, se
 
 pub unsafe fn MPI_Iallreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Iallreduce"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -689,6 +736,7 @@ pub unsafe fn MPI_Iallreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count
 
 pub unsafe fn MPI_Iallreduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Iallreduce_c"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -705,6 +753,7 @@ pub unsafe fn MPI_Iallreduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, cou
 
 pub unsafe fn MPI_Ialltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ialltoall"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -721,6 +770,7 @@ pub unsafe fn MPI_Ialltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: 
 
 pub unsafe fn MPI_Ialltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ialltoall_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -737,6 +787,7 @@ pub unsafe fn MPI_Ialltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, send
 
 pub unsafe fn MPI_Ialltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ialltoallv"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -753,6 +804,7 @@ pub unsafe fn MPI_Ialltoallv(sendbuf: *const c_void, sendcounts: *const c_int, s
 
 pub unsafe fn MPI_Ialltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ialltoallv_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -769,6 +821,7 @@ pub unsafe fn MPI_Ialltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Co
 
 pub unsafe fn MPI_Ialltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ialltoallw"); }
     let sendtypes_v = crate::api::coll_types(sendtypes, conv::comm(comm), crate::api::Side::Send, false);
     let recvtypes_v = crate::api::coll_types(recvtypes, conv::comm(comm), crate::api::Side::Recv, false);
     let comm_r = conv::comm(comm);
@@ -785,6 +838,7 @@ pub unsafe fn MPI_Ialltoallw(sendbuf: *const c_void, sendcounts: *const c_int, s
 
 pub unsafe fn MPI_Ialltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ialltoallw_c"); }
     let sendtypes_v = crate::api::coll_types(sendtypes, conv::comm(comm), crate::api::Side::Send, false);
     let recvtypes_v = crate::api::coll_types(recvtypes, conv::comm(comm), crate::api::Side::Recv, false);
     let comm_r = conv::comm(comm);
@@ -801,6 +855,7 @@ pub unsafe fn MPI_Ialltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Co
 
 pub unsafe fn MPI_Ibarrier(comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ibarrier"); }
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
     let Some(f) = lower::fns().MPI_Ibarrier else { return errors::missing("MPI_Ibarrier") };
@@ -815,6 +870,7 @@ pub unsafe fn MPI_Ibarrier(comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
 
 pub unsafe fn MPI_Ibcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ibcast"); }
     let datatype_r = conv::datatype(datatype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
@@ -830,6 +886,7 @@ pub unsafe fn MPI_Ibcast(buffer: *mut c_void, count: c_int, datatype: MPI_Dataty
 
 pub unsafe fn MPI_Ibcast_c(buffer: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ibcast_c"); }
     let datatype_r = conv::datatype(datatype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
@@ -845,6 +902,7 @@ pub unsafe fn MPI_Ibcast_c(buffer: *mut c_void, count: MPI_Count, datatype: MPI_
 
 pub unsafe fn MPI_Iexscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Iexscan"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -861,6 +919,7 @@ pub unsafe fn MPI_Iexscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c
 
 pub unsafe fn MPI_Iexscan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Iexscan_c"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -877,6 +936,7 @@ pub unsafe fn MPI_Iexscan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count:
 
 pub unsafe fn MPI_Igather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Igather"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -893,6 +953,7 @@ pub unsafe fn MPI_Igather(sendbuf: *const c_void, sendcount: c_int, sendtype: MP
 
 pub unsafe fn MPI_Igather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Igather_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -909,6 +970,7 @@ pub unsafe fn MPI_Igather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendty
 
 pub unsafe fn MPI_Igatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Igatherv"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -925,6 +987,7 @@ pub unsafe fn MPI_Igatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: M
 
 pub unsafe fn MPI_Igatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Igatherv_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -941,6 +1004,7 @@ pub unsafe fn MPI_Igatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendt
 
 pub unsafe fn MPI_Ineighbor_allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ineighbor_allgather"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -957,6 +1021,7 @@ pub unsafe fn MPI_Ineighbor_allgather(sendbuf: *const c_void, sendcount: c_int, 
 
 pub unsafe fn MPI_Ineighbor_allgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ineighbor_allgather_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -973,6 +1038,7 @@ pub unsafe fn MPI_Ineighbor_allgather_c(sendbuf: *const c_void, sendcount: MPI_C
 
 pub unsafe fn MPI_Ineighbor_allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ineighbor_allgatherv"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -989,6 +1055,7 @@ pub unsafe fn MPI_Ineighbor_allgatherv(sendbuf: *const c_void, sendcount: c_int,
 
 pub unsafe fn MPI_Ineighbor_allgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ineighbor_allgatherv_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1005,6 +1072,7 @@ pub unsafe fn MPI_Ineighbor_allgatherv_c(sendbuf: *const c_void, sendcount: MPI_
 
 pub unsafe fn MPI_Ineighbor_alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ineighbor_alltoall"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1021,6 +1089,7 @@ pub unsafe fn MPI_Ineighbor_alltoall(sendbuf: *const c_void, sendcount: c_int, s
 
 pub unsafe fn MPI_Ineighbor_alltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ineighbor_alltoall_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1037,6 +1106,7 @@ pub unsafe fn MPI_Ineighbor_alltoall_c(sendbuf: *const c_void, sendcount: MPI_Co
 
 pub unsafe fn MPI_Ineighbor_alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ineighbor_alltoallv"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1053,6 +1123,7 @@ pub unsafe fn MPI_Ineighbor_alltoallv(sendbuf: *const c_void, sendcounts: *const
 
 pub unsafe fn MPI_Ineighbor_alltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ineighbor_alltoallv_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1069,6 +1140,7 @@ pub unsafe fn MPI_Ineighbor_alltoallv_c(sendbuf: *const c_void, sendcounts: *con
 
 pub unsafe fn MPI_Ineighbor_alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ineighbor_alltoallw"); }
     let sendtypes_v = crate::api::coll_types(sendtypes, conv::comm(comm), crate::api::Side::Send, true);
     let recvtypes_v = crate::api::coll_types(recvtypes, conv::comm(comm), crate::api::Side::Recv, true);
     let comm_r = conv::comm(comm);
@@ -1085,6 +1157,7 @@ pub unsafe fn MPI_Ineighbor_alltoallw(sendbuf: *const c_void, sendcounts: *const
 
 pub unsafe fn MPI_Ineighbor_alltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ineighbor_alltoallw_c"); }
     let sendtypes_v = crate::api::coll_types(sendtypes, conv::comm(comm), crate::api::Side::Send, true);
     let recvtypes_v = crate::api::coll_types(recvtypes, conv::comm(comm), crate::api::Side::Recv, true);
     let comm_r = conv::comm(comm);
@@ -1101,6 +1174,7 @@ pub unsafe fn MPI_Ineighbor_alltoallw_c(sendbuf: *const c_void, sendcounts: *con
 
 pub unsafe fn MPI_Ireduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ireduce"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -1117,6 +1191,7 @@ pub unsafe fn MPI_Ireduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c
 
 pub unsafe fn MPI_Ireduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ireduce_c"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -1133,6 +1208,7 @@ pub unsafe fn MPI_Ireduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count:
 
 pub unsafe fn MPI_Ireduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ireduce_scatter"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -1149,6 +1225,7 @@ pub unsafe fn MPI_Ireduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, 
 
 pub unsafe fn MPI_Ireduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ireduce_scatter_block"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -1165,6 +1242,7 @@ pub unsafe fn MPI_Ireduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_
 
 pub unsafe fn MPI_Ireduce_scatter_block_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ireduce_scatter_block_c"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -1181,6 +1259,7 @@ pub unsafe fn MPI_Ireduce_scatter_block_c(sendbuf: *const c_void, recvbuf: *mut 
 
 pub unsafe fn MPI_Ireduce_scatter_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ireduce_scatter_c"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -1197,6 +1276,7 @@ pub unsafe fn MPI_Ireduce_scatter_c(sendbuf: *const c_void, recvbuf: *mut c_void
 
 pub unsafe fn MPI_Iscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Iscan"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -1213,6 +1293,7 @@ pub unsafe fn MPI_Iscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_i
 
 pub unsafe fn MPI_Iscan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Iscan_c"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -1229,6 +1310,7 @@ pub unsafe fn MPI_Iscan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: M
 
 pub unsafe fn MPI_Iscatter(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Iscatter"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1245,6 +1327,7 @@ pub unsafe fn MPI_Iscatter(sendbuf: *const c_void, sendcount: c_int, sendtype: M
 
 pub unsafe fn MPI_Iscatter_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Iscatter_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1261,6 +1344,7 @@ pub unsafe fn MPI_Iscatter_c(sendbuf: *const c_void, sendcount: MPI_Count, sendt
 
 pub unsafe fn MPI_Iscatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Iscatterv"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1277,6 +1361,7 @@ pub unsafe fn MPI_Iscatterv(sendbuf: *const c_void, sendcounts: *const c_int, di
 
 pub unsafe fn MPI_Iscatterv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, displs: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Iscatterv_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1293,6 +1378,7 @@ pub unsafe fn MPI_Iscatterv_c(sendbuf: *const c_void, sendcounts: *const MPI_Cou
 
 pub unsafe fn MPI_Neighbor_allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Neighbor_allgather"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1305,6 +1391,7 @@ pub unsafe fn MPI_Neighbor_allgather(sendbuf: *const c_void, sendcount: c_int, s
 
 pub unsafe fn MPI_Neighbor_allgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Neighbor_allgather_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1317,6 +1404,7 @@ pub unsafe fn MPI_Neighbor_allgather_c(sendbuf: *const c_void, sendcount: MPI_Co
 
 pub unsafe fn MPI_Neighbor_allgather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Neighbor_allgather_init"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1334,6 +1422,7 @@ pub unsafe fn MPI_Neighbor_allgather_init(sendbuf: *const c_void, sendcount: c_i
 
 pub unsafe fn MPI_Neighbor_allgather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Neighbor_allgather_init_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1351,6 +1440,7 @@ pub unsafe fn MPI_Neighbor_allgather_init_c(sendbuf: *const c_void, sendcount: M
 
 pub unsafe fn MPI_Neighbor_allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Neighbor_allgatherv"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1363,6 +1453,7 @@ pub unsafe fn MPI_Neighbor_allgatherv(sendbuf: *const c_void, sendcount: c_int, 
 
 pub unsafe fn MPI_Neighbor_allgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Neighbor_allgatherv_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1375,6 +1466,7 @@ pub unsafe fn MPI_Neighbor_allgatherv_c(sendbuf: *const c_void, sendcount: MPI_C
 
 pub unsafe fn MPI_Neighbor_allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Neighbor_allgatherv_init"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1392,6 +1484,7 @@ pub unsafe fn MPI_Neighbor_allgatherv_init(sendbuf: *const c_void, sendcount: c_
 
 pub unsafe fn MPI_Neighbor_allgatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Neighbor_allgatherv_init_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1409,6 +1502,7 @@ pub unsafe fn MPI_Neighbor_allgatherv_init_c(sendbuf: *const c_void, sendcount: 
 
 pub unsafe fn MPI_Neighbor_alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Neighbor_alltoall"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1421,6 +1515,7 @@ pub unsafe fn MPI_Neighbor_alltoall(sendbuf: *const c_void, sendcount: c_int, se
 
 pub unsafe fn MPI_Neighbor_alltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Neighbor_alltoall_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1433,6 +1528,7 @@ pub unsafe fn MPI_Neighbor_alltoall_c(sendbuf: *const c_void, sendcount: MPI_Cou
 
 pub unsafe fn MPI_Neighbor_alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Neighbor_alltoall_init"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1450,6 +1546,7 @@ pub unsafe fn MPI_Neighbor_alltoall_init(sendbuf: *const c_void, sendcount: c_in
 
 pub unsafe fn MPI_Neighbor_alltoall_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Neighbor_alltoall_init_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1467,6 +1564,7 @@ pub unsafe fn MPI_Neighbor_alltoall_init_c(sendbuf: *const c_void, sendcount: MP
 
 pub unsafe fn MPI_Neighbor_alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Neighbor_alltoallv"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1479,6 +1577,7 @@ pub unsafe fn MPI_Neighbor_alltoallv(sendbuf: *const c_void, sendcounts: *const 
 
 pub unsafe fn MPI_Neighbor_alltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Neighbor_alltoallv_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1491,6 +1590,7 @@ pub unsafe fn MPI_Neighbor_alltoallv_c(sendbuf: *const c_void, sendcounts: *cons
 
 pub unsafe fn MPI_Neighbor_alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Neighbor_alltoallv_init"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1508,6 +1608,7 @@ pub unsafe fn MPI_Neighbor_alltoallv_init(sendbuf: *const c_void, sendcounts: *c
 
 pub unsafe fn MPI_Neighbor_alltoallv_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Neighbor_alltoallv_init_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1525,6 +1626,7 @@ pub unsafe fn MPI_Neighbor_alltoallv_init_c(sendbuf: *const c_void, sendcounts: 
 
 pub unsafe fn MPI_Neighbor_alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Neighbor_alltoallw"); }
     let sendtypes_v = crate::api::coll_types(sendtypes, conv::comm(comm), crate::api::Side::Send, true);
     let recvtypes_v = crate::api::coll_types(recvtypes, conv::comm(comm), crate::api::Side::Recv, true);
     let comm_r = conv::comm(comm);
@@ -1537,6 +1639,7 @@ pub unsafe fn MPI_Neighbor_alltoallw(sendbuf: *const c_void, sendcounts: *const 
 
 pub unsafe fn MPI_Neighbor_alltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Neighbor_alltoallw_c"); }
     let sendtypes_v = crate::api::coll_types(sendtypes, conv::comm(comm), crate::api::Side::Send, true);
     let recvtypes_v = crate::api::coll_types(recvtypes, conv::comm(comm), crate::api::Side::Recv, true);
     let comm_r = conv::comm(comm);
@@ -1549,6 +1652,7 @@ pub unsafe fn MPI_Neighbor_alltoallw_c(sendbuf: *const c_void, sendcounts: *cons
 
 pub unsafe fn MPI_Neighbor_alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Neighbor_alltoallw_init"); }
     let sendtypes_v = crate::api::coll_types(sendtypes, conv::comm(comm), crate::api::Side::Send, true);
     let recvtypes_v = crate::api::coll_types(recvtypes, conv::comm(comm), crate::api::Side::Recv, true);
     let comm_r = conv::comm(comm);
@@ -1566,6 +1670,7 @@ pub unsafe fn MPI_Neighbor_alltoallw_init(sendbuf: *const c_void, sendcounts: *c
 
 pub unsafe fn MPI_Neighbor_alltoallw_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Neighbor_alltoallw_init_c"); }
     let sendtypes_v = crate::api::coll_types(sendtypes, conv::comm(comm), crate::api::Side::Send, true);
     let recvtypes_v = crate::api::coll_types(recvtypes, conv::comm(comm), crate::api::Side::Recv, true);
     let comm_r = conv::comm(comm);
@@ -1583,6 +1688,7 @@ pub unsafe fn MPI_Neighbor_alltoallw_init_c(sendbuf: *const c_void, sendcounts: 
 
 pub unsafe fn MPI_Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Reduce"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -1595,6 +1701,7 @@ pub unsafe fn MPI_Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_
 
 pub unsafe fn MPI_Reduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Reduce_c"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -1607,6 +1714,7 @@ pub unsafe fn MPI_Reduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: 
 
 pub unsafe fn MPI_Reduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Reduce_init"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -1624,6 +1732,7 @@ pub unsafe fn MPI_Reduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, coun
 
 pub unsafe fn MPI_Reduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Reduce_init_c"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -1641,6 +1750,7 @@ pub unsafe fn MPI_Reduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, co
 
 pub unsafe fn MPI_Reduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Reduce_scatter"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -1653,6 +1763,7 @@ pub unsafe fn MPI_Reduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, r
 
 pub unsafe fn MPI_Reduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Reduce_scatter_block"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -1665,6 +1776,7 @@ pub unsafe fn MPI_Reduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_v
 
 pub unsafe fn MPI_Reduce_scatter_block_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Reduce_scatter_block_c"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -1677,6 +1789,7 @@ pub unsafe fn MPI_Reduce_scatter_block_c(sendbuf: *const c_void, recvbuf: *mut c
 
 pub unsafe fn MPI_Reduce_scatter_block_init(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Reduce_scatter_block_init"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -1694,6 +1807,7 @@ pub unsafe fn MPI_Reduce_scatter_block_init(sendbuf: *const c_void, recvbuf: *mu
 
 pub unsafe fn MPI_Reduce_scatter_block_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Reduce_scatter_block_init_c"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -1711,6 +1825,7 @@ pub unsafe fn MPI_Reduce_scatter_block_init_c(sendbuf: *const c_void, recvbuf: *
 
 pub unsafe fn MPI_Reduce_scatter_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Reduce_scatter_c"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -1723,6 +1838,7 @@ pub unsafe fn MPI_Reduce_scatter_c(sendbuf: *const c_void, recvbuf: *mut c_void,
 
 pub unsafe fn MPI_Reduce_scatter_init(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Reduce_scatter_init"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -1740,6 +1856,7 @@ pub unsafe fn MPI_Reduce_scatter_init(sendbuf: *const c_void, recvbuf: *mut c_vo
 
 pub unsafe fn MPI_Reduce_scatter_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Reduce_scatter_init_c"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -1757,6 +1874,7 @@ pub unsafe fn MPI_Reduce_scatter_init_c(sendbuf: *const c_void, recvbuf: *mut c_
 
 pub unsafe fn MPI_Scan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Scan"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -1769,6 +1887,7 @@ pub unsafe fn MPI_Scan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_in
 
 pub unsafe fn MPI_Scan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Scan_c"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -1781,6 +1900,7 @@ pub unsafe fn MPI_Scan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MP
 
 pub unsafe fn MPI_Scan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Scan_init"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -1798,6 +1918,7 @@ pub unsafe fn MPI_Scan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count:
 
 pub unsafe fn MPI_Scan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Scan_init_c"); }
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
@@ -1815,6 +1936,7 @@ pub unsafe fn MPI_Scan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, coun
 
 pub unsafe fn MPI_Scatter(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Scatter"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1827,6 +1949,7 @@ pub unsafe fn MPI_Scatter(sendbuf: *const c_void, sendcount: c_int, sendtype: MP
 
 pub unsafe fn MPI_Scatter_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Scatter_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1839,6 +1962,7 @@ pub unsafe fn MPI_Scatter_c(sendbuf: *const c_void, sendcount: MPI_Count, sendty
 
 pub unsafe fn MPI_Scatter_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Scatter_init"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1856,6 +1980,7 @@ pub unsafe fn MPI_Scatter_init(sendbuf: *const c_void, sendcount: c_int, sendtyp
 
 pub unsafe fn MPI_Scatter_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Scatter_init_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1873,6 +1998,7 @@ pub unsafe fn MPI_Scatter_init_c(sendbuf: *const c_void, sendcount: MPI_Count, s
 
 pub unsafe fn MPI_Scatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Scatterv"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1885,6 +2011,7 @@ pub unsafe fn MPI_Scatterv(sendbuf: *const c_void, sendcounts: *const c_int, dis
 
 pub unsafe fn MPI_Scatterv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, displs: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Scatterv_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1897,6 +2024,7 @@ pub unsafe fn MPI_Scatterv_c(sendbuf: *const c_void, sendcounts: *const MPI_Coun
 
 pub unsafe fn MPI_Scatterv_init(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Scatterv_init"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
@@ -1914,6 +2042,7 @@ pub unsafe fn MPI_Scatterv_init(sendbuf: *const c_void, sendcounts: *const c_int
 
 pub unsafe fn MPI_Scatterv_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, displs: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
     let (_g, _seq) = crate::api::begin_collective(comm);
+    if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Scatterv_init_c"); }
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);

@@ -11,7 +11,7 @@ pub unsafe fn MPI_Accumulate(origin_addr: *const c_void, origin_count: c_int, or
     let origin_datatype_r = conv::datatype(origin_datatype);
     let target_datatype_r = conv::datatype(target_datatype);
     let op_r = conv::op(op);
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Accumulate") } };
     let Some(f) = lower::fns().MPI_Accumulate else { return errors::missing("MPI_Accumulate") };
     let rc = f(origin_addr, origin_count, origin_datatype_r, target_rank, target_disp, target_count, target_datatype_r, op_r, win_r);
     drop(_g);
@@ -24,7 +24,7 @@ pub unsafe fn MPI_Accumulate_c(origin_addr: *const c_void, origin_count: MPI_Cou
     let origin_datatype_r = conv::datatype(origin_datatype);
     let target_datatype_r = conv::datatype(target_datatype);
     let op_r = conv::op(op);
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Accumulate_c") } };
     let Some(f) = lower::fns().MPI_Accumulate_c else { return errors::missing("MPI_Accumulate_c") };
     let rc = f(origin_addr, origin_count, origin_datatype_r, target_rank, target_disp, target_count, target_datatype_r, op_r, win_r);
     drop(_g);
@@ -55,7 +55,7 @@ pub unsafe fn MPI_Aint_diff(addr1: MPI_Aint, addr2: MPI_Aint) -> MPI_Aint {
 
 pub unsafe fn MPI_Cart_coords(comm: MPI_Comm, rank: c_int, maxdims: c_int, coords: *mut c_int) -> c_int {
     let _g = gate::enter();
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Cart_coords") } };
     let Some(f) = lower::fns().MPI_Cart_coords else { return errors::missing("MPI_Cart_coords") };
     let rc = f(comm_r, rank, maxdims, coords);
     drop(_g);
@@ -65,7 +65,7 @@ pub unsafe fn MPI_Cart_coords(comm: MPI_Comm, rank: c_int, maxdims: c_int, coord
 
 pub unsafe fn MPI_Cart_get(comm: MPI_Comm, maxdims: c_int, dims: *mut c_int, periods: *mut c_int, coords: *mut c_int) -> c_int {
     let _g = gate::enter();
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Cart_get") } };
     let Some(f) = lower::fns().MPI_Cart_get else { return errors::missing("MPI_Cart_get") };
     let rc = f(comm_r, maxdims, dims, periods, coords);
     drop(_g);
@@ -75,7 +75,7 @@ pub unsafe fn MPI_Cart_get(comm: MPI_Comm, maxdims: c_int, dims: *mut c_int, per
 
 pub unsafe fn MPI_Cart_map(comm: MPI_Comm, ndims: c_int, dims: *const c_int, periods: *const c_int, newrank: *mut c_int) -> c_int {
     let _g = gate::enter();
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Cart_map") } };
     let Some(f) = lower::fns().MPI_Cart_map else { return errors::missing("MPI_Cart_map") };
     let rc = f(comm_r, ndims, dims, periods, newrank);
     drop(_g);
@@ -85,7 +85,7 @@ pub unsafe fn MPI_Cart_map(comm: MPI_Comm, ndims: c_int, dims: *const c_int, per
 
 pub unsafe fn MPI_Cart_rank(comm: MPI_Comm, coords: *const c_int, rank: *mut c_int) -> c_int {
     let _g = gate::enter();
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Cart_rank") } };
     let Some(f) = lower::fns().MPI_Cart_rank else { return errors::missing("MPI_Cart_rank") };
     let rc = f(comm_r, coords, rank);
     drop(_g);
@@ -95,7 +95,7 @@ pub unsafe fn MPI_Cart_rank(comm: MPI_Comm, coords: *const c_int, rank: *mut c_i
 
 pub unsafe fn MPI_Cart_shift(comm: MPI_Comm, direction: c_int, disp: c_int, rank_source: *mut c_int, rank_dest: *mut c_int) -> c_int {
     let _g = gate::enter();
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Cart_shift") } };
     let Some(f) = lower::fns().MPI_Cart_shift else { return errors::missing("MPI_Cart_shift") };
     let rc = f(comm_r, direction, disp, rank_source, rank_dest);
     drop(_g);
@@ -105,7 +105,7 @@ pub unsafe fn MPI_Cart_shift(comm: MPI_Comm, direction: c_int, disp: c_int, rank
 
 pub unsafe fn MPI_Cartdim_get(comm: MPI_Comm, ndims: *mut c_int) -> c_int {
     let _g = gate::enter();
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Cartdim_get") } };
     let Some(f) = lower::fns().MPI_Cartdim_get else { return errors::missing("MPI_Cartdim_get") };
     let rc = f(comm_r, ndims);
     drop(_g);
@@ -124,7 +124,7 @@ pub unsafe fn MPI_Close_port(port_name: *const c_char) -> c_int {
 
 pub unsafe fn MPI_Comm_compare(comm1: MPI_Comm, comm2: MPI_Comm, result: *mut c_int) -> c_int {
     let _g = gate::enter();
-    let comm1_r = conv::comm(comm1);
+    let comm1_r = match conv::comm_checked(comm1) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_compare") } };
     let comm2_r = conv::comm(comm2);
     let Some(f) = lower::fns().MPI_Comm_compare else { return errors::missing("MPI_Comm_compare") };
     let rc = f(comm1_r, comm2_r, result);
@@ -135,7 +135,7 @@ pub unsafe fn MPI_Comm_compare(comm1: MPI_Comm, comm2: MPI_Comm, result: *mut c_
 
 pub unsafe fn MPI_Comm_get_name(comm: MPI_Comm, comm_name: *mut c_char, resultlen: *mut c_int) -> c_int {
     let _g = gate::enter();
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_get_name") } };
     let Some(f) = lower::fns().MPI_Comm_get_name else { return errors::missing("MPI_Comm_get_name") };
     let rc = f(comm_r, comm_name, resultlen);
     drop(_g);
@@ -145,7 +145,7 @@ pub unsafe fn MPI_Comm_get_name(comm: MPI_Comm, comm_name: *mut c_char, resultle
 
 pub unsafe fn MPI_Comm_rank(comm: MPI_Comm, rank: *mut c_int) -> c_int {
     let _g = gate::enter();
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_rank") } };
     let Some(f) = lower::fns().MPI_Comm_rank else { return errors::missing("MPI_Comm_rank") };
     let rc = f(comm_r, rank);
     drop(_g);
@@ -155,7 +155,7 @@ pub unsafe fn MPI_Comm_rank(comm: MPI_Comm, rank: *mut c_int) -> c_int {
 
 pub unsafe fn MPI_Comm_remote_size(comm: MPI_Comm, size: *mut c_int) -> c_int {
     let _g = gate::enter();
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_remote_size") } };
     let Some(f) = lower::fns().MPI_Comm_remote_size else { return errors::missing("MPI_Comm_remote_size") };
     let rc = f(comm_r, size);
     drop(_g);
@@ -165,7 +165,7 @@ pub unsafe fn MPI_Comm_remote_size(comm: MPI_Comm, size: *mut c_int) -> c_int {
 
 pub unsafe fn MPI_Comm_set_info(comm: MPI_Comm, info: MPI_Info) -> c_int {
     let _g = gate::enter();
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_set_info") } };
     let info_r = conv::info(info);
     let Some(f) = lower::fns().MPI_Comm_set_info else { return errors::missing("MPI_Comm_set_info") };
     let rc = f(comm_r, info_r);
@@ -176,7 +176,7 @@ pub unsafe fn MPI_Comm_set_info(comm: MPI_Comm, info: MPI_Info) -> c_int {
 
 pub unsafe fn MPI_Comm_set_name(comm: MPI_Comm, comm_name: *const c_char) -> c_int {
     let _g = gate::enter();
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_set_name") } };
     let Some(f) = lower::fns().MPI_Comm_set_name else { return errors::missing("MPI_Comm_set_name") };
     let rc = f(comm_r, comm_name);
     drop(_g);
@@ -186,7 +186,7 @@ pub unsafe fn MPI_Comm_set_name(comm: MPI_Comm, comm_name: *const c_char) -> c_i
 
 pub unsafe fn MPI_Comm_size(comm: MPI_Comm, size: *mut c_int) -> c_int {
     let _g = gate::enter();
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_size") } };
     let Some(f) = lower::fns().MPI_Comm_size else { return errors::missing("MPI_Comm_size") };
     let rc = f(comm_r, size);
     drop(_g);
@@ -196,7 +196,7 @@ pub unsafe fn MPI_Comm_size(comm: MPI_Comm, size: *mut c_int) -> c_int {
 
 pub unsafe fn MPI_Comm_test_inter(comm: MPI_Comm, flag: *mut c_int) -> c_int {
     let _g = gate::enter();
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_test_inter") } };
     let Some(f) = lower::fns().MPI_Comm_test_inter else { return errors::missing("MPI_Comm_test_inter") };
     let rc = f(comm_r, flag);
     drop(_g);
@@ -207,7 +207,7 @@ pub unsafe fn MPI_Comm_test_inter(comm: MPI_Comm, flag: *mut c_int) -> c_int {
 pub unsafe fn MPI_Compare_and_swap(origin_addr: *const c_void, compare_addr: *const c_void, result_addr: *mut c_void, datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, win: MPI_Win) -> c_int {
     let _g = gate::enter();
     let datatype_r = conv::datatype(datatype);
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Compare_and_swap") } };
     let Some(f) = lower::fns().MPI_Compare_and_swap else { return errors::missing("MPI_Compare_and_swap") };
     let rc = f(origin_addr, compare_addr, result_addr, datatype_r, target_rank, target_disp, win_r);
     drop(_g);
@@ -226,7 +226,7 @@ pub unsafe fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int) -> 
 
 pub unsafe fn MPI_Dist_graph_neighbors(comm: MPI_Comm, maxindegree: c_int, sources: *mut c_int, sourceweights: *mut c_int, maxoutdegree: c_int, destinations: *mut c_int, destweights: *mut c_int) -> c_int {
     let _g = gate::enter();
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Dist_graph_neighbors") } };
     let Some(f) = lower::fns().MPI_Dist_graph_neighbors else { return errors::missing("MPI_Dist_graph_neighbors") };
     let rc = f(comm_r, maxindegree, sources, sourceweights, maxoutdegree, destinations, destweights);
     drop(_g);
@@ -236,7 +236,7 @@ pub unsafe fn MPI_Dist_graph_neighbors(comm: MPI_Comm, maxindegree: c_int, sourc
 
 pub unsafe fn MPI_Dist_graph_neighbors_count(comm: MPI_Comm, indegree: *mut c_int, outdegree: *mut c_int, weighted: *mut c_int) -> c_int {
     let _g = gate::enter();
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Dist_graph_neighbors_count") } };
     let Some(f) = lower::fns().MPI_Dist_graph_neighbors_count else { return errors::missing("MPI_Dist_graph_neighbors_count") };
     let rc = f(comm_r, indegree, outdegree, weighted);
     drop(_g);
@@ -266,7 +266,7 @@ pub unsafe fn MPI_Fetch_and_op(origin_addr: *const c_void, result_addr: *mut c_v
     let _g = gate::enter();
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Fetch_and_op") } };
     let Some(f) = lower::fns().MPI_Fetch_and_op else { return errors::missing("MPI_Fetch_and_op") };
     let rc = f(origin_addr, result_addr, datatype_r, target_rank, target_disp, op_r, win_r);
     drop(_g);
@@ -910,7 +910,7 @@ pub unsafe fn MPI_Get(origin_addr: *mut c_void, origin_count: c_int, origin_data
     let _g = gate::enter();
     let origin_datatype_r = conv::datatype(origin_datatype);
     let target_datatype_r = conv::datatype(target_datatype);
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Get") } };
     let Some(f) = lower::fns().MPI_Get else { return errors::missing("MPI_Get") };
     let rc = f(origin_addr, origin_count, origin_datatype_r, target_rank, target_disp, target_count, target_datatype_r, win_r);
     drop(_g);
@@ -924,7 +924,7 @@ pub unsafe fn MPI_Get_accumulate(origin_addr: *const c_void, origin_count: c_int
     let result_datatype_r = conv::datatype(result_datatype);
     let target_datatype_r = conv::datatype(target_datatype);
     let op_r = conv::op(op);
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Get_accumulate") } };
     let Some(f) = lower::fns().MPI_Get_accumulate else { return errors::missing("MPI_Get_accumulate") };
     let rc = f(origin_addr, origin_count, origin_datatype_r, result_addr, result_count, result_datatype_r, target_rank, target_disp, target_count, target_datatype_r, op_r, win_r);
     drop(_g);
@@ -938,7 +938,7 @@ pub unsafe fn MPI_Get_accumulate_c(origin_addr: *const c_void, origin_count: MPI
     let result_datatype_r = conv::datatype(result_datatype);
     let target_datatype_r = conv::datatype(target_datatype);
     let op_r = conv::op(op);
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Get_accumulate_c") } };
     let Some(f) = lower::fns().MPI_Get_accumulate_c else { return errors::missing("MPI_Get_accumulate_c") };
     let rc = f(origin_addr, origin_count, origin_datatype_r, result_addr, result_count, result_datatype_r, target_rank, target_disp, target_count, target_datatype_r, op_r, win_r);
     drop(_g);
@@ -959,7 +959,7 @@ pub unsafe fn MPI_Get_c(origin_addr: *mut c_void, origin_count: MPI_Count, origi
     let _g = gate::enter();
     let origin_datatype_r = conv::datatype(origin_datatype);
     let target_datatype_r = conv::datatype(target_datatype);
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Get_c") } };
     let Some(f) = lower::fns().MPI_Get_c else { return errors::missing("MPI_Get_c") };
     let rc = f(origin_addr, origin_count, origin_datatype_r, target_rank, target_disp, target_count, target_datatype_r, win_r);
     drop(_g);
@@ -1046,7 +1046,7 @@ pub unsafe fn MPI_Get_version(version: *mut c_int, subversion: *mut c_int) -> c_
 
 pub unsafe fn MPI_Graph_get(comm: MPI_Comm, maxindex: c_int, maxedges: c_int, indx: *mut c_int, edges: *mut c_int) -> c_int {
     let _g = gate::enter();
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Graph_get") } };
     let Some(f) = lower::fns().MPI_Graph_get else { return errors::missing("MPI_Graph_get") };
     let rc = f(comm_r, maxindex, maxedges, indx, edges);
     drop(_g);
@@ -1056,7 +1056,7 @@ pub unsafe fn MPI_Graph_get(comm: MPI_Comm, maxindex: c_int, maxedges: c_int, in
 
 pub unsafe fn MPI_Graph_map(comm: MPI_Comm, nnodes: c_int, indx: *const c_int, edges: *const c_int, newrank: *mut c_int) -> c_int {
     let _g = gate::enter();
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Graph_map") } };
     let Some(f) = lower::fns().MPI_Graph_map else { return errors::missing("MPI_Graph_map") };
     let rc = f(comm_r, nnodes, indx, edges, newrank);
     drop(_g);
@@ -1066,7 +1066,7 @@ pub unsafe fn MPI_Graph_map(comm: MPI_Comm, nnodes: c_int, indx: *const c_int, e
 
 pub unsafe fn MPI_Graph_neighbors(comm: MPI_Comm, rank: c_int, maxneighbors: c_int, neighbors: *mut c_int) -> c_int {
     let _g = gate::enter();
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Graph_neighbors") } };
     let Some(f) = lower::fns().MPI_Graph_neighbors else { return errors::missing("MPI_Graph_neighbors") };
     let rc = f(comm_r, rank, maxneighbors, neighbors);
     drop(_g);
@@ -1076,7 +1076,7 @@ pub unsafe fn MPI_Graph_neighbors(comm: MPI_Comm, rank: c_int, maxneighbors: c_i
 
 pub unsafe fn MPI_Graph_neighbors_count(comm: MPI_Comm, rank: c_int, nneighbors: *mut c_int) -> c_int {
     let _g = gate::enter();
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Graph_neighbors_count") } };
     let Some(f) = lower::fns().MPI_Graph_neighbors_count else { return errors::missing("MPI_Graph_neighbors_count") };
     let rc = f(comm_r, rank, nneighbors);
     drop(_g);
@@ -1086,7 +1086,7 @@ pub unsafe fn MPI_Graph_neighbors_count(comm: MPI_Comm, rank: c_int, nneighbors:
 
 pub unsafe fn MPI_Graphdims_get(comm: MPI_Comm, nnodes: *mut c_int, nedges: *mut c_int) -> c_int {
     let _g = gate::enter();
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Graphdims_get") } };
     let Some(f) = lower::fns().MPI_Graphdims_get else { return errors::missing("MPI_Graphdims_get") };
     let rc = f(comm_r, nnodes, nedges);
     drop(_g);
@@ -1239,7 +1239,7 @@ pub unsafe fn MPI_Open_port(info: MPI_Info, port_name: *mut c_char) -> c_int {
 pub unsafe fn MPI_Pack(inbuf: *const c_void, incount: c_int, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: c_int, position: *mut c_int, comm: MPI_Comm) -> c_int {
     let _g = gate::enter();
     let datatype_r = conv::datatype(datatype);
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Pack") } };
     let Some(f) = lower::fns().MPI_Pack else { return errors::missing("MPI_Pack") };
     let rc = f(inbuf, incount, datatype_r, outbuf, outsize, position, comm_r);
     drop(_g);
@@ -1250,7 +1250,7 @@ pub unsafe fn MPI_Pack(inbuf: *const c_void, incount: c_int, datatype: MPI_Datat
 pub unsafe fn MPI_Pack_c(inbuf: *const c_void, incount: MPI_Count, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: MPI_Count, position: *mut MPI_Count, comm: MPI_Comm) -> c_int {
     let _g = gate::enter();
     let datatype_r = conv::datatype(datatype);
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Pack_c") } };
     let Some(f) = lower::fns().MPI_Pack_c else { return errors::missing("MPI_Pack_c") };
     let rc = f(inbuf, incount, datatype_r, outbuf, outsize, position, comm_r);
     drop(_g);
@@ -1301,7 +1301,7 @@ pub unsafe fn MPI_Pack_external_size_c(datarep: *const c_char, incount: MPI_Coun
 pub unsafe fn MPI_Pack_size(incount: c_int, datatype: MPI_Datatype, comm: MPI_Comm, size: *mut c_int) -> c_int {
     let _g = gate::enter();
     let datatype_r = conv::datatype(datatype);
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Pack_size") } };
     let Some(f) = lower::fns().MPI_Pack_size else { return errors::missing("MPI_Pack_size") };
     let rc = f(incount, datatype_r, comm_r, size);
     drop(_g);
@@ -1312,7 +1312,7 @@ pub unsafe fn MPI_Pack_size(incount: c_int, datatype: MPI_Datatype, comm: MPI_Co
 pub unsafe fn MPI_Pack_size_c(incount: MPI_Count, datatype: MPI_Datatype, comm: MPI_Comm, size: *mut MPI_Count) -> c_int {
     let _g = gate::enter();
     let datatype_r = conv::datatype(datatype);
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Pack_size_c") } };
     let Some(f) = lower::fns().MPI_Pack_size_c else { return errors::missing("MPI_Pack_size_c") };
     let rc = f(incount, datatype_r, comm_r, size);
     drop(_g);
@@ -1343,7 +1343,7 @@ pub unsafe fn MPI_Put(origin_addr: *const c_void, origin_count: c_int, origin_da
     let _g = gate::enter();
     let origin_datatype_r = conv::datatype(origin_datatype);
     let target_datatype_r = conv::datatype(target_datatype);
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Put") } };
     let Some(f) = lower::fns().MPI_Put else { return errors::missing("MPI_Put") };
     let rc = f(origin_addr, origin_count, origin_datatype_r, target_rank, target_disp, target_count, target_datatype_r, win_r);
     drop(_g);
@@ -1355,7 +1355,7 @@ pub unsafe fn MPI_Put_c(origin_addr: *const c_void, origin_count: MPI_Count, ori
     let _g = gate::enter();
     let origin_datatype_r = conv::datatype(origin_datatype);
     let target_datatype_r = conv::datatype(target_datatype);
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Put_c") } };
     let Some(f) = lower::fns().MPI_Put_c else { return errors::missing("MPI_Put_c") };
     let rc = f(origin_addr, origin_count, origin_datatype_r, target_rank, target_disp, target_count, target_datatype_r, win_r);
     drop(_g);
@@ -1924,7 +1924,7 @@ pub unsafe fn MPI_Test_cancelled(status: *const MPI_Status, flag: *mut c_int) ->
 
 pub unsafe fn MPI_Topo_test(comm: MPI_Comm, status: *mut c_int) -> c_int {
     let _g = gate::enter();
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Topo_test") } };
     let Some(f) = lower::fns().MPI_Topo_test else { return errors::missing("MPI_Topo_test") };
     let rc = f(comm_r, status);
     drop(_g);
@@ -2095,7 +2095,7 @@ pub unsafe fn MPI_Type_ub(datatype: MPI_Datatype, displacement: *mut MPI_Aint) -
 pub unsafe fn MPI_Unpack(inbuf: *const c_void, insize: c_int, position: *mut c_int, outbuf: *mut c_void, outcount: c_int, datatype: MPI_Datatype, comm: MPI_Comm) -> c_int {
     let _g = gate::enter();
     let datatype_r = conv::datatype(datatype);
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Unpack") } };
     let Some(f) = lower::fns().MPI_Unpack else { return errors::missing("MPI_Unpack") };
     let rc = f(inbuf, insize, position, outbuf, outcount, datatype_r, comm_r);
     drop(_g);
@@ -2106,7 +2106,7 @@ pub unsafe fn MPI_Unpack(inbuf: *const c_void, insize: c_int, position: *mut c_i
 pub unsafe fn MPI_Unpack_c(inbuf: *const c_void, insize: MPI_Count, position: *mut MPI_Count, outbuf: *mut c_void, outcount: MPI_Count, datatype: MPI_Datatype, comm: MPI_Comm) -> c_int {
     let _g = gate::enter();
     let datatype_r = conv::datatype(datatype);
-    let comm_r = conv::comm(comm);
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Unpack_c") } };
     let Some(f) = lower::fns().MPI_Unpack_c else { return errors::missing("MPI_Unpack_c") };
     let rc = f(inbuf, insize, position, outbuf, outcount, datatype_r, comm_r);
     drop(_g);
@@ -2146,7 +2146,7 @@ pub unsafe fn MPI_Unpublish_name(service_name: *const c_char, info: MPI_Info, po
 
 pub unsafe fn MPI_Win_attach(win: MPI_Win, base: *mut c_void, size: MPI_Aint) -> c_int {
     let _g = gate::enter();
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_attach") } };
     let Some(f) = lower::fns().MPI_Win_attach else { return errors::missing("MPI_Win_attach") };
     let rc = f(win_r, base, size);
     drop(_g);
@@ -2156,7 +2156,7 @@ pub unsafe fn MPI_Win_attach(win: MPI_Win, base: *mut c_void, size: MPI_Aint) ->
 
 pub unsafe fn MPI_Win_complete(win: MPI_Win) -> c_int {
     let _g = gate::enter();
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_complete") } };
     let Some(f) = lower::fns().MPI_Win_complete else { return errors::missing("MPI_Win_complete") };
     let rc = f(win_r);
     drop(_g);
@@ -2166,7 +2166,7 @@ pub unsafe fn MPI_Win_complete(win: MPI_Win) -> c_int {
 
 pub unsafe fn MPI_Win_detach(win: MPI_Win, base: *const c_void) -> c_int {
     let _g = gate::enter();
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_detach") } };
     let Some(f) = lower::fns().MPI_Win_detach else { return errors::missing("MPI_Win_detach") };
     let rc = f(win_r, base);
     drop(_g);
@@ -2176,7 +2176,7 @@ pub unsafe fn MPI_Win_detach(win: MPI_Win, base: *const c_void) -> c_int {
 
 pub unsafe fn MPI_Win_fence(assert: c_int, win: MPI_Win) -> c_int {
     let _g = gate::enter();
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_fence") } };
     let Some(f) = lower::fns().MPI_Win_fence else { return errors::missing("MPI_Win_fence") };
     let rc = f(assert, win_r);
     drop(_g);
@@ -2186,7 +2186,7 @@ pub unsafe fn MPI_Win_fence(assert: c_int, win: MPI_Win) -> c_int {
 
 pub unsafe fn MPI_Win_flush(rank: c_int, win: MPI_Win) -> c_int {
     let _g = gate::enter();
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_flush") } };
     let Some(f) = lower::fns().MPI_Win_flush else { return errors::missing("MPI_Win_flush") };
     let rc = f(rank, win_r);
     drop(_g);
@@ -2196,7 +2196,7 @@ pub unsafe fn MPI_Win_flush(rank: c_int, win: MPI_Win) -> c_int {
 
 pub unsafe fn MPI_Win_flush_all(win: MPI_Win) -> c_int {
     let _g = gate::enter();
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_flush_all") } };
     let Some(f) = lower::fns().MPI_Win_flush_all else { return errors::missing("MPI_Win_flush_all") };
     let rc = f(win_r);
     drop(_g);
@@ -2206,7 +2206,7 @@ pub unsafe fn MPI_Win_flush_all(win: MPI_Win) -> c_int {
 
 pub unsafe fn MPI_Win_flush_local(rank: c_int, win: MPI_Win) -> c_int {
     let _g = gate::enter();
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_flush_local") } };
     let Some(f) = lower::fns().MPI_Win_flush_local else { return errors::missing("MPI_Win_flush_local") };
     let rc = f(rank, win_r);
     drop(_g);
@@ -2216,7 +2216,7 @@ pub unsafe fn MPI_Win_flush_local(rank: c_int, win: MPI_Win) -> c_int {
 
 pub unsafe fn MPI_Win_flush_local_all(win: MPI_Win) -> c_int {
     let _g = gate::enter();
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_flush_local_all") } };
     let Some(f) = lower::fns().MPI_Win_flush_local_all else { return errors::missing("MPI_Win_flush_local_all") };
     let rc = f(win_r);
     drop(_g);
@@ -2226,7 +2226,7 @@ pub unsafe fn MPI_Win_flush_local_all(win: MPI_Win) -> c_int {
 
 pub unsafe fn MPI_Win_get_name(win: MPI_Win, win_name: *mut c_char, resultlen: *mut c_int) -> c_int {
     let _g = gate::enter();
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_get_name") } };
     let Some(f) = lower::fns().MPI_Win_get_name else { return errors::missing("MPI_Win_get_name") };
     let rc = f(win_r, win_name, resultlen);
     drop(_g);
@@ -2236,7 +2236,7 @@ pub unsafe fn MPI_Win_get_name(win: MPI_Win, win_name: *mut c_char, resultlen: *
 
 pub unsafe fn MPI_Win_lock(lock_type: c_int, rank: c_int, assert: c_int, win: MPI_Win) -> c_int {
     let _g = gate::enter();
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_lock") } };
     let Some(f) = lower::fns().MPI_Win_lock else { return errors::missing("MPI_Win_lock") };
     let rc = f(lock_type, rank, assert, win_r);
     drop(_g);
@@ -2246,7 +2246,7 @@ pub unsafe fn MPI_Win_lock(lock_type: c_int, rank: c_int, assert: c_int, win: MP
 
 pub unsafe fn MPI_Win_lock_all(assert: c_int, win: MPI_Win) -> c_int {
     let _g = gate::enter();
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_lock_all") } };
     let Some(f) = lower::fns().MPI_Win_lock_all else { return errors::missing("MPI_Win_lock_all") };
     let rc = f(assert, win_r);
     drop(_g);
@@ -2257,7 +2257,7 @@ pub unsafe fn MPI_Win_lock_all(assert: c_int, win: MPI_Win) -> c_int {
 pub unsafe fn MPI_Win_post(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
     let _g = gate::enter();
     let group_r = conv::group(group);
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_post") } };
     let Some(f) = lower::fns().MPI_Win_post else { return errors::missing("MPI_Win_post") };
     let rc = f(group_r, assert, win_r);
     drop(_g);
@@ -2267,7 +2267,7 @@ pub unsafe fn MPI_Win_post(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_i
 
 pub unsafe fn MPI_Win_set_info(win: MPI_Win, info: MPI_Info) -> c_int {
     let _g = gate::enter();
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_set_info") } };
     let info_r = conv::info(info);
     let Some(f) = lower::fns().MPI_Win_set_info else { return errors::missing("MPI_Win_set_info") };
     let rc = f(win_r, info_r);
@@ -2278,7 +2278,7 @@ pub unsafe fn MPI_Win_set_info(win: MPI_Win, info: MPI_Info) -> c_int {
 
 pub unsafe fn MPI_Win_set_name(win: MPI_Win, win_name: *const c_char) -> c_int {
     let _g = gate::enter();
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_set_name") } };
     let Some(f) = lower::fns().MPI_Win_set_name else { return errors::missing("MPI_Win_set_name") };
     let rc = f(win_r, win_name);
     drop(_g);
@@ -2288,7 +2288,7 @@ pub unsafe fn MPI_Win_set_name(win: MPI_Win, win_name: *const c_char) -> c_int {
 
 pub unsafe fn MPI_Win_shared_query(win: MPI_Win, rank: c_int, size: *mut MPI_Aint, disp_unit: *mut c_int, baseptr: *mut c_void) -> c_int {
     let _g = gate::enter();
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_shared_query") } };
     let Some(f) = lower::fns().MPI_Win_shared_query else { return errors::missing("MPI_Win_shared_query") };
     let rc = f(win_r, rank, size, disp_unit, baseptr);
     drop(_g);
@@ -2298,7 +2298,7 @@ pub unsafe fn MPI_Win_shared_query(win: MPI_Win, rank: c_int, size: *mut MPI_Ain
 
 pub unsafe fn MPI_Win_shared_query_c(win: MPI_Win, rank: c_int, size: *mut MPI_Aint, disp_unit: *mut MPI_Aint, baseptr: *mut c_void) -> c_int {
     let _g = gate::enter();
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_shared_query_c") } };
     let Some(f) = lower::fns().MPI_Win_shared_query_c else { return errors::missing("MPI_Win_shared_query_c") };
     let rc = f(win_r, rank, size, disp_unit, baseptr);
     drop(_g);
@@ -2309,7 +2309,7 @@ pub unsafe fn MPI_Win_shared_query_c(win: MPI_Win, rank: c_int, size: *mut MPI_A
 pub unsafe fn MPI_Win_start(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
     let _g = gate::enter();
     let group_r = conv::group(group);
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_start") } };
     let Some(f) = lower::fns().MPI_Win_start else { return errors::missing("MPI_Win_start") };
     let rc = f(group_r, assert, win_r);
     drop(_g);
@@ -2319,7 +2319,7 @@ pub unsafe fn MPI_Win_start(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_
 
 pub unsafe fn MPI_Win_sync(win: MPI_Win) -> c_int {
     let _g = gate::enter();
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_sync") } };
     let Some(f) = lower::fns().MPI_Win_sync else { return errors::missing("MPI_Win_sync") };
     let rc = f(win_r);
     drop(_g);
@@ -2329,7 +2329,7 @@ pub unsafe fn MPI_Win_sync(win: MPI_Win) -> c_int {
 
 pub unsafe fn MPI_Win_test(win: MPI_Win, flag: *mut c_int) -> c_int {
     let _g = gate::enter();
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_test") } };
     let Some(f) = lower::fns().MPI_Win_test else { return errors::missing("MPI_Win_test") };
     let rc = f(win_r, flag);
     drop(_g);
@@ -2339,7 +2339,7 @@ pub unsafe fn MPI_Win_test(win: MPI_Win, flag: *mut c_int) -> c_int {
 
 pub unsafe fn MPI_Win_unlock(rank: c_int, win: MPI_Win) -> c_int {
     let _g = gate::enter();
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_unlock") } };
     let Some(f) = lower::fns().MPI_Win_unlock else { return errors::missing("MPI_Win_unlock") };
     let rc = f(rank, win_r);
     drop(_g);
@@ -2349,7 +2349,7 @@ pub unsafe fn MPI_Win_unlock(rank: c_int, win: MPI_Win) -> c_int {
 
 pub unsafe fn MPI_Win_unlock_all(win: MPI_Win) -> c_int {
     let _g = gate::enter();
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_unlock_all") } };
     let Some(f) = lower::fns().MPI_Win_unlock_all else { return errors::missing("MPI_Win_unlock_all") };
     let rc = f(win_r);
     drop(_g);
@@ -2359,7 +2359,7 @@ pub unsafe fn MPI_Win_unlock_all(win: MPI_Win) -> c_int {
 
 pub unsafe fn MPI_Win_wait(win: MPI_Win) -> c_int {
     let _g = gate::enter();
-    let win_r = conv::win(win);
+    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_wait") } };
     let Some(f) = lower::fns().MPI_Win_wait else { return errors::missing("MPI_Win_wait") };
     let rc = f(win_r);
     drop(_g);
