@@ -19,6 +19,20 @@
 //! ```
 //! Any step may be answered by `Failed{reason}`, which aborts the checkpoint on every rank; the
 //! agent then renews (if it released) and continues as if nothing had been requested.
+//!
+//! Lower-half renewal and PMI (added for the keeper's PMI relay; optional for the agent):
+//! ```text
+//! A->K PmiConnect{generation}     + SCM_RIGHTS: one end of a fresh socketpair; the agent
+//!                                 installs the other end at the number in PMI_FD, then the
+//!                                 renewed MPI library's PMI client talks to the keeper on it
+//! ```
+//! The keeper relays the program's PMI traffic to the launcher, answering `finalize` itself and
+//! prefixing keys per generation (`g<G>-` for G >= 1). Generation 0 is the program's first
+//! `MPI_Init`. Without `PmiConnect`, the keeper counts `init` commands on the PMI socket it
+//! handed out; that covers libraries that keep the socket open across finalize (MPICH 5.x).
+//! MPICH 4.0.2 shuts the socket down in `PMI_Finalize`, so a renewal there needs `PmiConnect`,
+//! sent with [`send_with_fd`], before the new `MPI_Init`. After a restart the program's PMI
+//! socket (if it still held one) and control socket are new ones at the same numbers.
 
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
@@ -80,6 +94,10 @@ pub enum FromAgent {
     Resumed { timings: Timings },
     /// The checkpoint cannot be taken (e.g. an open MPI file); the job keeps running.
     Failed { reason: String },
+    /// A new PMI connection for lower-half generation `generation` (the first `MPI_Init` is
+    /// generation 0). Sent with [`send_with_fd`]: the frame carries the keeper's end of a fresh
+    /// socketpair; the agent installs the other end at the descriptor number named by `PMI_FD`.
+    PmiConnect { generation: u32 },
 }
 
 /// Writes one frame.
@@ -108,6 +126,56 @@ pub fn recv<R: Read, M: for<'de> Deserialize<'de>>(r: &mut R) -> io::Result<Opti
     let mut body = vec![0u8; len as usize];
     r.read_exact(&mut body)?;
     postcard::from_bytes(&body).map(Some).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// Writes one frame on a unix socket with `fd` attached as `SCM_RIGHTS` ancillary data (used
+/// for [`FromAgent::PmiConnect`]). The caller may close its copy of `fd` afterwards.
+pub fn send_with_fd<M: Serialize>(sock: &std::os::unix::net::UnixStream, msg: &M, fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let body = postcard::to_stdvec(msg).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let len = u32::try_from(body.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "frame too large"))?;
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&len.to_le_bytes());
+    frame.extend_from_slice(&body);
+    let raw = fd.as_raw_fd();
+    let mut iov = libc::iovec { iov_base: frame.as_ptr() as *mut libc::c_void, iov_len: frame.len() };
+    // SAFETY: CMSG_SPACE is a pure size computation.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as usize;
+    let mut cbuf = vec![0u64; space.div_ceil(8)];
+    // SAFETY: an all-zero msghdr is a valid value; every pointer stored in it below points to a
+    // buffer (iov, frame, cbuf) that outlives the sendmsg call.
+    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+    hdr.msg_iov = &mut iov;
+    hdr.msg_iovlen = 1;
+    hdr.msg_control = cbuf.as_mut_ptr().cast();
+    hdr.msg_controllen = space as _;
+    // SAFETY: the control buffer holds CMSG_SPACE(sizeof(int)) bytes, so the first header and its
+    // one-int payload fit.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&hdr);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), raw);
+    }
+    // SAFETY: `hdr` describes live buffers (see above).
+    let n = loop {
+        let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &hdr, libc::MSG_NOSIGNAL) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        break r as usize;
+    };
+    // The descriptor went with the first byte; any remainder is plain data.
+    if n < frame.len() {
+        let mut w = sock;
+        w.write_all(&frame[n..])?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

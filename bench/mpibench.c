@@ -1,0 +1,207 @@
+/* mpibench: interposition-overhead micro-benchmarks for mpicr (scripts/bench.sh, section 1).
+ *
+ *   usage: mpiexec -n 2 mpibench [SCALE]
+ *
+ * Measures, on exactly 2 ranks:
+ *   lat SIZE   ping-pong latency (MPI_Send/MPI_Recv), one-way microseconds, for 0 B .. 1 MiB
+ *   bw SIZE    streaming bandwidth: WINDOW MPI_Isend / MPI_Irecv + MPI_Waitall, then a 4-byte
+ *              ack (the OSU osu_bw scheme), MB/s (1e6 bytes per second)
+ *   call NAME  cost of one cheap call in a tight loop, ns per call: MPI_Iprobe with nothing
+ *              pending (ANY_SOURCE, ANY_TAG), MPI_Comm_rank
+ *
+ * Each measurement first doubles its repetition count until one block lasts about 20 ms (this
+ * also warms up), then times BLOCKS blocks and reports the median block, so one descheduling on
+ * a busy machine spoils one block, not the result. SCALE (default 1.0) multiplies the block
+ * length; scripts/bench.sh --quick passes a small one.
+ *
+ * Output (rank 0, one result per line, nothing else on stdout):
+ *   mpibench lat 0 0.412
+ *   mpibench bw 1048576 5321.7
+ *   mpibench call iprobe 61.3
+ *   mpibench shim no          (yes when libmpicr is mapped into rank 0: a check that the
+ *   mpibench done              LD_PRELOAD really reached the ranks)
+ * Timing uses clock_gettime(CLOCK_MONOTONIC) directly, so the timer itself never goes through
+ * the interposed MPI library.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { BLOCKS = 7, WINDOW = 64, TAG = 7, ACK_TAG = 8 };
+
+static int rank;
+static double block_s = 0.02; /* target seconds per timed block; SCALE multiplies it */
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void check(int rc, const char *what) {
+    if (rc != MPI_SUCCESS) {
+        char msg[MPI_MAX_ERROR_STRING];
+        int len = 0;
+        MPI_Error_string(rc, msg, &len);
+        fprintf(stderr, "mpibench: rank %d: %s failed: %s\n", rank, what, msg);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+}
+
+enum kind { PINGPONG, STREAM, IPROBE, COMM_RANK };
+static char *buf;
+static volatile int sink;
+
+/* One block of n repetitions of `kind`; returns this rank's elapsed seconds. Both ranks call it
+ * with the same arguments. A repetition is one round trip (PINGPONG), one window of WINDOW
+ * messages plus an ack (STREAM), or one call (IPROBE, COMM_RANK; both ranks loop at once, each
+ * on its own core in a 2-rank run). */
+static double run(enum kind kind, int size, long n) {
+    MPI_Request req[WINDOW];
+    MPI_Status st[WINDOW];
+    char ack[4] = {0};
+    check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+    double t0 = now();
+    switch (kind) {
+    case PINGPONG:
+        for (long i = 0; i < n; i++) {
+            if (rank == 0) {
+                check(MPI_Send(buf, size, MPI_CHAR, 1, TAG, MPI_COMM_WORLD), "MPI_Send");
+                check(MPI_Recv(buf, size, MPI_CHAR, 1, TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
+            } else {
+                check(MPI_Recv(buf, size, MPI_CHAR, 0, TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
+                check(MPI_Send(buf, size, MPI_CHAR, 0, TAG, MPI_COMM_WORLD), "MPI_Send");
+            }
+        }
+        break;
+    case STREAM:
+        for (long w = 0; w < n; w++) {
+            /* One buffer for the whole window, as osu_bw does: only bytes moved count. */
+            for (int i = 0; i < WINDOW; i++) {
+                if (rank == 0)
+                    check(MPI_Isend(buf, size, MPI_CHAR, 1, TAG, MPI_COMM_WORLD, &req[i]), "MPI_Isend");
+                else
+                    check(MPI_Irecv(buf, size, MPI_CHAR, 0, TAG, MPI_COMM_WORLD, &req[i]), "MPI_Irecv");
+            }
+            check(MPI_Waitall(WINDOW, req, st), "MPI_Waitall");
+            if (rank == 0)
+                check(MPI_Recv(ack, 4, MPI_CHAR, 1, ACK_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
+            else
+                check(MPI_Send(ack, 4, MPI_CHAR, 0, ACK_TAG, MPI_COMM_WORLD), "MPI_Send");
+        }
+        break;
+    case IPROBE:
+        for (long i = 0; i < n; i++) {
+            int flag;
+            MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+            sink += flag;
+        }
+        break;
+    case COMM_RANK:
+        for (long i = 0; i < n; i++) {
+            int r;
+            MPI_Comm_rank(MPI_COMM_WORLD, &r);
+            sink += r;
+        }
+        break;
+    }
+    return now() - t0;
+}
+
+/* Doubles n until one block takes block_s on rank 0 (rank 0 decides, everyone follows), then
+ * times BLOCKS blocks and returns the median seconds per repetition as seen by rank 0. */
+static double measure(enum kind kind, int size) {
+    long n = 1;
+    for (;;) {
+        double t = run(kind, size, n);
+        long next = (t < block_s && n < (1L << 40)) ? 2 * n : 0;
+        check(MPI_Bcast(&next, 1, MPI_LONG, 0, MPI_COMM_WORLD), "MPI_Bcast");
+        if (next == 0) break;
+        n = next;
+    }
+    double blk[BLOCKS];
+    for (int b = 0; b < BLOCKS; b++) blk[b] = run(kind, size, n) / (double)n;
+    return median(blk, BLOCKS);
+}
+
+static void bench_lat(int size) {
+    double s = measure(PINGPONG, size);
+    if (rank == 0) printf("mpibench lat %d %.4f\n", size, s / 2.0 * 1e6);
+}
+
+static void bench_bw(int size) {
+    double s = measure(STREAM, size);
+    if (rank == 0) printf("mpibench bw %d %.2f\n", size, (double)size * WINDOW / s / 1e6);
+}
+
+/* Whether libmpicr is mapped into this process, read from /proc/self/maps. */
+static int shim_loaded(void) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[4096];
+    int found = 0;
+    if (!f) return 0;
+    while (!found && fgets(line, sizeof line, f)) found = strstr(line, "libmpicr") != NULL;
+    fclose(f);
+    return found;
+}
+
+static void bench_call(enum kind kind, const char *name) {
+    double s = measure(kind, 0);
+    if (kind == IPROBE && sink != 0) {
+        fprintf(stderr, "mpibench: MPI_Iprobe found a message where none was sent\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (rank == 0) printf("mpibench call %s %.3f\n", name, s * 1e9);
+}
+
+int main(int argc, char **argv) {
+    int size;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size != 2) {
+        if (rank == 0) fprintf(stderr, "mpibench: needs exactly 2 ranks, got %d\n", size);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    double scale = argc > 1 ? strtod(argv[1], NULL) : 1.0;
+    if (!(scale > 0)) {
+        if (rank == 0) fprintf(stderr, "mpibench: SCALE must be > 0\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    block_s *= scale;
+    const int max = 1 << 20;
+    buf = malloc(max);
+    if (!buf) MPI_Abort(MPI_COMM_WORLD, 1);
+    memset(buf, rank + 1, max);
+
+    static const int lat[] = {0, 8, 1024, 65536, 1 << 20};
+    for (size_t i = 0; i < sizeof lat / sizeof lat[0]; i++) bench_lat(lat[i]);
+    bench_bw(8);
+    bench_bw(65536);
+    bench_bw(1 << 20);
+    bench_call(IPROBE, "iprobe");
+    bench_call(COMM_RANK, "comm_rank");
+
+    check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+    if (rank == 0) {
+        printf("mpibench shim %s\n", shim_loaded() ? "yes" : "no");
+        printf("mpibench done\n");
+        fflush(stdout);
+    }
+    free(buf);
+    MPI_Finalize();
+    return 0;
+}

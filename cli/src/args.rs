@@ -1,0 +1,239 @@
+//! Command-line interface (clap derive) and the small parsers it needs.
+
+use clap::{Args, Parser, Subcommand};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub const DEFAULT_CKPT_DIR: &str = "mpicr-ckpt";
+pub const CKPT_DIR_ENV: &str = "MPICR_CKPT_DIR";
+
+const AFTER_HELP: &str = "\
+Typical session:
+  mpiexec -n 4 mpicr run --ckpt-dir ckpt -- ./sim input.dat
+  mpicr checkpoint ckpt            # from another shell: checkpoint, the job continues
+  mpicr checkpoint --stop ckpt     # checkpoint, then end the job (exit status 0)
+  mpiexec -n 4 mpicr restart ckpt  # resume from the latest complete epoch
+  mpicr status ckpt
+
+The checkpoint directory defaults to $MPICR_CKPT_DIR, else ./mpicr-ckpt.
+Signals to a keeper: SIGUSR1 takes a checkpoint (the job continues), SIGUSR2 takes one and
+ends the job; SIGTERM, SIGINT, SIGHUP and SIGQUIT are passed on to the program.
+
+Environment:
+  MPICR_CKPT_DIR    default checkpoint directory
+  MPICR_SHIM        path of libmpicr.so (default: next to the mpicr binary); `none`: no
+                    preload, the program carries the agent itself
+  MPICR_CRIU        path of the criu binary (default: .deps/criu/criu of the source tree
+                    the binary was built in, else criu on PATH)
+  MPICR_DEBUG_PMI   1: trace every relayed PMI message on stderr
+
+Exit status: `run` and `restart` exit with the program's status (a program killed by a
+signal makes the keeper die by the same signal); 125 when mpicr itself fails, 126 when the
+program cannot be executed, 127 when it is not found. `checkpoint --stop` makes the job exit
+with 0. Other commands: 0 on success, 1 on error, 2 on a usage error.";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "mpicr",
+    version,
+    about = "Transparent checkpoint/restart for unmodified MPI programs",
+    long_about = "Transparent checkpoint/restart for unmodified MPI programs.\n\n\
+        Every rank runs under a keeper (`mpicr run` or `mpicr restart`, started by the MPI \
+        launcher) that relays the program's PMI traffic, its standard output and error, and \
+        drives CRIU. The rank-0 keeper hosts the job's coordinator; `mpicr checkpoint` asks it \
+        for a checkpoint.",
+    after_help = AFTER_HELP
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run PROGRAM as one rank under a keeper (start it with the MPI launcher: `mpiexec -n N mpicr run -- PROGRAM`)
+    Run(RunArgs),
+    /// Checkpoint a running job (it continues, or ends with --stop)
+    Checkpoint(CheckpointArgs),
+    /// Restore one rank of a checkpointed job (start it with the launcher: `mpiexec -n N mpicr restart DIR`)
+    Restart(RestartArgs),
+    /// Show the job and the epochs of a checkpoint directory
+    Status(StatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DirArg {
+    /// Checkpoint directory [default: $MPICR_CKPT_DIR, else ./mpicr-ckpt]
+    #[arg(value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+}
+
+impl DirArg {
+    pub fn resolve(&self) -> PathBuf {
+        resolve_dir(self.dir.clone())
+    }
+}
+
+pub fn resolve_dir(dir: Option<PathBuf>) -> PathBuf {
+    dir.or_else(|| std::env::var_os(CKPT_DIR_ENV).filter(|v| !v.is_empty()).map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CKPT_DIR))
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Checkpoint directory [default: $MPICR_CKPT_DIR, else ./mpicr-ckpt]
+    #[arg(long, value_name = "DIR")]
+    pub ckpt_dir: Option<PathBuf>,
+
+    /// Take a checkpoint every DURATION (e.g. 90s, 10m, 1h30m)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub interval: Option<Duration>,
+
+    /// Print what the keeper does on stderr
+    #[arg(short, long)]
+    pub verbose: bool,
+
+    /// Start the program without LD_PRELOAD of libmpicr.so (no checkpoints of MPI state)
+    #[arg(long, help_heading = "Debugging")]
+    pub no_shim: bool,
+
+    /// The program is no MPI program: no shim, no PMI; checkpoints are plain CRIU dumps
+    #[arg(long, help_heading = "Debugging")]
+    pub no_mpi: bool,
+
+    /// The program and its arguments
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
+    pub program: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckpointArgs {
+    /// Checkpoint, then end the job (the job exits with status 0)
+    #[arg(long)]
+    pub stop: bool,
+
+    /// Give up when the checkpoint is not committed within DURATION
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10m")]
+    pub timeout: Duration,
+
+    #[command(flatten)]
+    pub dir: DirArg,
+}
+
+#[derive(Debug, Args)]
+pub struct RestartArgs {
+    #[command(flatten)]
+    pub dir: DirArg,
+
+    /// Restore this epoch instead of the latest complete one
+    #[arg(long, value_name = "K")]
+    pub epoch: Option<u64>,
+
+    /// Take a checkpoint every DURATION after the restart (e.g. 10m)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub interval: Option<Duration>,
+
+    /// Print what the keeper does on stderr
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub dir: DirArg,
+}
+
+/// Parses `90`, `90s`, `10m`, `1h30m`, `2h`, `500ms` into a positive duration.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Err("empty duration".into());
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = t;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(|c| c.is_ascii_digit()).count();
+        if digits == 0 {
+            return Err(format!("invalid duration {s:?}: expected a number, e.g. 90s, 10m, 1h30m"));
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| format!("invalid duration {s:?}: number too large"))?;
+        rest = &rest[digits..];
+        let unit_len = rest.bytes().take_while(|c| c.is_ascii_alphabetic()).count();
+        let unit = &rest[..unit_len];
+        rest = &rest[unit_len..];
+        let part = match unit {
+            "" if rest.is_empty() && total.is_zero() => Duration::from_secs(n),
+            "ms" => Duration::from_millis(n),
+            "s" | "sec" => Duration::from_secs(n),
+            "m" | "min" => Duration::from_secs(n.saturating_mul(60)),
+            "h" => Duration::from_secs(n.saturating_mul(3600)),
+            "d" => Duration::from_secs(n.saturating_mul(86400)),
+            _ => return Err(format!("invalid duration {s:?}: unknown unit {unit:?} (use ms, s, m, h or d)")),
+        };
+        total += part;
+    }
+    if total.is_zero() {
+        return Err(format!("invalid duration {s:?}: must be positive"));
+    }
+    Ok(total)
+}
+
+/// `1h30m`, `45s`, `1.25s`: a short human form of a duration.
+pub fn format_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs >= 3600 {
+        format!("{}h{:02}m", secs / 3600, (secs % 3600) / 60)
+    } else if secs >= 60 {
+        format!("{}m{:02}s", secs / 60, secs % 60)
+    } else {
+        format!("{:.3}s", d.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("10x").is_err());
+        assert!(parse_duration("m").is_err());
+        assert!(parse_duration("1h30").is_err());
+    }
+
+    #[test]
+    fn formats() {
+        assert_eq!(format_duration(Duration::from_millis(1250)), "1.250s");
+        assert_eq!(format_duration(Duration::from_secs(5400)), "1h30m");
+        assert_eq!(format_duration(Duration::from_secs(61)), "1m01s");
+    }
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_takes_the_program_after_double_dash() {
+        let cli = Cli::try_parse_from(["mpicr", "run", "--interval", "10m", "--", "./sim", "-x", "--y"]).unwrap();
+        let Command::Run(r) = cli.command else { panic!() };
+        assert_eq!(r.interval, Some(Duration::from_secs(600)));
+        assert_eq!(r.program, vec![OsString::from("./sim"), "-x".into(), "--y".into()]);
+    }
+
+    #[test]
+    fn dir_defaults() {
+        assert_eq!(resolve_dir(Some("x".into())), PathBuf::from("x"));
+    }
+}

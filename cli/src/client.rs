@@ -1,0 +1,65 @@
+//! `mpicr checkpoint`: asks the running job's coordinator for a checkpoint and prints the result.
+
+use crate::args::{format_duration, CheckpointArgs};
+use crate::coord_wire::{self, ClientRequest, CoordInfo, Hello, LiveStatus, ToClient};
+use crate::images::{human_bytes, CkptDir};
+use anyhow::{bail, Context, Result};
+use std::time::Duration;
+
+pub fn checkpoint(args: CheckpointArgs) -> Result<()> {
+    let dir = CkptDir::new(args.dir.resolve());
+    if !dir.root.is_dir() {
+        bail!("checkpoint directory {} does not exist", dir.root.display());
+    }
+    let info = CoordInfo::read(&dir)?;
+    if info.is_stale() {
+        bail!(
+            "no job is running on {}: job {} ended without cleaning up (its coordinator, pid {}, is gone)",
+            dir.root.display(),
+            info.job_id,
+            info.pid
+        );
+    }
+    let mut s = coord_wire::connect(&info, Duration::from_secs(10))
+        .with_context(|| format!("job {} does not answer (has it ended?)", info.job_id))?;
+    let timeout_ms = args.timeout.as_millis().min(u64::MAX as u128) as u64;
+    coord_wire::send(&mut s, &Hello::Client(ClientRequest::Checkpoint { stop: args.stop, timeout_ms }))?;
+    // The coordinator enforces the timeout itself; allow it time to report.
+    s.set_read_timeout(Some(args.timeout + Duration::from_secs(30)))?;
+    match coord_wire::recv::<ToClient>(&mut s) {
+        Ok(Some(ToClient::Done(r))) => {
+            println!("epoch:         {}", r.epoch);
+            println!("stop time:     {}", format_duration(Duration::from_micros(r.stop_time_us)));
+            println!("bytes written: {} ({})", r.bytes, human_bytes(r.bytes));
+            if r.stopped {
+                println!("job stopped:   restart with `mpiexec -n {} mpicr restart {}`", r.ranks, dir.root.display());
+            }
+            Ok(())
+        }
+        Ok(Some(ToClient::Error(e))) => bail!("{e}"),
+        Ok(Some(other)) => bail!("unexpected answer from the coordinator: {other:?}"),
+        Ok(None) => bail!("the coordinator closed the connection before answering (did the job end?)"),
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+            bail!("no answer from the coordinator within {}", format_duration(args.timeout))
+        }
+        Err(e) => Err(e).context("reading the coordinator's answer"),
+    }
+}
+
+/// Live state from a running coordinator, if one answers quickly.
+pub fn live_status(dir: &CkptDir) -> Option<(CoordInfo, Result<LiveStatus>)> {
+    let info = CoordInfo::read(dir).ok()?;
+    if info.is_stale() {
+        return None;
+    }
+    let res = (|| -> Result<LiveStatus> {
+        let mut s = coord_wire::connect(&info, Duration::from_secs(2))?;
+        coord_wire::send(&mut s, &Hello::Client(ClientRequest::Status))?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        match coord_wire::recv::<ToClient>(&mut s)? {
+            Some(ToClient::Status(st)) => Ok(st),
+            other => bail!("unexpected answer: {other:?}"),
+        }
+    })();
+    Some((info, res))
+}

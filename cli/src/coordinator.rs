@@ -1,0 +1,762 @@
+//! The job coordinator, hosted by the rank-0 keeper. Every keeper (rank 0's too) and every
+//! `mpicr checkpoint` client connects over TCP and authenticates (see `coord_wire`).
+//!
+//! One checkpoint of epoch E (phases; any failure or timeout aborts on every rank):
+//! 1. `Begin` to every keeper; each asks its agent (`Checkpoint`) and forwards its `Counters`.
+//! 2. `Targets`: per communicator, the maximum counter over the ranks that reported it.
+//! 3. `SendCounts` from all; each rank gets `Expected`, the transposition (what every peer sent it).
+//! 4. `ReadyToDump` from all, then `Dump`: each keeper runs CRIU (`--leave-running`).
+//! 5. `Dumped` from all: MANIFEST.json (atomic rename), then `latest`. The epoch now exists.
+//! 6. `Resume` (or, for `--stop`, `Stop`: the keepers end their programs and exit 0).
+//!
+//! Keepers started with `--no-mpi` have no agent: they answer `Begin` with `ReadyToDump` at once.
+
+use crate::coord_wire::{self, AgentInfo, CkptResult, ClientRequest, FromCoord, Hello, KeeperHello, LiveStatus, Mode, ToClient, ToCoord};
+use crate::images::{self, CkptDir, JobInfo, Manifest, RankManifest};
+use anyhow::{bail, Context, Result};
+use mpicr_proto::CommGid;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::{TcpListener, TcpStream};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+const DEFAULT_CKPT_TIMEOUT: Duration = Duration::from_secs(600);
+const RESTART_TIMEOUT: Duration = Duration::from_secs(600);
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `(communicator, peer world rank, message count)` per rank.
+pub type PeerCounts = BTreeMap<i32, Vec<(CommGid, i32, u64)>>;
+
+/// Per communicator, the maximum counter over the ranks reporting it; each rank receives the
+/// targets of the communicators it reported, in its own order.
+pub fn compute_targets(counters: &BTreeMap<i32, Vec<(CommGid, u64)>>) -> BTreeMap<i32, Vec<(CommGid, u64)>> {
+    let mut max: HashMap<CommGid, u64> = HashMap::new();
+    for list in counters.values() {
+        for &(g, c) in list {
+            let m = max.entry(g).or_insert(0);
+            *m = (*m).max(c);
+        }
+    }
+    counters.iter().map(|(&r, list)| (r, list.iter().map(|&(g, _)| (g, max[&g])).collect())).collect()
+}
+
+/// Transposes per-sender `(comm, destination, count)` into per-receiver `(comm, source, count)`.
+/// Every rank of `0..size` gets an entry (possibly empty).
+pub fn transpose(sent: &PeerCounts, size: i32) -> Result<PeerCounts> {
+    let mut acc: BTreeMap<i32, BTreeMap<(CommGid, i32), u64>> = (0..size).map(|r| (r, BTreeMap::new())).collect();
+    for (&src, list) in sent {
+        for &(g, dst, n) in list {
+            let Some(per) = acc.get_mut(&dst) else {
+                bail!("rank {src} reported messages to rank {dst}, which is not in this {size}-rank job");
+            };
+            *per.entry((g, src)).or_insert(0) += n;
+        }
+    }
+    Ok(acc.into_iter().map(|(r, m)| (r, m.into_iter().map(|((g, s), n)| (g, s, n)).collect())).collect())
+}
+
+pub struct Config {
+    pub dir: CkptDir,
+    pub job: JobInfo,
+    pub interval: Option<Duration>,
+    /// `mpicr restart`: the epoch every rank must restore before anyone resumes.
+    pub restart_epoch: Option<u64>,
+    pub verbose: bool,
+}
+
+/// Binds the coordinator's port and starts its threads. Returns what keepers need to connect.
+pub fn start(cfg: Config, secret: Vec<u8>) -> Result<coord_wire::CoordInfo> {
+    let bind = std::env::var("MPICR_COORD_BIND").unwrap_or_else(|_| "0.0.0.0".into());
+    let listener = TcpListener::bind((bind.as_str(), 0)).with_context(|| format!("binding the coordinator to {bind}"))?;
+    let port = listener.local_addr()?.port();
+    let info = coord_wire::CoordInfo {
+        job_id: cfg.job.job_id.clone(),
+        host: crate::sys::hostname(),
+        port,
+        secret: images::hex(&secret),
+        pid: std::process::id(),
+    };
+    let (tx, rx) = mpsc::channel();
+    {
+        let tx = tx.clone();
+        std::thread::Builder::new().name("coord-accept".into()).spawn(move || accept_loop(listener, secret, tx))?;
+    }
+    if let Some(every) = cfg.interval {
+        let tx = tx.clone();
+        std::thread::Builder::new().name("coord-timer".into()).spawn(move || loop {
+            std::thread::sleep(every);
+            if tx.send(Event::Tick).is_err() {
+                return;
+            }
+        })?;
+    }
+    std::thread::Builder::new().name("coordinator".into()).spawn(move || Coordinator::new(cfg).run(rx))?;
+    Ok(info)
+}
+
+enum Event {
+    KeeperJoined { conn: u64, hello: KeeperHello, writer: TcpStream },
+    FromKeeper { conn: u64, msg: ToCoord },
+    KeeperGone { conn: u64 },
+    Client { req: ClientRequest, stream: TcpStream },
+    Tick,
+}
+
+fn accept_loop(listener: TcpListener, secret: Vec<u8>, tx: Sender<Event>) {
+    let mut next_conn = 0u64;
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        next_conn += 1;
+        let conn = next_conn;
+        let tx = tx.clone();
+        let secret = secret.clone();
+        let _ = std::thread::Builder::new().name("coord-conn".into()).spawn(move || serve_conn(conn, stream, &secret, tx));
+    }
+}
+
+fn serve_conn(conn: u64, mut s: TcpStream, secret: &[u8], tx: Sender<Event>) {
+    s.set_nodelay(true).ok();
+    if coord_wire::accept_handshake(&mut s, secret).is_err() {
+        return;
+    }
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let hello: Hello = match coord_wire::recv(&mut s) {
+        Ok(Some(h)) => h,
+        _ => return,
+    };
+    s.set_read_timeout(None).ok();
+    s.set_write_timeout(Some(WRITE_TIMEOUT)).ok();
+    match hello {
+        Hello::Client(req) => {
+            let _ = tx.send(Event::Client { req, stream: s });
+        }
+        Hello::Keeper(hello) => {
+            let Ok(writer) = s.try_clone() else { return };
+            if tx.send(Event::KeeperJoined { conn, hello, writer }).is_err() {
+                return;
+            }
+            loop {
+                match coord_wire::recv::<ToCoord>(&mut s) {
+                    Ok(Some(msg)) => {
+                        if tx.send(Event::FromKeeper { conn, msg }).is_err() {
+                            return;
+                        }
+                    }
+                    _ => {
+                        let _ = tx.send(Event::KeeperGone { conn });
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+struct Rank {
+    conn: u64,
+    writer: TcpStream,
+    hello: KeeperHello,
+    agent: Option<AgentInfo>,
+    restored: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Counters,
+    SendCounts,
+    Ready,
+    Dumping,
+    Resuming,
+}
+
+/// Who asked for a checkpoint.
+enum Requester {
+    Client(TcpStream),
+    Internal(&'static str),
+}
+
+struct ReadyInfo {
+    drained_msgs: u64,
+    drained_bytes: u64,
+    state_bytes: u64,
+    timings: Vec<(String, u64)>,
+}
+
+struct Ckpt {
+    epoch: u64,
+    stop: bool,
+    requester: Requester,
+    t0: Instant,
+    deadline: Instant,
+    phase: Phase,
+    counters: BTreeMap<i32, Vec<(CommGid, u64)>>,
+    sent: BTreeMap<i32, Vec<(CommGid, i32, u64)>>,
+    ready: BTreeMap<i32, ReadyInfo>,
+    dumped: BTreeMap<i32, RankManifest>,
+    resumed: BTreeSet<i32>,
+    marks: Vec<(String, u64)>,
+    last_mark: Instant,
+    manifest: Option<Manifest>,
+}
+
+impl Ckpt {
+    fn mark(&mut self, name: &str) {
+        let now = Instant::now();
+        self.marks.push((name.to_string(), (now - self.last_mark).as_micros() as u64));
+        self.last_mark = now;
+    }
+}
+
+struct Coordinator {
+    cfg: Config,
+    ranks: BTreeMap<i32, Rank>,
+    ckpt: Option<Ckpt>,
+    /// Restart handshake still pending.
+    restart_pending: Option<(u64, Instant)>,
+    job_updated: bool,
+}
+
+impl Coordinator {
+    fn new(cfg: Config) -> Coordinator {
+        let restart_pending = cfg.restart_epoch.map(|e| (e, Instant::now() + RESTART_TIMEOUT));
+        Coordinator { cfg, ranks: BTreeMap::new(), ckpt: None, restart_pending, job_updated: false }
+    }
+
+    fn size(&self) -> i32 {
+        self.cfg.job.ranks
+    }
+
+    fn log(&self, msg: &str) {
+        crate::elog!("mpicr: {msg}");
+    }
+
+    fn run(mut self, rx: Receiver<Event>) {
+        loop {
+            let deadline = [self.ckpt.as_ref().map(|c| c.deadline), self.restart_pending.map(|(_, d)| d)]
+                .into_iter()
+                .flatten()
+                .min();
+            let ev = match deadline {
+                Some(d) => match rx.recv_timeout(d.saturating_duration_since(Instant::now())) {
+                    Ok(ev) => ev,
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.on_timeout();
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => return,
+                },
+                None => match rx.recv() {
+                    Ok(ev) => ev,
+                    Err(_) => return,
+                },
+            };
+            self.handle(ev);
+        }
+    }
+
+    fn on_timeout(&mut self) {
+        let now = Instant::now();
+        if let Some((epoch, d)) = self.restart_pending {
+            if now >= d {
+                let missing: Vec<String> =
+                    (0..self.size()).filter(|r| !self.ranks.get(r).is_some_and(|k| k.restored)).map(|r| r.to_string()).collect();
+                let reason = format!("restart of epoch {epoch} timed out waiting for rank(s) {}", missing.join(", "));
+                self.log(&reason);
+                self.broadcast(&FromCoord::Abort { epoch, reason });
+                self.restart_pending = None;
+            }
+        }
+        if let Some(c) = &self.ckpt {
+            if now >= c.deadline {
+                let waiting = self.waiting_for();
+                let phase = c.phase;
+                self.abort(format!("timed out in phase {phase:?} waiting for rank(s) {waiting}"));
+            }
+        }
+    }
+
+    fn waiting_for(&self) -> String {
+        let Some(c) = &self.ckpt else { return String::new() };
+        let done: BTreeSet<i32> = match c.phase {
+            Phase::Counters => c.counters.keys().copied().collect(),
+            Phase::SendCounts => c.sent.keys().copied().collect(),
+            Phase::Ready => c.ready.keys().copied().collect(),
+            Phase::Dumping => c.dumped.keys().copied().collect(),
+            Phase::Resuming => c.resumed.clone(),
+        };
+        (0..self.size()).filter(|r| !done.contains(r)).map(|r| r.to_string()).collect::<Vec<_>>().join(", ")
+    }
+
+    fn rank_of(&self, conn: u64) -> Option<i32> {
+        self.ranks.iter().find(|(_, k)| k.conn == conn).map(|(&r, _)| r)
+    }
+
+    fn send_to(&mut self, rank: i32, msg: &FromCoord) -> bool {
+        let Some(k) = self.ranks.get_mut(&rank) else { return false };
+        coord_wire::send(&mut k.writer, msg).is_ok()
+    }
+
+    fn broadcast(&mut self, msg: &FromCoord) {
+        let ranks: Vec<i32> = self.ranks.keys().copied().collect();
+        for r in ranks {
+            self.send_to(r, msg);
+        }
+    }
+
+    fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::KeeperJoined { conn, hello, writer } => self.on_join(conn, hello, writer),
+            Event::KeeperGone { conn } => {
+                if let Some(r) = self.rank_of(conn) {
+                    self.ranks.remove(&r);
+                    if self.ckpt.is_some() {
+                        self.abort(format!("rank {r} left the job"));
+                    }
+                    if let Some((epoch, _)) = self.restart_pending {
+                        let reason = format!("rank {r} left the job during the restart handshake");
+                        self.broadcast(&FromCoord::Abort { epoch, reason });
+                        self.restart_pending = None;
+                    }
+                }
+            }
+            Event::FromKeeper { conn, msg } => {
+                if let Some(r) = self.rank_of(conn) {
+                    self.on_keeper(r, msg);
+                }
+            }
+            Event::Client { req, mut stream } => match req {
+                ClientRequest::Status => {
+                    let st = self.live_status();
+                    let _ = coord_wire::send(&mut stream, &ToClient::Status(st));
+                }
+                ClientRequest::Checkpoint { stop, timeout_ms } => {
+                    let timeout = Duration::from_millis(timeout_ms.max(1000));
+                    self.request(stop, Requester::Client(stream), timeout);
+                }
+            },
+            Event::Tick => {
+                if self.ckpt.is_none() {
+                    self.request(false, Requester::Internal("periodic"), DEFAULT_CKPT_TIMEOUT);
+                }
+            }
+        }
+    }
+
+    fn live_status(&self) -> LiveStatus {
+        LiveStatus {
+            job_id: self.cfg.job.job_id.clone(),
+            size: self.size(),
+            registered: self.ranks.keys().copied().collect(),
+            agents: self.ranks.iter().filter_map(|(&r, k)| k.agent.clone().map(|a| (r, a))).collect(),
+            in_progress: self.ckpt.as_ref().map(|c| c.epoch),
+            restart_pending: self.restart_pending.map(|(e, _)| e),
+        }
+    }
+
+    fn on_join(&mut self, conn: u64, hello: KeeperHello, mut writer: TcpStream) {
+        let refuse = |w: &mut TcpStream, reason: String| {
+            let _ = coord_wire::send(w, &FromCoord::Refused { reason });
+        };
+        if hello.job_id != self.cfg.job.job_id {
+            return refuse(&mut writer, format!("this coordinator serves job {}, not {}", self.cfg.job.job_id, hello.job_id));
+        }
+        if hello.size != self.size() || hello.rank < 0 || hello.rank >= self.size() {
+            return refuse(&mut writer, format!("rank {} of {} does not fit this {}-rank job", hello.rank, hello.size, self.size()));
+        }
+        if self.ranks.contains_key(&hello.rank) {
+            return refuse(&mut writer, format!("rank {} is already connected", hello.rank));
+        }
+        if hello.restart_epoch != self.cfg.restart_epoch {
+            let show = |e: Option<u64>| e.map_or("a fresh run".to_string(), |e| format!("epoch {e}"));
+            return refuse(
+                &mut writer,
+                format!("rank {} restores {} but rank 0 restores {}", hello.rank, show(hello.restart_epoch), show(self.cfg.restart_epoch)),
+            );
+        }
+        if coord_wire::send(&mut writer, &FromCoord::Welcome { job_id: self.cfg.job.job_id.clone() }).is_err() {
+            return;
+        }
+        if self.cfg.verbose {
+            self.log(&format!("coordinator: rank {} joined (host {}, program pid {})", hello.rank, hello.host, hello.program_pid));
+        }
+        let rank = hello.rank;
+        self.ranks.insert(rank, Rank { conn, writer, hello, agent: None, restored: false });
+    }
+
+    fn on_keeper(&mut self, r: i32, msg: ToCoord) {
+        match msg {
+            ToCoord::AgentHello(info) => {
+                self.note_agent(&info);
+                if let Some(k) = self.ranks.get_mut(&r) {
+                    k.agent = Some(info);
+                }
+            }
+            ToCoord::Request { stop } => {
+                let why = if stop { "requested (stop)" } else { "requested" };
+                if self.ckpt.is_none() {
+                    self.request(stop, Requester::Internal(why), DEFAULT_CKPT_TIMEOUT);
+                }
+            }
+            ToCoord::Restored { epoch } => {
+                if let Some(k) = self.ranks.get_mut(&r) {
+                    k.restored = true;
+                }
+                if let Some((e, _)) = self.restart_pending {
+                    if e == epoch && self.ranks.len() as i32 == self.size() && self.ranks.values().all(|k| k.restored) {
+                        self.restart_pending = None;
+                        if self.cfg.verbose {
+                            self.log(&format!("coordinator: all {} ranks restored epoch {epoch}; resuming", self.size()));
+                        }
+                        self.broadcast(&FromCoord::Go { epoch });
+                    }
+                }
+            }
+            ToCoord::Exiting { .. } => {}
+            ToCoord::Failed { epoch, reason } => {
+                if let Some((e, _)) = self.restart_pending {
+                    if e == epoch {
+                        let reason = format!("rank {r}: {reason}");
+                        self.broadcast(&FromCoord::Abort { epoch, reason });
+                        self.restart_pending = None;
+                        return;
+                    }
+                }
+                if self.ckpt.as_ref().is_some_and(|c| c.epoch == epoch) {
+                    self.abort(format!("rank {r}: {reason}"));
+                }
+            }
+            other => self.on_phase_msg(r, other),
+        }
+    }
+
+    /// Records the MPI library and renewal strategy in job.json the first time an agent says them.
+    fn note_agent(&mut self, info: &AgentInfo) {
+        if self.job_updated {
+            return;
+        }
+        self.job_updated = true;
+        let mut job = self.cfg.job.clone();
+        job.mpi_library = Some(info.library.clone());
+        job.renew_strategy = Some(info.renew_strategy.clone());
+        if let Ok(on_disk) = self.cfg.dir.read_job() {
+            if on_disk.job_id == job.job_id {
+                job.kvsname = on_disk.kvsname.or(job.kvsname);
+            }
+        }
+        if let Err(e) = self.cfg.dir.write_job(&job) {
+            self.log(&format!("warning: cannot update job.json: {e:#}"));
+        }
+        self.cfg.job = job;
+    }
+
+    /// Starts a checkpoint, or tells the requester why not.
+    fn request(&mut self, stop: bool, requester: Requester, timeout: Duration) {
+        match self.begin(stop, timeout) {
+            Ok(epoch) => {
+                if let Some(c) = self.ckpt.as_mut() {
+                    c.requester = requester;
+                }
+                if self.cfg.verbose {
+                    self.log(&format!("coordinator: checkpoint {epoch} started"));
+                }
+            }
+            Err(e) => {
+                let msg = format!("cannot checkpoint: {e:#}");
+                match requester {
+                    Requester::Client(mut s) => {
+                        let _ = coord_wire::send(&mut s, &ToClient::Error(msg));
+                    }
+                    Requester::Internal(why) => self.log(&format!("{why} checkpoint: {msg}")),
+                }
+            }
+        }
+    }
+
+    fn begin(&mut self, stop: bool, timeout: Duration) -> Result<u64> {
+        if let Some(c) = &self.ckpt {
+            bail!("checkpoint {} is already in progress", c.epoch);
+        }
+        if let Some((e, _)) = self.restart_pending {
+            bail!("the job is still restarting from epoch {e}");
+        }
+        let missing: Vec<String> = (0..self.size()).filter(|r| !self.ranks.contains_key(r)).map(|r| r.to_string()).collect();
+        if !missing.is_empty() {
+            bail!("rank(s) {} of the job are not connected (not started yet, or already ended)", missing.join(", "));
+        }
+        let modes: BTreeSet<String> = self.ranks.values().map(|k| format!("{:?}", k.hello.mode)).collect();
+        let agentless = self.ranks.values().all(|k| k.hello.mode == Mode::NoMpi);
+        if !agentless {
+            if let Some((r, _)) = self.ranks.iter().find(|(_, k)| k.hello.mode == Mode::NoShim) {
+                bail!("rank {r} runs without the shim (--no-shim): MPI programs can only be checkpointed under libmpicr.so");
+            }
+            if modes.len() > 1 {
+                bail!("ranks run in different modes ({}); cannot checkpoint", modes.into_iter().collect::<Vec<_>>().join(", "));
+            }
+            let no_agent: Vec<String> = self.ranks.iter().filter(|(_, k)| k.agent.is_none()).map(|(r, _)| r.to_string()).collect();
+            if !no_agent.is_empty() {
+                bail!("the program has not initialised MPI under mpicr yet on rank(s) {} (no agent); try again later", no_agent.join(", "));
+            }
+        }
+        let epoch = self.cfg.dir.next_epoch()?;
+        let edir = self.cfg.dir.epoch_dir(epoch);
+        std::fs::create_dir_all(&edir).with_context(|| format!("creating {}", edir.display()))?;
+        let now = Instant::now();
+        self.ckpt = Some(Ckpt {
+            epoch,
+            stop,
+            requester: Requester::Internal("requested"),
+            t0: now,
+            deadline: now + timeout,
+            phase: if agentless { Phase::Ready } else { Phase::Counters },
+            counters: BTreeMap::new(),
+            sent: BTreeMap::new(),
+            ready: BTreeMap::new(),
+            dumped: BTreeMap::new(),
+            resumed: BTreeSet::new(),
+            marks: Vec::new(),
+            last_mark: now,
+            manifest: None,
+        });
+        self.broadcast(&FromCoord::Begin { epoch, stop });
+        Ok(epoch)
+    }
+
+    fn on_phase_msg(&mut self, r: i32, msg: ToCoord) {
+        enum Next {
+            Nothing,
+            Targets(BTreeMap<i32, Vec<(CommGid, u64)>>),
+            Expected(BTreeMap<i32, Vec<(CommGid, i32, u64)>>),
+            Dump,
+            Commit,
+            Finish,
+            Abort(String),
+        }
+        let size = self.size() as usize;
+        let Some(c) = self.ckpt.as_mut() else { return };
+        let (epoch, expected_phase) = match &msg {
+            ToCoord::Counters { epoch, .. } => (*epoch, Phase::Counters),
+            ToCoord::SendCounts { epoch, .. } => (*epoch, Phase::SendCounts),
+            ToCoord::ReadyToDump { epoch, .. } => (*epoch, Phase::Ready),
+            ToCoord::Dumped { epoch, .. } => (*epoch, Phase::Dumping),
+            ToCoord::Resumed { epoch, .. } => (*epoch, Phase::Resuming),
+            _ => return,
+        };
+        if epoch != c.epoch {
+            return;
+        }
+        let next = if c.phase != expected_phase {
+            Next::Abort(format!("rank {r} sent {:?}-phase data during phase {:?}", expected_phase, c.phase))
+        } else {
+            match msg {
+                ToCoord::Counters { comms, .. } => {
+                    c.counters.insert(r, comms);
+                    if c.counters.len() == size {
+                        c.mark("counters");
+                        c.phase = Phase::SendCounts;
+                        Next::Targets(compute_targets(&c.counters))
+                    } else {
+                        Next::Nothing
+                    }
+                }
+                ToCoord::SendCounts { sent, .. } => {
+                    c.sent.insert(r, sent);
+                    if c.sent.len() == size {
+                        c.mark("align");
+                        match transpose(&c.sent, size as i32) {
+                            Ok(exp) => {
+                                c.phase = Phase::Ready;
+                                Next::Expected(exp)
+                            }
+                            Err(e) => Next::Abort(format!("{e:#}")),
+                        }
+                    } else {
+                        Next::Nothing
+                    }
+                }
+                ToCoord::ReadyToDump { drained_msgs, drained_bytes, state_bytes, timings, .. } => {
+                    c.ready.insert(r, ReadyInfo { drained_msgs, drained_bytes, state_bytes, timings });
+                    if c.ready.len() == size {
+                        c.mark("drain");
+                        c.phase = Phase::Dumping;
+                        Next::Dump
+                    } else {
+                        Next::Nothing
+                    }
+                }
+                ToCoord::Dumped { info, .. } => {
+                    c.dumped.insert(r, info);
+                    if c.dumped.len() == size {
+                        c.mark("dump");
+                        Next::Commit
+                    } else {
+                        Next::Nothing
+                    }
+                }
+                ToCoord::Resumed { .. } => {
+                    c.resumed.insert(r);
+                    if c.resumed.len() == size {
+                        c.mark("resume");
+                        Next::Finish
+                    } else {
+                        Next::Nothing
+                    }
+                }
+                _ => Next::Nothing,
+            }
+        };
+        match next {
+            Next::Nothing => {}
+            Next::Targets(t) => {
+                for (rank, comms) in t {
+                    self.send_to(rank, &FromCoord::Targets { epoch, comms });
+                }
+            }
+            Next::Expected(e) => {
+                for (rank, expect) in e {
+                    self.send_to(rank, &FromCoord::Expected { epoch, expect });
+                }
+            }
+            Next::Dump => self.broadcast(&FromCoord::Dump { epoch }),
+            Next::Commit => self.commit(),
+            Next::Finish => self.finish(),
+            Next::Abort(reason) => self.abort(reason),
+        }
+    }
+
+    fn manifest(&self, c: &Ckpt) -> Manifest {
+        let mut rank_info: Vec<RankManifest> = c.dumped.values().cloned().collect();
+        for ri in &mut rank_info {
+            if let Some(ready) = c.ready.get(&ri.rank) {
+                ri.drained_msgs = ready.drained_msgs;
+                ri.drained_bytes = ready.drained_bytes;
+                ri.state_bytes = ready.state_bytes;
+                ri.agent_timings = ready.timings.clone();
+            }
+            if let Some(a) = self.ranks.get(&ri.rank).and_then(|k| k.agent.as_ref()) {
+                ri.renewals_left = a.renewals_left;
+            }
+        }
+        Manifest {
+            format: images::FORMAT,
+            job_id: self.cfg.job.job_id.clone(),
+            epoch: c.epoch,
+            ranks: self.size(),
+            created_unix: images::now_unix(),
+            stop: c.stop,
+            total_bytes: rank_info.iter().map(|r| r.bytes).sum(),
+            stop_time_us: c.t0.elapsed().as_micros() as u64,
+            timings: c.marks.clone(),
+            rank_info,
+        }
+    }
+
+    fn commit(&mut self) {
+        let Some(c) = self.ckpt.as_ref() else { return };
+        let m = self.manifest(c);
+        if let Err(e) = self.cfg.dir.commit(&m) {
+            self.abort(format!("writing the manifest: {e:#}"));
+            return;
+        }
+        let c = self.ckpt.as_mut().unwrap();
+        c.mark("commit");
+        c.manifest = Some(m);
+        let epoch = c.epoch;
+        if c.stop {
+            // Rank 0 last: its keeper hosts this coordinator and exits once told.
+            let ranks: Vec<i32> = self.ranks.keys().rev().copied().collect();
+            self.finish();
+            for r in ranks {
+                self.send_to(r, &FromCoord::Stop);
+            }
+        } else {
+            c.phase = Phase::Resuming;
+            self.broadcast(&FromCoord::Resume { epoch });
+        }
+    }
+
+    /// All done: final timings into the manifest, answer the requester.
+    fn finish(&mut self) {
+        let Some(mut c) = self.ckpt.take() else { return };
+        let Some(mut m) = c.manifest.take() else { return };
+        m.stop_time_us = c.t0.elapsed().as_micros() as u64;
+        m.timings = c.marks.clone();
+        let _ = images::write_json_atomic(&self.cfg.dir.manifest_path(m.epoch), &m, 0o644);
+        let res = CkptResult { epoch: m.epoch, stop_time_us: m.stop_time_us, bytes: m.total_bytes, ranks: m.ranks, stopped: c.stop };
+        match c.requester {
+            Requester::Client(mut s) => {
+                let _ = coord_wire::send(&mut s, &ToClient::Done(res));
+            }
+            Requester::Internal(why) => self.log(&format!(
+                "{why} checkpoint: epoch {} committed, {} written, program stopped for {}",
+                m.epoch,
+                images::human_bytes(m.total_bytes),
+                crate::args::format_duration(Duration::from_micros(m.stop_time_us))
+            )),
+        }
+    }
+
+    /// Abandons the checkpoint in progress on every rank; the epoch keeps no manifest.
+    fn abort(&mut self, reason: String) {
+        let Some(c) = self.ckpt.take() else { return };
+        let epoch = c.epoch;
+        let committed = c.manifest.is_some();
+        let msg = if committed {
+            format!("checkpoint {epoch} was committed but resuming failed: {reason}")
+        } else {
+            format!("checkpoint {epoch} aborted: {reason}")
+        };
+        if !committed {
+            self.cfg.dir.mark_failed(epoch, &reason);
+        }
+        self.broadcast(&FromCoord::Abort { epoch, reason: reason.clone() });
+        match c.requester {
+            Requester::Client(mut s) => {
+                let _ = coord_wire::send(&mut s, &ToClient::Error(msg));
+            }
+            Requester::Internal(_) => self.log(&msg),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_are_maxima_over_members() {
+        let mut c = BTreeMap::new();
+        c.insert(0, vec![(10, 3), (20, 1)]);
+        c.insert(1, vec![(10, 5)]);
+        c.insert(2, vec![(20, 4), (10, 0)]);
+        let t = compute_targets(&c);
+        assert_eq!(t[&0], vec![(10, 5), (20, 4)]);
+        assert_eq!(t[&1], vec![(10, 5)]);
+        assert_eq!(t[&2], vec![(20, 4), (10, 5)]);
+    }
+
+    #[test]
+    fn transposition() {
+        let mut s = BTreeMap::new();
+        s.insert(0, vec![(7, 1, 2), (7, 2, 1)]);
+        s.insert(1, vec![(7, 0, 4), (9, 0, 1)]);
+        s.insert(2, vec![]);
+        let e = transpose(&s, 3).unwrap();
+        assert_eq!(e[&0], vec![(7, 1, 4), (9, 1, 1)]);
+        assert_eq!(e[&1], vec![(7, 0, 2)]);
+        assert_eq!(e[&2], vec![(7, 0, 1)]);
+    }
+
+    #[test]
+    fn transposition_rejects_unknown_ranks() {
+        let mut s = BTreeMap::new();
+        s.insert(0, vec![(7, 5, 1)]);
+        assert!(transpose(&s, 2).unwrap_err().to_string().contains("rank 5"));
+    }
+
+    #[test]
+    fn every_rank_gets_an_expectation() {
+        let e = transpose(&BTreeMap::new(), 2).unwrap();
+        assert_eq!(e.len(), 2);
+        assert!(e[&1].is_empty());
+    }
+}

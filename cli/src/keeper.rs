@@ -1,0 +1,1007 @@
+//! The keeper: one per rank (`mpicr run`, `mpicr restart`), started by the MPI launcher. It owns
+//! what belongs to the launcher (its PMI connection, stdio), starts or restores the program with
+//! a clean descriptor table, relays PMI and output, talks to the coordinator and runs CRIU.
+
+use crate::args::{RestartArgs, RunArgs};
+use crate::coord_wire::{self, AgentInfo, CoordInfo, FromCoord, Hello, KeeperHello, Mode, ToCoord};
+use crate::coordinator;
+use crate::criu::Criu;
+use crate::ctl::{self, CtlReader};
+use crate::images::{self, CkptDir, ExternalPipe, ExternalSocket, JobInfo, RankManifest, RankMeta};
+use crate::pmi_relay::{Launcher, PmiEnv, Relay};
+use crate::spawn::{self, Plan, PROGRAM_CTL_FD, PROGRAM_PMI_FD};
+use crate::sys::{self, Exit};
+use anyhow::{anyhow, bail, Context, Result};
+use mpicr_proto::{FromAgent, ToAgent};
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
+use std::net::TcpStream;
+use std::os::fd::{AsFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// PMI key under which rank 0 publishes the coordinator to the other keepers.
+const COORD_KEY: &str = "mpicr-coordinator";
+const CRIU_TIMEOUT: Duration = Duration::from_secs(600);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How the keeper ended: the launcher must see the program's fate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Exit(i32),
+    Signal(i32),
+}
+
+enum Ev {
+    Agent(FromAgent, Vec<OwnedFd>),
+    AgentClosed(Option<String>),
+    Coord(FromCoord),
+    CoordClosed,
+    Child(Result<Exit, String>),
+    Signal(i32),
+}
+
+/// This rank's identity and launcher session.
+struct Launch {
+    rank: i32,
+    size: i32,
+    launcher: Option<Arc<Launcher>>,
+}
+
+/// Keeps the launcher connection open until the process exits, also on error paths: closing it
+/// early would make the launcher kill the job before this rank's error message is forwarded.
+static LAUNCHER: std::sync::OnceLock<Arc<Launcher>> = std::sync::OnceLock::new();
+
+fn launch() -> Result<Launch> {
+    sys::cloexec_inherited_fds().context("marking inherited descriptors close-on-exec")?;
+    match PmiEnv::from_env()? {
+        Some(env) => {
+            let l = Arc::new(Launcher::connect(env).context("connecting to the launcher's PMI")?);
+            let _ = LAUNCHER.set(Arc::clone(&l));
+            Ok(Launch { rank: env.rank, size: env.size, launcher: Some(l) })
+        }
+        None => Ok(Launch { rank: 0, size: 1, launcher: None }),
+    }
+}
+
+/// Rank 0 publishes the coordinator; everyone meets in a PMI barrier; the others read it.
+fn exchange_coordinator(l: &Launch, mine: Option<&CoordInfo>) -> Result<CoordInfo> {
+    match (&l.launcher, mine) {
+        (None, Some(info)) => Ok(info.clone()),
+        (None, None) => bail!("internal error: no coordinator for a rank without launcher"),
+        (Some(pmi), Some(info)) => {
+            pmi.put(COORD_KEY, &info.to_pmi_value())?;
+            pmi.barrier()?;
+            Ok(info.clone())
+        }
+        (Some(pmi), None) => {
+            pmi.barrier()?;
+            CoordInfo::from_pmi_value(&pmi.get(COORD_KEY)?)
+        }
+    }
+}
+
+fn new_secret() -> Result<Vec<u8>> {
+    let mut s = vec![0u8; coord_wire::SECRET_LEN];
+    sys::random_bytes(&mut s)?;
+    Ok(s)
+}
+
+fn new_job_id() -> Result<String> {
+    let mut b = [0u8; 8];
+    sys::random_bytes(&mut b)?;
+    Ok(images::hex(&b))
+}
+
+/// Errors when `dir` belongs to a job that is still running on this host.
+fn check_not_running(dir: &CkptDir) -> Result<()> {
+    let Ok(info) = images::read_json::<CoordInfo>(&dir.coordinator_path()) else { return Ok(()) };
+    if info.host != sys::hostname() || info.pid == std::process::id() {
+        return Ok(());
+    }
+    let comm = std::fs::read_to_string(format!("/proc/{}/comm", info.pid)).unwrap_or_default();
+    if comm.trim() == "mpicr" {
+        bail!(
+            "job {} is still running on {} (its coordinator is pid {}); stop it first (mpicr checkpoint --stop {})",
+            info.job_id,
+            dir.root.display(),
+            info.pid,
+            dir.root.display()
+        );
+    }
+    Ok(())
+}
+
+/// The program's pid once it runs (0 before): where terminating signals go.
+static PROGRAM_PID: AtomicI32 = AtomicI32::new(0);
+
+/// SIGUSR1/SIGUSR2 become checkpoint requests; SIGTERM, SIGINT, SIGHUP and SIGQUIT go to the
+/// program, or end the keeper the same way while there is no program yet.
+fn start_signal_thread(tx: Sender<Ev>) -> Result<()> {
+    use signal_hook::consts::*;
+    let mut signals = signal_hook::iterator::Signals::new([SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGHUP, SIGQUIT])
+        .context("installing signal handlers")?;
+    std::thread::Builder::new().name("signals".into()).spawn(move || {
+        for sig in signals.forever() {
+            if sig == SIGUSR1 || sig == SIGUSR2 {
+                let _ = tx.send(Ev::Signal(sig));
+                continue;
+            }
+            match PROGRAM_PID.load(Ordering::SeqCst) {
+                0 => sys::die_by_signal(sig),
+                pid => {
+                    let _ = sys::kill(pid, sig);
+                }
+            }
+        }
+    })?;
+    Ok(())
+}
+
+fn start_ctl_reader(sock: UnixStream, tx: Sender<Ev>) -> Result<()> {
+    std::thread::Builder::new().name("ctl-reader".into()).spawn(move || {
+        let mut r = CtlReader::new(sock);
+        loop {
+            match r.next() {
+                Ok(Some((m, fds))) => {
+                    if tx.send(Ev::Agent(m, fds)).is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => {
+                    let _ = tx.send(Ev::AgentClosed(None));
+                    return;
+                }
+                Err(e) => {
+                    let _ = tx.send(Ev::AgentClosed(Some(e.to_string())));
+                    return;
+                }
+            }
+        }
+    })?;
+    Ok(())
+}
+
+fn start_waiter(pid: i32, tx: Sender<Ev>) -> Result<()> {
+    std::thread::Builder::new().name("waiter".into()).spawn(move || {
+        let r = match sys::wait_pid(pid) {
+            Ok(Some(exit)) => Ok(exit),
+            Ok(None) => Err(format!("the program (pid {pid}) is not a child of the keeper")),
+            Err(e) => Err(format!("waiting for the program: {e}")),
+        };
+        let _ = tx.send(Ev::Child(r));
+    })?;
+    Ok(())
+}
+
+/// Connects to the coordinator, says who we are and waits for the welcome.
+fn join_coordinator(info: &CoordInfo, hello: KeeperHello, tx: Sender<Ev>) -> Result<TcpStream> {
+    let mut s = coord_wire::connect(info, CONNECT_TIMEOUT)?;
+    coord_wire::send(&mut s, &Hello::Keeper(hello))?;
+    s.set_read_timeout(Some(CONNECT_TIMEOUT))?;
+    match coord_wire::recv::<FromCoord>(&mut s).context("waiting for the coordinator's welcome")? {
+        Some(FromCoord::Welcome { .. }) => {}
+        Some(FromCoord::Refused { reason }) => bail!("the coordinator refused this rank: {reason}"),
+        other => bail!("unexpected first message from the coordinator: {other:?}"),
+    }
+    s.set_read_timeout(None)?;
+    s.set_write_timeout(Some(Duration::from_secs(10)))?;
+    let mut reader = s.try_clone()?;
+    std::thread::Builder::new().name("coord-reader".into()).spawn(move || loop {
+        match coord_wire::recv::<FromCoord>(&mut reader) {
+            Ok(Some(m)) => {
+                if tx.send(Ev::Coord(m)).is_err() {
+                    return;
+                }
+            }
+            _ => {
+                let _ = tx.send(Ev::CoordClosed);
+                return;
+            }
+        }
+    })?;
+    Ok(s)
+}
+
+/// The descriptor number for PMI in the program: high, unless the descriptor limit is low.
+fn pmi_fd_number() -> RawFd {
+    if sys::nofile_limit() > PROGRAM_PMI_FD as u64 + 1 { PROGRAM_PMI_FD } else { 4 }
+}
+
+/// `mpicr run`.
+pub fn run(args: RunArgs) -> Result<Outcome> {
+    let mode = if args.no_mpi {
+        Mode::NoMpi
+    } else if args.no_shim {
+        Mode::NoShim
+    } else {
+        Mode::Agent
+    };
+    let dir = CkptDir::new(crate::args::resolve_dir(args.ckpt_dir.clone()));
+    // PMI first: once this rank is known to the launcher, any error exit below (no finalize)
+    // makes the launcher end the whole job instead of leaving the others in a barrier.
+    let (tx, rx) = mpsc::channel();
+    start_signal_thread(tx.clone())?;
+    let l = launch()?;
+    let program = spawn::resolve_program(&args.program[0]).map_err(anyhow::Error::new)?;
+    let shim = if mode == Mode::Agent { crate::paths::shim()? } else { None };
+
+    let mine = if l.rank == 0 {
+        std::fs::create_dir_all(&dir.root).with_context(|| format!("creating checkpoint directory {}", dir.root.display()))?;
+        check_not_running(&dir)?;
+        if dir.job_path().exists() && !dir.epochs()?.is_empty() {
+            let old = dir.read_job().map(|j| j.job_id).unwrap_or_else(|_| "?".into());
+            bail!(
+                "{} already holds checkpoints of job {old}; restart it (mpicr restart), or choose another --ckpt-dir, or remove the directory",
+                dir.root.display()
+            );
+        }
+        let cwd = std::env::current_dir().map(|p| p.display().to_string()).unwrap_or_default();
+        let job = JobInfo {
+            format: images::FORMAT,
+            job_id: new_job_id()?,
+            ranks: l.size,
+            program: program.display().to_string(),
+            argv: args.program.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
+            cwd,
+            created_unix: images::now_unix(),
+            mode: mode_name(&mode).into(),
+            kvsname: l.launcher.as_ref().map(|p| p.kvsname.clone()),
+            mpi_library: None,
+            renew_strategy: None,
+            mpicr_version: env!("CARGO_PKG_VERSION").into(),
+        };
+        dir.write_job(&job)?;
+        let cfg = coordinator::Config { dir: dir.clone(), job, interval: args.interval, restart_epoch: None, verbose: args.verbose };
+        let info = coordinator::start(cfg, new_secret()?)?;
+        info.write(&dir)?;
+        Some(info)
+    } else {
+        None
+    };
+    let info = exchange_coordinator(&l, mine.as_ref())?;
+    if l.rank != 0 {
+        std::fs::create_dir_all(&dir.root).with_context(|| format!("creating checkpoint directory {}", dir.root.display()))?;
+    }
+    let presented_kvsname = l.launcher.as_ref().map(|p| p.kvsname.clone()).unwrap_or_default();
+
+    // Sockets and the program.
+    let (k_ctl, p_ctl) = sys::socketpair().context("creating the control socketpair")?;
+    let mut keeper_socks = HashMap::new();
+    keeper_socks.insert(sys::inode(k_ctl.as_fd())?, "ctl".to_string());
+    let mut fds: Vec<(OwnedFd, RawFd)> = vec![(p_ctl, PROGRAM_CTL_FD)];
+    let mut set_env: Vec<(String, OsString)> = vec![(mpicr_proto::CTL_FD_ENV.into(), PROGRAM_CTL_FD.to_string().into())];
+    let mut remove_env: Vec<String> = vec!["HYDI_CONTROL_FD".into(), "PMI_PORT".into()];
+    let relay = match (&l.launcher, &mode) {
+        (Some(pmi), Mode::Agent | Mode::NoShim) => Some(Relay::new(Arc::clone(pmi), presented_kvsname, 0)),
+        _ => None,
+    };
+    let mut first_pmi = None;
+    if relay.is_some() {
+        let (k_pmi, p_pmi) = sys::socketpair().context("creating the PMI socketpair")?;
+        keeper_socks.insert(sys::inode(k_pmi.as_fd())?, "pmi".to_string());
+        let n = pmi_fd_number();
+        fds.push((p_pmi, n));
+        set_env.push(("PMI_FD".into(), n.to_string().into()));
+        first_pmi = Some(k_pmi);
+    } else {
+        remove_env.push("PMI_FD".into());
+    }
+    if let Some(shim) = &shim {
+        let mut v = shim.as_os_str().to_owned();
+        if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+            v.push(":");
+            v.push(old);
+        }
+        set_env.push(("LD_PRELOAD".into(), v));
+    }
+    let spawned = spawn::spawn(Plan { program, argv: args.program.clone(), set_env, remove_env, fds }).map_err(anyhow::Error::new)?;
+    let pid = spawned.pid;
+    PROGRAM_PID.store(pid, Ordering::SeqCst);
+    let guard = ProgramGuard(pid);
+    let stdout_ino = sys::inode(spawned.stdout.as_fd())?;
+    let stderr_ino = sys::inode(spawned.stderr.as_fd())?;
+    let relays = vec![spawn::relay_output(spawned.stdout, 1, "stdout")?, spawn::relay_output(spawned.stderr, 2, "stderr")?];
+    start_waiter(pid, tx.clone())?;
+    let k_ctl = UnixStream::from(k_ctl);
+    start_ctl_reader(k_ctl.try_clone()?, tx.clone())?;
+    if let (Some(relay), Some(k)) = (&relay, first_pmi) {
+        relay.serve(UnixStream::from(k), None)?;
+    }
+    let hello = KeeperHello {
+        rank: l.rank,
+        size: l.size,
+        job_id: info.job_id.clone(),
+        host: sys::hostname(),
+        keeper_pid: std::process::id(),
+        program_pid: pid,
+        mode: mode.clone(),
+        restart_epoch: None,
+    };
+    let coord = join_coordinator(&info, hello, tx.clone())?;
+    let mut k = Keeper {
+        rank: l.rank,
+        size: l.size,
+        mode,
+        dir,
+        job_id: info.job_id.clone(),
+        verbose: args.verbose,
+        pid,
+        ctl: k_ctl,
+        keeper_socks,
+        stdout_ino,
+        stderr_ino,
+        launcher: l.launcher.clone(),
+        relay,
+        coord: Some(coord),
+        agent: None,
+        ckpt: None,
+        stopping: false,
+        awaiting_go: None,
+        resuming_restart: None,
+        relays,
+        coord_info: mine,
+    };
+    let out = k.event_loop(rx);
+    if out.is_ok() {
+        guard.disarm();
+    }
+    out
+}
+
+/// `mpicr restart`.
+pub fn restart(args: RestartArgs) -> Result<Outcome> {
+    let dir = CkptDir::new(args.dir.resolve());
+    // PMI first (see `run`); then everything that can be checked from the directory alone: a
+    // mismatch gives the same clear error on every rank, and the launcher ends the job.
+    let (tx, rx) = mpsc::channel();
+    start_signal_thread(tx.clone())?;
+    let l = launch()?;
+    let job = dir.read_job()?;
+    let manifest = dir.select_epoch(args.epoch)?;
+    if manifest.job_id != job.job_id {
+        bail!("epoch {} belongs to job {}, but job.json describes job {}", manifest.epoch, manifest.job_id, job.job_id);
+    }
+    let (rank, size) = (l.rank, l.size);
+    if size != manifest.ranks {
+        bail!(
+            "epoch {} of {} has {} rank(s), but the launcher started {size}: run `mpiexec -n {} mpicr restart {}`",
+            manifest.epoch,
+            dir.root.display(),
+            manifest.ranks,
+            manifest.ranks,
+            dir.root.display()
+        );
+    }
+    let epoch = manifest.epoch;
+    let rdir = dir.rank_dir(epoch, rank);
+    let entry = manifest
+        .rank_info
+        .iter()
+        .find(|r| r.rank == rank)
+        .with_context(|| format!("the manifest of epoch {epoch} has no entry for rank {rank}"))?;
+    images::verify_rank_dir(&rdir, &entry.files).with_context(|| format!("rank {rank} of epoch {epoch}"))?;
+    let meta: RankMeta = images::read_json(&rdir.join("rank.json"))?;
+    if meta.rank != rank || meta.epoch != epoch || meta.job_id != job.job_id {
+        bail!("{} does not describe rank {rank} of epoch {epoch} of job {}", rdir.join("rank.json").display(), job.job_id);
+    }
+    let mut ids = meta.tids.clone();
+    ids.push(meta.pid);
+    ids.sort_unstable();
+    ids.dedup();
+    let busy: Vec<String> = ids
+        .into_iter()
+        .filter(|&t| sys::pid_exists(t))
+        .map(|t| {
+            let comm = std::fs::read_to_string(format!("/proc/{t}/comm")).unwrap_or_default();
+            format!("{t} ({})", comm.trim())
+        })
+        .collect();
+    if !busy.is_empty() {
+        bail!(
+            "cannot restore rank {rank}: its process ids are in use by live processes: {} (restored processes keep their ids; is the checkpointed job still running?)",
+            busy.join(", ")
+        );
+    }
+    if rank == 0 {
+        check_not_running(&dir)?;
+    }
+    let criu = Criu::locate()?;
+    let mode = match job.mode.as_str() {
+        "no-mpi" => Mode::NoMpi,
+        "no-shim" => Mode::NoShim,
+        _ => Mode::Agent,
+    };
+
+    let mine = if rank == 0 {
+        let cfg = coordinator::Config { dir: dir.clone(), job: job.clone(), interval: args.interval, restart_epoch: Some(epoch), verbose: args.verbose };
+        let info = coordinator::start(cfg, new_secret()?)?;
+        info.write(&dir)?;
+        Some(info)
+    } else {
+        None
+    };
+    let info = exchange_coordinator(&l, mine.as_ref())?;
+    if info.job_id != job.job_id {
+        bail!("rank 0 restores job {} but this rank found job {}", info.job_id, job.job_id);
+    }
+
+    sys::set_child_subreaper().context("becoming child subreaper")?;
+    let presented = job.kvsname.clone().unwrap_or_else(|| l.launcher.as_ref().map(|p| p.kvsname.clone()).unwrap_or_default());
+    let relay = l.launcher.as_ref().filter(|_| mode != Mode::NoMpi).map(|p| Relay::new(Arc::clone(p), presented, meta.next_generation));
+
+    let mut inherit: Vec<(OwnedFd, String)> = Vec::new();
+    let mut keeper_socks = HashMap::new();
+    let mut k_ctl = None;
+    let mut pmi_conns = Vec::new();
+    for s in &meta.sockets {
+        let (k, p) = sys::socketpair()?;
+        keeper_socks.insert(sys::inode(k.as_fd())?, s.role.clone());
+        inherit.push((p, format!("socket:[{}]", s.ino)));
+        match s.role.as_str() {
+            "ctl" => k_ctl = Some(k),
+            _ => pmi_conns.push(k),
+        }
+    }
+    let mut outs: Vec<(OwnedFd, RawFd, &str)> = Vec::new();
+    let (mut stdout_ino, mut stderr_ino) = (0, 0);
+    for p in &meta.pipes {
+        let (r, w) = sys::pipe()?;
+        let ino = sys::inode(r.as_fd())?;
+        inherit.push((w, format!("pipe:[{}]", p.ino)));
+        if p.stream == "stdout" {
+            stdout_ino = ino;
+            outs.push((r, 1, "stdout"));
+        } else {
+            stderr_ino = ino;
+            outs.push((r, 2, "stderr"));
+        }
+    }
+    let k_ctl = k_ctl.context("the image has no control socket")?;
+    let t = Instant::now();
+    let pid = criu.restore(&rdir, inherit, CRIU_TIMEOUT).with_context(|| format!("restoring rank {rank} from {}", rdir.display()))?;
+    if pid != meta.pid {
+        let _ = sys::kill(pid, libc::SIGKILL);
+        bail!("criu restored pid {pid}, but the image is of pid {}", meta.pid);
+    }
+    PROGRAM_PID.store(pid, Ordering::SeqCst);
+    let guard = ProgramGuard(pid);
+    let relays = outs.into_iter().map(|(fd, to, name)| spawn::relay_output(fd, to, name)).collect::<Result<Vec<_>>>()?;
+    start_waiter(pid, tx.clone())?;
+    let k_ctl = UnixStream::from(k_ctl);
+    start_ctl_reader(k_ctl.try_clone()?, tx.clone())?;
+    if let Some(relay) = &relay {
+        for c in pmi_conns {
+            relay.serve(UnixStream::from(c), None)?;
+        }
+    }
+    let hello = KeeperHello {
+        rank,
+        size,
+        job_id: job.job_id.clone(),
+        host: sys::hostname(),
+        keeper_pid: std::process::id(),
+        program_pid: pid,
+        mode: mode.clone(),
+        restart_epoch: Some(epoch),
+    };
+    let mut coord = join_coordinator(&info, hello, tx.clone())?;
+    if let Some(h) = &meta.agent_hello {
+        let info = AgentInfo { library: h.library.clone(), renew_strategy: h.renew_strategy.clone(), renewals_left: h.renewals_left };
+        coord_wire::send(&mut coord, &ToCoord::AgentHello(info))?;
+    }
+    coord_wire::send(&mut coord, &ToCoord::Restored { epoch })?;
+    if args.verbose {
+        crate::elog!("mpicr[{rank}]: restored epoch {epoch} as pid {pid} in {}", crate::args::format_duration(t.elapsed()));
+    }
+    let mut k = Keeper {
+        rank,
+        size,
+        mode,
+        dir,
+        job_id: job.job_id.clone(),
+        verbose: args.verbose,
+        pid,
+        ctl: k_ctl,
+        keeper_socks,
+        stdout_ino,
+        stderr_ino,
+        launcher: l.launcher.clone(),
+        relay,
+        coord: Some(coord),
+        agent: meta.agent_hello.clone(),
+        ckpt: None,
+        stopping: false,
+        awaiting_go: Some(epoch),
+        resuming_restart: None,
+        relays,
+        coord_info: mine,
+    };
+    let out = k.event_loop(rx);
+    if out.is_ok() {
+        guard.disarm();
+    }
+    out
+}
+
+fn mode_name(m: &Mode) -> &'static str {
+    match m {
+        Mode::Agent => "mpi",
+        Mode::NoShim => "no-shim",
+        Mode::NoMpi => "no-mpi",
+    }
+}
+
+/// Kills the program's process group if the keeper bails out on an error.
+struct ProgramGuard(i32);
+
+impl ProgramGuard {
+    fn disarm(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for ProgramGuard {
+    fn drop(&mut self) {
+        kill_program(self.0);
+    }
+}
+
+fn kill_program(pid: i32) {
+    let _ = sys::kill(-pid, libc::SIGKILL);
+    let _ = sys::kill(pid, libc::SIGKILL);
+}
+
+struct CkptState {
+    epoch: u64,
+    stop: bool,
+    /// The dump left the program stopped (`--stop`); an abort must continue it.
+    stopped: bool,
+}
+
+struct Keeper {
+    rank: i32,
+    size: i32,
+    mode: Mode,
+    dir: CkptDir,
+    job_id: String,
+    verbose: bool,
+    pid: i32,
+    ctl: UnixStream,
+    /// Inodes of the keeper's ends of sockets shared with the program, and their roles.
+    keeper_socks: HashMap<u64, String>,
+    stdout_ino: u64,
+    stderr_ino: u64,
+    launcher: Option<Arc<Launcher>>,
+    relay: Option<Arc<Relay>>,
+    coord: Option<TcpStream>,
+    agent: Option<mpicr_proto::Hello>,
+    ckpt: Option<CkptState>,
+    stopping: bool,
+    /// Restart: restored, waiting for the coordinator's `Go`.
+    awaiting_go: Option<u64>,
+    /// Restart: `Resume{restarted}` sent, waiting for the agent's `Resumed`.
+    resuming_restart: Option<u64>,
+    relays: Vec<std::thread::JoinHandle<()>>,
+    /// Set on rank 0: the coordinator it hosts.
+    coord_info: Option<CoordInfo>,
+}
+
+impl Keeper {
+    fn say(&self, msg: &str) {
+        if self.verbose {
+            crate::elog!("mpicr[{}]: {msg}", self.rank);
+        }
+    }
+
+    fn tell_coord(&mut self, m: ToCoord) {
+        if let Some(c) = self.coord.as_mut() {
+            if coord_wire::send(c, &m).is_err() {
+                self.coord = None;
+            }
+        }
+    }
+
+    fn tell_agent(&mut self, m: ToAgent) -> Result<()> {
+        ctl::send(&self.ctl, &m).with_context(|| format!("sending {} to the agent", variant(&format!("{m:?}"))))
+    }
+
+    fn fail_ckpt(&mut self, epoch: u64, reason: String) {
+        self.say(&format!("checkpoint {epoch} failed here: {reason}"));
+        self.tell_coord(ToCoord::Failed { epoch, reason });
+    }
+
+    fn event_loop(&mut self, rx: Receiver<Ev>) -> Result<Outcome> {
+        loop {
+            let ev = rx.recv().map_err(|_| anyhow!("internal error: event channel closed"))?;
+            match ev {
+                Ev::Child(r) => {
+                    let exit = r.map_err(|e| anyhow!(e))?;
+                    return Ok(self.finish(exit));
+                }
+                Ev::Signal(sig) => self.on_signal(sig),
+                Ev::Agent(m, fds) => self.on_agent(m, fds)?,
+                Ev::AgentClosed(err) => {
+                    if let Some(e) = err {
+                        self.say(&format!("control connection to the agent failed: {e}"));
+                    }
+                    if let Some(c) = self.ckpt.take() {
+                        self.fail_ckpt(c.epoch, "the program closed its control connection".into());
+                    }
+                }
+                Ev::Coord(m) => self.on_coord(m)?,
+                Ev::CoordClosed => {
+                    self.coord = None;
+                    if self.ckpt.take().is_some_and(|c| c.stopped) {
+                        let _ = sys::kill(self.pid, libc::SIGCONT);
+                    }
+                    if let Some(e) = self.awaiting_go {
+                        bail!("the coordinator went away before every rank had restored epoch {e}");
+                    }
+                    self.say("the coordinator went away; no more checkpoints for this job");
+                }
+            }
+        }
+    }
+
+    fn on_signal(&mut self, sig: i32) {
+        match sig {
+            libc::SIGUSR1 | libc::SIGUSR2 => {
+                let stop = sig == libc::SIGUSR2;
+                self.say(&format!("{} received: requesting a checkpoint{}", sys::signal_name(sig), if stop { " and stop" } else { "" }));
+                if self.coord.is_none() {
+                    crate::elog!("mpicr[{}]: cannot checkpoint: no coordinator", self.rank);
+                }
+                self.tell_coord(ToCoord::Request { stop });
+            }
+            _ => {}
+        }
+    }
+
+    fn on_agent(&mut self, m: FromAgent, mut fds: Vec<OwnedFd>) -> Result<()> {
+        let epoch = self.ckpt.as_ref().map(|c| c.epoch);
+        match m {
+            FromAgent::Hello(h) => {
+                self.say(&format!("agent ready (pid {}, {} via {})", h.pid, h.library, h.renew_strategy));
+                let info = AgentInfo { library: h.library.clone(), renew_strategy: h.renew_strategy.clone(), renewals_left: h.renewals_left };
+                self.agent = Some(h);
+                self.tell_coord(ToCoord::AgentHello(info));
+            }
+            FromAgent::Request { stop } => self.tell_coord(ToCoord::Request { stop }),
+            FromAgent::PmiConnect { generation } => {
+                let Some(fd) = fds.pop() else {
+                    crate::elog!("mpicr[{}]: the agent sent PmiConnect without a descriptor", self.rank);
+                    return Ok(());
+                };
+                match &self.relay {
+                    Some(relay) => {
+                        self.keeper_socks.insert(sys::inode(fd.as_fd())?, "pmi".into());
+                        relay.serve(UnixStream::from(fd), Some(generation))?;
+                        self.say(&format!("PMI connection for generation {generation}"));
+                    }
+                    None => crate::elog!("mpicr[{}]: the agent asked for PMI, but this keeper has no launcher", self.rank),
+                }
+            }
+            FromAgent::Counters { comms } => match epoch {
+                Some(epoch) => self.tell_coord(ToCoord::Counters { epoch, comms }),
+                None => self.say("agent sent Counters outside a checkpoint; ignored"),
+            },
+            FromAgent::SendCounts { sent } => {
+                if let Some(epoch) = epoch {
+                    self.tell_coord(ToCoord::SendCounts { epoch, sent });
+                }
+            }
+            FromAgent::ReadyToDump { drained_msgs, drained_bytes, state_bytes, timings } => {
+                if let Some(epoch) = epoch {
+                    self.tell_coord(ToCoord::ReadyToDump { epoch, drained_msgs, drained_bytes, state_bytes, timings: timings.phases_us });
+                }
+            }
+            FromAgent::Resumed { timings } => {
+                if let Some(e) = self.resuming_restart.take() {
+                    self.say(&format!("program resumed after the restart from epoch {e}"));
+                    self.tell_coord(ToCoord::Resumed { epoch: e, timings: timings.phases_us });
+                } else if let Some(c) = self.ckpt.take() {
+                    self.tell_coord(ToCoord::Resumed { epoch: c.epoch, timings: timings.phases_us });
+                }
+            }
+            FromAgent::Failed { reason } => {
+                if let Some(e) = self.resuming_restart.take() {
+                    bail!("the program could not resume after the restart from epoch {e}: {reason}");
+                }
+                match self.ckpt.take() {
+                    Some(c) => self.fail_ckpt(c.epoch, reason),
+                    None => crate::elog!("mpicr[{}]: agent reported a failure: {reason}", self.rank),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn on_coord(&mut self, m: FromCoord) -> Result<()> {
+        match m {
+            FromCoord::Welcome { .. } => {}
+            FromCoord::Refused { reason } => bail!("the coordinator refused this rank: {reason}"),
+            FromCoord::Begin { epoch, stop } => {
+                self.say(&format!("checkpoint {epoch} begins{}", if stop { " (stop)" } else { "" }));
+                let rdir = self.dir.rank_dir(epoch, self.rank);
+                if let Err(e) = std::fs::create_dir_all(&rdir) {
+                    self.fail_ckpt(epoch, format!("creating {}: {e}", rdir.display()));
+                    return Ok(());
+                }
+                self.ckpt = Some(CkptState { epoch, stop, stopped: false });
+                match self.mode {
+                    Mode::NoMpi => self.tell_coord(ToCoord::ReadyToDump {
+                        epoch,
+                        drained_msgs: 0,
+                        drained_bytes: 0,
+                        state_bytes: 0,
+                        timings: vec![],
+                    }),
+                    _ if self.agent.is_none() => {
+                        self.ckpt = None;
+                        self.fail_ckpt(epoch, "the program has no agent".into());
+                    }
+                    _ => {
+                        let state_path = rdir.join("shim.state").display().to_string();
+                        if let Err(e) = self.tell_agent(ToAgent::Checkpoint { epoch, stop, state_path }) {
+                            self.ckpt = None;
+                            self.fail_ckpt(epoch, format!("{e:#}"));
+                        }
+                    }
+                }
+            }
+            FromCoord::Targets { epoch, comms } => {
+                if self.in_ckpt(epoch) {
+                    if let Err(e) = self.tell_agent(ToAgent::Targets { comms }) {
+                        self.fail_ckpt(epoch, format!("{e:#}"));
+                    }
+                }
+            }
+            FromCoord::Expected { epoch, expect } => {
+                if self.in_ckpt(epoch) {
+                    if let Err(e) = self.tell_agent(ToAgent::ExpectedRecvs { expect }) {
+                        self.fail_ckpt(epoch, format!("{e:#}"));
+                    }
+                }
+            }
+            FromCoord::Dump { epoch } => {
+                if self.in_ckpt(epoch) {
+                    let t = Instant::now();
+                    let stop = self.ckpt.as_ref().is_some_and(|c| c.stop);
+                    match self.dump(epoch, stop) {
+                        Ok(info) => {
+                            if let Some(c) = self.ckpt.as_mut() {
+                                c.stopped = stop;
+                            }
+                            self.say(&format!("dumped {} in {}", images::human_bytes(info.bytes), crate::args::format_duration(t.elapsed())));
+                            self.tell_coord(ToCoord::Dumped { epoch, info });
+                        }
+                        Err(e) => self.fail_ckpt(epoch, format!("{e:#}")),
+                    }
+                }
+            }
+            FromCoord::Resume { epoch } => {
+                if self.in_ckpt(epoch) {
+                    match self.mode {
+                        Mode::NoMpi => {
+                            self.ckpt = None;
+                            self.tell_coord(ToCoord::Resumed { epoch, timings: vec![] });
+                        }
+                        _ => {
+                            if let Err(e) = self.tell_agent(ToAgent::Resume { restarted: false, epoch, size: self.size }) {
+                                self.ckpt = None;
+                                self.fail_ckpt(epoch, format!("{e:#}"));
+                            }
+                        }
+                    }
+                }
+            }
+            FromCoord::Abort { epoch, reason } => {
+                if self.awaiting_go == Some(epoch) {
+                    bail!("restart of epoch {epoch} aborted: {reason}");
+                }
+                if self.in_ckpt(epoch) {
+                    self.say(&format!("checkpoint {epoch} aborted: {reason}"));
+                    if self.ckpt.take().is_some_and(|c| c.stopped) {
+                        let _ = sys::kill(self.pid, libc::SIGCONT);
+                    }
+                    if self.mode != Mode::NoMpi && self.agent.is_some() {
+                        let _ = self.tell_agent(ToAgent::Abort { reason });
+                    }
+                }
+            }
+            FromCoord::Stop => {
+                self.say("stopping the job after the checkpoint");
+                self.stopping = true;
+                self.ckpt = None;
+                kill_program(self.pid);
+            }
+            FromCoord::Go { epoch } => {
+                if self.awaiting_go.take() != Some(epoch) {
+                    return Ok(());
+                }
+                match self.mode {
+                    Mode::NoMpi | Mode::NoShim => self.say(&format!("every rank restored epoch {epoch}; running")),
+                    Mode::Agent => {
+                        self.resuming_restart = Some(epoch);
+                        self.tell_agent(ToAgent::Resume { restarted: true, epoch, size: self.size })?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn in_ckpt(&self, epoch: u64) -> bool {
+        self.ckpt.as_ref().is_some_and(|c| c.epoch == epoch)
+    }
+
+    /// Dumps the program into this rank's directory of `epoch` (the program keeps running, or
+    /// stays stopped for `checkpoint --stop`).
+    fn dump(&mut self, epoch: u64, leave_stopped: bool) -> Result<RankManifest> {
+        let t = Instant::now();
+        let rdir = self.dir.rank_dir(epoch, self.rank);
+        std::fs::create_dir_all(&rdir).with_context(|| format!("creating {}", rdir.display()))?;
+        let peers = crate::sockdiag::unix_peers().context("listing unix socket peers (sock_diag)")?;
+        let mut sockets: BTreeMap<u64, ExternalSocket> = BTreeMap::new();
+        let mut pipes: BTreeMap<u64, ExternalPipe> = BTreeMap::new();
+        for (fd, link) in program_fds(self.pid)? {
+            if let Some(ino) = link_inode(&link, "socket:[") {
+                if let Some(role) = peers.get(&ino).and_then(|p| self.keeper_socks.get(p)) {
+                    sockets.entry(ino).or_insert_with(|| ExternalSocket { fds: vec![], ino, role: role.clone() }).fds.push(fd);
+                }
+            } else if let Some(ino) = link_inode(&link, "pipe:[") {
+                let stream = if ino == self.stdout_ino {
+                    "stdout"
+                } else if ino == self.stderr_ino {
+                    "stderr"
+                } else {
+                    continue;
+                };
+                pipes.entry(ino).or_insert_with(|| ExternalPipe { fds: vec![], ino, stream: stream.into() }).fds.push(fd);
+            }
+        }
+        if !sockets.values().any(|s| s.role == "ctl") {
+            bail!("the program no longer holds its control socket (descriptor {PROGRAM_CTL_FD})");
+        }
+        let tids = program_tids(self.pid);
+        let ext: Vec<u64> = sockets.keys().copied().collect();
+        let criu = Criu::locate()?;
+        criu.dump(self.pid, &rdir, &ext, leave_stopped, CRIU_TIMEOUT)?;
+        let meta = RankMeta {
+            format: images::FORMAT,
+            job_id: self.job_id.clone(),
+            epoch,
+            rank: self.rank,
+            size: self.size,
+            host: sys::hostname(),
+            pid: self.pid,
+            tids,
+            sockets: sockets.into_values().collect(),
+            pipes: pipes.into_values().collect(),
+            next_generation: self.relay.as_ref().map_or(0, |r| r.next_generation()),
+            agent: self.mode == Mode::Agent,
+            agent_hello: self.agent.clone(),
+        };
+        images::write_json_atomic(&rdir.join("rank.json"), &meta, 0o644)?;
+        let files = images::checksum_dir(&rdir)?;
+        Ok(RankManifest {
+            rank: self.rank,
+            host: meta.host,
+            pid: self.pid,
+            bytes: files.iter().map(|f| f.bytes).sum(),
+            files,
+            renewals_left: self.agent.as_ref().and_then(|h| h.renewals_left),
+            drained_msgs: 0,
+            drained_bytes: 0,
+            state_bytes: 0,
+            dump_us: t.elapsed().as_micros() as u64,
+            agent_timings: vec![],
+        })
+    }
+
+    /// The program ended: tell the launcher the right thing and hand back its status.
+    fn finish(&mut self, exit: Exit) -> Outcome {
+        let clean = self.stopping || exit == Exit::Code(0) || self.relay.as_ref().is_some_and(|r| r.program_finalized());
+        self.say(&format!("program ended with {exit}{}", if self.stopping { " (stopped after the checkpoint)" } else { "" }));
+        self.tell_coord(ToCoord::Exiting { status: exit.to_string() });
+        // Output first, so that nothing the program printed is lost.
+        for h in self.relays.drain(..) {
+            join_bounded(h, Duration::from_secs(5));
+        }
+        if let Some(l) = &self.launcher {
+            if clean && !l.finalize(Duration::from_secs(5)) {
+                crate::elog!("mpicr[{}]: could not finalize PMI with the launcher", self.rank);
+            }
+        }
+        if let Some(info) = self.coord_info.take() {
+            if self.stopping {
+                // Let the other keepers receive `Stop` before this process (and its coordinator) ends.
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            coord_wire::remove_if_ours(&self.dir, &info.job_id, info.pid);
+        }
+        self.coord = None;
+        if self.stopping {
+            return Outcome::Exit(0);
+        }
+        match exit {
+            Exit::Code(c) => Outcome::Exit(c),
+            Exit::Signal(s) => Outcome::Signal(s),
+        }
+    }
+}
+
+fn join_bounded(h: std::thread::JoinHandle<()>, limit: Duration) {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = h.join();
+        let _ = tx.send(());
+    });
+    let _ = rx.recv_timeout(limit);
+}
+
+fn variant(debug: &str) -> String {
+    debug.split(|c: char| !c.is_alphanumeric()).next().unwrap_or("").to_string()
+}
+
+/// `(fd, link target)` of every descriptor of `pid`.
+fn program_fds(pid: i32) -> Result<Vec<(i32, String)>> {
+    let d = PathBuf::from(format!("/proc/{pid}/fd"));
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(&d).with_context(|| format!("reading {}", d.display()))? {
+        let e = e?;
+        let Ok(fd) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        if let Ok(t) = std::fs::read_link(e.path()) {
+            out.push((fd, String::from_utf8_lossy(t.as_os_str().as_bytes()).into_owned()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn link_inode(link: &str, prefix: &str) -> Option<u64> {
+    link.strip_prefix(prefix)?.strip_suffix(']')?.parse().ok()
+}
+
+/// Every thread id of `pid` and of its descendants.
+fn program_tids(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let Ok(rd) = std::fs::read_dir(format!("/proc/{p}/task")) else { continue };
+        for e in rd.flatten() {
+            let Ok(tid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+            out.push(tid);
+            if let Ok(children) = std::fs::read_to_string(format!("/proc/{p}/task/{tid}/children")) {
+                todo.extend(children.split_whitespace().filter_map(|c| c.parse::<i32>().ok()));
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_inodes() {
+        assert_eq!(link_inode("socket:[123]", "socket:["), Some(123));
+        assert_eq!(link_inode("pipe:[9]", "socket:["), None);
+        assert_eq!(link_inode("/dev/null", "pipe:["), None);
+    }
+
+    #[test]
+    fn own_tids_include_self() {
+        let me = std::process::id() as i32;
+        assert!(program_tids(me).contains(&me));
+    }
+}

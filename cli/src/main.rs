@@ -1,0 +1,87 @@
+//! `mpicr`: transparent checkpoint/restart for unmodified MPI programs. See `mpicr --help` and
+//! DESIGN.md (sections 1, 2, 5, 6, 7) for the architecture.
+
+mod args;
+mod client;
+mod coord_wire;
+mod coordinator;
+mod criu;
+mod ctl;
+mod images;
+mod keeper;
+mod paths;
+mod pmi;
+mod pmi_relay;
+mod sockdiag;
+mod spawn;
+mod status;
+mod sys;
+
+use args::{Cli, Command};
+
+/// `eprintln!` with the whole line in one write: several keepers share the launcher's stream,
+/// and a line written in pieces gets interleaved with other ranks' lines.
+#[macro_export]
+macro_rules! elog {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut line = format!($($arg)*);
+        line.push('\n');
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    }};
+}
+use clap::Parser;
+
+/// Exit code when mpicr itself fails while wrapping a program (as `env` and `timeout` do).
+const EXIT_WRAPPER_FAILED: i32 = 125;
+const EXIT_NOT_EXECUTABLE: i32 = 126;
+const EXIT_NOT_FOUND: i32 = 127;
+
+fn main() {
+    let cli = Cli::parse();
+    let wrapper = matches!(cli.command, Command::Run(_) | Command::Restart(_));
+    let code = match run(cli) {
+        Ok(keeper::Outcome::Exit(code)) => code,
+        Ok(keeper::Outcome::Signal(sig)) => sys::die_by_signal(sig),
+        Err(e) => {
+            elog!("mpicr: {}", one_line(&e));
+            if wrapper && std::env::var_os("PMI_FD").is_some() {
+                // The launcher ends the job as soon as this rank's PMI connection closes and may
+                // drop output it has not read yet: give it a moment to forward the message.
+                std::thread::sleep(std::time::Duration::from_millis(300));
+            }
+            match e.downcast_ref::<spawn::SpawnError>() {
+                Some(spawn::SpawnError::NotFound(_)) => EXIT_NOT_FOUND,
+                Some(spawn::SpawnError::NotExecutable(_)) => EXIT_NOT_EXECUTABLE,
+                _ if wrapper => EXIT_WRAPPER_FAILED,
+                _ => 1,
+            }
+        }
+    };
+    std::process::exit(code);
+}
+
+/// `message: cause: cause`, without repeating a cause that the message already contains.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let s = cause.to_string();
+        if out.contains(&s) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&s);
+    }
+    out
+}
+
+fn run(cli: Cli) -> anyhow::Result<keeper::Outcome> {
+    match cli.command {
+        Command::Run(a) => keeper::run(a),
+        Command::Restart(a) => keeper::restart(a),
+        Command::Checkpoint(a) => client::checkpoint(a).map(|()| keeper::Outcome::Exit(0)),
+        Command::Status(a) => status::status(&images::CkptDir::new(a.dir.resolve())).map(|()| keeper::Outcome::Exit(0)),
+    }
+}

@@ -1,0 +1,271 @@
+//! The keeper's PMI connection to the launcher (it is a PMI client of Hydra itself) and the
+//! relay that serves the program's PMI connections through it. Rewriting rules: `pmi::Rules`.
+
+use crate::pmi::{self, Action, Msg, Rules, Wire};
+use anyhow::{bail, Context, Result};
+use parking_lot::Mutex;
+use std::io::{self, Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where the launcher told this rank to find PMI (Hydra's `PMI_FD`, `PMI_RANK`, `PMI_SIZE`).
+#[derive(Debug, Clone, Copy)]
+pub struct PmiEnv {
+    pub fd: RawFd,
+    pub rank: i32,
+    pub size: i32,
+}
+
+impl PmiEnv {
+    /// `None` when not started by a PMI launcher.
+    pub fn from_env() -> Result<Option<PmiEnv>> {
+        let get = |k: &str| std::env::var(k).ok();
+        let Some(fd) = get("PMI_FD") else {
+            if get("PMI_PORT").is_some() {
+                bail!("PMI_PORT is set but PMI_FD is not: this launcher's PMI mode is not supported (use Hydra's mpiexec)");
+            }
+            return Ok(None);
+        };
+        let num = |k: &str, v: Option<String>| -> Result<i32> {
+            v.with_context(|| format!("PMI_FD is set but {k} is not"))?
+                .trim()
+                .parse()
+                .with_context(|| format!("{k} is not a number"))
+        };
+        let fd = num("PMI_FD", Some(fd))?;
+        let rank = num("PMI_RANK", get("PMI_RANK"))?;
+        let size = num("PMI_SIZE", get("PMI_SIZE"))?;
+        if size < 1 || rank < 0 || rank >= size {
+            bail!("PMI_RANK={rank} and PMI_SIZE={size} are inconsistent");
+        }
+        Ok(Some(PmiEnv { fd, rank, size }))
+    }
+}
+
+fn debug_enabled() -> bool {
+    std::env::var_os("MPICR_DEBUG_PMI").is_some_and(|v| v != "0")
+}
+
+/// The connection to the launcher; one request/response at a time.
+struct Upstream {
+    sock: UnixStream,
+    buf: Vec<u8>,
+}
+
+impl Upstream {
+    fn read_msg(&mut self) -> io::Result<Msg> {
+        loop {
+            match pmi::split(&self.buf) {
+                Ok(Some((m, n))) => {
+                    self.buf.drain(..n);
+                    return Ok(m);
+                }
+                Ok(None) => {}
+                Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("launcher sent {e}"))),
+            }
+            let mut chunk = [0u8; 4096];
+            let n = self.sock.read(&mut chunk)?;
+            if n == 0 {
+                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the launcher closed the PMI connection"));
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    fn exchange(&mut self, req: &Msg, await_reply: bool) -> io::Result<Option<Msg>> {
+        self.sock.write_all(&req.encode())?;
+        if !await_reply {
+            return Ok(None);
+        }
+        self.read_msg().map(Some)
+    }
+}
+
+/// This rank's PMI session with the launcher.
+pub struct Launcher {
+    up: Mutex<Upstream>,
+    /// The launcher's kvsname for this job.
+    pub kvsname: String,
+    finalized: AtomicBool,
+    tag: String,
+}
+
+impl Launcher {
+    /// Takes over the launcher's PMI fd and initialises PMI-1 on it.
+    pub fn connect(env: PmiEnv) -> Result<Launcher> {
+        // SAFETY: PMI_FD names a descriptor the launcher opened for this process; nothing else
+        // in the keeper owns it, so the keeper takes ownership here, once.
+        let fd = unsafe { OwnedFd::from_raw_fd(env.fd) };
+        let sock = UnixStream::from(fd);
+        let mut up = Upstream { sock, buf: Vec::new() };
+        let tag = format!("mpicr[{}] pmi", env.rank);
+        let init = Msg::new(Wire::V1, "init").with("pmi_version", 1).with("pmi_subversion", 1);
+        let r = up.exchange(&init, true).context("PMI init with the launcher")?.unwrap();
+        check_rc(&r, "init")?;
+        let r = up.exchange(&Msg::new(Wire::V1, "get_my_kvsname"), true).context("PMI get_my_kvsname")?.unwrap();
+        check_rc(&r, "get_my_kvsname")?;
+        let kvsname = r.get("kvsname").context("the launcher's my_kvsname reply has no kvsname")?.to_string();
+        if debug_enabled() {
+            crate::elog!("{tag}: launcher session {kvsname}, rank {} of {}", env.rank, env.size);
+        }
+        Ok(Launcher { up: Mutex::new(up), kvsname, finalized: AtomicBool::new(false), tag })
+    }
+
+    fn call(&self, req: &Msg) -> Result<Msg> {
+        let mut up = self.up.lock();
+        let r = up.exchange(req, true).with_context(|| format!("PMI {} with the launcher", req.cmd()))?.unwrap();
+        check_rc(&r, req.cmd())?;
+        Ok(r)
+    }
+
+    pub fn put(&self, key: &str, value: &str) -> Result<()> {
+        let req = Msg::new(Wire::V1, "put").with("kvsname", &self.kvsname).with("key", key).with("value", value);
+        self.call(&req).map(drop)
+    }
+
+    pub fn get(&self, key: &str) -> Result<String> {
+        let req = Msg::new(Wire::V1, "get").with("kvsname", &self.kvsname).with("key", key);
+        let r = self.call(&req)?;
+        Ok(r.get("value").with_context(|| format!("PMI get {key}: no value"))?.to_string())
+    }
+
+    /// A barrier over every rank of the job.
+    pub fn barrier(&self) -> Result<()> {
+        self.call(&Msg::new(Wire::V1, "barrier_in")).map(drop)
+    }
+
+    /// Tells the launcher this rank ends cleanly. Gives up (returns false) when the connection is
+    /// busy for longer than `wait` (a relay thread blocked in a barrier of a killed program).
+    pub fn finalize(&self, wait: Duration) -> bool {
+        if self.finalized.swap(true, Ordering::SeqCst) {
+            return true;
+        }
+        let Some(mut up) = self.up.try_lock_for(wait) else { return false };
+        let ok = up.exchange(&Msg::new(Wire::V1, "finalize"), true).is_ok();
+        if debug_enabled() {
+            crate::elog!("{}: finalize with the launcher: {}", self.tag, if ok { "ok" } else { "failed" });
+        }
+        ok
+    }
+
+    /// Relays one request of the program.
+    fn relay(&self, req: &Msg, await_reply: bool) -> io::Result<Option<Msg>> {
+        self.up.lock().exchange(req, await_reply)
+    }
+}
+
+fn check_rc(m: &Msg, what: &str) -> Result<()> {
+    match m.get("rc") {
+        Some(rc) if rc != "0" => {
+            let msg = m.get("msg").or(m.get("errmsg")).unwrap_or("");
+            bail!("the launcher answered PMI {what} with rc={rc} {msg}");
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Generation bookkeeping shared by all of the program's PMI connections.
+#[derive(Debug, Default)]
+struct GenState {
+    /// The generation the next `init` starts.
+    next: u32,
+    /// Whether the program finalized its latest generation.
+    finalized: bool,
+}
+
+/// Serves the program's PMI connections.
+pub struct Relay {
+    launcher: Arc<Launcher>,
+    rules: Rules,
+    gens: Mutex<GenState>,
+}
+
+impl Relay {
+    /// `presented_kvsname`: the first launcher's kvsname (differs from the current one after a
+    /// restart); `next_generation`: the generation the next `init` of the program starts.
+    pub fn new(launcher: Arc<Launcher>, presented_kvsname: String, next_generation: u32) -> Arc<Relay> {
+        let rules = Rules { presented_kvsname, real_kvsname: launcher.kvsname.clone() };
+        Arc::new(Relay { launcher, rules, gens: Mutex::new(GenState { next: next_generation, finalized: false }) })
+    }
+
+    /// The generation the next lower half will be (what a restart continues from).
+    pub fn next_generation(&self) -> u32 {
+        self.gens.lock().next
+    }
+
+    /// Whether the program's latest lower half called `PMI_Finalize`.
+    pub fn program_finalized(&self) -> bool {
+        self.gens.lock().finalized
+    }
+
+    /// Serves one program connection on a thread until the program closes it. `announced`: the
+    /// generation the agent declared for this connection (`PmiConnect`), if any.
+    pub fn serve(self: &Arc<Self>, conn: UnixStream, announced: Option<u32>) -> io::Result<std::thread::JoinHandle<()>> {
+        let me = Arc::clone(self);
+        std::thread::Builder::new().name("pmi-relay".into()).spawn(move || {
+            if let Err(e) = me.serve_conn(conn, announced) {
+                crate::elog!("{}: relay stopped: {e}", me.launcher.tag);
+            }
+        })
+    }
+
+    fn serve_conn(&self, mut conn: UnixStream, mut announced: Option<u32>) -> io::Result<()> {
+        let dbg = debug_enabled();
+        let mut buf = Vec::new();
+        let mut generation = announced.unwrap_or_else(|| self.gens.lock().next.saturating_sub(1));
+        loop {
+            let (msg, n) = loop {
+                match pmi::split(&buf) {
+                    Ok(Some(x)) => break x,
+                    Ok(None) => {}
+                    Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("program sent {e}"))),
+                }
+                let mut chunk = [0u8; 4096];
+                let n = match conn.read(&mut chunk) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionReset => 0,
+                    Err(e) => return Err(e),
+                };
+                if n == 0 {
+                    return Ok(());
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            };
+            buf.drain(..n);
+            if msg.cmd() == "init" {
+                let mut g = self.gens.lock();
+                generation = match announced.take() {
+                    Some(a) => a,
+                    None => g.next,
+                };
+                g.next = g.next.max(generation + 1);
+                g.finalized = false;
+            }
+            let action = self.rules.request(&msg, generation);
+            let reply = match action {
+                Action::Reply(r) => {
+                    if msg.cmd() == "finalize" {
+                        self.gens.lock().finalized = true;
+                    }
+                    Some(r)
+                }
+                Action::Forward { msg: fwd, await_reply } => {
+                    let resp = self.launcher.relay(&fwd, await_reply)?;
+                    if dbg {
+                        crate::elog!("{}: g{generation} {} -> {}", self.launcher.tag, fwd, resp.as_ref().map(|r| r.to_string()).unwrap_or_default());
+                    }
+                    resp.map(|r| self.rules.response(&msg, r))
+                }
+            };
+            if let Some(r) = reply {
+                if dbg && msg.cmd() == "finalize" {
+                    crate::elog!("{}: g{generation} finalize answered by the keeper", self.launcher.tag);
+                }
+                conn.write_all(&r.encode())?;
+            }
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! Starting the program with a clean descriptor table: 0 (/dev/null), 1 and 2 (pipes the keeper
+//! relays), the control socket and the PMI socket, and nothing else (launchers leak listening
+//! TCP and unix sockets into ranks; CRIU 4.1 cannot dump inet sockets on this kernel, and nothing
+//! launcher-owned belongs in an image).
+
+use crate::sys;
+use anyhow::{Context, Result};
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Descriptor number of the control socket in the program.
+pub const PROGRAM_CTL_FD: RawFd = 3;
+/// Descriptor number of the PMI socket in the program. High on purpose: MPICH 4.0.2 closes its
+/// PMI socket at `PMI_Finalize`, and a renewed lower half must find a new socket under the same
+/// number, which a low number would by then likely hold a file of the program.
+pub const PROGRAM_PMI_FD: RawFd = 100;
+
+/// How a spawn failed, for the exit code conventions of wrappers (126, 127).
+#[derive(Debug)]
+pub enum SpawnError {
+    NotFound(String),
+    NotExecutable(String),
+    Other(anyhow::Error),
+}
+
+impl std::fmt::Display for SpawnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SpawnError::NotFound(p) => write!(f, "program not found: {p}"),
+            SpawnError::NotExecutable(p) => write!(f, "program is not executable: {p}"),
+            SpawnError::Other(e) => write!(f, "{e:#}"),
+        }
+    }
+}
+
+impl std::error::Error for SpawnError {}
+
+/// Finds `program` the way `execvp` would, so that a missing program is reported before fork.
+pub fn resolve_program(program: &OsStr) -> Result<PathBuf, SpawnError> {
+    let p = Path::new(program);
+    let shown = p.display().to_string();
+    let check = |c: &Path| -> Result<PathBuf, SpawnError> {
+        if c.is_dir() {
+            return Err(SpawnError::NotExecutable(format!("{} (a directory)", c.display())));
+        }
+        if !sys::is_executable(c) {
+            return Err(SpawnError::NotExecutable(c.display().to_string()));
+        }
+        Ok(c.to_path_buf())
+    };
+    if p.as_os_str().is_empty() {
+        return Err(SpawnError::NotFound("(empty name)".into()));
+    }
+    if p.components().count() > 1 || shown.contains('/') {
+        if !p.exists() {
+            return Err(SpawnError::NotFound(shown));
+        }
+        return check(p);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    for dir in std::env::split_paths(&path) {
+        let c = dir.join(p);
+        if c.is_file() {
+            return check(&c);
+        }
+    }
+    Err(SpawnError::NotFound(shown))
+}
+
+/// What to start and which descriptors it gets.
+pub struct Plan {
+    pub program: PathBuf,
+    pub argv: Vec<OsString>,
+    pub set_env: Vec<(String, OsString)>,
+    pub remove_env: Vec<String>,
+    /// (descriptor in the keeper, number it gets in the program)
+    pub fds: Vec<(OwnedFd, RawFd)>,
+}
+
+/// The started program and the keeper's ends of its stdio.
+pub struct Spawned {
+    pub pid: i32,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+}
+
+pub fn spawn(plan: Plan) -> Result<Spawned, SpawnError> {
+    let other = |e: std::io::Error, what: &str| SpawnError::Other(anyhow::Error::new(e).context(what.to_string()));
+    let (out_r, out_w) = sys::pipe().map_err(|e| other(e, "creating the stdout pipe"))?;
+    let (err_r, err_w) = sys::pipe().map_err(|e| other(e, "creating the stderr pipe"))?;
+    // Park every source descriptor above any target number so the dup2s cannot clobber one another.
+    let mut moves: Vec<(OwnedFd, RawFd)> = Vec::new();
+    for (fd, target) in plan.fds {
+        let high = sys::dup_at_least(fd.as_fd(), 200).map_err(|e| other(e, "duplicating a descriptor"))?;
+        moves.push((high, target));
+    }
+    let pairs: Vec<(RawFd, RawFd)> = moves.iter().map(|(fd, t)| (fd.as_raw_fd(), *t)).collect();
+    let keep: Vec<RawFd> = pairs.iter().map(|&(_, t)| t).collect();
+
+    let mut cmd = Command::new(&plan.program);
+    if let Some((first, rest)) = plan.argv.split_first() {
+        cmd.arg0(first);
+        cmd.args(rest);
+    }
+    for k in &plan.remove_env {
+        cmd.env_remove(k);
+    }
+    for (k, v) in &plan.set_env {
+        cmd.env(k, v);
+    }
+    cmd.stdin(Stdio::null()).stdout(Stdio::from(out_w)).stderr(Stdio::from(err_w));
+    // SAFETY: the hook runs between fork and exec and only makes async-signal-safe system calls
+    // (sigprocmask, signal, setsid, dup2, close_range) on plain integers computed before fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            sys::child_reset_signals()?;
+            sys::child_setsid()?;
+            sys::child_set_pdeathsig()?;
+            for &(from, to) in &pairs {
+                sys::child_dup2(from, to)?;
+            }
+            // Everything else from 3 up closes at exec (close-on-exec rather than close, so that
+            // std's own exec-error pipe keeps working).
+            sys::child_cloexec_from(3, &keep)
+        });
+    }
+    let child = cmd.spawn().map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOENT) => SpawnError::NotFound(plan.program.display().to_string()),
+        Some(libc::EACCES) | Some(libc::ENOEXEC) => SpawnError::NotExecutable(plan.program.display().to_string()),
+        _ => other(e, &format!("starting {}", plan.program.display())),
+    })?;
+    drop(moves);
+    let pid = child.id() as i32;
+    // The keeper waits with waitpid itself (see keeper), so the std handle is dropped unused.
+    drop(child);
+    Ok(Spawned { pid, stdout: out_r, stderr: err_r })
+}
+
+/// Copies everything from `from` to the keeper's own `to` (1 or 2) until end of file.
+pub fn relay_output(from: OwnedFd, to: RawFd, name: &str) -> Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(format!("relay-{name}"))
+        .spawn(move || {
+            use std::io::{Read, Write};
+            let mut src = std::fs::File::from(from);
+            let mut buf = vec![0u8; 1 << 16];
+            loop {
+                let n = match src.read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => return,
+                };
+                let res = if to == 1 {
+                    let mut o = std::io::stdout().lock();
+                    o.write_all(&buf[..n]).and_then(|_| o.flush())
+                } else {
+                    let mut o = std::io::stderr().lock();
+                    o.write_all(&buf[..n]).and_then(|_| o.flush())
+                };
+                if res.is_err() {
+                    // Our own output is gone (launcher ended): keep draining so the program
+                    // does not block on a full pipe.
+                    continue;
+                }
+            }
+        })
+        .context("starting an output relay thread")
+}

@@ -1,0 +1,390 @@
+//! Thin, checked wrappers over the system calls the keeper needs that `std` does not offer.
+//! Every `unsafe` block of the crate outside `sockdiag` lives here.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+
+fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(ret) }
+}
+
+/// A connected `SOCK_STREAM` unix socketpair, both ends close-on-exec.
+pub fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` is a valid array of two ints for the kernel to fill.
+    cvt(unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) })?;
+    // SAFETY: on success both descriptors are freshly created and owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// A pipe `(read end, write end)`, both close-on-exec.
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` is a valid array of two ints for the kernel to fill.
+    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: on success both descriptors are freshly created and owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Inode number of the object behind `fd` (what `/proc/PID/fd/N` shows as `socket:[INO]`).
+pub fn inode(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    // SAFETY: an all-zero `stat` is a valid value of a plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is open for the duration of the borrow and `st` is writable.
+    cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    Ok(st.st_ino)
+}
+
+/// Duplicates `fd` to the lowest free number `>= min`, close-on-exec.
+pub fn dup_at_least(fd: BorrowedFd<'_>, min: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC on a borrowed open fd creates a new descriptor we then own.
+    let new = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) })?;
+    // SAFETY: `new` was just created by the kernel for us.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+/// Marks every inherited descriptor from 3 up close-on-exec, so that nothing the launcher leaked
+/// into the keeper reaches the program or CRIU.
+pub fn cloexec_inherited_fds() -> io::Result<()> {
+    for entry in std::fs::read_dir("/proc/self/fd")? {
+        let Ok(fd) = entry?.file_name().to_string_lossy().parse::<RawFd>() else { continue };
+        if fd < 3 {
+            continue;
+        }
+        // SAFETY: F_GETFD/F_SETFD only change flags; a descriptor closed meanwhile (the one
+        // read_dir itself used) just makes the call fail, which is ignored.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// For `pre_exec` hooks: moves `from` to the number `to` (clearing close-on-exec). Only
+/// async-signal-safe calls.
+pub fn child_dup2(from: RawFd, to: RawFd) -> io::Result<()> {
+    // SAFETY: dup2 is async-signal-safe; both numbers are plain integers.
+    cvt(unsafe { libc::dup2(from, to) })?;
+    Ok(())
+}
+
+/// For `pre_exec` hooks: marks every descriptor numbered `>= from` close-on-exec except those in
+/// `keep` (at most 8). Async-signal-safe: raw `close_range(CLOSE_RANGE_CLOEXEC)` calls only.
+pub fn child_cloexec_from(from: RawFd, keep: &[RawFd]) -> io::Result<()> {
+    let mut sorted = [RawFd::MAX; 8];
+    let n = keep.len().min(sorted.len());
+    sorted[..n].copy_from_slice(&keep[..n]);
+    sorted[..n].sort_unstable();
+    let mut lo = from;
+    for &k in &sorted[..n] {
+        if k < lo {
+            continue;
+        }
+        if k > lo {
+            cloexec_range(lo as u32, (k - 1) as u32)?;
+        }
+        lo = k + 1;
+    }
+    cloexec_range(lo as u32, u32::MAX)
+}
+
+fn cloexec_range(first: u32, last: u32) -> io::Result<()> {
+    const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags on this process's descriptors.
+    let r = unsafe { libc::syscall(libc::SYS_close_range, first, last, CLOSE_RANGE_CLOEXEC) };
+    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// For `pre_exec` hooks: starts a new session so the program owns its session and process
+/// group (CRIU then restores both without help from the caller's terminal).
+pub fn child_setsid() -> io::Result<()> {
+    // SAFETY: setsid has no memory effects.
+    cvt(unsafe { libc::setsid() })?;
+    Ok(())
+}
+
+/// For `pre_exec` hooks: the program is killed when the keeper dies (a launcher that kills the
+/// keeper with SIGKILL must not leave the program behind). CRIU keeps this setting in the image;
+/// restoring with `--restore-sibling` makes the keeper the restored program's parent again.
+pub fn child_set_pdeathsig() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only; async-signal-safe.
+    cvt(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) })?;
+    Ok(())
+}
+
+/// For `pre_exec` hooks: resets the signal mask and dispositions the keeper changed.
+pub fn child_reset_signals() -> io::Result<()> {
+    // SAFETY: sigset manipulation on a local set, sigprocmask and signal are async-signal-safe.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+        for sig in [libc::SIGUSR1, libc::SIGUSR2, libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT, libc::SIGPIPE] {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+    }
+    Ok(())
+}
+
+/// Makes this process the reaper of its orphaned descendants (a restored program, whose
+/// parent CRIU exits after `restore -d`, becomes our child).
+pub fn set_child_subreaper() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    cvt(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) })?;
+    Ok(())
+}
+
+/// How a waited-for process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Code(i32),
+    Signal(i32),
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Exit::Code(c) => write!(f, "exit code {c}"),
+            Exit::Signal(s) => write!(f, "signal {s} ({})", signal_name(*s)),
+        }
+    }
+}
+
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        _ => "signal",
+    }
+}
+
+/// Blocks until `pid` (a child of this process) ends; `None` if it is not our child (ECHILD).
+pub fn wait_pid(pid: i32) -> io::Result<Option<Exit>> {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid writes the status into a local int.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::ECHILD) => return Ok(None),
+                _ => return Err(e),
+            }
+        }
+        if libc::WIFEXITED(status) {
+            return Ok(Some(Exit::Code(libc::WEXITSTATUS(status))));
+        }
+        if libc::WIFSIGNALED(status) {
+            return Ok(Some(Exit::Signal(libc::WTERMSIG(status))));
+        }
+    }
+}
+
+/// Sends `sig` to `pid`. A process that is already gone is not an error.
+pub fn kill(pid: i32, sig: i32) -> io::Result<()> {
+    // SAFETY: kill has no memory effects.
+    let r = unsafe { libc::kill(pid, sig) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ESRCH) {
+            return Ok(());
+        }
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Ends this process by `sig` with its default action (so our parent sees the same death as
+/// the program's), without a core dump. Falls back to `exit(128 + sig)`.
+pub fn die_by_signal(sig: i32) -> ! {
+    // SAFETY: resetting a disposition, unblocking and raising have no memory effects; the
+    // zeroed rlimit disables core files for this process only.
+    unsafe {
+        let rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        libc::setrlimit(libc::RLIMIT_CORE, &rl);
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(sig);
+    }
+    std::process::exit(128 + sig)
+}
+
+/// Whether a process or thread with this id exists.
+pub fn pid_exists(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Random bytes from the kernel.
+pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        // SAFETY: writes at most `len - filled` bytes into the slice's remaining part.
+        let r = unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), buf.len() - filled, 0) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        filled += r as usize;
+    }
+    Ok(())
+}
+
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `len` bytes into the buffer.
+    let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if r != 0 {
+        return "localhost".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// Soft limit on open descriptors.
+pub fn nofile_limit() -> u64 {
+    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes into a local struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
+        return 1024;
+    }
+    rl.rlim_cur
+}
+
+/// Sends `data` on a unix stream socket with `fds` attached as `SCM_RIGHTS`.
+#[cfg(test)]
+pub fn send_with_fds(sock: BorrowedFd<'_>, data: &[u8], fds: &[RawFd]) -> io::Result<usize> {
+    let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut _, iov_len: data.len() };
+    let space = cmsg_space(fds.len());
+    let mut cbuf = vec![0u64; space.div_ceil(8)];
+    // SAFETY: an all-zero msghdr is valid; every pointer set below outlives the sendmsg call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if !fds.is_empty() {
+        msg.msg_control = cbuf.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        // SAFETY: the control buffer is large enough for one header carrying `fds`
+        // (CMSG_SPACE), so CMSG_FIRSTHDR is non-null and CMSG_DATA has room for the ints.
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of_val(fds) as u32) as _;
+            std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(c).cast::<RawFd>(), fds.len());
+        }
+    }
+    loop {
+        // SAFETY: `msg` points to live buffers (see above).
+        let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        return Ok(r as usize);
+    }
+}
+
+fn cmsg_space(nfds: usize) -> usize {
+    // SAFETY: CMSG_SPACE is a pure size computation.
+    unsafe { libc::CMSG_SPACE((nfds.max(1) * std::mem::size_of::<RawFd>()) as u32) as usize }
+}
+
+/// Receives bytes from a unix stream socket, collecting any `SCM_RIGHTS` descriptors (made
+/// close-on-exec) into `fds`. Returns 0 at end of stream.
+pub fn recv_with_fds(sock: BorrowedFd<'_>, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> io::Result<usize> {
+    const MAX_FDS: usize = 16;
+    let space = cmsg_space(MAX_FDS);
+    let mut cbuf = vec![0u64; space.div_ceil(8)];
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    // SAFETY: an all-zero msghdr is valid; the pointers set below outlive recvmsg.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    let n = loop {
+        // SAFETY: `msg` describes live, writable buffers.
+        let r = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        break r as usize;
+    };
+    // SAFETY: walking the control messages the kernel wrote into `cbuf`, bounded by
+    // msg_controllen; each SCM_RIGHTS payload is an array of ints the kernel installed for us.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let payload = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                let count = payload / std::mem::size_of::<RawFd>();
+                let data = libc::CMSG_DATA(c).cast::<RawFd>();
+                for i in 0..count {
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok(n)
+}
+
+/// `access(path, X_OK)`.
+pub fn is_executable(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else { return false };
+    // SAFETY: `c` is a valid NUL-terminated string.
+    unsafe { libc::access(c.as_ptr(), libc::X_OK) == 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn fds_travel_with_bytes() {
+        let (a, b) = socketpair().unwrap();
+        let (r, _w) = pipe().unwrap();
+        let ino = inode(r.as_fd()).unwrap();
+        send_with_fds(a.as_fd(), b"hello", &[r.as_raw_fd()]).unwrap();
+        let mut buf = [0u8; 16];
+        let mut fds = Vec::new();
+        let n = recv_with_fds(b.as_fd(), &mut buf, &mut fds).unwrap();
+        assert_eq!(&buf[..n], b"hello");
+        assert_eq!(fds.len(), 1);
+        assert_eq!(inode(fds[0].as_fd()).unwrap(), ino);
+    }
+
+}

@@ -1,0 +1,523 @@
+#!/usr/bin/env bash
+# mpicr benchmarks; `make bench` runs this. Prints tables; never fails because something is slow,
+# but fails (non-zero, with the reason and the log tail) when a run fails or a needed file is
+# missing.
+#
+#   Section 1, interposition overhead: bench/mpibench.c on 2 ranks (ping-pong latency 0 B..1 MiB,
+#     windowed Isend/Irecv bandwidth, ns per MPI_Iprobe / MPI_Comm_rank), natively and with
+#     LD_PRELOAD=target/release/libmpicr.so on every rank, on Debian's MPICH 4 and the MPICH 5
+#     wheel. Native and shim runs alternate (ABBA order) and the table shows medians.
+#   Section 2, checkpoint cost: 4 processes holding 64 MiB and 512 MiB each.
+#     - reference: bench/mem_hold.c (no MPI) dumped by bare CRIU, 4 dumps at once
+#       (ckpt_reference_criu);
+#     - mpicr: bench/ckpt_mem.c under `mpicr run`, `mpicr checkpoint`, `--stop`, `mpicr restart`
+#       (ckpt_mpicr), skipped with "not available yet" while target/release/mpicr has no
+#       `checkpoint` subcommand. A failing mpicr step is shown, marked FAILED in the table, and
+#       makes the script exit 1 after the tables are printed.
+#
+# usage: scripts/bench.sh [--quick] [--native-only] [--section 1|2]
+#   --quick        small and fast (1 repetition, short blocks, 64 MiB only): for tests, not numbers
+#   --native-only  section 1 without the shim (libmpicr.so is otherwise required)
+#   --section N    run only section N
+# environment (optional):
+#   BENCH_REPS=5          section 1 runs per flavor and mode
+#   BENCH_SCALE=1         section 1 block length factor (mpibench SCALE)
+#   BENCH_FLAVORS="mpich4 mpich5"
+#   BENCH_CKPT_SIZES="64 512"   MiB per process
+#   BENCH_CKPT_REPS=3     section 2 repetitions
+#   BENCH_CKPT_FLAVORS="mpich4 mpich5"   MPI libraries for the mpicr measurement
+#   MPICR_SO, MPICR       other paths for libmpicr.so and the mpicr CLI (MPICR_SO is also
+#                         handed to mpicr as MPICR_SHIM)
+# output: the tables on stdout and in target/bench/results.txt; raw numbers in target/bench/raw.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+t_start=$(date +%s.%N)
+
+quick=0 native_only=0 only_section=""
+while [ $# -gt 0 ]; do
+    case $1 in
+        --quick) quick=1 ;;
+        --native-only) native_only=1 ;;
+        --section) only_section=${2:-}; shift ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) echo "bench: unknown argument '$1' (try --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+case $only_section in ""|1|2) ;; *) echo "bench: --section takes 1 or 2" >&2; exit 2 ;; esac
+
+if [ $quick = 1 ]; then
+    reps=${BENCH_REPS:-1} scale=${BENCH_SCALE:-0.1}
+    ckpt_sizes=${BENCH_CKPT_SIZES:-64} ckpt_reps=${BENCH_CKPT_REPS:-1}
+else
+    reps=${BENCH_REPS:-5} scale=${BENCH_SCALE:-1}
+    ckpt_sizes=${BENCH_CKPT_SIZES:-"64 512"} ckpt_reps=${BENCH_CKPT_REPS:-3}
+fi
+flavors=${BENCH_FLAVORS:-"mpich4 mpich5"}
+ckpt_flavors=${BENCH_CKPT_FLAVORS:-"mpich4 mpich5"}
+shim_so=${MPICR_SO:-$root/target/release/libmpicr.so}
+mpicr=${MPICR:-$root/target/release/mpicr}
+if [ -n "${MPICR_SO:-}" ]; then export MPICR_SHIM=$MPICR_SO; fi
+criu=$root/.deps/criu/criu
+out=$root/target/bench
+raw=$out/raw.txt
+results=$out/results.txt
+
+# Bounds on every wait (seconds).
+T_MPIBENCH=180      # one mpibench run
+T_READY=120         # processes allocating and touching their memory
+T_CRIU=300          # one criu dump or restore
+T_MPICR=300         # one mpicr command
+T_RESUME=60         # from `mpicr restart` to the program running again
+
+say() { echo "bench: $*" >&2; }
+die() { echo "bench: error: $*" >&2; exit 1; }
+now() { date +%s.%N; }
+ms_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", (b - a) * 1000 }'; }
+# tail_log FILE: shows the last lines of a log on stderr.
+tail_log() {
+    if [ -f "$1" ]; then
+        { echo "---- last lines of $(basename "$1") ----"; tail -n 30 "$1"; echo "----"; } >&2
+    fi
+}
+
+failures=()
+mkdir -p "$out"
+scratch=$(mktemp -d "$out/scratch.XXXXXX")
+: > "$raw"
+rm -f "$results"
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# --- processes we started ----------------------------------------------------------------------
+# Every process (or process group made by `timeout`) this script starts is tracked by PID while
+# it may be alive, and untracked once it is known to be gone, so that cleanup never signals a
+# PID that has since been reused by someone else.
+declare -A own_pids=() own_groups=()
+track() { own_pids[$1]=1; }
+track_group() { own_groups[$1]=1; }
+# alive PID: the process exists and is not a zombie.
+alive() { kill -0 "$1" 2>/dev/null && [ "$(sed -n 's/^.*) \(.\).*/\1/p' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
+# stop_pid PID: TERM, then KILL, each with a bounded wait; reaps our own children; untracks.
+# A zombie (a restored process, whose parent is init) counts as gone. Only a process whose
+# command line carries this run's scratch path is signalled (all of ours do), so a PID that
+# was freed and reused by someone else is left alone.
+stop_pid() {
+    local pid=$1 i sig
+    if alive "$pid" && ! grep -qaF -- "$scratch/" "/proc/$pid/cmdline" 2>/dev/null; then
+        unset "own_pids[$pid]"
+        return 0
+    fi
+    for sig in TERM KILL; do
+        alive "$pid" && { kill -s "$sig" "$pid" 2>/dev/null || true; }
+        for i in $(seq 50); do
+            alive "$pid" || break
+            sleep 0.1
+        done
+        if ! alive "$pid"; then
+            wait "$pid" 2>/dev/null || true
+            unset "own_pids[$pid]"
+            return 0
+        fi
+    done
+    say "warning: process $pid did not exit"
+}
+# stop_programs_with TOKEN: stops (TERM, then KILL) every process whose command line contains
+# TOKEN, a path inside this run's mktemp scratch directory that only processes started by this
+# script carry. It catches ranks that outlive their keeper or launcher, e.g. ranks CRIU restored
+# before the restore of another rank failed (they are reparented to init, and a rank frozen
+# mid-checkpoint blocks SIGTERM). Each is signalled by its PID.
+stop_programs_with() {
+    local token=$1 d pid
+    for d in /proc/[0-9]*; do
+        pid=${d#/proc/}
+        [ "$pid" != $$ ] || continue
+        grep -qaF -- "$token" "$d/cmdline" 2>/dev/null || continue
+        say "stopping leftover process $pid: $(tr '\0' ' ' <"$d/cmdline" 2>/dev/null | cut -c1-120)"
+        stop_pid "$pid"
+    done
+}
+# start_job SECONDS OUTFILE CMD...: runs CMD in the background under `timeout` (which gives it a
+# process group of its own), stdin from /dev/null, stdout+stderr to OUTFILE; sets $job.
+start_job() {
+    local secs=$1 log=$2
+    shift 2
+    : >"$log"   # exists before the job starts, for the callers that poll it
+    env -u LD_PRELOAD timeout -k 5 "$secs" "$@" </dev/null >>"$log" 2>&1 &
+    job=$!
+    track_group "$job"
+}
+# wait_group PID: waits for a job of start_job (bounded by its timeout) and untracks it.
+# Returns the job's exit status (124: timed out).
+wait_group() {
+    local rc=0
+    wait "$1" || rc=$?
+    unset "own_groups[$1]"
+    return $rc
+}
+# stop_group PID: ends a job of start_job. TERM goes to its whole group (timeout and, e.g.,
+# mpiexec, which then ends its proxies and ranks: Hydra puts those in sessions of their own);
+# KILL follows after a bounded wait.
+stop_group() {
+    local p=$1 i
+    kill -s TERM -- "-$p" 2>/dev/null || true
+    for i in $(seq 100); do alive "$p" || break; sleep 0.1; done
+    kill -s KILL -- "-$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+    unset "own_groups[$p]"
+}
+cleanup() {
+    local rc=$? p
+    trap - EXIT INT TERM
+    for p in "${!own_groups[@]}"; do stop_group "$p"; done
+    for p in "${!own_pids[@]}"; do stop_pid "$p"; done
+    # Everything this run started carries its scratch path in its arguments: a safety net.
+    stop_programs_with "$scratch/"
+    [ -n "${in_subshell:-}" ] || rm -rf "$scratch"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# --- MPI flavors ---------------------------------------------------------------------------
+flavor_cc() { case $1 in mpich4) echo mpicc.mpich ;; mpich5) echo "$root/.deps/mpich5/bin/mpicc" ;; *) die "unknown MPI flavor '$1'" ;; esac; }
+flavor_mpiexec() { case $1 in mpich4) echo mpiexec.mpich ;; mpich5) echo "$root/.deps/mpich5/bin/mpiexec" ;; *) die "unknown MPI flavor '$1'" ;; esac; }
+flavor_version() {
+    local v
+    case $1 in mpich4) v=$(mpichversion 2>/dev/null) ;; mpich5) v=$("$root/.deps/mpich5/bin/mpichversion" 2>/dev/null) ;; esac
+    awk '/^MPICH Version:/ { print $3; exit }' <<<"$v"
+}
+flavor_name() {
+    case $1 in
+        mpich4) echo "MPICH $(flavor_version mpich4) (Debian: mpicc.mpich, mpiexec.mpich)" ;;
+        mpich5) echo "MPICH $(flavor_version mpich5) (PyPI wheel in .deps/mpich5)" ;;
+    esac
+}
+
+# build_flavor FLAVOR: compiles the MPI benchmarks into target/bench/FLAVOR/ (once per run).
+declare -A built=()
+build_flavor() {
+    local f=$1 cc
+    [ -z "${built[$f]:-}" ] || return 0
+    built[$f]=1
+    cc=$(flavor_cc "$f")
+    command -v "$cc" >/dev/null 2>&1 || die "$f: compiler '$cc' not found (run: make deps)"
+    command -v "$(flavor_mpiexec "$f")" >/dev/null 2>&1 || die "$f: launcher $(flavor_mpiexec "$f") not found (run: make deps)"
+    mkdir -p "$out/$f"
+    "$cc" -O2 -Wall -o "$out/$f/mpibench" bench/mpibench.c || die "$f: building bench/mpibench.c failed"
+    "$cc" -O2 -Wall -o "$out/$f/ckpt_mem" bench/ckpt_mem.c || die "$f: building bench/ckpt_mem.c failed"
+}
+
+# ============================== Section 1: interposition overhead ===========================
+
+# run_mpibench FLAVOR MODE REP: one 2-rank run; appends its results to the raw file.
+run_mpibench() {
+    local f=$1 mode=$2 rep=$3 log rc t0 preload=()
+    log=$scratch/mpibench-$f-$mode-$rep.log
+    [ "$mode" = shim ] && preload=(-genv LD_PRELOAD "$shim_so")
+    t0=$(now)
+    rc=0
+    start_job "$T_MPIBENCH" "$log" "$(flavor_mpiexec "$f")" -n 2 "${preload[@]}" "$out/$f/mpibench" "$scale"
+    wait_group "$job" || rc=$?
+    if [ $rc -ne 0 ] || ! grep -q '^mpibench done$' "$log"; then
+        tail_log "$log"
+        [ $rc -eq 124 ] && die "section 1: $f $mode run $rep timed out after ${T_MPIBENCH}s"
+        die "section 1: $f $mode run $rep failed (exit status $rc)"
+    fi
+    local want=no
+    [ "$mode" = shim ] && want=yes
+    grep -q "^mpibench shim $want\$" "$log" || {
+        tail_log "$log"
+        die "section 1: $f $mode run $rep: libmpicr mapped into the ranks should be '$want' but is not"
+    }
+    awk -v f="$f" -v m="$mode" -v r="$rep" '$1 == "mpibench" && NF == 4 { print "s1", f, m, r, $2, $3, $4 }' "$log" >> "$raw"
+    say "section 1: $f $mode run $rep/$reps ok ($(ms_since "$t0") ms)"
+}
+
+section1() {
+    local f rep
+    if [ $native_only = 1 ]; then
+        say "section 1: --native-only: the shim is not measured"
+    else
+        echo "meta shim ${shim_so#"$root"/} ($(stat -c %s "$shim_so") bytes, $(date -r "$shim_so" '+%F %T'))" >> "$raw"
+    fi
+    echo "meta reps $reps" >> "$raw"
+    for rep in $(seq "$reps"); do
+        for f in $flavors; do
+            # ABBA: odd runs measure native first, even runs the shim first.
+            if [ $native_only = 1 ]; then
+                run_mpibench "$f" native "$rep"
+            elif [ $((rep % 2)) = 1 ]; then
+                run_mpibench "$f" native "$rep"; run_mpibench "$f" shim "$rep"
+            else
+                run_mpibench "$f" shim "$rep"; run_mpibench "$f" native "$rep"
+            fi
+        done
+    done
+}
+
+# ============================== Section 2: checkpoint cost ===================================
+
+# ckpt_reference_criu MIB [NPROC]: the bare-CRIU reference. Starts NPROC (default 4) plain
+# processes holding MIB MiB each, dumps them all at once with --leave-running, kills them,
+# restores them all at once with `criu restore -d`, checks they live, kills them. Appends
+# stop_ms (longest "Frozen time" of the dumps), dump_ms (wall time of the concurrent dumps),
+# bytes (pages written x page size) and restore_ms (wall time of the concurrent restores) per
+# repetition to the raw file. Restored processes keep their PIDs, hence the kill first.
+ckpt_reference_criu() {
+    local mib=$1 n=${2:-4} rep i pid t0 dump_ms restore_ms stop bytes pagesz
+    pagesz=$(getconf PAGESIZE)
+    for rep in $(seq "$ckpt_reps"); do
+        local dir=$scratch/criu-$mib-$rep pids=()
+        mkdir -p "$dir"
+        for i in $(seq 0 $((n - 1))); do
+            mkdir -p "$dir/img$i"
+            # Its own session (no --shell-job needed); no tty, stdio on files that outlive it.
+            setsid "$out/mem_hold" "$mib" 600 "$dir/ready$i" </dev/null >/dev/null 2>"$dir/err$i" &
+            track "$!"
+        done
+        for i in $(seq 0 $((n - 1))); do
+            local waited=0
+            while [ ! -s "$dir/ready$i" ]; do
+                [ $waited -lt $((T_READY * 10)) ] || { tail_log "$dir/err$i"; die "section 2: mem_hold $i ($mib MiB) not ready after ${T_READY}s"; }
+                sleep 0.1; waited=$((waited + 1))
+            done
+            pid=$(awk '{print $2}' "$dir/ready$i")
+            pids+=("$pid")
+            track "$pid"
+        done
+
+        # Dump all at once, as the keepers of a 4-rank job would.
+        t0=$(now)
+        local dpids=()
+        for i in $(seq 0 $((n - 1))); do
+            start_job "$T_CRIU" "$dir/dstats$i" "$criu" dump -t "${pids[$i]}" -D "$dir/img$i" \
+                --leave-running --display-stats -o dump.log
+            dpids+=("$job")
+        done
+        for i in $(seq 0 $((n - 1))); do
+            wait_group "${dpids[$i]}" || { tail_log "$dir/img$i/dump.log"; die "section 2: criu dump of mem_hold $i ($mib MiB) failed"; }
+        done
+        dump_ms=$(ms_since "$t0")
+        stop=0 bytes=0
+        for i in $(seq 0 $((n - 1))); do
+            local fr pg
+            fr=$(awk -F': *' '/^Frozen time/ { print $2 + 0 }' "$dir/dstats$i")
+            pg=$(awk -F': *' '/^Memory pages written/ { print $2 + 0 }' "$dir/dstats$i")
+            [ -n "$fr" ] && [ -n "$pg" ] || { cat "$dir/dstats$i" >&2; die "section 2: no dump statistics from criu"; }
+            stop=$(awk -v a="$stop" -v b="$fr" 'BEGIN { print (b / 1000 > a) ? b / 1000 : a }')
+            bytes=$((bytes + pg * pagesz))
+        done
+
+        # The originals must be gone (and reaped) before their PIDs can be restored; the
+        # restored processes will carry the same PIDs, tracked again at once.
+        for pid in "${pids[@]}"; do stop_pid "$pid"; done
+        for pid in "${pids[@]}"; do track "$pid"; done
+        t0=$(now)
+        dpids=()
+        for i in $(seq 0 $((n - 1))); do
+            start_job "$T_CRIU" "$dir/rstats$i" "$criu" restore -d -D "$dir/img$i" --display-stats -o restore.log
+            dpids+=("$job")
+        done
+        for i in $(seq 0 $((n - 1))); do
+            wait_group "${dpids[$i]}" || { tail_log "$dir/img$i/restore.log"; die "section 2: criu restore of mem_hold $i ($mib MiB) failed"; }
+        done
+        restore_ms=$(ms_since "$t0")
+        for pid in "${pids[@]}"; do
+            alive "$pid" || die "section 2: restored mem_hold $pid is not running"
+        done
+        for pid in "${pids[@]}"; do stop_pid "$pid"; done
+        rm -rf "$dir"
+        {
+            echo "s2 criu $mib $rep stop_ms $stop"
+            echo "s2 criu $mib $rep dump_ms $dump_ms"
+            echo "s2 criu $mib $rep bytes $bytes"
+            echo "s2 criu $mib $rep restore_ms $restore_ms"
+        } >> "$raw"
+        say "section 2: bare CRIU $n x $mib MiB run $rep/$ckpt_reps: stop ${stop} ms, dump ${dump_ms} ms, $((bytes >> 20)) MiB, restore ${restore_ms} ms"
+    done
+}
+
+# mpicr_has_checkpoint: whether the mpicr CLI exists and knows `checkpoint`.
+mpicr_has_checkpoint() {
+    [ -x "$mpicr" ] || return 1
+    timeout 10 "$mpicr" checkpoint --help >/dev/null 2>&1 && return 0
+    timeout 10 "$mpicr" --help 2>&1 | grep -qw checkpoint
+}
+
+# to_ms: the first duration on stdin -> milliseconds; empty when it cannot tell. Understands
+# mpicr's format_duration ("0.123s", "2m05s", "1h02m") and "12.5 ms", "800us".
+to_ms() {
+    awk '{ if (match($0, /[0-9]+h[0-9]+m/)) { t = substr($0, RSTART, RLENGTH); split(t, a, "h");
+               printf "%.1f", (a[1] * 3600 + (a[2] + 0) * 60) * 1000; exit }
+           if (match($0, /[0-9]+m[0-9]+s/)) { t = substr($0, RSTART, RLENGTH); split(t, a, "m");
+               printf "%.1f", (a[1] * 60 + (a[2] + 0)) * 1000; exit }
+           if (match($0, /[0-9.]+ *(us|µs|ms|s)/)) { t = substr($0, RSTART, RLENGTH); v = t + 0;
+               if (t ~ /us|µs/) v /= 1000; else if (t ~ /ms/) v += 0; else v *= 1000; printf "%.1f", v; exit } }'
+}
+# to_bytes "268435456 bytes" | "256 MiB" | "1.5 GiB" -> bytes; empty when it cannot tell.
+to_bytes() {
+    awk '{ if (match($0, /[0-9.]+ *(GiB|MiB|KiB|GB|MB|kB|B|bytes)/)) { t = substr($0, RSTART, RLENGTH); v = t + 0;
+           if (t ~ /GiB/) v *= 2^30; else if (t ~ /MiB/) v *= 2^20; else if (t ~ /KiB/) v *= 1024;
+           else if (t ~ /GB/) v *= 1e9; else if (t ~ /MB/) v *= 1e6; else if (t ~ /kB/) v *= 1e3;
+           printf "%.0f", v } }'
+}
+
+# ---------------------------------------------------------------------------------------------
+# HOOK for the mpicr CLI: ckpt_mpicr FLAVOR MIB
+# The same workload as the reference, through mpicr: 4 ranks of bench/ckpt_mem holding MIB MiB,
+#   mpiexec -n 4 mpicr run --ckpt-dir D -- ckpt_mem MIB SECONDS STOP_FILE
+#   mpicr checkpoint D          (continue; prints epoch, stop time, bytes written)
+#   mpicr checkpoint --stop D   (the job ends)
+#   mpiexec -n 4 mpicr restart D; restore time = ckpt_mem's first "resumed ... at=T" minus the
+#   launch time of the restart; then STOP_FILE ends the job and ckpt_mem verifies its memory.
+# Records stop_ms and bytes as printed by `mpicr checkpoint` ("stop time:     0.123s",
+# "bytes written: 268435456 (256.0 MiB)"; other spellings of a duration or a size are parsed
+# leniently), dump_ms (wall time of the `mpicr checkpoint` command) and restore_ms. A failing
+# step fails the benchmark.
+# ---------------------------------------------------------------------------------------------
+ckpt_mpicr() {
+    local f=$1 mib=$2 rep who=mpicr-$1
+    if ! mpicr_has_checkpoint; then
+        echo "s2na $who $mib not available yet (${mpicr#"$root"/} has no 'checkpoint' subcommand)" >> "$raw"
+        say "section 2: mpicr with $f: not available yet (no '${mpicr#"$root"/} checkpoint')"
+        return 0
+    fi
+    for rep in $(seq "$ckpt_reps"); do
+        # One repetition runs in a subshell with its own cleanup: when it fails, its processes
+        # end, the failure is recorded and shown, the other measurements still run, and the
+        # script exits non-zero after printing the tables.
+        local rc=0
+        set +e
+        (
+            set -e
+            in_subshell=1
+            declare -A own_pids=() own_groups=()
+            trap cleanup EXIT
+            ckpt_mpicr_once "$f" "$mib" "$rep"
+        )
+        rc=$?
+        set -e
+        if [ $rc -ne 0 ]; then
+            echo "s2na $who $mib FAILED (run $rep; the error is printed above the tables)" >> "$raw"
+            failures+=("section 2: mpicr with $f, $mib MiB, run $rep")
+            return 0
+        fi
+    done
+}
+
+# ckpt_mpicr_once FLAVOR MIB REP: one repetition of the mpicr measurement (see ckpt_mpicr).
+ckpt_mpicr_once() {
+    local f=$1 mib=$2 rep=$3 who=mpicr-$1 mpiexec
+    mpiexec=$(flavor_mpiexec "$f")
+    local dir=$scratch/mpicr-$f-$mib-$rep
+    local ck=$dir/ckpt stopf=$dir/stop runlog=$dir/run.log rstlog=$dir/restart.log
+    local rc t0 line stop bytes dump_ms restore_ms at waited tries
+    mkdir -p "$dir"
+    # `timeout` puts the job in a process group of its own: cleanup can end all of it.
+    start_job "$T_MPICR" "$runlog" "$mpiexec" -n 4 "$mpicr" run --ckpt-dir "$ck" -- \
+        "$out/$f/ckpt_mem" "$mib" 120 "$stopf"
+    waited=0
+    until grep -q '^ckpt_mem: ready' "$runlog"; do
+        alive "$job" || { tail_log "$runlog"; die "section 2: mpicr run ($f, $mib MiB) ended before ready"; }
+        [ $waited -lt $((T_READY * 10)) ] || { tail_log "$runlog"; die "section 2: mpicr run ($f, $mib MiB) not ready after ${T_READY}s"; }
+        sleep 0.1; waited=$((waited + 1))
+    done
+
+    # checkpoint, job continues. "try again later": the ranks' agents are not up yet.
+    for tries in $(seq 20); do
+        t0=$(now)
+        rc=0
+        line=$(timeout -k 5 "$T_MPICR" "$mpicr" checkpoint "$ck" 2>&1) || rc=$?
+        dump_ms=$(ms_since "$t0")
+        [ $rc -ne 0 ] && grep -q 'try again later' <<<"$line" && [ "$tries" -lt 20 ] || break
+        sleep 0.5
+    done
+    echo "$line" > "$dir/checkpoint.out"
+    [ $rc -eq 0 ] || { tail_log "$dir/checkpoint.out"; tail_log "$runlog"; die "section 2: mpicr checkpoint ($f, $mib MiB) failed (exit status $rc)"; }
+    stop=$(grep -i 'stop' <<<"$line" | head -n 1 | to_ms)
+    bytes=$(sed -n 's/^bytes written: *\([0-9][0-9]*\).*/\1/p' <<<"$line" | head -n 1)
+    [ -n "$bytes" ] || bytes=$(grep -iE 'bytes|[KMG]i?B|written' <<<"$line" | head -n 1 | to_bytes)
+    say "section 2: mpicr checkpoint ($f, $mib MiB): $(tr '\n' ' ' <<<"$line")"
+
+    # checkpoint and stop
+    rc=0
+    timeout -k 5 "$T_MPICR" "$mpicr" checkpoint --stop "$ck" >"$dir/stop.out" 2>&1 || rc=$?
+    [ $rc -eq 0 ] || { tail_log "$dir/stop.out"; die "section 2: mpicr checkpoint --stop ($f, $mib MiB) failed (exit status $rc)"; }
+    rc=0
+    wait_group "$job" || rc=$?
+    [ $rc -ne 124 ] || { tail_log "$runlog"; die "section 2: the job did not end after 'mpicr checkpoint --stop' ($f, $mib MiB)"; }
+    [ $rc -eq 0 ] || { tail_log "$runlog"; die "section 2: the job stopped by 'mpicr checkpoint --stop' exited with status $rc, not 0 ($f, $mib MiB)"; }
+
+    # restart, once `mpicr status` no longer reports the job as running (bounded; a job that
+    # is still reported running after that is left for `mpicr restart` to complain about)
+    for tries in $(seq 50); do
+        timeout 10 "$mpicr" status "$ck" 2>/dev/null | grep -q '^running: *no' && break
+        sleep 0.2
+    done
+    t0=$(now)
+    start_job "$T_MPICR" "$rstlog" "$mpiexec" -n 4 "$mpicr" restart "$ck"
+    waited=0
+    until grep -q '^ckpt_mem: resumed' "$rstlog"; do
+        alive "$job" || { tail_log "$rstlog"; die "section 2: mpicr restart ($f, $mib MiB) ended before the program resumed"; }
+        [ $waited -lt $((T_RESUME * 10)) ] || { tail_log "$rstlog"; die "section 2: mpicr restart ($f, $mib MiB): no resume after ${T_RESUME}s"; }
+        sleep 0.1; waited=$((waited + 1))
+    done
+    at=$(sed -n 's/^ckpt_mem: resumed .*at=\([0-9.]*\).*/\1/p' "$rstlog" | tail -n 1)
+    restore_ms=$(awk -v a="$t0" -v b="$at" 'BEGIN { printf "%.1f", (b - a) * 1000 }')
+    touch "$stopf"
+    rc=0
+    wait_group "$job" || rc=$?
+    grep -q '^ckpt_mem: done .*verify=ok' "$rstlog" && [ $rc -eq 0 ] || {
+        tail_log "$rstlog"; die "section 2: restarted job ($f, $mib MiB) did not finish cleanly (exit status $rc)"; }
+    rm -rf "$dir"
+    {
+        [ -n "$stop" ] && echo "s2 $who $mib $rep stop_ms $stop"
+        [ -n "$bytes" ] && echo "s2 $who $mib $rep bytes $bytes"
+        echo "s2 $who $mib $rep dump_ms $dump_ms"
+        echo "s2 $who $mib $rep restore_ms $restore_ms"
+    } >> "$raw"
+    say "section 2: mpicr ($f) 4 x $mib MiB run $rep/$ckpt_reps: stop ${stop:-?} ms, checkpoint ${dump_ms} ms, restore ${restore_ms} ms"
+}
+
+section2() {
+    [ -x "$criu" ] || die "CRIU wrapper .deps/criu/criu is missing (run: make deps)"
+    [ "$(id -u)" = 0 ] || die "section 2 needs root (CRIU)"
+    cc -O2 -Wall -o "$out/mem_hold" bench/mem_hold.c || die "building bench/mem_hold.c failed"
+    echo "meta ckpt_reps $ckpt_reps" >> "$raw"
+    local mib f
+    for mib in $ckpt_sizes; do
+        ckpt_reference_criu "$mib"
+        for f in $ckpt_flavors; do ckpt_mpicr "$f" "$mib"; done
+    done
+}
+
+# ============================== main =========================================================
+run1=1 run2=1
+[ "$only_section" = 1 ] && run2=0
+[ "$only_section" = 2 ] && run1=0
+if [ $run1 = 1 ] && [ $native_only = 0 ] && [ ! -f "$shim_so" ]; then
+    die "${shim_so#"$root"/} is missing: build it first (make build), or run scripts/bench.sh --native-only"
+fi
+for f in $flavors; do
+    echo "meta flavor $f $(flavor_name "$f")" >> "$raw"
+    if [ $run1 = 1 ]; then build_flavor "$f"; fi
+done
+if [ $run2 = 1 ]; then
+    for f in $ckpt_flavors; do build_flavor "$f"; done
+fi
+if [ $run1 = 1 ]; then section1; fi
+if [ $run2 = 1 ]; then section2; fi
+
+echo "meta load $(cut -d' ' -f1-3 /proc/loadavg) (at the end; at the start: $load0)" >> "$raw"
+python3 bench/report.py "$raw" > "$results"
+total=$(awk -v a="$t_start" -v b="$(now)" 'BEGIN { printf "%.0f", b - a }')
+echo "" >> "$results"
+echo "(scripts/bench.sh$([ $quick = 1 ] && echo " --quick")$([ $native_only = 1 ] && echo " --native-only"): ${total} s on $(nproc) cores, $(date '+%F %T'))" >> "$results"
+echo
+cat "$results"
+if [ ${#failures[@]} -gt 0 ]; then
+    printf 'bench: error: failed: %s\n' "${failures[@]}" >&2
+    exit 1
+fi

@@ -1,0 +1,295 @@
+#!/usr/bin/env bash
+# mpi4py's own test suite, natively and under the shim (LD_PRELOAD=target/release/libmpicr.so),
+# at 1 and 2 ranks, against each MPICH under test:
+#   mpich4  Debian's MPICH 4.0.2   (mpicc.mpich / mpiexec.mpich, libmpich.so.12)
+#   mpich5  PyPI's `mpich` 5.x     (.deps/mpich5/bin/mpicc / mpiexec, libmpi.so.12)
+# mpi4py is built from its sdist (pinned below) against each MPICH, into .deps/mpi4py-<flavor>,
+# so that its MPI calls resolve through whatever is LD_PRELOAD'ed. The shim passes when every
+# count (tests run / passed / failed / errors / skipped, on every rank) and the outcome of every
+# single test are the same as natively.
+#
+# Usage: scripts/mpi4py-tests.sh [--flavor mpich4|mpich5|all] [--ranks 1|2|all]
+#                                [--native-only] [--rerun-native] [--timeout SECONDS]
+#   --native-only   only build and run natively (no libmpicr.so needed)
+#   --rerun-native  ignore the cached native results and run natively again
+#   --timeout       limit of one run of the suite (default 600 s, or $MPI4PY_TESTS_TIMEOUT)
+# Exit status: 0 all shim runs match, 1 some shim run differs, 2 setup problem (libmpicr.so
+# missing, build failure, a native run that did not finish).
+#
+# Idempotent: the sdist, the builds (stamped with version, compiler and sdist checksum) and the
+# native results (keyed by mpi4py version, flavor, ranks, exclusions and runner) are cached
+# under .deps/, so a rerun only runs the suite under the shim. Results of the last run of
+# every case stay in .deps/mpi4py-results/last/<flavor>-n<ranks>-<native|shim>/ (per-rank
+# stdout/stderr, per-test outcomes as JSON). Tests that hang or fail at random natively are
+# excluded for both runs, listed with reasons in scripts/mpi4py/exclude.txt.
+set -euo pipefail
+
+MPI4PY_VERSION=4.1.2
+
+cd "$(dirname "$0")/.."
+root=$PWD
+deps=$root/.deps
+here=$root/scripts/mpi4py
+results=$deps/mpi4py-results
+shim=$root/target/release/libmpicr.so
+
+flavors=(mpich4 mpich5)
+rank_counts=(1 2)
+native_only=0
+rerun_native=0
+timeout_s=${MPI4PY_TESTS_TIMEOUT:-600}
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
+die() { echo "mpi4py-tests: $*" >&2; exit 2; }
+
+while [ $# -gt 0 ]; do
+    case $1 in
+        --flavor)
+            case ${2:-} in
+                mpich4|mpich5) flavors=("$2") ;;
+                all) flavors=(mpich4 mpich5) ;;
+                *) die "--flavor wants mpich4, mpich5 or all" ;;
+            esac
+            shift 2 ;;
+        --ranks)
+            case ${2:-} in
+                1|2) rank_counts=("$2") ;;
+                all) rank_counts=(1 2) ;;
+                *) die "--ranks wants 1, 2 or all" ;;
+            esac
+            shift 2 ;;
+        --native-only) native_only=1; shift ;;
+        --rerun-native) rerun_native=1; shift ;;
+        --timeout)
+            [[ ${2:-} =~ ^[0-9]+$ ]] || die "--timeout wants a number of seconds"
+            timeout_s=$2; shift 2 ;;
+        -h|--help) usage; exit 0 ;;
+        *) usage >&2; die "unknown argument: $1" ;;
+    esac
+done
+
+if [ "$native_only" = 0 ] && [ ! -f "$shim" ]; then
+    die "target/release/libmpicr.so not found: build the shim first (cargo build --release -p mpicr-shim, or make build), or pass --native-only"
+fi
+
+log() { echo "mpi4py-tests: $*" >&2; }
+
+# --- cleanup: temp folders and every process of our runs ---------------------------------
+tmp_dirs=()
+live_job=
+live_marker=
+cleanup() {
+    if [ -n "$live_job" ]; then
+        kill -TERM -- "-$live_job" 2>/dev/null || true
+        wait "$live_job" 2>/dev/null || true
+        live_job=
+    fi
+    [ -n "$live_marker" ] && sweep "$live_marker"
+    live_marker=
+    if [ ${#tmp_dirs[@]} -gt 0 ]; then rm -rf -- "${tmp_dirs[@]}"; fi
+    tmp_dirs=()
+}
+on_signal() { trap - EXIT; cleanup; exit 130; }
+trap cleanup EXIT
+trap on_signal INT TERM HUP
+
+# Hydra starts each proxy and each rank in a session of its own, so neither the process group
+# of `timeout` nor the session reaches them once mpiexec is gone. Every run therefore carries
+# a unique marker in its environment; whatever still has it after the run is ours to end.
+marker_pids() { python3 "$here/report.py" pids "$1"; }
+sweep() {
+    local pids
+    pids=$(marker_pids "$1")
+    [ -z "$pids" ] && return 0
+    log "ending $(echo $pids | wc -w) leftover process(es) of run $1"
+    # shellcheck disable=SC2086
+    kill -TERM $pids 2>/dev/null || true
+    sleep 2
+    pids=$(marker_pids "$1")
+    # shellcheck disable=SC2086
+    [ -n "$pids" ] && kill -KILL $pids 2>/dev/null || true
+}
+
+# --- the MPICH flavors ---------------------------------------------------------------------
+setup_flavor() {   # sets MPICC, MPIEXEC, MPILIB, MPILIBDIR
+    case $1 in
+        mpich4)
+            if ! command -v mpicc.mpich >/dev/null || ! command -v mpiexec.mpich >/dev/null; then
+                log "installing Debian's mpich and libmpich-dev"
+                DEBIAN_FRONTEND=noninteractive apt-get update -qq
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+                    mpich libmpich-dev >/dev/null
+            fi
+            MPICC=$(command -v mpicc.mpich)
+            MPIEXEC=$(command -v mpiexec.mpich)
+            MPILIB=libmpich.so.12
+            MPILIBDIR= ;;
+        mpich5)
+            if [ ! -x "$deps/mpich5/bin/mpicc" ]; then
+                log "installing the MPICH 5.x wheel into .deps/mpich5"
+                python3 -m venv "$deps/mpich5"
+                "$deps/mpich5/bin/python" -m pip install -q 'mpich>=5,<6'
+            fi
+            MPICC=$deps/mpich5/bin/mpicc
+            MPIEXEC=$deps/mpich5/bin/mpiexec
+            MPILIB=libmpi.so.12
+            MPILIBDIR=$deps/mpich5/lib ;;
+    esac
+}
+
+# --- mpi4py sdist --------------------------------------------------------------------------
+src=$deps/mpi4py-src
+sdist=$src/mpi4py-$MPI4PY_VERSION.tar.gz
+testdir=$src/mpi4py-$MPI4PY_VERSION/test
+fetch_sdist() {
+    mkdir -p "$src"
+    if [ ! -f "$sdist" ]; then
+        log "downloading the mpi4py $MPI4PY_VERSION sdist"
+        local dl
+        dl=$(mktemp -d "$src/download.XXXXXX"); tmp_dirs+=("$dl")
+        python3 -m pip download -q --no-binary :all: --no-deps "mpi4py==$MPI4PY_VERSION" -d "$dl"
+        [ -f "$dl/mpi4py-$MPI4PY_VERSION.tar.gz" ] || die "pip download gave no mpi4py-$MPI4PY_VERSION.tar.gz"
+        mv "$dl/mpi4py-$MPI4PY_VERSION.tar.gz" "$sdist"
+    fi
+    if [ ! -f "$testdir/main.py" ]; then
+        rm -rf "$src/mpi4py-$MPI4PY_VERSION"
+        tar -xzf "$sdist" -C "$src"
+    fi
+    [ -f "$testdir/main.py" ] || die "no test/main.py in the mpi4py sdist"
+}
+
+# --- build mpi4py against one flavor -----------------------------------------------------------
+mpi_extension() {   # path of mpi4py/MPI*.so in venv $1 (imports the package, not MPI)
+    "$1/bin/python" -c 'import importlib.util as u; print(u.find_spec("mpi4py.MPI").origin)' 2>/dev/null
+}
+check_link() {   # venv: the extension must load the flavor's MPI library
+    local ext resolved
+    ext=$(mpi_extension "$1") || return 1
+    resolved=$(ldd "$ext" | awk -v lib="$MPILIB" '$1 == lib { print $3 }')
+    [ -n "$resolved" ] && [ "$resolved" != "not" ] || return 1
+    if [ -n "$MPILIBDIR" ]; then
+        [ "$(readlink -f "$(dirname "$resolved")")" = "$(readlink -f "$MPILIBDIR")" ] || return 1
+    fi
+    # and not the other MPICH's library as well
+    ! ldd "$ext" | awk '{print $1}' | grep -v -xF "$MPILIB" | grep -qE '^lib(mpi|mpich)\.so'
+}
+build_flavor() {   # $1 flavor; sets VENV
+    local flavor=$1 venv=$deps/mpi4py-$1 want
+    VENV=$venv
+    want="mpi4py=$MPI4PY_VERSION sdist=$(sha256sum < "$sdist" | cut -c1-16) mpicc=$MPICC: $("$MPICC" -show)"
+    if [ -f "$venv/.mpi4py-build" ] && [ "$(cat "$venv/.mpi4py-build")" = "$want" ] \
+        && check_link "$venv"; then
+        return 0
+    fi
+    log "building mpi4py $MPI4PY_VERSION against $flavor (MPICC=$MPICC); a few minutes, log in $venv/mpi4py-build.log"
+    rm -f "$venv/.mpi4py-build"
+    [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+    local t0=$SECONDS
+    # --no-cache-dir: pip must not hand back a wheel it built earlier against the other MPICH
+    if ! MPICC=$MPICC "$venv/bin/python" -m pip install --no-cache-dir --no-deps \
+            --force-reinstall "$sdist" > "$venv/mpi4py-build.log" 2>&1; then
+        tail -n 30 "$venv/mpi4py-build.log" >&2
+        die "building mpi4py against $flavor failed (log: $venv/mpi4py-build.log)"
+    fi
+    if ! check_link "$venv"; then
+        ldd "$(mpi_extension "$venv")" >&2 || true
+        die "mpi4py built for $flavor does not link $MPILIB${MPILIBDIR:+ from $MPILIBDIR}"
+    fi
+    echo "$want" > "$venv/.mpi4py-build"
+    log "built mpi4py for $flavor in $((SECONDS - t0)) s; $(basename "$(mpi_extension "$venv")") -> $MPILIB"
+}
+
+# --- exclusions ----------------------------------------------------------------------------
+exclusions() {   # $1 flavor $2 ranks: the patterns for main.py -x, one a line
+    local f r p
+    while read -r f r p _; do
+        case $f in ''|\#*) continue ;; esac
+        [ "$f" = '*' ] || [ "$f" = "$1" ] || continue
+        [ "$r" = '*' ] || [ "$r" = "$2" ] || continue
+        [ -n "$p" ] && echo "$p"
+    done < "$here/exclude.txt"
+}
+
+# --- one run of the suite --------------------------------------------------------------------
+run_suite() {   # $1 flavor $2 ranks $3 native|shim $4 outdir
+    local flavor=$1 ranks=$2 mode=$3 out=$4 work rc=0 t0 t1 secs pat f
+    local -a xargs_=() genv=()
+    while read -r pat; do xargs_+=(-x "$pat"); done < <(exclusions "$flavor" "$ranks")
+    [ "$mode" = shim ] && genv=(-genv LD_PRELOAD "$shim")
+    rm -rf "$out"; mkdir -p "$out"
+    work=$(mktemp -d "${TMPDIR:-/tmp}/mpi4py-tests.XXXXXX"); tmp_dirs+=("$work")
+    live_marker="mpicr-mpi4py-$$-$RANDOM$RANDOM-$flavor-n$ranks-$mode"
+    log "running: $flavor, $ranks rank(s), $mode (limit ${timeout_s}s)"
+    t0=$(date +%s.%N)
+    # `timeout` puts itself and mpiexec in a process group of their own and, past the limit,
+    # sends TERM (mpiexec then ends its ranks), and KILL 20 s later.
+    # PYTHONPATH: processes that the suite spawns (MPI_Comm_spawn in test_util_pool, ...)
+    # must import the test modules too, to unpickle what they are sent.
+    ( cd "$work" && exec env -u LD_PRELOAD MPI4PY_TESTS_RUNID="$live_marker" TMPDIR="$work" \
+        PYTHONPATH="$testdir${PYTHONPATH:+:$PYTHONPATH}" \
+        timeout -k 20 "$timeout_s" "$MPIEXEC" -n "$ranks" "${genv[@]}" \
+        -outfile-pattern "$out/out.%r" -errfile-pattern "$out/err.%r" \
+        "$VENV/bin/python" "$here/runner.py" --testdir "$testdir" --results "$out" \
+        -- -v "${xargs_[@]}" ) < /dev/null &
+    live_job=$!
+    wait "$live_job" || rc=$?
+    live_job=
+    t1=$(date +%s.%N)
+    secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+    echo "$rc $secs $timeout_s" > "$out/status.txt"
+    sweep "$live_marker"; live_marker=
+    # MPICH's shared-memory files that a dead rank left behind (only those our ranks mapped)
+    while read -r f; do
+        [ -n "$f" ] && [ -e "$f" ] && rm -f -- "$f"
+    done < <(python3 "$here/report.py" shm "$out")
+    rm -rf -- "$work"
+    log "  done in ${secs}s, exit status $rc"
+}
+
+native_key() {   # what the native result depends on
+    { echo "$MPI4PY_VERSION $1 $2"; cat "$VENV/.mpi4py-build"; exclusions "$1" "$2"
+      cat "$here/runner.py"; declare -f run_suite; } | sha256sum | cut -c1-12
+}
+
+# --- main ----------------------------------------------------------------------------------
+fetch_sdist
+start=$SECONDS
+cases=()
+for flavor in "${flavors[@]}"; do
+    setup_flavor "$flavor"
+    build_flavor "$flavor"
+    for ranks in "${rank_counts[@]}"; do
+        cache=$results/native/$MPI4PY_VERSION-$flavor-n$ranks-$(native_key "$flavor" "$ranks")
+        if [ "$rerun_native" = 1 ] || ! python3 "$here/report.py" check "$cache" "$ranks"; then
+            last=$results/last/$flavor-n$ranks-native
+            run_suite "$flavor" "$ranks" native "$last"
+            if python3 "$here/report.py" check "$last" "$ranks"; then
+                rm -rf "$cache"; mkdir -p "$(dirname "$cache")"; cp -a "$last" "$cache"
+                native=$cache
+            else
+                native=$last
+            fi
+        else
+            log "native: $flavor, $ranks rank(s): cached ($(cut -d' ' -f2 "$cache/status.txt")s when run)"
+            native=$cache
+        fi
+        shimdir=
+        if [ "$native_only" = 0 ]; then
+            shimdir=$results/last/$flavor-n$ranks-shim
+            run_suite "$flavor" "$ranks" shim "$shimdir"
+        fi
+        cases+=("$flavor:$ranks:$native:$shimdir")
+    done
+done
+
+echo
+echo "mpi4py $MPI4PY_VERSION test suite (counts of rank 0; every rank is compared)"
+status=0
+if [ "$native_only" = 1 ]; then
+    python3 "$here/report.py" table --native-only "${cases[@]}" || status=$?
+else
+    python3 "$here/report.py" table "${cases[@]}" || status=$?
+fi
+echo
+echo "results: .deps/mpi4py-results/last/  (total $((SECONDS - start)) s)"
+exit "$status"

@@ -1,0 +1,209 @@
+"""Run mpi4py's own test suite (the sdist's test/main.py) on one rank and record the outcome.
+
+Started once per rank by scripts/mpi4py-tests.sh under mpiexec:
+
+    python runner.py --testdir SDIST/test --results DIR [--] [main.py options...]
+
+Writes DIR/rank-<R>.jsonl while the suite runs (one line per test start and per outcome,
+flushed at once, so that a rank that hangs or crashes still shows which test it was in) and
+DIR/rank-<R>.json at the end (counts and the outcome of every test). The usual verbose
+unittest output still goes to stderr.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+import unittest
+
+
+def rank_from_env():
+    for var in ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "MPI_LOCALRANKID"):
+        val = os.environ.get(var)
+        if val is not None and val.isdigit():
+            return int(val)
+    return 0
+
+
+def process_info():
+    shm, preloaded, mpi_libs = set(), [], set()
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) < 6:
+                    continue
+                path = parts[5].strip()
+                if path.startswith("/dev/shm/"):
+                    shm.add(path.split(" (deleted)")[0])
+                base = os.path.basename(path)
+                if base.startswith("libmpicr"):
+                    preloaded.append(path)
+                if base.startswith(("libmpi.so", "libmpich.so")):
+                    mpi_libs.add(path)
+    except OSError:
+        pass
+    return {"shm": sorted(shm), "shim_loaded": bool(preloaded),
+            "mpi_libs": sorted(mpi_libs)}
+
+
+def first_lines(text, limit=12):
+    """Head of a traceback plus its last lines (where the exception message is)."""
+    lines = text.rstrip("\n").splitlines()
+    if len(lines) <= limit:
+        return lines
+    return lines[:4] + ["..."] + lines[-(limit - 5):]
+
+
+class Recorder:
+    def __init__(self, results_dir, rank):
+        self.rank = rank
+        self.jsonl_path = os.path.join(results_dir, f"rank-{rank}.jsonl")
+        self.json_path = os.path.join(results_dir, f"rank-{rank}.json")
+        self.stream = open(self.jsonl_path, "w", encoding="utf-8")
+        self.tests = {}
+        self.order = []
+        self.t0 = time.monotonic()
+
+    def event(self, **kw):
+        kw["t"] = round(time.monotonic() - self.t0, 3)
+        self.stream.write(json.dumps(kw) + "\n")
+        self.stream.flush()
+
+    def outcome(self, test_id, kind, detail=None, duration=None):
+        entry = self.tests.get(test_id)
+        if entry is None:
+            entry = {"outcome": kind}
+            self.tests[test_id] = entry
+            self.order.append(test_id)
+        # A test whose subtest failed is reported once more as passed by unittest: keep the
+        # worst outcome.
+        rank_of = {"passed": 0, "skipped": 1, "expected_failure": 1,
+                   "unexpected_success": 2, "failed": 3, "error": 4}
+        if rank_of.get(kind, 0) >= rank_of.get(entry["outcome"], 0):
+            entry["outcome"] = kind
+        if detail:
+            entry.setdefault("detail", []).extend(detail)
+        if duration is not None:
+            entry["seconds"] = round(duration, 3)
+        self.event(ev="outcome", id=test_id, outcome=kind, detail=detail)
+
+    def finish(self, result, seconds):
+        counts = {
+            "run": result.testsRun,
+            "failed": len(result.failures),
+            "errors": len(result.errors),
+            "skipped": len(result.skipped),
+            "expected_failures": len(result.expectedFailures),
+            "unexpected_successes": len(result.unexpectedSuccesses),
+        }
+        counts["passed"] = (counts["run"] - counts["failed"] - counts["errors"]
+                            - counts["skipped"] - counts["expected_failures"]
+                            - counts["unexpected_successes"])
+        # Failures of subtests are counted once per subtest by unittest; passed above may
+        # then go below the number of tests that passed. Count tests by their worst outcome.
+        by_test = {}
+        for entry in self.tests.values():
+            by_test[entry["outcome"]] = by_test.get(entry["outcome"], 0) + 1
+        data = {
+            "rank": self.rank,
+            "seconds": round(seconds, 2),
+            "counts": counts,
+            "tests_by_outcome": by_test,
+            "tests": {tid: self.tests[tid] for tid in self.order},
+        }
+        tmp = self.json_path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1)
+        os.replace(tmp, self.json_path)
+        self.event(ev="done", counts=counts)
+        self.stream.close()
+
+
+def make_result_class(recorder):
+    class RecordingResult(unittest.TextTestResult):
+        def startTest(self, test):
+            self._t0 = time.monotonic()
+            recorder.event(ev="start", id=test.id())
+            super().startTest(test)
+
+        def _dt(self):
+            return time.monotonic() - getattr(self, "_t0", time.monotonic())
+
+        def addSuccess(self, test):
+            super().addSuccess(test)
+            recorder.outcome(test.id(), "passed", duration=self._dt())
+
+        def addFailure(self, test, err):
+            super().addFailure(test, err)
+            recorder.outcome(test.id(), "failed", first_lines(self.failures[-1][1]), self._dt())
+
+        def addError(self, test, err):
+            super().addError(test, err)
+            recorder.outcome(test.id(), "error", first_lines(self.errors[-1][1]), self._dt())
+
+        def addSkip(self, test, reason):
+            super().addSkip(test, reason)
+            recorder.outcome(test.id(), "skipped", [str(reason)], self._dt())
+
+        def addExpectedFailure(self, test, err):
+            super().addExpectedFailure(test, err)
+            recorder.outcome(test.id(), "expected_failure", duration=self._dt())
+
+        def addUnexpectedSuccess(self, test):
+            super().addUnexpectedSuccess(test)
+            recorder.outcome(test.id(), "unexpected_success", duration=self._dt())
+
+        def addSubTest(self, test, subtest, err):
+            super().addSubTest(test, subtest, err)
+            if err is not None:
+                kind = "failed" if issubclass(err[0], test.failureException) else "error"
+                text = "".join(traceback.format_exception(*err))
+                recorder.outcome(test.id(), kind, [subtest.id()] + first_lines(text))
+
+    return RecordingResult
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--testdir", required=True)
+    parser.add_argument("--results", required=True)
+    opts, rest = parser.parse_known_args()
+    if rest and rest[0] == "--":
+        rest = rest[1:]
+
+    rank = rank_from_env()
+    os.makedirs(opts.results, exist_ok=True)
+    recorder = Recorder(opts.results, rank)
+    recorder.event(ev="begin", pid=os.getpid(), argv=rest)
+
+    sys.dont_write_bytecode = True
+    testdir = os.path.abspath(opts.testdir)
+    sys.path.insert(0, testdir)
+    import main as mpi4py_main  # noqa: E402  (the suite's own entry point)
+
+    resultclass = make_result_class(recorder)
+
+    class Runner(unittest.TextTestRunner):
+        def __init__(self, **kw):
+            kw["resultclass"] = resultclass
+            super().__init__(**kw)
+
+        def run(self, test):
+            # MPI is initialised by now (main.py imported mpi4py.MPI): note what the driver
+            # may have to clean up if this rank dies, and whether the shim is really loaded.
+            recorder.event(ev="mpi", **process_info())
+            t0 = time.monotonic()
+            result = super().run(test)
+            recorder.finish(result, time.monotonic() - t0)
+            return result
+
+    # main.TestProgram discovers test_*.py in its own folder and exits with the usual status.
+    sys.argv = [os.path.join(testdir, "main.py")] + rest
+    mpi4py_main.main(module=None, testRunner=Runner)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs the C test matrix: every program in c-tests/ x {mpich4, mpich5} x its rank counts x
+# {native, shim}, comparing each shim run's per-rank output with the native run's byte for byte
+# (harness: tests/, crate mpicr-tests). The shim cases need target/release/libmpicr.so and fail
+# if it is missing: build it first (`make build`, or cargo build --release -p mpicr-shim).
+#
+# Usage: scripts/test-c.sh [FILTER...] [--skip S] [--exact] [--list] [--jobs N]
+#   scripts/test-c.sh                         everything (the harness's own tests first)
+#   scripts/test-c.sh app_halo2d/mpich4       cases whose name (test/flavor/npN/mode) contains it
+#   MPICR_TEST_MODES=native scripts/test-c.sh only native runs (also: MPICR_TEST_FLAVORS=mpich5)
+# Other knobs (timeout, kept scratch directories, determinism check): see tests/src/lib.rs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# One cargo invocation (a second would queue again behind other builds for the target lock).
+# Without arguments: the harness's own tests (unit tests; a hung job is killed with all its
+# processes; ...) and then the matrix. With arguments, only the matrix, which they filter.
+# Jobs run one at a time by default: MPICH ranks busy-poll, and 4 ranks already oversubscribe
+# a 2-core machine.
+if [ $# -eq 0 ]; then
+    exec cargo test --release --no-fail-fast -p mpicr-tests
+else
+    exec cargo test --release -p mpicr-tests --test ctests -- "$@"
+fi

@@ -1,0 +1,366 @@
+#!/usr/bin/env bash
+# Integration tests of the mpicr CLI that need no shim (libmpicr.so):
+#   - the PMI relay and stdio under Hydra (`run --no-shim`), MPICH 4.0.2 and 5.x, 2 and 4 ranks
+#   - exit statuses, a clean descriptor table in the program
+#   - plain CRIU checkpoint/restart of non-MPI programs (`run --no-mpi`), with and without mpiexec
+#   - the whole checkpoint protocol with a stand-in agent (cli/examples/fake_agent.rs): targets,
+#     transposition, PMI generations and key prefixes, PmiConnect, restart handshake
+#   - errors: wrong rank count, missing or incomplete epoch, corrupt manifest, PID clash, aborted
+#     and timed-out checkpoints, no running job
+#   - periodic checkpoints and SIGUSR1
+# Usage: scripts/test-cli.sh [-k PATTERN]   (from anywhere; SKIP_BUILD=1 to use existing binaries)
+# Every run is bounded by a timeout; everything started here is killed and removed at exit.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PATTERN=""
+[ "${1:-}" = "-k" ] && PATTERN=${2:-}
+
+M=$ROOT/target/release/mpicr
+FAKE=$ROOT/target/release/examples/fake_agent
+MPICH5=$ROOT/.deps/mpich5/bin
+T=$(mktemp -d "${TMPDIR:-/tmp}/mpicr-test-cli.XXXXXX")
+BG=()
+cleanup() {
+    for p in "${BG[@]}"; do kill -KILL "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    rm -rf "$T"
+}
+trap cleanup EXIT
+
+pass=0 fail=0 skipped=0
+note() { echo "     $*"; }
+ok() { echo "ok   $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
+skip() { echo "skip $1: $2"; skipped=$((skipped + 1)); }
+selected() { [ -z "$PATTERN" ] || [[ $1 == *$PATTERN* ]]; }
+
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+    cargo build --release -q -p mpicr-cli --bin mpicr --example fake_agent || { echo "build failed"; exit 1; }
+fi
+
+have4=0 have5=0
+command -v mpiexec.mpich >/dev/null && command -v mpicc.mpich >/dev/null && have4=1
+[ -x "$MPICH5/mpiexec" ] && [ -x "$MPICH5/mpicc" ] && have5=1
+criu_ok=0
+if [ -x "$ROOT/.deps/criu/criu" ] || [ -n "${MPICR_CRIU:-}" ]; then criu_ok=1; fi
+
+mpi4() { timeout -k 5 "${LIMIT:-60}" mpiexec.mpich "$@"; }
+mpi5() { PATH="$MPICH5:$PATH" timeout -k 5 "${LIMIT:-60}" "$MPICH5/mpiexec" "$@"; }
+
+# --- test programs ------------------------------------------------------------------------------
+cat >"$T/hello.c" <<'EOF'
+#include <mpi.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    int rank, size, v, sum;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    v = rank + 1;
+    MPI_Allreduce(&v, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    printf("rank %d of %d: sum %d\n", rank, size, sum);
+    MPI_Finalize();
+    return 0;
+}
+EOF
+cat >"$T/fds.c" <<'EOF'
+/* Prints its descriptor table (number=kind), then MPI_Init/Finalize; exits 3 on rank argv[1]. */
+#include <mpi.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    char line[2048] = "", path[64], tgt[256];
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int fds[64], n = 0;
+    while ((e = readdir(d)) && n < 64)
+        if (e->d_name[0] != '.' && atoi(e->d_name) != dirfd(d)) fds[n++] = atoi(e->d_name);
+    closedir(d);
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (fds[j] < fds[i]) { int t = fds[i]; fds[i] = fds[j]; fds[j] = t; }
+    for (int i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fds[i]);
+        ssize_t k = readlink(path, tgt, sizeof tgt - 1);
+        tgt[k > 0 ? k : 0] = 0;
+        char *c = strchr(tgt, ':');
+        if (c) *c = 0;
+        snprintf(line + strlen(line), sizeof line - strlen(line), " %d=%s", fds[i], tgt);
+    }
+    printf("fds:%s\n", line);
+    fflush(stdout);
+    MPI_Init(&argc, &argv);
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Finalize();
+    return (argc > 1 && rank == atoi(argv[1])) ? 3 : 0;
+}
+EOF
+cat >"$T/counter.c" <<'EOF'
+/* Counts to N (one line each 50 ms, stderr every 20); exits with N % 7. No MPI. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+int main(int argc, char **argv) {
+    int n = argc > 1 ? atoi(argv[1]) : 100;
+    const char *rank = getenv("PMI_RANK") ? getenv("PMI_RANK") : "0";
+    for (int i = 1; i <= n; i++) {
+        printf("rank %s tick %d\n", rank, i);
+        fflush(stdout);
+        if (i % 20 == 0) fprintf(stderr, "rank %s err %d\n", rank, i);
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return n % 7;
+}
+EOF
+cc -O1 -o "$T/counter" "$T/counter.c" || { echo "cc failed"; exit 1; }
+[ $have4 = 1 ] && { mpicc.mpich -o "$T/hello4" "$T/hello.c" && mpicc.mpich -o "$T/fds4" "$T/fds.c" || have4=0; }
+[ $have5 = 1 ] && { "$MPICH5/mpicc" -o "$T/hello5" "$T/hello.c" && "$MPICH5/mpicc" -o "$T/fds5" "$T/fds.c" || have5=0; }
+
+# --- helpers ------------------------------------------------------------------------------------
+# ckpt DIR [ARGS...]: `mpicr checkpoint`, retried while the job is not ready yet.
+ckpt() {
+    local dir=$1 out rc i
+    shift
+    for i in $(seq 100); do
+        out=$("$M" checkpoint "$@" "$dir" 2>&1)
+        rc=$?
+        if [ $rc = 0 ]; then
+            echo "$out"
+            return 0
+        fi
+        case $out in
+        *"cannot checkpoint"* | *"no job is running"* | *"does not answer"* | *"does not exist"*) sleep 0.1 ;;
+        *) echo "$out"; return $rc ;;
+        esac
+    done
+    echo "$out"
+    return 1
+}
+# complete FILE RANKS TICKS: every rank printed ticks 1..TICKS exactly once.
+complete() {
+    local f=$1 ranks=$2 ticks=$3
+    awk -v R="$ranks" -v N="$ticks" '$1 == "rank" && $3 == "tick" { seen[$2 " " $4]++ }
+        END { for (r = 0; r < R; r++) for (i = 1; i <= N; i++) if (seen[r " " i] != 1) { print "rank " r " tick " i ": " seen[r " " i] + 0 " times"; exit 1 } }' "$f"
+}
+bg() { "$@" & BG+=($!); }
+epochs_complete() { "$M" status "$1" 2>/dev/null | grep -c ' complete '; }
+
+# --- relay, stdio, exit status (no shim, no checkpoint) -----------------------------------------
+relay_test() {
+    local ver=$1 n=$2 name="relay-mpich$1-n$2" out rc
+    selected "$name" || return
+    [ "$(eval echo \$have$ver)" = 1 ] || { skip "$name" "MPICH $ver not installed"; return; }
+    out=$(cd "$T" && mpi$ver -n "$n" "$M" run --no-shim --ckpt-dir "$T/relay$ver$n" -- "$T/hello$ver" 2>&1)
+    rc=$?
+    local want=$((n * (n + 1) / 2))
+    if [ $rc = 0 ] && [ "$(grep -c "of $n: sum $want\$" <<<"$out")" = "$n" ]; then ok "$name"; else bad "$name" "rc=$rc: $out"; fi
+}
+relay_test 4 2
+relay_test 4 4
+relay_test 5 2
+relay_test 5 4
+
+fdtable_test() {
+    local ver=$1 name="clean-fd-table-mpich$1" out
+    selected "$name" || return
+    [ "$(eval echo \$have$ver)" = 1 ] || { skip "$name" "MPICH $ver not installed"; return; }
+    out=$(mpi$ver -n 2 "$M" run --no-shim --ckpt-dir "$T/fd$ver" -- "$T/fds$ver" 2>&1)
+    if [ $? = 0 ] && [ "$(grep -cx 'fds: 0=/dev/null 1=pipe 2=pipe 3=socket 100=socket' <<<"$out")" = 2 ]; then
+        ok "$name"
+    else bad "$name" "$out"; fi
+}
+fdtable_test 4
+fdtable_test 5
+
+if selected exit-status && [ $have4 = 1 ]; then
+    mpi4 -n 2 "$M" run --no-shim --ckpt-dir "$T/ex" -- "$T/fds4" 1 >/dev/null 2>&1
+    rc=$?
+    [ $rc = 3 ] && ok "exit-status-propagates" || bad "exit-status-propagates" "rc=$rc, expected 3"
+    out=$(mpi4 -n 2 "$M" run --no-shim --ckpt-dir "$T/ex" -- "$T/nonexistent" 2>&1)
+    rc=$?
+    [ $rc = 127 ] && grep -q "program not found" <<<"$out" && ok "exit-status-not-found" || bad "exit-status-not-found" "rc=$rc: $out"
+    out=$("$M" run --no-mpi --ckpt-dir "$T/ex2" -- "$T/counter.c" 2>&1)
+    rc=$?
+    [ $rc = 126 ] && ok "exit-status-not-executable" || bad "exit-status-not-executable" "rc=$rc: $out"
+fi
+
+if selected cli-usage; then
+    out=$("$M" run --interval 5x -- true 2>&1)
+    rc=$?
+    [ $rc = 2 ] && grep -q "unknown unit" <<<"$out" && ok "cli-usage-bad-duration" || bad "cli-usage-bad-duration" "rc=$rc: $out"
+    "$M" --help | grep -q "MPICR_CKPT_DIR" && ok "cli-usage-help" || bad "cli-usage-help" "no MPICR_CKPT_DIR in --help"
+fi
+
+# --- plain CRIU, no MPI ---------------------------------------------------------------------------
+if [ $criu_ok = 1 ] && selected criu-single; then
+    d=$T/single
+    bg "$M" run --no-mpi --ckpt-dir "$d" -- "$T/counter" 60 >"$T/s1.out" 2>"$T/s1.err"
+    pid=$!
+    r1=$(ckpt "$d") && r2=$(ckpt "$d" --stop)
+    rcs=$?
+    wait "$pid"
+    rc=$?
+    if [ $rcs = 0 ] && [ $rc = 0 ] && grep -q "^epoch: *2" <<<"$r2" && grep -q "job stopped" <<<"$r2"; then
+        ok "criu-single-stop"
+    else bad "criu-single-stop" "ckpt rc=$rcs run rc=$rc: $r1 $r2 $(cat "$T/s1.err")"; fi
+    timeout -k 5 60 "$M" restart "$d" >"$T/s2.out" 2>"$T/s2.err"
+    rc=$?
+    cat "$T/s1.out" "$T/s2.out" >"$T/s.all"
+    if [ $rc = 4 ] && msg=$(complete "$T/s.all" 1 60); then ok "criu-single-restart"; else bad "criu-single-restart" "rc=$rc (want 4) $msg $(cat "$T/s2.err")"; fi
+    # The image can be restored again, and an older epoch too.
+    timeout -k 5 60 "$M" restart --epoch 1 "$d" >"$T/s3.out" 2>/dev/null
+    rc=$?
+    [ $rc = 4 ] && tail -1 "$T/s3.out" | grep -q "tick 60" && ok "criu-single-restart-epoch1" || bad "criu-single-restart-epoch1" "rc=$rc"
+fi
+
+if [ $criu_ok = 1 ] && selected criu-pid-clash; then
+    d=$T/clash
+    bg "$M" run --no-mpi --ckpt-dir "$d" -- "$T/counter" 200 >/dev/null 2>&1
+    pid=$!
+    ckpt "$d" >/dev/null
+    cp -a "$d" "$T/clash-copy"
+    rm -f "$T/clash-copy/coordinator.json"
+    out=$(timeout -k 5 30 "$M" restart "$T/clash-copy" 2>&1)
+    rc=$?
+    kill -TERM "$pid" 2>/dev/null
+    wait "$pid"
+    if [ $rc != 0 ] && grep -q "in use by live processes" <<<"$out"; then ok "criu-pid-clash"; else bad "criu-pid-clash" "rc=$rc: $out"; fi
+fi
+
+if [ $criu_ok = 1 ] && [ $have4 = 1 ] && selected criu-mpiexec; then
+    d=$T/multi
+    bg mpi4 -n 2 "$M" run --no-mpi --ckpt-dir "$d" -- "$T/counter" 60 >"$T/m1.out" 2>"$T/m1.err"
+    pid=$!
+    ckpt "$d" >/dev/null && ckpt "$d" --stop >/dev/null
+    rcs=$?
+    wait "$pid"
+    rc=$?
+    [ $rcs = 0 ] && [ $rc = 0 ] && ok "criu-mpiexec-stop-exit-0" || bad "criu-mpiexec-stop-exit-0" "ckpt rc=$rcs run rc=$rc $(cat "$T/m1.err")"
+    out=$(LIMIT=30 mpi4 -n 3 "$M" restart "$d" 2>&1)
+    rc=$?
+    if [ $rc != 0 ] && [ "$(grep -c 'has 2 rank(s), but the launcher started 3' <<<"$out")" = 3 ]; then
+        ok "restart-wrong-rank-count"
+    else bad "restart-wrong-rank-count" "rc=$rc: $out"; fi
+    mpi4 -n 2 "$M" restart "$d" >"$T/m2.out" 2>"$T/m2.err"
+    rc=$?
+    cat "$T/m1.out" "$T/m2.out" >"$T/m.all"
+    if [ $rc = 4 ] && msg=$(complete "$T/m.all" 2 60); then ok "criu-mpiexec-restart"; else bad "criu-mpiexec-restart" "rc=$rc $msg $(cat "$T/m2.err")"; fi
+    out=$(mpi4 -n 2 "$M" restart --epoch 9 "$d" 2>&1)
+    rc=$?
+    [ $rc != 0 ] && grep -q "epoch 9 does not exist" <<<"$out" && ok "restart-missing-epoch" || bad "restart-missing-epoch" "rc=$rc: $out"
+    echo '{ "format": 1, "broken' >"$d/epoch-000002/MANIFEST.json"
+    out=$(mpi4 -n 2 "$M" restart --epoch 2 "$d" 2>&1)
+    rc=$?
+    [ $rc != 0 ] && grep -q "manifest of epoch 2 .* is corrupt" <<<"$out" && ok "restart-corrupt-manifest" || bad "restart-corrupt-manifest" "rc=$rc: $out"
+    "$M" status "$d" | grep -q "resumes epoch 1" && ok "status-skips-corrupt-epoch" || bad "status-skips-corrupt-epoch" "$("$M" status "$d")"
+    out=$(mpi4 -n 2 "$M" run --no-mpi --ckpt-dir "$d" -- "$T/counter" 5 2>&1)
+    rc=$?
+    [ $rc != 0 ] && grep -q "already holds checkpoints" <<<"$out" && ok "run-refuses-used-dir" || bad "run-refuses-used-dir" "rc=$rc: $out"
+fi
+
+# --- the checkpoint protocol with the stand-in agent ----------------------------------------------
+agent_test() {
+    local ver=$1 n=$2 extra=$3 name="agent-mpich$1-n$2${3:+-close-pmi}" d
+    selected "$name" || return
+    [ "$(eval echo \$have$ver)" = 1 ] || { skip "$name" "MPICH $ver not installed"; return; }
+    [ $criu_ok = 1 ] || { skip "$name" "no criu"; return; }
+    d=$T/agent$ver$n$extra
+    export MPICR_SHIM=none
+    bg mpi$ver -n "$n" "$M" run --ckpt-dir "$d" -- "$FAKE" 60 $extra >"$T/a1.out" 2>"$T/a1.err"
+    local pid=$!
+    ckpt "$d" >/dev/null && ckpt "$d" >/dev/null && ckpt "$d" --stop >/dev/null
+    local rcs=$?
+    wait "$pid"
+    local rc=$?
+    bg mpi$ver -n "$n" "$M" restart "$d" >"$T/a2.out" 2>"$T/a2.err"
+    pid=$!
+    ckpt "$d" --stop >/dev/null
+    local rcs2=$?
+    wait "$pid"
+    local rc2=$?
+    mpi$ver -n "$n" "$M" restart "$d" >"$T/a3.out" 2>"$T/a3.err"
+    local rc3=$?
+    unset MPICR_SHIM
+    cat "$T/a1.out" "$T/a2.out" "$T/a3.out" >"$T/a.all"
+    local msg
+    if [ $rcs = 0 ] && [ $rc = 0 ] && [ $rcs2 = 0 ] && [ $rc2 = 0 ] && [ $rc3 = 0 ] && msg=$(complete "$T/a.all" "$n" 60) &&
+        grep -q "gen 4" "$T/a3.out" && [ "$(epochs_complete "$d")" = 4 ]; then
+        ok "$name"
+    else
+        bad "$name" "rc=$rcs/$rc/$rcs2/$rc2/$rc3 $msg"
+        tail -5 "$T/a1.err" "$T/a2.err" "$T/a3.err"
+    fi
+}
+agent_test 4 2 ""
+agent_test 4 2 --close-pmi
+agent_test 5 3 ""
+agent_test 5 3 --close-pmi
+
+if [ $criu_ok = 1 ] && [ $have4 = 1 ] && selected agent-failures; then
+    d=$T/fail
+    export MPICR_SHIM=none
+    bg mpi4 -n 2 "$M" run --ckpt-dir "$d" -- "$FAKE" 100 --fail-at 1 --ignore-at 2 >"$T/f.out" 2>"$T/f.err"
+    pid=$!
+    o1=$(ckpt "$d")
+    r1=$?
+    o2=$("$M" checkpoint --timeout 2s "$d" 2>&1)
+    r2=$?
+    o3=$(ckpt "$d")
+    r3=$?
+    wait "$pid"
+    rc=$?
+    unset MPICR_SHIM
+    [ $r1 != 0 ] && grep -q "checkpoint 1 aborted: rank 1: injected failure" <<<"$o1" && [ -f "$d/epoch-000001/FAILED" ] &&
+        [ ! -f "$d/epoch-000001/MANIFEST.json" ] && ok "agent-failure-aborts" || bad "agent-failure-aborts" "r1=$r1: $o1"
+    [ $r2 != 0 ] && grep -q "timed out .* waiting for rank(s) 1" <<<"$o2" && ok "agent-timeout-aborts" || bad "agent-timeout-aborts" "r2=$r2: $o2"
+    [ $r3 = 0 ] && grep -q "^epoch: *3" <<<"$o3" && [ $rc = 0 ] && complete "$T/f.out" 2 100 >/dev/null &&
+        ok "agent-job-survives-aborts" || bad "agent-job-survives-aborts" "r3=$r3 rc=$rc: $o3"
+fi
+
+if [ $have4 = 1 ] && selected ckpt-errors; then
+    out=$("$M" checkpoint "$T/nowhere" 2>&1)
+    [ $? = 1 ] && grep -q "does not exist" <<<"$out" && ok "ckpt-missing-dir" || bad "ckpt-missing-dir" "$out"
+    "$M" run --no-mpi --ckpt-dir "$T/ended" -- true >/dev/null 2>&1
+    out=$("$M" checkpoint "$T/ended" 2>&1)
+    [ $? = 1 ] && grep -q "no job is running" <<<"$out" && ok "ckpt-no-job" || bad "ckpt-no-job" "$out"
+    d=$T/noshim
+    bg mpi4 -n 2 "$M" run --no-shim --ckpt-dir "$d" -- "$T/counter" 40 >/dev/null 2>&1
+    pid=$!
+    for i in $(seq 50); do [ -f "$d/coordinator.json" ] && break; sleep 0.1; done
+    sleep 0.5
+    out=$("$M" checkpoint "$d" 2>&1)
+    wait "$pid"
+    grep -q "without the shim" <<<"$out" && ok "ckpt-no-shim-refused" || bad "ckpt-no-shim-refused" "$out"
+    out=$("$M" status "$T/nowhere" 2>&1)
+    [ $? = 1 ] && grep -q "does not exist" <<<"$out" && ok "status-missing-dir" || bad "status-missing-dir" "$out"
+fi
+
+# --- periodic and signal-driven checkpoints --------------------------------------------------------
+if [ $criu_ok = 1 ] && selected periodic; then
+    d=$T/periodic
+    timeout -k 5 60 "$M" run --no-mpi --interval 1s --ckpt-dir "$d" -- "$T/counter" 70 >/dev/null 2>"$T/p.err"
+    n=$(epochs_complete "$d")
+    [ "$n" -ge 2 ] && ok "periodic-interval" || bad "periodic-interval" "$n complete epochs: $(cat "$T/p.err")"
+fi
+if [ $criu_ok = 1 ] && [ $have4 = 1 ] && selected sigusr1; then
+    d=$T/sig
+    bg mpi4 -n 2 "$M" run --no-mpi --ckpt-dir "$d" -- "$T/counter" 50 >/dev/null 2>"$T/u.err"
+    pid=$!
+    for i in $(seq 50); do [ -f "$d/coordinator.json" ] && break; sleep 0.1; done
+    sleep 0.5
+    kpid=$(sed -n 's/.*"pid": *\([0-9]*\).*/\1/p' "$d/coordinator.json")
+    [ -n "$kpid" ] && kill -USR1 "$kpid"
+    wait "$pid"
+    n=$(epochs_complete "$d")
+    [ "$n" = 1 ] && grep -q "checkpoint: epoch 1 committed" "$T/u.err" && ok "sigusr1-checkpoint" || bad "sigusr1-checkpoint" "$n epochs: $(cat "$T/u.err")"
+fi
+
+echo
+echo "test-cli: $pass passed, $fail failed, $skipped skipped"
+[ $fail = 0 ]

@@ -1,0 +1,352 @@
+//! One MPI job: `mpiexec -n N ... program args`, bounded in time, with every process it
+//! started gone when `run` returns.
+//!
+//! Hydra (both MPICH builds) calls `setsid()` for its proxies and ranks, so killing the process
+//! group of `mpiexec` is not enough to clean up after a hang. Each job therefore carries a
+//! unique marker in its environment (`MPICR_TEST_JOB`, inherited by the proxies and passed to
+//! the ranks with `-genv`); cleanup kills `mpiexec`'s group, its descendants and every process
+//! whose environment holds the marker, until none is left.
+
+use std::ffi::OsString;
+use std::fs::{self, File};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Environment variable that marks every process of one job.
+pub const MARKER_VAR: &str = "MPICR_TEST_JOB";
+/// Exported to the ranks: the job's scratch directory (also what `{tmpdir}` expands to).
+pub const TMPDIR_VAR: &str = "MPICR_TEST_TMPDIR";
+
+const POLL: Duration = Duration::from_millis(20);
+
+/// What to launch.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub mpiexec: PathBuf,
+    pub ranks: u32,
+    /// Words placed before the program on every rank (a keeper such as `mpicr run --`);
+    /// empty for a plain launch.
+    pub wrapper: Vec<OsString>,
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    /// Passed to every rank with Hydra's `-genv`, not set for `mpiexec` itself (so that an
+    /// `LD_PRELOAD` reaches the ranks only).
+    pub rank_env: Vec<(String, OsString)>,
+    pub timeout: Duration,
+}
+
+/// What a finished job left behind.
+#[derive(Debug, Clone)]
+pub struct JobOutput {
+    pub status: ExitStatus,
+    /// Per rank, from Hydra's `-outfile-pattern`/`-errfile-pattern`.
+    pub stdout: Vec<Vec<u8>>,
+    pub stderr: Vec<Vec<u8>>,
+    /// `mpiexec`'s own stdout and stderr.
+    pub launcher: Vec<u8>,
+    /// Names left in the ranks' working directory: tests must remove what they create.
+    pub leftovers: Vec<String>,
+    /// "pid (comm)" of processes of the job still alive after `mpiexec` exited (now killed).
+    pub stray: Vec<String>,
+    pub elapsed: Duration,
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst); // async-signal-safe
+}
+
+/// Makes SIGINT/SIGTERM end the running jobs (killing their processes) instead of leaving
+/// ranks behind: `mpiexec` sits in its own process group, so a terminal's Ctrl-C does not
+/// reach it. Callers should stop launching once `interrupted()` is true.
+pub fn install_interrupt_handler() {
+    let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    // SAFETY: the handler only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, handler);
+        libc::signal(libc::SIGTERM, handler);
+    }
+}
+
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
+/// A job's directory: `out.R`/`err.R` per rank, `mpiexec.log`, and `work/`, the ranks' working
+/// and scratch directory. Removed on drop unless `keep`.
+pub struct Scratch {
+    root: PathBuf,
+    keep: bool,
+}
+
+impl Scratch {
+    pub fn new(label: &str, keep: bool) -> Result<Scratch, String> {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+        let safe: String = label
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let root =
+            std::env::temp_dir().join(format!("mpicr-ctest-{}-{}-{safe}", std::process::id(), seq));
+        fs::create_dir_all(root.join("work"))
+            .map_err(|e| format!("cannot create {}: {e}", root.display()))?;
+        Ok(Scratch { root, keep })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The ranks' working directory; `{tmpdir}` in test arguments.
+    pub fn work(&self) -> PathBuf {
+        self.root.join("work")
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if self.keep {
+            eprintln!("kept {}", self.root.display());
+        } else {
+            let _ = fs::remove_dir_all(&self.root);
+        }
+    }
+}
+
+/// Runs `job` in `scratch`. Err on a launch failure, a timeout or an interrupt; a non-zero exit
+/// status, files left behind and processes outliving `mpiexec` are reported in the output for
+/// callers to judge.
+pub fn run(job: &Job, scratch: &Scratch) -> Result<JobOutput, String> {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    // Unique on this machine while we live: our PID plus a counter.
+    let marker = format!(
+        "{}.{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    );
+    let dir = scratch.root();
+    let log_path = dir.join("mpiexec.log");
+    let log = File::create(&log_path)
+        .map_err(|e| format!("cannot create {}: {e}", log_path.display()))?;
+    let log2 = log.try_clone().map_err(|e| e.to_string())?;
+
+    let mut cmd = Command::new(&job.mpiexec);
+    cmd.arg("-n").arg(job.ranks.to_string());
+    // One file per rank, so ranks' lines never interleave. Hydra does not truncate existing
+    // files, so every job gets a fresh directory.
+    cmd.arg("-outfile-pattern").arg(dir.join("out.%r"));
+    cmd.arg("-errfile-pattern").arg(dir.join("err.%r"));
+    cmd.arg("-genv").arg(MARKER_VAR).arg(&marker);
+    cmd.arg("-genv").arg(TMPDIR_VAR).arg(scratch.work());
+    for (k, v) in &job.rank_env {
+        cmd.arg("-genv").arg(k).arg(v);
+    }
+    cmd.args(&job.wrapper).arg(&job.program).args(&job.args);
+    cmd.current_dir(scratch.work())
+        .env(MARKER_VAR, &marker)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2)
+        .process_group(0);
+
+    let start = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", job.mpiexec.display()))?;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) => {}
+            Err(e) => {
+                kill_job(Some(child.id()), &marker);
+                let _ = child.wait();
+                return Err(format!("waiting for mpiexec: {e}"));
+            }
+        }
+        let over = start.elapsed() >= job.timeout;
+        if over || interrupted() {
+            // mpiexec is not reaped yet, so its PID and process group cannot have been reused.
+            let killed = kill_job(Some(child.id()), &marker);
+            let _ = child.wait();
+            let why = if over {
+                format!("timed out after {} s", job.timeout.as_secs())
+            } else {
+                "interrupted".to_string()
+            };
+            let partial = collect(job.ranks, dir, &log_path);
+            let also = if killed.is_empty() {
+                String::new()
+            } else {
+                format!(" and then {}", killed.join(", "))
+            };
+            return Err(format!(
+                "{why}; killed mpiexec{also}\n{}",
+                tails(&partial.0, &partial.1, &partial.2)
+            ));
+        }
+        std::thread::sleep(POLL);
+    };
+    let elapsed = start.elapsed();
+
+    // Hydra waits for its ranks, so nothing should be left when it exits normally; after an
+    // abort it may not wait. Whatever is left is killed and reported (callers judge it: after a
+    // success it is a bug, e.g. a helper process started by the shim).
+    let stray = kill_job(None, &marker);
+    let (stdout, stderr, launcher) = collect(job.ranks, dir, &log_path);
+    let mut leftovers: Vec<String> = fs::read_dir(scratch.work())
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    leftovers.sort();
+    Ok(JobOutput {
+        status,
+        stdout,
+        stderr,
+        launcher,
+        leftovers,
+        stray,
+        elapsed,
+    })
+}
+
+fn collect(ranks: u32, dir: &Path, log: &Path) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, Vec<u8>) {
+    // A rank that printed nothing may have no file at all.
+    let read = |p: PathBuf| fs::read(p).unwrap_or_default();
+    let stdout = (0..ranks)
+        .map(|r| read(dir.join(format!("out.{r}"))))
+        .collect();
+    let stderr = (0..ranks)
+        .map(|r| read(dir.join(format!("err.{r}"))))
+        .collect();
+    (stdout, stderr, read(log.to_path_buf()))
+}
+
+/// The last lines of every rank's stdout and stderr and of the launcher's log, for messages.
+pub fn tails(stdout: &[Vec<u8>], stderr: &[Vec<u8>], launcher: &[u8]) -> String {
+    const LINES: usize = 8;
+    let tail = |b: &[u8]| -> String {
+        let s = String::from_utf8_lossy(b);
+        let lines: Vec<&str> = s.lines().collect();
+        let from = lines.len().saturating_sub(LINES);
+        lines[from..]
+            .iter()
+            .map(|l| format!("    | {l}\n"))
+            .collect()
+    };
+    let mut out = String::new();
+    for (r, (o, e)) in stdout.iter().zip(stderr).enumerate() {
+        if !o.is_empty() {
+            out += &format!("  rank {r} stdout (last lines):\n{}", tail(o));
+        }
+        if !e.is_empty() {
+            out += &format!("  rank {r} stderr (last lines):\n{}", tail(e));
+        }
+    }
+    if !launcher.is_empty() {
+        out += &format!("  mpiexec output (last lines):\n{}", tail(launcher));
+    }
+    out
+}
+
+/// Kills `root`'s process group and every process of the job, repeating until all of them
+/// are dead (a dying proxy may still fork). A process belongs to the job if it is `root`, carries
+/// the job marker in its environment, or is the child of one that belongs: the marker alone is
+/// not enough, as a process that is already exiting can no longer show its environment, and
+/// the parent links alone are not either, as killing `mpiexec` orphans its proxies. Returns
+/// "pid (comm)" of each process that was signalled.
+fn kill_job(root: Option<u32>, marker: &str) -> Vec<String> {
+    let needle = format!("{MARKER_VAR}={marker}\0").into_bytes();
+    let marked = |pid: u32| {
+        fs::read(format!("/proc/{pid}/environ"))
+            .is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle.as_slice()))
+    };
+    // (pid, start time): the start time guards against a PID being reused meanwhile
+    let mut members: Vec<(u32, u64)> = Vec::new();
+    let mut killed = Vec::new();
+    if let Some(pid) = root {
+        // SAFETY: plain syscall; the group is mpiexec's own (process_group(0)) and mpiexec is
+        // not reaped yet, so neither its PID nor its group can have been reused.
+        unsafe { libc::kill(-(pid as libc::pid_t), libc::SIGKILL) };
+    }
+    for _ in 0..250 {
+        let procs = scan_procs();
+        let is_member = |members: &[(u32, u64)], pid: u32| {
+            procs
+                .iter()
+                .any(|p| p.pid == pid && members.contains(&(p.pid, p.start)))
+        };
+        // grow the member set to a fixpoint
+        loop {
+            let before = members.len();
+            for p in &procs {
+                if members.contains(&(p.pid, p.start)) || p.pid == std::process::id() {
+                    continue;
+                }
+                if Some(p.pid) == root || is_member(&members, p.ppid) || (!p.dead && marked(p.pid))
+                {
+                    members.push((p.pid, p.start));
+                }
+            }
+            if members.len() == before {
+                break;
+            }
+        }
+        let alive: Vec<&Proc> = procs
+            .iter()
+            .filter(|p| !p.dead && members.contains(&(p.pid, p.start)))
+            .collect();
+        if alive.is_empty() {
+            break;
+        }
+        for p in alive {
+            // SAFETY: plain syscall on a process identified as part of this job just now.
+            unsafe { libc::kill(p.pid as libc::pid_t, libc::SIGKILL) };
+            let name = format!("{} ({})", p.pid, p.comm);
+            if !killed.contains(&name) {
+                killed.push(name);
+            }
+        }
+        std::thread::sleep(POLL);
+    }
+    killed
+}
+
+struct Proc {
+    pid: u32,
+    ppid: u32,
+    /// start time in clock ticks since boot (field 22 of /proc/PID/stat)
+    start: u64,
+    comm: String,
+    /// a zombie or dead task: it holds no resources but its PID, nothing left to kill
+    dead: bool,
+}
+
+fn scan_procs() -> Vec<Proc> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // "pid (comm) state ppid ...": comm may contain blanks and parentheses.
+        let open = stat.find('(')?;
+        let close = stat.rfind(')')?;
+        let rest: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        let state = *rest.first()?;
+        Some(Proc {
+            pid,
+            ppid: rest.get(1)?.parse().ok()?,
+            start: rest.get(19)?.parse().ok()?,
+            comm: stat[open + 1..close].to_string(),
+            dead: state == "Z" || state == "X",
+        })
+    })
+    .collect()
+}

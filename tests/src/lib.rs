@@ -1,0 +1,518 @@
+//! Harness for the C tests in `c-tests/`: compiles each program per MPI flavor, runs it in a
+//! mode (natively, under `libmpicr.so`, later checkpointed and restarted) and compares every
+//! rank's output with the native run's, byte for byte. The matrix itself is in
+//! `tests/ctests.rs`; this library holds what it is made of.
+//!
+//! Knobs (environment): `MPICR_TEST_FLAVORS` (e.g. `mpich4`), `MPICR_TEST_MODES` (e.g.
+//! `native`), `MPICR_TEST_TIMEOUT` (seconds per job, default 60), `MPICR_TEST_JOBS` (jobs at
+//! once, default 1), `MPICR_TEST_KEEP=1` (keep scratch directories), `MPICR_TEST_NATIVE_TWICE=1`
+//! (run native cases twice and require identical output: checks the tests' determinism),
+//! `MPICR_TEST_LONG=1` (every mode runs the tests' `long-args`, e.g. to time them),
+//! `MPICR_SHIM` (path of the shim instead of `target/release/libmpicr.so`).
+
+pub mod diff;
+pub mod job;
+pub mod spec;
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+pub use job::{Job, JobOutput, Scratch};
+pub use spec::TestSpec;
+
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// An MPI implementation the tests are built and run with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Flavor {
+    /// Debian's MPICH 4.0.2 (`mpicc.mpich`, `mpiexec.mpich` on PATH).
+    Mpich4,
+    /// The PyPI MPICH 5.x wheel in `.deps/mpich5` (installed by `scripts/deps.sh`).
+    Mpich5,
+}
+
+impl Flavor {
+    pub const ALL: [Flavor; 2] = [Flavor::Mpich4, Flavor::Mpich5];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavor::Mpich4 => "mpich4",
+            Flavor::Mpich5 => "mpich5",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Flavor> {
+        Flavor::ALL.into_iter().find(|f| f.name() == s)
+    }
+
+    /// The compiler wrapper, or a message saying how to get it.
+    pub fn mpicc(self, root: &Path) -> Result<PathBuf, String> {
+        self.tool(root, "mpicc.mpich", "mpicc")
+    }
+
+    pub fn mpiexec(self, root: &Path) -> Result<PathBuf, String> {
+        self.tool(root, "mpiexec.mpich", "mpiexec")
+    }
+
+    fn tool(self, root: &Path, debian: &str, wheel: &str) -> Result<PathBuf, String> {
+        match self {
+            Flavor::Mpich4 => find_in_path(debian).ok_or_else(|| {
+                format!(
+                    "mpich4: `{debian}` is not on PATH (Debian package mpich; run scripts/deps.sh)"
+                )
+            }),
+            Flavor::Mpich5 => {
+                let p = root.join(".deps/mpich5/bin").join(wheel);
+                if p.is_file() {
+                    Ok(p)
+                } else {
+                    Err(format!(
+                        "mpich5: {} is missing (run scripts/deps.sh)",
+                        p.display()
+                    ))
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Display for Flavor {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+fn find_in_path(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// How a case is run. `Native` is the oracle; every other mode must reproduce its output
+/// (per rank, byte for byte) and its success.
+///
+/// Checkpoint modes (`CheckpointContinue`, `StopRestart`, driven by the `mpicr` CLI) are meant
+/// to be added as further variants: `uses_long_args` picks the test's `long-args` for them,
+/// and `Harness::execute` gets one match arm each with its launch sequence (start under
+/// `mpicr run` via `Job::wrapper`, `mpicr checkpoint` from the side, `mpicr restart`), which
+/// returns one `JobOutput` whose per-rank output is what the program printed over the whole
+/// run. Nothing else needs to change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mode {
+    Native,
+    /// Same binary, `LD_PRELOAD=libmpicr.so` on every rank.
+    Shim,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 2] = [Mode::Native, Mode::Shim];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Native => "native",
+            Mode::Shim => "shim",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Mode> {
+        Mode::ALL.into_iter().find(|m| m.name() == s)
+    }
+
+    /// Whether this mode runs the test's `long-args` (it must run long enough to be caught
+    /// mid-way) rather than `args`; its oracle is then a native run with the same arguments.
+    pub fn uses_long_args(self) -> bool {
+        match self {
+            Mode::Native | Mode::Shim => false,
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One cell of the matrix.
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub test: Arc<TestSpec>,
+    pub flavor: Flavor,
+    pub ranks: u32,
+    pub mode: Mode,
+}
+
+impl Case {
+    /// `name/flavor/npN/mode`, what filters match against.
+    pub fn id(&self) -> String {
+        format!(
+            "{}/{}/np{}/{}",
+            self.test.name, self.flavor, self.ranks, self.mode
+        )
+    }
+
+    /// The program arguments this case runs with (before `{tmpdir}` is expanded): the long
+    /// form if the mode needs it or `long` asks for it, and the test has one.
+    pub fn args(&self, long: bool) -> &[String] {
+        match (&self.test.long_args, long || self.mode.uses_long_args()) {
+            (Some(long), true) => self.test.long_args_for.get(&self.ranks).unwrap_or(long),
+            _ => &self.test.args,
+        }
+    }
+}
+
+/// Every test × flavor × rank count × mode, in that nesting order (so a native case runs just
+/// before the shim case that compares against it).
+pub fn matrix(tests: &[TestSpec], flavors: &[Flavor], modes: &[Mode]) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for t in tests {
+        let t = Arc::new(t.clone());
+        for &flavor in flavors {
+            for &ranks in &t.ranks {
+                for &mode in modes {
+                    cases.push(Case {
+                        test: t.clone(),
+                        flavor,
+                        ranks,
+                        mode,
+                    });
+                }
+            }
+        }
+    }
+    cases
+}
+
+type Shared<T> = Arc<OnceLock<Result<T, String>>>;
+
+/// A private copy of the shim, removed when the harness is dropped.
+struct ShimCopy(PathBuf);
+
+impl Drop for ShimCopy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+type OracleKey = (String, Flavor, u32, Vec<String>);
+
+/// Builds and runs cases. Safe to share between worker threads: builds and native runs are
+/// each done once per key, and concurrent askers wait for the first.
+pub struct Harness {
+    root: PathBuf,
+    timeout: Duration,
+    keep: bool,
+    native_twice: bool,
+    long: bool,
+    shim: PathBuf,
+    shim_copy: OnceLock<Result<ShimCopy, String>>,
+    builds: Mutex<HashMap<(String, Flavor), Shared<PathBuf>>>,
+    oracles: Mutex<HashMap<OracleKey, Shared<Arc<JobOutput>>>>,
+}
+
+impl Harness {
+    /// Settings from the environment (see the crate docs); `root` is the workspace root.
+    pub fn from_env(root: PathBuf) -> Harness {
+        let timeout = std::env::var("MPICR_TEST_TIMEOUT")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .map(Duration::from_secs)
+            .unwrap_or(DEFAULT_TIMEOUT);
+        let flag = |v: &str| std::env::var(v).is_ok_and(|s| !s.is_empty() && s != "0");
+        let shim = std::env::var_os("MPICR_SHIM")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root.join("target/release/libmpicr.so"));
+        Harness {
+            root,
+            timeout,
+            keep: flag("MPICR_TEST_KEEP"),
+            native_twice: flag("MPICR_TEST_NATIVE_TWICE"),
+            long: flag("MPICR_TEST_LONG"),
+            shim,
+            shim_copy: OnceLock::new(),
+            builds: Mutex::new(HashMap::new()),
+            oracles: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The workspace root of this checkout (this crate lives in `<root>/tests`).
+    pub fn workspace_root() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("tests/ has a parent")
+            .to_path_buf()
+    }
+
+    pub fn tests_dir(&self) -> PathBuf {
+        self.root.join("c-tests")
+    }
+
+    /// Runs one case to a verdict: Ok, or Err with a message that starts with a one-line
+    /// summary.
+    pub fn run_case(&self, case: &Case) -> Result<(), String> {
+        let program = self.build(&case.test, case.flavor)?;
+        let args = case.args(self.long);
+        match case.mode {
+            Mode::Native => {
+                let out = self.oracle(case, &program, args)?;
+                if self.native_twice {
+                    let again = self.execute(case, &program, args)?;
+                    if let Some(diff) = compare(&out, &again) {
+                        return Err(format!(
+                            "two native runs differ (not deterministic): {diff}"
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            mode => {
+                let oracle = self.oracle(case, &program, args).map_err(|e| {
+                    format!("the native run (the oracle) failed, so {mode} cannot be judged: {e}")
+                })?;
+                let out = self.execute(case, &program, args)?;
+                match compare(&oracle, &out) {
+                    None => Ok(()),
+                    Some(diff) => Err(format!("{mode} run differs from the native run: {diff}")),
+                }
+            }
+        }
+    }
+
+    /// Launches `case` in its mode with `args` and returns what the program printed. The one
+    /// place that knows how each mode is started.
+    fn execute(&self, case: &Case, program: &Path, args: &[String]) -> Result<JobOutput, String> {
+        let scratch = Scratch::new(&case.id(), self.keep)?;
+        let job = Job {
+            mpiexec: case.flavor.mpiexec(&self.root)?,
+            ranks: case.ranks,
+            wrapper: Vec::new(),
+            program: program.to_path_buf(),
+            args: spec::expand_args(args, &scratch.work()),
+            rank_env: Vec::new(),
+            timeout: case.test.timeout.unwrap_or(self.timeout),
+        };
+        match case.mode {
+            Mode::Native => job::run(&job, &scratch),
+            Mode::Shim => {
+                let shim = self.shim_library()?;
+                let job = Job {
+                    rank_env: vec![("LD_PRELOAD".into(), shim)],
+                    ..job
+                };
+                job::run(&job, &scratch)
+            }
+        }
+    }
+
+    /// The native output for `case`'s test/flavor/ranks with `args` (the mode's arguments, so
+    /// that long runs are compared with long runs), run once and validated: see
+    /// `check_self_verdict`.
+    fn oracle(
+        &self,
+        case: &Case,
+        program: &Path,
+        args: &[String],
+    ) -> Result<Arc<JobOutput>, String> {
+        let key = (
+            case.test.name.clone(),
+            case.flavor,
+            case.ranks,
+            args.to_vec(),
+        );
+        let cell = self.oracles.lock().unwrap().entry(key).or_default().clone();
+        cell.get_or_init(|| {
+            let native = Case {
+                mode: Mode::Native,
+                ..case.clone()
+            };
+            let out = self.execute(&native, program, args)?;
+            check_self_verdict(&case.test.name, &out)?;
+            Ok(Arc::new(out))
+        })
+        .clone()
+    }
+
+    /// The shim to preload: a copy of `target/release/libmpicr.so` taken at first use, so that
+    /// one run of the matrix tests one build even if the library is rebuilt meanwhile.
+    fn shim_library(&self) -> Result<OsString, String> {
+        self.shim_copy
+            .get_or_init(|| {
+                if !self.shim.is_file() {
+                    return Err(format!(
+                        "the shim {} does not exist: build it with `cargo build --release -p mpicr-shim`",
+                        self.shim.display()
+                    ));
+                }
+                let dir = self.root.join("target/ctests");
+                let copy = dir.join(format!("libmpicr.{}.so", std::process::id()));
+                std::fs::create_dir_all(&dir)
+                    .and_then(|_| std::fs::copy(&self.shim, &copy))
+                    .map_err(|e| format!("cannot copy {}: {e}", self.shim.display()))?;
+                Ok(ShimCopy(copy))
+            })
+            .as_ref()
+            .map(|c| c.0.clone().into_os_string())
+            .map_err(Clone::clone)
+    }
+
+    /// `target/ctests/<flavor>/<name>`, compiled when missing or older than its source or
+    /// `common.h`. Once per key even when asked concurrently.
+    pub fn build(&self, test: &TestSpec, flavor: Flavor) -> Result<PathBuf, String> {
+        let cell = self
+            .builds
+            .lock()
+            .unwrap()
+            .entry((test.name.clone(), flavor))
+            .or_default()
+            .clone();
+        cell.get_or_init(|| self.compile(test, flavor)).clone()
+    }
+
+    fn compile(&self, test: &TestSpec, flavor: Flavor) -> Result<PathBuf, String> {
+        let dir = self.root.join("target/ctests").join(flavor.name());
+        let out = dir.join(&test.name);
+        let header = self.tests_dir().join("common.h");
+        let mtime = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
+        let newest_input = [mtime(&test.source), mtime(&header)]
+            .into_iter()
+            .flatten()
+            .max();
+        if let (Some(bin), Some(src)) = (mtime(&out), newest_input) {
+            if bin >= src {
+                return Ok(out);
+            }
+        }
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        // Compile to a temporary name and rename: a half-written binary never looks fresh.
+        let tmp = dir.join(format!(".{}.{}.tmp", test.name, std::process::id()));
+        let mpicc = flavor.mpicc(&self.root)?;
+        let result = Command::new(&mpicc)
+            .args([
+                "-std=gnu11",
+                "-O2",
+                "-g",
+                "-Wall",
+                "-Wextra",
+                "-Wno-unused-parameter",
+            ])
+            // MPICH 4.0's MPI_STATUSES_IGNORE ((MPI_Status *)1) trips a false positive of gcc 12.
+            .arg("-Wno-stringop-overflow")
+            .arg("-I")
+            .arg(self.tests_dir())
+            .arg("-o")
+            .arg(&tmp)
+            .arg(&test.source)
+            .arg("-lm")
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", mpicc.display()))?;
+        if !result.status.success() {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(format!(
+                "{} failed to compile with {flavor}:\n{}",
+                test.name,
+                String::from_utf8_lossy(&result.stderr)
+            ));
+        }
+        std::fs::rename(&tmp, &out)
+            .map_err(|e| format!("cannot move the {} binary: {e}", test.name))?;
+        Ok(out)
+    }
+}
+
+/// The program's own verdict in a native run: success, and `PASS <name>` as the last line of
+/// every rank (printed after MPI_Finalize), no `FAIL` anywhere.
+pub fn check_self_verdict(name: &str, out: &JobOutput) -> Result<(), String> {
+    let detail = || job::tails(&out.stdout, &out.stderr, &out.launcher);
+    if !out.status.success() {
+        return Err(format!("exited with {}\n{}", out.status, detail()));
+    }
+    if !out.stray.is_empty() {
+        return Err(format!(
+            "processes outlived mpiexec (killed): {}\n{}",
+            out.stray.join(", "),
+            detail()
+        ));
+    }
+    if !out.leftovers.is_empty() {
+        return Err(format!(
+            "left files behind in its working directory: {}",
+            out.leftovers.join(", ")
+        ));
+    }
+    let pass = format!("PASS {name}");
+    for (rank, stdout) in out.stdout.iter().enumerate() {
+        let text = String::from_utf8_lossy(stdout);
+        if let Some(line) = text.lines().find(|l| l.starts_with("FAIL")) {
+            return Err(format!("rank {rank} reported: {line}\n{}", detail()));
+        }
+        if text.lines().last() != Some(pass.as_str()) {
+            return Err(format!(
+                "rank {rank} did not end with `{pass}`\n{}",
+                detail()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// None when `actual` matches `expected` (success, per-rank stdout, files left behind); else a
+/// report whose first line summarises the first difference.
+pub fn compare(expected: &JobOutput, actual: &JobOutput) -> Option<String> {
+    let mut summary = Vec::new();
+    let mut details = String::new();
+    if actual.status.success() != expected.status.success() {
+        summary.push(format!("{} (expected {})", actual.status, expected.status));
+    }
+    if !actual.stray.is_empty() {
+        summary.push(format!(
+            "processes outlived mpiexec (killed): {}",
+            actual.stray.join(", ")
+        ));
+    }
+    if actual.leftovers != expected.leftovers {
+        summary.push(format!("files left behind: {:?}", actual.leftovers));
+    }
+    for (rank, (e, a)) in expected.stdout.iter().zip(&actual.stdout).enumerate() {
+        if let Some(d) = diff::line_diff(e, a) {
+            if summary.is_empty() {
+                summary.push(first_difference(rank, e, a));
+            }
+            details += &format!("rank {rank} stdout (- expected, + actual):\n{d}");
+        }
+    }
+    if summary.is_empty() {
+        return None;
+    }
+    // stdout is in the diff already; stderr and the launcher's output may say why
+    let no_stdout = vec![Vec::new(); actual.stdout.len()];
+    details += &job::tails(&no_stdout, &actual.stderr, &actual.launcher);
+    Some(format!("{}\n{details}", summary.join("; ")))
+}
+
+/// "rank R line N: expected `...`, got `...`" for the first line that differs.
+fn first_difference(rank: usize, expected: &[u8], actual: &[u8]) -> String {
+    let e = String::from_utf8_lossy(expected);
+    let a = String::from_utf8_lossy(actual);
+    let (mut el, mut al) = (e.lines(), a.lines());
+    let mut n = 1;
+    loop {
+        match (el.next(), al.next()) {
+            (Some(x), Some(y)) if x == y => n += 1,
+            (x, y) => {
+                let show =
+                    |l: Option<&str>| l.map_or("(end of output)".to_string(), |l| format!("`{l}`"));
+                return format!(
+                    "rank {rank} line {n}: expected {}, got {}",
+                    show(x),
+                    show(y)
+                );
+            }
+        }
+    }
+}
