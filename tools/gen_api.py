@@ -111,24 +111,44 @@ def parse_param(p, i):
     return {"name": name, "base": base, "ptr": stars + arrays, "const": const}
 
 
-def extract():
-    inc, lib = mpich_paths()
+def read_library(inc, lib, tag, table):
+    """Adds the functions `lib` exports, with prototypes from the headers in `inc`."""
     funcs, data = exported(lib)
-    table = {}
     for hdr in ("mpi_proto.h", "mpio.h"):
-        with open(os.path.join(inc, hdr)) as f:
+        path = os.path.join(inc, hdr)
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
             for ret, name, plist in prototypes(f.read()):
-                if name not in funcs or name in table:
+                if name not in funcs:
+                    continue
+                if name in table:
+                    if tag not in table[name]["in"]:
+                        table[name]["in"].append(tag)
                     continue
                 params = [parse_param(p, i) for i, p in enumerate(plist)]
-                table[name] = {"name": name, "ret": ret.replace("*", " *").strip(), "params": params}
-    missing = sorted(funcs - set(table))
+                table[name] = {"name": name, "ret": ret.replace("*", " *").strip(), "params": params, "in": [tag]}
+    missing = sorted(n for n in funcs if n not in table)
     if missing:
-        sys.exit("gen_api: no prototype found for exported functions: %s" % ", ".join(missing))
+        sys.exit("gen_api: no prototype found for functions of %s: %s" % (tag, ", ".join(missing)))
+    return data
+
+
+def extract():
+    """The table is the union of Debian's MPICH 4.0.2 (authoritative where both have a
+    function) and the MPICH 5.x wheel in .deps/mpich5: a program linked to either must find
+    every function it calls in libmpicr, or the call would bypass the shim."""
+    inc, lib = mpich_paths()
+    table = {}
+    data = read_library(inc, lib, "mpich-4.0.2", table)
+    wheel = os.path.join(ROOT, ".deps", "mpich5")
+    if not os.path.isdir(wheel):
+        sys.exit("gen_api: .deps/mpich5 is missing (run make deps)")
+    data |= read_library(os.path.join(wheel, "include"), os.path.join(wheel, "lib", "libmpi.so.12"), "mpich-5", table)
     ver = subprocess.run(["mpichversion"], capture_output=True, text=True).stdout.split("\n")[0] \
         if subprocess.run(["which", "mpichversion"], capture_output=True).returncode == 0 else ""
     doc = {
-        "source": "MPICH headers mpi_proto.h and mpio.h; names exported by libmpich.so.12",
+        "source": "MPICH headers mpi_proto.h and mpio.h; names exported by Debian's libmpich.so.12 and the MPICH 5 wheel's libmpi.so.12",
         "mpich_version": ver.split(":")[-1].strip() if ver else "4.0.2",
         "functions": [table[n] for n in sorted(table)],
         "data": sorted(data),
@@ -442,12 +462,19 @@ def generate():
                 body = "{ let _ = (%s); %s }" % (args, body)
         elif reason in COLL_NOTES:
             body = "crate::gen::collectives::%s(%s)" % (n, args)
+        elif reason == "handle conversion":
+            # MPICH-ABI handles are ints and Fortran handles are the same ints: the program's
+            # (virtual) handle converts to itself.
+            body = args
         else:
             body = "crate::api::%s(%s)" % (n, args)
         for prefix in ("", "P"):
             ex.append("#[no_mangle]")
             ex.append("pub unsafe extern \"C\" fn %s%s(%s) -> %s {" % (prefix, n, sig, ret))
-            ex.append("    ffi_boundary!(\"%s\", %s, %s)" % (n, ret, body))
+            if reason == "handle conversion":
+                ex.append("    %s" % body)
+            else:
+                ex.append("    ffi_boundary!(\"%s\", %s, %s)" % (n, ret, body))
             ex.append("}")
         ex.append("")
     write(os.path.join(GEN_DIR, "exports.rs"), "\n".join(ex))

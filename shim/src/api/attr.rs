@@ -17,28 +17,48 @@ type DeleteFn = unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut c_void) -> 
 enum Obj {
     Comm(MPI_Comm, u32),
     Type(MPI_Datatype, u32),
+    /// A predefined datatype (MPI allows attributes on those too).
+    PredefinedType(MPI_Datatype),
     Win(MPI_Win, u32),
 }
+
+/// Attributes of predefined datatypes, by handle.
+static PREDEFINED_TYPE_ATTRS: parking_lot::Mutex<Vec<(MPI_Datatype, Attrs)>> = parking_lot::Mutex::new(Vec::new());
 
 impl Obj {
     fn comm(h: MPI_Comm) -> Option<Obj> {
         conv::comm_index(h).filter(|&i| OBJ.comms.real(i).is_some()).map(|i| Obj::Comm(h, i))
     }
     fn datatype(h: MPI_Datatype) -> Option<Obj> {
-        conv::index(h, Kind::Datatype).filter(|&i| OBJ.datatypes.real(i).is_some()).map(|i| Obj::Type(h, i))
+        match conv::index(h, Kind::Datatype) {
+            Some(i) => OBJ.datatypes.real(i).map(|_| Obj::Type(h, i)),
+            None if h != MPI_DATATYPE_NULL => Some(Obj::PredefinedType(h)),
+            None => None,
+        }
     }
     fn win(h: MPI_Win) -> Option<Obj> {
         conv::index(h, Kind::Win).filter(|&i| OBJ.wins.real(i).is_some()).map(|i| Obj::Win(h, i))
     }
     fn handle(self) -> c_int {
         match self {
-            Obj::Comm(h, _) | Obj::Type(h, _) | Obj::Win(h, _) => h,
+            Obj::Comm(h, _) | Obj::Type(h, _) | Obj::PredefinedType(h) | Obj::Win(h, _) => h,
         }
     }
     fn attrs<R>(self, f: impl FnOnce(&mut Attrs) -> R) -> Option<R> {
         match self {
             Obj::Comm(_, i) => OBJ.comms.with(i, |c| f(&mut c.attrs)),
             Obj::Type(_, i) => OBJ.datatypes.with(i, |t| f(&mut t.attrs)),
+            Obj::PredefinedType(h) => {
+                let mut all = PREDEFINED_TYPE_ATTRS.lock();
+                let pos = match all.iter().position(|(t, _)| *t == h) {
+                    Some(p) => p,
+                    None => {
+                        all.push((h, Vec::new()));
+                        all.len() - 1
+                    }
+                };
+                Some(f(&mut all[pos].1))
+            }
             Obj::Win(_, i) => OBJ.wins.with(i, |w| f(&mut w.attrs)),
         }
     }
@@ -46,7 +66,7 @@ impl Obj {
         match self {
             Obj::Comm(h, _) => errors::raise_comm(h, rc, name),
             Obj::Win(h, _) => errors::raise_win(h, rc, name),
-            Obj::Type(..) => errors::raise_default(rc, name),
+            Obj::Type(..) | Obj::PredefinedType(_) => errors::raise_default(rc, name),
         }
     }
 }
@@ -301,14 +321,6 @@ pub unsafe fn MPI_Type_set_attr(t: MPI_Datatype, keyval: c_int, value: *mut c_vo
     set_attr(Obj::datatype(t), keyval, value as usize, "MPI_Type_set_attr", MPI_ERR_TYPE)
 }
 pub unsafe fn MPI_Type_get_attr(t: MPI_Datatype, keyval: c_int, value: *mut c_void, flag: *mut c_int) -> c_int {
-    if is_builtin(t) {
-        // Predefined datatypes carry no attributes of ours.
-        if lookup_keyval(keyval).is_none() {
-            return errors::raise_default(MPI_ERR_KEYVAL, "MPI_Type_get_attr");
-        }
-        unsafe { put(flag, 0) };
-        return MPI_SUCCESS;
-    }
     get_attr(Obj::datatype(t), keyval, value, flag, "MPI_Type_get_attr", MPI_ERR_TYPE)
 }
 pub unsafe fn MPI_Type_delete_attr(t: MPI_Datatype, keyval: c_int) -> c_int {

@@ -374,12 +374,13 @@ fn wrap_contents(of: MPI_Datatype, out: &mut [MPI_Datatype]) {
         .and_then(|i| OBJ.datatypes.with(i, |e| e.dt.recipe.inputs().into_iter().cloned().collect()))
         .unwrap_or_default();
     for (k, t) in out.iter_mut().enumerate() {
-        if is_builtin(*t) {
-            continue;
-        }
+        // Predefined inputs come back as themselves (MPICH's pair types are not "builtin"
+        // handles, so the recipe decides, not the handle's bits).
         let recipe = match inputs.get(k) {
             Some(TypeRef::Derived(r)) => (**r).clone(),
-            _ => TypeRecipe::Named { combiner: -1, args: vec![] },
+            Some(TypeRef::Predefined(_)) => continue,
+            None if is_builtin(*t) => continue,
+            None => TypeRecipe::Named { combiner: -1, args: vec![] },
         };
         *t = register_type(*t, recipe);
     }

@@ -143,3 +143,11 @@ file_io!(MPI_File_iwrite_at, c_int, *const c_void, offset);
 file_io!(MPI_File_iwrite_at_c, MPI_Count, *const c_void, offset);
 file_io!(MPI_File_iwrite_at_all, c_int, *const c_void, offset);
 file_io!(MPI_File_iwrite_at_all_c, MPI_Count, *const c_void, offset);
+
+pub unsafe fn MPI_File_toint(file: MPI_File) -> c_int {
+    unsafe { MPI_File_c2f(file) }
+}
+
+pub unsafe fn MPI_File_fromint(file: c_int) -> MPI_File {
+    unsafe { MPI_File_f2c(file) }
+}

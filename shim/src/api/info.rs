@@ -72,3 +72,28 @@ pub unsafe fn MPI_Info_free(info: *mut MPI_Info) -> c_int {
     unsafe { *info = MPI_INFO_NULL };
     MPI_SUCCESS
 }
+
+/// Runs a real call that returns a new info object and registers it.
+unsafe fn info_out(name: &str, info: *mut MPI_Info, call: impl FnOnce(&mut c_int) -> c_int) -> c_int {
+    let g = gate::enter();
+    let mut r = MPI_INFO_NULL;
+    let rc = call(&mut r);
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_default(rc, name);
+    }
+    unsafe { put(info, register_info(r)) };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Abi_get_info(info: *mut MPI_Info) -> c_int {
+    unsafe { info_out("MPI_Abi_get_info", info, |r| real!(MPI_Abi_get_info(r))) }
+}
+
+pub unsafe fn MPI_Abi_get_fortran_info(info: *mut MPI_Info) -> c_int {
+    unsafe { info_out("MPI_Abi_get_fortran_info", info, |r| real!(MPI_Abi_get_fortran_info(r))) }
+}
+
+pub unsafe fn MPI_Get_hw_resource_info(info: *mut MPI_Info) -> c_int {
+    unsafe { info_out("MPI_Get_hw_resource_info", info, |r| real!(MPI_Get_hw_resource_info(r))) }
+}

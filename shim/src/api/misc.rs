@@ -188,7 +188,41 @@ pub fn unweighted_out() -> *mut c_int {
     unsafe { MPI_UNWEIGHTED }
 }
 
-#[allow(dead_code)]
-fn _uses(_: c_int) -> c_int {
-    conv::comm(0)
+/// Wraps the request of a buffer flush (not restorable while pending).
+unsafe fn flush_request(name: &str, comm: MPI_Comm, request: *mut MPI_Request, call: impl FnOnce(&mut c_int) -> c_int) -> c_int {
+    let g = gate::enter();
+    let mut r = MPI_REQUEST_NULL;
+    let rc = call(&mut r);
+    if rc == MPI_SUCCESS {
+        let v = crate::api::request::register_request(r, mpicr_virtid::RequestRecipe::Other { function: name.into() }, comm, false);
+        unsafe { put(request, v) };
+    }
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_comm(comm, rc, name);
+    }
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Buffer_iflush(request: *mut MPI_Request) -> c_int {
+    unsafe { flush_request("MPI_Buffer_iflush", MPI_COMM_WORLD, request, |r| real!(MPI_Buffer_iflush(r))) }
+}
+
+pub unsafe fn MPI_Comm_iflush_buffer(comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
+    let c = conv::comm(comm);
+    unsafe { flush_request("MPI_Comm_iflush_buffer", comm, request, |r| real!(MPI_Comm_iflush_buffer(c, r))) }
+}
+
+pub unsafe fn MPI_Session_iflush_buffer(session: MPI_Session, request: *mut MPI_Request) -> c_int {
+    let s = conv::session(session);
+    unsafe { flush_request("MPI_Session_iflush_buffer", MPI_COMM_WORLD, request, |r| real!(MPI_Session_iflush_buffer(s, r))) }
+}
+
+/// Returns a predefined pair type (MPI 4.1): passes through untranslated.
+pub unsafe fn MPI_Type_get_value_index(value_type: MPI_Datatype, index_type: MPI_Datatype, pair_type: *mut MPI_Datatype) -> c_int {
+    let g = gate::enter();
+    let rc = real!(MPI_Type_get_value_index(conv::datatype(value_type), conv::datatype(index_type), pair_type));
+    drop(g);
+    check_default!(rc, "MPI_Type_get_value_index");
+    MPI_SUCCESS
 }

@@ -592,3 +592,94 @@ pub unsafe fn MPI_Grequest_complete(request: MPI_Request) -> c_int {
     }
     rc
 }
+
+/// MPI_Request_get_status_{all,any,some} (MPI 4.1): like the test family, but nothing is
+/// freed or deactivated; completions stay recorded for the program's later test or wait.
+unsafe fn get_status_many(reqs: &[MPI_Request]) -> Result<Vec<Option<MPI_Status>>, c_int> {
+    let mut out = Vec::with_capacity(reqs.len());
+    for &v in reqs {
+        out.push(match classify(v) {
+            Slot::Inert => Some(empty_status()),
+            Slot::Done(_, st) => Some(st),
+            Slot::Real(idx, r) => poll(idx, r),
+            Slot::Invalid => return Err(MPI_ERR_REQUEST),
+        });
+    }
+    Ok(out)
+}
+
+unsafe fn const_slice<'a>(p: *const MPI_Request, n: c_int) -> &'a [MPI_Request] {
+    if p.is_null() || n <= 0 {
+        return &[];
+    }
+    unsafe { std::slice::from_raw_parts(p, n as usize) }
+}
+
+fn status_slot(statuses: *mut MPI_Status, i: usize) -> *mut MPI_Status {
+    if statuses.is_null() || statuses == MPI_STATUSES_IGNORE { MPI_STATUS_IGNORE } else { unsafe { statuses.add(i) } }
+}
+
+pub unsafe fn MPI_Request_get_status_all(count: c_int, reqs: *const MPI_Request, flag: *mut c_int, statuses: *mut MPI_Status) -> c_int {
+    let reqs = unsafe { const_slice(reqs, count) };
+    let g = gate::enter();
+    let r = unsafe { get_status_many(reqs) };
+    drop(g);
+    let Ok(sts) = r else { return errors::raise_default(MPI_ERR_REQUEST, "MPI_Request_get_status_all") };
+    let all = sts.iter().all(|s| s.is_some());
+    unsafe { crate::api::put(flag, all as c_int) };
+    if all {
+        for (i, st) in sts.iter().enumerate() {
+            unsafe { put_status(status_slot(statuses, i), st.as_ref().unwrap()) };
+        }
+    }
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Request_get_status_any(count: c_int, reqs: *const MPI_Request, index: *mut c_int, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
+    let reqs = unsafe { const_slice(reqs, count) };
+    let g = gate::enter();
+    let r = unsafe { get_status_many(reqs) };
+    drop(g);
+    let Ok(sts) = r else { return errors::raise_default(MPI_ERR_REQUEST, "MPI_Request_get_status_any") };
+    let live = |i: usize| reqs[i] != MPI_REQUEST_NULL && !matches!(classify(reqs[i]), Slot::Inert);
+    match (0..reqs.len()).find(|&i| live(i) && sts[i].is_some()) {
+        Some(i) => unsafe {
+            crate::api::put(flag, 1);
+            crate::api::put(index, i as c_int);
+            put_status(status, sts[i].as_ref().unwrap());
+        },
+        None if !(0..reqs.len()).any(live) => unsafe {
+            crate::api::put(flag, 1);
+            crate::api::put(index, MPI_UNDEFINED);
+            put_status(status, &empty_status());
+        },
+        None => unsafe { crate::api::put(flag, 0) },
+    }
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Request_get_status_some(
+    count: c_int, reqs: *const MPI_Request, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MPI_Status,
+) -> c_int {
+    let reqs = unsafe { const_slice(reqs, count) };
+    let g = gate::enter();
+    let r = unsafe { get_status_many(reqs) };
+    drop(g);
+    let Ok(sts) = r else { return errors::raise_default(MPI_ERR_REQUEST, "MPI_Request_get_status_some") };
+    let live: Vec<usize> = (0..reqs.len()).filter(|&i| !matches!(classify(reqs[i]), Slot::Inert)).collect();
+    if live.is_empty() {
+        unsafe { crate::api::put(outcount, MPI_UNDEFINED) };
+        return MPI_SUCCESS;
+    }
+    let done: Vec<usize> = live.into_iter().filter(|&i| sts[i].is_some()).collect();
+    unsafe { crate::api::put(outcount, done.len() as c_int) };
+    for (k, &i) in done.iter().enumerate() {
+        unsafe {
+            if !indices.is_null() {
+                *indices.add(k) = i as c_int;
+            }
+            put_status(status_slot(statuses, k), sts[i].as_ref().unwrap());
+        }
+    }
+    MPI_SUCCESS
+}

@@ -7,6 +7,60 @@ use crate::ffi_boundary;
 use std::os::raw::{c_char, c_int, c_void};
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Abi_get_fortran_booleans(logical_size: c_int, logical_true: *mut c_void, logical_false: *mut c_void, is_set: *mut c_int) -> c_int {
+    ffi_boundary!("MPI_Abi_get_fortran_booleans", c_int, crate::gen::passthrough::MPI_Abi_get_fortran_booleans(logical_size, logical_true, logical_false, is_set))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Abi_get_fortran_booleans(logical_size: c_int, logical_true: *mut c_void, logical_false: *mut c_void, is_set: *mut c_int) -> c_int {
+    ffi_boundary!("MPI_Abi_get_fortran_booleans", c_int, crate::gen::passthrough::MPI_Abi_get_fortran_booleans(logical_size, logical_true, logical_false, is_set))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Abi_get_fortran_info(info: *mut MPI_Info) -> c_int {
+    ffi_boundary!("MPI_Abi_get_fortran_info", c_int, crate::api::MPI_Abi_get_fortran_info(info))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Abi_get_fortran_info(info: *mut MPI_Info) -> c_int {
+    ffi_boundary!("MPI_Abi_get_fortran_info", c_int, crate::api::MPI_Abi_get_fortran_info(info))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Abi_get_info(info: *mut MPI_Info) -> c_int {
+    ffi_boundary!("MPI_Abi_get_info", c_int, crate::api::MPI_Abi_get_info(info))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Abi_get_info(info: *mut MPI_Info) -> c_int {
+    ffi_boundary!("MPI_Abi_get_info", c_int, crate::api::MPI_Abi_get_info(info))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Abi_get_version(abi_major: *mut c_int, abi_minor: *mut c_int) -> c_int {
+    ffi_boundary!("MPI_Abi_get_version", c_int, crate::gen::passthrough::MPI_Abi_get_version(abi_major, abi_minor))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Abi_get_version(abi_major: *mut c_int, abi_minor: *mut c_int) -> c_int {
+    ffi_boundary!("MPI_Abi_get_version", c_int, crate::gen::passthrough::MPI_Abi_get_version(abi_major, abi_minor))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Abi_set_fortran_booleans(logical_size: c_int, logical_true: *mut c_void, logical_false: *mut c_void) -> c_int {
+    ffi_boundary!("MPI_Abi_set_fortran_booleans", c_int, crate::gen::passthrough::MPI_Abi_set_fortran_booleans(logical_size, logical_true, logical_false))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Abi_set_fortran_booleans(logical_size: c_int, logical_true: *mut c_void, logical_false: *mut c_void) -> c_int {
+    ffi_boundary!("MPI_Abi_set_fortran_booleans", c_int, crate::gen::passthrough::MPI_Abi_set_fortran_booleans(logical_size, logical_true, logical_false))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Abi_set_fortran_info(info: MPI_Info) -> c_int {
+    ffi_boundary!("MPI_Abi_set_fortran_info", c_int, crate::gen::passthrough::MPI_Abi_set_fortran_info(info))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Abi_set_fortran_info(info: MPI_Info) -> c_int {
+    ffi_boundary!("MPI_Abi_set_fortran_info", c_int, crate::gen::passthrough::MPI_Abi_set_fortran_info(info))
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Abort(comm: MPI_Comm, errorcode: c_int) -> c_int {
     ffi_boundary!("MPI_Abort", c_int, crate::api::MPI_Abort(comm, errorcode))
 }
@@ -466,6 +520,24 @@ pub unsafe extern "C" fn PMPI_Buffer_detach_c(buffer_addr: *mut c_void, size: *m
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Buffer_flush() -> c_int {
+    ffi_boundary!("MPI_Buffer_flush", c_int, crate::gen::passthrough::MPI_Buffer_flush())
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Buffer_flush() -> c_int {
+    ffi_boundary!("MPI_Buffer_flush", c_int, crate::gen::passthrough::MPI_Buffer_flush())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Buffer_iflush(request: *mut MPI_Request) -> c_int {
+    ffi_boundary!("MPI_Buffer_iflush", c_int, crate::api::MPI_Buffer_iflush(request))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Buffer_iflush(request: *mut MPI_Request) -> c_int {
+    ffi_boundary!("MPI_Buffer_iflush", c_int, crate::api::MPI_Buffer_iflush(request))
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
     ffi_boundary!("MPI_Cancel", c_int, crate::api::MPI_Cancel(request))
 }
@@ -565,6 +637,33 @@ pub unsafe extern "C" fn PMPI_Comm_accept(port_name: *const c_char, info: MPI_In
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_attach_buffer(comm: MPI_Comm, buffer: *mut c_void, size: c_int) -> c_int {
+    ffi_boundary!("MPI_Comm_attach_buffer", c_int, crate::gen::passthrough::MPI_Comm_attach_buffer(comm, buffer, size))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Comm_attach_buffer(comm: MPI_Comm, buffer: *mut c_void, size: c_int) -> c_int {
+    ffi_boundary!("MPI_Comm_attach_buffer", c_int, crate::gen::passthrough::MPI_Comm_attach_buffer(comm, buffer, size))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_attach_buffer_c(comm: MPI_Comm, buffer: *mut c_void, size: MPI_Count) -> c_int {
+    ffi_boundary!("MPI_Comm_attach_buffer_c", c_int, crate::gen::passthrough::MPI_Comm_attach_buffer_c(comm, buffer, size))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Comm_attach_buffer_c(comm: MPI_Comm, buffer: *mut c_void, size: MPI_Count) -> c_int {
+    ffi_boundary!("MPI_Comm_attach_buffer_c", c_int, crate::gen::passthrough::MPI_Comm_attach_buffer_c(comm, buffer, size))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_c2f(comm: MPI_Comm) -> MPI_Fint {
+    comm
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Comm_c2f(comm: MPI_Comm) -> MPI_Fint {
+    comm
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_call_errhandler(comm: MPI_Comm, errorcode: c_int) -> c_int {
     ffi_boundary!("MPI_Comm_call_errhandler", c_int, crate::api::MPI_Comm_call_errhandler(comm, errorcode))
 }
@@ -646,6 +745,24 @@ pub unsafe extern "C" fn PMPI_Comm_delete_attr(comm: MPI_Comm, comm_keyval: c_in
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_detach_buffer(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
+    ffi_boundary!("MPI_Comm_detach_buffer", c_int, crate::gen::passthrough::MPI_Comm_detach_buffer(comm, buffer_addr, size))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Comm_detach_buffer(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
+    ffi_boundary!("MPI_Comm_detach_buffer", c_int, crate::gen::passthrough::MPI_Comm_detach_buffer(comm, buffer_addr, size))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_detach_buffer_c(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
+    ffi_boundary!("MPI_Comm_detach_buffer_c", c_int, crate::gen::passthrough::MPI_Comm_detach_buffer_c(comm, buffer_addr, size))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Comm_detach_buffer_c(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
+    ffi_boundary!("MPI_Comm_detach_buffer_c", c_int, crate::gen::passthrough::MPI_Comm_detach_buffer_c(comm, buffer_addr, size))
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_disconnect(comm: *mut MPI_Comm) -> c_int {
     ffi_boundary!("MPI_Comm_disconnect", c_int, crate::api::MPI_Comm_disconnect(comm))
 }
@@ -673,6 +790,24 @@ pub unsafe extern "C" fn PMPI_Comm_dup_with_info(comm: MPI_Comm, info: MPI_Info,
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_f2c(comm: MPI_Fint) -> MPI_Comm {
+    comm
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Comm_f2c(comm: MPI_Fint) -> MPI_Comm {
+    comm
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_flush_buffer(comm: MPI_Comm) -> c_int {
+    ffi_boundary!("MPI_Comm_flush_buffer", c_int, crate::gen::passthrough::MPI_Comm_flush_buffer(comm))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Comm_flush_buffer(comm: MPI_Comm) -> c_int {
+    ffi_boundary!("MPI_Comm_flush_buffer", c_int, crate::gen::passthrough::MPI_Comm_flush_buffer(comm))
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_free(comm: *mut MPI_Comm) -> c_int {
     ffi_boundary!("MPI_Comm_free", c_int, crate::api::MPI_Comm_free(comm))
 }
@@ -688,6 +823,15 @@ pub unsafe extern "C" fn MPI_Comm_free_keyval(comm_keyval: *mut c_int) -> c_int 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_free_keyval(comm_keyval: *mut c_int) -> c_int {
     ffi_boundary!("MPI_Comm_free_keyval", c_int, crate::api::MPI_Comm_free_keyval(comm_keyval))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_fromint(comm: c_int) -> MPI_Comm {
+    comm
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Comm_fromint(comm: c_int) -> MPI_Comm {
+    comm
 }
 
 #[no_mangle]
@@ -760,6 +904,15 @@ pub unsafe extern "C" fn MPI_Comm_idup_with_info(comm: MPI_Comm, info: MPI_Info,
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_idup_with_info(comm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm, request: *mut MPI_Request) -> c_int {
     ffi_boundary!("MPI_Comm_idup_with_info", c_int, crate::api::MPI_Comm_idup_with_info(comm, info, newcomm, request))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_iflush_buffer(comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
+    ffi_boundary!("MPI_Comm_iflush_buffer", c_int, crate::api::MPI_Comm_iflush_buffer(comm, request))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Comm_iflush_buffer(comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
+    ffi_boundary!("MPI_Comm_iflush_buffer", c_int, crate::api::MPI_Comm_iflush_buffer(comm, request))
 }
 
 #[no_mangle]
@@ -889,6 +1042,15 @@ pub unsafe extern "C" fn PMPI_Comm_test_inter(comm: MPI_Comm, flag: *mut c_int) 
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_toint(comm: MPI_Comm) -> c_int {
+    comm
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Comm_toint(comm: MPI_Comm) -> c_int {
+    comm
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Compare_and_swap(origin_addr: *const c_void, compare_addr: *const c_void, result_addr: *mut c_void, datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, win: MPI_Win) -> c_int {
     ffi_boundary!("MPI_Compare_and_swap", c_int, crate::gen::passthrough::MPI_Compare_and_swap(origin_addr, compare_addr, result_addr, datatype, target_rank, target_disp, win))
 }
@@ -943,6 +1105,15 @@ pub unsafe extern "C" fn PMPI_Dist_graph_neighbors_count(comm: MPI_Comm, indegre
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Errhandler_c2f(errhandler: MPI_Errhandler) -> MPI_Fint {
+    errhandler
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Errhandler_c2f(errhandler: MPI_Errhandler) -> MPI_Fint {
+    errhandler
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Errhandler_create(comm_errhandler_fn: *mut c_void, errhandler: *mut MPI_Errhandler) -> c_int {
     ffi_boundary!("MPI_Errhandler_create", c_int, crate::api::MPI_Errhandler_create(comm_errhandler_fn, errhandler))
 }
@@ -952,12 +1123,30 @@ pub unsafe extern "C" fn PMPI_Errhandler_create(comm_errhandler_fn: *mut c_void,
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Errhandler_f2c(errhandler: MPI_Fint) -> MPI_Errhandler {
+    errhandler
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Errhandler_f2c(errhandler: MPI_Fint) -> MPI_Errhandler {
+    errhandler
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Errhandler_free(errhandler: *mut MPI_Errhandler) -> c_int {
     ffi_boundary!("MPI_Errhandler_free", c_int, crate::api::MPI_Errhandler_free(errhandler))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Errhandler_free(errhandler: *mut MPI_Errhandler) -> c_int {
     ffi_boundary!("MPI_Errhandler_free", c_int, crate::api::MPI_Errhandler_free(errhandler))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Errhandler_fromint(errhandler: c_int) -> MPI_Errhandler {
+    errhandler
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Errhandler_fromint(errhandler: c_int) -> MPI_Errhandler {
+    errhandler
 }
 
 #[no_mangle]
@@ -976,6 +1165,15 @@ pub unsafe extern "C" fn MPI_Errhandler_set(comm: MPI_Comm, errhandler: MPI_Errh
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Errhandler_set(comm: MPI_Comm, errhandler: MPI_Errhandler) -> c_int {
     ffi_boundary!("MPI_Errhandler_set", c_int, crate::api::MPI_Errhandler_set(comm, errhandler))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Errhandler_toint(errhandler: MPI_Errhandler) -> c_int {
+    errhandler
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Errhandler_toint(errhandler: MPI_Errhandler) -> c_int {
+    errhandler
 }
 
 #[no_mangle]
@@ -1093,6 +1291,15 @@ pub unsafe extern "C" fn MPI_File_f2c(file: MPI_Fint) -> MPI_File {
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_f2c(file: MPI_Fint) -> MPI_File {
     ffi_boundary!("MPI_File_f2c", MPI_File, crate::api::MPI_File_f2c(file))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_File_fromint(file: c_int) -> MPI_File {
+    ffi_boundary!("MPI_File_fromint", MPI_File, crate::api::MPI_File_fromint(file))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_fromint(file: c_int) -> MPI_File {
+    ffi_boundary!("MPI_File_fromint", MPI_File, crate::api::MPI_File_fromint(file))
 }
 
 #[no_mangle]
@@ -1663,6 +1870,15 @@ pub unsafe extern "C" fn PMPI_File_sync(fh: MPI_File) -> c_int {
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_File_toint(file: MPI_File) -> c_int {
+    ffi_boundary!("MPI_File_toint", c_int, crate::api::MPI_File_toint(file))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_toint(file: MPI_File) -> c_int {
+    ffi_boundary!("MPI_File_toint", c_int, crate::api::MPI_File_toint(file))
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_File_write(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
     ffi_boundary!("MPI_File_write", c_int, crate::gen::passthrough::MPI_File_write(fh, buf, count, datatype, status))
 }
@@ -2041,6 +2257,15 @@ pub unsafe extern "C" fn PMPI_Get_elements_x(status: *const MPI_Status, datatype
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Get_hw_resource_info(hw_info: *mut MPI_Info) -> c_int {
+    ffi_boundary!("MPI_Get_hw_resource_info", c_int, crate::api::MPI_Get_hw_resource_info(hw_info))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Get_hw_resource_info(hw_info: *mut MPI_Info) -> c_int {
+    ffi_boundary!("MPI_Get_hw_resource_info", c_int, crate::api::MPI_Get_hw_resource_info(hw_info))
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Get_library_version(version: *mut c_char, resultlen: *mut c_int) -> c_int {
     ffi_boundary!("MPI_Get_library_version", c_int, crate::gen::passthrough::MPI_Get_library_version(version, resultlen))
 }
@@ -2140,6 +2365,15 @@ pub unsafe extern "C" fn PMPI_Grequest_start(query_fn: *mut c_void, free_fn: *mu
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Group_c2f(group: MPI_Group) -> MPI_Fint {
+    group
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Group_c2f(group: MPI_Group) -> MPI_Fint {
+    group
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Group_compare(group1: MPI_Group, group2: MPI_Group, result: *mut c_int) -> c_int {
     ffi_boundary!("MPI_Group_compare", c_int, crate::gen::passthrough::MPI_Group_compare(group1, group2, result))
 }
@@ -2167,6 +2401,15 @@ pub unsafe extern "C" fn PMPI_Group_excl(group: MPI_Group, n: c_int, ranks: *con
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Group_f2c(group: MPI_Fint) -> MPI_Group {
+    group
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Group_f2c(group: MPI_Fint) -> MPI_Group {
+    group
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Group_free(group: *mut MPI_Group) -> c_int {
     ffi_boundary!("MPI_Group_free", c_int, crate::api::MPI_Group_free(group))
 }
@@ -2182,6 +2425,15 @@ pub unsafe extern "C" fn MPI_Group_from_session_pset(session: MPI_Session, pset_
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_from_session_pset(session: MPI_Session, pset_name: *const c_char, newgroup: *mut MPI_Group) -> c_int {
     ffi_boundary!("MPI_Group_from_session_pset", c_int, crate::api::MPI_Group_from_session_pset(session, pset_name, newgroup))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Group_fromint(group: c_int) -> MPI_Group {
+    group
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Group_fromint(group: c_int) -> MPI_Group {
+    group
 }
 
 #[no_mangle]
@@ -2236,6 +2488,15 @@ pub unsafe extern "C" fn MPI_Group_size(group: MPI_Group, size: *mut c_int) -> c
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_size(group: MPI_Group, size: *mut c_int) -> c_int {
     ffi_boundary!("MPI_Group_size", c_int, crate::gen::passthrough::MPI_Group_size(group, size))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Group_toint(group: MPI_Group) -> c_int {
+    group
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Group_toint(group: MPI_Group) -> c_int {
+    group
 }
 
 #[no_mangle]
@@ -2581,6 +2842,15 @@ pub unsafe extern "C" fn PMPI_Ineighbor_alltoallw_c(sendbuf: *const c_void, send
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Info_c2f(info: MPI_Info) -> MPI_Fint {
+    info
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Info_c2f(info: MPI_Info) -> MPI_Fint {
+    info
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Info_create(info: *mut MPI_Info) -> c_int {
     ffi_boundary!("MPI_Info_create", c_int, crate::api::MPI_Info_create(info))
 }
@@ -2617,12 +2887,30 @@ pub unsafe extern "C" fn PMPI_Info_dup(info: MPI_Info, newinfo: *mut MPI_Info) -
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Info_f2c(info: MPI_Fint) -> MPI_Info {
+    info
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Info_f2c(info: MPI_Fint) -> MPI_Info {
+    info
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Info_free(info: *mut MPI_Info) -> c_int {
     ffi_boundary!("MPI_Info_free", c_int, crate::api::MPI_Info_free(info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_free(info: *mut MPI_Info) -> c_int {
     ffi_boundary!("MPI_Info_free", c_int, crate::api::MPI_Info_free(info))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Info_fromint(info: c_int) -> MPI_Info {
+    info
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Info_fromint(info: c_int) -> MPI_Info {
+    info
 }
 
 #[no_mangle]
@@ -2677,6 +2965,15 @@ pub unsafe extern "C" fn MPI_Info_set(info: MPI_Info, key: *const c_char, value:
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_set(info: MPI_Info, key: *const c_char, value: *const c_char) -> c_int {
     ffi_boundary!("MPI_Info_set", c_int, crate::gen::passthrough::MPI_Info_set(info, key, value))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Info_toint(info: MPI_Info) -> c_int {
+    info
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Info_toint(info: MPI_Info) -> c_int {
+    info
 }
 
 #[no_mangle]
@@ -2995,6 +3292,42 @@ pub unsafe extern "C" fn PMPI_Lookup_name(service_name: *const c_char, info: MPI
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Message_c2f(message: MPI_Message) -> MPI_Fint {
+    message
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Message_c2f(message: MPI_Message) -> MPI_Fint {
+    message
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Message_f2c(message: MPI_Fint) -> MPI_Message {
+    message
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Message_f2c(message: MPI_Fint) -> MPI_Message {
+    message
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Message_fromint(message: c_int) -> MPI_Message {
+    message
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Message_fromint(message: c_int) -> MPI_Message {
+    message
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Message_toint(message: MPI_Message) -> c_int {
+    message
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Message_toint(message: MPI_Message) -> c_int {
+    message
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Mprobe(source: c_int, tag: c_int, comm: MPI_Comm, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
     ffi_boundary!("MPI_Mprobe", c_int, crate::api::MPI_Mprobe(source, tag, comm, message, status))
 }
@@ -3202,6 +3535,15 @@ pub unsafe extern "C" fn PMPI_Neighbor_alltoallw_init_c(sendbuf: *const c_void, 
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Op_c2f(op: MPI_Op) -> MPI_Fint {
+    op
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Op_c2f(op: MPI_Op) -> MPI_Fint {
+    op
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Op_commutative(op: MPI_Op, commute: *mut c_int) -> c_int {
     ffi_boundary!("MPI_Op_commutative", c_int, crate::gen::passthrough::MPI_Op_commutative(op, commute))
 }
@@ -3229,12 +3571,39 @@ pub unsafe extern "C" fn PMPI_Op_create_c(user_fn: *mut c_void, commute: c_int, 
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Op_f2c(op: MPI_Fint) -> MPI_Op {
+    op
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Op_f2c(op: MPI_Fint) -> MPI_Op {
+    op
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Op_free(op: *mut MPI_Op) -> c_int {
     ffi_boundary!("MPI_Op_free", c_int, crate::api::MPI_Op_free(op))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Op_free(op: *mut MPI_Op) -> c_int {
     ffi_boundary!("MPI_Op_free", c_int, crate::api::MPI_Op_free(op))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Op_fromint(op: c_int) -> MPI_Op {
+    op
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Op_fromint(op: c_int) -> MPI_Op {
+    op
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Op_toint(op: MPI_Op) -> c_int {
+    op
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Op_toint(op: MPI_Op) -> c_int {
+    op
 }
 
 #[no_mangle]
@@ -3625,6 +3994,51 @@ pub unsafe extern "C" fn PMPI_Register_datarep_c(datarep: *const c_char, read_co
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Remove_error_class(errorclass: c_int) -> c_int {
+    ffi_boundary!("MPI_Remove_error_class", c_int, crate::gen::passthrough::MPI_Remove_error_class(errorclass))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Remove_error_class(errorclass: c_int) -> c_int {
+    ffi_boundary!("MPI_Remove_error_class", c_int, crate::gen::passthrough::MPI_Remove_error_class(errorclass))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Remove_error_code(errorcode: c_int) -> c_int {
+    ffi_boundary!("MPI_Remove_error_code", c_int, crate::gen::passthrough::MPI_Remove_error_code(errorcode))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Remove_error_code(errorcode: c_int) -> c_int {
+    ffi_boundary!("MPI_Remove_error_code", c_int, crate::gen::passthrough::MPI_Remove_error_code(errorcode))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Remove_error_string(errorcode: c_int) -> c_int {
+    ffi_boundary!("MPI_Remove_error_string", c_int, crate::gen::passthrough::MPI_Remove_error_string(errorcode))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Remove_error_string(errorcode: c_int) -> c_int {
+    ffi_boundary!("MPI_Remove_error_string", c_int, crate::gen::passthrough::MPI_Remove_error_string(errorcode))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Request_c2f(request: MPI_Request) -> MPI_Fint {
+    request
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Request_c2f(request: MPI_Request) -> MPI_Fint {
+    request
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Request_f2c(request: MPI_Fint) -> MPI_Request {
+    request
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Request_f2c(request: MPI_Fint) -> MPI_Request {
+    request
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
     ffi_boundary!("MPI_Request_free", c_int, crate::api::MPI_Request_free(request))
 }
@@ -3634,12 +4048,57 @@ pub unsafe extern "C" fn PMPI_Request_free(request: *mut MPI_Request) -> c_int {
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Request_fromint(request: c_int) -> MPI_Request {
+    request
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Request_fromint(request: c_int) -> MPI_Request {
+    request
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Request_get_status(request: MPI_Request, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
     ffi_boundary!("MPI_Request_get_status", c_int, crate::api::MPI_Request_get_status(request, flag, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Request_get_status(request: MPI_Request, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
     ffi_boundary!("MPI_Request_get_status", c_int, crate::api::MPI_Request_get_status(request, flag, status))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Request_get_status_all(count: c_int, array_of_requests: *const MPI_Request, flag: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
+    ffi_boundary!("MPI_Request_get_status_all", c_int, crate::api::MPI_Request_get_status_all(count, array_of_requests, flag, array_of_statuses))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Request_get_status_all(count: c_int, array_of_requests: *const MPI_Request, flag: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
+    ffi_boundary!("MPI_Request_get_status_all", c_int, crate::api::MPI_Request_get_status_all(count, array_of_requests, flag, array_of_statuses))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Request_get_status_any(count: c_int, array_of_requests: *const MPI_Request, indx: *mut c_int, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
+    ffi_boundary!("MPI_Request_get_status_any", c_int, crate::api::MPI_Request_get_status_any(count, array_of_requests, indx, flag, status))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Request_get_status_any(count: c_int, array_of_requests: *const MPI_Request, indx: *mut c_int, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
+    ffi_boundary!("MPI_Request_get_status_any", c_int, crate::api::MPI_Request_get_status_any(count, array_of_requests, indx, flag, status))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Request_get_status_some(incount: c_int, array_of_requests: *const MPI_Request, outcount: *mut c_int, array_of_indices: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
+    ffi_boundary!("MPI_Request_get_status_some", c_int, crate::api::MPI_Request_get_status_some(incount, array_of_requests, outcount, array_of_indices, array_of_statuses))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Request_get_status_some(incount: c_int, array_of_requests: *const MPI_Request, outcount: *mut c_int, array_of_indices: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
+    ffi_boundary!("MPI_Request_get_status_some", c_int, crate::api::MPI_Request_get_status_some(incount, array_of_requests, outcount, array_of_indices, array_of_statuses))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Request_toint(request: MPI_Request) -> c_int {
+    request
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Request_toint(request: MPI_Request) -> c_int {
+    request
 }
 
 #[no_mangle]
@@ -3913,6 +4372,33 @@ pub unsafe extern "C" fn PMPI_Sendrecv_replace_c(buf: *mut c_void, count: MPI_Co
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Session_attach_buffer(session: MPI_Session, buffer: *mut c_void, size: c_int) -> c_int {
+    ffi_boundary!("MPI_Session_attach_buffer", c_int, crate::gen::passthrough::MPI_Session_attach_buffer(session, buffer, size))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_attach_buffer(session: MPI_Session, buffer: *mut c_void, size: c_int) -> c_int {
+    ffi_boundary!("MPI_Session_attach_buffer", c_int, crate::gen::passthrough::MPI_Session_attach_buffer(session, buffer, size))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Session_attach_buffer_c(session: MPI_Session, buffer: *mut c_void, size: MPI_Count) -> c_int {
+    ffi_boundary!("MPI_Session_attach_buffer_c", c_int, crate::gen::passthrough::MPI_Session_attach_buffer_c(session, buffer, size))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_attach_buffer_c(session: MPI_Session, buffer: *mut c_void, size: MPI_Count) -> c_int {
+    ffi_boundary!("MPI_Session_attach_buffer_c", c_int, crate::gen::passthrough::MPI_Session_attach_buffer_c(session, buffer, size))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Session_c2f(session: MPI_Session) -> MPI_Fint {
+    session
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_c2f(session: MPI_Session) -> MPI_Fint {
+    session
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Session_call_errhandler(session: MPI_Session, errorcode: c_int) -> c_int {
     ffi_boundary!("MPI_Session_call_errhandler", c_int, crate::api::MPI_Session_call_errhandler(session, errorcode))
 }
@@ -3931,12 +4417,57 @@ pub unsafe extern "C" fn PMPI_Session_create_errhandler(session_errhandler_fn: *
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Session_detach_buffer(session: MPI_Session, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
+    ffi_boundary!("MPI_Session_detach_buffer", c_int, crate::gen::passthrough::MPI_Session_detach_buffer(session, buffer_addr, size))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_detach_buffer(session: MPI_Session, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
+    ffi_boundary!("MPI_Session_detach_buffer", c_int, crate::gen::passthrough::MPI_Session_detach_buffer(session, buffer_addr, size))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Session_detach_buffer_c(session: MPI_Session, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
+    ffi_boundary!("MPI_Session_detach_buffer_c", c_int, crate::gen::passthrough::MPI_Session_detach_buffer_c(session, buffer_addr, size))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_detach_buffer_c(session: MPI_Session, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
+    ffi_boundary!("MPI_Session_detach_buffer_c", c_int, crate::gen::passthrough::MPI_Session_detach_buffer_c(session, buffer_addr, size))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Session_f2c(session: MPI_Fint) -> MPI_Session {
+    session
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_f2c(session: MPI_Fint) -> MPI_Session {
+    session
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Session_finalize(session: *mut MPI_Session) -> c_int {
     ffi_boundary!("MPI_Session_finalize", c_int, crate::api::MPI_Session_finalize(session))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_finalize(session: *mut MPI_Session) -> c_int {
     ffi_boundary!("MPI_Session_finalize", c_int, crate::api::MPI_Session_finalize(session))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Session_flush_buffer(session: MPI_Session) -> c_int {
+    ffi_boundary!("MPI_Session_flush_buffer", c_int, crate::gen::passthrough::MPI_Session_flush_buffer(session))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_flush_buffer(session: MPI_Session) -> c_int {
+    ffi_boundary!("MPI_Session_flush_buffer", c_int, crate::gen::passthrough::MPI_Session_flush_buffer(session))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Session_fromint(session: c_int) -> MPI_Session {
+    session
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_fromint(session: c_int) -> MPI_Session {
+    session
 }
 
 #[no_mangle]
@@ -3985,6 +4516,15 @@ pub unsafe extern "C" fn PMPI_Session_get_pset_info(session: MPI_Session, pset_n
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Session_iflush_buffer(session: MPI_Session, request: *mut MPI_Request) -> c_int {
+    ffi_boundary!("MPI_Session_iflush_buffer", c_int, crate::api::MPI_Session_iflush_buffer(session, request))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_iflush_buffer(session: MPI_Session, request: *mut MPI_Request) -> c_int {
+    ffi_boundary!("MPI_Session_iflush_buffer", c_int, crate::api::MPI_Session_iflush_buffer(session, request))
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Session_init(info: MPI_Info, errhandler: MPI_Errhandler, session: *mut MPI_Session) -> c_int {
     ffi_boundary!("MPI_Session_init", c_int, crate::api::MPI_Session_init(info, errhandler, session))
 }
@@ -4000,6 +4540,15 @@ pub unsafe extern "C" fn MPI_Session_set_errhandler(session: MPI_Session, errhan
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_set_errhandler(session: MPI_Session, errhandler: MPI_Errhandler) -> c_int {
     ffi_boundary!("MPI_Session_set_errhandler", c_int, crate::api::MPI_Session_set_errhandler(session, errhandler))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Session_toint(session: MPI_Session) -> c_int {
+    session
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_toint(session: MPI_Session) -> c_int {
+    session
 }
 
 #[no_mangle]
@@ -4066,12 +4615,75 @@ pub unsafe extern "C" fn PMPI_Status_c2f(c_status: *const MPI_Status, f_status: 
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Status_c2f08(c_status: *const MPI_Status, f08_status: *mut c_void) -> c_int {
+    ffi_boundary!("MPI_Status_c2f08", c_int, crate::gen::passthrough::MPI_Status_c2f08(c_status, f08_status))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Status_c2f08(c_status: *const MPI_Status, f08_status: *mut c_void) -> c_int {
+    ffi_boundary!("MPI_Status_c2f08", c_int, crate::gen::passthrough::MPI_Status_c2f08(c_status, f08_status))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Status_f082c(f08_status: *const c_void, c_status: *mut MPI_Status) -> c_int {
+    ffi_boundary!("MPI_Status_f082c", c_int, crate::gen::passthrough::MPI_Status_f082c(f08_status, c_status))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Status_f082c(f08_status: *const c_void, c_status: *mut MPI_Status) -> c_int {
+    ffi_boundary!("MPI_Status_f082c", c_int, crate::gen::passthrough::MPI_Status_f082c(f08_status, c_status))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Status_f082f(f08_status: *const c_void, f_status: *mut MPI_Fint) -> c_int {
+    ffi_boundary!("MPI_Status_f082f", c_int, crate::gen::passthrough::MPI_Status_f082f(f08_status, f_status))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Status_f082f(f08_status: *const c_void, f_status: *mut MPI_Fint) -> c_int {
+    ffi_boundary!("MPI_Status_f082f", c_int, crate::gen::passthrough::MPI_Status_f082f(f08_status, f_status))
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Status_f2c(f_status: *const MPI_Fint, c_status: *mut MPI_Status) -> c_int {
     ffi_boundary!("MPI_Status_f2c", c_int, crate::gen::passthrough::MPI_Status_f2c(f_status, c_status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_f2c(f_status: *const MPI_Fint, c_status: *mut MPI_Status) -> c_int {
     ffi_boundary!("MPI_Status_f2c", c_int, crate::gen::passthrough::MPI_Status_f2c(f_status, c_status))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Status_f2f08(f_status: *const MPI_Fint, f08_status: *mut c_void) -> c_int {
+    ffi_boundary!("MPI_Status_f2f08", c_int, crate::gen::passthrough::MPI_Status_f2f08(f_status, f08_status))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Status_f2f08(f_status: *const MPI_Fint, f08_status: *mut c_void) -> c_int {
+    ffi_boundary!("MPI_Status_f2f08", c_int, crate::gen::passthrough::MPI_Status_f2f08(f_status, f08_status))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Status_get_error(status: *const MPI_Status, error: *mut c_int) -> c_int {
+    ffi_boundary!("MPI_Status_get_error", c_int, crate::gen::passthrough::MPI_Status_get_error(status, error))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Status_get_error(status: *const MPI_Status, error: *mut c_int) -> c_int {
+    ffi_boundary!("MPI_Status_get_error", c_int, crate::gen::passthrough::MPI_Status_get_error(status, error))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Status_get_source(status: *const MPI_Status, source: *mut c_int) -> c_int {
+    ffi_boundary!("MPI_Status_get_source", c_int, crate::gen::passthrough::MPI_Status_get_source(status, source))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Status_get_source(status: *const MPI_Status, source: *mut c_int) -> c_int {
+    ffi_boundary!("MPI_Status_get_source", c_int, crate::gen::passthrough::MPI_Status_get_source(status, source))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Status_get_tag(status: *const MPI_Status, tag: *mut c_int) -> c_int {
+    ffi_boundary!("MPI_Status_get_tag", c_int, crate::gen::passthrough::MPI_Status_get_tag(status, tag))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Status_get_tag(status: *const MPI_Status, tag: *mut c_int) -> c_int {
+    ffi_boundary!("MPI_Status_get_tag", c_int, crate::gen::passthrough::MPI_Status_get_tag(status, tag))
 }
 
 #[no_mangle]
@@ -4093,12 +4705,48 @@ pub unsafe extern "C" fn PMPI_Status_set_elements(status: *mut MPI_Status, datat
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Status_set_elements_c(status: *mut MPI_Status, datatype: MPI_Datatype, count: MPI_Count) -> c_int {
+    ffi_boundary!("MPI_Status_set_elements_c", c_int, crate::gen::passthrough::MPI_Status_set_elements_c(status, datatype, count))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Status_set_elements_c(status: *mut MPI_Status, datatype: MPI_Datatype, count: MPI_Count) -> c_int {
+    ffi_boundary!("MPI_Status_set_elements_c", c_int, crate::gen::passthrough::MPI_Status_set_elements_c(status, datatype, count))
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Status_set_elements_x(status: *mut MPI_Status, datatype: MPI_Datatype, count: MPI_Count) -> c_int {
     ffi_boundary!("MPI_Status_set_elements_x", c_int, crate::gen::passthrough::MPI_Status_set_elements_x(status, datatype, count))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_set_elements_x(status: *mut MPI_Status, datatype: MPI_Datatype, count: MPI_Count) -> c_int {
     ffi_boundary!("MPI_Status_set_elements_x", c_int, crate::gen::passthrough::MPI_Status_set_elements_x(status, datatype, count))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Status_set_error(status: *mut MPI_Status, error: c_int) -> c_int {
+    ffi_boundary!("MPI_Status_set_error", c_int, crate::gen::passthrough::MPI_Status_set_error(status, error))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Status_set_error(status: *mut MPI_Status, error: c_int) -> c_int {
+    ffi_boundary!("MPI_Status_set_error", c_int, crate::gen::passthrough::MPI_Status_set_error(status, error))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Status_set_source(status: *mut MPI_Status, source: c_int) -> c_int {
+    ffi_boundary!("MPI_Status_set_source", c_int, crate::gen::passthrough::MPI_Status_set_source(status, source))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Status_set_source(status: *mut MPI_Status, source: c_int) -> c_int {
+    ffi_boundary!("MPI_Status_set_source", c_int, crate::gen::passthrough::MPI_Status_set_source(status, source))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Status_set_tag(status: *mut MPI_Status, tag: c_int) -> c_int {
+    ffi_boundary!("MPI_Status_set_tag", c_int, crate::gen::passthrough::MPI_Status_set_tag(status, tag))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Status_set_tag(status: *mut MPI_Status, tag: c_int) -> c_int {
+    ffi_boundary!("MPI_Status_set_tag", c_int, crate::gen::passthrough::MPI_Status_set_tag(status, tag))
 }
 
 #[no_mangle]
@@ -4615,6 +5263,15 @@ pub unsafe extern "C" fn PMPI_Topo_test(comm: MPI_Comm, status: *mut c_int) -> c
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Type_c2f(datatype: MPI_Datatype) -> MPI_Fint {
+    datatype
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_c2f(datatype: MPI_Datatype) -> MPI_Fint {
+    datatype
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Type_commit(datatype: *mut MPI_Datatype) -> c_int {
     ffi_boundary!("MPI_Type_commit", c_int, crate::api::MPI_Type_commit(datatype))
 }
@@ -4849,6 +5506,15 @@ pub unsafe extern "C" fn PMPI_Type_extent(datatype: MPI_Datatype, extent: *mut M
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Type_f2c(datatype: MPI_Fint) -> MPI_Datatype {
+    datatype
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_f2c(datatype: MPI_Fint) -> MPI_Datatype {
+    datatype
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Type_free(datatype: *mut MPI_Datatype) -> c_int {
     ffi_boundary!("MPI_Type_free", c_int, crate::api::MPI_Type_free(datatype))
 }
@@ -4864,6 +5530,15 @@ pub unsafe extern "C" fn MPI_Type_free_keyval(type_keyval: *mut c_int) -> c_int 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_free_keyval(type_keyval: *mut c_int) -> c_int {
     ffi_boundary!("MPI_Type_free_keyval", c_int, crate::api::MPI_Type_free_keyval(type_keyval))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Type_fromint(datatype: c_int) -> MPI_Datatype {
+    datatype
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_fromint(datatype: c_int) -> MPI_Datatype {
+    datatype
 }
 
 #[no_mangle]
@@ -4975,6 +5650,15 @@ pub unsafe extern "C" fn PMPI_Type_get_true_extent_x(datatype: MPI_Datatype, tru
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Type_get_value_index(value_type: MPI_Datatype, index_type: MPI_Datatype, pair_type: *mut MPI_Datatype) -> c_int {
+    ffi_boundary!("MPI_Type_get_value_index", c_int, crate::api::MPI_Type_get_value_index(value_type, index_type, pair_type))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_get_value_index(value_type: MPI_Datatype, index_type: MPI_Datatype, pair_type: *mut MPI_Datatype) -> c_int {
+    ffi_boundary!("MPI_Type_get_value_index", c_int, crate::api::MPI_Type_get_value_index(value_type, index_type, pair_type))
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Type_hindexed(count: c_int, array_of_blocklengths: *mut c_int, array_of_displacements: *mut MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
     ffi_boundary!("MPI_Type_hindexed", c_int, crate::api::MPI_Type_hindexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
 }
@@ -5080,6 +5764,15 @@ pub unsafe extern "C" fn MPI_Type_struct(count: c_int, array_of_blocklengths: *m
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_struct(count: c_int, array_of_blocklengths: *mut c_int, array_of_displacements: *mut MPI_Aint, array_of_types: *mut MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
     ffi_boundary!("MPI_Type_struct", c_int, crate::api::MPI_Type_struct(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Type_toint(datatype: MPI_Datatype) -> c_int {
+    datatype
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_toint(datatype: MPI_Datatype) -> c_int {
+    datatype
 }
 
 #[no_mangle]
@@ -5236,6 +5929,15 @@ pub unsafe extern "C" fn PMPI_Win_attach(win: MPI_Win, base: *mut c_void, size: 
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Win_c2f(win: MPI_Win) -> MPI_Fint {
+    win
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_c2f(win: MPI_Win) -> MPI_Fint {
+    win
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Win_call_errhandler(win: MPI_Win, errorcode: c_int) -> c_int {
     ffi_boundary!("MPI_Win_call_errhandler", c_int, crate::api::MPI_Win_call_errhandler(win, errorcode))
 }
@@ -5317,6 +6019,15 @@ pub unsafe extern "C" fn PMPI_Win_detach(win: MPI_Win, base: *const c_void) -> c
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn MPI_Win_f2c(win: MPI_Fint) -> MPI_Win {
+    win
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_f2c(win: MPI_Fint) -> MPI_Win {
+    win
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn MPI_Win_fence(assert: c_int, win: MPI_Win) -> c_int {
     ffi_boundary!("MPI_Win_fence", c_int, crate::gen::passthrough::MPI_Win_fence(assert, win))
 }
@@ -5377,6 +6088,15 @@ pub unsafe extern "C" fn MPI_Win_free_keyval(win_keyval: *mut c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_free_keyval(win_keyval: *mut c_int) -> c_int {
     ffi_boundary!("MPI_Win_free_keyval", c_int, crate::api::MPI_Win_free_keyval(win_keyval))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_fromint(win: c_int) -> MPI_Win {
+    win
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_fromint(win: c_int) -> MPI_Win {
+    win
 }
 
 #[no_mangle]
@@ -5530,6 +6250,15 @@ pub unsafe extern "C" fn MPI_Win_test(win: MPI_Win, flag: *mut c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_test(win: MPI_Win, flag: *mut c_int) -> c_int {
     ffi_boundary!("MPI_Win_test", c_int, crate::gen::passthrough::MPI_Win_test(win, flag))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_toint(win: MPI_Win) -> c_int {
+    win
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_toint(win: MPI_Win) -> c_int {
+    win
 }
 
 #[no_mangle]

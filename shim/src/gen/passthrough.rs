@@ -6,6 +6,43 @@ use crate::abi::*;
 use crate::{conv, errors, gate, lower};
 use std::os::raw::{c_char, c_int, c_void};
 
+pub unsafe fn MPI_Abi_get_fortran_booleans(logical_size: c_int, logical_true: *mut c_void, logical_false: *mut c_void, is_set: *mut c_int) -> c_int {
+    let _g = gate::enter();
+    let Some(f) = lower::fns().MPI_Abi_get_fortran_booleans else { return errors::missing("MPI_Abi_get_fortran_booleans") };
+    let rc = f(logical_size, logical_true, logical_false, is_set);
+    drop(_g);
+    if rc != 0 { return errors::raise_default(rc, "MPI_Abi_get_fortran_booleans"); }
+    rc
+}
+
+pub unsafe fn MPI_Abi_get_version(abi_major: *mut c_int, abi_minor: *mut c_int) -> c_int {
+    let _g = gate::enter();
+    let Some(f) = lower::fns().MPI_Abi_get_version else { return errors::missing("MPI_Abi_get_version") };
+    let rc = f(abi_major, abi_minor);
+    drop(_g);
+    if rc != 0 { return errors::raise_default(rc, "MPI_Abi_get_version"); }
+    rc
+}
+
+pub unsafe fn MPI_Abi_set_fortran_booleans(logical_size: c_int, logical_true: *mut c_void, logical_false: *mut c_void) -> c_int {
+    let _g = gate::enter();
+    let Some(f) = lower::fns().MPI_Abi_set_fortran_booleans else { return errors::missing("MPI_Abi_set_fortran_booleans") };
+    let rc = f(logical_size, logical_true, logical_false);
+    drop(_g);
+    if rc != 0 { return errors::raise_default(rc, "MPI_Abi_set_fortran_booleans"); }
+    rc
+}
+
+pub unsafe fn MPI_Abi_set_fortran_info(info: MPI_Info) -> c_int {
+    let _g = gate::enter();
+    let info_r = conv::info(info);
+    let Some(f) = lower::fns().MPI_Abi_set_fortran_info else { return errors::missing("MPI_Abi_set_fortran_info") };
+    let rc = f(info_r);
+    drop(_g);
+    if rc != 0 { return errors::raise_default(rc, "MPI_Abi_set_fortran_info"); }
+    rc
+}
+
 pub unsafe fn MPI_Accumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) -> c_int {
     let _g = gate::enter();
     let origin_datatype_r = conv::datatype(origin_datatype);
@@ -51,6 +88,15 @@ pub unsafe fn MPI_Aint_diff(addr1: MPI_Aint, addr2: MPI_Aint) -> MPI_Aint {
     let _g = gate::enter();
     let Some(f) = lower::fns().MPI_Aint_diff else { errors::missing("MPI_Aint_diff"); return Default::default() };
     f(addr1, addr2)
+}
+
+pub unsafe fn MPI_Buffer_flush() -> c_int {
+    let _g = gate::enter();
+    let Some(f) = lower::fns().MPI_Buffer_flush else { return errors::missing("MPI_Buffer_flush") };
+    let rc = f();
+    drop(_g);
+    if rc != 0 { return errors::raise_default(rc, "MPI_Buffer_flush"); }
+    rc
 }
 
 pub unsafe fn MPI_Cart_coords(comm: MPI_Comm, rank: c_int, maxdims: c_int, coords: *mut c_int) -> c_int {
@@ -122,6 +168,26 @@ pub unsafe fn MPI_Close_port(port_name: *const c_char) -> c_int {
     rc
 }
 
+pub unsafe fn MPI_Comm_attach_buffer(comm: MPI_Comm, buffer: *mut c_void, size: c_int) -> c_int {
+    let _g = gate::enter();
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_attach_buffer") } };
+    let Some(f) = lower::fns().MPI_Comm_attach_buffer else { return errors::missing("MPI_Comm_attach_buffer") };
+    let rc = f(comm_r, buffer, size);
+    drop(_g);
+    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Comm_attach_buffer"); }
+    rc
+}
+
+pub unsafe fn MPI_Comm_attach_buffer_c(comm: MPI_Comm, buffer: *mut c_void, size: MPI_Count) -> c_int {
+    let _g = gate::enter();
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_attach_buffer_c") } };
+    let Some(f) = lower::fns().MPI_Comm_attach_buffer_c else { return errors::missing("MPI_Comm_attach_buffer_c") };
+    let rc = f(comm_r, buffer, size);
+    drop(_g);
+    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Comm_attach_buffer_c"); }
+    rc
+}
+
 pub unsafe fn MPI_Comm_compare(comm1: MPI_Comm, comm2: MPI_Comm, result: *mut c_int) -> c_int {
     let _g = gate::enter();
     let comm1_r = match conv::comm_checked(comm1) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_compare") } };
@@ -130,6 +196,36 @@ pub unsafe fn MPI_Comm_compare(comm1: MPI_Comm, comm2: MPI_Comm, result: *mut c_
     let rc = f(comm1_r, comm2_r, result);
     drop(_g);
     if rc != 0 { return errors::raise_comm(comm1, rc, "MPI_Comm_compare"); }
+    rc
+}
+
+pub unsafe fn MPI_Comm_detach_buffer(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
+    let _g = gate::enter();
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_detach_buffer") } };
+    let Some(f) = lower::fns().MPI_Comm_detach_buffer else { return errors::missing("MPI_Comm_detach_buffer") };
+    let rc = f(comm_r, buffer_addr, size);
+    drop(_g);
+    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Comm_detach_buffer"); }
+    rc
+}
+
+pub unsafe fn MPI_Comm_detach_buffer_c(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
+    let _g = gate::enter();
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_detach_buffer_c") } };
+    let Some(f) = lower::fns().MPI_Comm_detach_buffer_c else { return errors::missing("MPI_Comm_detach_buffer_c") };
+    let rc = f(comm_r, buffer_addr, size);
+    drop(_g);
+    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Comm_detach_buffer_c"); }
+    rc
+}
+
+pub unsafe fn MPI_Comm_flush_buffer(comm: MPI_Comm) -> c_int {
+    let _g = gate::enter();
+    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_flush_buffer") } };
+    let Some(f) = lower::fns().MPI_Comm_flush_buffer else { return errors::missing("MPI_Comm_flush_buffer") };
+    let rc = f(comm_r);
+    drop(_g);
+    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Comm_flush_buffer"); }
     rc
 }
 
@@ -1385,6 +1481,83 @@ pub unsafe fn MPI_Reduce_local_c(inbuf: *const c_void, inoutbuf: *mut c_void, co
     rc
 }
 
+pub unsafe fn MPI_Remove_error_class(errorclass: c_int) -> c_int {
+    let _g = gate::enter();
+    let Some(f) = lower::fns().MPI_Remove_error_class else { return errors::missing("MPI_Remove_error_class") };
+    let rc = f(errorclass);
+    drop(_g);
+    if rc != 0 { return errors::raise_default(rc, "MPI_Remove_error_class"); }
+    rc
+}
+
+pub unsafe fn MPI_Remove_error_code(errorcode: c_int) -> c_int {
+    let _g = gate::enter();
+    let Some(f) = lower::fns().MPI_Remove_error_code else { return errors::missing("MPI_Remove_error_code") };
+    let rc = f(errorcode);
+    drop(_g);
+    if rc != 0 { return errors::raise_default(rc, "MPI_Remove_error_code"); }
+    rc
+}
+
+pub unsafe fn MPI_Remove_error_string(errorcode: c_int) -> c_int {
+    let _g = gate::enter();
+    let Some(f) = lower::fns().MPI_Remove_error_string else { return errors::missing("MPI_Remove_error_string") };
+    let rc = f(errorcode);
+    drop(_g);
+    if rc != 0 { return errors::raise_default(rc, "MPI_Remove_error_string"); }
+    rc
+}
+
+pub unsafe fn MPI_Session_attach_buffer(session: MPI_Session, buffer: *mut c_void, size: c_int) -> c_int {
+    let _g = gate::enter();
+    let session_r = conv::session(session);
+    let Some(f) = lower::fns().MPI_Session_attach_buffer else { return errors::missing("MPI_Session_attach_buffer") };
+    let rc = f(session_r, buffer, size);
+    drop(_g);
+    if rc != 0 { return errors::raise_session(session, rc, "MPI_Session_attach_buffer"); }
+    rc
+}
+
+pub unsafe fn MPI_Session_attach_buffer_c(session: MPI_Session, buffer: *mut c_void, size: MPI_Count) -> c_int {
+    let _g = gate::enter();
+    let session_r = conv::session(session);
+    let Some(f) = lower::fns().MPI_Session_attach_buffer_c else { return errors::missing("MPI_Session_attach_buffer_c") };
+    let rc = f(session_r, buffer, size);
+    drop(_g);
+    if rc != 0 { return errors::raise_session(session, rc, "MPI_Session_attach_buffer_c"); }
+    rc
+}
+
+pub unsafe fn MPI_Session_detach_buffer(session: MPI_Session, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
+    let _g = gate::enter();
+    let session_r = conv::session(session);
+    let Some(f) = lower::fns().MPI_Session_detach_buffer else { return errors::missing("MPI_Session_detach_buffer") };
+    let rc = f(session_r, buffer_addr, size);
+    drop(_g);
+    if rc != 0 { return errors::raise_session(session, rc, "MPI_Session_detach_buffer"); }
+    rc
+}
+
+pub unsafe fn MPI_Session_detach_buffer_c(session: MPI_Session, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
+    let _g = gate::enter();
+    let session_r = conv::session(session);
+    let Some(f) = lower::fns().MPI_Session_detach_buffer_c else { return errors::missing("MPI_Session_detach_buffer_c") };
+    let rc = f(session_r, buffer_addr, size);
+    drop(_g);
+    if rc != 0 { return errors::raise_session(session, rc, "MPI_Session_detach_buffer_c"); }
+    rc
+}
+
+pub unsafe fn MPI_Session_flush_buffer(session: MPI_Session) -> c_int {
+    let _g = gate::enter();
+    let session_r = conv::session(session);
+    let Some(f) = lower::fns().MPI_Session_flush_buffer else { return errors::missing("MPI_Session_flush_buffer") };
+    let rc = f(session_r);
+    drop(_g);
+    if rc != 0 { return errors::raise_session(session, rc, "MPI_Session_flush_buffer"); }
+    rc
+}
+
 pub unsafe fn MPI_Session_get_nth_pset(session: MPI_Session, info: MPI_Info, n: c_int, pset_len: *mut c_int, pset_name: *mut c_char) -> c_int {
     let _g = gate::enter();
     let session_r = conv::session(session);
@@ -1416,12 +1589,75 @@ pub unsafe fn MPI_Status_c2f(c_status: *const MPI_Status, f_status: *mut MPI_Fin
     rc
 }
 
+pub unsafe fn MPI_Status_c2f08(c_status: *const MPI_Status, f08_status: *mut c_void) -> c_int {
+    let _g = gate::enter();
+    let Some(f) = lower::fns().MPI_Status_c2f08 else { return errors::missing("MPI_Status_c2f08") };
+    let rc = f(c_status, f08_status);
+    drop(_g);
+    if rc != 0 { return errors::raise_default(rc, "MPI_Status_c2f08"); }
+    rc
+}
+
+pub unsafe fn MPI_Status_f082c(f08_status: *const c_void, c_status: *mut MPI_Status) -> c_int {
+    let _g = gate::enter();
+    let Some(f) = lower::fns().MPI_Status_f082c else { return errors::missing("MPI_Status_f082c") };
+    let rc = f(f08_status, c_status);
+    drop(_g);
+    if rc != 0 { return errors::raise_default(rc, "MPI_Status_f082c"); }
+    rc
+}
+
+pub unsafe fn MPI_Status_f082f(f08_status: *const c_void, f_status: *mut MPI_Fint) -> c_int {
+    let _g = gate::enter();
+    let Some(f) = lower::fns().MPI_Status_f082f else { return errors::missing("MPI_Status_f082f") };
+    let rc = f(f08_status, f_status);
+    drop(_g);
+    if rc != 0 { return errors::raise_default(rc, "MPI_Status_f082f"); }
+    rc
+}
+
 pub unsafe fn MPI_Status_f2c(f_status: *const MPI_Fint, c_status: *mut MPI_Status) -> c_int {
     let _g = gate::enter();
     let Some(f) = lower::fns().MPI_Status_f2c else { return errors::missing("MPI_Status_f2c") };
     let rc = f(f_status, c_status);
     drop(_g);
     if rc != 0 { return errors::raise_default(rc, "MPI_Status_f2c"); }
+    rc
+}
+
+pub unsafe fn MPI_Status_f2f08(f_status: *const MPI_Fint, f08_status: *mut c_void) -> c_int {
+    let _g = gate::enter();
+    let Some(f) = lower::fns().MPI_Status_f2f08 else { return errors::missing("MPI_Status_f2f08") };
+    let rc = f(f_status, f08_status);
+    drop(_g);
+    if rc != 0 { return errors::raise_default(rc, "MPI_Status_f2f08"); }
+    rc
+}
+
+pub unsafe fn MPI_Status_get_error(status: *const MPI_Status, error: *mut c_int) -> c_int {
+    let _g = gate::enter();
+    let Some(f) = lower::fns().MPI_Status_get_error else { return errors::missing("MPI_Status_get_error") };
+    let rc = f(status, error);
+    drop(_g);
+    if rc != 0 { return errors::raise_default(rc, "MPI_Status_get_error"); }
+    rc
+}
+
+pub unsafe fn MPI_Status_get_source(status: *const MPI_Status, source: *mut c_int) -> c_int {
+    let _g = gate::enter();
+    let Some(f) = lower::fns().MPI_Status_get_source else { return errors::missing("MPI_Status_get_source") };
+    let rc = f(status, source);
+    drop(_g);
+    if rc != 0 { return errors::raise_default(rc, "MPI_Status_get_source"); }
+    rc
+}
+
+pub unsafe fn MPI_Status_get_tag(status: *const MPI_Status, tag: *mut c_int) -> c_int {
+    let _g = gate::enter();
+    let Some(f) = lower::fns().MPI_Status_get_tag else { return errors::missing("MPI_Status_get_tag") };
+    let rc = f(status, tag);
+    drop(_g);
+    if rc != 0 { return errors::raise_default(rc, "MPI_Status_get_tag"); }
     rc
 }
 
@@ -1444,6 +1680,16 @@ pub unsafe fn MPI_Status_set_elements(status: *mut MPI_Status, datatype: MPI_Dat
     rc
 }
 
+pub unsafe fn MPI_Status_set_elements_c(status: *mut MPI_Status, datatype: MPI_Datatype, count: MPI_Count) -> c_int {
+    let _g = gate::enter();
+    let datatype_r = conv::datatype(datatype);
+    let Some(f) = lower::fns().MPI_Status_set_elements_c else { return errors::missing("MPI_Status_set_elements_c") };
+    let rc = f(status, datatype_r, count);
+    drop(_g);
+    if rc != 0 { return errors::raise_default(rc, "MPI_Status_set_elements_c"); }
+    rc
+}
+
 pub unsafe fn MPI_Status_set_elements_x(status: *mut MPI_Status, datatype: MPI_Datatype, count: MPI_Count) -> c_int {
     let _g = gate::enter();
     let datatype_r = conv::datatype(datatype);
@@ -1451,6 +1697,33 @@ pub unsafe fn MPI_Status_set_elements_x(status: *mut MPI_Status, datatype: MPI_D
     let rc = f(status, datatype_r, count);
     drop(_g);
     if rc != 0 { return errors::raise_default(rc, "MPI_Status_set_elements_x"); }
+    rc
+}
+
+pub unsafe fn MPI_Status_set_error(status: *mut MPI_Status, error: c_int) -> c_int {
+    let _g = gate::enter();
+    let Some(f) = lower::fns().MPI_Status_set_error else { return errors::missing("MPI_Status_set_error") };
+    let rc = f(status, error);
+    drop(_g);
+    if rc != 0 { return errors::raise_default(rc, "MPI_Status_set_error"); }
+    rc
+}
+
+pub unsafe fn MPI_Status_set_source(status: *mut MPI_Status, source: c_int) -> c_int {
+    let _g = gate::enter();
+    let Some(f) = lower::fns().MPI_Status_set_source else { return errors::missing("MPI_Status_set_source") };
+    let rc = f(status, source);
+    drop(_g);
+    if rc != 0 { return errors::raise_default(rc, "MPI_Status_set_source"); }
+    rc
+}
+
+pub unsafe fn MPI_Status_set_tag(status: *mut MPI_Status, tag: c_int) -> c_int {
+    let _g = gate::enter();
+    let Some(f) = lower::fns().MPI_Status_set_tag else { return errors::missing("MPI_Status_set_tag") };
+    let rc = f(status, tag);
+    drop(_g);
+    if rc != 0 { return errors::raise_default(rc, "MPI_Status_set_tag"); }
     rc
 }
 
