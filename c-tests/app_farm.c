@@ -5,6 +5,7 @@
  * task depends on timing, so only timing-independent facts are printed: the results (by task
  * id), and that every worker stopped. The master checks every result against a
  * recomputation. Argument: the number of tasks.
+ * Pause point for checkpoint tests: $MPICR_TEST_PAUSE_AT=<handed-out task count (master only)> (common.h).
  * mpicr-test: ranks=1,2,4 args=300 long-args=600000
  */
 #include "common.h"
@@ -36,6 +37,9 @@ int main(int argc, char **argv)
         long next = 0, finished = 0;
         int active = t_size - 1; /* workers not yet told to stop */
         while (finished < ntasks || active > 0) {
+            /* for checkpoint tests (see common.h): only the master pauses, once `next` tasks
+             * have been handed out; workers then wait for work inside MPI_Recv */
+            t_pause_point(MPI_COMM_SELF, next);
             int flag;
             MPI_Status st;
             CHECK_MPI(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &st));

@@ -4,6 +4,7 @@
  * (Allreduce), and at the end a comparison with a serial run of the same stencil on rank 0
  * (Gatherv of the blocks through a subarray type). Integer arithmetic modulo a prime, so the
  * result is exact and independent of the decomposition. Argument: the iteration count.
+ * Pause point for checkpoint tests: $MPICR_TEST_PAUSE_AT=<iteration> (common.h).
  * mpicr-test: ranks=1,2,4 args=100 long-args=10000 long-args.2=2000 long-args.4=600
  */
 #include "common.h"
@@ -56,6 +57,7 @@ int main(int argc, char **argv)
     const long report = iters >= 10 ? iters / 10 : 1;
 
     for (long it = 1; it <= iters; it++) {
+        t_pause_point(cart, it); /* for checkpoint tests: see common.h */
         MPI_Request req[8];
         /* halos: row 0 from north, row nx+1 from south, column 0 from west, column ny+1 from east */
         CHECK_MPI(MPI_Irecv(&AT(u, 0, 1), ny, MPI_UNSIGNED, north, 1, cart, &req[0]));

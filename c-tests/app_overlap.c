@@ -5,6 +5,7 @@
  * matched probe (Improbe polled while computing, then Imrecv), computes while all of that is
  * in flight, and only then waits. All received data are checked against closed forms; a
  * checksum of the state is printed every tenth of the run. Argument: the iteration count.
+ * Pause point for checkpoint tests: $MPICR_TEST_PAUSE_AT=<iteration> (common.h).
  * mpicr-test: ranks=1,2,4 args=100 long-args=8000 long-args.2=2000 long-args.4=300
  */
 #include "common.h"
@@ -44,6 +45,7 @@ int main(int argc, char **argv)
     const long report = iters >= 10 ? iters / 10 : 1;
 
     for (long it = 0; it < iters; it++) {
+        t_pause_point(comm, it); /* for checkpoint tests: see common.h */
         for (int i = 0; i < V; i++)
             state[i] = val(t_rank, it, i);
         for (int i = 0; i < RING; i++)

@@ -2,6 +2,7 @@
  * Allgather_init, Alltoall_init, Scan_init, Neighbor_allgather_init, each started many times
  * with Start/Startall, inputs rewritten between rounds, completed with Wait/Waitall/Test, and
  * freed while inactive. The round count is the argument.
+ * Pause point for checkpoint tests: $MPICR_TEST_PAUSE_AT=<round> (common.h).
  * mpicr-test: ranks=1,2,4 args=30 long-args=8000 long-args.2=4000 long-args.4=100
  */
 #include "common.h"
@@ -53,6 +54,7 @@ int main(int argc, char **argv)
         t_skip("allgather_init results", "broken in MPICH before 5.0");
     long check = 0;
     for (long r = 0; r < rounds; r++) {
+        t_pause_point(MPI_COMM_WORLD, r); /* for checkpoint tests: see common.h */
         const long k = r % 1000;
         if (rank == root)
             bc = 7 * k + 1;

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static int t_rank = -1, t_size = -1;
 static const char *t_name = "?";
@@ -246,6 +247,42 @@ static inline int t_print_error(const char *what, int rc)
     else
         printf("%s: class %d\n", what, cls);
     return cls;
+}
+
+/* A checkpoint point, zdtm's "ready, wait, verify" for MPI programs. When $MPICR_TEST_PAUSE_AT
+ * equals `step` (the first time only), rank 0 of `comm` creates
+ * $MPICR_TEST_TMPDIR/mpicr-test-paused and waits until mpicr-test-resume appears next to it,
+ * while the other ranks wait in MPI_Barrier; then rank 0 removes both files. A harness can so
+ * take a checkpoint while the job is known to be mid-way, however fast the machine is. Without
+ * the variable it does nothing, and the output is the same either way. */
+static inline void t_pause_point(MPI_Comm comm, long step)
+{
+    static long at = -2;
+    static int paused;
+    if (at == -2) {
+        const char *s = getenv("MPICR_TEST_PAUSE_AT");
+        at = (s && *s) ? atol(s) : -1;
+    }
+    if (step != at || paused)
+        return;
+    paused = 1;
+    int rank;
+    CHECK_MPI(MPI_Comm_rank(comm, &rank));
+    if (rank == 0) {
+        const char *dir = getenv("MPICR_TEST_TMPDIR");
+        char flag[4096], resume[4096];
+        snprintf(flag, sizeof flag, "%s/mpicr-test-paused", dir ? dir : ".");
+        snprintf(resume, sizeof resume, "%s/mpicr-test-resume", dir ? dir : ".");
+        FILE *f = fopen(flag, "w");
+        CHECK_MSG(f != NULL, "cannot create %s", flag);
+        fclose(f);
+        struct timespec nap = {0, 10 * 1000 * 1000};
+        while (access(resume, F_OK) != 0)
+            nanosleep(&nap, NULL);
+        unlink(resume);
+        unlink(flag);
+    }
+    CHECK_MPI(MPI_Barrier(comm));
 }
 
 /* Prints PASS after a successful MPI_Finalize; returns the exit status for main. */

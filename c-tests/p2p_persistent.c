@@ -2,6 +2,7 @@
  * many times with Start and Startall, buffers rewritten between rounds, Request_get_status and
  * Test on persistent requests, inactive requests in Waitall, Request_free of inactive
  * persistent requests. The round count is the argument.
+ * Pause point for checkpoint tests: $MPICR_TEST_PAUSE_AT=<round> (common.h).
  * mpicr-test: ranks=1,2,4 args=50 long-args=20000 long-args.2=5000 long-args.4=800
  */
 #include "common.h"
@@ -27,6 +28,7 @@ int main(int argc, char **argv)
         CHECK_EQ(st.MPI_SOURCE, MPI_ANY_SOURCE);
         double acc = 0;
         for (long r = 0; r < rounds; r++) {
+            t_pause_point(MPI_COMM_WORLD, r); /* for checkpoint tests: see common.h */
             for (int i = 0; i < 8; i++)
                 out[i] = t_rank * 1000 + (double)(r % 997) + i * 0.125;
             CHECK_MPI(MPI_Startall(2, reqs));

@@ -259,84 +259,81 @@ section1() {
 
 # ============================== Section 2: checkpoint cost ===================================
 
-# ckpt_reference_criu MIB [NPROC]: the bare-CRIU reference. Starts NPROC (default 4) plain
-# processes holding MIB MiB each, dumps them all at once with --leave-running, kills them,
-# restores them all at once with `criu restore -d`, checks they live, kills them. Appends
-# stop_ms (longest "Frozen time" of the dumps), dump_ms (wall time of the concurrent dumps),
-# bytes (pages written x page size) and restore_ms (wall time of the concurrent restores) per
-# repetition to the raw file. Restored processes keep their PIDs, hence the kill first.
+# ckpt_reference_criu MIB REP [NPROC]: one repetition of the bare-CRIU reference. Starts NPROC
+# (default 4) plain processes holding MIB MiB each, dumps them all at once with
+# --leave-running, kills them, restores them all at once with `criu restore -d`, checks they
+# live, kills them. Appends stop_ms (longest "Frozen time" of the dumps), dump_ms (wall time of
+# the concurrent dumps), bytes (pages written x page size) and restore_ms (wall time of the
+# concurrent restores) to the raw file. Restored processes keep their PIDs, hence the kill
+# first.
 ckpt_reference_criu() {
-    local mib=$1 n=${2:-4} rep i pid t0 dump_ms restore_ms stop bytes pagesz
+    local mib=$1 rep=$2 n=${3:-4} i pid t0 dump_ms restore_ms stop bytes pagesz
     pagesz=$(getconf PAGESIZE)
-    for rep in $(seq "$ckpt_reps"); do
-        local dir=$scratch/criu-$mib-$rep pids=()
-        mkdir -p "$dir"
-        for i in $(seq 0 $((n - 1))); do
-            mkdir -p "$dir/img$i"
-            # Its own session (no --shell-job needed); no tty, stdio on files that outlive it.
-            setsid "$out/mem_hold" "$mib" 600 "$dir/ready$i" </dev/null >/dev/null 2>"$dir/err$i" &
-            track "$!"
-        done
-        for i in $(seq 0 $((n - 1))); do
-            local waited=0
-            while [ ! -s "$dir/ready$i" ]; do
-                [ $waited -lt $((T_READY * 10)) ] || { tail_log "$dir/err$i"; die "section 2: mem_hold $i ($mib MiB) not ready after ${T_READY}s"; }
-                sleep 0.1; waited=$((waited + 1))
-            done
-            pid=$(awk '{print $2}' "$dir/ready$i")
-            pids+=("$pid")
-            track "$pid"
-        done
-
-        # Dump all at once, as the keepers of a 4-rank job would.
-        t0=$(now)
-        local dpids=()
-        for i in $(seq 0 $((n - 1))); do
-            start_job "$T_CRIU" "$dir/dstats$i" "$criu" dump -t "${pids[$i]}" -D "$dir/img$i" \
-                --leave-running --display-stats -o dump.log
-            dpids+=("$job")
-        done
-        for i in $(seq 0 $((n - 1))); do
-            wait_group "${dpids[$i]}" || { tail_log "$dir/img$i/dump.log"; die "section 2: criu dump of mem_hold $i ($mib MiB) failed"; }
-        done
-        dump_ms=$(ms_since "$t0")
-        stop=0 bytes=0
-        for i in $(seq 0 $((n - 1))); do
-            local fr pg
-            fr=$(awk -F': *' '/^Frozen time/ { print $2 + 0 }' "$dir/dstats$i")
-            pg=$(awk -F': *' '/^Memory pages written/ { print $2 + 0 }' "$dir/dstats$i")
-            [ -n "$fr" ] && [ -n "$pg" ] || { cat "$dir/dstats$i" >&2; die "section 2: no dump statistics from criu"; }
-            stop=$(awk -v a="$stop" -v b="$fr" 'BEGIN { print (b / 1000 > a) ? b / 1000 : a }')
-            bytes=$((bytes + pg * pagesz))
-        done
-
-        # The originals must be gone (and reaped) before their PIDs can be restored; the
-        # restored processes will carry the same PIDs, tracked again at once.
-        for pid in "${pids[@]}"; do stop_pid "$pid"; done
-        for pid in "${pids[@]}"; do track "$pid"; done
-        t0=$(now)
-        dpids=()
-        for i in $(seq 0 $((n - 1))); do
-            start_job "$T_CRIU" "$dir/rstats$i" "$criu" restore -d -D "$dir/img$i" --display-stats -o restore.log
-            dpids+=("$job")
-        done
-        for i in $(seq 0 $((n - 1))); do
-            wait_group "${dpids[$i]}" || { tail_log "$dir/img$i/restore.log"; die "section 2: criu restore of mem_hold $i ($mib MiB) failed"; }
-        done
-        restore_ms=$(ms_since "$t0")
-        for pid in "${pids[@]}"; do
-            alive "$pid" || die "section 2: restored mem_hold $pid is not running"
-        done
-        for pid in "${pids[@]}"; do stop_pid "$pid"; done
-        rm -rf "$dir"
-        {
-            echo "s2 criu $mib $rep stop_ms $stop"
-            echo "s2 criu $mib $rep dump_ms $dump_ms"
-            echo "s2 criu $mib $rep bytes $bytes"
-            echo "s2 criu $mib $rep restore_ms $restore_ms"
-        } >> "$raw"
-        say "section 2: bare CRIU $n x $mib MiB run $rep/$ckpt_reps: stop ${stop} ms, dump ${dump_ms} ms, $((bytes >> 20)) MiB, restore ${restore_ms} ms"
+    local dir=$scratch/criu-$mib-$rep pids=() dpids=() waited fr pg
+    mkdir -p "$dir"
+    for i in $(seq 0 $((n - 1))); do
+        mkdir -p "$dir/img$i"
+        # Its own session (no --shell-job needed); no tty, stdio on files that outlive it.
+        setsid "$out/mem_hold" "$mib" 600 "$dir/ready$i" </dev/null >/dev/null 2>"$dir/err$i" &
+        track "$!"
     done
+    for i in $(seq 0 $((n - 1))); do
+        waited=0
+        while [ ! -s "$dir/ready$i" ]; do
+            [ $waited -lt $((T_READY * 10)) ] || { tail_log "$dir/err$i"; die "section 2: mem_hold $i ($mib MiB) not ready after ${T_READY}s"; }
+            sleep 0.1; waited=$((waited + 1))
+        done
+        pid=$(awk '{print $2}' "$dir/ready$i")
+        pids+=("$pid")
+        track "$pid"
+    done
+
+    # Dump all at once, as the keepers of a 4-rank job would.
+    t0=$(now)
+    for i in $(seq 0 $((n - 1))); do
+        start_job "$T_CRIU" "$dir/dstats$i" "$criu" dump -t "${pids[$i]}" -D "$dir/img$i" \
+            --leave-running --display-stats -o dump.log
+        dpids+=("$job")
+    done
+    for i in $(seq 0 $((n - 1))); do
+        wait_group "${dpids[$i]}" || { tail_log "$dir/img$i/dump.log"; die "section 2: criu dump of mem_hold $i ($mib MiB) failed"; }
+    done
+    dump_ms=$(ms_since "$t0")
+    stop=0 bytes=0
+    for i in $(seq 0 $((n - 1))); do
+        fr=$(awk -F': *' '/^Frozen time/ { print $2 + 0 }' "$dir/dstats$i")
+        pg=$(awk -F': *' '/^Memory pages written/ { print $2 + 0 }' "$dir/dstats$i")
+        [ -n "$fr" ] && [ -n "$pg" ] || { cat "$dir/dstats$i" >&2; die "section 2: no dump statistics from criu"; }
+        stop=$(awk -v a="$stop" -v b="$fr" 'BEGIN { print (b / 1000 > a) ? b / 1000 : a }')
+        bytes=$((bytes + pg * pagesz))
+    done
+
+    # The originals must be gone (and reaped) before their PIDs can be restored; the
+    # restored processes will carry the same PIDs, tracked again at once.
+    for pid in "${pids[@]}"; do stop_pid "$pid"; done
+    for pid in "${pids[@]}"; do track "$pid"; done
+    t0=$(now)
+    dpids=()
+    for i in $(seq 0 $((n - 1))); do
+        start_job "$T_CRIU" "$dir/rstats$i" "$criu" restore -d -D "$dir/img$i" --display-stats -o restore.log
+        dpids+=("$job")
+    done
+    for i in $(seq 0 $((n - 1))); do
+        wait_group "${dpids[$i]}" || { tail_log "$dir/img$i/restore.log"; die "section 2: criu restore of mem_hold $i ($mib MiB) failed"; }
+    done
+    restore_ms=$(ms_since "$t0")
+    for pid in "${pids[@]}"; do
+        alive "$pid" || die "section 2: restored mem_hold $pid is not running"
+    done
+    for pid in "${pids[@]}"; do stop_pid "$pid"; done
+    rm -rf "$dir"
+    {
+        echo "s2 criu $mib $rep stop_ms $stop"
+        echo "s2 criu $mib $rep dump_ms $dump_ms"
+        echo "s2 criu $mib $rep bytes $bytes"
+        echo "s2 criu $mib $rep restore_ms $restore_ms"
+    } >> "$raw"
+    say "section 2: bare CRIU $n x $mib MiB run $rep/$ckpt_reps: stop ${stop} ms, dump ${dump_ms} ms, $((bytes >> 20)) MiB, restore ${restore_ms} ms"
 }
 
 # mpicr_has_checkpoint: whether the mpicr CLI exists and knows `checkpoint`.
@@ -365,7 +362,7 @@ to_bytes() {
 }
 
 # ---------------------------------------------------------------------------------------------
-# HOOK for the mpicr CLI: ckpt_mpicr FLAVOR MIB
+# HOOK for the mpicr CLI: ckpt_mpicr FLAVOR MIB REP
 # The same workload as the reference, through mpicr: 4 ranks of bench/ckpt_mem holding MIB MiB,
 #   mpiexec -n 4 mpicr run --ckpt-dir D -- ckpt_mem MIB SECONDS STOP_FILE
 #   mpicr checkpoint D          (continue; prints epoch, stop time, bytes written)
@@ -377,34 +374,37 @@ to_bytes() {
 # leniently), dump_ms (wall time of the `mpicr checkpoint` command) and restore_ms. A failing
 # step fails the benchmark.
 # ---------------------------------------------------------------------------------------------
+declare -A mpicr_failed=()
 ckpt_mpicr() {
-    local f=$1 mib=$2 rep who=mpicr-$1
+    local f=$1 mib=$2 rep=$3 who=mpicr-$1
     if ! mpicr_has_checkpoint; then
-        echo "s2na $who $mib not available yet (${mpicr#"$root"/} has no 'checkpoint' subcommand)" >> "$raw"
-        say "section 2: mpicr with $f: not available yet (no '${mpicr#"$root"/} checkpoint')"
+        if [ "$rep" = 1 ]; then
+            echo "s2na $who $mib not available yet (${mpicr#"$root"/} has no 'checkpoint' subcommand)" >> "$raw"
+            say "section 2: mpicr with $f: not available yet (no '${mpicr#"$root"/} checkpoint')"
+        fi
         return 0
     fi
-    for rep in $(seq "$ckpt_reps"); do
-        # One repetition runs in a subshell with its own cleanup: when it fails, its processes
-        # end, the failure is recorded and shown, the other measurements still run, and the
-        # script exits non-zero after printing the tables.
-        local rc=0
-        set +e
-        (
-            set -e
-            in_subshell=1
-            declare -A own_pids=() own_groups=()
-            trap cleanup EXIT
-            ckpt_mpicr_once "$f" "$mib" "$rep"
-        )
-        rc=$?
+    # After a failure, the later repetitions of the same case are skipped.
+    [ -z "${mpicr_failed[$f-$mib]:-}" ] || return 0
+    # A repetition runs in a subshell with its own cleanup: when it fails, its processes end,
+    # the failure is recorded and shown, the other measurements still run, and the script
+    # exits non-zero after printing the tables.
+    local rc=0
+    set +e
+    (
         set -e
-        if [ $rc -ne 0 ]; then
-            echo "s2na $who $mib FAILED (run $rep; the error is printed above the tables)" >> "$raw"
-            failures+=("section 2: mpicr with $f, $mib MiB, run $rep")
-            return 0
-        fi
-    done
+        in_subshell=1
+        declare -A own_pids=() own_groups=()
+        trap cleanup EXIT
+        ckpt_mpicr_once "$f" "$mib" "$rep"
+    )
+    rc=$?
+    set -e
+    if [ $rc -ne 0 ]; then
+        mpicr_failed[$f-$mib]=1
+        echo "s2na $who $mib FAILED (run $rep; the error is printed above the tables)" >> "$raw"
+        failures+=("section 2: mpicr with $f, $mib MiB, run $rep")
+    fi
 }
 
 # ckpt_mpicr_once FLAVOR MIB REP: one repetition of the mpicr measurement (see ckpt_mpicr).
@@ -486,10 +486,13 @@ section2() {
     [ "$(id -u)" = 0 ] || die "section 2 needs root (CRIU)"
     cc -O2 -Wall -o "$out/mem_hold" bench/mem_hold.c || die "building bench/mem_hold.c failed"
     echo "meta ckpt_reps $ckpt_reps" >> "$raw"
-    local mib f
+    local mib f rep
+    # Reference and mpicr repetitions alternate, so that both meet the same machine load.
     for mib in $ckpt_sizes; do
-        ckpt_reference_criu "$mib"
-        for f in $ckpt_flavors; do ckpt_mpicr "$f" "$mib"; done
+        for rep in $(seq "$ckpt_reps"); do
+            ckpt_reference_criu "$mib" "$rep"
+            for f in $ckpt_flavors; do ckpt_mpicr "$f" "$mib" "$rep"; done
+        done
     done
 }
 
@@ -510,7 +513,8 @@ fi
 if [ $run1 = 1 ]; then section1; fi
 if [ $run2 = 1 ]; then section2; fi
 
-echo "meta load $(cut -d' ' -f1-3 /proc/loadavg) (at the end; at the start: $load0)" >> "$raw"
+echo "meta load_start $load0" >> "$raw"
+echo "meta load_end $(cut -d' ' -f1-3 /proc/loadavg)" >> "$raw"
 python3 bench/report.py "$raw" > "$results"
 total=$(awk -v a="$t_start" -v b="$(now)" 'BEGIN { printf "%.0f", b - a }')
 echo "" >> "$results"

@@ -10,9 +10,15 @@
 #
 # Usage: scripts/mpi4py-tests.sh [--flavor mpich4|mpich5|all] [--ranks 1|2|all]
 #                                [--native-only] [--rerun-native] [--timeout SECONDS]
+#                                [--test-timeout SECONDS] [--retries N]
 #   --native-only   only build and run natively (no libmpicr.so needed)
 #   --rerun-native  ignore the cached native results and run natively again
 #   --timeout       limit of one run of the suite (default 600 s, or $MPI4PY_TESTS_TIMEOUT)
+#   --test-timeout  limit of one test (default 120 s, or $MPI4PY_TESTS_TEST_TIMEOUT; 0: none):
+#                   past it the rank prints the Python stack of its threads and ends
+#   --retries       when a run under the shim crashes or hangs in a test, run the rest of the
+#                   suite (the tests after it) again, up to N more times (default 10), so that
+#                   one crash does not hide every later difference; the verdict stays FAIL
 # Exit status: 0 all shim runs match, 1 some shim run differs, 2 setup problem (libmpicr.so
 # missing, build failure, a native run that did not finish).
 #
@@ -38,6 +44,8 @@ rank_counts=(1 2)
 native_only=0
 rerun_native=0
 timeout_s=${MPI4PY_TESTS_TIMEOUT:-600}
+test_timeout_s=${MPI4PY_TESTS_TEST_TIMEOUT:-120}
+retries=10
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 die() { echo "mpi4py-tests: $*" >&2; exit 2; }
@@ -63,6 +71,12 @@ while [ $# -gt 0 ]; do
         --timeout)
             [[ ${2:-} =~ ^[0-9]+$ ]] || die "--timeout wants a number of seconds"
             timeout_s=$2; shift 2 ;;
+        --test-timeout)
+            [[ ${2:-} =~ ^[0-9]+$ ]] || die "--test-timeout wants a number of seconds"
+            test_timeout_s=$2; shift 2 ;;
+        --retries)
+            [[ ${2:-} =~ ^[0-9]+$ ]] || die "--retries wants a number"
+            retries=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) usage >&2; die "unknown argument: $1" ;;
     esac
@@ -211,12 +225,13 @@ exclusions() {   # $1 flavor $2 ranks: the patterns for main.py -x, one a line
 }
 
 # --- one run of the suite --------------------------------------------------------------------
-run_suite() {   # $1 flavor $2 ranks $3 native|shim $4 outdir
-    local flavor=$1 ranks=$2 mode=$3 out=$4 work rc=0 t0 t1 secs pat f
-    local -a xargs_=() genv=()
+run_suite() {   # $1 flavor $2 ranks $3 native|shim $4 outdir [$5 file of test ids to skip]
+    local flavor=$1 ranks=$2 mode=$3 out=$4 skipfile=${5:-} work rc=0 t0 t1 secs pat f
+    local -a xargs_=() genv=() skiparg=()
     while read -r pat; do xargs_+=(-x "$pat"); done < <(exclusions "$flavor" "$ranks")
     [ "$mode" = shim ] && genv=(-genv LD_PRELOAD "$shim")
     rm -rf "$out"; mkdir -p "$out"
+    if [ -n "$skipfile" ]; then mv "$skipfile" "$out/skip.txt"; skiparg=(--skip-file "$out/skip.txt"); fi
     work=$(mktemp -d "${TMPDIR:-/tmp}/mpi4py-tests.XXXXXX"); tmp_dirs+=("$work")
     live_marker="mpicr-mpi4py-$$-$RANDOM$RANDOM-$flavor-n$ranks-$mode"
     log "running: $flavor, $ranks rank(s), $mode (limit ${timeout_s}s)"
@@ -230,7 +245,7 @@ run_suite() {   # $1 flavor $2 ranks $3 native|shim $4 outdir
         timeout -k 20 "$timeout_s" "$MPIEXEC" -n "$ranks" "${genv[@]}" \
         -outfile-pattern "$out/out.%r" -errfile-pattern "$out/err.%r" \
         "$VENV/bin/python" "$here/runner.py" --testdir "$testdir" --results "$out" \
-        -- -v "${xargs_[@]}" ) < /dev/null &
+        --test-timeout "$test_timeout_s" "${skiparg[@]}" -- -v "${xargs_[@]}" ) < /dev/null &
     live_job=$!
     wait "$live_job" || rc=$?
     live_job=
@@ -253,6 +268,13 @@ native_key() {   # what the native result depends on
 
 # --- main ----------------------------------------------------------------------------------
 fetch_sdist
+if [ "$native_only" = 0 ]; then
+    # The shim may be rebuilt while we run: every shim run of this invocation uses one copy.
+    shimcopy=$(mktemp -d "${TMPDIR:-/tmp}/mpi4py-tests-shim.XXXXXX"); tmp_dirs+=("$shimcopy")
+    cp "$shim" "$shimcopy/libmpicr.so"
+    log "shim: target/release/libmpicr.so of $(date -r "$shim" '+%F %T'), sha256 $(sha256sum < "$shimcopy/libmpicr.so" | cut -c1-16)"
+    shim=$shimcopy/libmpicr.so
+fi
 start=$SECONDS
 cases=()
 for flavor in "${flavors[@]}"; do
@@ -264,7 +286,9 @@ for flavor in "${flavors[@]}"; do
             last=$results/last/$flavor-n$ranks-native
             run_suite "$flavor" "$ranks" native "$last"
             if python3 "$here/report.py" check "$last" "$ranks"; then
-                rm -rf "$cache"; mkdir -p "$(dirname "$cache")"; cp -a "$last" "$cache"
+                # one cached native result per version, flavor and rank count
+                rm -rf "$results/native/$MPI4PY_VERSION-$flavor-n$ranks-"*
+                mkdir -p "$(dirname "$cache")"; cp -a "$last" "$cache"
                 native=$cache
             else
                 native=$last
@@ -277,6 +301,17 @@ for flavor in "${flavors[@]}"; do
         if [ "$native_only" = 0 ]; then
             shimdir=$results/last/$flavor-n$ranks-shim
             run_suite "$flavor" "$ranks" shim "$shimdir"
+            attempt=1 dir=$shimdir
+            while [ "$attempt" -le "$retries" ] && ! python3 "$here/report.py" check "$dir" "$ranks"; do
+                mapfile -t stopped < <(python3 "$here/report.py" stopped "$dir" "$ranks")
+                [ ${#stopped[@]} -gt 0 ] || break   # died outside any test: no use going on
+                attempt=$((attempt + 1))
+                log "  under the shim ${stopped[*]} never finished: going on after it (attempt $attempt)"
+                skipfile=$(mktemp "$shimdir/skip.XXXXXX")
+                python3 "$here/report.py" seen "$shimdir" "$ranks" > "$skipfile"
+                dir=$shimdir/retry-$attempt
+                run_suite "$flavor" "$ranks" shim "$dir" "$skipfile"
+            done
         fi
         cases+=("$flavor:$ranks:$native:$shimdir")
     done

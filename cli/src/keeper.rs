@@ -2,7 +2,7 @@
 //! what belongs to the launcher (its PMI connection, stdio), starts or restores the program with
 //! a clean descriptor table, relays PMI and output, talks to the coordinator and runs CRIU.
 
-use crate::args::{RestartArgs, RunArgs};
+use crate::args::RunArgs;
 use crate::coord_wire::{self, AgentInfo, CoordInfo, FromCoord, Hello, KeeperHello, Mode, ToCoord};
 use crate::coordinator;
 use crate::criu::Criu;
@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 /// PMI key under which rank 0 publishes the coordinator to the other keepers.
 const COORD_KEY: &str = "mpicr-coordinator";
-const CRIU_TIMEOUT: Duration = Duration::from_secs(600);
+pub(crate) const CRIU_TIMEOUT: Duration = Duration::from_secs(600);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How the keeper ended: the launcher must see the program's fate.
@@ -37,7 +37,7 @@ pub enum Outcome {
     Signal(i32),
 }
 
-enum Ev {
+pub(crate) enum Ev {
     Agent(FromAgent, Vec<OwnedFd>),
     AgentClosed(Option<String>),
     Coord(FromCoord),
@@ -47,17 +47,17 @@ enum Ev {
 }
 
 /// This rank's identity and launcher session.
-struct Launch {
-    rank: i32,
-    size: i32,
-    launcher: Option<Arc<Launcher>>,
+pub(crate) struct Launch {
+    pub(crate) rank: i32,
+    pub(crate) size: i32,
+    pub(crate) launcher: Option<Arc<Launcher>>,
 }
 
 /// Keeps the launcher connection open until the process exits, also on error paths: closing it
 /// early would make the launcher kill the job before this rank's error message is forwarded.
 static LAUNCHER: std::sync::OnceLock<Arc<Launcher>> = std::sync::OnceLock::new();
 
-fn launch() -> Result<Launch> {
+pub(crate) fn launch() -> Result<Launch> {
     sys::cloexec_inherited_fds().context("marking inherited descriptors close-on-exec")?;
     match PmiEnv::from_env()? {
         Some(env) => {
@@ -70,7 +70,7 @@ fn launch() -> Result<Launch> {
 }
 
 /// Rank 0 publishes the coordinator; everyone meets in a PMI barrier; the others read it.
-fn exchange_coordinator(l: &Launch, mine: Option<&CoordInfo>) -> Result<CoordInfo> {
+pub(crate) fn exchange_coordinator(l: &Launch, mine: Option<&CoordInfo>) -> Result<CoordInfo> {
     match (&l.launcher, mine) {
         (None, Some(info)) => Ok(info.clone()),
         (None, None) => bail!("internal error: no coordinator for a rank without launcher"),
@@ -86,7 +86,7 @@ fn exchange_coordinator(l: &Launch, mine: Option<&CoordInfo>) -> Result<CoordInf
     }
 }
 
-fn new_secret() -> Result<Vec<u8>> {
+pub(crate) fn new_secret() -> Result<Vec<u8>> {
     let mut s = vec![0u8; coord_wire::SECRET_LEN];
     sys::random_bytes(&mut s)?;
     Ok(s)
@@ -99,7 +99,7 @@ fn new_job_id() -> Result<String> {
 }
 
 /// Errors when `dir` belongs to a job that is still running on this host.
-fn check_not_running(dir: &CkptDir) -> Result<()> {
+pub(crate) fn check_not_running(dir: &CkptDir) -> Result<()> {
     let Ok(info) = images::read_json::<CoordInfo>(&dir.coordinator_path()) else { return Ok(()) };
     if info.host != sys::hostname() || info.pid == std::process::id() {
         return Ok(());
@@ -118,11 +118,11 @@ fn check_not_running(dir: &CkptDir) -> Result<()> {
 }
 
 /// The program's pid once it runs (0 before): where terminating signals go.
-static PROGRAM_PID: AtomicI32 = AtomicI32::new(0);
+pub(crate) static PROGRAM_PID: AtomicI32 = AtomicI32::new(0);
 
 /// SIGUSR1/SIGUSR2 become checkpoint requests; SIGTERM, SIGINT, SIGHUP and SIGQUIT go to the
 /// program, or end the keeper the same way while there is no program yet.
-fn start_signal_thread(tx: Sender<Ev>) -> Result<()> {
+pub(crate) fn start_signal_thread(tx: Sender<Ev>) -> Result<()> {
     use signal_hook::consts::*;
     let mut signals = signal_hook::iterator::Signals::new([SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGHUP, SIGQUIT])
         .context("installing signal handlers")?;
@@ -143,7 +143,7 @@ fn start_signal_thread(tx: Sender<Ev>) -> Result<()> {
     Ok(())
 }
 
-fn start_ctl_reader(sock: UnixStream, tx: Sender<Ev>) -> Result<()> {
+pub(crate) fn start_ctl_reader(sock: UnixStream, tx: Sender<Ev>) -> Result<()> {
     std::thread::Builder::new().name("ctl-reader".into()).spawn(move || {
         let mut r = CtlReader::new(sock);
         loop {
@@ -167,7 +167,7 @@ fn start_ctl_reader(sock: UnixStream, tx: Sender<Ev>) -> Result<()> {
     Ok(())
 }
 
-fn start_waiter(pid: i32, tx: Sender<Ev>) -> Result<()> {
+pub(crate) fn start_waiter(pid: i32, tx: Sender<Ev>) -> Result<()> {
     std::thread::Builder::new().name("waiter".into()).spawn(move || {
         let r = match sys::wait_pid(pid) {
             Ok(Some(exit)) => Ok(exit),
@@ -180,7 +180,7 @@ fn start_waiter(pid: i32, tx: Sender<Ev>) -> Result<()> {
 }
 
 /// Connects to the coordinator, says who we are and waits for the welcome.
-fn join_coordinator(info: &CoordInfo, hello: KeeperHello, tx: Sender<Ev>) -> Result<TcpStream> {
+pub(crate) fn join_coordinator(info: &CoordInfo, hello: KeeperHello, tx: Sender<Ev>) -> Result<TcpStream> {
     let mut s = coord_wire::connect(info, CONNECT_TIMEOUT)?;
     coord_wire::send(&mut s, &Hello::Keeper(hello))?;
     s.set_read_timeout(Some(CONNECT_TIMEOUT))?;
@@ -354,181 +354,6 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     out
 }
 
-/// `mpicr restart`.
-pub fn restart(args: RestartArgs) -> Result<Outcome> {
-    let dir = CkptDir::new(args.dir.resolve());
-    // PMI first (see `run`); then everything that can be checked from the directory alone: a
-    // mismatch gives the same clear error on every rank, and the launcher ends the job.
-    let (tx, rx) = mpsc::channel();
-    start_signal_thread(tx.clone())?;
-    let l = launch()?;
-    let job = dir.read_job()?;
-    let manifest = dir.select_epoch(args.epoch)?;
-    if manifest.job_id != job.job_id {
-        bail!("epoch {} belongs to job {}, but job.json describes job {}", manifest.epoch, manifest.job_id, job.job_id);
-    }
-    let (rank, size) = (l.rank, l.size);
-    if size != manifest.ranks {
-        bail!(
-            "epoch {} of {} has {} rank(s), but the launcher started {size}: run `mpiexec -n {} mpicr restart {}`",
-            manifest.epoch,
-            dir.root.display(),
-            manifest.ranks,
-            manifest.ranks,
-            dir.root.display()
-        );
-    }
-    let epoch = manifest.epoch;
-    let rdir = dir.rank_dir(epoch, rank);
-    let entry = manifest
-        .rank_info
-        .iter()
-        .find(|r| r.rank == rank)
-        .with_context(|| format!("the manifest of epoch {epoch} has no entry for rank {rank}"))?;
-    images::verify_rank_dir(&rdir, &entry.files).with_context(|| format!("rank {rank} of epoch {epoch}"))?;
-    let meta: RankMeta = images::read_json(&rdir.join("rank.json"))?;
-    if meta.rank != rank || meta.epoch != epoch || meta.job_id != job.job_id {
-        bail!("{} does not describe rank {rank} of epoch {epoch} of job {}", rdir.join("rank.json").display(), job.job_id);
-    }
-    let mut ids = meta.tids.clone();
-    ids.push(meta.pid);
-    ids.sort_unstable();
-    ids.dedup();
-    let busy: Vec<String> = ids
-        .into_iter()
-        .filter(|&t| sys::pid_exists(t))
-        .map(|t| {
-            let comm = std::fs::read_to_string(format!("/proc/{t}/comm")).unwrap_or_default();
-            format!("{t} ({})", comm.trim())
-        })
-        .collect();
-    if !busy.is_empty() {
-        bail!(
-            "cannot restore rank {rank}: its process ids are in use by live processes: {} (restored processes keep their ids; is the checkpointed job still running?)",
-            busy.join(", ")
-        );
-    }
-    if rank == 0 {
-        check_not_running(&dir)?;
-    }
-    let criu = Criu::locate()?;
-    let mode = match job.mode.as_str() {
-        "no-mpi" => Mode::NoMpi,
-        "no-shim" => Mode::NoShim,
-        _ => Mode::Agent,
-    };
-
-    let mine = if rank == 0 {
-        let cfg = coordinator::Config { dir: dir.clone(), job: job.clone(), interval: args.interval, restart_epoch: Some(epoch), verbose: args.verbose };
-        let info = coordinator::start(cfg, new_secret()?)?;
-        info.write(&dir)?;
-        Some(info)
-    } else {
-        None
-    };
-    let info = exchange_coordinator(&l, mine.as_ref())?;
-    if info.job_id != job.job_id {
-        bail!("rank 0 restores job {} but this rank found job {}", info.job_id, job.job_id);
-    }
-
-    sys::set_child_subreaper().context("becoming child subreaper")?;
-    let presented = job.kvsname.clone().unwrap_or_else(|| l.launcher.as_ref().map(|p| p.kvsname.clone()).unwrap_or_default());
-    let relay = l.launcher.as_ref().filter(|_| mode != Mode::NoMpi).map(|p| Relay::new(Arc::clone(p), presented, meta.next_generation));
-
-    let mut inherit: Vec<(OwnedFd, String)> = Vec::new();
-    let mut keeper_socks = HashMap::new();
-    let mut k_ctl = None;
-    let mut pmi_conns = Vec::new();
-    for s in &meta.sockets {
-        let (k, p) = sys::socketpair()?;
-        keeper_socks.insert(sys::inode(k.as_fd())?, s.role.clone());
-        inherit.push((p, format!("socket:[{}]", s.ino)));
-        match s.role.as_str() {
-            "ctl" => k_ctl = Some(k),
-            _ => pmi_conns.push(k),
-        }
-    }
-    let mut outs: Vec<(OwnedFd, RawFd, &str)> = Vec::new();
-    let (mut stdout_ino, mut stderr_ino) = (0, 0);
-    for p in &meta.pipes {
-        let (r, w) = sys::pipe()?;
-        let ino = sys::inode(r.as_fd())?;
-        inherit.push((w, format!("pipe:[{}]", p.ino)));
-        if p.stream == "stdout" {
-            stdout_ino = ino;
-            outs.push((r, 1, "stdout"));
-        } else {
-            stderr_ino = ino;
-            outs.push((r, 2, "stderr"));
-        }
-    }
-    let k_ctl = k_ctl.context("the image has no control socket")?;
-    let t = Instant::now();
-    let pid = criu.restore(&rdir, inherit, CRIU_TIMEOUT).with_context(|| format!("restoring rank {rank} from {}", rdir.display()))?;
-    if pid != meta.pid {
-        let _ = sys::kill(pid, libc::SIGKILL);
-        bail!("criu restored pid {pid}, but the image is of pid {}", meta.pid);
-    }
-    PROGRAM_PID.store(pid, Ordering::SeqCst);
-    let guard = ProgramGuard(pid);
-    let relays = outs.into_iter().map(|(fd, to, name)| spawn::relay_output(fd, to, name)).collect::<Result<Vec<_>>>()?;
-    start_waiter(pid, tx.clone())?;
-    let k_ctl = UnixStream::from(k_ctl);
-    start_ctl_reader(k_ctl.try_clone()?, tx.clone())?;
-    if let Some(relay) = &relay {
-        for c in pmi_conns {
-            relay.serve(UnixStream::from(c), None)?;
-        }
-    }
-    let hello = KeeperHello {
-        rank,
-        size,
-        job_id: job.job_id.clone(),
-        host: sys::hostname(),
-        keeper_pid: std::process::id(),
-        program_pid: pid,
-        mode: mode.clone(),
-        restart_epoch: Some(epoch),
-    };
-    let mut coord = join_coordinator(&info, hello, tx.clone())?;
-    if let Some(h) = &meta.agent_hello {
-        let info = AgentInfo { library: h.library.clone(), renew_strategy: h.renew_strategy.clone(), renewals_left: h.renewals_left };
-        coord_wire::send(&mut coord, &ToCoord::AgentHello(info))?;
-    }
-    coord_wire::send(&mut coord, &ToCoord::Restored { epoch })?;
-    if args.verbose {
-        crate::elog!("mpicr[{rank}]: restored epoch {epoch} as pid {pid} in {}", crate::args::format_duration(t.elapsed()));
-    }
-    let mut k = Keeper {
-        rank,
-        size,
-        mode,
-        dir,
-        job_id: job.job_id.clone(),
-        verbose: args.verbose,
-        pid,
-        ctl: k_ctl,
-        keeper_socks,
-        stdout_ino,
-        stderr_ino,
-        launcher: l.launcher.clone(),
-        relay,
-        coord: Some(coord),
-        agent: meta.agent_hello.clone(),
-        ckpt: None,
-        stopping: false,
-        awaiting_go: Some(epoch),
-        resuming_restart: None,
-        relays,
-        coord_info: mine,
-    };
-    let out = k.event_loop(rx);
-    if out.is_ok() {
-        guard.disarm();
-    }
-    out
-}
-
 fn mode_name(m: &Mode) -> &'static str {
     match m {
         Mode::Agent => "mpi",
@@ -538,10 +363,10 @@ fn mode_name(m: &Mode) -> &'static str {
 }
 
 /// Kills the program's process group if the keeper bails out on an error.
-struct ProgramGuard(i32);
+pub(crate) struct ProgramGuard(pub(crate) i32);
 
 impl ProgramGuard {
-    fn disarm(self) {
+    pub(crate) fn disarm(self) {
         std::mem::forget(self);
     }
 }
@@ -557,39 +382,39 @@ fn kill_program(pid: i32) {
     let _ = sys::kill(pid, libc::SIGKILL);
 }
 
-struct CkptState {
+pub(crate) struct CkptState {
     epoch: u64,
     stop: bool,
     /// The dump left the program stopped (`--stop`); an abort must continue it.
     stopped: bool,
 }
 
-struct Keeper {
-    rank: i32,
-    size: i32,
-    mode: Mode,
-    dir: CkptDir,
-    job_id: String,
-    verbose: bool,
-    pid: i32,
-    ctl: UnixStream,
+pub(crate) struct Keeper {
+    pub(crate) rank: i32,
+    pub(crate) size: i32,
+    pub(crate) mode: Mode,
+    pub(crate) dir: CkptDir,
+    pub(crate) job_id: String,
+    pub(crate) verbose: bool,
+    pub(crate) pid: i32,
+    pub(crate) ctl: UnixStream,
     /// Inodes of the keeper's ends of sockets shared with the program, and their roles.
-    keeper_socks: HashMap<u64, String>,
-    stdout_ino: u64,
-    stderr_ino: u64,
-    launcher: Option<Arc<Launcher>>,
-    relay: Option<Arc<Relay>>,
-    coord: Option<TcpStream>,
-    agent: Option<mpicr_proto::Hello>,
-    ckpt: Option<CkptState>,
-    stopping: bool,
+    pub(crate) keeper_socks: HashMap<u64, String>,
+    pub(crate) stdout_ino: u64,
+    pub(crate) stderr_ino: u64,
+    pub(crate) launcher: Option<Arc<Launcher>>,
+    pub(crate) relay: Option<Arc<Relay>>,
+    pub(crate) coord: Option<TcpStream>,
+    pub(crate) agent: Option<mpicr_proto::Hello>,
+    pub(crate) ckpt: Option<CkptState>,
+    pub(crate) stopping: bool,
     /// Restart: restored, waiting for the coordinator's `Go`.
-    awaiting_go: Option<u64>,
+    pub(crate) awaiting_go: Option<u64>,
     /// Restart: `Resume{restarted}` sent, waiting for the agent's `Resumed`.
-    resuming_restart: Option<u64>,
-    relays: Vec<std::thread::JoinHandle<()>>,
+    pub(crate) resuming_restart: Option<u64>,
+    pub(crate) relays: Vec<std::thread::JoinHandle<()>>,
     /// Set on rank 0: the coordinator it hosts.
-    coord_info: Option<CoordInfo>,
+    pub(crate) coord_info: Option<CoordInfo>,
 }
 
 impl Keeper {
@@ -616,7 +441,7 @@ impl Keeper {
         self.tell_coord(ToCoord::Failed { epoch, reason });
     }
 
-    fn event_loop(&mut self, rx: Receiver<Ev>) -> Result<Outcome> {
+    pub(crate) fn event_loop(&mut self, rx: Receiver<Ev>) -> Result<Outcome> {
         loop {
             let ev = rx.recv().map_err(|_| anyhow!("internal error: event channel closed"))?;
             match ev {
@@ -773,11 +598,12 @@ impl Keeper {
                 if self.in_ckpt(epoch) {
                     let t = Instant::now();
                     let stop = self.ckpt.as_ref().is_some_and(|c| c.stop);
+                    if let Some(c) = self.ckpt.as_mut() {
+                        // Whatever fails after this, an abort sends SIGCONT (harmless if running).
+                        c.stopped = stop;
+                    }
                     match self.dump(epoch, stop) {
                         Ok(info) => {
-                            if let Some(c) = self.ckpt.as_mut() {
-                                c.stopped = stop;
-                            }
                             self.say(&format!("dumped {} in {}", images::human_bytes(info.bytes), crate::args::format_duration(t.elapsed())));
                             self.tell_coord(ToCoord::Dumped { epoch, info });
                         }

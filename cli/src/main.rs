@@ -12,6 +12,7 @@ mod keeper;
 mod paths;
 mod pmi;
 mod pmi_relay;
+mod restart;
 mod sockdiag;
 mod spawn;
 mod status;
@@ -80,7 +81,7 @@ fn one_line(e: &anyhow::Error) -> String {
 fn run(cli: Cli) -> anyhow::Result<keeper::Outcome> {
     match cli.command {
         Command::Run(a) => keeper::run(a),
-        Command::Restart(a) => keeper::restart(a),
+        Command::Restart(a) => restart::restart(a),
         Command::Checkpoint(a) => client::checkpoint(a).map(|()| keeper::Outcome::Exit(0)),
         Command::Status(a) => status::status(&images::CkptDir::new(a.dir.resolve())).map(|()| keeper::Outcome::Exit(0)),
     }

@@ -3,6 +3,10 @@
     report.py check RUNDIR RANKS
         exit 0 if the run in RUNDIR finished on every rank (used to decide whether a native
         run may be cached), 1 otherwise.
+    report.py stopped RUNDIR RANKS
+        print the tests in which ranks of an unfinished run stopped (crash or hang).
+    report.py seen RUNDIR RANKS
+        print every test that started on some rank of the run or of its retries.
     report.py shm RUNDIR
         print the /dev/shm files that the ranks of RUNDIR had mapped (to remove leftovers).
     report.py pids MARKER
@@ -35,60 +39,73 @@ def read_status(rundir):
         return None, None, None
 
 
-def tail(path, n=8):
+def tail(path, n=10):
+    """The end of a rank's stderr; from a Python fatal error or watchdog dump when there is
+    one (the innermost frames come first there), without the unittest frames."""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             lines = f.read().rstrip("\n").splitlines()
     except OSError:
         return []
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith(("Fatal Python error", "Timeout (")):
+            head = lines[max(0, i - 3):i]  # what the MPI library said just before, if anything
+            body = [ln for ln in lines[i:] if "/unittest/" not in ln]
+            return head + body[:24]
     return lines[-n:]
 
 
 def load_rank(rundir, rank):
-    """The outcome of one rank: from rank-R.json, or rebuilt from rank-R.jsonl if it died."""
+    """The outcome of one rank: from rank-R.json when the suite finished there, else rebuilt
+    from rank-R.jsonl. Also counts from the events (same rules as unittest's counts: one per
+    failing subtest), so that runs cut short can be added up."""
+    tests, order, current, last_done = {}, [], None, None
+    info = {"shim_loaded": None, "mpi_libs": None, "started": False}
+    ev_counts = {"run": 0, "failed": 0, "errors": 0, "skipped": 0, "other": 0}
+    for ev in iter_events(rundir, rank):
+        kind = ev.get("ev")
+        if kind == "begin":
+            info["started"] = True
+        elif kind == "mpi":
+            info["shim_loaded"], info["mpi_libs"] = ev.get("shim_loaded"), ev.get("mpi_libs")
+        elif kind == "start":
+            current = ev["id"]
+            ev_counts["run"] += 1
+        elif kind == "outcome":
+            tid, out = ev["id"], ev["outcome"]
+            key = {"failed": "failed", "error": "errors", "skipped": "skipped",
+                   "expected_failure": "other", "unexpected_success": "other"}.get(out)
+            if key:
+                ev_counts[key] += 1
+            entry = tests.get(tid)
+            if entry is None:
+                order.append(tid)
+                entry = tests[tid] = {"outcome": out}
+            elif out in BAD or entry["outcome"] == "passed":
+                entry["outcome"] = out
+            if ev.get("subtest") is not None:
+                if out in BAD:
+                    entry["failed_subtests"] = entry.get("failed_subtests", 0) + 1
+                    if ev.get("detail"):
+                        entry.setdefault("detail", []).extend(
+                            [f"[subtest] {ev['subtest']}"] + ev["detail"])
+                continue  # the test itself goes on
+            if ev.get("detail"):
+                entry.setdefault("detail", []).extend(ev["detail"])
+            if current == tid:
+                current, last_done = None, tid
+    ev_counts["passed"] = (ev_counts["run"] - ev_counts["failed"] - ev_counts["errors"]
+                           - ev_counts["skipped"] - ev_counts["other"])
     path = os.path.join(rundir, f"rank-{rank}.json")
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-        data["complete"] = True
-        data.setdefault("shim_loaded", None)
-        for ev in iter_events(rundir, rank):
-            if ev.get("ev") == "mpi":
-                data["shim_loaded"] = ev.get("shim_loaded")
-                data["mpi_libs"] = ev.get("mpi_libs")
+        data.update(info, complete=True, in_test=None, last_done=last_done,
+                    event_counts=ev_counts)
         return data
-    tests, order, current, shim_loaded, mpi_libs, started = {}, [], None, None, None, False
-    for ev in iter_events(rundir, rank):
-        kind = ev.get("ev")
-        if kind == "begin":
-            started = True
-        elif kind == "mpi":
-            shim_loaded, mpi_libs = ev.get("shim_loaded"), ev.get("mpi_libs")
-        elif kind == "start":
-            current = ev["id"]
-        elif kind == "outcome":
-            tid = ev["id"]
-            if tid not in tests:
-                order.append(tid)
-                tests[tid] = {"outcome": ev["outcome"]}
-            elif ev["outcome"] in BAD:
-                tests[tid]["outcome"] = ev["outcome"]
-            if ev.get("detail"):
-                tests[tid].setdefault("detail", []).extend(ev["detail"])
-            if current == tid:
-                current = None
-    if current is not None and current in tests:
-        current = None
-    return {
-        "rank": rank,
-        "complete": False,
-        "started": started,
-        "in_test": current,
-        "tests": {tid: tests[tid] for tid in order},
-        "shim_loaded": shim_loaded,
-        "mpi_libs": mpi_libs,
-        "err_tail": tail(os.path.join(rundir, f"err.{rank}")),
-    }
+    return dict(info, rank=rank, complete=False, in_test=current, last_done=last_done,
+                tests={tid: tests[tid] for tid in order}, event_counts=ev_counts,
+                err_tail=tail(os.path.join(rundir, f"err.{rank}")))
 
 
 def iter_events(rundir, rank):
@@ -103,7 +120,7 @@ def iter_events(rundir, rank):
         return
 
 
-def load_run(rundir, ranks):
+def load_single(rundir, ranks):
     rc, seconds, limit = read_status(rundir)
     per_rank = [load_rank(rundir, r) for r in range(ranks)]
     return {
@@ -117,6 +134,63 @@ def load_run(rundir, ranks):
     }
 
 
+def stops_of(attempt):
+    """Where the ranks of an attempt that did not finish stopped: [(rank, test, what, tail)].
+    A rank found between two tests is left out when another rank stopped inside a test (it
+    was ended by mpiexec because of that one)."""
+    what = "TIMEOUT/HANG" if attempt["timed_out"] else f"CRASH/ABORT (rc={attempt['rc']})"
+    cut = [r for r in attempt["ranks"] if not r["complete"]]
+    inside = [r for r in cut if r.get("in_test")]
+    stops = []
+    for r in inside or cut:
+        if r.get("in_test"):
+            where = r["in_test"]
+        elif r.get("last_done"):
+            where = f"<between tests, after {r['last_done']}>"
+        else:
+            where = "<startup: before the first test>"
+        stops.append((r["rank"], where, what, r.get("err_tail", [])))
+    return stops
+
+
+def load_run(rundir, ranks):
+    """A run, with the retries the driver made after a crash or hang (RUNDIR/retry-K/, each
+    run with the tests that never finished before excluded)."""
+    attempts = [load_single(rundir, ranks)]
+    k = 2
+    while os.path.isdir(os.path.join(rundir, f"retry-{k}")):
+        attempts.append(load_single(os.path.join(rundir, f"retry-{k}"), ranks))
+        k += 1
+    run = dict(attempts[-1])
+    run["dir"] = rundir
+    run["attempts"] = attempts
+    run["seconds"] = sum(a["seconds"] or 0 for a in attempts)
+    run["stops"] = [st for a in attempts for st in stops_of(a)]
+    # the outcome of every test on each rank, later attempts overriding earlier ones
+    merged = []
+    for rank in range(ranks):
+        tests = {}
+        for a in attempts:
+            tests.update(a["ranks"][rank]["tests"])
+        merged.append(tests)
+    run["merged"] = merged
+    # counts added up over the attempts (a test that never finished counts as an error)
+    totals = []
+    for rank in range(ranks):
+        t = dict.fromkeys(COUNT_KEYS, 0)
+        for a in attempts:
+            c = a["ranks"][rank]["event_counts"]
+            for k in COUNT_KEYS:
+                t[k] += c[k]
+        for st in run["stops"]:
+            if st[0] == rank and not st[1].startswith("<"):
+                t["errors"] += 1
+                t["passed"] -= 1  # its start event counted it as run, so as passed
+        totals.append(tuple(t[k] for k in COUNT_KEYS))
+    run["totals"] = totals
+    return run
+
+
 def counts_of(rank_data):
     if rank_data["complete"]:
         c = rank_data["counts"]
@@ -127,14 +201,15 @@ def counts_of(rank_data):
 def fmt_counts(run):
     if run is None:
         return "-"
-    r0 = run["ranks"][0]
     secs = f" {run['seconds']:.0f}s" if run["seconds"] is not None else ""
-    if not run["complete"]:
-        why = "TIMEOUT" if run["timed_out"] else f"rc={run['rc']}"
-        done = sum(len(r["tests"]) for r in run["ranks"] if not r["complete"])
-        return f"INCOMPLETE ({why}, {done} outcomes){secs}"
+    if run["stops"]:
+        # cut short at least once: the counts added up over the attempts
+        n = len({st[1] for st in run["stops"]})
+        text = "/".join(str(x) for x in run["totals"][0])
+        end = "" if run["complete"] else ", last one cut short too"
+        return f"{text}{secs} ({n} test(s) crashed/hung, {len(run['attempts'])} attempts{end})"
     all_counts = {counts_of(r) for r in run["ranks"]}
-    text = "/".join(str(x) for x in counts_of(r0)) + secs
+    text = "/".join(str(x) for x in counts_of(run["ranks"][0])) + secs
     if len(all_counts) > 1:
         text += " (ranks differ)"
     return text
@@ -143,26 +218,28 @@ def fmt_counts(run):
 def compare(native, shim):
     """List of (rank, test id, native outcome, shim outcome, detail) that differ."""
     diffs = []
-    for rank, (n, s) in enumerate(zip(native["ranks"], shim["ranks"])):
-        ntests, stests = n["tests"], s["tests"]
+    stopped = {(rank, tid) for rank, tid, _, _ in shim["stops"]}
+    for rank, (n, stests) in enumerate(zip(native["ranks"], shim["merged"])):
+        ntests = n["tests"]
         for tid, st in stests.items():
+            if (rank, tid) in stopped:
+                continue
             nt = ntests.get(tid)
             nout = nt["outcome"] if nt else "absent"
             if st["outcome"] != nout:
-                diffs.append((rank, tid, nout, st["outcome"], st.get("detail", [])))
-        if s["complete"]:
+                detail = list(st.get("detail", []))
+                if st.get("failed_subtests"):
+                    detail.insert(0, f"({st['failed_subtests']} subtest(s) failed, "
+                                     f"{st.get('passed_subtests', 0)} passed; first ones:)")
+                diffs.append((rank, tid, nout, st["outcome"], detail))
+        if shim["complete"]:
             for tid, nt in ntests.items():
-                if tid not in stests:
+                if tid not in stests and (rank, tid) not in stopped:
                     diffs.append((rank, tid, nt["outcome"], "absent", []))
-        else:
-            where = s.get("in_test")
-            if where:
-                what = "TIMEOUT/HANG" if shim["timed_out"] else "CRASH/ABORT"
-                diffs.append((rank, where, ntests.get(where, {}).get("outcome", "absent"),
-                              f"{what} (test never finished)", s.get("err_tail", [])))
-            elif not s.get("started", True) or not stests:
-                diffs.append((rank, "<startup>", "-", f"no test ran (rc={shim['rc']})",
-                              s.get("err_tail", [])))
+    for rank, tid, what, tail_lines in shim["stops"]:
+        nout = native["ranks"][rank]["tests"].get(tid, {}).get("outcome", "-")
+        diffs.append((rank, tid, nout, f"{what}, test never finished",
+                      ["stderr of the rank ends with:"] + tail_lines))
     return diffs
 
 
@@ -171,8 +248,8 @@ def verdict(native, shim):
         return "native only"
     if not native["complete"]:
         return "NATIVE INCOMPLETE"
-    if not shim["complete"]:
-        return "FAIL (shim run incomplete)"
+    if shim["stops"]:
+        return "FAIL (crash/hang)"
     if any(r.get("shim_loaded") is False for r in shim["ranks"]):
         return "FAIL (libmpicr.so not loaded in ranks)"
     for n, s in zip(native["ranks"], shim["ranks"]):
@@ -202,9 +279,8 @@ def cmd_table(args):
         rows.append((flavor, str(ranks), fmt_counts(native), fmt_counts(shim), v))
         if not native["complete"]:
             details.append((flavor, ranks, "native run did not finish",
-                            [(r["rank"], r.get("in_test") or "<startup>", "-", "never finished",
-                              r.get("err_tail", []))
-                             for r in native["ranks"] if not r["complete"]]))
+                            [(rank, tid, "-", what, tail_lines)
+                             for rank, tid, what, tail_lines in native["stops"]]))
         if shim is not None and native["complete"]:
             diffs = compare(native, shim)
             if diffs:
@@ -219,19 +295,20 @@ def cmd_table(args):
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
     for flavor, ranks, title, diffs in details:
         print()
-        # At 2 ranks the same test usually differs on every rank: print it once per rank
-        # only when the details differ.
-        print(f"== {flavor} at {ranks} rank(s): {len(diffs)} test outcome(s) {title}")
+        # At 2 ranks the same test usually differs on every rank: print it once, with the
+        # details of the lowest rank.
+        ntests = len({d[1] for d in diffs})
+        print(f"== {flavor} at {ranks} rank(s): {ntests} test(s) {title}")
         seen = {}
         for rank, tid, nout, sout, detail in diffs:
-            key = (tid, nout, sout, tuple(detail))
+            key = (tid, nout, sout)
             if key in seen:
-                seen[key].append(rank)
+                seen[key][0].append(rank)
                 continue
-            seen[key] = [rank]
-        for (tid, nout, sout, detail), rks in seen.items():
+            seen[key] = ([rank], detail)
+        for (tid, nout, sout), (rks, detail) in seen.items():
             print(f"  {tid}  [rank {','.join(map(str, rks))}]  native={nout}  shim={sout}")
-            for d in detail[:14]:
+            for d in detail[:24]:
                 print(f"      {d}")
     return status
 
@@ -242,8 +319,23 @@ def main(argv):
         return 2
     cmd, args = argv[0], argv[1:]
     if cmd == "check":
-        run = load_run(args[0], int(args[1]))
+        run = load_single(args[0], int(args[1]))
         return 0 if run["complete"] else 1
+    if cmd == "stopped":
+        for tid in sorted({st[1] for st in stops_of(load_single(args[0], int(args[1])))}):
+            if not tid.startswith("<"):
+                print(tid)
+        return 0
+    if cmd == "seen":
+        # every test that started or finished on some rank of the run and its retries
+        run = load_run(args[0], int(args[1]))
+        seen = set()
+        for tests in run["merged"]:
+            seen.update(tests)
+        seen.update(st[1] for st in run["stops"] if not st[1].startswith("<"))
+        for tid in sorted(seen):
+            print(tid)
+        return 0
     if cmd == "shm":
         files = set()
         for path in glob.glob(os.path.join(args[0], "rank-*.jsonl")):

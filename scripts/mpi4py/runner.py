@@ -2,7 +2,8 @@
 
 Started once per rank by scripts/mpi4py-tests.sh under mpiexec:
 
-    python runner.py --testdir SDIST/test --results DIR [--] [main.py options...]
+    python runner.py --testdir SDIST/test --results DIR [--test-timeout S] [--skip-file F]
+                     [--] [main.py options...]
 
 Writes DIR/rank-<R>.jsonl while the suite runs (one line per test start and per outcome,
 flushed at once, so that a rank that hangs or crashes still shows which test it was in) and
@@ -11,11 +12,11 @@ unittest output still goes to stderr.
 """
 
 import argparse
+import faulthandler
 import json
 import os
 import sys
 import time
-import traceback
 import unittest
 
 
@@ -66,13 +67,14 @@ class Recorder:
         self.tests = {}
         self.order = []
         self.t0 = time.monotonic()
+        self.subtests_passed = {}
 
     def event(self, **kw):
         kw["t"] = round(time.monotonic() - self.t0, 3)
         self.stream.write(json.dumps(kw) + "\n")
         self.stream.flush()
 
-    def outcome(self, test_id, kind, detail=None, duration=None):
+    def outcome(self, test_id, kind, detail=None, duration=None, subtest=None):
         entry = self.tests.get(test_id)
         if entry is None:
             entry = {"outcome": kind}
@@ -84,13 +86,26 @@ class Recorder:
                    "unexpected_success": 2, "failed": 3, "error": 4}
         if rank_of.get(kind, 0) >= rank_of.get(entry["outcome"], 0):
             entry["outcome"] = kind
-        if detail:
+        if detail and subtest is None:
             entry.setdefault("detail", []).extend(detail)
+        elif detail:
+            # keep the first few failing subtests in full, count the rest
+            entry["failed_subtests"] = entry.get("failed_subtests", 0) + 1
+            if entry["failed_subtests"] <= 3:
+                entry.setdefault("detail", []).extend([f"[subtest] {subtest}"] + detail)
         if duration is not None:
             entry["seconds"] = round(duration, 3)
-        self.event(ev="outcome", id=test_id, outcome=kind, detail=detail)
+        if subtest is not None and entry.get("failed_subtests", 0) > 3:
+            detail = None  # the event log need not hold hundreds of tracebacks either
+        self.event(ev="outcome", id=test_id, outcome=kind, detail=detail, subtest=subtest)
+
+    def count_subtest(self, test_id):
+        self.subtests_passed[test_id] = self.subtests_passed.get(test_id, 0) + 1
 
     def finish(self, result, seconds):
+        for tid, n in self.subtests_passed.items():
+            if tid in self.tests and self.tests[tid].get("failed_subtests"):
+                self.tests[tid]["passed_subtests"] = n
         counts = {
             "run": result.testsRun,
             "failed": len(result.failures),
@@ -122,12 +137,32 @@ class Recorder:
         self.stream.close()
 
 
-def make_result_class(recorder):
+def drop_tests(suite, skip):
+    """A copy of the suite without the tests whose id is in skip."""
+    kept = unittest.TestSuite()
+    for item in suite:
+        if isinstance(item, unittest.TestSuite):
+            kept.addTest(drop_tests(item, skip))
+        elif item.id() not in skip:
+            kept.addTest(item)
+    return kept
+
+
+def make_result_class(recorder, test_timeout):
     class RecordingResult(unittest.TextTestResult):
         def startTest(self, test):
             self._t0 = time.monotonic()
             recorder.event(ev="start", id=test.id())
+            if test_timeout > 0:
+                # a test that hangs: dump every thread's Python stack to stderr and end this
+                # rank (mpiexec then ends the others), so the driver can go on without it
+                faulthandler.dump_traceback_later(test_timeout, exit=True)
             super().startTest(test)
+
+        def stopTest(self, test):
+            if test_timeout > 0:
+                faulthandler.cancel_dump_traceback_later()
+            super().stopTest(test)
 
         def _dt(self):
             return time.monotonic() - getattr(self, "_t0", time.monotonic())
@@ -160,8 +195,11 @@ def make_result_class(recorder):
             super().addSubTest(test, subtest, err)
             if err is not None:
                 kind = "failed" if issubclass(err[0], test.failureException) else "error"
-                text = "".join(traceback.format_exception(*err))
-                recorder.outcome(test.id(), kind, [subtest.id()] + first_lines(text))
+                text = self._exc_info_to_string(err, test)
+                desc = subtest._subDescription()
+                recorder.outcome(test.id(), kind, first_lines(text), subtest=desc)
+            else:
+                recorder.count_subtest(test.id())
 
     return RecordingResult
 
@@ -170,10 +208,16 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--testdir", required=True)
     parser.add_argument("--results", required=True)
+    parser.add_argument("--skip-file",
+                        help="file of test ids (one a line) to leave out, uncounted")
+    parser.add_argument("--test-timeout", type=float, default=0,
+                        help="end the rank when one test runs longer (seconds; 0: never)")
     opts, rest = parser.parse_known_args()
     if rest and rest[0] == "--":
         rest = rest[1:]
 
+    # a crash (SIGSEGV, SIGABRT, ...) prints the Python stack of every thread to stderr
+    faulthandler.enable(all_threads=True)
     rank = rank_from_env()
     os.makedirs(opts.results, exist_ok=True)
     recorder = Recorder(opts.results, rank)
@@ -184,7 +228,11 @@ def main():
     sys.path.insert(0, testdir)
     import main as mpi4py_main  # noqa: E402  (the suite's own entry point)
 
-    resultclass = make_result_class(recorder)
+    resultclass = make_result_class(recorder, opts.test_timeout)
+    skip = set()
+    if opts.skip_file:
+        with open(opts.skip_file, encoding="utf-8") as f:
+            skip = {line.strip() for line in f if line.strip()}
 
     class Runner(unittest.TextTestRunner):
         def __init__(self, **kw):
@@ -192,6 +240,8 @@ def main():
             super().__init__(**kw)
 
         def run(self, test):
+            if skip:
+                test = drop_tests(test, skip)
             # MPI is initialised by now (main.py imported mpi4py.MPI): note what the driver
             # may have to clean up if this rank dies, and whether the shim is really loaded.
             recorder.event(ev="mpi", **process_info())

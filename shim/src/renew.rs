@@ -288,7 +288,12 @@ pub fn renew(restarted: bool, size: Option<i32>) -> Result<(), String> {
         }
         Strategy::Sessions => lower::bump_generation(),
     };
-    connect_pmi(generation)?;
+    // A fresh library copy needs a fresh PMI connection (MPICH 4.0.2 closes its socket in
+    // PMI_Finalize); with sessions the loaded library keeps its PMI socket, which the keeper
+    // replaces underneath after a restart.
+    if strategy() == Strategy::Namespace {
+        connect_pmi(generation)?;
+    }
     let (world, selfc, _) = init_lower(std::ptr::null_mut(), std::ptr::null_mut(), LEVEL.load(Ordering::Acquire))
         .map_err(|rc| format!("initialising the renewed library failed: {}", crate::errors::error_string(rc)))?;
     crate::api::init::errors_return_on(world);

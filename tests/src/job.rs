@@ -21,6 +21,8 @@ pub const MARKER_VAR: &str = "MPICR_TEST_JOB";
 pub const TMPDIR_VAR: &str = "MPICR_TEST_TMPDIR";
 
 const POLL: Duration = Duration::from_millis(20);
+/// How long `mpiexec` gets to end a job by itself after SIGTERM, before everything is killed.
+const GRACE: Duration = Duration::from_secs(5);
 
 /// What to launch.
 #[derive(Debug, Clone)]
@@ -122,6 +124,18 @@ impl Drop for Scratch {
 /// status, files left behind and processes outliving `mpiexec` are reported in the output for
 /// callers to judge.
 pub fn run(job: &Job, scratch: &Scratch) -> Result<JobOutput, String> {
+    run_driven(job, scratch, &mut |_| Ok(()))
+}
+
+/// `run`, calling `driver` with the ranks' working directory about every 20 ms while the job
+/// runs: the hook for modes that act on a running job (e.g. checkpoint it once a test has
+/// reached its pause point, see `t_pause_point` in c-tests/common.h). An error from the driver
+/// ends the job like a timeout does.
+pub fn run_driven(
+    job: &Job,
+    scratch: &Scratch,
+    driver: &mut dyn FnMut(&Path) -> Result<(), String>,
+) -> Result<JobOutput, String> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     // Unique on this machine while we live: our PID plus a counter.
     let marker = format!(
@@ -169,23 +183,39 @@ pub fn run(job: &Job, scratch: &Scratch) -> Result<JobOutput, String> {
             }
         }
         let over = start.elapsed() >= job.timeout;
-        if over || interrupted() {
-            // mpiexec is not reaped yet, so its PID and process group cannot have been reused.
-            let killed = kill_job(Some(child.id()), &marker);
+        let driven = if over {
+            Ok(())
+        } else {
+            driver(&scratch.work())
+        };
+        if over || interrupted() || driven.is_err() {
+            // Ask Hydra to end the job itself first: it kills its ranks and removes its files
+            // (MPICH 5's proxy leaves /tmp/hydra_hwloc_xmlfile_* behind when killed outright).
+            // SAFETY: plain syscall; mpiexec is our unreaped child.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+            let grace = Instant::now();
+            let mut reaped = false;
+            while grace.elapsed() < GRACE && !reaped {
+                std::thread::sleep(POLL);
+                reaped = matches!(child.try_wait(), Ok(Some(_)) | Err(_));
+            }
+            // Then kill whatever is left. While mpiexec is not reaped, its PID and process
+            // group cannot have been reused; once reaped, only the marker is trustworthy.
+            let killed = kill_job(if reaped { None } else { Some(child.id()) }, &marker);
             let _ = child.wait();
-            let why = if over {
-                format!("timed out after {} s", job.timeout.as_secs())
-            } else {
-                "interrupted".to_string()
+            let why = match driven {
+                _ if over => format!("timed out after {} s", job.timeout.as_secs()),
+                Err(e) => e,
+                Ok(()) => "interrupted".to_string(),
             };
             let partial = collect(job.ranks, dir, &log_path);
             let also = if killed.is_empty() {
                 String::new()
             } else {
-                format!(" and then {}", killed.join(", "))
+                format!("; killed {}", killed.join(", "))
             };
             return Err(format!(
-                "{why}; killed mpiexec{also}\n{}",
+                "{why}; stopped mpiexec{also}\n{}",
                 tails(&partial.0, &partial.1, &partial.2)
             ));
         }

@@ -98,10 +98,12 @@ fn find_in_path(name: &str) -> Option<PathBuf> {
 ///
 /// Checkpoint modes (`CheckpointContinue`, `StopRestart`, driven by the `mpicr` CLI) are meant
 /// to be added as further variants: `uses_long_args` picks the test's `long-args` for them,
-/// and `Harness::execute` gets one match arm each with its launch sequence (start under
-/// `mpicr run` via `Job::wrapper`, `mpicr checkpoint` from the side, `mpicr restart`), which
-/// returns one `JobOutput` whose per-rank output is what the program printed over the whole
-/// run. Nothing else needs to change.
+/// and `Harness::execute` gets one match arm each with its launch sequence, which returns one
+/// `JobOutput` whose per-rank output is what the program printed over the whole run. The parts
+/// are here: `Job::wrapper` starts each rank under `mpicr run`; `job::run_driven` calls a
+/// driver while the job runs, which can wait for a test's pause point (`MPICR_TEST_PAUSE_AT`,
+/// see `t_pause_point` in c-tests/common.h), run `mpicr checkpoint` and let the job go on.
+/// Nothing else needs to change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Mode {
     Native,

@@ -1,6 +1,7 @@
 //! Tests of the harness itself, with small MPI programs written on the fly: a hang is killed
-//! at the timeout with every process of the job, and the program's own verdict and a
-//! mismatching output are reported. Needs Debian's MPICH (`mpicc.mpich`), like the matrix.
+//! at the timeout with every process of the job, processes outliving the job are found, the
+//! program's own verdict and a mismatching output are reported, and the pause protocol for
+//! checkpoint modes works. Needs both MPICH flavors, like the matrix.
 
 use mpicr_tests::{check_self_verdict, compare, job, Flavor, Harness, Job, Scratch};
 use std::path::{Path, PathBuf};
@@ -9,11 +10,15 @@ use std::time::{Duration, Instant};
 
 /// Compiles `src` with the mpich4 wrapper into `dir` and returns the binary.
 fn compile(dir: &Path, name: &str, src: &str) -> PathBuf {
+    compile_with(Flavor::Mpich4, dir, name, src)
+}
+
+fn compile_with(flavor: Flavor, dir: &Path, name: &str, src: &str) -> PathBuf {
     let root = Harness::workspace_root();
     let c = dir.join(format!("{name}.c"));
     std::fs::write(&c, src).unwrap();
     let bin = dir.join(name);
-    let out = Command::new(Flavor::Mpich4.mpicc(&root).unwrap())
+    let out = Command::new(flavor.mpicc(&root).unwrap())
         .arg("-o")
         .arg(&bin)
         .arg(&c)
@@ -28,8 +33,12 @@ fn compile(dir: &Path, name: &str, src: &str) -> PathBuf {
 }
 
 fn job(program: PathBuf, ranks: u32, timeout: Duration) -> Job {
+    job_with(Flavor::Mpich4, program, ranks, timeout)
+}
+
+fn job_with(flavor: Flavor, program: PathBuf, ranks: u32, timeout: Duration) -> Job {
     Job {
-        mpiexec: Flavor::Mpich4.mpiexec(&Harness::workspace_root()).unwrap(),
+        mpiexec: flavor.mpiexec(&Harness::workspace_root()).unwrap(),
         ranks,
         wrapper: Vec::new(),
         program,
@@ -55,11 +64,17 @@ int main(int argc, char **argv) {
 
 #[test]
 fn a_hanging_job_is_killed_with_all_its_processes() {
+    for flavor in Flavor::ALL {
+        hanging_job_is_killed(flavor);
+    }
+}
+
+fn hanging_job_is_killed(flavor: Flavor) {
     let build = Scratch::new("harness-build", false).unwrap();
-    let bin = compile(build.root(), "hang", HANG);
+    let bin = compile_with(flavor, build.root(), "hang", HANG);
     let scratch = Scratch::new("harness-hang", false).unwrap();
     let started = Instant::now();
-    let err = job::run(&job(bin, 2, Duration::from_secs(3)), &scratch).unwrap_err();
+    let err = job::run(&job_with(flavor, bin, 2, Duration::from_secs(3)), &scratch).unwrap_err();
     eprintln!("{err}");
     assert!(err.contains("timed out after 3 s"), "{err}");
     assert!(
@@ -161,4 +176,54 @@ fn processes_outliving_the_job_are_killed_and_reported() {
         .filter_map(|e| std::fs::read_link(e.path().join("exe")).ok())
         .any(|exe| exe.starts_with(build.root()));
     assert!(!leftover, "the stray process is still running");
+}
+
+/// The pause protocol of c-tests/common.h, driven as a checkpoint mode would: the job stops at
+/// the requested step, goes on once told to, and prints exactly what an undisturbed run does.
+#[test]
+fn pause_point_stops_the_job_until_resumed_without_changing_its_output() {
+    let harness = Harness::from_env(Harness::workspace_root());
+    let tests = mpicr_tests::spec::discover(&harness.tests_dir()).unwrap();
+    let halo = tests.iter().find(|t| t.name == "app_halo2d").unwrap();
+    let bin = harness.build(halo, Flavor::Mpich4).unwrap();
+    let with_args = |env: Vec<(String, std::ffi::OsString)>| Job {
+        args: vec!["30".into()],
+        rank_env: env,
+        ..job(bin.clone(), 2, Duration::from_secs(60))
+    };
+
+    let plain = job::run(
+        &with_args(Vec::new()),
+        &Scratch::new("harness-plain", false).unwrap(),
+    )
+    .unwrap();
+    check_self_verdict("app_halo2d", &plain).unwrap();
+
+    let mut polls_while_paused = 0;
+    let mut resumed = false;
+    let paused_job = with_args(vec![("MPICR_TEST_PAUSE_AT".into(), "10".into())]);
+    let out = job::run_driven(
+        &paused_job,
+        &Scratch::new("harness-paused", false).unwrap(),
+        &mut |work| {
+            if resumed || !work.join("mpicr-test-paused").exists() {
+                return Ok(());
+            }
+            // A checkpoint would be taken here. Stay paused a few polls to show the job waits.
+            polls_while_paused += 1;
+            if polls_while_paused == 5 {
+                std::fs::write(work.join("mpicr-test-resume"), b"").map_err(|e| e.to_string())?;
+                resumed = true;
+            }
+            Ok(())
+        },
+    )
+    .unwrap();
+    assert!(resumed, "the job never reached its pause point");
+    assert!(
+        compare(&plain, &out).is_none(),
+        "{:?}",
+        compare(&plain, &out)
+    );
+    check_self_verdict("app_halo2d", &out).unwrap(); // includes: both files removed
 }

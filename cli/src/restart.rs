@@ -1,0 +1,200 @@
+//! `mpicr restart`: one keeper per rank restores its rank's image of an epoch under a (possibly
+//! new) launcher: checks, new sockets and pipes substituted for the image's ones, `criu restore`,
+//! then the job-wide handshake (same job, same epoch) before the agent is told to resume.
+
+use crate::args::RestartArgs;
+use crate::coord_wire::{self, AgentInfo, KeeperHello, Mode, ToCoord};
+use crate::coordinator;
+use crate::criu::Criu;
+use crate::images::{self, CkptDir, RankMeta};
+use crate::keeper::{
+    check_not_running, exchange_coordinator, join_coordinator, launch, new_secret, start_ctl_reader, start_signal_thread,
+    start_waiter, Keeper, Outcome, ProgramGuard, CRIU_TIMEOUT, PROGRAM_PID,
+};
+use crate::pmi_relay::Relay;
+use crate::spawn;
+use crate::sys;
+use anyhow::{bail, Context, Result};
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// `mpicr restart`.
+pub fn restart(args: RestartArgs) -> Result<Outcome> {
+    let dir = CkptDir::new(args.dir.resolve());
+    // PMI first (see `run`); then everything that can be checked from the directory alone: a
+    // mismatch gives the same clear error on every rank, and the launcher ends the job.
+    let (tx, rx) = mpsc::channel();
+    start_signal_thread(tx.clone())?;
+    let l = launch()?;
+    let job = dir.read_job()?;
+    let manifest = dir.select_epoch(args.epoch)?;
+    if manifest.job_id != job.job_id {
+        bail!("epoch {} belongs to job {}, but job.json describes job {}", manifest.epoch, manifest.job_id, job.job_id);
+    }
+    let (rank, size) = (l.rank, l.size);
+    if size != manifest.ranks {
+        bail!(
+            "epoch {} of {} has {} rank(s), but the launcher started {size}: run `mpiexec -n {} mpicr restart {}`",
+            manifest.epoch,
+            dir.root.display(),
+            manifest.ranks,
+            manifest.ranks,
+            dir.root.display()
+        );
+    }
+    let epoch = manifest.epoch;
+    let rdir = dir.rank_dir(epoch, rank);
+    let entry = manifest
+        .rank_info
+        .iter()
+        .find(|r| r.rank == rank)
+        .with_context(|| format!("the manifest of epoch {epoch} has no entry for rank {rank}"))?;
+    images::verify_rank_dir(&rdir, &entry.files).with_context(|| format!("rank {rank} of epoch {epoch}"))?;
+    let meta: RankMeta = images::read_json(&rdir.join("rank.json"))?;
+    if meta.rank != rank || meta.epoch != epoch || meta.job_id != job.job_id {
+        bail!("{} does not describe rank {rank} of epoch {epoch} of job {}", rdir.join("rank.json").display(), job.job_id);
+    }
+    let mut ids = meta.tids.clone();
+    ids.push(meta.pid);
+    ids.sort_unstable();
+    ids.dedup();
+    let busy: Vec<String> = ids
+        .into_iter()
+        .filter(|&t| sys::pid_exists(t))
+        .map(|t| {
+            let comm = std::fs::read_to_string(format!("/proc/{t}/comm")).unwrap_or_default();
+            format!("{t} ({})", comm.trim())
+        })
+        .collect();
+    if !busy.is_empty() {
+        bail!(
+            "cannot restore rank {rank}: its process ids are in use by live processes: {} (restored processes keep their ids; is the checkpointed job still running?)",
+            busy.join(", ")
+        );
+    }
+    if rank == 0 {
+        check_not_running(&dir)?;
+    }
+    let criu = Criu::locate()?;
+    let mode = match job.mode.as_str() {
+        "no-mpi" => Mode::NoMpi,
+        "no-shim" => Mode::NoShim,
+        _ => Mode::Agent,
+    };
+
+    let mine = if rank == 0 {
+        let cfg = coordinator::Config { dir: dir.clone(), job: job.clone(), interval: args.interval, restart_epoch: Some(epoch), verbose: args.verbose };
+        let info = coordinator::start(cfg, new_secret()?)?;
+        info.write(&dir)?;
+        Some(info)
+    } else {
+        None
+    };
+    let info = exchange_coordinator(&l, mine.as_ref())?;
+    if info.job_id != job.job_id {
+        bail!("rank 0 restores job {} but this rank found job {}", info.job_id, job.job_id);
+    }
+
+    sys::set_child_subreaper().context("becoming child subreaper")?;
+    let presented = job.kvsname.clone().unwrap_or_else(|| l.launcher.as_ref().map(|p| p.kvsname.clone()).unwrap_or_default());
+    let relay = l.launcher.as_ref().filter(|_| mode != Mode::NoMpi).map(|p| Relay::new(Arc::clone(p), presented, meta.next_generation));
+
+    let mut inherit: Vec<(OwnedFd, String)> = Vec::new();
+    let mut keeper_socks = HashMap::new();
+    let mut k_ctl = None;
+    let mut pmi_conns = Vec::new();
+    for s in &meta.sockets {
+        let (k, p) = sys::socketpair()?;
+        keeper_socks.insert(sys::inode(k.as_fd())?, s.role.clone());
+        inherit.push((p, format!("socket:[{}]", s.ino)));
+        match s.role.as_str() {
+            "ctl" => k_ctl = Some(k),
+            _ => pmi_conns.push(k),
+        }
+    }
+    let mut outs: Vec<(OwnedFd, RawFd, &str)> = Vec::new();
+    let (mut stdout_ino, mut stderr_ino) = (0, 0);
+    for p in &meta.pipes {
+        let (r, w) = sys::pipe()?;
+        let ino = sys::inode(r.as_fd())?;
+        inherit.push((w, format!("pipe:[{}]", p.ino)));
+        if p.stream == "stdout" {
+            stdout_ino = ino;
+            outs.push((r, 1, "stdout"));
+        } else {
+            stderr_ino = ino;
+            outs.push((r, 2, "stderr"));
+        }
+    }
+    let k_ctl = k_ctl.context("the image has no control socket")?;
+    let t = Instant::now();
+    let pid = criu.restore(&rdir, inherit, CRIU_TIMEOUT).with_context(|| format!("restoring rank {rank} from {}", rdir.display()))?;
+    if pid != meta.pid {
+        let _ = sys::kill(pid, libc::SIGKILL);
+        bail!("criu restored pid {pid}, but the image is of pid {}", meta.pid);
+    }
+    PROGRAM_PID.store(pid, Ordering::SeqCst);
+    let guard = ProgramGuard(pid);
+    let relays = outs.into_iter().map(|(fd, to, name)| spawn::relay_output(fd, to, name)).collect::<Result<Vec<_>>>()?;
+    start_waiter(pid, tx.clone())?;
+    let k_ctl = UnixStream::from(k_ctl);
+    start_ctl_reader(k_ctl.try_clone()?, tx.clone())?;
+    if let Some(relay) = &relay {
+        for c in pmi_conns {
+            relay.serve(UnixStream::from(c), None)?;
+        }
+    }
+    let hello = KeeperHello {
+        rank,
+        size,
+        job_id: job.job_id.clone(),
+        host: sys::hostname(),
+        keeper_pid: std::process::id(),
+        program_pid: pid,
+        mode: mode.clone(),
+        restart_epoch: Some(epoch),
+    };
+    let mut coord = join_coordinator(&info, hello, tx.clone())?;
+    if let Some(h) = &meta.agent_hello {
+        let info = AgentInfo { library: h.library.clone(), renew_strategy: h.renew_strategy.clone(), renewals_left: h.renewals_left };
+        coord_wire::send(&mut coord, &ToCoord::AgentHello(info))?;
+    }
+    coord_wire::send(&mut coord, &ToCoord::Restored { epoch })?;
+    if args.verbose {
+        crate::elog!("mpicr[{rank}]: restored epoch {epoch} as pid {pid} in {}", crate::args::format_duration(t.elapsed()));
+    }
+    let mut k = Keeper {
+        rank,
+        size,
+        mode,
+        dir,
+        job_id: job.job_id.clone(),
+        verbose: args.verbose,
+        pid,
+        ctl: k_ctl,
+        keeper_socks,
+        stdout_ino,
+        stderr_ino,
+        launcher: l.launcher.clone(),
+        relay,
+        coord: Some(coord),
+        agent: meta.agent_hello.clone(),
+        ckpt: None,
+        stopping: false,
+        awaiting_go: Some(epoch),
+        resuming_restart: None,
+        relays,
+        coord_info: mine,
+    };
+    let out = k.event_loop(rx);
+    if out.is_ok() {
+        guard.disarm();
+    }
+    out
+}
+
