@@ -25,6 +25,7 @@ and stderr), and status.txt ("rc seconds timeout_s") written by the driver.
 import glob
 import json
 import os
+import re
 import sys
 
 COUNT_KEYS = ("run", "passed", "failed", "errors", "skipped")
@@ -40,18 +41,30 @@ def read_status(rundir):
 
 
 def tail(path, n=10):
-    """The end of a rank's stderr; from a Python fatal error or watchdog dump when there is
-    one (the innermost frames come first there), without the unittest frames."""
+    """The end of a rank's stderr. When Python's faulthandler wrote there (a fatal signal, or
+    the per-test watchdog), its dump instead: the innermost frames of every thread, without
+    the unittest machinery, and the lines the MPI library printed just before."""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             lines = f.read().rstrip("\n").splitlines()
     except OSError:
         return []
     for i in range(len(lines) - 1, -1, -1):
-        if lines[i].startswith(("Fatal Python error", "Timeout (")):
-            head = lines[max(0, i - 3):i]  # what the MPI library said just before, if anything
-            body = [ln for ln in lines[i:] if "/unittest/" not in ln]
-            return head + body[:24]
+        if "Fatal Python error" in lines[i] or lines[i].startswith("Timeout ("):
+            out = [ln for ln in lines[max(0, i - 3):i]
+                   if " ... " not in ln and not re.match(r"\[\d+@", ln)]
+            out.append(lines[i])
+            frames = 0
+            for ln in lines[i + 1:]:
+                if not ln.strip() or ln.startswith("Extension modules"):
+                    continue
+                if "most recent call first" in ln:
+                    out.append(ln)
+                    frames = 0
+                elif frames < 6 and "/unittest/" not in ln and "threading.py" not in ln:
+                    out.append(ln)
+                    frames += 1
+            return out[:40]
     return lines[-n:]
 
 
@@ -174,6 +187,13 @@ def load_run(rundir, ranks):
             tests.update(a["ranks"][rank]["tests"])
         merged.append(tests)
     run["merged"] = merged
+    run["skipped_classes"] = set()
+    for a in attempts[1:]:
+        try:
+            with open(os.path.join(a["dir"], "skip.txt"), encoding="utf-8") as f:
+                run["skipped_classes"].update(ln.strip() for ln in f if ln.strip().endswith(".*"))
+        except OSError:
+            pass
     # counts added up over the attempts (a test that never finished counts as an error)
     totals = []
     for rank in range(ranks):
@@ -233,9 +253,18 @@ def compare(native, shim):
                                      f"{st.get('passed_subtests', 0)} passed; first ones:)")
                 diffs.append((rank, tid, nout, st["outcome"], detail))
         if shim["complete"]:
+            left_out = {}
             for tid, nt in ntests.items():
                 if tid not in stests and (rank, tid) not in stopped:
-                    diffs.append((rank, tid, nt["outcome"], "absent", []))
+                    prefix = next((p for p in shim["skipped_classes"]
+                                   if tid.startswith(p[:-1])), None)
+                    if prefix:
+                        left_out.setdefault(prefix, []).append(tid)
+                    else:
+                        diffs.append((rank, tid, nt["outcome"], "absent", []))
+            for prefix, tids in left_out.items():
+                diffs.append((rank, prefix, "ran", f"{len(tids)} test(s) not run under the "
+                              "shim (the class crashed/hung twice in a row)", []))
     for rank, tid, what, tail_lines in shim["stops"]:
         nout = native["ranks"][rank]["tests"].get(tid, {}).get("outcome", "-")
         diffs.append((rank, tid, nout, f"{what}, test never finished",
@@ -332,7 +361,12 @@ def main(argv):
         seen = set()
         for tests in run["merged"]:
             seen.update(tests)
-        seen.update(st[1] for st in run["stops"] if not st[1].startswith("<"))
+        stopped = [st[1] for st in run["stops"] if not st[1].startswith("<")]
+        seen.update(stopped)
+        # the same class stopped twice in a row: leave the rest of the class out
+        classes = [tid.rsplit(".", 1)[0] for tid in stopped]
+        if len(classes) >= 2 and classes[-1] == classes[-2]:
+            seen.add(classes[-1] + ".*")
         for tid in sorted(seen):
             print(tid)
         return 0

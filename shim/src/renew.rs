@@ -54,9 +54,22 @@ pub fn strategy() -> Strategy {
     })
 }
 
-/// MPICH 5 and later re-initialise sessions; MPICH 4.0.2 crashes on a second MPI_Session_init.
+/// `namespace` for every library, measured: MPICH 4.0.2 crashes on a second
+/// MPI_Session_init, and MPICH 5.0.2, loaded into a link-map namespace as the shim does,
+/// crashes in MPI_Session_init when a thread other than the one that called MPI_Init
+/// renews it (the agent thread does), although the same sequence works outside a namespace.
+/// `namespace` checkpoints and restarts both builds.
 fn detect() -> Strategy {
-    if mpich_major() >= 5 { Strategy::Sessions } else { Strategy::Namespace }
+    Strategy::Namespace
+}
+
+/// Why a checkpoint cannot use the `sessions` strategy (chosen with MPICR_RENEW=sessions).
+pub fn sessions_refusal() -> Option<String> {
+    (strategy() == Strategy::Sessions).then(|| {
+        "MPICR_RENEW=sessions: MPICH 5.0.2 crashes in MPI_Session_init when the agent thread renews a library loaded \
+         into its own link-map namespace; unset MPICR_RENEW to use the `namespace` strategy"
+            .to_string()
+    })
 }
 
 /// Major version of the MPICH underneath (0 when it is not MPICH).
@@ -132,6 +145,8 @@ pub fn init_lower(argc: *mut c_int, argv: *mut *mut *mut std::os::raw::c_char, l
 /// whether the current generation is that one.
 static WORLD_MODEL_USED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 static IN_WORLD_MODEL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// The world model was just finalized: the next session needs a new PMI connection.
+static WORLD_MODEL_ENDED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// `sessions`: a session plus communicators for the world and self process sets.
 fn open_session(level: c_int) -> Result<(c_int, c_int, c_int), c_int> {
@@ -189,6 +204,8 @@ pub fn finalize_lower() -> c_int {
         // SAFETY: the program finalizes; nothing is pending.
         Strategy::Namespace => unsafe { f.MPI_Finalize.map_or(MPI_ERR_OTHER, |g| g()) },
         Strategy::Sessions if IN_WORLD_MODEL.swap(false, Ordering::AcqRel) => {
+            // MPI_Finalize ends the PMI connection too (a session's finalize keeps it).
+            WORLD_MODEL_ENDED.store(true, Ordering::Release);
             // SAFETY: as for `namespace`.
             unsafe { f.MPI_Finalize.map_or(MPI_ERR_OTHER, |g| g()) }
         }
@@ -291,7 +308,7 @@ pub fn renew(restarted: bool, size: Option<i32>) -> Result<(), String> {
     // A fresh library copy needs a fresh PMI connection (MPICH 4.0.2 closes its socket in
     // PMI_Finalize); with sessions the loaded library keeps its PMI socket, which the keeper
     // replaces underneath after a restart.
-    if strategy() == Strategy::Namespace {
+    if strategy() == Strategy::Namespace || WORLD_MODEL_ENDED.swap(false, Ordering::AcqRel) {
         connect_pmi(generation)?;
     }
     let (world, selfc, _) = init_lower(std::ptr::null_mut(), std::ptr::null_mut(), LEVEL.load(Ordering::Acquire))

@@ -12,6 +12,10 @@ use std::os::raw::{c_char, c_int};
 static WORLD_GROUP: Mutex<Option<(u32, c_int)>> = Mutex::new(None);
 
 fn real_world_group() -> Option<c_int> {
+    if crate::api::init::program_finalized() {
+        // Sessions used after MPI_Finalize: there is no world to translate to.
+        return None;
+    }
     let gen = lower::current().number;
     let mut cached = WORLD_GROUP.lock();
     if let Some((g, h)) = *cached {

@@ -62,6 +62,11 @@ unsafe fn init(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, p
     MPI_SUCCESS
 }
 
+/// Has the program called MPI_Finalize?
+pub fn program_finalized() -> bool {
+    STAGE.load(Ordering::Acquire) == FINALIZED
+}
+
 static MAIN_THREAD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 fn thread_id() -> u64 {
