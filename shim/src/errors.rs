@@ -67,14 +67,24 @@ pub fn raise_comm(comm: MPI_Comm, rc: c_int, func: &str) -> c_int {
 /// Applies the error handler of window `win`.
 #[cold]
 pub fn raise_win(win: MPI_Win, rc: c_int, func: &str) -> c_int {
-    let Some(idx) = conv::index(win, Kind::Win).filter(|&i| OBJ.wins.real(i).is_some()) else {
-        return raise_default(rc, func);
-    };
-    let eh = OBJ.wins.with(idx, |w| w.errhandler).unwrap_or(MPI_ERRORS_ARE_FATAL);
+    let eh = conv::index(win, Kind::Win).filter(|&i| OBJ.wins.real(i).is_some()).and_then(|i| OBJ.wins.with(i, |w| w.errhandler));
+    raise_int_object(win, eh, rc, func)
+}
+
+/// Applies the error handler of session `session`.
+#[cold]
+pub fn raise_session(session: MPI_Session, rc: c_int, func: &str) -> c_int {
+    let eh = conv::index(session, Kind::Session).filter(|&i| OBJ.sessions.real(i).is_some()).and_then(|i| OBJ.sessions.with(i, |s| s.errhandler));
+    raise_int_object(session, eh, rc, func)
+}
+
+/// Windows and sessions: int handles whose user handlers share the communicator signature.
+fn raise_int_object(handle: c_int, eh: Option<MPI_Errhandler>, rc: c_int, func: &str) -> c_int {
+    let Some(eh) = eh else { return raise_default(rc, func) };
     dispatch(eh, rc, func, |f| {
-        let mut h = win;
+        let mut h = handle;
         let mut code = rc;
-        // SAFETY: a user function registered with MPI_Win_create_errhandler (C ABI).
+        // SAFETY: a user function registered with MPI_{Win,Session}_create_errhandler (C ABI).
         unsafe { std::mem::transmute::<u64, CommErrFn>(f)(&mut h, &mut code) };
     })
 }
@@ -91,21 +101,6 @@ pub fn raise_file(file: MPI_File, rc: c_int, func: &str) -> c_int {
         let mut code = rc;
         // SAFETY: a user function registered with MPI_File_create_errhandler (C ABI).
         unsafe { std::mem::transmute::<u64, FileErrFn>(f)(&mut h, &mut code) };
-    })
-}
-
-/// Applies the error handler of session `session`.
-#[cold]
-pub fn raise_session(session: MPI_Session, rc: c_int, func: &str) -> c_int {
-    let Some(idx) = conv::index(session, Kind::Session).filter(|&i| OBJ.sessions.real(i).is_some()) else {
-        return raise_default(rc, func);
-    };
-    let eh = OBJ.sessions.with(idx, |s| s.errhandler).unwrap_or(MPI_ERRORS_RETURN);
-    dispatch(eh, rc, func, |f| {
-        let mut h = session;
-        let mut code = rc;
-        // SAFETY: a user function registered with MPI_Session_create_errhandler (C ABI).
-        unsafe { std::mem::transmute::<u64, CommErrFn>(f)(&mut h, &mut code) };
     })
 }
 

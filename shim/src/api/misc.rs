@@ -34,40 +34,30 @@ pub fn attached_buffer() -> Option<(usize, i64)> {
     *ATTACHED.lock()
 }
 
-pub unsafe fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
+/// Attaches or detaches the buffered-send buffer and records it for replay after renewals.
+fn buffer_call(name: &str, attached: Option<(usize, i64)>, call: impl FnOnce() -> c_int) -> c_int {
     let g = gate::enter();
-    let rc = real!(MPI_Buffer_attach(buffer, size));
+    let rc = call();
     drop(g);
-    check_default!(rc, "MPI_Buffer_attach");
-    *ATTACHED.lock() = Some((buffer as usize, size as i64));
+    check_default!(rc, name);
+    *ATTACHED.lock() = attached;
     MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
+    buffer_call("MPI_Buffer_attach", Some((buffer as usize, size as i64)), || real!(MPI_Buffer_attach(buffer, size)))
 }
 
 pub unsafe fn MPI_Buffer_attach_c(buffer: *mut c_void, size: MPI_Count) -> c_int {
-    let g = gate::enter();
-    let rc = real!(MPI_Buffer_attach_c(buffer, size));
-    drop(g);
-    check_default!(rc, "MPI_Buffer_attach_c");
-    *ATTACHED.lock() = Some((buffer as usize, size));
-    MPI_SUCCESS
+    buffer_call("MPI_Buffer_attach_c", Some((buffer as usize, size)), || real!(MPI_Buffer_attach_c(buffer, size)))
 }
 
 pub unsafe fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    let g = gate::enter();
-    let rc = real!(MPI_Buffer_detach(buffer_addr, size));
-    drop(g);
-    check_default!(rc, "MPI_Buffer_detach");
-    *ATTACHED.lock() = None;
-    MPI_SUCCESS
+    buffer_call("MPI_Buffer_detach", None, || real!(MPI_Buffer_detach(buffer_addr, size)))
 }
 
 pub unsafe fn MPI_Buffer_detach_c(buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
-    let g = gate::enter();
-    let rc = real!(MPI_Buffer_detach_c(buffer_addr, size));
-    drop(g);
-    check_default!(rc, "MPI_Buffer_detach_c");
-    *ATTACHED.lock() = None;
-    MPI_SUCCESS
+    buffer_call("MPI_Buffer_detach_c", None, || real!(MPI_Buffer_detach_c(buffer_addr, size)))
 }
 
 /// User error classes, codes and strings, in the order made (replayed after a renewal so

@@ -610,72 +610,58 @@ macro_rules! recv_init {
 recv_init!(MPI_Recv_init, c_int);
 recv_init!(MPI_Recv_init_c, MPI_Count);
 
-pub unsafe fn MPI_Psend_init(
-    buf: *const c_void, partitions: c_int, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm,
-    info: MPI_Info, request: *mut MPI_Request,
-) -> c_int {
+/// Registers the request of a partitioned operation (persistent, not restorable).
+unsafe fn partitioned_init(name: &str, comm: MPI_Comm, request: *mut MPI_Request, call: impl FnOnce(c_int, &mut c_int) -> c_int) -> c_int {
     let g = gate::enter();
-    let (c, d, i) = (conv::comm(comm), conv::datatype(datatype), conv::info(info));
     let mut r = MPI_REQUEST_NULL;
-    let rc = real!(MPI_Psend_init(buf, partitions, count, d, dest, tag, c, i, &mut r));
+    let rc = call(conv::comm(comm), &mut r);
     if rc == MPI_SUCCESS {
-        let recipe = RequestRecipe::Collective { function: "MPI_Psend_init".into(), comm, persistent: true, active: false };
+        let recipe = RequestRecipe::Collective { function: name.into(), comm, persistent: true, active: false };
         unsafe { put(request, register_request(r, recipe, comm, false)) };
     }
     drop(g);
     if rc != MPI_SUCCESS {
-        return errors::raise_comm(comm, rc, "MPI_Psend_init");
+        return errors::raise_comm(comm, rc, name);
     }
     MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Psend_init(
+    buf: *const c_void, partitions: c_int, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm,
+    info: MPI_Info, request: *mut MPI_Request,
+) -> c_int {
+    let (d, i) = (conv::datatype(datatype), conv::info(info));
+    unsafe { partitioned_init("MPI_Psend_init", comm, request, |c, r| real!(MPI_Psend_init(buf, partitions, count, d, dest, tag, c, i, r))) }
 }
 
 pub unsafe fn MPI_Precv_init(
     buf: *mut c_void, partitions: c_int, count: MPI_Count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm,
     info: MPI_Info, request: *mut MPI_Request,
 ) -> c_int {
+    let (d, i) = (conv::datatype(datatype), conv::info(info));
+    unsafe { partitioned_init("MPI_Precv_init", comm, request, |c, r| real!(MPI_Precv_init(buf, partitions, count, d, source, tag, c, i, r))) }
+}
+
+/// A partitioned-communication call on an existing request.
+unsafe fn on_request(name: &str, request: MPI_Request, call: impl FnOnce(c_int) -> c_int) -> c_int {
     let g = gate::enter();
-    let (c, d, i) = (conv::comm(comm), conv::datatype(datatype), conv::info(info));
-    let mut r = MPI_REQUEST_NULL;
-    let rc = real!(MPI_Precv_init(buf, partitions, count, d, source, tag, c, i, &mut r));
-    if rc == MPI_SUCCESS {
-        let recipe = RequestRecipe::Collective { function: "MPI_Precv_init".into(), comm, persistent: true, active: false };
-        unsafe { put(request, register_request(r, recipe, comm, false)) };
-    }
+    let rc = call(conv::request(request));
     drop(g);
-    if rc != MPI_SUCCESS {
-        return errors::raise_comm(comm, rc, "MPI_Precv_init");
-    }
-    MPI_SUCCESS
+    if rc != MPI_SUCCESS { errors::raise_default(rc, name) } else { rc }
 }
 
 pub unsafe fn MPI_Pready(partition: c_int, request: MPI_Request) -> c_int {
-    let _g = gate::enter();
-    let r = conv::request(request);
-    let rc = real!(MPI_Pready(partition, r));
-    drop(_g);
-    if rc != MPI_SUCCESS { errors::raise_default(rc, "MPI_Pready") } else { rc }
+    unsafe { on_request("MPI_Pready", request, |r| real!(MPI_Pready(partition, r))) }
 }
 
 pub unsafe fn MPI_Pready_range(lo: c_int, hi: c_int, request: MPI_Request) -> c_int {
-    let _g = gate::enter();
-    let r = conv::request(request);
-    let rc = real!(MPI_Pready_range(lo, hi, r));
-    drop(_g);
-    if rc != MPI_SUCCESS { errors::raise_default(rc, "MPI_Pready_range") } else { rc }
+    unsafe { on_request("MPI_Pready_range", request, |r| real!(MPI_Pready_range(lo, hi, r))) }
 }
 
 pub unsafe fn MPI_Pready_list(length: c_int, list: *mut c_int, request: MPI_Request) -> c_int {
-    let _g = gate::enter();
-    let r = conv::request(request);
-    let rc = real!(MPI_Pready_list(length, list, r));
-    drop(_g);
-    if rc != MPI_SUCCESS { errors::raise_default(rc, "MPI_Pready_list") } else { rc }
+    unsafe { on_request("MPI_Pready_list", request, |r| real!(MPI_Pready_list(length, list, r))) }
 }
 
 pub unsafe fn MPI_Parrived(request: MPI_Request, partition: c_int, flag: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let r = conv::request(request);
-    let rc = real!(MPI_Parrived(r, partition, flag));
-    drop(_g);
-    if rc != MPI_SUCCESS { errors::raise_default(rc, "MPI_Parrived") } else { rc }
+    unsafe { on_request("MPI_Parrived", request, |r| real!(MPI_Parrived(r, partition, flag))) }
 }
