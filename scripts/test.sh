@@ -14,6 +14,9 @@ scripts/check-exports.sh
 step "C programs: native vs libmpicr, both MPICH builds, 1/2/4 ranks"
 scripts/test-c.sh
 
+step "mpicr CLI: keeper, PMI relay, CRIU, restart errors"
+scripts/test-cli.sh
+
 if [ -x scripts/test-ckpt.sh ]; then
     step "checkpoint/restart under Hydra"
     scripts/test-ckpt.sh

@@ -37,8 +37,8 @@ def process_info():
                 if len(parts) < 6:
                     continue
                 path = parts[5].strip()
-                if path.startswith("/dev/shm/"):
-                    shm.add(path.split(" (deleted)")[0])
+                if path.startswith("/dev/shm/") and not path.endswith("(deleted)"):
+                    shm.add(path)
                 base = os.path.basename(path)
                 if base.startswith("libmpicr"):
                     preloaded.append(path)
