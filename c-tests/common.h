@@ -249,25 +249,66 @@ static inline int t_print_error(const char *what, int rc)
     return cls;
 }
 
-/* A checkpoint point, zdtm's "ready, wait, verify" for MPI programs. When $MPICR_TEST_PAUSE_AT
- * equals `step` (the first time only), rank 0 of `comm` creates
- * $MPICR_TEST_TMPDIR/mpicr-test-paused and waits until mpicr-test-resume appears next to it,
- * while the other ranks wait in MPI_Barrier; then rank 0 removes both files. A harness can so
- * take a checkpoint while the job is known to be mid-way, however fast the machine is. Without
- * the variable it does nothing, and the output is the same either way. */
+/* Pacing for checkpoint tests: with $MPICR_TEST_PACE_US=<us>, every t_pause_point call with a
+ * new step sleeps that long (outside MPI) before going on. A checkpointed run must last long
+ * enough to be caught mid-way at a random instant, however fast the machine and whatever the
+ * rank count and MPI build (4 busy-polling ranks on 2 cores run some loops 10x slower than 2):
+ * paced, a run lasts about steps x pace. Output is the same with or without it. */
+static inline void t_pace(long step)
+{
+    static long pace_us = -2, last = -1;
+    if (pace_us == -2) {
+        const char *s = getenv("MPICR_TEST_PACE_US");
+        pace_us = (s && *s) ? atol(s) : 0;
+    }
+    if (pace_us <= 0 || step == last)
+        return;
+    last = step;
+    struct timespec nap = {pace_us / 1000000, (pace_us % 1000000) * 1000};
+    nanosleep(&nap, NULL);
+}
+
+/* A checkpoint point, zdtm's "ready, wait, verify" for MPI programs. $MPICR_TEST_PAUSE_AT is a
+ * comma-separated list of steps; the first time t_pause_point is called with one of them, all
+ * ranks of `comm` meet in a barrier (on a private duplicate of `comm`), then rank 0 creates
+ * $MPICR_TEST_TMPDIR/mpicr-test-paused and waits, outside MPI, until mpicr-test-resume appears
+ * next to it, while the other ranks wait in a blocking receive from rank 0; rank 0 then removes
+ * both files (the flag first, so that once the resume file is gone the pause is over) and
+ * releases the others. While paused every rank has printed exactly what it prints before
+ * `step`, and no collective is half-started, so a checkpoint taken then cuts every rank's output
+ * at a known place. A harness can so take a checkpoint while the job is known to be mid-way,
+ * however fast the machine is. Without the variable it does nothing (but pace, see t_pace),
+ * and the output is the same either way. */
 static inline void t_pause_point(MPI_Comm comm, long step)
 {
-    static long at = -2;
-    static int paused;
-    if (at == -2) {
+    enum { MAX_PAUSES = 16 };
+    static long at[MAX_PAUSES];
+    static int n_at = -1, done[MAX_PAUSES];
+    t_pace(step);
+    if (n_at < 0) {
+        n_at = 0;
         const char *s = getenv("MPICR_TEST_PAUSE_AT");
-        at = (s && *s) ? atol(s) : -1;
+        while (s && *s && n_at < MAX_PAUSES) {
+            char *end;
+            long v = strtol(s, &end, 10);
+            if (end == s)
+                break;
+            at[n_at++] = v;
+            s = *end == ',' ? end + 1 : end;
+        }
     }
-    if (step != at || paused)
+    int k = 0;
+    while (k < n_at && (at[k] != step || done[k]))
+        k++;
+    if (k == n_at)
         return;
-    paused = 1;
-    int rank;
-    CHECK_MPI(MPI_Comm_rank(comm, &rank));
+    done[k] = 1;
+    MPI_Comm pc;
+    CHECK_MPI(MPI_Comm_dup(comm, &pc));
+    CHECK_MPI(MPI_Barrier(pc)); /* everybody has arrived */
+    int rank, size;
+    CHECK_MPI(MPI_Comm_rank(pc, &rank));
+    CHECK_MPI(MPI_Comm_size(pc, &size));
     if (rank == 0) {
         const char *dir = getenv("MPICR_TEST_TMPDIR");
         char flag[4096], resume[4096];
@@ -279,10 +320,14 @@ static inline void t_pause_point(MPI_Comm comm, long step)
         struct timespec nap = {0, 10 * 1000 * 1000};
         while (access(resume, F_OK) != 0)
             nanosleep(&nap, NULL);
-        unlink(resume);
         unlink(flag);
+        unlink(resume);
+        for (int r = 1; r < size; r++)
+            CHECK_MPI(MPI_Send(NULL, 0, MPI_BYTE, r, 0, pc));
+    } else {
+        CHECK_MPI(MPI_Recv(NULL, 0, MPI_BYTE, 0, 0, pc, MPI_STATUS_IGNORE));
     }
-    CHECK_MPI(MPI_Barrier(comm));
+    CHECK_MPI(MPI_Comm_free(&pc));
 }
 
 /* Prints PASS after a successful MPI_Finalize; returns the exit status for main. */

@@ -234,7 +234,7 @@ run_suite() {   # $1 flavor $2 ranks $3 native|shim $4 outdir [$5 file of test i
     if [ -n "$skipfile" ]; then mv "$skipfile" "$out/skip.txt"; skiparg=(--skip-file "$out/skip.txt"); fi
     work=$(mktemp -d "${TMPDIR:-/tmp}/mpi4py-tests.XXXXXX"); tmp_dirs+=("$work")
     live_marker="mpicr-mpi4py-$$-$RANDOM$RANDOM-$flavor-n$ranks-$mode"
-    log "running: $flavor, $ranks rank(s), $mode (limit ${timeout_s}s)"
+    log "running: $flavor, $ranks rank(s), $mode (limit ${timeout_s}s${xargs_[0]:+, $((${#xargs_[@]} / 2)) pattern(s) of exclude.txt left out})"
     t0=$(date +%s.%N)
     # `timeout` puts itself and mpiexec in a process group of their own and, past the limit,
     # sends TERM (mpiexec then ends its ranks), and KILL 20 s later.

@@ -136,14 +136,34 @@ pub fn run_driven(
     scratch: &Scratch,
     driver: &mut dyn FnMut(&Path) -> Result<(), String>,
 ) -> Result<JobOutput, String> {
+    run_in(job, scratch, scratch.root(), &new_marker(), driver)
+}
+
+/// A fresh job marker (see the module docs): unique on this machine while we live.
+pub fn new_marker() -> String {
     static SEQ: AtomicU64 = AtomicU64::new(0);
-    // Unique on this machine while we live: our PID plus a counter.
-    let marker = format!(
+    format!(
         "{}.{}",
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
-    );
-    let dir = scratch.root();
+    )
+}
+
+/// `run_driven` for one of several launches that share a scratch directory (a checkpointed
+/// job and its restarts: the restored ranks keep their working directory): this launch's
+/// `out.R`, `err.R` and `mpiexec.log` go to `io_dir` (created if needed; Hydra appends to
+/// existing files, so give every launch its own), and its processes carry `marker`. Restored
+/// processes keep the environment of the job they were checkpointed in, so the launches of one
+/// checkpointed job should share a marker.
+pub fn run_in(
+    job: &Job,
+    scratch: &Scratch,
+    io_dir: &Path,
+    marker: &str,
+    driver: &mut dyn FnMut(&Path) -> Result<(), String>,
+) -> Result<JobOutput, String> {
+    fs::create_dir_all(io_dir).map_err(|e| format!("cannot create {}: {e}", io_dir.display()))?;
+    let dir = io_dir;
     let log_path = dir.join("mpiexec.log");
     let log = File::create(&log_path)
         .map_err(|e| format!("cannot create {}: {e}", log_path.display()))?;
@@ -155,14 +175,14 @@ pub fn run_driven(
     // files, so every job gets a fresh directory.
     cmd.arg("-outfile-pattern").arg(dir.join("out.%r"));
     cmd.arg("-errfile-pattern").arg(dir.join("err.%r"));
-    cmd.arg("-genv").arg(MARKER_VAR).arg(&marker);
+    cmd.arg("-genv").arg(MARKER_VAR).arg(marker);
     cmd.arg("-genv").arg(TMPDIR_VAR).arg(scratch.work());
     for (k, v) in &job.rank_env {
         cmd.arg("-genv").arg(k).arg(v);
     }
     cmd.args(&job.wrapper).arg(&job.program).args(&job.args);
     cmd.current_dir(scratch.work())
-        .env(MARKER_VAR, &marker)
+        .env(MARKER_VAR, marker)
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log2)
@@ -177,7 +197,7 @@ pub fn run_driven(
             Ok(Some(status)) => break status,
             Ok(None) => {}
             Err(e) => {
-                kill_job(Some(child.id()), &marker);
+                kill_job(Some(child.id()), marker);
                 let _ = child.wait();
                 return Err(format!("waiting for mpiexec: {e}"));
             }
@@ -201,7 +221,7 @@ pub fn run_driven(
             }
             // Then kill whatever is left. While mpiexec is not reaped, its PID and process
             // group cannot have been reused; once reaped, only the marker is trustworthy.
-            let killed = kill_job(if reaped { None } else { Some(child.id()) }, &marker);
+            let killed = kill_job(if reaped { None } else { Some(child.id()) }, marker);
             let _ = child.wait();
             let why = match driven {
                 _ if over => format!("timed out after {} s", job.timeout.as_secs()),
@@ -226,7 +246,7 @@ pub fn run_driven(
     // Hydra waits for its ranks, so nothing should be left when it exits normally; after an
     // abort it may not wait. Whatever is left is killed and reported (callers judge it: after a
     // success it is a bug, e.g. a helper process started by the shim).
-    let stray = kill_job(None, &marker);
+    let stray = kill_job(None, marker);
     let (stdout, stderr, launcher) = collect(job.ranks, dir, &log_path);
     let mut leftovers: Vec<String> = fs::read_dir(scratch.work())
         .map(|d| {

@@ -8,8 +8,12 @@
 //! once, default 1), `MPICR_TEST_KEEP=1` (keep scratch directories), `MPICR_TEST_NATIVE_TWICE=1`
 //! (run native cases twice and require identical output: checks the tests' determinism),
 //! `MPICR_TEST_LONG=1` (every mode runs the tests' `long-args`, e.g. to time them),
-//! `MPICR_SHIM` (path of the shim instead of `target/release/libmpicr.so`).
+//! `MPICR_SHIM` (path of the shim instead of `target/release/libmpicr.so`), `MPICR_TEST_MPICR`
+//! (path of the `mpicr` CLI instead of `target/release/mpicr`), `MPICR_TEST_SEED` (the seed of
+//! the checkpoint modes' random instants and pause points; each failure names the one it ran
+//! with), `MPICR_TEST_VERBOSE=1` (the checkpoint modes say what they did in passing cases too).
 
+pub mod ckpt;
 pub mod diff;
 pub mod job;
 pub mod spec;
@@ -96,28 +100,62 @@ fn find_in_path(name: &str) -> Option<PathBuf> {
 /// How a case is run. `Native` is the oracle; every other mode must reproduce its output
 /// (per rank, byte for byte) and its success.
 ///
-/// Checkpoint modes (`CheckpointContinue`, `StopRestart`, driven by the `mpicr` CLI) are meant
-/// to be added as further variants: `uses_long_args` picks the test's `long-args` for them,
-/// and `Harness::execute` gets one match arm each with its launch sequence, which returns one
-/// `JobOutput` whose per-rank output is what the program printed over the whole run. The parts
-/// are here: `Job::wrapper` starts each rank under `mpicr run`; `job::run_driven` calls a
-/// driver while the job runs, which can wait for a test's pause point (`MPICR_TEST_PAUSE_AT`,
-/// see `t_pause_point` in c-tests/common.h), run `mpicr checkpoint` and let the job go on.
-/// Nothing else needs to change.
+/// The checkpoint modes (see `ckpt.rs`) run the test's `long-args` with every step paced
+/// (`MPICR_TEST_PACE_US`), under `mpicr run`, take checkpoints with `mpicr checkpoint`, restart
+/// with `mpicr restart`, and compare what the program printed over all launches with the native
+/// run's output. They only run for tests that opt in with `ckpt-ranks` (spec.rs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Mode {
     Native,
     /// Same binary, `LD_PRELOAD=libmpicr.so` on every rank.
     Shim,
+    /// `mpicr checkpoint` at a random instant; the job goes on and must print what the native
+    /// run prints.
+    CheckpointContinue,
+    /// `mpicr checkpoint --stop` at a random instant, then `mpicr restart` in a new `mpiexec`:
+    /// output before + output after must equal the native output.
+    StopRestart,
+    /// A checkpoint at one pause point (continue), `--stop` at a later one, then `mpicr restart
+    /// --epoch 1`: its output must be the native output after the first cut.
+    TwoEpochsOlder,
+    /// `--stop` at a pause point, then two restarts from that epoch, each printing the native
+    /// output after the cut.
+    RestartTwice,
+    /// Bad restarts of a stopped job (wrong rank count, an epoch that does not exist, a missing
+    /// directory) fail fast with a clear message; then a good restart still works.
+    RestartErrors,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 2] = [Mode::Native, Mode::Shim];
+    pub const ALL: [Mode; 7] = [
+        Mode::Native,
+        Mode::Shim,
+        Mode::CheckpointContinue,
+        Mode::StopRestart,
+        Mode::TwoEpochsOlder,
+        Mode::RestartTwice,
+        Mode::RestartErrors,
+    ];
+    /// What runs when `MPICR_TEST_MODES` is not set (`scripts/test-c.sh`).
+    pub const DEFAULT: [Mode; 2] = [Mode::Native, Mode::Shim];
+    /// `MPICR_TEST_MODES=checkpoint` (`scripts/test-ckpt.sh`).
+    pub const CHECKPOINT: [Mode; 5] = [
+        Mode::CheckpointContinue,
+        Mode::StopRestart,
+        Mode::TwoEpochsOlder,
+        Mode::RestartTwice,
+        Mode::RestartErrors,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Mode::Native => "native",
             Mode::Shim => "shim",
+            Mode::CheckpointContinue => "continue",
+            Mode::StopRestart => "stop-restart",
+            Mode::TwoEpochsOlder => "older-epoch",
+            Mode::RestartTwice => "restart-twice",
+            Mode::RestartErrors => "restart-errors",
         }
     }
 
@@ -125,12 +163,15 @@ impl Mode {
         Mode::ALL.into_iter().find(|m| m.name() == s)
     }
 
+    /// Modes driven by the `mpicr` CLI; a test runs in them only if it opts in (`ckpt-ranks`).
+    pub fn is_checkpoint(self) -> bool {
+        Mode::CHECKPOINT.contains(&self)
+    }
+
     /// Whether this mode runs the test's `long-args` (it must run long enough to be caught
     /// mid-way) rather than `args`; its oracle is then a native run with the same arguments.
     pub fn uses_long_args(self) -> bool {
-        match self {
-            Mode::Native | Mode::Shim => false,
-        }
+        self.is_checkpoint()
     }
 }
 
@@ -169,25 +210,54 @@ impl Case {
 }
 
 /// Every test × flavor × rank count × mode, in that nesting order (so a native case runs just
-/// before the shim case that compares against it).
+/// before the shim case that compares against it). Checkpoint modes take only the tests that
+/// list them (`ckpt-modes`, by default those with `ckpt-ranks`), at their `ckpt-ranks`.
 pub fn matrix(tests: &[TestSpec], flavors: &[Flavor], modes: &[Mode]) -> Vec<Case> {
     let mut cases = Vec::new();
     for t in tests {
         let t = Arc::new(t.clone());
+        let mut ranks: Vec<u32> = t.ranks.clone();
+        ranks.extend(&t.ckpt_ranks);
+        ranks.sort_unstable();
+        ranks.dedup();
         for &flavor in flavors {
-            for &ranks in &t.ranks {
+            for &n in &ranks {
                 for &mode in modes {
-                    cases.push(Case {
-                        test: t.clone(),
-                        flavor,
-                        ranks,
-                        mode,
-                    });
+                    let wanted = if mode.is_checkpoint() {
+                        t.ckpt_ranks.contains(&n) && t.ckpt_modes.iter().any(|m| m == mode.name())
+                    } else {
+                        t.ranks.contains(&n)
+                    };
+                    if wanted {
+                        cases.push(Case {
+                            test: t.clone(),
+                            flavor,
+                            ranks: n,
+                            mode,
+                        });
+                    }
                 }
             }
         }
     }
     cases
+}
+
+/// Checks what the matrix cannot: every name in a test's `ckpt-modes` is a checkpoint mode.
+pub fn validate(tests: &[TestSpec]) -> Result<(), String> {
+    for t in tests {
+        for m in &t.ckpt_modes {
+            if !Mode::parse(m).is_some_and(Mode::is_checkpoint) {
+                let names: Vec<&str> = Mode::CHECKPOINT.iter().map(|m| m.name()).collect();
+                return Err(format!(
+                    "{}: `ckpt-modes` names `{m}`, which is not one of {}",
+                    t.name,
+                    names.join(", ")
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 type Shared<T> = Arc<OnceLock<Result<T, String>>>;
@@ -213,6 +283,10 @@ pub struct Harness {
     long: bool,
     shim: PathBuf,
     shim_copy: OnceLock<Result<ShimCopy, String>>,
+    mpicr: PathBuf,
+    /// `mpicr` and `libmpicr.so` copied side by side (the CLI preloads the shim next to it).
+    cli_copy: OnceLock<Result<ckpt::CliCopy, String>>,
+    seed: u64,
     builds: Mutex<HashMap<(String, Flavor), Shared<PathBuf>>>,
     oracles: Mutex<HashMap<OracleKey, Shared<Arc<JobOutput>>>>,
 }
@@ -229,6 +303,13 @@ impl Harness {
         let shim = std::env::var_os("MPICR_SHIM")
             .map(PathBuf::from)
             .unwrap_or_else(|| root.join("target/release/libmpicr.so"));
+        let mpicr = std::env::var_os("MPICR_TEST_MPICR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root.join("target/release/mpicr"));
+        let seed = std::env::var("MPICR_TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(ckpt::fresh_seed);
         Harness {
             root,
             timeout,
@@ -237,6 +318,9 @@ impl Harness {
             long: flag("MPICR_TEST_LONG"),
             shim,
             shim_copy: OnceLock::new(),
+            mpicr,
+            cli_copy: OnceLock::new(),
+            seed,
             builds: Mutex::new(HashMap::new()),
             oracles: Mutex::new(HashMap::new()),
         }
@@ -252,6 +336,11 @@ impl Harness {
 
     pub fn tests_dir(&self) -> PathBuf {
         self.root.join("c-tests")
+    }
+
+    /// The seed of the checkpoint modes' random choices (`MPICR_TEST_SEED`).
+    pub fn seed(&self) -> u64 {
+        self.seed
     }
 
     /// Runs one case to a verdict: Ok, or Err with a message that starts with a one-line
@@ -276,6 +365,9 @@ impl Harness {
                 let oracle = self.oracle(case, &program, args).map_err(|e| {
                     format!("the native run (the oracle) failed, so {mode} cannot be judged: {e}")
                 })?;
+                if mode.is_checkpoint() {
+                    return ckpt::run_case(self, case, &program, args, &oracle);
+                }
                 let out = self.execute(case, &program, args)?;
                 match compare(&oracle, &out) {
                     None => Ok(()),
@@ -296,7 +388,7 @@ impl Harness {
             program: program.to_path_buf(),
             args: spec::expand_args(args, &scratch.work()),
             rank_env: Vec::new(),
-            timeout: case.test.timeout.unwrap_or(self.timeout),
+            timeout: self.timeout_of(case),
         };
         match case.mode {
             Mode::Native => job::run(&job, &scratch),
@@ -308,7 +400,13 @@ impl Harness {
                 };
                 job::run(&job, &scratch)
             }
+            mode => Err(format!("{mode} is not run by Harness::execute (see ckpt.rs)")),
         }
+    }
+
+    /// The per-job time limit of `case`'s test.
+    fn timeout_of(&self, case: &Case) -> Duration {
+        case.test.timeout.unwrap_or(self.timeout)
     }
 
     /// The native output for `case`'s test/flavor/ranks with `args` (the mode's arguments, so
@@ -332,6 +430,7 @@ impl Harness {
                 mode: Mode::Native,
                 ..case.clone()
             };
+            // (unpaced even for the checkpoint modes: pacing changes the timing only)
             let out = self.execute(&native, program, args)?;
             check_self_verdict(&case.test.name, &out)?;
             Ok(Arc::new(out))

@@ -8,6 +8,14 @@
 //! `long-args` for N ranks: how long a run takes depends mostly on the rank count (4 ranks
 //! oversubscribe 2 cores). Unknown keys are errors, so a typo cannot silently drop a test from
 //! the matrix.
+//!
+//! The checkpoint matrix is opt-in: `ckpt-ranks=2,4` puts a test in it at those rank counts
+//! (it needs `long-args`, whose first value is the test's step count: see `t_pause_point` and
+//! `t_pace` in c-tests/common.h), and `ckpt-modes=continue,stop-restart` restricts the
+//! checkpoint modes it runs in (default: `DEFAULT_CKPT_MODES`). `ckpt-pace=US` sets the sleep
+//! per step in those modes (default `DEFAULT_CKPT_PACE_US`): a run lasts at least steps x pace,
+//! and the random instants of the checkpoint modes fall within 10-60 % of that, so the pace
+//! should dominate a step's duration.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -32,7 +40,20 @@ pub struct TestSpec {
     pub long_args_for: BTreeMap<u32, Vec<String>>,
     /// Per-job limit overriding the harness default.
     pub timeout: Option<Duration>,
+    /// `ckpt-ranks`: rank counts of the checkpoint modes; empty: not in the checkpoint matrix.
+    pub ckpt_ranks: Vec<u32>,
+    /// `ckpt-modes`: names of the checkpoint modes this test runs in (validated by the
+    /// harness, which knows the modes).
+    pub ckpt_modes: Vec<String>,
+    /// `ckpt-pace`: microseconds of sleep per step in the checkpoint modes.
+    pub ckpt_pace_us: u64,
 }
+
+/// Sleep per step in the checkpoint modes when a test does not say (`ckpt-pace`).
+pub const DEFAULT_CKPT_PACE_US: u64 = 1000;
+
+/// The checkpoint modes of a test with `ckpt-ranks` but no `ckpt-modes`.
+pub const DEFAULT_CKPT_MODES: [&str; 4] = ["continue", "stop-restart", "older-epoch", "restart-twice"];
 
 /// Parses the metadata of one test source. `name` is used in error messages and as the name.
 pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, String> {
@@ -57,7 +78,11 @@ pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, String> 
         long_args: None,
         long_args_for: BTreeMap::new(),
         timeout: None,
+        ckpt_ranks: Vec::new(),
+        ckpt_modes: Vec::new(),
+        ckpt_pace_us: DEFAULT_CKPT_PACE_US,
     };
+    let mut ckpt_modes = None;
     for field in line.split_whitespace() {
         let (key, value) = field
             .split_once('=')
@@ -69,15 +94,24 @@ pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, String> 
                 .map(str::to_string)
                 .collect()
         };
+        let ranks = || -> Result<Vec<u32>, String> {
+            value
+                .split(',')
+                .map(|r| match r.parse::<u32>() {
+                    Ok(n) if n > 0 => Ok(n),
+                    _ => Err(format!("{name}: bad rank count `{r}`")),
+                })
+                .collect()
+        };
         match key {
-            "ranks" => {
-                spec.ranks = value
-                    .split(',')
-                    .map(|r| match r.parse::<u32>() {
-                        Ok(n) if n > 0 => Ok(n),
-                        _ => Err(format!("{name}: bad rank count `{r}`")),
-                    })
-                    .collect::<Result<_, _>>()?
+            "ranks" => spec.ranks = ranks()?,
+            "ckpt-ranks" => spec.ckpt_ranks = ranks()?,
+            "ckpt-modes" => ckpt_modes = Some(list()),
+            "ckpt-pace" => {
+                spec.ckpt_pace_us = match value.parse() {
+                    Ok(us) if us > 0 => us,
+                    _ => return Err(format!("{name}: bad ckpt-pace `{value}`")),
+                }
             }
             "args" => spec.args = list(),
             "long-args" => spec.long_args = Some(list()),
@@ -101,6 +135,30 @@ pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, String> 
     }
     if !spec.long_args_for.is_empty() && spec.long_args.is_none() {
         return Err(format!("{name}: `long-args.N` needs a default `long-args`"));
+    }
+    if !spec.ckpt_ranks.is_empty() {
+        // the checkpoint modes pause at steps chosen from the step count
+        let long = spec.long_args.iter().chain(spec.long_args_for.values());
+        for args in long {
+            if args.first().and_then(|a| a.parse::<u64>().ok()).is_none_or(|n| n < 10) {
+                return Err(format!(
+                    "{name}: `ckpt-ranks` needs long-args whose first value is the step count (at least 10)"
+                ));
+            }
+        }
+        if spec.long_args.is_none() {
+            return Err(format!("{name}: `ckpt-ranks` needs `long-args`"));
+        }
+    }
+    match ckpt_modes {
+        Some(_) if spec.ckpt_ranks.is_empty() => {
+            return Err(format!("{name}: `ckpt-modes` needs `ckpt-ranks`"))
+        }
+        Some(m) => spec.ckpt_modes = m,
+        None if !spec.ckpt_ranks.is_empty() => {
+            spec.ckpt_modes = DEFAULT_CKPT_MODES.iter().map(|m| m.to_string()).collect()
+        }
+        None => {}
     }
     Ok(spec)
 }
@@ -172,6 +230,27 @@ mod tests {
         assert!(p("/* mpicr-test: ranks=1 timeout=x */").is_err());
         assert!(p("/* mpicr-test: ranks=1 long-args.x=1 long-args=2 */").is_err());
         assert!(p("/* mpicr-test: ranks=1 long-args.1=1 */").is_err());
+    }
+
+    #[test]
+    fn checkpoint_keys() {
+        let s = p("/* mpicr-test: ranks=1,2,4 long-args=500 long-args.4=300 ckpt-ranks=2,4 */").unwrap();
+        assert_eq!(s.ckpt_ranks, vec![2, 4]);
+        assert_eq!(s.ckpt_modes, DEFAULT_CKPT_MODES.to_vec());
+        let s = p("/* mpicr-test: ranks=2 long-args=500 ckpt-ranks=2 ckpt-modes=continue */").unwrap();
+        assert_eq!(s.ckpt_modes, vec!["continue"]);
+        assert!(p("/* mpicr-test: ranks=2 long-args=500 ckpt-modes=continue */")
+            .unwrap_err()
+            .contains("needs `ckpt-ranks`"));
+        assert!(p("/* mpicr-test: ranks=2 ckpt-ranks=2 */").is_err()); // no long-args
+        assert!(p("/* mpicr-test: ranks=2 long-args={tmpdir} ckpt-ranks=2 */").is_err());
+        assert!(p("/* mpicr-test: ranks=2 long-args=500 long-args.4=x ckpt-ranks=2 */").is_err());
+        assert!(p("/* mpicr-test: ranks=2 long-args=500 ckpt-ranks=0 */").is_err());
+        assert!(p("/* mpicr-test: ranks=2 */").unwrap().ckpt_modes.is_empty());
+        let s = p("/* mpicr-test: ranks=4 long-args=400 ckpt-ranks=4 ckpt-pace=5000 */").unwrap();
+        assert_eq!(s.ckpt_pace_us, 5000);
+        assert_eq!(p("/* mpicr-test: ranks=4 */").unwrap().ckpt_pace_us, DEFAULT_CKPT_PACE_US);
+        assert!(p("/* mpicr-test: ranks=4 long-args=400 ckpt-ranks=4 ckpt-pace=0 */").is_err());
     }
 
     #[test]

@@ -91,6 +91,29 @@ fn selected<T: Copy>(var: &str, all: &[T], parse: fn(&str) -> Option<T>) -> Resu
         .collect()
 }
 
+/// `MPICR_TEST_MODES`: mode names, or `checkpoint` for every checkpoint mode, or `all`;
+/// unset: `Mode::DEFAULT` (native and shim).
+fn selected_modes() -> Result<Vec<Mode>, String> {
+    let names = env_list("MPICR_TEST_MODES");
+    if names.is_empty() {
+        return Ok(Mode::DEFAULT.to_vec());
+    }
+    let mut modes = Vec::new();
+    for n in &names {
+        match n.as_str() {
+            "checkpoint" => modes.extend(Mode::CHECKPOINT),
+            "all" => modes.extend(Mode::ALL),
+            _ => modes.push(Mode::parse(n).ok_or(format!(
+                "MPICR_TEST_MODES: unknown `{n}` (modes: {}; or checkpoint, all)",
+                Mode::ALL.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
+            ))?),
+        }
+    }
+    modes.sort();
+    modes.dedup();
+    Ok(modes)
+}
+
 fn main() -> ExitCode {
     match run() {
         Ok(true) => ExitCode::SUCCESS,
@@ -110,8 +133,9 @@ fn run() -> Result<bool, String> {
     if tests.is_empty() {
         return Err(format!("no tests in {}", harness.tests_dir().display()));
     }
+    mpicr_tests::validate(&tests)?;
     let flavors = selected("MPICR_TEST_FLAVORS", &Flavor::ALL, Flavor::parse)?;
-    let modes = selected("MPICR_TEST_MODES", &Mode::ALL, Mode::parse)?;
+    let modes = selected_modes()?;
     let all = matrix(&tests, &flavors, &modes);
     let total = all.len();
     let cases: Vec<Case> = all
@@ -145,6 +169,9 @@ fn run() -> Result<bool, String> {
         cases.len(),
         opts.jobs
     );
+    if modes.iter().any(|m| m.is_checkpoint()) {
+        println!("checkpoint modes: random choices from MPICR_TEST_SEED={}", harness.seed());
+    }
     let started = Instant::now();
     let queue = Mutex::new(cases.into_iter().enumerate().collect::<VecDeque<_>>());
     let results: Mutex<Vec<Outcome>> = Mutex::new(Vec::new());
@@ -207,42 +234,61 @@ fn run() -> Result<bool, String> {
     Ok(ok)
 }
 
-/// Wall time per test and mode (summed over flavors and rank counts), slowest tests first.
+/// Wall time per test and mode (summed over flavors and rank counts), slowest tests first, and
+/// per mode the number of cases passed and failed.
 fn print_timings(results: &[Outcome]) {
     if results.is_empty() {
         return;
     }
     let mut per_test: BTreeMap<&str, BTreeMap<Mode, Duration>> = BTreeMap::new();
-    let mut per_mode: BTreeMap<Mode, Duration> = BTreeMap::new();
-    for (_, case, took, _) in results {
+    let mut per_mode: BTreeMap<Mode, (Duration, usize, usize)> = BTreeMap::new();
+    for (_, case, took, verdict) in results {
         *per_test
             .entry(&case.test.name)
             .or_default()
             .entry(case.mode)
             .or_default() += *took;
-        *per_mode.entry(case.mode).or_default() += *took;
+        let m = per_mode.entry(case.mode).or_default();
+        m.0 += *took;
+        if verdict.is_ok() {
+            m.1 += 1;
+        } else {
+            m.2 += 1;
+        }
     }
     let modes: Vec<Mode> = per_mode.keys().copied().collect();
+    let width = |m: &Mode| m.name().len().max(7) + 2;
     let mut rows: Vec<_> = per_test.into_iter().collect();
     rows.sort_by_key(|(_, m)| std::cmp::Reverse(m.values().sum::<Duration>()));
     println!("\ntimings (seconds, all flavors and rank counts):");
-    let header: String = modes.iter().map(|m| format!("{:>9}", m.name())).collect();
+    let header: String = modes
+        .iter()
+        .map(|m| format!("{:>w$}", m.name(), w = width(m)))
+        .collect();
     println!("    {:<24}{header}", "test");
     for (name, by_mode) in rows {
         let cols: String = modes
             .iter()
-            .map(|m| {
-                format!(
-                    "{:>9.2}",
-                    by_mode.get(m).copied().unwrap_or_default().as_secs_f64()
-                )
+            .map(|m| match by_mode.get(m) {
+                Some(d) => format!("{:>w$.2}", d.as_secs_f64(), w = width(m)),
+                None => format!("{:>w$}", "-", w = width(m)),
             })
             .collect();
         println!("    {name:<24}{cols}");
     }
     let cols: String = modes
         .iter()
-        .map(|m| format!("{:>9.2}", per_mode[m].as_secs_f64()))
+        .map(|m| format!("{:>w$.2}", per_mode[m].0.as_secs_f64(), w = width(m)))
         .collect();
     println!("    {:<24}{cols}", "total");
+    let cols: String = modes
+        .iter()
+        .map(|m| format!("{:>w$}", per_mode[m].1, w = width(m)))
+        .collect();
+    println!("    {:<24}{cols}", "cases passed");
+    let cols: String = modes
+        .iter()
+        .map(|m| format!("{:>w$}", per_mode[m].2, w = width(m)))
+        .collect();
+    println!("    {:<24}{cols}", "cases failed");
 }

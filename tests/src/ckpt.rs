@@ -1,0 +1,1076 @@
+//! The checkpoint modes: a test's `long-args` run under `mpicr run`, are checkpointed with
+//! `mpicr checkpoint` (at a random instant, or at a pause point), restarted with
+//! `mpicr restart` in new `mpiexec`s, and what every rank printed is compared with the native
+//! run's output, byte for byte.
+//!
+//! - Every step of the program is paced (`MPICR_TEST_PACE_US`, the test's `ckpt-pace`, see
+//!   `t_pace` in c-tests/common.h), so a run with S steps (the first of `long-args`) lasts at
+//!   least S x pace whatever the machine, rank count and MPI build; a random instant is drawn
+//!   within 10-60 % of that, hence always inside the run.
+//! - Pause points (`MPICR_TEST_PAUSE_AT`, see `t_pause_point`) stop every rank at a known step
+//!   with everything before it printed: a checkpoint taken there cuts each rank's output at a
+//!   known byte offset, so a restart from that epoch must print exactly the native output
+//!   after it. Random draws come from `MPICR_TEST_SEED` and the case name: a failure names its
+//!   seed, and `MPICR_TEST_SEED=S` repeats its choices.
+//! - All launches of one case share the scratch directory (restored ranks keep their working
+//!   directory) and the job marker (restored ranks keep their environment), each writes its
+//!   output to its own subdirectory, and every one is bounded by the test's time limit; the
+//!   checkpoint directory is `<scratch>/ckpt`. At the end the working directory must be empty,
+//!   no process may be left (`JobOutput::stray`) and no new file may be left in /dev/shm.
+//! - A failure says what happened step by step, with the first lines of the output diff, the
+//!   keepers' stderr, `mpicr status`, and the tails of CRIU's `dump.log` and `restore.log`.
+
+use crate::{compare, diff, job, Case, Harness, Job, JobOutput, Mode, Scratch};
+use std::collections::{BTreeSet, VecDeque};
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// `mpicr checkpoint --timeout`.
+const CKPT_TIMEOUT: Duration = Duration::from_secs(60);
+/// How much longer than its own timeout `mpicr checkpoint` (and `mpicr status`) may take
+/// before it is killed.
+const CMD_GRACE: Duration = Duration::from_secs(20);
+/// A restart that must fail has this long to do so.
+const BAD_RESTART_LIMIT: Duration = Duration::from_secs(30);
+/// Answers of `mpicr checkpoint` that mean "the job is not ready yet": asked again 100 ms later
+/// while the job runs, at most this many times.
+const NOT_READY: [&str; 5] = [
+    "has no coordinator.json",
+    "are not connected (not started yet",
+    "has not initialised MPI under mpicr yet",
+    "does not answer",
+    "does not exist",
+];
+const MAX_ASKS: u32 = 300;
+/// Restored ranks keep their PIDs; one in use by an unrelated process makes a restart fail
+/// with this message. The harness waits and tries again (the PID space here is small).
+const PID_CLASH: &str = "in use by live processes";
+const PID_CLASH_RETRIES: u32 = 3;
+
+const PAUSED: &str = "mpicr-test-paused";
+const RESUME: &str = "mpicr-test-resume";
+
+/// A seed from the clock and our PID, for runs without `MPICR_TEST_SEED`.
+pub fn fresh_seed() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    splitmix(t ^ (u64::from(std::process::id()) << 32)) % 1_000_000_000
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e3779b97f4a7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d049bb133111eb);
+    x ^ (x >> 31)
+}
+
+/// The random choices of one case: a function of the seed and the case name only.
+struct Rng(u64);
+
+impl Rng {
+    fn for_case(seed: u64, id: &str) -> Rng {
+        let h = id
+            .bytes()
+            .fold(0xcbf29ce484222325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3));
+        Rng(splitmix(seed ^ h))
+    }
+
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        self.0 = splitmix(self.0);
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in [lo, hi] (integers).
+    fn between(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + ((hi - lo + 1) as f64 * self.unit()) as u64
+    }
+}
+
+/// `mpicr` and `libmpicr.so` copied side by side into `target/ctests/mpicr.<pid>/` (the CLI
+/// preloads the shim found next to it), so that one run of the matrix tests one build even if
+/// they are rebuilt meanwhile, and restored ranks find the very library they had mapped.
+pub struct CliCopy {
+    dir: PathBuf,
+    mpicr: PathBuf,
+    shim: PathBuf,
+}
+
+impl Drop for CliCopy {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Harness {
+    fn cli(&self) -> Result<(PathBuf, PathBuf), String> {
+        self.cli_copy
+            .get_or_init(|| {
+                for (p, what) in [(&self.mpicr, "mpicr-cli --bin mpicr"), (&self.shim, "mpicr-shim")] {
+                    if !p.is_file() {
+                        return Err(format!(
+                            "{} does not exist: build it with `cargo build --release -p {what}`",
+                            p.display()
+                        ));
+                    }
+                }
+                let dir = self
+                    .root
+                    .join("target/ctests")
+                    .join(format!("mpicr.{}", std::process::id()));
+                let copy = CliCopy {
+                    mpicr: dir.join("mpicr"),
+                    shim: dir.join("libmpicr.so"),
+                    dir,
+                };
+                fs::create_dir_all(&copy.dir)
+                    .and_then(|_| fs::copy(&self.mpicr, &copy.mpicr))
+                    .and_then(|_| fs::copy(&self.shim, &copy.shim))
+                    .map_err(|e| format!("cannot copy mpicr and libmpicr.so: {e}"))?;
+                Ok(copy)
+            })
+            .as_ref()
+            .map(|c| (c.mpicr.clone(), c.shim.clone()))
+            .map_err(Clone::clone)
+    }
+}
+
+/// Runs a case in a checkpoint mode; `oracle` is the native run with the same arguments.
+pub(crate) fn run_case(
+    h: &Harness,
+    case: &Case,
+    program: &Path,
+    args: &[String],
+    oracle: &JobOutput,
+) -> Result<(), String> {
+    let (mpicr, shim) = h.cli()?;
+    let steps: u64 = args
+        .first()
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| format!("{}: the first of long-args is not a step count", case.test.name))?;
+    let scratch = Scratch::new(&case.id(), h.keep)?;
+    let mut cx = Ctx {
+        case,
+        program: program.to_path_buf(),
+        args: crate::spec::expand_args(args, &scratch.work()),
+        oracle,
+        mpiexec: case.flavor.mpiexec(&h.root)?,
+        ckdir: scratch.root().join("ckpt"),
+        scratch,
+        marker: job::new_marker(),
+        mpicr,
+        shim,
+        steps,
+        rng: Rng::for_case(h.seed, &case.id()),
+        seed: h.seed,
+        timeout: h.timeout_of(case),
+        story: Vec::new(),
+        launches: Vec::new(),
+    };
+    let shm_before = shm_entries();
+    let verdict = match case.mode {
+        Mode::CheckpointContinue => cx.continue_mode(),
+        Mode::StopRestart => cx.stop_restart(),
+        Mode::TwoEpochsOlder => cx.older_epoch(),
+        Mode::RestartTwice => cx.restart_twice(),
+        Mode::RestartErrors => cx.restart_errors(),
+        m => Err(format!("{m} is not a checkpoint mode")),
+    }
+    .and_then(|()| cx.check_clean(&shm_before));
+    if verdict.is_ok() && std::env::var("MPICR_TEST_VERBOSE").is_ok_and(|v| !v.is_empty() && v != "0") {
+        let mut s = String::new();
+        for line in &cx.story {
+            let _ = writeln!(s, "  {}: {line}", case.id());
+        }
+        print!("{s}");
+    }
+    verdict.map_err(|summary| cx.report(&summary))
+}
+
+/// A checkpoint to take during a launch.
+#[derive(Debug, Clone, Copy)]
+enum Trigger {
+    /// this long after the launch
+    After(Duration),
+    /// at the next pause point
+    Pause,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Planned {
+    trigger: Trigger,
+    stop: bool,
+}
+
+/// A checkpoint the driver took.
+#[derive(Debug, Clone)]
+struct Taken {
+    epoch: u64,
+    /// For a checkpoint at a pause that let the job go on: each rank's stdout size at the cut.
+    cut: Option<Vec<u64>>,
+}
+
+enum State {
+    Idle,
+    /// ask (again) at this time
+    Waiting { at: Instant, asks: u32 },
+    Asking { child: Child, since: Instant, out: PathBuf, asks: u32 },
+    /// after a checkpoint at a pause: waiting for the output files to stop growing
+    Settling { epoch: u64, last: Vec<u64>, stable: u32, since: Instant },
+}
+
+/// Acts on a running launch, called every 20 ms by `job::run_in`: takes the planned
+/// checkpoints in order, resumes pauses (every pause it does not checkpoint at once), and
+/// records what happened.
+struct Driver<'a> {
+    mpicr: &'a Path,
+    ckdir: &'a Path,
+    /// this launch's output directory (`out.R`)
+    io: &'a Path,
+    label: &'a str,
+    ranks: u32,
+    plan: VecDeque<Planned>,
+    /// the launch restores an epoch taken at a pause: let it go on at once
+    resume_first: bool,
+    started: Option<Instant>,
+    state: State,
+    /// a resume file was written and the program has not taken it yet
+    resuming: bool,
+    /// resume pauses nobody checkpoints at; off once the job was stopped (its pause flag stays
+    /// for the restart), and for launches that must not restore anything
+    auto_resume: bool,
+    taken: Vec<Taken>,
+    failure: Option<String>,
+    story: Vec<String>,
+    seq: u32,
+}
+
+impl<'a> Driver<'a> {
+    fn new(mpicr: &'a Path, ckdir: &'a Path, io: &'a Path, label: &'a str, ranks: u32, plan: Vec<Planned>) -> Driver<'a> {
+        Driver {
+            mpicr,
+            ckdir,
+            io,
+            label,
+            ranks,
+            plan: plan.into(),
+            resume_first: false,
+            started: None,
+            state: State::Idle,
+            resuming: false,
+            auto_resume: true,
+            taken: Vec::new(),
+            failure: None,
+            story: Vec::new(),
+            seq: 0,
+        }
+    }
+
+    fn at(&self) -> String {
+        let t = self.started.map(|s| s.elapsed()).unwrap_or_default();
+        format!("{}@{:.2}s", self.label, t.as_secs_f64())
+    }
+
+    fn note(&mut self, what: String) {
+        let at = self.at();
+        self.story.push(format!("{at}: {what}"));
+    }
+
+    fn resume(&mut self, work: &Path) -> Result<(), String> {
+        fs::write(work.join(RESUME), b"").map_err(|e| format!("cannot write the resume file: {e}"))?;
+        self.resuming = true;
+        Ok(())
+    }
+
+    fn ask(&mut self, asks: u32) -> Result<State, String> {
+        let p = self.plan.front().copied().expect("a planned checkpoint");
+        self.seq += 1;
+        let out = self
+            .io
+            .join(format!("checkpoint-{}-{}.txt", self.seq, if p.stop { "stop" } else { "continue" }));
+        let file = fs::File::create(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+        let file2 = file.try_clone().map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(self.mpicr);
+        cmd.arg("checkpoint");
+        if p.stop {
+            cmd.arg("--stop");
+        }
+        cmd.arg("--timeout")
+            .arg(format!("{}s", CKPT_TIMEOUT.as_secs()))
+            .arg(self.ckdir)
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(file2);
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", self.mpicr.display()))?;
+        if asks == 1 {
+            let what = format!("mpicr checkpoint{}", if p.stop { " --stop" } else { "" });
+            self.note(what);
+        }
+        Ok(State::Asking { child, since: Instant::now(), out, asks })
+    }
+
+    fn poll(&mut self, work: &Path) -> Result<(), String> {
+        let now = Instant::now();
+        let started = *self.started.get_or_insert(now);
+        if self.resume_first {
+            self.resume_first = false;
+            self.note("resumed the restored pause".into());
+            self.resume(work)?;
+        }
+        if self.resuming {
+            if work.join(RESUME).exists() {
+                return Ok(()); // the program has not taken it yet
+            }
+            self.resuming = false;
+        }
+        let paused = work.join(PAUSED).exists();
+        self.state = match std::mem::replace(&mut self.state, State::Idle) {
+            State::Idle => match self.plan.front().map(|p| p.trigger) {
+                Some(Trigger::Pause) if paused => {
+                    self.note("paused".into());
+                    self.ask(1)?
+                }
+                Some(Trigger::After(d)) if now - started >= d => self.ask(1)?,
+                _ => {
+                    if paused && self.auto_resume {
+                        // a pause nobody checkpoints at (e.g. a later one reached again after
+                        // a restart from an earlier epoch)
+                        self.note("paused; resumed".into());
+                        self.resume(work)?;
+                    }
+                    State::Idle
+                }
+            },
+            State::Waiting { at, asks } if now >= at => self.ask(asks)?,
+            s @ State::Waiting { .. } => s,
+            State::Asking { mut child, since, out, asks } => match child.try_wait() {
+                Ok(None) if since.elapsed() > CKPT_TIMEOUT + CMD_GRACE => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    self.give_up(
+                        work,
+                        paused,
+                        format!("`mpicr checkpoint` did not finish within {} s (killed)", (CKPT_TIMEOUT + CMD_GRACE).as_secs()),
+                    )?
+                }
+                Ok(None) => State::Asking { child, since, out, asks },
+                Ok(Some(status)) => self.answered(work, paused, status, &out, asks)?,
+                Err(e) => self.give_up(work, paused, format!("waiting for `mpicr checkpoint`: {e}"))?,
+            },
+            State::Settling { epoch, last, stable, since } => {
+                let sizes = out_sizes(self.io, self.ranks);
+                let stable = if sizes == last { stable + 1 } else { 0 };
+                if stable >= 10 && since.elapsed() >= Duration::from_millis(300) {
+                    self.note(format!("cut of epoch {epoch} at stdout bytes {sizes:?}; resumed"));
+                    self.taken.push(Taken { epoch, cut: Some(sizes) });
+                    self.resume(work)?;
+                    State::Idle
+                } else {
+                    State::Settling { epoch, last: sizes, stable, since }
+                }
+            }
+        };
+        Ok(())
+    }
+
+    fn answered(&mut self, work: &Path, paused: bool, status: ExitStatus, out: &Path, asks: u32) -> Result<State, String> {
+        let text = fs::read_to_string(out).unwrap_or_default();
+        if status.success() {
+            let p = self.plan.pop_front().expect("a planned checkpoint");
+            let Some(epoch) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("epoch:"))
+                .and_then(|e| e.trim().parse().ok())
+            else {
+                return self.give_up(work, paused, format!("`mpicr checkpoint` succeeded but printed no epoch:\n{text}"));
+            };
+            self.note(format!("epoch {epoch} committed: {}", one_line(&text)));
+            if matches!(p.trigger, Trigger::Pause) && !p.stop {
+                let last = out_sizes(self.io, self.ranks);
+                return Ok(State::Settling { epoch, last, stable: 0, since: Instant::now() });
+            }
+            if p.stop {
+                self.auto_resume = false; // the job ends; a restart resumes the pause
+            }
+            self.taken.push(Taken { epoch, cut: None });
+            return Ok(State::Idle);
+        }
+        if asks < MAX_ASKS && NOT_READY.iter().any(|m| text.contains(m)) {
+            if asks == 1 {
+                self.note(format!("not ready, asking again every 100 ms: {}", one_line(&text)));
+            }
+            return Ok(State::Waiting { at: Instant::now() + Duration::from_millis(100), asks: asks + 1 });
+        }
+        self.give_up(work, paused, format!("`mpicr checkpoint` failed ({status}): {}", text.trim_end()))
+    }
+
+    /// A checkpoint failed: no more are taken, and a paused job is let go on (so that its
+    /// output shows whether it survived).
+    fn give_up(&mut self, work: &Path, paused: bool, why: String) -> Result<State, String> {
+        self.note(why.clone());
+        self.failure.get_or_insert(why);
+        self.plan.clear();
+        if paused {
+            self.resume(work)?;
+        }
+        Ok(State::Idle)
+    }
+
+    /// After the launch ended: waits for a checkpoint command still running, and says which
+    /// planned checkpoints were not taken.
+    fn finish(&mut self, work: &Path) {
+        if let State::Asking { mut child, since, out, asks } = std::mem::replace(&mut self.state, State::Idle) {
+            let status = loop {
+                match child.try_wait() {
+                    Ok(Some(s)) => break Some(s),
+                    Ok(None) if since.elapsed() > CKPT_TIMEOUT + CMD_GRACE => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        break None;
+                    }
+                    Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                    Err(_) => break None,
+                }
+            };
+            match status {
+                Some(s) => {
+                    let _ = self.answered(work, false, s, &out, MAX_ASKS.max(asks));
+                }
+                None => {
+                    let _ = self.give_up(work, false, "`mpicr checkpoint` did not finish (killed)".into());
+                }
+            }
+        }
+        if let State::Settling { epoch, .. } = self.state {
+            self.failure
+                .get_or_insert(format!("the job ended while paused after epoch {epoch} (it should have waited)"));
+        }
+        if let Some(p) = self.plan.front() {
+            let when = match p.trigger {
+                Trigger::After(d) => format!("{:.2} s after the launch", d.as_secs_f64()),
+                Trigger::Pause => "at a pause point".to_string(),
+            };
+            let msg = format!(
+                "the job ended before the checkpoint planned {when} was taken (it ran {:.2} s)",
+                self.started.map(|s| s.elapsed()).unwrap_or_default().as_secs_f64()
+            );
+            self.note(msg.clone());
+            self.failure.get_or_insert(msg);
+        }
+    }
+}
+
+/// Each rank's stdout size so far.
+fn out_sizes(io: &Path, ranks: u32) -> Vec<u64> {
+    (0..ranks)
+        .map(|r| fs::metadata(io.join(format!("out.{r}"))).map(|m| m.len()).unwrap_or(0))
+        .collect()
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// One case in a checkpoint mode.
+struct Ctx<'a> {
+    case: &'a Case,
+    program: PathBuf,
+    args: Vec<String>,
+    oracle: &'a JobOutput,
+    mpiexec: PathBuf,
+    ckdir: PathBuf,
+    scratch: Scratch,
+    marker: String,
+    mpicr: PathBuf,
+    shim: PathBuf,
+    steps: u64,
+    rng: Rng,
+    seed: u64,
+    timeout: Duration,
+    /// what happened, in order, for the report
+    story: Vec<String>,
+    /// (label, output) of every launch, for the report
+    launches: Vec<(String, JobOutput)>,
+}
+
+/// How a launch treats pauses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resume {
+    /// resume every pause that is not planned for a checkpoint
+    Pauses,
+    /// the same, and first of all the pause the restored epoch was taken at
+    First,
+    /// never (a restart that must fail restores nothing)
+    Never,
+}
+
+/// What a launch under a driver gave.
+struct Launched {
+    out: JobOutput,
+    taken: Vec<Taken>,
+}
+
+impl<'a> Ctx<'a> {
+    fn ranks(&self) -> u32 {
+        self.case.ranks
+    }
+
+    fn rank_env(&self) -> Vec<(String, OsString)> {
+        vec![
+            ("MPICR_TEST_PACE_US".into(), self.case.test.ckpt_pace_us.to_string().into()),
+            ("MPICR_SHIM".into(), self.shim.clone().into_os_string()),
+        ]
+    }
+
+    /// A random instant inside the run: 10-60 % of its shortest possible duration.
+    fn random_instant(&mut self) -> Duration {
+        let least = Duration::from_micros(self.steps * self.case.test.ckpt_pace_us);
+        let at = least.mul_f64(0.1 + 0.5 * self.rng.unit());
+        self.story.push(format!("random instant: {:.2} s after the launch", at.as_secs_f64()));
+        at
+    }
+
+    /// `n` increasing pause steps spread over 15-80 % of the run.
+    fn pause_steps(&mut self, n: u64) -> Vec<u64> {
+        let (lo, hi) = (self.steps * 15 / 100, self.steps * 80 / 100);
+        let width = (hi - lo) / n;
+        let steps: Vec<u64> = (0..n)
+            .map(|k| self.rng.between(lo + k * width, lo + (k + 1) * width - 1))
+            .collect();
+        self.story.push(format!("pause steps: {steps:?} of {}", self.steps));
+        steps
+    }
+
+    /// Launches `job` under a driver with `plan`, records it, and requires the checkpoints to
+    /// have been taken and the launch to have ended well (exit status 0, nothing left running).
+    fn launch(&mut self, label: &str, job: Job, plan: Vec<Planned>, resume: Resume) -> Result<Launched, String> {
+        let io = self.scratch.root().join(label);
+        let mut d = Driver::new(&self.mpicr, &self.ckdir, &io, label, job.ranks, plan);
+        d.resume_first = resume == Resume::First;
+        d.auto_resume = resume != Resume::Never;
+        let result = job::run_in(&job, &self.scratch, &io, &self.marker, &mut |work| d.poll(work));
+        d.finish(&self.scratch.work());
+        let (story, taken, failure) = (std::mem::take(&mut d.story), std::mem::take(&mut d.taken), d.failure.take());
+        self.story.extend(story);
+        let out = match result {
+            Ok(out) => out,
+            Err(e) => {
+                self.story.push(format!("{label}: {}", e.lines().next().unwrap_or("")));
+                return Err(format!("{label}: {e}"));
+            }
+        };
+        self.story.push(format!(
+            "{label}: ended with {} after {:.2} s",
+            out.status,
+            out.elapsed.as_secs_f64()
+        ));
+        self.launches.push((label.to_string(), out.clone()));
+        if let Some(f) = failure {
+            return Err(format!("{label}: {f}"));
+        }
+        if !out.stray.is_empty() {
+            return Err(format!("{label}: processes outlived mpiexec (killed): {}", out.stray.join(", ")));
+        }
+        Ok(Launched { out, taken })
+    }
+
+    fn run_job(&self, pause_at: &[u64]) -> Job {
+        let mut wrapper: Vec<OsString> = vec![self.mpicr.clone().into(), "run".into(), "--ckpt-dir".into()];
+        wrapper.push(self.ckdir.clone().into());
+        wrapper.push("--".into());
+        let mut rank_env = self.rank_env();
+        if !pause_at.is_empty() {
+            let list: Vec<String> = pause_at.iter().map(u64::to_string).collect();
+            rank_env.push(("MPICR_TEST_PAUSE_AT".into(), list.join(",").into()));
+        }
+        Job {
+            mpiexec: self.mpiexec.clone(),
+            ranks: self.ranks(),
+            wrapper,
+            program: self.program.clone(),
+            args: self.args.clone(),
+            rank_env,
+            timeout: self.timeout,
+        }
+    }
+
+    fn restart_job(&self, ranks: u32, dir: &Path, epoch: Option<u64>, timeout: Duration) -> Job {
+        let mut args = vec!["restart".to_string(), dir.to_string_lossy().into_owned()];
+        if let Some(e) = epoch {
+            args.push("--epoch".into());
+            args.push(e.to_string());
+        }
+        Job {
+            mpiexec: self.mpiexec.clone(),
+            ranks,
+            wrapper: Vec::new(),
+            program: self.mpicr.clone(),
+            args,
+            rank_env: self.rank_env(),
+            timeout,
+        }
+    }
+
+    /// The first launch: `mpicr run` with `plan`; requires exit status 0 and output that
+    /// the native output begins with.
+    fn first_run(&mut self, pause_at: &[u64], plan: Vec<Planned>) -> Result<Launched, String> {
+        let job = self.run_job(pause_at);
+        let planned = plan.len() as u64;
+        let l = self.launch("run", job, plan, Resume::Pauses)?;
+        if !l.out.status.success() {
+            return Err(format!("run: exited with {} (a checkpointed job must end with 0)", l.out.status));
+        }
+        let epochs: Vec<u64> = l.taken.iter().map(|t| t.epoch).collect();
+        if epochs != (1..=planned).collect::<Vec<_>>() {
+            return Err(format!("run: the checkpoints were committed as epochs {epochs:?}, expected 1 to {planned}"));
+        }
+        Ok(l)
+    }
+
+    /// `mpicr restart` of the whole job (from `epoch`, else the latest), which must end well;
+    /// tried again when a restored PID is in use by an unrelated process.
+    fn restart(&mut self, label: &str, epoch: Option<u64>, resume: Resume) -> Result<JobOutput, String> {
+        for attempt in 1..=PID_CLASH_RETRIES + 1 {
+            let name = if attempt == 1 { label.to_string() } else { format!("{label}-try{attempt}") };
+            let job = self.restart_job(self.ranks(), &self.ckdir, epoch, self.timeout);
+            let l = self.launch(&name, job, Vec::new(), resume)?;
+            let clash = l.out.stderr.iter().any(|e| String::from_utf8_lossy(e).contains(PID_CLASH));
+            if clash && attempt <= PID_CLASH_RETRIES && !l.out.status.success() {
+                self.story.push(format!("{name}: a restored PID is in use by another process; trying again in 2 s"));
+                std::thread::sleep(Duration::from_secs(2));
+                continue;
+            }
+            if !l.out.status.success() {
+                return Err(format!("{name}: `mpicr restart` exited with {}", l.out.status));
+            }
+            return Ok(l.out);
+        }
+        unreachable!()
+    }
+
+    /// The epochs `mpicr status` reports complete must be exactly `want`.
+    fn check_epochs(&mut self, want: &[u64]) -> Result<(), String> {
+        let (ok, text) = bounded(Command::new(&self.mpicr).arg("status").arg(&self.ckdir), CMD_GRACE);
+        if !ok {
+            return Err(format!("`mpicr status` failed:\n{text}"));
+        }
+        let complete: Vec<u64> = text
+            .lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                let epoch = w.next()?.parse().ok()?;
+                (w.next()? == "complete").then_some(epoch)
+            })
+            .collect();
+        if complete != want {
+            return Err(format!(
+                "`mpicr status` lists complete epochs {complete:?}, expected {want:?}:\n{text}"
+            ));
+        }
+        self.story.push(format!("mpicr status: complete epochs {complete:?}"));
+        Ok(())
+    }
+
+    fn continue_mode(&mut self) -> Result<(), String> {
+        let at = self.random_instant();
+        let l = self.first_run(&[], vec![Planned { trigger: Trigger::After(at), stop: false }])?;
+        if let Some(d) = compare(self.oracle, &l.out) {
+            return Err(format!("the checkpointed run differs from the native run: {d}"));
+        }
+        self.check_epochs(&[1])
+    }
+
+    fn stop_restart(&mut self) -> Result<(), String> {
+        let at = self.random_instant();
+        let run = self.first_run(&[], vec![Planned { trigger: Trigger::After(at), stop: true }])?.out;
+        self.check_prefix("run", &run)?;
+        self.check_epochs(&[1])?;
+        let after = self.restart("restart", None, Resume::Pauses)?;
+        let whole = concat(&run, &after);
+        match compare(self.oracle, &whole) {
+            None => Ok(()),
+            Some(d) => Err(format!(
+                "output before the stop + output after the restart differs from the native run: {d}"
+            )),
+        }
+    }
+
+    fn older_epoch(&mut self) -> Result<(), String> {
+        let pauses = self.pause_steps(2);
+        let plan = vec![
+            Planned { trigger: Trigger::Pause, stop: false },
+            Planned { trigger: Trigger::Pause, stop: true },
+        ];
+        let l = self.first_run(&pauses, plan)?;
+        self.check_prefix("run", &l.out)?;
+        let cut = l.taken.first().and_then(|t| t.cut.clone()).ok_or("epoch 1 has no recorded cut")?;
+        self.check_epochs(&[1, 2])?;
+        let after = self.restart("restart-epoch1", Some(1), Resume::First)?;
+        self.check_remainder("restart --epoch 1", &cut, &after)
+    }
+
+    fn restart_twice(&mut self) -> Result<(), String> {
+        let pause = self.pause_steps(1);
+        let run = self.first_run(&pause, vec![Planned { trigger: Trigger::Pause, stop: true }])?.out;
+        self.check_prefix("run", &run)?;
+        let cut = out_lengths(&run);
+        self.check_epochs(&[1])?;
+        let first = self.restart("restart1", None, Resume::First)?;
+        self.check_remainder("first restart", &cut, &first)?;
+        let second = self.restart("restart2", Some(1), Resume::First)?;
+        self.check_remainder("second restart (--epoch 1)", &cut, &second)
+    }
+
+    fn restart_errors(&mut self) -> Result<(), String> {
+        let pause = self.pause_steps(1);
+        let run = self.first_run(&pause, vec![Planned { trigger: Trigger::Pause, stop: true }])?.out;
+        self.check_prefix("run", &run)?;
+        let cut = out_lengths(&run);
+        self.check_epochs(&[1])?;
+        let n = self.ranks();
+        let ckdir = self.ckdir.clone();
+        let mut bad: Vec<(String, u32, PathBuf, Option<u64>, String)> = vec![(
+            "too-many-ranks".into(),
+            n + 1,
+            ckdir.clone(),
+            None,
+            format!("has {n} rank(s), but the launcher started {}", n + 1),
+        )];
+        if n > 1 {
+            bad.push((
+                "too-few-ranks".into(),
+                n - 1,
+                ckdir.clone(),
+                None,
+                format!("has {n} rank(s), but the launcher started {}", n - 1),
+            ));
+        }
+        bad.push(("missing-epoch".into(), n, ckdir.clone(), Some(7), "epoch 7 does not exist".into()));
+        let missing = self.scratch.root().join("no-such-ckpt");
+        bad.push((
+            "missing-dir".into(),
+            n,
+            missing.clone(),
+            None,
+            format!("checkpoint directory {} does not exist", missing.display()),
+        ));
+        let empty = self.scratch.root().join("not-a-ckpt");
+        fs::create_dir_all(&empty).map_err(|e| e.to_string())?;
+        bad.push((
+            "not-a-ckpt-dir".into(),
+            n,
+            empty.clone(),
+            None,
+            "is not a checkpoint directory".into(),
+        ));
+        for (label, ranks, dir, epoch, want) in bad {
+            let job = self.restart_job(ranks, &dir, epoch, BAD_RESTART_LIMIT);
+            let out = match self.launch(&label, job, Vec::new(), Resume::Never) {
+                Ok(l) => l.out,
+                Err(e) => return Err(format!("a bad restart did not fail cleanly: {e}")),
+            };
+            if out.status.success() {
+                return Err(format!("{label}: `mpicr restart` succeeded (expected an error containing `{want}`)"));
+            }
+            if out.stdout.iter().any(|o| !o.is_empty()) {
+                return Err(format!("{label}: a rank printed on stdout, so something was restored"));
+            }
+            let said: String = out
+                .stderr
+                .iter()
+                .chain(std::iter::once(&out.launcher))
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .collect();
+            if !said.contains(&want) {
+                return Err(format!(
+                    "{label}: the error does not say `{want}`; stderr and mpiexec said:\n{}",
+                    indent(&said)
+                ));
+            }
+            let first = said.lines().find(|l| l.contains(&want)).unwrap_or("");
+            self.story.push(format!("{label}: {} with `{}`", out.status, first.trim()));
+        }
+        let _ = fs::remove_dir(&empty);
+        // the checkpoint is intact: a good restart still works
+        let after = self.restart("restart", None, Resume::First)?;
+        self.check_remainder("restart after the bad ones", &cut, &after)
+    }
+
+    /// Each rank's output of a launch that was stopped must be the start of its native output.
+    fn check_prefix(&self, label: &str, out: &JobOutput) -> Result<(), String> {
+        for (r, (native, got)) in self.oracle.stdout.iter().zip(&out.stdout).enumerate() {
+            if !native.starts_with(got) {
+                let end = native.len().min(got.len());
+                let d = diff::line_diff(&native[..end], got).unwrap_or_default();
+                return Err(format!(
+                    "{label}: rank {r}'s output before the stop is not the start of its native output\n\
+                     rank {r} stdout (- native, first {end} bytes; + {label}):\n{d}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A restart from an epoch cut at `cut` must print the native output after the cut.
+    fn check_remainder(&self, label: &str, cut: &[u64], after: &JobOutput) -> Result<(), String> {
+        let mut expected = self.oracle.clone();
+        for (r, out) in expected.stdout.iter_mut().enumerate() {
+            let at = cut.get(r).copied().unwrap_or(0) as usize;
+            if at > out.len() {
+                return Err(format!("rank {r}: the cut ({at} bytes) is beyond the native output ({} bytes)", out.len()));
+            }
+            out.drain(..at);
+        }
+        match compare(&expected, after) {
+            None => Ok(()),
+            Some(d) => Err(format!(
+                "the output of the {label} differs from the native output after the cut (line numbers count from the cut): {d}"
+            )),
+        }
+    }
+
+    /// Nothing left: an empty working directory, no new file in /dev/shm that no process holds.
+    fn check_clean(&self, shm_before: &BTreeSet<String>) -> Result<(), String> {
+        let mut left: Vec<String> = fs::read_dir(self.scratch.work())
+            .map(|d| d.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned())).collect())
+            .unwrap_or_default();
+        left.sort();
+        if !left.is_empty() {
+            return Err(format!("files left behind in the working directory: {}", left.join(", ")));
+        }
+        let new: Vec<String> = shm_entries().difference(shm_before).cloned().collect();
+        if !new.is_empty() {
+            // another job on this machine may be running: only unheld files count
+            std::thread::sleep(Duration::from_millis(300));
+            let held = held_paths();
+            let orphans: Vec<String> = new
+                .into_iter()
+                .filter(|n| {
+                    let p = format!("/dev/shm/{n}");
+                    Path::new(&p).exists() && !held.contains(&p)
+                })
+                .collect();
+            if !orphans.is_empty() {
+                return Err(format!("files left behind in /dev/shm: {}", orphans.join(", ")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The failure message: the summary, the seed, what happened, and the launches' stderr,
+    /// `mpicr status` and the CRIU logs.
+    fn report(&self, summary: &str) -> String {
+        let mut s = String::new();
+        let (head, rest) = summary.split_once('\n').unwrap_or((summary, ""));
+        let _ = writeln!(s, "{head}");
+        let _ = writeln!(
+            s,
+            "  (random choices from MPICR_TEST_SEED={}; pacing {} us per step)",
+            self.seed, self.case.test.ckpt_pace_us
+        );
+        if !rest.is_empty() {
+            let _ = writeln!(s, "{}", rest.trim_end());
+        }
+        let _ = writeln!(s, "  what happened:");
+        for line in &self.story {
+            let _ = writeln!(s, "    {line}");
+        }
+        for (label, out) in &self.launches {
+            let no_stdout = vec![Vec::new(); out.stderr.len()];
+            let t = job::tails(&no_stdout, &out.stderr, &out.launcher);
+            if !t.is_empty() {
+                let _ = writeln!(s, "  {label} ({}):", out.status);
+                s += &t;
+            }
+        }
+        if self.ckdir.is_dir() {
+            let (_, text) = bounded(Command::new(&self.mpicr).arg("status").arg(&self.ckdir), CMD_GRACE);
+            let _ = writeln!(s, "  mpicr status:\n{}", indent(&text));
+            s += &criu_logs(&self.ckdir);
+        }
+        s
+    }
+}
+
+/// Each rank's stdout length (where a stopped launch cut it).
+fn out_lengths(out: &JobOutput) -> Vec<u64> {
+    out.stdout.iter().map(|o| o.len() as u64).collect()
+}
+
+/// Two launches as one job: outputs concatenated per rank, the second one's status and files.
+fn concat(first: &JobOutput, second: &JobOutput) -> JobOutput {
+    let join = |a: &[Vec<u8>], b: &[Vec<u8>]| -> Vec<Vec<u8>> {
+        a.iter().zip(b).map(|(x, y)| [x.as_slice(), y.as_slice()].concat()).collect()
+    };
+    JobOutput {
+        status: second.status,
+        stdout: join(&first.stdout, &second.stdout),
+        stderr: join(&first.stderr, &second.stderr),
+        launcher: [first.launcher.as_slice(), second.launcher.as_slice()].concat(),
+        leftovers: second.leftovers.clone(),
+        stray: first.stray.iter().chain(&second.stray).cloned().collect(),
+        elapsed: first.elapsed + second.elapsed,
+    }
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("    | {l}\n")).collect()
+}
+
+/// Runs `cmd` with its output in a pipe, killing it after `limit`: (success, stdout+stderr).
+fn bounded(cmd: &mut Command, limit: Duration) -> (bool, String) {
+    let dir = std::env::temp_dir();
+    let path = dir.join(format!("mpicr-ctest-cmd-{}-{}", std::process::id(), job::new_marker()));
+    let mut run = || -> Result<(bool, String), String> {
+        let f = fs::File::create(&path).map_err(|e| e.to_string())?;
+        let f2 = f.try_clone().map_err(|e| e.to_string())?;
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(f)
+            .stderr(f2)
+            .spawn()
+            .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+        let t = Instant::now();
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if t.elapsed() > limit => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => return Err(e.to_string()),
+            }
+        };
+        let text = fs::read_to_string(&path).unwrap_or_default();
+        Ok(match status {
+            Some(s) => (s.success(), text),
+            None => (false, format!("{text}(killed after {} s)", limit.as_secs())),
+        })
+    };
+    let r = run();
+    let _ = fs::remove_file(&path);
+    r.unwrap_or_else(|e| (false, e))
+}
+
+/// The last lines of CRIU's logs in every epoch and rank directory, error lines first.
+fn criu_logs(ckdir: &Path) -> String {
+    const LINES: usize = 8;
+    let mut s = String::new();
+    let mut epochs: Vec<PathBuf> = fs::read_dir(ckdir)
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    epochs.retain(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("epoch-")));
+    epochs.sort();
+    for e in epochs {
+        if let Ok(failed) = fs::read_to_string(e.join("FAILED")) {
+            let _ = writeln!(s, "  {}/FAILED:\n{}", e.display(), indent(&failed));
+        }
+        let mut ranks: Vec<PathBuf> = fs::read_dir(&e)
+            .map(|d| d.filter_map(|x| x.ok().map(|x| x.path())).collect())
+            .unwrap_or_default();
+        ranks.retain(|p| p.is_dir());
+        ranks.sort();
+        for r in ranks {
+            for log in ["dump.log", "restore.log"] {
+                let Ok(text) = fs::read_to_string(r.join(log)) else { continue };
+                let lines: Vec<&str> = text.lines().collect();
+                let errors: Vec<&str> = lines.iter().copied().filter(|l| l.contains("Error")).take(LINES).collect();
+                let tail = &lines[lines.len().saturating_sub(LINES)..];
+                let _ = writeln!(s, "  {} ({} lines):", r.join(log).display(), lines.len());
+                if !errors.is_empty() {
+                    let _ = writeln!(s, "    errors:");
+                    s += &indent(&errors.join("\n"));
+                    let _ = writeln!(s, "    last lines:");
+                }
+                s += &indent(&tail.join("\n"));
+            }
+        }
+    }
+    s
+}
+
+fn shm_entries() -> BTreeSet<String> {
+    fs::read_dir("/dev/shm")
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned())).collect())
+        .unwrap_or_default()
+}
+
+/// Every /dev/shm path some process has open or mapped.
+fn held_paths() -> BTreeSet<String> {
+    let mut held = BTreeSet::new();
+    let Ok(procs) = fs::read_dir("/proc") else { return held };
+    for p in procs.filter_map(|e| e.ok()) {
+        let dir = p.path();
+        if !p.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(fds) = fs::read_dir(dir.join("fd")) {
+            for fd in fds.filter_map(|e| e.ok()) {
+                if let Ok(t) = fs::read_link(fd.path()) {
+                    held.insert(t.to_string_lossy().trim_end_matches(" (deleted)").to_string());
+                }
+            }
+        }
+        if let Ok(maps) = fs::read_to_string(dir.join("maps")) {
+            for l in maps.lines() {
+                if let Some(i) = l.find("/dev/shm/") {
+                    held.insert(l[i..].trim_end_matches(" (deleted)").to_string());
+                }
+            }
+        }
+    }
+    held
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_choices_depend_on_seed_and_case_only() {
+        let a: Vec<f64> = (0..4).map({
+            let mut r = Rng::for_case(7, "x/mpich4/np2/continue");
+            move |_| r.unit()
+        }).collect();
+        let b: Vec<f64> = (0..4).map({
+            let mut r = Rng::for_case(7, "x/mpich4/np2/continue");
+            move |_| r.unit()
+        }).collect();
+        assert_eq!(a, b);
+        assert!(a.iter().all(|&u| (0.0..1.0).contains(&u)));
+        let mut c = Rng::for_case(8, "x/mpich4/np2/continue");
+        assert_ne!(a[0], c.unit());
+        let mut r = Rng::for_case(1, "y");
+        for _ in 0..1000 {
+            let v = r.between(10, 12);
+            assert!((10..=12).contains(&v));
+        }
+    }
+
+    #[test]
+    fn concatenation_and_lengths() {
+        let out = |s: &str| JobOutput {
+            status: std::os::unix::process::ExitStatusExt::from_raw(0),
+            stdout: vec![s.as_bytes().to_vec(), Vec::new()],
+            stderr: vec![Vec::new(), b"e".to_vec()],
+            launcher: Vec::new(),
+            leftovers: Vec::new(),
+            stray: Vec::new(),
+            elapsed: Duration::ZERO,
+        };
+        let c = concat(&out("a\n"), &out("b\n"));
+        assert_eq!(c.stdout[0], b"a\nb\n");
+        assert_eq!(c.stderr[1], b"ee");
+        assert_eq!(out_lengths(&c), vec![4, 0]);
+    }
+}
