@@ -284,7 +284,43 @@ pub fn release() -> Result<(), String> {
     if rc != MPI_SUCCESS {
         return Err(format!("finalizing the lower half ({}) failed: {}", strategy().name(), crate::errors::error_string(rc)));
     }
+    unmap_shared_memory();
     Ok(())
+}
+
+/// Shared-memory files of the MPI library and its transports (MPICH, UCX).
+fn is_library_shm(path: &str) -> bool {
+    path.strip_prefix("/dev/shm/").is_some_and(|name| name.starts_with("mpich") || name.starts_with("ucx"))
+}
+
+/// MPICH 5 leaves its (already unlinked) /dev/shm segments mapped and open after MPI_Finalize.
+/// In an image they become CRIU "ghost" files that every rank of a node would recreate under
+/// the same name at restore, so the released generation's mappings and descriptors are
+/// removed: nothing of that generation runs again.
+fn unmap_shared_memory() {
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        for e in fds.flatten() {
+            let Ok(target) = std::fs::read_link(e.path()) else { continue };
+            let Some(fd) = e.file_name().to_str().and_then(|n| n.parse::<c_int>().ok()) else { continue };
+            if is_library_shm(&target.to_string_lossy()) {
+                // SAFETY: a descriptor of the released library's shared memory.
+                unsafe { libc::close(fd) };
+            }
+        }
+    }
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return };
+    for line in maps.lines() {
+        let mut cols = line.split_whitespace();
+        let (Some(range), Some(path)) = (cols.next(), cols.nth(4)) else { continue };
+        if !is_library_shm(path) {
+            continue;
+        }
+        let Some((a, b)) = range.split_once('-') else { continue };
+        let (Ok(start), Ok(end)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else { continue };
+        // SAFETY: the range is a mapping of the released library's shared memory, which no
+        // code runs on any more.
+        unsafe { libc::munmap(start as *mut c_void, end - start) };
+    }
 }
 
 /// Brings up a fresh lower half and rebuilds every object. `size`: the job size the keeper
