@@ -6,7 +6,7 @@
  * id), and that every worker stopped. The master checks every result against a
  * recomputation. Argument: the number of tasks.
  * Pause point for checkpoint tests: $MPICR_TEST_PAUSE_AT=<handed-out task count (master only)> (common.h).
- * mpicr-test: ranks=1,2,4 args=300 long-args=600000 long-args.2=2500 long-args.4=2500 ckpt-ranks=2,4
+ * mpicr-test: ranks=1,2,4 args=300 long-args=600000 long-args.2=2000 long-args.4=2000 ckpt-ranks=2,4
  */
 #include "common.h"
 

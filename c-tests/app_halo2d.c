@@ -5,7 +5,7 @@
  * (Gatherv of the blocks through a subarray type). Integer arithmetic modulo a prime, so the
  * result is exact and independent of the decomposition. Argument: the iteration count.
  * Pause point for checkpoint tests: $MPICR_TEST_PAUSE_AT=<iteration> (common.h).
- * mpicr-test: ranks=1,2,4 args=100 long-args=10000 long-args.2=2500 long-args.4=1500 ckpt-ranks=2,4
+ * mpicr-test: ranks=1,2,4 args=100 long-args=10000 long-args.2=2000 long-args.4=300 ckpt-ranks=2,4 ckpt-pace.4=8000
  */
 #include "common.h"
 

@@ -6,7 +6,7 @@
  * in flight, and only then waits. All received data are checked against closed forms; a
  * checksum of the state is printed every tenth of the run. Argument: the iteration count.
  * Pause point for checkpoint tests: $MPICR_TEST_PAUSE_AT=<iteration> (common.h).
- * mpicr-test: ranks=1,2,4 args=100 long-args=8000 long-args.2=2000 long-args.4=400 ckpt-ranks=4 ckpt-modes=continue,stop-restart ckpt-pace=5000
+ * mpicr-test: ranks=1,2,4 args=100 long-args=8000 long-args.2=2000 long-args.4=300 ckpt-ranks=4 ckpt-modes=continue,stop-restart ckpt-pace=8000
  */
 #include "common.h"
 

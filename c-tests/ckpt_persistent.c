@@ -8,7 +8,7 @@
  * Wait on each request. All data are checked; a digest is printed every twentieth of the run.
  * Argument: the iteration count.
  * Pause point for checkpoint tests: $MPICR_TEST_PAUSE_AT=<iteration> (common.h).
- * mpicr-test: ranks=1,2,4 args=64 long-args=2500 long-args.4=1500 ckpt-ranks=2,4
+ * mpicr-test: ranks=1,2,4 args=64 long-args=2000 long-args.4=200 ckpt-ranks=2,4 ckpt-pace.4=10000
  */
 #include "common.h"
 

@@ -14,7 +14,7 @@
 #   --native-only   only build and run natively (no libmpicr.so needed)
 #   --rerun-native  ignore the cached native results and run natively again
 #   --timeout       limit of one run of the suite (default 600 s, or $MPI4PY_TESTS_TIMEOUT)
-#   --test-timeout  limit of one test (default 120 s, or $MPI4PY_TESTS_TEST_TIMEOUT; 0: none):
+#   --test-timeout  limit of one test (default 60 s, or $MPI4PY_TESTS_TEST_TIMEOUT; 0: none):
 #                   past it the rank prints the Python stack of its threads and ends
 #   --retries       when a run under the shim crashes or hangs in a test, run the rest of the
 #                   suite (the tests after it) again, up to N more times (default 10), so that
@@ -44,7 +44,7 @@ rank_counts=(1 2)
 native_only=0
 rerun_native=0
 timeout_s=${MPI4PY_TESTS_TIMEOUT:-600}
-test_timeout_s=${MPI4PY_TESTS_TEST_TIMEOUT:-120}
+test_timeout_s=${MPI4PY_TESTS_TEST_TIMEOUT:-60}
 retries=10
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }

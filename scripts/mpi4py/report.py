@@ -40,32 +40,48 @@ def read_status(rundir):
         return None, None, None
 
 
+TEST_LINE = re.compile(r"^\w+ \([\w.]+\) \.\.\. ?")
+
+
 def tail(path, n=10):
-    """The end of a rank's stderr. When Python's faulthandler wrote there (a fatal signal, or
-    the per-test watchdog), its dump instead: the innermost frames of every thread, without
-    the unittest machinery, and the lines the MPI library printed just before."""
+    """What a rank that never finished wrote to stderr in its last test: the messages of the
+    MPI library or the shim, then, when Python's faulthandler wrote there (a fatal signal, or
+    the per-test watchdog), the innermost frames of every thread, without the unittest
+    machinery."""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             lines = f.read().rstrip("\n").splitlines()
     except OSError:
         return []
+    fatal = None
     for i in range(len(lines) - 1, -1, -1):
         if "Fatal Python error" in lines[i] or lines[i].startswith("Timeout ("):
-            out = [ln for ln in lines[max(0, i - 3):i]
-                   if " ... " not in ln and not re.match(r"\[\d+@", ln)]
-            out.append(lines[i])
-            frames = 0
-            for ln in lines[i + 1:]:
-                if not ln.strip() or ln.startswith("Extension modules"):
-                    continue
-                if "most recent call first" in ln:
-                    out.append(ln)
-                    frames = 0
-                elif frames < 6 and "/unittest/" not in ln and "threading.py" not in ln:
-                    out.append(ln)
-                    frames += 1
-            return out[:40]
-    return lines[-n:]
+            fatal = i
+            break
+    end = len(lines) if fatal is None else fatal
+    start = next((j for j in range(end - 1, -1, -1) if TEST_LINE.match(lines[j])), None)
+    if start is None:
+        out = lines[max(0, end - n):end]
+    else:
+        out = [TEST_LINE.sub("", lines[start])] + lines[start + 1:end]
+        out = [ln for ln in out if ln.strip()]
+        if len(out) > 16:
+            out = out[:12] + ["..."] + out[-3:]
+    if fatal is not None:
+        line = lines[fatal]
+        line = TEST_LINE.sub("", line)
+        out.append(line)
+        frames = 0
+        for ln in lines[fatal + 1:]:
+            if not ln.strip() or ln.startswith("Extension modules"):
+                continue
+            if "most recent call first" in ln:
+                out.append(ln)
+                frames = 0
+            elif frames < 6 and "/unittest/" not in ln and "threading.py" not in ln:
+                out.append(ln)
+                frames += 1
+    return out[:44]
 
 
 def load_rank(rundir, rank):
@@ -153,6 +169,8 @@ def stops_of(attempt):
     was ended by mpiexec because of that one)."""
     what = "TIMEOUT/HANG" if attempt["timed_out"] else f"CRASH/ABORT (rc={attempt['rc']})"
     cut = [r for r in attempt["ranks"] if not r["complete"]]
+    if any(ln.startswith("Timeout (") for r in cut for ln in r.get("err_tail", [])):
+        what = "HANG (ended by the per-test watchdog)"
     inside = [r for r in cut if r.get("in_test")]
     stops = []
     for r in inside or cut:

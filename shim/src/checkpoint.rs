@@ -59,6 +59,7 @@ enum Stage {
 }
 
 pub fn run(reader: &mut UnixStream, epoch: u64, stop: bool, state_path: &str) {
+    crate::lower::prepare_thread();
     let mut stage = Stage::Aligning;
     let mut clock = Clock::new();
     let result = phases(reader, epoch, stop, state_path, &mut stage, &mut clock);

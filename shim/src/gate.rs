@@ -36,6 +36,7 @@ impl Drop for Guard {
 
 #[inline(always)]
 pub fn enter() -> Guard {
+    crate::lower::prepare_thread();
     INSIDE.fetch_add(1, Ordering::SeqCst);
     if !CLOSED.load(Ordering::SeqCst) {
         return Guard(());

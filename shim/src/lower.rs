@@ -18,6 +18,8 @@ pub struct Generation {
     pub path: PathBuf,
     pub number: u32,
     lib: libloading::os::unix::Library,
+    /// `uselocale` of the namespace's own libc (see [`prepare_thread`]).
+    uselocale: Option<unsafe extern "C" fn(*mut c_void) -> *mut c_void>,
 }
 
 impl Generation {
@@ -84,10 +86,53 @@ pub fn load_generation(path: &Path) -> Result<&'static Generation, String> {
     if fns.MPI_Init.is_none() || fns.MPI_Comm_rank.is_none() {
         return Err(format!("{} does not look like an MPI library (no MPI_Init)", path.display()));
     }
+    // SAFETY: `uselocale` of the libc copy the library was linked against in its namespace.
+    let uselocale = unsafe { lib.get::<unsafe extern "C" fn(*mut c_void) -> *mut c_void>(b"uselocale\0").ok().map(|s| *s) };
     let number = GENERATIONS.fetch_add(1, Ordering::AcqRel);
-    let g: &'static Generation = Box::leak(Box::new(Generation { fns, path: path.to_path_buf(), number, lib }));
+    let g: &'static Generation = Box::leak(Box::new(Generation { fns, path: path.to_path_buf(), number, lib, uselocale }));
     CURRENT.store(g as *const Generation as *mut Generation, Ordering::Release);
+    CURRENT_NUMBER.store(number, Ordering::Release);
+    prepare_thread();
     Ok(g)
+}
+
+/// Number of the current generation, for the per-thread check in the gate.
+static CURRENT_NUMBER: AtomicU32 = AtomicU32::new(u32::MAX);
+
+thread_local! {
+    /// The generation this thread was prepared for.
+    static PREPARED: std::cell::Cell<u32> = const { std::cell::Cell::new(u32::MAX) };
+}
+
+/// Makes the calling thread usable by the current generation's libc copy.
+///
+/// A thread created by the program's libc does not get the locale state of the libc copy
+/// inside the namespace: the first `snprintf("%f")` there (UCX formats floats while creating
+/// endpoints, e.g. during MPI_Comm_spawn or MPI_Session_init) then faults. Setting the global
+/// locale through that copy's `uselocale` initialises it. Cheap after the first call per
+/// thread and generation.
+#[inline(always)]
+pub fn prepare_thread() {
+    let gen = CURRENT_NUMBER.load(Ordering::Relaxed);
+    if PREPARED.with(|p| p.get()) != gen {
+        prepare_thread_slow(gen);
+    }
+}
+
+#[cold]
+fn prepare_thread_slow(gen: u32) {
+    PREPARED.with(|p| p.set(gen));
+    let p = CURRENT.load(Ordering::Acquire);
+    if p.is_null() {
+        return;
+    }
+    // SAFETY: generations are never freed (see `current`).
+    let g = unsafe { &*p };
+    if let Some(uselocale) = g.uselocale {
+        // LC_GLOBAL_LOCALE is ((locale_t) -1) in glibc.
+        // SAFETY: uselocale with the global-locale sentinel only sets this thread's locale.
+        unsafe { uselocale(-1isize as *mut c_void) };
+    }
 }
 
 /// How many generations of the library were brought up in this process (copies loaded for

@@ -525,14 +525,14 @@ impl<'a> Ctx<'a> {
 
     fn rank_env(&self) -> Vec<(String, OsString)> {
         vec![
-            ("MPICR_TEST_PACE_US".into(), self.case.test.ckpt_pace_us.to_string().into()),
+            ("MPICR_TEST_PACE_US".into(), self.case.test.ckpt_pace(self.case.ranks).to_string().into()),
             ("MPICR_SHIM".into(), self.shim.clone().into_os_string()),
         ]
     }
 
     /// A random instant inside the run: 10-60 % of its shortest possible duration.
     fn random_instant(&mut self) -> Duration {
-        let least = Duration::from_micros(self.steps * self.case.test.ckpt_pace_us);
+        let least = Duration::from_micros(self.steps * self.case.test.ckpt_pace(self.case.ranks));
         let at = least.mul_f64(0.1 + 0.5 * self.rng.unit());
         self.story.push(format!("random instant: {:.2} s after the launch", at.as_secs_f64()));
         at
@@ -874,7 +874,7 @@ impl<'a> Ctx<'a> {
         let _ = writeln!(
             s,
             "  (random choices from MPICR_TEST_SEED={}; pacing {} us per step)",
-            self.seed, self.case.test.ckpt_pace_us
+            self.seed, self.case.test.ckpt_pace(self.case.ranks)
         );
         if !rest.is_empty() {
             let _ = writeln!(s, "{}", rest.trim_end());

@@ -13,9 +13,11 @@
 //! (it needs `long-args`, whose first value is the test's step count: see `t_pause_point` and
 //! `t_pace` in c-tests/common.h), and `ckpt-modes=continue,stop-restart` restricts the
 //! checkpoint modes it runs in (default: `DEFAULT_CKPT_MODES`). `ckpt-pace=US` sets the sleep
-//! per step in those modes (default `DEFAULT_CKPT_PACE_US`): a run lasts at least steps x pace,
-//! and the random instants of the checkpoint modes fall within 10-60 % of that, so the pace
-//! should dominate a step's duration.
+//! per step in those modes (default `DEFAULT_CKPT_PACE_US`), `ckpt-pace.N=US` for N ranks: a
+//! run lasts at least steps x pace, and the random instants of the checkpoint modes fall within
+//! 10-60 % of that, so the pace should dominate a step's duration. (4 busy-polling ranks on 2
+//! cores make some steps 10-50 ms long natively: fewer, longer-paced steps at 4 ranks keep the
+//! native oracle short.)
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -47,6 +49,15 @@ pub struct TestSpec {
     pub ckpt_modes: Vec<String>,
     /// `ckpt-pace`: microseconds of sleep per step in the checkpoint modes.
     pub ckpt_pace_us: u64,
+    /// `ckpt-pace.N`: the pace for N ranks, where it differs.
+    pub ckpt_pace_for: BTreeMap<u32, u64>,
+}
+
+impl TestSpec {
+    /// The pace of the checkpoint modes at `ranks` ranks, in microseconds per step.
+    pub fn ckpt_pace(&self, ranks: u32) -> u64 {
+        self.ckpt_pace_for.get(&ranks).copied().unwrap_or(self.ckpt_pace_us)
+    }
 }
 
 /// Sleep per step in the checkpoint modes when a test does not say (`ckpt-pace`).
@@ -81,6 +92,7 @@ pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, String> 
         ckpt_ranks: Vec::new(),
         ckpt_modes: Vec::new(),
         ckpt_pace_us: DEFAULT_CKPT_PACE_US,
+        ckpt_pace_for: BTreeMap::new(),
     };
     let mut ckpt_modes = None;
     for field in line.split_whitespace() {
@@ -107,10 +119,17 @@ pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, String> 
             "ranks" => spec.ranks = ranks()?,
             "ckpt-ranks" => spec.ckpt_ranks = ranks()?,
             "ckpt-modes" => ckpt_modes = Some(list()),
-            "ckpt-pace" => {
-                spec.ckpt_pace_us = match value.parse() {
+            k if k == "ckpt-pace" || k.starts_with("ckpt-pace.") => {
+                let us = match value.parse() {
                     Ok(us) if us > 0 => us,
-                    _ => return Err(format!("{name}: bad ckpt-pace `{value}`")),
+                    _ => return Err(format!("{name}: bad {k} `{value}`")),
+                };
+                match k.strip_prefix("ckpt-pace.") {
+                    None => spec.ckpt_pace_us = us,
+                    Some(n) => {
+                        let n = n.parse::<u32>().map_err(|_| format!("{name}: bad key `{k}`"))?;
+                        spec.ckpt_pace_for.insert(n, us);
+                    }
                 }
             }
             "args" => spec.args = list(),
@@ -251,6 +270,9 @@ mod tests {
         assert_eq!(s.ckpt_pace_us, 5000);
         assert_eq!(p("/* mpicr-test: ranks=4 */").unwrap().ckpt_pace_us, DEFAULT_CKPT_PACE_US);
         assert!(p("/* mpicr-test: ranks=4 long-args=400 ckpt-ranks=4 ckpt-pace=0 */").is_err());
+        let s = p("/* mpicr-test: ranks=2,4 long-args=400 ckpt-ranks=2,4 ckpt-pace.4=9000 */").unwrap();
+        assert_eq!((s.ckpt_pace(2), s.ckpt_pace(4)), (DEFAULT_CKPT_PACE_US, 9000));
+        assert!(p("/* mpicr-test: ranks=4 long-args=400 ckpt-ranks=4 ckpt-pace.x=1 */").is_err());
     }
 
     #[test]

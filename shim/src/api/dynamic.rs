@@ -10,17 +10,6 @@ use crate::{conv, errors, gate};
 use parking_lot::Mutex;
 use std::os::raw::{c_char, c_int};
 
-/// MPICH 5.0.2, loaded into the shim's link-map namespace, crashes when it spawns from a thread
-/// other than the one that called MPI_Init (from that thread it works): refuse with a clear
-/// error instead.
-fn spawn_refused(name: &str) -> Option<c_int> {
-    if crate::renew::mpich_major() >= 5 && !crate::api::init::on_main_thread() {
-        eprintln!("mpicr: {name} from a thread other than the one that called MPI_Init is not supported with MPICH 5 under mpicr");
-        return Some(errors::raise_default(MPI_ERR_UNSUPPORTED_OPERATION, name));
-    }
-    None
-}
-
 fn wrap(real: c_int, name: &str) -> MPI_Comm {
     if real == MPI_COMM_NULL {
         return real;
@@ -36,9 +25,6 @@ pub unsafe fn MPI_Comm_spawn(
     command: *const c_char, argv: *mut *mut c_char, maxprocs: c_int, info: MPI_Info, root: c_int, comm: MPI_Comm,
     intercomm: *mut MPI_Comm, errcodes: *mut c_int,
 ) -> c_int {
-    if let Some(rc) = spawn_refused("MPI_Comm_spawn") {
-        return rc;
-    }
     let g = gate::enter();
     let mut r = MPI_COMM_NULL;
     let rc = real!(MPI_Comm_spawn(command, argv, maxprocs, conv::info(info), root, conv::comm(comm), &mut r, errcodes));
@@ -54,9 +40,6 @@ pub unsafe fn MPI_Comm_spawn_multiple(
     count: c_int, commands: *mut *mut c_char, argvs: *mut *mut *mut c_char, maxprocs: *const c_int, infos: *const MPI_Info,
     root: c_int, comm: MPI_Comm, intercomm: *mut MPI_Comm, errcodes: *mut c_int,
 ) -> c_int {
-    if let Some(rc) = spawn_refused("MPI_Comm_spawn_multiple") {
-        return rc;
-    }
     let g = gate::enter();
     let real_infos: Vec<MPI_Info> = unsafe { crate::api::slice(infos, count as i64) }.into_iter().map(conv::info).collect();
     let ip = if infos.is_null() { infos } else { real_infos.as_ptr() };

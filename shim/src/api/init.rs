@@ -62,11 +62,6 @@ unsafe fn init(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, p
     MPI_SUCCESS
 }
 
-/// Is the calling thread the one that called MPI_Init?
-pub fn on_main_thread() -> bool {
-    MAIN_THREAD.load(Ordering::Acquire) == thread_id()
-}
-
 /// Has the program called MPI_Finalize?
 pub fn program_finalized() -> bool {
     STAGE.load(Ordering::Acquire) == FINALIZED

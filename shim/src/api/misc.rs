@@ -216,3 +216,21 @@ pub unsafe fn MPI_Type_get_value_index(value_type: MPI_Datatype, index_type: MPI
     check_default!(rc, "MPI_Type_get_value_index");
     MPI_SUCCESS
 }
+
+/// MPI_Abi_get_version (MPI 5.0): a library without the standard ABI (MPICH 4.0.2 lacks the
+/// function altogether) answers -1/-1, as MPICH 5's non-ABI build does.
+pub unsafe fn MPI_Abi_get_version(major: *mut c_int, minor: *mut c_int) -> c_int {
+    let Some(f) = lower::fns().MPI_Abi_get_version else {
+        unsafe {
+            put(major, -1);
+            put(minor, -1);
+        }
+        return MPI_SUCCESS;
+    };
+    let g = gate::enter();
+    // SAFETY: the program's out-pointers, passed through.
+    let rc = unsafe { f(major, minor) };
+    drop(g);
+    check_default!(rc, "MPI_Abi_get_version");
+    MPI_SUCCESS
+}

@@ -35,11 +35,11 @@ pub unsafe extern "C" fn PMPI_Abi_get_info(info: *mut MPI_Info) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Abi_get_version(abi_major: *mut c_int, abi_minor: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Abi_get_version", c_int, crate::gen::passthrough::MPI_Abi_get_version(abi_major, abi_minor))
+    ffi_boundary!("MPI_Abi_get_version", c_int, crate::api::MPI_Abi_get_version(abi_major, abi_minor))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Abi_get_version(abi_major: *mut c_int, abi_minor: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Abi_get_version", c_int, crate::gen::passthrough::MPI_Abi_get_version(abi_major, abi_minor))
+    ffi_boundary!("MPI_Abi_get_version", c_int, crate::api::MPI_Abi_get_version(abi_major, abi_minor))
 }
 
 #[no_mangle]

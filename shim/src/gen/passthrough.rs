@@ -15,15 +15,6 @@ pub unsafe fn MPI_Abi_get_fortran_booleans(logical_size: c_int, logical_true: *m
     rc
 }
 
-pub unsafe fn MPI_Abi_get_version(abi_major: *mut c_int, abi_minor: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Abi_get_version else { return errors::missing("MPI_Abi_get_version") };
-    let rc = f(abi_major, abi_minor);
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Abi_get_version"); }
-    rc
-}
-
 pub unsafe fn MPI_Abi_set_fortran_booleans(logical_size: c_int, logical_true: *mut c_void, logical_false: *mut c_void) -> c_int {
     let _g = gate::enter();
     let Some(f) = lower::fns().MPI_Abi_set_fortran_booleans else { return errors::missing("MPI_Abi_set_fortran_booleans") };
