@@ -54,22 +54,10 @@ pub fn strategy() -> Strategy {
     })
 }
 
-/// `namespace` for every library, measured: MPICH 4.0.2 crashes on a second
-/// MPI_Session_init, and MPICH 5.0.2, loaded into a link-map namespace as the shim does,
-/// crashes in MPI_Session_init when a thread other than the one that called MPI_Init
-/// renews it (the agent thread does), although the same sequence works outside a namespace.
-/// `namespace` checkpoints and restarts both builds.
+/// MPICH 5 and later re-initialise through sessions; MPICH 4.0.2 crashes on a second
+/// MPI_Session_init, so it gets a fresh copy per generation.
 fn detect() -> Strategy {
-    Strategy::Namespace
-}
-
-/// Why a checkpoint cannot use the `sessions` strategy (chosen with MPICR_RENEW=sessions).
-pub fn sessions_refusal() -> Option<String> {
-    (strategy() == Strategy::Sessions).then(|| {
-        "MPICR_RENEW=sessions: MPICH 5.0.2 crashes in MPI_Session_init when the agent thread renews a library loaded \
-         into its own link-map namespace; unset MPICR_RENEW to use the `namespace` strategy"
-            .to_string()
-    })
+    if mpich_major() >= 5 { Strategy::Sessions } else { Strategy::Namespace }
 }
 
 /// Major version of the MPICH underneath (0 when it is not MPICH).

@@ -6,7 +6,8 @@
 //! - Every step of the program is paced (`MPICR_TEST_PACE_US`, the test's `ckpt-pace`, see
 //!   `t_pace` in c-tests/common.h), so a run with S steps (the first of `long-args`) lasts at
 //!   least S x pace whatever the machine, rank count and MPI build; a random instant is drawn
-//!   within 10-60 % of that, hence always inside the run.
+//!   within 0-60 % of that after every rank printed its first line (right after MPI_Init),
+//!   hence always inside the run.
 //! - Pause points (`MPICR_TEST_PAUSE_AT`, see `t_pause_point`) stop every rank at a known step
 //!   with everything before it printed: a checkpoint taken there cuts each rank's output at a
 //!   known byte offset, so a restart from that epoch must print exactly the native output
@@ -196,7 +197,7 @@ pub(crate) fn run_case(
 /// A checkpoint to take during a launch.
 #[derive(Debug, Clone, Copy)]
 enum Trigger {
-    /// this long after the launch
+    /// this long after every rank printed its first line (`t_init`, after MPI_Init)
     After(Duration),
     /// at the next pause point
     Pause,
@@ -239,6 +240,8 @@ struct Driver<'a> {
     /// the launch restores an epoch taken at a pause: let it go on at once
     resume_first: bool,
     started: Option<Instant>,
+    /// when every rank had printed something
+    ready: Option<Instant>,
     state: State,
     /// a resume file was written and the program has not taken it yet
     resuming: bool,
@@ -262,6 +265,7 @@ impl<'a> Driver<'a> {
             plan: plan.into(),
             resume_first: false,
             started: None,
+            ready: None,
             state: State::Idle,
             resuming: false,
             auto_resume: true,
@@ -319,7 +323,7 @@ impl<'a> Driver<'a> {
 
     fn poll(&mut self, work: &Path) -> Result<(), String> {
         let now = Instant::now();
-        let started = *self.started.get_or_insert(now);
+        self.started.get_or_insert(now);
         if self.resume_first {
             self.resume_first = false;
             self.note("resumed the restored pause".into());
@@ -332,13 +336,18 @@ impl<'a> Driver<'a> {
             self.resuming = false;
         }
         let paused = work.join(PAUSED).exists();
+        let timed = self.plan.iter().any(|p| matches!(p.trigger, Trigger::After(_)));
+        if timed && self.ready.is_none() && out_sizes(self.io, self.ranks).iter().all(|&n| n > 0) {
+            self.ready = Some(now);
+            self.note("every rank has printed its first line".into());
+        }
         self.state = match std::mem::replace(&mut self.state, State::Idle) {
             State::Idle => match self.plan.front().map(|p| p.trigger) {
                 Some(Trigger::Pause) if paused => {
                     self.note("paused".into());
                     self.ask(1)?
                 }
-                Some(Trigger::After(d)) if now - started >= d => self.ask(1)?,
+                Some(Trigger::After(d)) if self.ready.is_some_and(|r| now - r >= d) => self.ask(1)?,
                 _ => {
                     if paused && self.auto_resume {
                         // a pause nobody checkpoints at (e.g. a later one reached again after
@@ -368,7 +377,7 @@ impl<'a> Driver<'a> {
             State::Settling { epoch, last, stable, since } => {
                 let sizes = out_sizes(self.io, self.ranks);
                 let stable = if sizes == last { stable + 1 } else { 0 };
-                if stable >= 10 && since.elapsed() >= Duration::from_millis(300) {
+                if stable >= 25 && since.elapsed() >= Duration::from_millis(600) {
                     self.note(format!("cut of epoch {epoch} at stdout bytes {sizes:?}; resumed"));
                     self.taken.push(Taken { epoch, cut: Some(sizes) });
                     self.resume(work)?;
@@ -455,7 +464,7 @@ impl<'a> Driver<'a> {
         }
         if let Some(p) = self.plan.front() {
             let when = match p.trigger {
-                Trigger::After(d) => format!("{:.2} s after the launch", d.as_secs_f64()),
+                Trigger::After(d) => format!("{:.2} s after every rank printed", d.as_secs_f64()),
                 Trigger::Pause => "at a pause point".to_string(),
             };
             let msg = format!(
@@ -530,11 +539,15 @@ impl<'a> Ctx<'a> {
         ]
     }
 
-    /// A random instant inside the run: 10-60 % of its shortest possible duration.
+    /// A random instant inside the run: 0-60 % of its shortest possible duration after MPI_Init.
     fn random_instant(&mut self) -> Duration {
         let least = Duration::from_micros(self.steps * self.case.test.ckpt_pace(self.case.ranks));
-        let at = least.mul_f64(0.1 + 0.5 * self.rng.unit());
-        self.story.push(format!("random instant: {:.2} s after the launch", at.as_secs_f64()));
+        let at = least.mul_f64(0.6 * self.rng.unit());
+        self.story.push(format!(
+            "random instant: {:.2} s after every rank printed its first line (the run lasts at least {:.2} s from there)",
+            at.as_secs_f64(),
+            least.as_secs_f64()
+        ));
         at
     }
 
@@ -806,29 +819,12 @@ impl<'a> Ctx<'a> {
 
     /// Each rank's output of a launch that was stopped must be the start of its native output.
     fn check_prefix(&self, label: &str, out: &JobOutput) -> Result<(), String> {
-        for (r, (native, got)) in self.oracle.stdout.iter().zip(&out.stdout).enumerate() {
-            if !native.starts_with(got) {
-                let end = native.len().min(got.len());
-                let d = diff::line_diff(&native[..end], got).unwrap_or_default();
-                return Err(format!(
-                    "{label}: rank {r}'s output before the stop is not the start of its native output\n\
-                     rank {r} stdout (- native, first {end} bytes; + {label}):\n{d}"
-                ));
-            }
-        }
-        Ok(())
+        stopped_prefix(self.oracle, label, out)
     }
 
     /// A restart from an epoch cut at `cut` must print the native output after the cut.
     fn check_remainder(&self, label: &str, cut: &[u64], after: &JobOutput) -> Result<(), String> {
-        let mut expected = self.oracle.clone();
-        for (r, out) in expected.stdout.iter_mut().enumerate() {
-            let at = cut.get(r).copied().unwrap_or(0) as usize;
-            if at > out.len() {
-                return Err(format!("rank {r}: the cut ({at} bytes) is beyond the native output ({} bytes)", out.len()));
-            }
-            out.drain(..at);
-        }
+        let expected = remainder(self.oracle, cut)?;
         match compare(&expected, after) {
             None => Ok(()),
             Some(d) => Err(format!(
@@ -898,6 +894,43 @@ impl<'a> Ctx<'a> {
         }
         s
     }
+}
+
+/// Checks that a stopped launch printed, on every rank, a proper start of the native output:
+/// the same bytes, and not all of them (every rank's last line comes after the stop).
+fn stopped_prefix(native: &JobOutput, label: &str, out: &JobOutput) -> Result<(), String> {
+    for (r, (native, got)) in native.stdout.iter().zip(&out.stdout).enumerate() {
+        if !native.starts_with(got) {
+            let end = native.len().min(got.len());
+            let d = diff::line_diff(&native[..end], got).unwrap_or_default();
+            return Err(format!(
+                "{label}: rank {r}'s output before the stop is not the start of its native output\n\
+                 rank {r} stdout (- native, first {end} bytes; + {label}):\n{d}"
+            ));
+        }
+        if got.len() == native.len() {
+            return Err(format!(
+                "{label}: rank {r} printed all of its native output although the job was stopped before its end"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The native output after the cut (`cut[r]` bytes of rank r's stdout).
+fn remainder(native: &JobOutput, cut: &[u64]) -> Result<JobOutput, String> {
+    if cut.len() != native.stdout.len() {
+        return Err(format!("a cut of {} ranks for a job of {}", cut.len(), native.stdout.len()));
+    }
+    let mut expected = native.clone();
+    for (r, (out, &at)) in expected.stdout.iter_mut().zip(cut).enumerate() {
+        let at = at as usize;
+        if at > out.len() {
+            return Err(format!("rank {r}: the cut ({at} bytes) is beyond the native output ({} bytes)", out.len()));
+        }
+        out.drain(..at);
+    }
+    Ok(expected)
 }
 
 /// Each rank's stdout length (where a stopped launch cut it).
@@ -1055,6 +1088,44 @@ mod tests {
             let v = r.between(10, 12);
             assert!((10..=12).contains(&v));
         }
+    }
+
+    fn output(ranks: &[&str]) -> JobOutput {
+        JobOutput {
+            status: std::os::unix::process::ExitStatusExt::from_raw(0),
+            stdout: ranks.iter().map(|s| s.as_bytes().to_vec()).collect(),
+            stderr: vec![Vec::new(); ranks.len()],
+            launcher: Vec::new(),
+            leftovers: Vec::new(),
+            stray: Vec::new(),
+            elapsed: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn stopped_output_must_be_a_proper_start_of_the_native_one() {
+        let native = output(&["a\nb\nPASS\n", "x\ny\nPASS\n"]);
+        assert!(stopped_prefix(&native, "run", &output(&["a\n", "x\ny\n"])).is_ok());
+        assert!(stopped_prefix(&native, "run", &output(&["", ""])).is_ok());
+        let e = stopped_prefix(&native, "run", &output(&["a\n", "x\nz\n"])).unwrap_err();
+        assert!(e.contains("rank 1's output before the stop"), "{e}");
+        assert!(e.contains("+ z"), "{e}");
+        // a job that ran to its end was not stopped
+        let e = stopped_prefix(&native, "run", &output(&["a\n", "x\ny\nPASS\n"])).unwrap_err();
+        assert!(e.contains("rank 1 printed all"), "{e}");
+    }
+
+    #[test]
+    fn restart_output_is_compared_with_the_native_remainder() {
+        let native = output(&["a\nb\nPASS\n", "x\ny\nPASS\n"]);
+        let rest = remainder(&native, &[2, 4]).unwrap();
+        assert_eq!(rest.stdout, vec![b"b\nPASS\n".to_vec(), b"PASS\n".to_vec()]);
+        assert!(compare(&rest, &output(&["b\nPASS\n", "PASS\n"])).is_none());
+        // a restart that starts over, or repeats a line printed before the cut, differs
+        assert!(compare(&rest, &output(&["a\nb\nPASS\n", "PASS\n"])).is_some());
+        assert!(compare(&rest, &output(&["b\nPASS\n", "y\nPASS\n"])).is_some());
+        assert!(remainder(&native, &[2]).is_err());
+        assert!(remainder(&native, &[2, 99]).is_err());
     }
 
     #[test]

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Checkpoint/restart tests under Hydra: the C programs that opt in (`ckpt-ranks` in their
+# metadata line: a ring of Sendrecv, the 2-D halo exchange, the master/worker farm, collectives
+# on split communicators, derived datatypes, persistent requests, and the overlapped
+# nonblocking collectives at 4 ranks) x {mpich4, mpich5} x their checkpoint rank counts x the
+# checkpoint modes of the harness (tests/src/ckpt.rs):
+#   continue        `mpicr checkpoint` at a random instant; the job goes on; output = native
+#   stop-restart    `mpicr checkpoint --stop` at a random instant, `mpicr restart` in a new
+#                   mpiexec; output before + after = native
+#   older-epoch     a checkpoint at one pause point, --stop at a later one, `restart --epoch 1`:
+#                   its output = the native output after the first cut
+#   restart-twice   --stop at a pause point, two restarts from it, each = native after the cut
+#   restart-errors  restarts with the wrong rank count, a missing epoch, a missing or foreign
+#                   directory fail fast with a clear message; a good restart still works
+# Every launch and command is bounded in time; processes, files in the working directory and
+# in /dev/shm left behind fail a case. A failure shows the diff, the keepers' stderr,
+# `mpicr status` and the tails of CRIU's dump.log/restore.log, and the seed that repeats it.
+#
+# Usage: scripts/test-ckpt.sh [FILTER...] [--skip S] [--exact] [--list]
+#   scripts/test-ckpt.sh                         everything
+#   scripts/test-ckpt.sh app_halo2d/mpich5/np4    cases whose name (test/flavor/npN/mode) contains it
+#   MPICR_TEST_FLAVORS=mpich4 MPICR_TEST_MODES=continue,stop-restart scripts/test-ckpt.sh
+#   MPICR_TEST_SEED=123 scripts/test-ckpt.sh ...  repeat the random choices of a failed run
+#   MPICR_TEST_VERBOSE=1                          say what each case did, also when it passes
+#   MPICR_TEST_KEEP=1                             keep the scratch directories (images, logs)
+# SKIP_BUILD=1 uses the existing target/release/{mpicr,libmpicr.so}.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+    cargo build --release -q -p mpicr-shim -p mpicr-cli --bin mpicr
+fi
+if [ -z "${MPICR_CRIU:-}" ] && [ ! -x .deps/criu/criu ] && ! command -v criu >/dev/null; then
+    echo "test-ckpt: no criu (run scripts/deps.sh, or set MPICR_CRIU)" >&2
+    exit 1
+fi
+
+export MPICR_TEST_MODES=${MPICR_TEST_MODES:-checkpoint}
+# Jobs one at a time: MPICH ranks busy-poll, and 4 ranks already oversubscribe 2 cores.
+exec cargo test --release -p mpicr-tests --test ctests -- "$@"
