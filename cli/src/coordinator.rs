@@ -194,6 +194,8 @@ struct Ckpt {
     ready: BTreeMap<i32, ReadyInfo>,
     dumped: BTreeMap<i32, RankManifest>,
     resumed: BTreeSet<i32>,
+    /// When the last rank reported running again: the stop time the program saw ends there.
+    last_resumed: Option<Instant>,
     marks: Vec<(String, u64)>,
     last_mark: Instant,
     manifest: Option<Manifest>,
@@ -513,6 +515,7 @@ impl Coordinator {
             ready: BTreeMap::new(),
             dumped: BTreeMap::new(),
             resumed: BTreeSet::new(),
+            last_resumed: None,
             marks: Vec::new(),
             last_mark: now,
             manifest: None,
@@ -544,7 +547,10 @@ impl Coordinator {
         if epoch != c.epoch {
             return;
         }
-        let next = if c.phase != expected_phase {
+        // Keepers resume their program right after their own dump (checksums and the commit
+        // come after), so `Resumed` may arrive while the others still dump.
+        let early_resume = matches!(msg, ToCoord::Resumed { .. }) && c.phase == Phase::Dumping;
+        let next = if c.phase != expected_phase && !early_resume {
             Next::Abort(format!("rank {r} sent {:?}-phase data during phase {:?}", expected_phase, c.phase))
         } else {
             match msg {
@@ -595,6 +601,9 @@ impl Coordinator {
                 ToCoord::Resumed { .. } => {
                     c.resumed.insert(r);
                     if c.resumed.len() == size {
+                        c.last_resumed = Some(Instant::now());
+                    }
+                    if c.resumed.len() == size && c.phase == Phase::Resuming {
                         c.mark("resume");
                         Next::Finish
                     } else {
@@ -657,6 +666,7 @@ impl Coordinator {
             self.abort(format!("writing the manifest: {e:#}"));
             return;
         }
+        let m_ranks = m.ranks;
         let c = self.ckpt.as_mut().unwrap();
         c.mark("commit");
         c.manifest = Some(m);
@@ -670,7 +680,15 @@ impl Coordinator {
             }
         } else {
             c.phase = Phase::Resuming;
+            let all_resumed = c.resumed.len() as i32 == m_ranks;
             self.broadcast(&FromCoord::Resume { epoch });
+            if all_resumed {
+                // Every rank resumed early, during the dump phase.
+                if let Some(c) = self.ckpt.as_mut() {
+                    c.mark("resume");
+                }
+                self.finish();
+            }
         }
     }
 
@@ -678,7 +696,7 @@ impl Coordinator {
     fn finish(&mut self) {
         let Some(mut c) = self.ckpt.take() else { return };
         let Some(mut m) = c.manifest.take() else { return };
-        m.stop_time_us = c.t0.elapsed().as_micros() as u64;
+        m.stop_time_us = c.last_resumed.unwrap_or_else(Instant::now).duration_since(c.t0).as_micros() as u64;
         m.timings = c.marks.clone();
         let _ = images::write_json_atomic(&self.cfg.dir.manifest_path(m.epoch), &m, 0o644);
         let res = CkptResult { epoch: m.epoch, stop_time_us: m.stop_time_us, bytes: m.total_bytes, ranks: m.ranks, stopped: c.stop };

@@ -387,6 +387,8 @@ pub(crate) struct CkptState {
     stop: bool,
     /// The dump left the program stopped (`--stop`); an abort must continue it.
     stopped: bool,
+    /// The program was told to resume right after this rank's dump (before the commit).
+    resumed: bool,
 }
 
 pub(crate) struct Keeper {
@@ -558,7 +560,7 @@ impl Keeper {
                     self.fail_ckpt(epoch, format!("creating {}: {e}", rdir.display()));
                     return Ok(());
                 }
-                self.ckpt = Some(CkptState { epoch, stop, stopped: false });
+                self.ckpt = Some(CkptState { epoch, stop, stopped: false, resumed: false });
                 match self.mode {
                     Mode::NoMpi => self.tell_coord(ToCoord::ReadyToDump {
                         epoch,
@@ -612,7 +614,7 @@ impl Keeper {
                 }
             }
             FromCoord::Resume { epoch } => {
-                if self.in_ckpt(epoch) {
+                if self.in_ckpt(epoch) && !self.ckpt.as_ref().is_some_and(|c| c.resumed) {
                     match self.mode {
                         Mode::NoMpi => {
                             self.ckpt = None;
@@ -699,6 +701,15 @@ impl Keeper {
         let ext: Vec<u64> = sockets.keys().copied().collect();
         let criu = Criu::locate()?;
         criu.dump(self.pid, &rdir, &ext, leave_stopped, CRIU_TIMEOUT)?;
+        // Checkpoint-and-continue: the image is complete, so the program runs again now;
+        // checksums and the commit follow without stopping it. (The renewal inside is
+        // collective, so it waits for the ranks still dumping.)
+        if !leave_stopped && self.mode == Mode::Agent {
+            self.tell_agent(ToAgent::Resume { restarted: false, epoch, size: self.size })?;
+            if let Some(c) = self.ckpt.as_mut() {
+                c.resumed = true;
+            }
+        }
         let meta = RankMeta {
             format: images::FORMAT,
             job_id: self.job_id.clone(),

@@ -107,6 +107,18 @@ pub fn start_if_supervised() {
     if CTL.set(Mutex::new(sock)).is_err() {
         return;
     }
+    if let Err(e) = send_hello() {
+        eprintln!("mpicr: cannot reach the keeper: {e}; checkpoints are disabled");
+        return;
+    }
+    let spawned = std::thread::Builder::new().name("mpicr-agent".into()).spawn(move || serve(reader));
+    if let Err(e) = spawned {
+        eprintln!("mpicr: cannot start the agent thread: {e}; checkpoints are disabled");
+    }
+}
+
+/// Tells the keeper who this rank is and how many renewals it has left (again after each one).
+pub(crate) fn send_hello() -> std::io::Result<()> {
     let hello = Hello {
         rank: renew::world_rank(),
         size: renew::world_size(),
@@ -115,14 +127,7 @@ pub fn start_if_supervised() {
         renew_strategy: renew::strategy().name().to_string(),
         renewals_left: renew::renewals_left(),
     };
-    if let Err(e) = send(&FromAgent::Hello(hello)) {
-        eprintln!("mpicr: cannot reach the keeper: {e}; checkpoints are disabled");
-        return;
-    }
-    let spawned = std::thread::Builder::new().name("mpicr-agent".into()).spawn(move || serve(reader));
-    if let Err(e) = spawned {
-        eprintln!("mpicr: cannot start the agent thread: {e}; checkpoints are disabled");
-    }
+    send(&FromAgent::Hello(hello))
 }
 
 fn serve(mut reader: UnixStream) {

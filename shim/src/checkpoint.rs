@@ -144,6 +144,7 @@ fn phases(reader: &mut UnixStream, epoch: u64, _stop: bool, state_path: &str, st
     gate::open();
     agent::end_alignment();
     let _ = agent::send(&FromAgent::Resumed { timings: clock.timings() });
+    let _ = agent::send_hello();
     crate::capi::resumed(restarted);
     Ok(())
 }

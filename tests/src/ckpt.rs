@@ -31,7 +31,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// `mpicr checkpoint --timeout`.
-const CKPT_TIMEOUT: Duration = Duration::from_secs(60);
+const CKPT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How much longer than its own timeout `mpicr checkpoint` (and `mpicr status`) may take
 /// before it is killed.
 const CMD_GRACE: Duration = Duration::from_secs(20);
