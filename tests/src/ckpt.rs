@@ -17,7 +17,8 @@
 //!   directory) and the job marker (restored ranks keep their environment), each writes its
 //!   output to its own subdirectory, and every one is bounded by the test's time limit; the
 //!   checkpoint directory is `<scratch>/ckpt`. At the end the working directory must be empty,
-//!   no process may be left (`JobOutput::stray`) and no new file may be left in /dev/shm.
+//!   no process may be left (`JobOutput::stray`) and no new file may be left in /dev/shm (what
+//!   is left there is removed, also after a failure: a killed MPICH job leaves its segment).
 //! - A failure says what happened step by step, with the first lines of the output diff, the
 //!   keepers' stderr, `mpicr status`, and the tails of CRIU's `dump.log` and `restore.log`.
 
@@ -76,9 +77,9 @@ struct Rng(u64);
 
 impl Rng {
     fn for_case(seed: u64, id: &str) -> Rng {
-        let h = id
-            .bytes()
-            .fold(0xcbf29ce484222325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3));
+        let h = id.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+        });
         Rng(splitmix(seed ^ h))
     }
 
@@ -113,7 +114,10 @@ impl Harness {
     fn cli(&self) -> Result<(PathBuf, PathBuf), String> {
         self.cli_copy
             .get_or_init(|| {
-                for (p, what) in [(&self.mpicr, "mpicr-cli --bin mpicr"), (&self.shim, "mpicr-shim")] {
+                for (p, what) in [
+                    (&self.mpicr, "mpicr-cli --bin mpicr"),
+                    (&self.shim, "mpicr-shim"),
+                ] {
                     if !p.is_file() {
                         return Err(format!(
                             "{} does not exist: build it with `cargo build --release -p {what}`",
@@ -151,10 +155,12 @@ pub(crate) fn run_case(
     oracle: &JobOutput,
 ) -> Result<(), String> {
     let (mpicr, shim) = h.cli()?;
-    let steps: u64 = args
-        .first()
-        .and_then(|a| a.parse().ok())
-        .ok_or_else(|| format!("{}: the first of long-args is not a step count", case.test.name))?;
+    let steps: u64 = args.first().and_then(|a| a.parse().ok()).ok_or_else(|| {
+        format!(
+            "{}: the first of long-args is not a step count",
+            case.test.name
+        )
+    })?;
     let scratch = Scratch::new(&case.id(), h.keep)?;
     let mut cx = Ctx {
         case,
@@ -183,8 +189,26 @@ pub(crate) fn run_case(
         Mode::RestartErrors => cx.restart_errors(),
         m => Err(format!("{m} is not a checkpoint mode")),
     }
-    .and_then(|()| cx.check_clean(&shm_before));
-    if verdict.is_ok() && std::env::var("MPICR_TEST_VERBOSE").is_ok_and(|v| !v.is_empty() && v != "0") {
+    .and_then(|()| cx.check_workdir());
+    // after a failure too: files the case's jobs left in /dev/shm are removed
+    let orphans = shm_orphans(&shm_before);
+    for o in &orphans {
+        let _ = fs::remove_file(Path::new("/dev/shm").join(o));
+    }
+    let verdict = match verdict {
+        Ok(()) if !orphans.is_empty() => Err(format!(
+            "files left behind in /dev/shm (removed): {}",
+            orphans.join(", ")
+        )),
+        Err(e) if !orphans.is_empty() => Err(format!(
+            "{e}\n  (removed what its jobs left in /dev/shm: {})",
+            orphans.join(", ")
+        )),
+        v => v,
+    };
+    if verdict.is_ok()
+        && std::env::var("MPICR_TEST_VERBOSE").is_ok_and(|v| !v.is_empty() && v != "0")
+    {
         let mut s = String::new();
         for line in &cx.story {
             let _ = writeln!(s, "  {}: {line}", case.id());
@@ -220,10 +244,23 @@ struct Taken {
 enum State {
     Idle,
     /// ask (again) at this time
-    Waiting { at: Instant, asks: u32 },
-    Asking { child: Child, since: Instant, out: PathBuf, asks: u32 },
+    Waiting {
+        at: Instant,
+        asks: u32,
+    },
+    Asking {
+        child: Child,
+        since: Instant,
+        out: PathBuf,
+        asks: u32,
+    },
     /// after a checkpoint at a pause: waiting for the output files to stop growing
-    Settling { epoch: u64, last: Vec<u64>, stable: u32, since: Instant },
+    Settling {
+        epoch: u64,
+        last: Vec<u64>,
+        stable: u32,
+        since: Instant,
+    },
 }
 
 /// Acts on a running launch, called every 20 ms by `job::run_in`: takes the planned
@@ -255,7 +292,14 @@ struct Driver<'a> {
 }
 
 impl<'a> Driver<'a> {
-    fn new(mpicr: &'a Path, ckdir: &'a Path, io: &'a Path, label: &'a str, ranks: u32, plan: Vec<Planned>) -> Driver<'a> {
+    fn new(
+        mpicr: &'a Path,
+        ckdir: &'a Path,
+        io: &'a Path,
+        label: &'a str,
+        ranks: u32,
+        plan: Vec<Planned>,
+    ) -> Driver<'a> {
         Driver {
             mpicr,
             ckdir,
@@ -287,7 +331,8 @@ impl<'a> Driver<'a> {
     }
 
     fn resume(&mut self, work: &Path) -> Result<(), String> {
-        fs::write(work.join(RESUME), b"").map_err(|e| format!("cannot write the resume file: {e}"))?;
+        fs::write(work.join(RESUME), b"")
+            .map_err(|e| format!("cannot write the resume file: {e}"))?;
         self.resuming = true;
         Ok(())
     }
@@ -295,10 +340,13 @@ impl<'a> Driver<'a> {
     fn ask(&mut self, asks: u32) -> Result<State, String> {
         let p = self.plan.front().copied().expect("a planned checkpoint");
         self.seq += 1;
-        let out = self
-            .io
-            .join(format!("checkpoint-{}-{}.txt", self.seq, if p.stop { "stop" } else { "continue" }));
-        let file = fs::File::create(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+        let out = self.io.join(format!(
+            "checkpoint-{}-{}.txt",
+            self.seq,
+            if p.stop { "stop" } else { "continue" }
+        ));
+        let file =
+            fs::File::create(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
         let file2 = file.try_clone().map_err(|e| e.to_string())?;
         let mut cmd = Command::new(self.mpicr);
         cmd.arg("checkpoint");
@@ -318,7 +366,12 @@ impl<'a> Driver<'a> {
             let what = format!("mpicr checkpoint{}", if p.stop { " --stop" } else { "" });
             self.note(what);
         }
-        Ok(State::Asking { child, since: Instant::now(), out, asks })
+        Ok(State::Asking {
+            child,
+            since: Instant::now(),
+            out,
+            asks,
+        })
     }
 
     fn poll(&mut self, work: &Path) -> Result<(), String> {
@@ -336,7 +389,10 @@ impl<'a> Driver<'a> {
             self.resuming = false;
         }
         let paused = work.join(PAUSED).exists();
-        let timed = self.plan.iter().any(|p| matches!(p.trigger, Trigger::After(_)));
+        let timed = self
+            .plan
+            .iter()
+            .any(|p| matches!(p.trigger, Trigger::After(_)));
         if timed && self.ready.is_none() && out_sizes(self.io, self.ranks).iter().all(|&n| n > 0) {
             self.ready = Some(now);
             self.note("every rank has printed its first line".into());
@@ -347,7 +403,9 @@ impl<'a> Driver<'a> {
                     self.note("paused".into());
                     self.ask(1)?
                 }
-                Some(Trigger::After(d)) if self.ready.is_some_and(|r| now - r >= d) => self.ask(1)?,
+                Some(Trigger::After(d)) if self.ready.is_some_and(|r| now - r >= d) => {
+                    self.ask(1)?
+                }
                 _ => {
                     if paused && self.auto_resume {
                         // a pause nobody checkpoints at (e.g. a later one reached again after
@@ -360,37 +418,74 @@ impl<'a> Driver<'a> {
             },
             State::Waiting { at, asks } if now >= at => self.ask(asks)?,
             s @ State::Waiting { .. } => s,
-            State::Asking { mut child, since, out, asks } => match child.try_wait() {
+            State::Asking {
+                mut child,
+                since,
+                out,
+                asks,
+            } => match child.try_wait() {
                 Ok(None) if since.elapsed() > CKPT_TIMEOUT + CMD_GRACE => {
                     let _ = child.kill();
                     let _ = child.wait();
                     self.give_up(
                         work,
                         paused,
-                        format!("`mpicr checkpoint` did not finish within {} s (killed)", (CKPT_TIMEOUT + CMD_GRACE).as_secs()),
+                        format!(
+                            "`mpicr checkpoint` did not finish within {} s (killed)",
+                            (CKPT_TIMEOUT + CMD_GRACE).as_secs()
+                        ),
                     )?
                 }
-                Ok(None) => State::Asking { child, since, out, asks },
+                Ok(None) => State::Asking {
+                    child,
+                    since,
+                    out,
+                    asks,
+                },
                 Ok(Some(status)) => self.answered(work, paused, status, &out, asks)?,
-                Err(e) => self.give_up(work, paused, format!("waiting for `mpicr checkpoint`: {e}"))?,
+                Err(e) => {
+                    self.give_up(work, paused, format!("waiting for `mpicr checkpoint`: {e}"))?
+                }
             },
-            State::Settling { epoch, last, stable, since } => {
+            State::Settling {
+                epoch,
+                last,
+                stable,
+                since,
+            } => {
                 let sizes = out_sizes(self.io, self.ranks);
                 let stable = if sizes == last { stable + 1 } else { 0 };
                 if stable >= 25 && since.elapsed() >= Duration::from_millis(600) {
-                    self.note(format!("cut of epoch {epoch} at stdout bytes {sizes:?}; resumed"));
-                    self.taken.push(Taken { epoch, cut: Some(sizes) });
+                    self.note(format!(
+                        "cut of epoch {epoch} at stdout bytes {sizes:?}; resumed"
+                    ));
+                    self.taken.push(Taken {
+                        epoch,
+                        cut: Some(sizes),
+                    });
                     self.resume(work)?;
                     State::Idle
                 } else {
-                    State::Settling { epoch, last: sizes, stable, since }
+                    State::Settling {
+                        epoch,
+                        last: sizes,
+                        stable,
+                        since,
+                    }
                 }
             }
         };
         Ok(())
     }
 
-    fn answered(&mut self, work: &Path, paused: bool, status: ExitStatus, out: &Path, asks: u32) -> Result<State, String> {
+    fn answered(
+        &mut self,
+        work: &Path,
+        paused: bool,
+        status: ExitStatus,
+        out: &Path,
+        asks: u32,
+    ) -> Result<State, String> {
         let text = fs::read_to_string(out).unwrap_or_default();
         if status.success() {
             let p = self.plan.pop_front().expect("a planned checkpoint");
@@ -399,12 +494,21 @@ impl<'a> Driver<'a> {
                 .find_map(|l| l.strip_prefix("epoch:"))
                 .and_then(|e| e.trim().parse().ok())
             else {
-                return self.give_up(work, paused, format!("`mpicr checkpoint` succeeded but printed no epoch:\n{text}"));
+                return self.give_up(
+                    work,
+                    paused,
+                    format!("`mpicr checkpoint` succeeded but printed no epoch:\n{text}"),
+                );
             };
             self.note(format!("epoch {epoch} committed: {}", one_line(&text)));
             if matches!(p.trigger, Trigger::Pause) && !p.stop {
                 let last = out_sizes(self.io, self.ranks);
-                return Ok(State::Settling { epoch, last, stable: 0, since: Instant::now() });
+                return Ok(State::Settling {
+                    epoch,
+                    last,
+                    stable: 0,
+                    since: Instant::now(),
+                });
             }
             if p.stop {
                 self.auto_resume = false; // the job ends; a restart resumes the pause
@@ -414,11 +518,21 @@ impl<'a> Driver<'a> {
         }
         if asks < MAX_ASKS && NOT_READY.iter().any(|m| text.contains(m)) {
             if asks == 1 {
-                self.note(format!("not ready, asking again every 100 ms: {}", one_line(&text)));
+                self.note(format!(
+                    "not ready, asking again every 100 ms: {}",
+                    one_line(&text)
+                ));
             }
-            return Ok(State::Waiting { at: Instant::now() + Duration::from_millis(100), asks: asks + 1 });
+            return Ok(State::Waiting {
+                at: Instant::now() + Duration::from_millis(100),
+                asks: asks + 1,
+            });
         }
-        self.give_up(work, paused, format!("`mpicr checkpoint` failed ({status}): {}", text.trim_end()))
+        self.give_up(
+            work,
+            paused,
+            format!("`mpicr checkpoint` failed ({status}): {}", text.trim_end()),
+        )
     }
 
     /// A checkpoint failed: no more are taken, and a paused job is let go on (so that its
@@ -436,7 +550,13 @@ impl<'a> Driver<'a> {
     /// After the launch ended: waits for a checkpoint command still running, and says which
     /// planned checkpoints were not taken.
     fn finish(&mut self, work: &Path) {
-        if let State::Asking { mut child, since, out, asks } = std::mem::replace(&mut self.state, State::Idle) {
+        if let State::Asking {
+            mut child,
+            since,
+            out,
+            asks,
+        } = std::mem::replace(&mut self.state, State::Idle)
+        {
             let status = loop {
                 match child.try_wait() {
                     Ok(Some(s)) => break Some(s),
@@ -454,13 +574,18 @@ impl<'a> Driver<'a> {
                     let _ = self.answered(work, false, s, &out, MAX_ASKS.max(asks));
                 }
                 None => {
-                    let _ = self.give_up(work, false, "`mpicr checkpoint` did not finish (killed)".into());
+                    let _ = self.give_up(
+                        work,
+                        false,
+                        "`mpicr checkpoint` did not finish (killed)".into(),
+                    );
                 }
             }
         }
         if let State::Settling { epoch, .. } = self.state {
-            self.failure
-                .get_or_insert(format!("the job ended while paused after epoch {epoch} (it should have waited)"));
+            self.failure.get_or_insert(format!(
+                "the job ended while paused after epoch {epoch} (it should have waited)"
+            ));
         }
         if let Some(p) = self.plan.front() {
             let when = match p.trigger {
@@ -469,7 +594,10 @@ impl<'a> Driver<'a> {
             };
             let msg = format!(
                 "the job ended before the checkpoint planned {when} was taken (it ran {:.2} s)",
-                self.started.map(|s| s.elapsed()).unwrap_or_default().as_secs_f64()
+                self.started
+                    .map(|s| s.elapsed())
+                    .unwrap_or_default()
+                    .as_secs_f64()
             );
             self.note(msg.clone());
             self.failure.get_or_insert(msg);
@@ -480,7 +608,11 @@ impl<'a> Driver<'a> {
 /// Each rank's stdout size so far.
 fn out_sizes(io: &Path, ranks: u32) -> Vec<u64> {
     (0..ranks)
-        .map(|r| fs::metadata(io.join(format!("out.{r}"))).map(|m| m.len()).unwrap_or(0))
+        .map(|r| {
+            fs::metadata(io.join(format!("out.{r}")))
+                .map(|m| m.len())
+                .unwrap_or(0)
+        })
         .collect()
 }
 
@@ -534,7 +666,10 @@ impl<'a> Ctx<'a> {
 
     fn rank_env(&self) -> Vec<(String, OsString)> {
         vec![
-            ("MPICR_TEST_PACE_US".into(), self.case.test.ckpt_pace(self.case.ranks).to_string().into()),
+            (
+                "MPICR_TEST_PACE_US".into(),
+                self.case.test.ckpt_pace(self.case.ranks).to_string().into(),
+            ),
             ("MPICR_SHIM".into(), self.shim.clone().into_os_string()),
         ]
     }
@@ -558,26 +693,44 @@ impl<'a> Ctx<'a> {
         let steps: Vec<u64> = (0..n)
             .map(|k| self.rng.between(lo + k * width, lo + (k + 1) * width - 1))
             .collect();
-        self.story.push(format!("pause steps: {steps:?} of {}", self.steps));
+        self.story
+            .push(format!("pause steps: {steps:?} of {}", self.steps));
         steps
     }
 
     /// Launches `job` under a driver with `plan`, records it, and requires the checkpoints to
     /// have been taken and the launch to have ended well (exit status 0, nothing left running).
-    fn launch(&mut self, label: &str, job: Job, plan: Vec<Planned>, resume: Resume) -> Result<Launched, String> {
+    fn launch(
+        &mut self,
+        label: &str,
+        job: Job,
+        plan: Vec<Planned>,
+        resume: Resume,
+    ) -> Result<Launched, String> {
         let io = self.scratch.root().join(label);
         let mut d = Driver::new(&self.mpicr, &self.ckdir, &io, label, job.ranks, plan);
         d.resume_first = resume == Resume::First;
         d.auto_resume = resume != Resume::Never;
-        let result = job::run_in(&job, &self.scratch, &io, &self.marker, &mut |work| d.poll(work));
+        let result = job::run_in(&job, &self.scratch, &io, &self.marker, &mut |work| {
+            d.poll(work)
+        });
         d.finish(&self.scratch.work());
-        let (story, taken, failure) = (std::mem::take(&mut d.story), std::mem::take(&mut d.taken), d.failure.take());
+        let (story, taken, failure) = (
+            std::mem::take(&mut d.story),
+            std::mem::take(&mut d.taken),
+            d.failure.take(),
+        );
         self.story.extend(story);
         let out = match result {
             Ok(out) => out,
             Err(e) => {
-                self.story.push(format!("{label}: {}", e.lines().next().unwrap_or("")));
-                return Err(format!("{label}: {e}"));
+                self.story
+                    .push(format!("{label}: {}", e.lines().next().unwrap_or("")));
+                return Err(match failure {
+                    // what went wrong first, then what became of the job
+                    Some(f) => format!("{label}: {f}; then the job {e}"),
+                    None => format!("{label}: {e}"),
+                });
             }
         };
         self.story.push(format!(
@@ -590,13 +743,17 @@ impl<'a> Ctx<'a> {
             return Err(format!("{label}: {f}"));
         }
         if !out.stray.is_empty() {
-            return Err(format!("{label}: processes outlived mpiexec (killed): {}", out.stray.join(", ")));
+            return Err(format!(
+                "{label}: processes outlived mpiexec (killed): {}",
+                out.stray.join(", ")
+            ));
         }
         Ok(Launched { out, taken })
     }
 
     fn run_job(&self, pause_at: &[u64]) -> Job {
-        let mut wrapper: Vec<OsString> = vec![self.mpicr.clone().into(), "run".into(), "--ckpt-dir".into()];
+        let mut wrapper: Vec<OsString> =
+            vec![self.mpicr.clone().into(), "run".into(), "--ckpt-dir".into()];
         wrapper.push(self.ckdir.clone().into());
         wrapper.push("--".into());
         let mut rank_env = self.rank_env();
@@ -639,30 +796,53 @@ impl<'a> Ctx<'a> {
         let planned = plan.len() as u64;
         let l = self.launch("run", job, plan, Resume::Pauses)?;
         if !l.out.status.success() {
-            return Err(format!("run: exited with {} (a checkpointed job must end with 0)", l.out.status));
+            return Err(format!(
+                "run: exited with {} (a checkpointed job must end with 0)",
+                l.out.status
+            ));
         }
         let epochs: Vec<u64> = l.taken.iter().map(|t| t.epoch).collect();
         if epochs != (1..=planned).collect::<Vec<_>>() {
-            return Err(format!("run: the checkpoints were committed as epochs {epochs:?}, expected 1 to {planned}"));
+            return Err(format!(
+                "run: the checkpoints were committed as epochs {epochs:?}, expected 1 to {planned}"
+            ));
         }
         Ok(l)
     }
 
     /// `mpicr restart` of the whole job (from `epoch`, else the latest), which must end well;
     /// tried again when a restored PID is in use by an unrelated process.
-    fn restart(&mut self, label: &str, epoch: Option<u64>, resume: Resume) -> Result<JobOutput, String> {
+    fn restart(
+        &mut self,
+        label: &str,
+        epoch: Option<u64>,
+        resume: Resume,
+    ) -> Result<JobOutput, String> {
         for attempt in 1..=PID_CLASH_RETRIES + 1 {
-            let name = if attempt == 1 { label.to_string() } else { format!("{label}-try{attempt}") };
+            let name = if attempt == 1 {
+                label.to_string()
+            } else {
+                format!("{label}-try{attempt}")
+            };
             let job = self.restart_job(self.ranks(), &self.ckdir, epoch, self.timeout);
             let l = self.launch(&name, job, Vec::new(), resume)?;
-            let clash = l.out.stderr.iter().any(|e| String::from_utf8_lossy(e).contains(PID_CLASH));
+            let clash = l
+                .out
+                .stderr
+                .iter()
+                .any(|e| String::from_utf8_lossy(e).contains(PID_CLASH));
             if clash && attempt <= PID_CLASH_RETRIES && !l.out.status.success() {
-                self.story.push(format!("{name}: a restored PID is in use by another process; trying again in 2 s"));
+                self.story.push(format!(
+                    "{name}: a restored PID is in use by another process; trying again in 2 s"
+                ));
                 std::thread::sleep(Duration::from_secs(2));
                 continue;
             }
             if !l.out.status.success() {
-                return Err(format!("{name}: `mpicr restart` exited with {}", l.out.status));
+                return Err(format!(
+                    "{name}: `mpicr restart` exited with {}",
+                    l.out.status
+                ));
             }
             return Ok(l.out);
         }
@@ -671,7 +851,10 @@ impl<'a> Ctx<'a> {
 
     /// The epochs `mpicr status` reports complete must be exactly `want`.
     fn check_epochs(&mut self, want: &[u64]) -> Result<(), String> {
-        let (ok, text) = bounded(Command::new(&self.mpicr).arg("status").arg(&self.ckdir), CMD_GRACE);
+        let (ok, text) = bounded(
+            Command::new(&self.mpicr).arg("status").arg(&self.ckdir),
+            CMD_GRACE,
+        );
         if !ok {
             return Err(format!("`mpicr status` failed:\n{text}"));
         }
@@ -688,22 +871,39 @@ impl<'a> Ctx<'a> {
                 "`mpicr status` lists complete epochs {complete:?}, expected {want:?}:\n{text}"
             ));
         }
-        self.story.push(format!("mpicr status: complete epochs {complete:?}"));
+        self.story
+            .push(format!("mpicr status: complete epochs {complete:?}"));
         Ok(())
     }
 
     fn continue_mode(&mut self) -> Result<(), String> {
         let at = self.random_instant();
-        let l = self.first_run(&[], vec![Planned { trigger: Trigger::After(at), stop: false }])?;
+        let l = self.first_run(
+            &[],
+            vec![Planned {
+                trigger: Trigger::After(at),
+                stop: false,
+            }],
+        )?;
         if let Some(d) = compare(self.oracle, &l.out) {
-            return Err(format!("the checkpointed run differs from the native run: {d}"));
+            return Err(format!(
+                "the checkpointed run differs from the native run: {d}"
+            ));
         }
         self.check_epochs(&[1])
     }
 
     fn stop_restart(&mut self) -> Result<(), String> {
         let at = self.random_instant();
-        let run = self.first_run(&[], vec![Planned { trigger: Trigger::After(at), stop: true }])?.out;
+        let run = self
+            .first_run(
+                &[],
+                vec![Planned {
+                    trigger: Trigger::After(at),
+                    stop: true,
+                }],
+            )?
+            .out;
         self.check_prefix("run", &run)?;
         self.check_epochs(&[1])?;
         let after = self.restart("restart", None, Resume::Pauses)?;
@@ -719,12 +919,22 @@ impl<'a> Ctx<'a> {
     fn older_epoch(&mut self) -> Result<(), String> {
         let pauses = self.pause_steps(2);
         let plan = vec![
-            Planned { trigger: Trigger::Pause, stop: false },
-            Planned { trigger: Trigger::Pause, stop: true },
+            Planned {
+                trigger: Trigger::Pause,
+                stop: false,
+            },
+            Planned {
+                trigger: Trigger::Pause,
+                stop: true,
+            },
         ];
         let l = self.first_run(&pauses, plan)?;
         self.check_prefix("run", &l.out)?;
-        let cut = l.taken.first().and_then(|t| t.cut.clone()).ok_or("epoch 1 has no recorded cut")?;
+        let cut = l
+            .taken
+            .first()
+            .and_then(|t| t.cut.clone())
+            .ok_or("epoch 1 has no recorded cut")?;
         self.check_epochs(&[1, 2])?;
         let after = self.restart("restart-epoch1", Some(1), Resume::First)?;
         self.check_remainder("restart --epoch 1", &cut, &after)
@@ -732,7 +942,15 @@ impl<'a> Ctx<'a> {
 
     fn restart_twice(&mut self) -> Result<(), String> {
         let pause = self.pause_steps(1);
-        let run = self.first_run(&pause, vec![Planned { trigger: Trigger::Pause, stop: true }])?.out;
+        let run = self
+            .first_run(
+                &pause,
+                vec![Planned {
+                    trigger: Trigger::Pause,
+                    stop: true,
+                }],
+            )?
+            .out;
         self.check_prefix("run", &run)?;
         let cut = out_lengths(&run);
         self.check_epochs(&[1])?;
@@ -744,7 +962,15 @@ impl<'a> Ctx<'a> {
 
     fn restart_errors(&mut self) -> Result<(), String> {
         let pause = self.pause_steps(1);
-        let run = self.first_run(&pause, vec![Planned { trigger: Trigger::Pause, stop: true }])?.out;
+        let run = self
+            .first_run(
+                &pause,
+                vec![Planned {
+                    trigger: Trigger::Pause,
+                    stop: true,
+                }],
+            )?
+            .out;
         self.check_prefix("run", &run)?;
         let cut = out_lengths(&run);
         self.check_epochs(&[1])?;
@@ -766,7 +992,13 @@ impl<'a> Ctx<'a> {
                 format!("has {n} rank(s), but the launcher started {}", n - 1),
             ));
         }
-        bad.push(("missing-epoch".into(), n, ckdir.clone(), Some(7), "epoch 7 does not exist".into()));
+        bad.push((
+            "missing-epoch".into(),
+            n,
+            ckdir.clone(),
+            Some(7),
+            "epoch 7 does not exist".into(),
+        ));
         let missing = self.scratch.root().join("no-such-ckpt");
         bad.push((
             "missing-dir".into(),
@@ -791,10 +1023,14 @@ impl<'a> Ctx<'a> {
                 Err(e) => return Err(format!("a bad restart did not fail cleanly: {e}")),
             };
             if out.status.success() {
-                return Err(format!("{label}: `mpicr restart` succeeded (expected an error containing `{want}`)"));
+                return Err(format!(
+                    "{label}: `mpicr restart` succeeded (expected an error containing `{want}`)"
+                ));
             }
             if out.stdout.iter().any(|o| !o.is_empty()) {
-                return Err(format!("{label}: a rank printed on stdout, so something was restored"));
+                return Err(format!(
+                    "{label}: a rank printed on stdout, so something was restored"
+                ));
             }
             let said: String = out
                 .stderr
@@ -809,7 +1045,8 @@ impl<'a> Ctx<'a> {
                 ));
             }
             let first = said.lines().find(|l| l.contains(&want)).unwrap_or("");
-            self.story.push(format!("{label}: {} with `{}`", out.status, first.trim()));
+            self.story
+                .push(format!("{label}: {} with `{}`", out.status, first.trim()));
         }
         let _ = fs::remove_dir(&empty);
         // the checkpoint is intact: a good restart still works
@@ -833,30 +1070,20 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// Nothing left: an empty working directory, no new file in /dev/shm that no process holds.
-    fn check_clean(&self, shm_before: &BTreeSet<String>) -> Result<(), String> {
+    /// Nothing left in the working directory.
+    fn check_workdir(&self) -> Result<(), String> {
         let mut left: Vec<String> = fs::read_dir(self.scratch.work())
-            .map(|d| d.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned())).collect())
+            .map(|d| {
+                d.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+                    .collect()
+            })
             .unwrap_or_default();
         left.sort();
         if !left.is_empty() {
-            return Err(format!("files left behind in the working directory: {}", left.join(", ")));
-        }
-        let new: Vec<String> = shm_entries().difference(shm_before).cloned().collect();
-        if !new.is_empty() {
-            // another job on this machine may be running: only unheld files count
-            std::thread::sleep(Duration::from_millis(300));
-            let held = held_paths();
-            let orphans: Vec<String> = new
-                .into_iter()
-                .filter(|n| {
-                    let p = format!("/dev/shm/{n}");
-                    Path::new(&p).exists() && !held.contains(&p)
-                })
-                .collect();
-            if !orphans.is_empty() {
-                return Err(format!("files left behind in /dev/shm: {}", orphans.join(", ")));
-            }
+            return Err(format!(
+                "files left behind in the working directory: {}",
+                left.join(", ")
+            ));
         }
         Ok(())
     }
@@ -870,7 +1097,8 @@ impl<'a> Ctx<'a> {
         let _ = writeln!(
             s,
             "  (random choices from MPICR_TEST_SEED={}; pacing {} us per step)",
-            self.seed, self.case.test.ckpt_pace(self.case.ranks)
+            self.seed,
+            self.case.test.ckpt_pace(self.case.ranks)
         );
         if !rest.is_empty() {
             let _ = writeln!(s, "{}", rest.trim_end());
@@ -888,7 +1116,10 @@ impl<'a> Ctx<'a> {
             }
         }
         if self.ckdir.is_dir() {
-            let (_, text) = bounded(Command::new(&self.mpicr).arg("status").arg(&self.ckdir), CMD_GRACE);
+            let (_, text) = bounded(
+                Command::new(&self.mpicr).arg("status").arg(&self.ckdir),
+                CMD_GRACE,
+            );
             let _ = writeln!(s, "  mpicr status:\n{}", indent(&text));
             s += &criu_logs(&self.ckdir);
         }
@@ -920,13 +1151,20 @@ fn stopped_prefix(native: &JobOutput, label: &str, out: &JobOutput) -> Result<()
 /// The native output after the cut (`cut[r]` bytes of rank r's stdout).
 fn remainder(native: &JobOutput, cut: &[u64]) -> Result<JobOutput, String> {
     if cut.len() != native.stdout.len() {
-        return Err(format!("a cut of {} ranks for a job of {}", cut.len(), native.stdout.len()));
+        return Err(format!(
+            "a cut of {} ranks for a job of {}",
+            cut.len(),
+            native.stdout.len()
+        ));
     }
     let mut expected = native.clone();
     for (r, (out, &at)) in expected.stdout.iter_mut().zip(cut).enumerate() {
         let at = at as usize;
         if at > out.len() {
-            return Err(format!("rank {r}: the cut ({at} bytes) is beyond the native output ({} bytes)", out.len()));
+            return Err(format!(
+                "rank {r}: the cut ({at} bytes) is beyond the native output ({} bytes)",
+                out.len()
+            ));
         }
         out.drain(..at);
     }
@@ -941,7 +1179,10 @@ fn out_lengths(out: &JobOutput) -> Vec<u64> {
 /// Two launches as one job: outputs concatenated per rank, the second one's status and files.
 fn concat(first: &JobOutput, second: &JobOutput) -> JobOutput {
     let join = |a: &[Vec<u8>], b: &[Vec<u8>]| -> Vec<Vec<u8>> {
-        a.iter().zip(b).map(|(x, y)| [x.as_slice(), y.as_slice()].concat()).collect()
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| [x.as_slice(), y.as_slice()].concat())
+            .collect()
     };
     JobOutput {
         status: second.status,
@@ -961,7 +1202,11 @@ fn indent(text: &str) -> String {
 /// Runs `cmd` with its output in a pipe, killing it after `limit`: (success, stdout+stderr).
 fn bounded(cmd: &mut Command, limit: Duration) -> (bool, String) {
     let dir = std::env::temp_dir();
-    let path = dir.join(format!("mpicr-ctest-cmd-{}-{}", std::process::id(), job::new_marker()));
+    let path = dir.join(format!(
+        "mpicr-ctest-cmd-{}-{}",
+        std::process::id(),
+        job::new_marker()
+    ));
     let mut run = || -> Result<(bool, String), String> {
         let f = fs::File::create(&path).map_err(|e| e.to_string())?;
         let f2 = f.try_clone().map_err(|e| e.to_string())?;
@@ -1002,7 +1247,10 @@ fn criu_logs(ckdir: &Path) -> String {
     let mut epochs: Vec<PathBuf> = fs::read_dir(ckdir)
         .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
         .unwrap_or_default();
-    epochs.retain(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("epoch-")));
+    epochs.retain(|p| {
+        p.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("epoch-"))
+    });
     epochs.sort();
     for e in epochs {
         if let Ok(failed) = fs::read_to_string(e.join("FAILED")) {
@@ -1015,9 +1263,16 @@ fn criu_logs(ckdir: &Path) -> String {
         ranks.sort();
         for r in ranks {
             for log in ["dump.log", "restore.log"] {
-                let Ok(text) = fs::read_to_string(r.join(log)) else { continue };
+                let Ok(text) = fs::read_to_string(r.join(log)) else {
+                    continue;
+                };
                 let lines: Vec<&str> = text.lines().collect();
-                let errors: Vec<&str> = lines.iter().copied().filter(|l| l.contains("Error")).take(LINES).collect();
+                let errors: Vec<&str> = lines
+                    .iter()
+                    .copied()
+                    .filter(|l| l.contains("Error"))
+                    .take(LINES)
+                    .collect();
                 let tail = &lines[lines.len().saturating_sub(LINES)..];
                 let _ = writeln!(s, "  {} ({} lines):", r.join(log).display(), lines.len());
                 if !errors.is_empty() {
@@ -1032,25 +1287,56 @@ fn criu_logs(ckdir: &Path) -> String {
     s
 }
 
+/// Files that appeared in /dev/shm since `before` and that no process holds: left behind (by
+/// this case's jobs: another job on this machine that is still running holds its files).
+fn shm_orphans(before: &BTreeSet<String>) -> Vec<String> {
+    let new: Vec<String> = shm_entries().difference(before).cloned().collect();
+    if new.is_empty() {
+        return new;
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let held = held_paths();
+    new.into_iter()
+        .filter(|n| {
+            let p = format!("/dev/shm/{n}");
+            Path::new(&p).exists() && !held.contains(&p)
+        })
+        .collect()
+}
+
 fn shm_entries() -> BTreeSet<String> {
     fs::read_dir("/dev/shm")
-        .map(|d| d.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned())).collect())
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 /// Every /dev/shm path some process has open or mapped.
 fn held_paths() -> BTreeSet<String> {
     let mut held = BTreeSet::new();
-    let Ok(procs) = fs::read_dir("/proc") else { return held };
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return held;
+    };
     for p in procs.filter_map(|e| e.ok()) {
         let dir = p.path();
-        if !p.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+        if !p
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
             continue;
         }
         if let Ok(fds) = fs::read_dir(dir.join("fd")) {
             for fd in fds.filter_map(|e| e.ok()) {
                 if let Ok(t) = fs::read_link(fd.path()) {
-                    held.insert(t.to_string_lossy().trim_end_matches(" (deleted)").to_string());
+                    held.insert(
+                        t.to_string_lossy()
+                            .trim_end_matches(" (deleted)")
+                            .to_string(),
+                    );
                 }
             }
         }
@@ -1071,14 +1357,18 @@ mod tests {
 
     #[test]
     fn random_choices_depend_on_seed_and_case_only() {
-        let a: Vec<f64> = (0..4).map({
-            let mut r = Rng::for_case(7, "x/mpich4/np2/continue");
-            move |_| r.unit()
-        }).collect();
-        let b: Vec<f64> = (0..4).map({
-            let mut r = Rng::for_case(7, "x/mpich4/np2/continue");
-            move |_| r.unit()
-        }).collect();
+        let a: Vec<f64> = (0..4)
+            .map({
+                let mut r = Rng::for_case(7, "x/mpich4/np2/continue");
+                move |_| r.unit()
+            })
+            .collect();
+        let b: Vec<f64> = (0..4)
+            .map({
+                let mut r = Rng::for_case(7, "x/mpich4/np2/continue");
+                move |_| r.unit()
+            })
+            .collect();
         assert_eq!(a, b);
         assert!(a.iter().all(|&u| (0.0..1.0).contains(&u)));
         let mut c = Rng::for_case(8, "x/mpich4/np2/continue");

@@ -400,7 +400,9 @@ impl Harness {
                 };
                 job::run(&job, &scratch)
             }
-            mode => Err(format!("{mode} is not run by Harness::execute (see ckpt.rs)")),
+            mode => Err(format!(
+                "{mode} is not run by Harness::execute (see ckpt.rs)"
+            )),
         }
     }
 

@@ -56,7 +56,10 @@ pub struct TestSpec {
 impl TestSpec {
     /// The pace of the checkpoint modes at `ranks` ranks, in microseconds per step.
     pub fn ckpt_pace(&self, ranks: u32) -> u64 {
-        self.ckpt_pace_for.get(&ranks).copied().unwrap_or(self.ckpt_pace_us)
+        self.ckpt_pace_for
+            .get(&ranks)
+            .copied()
+            .unwrap_or(self.ckpt_pace_us)
     }
 }
 
@@ -64,7 +67,8 @@ impl TestSpec {
 pub const DEFAULT_CKPT_PACE_US: u64 = 1000;
 
 /// The checkpoint modes of a test with `ckpt-ranks` but no `ckpt-modes`.
-pub const DEFAULT_CKPT_MODES: [&str; 4] = ["continue", "stop-restart", "older-epoch", "restart-twice"];
+pub const DEFAULT_CKPT_MODES: [&str; 4] =
+    ["continue", "stop-restart", "older-epoch", "restart-twice"];
 
 /// Parses the metadata of one test source. `name` is used in error messages and as the name.
 pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, String> {
@@ -127,7 +131,9 @@ pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, String> 
                 match k.strip_prefix("ckpt-pace.") {
                     None => spec.ckpt_pace_us = us,
                     Some(n) => {
-                        let n = n.parse::<u32>().map_err(|_| format!("{name}: bad key `{k}`"))?;
+                        let n = n
+                            .parse::<u32>()
+                            .map_err(|_| format!("{name}: bad key `{k}`"))?;
                         spec.ckpt_pace_for.insert(n, us);
                     }
                 }
@@ -159,7 +165,11 @@ pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, String> 
         // the checkpoint modes pause at steps chosen from the step count
         let long = spec.long_args.iter().chain(spec.long_args_for.values());
         for args in long {
-            if args.first().and_then(|a| a.parse::<u64>().ok()).is_none_or(|n| n < 10) {
+            if args
+                .first()
+                .and_then(|a| a.parse::<u64>().ok())
+                .is_none_or(|n| n < 10)
+            {
                 return Err(format!(
                     "{name}: `ckpt-ranks` needs long-args whose first value is the step count (at least 10)"
                 ));
@@ -253,25 +263,39 @@ mod tests {
 
     #[test]
     fn checkpoint_keys() {
-        let s = p("/* mpicr-test: ranks=1,2,4 long-args=500 long-args.4=300 ckpt-ranks=2,4 */").unwrap();
+        let s = p("/* mpicr-test: ranks=1,2,4 long-args=500 long-args.4=300 ckpt-ranks=2,4 */")
+            .unwrap();
         assert_eq!(s.ckpt_ranks, vec![2, 4]);
         assert_eq!(s.ckpt_modes, DEFAULT_CKPT_MODES.to_vec());
-        let s = p("/* mpicr-test: ranks=2 long-args=500 ckpt-ranks=2 ckpt-modes=continue */").unwrap();
+        let s =
+            p("/* mpicr-test: ranks=2 long-args=500 ckpt-ranks=2 ckpt-modes=continue */").unwrap();
         assert_eq!(s.ckpt_modes, vec!["continue"]);
-        assert!(p("/* mpicr-test: ranks=2 long-args=500 ckpt-modes=continue */")
-            .unwrap_err()
-            .contains("needs `ckpt-ranks`"));
+        assert!(
+            p("/* mpicr-test: ranks=2 long-args=500 ckpt-modes=continue */")
+                .unwrap_err()
+                .contains("needs `ckpt-ranks`")
+        );
         assert!(p("/* mpicr-test: ranks=2 ckpt-ranks=2 */").is_err()); // no long-args
         assert!(p("/* mpicr-test: ranks=2 long-args={tmpdir} ckpt-ranks=2 */").is_err());
         assert!(p("/* mpicr-test: ranks=2 long-args=500 long-args.4=x ckpt-ranks=2 */").is_err());
         assert!(p("/* mpicr-test: ranks=2 long-args=500 ckpt-ranks=0 */").is_err());
-        assert!(p("/* mpicr-test: ranks=2 */").unwrap().ckpt_modes.is_empty());
+        assert!(p("/* mpicr-test: ranks=2 */")
+            .unwrap()
+            .ckpt_modes
+            .is_empty());
         let s = p("/* mpicr-test: ranks=4 long-args=400 ckpt-ranks=4 ckpt-pace=5000 */").unwrap();
         assert_eq!(s.ckpt_pace_us, 5000);
-        assert_eq!(p("/* mpicr-test: ranks=4 */").unwrap().ckpt_pace_us, DEFAULT_CKPT_PACE_US);
+        assert_eq!(
+            p("/* mpicr-test: ranks=4 */").unwrap().ckpt_pace_us,
+            DEFAULT_CKPT_PACE_US
+        );
         assert!(p("/* mpicr-test: ranks=4 long-args=400 ckpt-ranks=4 ckpt-pace=0 */").is_err());
-        let s = p("/* mpicr-test: ranks=2,4 long-args=400 ckpt-ranks=2,4 ckpt-pace.4=9000 */").unwrap();
-        assert_eq!((s.ckpt_pace(2), s.ckpt_pace(4)), (DEFAULT_CKPT_PACE_US, 9000));
+        let s =
+            p("/* mpicr-test: ranks=2,4 long-args=400 ckpt-ranks=2,4 ckpt-pace.4=9000 */").unwrap();
+        assert_eq!(
+            (s.ckpt_pace(2), s.ckpt_pace(4)),
+            (DEFAULT_CKPT_PACE_US, 9000)
+        );
         assert!(p("/* mpicr-test: ranks=4 long-args=400 ckpt-ranks=4 ckpt-pace.x=1 */").is_err());
     }
 

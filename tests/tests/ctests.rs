@@ -170,7 +170,10 @@ fn run() -> Result<bool, String> {
         opts.jobs
     );
     if modes.iter().any(|m| m.is_checkpoint()) {
-        println!("checkpoint modes: random choices from MPICR_TEST_SEED={}", harness.seed());
+        println!(
+            "checkpoint modes: random choices from MPICR_TEST_SEED={}",
+            harness.seed()
+        );
     }
     let started = Instant::now();
     let queue = Mutex::new(cases.into_iter().enumerate().collect::<VecDeque<_>>());
