@@ -217,26 +217,19 @@ fn free_real_objects() {
                 f.MPI_Request_free.map(|g| g(&mut r));
             }
         }
-        for (_, r, _) in OBJ.comms.snapshot() {
-            let mut r = r as u32 as c_int;
-            f.MPI_Comm_free.map(|g| g(&mut r));
+        macro_rules! free_all {
+            ($table:ident, $free:ident) => {
+                for (_, r, _) in OBJ.$table.snapshot() {
+                    let mut r = r as u32 as c_int;
+                    f.$free.map(|g| g(&mut r));
+                }
+            };
         }
-        for (_, r, _) in OBJ.groups.snapshot() {
-            let mut r = r as u32 as c_int;
-            f.MPI_Group_free.map(|g| g(&mut r));
-        }
-        for (_, r, _) in OBJ.datatypes.snapshot() {
-            let mut r = r as u32 as c_int;
-            f.MPI_Type_free.map(|g| g(&mut r));
-        }
-        for (_, r, _) in OBJ.ops.snapshot() {
-            let mut r = r as u32 as c_int;
-            f.MPI_Op_free.map(|g| g(&mut r));
-        }
-        for (_, r, _) in OBJ.infos.snapshot() {
-            let mut r = r as u32 as c_int;
-            f.MPI_Info_free.map(|g| g(&mut r));
-        }
+        free_all!(comms, MPI_Comm_free);
+        free_all!(groups, MPI_Group_free);
+        free_all!(datatypes, MPI_Type_free);
+        free_all!(ops, MPI_Op_free);
+        free_all!(infos, MPI_Info_free);
     }
 }
 
