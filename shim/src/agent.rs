@@ -155,11 +155,16 @@ pub(crate) fn recv(reader: &mut UnixStream) -> Result<ToAgent, String> {
     }
 }
 
-/// Stops the agent before MPI_Finalize: a checkpoint cannot start once the program finalizes.
+/// Set once the program entered MPI_Finalize: no checkpoint may start after that.
+static FINALIZING: AtomicBool = AtomicBool::new(false);
+
+/// Called by MPI_Finalize from inside the gate (so after any checkpoint in progress ended).
 pub fn stop() {
-    if CTL.get().is_some() {
-        crate::gate::open();
-    }
+    FINALIZING.store(true, Ordering::SeqCst);
+}
+
+pub(crate) fn finalizing() -> bool {
+    FINALIZING.load(Ordering::SeqCst)
 }
 
 /// The program asks for a checkpoint (C API).

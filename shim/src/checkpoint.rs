@@ -81,6 +81,9 @@ pub fn run(reader: &mut UnixStream, epoch: u64, stop: bool, state_path: &str) {
 }
 
 fn phases(reader: &mut UnixStream, epoch: u64, _stop: bool, state_path: &str, stage: &mut Stage, clock: &mut Clock) -> Result<(), String> {
+    if agent::finalizing() {
+        return Err("the program is finalizing MPI".into());
+    }
     if let Some(why) = refusal() {
         return Err(why);
     }
@@ -97,9 +100,14 @@ fn phases(reader: &mut UnixStream, epoch: u64, _stop: bool, state_path: &str, st
         other => return Err(format!("unexpected message while aligning: {other:?}")),
     };
     agent::set_targets(targets);
-    wait_aligned(timeout("MPICR_ALIGN_TIMEOUT", 120))?;
-    if !gate::close(timeout("MPICR_ALIGN_TIMEOUT", 120)) {
-        return Err("a thread stayed inside the MPI library (a blocking collective whose peers never arrived?)".into());
+    wait_aligned(reader, timeout("MPICR_ALIGN_TIMEOUT", 120))?;
+    let mut abort_reason = None;
+    if !gate::close(timeout("MPICR_ALIGN_TIMEOUT", 120), || {
+        abort_reason = aborted(reader);
+        abort_reason.is_some()
+    }) {
+        return Err(abort_reason
+            .unwrap_or_else(|| "a thread stayed inside the MPI library (a blocking collective whose peers never arrived?)".into()));
     }
     *stage = Stage::GateClosed;
     if let Err(e) = check_aligned() {
@@ -180,17 +188,37 @@ fn refusal() -> Option<String> {
     None
 }
 
-/// Waits until every communicator reached its collective target.
-fn wait_aligned(limit: Duration) -> Result<(), String> {
+/// Waits until every communicator reached its collective target (or the coordinator aborts).
+fn wait_aligned(reader: &mut UnixStream, limit: Duration) -> Result<(), String> {
     let deadline = Instant::now() + limit;
     loop {
         if check_aligned().is_ok() {
             return Ok(());
         }
+        if let Some(reason) = aborted(reader) {
+            return Err(reason);
+        }
         if Instant::now() > deadline {
             return Err(format!("{} (waited {} s)", check_aligned().unwrap_err(), limit.as_secs()));
         }
         agent::wait_for_progress(Duration::from_millis(20));
+    }
+}
+
+/// Has the coordinator aborted the checkpoint meanwhile? Looks at the control socket without
+/// blocking (while the agent waits for this rank's threads, another rank may have failed).
+fn aborted(reader: &mut UnixStream) -> Option<String> {
+    use std::os::fd::AsRawFd;
+    let mut byte = 0u8;
+    // SAFETY: a one-byte peek into a local on our own socket; never blocks.
+    let n = unsafe { libc::recv(reader.as_raw_fd(), (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+    if n <= 0 {
+        return None;
+    }
+    match agent::recv(reader) {
+        Ok(ToAgent::Abort { reason }) => Some(format!("aborted by the coordinator: {reason}")),
+        Ok(other) => Some(format!("unexpected message while aligning: {other:?}")),
+        Err(e) => Some(e),
     }
 }
 

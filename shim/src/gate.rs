@@ -70,14 +70,14 @@ pub fn is_closed() -> bool {
     CLOSED.load(Ordering::Relaxed)
 }
 
-/// Closes the gate and waits until no thread is inside, for at most `timeout`.
-/// On timeout the gate is reopened and `false` returned.
-pub fn close(timeout: Duration) -> bool {
+/// Closes the gate and waits until no thread is inside, for at most `timeout` or until
+/// `give_up` says so. Then the gate is reopened and `false` returned.
+pub fn close(timeout: Duration, mut give_up: impl FnMut() -> bool) -> bool {
     CLOSED.store(true, Ordering::SeqCst);
     let start = Instant::now();
     let mut spins = 0u32;
     while INSIDE.load(Ordering::SeqCst) != 0 {
-        if start.elapsed() > timeout {
+        if start.elapsed() > timeout || (spins % 256 == 255 && give_up()) {
             open();
             return false;
         }

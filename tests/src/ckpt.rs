@@ -1419,6 +1419,24 @@ mod tests {
     }
 
     #[test]
+    fn files_left_in_dev_shm_are_found_unless_held() {
+        let before = shm_entries();
+        let name = format!("mpicr-tests-orphan-{}", std::process::id());
+        let path = Path::new("/dev/shm").join(&name);
+        let held = fs::File::create(&path).unwrap();
+        let found = shm_orphans(&before);
+        drop(held);
+        let orphans = shm_orphans(&before);
+        let _ = fs::remove_file(&path);
+        assert!(
+            !found.contains(&name),
+            "a file open in this process counts as held"
+        );
+        assert!(orphans.contains(&name), "{orphans:?}");
+        assert!(!shm_orphans(&before).contains(&name));
+    }
+
+    #[test]
     fn concatenation_and_lengths() {
         let out = |s: &str| JobOutput {
             status: std::os::unix::process::ExitStatusExt::from_raw(0),

@@ -1,10 +1,10 @@
 //! Harness for the C tests in `c-tests/`: compiles each program per MPI flavor, runs it in a
-//! mode (natively, under `libmpicr.so`, later checkpointed and restarted) and compares every
-//! rank's output with the native run's, byte for byte. The matrix itself is in
-//! `tests/ctests.rs`; this library holds what it is made of.
+//! mode (natively, under `libmpicr.so`, or under `mpicr run`, checkpointed and restarted: see
+//! `ckpt.rs`) and compares every rank's output with the native run's, byte for byte. The
+//! matrix itself is in `tests/ctests.rs`; this library holds what it is made of.
 //!
 //! Knobs (environment): `MPICR_TEST_FLAVORS` (e.g. `mpich4`), `MPICR_TEST_MODES` (e.g.
-//! `native`), `MPICR_TEST_TIMEOUT` (seconds per job, default 60), `MPICR_TEST_JOBS` (jobs at
+//! `native`; `checkpoint` for every checkpoint mode; default `native,shim`), `MPICR_TEST_TIMEOUT` (seconds per job, default 60), `MPICR_TEST_JOBS` (jobs at
 //! once, default 1), `MPICR_TEST_KEEP=1` (keep scratch directories), `MPICR_TEST_NATIVE_TWICE=1`
 //! (run native cases twice and require identical output: checks the tests' determinism),
 //! `MPICR_TEST_LONG=1` (every mode runs the tests' `long-args`, e.g. to time them),

@@ -15,7 +15,10 @@ pub fn begin_collective(comm: MPI_Comm) -> (gate::Guard, u64) {
         let g = gate::enter();
         let Some(idx) = conv::comm_index(comm) else { return (g, 0) };
         let started = OBJ.comms.with(idx, |c| {
-            if agent::may_start_collective(c.recipe.gid, c.coll_seq + 1) {
+            // A communicator of one process involves no other rank: its collectives can never
+            // hold another rank back, so they run on (a rank may need them to reach a target).
+            let alone = c.recipe.world_ranks.len() == 1 && c.recipe.remote_world_ranks.is_none();
+            if alone || agent::may_start_collective(c.recipe.gid, c.coll_seq + 1) {
                 c.coll_seq += 1;
                 Some(c.coll_seq)
             } else {

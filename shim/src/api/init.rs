@@ -84,7 +84,11 @@ pub fn errors_return_on(real_comm: c_int) {
 }
 
 pub unsafe fn MPI_Finalize() -> c_int {
-    crate::agent::stop();
+    // Inside the gate: a checkpoint in progress finishes first, none starts afterwards.
+    {
+        let _g = gate::enter();
+        crate::agent::stop();
+    }
     crate::errors::flush_program_stdio();
     if STAGE.load(Ordering::Acquire) != INITIALIZED {
         let _g = gate::enter();
