@@ -7,7 +7,7 @@ use crate::conv;
 use crate::lower;
 use crate::state::{OBJ, WORLD_INDEX};
 use mpicr_virtid::{ErrhandlerRecipe, Kind};
-use std::os::raw::{c_char, c_int, c_void};
+use std::os::raw::{c_char, c_int};
 
 type CommErrFn = unsafe extern "C" fn(*mut MPI_Comm, *mut c_int);
 type FileErrFn = unsafe extern "C" fn(*mut MPI_File, *mut c_int);
@@ -140,11 +140,6 @@ fn abort_with(rc: c_int, func: &str) -> ! {
         unsafe { abort(world as c_int, rc) };
     }
     std::process::exit(if rc == 0 { 1 } else { rc & 0xff })
-}
-
-/// Marker so pointer-typed user data can be stored in recipes.
-pub fn fn_addr(p: *mut c_void) -> u64 {
-    p as u64
 }
 
 /// A panic inside the shim: reported once per call as MPI_ERR_INTERN.

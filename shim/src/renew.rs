@@ -420,7 +420,6 @@ fn comm_of_ranks(world_group: c_int, ranks: &[i32], tag: c_int) -> Result<c_int,
 fn rebuild_comms() -> Result<(), String> {
     let f = lower::fns();
     let wg = world_group()?;
-    let me = world_rank();
     let mut comms: Vec<_> = OBJ.comms.snapshot().into_iter().filter(|(i, _, _)| *i != WORLD_INDEX && *i != SELF_INDEX).collect();
     comms.sort_by_key(|(_, _, c)| c.recipe.gid);
     for (idx, _, c) in comms {
@@ -439,7 +438,6 @@ fn rebuild_comms() -> Result<(), String> {
             comm = inter;
         }
         comm = apply_topology(comm, &r.topology)?;
-        let _ = me;
         OBJ.comms.set_real(idx, comm as u32 as u64);
     }
     // SAFETY: freeing the world group made above.

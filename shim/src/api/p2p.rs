@@ -304,6 +304,24 @@ macro_rules! sendrecv_replace {
 sendrecv_replace!(MPI_Sendrecv_replace, c_int);
 sendrecv_replace!(MPI_Sendrecv_replace_c, MPI_Count);
 
+/// MPI_Isendrecv(_replace): one library request for a send and a receive; the send is counted
+/// now, the receive when the request completes.
+unsafe fn post_exchange(name: &str, comm: MPI_Comm, dest: c_int, request: *mut MPI_Request, call: impl FnOnce(c_int, &mut c_int) -> c_int) -> c_int {
+    let g = gate::enter();
+    let mut r = MPI_REQUEST_NULL;
+    let rc = call(conv::comm(comm), &mut r);
+    if rc == MPI_SUCCESS {
+        count_send(comm, dest);
+        let v = register_request(r, RequestRecipe::Other { function: name.into() }, comm, true);
+        unsafe { put(request, v) };
+    }
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_comm(comm, rc, name);
+    }
+    MPI_SUCCESS
+}
+
 macro_rules! isendrecv {
     ($name:ident, $count:ty) => {
         pub unsafe fn $name(
@@ -311,20 +329,12 @@ macro_rules! isendrecv {
             recvbuf: *mut c_void, recvcount: $count, recvtype: MPI_Datatype, source: c_int, recvtag: c_int,
             comm: MPI_Comm, request: *mut MPI_Request,
         ) -> c_int {
-            let g = gate::enter();
-            let (c, st, rt) = (conv::comm(comm), conv::datatype(sendtype), conv::datatype(recvtype));
-            let mut r = MPI_REQUEST_NULL;
-            let rc = real!($name(sendbuf, sendcount, st, dest, sendtag, recvbuf, recvcount, rt, source, recvtag, c, &mut r));
-            if rc == MPI_SUCCESS {
-                count_send(comm, dest);
-                let v = register_request(r, RequestRecipe::Other { function: stringify!($name).into() }, comm, true);
-                unsafe { put(request, v) };
+            let (st, rt) = (conv::datatype(sendtype), conv::datatype(recvtype));
+            unsafe {
+                post_exchange(stringify!($name), comm, dest, request, |c, r| {
+                    real!($name(sendbuf, sendcount, st, dest, sendtag, recvbuf, recvcount, rt, source, recvtag, c, r))
+                })
             }
-            drop(g);
-            if rc != MPI_SUCCESS {
-                return errors::raise_comm(comm, rc, stringify!($name));
-            }
-            MPI_SUCCESS
         }
     };
 }
@@ -338,20 +348,10 @@ macro_rules! isendrecv_replace {
             buf: *mut c_void, count: $count, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int,
             comm: MPI_Comm, request: *mut MPI_Request,
         ) -> c_int {
-            let g = gate::enter();
-            let (c, d) = (conv::comm(comm), conv::datatype(datatype));
-            let mut r = MPI_REQUEST_NULL;
-            let rc = real!($name(buf, count, d, dest, sendtag, source, recvtag, c, &mut r));
-            if rc == MPI_SUCCESS {
-                count_send(comm, dest);
-                let v = register_request(r, RequestRecipe::Other { function: stringify!($name).into() }, comm, true);
-                unsafe { put(request, v) };
+            let d = conv::datatype(datatype);
+            unsafe {
+                post_exchange(stringify!($name), comm, dest, request, |c, r| real!($name(buf, count, d, dest, sendtag, source, recvtag, c, r)))
             }
-            drop(g);
-            if rc != MPI_SUCCESS {
-                return errors::raise_comm(comm, rc, stringify!($name));
-            }
-            MPI_SUCCESS
         }
     };
 }

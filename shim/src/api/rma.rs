@@ -112,8 +112,21 @@ pub unsafe fn MPI_Win_get_info(win: MPI_Win, info: *mut MPI_Info) -> c_int {
     MPI_SUCCESS
 }
 
-fn wrap(r: c_int, name: &str) -> MPI_Request {
-    register_request(r, RequestRecipe::Other { function: name.into() }, MPI_COMM_NULL, false)
+/// A request-based RMA call: runs `call` (handles are translated inside, under the gate) and
+/// wraps the request it returns (not restorable while pending).
+unsafe fn rma_request(name: &str, win: MPI_Win, request: *mut MPI_Request, call: impl FnOnce(&mut c_int) -> c_int) -> c_int {
+    let g = gate::enter();
+    let mut r = MPI_REQUEST_NULL;
+    let rc = call(&mut r);
+    if rc == MPI_SUCCESS {
+        let v = register_request(r, RequestRecipe::Other { function: name.into() }, MPI_COMM_NULL, false);
+        unsafe { put(request, v) };
+    }
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_win(win, rc, name);
+    }
+    MPI_SUCCESS
 }
 
 macro_rules! rput_like {
@@ -122,18 +135,8 @@ macro_rules! rput_like {
             $($buf: $bt,)* origin_count: $count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint,
             target_count: $count, target_datatype: MPI_Datatype, win: MPI_Win, request: *mut MPI_Request,
         ) -> c_int {
-            let g = gate::enter();
-            let mut r = MPI_REQUEST_NULL;
-            let rc = real!($name($($buf,)* origin_count, conv::datatype(origin_datatype), target_rank, target_disp, target_count,
-                conv::datatype(target_datatype), conv::win(win), &mut r));
-            if rc == MPI_SUCCESS {
-                unsafe { put(request, wrap(r, stringify!($name))) };
-            }
-            drop(g);
-            if rc != MPI_SUCCESS {
-                return errors::raise_win(win, rc, stringify!($name));
-            }
-            MPI_SUCCESS
+            unsafe { rma_request(stringify!($name), win, request, |r| real!($name($($buf,)* origin_count, conv::datatype(origin_datatype), target_rank, target_disp, target_count,
+                conv::datatype(target_datatype), conv::win(win), r))) }
         }
     };
 }
@@ -149,18 +152,8 @@ macro_rules! raccumulate {
             origin_addr: *const c_void, origin_count: $count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint,
             target_count: $count, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win, request: *mut MPI_Request,
         ) -> c_int {
-            let g = gate::enter();
-            let mut r = MPI_REQUEST_NULL;
-            let rc = real!($name(origin_addr, origin_count, conv::datatype(origin_datatype), target_rank, target_disp, target_count,
-                conv::datatype(target_datatype), conv::op(op), conv::win(win), &mut r));
-            if rc == MPI_SUCCESS {
-                unsafe { put(request, wrap(r, stringify!($name))) };
-            }
-            drop(g);
-            if rc != MPI_SUCCESS {
-                return errors::raise_win(win, rc, stringify!($name));
-            }
-            MPI_SUCCESS
+            unsafe { rma_request(stringify!($name), win, request, |r| real!($name(origin_addr, origin_count, conv::datatype(origin_datatype), target_rank, target_disp, target_count,
+                conv::datatype(target_datatype), conv::op(op), conv::win(win), r))) }
         }
     };
 }
@@ -175,19 +168,9 @@ macro_rules! rget_accumulate {
             result_count: $count, result_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: $count,
             target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win, request: *mut MPI_Request,
         ) -> c_int {
-            let g = gate::enter();
-            let mut r = MPI_REQUEST_NULL;
-            let rc = real!($name(origin_addr, origin_count, conv::datatype(origin_datatype), result_addr, result_count,
+            unsafe { rma_request(stringify!($name), win, request, |r| real!($name(origin_addr, origin_count, conv::datatype(origin_datatype), result_addr, result_count,
                 conv::datatype(result_datatype), target_rank, target_disp, target_count, conv::datatype(target_datatype),
-                conv::op(op), conv::win(win), &mut r));
-            if rc == MPI_SUCCESS {
-                unsafe { put(request, wrap(r, stringify!($name))) };
-            }
-            drop(g);
-            if rc != MPI_SUCCESS {
-                return errors::raise_win(win, rc, stringify!($name));
-            }
-            MPI_SUCCESS
+                conv::op(op), conv::win(win), r))) }
         }
     };
 }
