@@ -87,9 +87,7 @@ fn phases(reader: &mut UnixStream, epoch: u64, _stop: bool, state_path: &str, st
     if let Some(why) = refusal() {
         return Err(why);
     }
-    if renew::renewals_left() == Some(0) {
-        return Err(renew::limit_message());
-    }
+    renew::check_renewal()?;
     // 1. Align collectives.
     agent::begin_alignment();
     let counters: Vec<(u64, u64)> = OBJ.comms.snapshot().into_iter().map(|(_, _, c)| (c.recipe.gid, c.coll_seq)).collect();

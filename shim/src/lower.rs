@@ -1,9 +1,16 @@
 //! The lower half: the real MPI library, loaded into a link-map namespace of its own.
 //!
 //! `dlmopen(LM_ID_NEWLM)` keeps the real library's internal calls (it calls many `PMPI_*`
-//! through its PLT) inside its own namespace, so they never re-enter the shim, and lets a
-//! renewal load a *fresh copy* after a checkpoint (DESIGN.md section 3). All loading goes
-//! through [`load_generation`]; the rest of the shim only sees [`fns`].
+//! through its PLT) inside its own namespace, so they never re-enter the shim. Each generation
+//! is *disposable* (docs/lower-half.md): the namespace is entered through the anchor
+//! (`shim/anchor/anchor.c`), which keeps the libraries from pinning themselves and records the
+//! memory they map, so [`release_current`] unloads every object of the namespace and unmaps what
+//! they leaked. glibc then reuses the namespace and its static TLS for the next generation:
+//! renewals are unbounded, images do not grow with the number of epochs, and a restored process
+//! has the same headroom as a new one. All loading goes through [`load_generation`]; the rest of
+//! the shim only sees [`fns`].
+
+mod elf;
 
 use crate::gen::real::RealFns;
 use std::ffi::{CStr, CString};
@@ -12,24 +19,52 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::sync::Mutex;
 
+/// The anchor, built by build.rs from `shim/anchor/anchor.c` and loaded from a memfd.
+static ANCHOR_SO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libmpicr_anchor.so"));
+
 /// One loaded copy of the real library.
 pub struct Generation {
     pub fns: RealFns,
     pub path: PathBuf,
     pub number: u32,
-    lib: libloading::os::unix::Library,
+    /// dlmopen handles: the MPI library, the anchor, and NODELETE-free stand-ins (see [`elf`]).
+    /// Null in a released generation.
+    lib: *mut c_void,
+    anchor: *mut c_void,
+    stand_ins: Vec<*mut c_void>,
     /// `uselocale` of the namespace's own libc (see [`prepare_thread`]).
     uselocale: Option<unsafe extern "C" fn(*mut c_void) -> *mut c_void>,
 }
 
+// SAFETY: the raw handles are only used under LOAD_LOCK by `release_current`; the rest is
+// immutable after construction.
+unsafe impl Sync for Generation {}
+// SAFETY: as above.
+unsafe impl Send for Generation {}
+
 impl Generation {
     /// Address of a data symbol of the real library (e.g. `MPI_UNWEIGHTED`), or null.
     pub fn data(&self, name: &str) -> *mut c_void {
-        let mut sym = name.as_bytes().to_vec();
-        sym.push(0);
-        // SAFETY: looking up a symbol address has no side effects; the value is only read as
-        // a pointer-sized datum of the MPICH ABI.
-        unsafe { self.lib.get::<*mut c_void>(&sym).map(|s| *s).unwrap_or(std::ptr::null_mut()) }
+        if self.lib.is_null() {
+            return std::ptr::null_mut();
+        }
+        let Ok(sym) = CString::new(name) else { return std::ptr::null_mut() };
+        // SAFETY: looking up a symbol address in a live handle has no side effects.
+        unsafe { libc::dlsym(self.lib, sym.as_ptr()) }
+    }
+
+    /// What stands in for a generation after its release: every entry point is absent, so a
+    /// stray call gets MPI_ERR_UNSUPPORTED_OPERATION instead of jumping into unmapped code.
+    fn released(number: u32, path: PathBuf) -> Generation {
+        Generation {
+            fns: RealFns::resolve(&|_| std::ptr::null_mut()),
+            path,
+            number,
+            lib: std::ptr::null_mut(),
+            anchor: std::ptr::null_mut(),
+            stand_ins: Vec::new(),
+            uselocale: None,
+        }
     }
 }
 
@@ -50,8 +85,8 @@ pub fn current() -> &'static Generation {
     if p.is_null() {
         return load_first();
     }
-    // SAFETY: generations are leaked boxes, never freed (a retired namespace may still have
-    // code running on other threads' stacks until they leave the gate).
+    // SAFETY: `Generation` records are leaked boxes, never freed (a thread may still hold a
+    // reference to a retired one); only the code they point to goes away at release.
     unsafe { &*p }
 }
 
@@ -63,37 +98,336 @@ fn load_first() -> &'static Generation {
         // SAFETY: see `current`.
         return unsafe { &*p };
     }
-    match locate().and_then(|path| load_generation(&path)) {
+    match locate().and_then(|path| load_locked(&path)) {
         Ok(g) => g,
         Err(e) => crate::errors::fatal(&format!("cannot load the MPI library underneath: {e}")),
     }
 }
 
-/// Loads a fresh copy of the library at `path` and makes it current.
-pub fn load_generation(path: &Path) -> Result<&'static Generation, String> {
-    let cpath = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| "library path has a NUL byte".to_string())?;
-    // SAFETY: dlmopen with a valid C string; the library's constructors run in its own namespace.
-    let handle = unsafe { libc::dlmopen(libc::LM_ID_NEWLM, cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    if handle.is_null() {
-        return Err(format!("dlmopen {}: {}", path.display(), dlerror()));
+/// Settings the libraries of a generation need to be unloadable, set in the process
+/// environment (which glibc hands to the namespace's libc at load) unless the user chose.
+/// UCX's memory hooks patch relocations of every loaded object and pin libucs for good.
+fn prepare_environment() {
+    for (k, v) in [("UCX_MEM_MMAP_HOOK_MODE", "none")] {
+        if std::env::var_os(k).is_none() {
+            std::env::set_var(k, v);
+        }
     }
-    // SAFETY: `handle` is a live handle returned by dlmopen above, owned from here on.
-    let lib = unsafe { libloading::os::unix::Library::from_raw(handle) };
-    let fns = RealFns::resolve(&|name: &str| {
-        // SAFETY: symbol lookup only; names are NUL-terminated by the generated table.
-        unsafe { lib.get::<*mut c_void>(name.as_bytes()).map(|s| *s).unwrap_or(std::ptr::null_mut()) }
-    });
+}
+
+/// An anonymous in-memory file holding `bytes`, to dlmopen through /proc/self/fd.
+fn memfd_with(name: &str, bytes: &[u8]) -> Result<std::fs::File, String> {
+    use std::io::Write;
+    let cname = CString::new(name).map_err(|_| "memfd name".to_string())?;
+    // SAFETY: memfd_create with a valid name; the descriptor is owned by the File below.
+    let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(format!("memfd_create: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: `fd` is a fresh descriptor owned by nobody else.
+    let mut f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    f.write_all(bytes).map_err(|e| format!("writing {name}: {e}"))?;
+    Ok(f)
+}
+
+fn dlmopen(lmid: libc::Lmid_t, path: &str) -> Result<*mut c_void, String> {
+    let c = CString::new(path).map_err(|_| format!("{path}: path has a NUL byte"))?;
+    // SAFETY: dlmopen with a valid C string; constructors run in the target namespace.
+    let h = unsafe { libc::dlmopen(lmid, c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if h.is_null() {
+        Err(format!("dlmopen {path}: {}", dlerror()))
+    } else {
+        Ok(h)
+    }
+}
+
+fn dlmopen_bytes(lmid: libc::Lmid_t, name: &str, bytes: &[u8]) -> Result<*mut c_void, String> {
+    use std::os::fd::AsRawFd;
+    let f = memfd_with(name, bytes)?;
+    // The mapping outlives the descriptor, which closes when `f` drops.
+    dlmopen(lmid, &format!("/proc/self/fd/{}", f.as_raw_fd()))
+}
+
+fn namespace_of(handle: *mut c_void) -> Result<libc::Lmid_t, String> {
+    let mut lmid: libc::Lmid_t = 0;
+    // SAFETY: a live handle and a valid out-pointer of the type RTLD_DI_LMID writes.
+    let rc = unsafe { libc::dlinfo(handle, libc::RTLD_DI_LMID, &mut lmid as *mut libc::Lmid_t as *mut c_void) };
+    if rc != 0 {
+        return Err(format!("dlinfo: {}", dlerror()));
+    }
+    Ok(lmid)
+}
+
+/// Loads a fresh copy of the library at `path` into a new namespace and makes it current.
+pub fn load_generation(path: &Path) -> Result<&'static Generation, String> {
+    let _l = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    load_locked(path)
+}
+
+fn load_locked(path: &Path) -> Result<&'static Generation, String> {
+    prepare_environment();
+    let path_str = path.to_str().ok_or_else(|| format!("{}: library path is not UTF-8", path.display()))?;
+    let anchor = dlmopen_bytes(libc::LM_ID_NEWLM, "mpicr-anchor", ANCHOR_SO)?;
+    let unload_partial = |handles: &[*mut c_void]| {
+        for &h in handles.iter().rev() {
+            // SAFETY: handles opened above and used by nothing else.
+            unsafe { libc::dlclose(h) };
+        }
+    };
+    let lmid = namespace_of(anchor).inspect_err(|_| unload_partial(&[anchor]))?;
+    let mut stand_ins = Vec::new();
+    for (name, bytes) in nodelete_stand_ins(path) {
+        match dlmopen_bytes(lmid, &name, &bytes) {
+            Ok(h) => stand_ins.push(h),
+            Err(e) => {
+                unload_partial(&[&[anchor][..], &stand_ins].concat());
+                return Err(e);
+            }
+        }
+    }
+    let lib = match dlmopen(lmid, path_str) {
+        Ok(h) => h,
+        Err(e) => {
+            unload_partial(&[&[anchor][..], &stand_ins].concat());
+            return Err(e);
+        }
+    };
+    let sym = |name: &str| -> *mut c_void {
+        // Names from the generated table are NUL-terminated.
+        // SAFETY: symbol lookup in a live handle.
+        unsafe { libc::dlsym(lib, name.as_ptr() as *const c_char) }
+    };
+    let fns = RealFns::resolve(&sym);
     if fns.MPI_Init.is_none() || fns.MPI_Comm_rank.is_none() {
+        unload_partial(&[&[anchor][..], &stand_ins, &[lib]].concat());
         return Err(format!("{} does not look like an MPI library (no MPI_Init)", path.display()));
     }
-    // SAFETY: `uselocale` of the libc copy the library was linked against in its namespace.
-    let uselocale = unsafe { lib.get::<unsafe extern "C" fn(*mut c_void) -> *mut c_void>(b"uselocale\0").ok().map(|s| *s) };
+    // SAFETY: `uselocale` of the libc copy in the namespace, with its C signature.
+    let uselocale = unsafe {
+        std::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn(*mut c_void) -> *mut c_void>>(sym("uselocale\0"))
+    };
     let number = GENERATIONS.fetch_add(1, Ordering::AcqRel);
-    let g: &'static Generation = Box::leak(Box::new(Generation { fns, path: path.to_path_buf(), number, lib, uselocale }));
+    let g: &'static Generation =
+        Box::leak(Box::new(Generation { fns, path: path.to_path_buf(), number, lib, anchor, stand_ins, uselocale }));
     CURRENT.store(g as *const Generation as *mut Generation, Ordering::Release);
     CURRENT_NUMBER.store(number, Ordering::Release);
     prepare_thread();
     Ok(g)
+}
+
+/// What the last release found.
+#[derive(Clone, Debug, Default)]
+pub struct ReleaseReport {
+    /// Objects of the namespace still loaded after unloading it (they pin the namespace).
+    pub pinned: Vec<String>,
+    /// Mappings unmapped after unloading, and their bytes.
+    pub regions: usize,
+    pub bytes: usize,
+}
+
+static LAST_RELEASE: Mutex<Option<ReleaseReport>> = Mutex::new(None);
+
+pub fn last_release() -> Option<ReleaseReport> {
+    LAST_RELEASE.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// Unloads the current generation (its library was finalized) and unmaps everything its
+/// libraries mapped. Nothing of it may run again: the generation left current has no entry
+/// points until [`load_generation`] brings the next.
+pub fn release_current() -> ReleaseReport {
+    let _l = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let p = CURRENT.load(Ordering::Acquire);
+    if p.is_null() {
+        return ReleaseReport::default();
+    }
+    // SAFETY: see `current`.
+    let g = unsafe { &*p };
+    if g.lib.is_null() {
+        return ReleaseReport::default();
+    }
+    let placeholder: &'static Generation = Box::leak(Box::new(Generation::released(g.number, g.path.clone())));
+    CURRENT.store(placeholder as *const Generation as *mut Generation, Ordering::Release);
+    let objects = namespace_objects(g.anchor);
+    type CloseAll = unsafe extern "C" fn() -> c_int;
+    type Regions = unsafe extern "C" fn(*mut usize, usize) -> usize;
+    // SAFETY: the anchor's exports, with the signatures anchor.c gives them.
+    let (close_all, regions_fn) = unsafe {
+        (
+            std::mem::transmute::<*mut c_void, Option<CloseAll>>(libc::dlsym(g.anchor, c"mpicr_anchor_close_all".as_ptr())),
+            std::mem::transmute::<*mut c_void, Option<Regions>>(libc::dlsym(g.anchor, c"mpicr_anchor_regions".as_ptr())),
+        )
+    };
+    // SAFETY: the library was finalized; its handle is closed once, then what it opened and
+    // never closed, then the stand-ins and the anchor itself.
+    unsafe {
+        libc::dlclose(g.lib);
+        if let Some(f) = close_all {
+            f();
+        }
+    }
+    let mut regions = Vec::<usize>::new();
+    if let Some(f) = regions_fn {
+        // SAFETY: the anchor writes at most `max` pairs into the buffer.
+        let n = unsafe { f(std::ptr::null_mut(), 0) };
+        regions = vec![0; 2 * (n + 64)];
+        // SAFETY: as above, with room for n + 64 pairs.
+        let got = unsafe { f(regions.as_mut_ptr(), n + 64) };
+        regions.truncate(2 * got.min(n + 64));
+    }
+    // SAFETY: handles opened by `load_generation`, closed once.
+    unsafe {
+        for &h in g.stand_ins.iter().rev() {
+            libc::dlclose(h);
+        }
+        libc::dlclose(g.anchor);
+    }
+    let still = loaded_objects();
+    let pinned: Vec<String> =
+        objects.iter().filter(|o| still.contains(o)).map(|(_, name)| name.clone()).collect();
+    let mut report = ReleaseReport { pinned, regions: 0, bytes: 0 };
+    if report.pinned.is_empty() {
+        for pair in regions.chunks_exact(2) {
+            let (start, end) = (pair[0], pair[1]);
+            if end > start {
+                // SAFETY: a mapping made by or for the unloaded namespace; none of its code
+                // is left to use it.
+                unsafe { libc::munmap(start as *mut c_void, end - start) };
+                report.regions += 1;
+                report.bytes += end - start;
+            }
+        }
+    }
+    *LAST_RELEASE.lock().unwrap_or_else(|e| e.into_inner()) = Some(report.clone());
+    report
+}
+
+/// The objects of the namespace `handle` lives in: (load address, name).
+fn namespace_objects(handle: *mut c_void) -> Vec<(usize, String)> {
+    let mut map: *mut libc::c_void = std::ptr::null_mut();
+    // SAFETY: a live handle; RTLD_DI_LINKMAP writes a `struct link_map *`.
+    if unsafe { libc::dlinfo(handle, libc::RTLD_DI_LINKMAP, &mut map as *mut *mut c_void as *mut c_void) } != 0 {
+        return Vec::new();
+    }
+    #[repr(C)]
+    struct LinkMap {
+        l_addr: usize,
+        l_name: *const c_char,
+        l_ld: *mut c_void,
+        l_next: *mut LinkMap,
+        l_prev: *mut LinkMap,
+    }
+    let mut out = Vec::new();
+    let mut m = map as *mut LinkMap;
+    // Walk back to the namespace's first object, then forward through all of them.
+    // SAFETY: the public head of glibc's `struct link_map`; the chain is stable while we hold
+    // LOAD_LOCK and no other thread loads into this namespace.
+    unsafe {
+        while !m.is_null() && !(*m).l_prev.is_null() {
+            m = (*m).l_prev;
+        }
+        while !m.is_null() {
+            let name = if (*m).l_name.is_null() { String::new() } else { CStr::from_ptr((*m).l_name).to_string_lossy().into_owned() };
+            out.push(((*m).l_addr, name));
+            m = (*m).l_next;
+        }
+    }
+    out
+}
+
+/// Every object loaded in the process, in any namespace: (load address, name).
+fn loaded_objects() -> Vec<(usize, String)> {
+    let mut found: Vec<(usize, String)> = Vec::new();
+    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+        // SAFETY: called by dl_iterate_phdr with a valid info pointer and our Vec as data.
+        let (info, found) = unsafe { (&*info, &mut *(data as *mut Vec<(usize, String)>)) };
+        let name = if info.dlpi_name.is_null() {
+            String::new()
+        } else {
+            // SAFETY: a NUL-terminated string for the duration of the callback.
+            unsafe { CStr::from_ptr(info.dlpi_name) }.to_string_lossy().into_owned()
+        };
+        found.push((info.dlpi_addr as usize, name));
+        0
+    }
+    // SAFETY: `each` only touches `found`, which outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut found as *mut Vec<(usize, String)> as *mut c_void) };
+    found
+}
+
+/// Copies without DF_1_NODELETE of the libraries `lib` needs that carry it (see [`elf`]):
+/// (soname, image). Dependencies are resolved by the dynamic loader itself (`ld.so --list`),
+/// so the search follows exactly the rules the real load will follow.
+fn nodelete_stand_ins(lib: &Path) -> Vec<(String, Vec<u8>)> {
+    let Some(ldso) = dynamic_loader() else { return Vec::new() };
+    let out = std::process::Command::new(ldso)
+        .arg("--list")
+        .arg(lib)
+        .env_remove("LD_PRELOAD")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    let Ok(out) = out else { return Vec::new() };
+    let mut stand_ins = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        // "\tlibrt.so.1 => /lib/x86_64-linux-gnu/librt.so.1 (0x...)"
+        let Some((soname, rest)) = line.trim().split_once(" => ") else { continue };
+        let Some(dep) = rest.rsplit_once(" (").map(|(p, _)| p) else { continue };
+        let Ok(image) = std::fs::read(dep) else { continue };
+        let Some(d) = elf::dynamic(&image) else { continue };
+        if !d.nodelete || d.has_search_path {
+            // A copy with a search path could resolve its own dependencies differently.
+            continue;
+        }
+        if let Some(copy) = elf::without_nodelete(&image) {
+            stand_ins.push((soname.to_string(), copy));
+        }
+    }
+    stand_ins
+}
+
+/// The dynamic loader of this process (the object whose name is ld-linux*).
+fn dynamic_loader() -> Option<PathBuf> {
+    loaded_objects()
+        .into_iter()
+        .map(|(_, n)| PathBuf::from(n))
+        .find(|p| p.file_name().and_then(|f| f.to_str()).is_some_and(|f| f.starts_with("ld-linux") || f.starts_with("ld64.so") || f.starts_with("ld-musl")))
+}
+
+/// Renewal headroom, measured: `None` while generations unload completely (the next one
+/// reuses the namespace: unbounded), else how many more namespaces, each with its own libc
+/// in static TLS, the loader can still create now (probed by loading a libc and unloading it).
+pub fn renewals_left() -> Option<u32> {
+    match last_release() {
+        Some(r) if !r.pinned.is_empty() => Some(probe_namespaces(16)),
+        _ => None,
+    }
+}
+
+/// Can the loader create a namespace now? `Err` carries its reason (its own words).
+pub fn probe_renewal() -> Result<(), String> {
+    let _l = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let h = dlmopen_bytes(libc::LM_ID_NEWLM, "mpicr-anchor-probe", ANCHOR_SO)?;
+    // SAFETY: the probe handle opened above.
+    unsafe { libc::dlclose(h) };
+    Ok(())
+}
+
+/// How many namespaces with a libc can be created at once (up to `max`).
+fn probe_namespaces(max: u32) -> u32 {
+    let _l = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut held = Vec::new();
+    while (held.len() as u32) < max {
+        match dlmopen_bytes(libc::LM_ID_NEWLM, "mpicr-anchor-probe", ANCHOR_SO) {
+            Ok(h) => held.push(h),
+            Err(_) => break,
+        }
+    }
+    let n = held.len() as u32;
+    for h in held.into_iter().rev() {
+        // SAFETY: probe handles opened above.
+        unsafe { libc::dlclose(h) };
+    }
+    n
 }
 
 /// Number of the current generation, for the per-thread check in the gate.

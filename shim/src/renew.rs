@@ -9,10 +9,10 @@
 //!   error handler); every renewal opens a new session with communicators for the
 //!   `mpi://WORLD` and `mpi://SELF` process sets. Release frees every real object and
 //!   finalizes (MPI_Finalize, then MPI_Session_finalize). Unbounded.
-//! - `namespace` (MPICH 4.0.2, which crashes on a second MPI_Session_init): each generation is
-//!   a fresh copy of the library in a new link-map namespace with its own MPI_Init and
-//!   MPI_Finalize. glibc allows 16 namespaces per process and libraries that pin themselves
-//!   (UCX) are never unloaded, so a process has at most [`NAMESPACE_LIMIT`] generations.
+//! - `namespace` (every library): each generation is a fresh copy of the library in a link-map
+//!   namespace with its own MPI_Init and MPI_Finalize; release unloads the whole namespace and
+//!   unmaps what it leaked (see `lower`), so glibc reuses it: unbounded, and nothing of a
+//!   released generation stays in the image.
 
 use crate::abi::*;
 use crate::api::group::forget_world_group;
@@ -21,9 +21,6 @@ use crate::{conv, lower};
 use mpicr_virtid::{RequestRecipe, SendMode, Topology, TypeRef};
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicI32, Ordering};
-
-/// Generations one process can load: glibc's 16 link-map namespaces minus the program's own.
-pub const NAMESPACE_LIMIT: u32 = 15;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Strategy {
@@ -82,11 +79,24 @@ pub fn library_version() -> String {
     unsafe { crate::api::cstr(buf.as_ptr()) }
 }
 
+/// Renewals this process can still make; `None`: unbounded (see `lower::renewals_left`).
 pub fn renewals_left() -> Option<u32> {
     match strategy() {
-        Strategy::Namespace => Some(NAMESPACE_LIMIT.saturating_sub(lower::generations_loaded())),
+        Strategy::Namespace => lower::renewals_left(),
         Strategy::Sessions => None,
     }
+}
+
+/// Refuses a checkpoint whose renewal could not succeed, while the library is still running:
+/// a renewal needs a link-map namespace with room for a libc in static TLS.
+pub fn check_renewal() -> Result<(), String> {
+    if strategy() != Strategy::Namespace {
+        return Ok(());
+    }
+    if renewals_left() == Some(0) {
+        return Err(limit_message());
+    }
+    lower::probe_renewal().map_err(|e| format!("the MPI library could not be renewed after this checkpoint ({e}); {}", advice()))
 }
 
 /// The session of the current generation (`sessions` strategy).
@@ -234,12 +244,17 @@ fn free_real_objects() {
 }
 
 pub fn limit_message() -> String {
+    let pinned = lower::last_release().map(|r| r.pinned.join(", ")).unwrap_or_default();
     format!(
-        "no lower-half renewal left: this process already loaded {} copies of the MPI library, the limit of the \
-         `namespace` strategy ({NAMESPACE_LIMIT}, glibc's link-map namespaces); restart the job from its latest epoch \
-         to get a fresh process",
-        lower::generations_loaded()
+        "no lower-half renewal left: the MPI library's namespace could not be unloaded ({pinned} stayed loaded) and glibc \
+         has no free link-map namespace left; {}",
+        advice()
     )
+}
+
+fn advice() -> &'static str {
+    "checkpoint with --stop and restart the job (a restored process unloads nothing more than it had), \
+     and report the library that stays loaded"
 }
 
 pub fn world_rank() -> i32 {
@@ -264,6 +279,9 @@ pub fn release() -> Result<(), String> {
     let rc = finalize_lower();
     if rc != MPI_SUCCESS {
         return Err(format!("finalizing the lower half ({}) failed: {}", strategy().name(), crate::errors::error_string(rc)));
+    }
+    if strategy() == Strategy::Namespace {
+        lower::release_current();
     }
     unmap_shared_memory();
     Ok(())
@@ -312,13 +330,10 @@ pub fn renew(restarted: bool, size: Option<i32>) -> Result<(), String> {
             return Err(format!("the image has {} ranks but the job has {size}", world_size()));
         }
     }
-    if renewals_left() == Some(0) {
-        return Err(limit_message());
-    }
     let generation = match strategy() {
         Strategy::Namespace => {
             let path = lower::current().path.clone();
-            lower::load_generation(&path).map_err(|e| format!("{e} ({})", limit_message()))?.number
+            lower::load_generation(&path).map_err(|e| format!("renewing the MPI library failed: {e}"))?.number
         }
         Strategy::Sessions => lower::bump_generation(),
     };

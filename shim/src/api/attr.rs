@@ -2,6 +2,7 @@
 //! delete callbacks. Nothing to rebuild after a restore, and callbacks see virtual handles.
 //! Predefined attributes (MPI_TAG_UB, MPI_WIN_BASE, ...) are answered by the real library.
 
+use std::sync::atomic::Ordering;
 use crate::abi::*;
 use crate::api::put;
 use crate::state::{Attrs, KeyvalEntry, OBJ, SELF_INDEX};
@@ -253,6 +254,18 @@ pub fn delete_self_attrs_at_finalize() {
     }
 }
 
+/// Predefined attribute values live in the library's memory, which a renewal unmaps; the
+/// program gets a pointer to the shim's copy instead, which stays valid (and current: each
+/// query refreshes it) across checkpoints.
+fn stable_predefined_value(keyval: c_int, value: c_int) -> *mut c_int {
+    use std::sync::atomic::AtomicI32;
+    const KEYS: [c_int; 7] = [MPI_TAG_UB, MPI_HOST, MPI_IO, MPI_WTIME_IS_GLOBAL, MPI_UNIVERSE_SIZE, MPI_LASTUSEDCODE, MPI_APPNUM];
+    static SLOTS: [AtomicI32; 7] = [const { AtomicI32::new(0) }; 7];
+    let i = KEYS.iter().position(|&k| k == keyval).unwrap_or(0);
+    SLOTS[i].store(value, Ordering::Relaxed);
+    SLOTS[i].as_ptr()
+}
+
 fn is_predefined_comm_key(k: c_int) -> bool {
     matches!(k, MPI_TAG_UB | MPI_HOST | MPI_IO | MPI_WTIME_IS_GLOBAL | MPI_UNIVERSE_SIZE | MPI_LASTUSEDCODE | MPI_APPNUM)
 }
@@ -302,6 +315,13 @@ pub unsafe fn MPI_Comm_get_attr(comm: MPI_Comm, keyval: c_int, value: *mut c_voi
         let rc = real!(MPI_Comm_get_attr(conv::comm(comm), keyval, value, flag));
         drop(g);
         check_comm!(comm, rc, "MPI_Comm_get_attr");
+        // SAFETY: on success the library wrote the flag and, when set, a pointer to its int.
+        unsafe {
+            if !flag.is_null() && *flag != 0 {
+                let slot = value as *mut *mut c_int;
+                *slot = stable_predefined_value(keyval, **slot);
+            }
+        }
         return MPI_SUCCESS;
     }
     get_attr(Obj::comm(comm), keyval, value, flag, "MPI_Comm_get_attr", MPI_ERR_COMM)
