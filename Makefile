@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build deps demo test bench gen clean
+.PHONY: all build deps demo test bench soak gen clean
 
 all: build
 
@@ -18,6 +18,11 @@ gen:
 
 test: deps build
 	scripts/test.sh
+
+# Long torture runs, not part of `make test`: one job checkpointed 100 times, restarted, and
+# checkpointed 50 more times, on both MPICH builds (MPICR_TEST_RENEWALS=BEFORE,AFTER to change).
+soak: deps build
+	MPICR_TEST_MODES=renewals MPICR_TEST_RENEWALS=$${MPICR_TEST_RENEWALS:-100,50} scripts/test-ckpt.sh
 
 bench: deps build
 	scripts/bench.sh

@@ -20,6 +20,8 @@ scripts/test-cli.sh
 if [ -x scripts/test-ckpt.sh ]; then
     step "checkpoint/restart under Hydra"
     scripts/test-ckpt.sh
+    step "renewals: 25 checkpoints of one job, a restart, 10 more (flat images)"
+    MPICR_TEST_MODES=renewals SKIP_BUILD=1 scripts/test-ckpt.sh
 fi
 
 step "mpi4py's test suite: native vs libmpicr"

@@ -69,6 +69,10 @@ impl Generation {
 }
 
 static CURRENT: AtomicPtr<Generation> = AtomicPtr::new(std::ptr::null_mut());
+/// The record of the generation released before the current one's predecessor is freed when a
+/// new one loads: records are few (no growth over thousands of renewals), and a thread that
+/// read CURRENT just before a release still finds its record alive for a whole cycle.
+static RETIRED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 static LOAD_LOCK: Mutex<()> = Mutex::new(());
 static GENERATIONS: AtomicU32 = AtomicU32::new(0);
 
@@ -85,8 +89,8 @@ pub fn current() -> &'static Generation {
     if p.is_null() {
         return load_first();
     }
-    // SAFETY: `Generation` records are leaked boxes, never freed (a thread may still hold a
-    // reference to a retired one); only the code they point to goes away at release.
+    // SAFETY: a record stays allocated for four generation swaps after it stops being current
+    // (see `retire`); callers use it only for the duration of one call.
     unsafe { &*p }
 }
 
@@ -209,10 +213,27 @@ fn load_locked(path: &Path) -> Result<&'static Generation, String> {
     let number = GENERATIONS.fetch_add(1, Ordering::AcqRel);
     let g: &'static Generation =
         Box::leak(Box::new(Generation { fns, path: path.to_path_buf(), number, lib, anchor, stand_ins, uselocale }));
-    CURRENT.store(g as *const Generation as *mut Generation, Ordering::Release);
+    let previous = CURRENT.swap(g as *const Generation as *mut Generation, Ordering::AcqRel);
+    retire(previous);
     CURRENT_NUMBER.store(number, Ordering::Release);
     prepare_thread();
     Ok(g)
+}
+
+/// Keeps `record` (a generation record no longer current) for a while and frees the oldest
+/// kept one. Called under LOAD_LOCK, with the gate closed: no thread is inside the library.
+fn retire(record: *mut Generation) {
+    if record.is_null() {
+        return;
+    }
+    let mut kept = RETIRED.lock().unwrap_or_else(|e| e.into_inner());
+    kept.push(record as usize);
+    while kept.len() > 4 {
+        let oldest = kept.remove(0) as *mut Generation;
+        // SAFETY: a record made by Box::leak in this module, no longer current, retired four
+        // swaps ago; nothing holds it across a whole checkpoint cycle.
+        drop(unsafe { Box::from_raw(oldest) });
+    }
 }
 
 /// What the last release found.
@@ -247,7 +268,23 @@ pub fn release_current() -> ReleaseReport {
     }
     let placeholder: &'static Generation = Box::leak(Box::new(Generation::released(g.number, g.path.clone())));
     CURRENT.store(placeholder as *const Generation as *mut Generation, Ordering::Release);
+    retire(p);
     let objects = namespace_objects(g.anchor);
+    // One reference of ours to every object, dropped newest first after the library's own:
+    // objects then leave one at a time in reverse load order, each at the end of the static
+    // TLS area when it has a block there (libfabric's providers do), which glibc reclaims only
+    // from the end. Unloaded in one batch, blocks freed out of order would be lost for good.
+    let lmid = namespace_of(g.anchor).ok();
+    let refs: Vec<*mut c_void> = objects
+        .iter()
+        .filter(|(_, name)| !name.is_empty())
+        .filter_map(|(_, name)| {
+            let c = CString::new(name.as_str()).ok()?;
+            // SAFETY: RTLD_NOLOAD only takes a reference to an object already loaded there.
+            let h = unsafe { libc::dlmopen(lmid?, c.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+            (!h.is_null()).then_some(h)
+        })
+        .collect();
     type CloseAll = unsafe extern "C" fn() -> c_int;
     type Regions = unsafe extern "C" fn(*mut usize, usize) -> usize;
     // SAFETY: the anchor's exports, with the signatures anchor.c gives them.
@@ -280,6 +317,9 @@ pub fn release_current() -> ReleaseReport {
             libc::dlclose(h);
         }
         libc::dlclose(g.anchor);
+        for &h in refs.iter().rev() {
+            libc::dlclose(h);
+        }
     }
     let still = loaded_objects();
     let pinned: Vec<String> =

@@ -40,8 +40,9 @@ const CMD_GRACE: Duration = Duration::from_secs(20);
 const BAD_RESTART_LIMIT: Duration = Duration::from_secs(30);
 /// Answers of `mpicr checkpoint` that mean "the job is not ready yet": asked again 100 ms later
 /// while the job runs, at most this many times.
-const NOT_READY: [&str; 5] = [
+const NOT_READY: [&str; 6] = [
     "has no coordinator.json",
+    "is still restarting from epoch",
     "are not connected (not started yet",
     "has not initialised MPI under mpicr yet",
     "does not answer",
@@ -187,6 +188,7 @@ pub(crate) fn run_case(
         Mode::TwoEpochsOlder => cx.older_epoch(),
         Mode::RestartTwice => cx.restart_twice(),
         Mode::RestartErrors => cx.restart_errors(),
+        Mode::Renewals => cx.renewals(),
         m => Err(format!("{m} is not a checkpoint mode")),
     }
     .and_then(|()| cx.check_workdir());
@@ -225,6 +227,8 @@ enum Trigger {
     After(Duration),
     /// at the next pause point
     Pause,
+    /// at the pause the job is in, which it stays in afterwards (many checkpoints of one pause)
+    Held,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -403,6 +407,7 @@ impl<'a> Driver<'a> {
                     self.note("paused".into());
                     self.ask(1)?
                 }
+                Some(Trigger::Held) if paused => self.ask(1)?,
                 Some(Trigger::After(d)) if self.ready.is_some_and(|r| now - r >= d) => {
                     self.ask(1)?
                 }
@@ -501,6 +506,10 @@ impl<'a> Driver<'a> {
                 );
             };
             self.note(format!("epoch {epoch} committed: {}", one_line(&text)));
+            if matches!(p.trigger, Trigger::Held) && !p.stop {
+                self.taken.push(Taken { epoch, cut: None });
+                return Ok(State::Idle);
+            }
             if matches!(p.trigger, Trigger::Pause) && !p.stop {
                 let last = out_sizes(self.io, self.ranks);
                 return Ok(State::Settling {
@@ -590,7 +599,7 @@ impl<'a> Driver<'a> {
         if let Some(p) = self.plan.front() {
             let when = match p.trigger {
                 Trigger::After(d) => format!("{:.2} s after every rank printed", d.as_secs_f64()),
-                Trigger::Pause => "at a pause point".to_string(),
+                Trigger::Pause | Trigger::Held => "at a pause point".to_string(),
             };
             let msg = format!(
                 "the job ended before the checkpoint planned {when} was taken (it ran {:.2} s)",
@@ -606,6 +615,29 @@ impl<'a> Driver<'a> {
 }
 
 /// Each rank's stdout size so far.
+/// `MPICR_TEST_RENEWALS=BEFORE,AFTER`: checkpoints before and after the restart in the
+/// renewals mode.
+fn renewal_counts() -> Result<(u64, u64), String> {
+    let v = std::env::var("MPICR_TEST_RENEWALS").unwrap_or_else(|_| "25,10".into());
+    let parsed = v.split_once(',').and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
+    parsed.filter(|&(a, _)| a > 0).ok_or_else(|| format!("MPICR_TEST_RENEWALS={v}: expected BEFORE,AFTER (two counts, BEFORE > 0)"))
+}
+
+/// Bytes of the files of one epoch's images.
+fn epoch_bytes(ckdir: &Path, epoch: u64) -> u64 {
+    fn walk(p: &Path) -> u64 {
+        let Ok(rd) = fs::read_dir(p) else { return 0 };
+        rd.flatten()
+            .map(|e| match e.file_type() {
+                Ok(t) if t.is_dir() => walk(&e.path()),
+                Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
+                _ => 0,
+            })
+            .sum()
+    }
+    walk(&ckdir.join(format!("epoch-{epoch:06}")))
+}
+
 fn out_sizes(io: &Path, ranks: u32) -> Vec<u64> {
     (0..ranks)
         .map(|r| {
@@ -958,6 +990,53 @@ impl<'a> Ctx<'a> {
         self.check_remainder("first restart", &cut, &first)?;
         let second = self.restart("restart2", Some(1), Resume::First)?;
         self.check_remainder("second restart (--epoch 1)", &cut, &second)
+    }
+
+    /// The renewal torture: `before` checkpoints (continue) of one pause, `--stop`, a restart
+    /// taking `after` more at the same pause, then the rest of the run. Every renewal must
+    /// succeed, the output must equal the native one, and the last epoch's images must be no
+    /// larger than the first's (plus a little slack for the shim's own state).
+    fn renewals(&mut self) -> Result<(), String> {
+        let (before, after) = renewal_counts()?;
+        let pause = self.pause_steps(1);
+        let held = |n: u64, stop_last: bool| -> Vec<Planned> {
+            (0..n).map(|k| Planned { trigger: Trigger::Held, stop: stop_last && k + 1 == n }).collect()
+        };
+        let run = self.first_run(&pause, held(before + 1, true))?.out;
+        self.check_prefix("run", &run)?;
+        let job = self.restart_job(self.ranks(), &self.ckdir, None, self.timeout);
+        let l = self.launch("restart", job, held(after, false), Resume::Pauses)?;
+        if !l.out.status.success() {
+            return Err(format!("restart: `mpicr restart` exited with {}", l.out.status));
+        }
+        let epochs: Vec<u64> = l.taken.iter().map(|t| t.epoch).collect();
+        let want: Vec<u64> = (before + 2..before + 2 + after).collect();
+        if epochs != want {
+            return Err(format!("restart: the checkpoints were committed as epochs {epochs:?}, expected {want:?}"));
+        }
+        if let Some(d) = compare(self.oracle, &concat(&run, &l.out)) {
+            return Err(format!("output before the stop + output after the restart differs from the native run: {d}"));
+        }
+        let sizes: Vec<(u64, u64)> = (1..before + 2 + after).map(|e| (e, epoch_bytes(&self.ckdir, e))).collect();
+        // The baseline is the first epoch taken after a renewal (epoch 2): the program's own
+        // heap grows once when a second copy of the library is brought up next to its state.
+        let first = sizes.get(1).or(sizes.first()).map_or(0, |s| s.1);
+        let largest = sizes.iter().max_by_key(|s| s.1).copied().unwrap_or_default();
+        self.story.push(format!(
+            "image bytes per epoch: epoch 1 {}, epoch 2 {first}, last {}, largest {} (epoch {})",
+            sizes.first().map_or(0, |s| s.1),
+            sizes.last().map_or(0, |s| s.1),
+            largest.1,
+            largest.0
+        ));
+        // Slack: the shim's own state and CRIU's bookkeeping vary a little between epochs.
+        if largest.1 > first + first / 10 + (1 << 20) {
+            return Err(format!(
+                "images grow with the number of epochs: epoch 2 has {first} bytes, epoch {} has {}",
+                largest.0, largest.1
+            ));
+        }
+        Ok(())
     }
 
     fn restart_errors(&mut self) -> Result<(), String> {

@@ -124,10 +124,15 @@ pub enum Mode {
     /// Bad restarts of a stopped job (wrong rank count, an epoch that does not exist, a missing
     /// directory) fail fast with a clear message; then a good restart still works.
     RestartErrors,
+    /// Many checkpoints of one job (continue) while it is paused, `--stop`, a restart, and many
+    /// more: every renewal of the MPI library must succeed, the output must equal the native
+    /// one, and the images must not grow with the number of epochs. Counts:
+    /// `MPICR_TEST_RENEWALS=BEFORE,AFTER` (default 25,10).
+    Renewals,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 7] = [
+    pub const ALL: [Mode; 8] = [
         Mode::Native,
         Mode::Shim,
         Mode::CheckpointContinue,
@@ -135,6 +140,7 @@ impl Mode {
         Mode::TwoEpochsOlder,
         Mode::RestartTwice,
         Mode::RestartErrors,
+        Mode::Renewals,
     ];
     /// What runs when `MPICR_TEST_MODES` is not set (`scripts/test-c.sh`).
     pub const DEFAULT: [Mode; 2] = [Mode::Native, Mode::Shim];
@@ -156,6 +162,7 @@ impl Mode {
             Mode::TwoEpochsOlder => "older-epoch",
             Mode::RestartTwice => "restart-twice",
             Mode::RestartErrors => "restart-errors",
+            Mode::Renewals => "renewals",
         }
     }
 
@@ -165,7 +172,7 @@ impl Mode {
 
     /// Modes driven by the `mpicr` CLI; a test runs in them only if it opts in (`ckpt-ranks`).
     pub fn is_checkpoint(self) -> bool {
-        Mode::CHECKPOINT.contains(&self)
+        !matches!(self, Mode::Native | Mode::Shim)
     }
 
     /// Whether this mode runs the test's `long-args` (it must run long enough to be caught
