@@ -130,6 +130,16 @@ impl fmt::Display for Msg {
 /// Splits one complete message off the front of `buf`: `Ok(Some((msg, consumed)))`, `Ok(None)`
 /// when more bytes are needed, `Err` for bytes that are no PMI at all.
 pub fn split(buf: &[u8]) -> Result<Option<(Msg, usize)>, String> {
+    match split_inner(buf) {
+        Ok(None) if buf.len() > MAX_MESSAGE => Err(format!("a PMI message longer than {MAX_MESSAGE} bytes")),
+        other => other,
+    }
+}
+
+/// Longest PMI message accepted (a PMI-2 message has at most 999999 bytes after its length).
+pub const MAX_MESSAGE: usize = 1 << 20;
+
+fn split_inner(buf: &[u8]) -> Result<Option<(Msg, usize)>, String> {
     if buf.is_empty() {
         return Ok(None);
     }
