@@ -478,6 +478,31 @@ EOF2
     fi
 fi
 
+if [ $have4 = 1 ] && selected shim-ctl-fd; then
+    if [ -f "$ROOT/target/release/libmpicr.so" ]; then
+        cat >"$T/ctlfd.c" <<'EOF2'
+/* After MPI_Init under the shim: is the control socket hidden from the program's children? */
+#include <fcntl.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int flags = fcntl(3, F_GETFD);
+    printf("env=%s cloexec=%d\n", getenv("MPICR_CTL_FD") ? "set" : "unset", flags >= 0 && (flags & FD_CLOEXEC) ? 1 : 0);
+    MPI_Finalize();
+    return 0;
+}
+EOF2
+        mpicc.mpich -o "$T/ctlfd4" "$T/ctlfd.c"
+        out=$(mpi4 -n 1 "$M" run --ckpt-dir "$T/ctlfd" -- "$T/ctlfd4" 2>&1)
+        rc=$?
+        [ $rc = 0 ] && grep -qx "env=unset cloexec=1" <<<"$out" && ok "shim-ctl-fd-not-inherited" || bad "shim-ctl-fd-not-inherited" "rc=$rc: $out"
+    else
+        skip "shim-ctl-fd-not-inherited" "libmpicr.so not built"
+    fi
+fi
+
 if selected no-strays; then
     sleep 0.3
     strays=$(pgrep -af "$T" | grep -v pgrep)
