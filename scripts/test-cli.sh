@@ -8,6 +8,8 @@
 #   - errors: wrong rank count, missing or incomplete epoch, corrupt manifest, PID clash, aborted
 #     and timed-out checkpoints, no running job
 #   - periodic checkpoints and SIGUSR1
+#   - security: images private under any umask, foreign-owned or open directories refused,
+#     modified manifests refused, unreadable jobs reported as such
 # Usage: scripts/test-cli.sh [-k PATTERN]   (from anywhere; SKIP_BUILD=1 to use existing binaries)
 # Every run is bounded by a timeout; everything started here is killed and removed at exit.
 set -uo pipefail
@@ -233,6 +235,73 @@ if [ $criu_ok = 1 ] && selected criu-pid-clash; then
     if [ $rc != 0 ] && grep -q "in use by live processes" <<<"$out"; then ok "criu-pid-clash"; else bad "criu-pid-clash" "rc=$rc: $out"; fi
 fi
 
+# --- security: private images, unsafe directories, signed manifests --------------------------------
+if [ $criu_ok = 1 ] && selected security-images; then
+    d=$T/sec
+    # Under umask 000 every file would be world-readable unless mpicr (and CRIU under it) says otherwise.
+    (umask 000 && exec "$M" run --no-mpi --ckpt-dir "$d" -- "$T/counter" 60) >"$T/sec1.out" 2>"$T/sec1.err" &
+    pid=$!
+    BG+=($pid)
+    r1=$(ckpt "$d" --timeout 18446744073709551615s) && r2=$(ckpt "$d" --stop)
+    rcs=$?
+    wait "$pid"
+    loose=$(find "$d" ! -type l -perm /077 2>&1)
+    nimg=$(find "$d" -name 'pages-*.img' | wc -l)
+    if [ $rcs = 0 ] && [ -z "$loose" ] && [ "$nimg" -ge 2 ] && [ -f "$d/job.key" ]; then
+        ok "security-images-private"
+    else bad "security-images-private" "rc=$rcs $r1 $r2; group/other-accessible: $loose ($nimg images)"; fi
+    # A modified manifest is refused by name; without --epoch the older epoch is used, with a warning.
+    cp "$d/epoch-000002/MANIFEST.json" "$T/manifest2.bak"
+    sed -i 's/"total_bytes": \([0-9]*\)/"total_bytes": 1\1/' "$d/epoch-000002/MANIFEST.json"
+    out=$(timeout -k 5 60 "$M" restart --epoch 2 "$d" 2>&1)
+    rc=$?
+    [ $rc != 0 ] && grep -q "manifest of epoch 2 .*signature does not match" <<<"$out" && ok "security-modified-manifest-refused" ||
+        bad "security-modified-manifest-refused" "rc=$rc: $out"
+    timeout -k 5 60 "$M" restart "$d" >"$T/sec2.out" 2>"$T/sec2.err"
+    rc=$?
+    [ $rc = 4 ] && grep -q "warning: skipping epoch 2: its manifest .* is corrupt" "$T/sec2.err" && tail -1 "$T/sec2.out" | grep -q "tick 60" &&
+        ok "security-corrupt-newest-reported" || bad "security-corrupt-newest-reported" "rc=$rc: $(cat "$T/sec2.err")"
+    cp "$T/manifest2.bak" "$d/epoch-000002/MANIFEST.json"
+    # Another user's directory (the images could be swapped under root's feet) is refused.
+    chown -R nobody "$d"
+    out=$(timeout -k 5 60 "$M" restart "$d" 2>&1)
+    rc=$?
+    chown -R "$(id -u)" "$d"
+    [ $rc = 125 ] && grep -q "checkpoint directory $d is owned by uid $(id -u nobody), not by you" <<<"$out" &&
+        [ "$(wc -l <<<"$out")" = 1 ] && ok "security-restart-foreign-dir" || bad "security-restart-foreign-dir" "rc=$rc: $out"
+    rm -rf "$d"
+fi
+
+if selected security-dirs; then
+    mkdir "$T/foreign" && chown nobody "$T/foreign"
+    out=$("$M" run --no-mpi --ckpt-dir "$T/foreign" -- true 2>&1)
+    rc=$?
+    [ $rc = 125 ] && grep -q "owned by uid $(id -u nobody), not by you" <<<"$out" && [ -z "$(ls -A "$T/foreign")" ] &&
+        ok "security-run-foreign-dir" || bad "security-run-foreign-dir" "rc=$rc: $out"
+    out=$("$M" checkpoint "$T/foreign" 2>&1)
+    [ $? = 1 ] && grep -q "owned by uid" <<<"$out" && ok "security-checkpoint-foreign-dir" || bad "security-checkpoint-foreign-dir" "$out"
+    mkdir -m 777 "$T/open"
+    out=$("$M" run --no-mpi --ckpt-dir "$T/open" -- true 2>&1)
+    rc=$?
+    [ $rc = 125 ] && grep -q "$T/open is writable by group or others (mode 0777)" <<<"$out" && ok "security-run-open-dir" ||
+        bad "security-run-open-dir" "rc=$rc: $out"
+    # status by a user who cannot read the job says so (instead of "running: no").
+    P=$(mktemp -d "${TMPDIR:-/tmp}/mpicr-test-cli-pub.XXXXXX")
+    chmod 711 "$P"
+    "$M" run --no-mpi --ckpt-dir "$P/ck" -- true >/dev/null 2>&1
+    out=$(setpriv --reuid=nobody --regid=nogroup --clear-groups "$M" status "$P/ck" 2>&1)
+    rc=$?
+    [ $rc = 1 ] && grep -q "cannot read the job in $P/ck: permission denied" <<<"$out" && ok "security-status-unreadable-dir" ||
+        bad "security-status-unreadable-dir" "rc=$rc: $out"
+    # An old-style directory: the job is readable, the coordinator file is not.
+    chmod 755 "$P/ck" && chmod 644 "$P/ck/job.json" && echo '{}' >"$P/ck/coordinator.json" && chmod 600 "$P/ck/coordinator.json"
+    out=$(setpriv --reuid=nobody --regid=nogroup --clear-groups "$M" status "$P/ck" 2>&1)
+    rc=$?
+    [ $rc = 0 ] && grep -q "running: *unknown: cannot read the job's coordinator file" <<<"$out" && ok "security-status-unreadable-coordinator" ||
+        bad "security-status-unreadable-coordinator" "rc=$rc: $out"
+    rm -rf "$P"
+fi
+
 if [ $criu_ok = 1 ] && [ $have4 = 1 ] && selected criu-mpiexec; then
     d=$T/multi
     # 63 ticks: exit status 0 (a rank ending non-zero makes Hydra kill the others, as without mpicr)
@@ -406,6 +475,31 @@ EOF2
         fi
     else
         skip "shim-mpich4-checkpoint-restart" "libmpicr.so not built"
+    fi
+fi
+
+if [ $have4 = 1 ] && selected shim-ctl-fd; then
+    if [ -f "$ROOT/target/release/libmpicr.so" ]; then
+        cat >"$T/ctlfd.c" <<'EOF2'
+/* After MPI_Init under the shim: is the control socket hidden from the program's children? */
+#include <fcntl.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int flags = fcntl(3, F_GETFD);
+    printf("env=%s cloexec=%d\n", getenv("MPICR_CTL_FD") ? "set" : "unset", flags >= 0 && (flags & FD_CLOEXEC) ? 1 : 0);
+    MPI_Finalize();
+    return 0;
+}
+EOF2
+        mpicc.mpich -o "$T/ctlfd4" "$T/ctlfd.c"
+        out=$(mpi4 -n 1 "$M" run --ckpt-dir "$T/ctlfd" -- "$T/ctlfd4" 2>&1)
+        rc=$?
+        [ $rc = 0 ] && grep -qx "env=unset cloexec=1" <<<"$out" && ok "shim-ctl-fd-not-inherited" || bad "shim-ctl-fd-not-inherited" "rc=$rc: $out"
+    else
+        skip "shim-ctl-fd-not-inherited" "libmpicr.so not built"
     fi
 fi
 

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 pub const DEFAULT_CKPT_DIR: &str = "mpicr-ckpt";
 pub const CKPT_DIR_ENV: &str = "MPICR_CKPT_DIR";
+/// Durations are capped here (a year): longer ones mean "no limit" and must not overflow clocks.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 86400);
 
 const AFTER_HELP: &str = "\
 Typical session:
@@ -172,12 +174,12 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
             "d" => Duration::from_secs(n.saturating_mul(86400)),
             _ => return Err(format!("invalid duration {s:?}: unknown unit {unit:?} (use ms, s, m, h or d)")),
         };
-        total += part;
+        total = total.checked_add(part).ok_or_else(|| format!("invalid duration {s:?}: too large"))?;
     }
     if total.is_zero() {
         return Err(format!("invalid duration {s:?}: must be positive"));
     }
-    Ok(total)
+    Ok(total.min(MAX_TIMEOUT))
 }
 
 /// `1h30m`, `45s`, `1.25s`: a short human form of a duration.
@@ -210,6 +212,10 @@ mod tests {
         assert!(parse_duration("10x").is_err());
         assert!(parse_duration("m").is_err());
         assert!(parse_duration("1h30").is_err());
+        // Huge values are capped or refused, never a panic.
+        assert_eq!(parse_duration("18446744073709551615d"), Ok(MAX_TIMEOUT));
+        assert!(parse_duration("18446744073709551615s18446744073709551615s").unwrap_err().contains("too large"));
+        assert!(parse_duration("99999999999999999999999s").unwrap_err().contains("too large"));
     }
 
     #[test]

@@ -8,9 +8,8 @@ use std::time::Duration;
 
 pub fn checkpoint(args: CheckpointArgs) -> Result<()> {
     let dir = CkptDir::new(args.dir.resolve());
-    if !dir.root.is_dir() {
-        bail!("checkpoint directory {} does not exist", dir.root.display());
-    }
+    // coordinator.json says where to connect: only from a directory nobody else controls.
+    dir.secure(false)?;
     let info = CoordInfo::read(&dir)?;
     if info.is_stale() {
         bail!(
@@ -22,10 +21,11 @@ pub fn checkpoint(args: CheckpointArgs) -> Result<()> {
     }
     let mut s = coord_wire::connect(&info, Duration::from_secs(10))
         .with_context(|| format!("job {} does not answer (has it ended?)", info.job_id))?;
-    let timeout_ms = args.timeout.as_millis().min(u64::MAX as u128) as u64;
+    let timeout = args.timeout.min(crate::args::MAX_TIMEOUT);
+    let timeout_ms = timeout.as_millis() as u64;
     coord_wire::send(&mut s, &Hello::Client(ClientRequest::Checkpoint { stop: args.stop, timeout_ms }))?;
     // The coordinator enforces the timeout itself; allow it time to report.
-    s.set_read_timeout(Some(args.timeout + Duration::from_secs(30)))?;
+    s.set_read_timeout(Some(timeout + Duration::from_secs(30)))?;
     match coord_wire::recv::<ToClient>(&mut s) {
         Ok(Some(ToClient::Done(r))) => {
             println!("epoch:         {}", r.epoch);
@@ -46,9 +46,17 @@ pub fn checkpoint(args: CheckpointArgs) -> Result<()> {
     }
 }
 
-/// Live state from a running coordinator, if one answers quickly.
-pub fn live_status(dir: &CkptDir) -> Option<(CoordInfo, Result<LiveStatus>)> {
-    let info = CoordInfo::read(dir).ok()?;
+/// Live state from a running coordinator, if one answers quickly: `None` when no job runs,
+/// `Some(Err)` when `coordinator.json` exists but cannot be read.
+pub fn live_status(dir: &CkptDir) -> Option<Result<(CoordInfo, Result<LiveStatus>)>> {
+    match std::fs::symlink_metadata(dir.coordinator_path()) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        _ => {}
+    }
+    let info = match CoordInfo::read(dir) {
+        Ok(info) => info,
+        Err(e) => return Some(Err(e)),
+    };
     if info.is_stale() {
         return None;
     }
@@ -61,5 +69,5 @@ pub fn live_status(dir: &CkptDir) -> Option<(CoordInfo, Result<LiveStatus>)> {
             other => bail!("unexpected answer: {other:?}"),
         }
     })();
-    Some((info, res))
+    Some(Ok((info, res)))
 }

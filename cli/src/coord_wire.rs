@@ -73,7 +73,7 @@ impl CoordInfo {
     }
 
     pub fn write(&self, dir: &images::CkptDir) -> Result<()> {
-        images::write_json_atomic(&dir.coordinator_path(), self, 0o600)
+        images::write_json_atomic(&dir.coordinator_path(), self)
     }
 }
 

@@ -62,6 +62,8 @@ pub struct Config {
     /// `mpicr restart`: the epoch every rank must restore before anyone resumes.
     pub restart_epoch: Option<u64>,
     pub verbose: bool,
+    /// The job's key (`job.key`): signs every manifest.
+    pub key: Vec<u8>,
 }
 
 /// Binds the coordinator's port and starts its threads. Returns what keepers need to connect.
@@ -332,7 +334,7 @@ impl Coordinator {
                     let _ = coord_wire::send(&mut stream, &ToClient::Status(st));
                 }
                 ClientRequest::Checkpoint { stop, timeout_ms } => {
-                    let timeout = Duration::from_millis(timeout_ms.max(1000));
+                    let timeout = Duration::from_millis(timeout_ms.max(1000)).min(crate::args::MAX_TIMEOUT);
                     self.request(stop, Requester::Client(stream), timeout);
                 }
             },
@@ -499,16 +501,19 @@ impl Coordinator {
                 bail!("the program has not initialised MPI under mpicr yet on rank(s) {} (no agent); try again later", no_agent.join(", "));
             }
         }
+        if let Err(e) = self.cfg.dir.prune_incomplete() {
+            self.log(&format!("warning: cannot remove the images of failed epochs: {e:#}"));
+        }
         let epoch = self.cfg.dir.next_epoch()?;
         let edir = self.cfg.dir.epoch_dir(epoch);
-        std::fs::create_dir_all(&edir).with_context(|| format!("creating {}", edir.display()))?;
+        images::private_dir_all(&edir)?;
         let now = Instant::now();
         self.ckpt = Some(Ckpt {
             epoch,
             stop,
             requester: Requester::Internal("requested"),
             t0: now,
-            deadline: now + timeout,
+            deadline: now.checked_add(timeout).unwrap_or(now + crate::args::MAX_TIMEOUT),
             phase: if agentless { Phase::Ready } else { Phase::Counters },
             counters: BTreeMap::new(),
             sent: BTreeMap::new(),
@@ -656,13 +661,14 @@ impl Coordinator {
             stop_time_us: c.t0.elapsed().as_micros() as u64,
             timings: c.marks.clone(),
             rank_info,
+            mac: None,
         }
     }
 
     fn commit(&mut self) {
         let Some(c) = self.ckpt.as_ref() else { return };
         let m = self.manifest(c);
-        if let Err(e) = self.cfg.dir.commit(&m) {
+        if let Err(e) = self.cfg.dir.commit(&m, &self.cfg.key) {
             self.abort(format!("writing the manifest: {e:#}"));
             return;
         }
@@ -698,7 +704,9 @@ impl Coordinator {
         let Some(mut m) = c.manifest.take() else { return };
         m.stop_time_us = c.last_resumed.unwrap_or_else(Instant::now).duration_since(c.t0).as_micros() as u64;
         m.timings = c.marks.clone();
-        let _ = images::write_json_atomic(&self.cfg.dir.manifest_path(m.epoch), &m, 0o644);
+        if let Err(e) = self.cfg.dir.write_manifest(&m, &self.cfg.key) {
+            self.log(&format!("warning: cannot add the final timings to the manifest of epoch {}: {e:#}", m.epoch));
+        }
         let res = CkptResult { epoch: m.epoch, stop_time_us: m.stop_time_us, bytes: m.total_bytes, ranks: m.ranks, stopped: c.stop };
         match c.requester {
             Requester::Client(mut s) => {

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! DIR/job.json                      the job: id, ranks, program, MPI library, renewal strategy
+//! DIR/job.key                       the job's key (hex): signs every manifest (HMAC-SHA256)
 //! DIR/coordinator.json              (0600, while the job runs) coordinator address and secret
 //! DIR/epoch-000003/MANIFEST.json    written last (atomic rename): ranks, sizes, checksums, timings
 //! DIR/epoch-000003/FAILED           why an epoch was abandoned (it has no manifest)
@@ -9,15 +10,31 @@
 //! DIR/latest -> epoch-000003
 //! ```
 //! An epoch without a valid manifest does not exist for restart.
+//!
+//! Security: every directory is 0700 and every file 0600, whatever the umask (the images hold
+//! the program's whole memory). A checkpoint directory must belong to the user and must not be
+//! writable by group or others; files are written through temporaries created with
+//! `O_CREAT|O_EXCL|O_NOFOLLOW` under random names, then renamed; a manifest counts only if its
+//! signature verifies with `job.key`.
 
 use anyhow::{bail, Context, Result};
+use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::fs;
 use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 pub const FORMAT: u32 = 1;
+/// Mode of every directory mpicr creates in a checkpoint directory (and of the directory itself).
+pub const DIR_MODE: u32 = 0o700;
+/// Mode of every file in a checkpoint directory.
+pub const FILE_MODE: u32 = 0o600;
+/// Bytes of the per-job key that signs manifests.
+pub const KEY_LEN: usize = 32;
+/// Manifests and job files larger than this are refused (a hostile or broken file).
+pub const MAX_JSON_BYTES: u64 = 64 << 20;
 
 /// `DIR/job.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -82,6 +99,63 @@ pub struct Manifest {
     /// Coordinator phases (microseconds), in protocol order.
     pub timings: Vec<(String, u64)>,
     pub rank_info: Vec<RankManifest>,
+    /// HMAC-SHA256 (hex) of the manifest without this field, keyed with `job.key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+}
+
+impl Manifest {
+    fn compute_mac(&self, key: &[u8]) -> Hmac<Sha256> {
+        let mut unsigned = self.clone();
+        unsigned.mac = None;
+        let bytes = serde_json::to_vec(&unsigned).unwrap_or_default();
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
+        m.update(b"mpicr-manifest-v1\0");
+        m.update(&bytes);
+        m
+    }
+
+    /// Sets `mac` to this manifest's signature with `key`.
+    pub fn sign(&mut self, key: &[u8]) {
+        self.mac = None;
+        self.mac = Some(hex(&self.compute_mac(key).finalize().into_bytes()));
+    }
+
+    /// Checks the signature and that the manifest is sane (file names, ranks); the error says why not.
+    pub fn verify(&self, key: &[u8]) -> std::result::Result<(), String> {
+        let Some(mac) = &self.mac else {
+            return Err("it is not signed (forged, or written by an older mpicr)".into());
+        };
+        let ok = unhex(mac).is_some_and(|m| self.compute_mac(key).verify_slice(&m).is_ok());
+        if !ok {
+            return Err("its signature does not match the job's key (forged or modified)".into());
+        }
+        self.check_sane()
+    }
+
+    /// Structural checks that do not need the key.
+    pub fn check_sane(&self) -> std::result::Result<(), String> {
+        if self.ranks <= 0 {
+            return Err(format!("it has {} ranks", self.ranks));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for r in &self.rank_info {
+            if r.rank < 0 || r.rank >= self.ranks || !seen.insert(r.rank) {
+                return Err(format!("it has a bad or repeated entry for rank {}", r.rank));
+            }
+            for f in &r.files {
+                if !is_plain_file_name(&f.name) {
+                    return Err(format!("rank {} lists an invalid file name {:?}", r.rank, f.name));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A name of a file directly inside a directory: not empty, no `/`, not `.` or `..`, no NUL.
+pub fn is_plain_file_name(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains('/') && !name.contains('\0')
 }
 
 /// What the keeper needs to restore its rank: `rank-N/rank.json`.
@@ -139,7 +213,7 @@ pub enum EpochState {
     Complete(Box<Manifest>),
     /// No manifest; the reason from `FAILED` if any (or still being written).
     Incomplete(Option<String>),
-    /// A manifest that cannot be read.
+    /// A manifest that cannot be read, or whose signature does not verify.
     Corrupt(String),
 }
 
@@ -173,6 +247,9 @@ impl CkptDir {
     pub fn job_path(&self) -> PathBuf {
         self.root.join("job.json")
     }
+    pub fn key_path(&self) -> PathBuf {
+        self.root.join("job.key")
+    }
     pub fn coordinator_path(&self) -> PathBuf {
         self.root.join("coordinator.json")
     }
@@ -189,15 +266,112 @@ impl CkptDir {
         self.root.join("latest")
     }
 
-    /// Errors unless this looks like a checkpoint directory.
+    /// Errors unless this looks like a checkpoint directory that this user can read.
     pub fn check_exists(&self) -> Result<()> {
-        if !self.root.is_dir() {
-            bail!("checkpoint directory {} does not exist", self.root.display());
+        match fs::metadata(&self.root) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => bail!("checkpoint directory {} is not a directory", self.root.display()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                bail!("checkpoint directory {} does not exist", self.root.display())
+            }
+            Err(e) => bail!("cannot read checkpoint directory {}: {e}", self.root.display()),
         }
-        if !self.job_path().is_file() {
-            bail!("{} is not a checkpoint directory (it has no job.json)", self.root.display());
+        match fs::metadata(self.job_path()) {
+            Ok(m) if m.is_file() => Ok(()),
+            Ok(_) => bail!("{} is not a checkpoint directory (its job.json is not a file)", self.root.display()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                bail!("{} is not a checkpoint directory (it has no job.json)", self.root.display())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => bail!(
+                "cannot read the job in {}: permission denied (the directory belongs to uid {}; only its owner can read it)",
+                self.root.display(),
+                fs::metadata(&self.root).map(|m| m.uid().to_string()).unwrap_or_else(|_| "?".into())
+            ),
+            Err(e) => bail!("cannot read the job in {}: {e}", self.root.display()),
+        }
+    }
+
+    /// Makes sure the checkpoint directory is safe to use: it exists (created 0700 when `create`),
+    /// it is a directory owned by this user and not writable by group or others (a symbolic link
+    /// to it must belong to the user or root). A directory readable by others is tightened to 0700.
+    pub fn secure(&self, create: bool) -> Result<()> {
+        let root = &self.root;
+        let me = crate::sys::euid();
+        let lm = match fs::symlink_metadata(root) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
+                fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(DIR_MODE)
+                    .create(root)
+                    .with_context(|| format!("creating checkpoint directory {}", root.display()))?;
+                fs::symlink_metadata(root).with_context(|| format!("checking checkpoint directory {}", root.display()))?
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                bail!("checkpoint directory {} does not exist", root.display())
+            }
+            Err(e) => return Err(e).with_context(|| format!("checking checkpoint directory {}", root.display())),
+        };
+        if lm.file_type().is_symlink() && lm.uid() != me && lm.uid() != 0 {
+            bail!(
+                "checkpoint directory {} is a symbolic link owned by uid {}, not by you (uid {me}); refusing to use it",
+                root.display(),
+                lm.uid()
+            );
+        }
+        let m = fs::metadata(root).with_context(|| format!("checking checkpoint directory {}", root.display()))?;
+        if !m.is_dir() {
+            bail!("checkpoint directory {} is not a directory", root.display());
+        }
+        if m.uid() != me {
+            bail!("checkpoint directory {} is owned by uid {}, not by you (uid {me}); refusing to use it", root.display(), m.uid());
+        }
+        if m.mode() & 0o022 != 0 {
+            bail!(
+                "checkpoint directory {} is writable by group or others (mode {:04o}); refusing to use it (chmod go-w it, or choose another directory)",
+                root.display(),
+                m.mode() & 0o7777
+            );
+        }
+        if m.mode() & 0o7777 != DIR_MODE {
+            fs::set_permissions(root, fs::Permissions::from_mode(DIR_MODE))
+                .with_context(|| format!("making checkpoint directory {} private (mode 0700)", root.display()))?;
         }
         Ok(())
+    }
+
+    /// A new random key for this job, written to `job.key` (0600).
+    pub fn new_key(&self) -> Result<Vec<u8>> {
+        let mut key = vec![0u8; KEY_LEN];
+        crate::sys::random_bytes(&mut key).context("drawing the job key")?;
+        write_atomic(&self.key_path(), format!("{}\n", hex(&key)).as_bytes())?;
+        Ok(key)
+    }
+
+    /// The job's key from `job.key`, which must be a regular file of this user that nobody
+    /// else can read.
+    pub fn read_key(&self) -> Result<Vec<u8>> {
+        let p = self.key_path();
+        let f = match fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&p) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                bail!("{} has no job key (job.key): its manifests cannot be verified (written by an older mpicr?)", self.root.display())
+            }
+            Err(e) => return Err(e).with_context(|| format!("opening the job key {}", p.display())),
+        };
+        let m = f.metadata().with_context(|| format!("checking the job key {}", p.display()))?;
+        if !m.is_file() {
+            bail!("the job key {} is not a regular file", p.display());
+        }
+        if m.uid() != crate::sys::euid() {
+            bail!("the job key {} is owned by uid {}, not by you; refusing it", p.display(), m.uid());
+        }
+        if m.mode() & 0o077 != 0 {
+            bail!("the job key {} is accessible by group or others (mode {:04o}); refusing it", p.display(), m.mode() & 0o7777);
+        }
+        let mut text = String::new();
+        f.take(256).read_to_string(&mut text).with_context(|| format!("reading the job key {}", p.display()))?;
+        unhex(text.trim()).filter(|k| k.len() == KEY_LEN).with_context(|| format!("the job key {} is malformed", p.display()))
     }
 
     pub fn read_job(&self) -> Result<JobInfo> {
@@ -206,7 +380,7 @@ impl CkptDir {
     }
 
     pub fn write_job(&self, job: &JobInfo) -> Result<()> {
-        write_json_atomic(&self.job_path(), job, 0o644)
+        write_json_atomic(&self.job_path(), job)
     }
 
     /// Every `epoch-*` directory, sorted by epoch.
@@ -217,6 +391,7 @@ impl CkptDir {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
             Err(e) => return Err(e).with_context(|| format!("reading {}", self.root.display())),
         };
+        let key = self.read_key().map_err(|e| format!("{e:#}"));
         for entry in rd {
             let entry = entry?;
             let name = entry.file_name();
@@ -224,21 +399,28 @@ impl CkptDir {
             if !entry.file_type()?.is_dir() {
                 continue;
             }
-            let state = self.epoch_state(epoch);
+            let state = self.epoch_state(epoch, &key);
             out.push(EpochEntry { epoch, dir: entry.path(), state });
         }
         out.sort_by_key(|e| e.epoch);
         Ok(out)
     }
 
-    fn epoch_state(&self, epoch: u64) -> EpochState {
+    fn epoch_state(&self, epoch: u64, key: &std::result::Result<Vec<u8>, String>) -> EpochState {
         let mp = self.manifest_path(epoch);
-        match fs::read(&mp) {
+        match read_bounded(&mp) {
             Ok(bytes) => match serde_json::from_slice::<Manifest>(&bytes) {
-                Ok(m) if m.epoch == epoch => EpochState::Complete(Box::new(m)),
-                Ok(m) => EpochState::Corrupt(format!("it names epoch {} instead of {epoch}", m.epoch)),
+                Ok(m) if m.epoch != epoch => EpochState::Corrupt(format!("it names epoch {} instead of {epoch}", m.epoch)),
+                Ok(m) => match key {
+                    Err(e) => EpochState::Corrupt(format!("cannot verify it: {e}")),
+                    Ok(key) => match m.verify(key) {
+                        Ok(()) => EpochState::Complete(Box::new(m)),
+                        Err(e) => EpochState::Corrupt(e),
+                    },
+                },
                 Err(e) => EpochState::Corrupt(e.to_string()),
             },
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => EpochState::Corrupt(format!("cannot read it: {e}")),
             Err(_) => {
                 let why = fs::read_to_string(self.epoch_dir(epoch).join("FAILED")).ok().map(|s| s.trim().to_string());
                 EpochState::Incomplete(why)
@@ -272,7 +454,19 @@ impl CkptDir {
         };
         let pick = match requested {
             Some(k) => k,
-            None => *complete.last().with_context(|| format!("{} holds no complete epoch to restart from", self.root.display()))?,
+            None => {
+                let newest = *complete.last().with_context(|| format!("{} holds no complete epoch to restart from", self.root.display()))?;
+                for e in epochs.iter().filter(|e| e.epoch > newest) {
+                    if let EpochState::Corrupt(why) = &e.state {
+                        crate::elog!(
+                            "mpicr: warning: skipping epoch {}: its manifest ({}) is corrupt: {why}; using epoch {newest}",
+                            e.epoch,
+                            self.manifest_path(e.epoch).display()
+                        );
+                    }
+                }
+                newest
+            }
         };
         let Some(entry) = epochs.into_iter().find(|e| e.epoch == pick) else {
             bail!("epoch {pick} does not exist in {} ({})", self.root.display(), list());
@@ -290,46 +484,170 @@ impl CkptDir {
         }
     }
 
-    /// Commits an epoch: the manifest (atomically), then `latest`.
-    pub fn commit(&self, m: &Manifest) -> Result<()> {
-        write_json_atomic(&self.manifest_path(m.epoch), m, 0o644)?;
-        self.set_latest(m.epoch)
+    /// Writes the manifest of an epoch, signed with `key` (atomically).
+    pub fn write_manifest(&self, m: &Manifest, key: &[u8]) -> Result<()> {
+        let mut m = m.clone();
+        m.sign(key);
+        write_json_atomic(&self.manifest_path(m.epoch), &m)
+    }
+
+    /// Commits an epoch: everything written so far reaches the disk, then the signed manifest
+    /// (atomically); the epoch now exists. `latest` follows; failing to update it only earns a
+    /// warning (restart picks epochs by their manifests, not by the link).
+    pub fn commit(&self, m: &Manifest, key: &[u8]) -> Result<()> {
+        crate::sys::syncfs(&self.epoch_dir(m.epoch)).with_context(|| format!("syncing the images of epoch {}", m.epoch))?;
+        self.write_manifest(m, key)?;
+        if let Err(e) = self.set_latest(m.epoch) {
+            crate::elog!("mpicr: warning: epoch {} is committed, but {e:#}", m.epoch);
+        }
+        Ok(())
     }
 
     pub fn set_latest(&self, epoch: u64) -> Result<()> {
         let link = self.latest_link();
-        let tmp = self.root.join(format!(".latest.tmp-{}", std::process::id()));
-        let _ = fs::remove_file(&tmp);
+        let tmp = self.root.join(format!(".latest.tmp-{}", random_suffix()?));
         std::os::unix::fs::symlink(epoch_name(epoch), &tmp).with_context(|| format!("creating {}", tmp.display()))?;
-        fs::rename(&tmp, &link).with_context(|| format!("updating {}", link.display()))?;
+        if let Err(e) = fs::rename(&tmp, &link) {
+            let _ = fs::remove_file(&tmp);
+            return Err(e).with_context(|| format!("updating {}", link.display()));
+        }
         Ok(())
     }
 
-    /// Marks an epoch as abandoned (it keeps no manifest).
+    /// Marks an epoch as abandoned (it keeps no manifest): its images are removed first (they
+    /// may be what filled the disk), then the reason goes to `FAILED`.
     pub fn mark_failed(&self, epoch: u64, reason: &str) {
-        let _ = fs::write(self.epoch_dir(epoch).join("FAILED"), format!("{reason}\n"));
+        self.remove_images(epoch);
+        if let Err(e) = write_atomic(&self.epoch_dir(epoch).join("FAILED"), format!("{reason}\n").as_bytes()) {
+            crate::elog!("mpicr: warning: cannot record why epoch {epoch} failed: {e:#}");
+        }
+    }
+
+    /// Removes the rank directories (the images) of an epoch.
+    fn remove_images(&self, epoch: u64) {
+        let Ok(rd) = fs::read_dir(self.epoch_dir(epoch)) else { return };
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("rank-") && e.file_type().is_ok_and(|t| t.is_dir()) {
+                let _ = fs::remove_dir_all(e.path());
+            }
+        }
+    }
+
+    /// Removes the images left by epochs that never got a manifest (failed, or interrupted by
+    /// the end of a job); each keeps its `FAILED` note. Called before a new checkpoint, when no
+    /// other checkpoint of this directory can be in progress.
+    pub fn prune_incomplete(&self) -> Result<()> {
+        for e in self.epochs()? {
+            if let EpochState::Incomplete(why) = e.state {
+                match why {
+                    Some(_) => self.remove_images(e.epoch),
+                    None => self.mark_failed(e.epoch, "interrupted: no manifest was written"),
+                }
+            }
+        }
+        Ok(())
     }
 }
 
-pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
-    let bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_slice(&bytes).with_context(|| format!("{} is corrupt", path.display()))
+/// Creates `dir` and its missing parents (mode 0700); `dir` itself ends up 0700 whatever the
+/// umask. An existing `dir` must be a real directory (not a link) of this user.
+pub fn private_dir_all(dir: &Path) -> Result<()> {
+    match fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() => {
+            if m.uid() != crate::sys::euid() {
+                bail!("{} is owned by uid {}, not by you; refusing to use it", dir.display(), m.uid());
+            }
+            if m.mode() & 0o7777 == DIR_MODE {
+                return Ok(());
+            }
+        }
+        Ok(_) => bail!("{} exists and is not a directory", dir.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            fs::DirBuilder::new().recursive(true).mode(DIR_MODE).create(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        Err(e) => return Err(e).with_context(|| format!("checking {}", dir.display())),
+    }
+    fs::set_permissions(dir, fs::Permissions::from_mode(DIR_MODE)).with_context(|| format!("setting the mode of {}", dir.display()))
 }
 
-/// Writes `value` as JSON to `path` through a temporary file and a rename.
-pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T, mode: u32) -> Result<()> {
+/// Makes everything under `dir` private: directories 0700, files 0600 (links are left alone).
+/// For what other programs (CRIU, the shim) wrote into an image directory.
+pub fn tighten_tree(dir: &Path) -> Result<()> {
+    let m = fs::symlink_metadata(dir).with_context(|| format!("checking {}", dir.display()))?;
+    if !m.is_dir() {
+        return Ok(());
+    }
+    if m.mode() & 0o7777 != DIR_MODE {
+        fs::set_permissions(dir, fs::Permissions::from_mode(DIR_MODE)).with_context(|| format!("setting the mode of {}", dir.display()))?;
+    }
+    for e in fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let e = e?;
+        let t = e.file_type()?;
+        if t.is_dir() {
+            tighten_tree(&e.path())?;
+        } else if t.is_file() {
+            let mode = e.metadata()?.mode() & 0o7777;
+            if mode != FILE_MODE {
+                fs::set_permissions(e.path(), fs::Permissions::from_mode(FILE_MODE))
+                    .with_context(|| format!("setting the mode of {}", e.path().display()))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn random_suffix() -> Result<String> {
+    let mut r = [0u8; 8];
+    crate::sys::random_bytes(&mut r).context("drawing a temporary name")?;
+    Ok(hex(&r))
+}
+
+/// The contents of a file, refused above [`MAX_JSON_BYTES`].
+fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
+    let f = fs::File::open(path)?;
+    let mut out = Vec::new();
+    f.take(MAX_JSON_BYTES + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > MAX_JSON_BYTES {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("larger than {} bytes", MAX_JSON_BYTES)));
+    }
+    Ok(out)
+}
+
+pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
+    let bytes = read_bounded(path).with_context(|| format!("reading {}", path.display()))?;
+    parse_json(&bytes).with_context(|| format!("{} is corrupt", path.display()))
+}
+
+/// Parses JSON bytes from outside (a file of the checkpoint directory).
+pub fn parse_json<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T> {
+    Ok(serde_json::from_slice(bytes)?)
+}
+
+/// Writes `value` as JSON to `path` (mode 0600) through a temporary file and a rename.
+pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<()> {
     let mut bytes = serde_json::to_vec_pretty(value)?;
     bytes.push(b'\n');
-    write_atomic(path, &bytes, mode)
+    write_atomic(path, &bytes)
 }
 
-pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
+/// Writes `bytes` to `path` (mode 0600 whatever the umask): a temporary of a random name next
+/// to it, created with `O_CREAT|O_EXCL|O_NOFOLLOW` (a planted file or link makes it fail instead
+/// of being written through), synced, then renamed over `path`.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().context("path without a file name")?.to_string_lossy().into_owned();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let tmp = dir.join(format!(".{name}.tmp-{}", random_suffix()?));
+    let mut created = false;
     let res = (|| -> std::io::Result<()> {
-        let mut f = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(&tmp)?;
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(FILE_MODE)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)?;
+        created = true;
+        f.set_permissions(fs::Permissions::from_mode(FILE_MODE))?;
         f.write_all(bytes)?;
         f.sync_all()?;
         fs::rename(&tmp, path)?;
@@ -338,7 +656,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
         }
         Ok(())
     })();
-    if res.is_err() {
+    if res.is_err() && created {
         let _ = fs::remove_file(&tmp);
     }
     res.with_context(|| format!("writing {}", path.display()))
@@ -377,11 +695,17 @@ pub fn checksum_dir(dir: &Path) -> Result<Vec<FileSum>> {
 }
 
 /// Checks a rank directory against its manifest entry; the error names the first bad file.
+/// Each listed name must be a plain name of a regular file.
 pub fn verify_rank_dir(dir: &Path, expected: &[FileSum]) -> Result<()> {
     for f in expected {
+        if !is_plain_file_name(&f.name) {
+            bail!("the manifest lists an invalid image file name {:?} for {}", f.name, dir.display());
+        }
         let p = dir.join(&f.name);
-        if !p.exists() {
-            bail!("image file {} is missing", p.display());
+        match fs::symlink_metadata(&p) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => bail!("image file {} is not a regular file", p.display()),
+            Err(_) => bail!("image file {} is missing", p.display()),
         }
         let (bytes, sum) = sha256_file(&p)?;
         if bytes != f.bytes || sum != f.sha256 {
@@ -455,6 +779,7 @@ pub(crate) mod tests {
             stop_time_us: 5,
             timings: vec![],
             rank_info: vec![],
+            mac: None,
         }
     }
 
@@ -476,8 +801,9 @@ pub(crate) mod tests {
         for e in 1..=3 {
             fs::create_dir_all(d.epoch_dir(e)).unwrap();
         }
-        d.commit(&manifest(1)).unwrap();
-        d.commit(&manifest(2)).unwrap();
+        let key = d.new_key().unwrap();
+        d.commit(&manifest(1), &key).unwrap();
+        d.commit(&manifest(2), &key).unwrap();
         d.mark_failed(3, "rank 1: criu dump failed");
         assert_eq!(d.latest(), Some(2));
         assert_eq!(d.next_epoch().unwrap(), 4);
@@ -491,6 +817,216 @@ pub(crate) mod tests {
         assert_eq!(d.select_epoch(None).unwrap().epoch, 1);
         let e = d.select_epoch(Some(2)).unwrap_err().to_string();
         assert!(e.contains("corrupt"), "{e}");
+        fs::remove_dir_all(&d.root).unwrap();
+    }
+
+    fn mode(p: &Path) -> u32 {
+        fs::symlink_metadata(p).unwrap().mode() & 0o7777
+    }
+
+    fn am_root() -> bool {
+        crate::sys::euid() == 0
+    }
+
+    /// A checkpoint directory with a key and `epochs` signed manifests.
+    fn signed(tag: &str, epochs: u64) -> (CkptDir, Vec<u8>) {
+        let d = CkptDir::new(tempdir(tag));
+        d.write_job(&job()).unwrap();
+        let key = d.new_key().unwrap();
+        for e in 1..=epochs {
+            private_dir_all(&d.rank_dir(e, 0)).unwrap();
+            d.commit(&manifest(e), &key).unwrap();
+        }
+        (d, key)
+    }
+
+    #[test]
+    fn everything_written_is_private_whatever_the_umask() {
+        let root = tempdir("perm").join("ckpt");
+        // SAFETY (test): umask is process-wide; other tests only get wider temporary files.
+        let old = unsafe { libc::umask(0) };
+        let d = CkptDir::new(&root);
+        d.secure(true).unwrap();
+        d.write_job(&job()).unwrap();
+        let key = d.new_key().unwrap();
+        private_dir_all(&d.rank_dir(1, 0)).unwrap();
+        fs::write(d.rank_dir(1, 0).join("pages-1.img"), b"memory").unwrap();
+        fs::create_dir(d.rank_dir(1, 0).join("sub")).unwrap();
+        d.commit(&manifest(1), &key).unwrap();
+        private_dir_all(&d.epoch_dir(2)).unwrap();
+        d.mark_failed(2, "x");
+        unsafe { libc::umask(old) };
+        tighten_tree(&d.rank_dir(1, 0)).unwrap();
+        assert_eq!(mode(&root), 0o700);
+        for p in [d.job_path(), d.key_path(), d.manifest_path(1), d.rank_dir(1, 0).join("pages-1.img"), d.epoch_dir(2).join("FAILED")] {
+            assert_eq!(mode(&p), 0o600, "{}", p.display());
+        }
+        for p in [d.epoch_dir(1), d.rank_dir(1, 0), d.rank_dir(1, 0).join("sub")] {
+            assert_eq!(mode(&p), 0o700, "{}", p.display());
+        }
+        // No temporaries left behind.
+        assert!(fs::read_dir(&root).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().starts_with('.')));
+        fs::remove_dir_all(root.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn an_existing_readable_directory_is_tightened() {
+        let root = tempdir("tight");
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
+        CkptDir::new(&root).secure(false).unwrap();
+        assert_eq!(mode(&root), 0o700);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn unsafe_directories_are_refused() {
+        let base = tempdir("unsafe");
+        let open = base.join("open");
+        fs::create_dir(&open).unwrap();
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+        let e = format!("{:#}", CkptDir::new(&open).secure(false).unwrap_err());
+        assert!(e.contains("writable by group or others") && e.contains("open") && !e.contains('\n'), "{e}");
+        let missing = base.join("missing");
+        let e = format!("{:#}", CkptDir::new(&missing).secure(false).unwrap_err());
+        assert!(e.contains("does not exist"), "{e}");
+        let file = base.join("file");
+        fs::write(&file, b"").unwrap();
+        assert!(format!("{:#}", CkptDir::new(&file).secure(true).unwrap_err()).contains("not a directory"));
+        if am_root() {
+            let theirs = base.join("theirs");
+            fs::create_dir(&theirs).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+            let e = format!("{:#}", CkptDir::new(&theirs).secure(true).unwrap_err());
+            assert!(e.contains("owned by uid 65534") && e.contains("theirs"), "{e}");
+            // A link planted by another user, even to a directory of ours.
+            let mine = base.join("mine");
+            fs::create_dir(&mine).unwrap();
+            let link = base.join("link");
+            std::os::unix::fs::symlink(&mine, &link).unwrap();
+            std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).unwrap();
+            let e = format!("{:#}", CkptDir::new(&link).secure(false).unwrap_err());
+            assert!(e.contains("symbolic link owned by uid 65534"), "{e}");
+            // Nor may rank directories inside belong to someone else.
+            std::os::unix::fs::chown(&mine, Some(65534), Some(65534)).unwrap();
+            assert!(format!("{:#}", private_dir_all(&mine).unwrap_err()).contains("owned by uid 65534"));
+        }
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn writes_replace_planted_links_instead_of_following_them() {
+        let (d, _) = signed("plant", 0);
+        let victim = d.root.join("victim");
+        fs::write(&victim, b"precious").unwrap();
+        fs::remove_file(d.job_path()).unwrap();
+        std::os::unix::fs::symlink(&victim, d.job_path()).unwrap();
+        d.write_job(&job()).unwrap();
+        assert_eq!(fs::read(&victim).unwrap(), b"precious");
+        assert!(fs::symlink_metadata(d.job_path()).unwrap().is_file());
+        // FAILED too (it used to be written with a plain fs::write).
+        fs::create_dir_all(d.epoch_dir(4)).unwrap();
+        std::os::unix::fs::symlink(&victim, d.epoch_dir(4).join("FAILED")).unwrap();
+        d.mark_failed(4, "boom");
+        assert_eq!(fs::read(&victim).unwrap(), b"precious");
+        fs::remove_dir_all(&d.root).unwrap();
+    }
+
+    #[test]
+    fn forged_or_modified_manifests_are_refused() {
+        let (d, key) = signed("forge", 2);
+        assert_eq!(d.select_epoch(None).unwrap().epoch, 2);
+        // Modified: one field changed, signature kept.
+        let text = fs::read_to_string(d.manifest_path(2)).unwrap().replace("\"total_bytes\": 10", "\"total_bytes\": 11");
+        fs::write(d.manifest_path(2), text).unwrap();
+        let e = format!("{:#}", d.select_epoch(Some(2)).unwrap_err());
+        assert!(e.contains("epoch 2") && e.contains("signature does not match"), "{e}");
+        // Forged: no signature at all.
+        write_json_atomic(&d.manifest_path(2), &manifest(2)).unwrap();
+        let e = format!("{:#}", d.select_epoch(Some(2)).unwrap_err());
+        assert!(e.contains("not signed"), "{e}");
+        // Signed with another key.
+        let mut m = manifest(2);
+        m.sign(&[9u8; KEY_LEN]);
+        write_json_atomic(&d.manifest_path(2), &m).unwrap();
+        assert!(format!("{:#}", d.select_epoch(Some(2)).unwrap_err()).contains("signature does not match"));
+        // The newest is unusable: the older one is used.
+        assert_eq!(d.select_epoch(None).unwrap().epoch, 1);
+        // A key others can read is refused, and so is a missing one.
+        fs::set_permissions(d.key_path(), fs::Permissions::from_mode(0o644)).unwrap();
+        let e = format!("{:#}", d.select_epoch(None).unwrap_err());
+        assert!(e.contains("no complete epoch"), "{e}");
+        assert!(format!("{:#}", d.read_key().unwrap_err()).contains("accessible by group or others"));
+        fs::remove_file(d.key_path()).unwrap();
+        assert!(format!("{:#}", d.read_key().unwrap_err()).contains("has no job key"));
+        // A correctly signed manifest still verifies with the right key.
+        let mut m = manifest(1);
+        m.sign(&key);
+        m.verify(&key).unwrap();
+        fs::remove_dir_all(&d.root).unwrap();
+    }
+
+    #[test]
+    fn manifest_file_names_must_be_plain() {
+        let key = [1u8; KEY_LEN];
+        for bad in ["../../etc/passwd", "a/b", "..", ".", "", "x\0y"] {
+            let mut m = manifest(1);
+            m.rank_info.push(RankManifest {
+                rank: 0,
+                host: "h".into(),
+                pid: 1,
+                bytes: 0,
+                files: vec![FileSum { name: bad.into(), bytes: 0, sha256: String::new() }],
+                renewals_left: None,
+                drained_msgs: 0,
+                drained_bytes: 0,
+                state_bytes: 0,
+                dump_us: 0,
+                agent_timings: vec![],
+            });
+            m.sign(&key);
+            let e = m.verify(&key).unwrap_err();
+            assert!(e.contains("invalid file name"), "{bad:?}: {e}");
+            let dir = tempdir("names");
+            let e = format!("{:#}", verify_rank_dir(&dir, &m.rank_info[0].files).unwrap_err());
+            assert!(e.contains("invalid image file name"), "{e}");
+            fs::remove_dir_all(&dir).unwrap();
+        }
+        let mut m = manifest(1);
+        m.ranks = 0;
+        m.sign(&key);
+        assert!(m.verify(&key).is_err());
+    }
+
+    #[test]
+    fn failed_epochs_lose_their_images_and_keep_the_reason() {
+        let (d, _) = signed("failed", 1);
+        for e in [2, 3] {
+            private_dir_all(&d.rank_dir(e, 0)).unwrap();
+            fs::write(d.rank_dir(e, 0).join("pages-1.img"), b"big").unwrap();
+        }
+        d.mark_failed(2, "rank 0: No space left on device");
+        assert!(!d.rank_dir(2, 0).exists());
+        assert_eq!(fs::read_to_string(d.epoch_dir(2).join("FAILED")).unwrap(), "rank 0: No space left on device\n");
+        // Epoch 3 was interrupted (no manifest, no FAILED): pruned before the next checkpoint.
+        d.prune_incomplete().unwrap();
+        assert!(!d.rank_dir(3, 0).exists());
+        assert!(fs::read_to_string(d.epoch_dir(3).join("FAILED")).unwrap().contains("interrupted"));
+        // The complete epoch keeps its images.
+        assert!(d.rank_dir(1, 0).exists());
+        assert_eq!(d.next_epoch().unwrap(), 4);
+        fs::remove_dir_all(&d.root).unwrap();
+    }
+
+    #[test]
+    fn a_latest_link_failure_leaves_the_epoch_complete() {
+        let (d, key) = signed("latest", 0);
+        // `latest` is a non-empty directory: renaming the new link over it fails.
+        fs::create_dir_all(d.latest_link().join("x")).unwrap();
+        private_dir_all(&d.epoch_dir(1)).unwrap();
+        d.commit(&manifest(1), &key).unwrap();
+        assert!(!d.epoch_dir(1).join("FAILED").exists());
+        assert_eq!(d.select_epoch(None).unwrap().epoch, 1);
+        assert!(fs::read_dir(&d.root).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().starts_with(".latest")));
         fs::remove_dir_all(&d.root).unwrap();
     }
 

@@ -232,7 +232,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     let shim = if mode == Mode::Agent { crate::paths::shim()? } else { None };
 
     let mine = if l.rank == 0 {
-        std::fs::create_dir_all(&dir.root).with_context(|| format!("creating checkpoint directory {}", dir.root.display()))?;
+        dir.secure(true)?;
         check_not_running(&dir)?;
         if dir.job_path().exists() && !dir.epochs()?.is_empty() {
             let old = dir.read_job().map(|j| j.job_id).unwrap_or_else(|_| "?".into());
@@ -257,7 +257,8 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             mpicr_version: env!("CARGO_PKG_VERSION").into(),
         };
         dir.write_job(&job)?;
-        let cfg = coordinator::Config { dir: dir.clone(), job, interval: args.interval, restart_epoch: None, verbose: args.verbose };
+        let key = dir.new_key()?;
+        let cfg = coordinator::Config { dir: dir.clone(), job, interval: args.interval, restart_epoch: None, verbose: args.verbose, key };
         let info = coordinator::start(cfg, new_secret()?)?;
         info.write(&dir)?;
         Some(info)
@@ -266,7 +267,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     };
     let info = exchange_coordinator(&l, mine.as_ref())?;
     if l.rank != 0 {
-        std::fs::create_dir_all(&dir.root).with_context(|| format!("creating checkpoint directory {}", dir.root.display()))?;
+        dir.secure(true)?;
     }
     let presented_kvsname = l.launcher.as_ref().map(|p| p.kvsname.clone()).unwrap_or_default();
 
@@ -556,8 +557,8 @@ impl Keeper {
             FromCoord::Begin { epoch, stop } => {
                 self.say(&format!("checkpoint {epoch} begins{}", if stop { " (stop)" } else { "" }));
                 let rdir = self.dir.rank_dir(epoch, self.rank);
-                if let Err(e) = std::fs::create_dir_all(&rdir) {
-                    self.fail_ckpt(epoch, format!("creating {}: {e}", rdir.display()));
+                if let Err(e) = images::private_dir_all(&rdir) {
+                    self.fail_ckpt(epoch, format!("{e:#}"));
                     return Ok(());
                 }
                 self.ckpt = Some(CkptState { epoch, stop, stopped: false, resumed: false });
@@ -674,7 +675,7 @@ impl Keeper {
     fn dump(&mut self, epoch: u64, leave_stopped: bool) -> Result<RankManifest> {
         let t = Instant::now();
         let rdir = self.dir.rank_dir(epoch, self.rank);
-        std::fs::create_dir_all(&rdir).with_context(|| format!("creating {}", rdir.display()))?;
+        images::private_dir_all(&rdir)?;
         let peers = crate::sockdiag::unix_peers().context("listing unix socket peers (sock_diag)")?;
         let mut sockets: BTreeMap<u64, ExternalSocket> = BTreeMap::new();
         let mut pipes: BTreeMap<u64, ExternalPipe> = BTreeMap::new();
@@ -725,7 +726,11 @@ impl Keeper {
             agent: self.mode == Mode::Agent,
             agent_hello: self.agent.clone(),
         };
-        images::write_json_atomic(&rdir.join("rank.json"), &meta, 0o644)?;
+        images::write_json_atomic(&rdir.join("rank.json"), &meta)?;
+        // CRIU and the shim created files under their own umask: make everything private, and
+        // on stable storage before the coordinator commits the manifest.
+        images::tighten_tree(&rdir)?;
+        sys::syncfs(&rdir).with_context(|| format!("syncing the images in {}", rdir.display()))?;
         let files = images::checksum_dir(&rdir)?;
         Ok(RankManifest {
             rank: self.rank,

@@ -7,6 +7,8 @@ mod coord_wire;
 mod coordinator;
 mod criu;
 mod ctl;
+#[cfg(test)]
+mod fuzz;
 mod images;
 mod keeper;
 mod paths;

@@ -130,6 +130,16 @@ impl fmt::Display for Msg {
 /// Splits one complete message off the front of `buf`: `Ok(Some((msg, consumed)))`, `Ok(None)`
 /// when more bytes are needed, `Err` for bytes that are no PMI at all.
 pub fn split(buf: &[u8]) -> Result<Option<(Msg, usize)>, String> {
+    match split_inner(buf) {
+        Ok(None) if buf.len() > MAX_MESSAGE => Err(format!("a PMI message longer than {MAX_MESSAGE} bytes")),
+        other => other,
+    }
+}
+
+/// Longest PMI message accepted (a PMI-2 message has at most 999999 bytes after its length).
+pub const MAX_MESSAGE: usize = 1 << 20;
+
+fn split_inner(buf: &[u8]) -> Result<Option<(Msg, usize)>, String> {
     if buf.is_empty() {
         return Ok(None);
     }
@@ -163,16 +173,17 @@ pub fn split(buf: &[u8]) -> Result<Option<(Msg, usize)>, String> {
 }
 
 fn split_mcmd(buf: &[u8]) -> Option<usize> {
-    let text = String::from_utf8_lossy(buf);
     let mut total: Option<usize> = None;
     let mut sofar = 0usize;
     let mut pos = 0usize;
-    for line in text.split_inclusive('\n') {
-        if !line.ends_with('\n') {
+    // Positions count raw bytes: a lossy conversion of the whole buffer would change lengths.
+    for line in buf.split_inclusive(|&c| c == b'\n') {
+        if line.last() != Some(&b'\n') {
             return None;
         }
         pos += line.len();
-        let l = line.trim_end();
+        let text = String::from_utf8_lossy(line);
+        let l = text.trim_end();
         if let Some(v) = l.strip_prefix("totspawns=") {
             total = v.parse().ok();
         } else if let Some(v) = l.strip_prefix("spawnssofar=") {
@@ -386,6 +397,15 @@ mod tests {
         let (m, n) = split(&full).unwrap().unwrap();
         assert_eq!(n, full.len());
         assert!(matches!(m, Msg::Opaque(_)));
+    }
+
+    #[test]
+    fn mcmd_with_invalid_utf8_keeps_byte_positions() {
+        // Found by the fuzzer: lengths of a lossy conversion were used as byte positions.
+        let buf = b"mcmd=spawn\n\xff\xfe\nendcmd\n";
+        let (m, n) = split(buf).unwrap().unwrap();
+        assert_eq!(n, buf.len());
+        assert_eq!(m, Msg::Opaque(buf.to_vec()));
     }
 
     fn rules() -> Rules {

@@ -31,6 +31,7 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     let (tx, rx) = mpsc::channel();
     start_signal_thread(tx.clone())?;
     let l = launch()?;
+    dir.secure(false)?;
     let job = dir.read_job()?;
     let manifest = dir.select_epoch(args.epoch)?;
     if manifest.job_id != job.job_id {
@@ -88,7 +89,15 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     };
 
     let mine = if rank == 0 {
-        let cfg = coordinator::Config { dir: dir.clone(), job: job.clone(), interval: args.interval, restart_epoch: Some(epoch), verbose: args.verbose };
+        let key = dir.read_key()?;
+        let cfg = coordinator::Config {
+            dir: dir.clone(),
+            job: job.clone(),
+            interval: args.interval,
+            restart_epoch: Some(epoch),
+            verbose: args.verbose,
+            key,
+        };
         let info = coordinator::start(cfg, new_secret()?)?;
         info.write(&dir)?;
         Some(info)

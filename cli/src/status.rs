@@ -21,7 +21,8 @@ pub fn status(dir: &CkptDir) -> Result<()> {
     }
     match crate::client::live_status(dir) {
         None => writeln!(w, "running:    no")?,
-        Some((info, Ok(live))) => {
+        Some(Err(e)) => writeln!(w, "running:    unknown: cannot read the job's coordinator file: {e:#}")?,
+        Some(Ok((info, Ok(live)))) => {
             let mut line = format!(
                 "yes: coordinator pid {} on {}:{}, {}/{} ranks connected",
                 info.pid,
@@ -43,7 +44,7 @@ pub fn status(dir: &CkptDir) -> Result<()> {
                 writeln!(w, "renewals:   unbounded (live)")?;
             }
         }
-        Some((info, Err(e))) => writeln!(w, "running:    unknown: coordinator pid {} on {} does not answer ({e:#})", info.pid, info.host)?,
+        Some(Ok((info, Err(e)))) => writeln!(w, "running:    unknown: coordinator pid {} on {} does not answer ({e:#})", info.pid, info.host)?,
     }
     let epochs = dir.epochs()?;
     if epochs.is_empty() {

@@ -235,6 +235,27 @@ pub fn pid_exists(pid: i32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// The effective user id of this process.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// For `pre_exec` hooks: sets the file mode creation mask (async-signal-safe).
+pub fn child_umask(mask: u32) -> io::Result<()> {
+    // SAFETY: umask only changes a process attribute and cannot fail.
+    unsafe { libc::umask(mask as libc::mode_t) };
+    Ok(())
+}
+
+/// Flushes the filesystem holding `path` to stable storage (`syncfs(2)`).
+pub fn syncfs(path: &Path) -> io::Result<()> {
+    let f = std::fs::File::open(path)?;
+    // SAFETY: syncfs on a descriptor that stays open for the call.
+    cvt(unsafe { libc::syncfs(f.as_raw_fd()) })?;
+    Ok(())
+}
+
 /// Random bytes from the kernel.
 pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
     let mut filled = 0;

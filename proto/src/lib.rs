@@ -123,9 +123,18 @@ pub fn recv<R: Read, M: for<'de> Deserialize<'de>>(r: &mut R) -> io::Result<Opti
     if len > MAX_FRAME {
         return Err(io::Error::new(io::ErrorKind::InvalidData, format!("frame of {len} bytes exceeds the limit")));
     }
-    let mut body = vec![0u8; len as usize];
-    r.read_exact(&mut body)?;
-    postcard::from_bytes(&body).map(Some).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    // Grows with what arrives instead of trusting the length: a hostile length costs nothing.
+    let mut body = Vec::with_capacity((len as usize).min(64 << 10));
+    r.take(len as u64).read_to_end(&mut body)?;
+    if body.len() != len as usize {
+        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("stream ended inside a frame of {len} bytes")));
+    }
+    decode_body(&body).map(Some)
+}
+
+/// Decodes the body of one frame (without its length).
+pub fn decode_body<M: for<'de> Deserialize<'de>>(body: &[u8]) -> io::Result<M> {
+    postcard::from_bytes(body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("malformed frame: {e}")))
 }
 
 /// Writes one frame on a unix socket with `fd` attached as `SCM_RIGHTS` ancillary data (used
@@ -198,6 +207,116 @@ mod tests {
             assert_eq!(&got, m);
         }
         assert!(recv::<_, FromAgent>(&mut rd).unwrap().is_none());
+    }
+
+    mod fuzz {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn config() -> ProptestConfig {
+            // PROPTEST_CASES=100000 for a long run; a quick one by default.
+            let mut c = ProptestConfig::default();
+            if std::env::var_os("PROPTEST_CASES").is_none() {
+                c.cases = 256;
+            }
+            c.failure_persistence = None;
+            c
+        }
+
+        fn samples() -> Vec<Vec<u8>> {
+            let mut out = Vec::new();
+            let to_agent = [
+                ToAgent::Checkpoint { epoch: 3, stop: true, state_path: "/x/shim.state".into() },
+                ToAgent::Targets { comms: vec![(1, 2), (u64::MAX, 0)] },
+                ToAgent::ExpectedRecvs { expect: vec![(7, -1, 9)] },
+                ToAgent::Resume { restarted: true, epoch: 1, size: 4 },
+                ToAgent::Abort { reason: "r".into() },
+            ];
+            for m in &to_agent {
+                let mut b = Vec::new();
+                send(&mut b, m).unwrap();
+                out.push(b);
+            }
+            let from_agent = [
+                FromAgent::Hello(Hello { rank: 0, size: 2, pid: 9, library: "l".into(), renew_strategy: "s".into(), renewals_left: Some(3) }),
+                FromAgent::ReadyToDump { drained_msgs: 1, drained_bytes: 2, state_bytes: 3, timings: Timings { phases_us: vec![("a".into(), 1)] } },
+                FromAgent::PmiConnect { generation: 2 },
+            ];
+            for m in &from_agent {
+                let mut b = Vec::new();
+                send(&mut b, m).unwrap();
+                out.push(b);
+            }
+            out
+        }
+
+        /// Replaces, inserts, deletes bytes or truncates, at places chosen by the strategy.
+        pub fn mutate(mut b: Vec<u8>, ops: &[(prop::sample::Index, u8, u8)]) -> Vec<u8> {
+            for (at, byte, op) in ops {
+                match op % 4 {
+                    0 if !b.is_empty() => {
+                        let i = at.index(b.len());
+                        b[i] = *byte;
+                    }
+                    1 => {
+                        let i = at.index(b.len() + 1);
+                        b.insert(i, *byte);
+                    }
+                    2 if !b.is_empty() => {
+                        let i = at.index(b.len());
+                        b.remove(i);
+                    }
+                    _ => {
+                        let i = at.index(b.len() + 1);
+                        b.truncate(i);
+                    }
+                }
+            }
+            b
+        }
+
+        fn decode_all(bytes: &[u8]) {
+            let mut r = bytes;
+            for _ in 0..64 {
+                match recv::<_, ToAgent>(&mut r) {
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                    Err(e) => {
+                        assert!(!e.to_string().is_empty() && !e.to_string().contains('\n'));
+                        break;
+                    }
+                }
+            }
+            let mut r = bytes;
+            let _ = recv::<_, FromAgent>(&mut r);
+        }
+
+        proptest! {
+            #![proptest_config(config())]
+
+            #[test]
+            fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+                decode_all(&bytes);
+            }
+
+            #[test]
+            fn mutated_frames_never_panic(
+                which in any::<prop::sample::Index>(),
+                ops in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>(), any::<u8>()), 1..6),
+            ) {
+                let s = samples();
+                let base = s[which.index(s.len())].clone();
+                decode_all(&mutate(base, &ops));
+            }
+        }
+
+        #[test]
+        fn hostile_length_allocates_nothing_big() {
+            let mut buf = (MAX_FRAME - 1).to_le_bytes().to_vec();
+            buf.extend_from_slice(&[1, 2, 3]);
+            let e = recv::<_, ToAgent>(&mut &buf[..]).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        }
     }
 
     #[test]

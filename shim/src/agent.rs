@@ -95,6 +95,18 @@ pub fn start_if_supervised() {
     if CTL.get().is_some() {
         return;
     }
+    // The control socket is for this process only: the program's children must inherit neither
+    // the descriptor nor its number. (Removing the variable races only with a program thread
+    // calling setenv/getenv during MPI_Init, which nothing sane does.)
+    std::env::remove_var(CTL_FD_ENV);
+    // SAFETY: F_GETFD/F_SETFD only change the flags of a descriptor number; on a number that is
+    // not open they fail, and the failure shows below when the socket is used.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFD);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+        }
+    }
     // SAFETY: the keeper passed us this descriptor for our exclusive use.
     let sock = unsafe { UnixStream::from_raw_fd(fd) };
     let reader = match sock.try_clone() {
