@@ -302,6 +302,41 @@ if selected security-dirs; then
     rm -rf "$P"
 fi
 
+# Strangers holding connections open cannot lock the job out: each gets the handshake deadline,
+# and past the cap of unauthenticated connections the next ones wait; a real client gets through.
+if [ $criu_ok = 1 ] && selected coord-strangers; then
+    d=$T/strangers
+    bg "$M" run --no-mpi --ckpt-dir "$d" -- "$T/counter" 600 >/dev/null 2>"$T/st.err"
+    pid=$!
+    for i in $(seq 50); do [ -f "$d/coordinator.json" ] && break; sleep 0.1; done
+    port=$(sed -n 's/.*"port": *\([0-9]*\).*/\1/p' "$d/coordinator.json")
+    out=$(timeout -k 5 60 python3 - "$port" "$M" "$d" <<'EOF2'
+import socket, subprocess, sys, time
+port, m, d = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+idle = []
+for _ in range(80):
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    idle.append(s)
+t = time.time()
+r = subprocess.run([m, "checkpoint", "--stop", d], capture_output=True, text=True, timeout=50)
+took = time.time() - t
+closed = 0
+for s in idle:
+    try:
+        s.settimeout(15)
+        while s.recv(100):
+            pass
+        closed += 1
+    except OSError:
+        pass
+print(f"rc={r.returncode} took={took:.1f} closed={closed} {r.stdout.strip()} {r.stderr.strip()}")
+EOF2
+)
+    wait "$pid"
+    rc=$?
+    if grep -q "rc=0 .*closed=80 .*epoch: *1" <<<"$out" && [ $rc = 0 ]; then ok "coord-strangers-bounded"; else bad "coord-strangers-bounded" "rc=$rc $out $(cat "$T/st.err")"; fi
+fi
+
 if [ $criu_ok = 1 ] && [ $have4 = 1 ] && selected criu-mpiexec; then
     d=$T/multi
     # 63 ticks: exit status 0 (a rank ending non-zero makes Hydra kill the others, as without mpicr)

@@ -29,6 +29,8 @@ Environment:
   MPICR_CRIU        path of the criu binary (default: .deps/criu/criu of the source tree
                     the binary was built in, else criu on PATH)
   MPICR_DEBUG_PMI   1: trace every relayed PMI message on stderr
+  MPICR_COORD_BIND  address the coordinator listens on (default: 127.0.0.1 when every
+                    rank runs on this host, else this host's address)
 
 Exit status: `run` and `restart` exit with the program's status (a program killed by a
 signal makes the keeper die by the same signal); 125 when mpicr itself fails, 126 when the

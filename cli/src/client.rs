@@ -19,13 +19,13 @@ pub fn checkpoint(args: CheckpointArgs) -> Result<()> {
             info.pid
         );
     }
-    let mut s = coord_wire::connect(&info, Duration::from_secs(10))
+    let (mut tx, mut s) = coord_wire::connect(&info, Duration::from_secs(10))
         .with_context(|| format!("job {} does not answer (has it ended?)", info.job_id))?;
     let timeout = args.timeout.min(crate::args::MAX_TIMEOUT);
     let timeout_ms = timeout.as_millis() as u64;
-    coord_wire::send(&mut s, &Hello::Client(ClientRequest::Checkpoint { stop: args.stop, timeout_ms }))?;
+    coord_wire::send(&mut tx, &Hello::Client(ClientRequest::Checkpoint { stop: args.stop, timeout_ms }))?;
     // The coordinator enforces the timeout itself; allow it time to report.
-    s.set_read_timeout(Some(timeout + Duration::from_secs(30)))?;
+    s.stream().set_read_timeout(Some(timeout + Duration::from_secs(30)))?;
     match coord_wire::recv::<ToClient>(&mut s) {
         Ok(Some(ToClient::Done(r))) => {
             println!("epoch:         {}", r.epoch);
@@ -61,9 +61,9 @@ pub fn live_status(dir: &CkptDir) -> Option<Result<(CoordInfo, Result<LiveStatus
         return None;
     }
     let res = (|| -> Result<LiveStatus> {
-        let mut s = coord_wire::connect(&info, Duration::from_secs(2))?;
-        coord_wire::send(&mut s, &Hello::Client(ClientRequest::Status))?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let (mut tx, mut s) = coord_wire::connect(&info, Duration::from_secs(2))?;
+        coord_wire::send(&mut tx, &Hello::Client(ClientRequest::Status))?;
+        s.stream().set_read_timeout(Some(Duration::from_secs(5)))?;
         match coord_wire::recv::<ToClient>(&mut s)? {
             Some(ToClient::Status(st)) => Ok(st),
             other => bail!("unexpected answer: {other:?}"),

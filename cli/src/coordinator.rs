@@ -16,13 +16,19 @@ use crate::images::{self, CkptDir, JobInfo, Manifest, RankManifest};
 use anyhow::{bail, Context, Result};
 use mpicr_proto::CommGid;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::net::{TcpListener, TcpStream};
+use coord_wire::SecureTx;
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const DEFAULT_CKPT_TIMEOUT: Duration = Duration::from_secs(600);
 const RESTART_TIMEOUT: Duration = Duration::from_secs(600);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once before they authenticate; while this many are in their handshake,
+/// the next ones wait in the listen backlog (each handshake ends within `UNAUTHENTICATED_DEADLINE`).
+const MAX_UNAUTHENTICATED: usize = 64;
 
 /// `(communicator, peer world rank, message count)` per rank.
 pub type PeerCounts = BTreeMap<i32, Vec<(CommGid, i32, u64)>>;
@@ -64,11 +70,13 @@ pub struct Config {
     pub verbose: bool,
     /// The job's key (`job.key`): signs every manifest.
     pub key: Vec<u8>,
+    /// The address to listen on (see `keeper::coordinator_bind`).
+    pub bind: String,
 }
 
 /// Binds the coordinator's port and starts its threads. Returns what keepers need to connect.
 pub fn start(cfg: Config, secret: Vec<u8>) -> Result<coord_wire::CoordInfo> {
-    let bind = std::env::var("MPICR_COORD_BIND").unwrap_or_else(|_| "0.0.0.0".into());
+    let bind = cfg.bind.clone();
     let listener = TcpListener::bind((bind.as_str(), 0)).with_context(|| format!("binding the coordinator to {bind}"))?;
     let port = listener.local_addr()?.port();
     let info = coord_wire::CoordInfo {
@@ -77,6 +85,7 @@ pub fn start(cfg: Config, secret: Vec<u8>) -> Result<coord_wire::CoordInfo> {
         port,
         secret: images::hex(&secret),
         pid: std::process::id(),
+        bind: Some(bind),
     };
     let (tx, rx) = mpsc::channel();
     {
@@ -97,48 +106,64 @@ pub fn start(cfg: Config, secret: Vec<u8>) -> Result<coord_wire::CoordInfo> {
 }
 
 enum Event {
-    KeeperJoined { conn: u64, hello: KeeperHello, writer: TcpStream },
+    KeeperJoined { conn: u64, hello: KeeperHello, writer: SecureTx },
     FromKeeper { conn: u64, msg: ToCoord },
     KeeperGone { conn: u64 },
-    Client { req: ClientRequest, stream: TcpStream },
+    Client { req: ClientRequest, stream: SecureTx },
     Tick,
+}
+
+/// Counts a connection that has not authenticated yet, until dropped.
+struct Unauthenticated(Arc<AtomicUsize>);
+
+impl Drop for Unauthenticated {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 fn accept_loop(listener: TcpListener, secret: Vec<u8>, tx: Sender<Event>) {
     let mut next_conn = 0u64;
-    for stream in listener.incoming() {
-        let Ok(stream) = stream else { continue };
+    let pending = Arc::new(AtomicUsize::new(0));
+    loop {
+        // Strangers cannot make the coordinator start unbounded threads: past the cap, the
+        // next connection is accepted only once a handshake in progress ends.
+        while pending.load(Ordering::SeqCst) >= MAX_UNAUTHENTICATED {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let Ok((stream, _)) = listener.accept() else { continue };
+        pending.fetch_add(1, Ordering::SeqCst);
+        let guard = Unauthenticated(Arc::clone(&pending));
         next_conn += 1;
         let conn = next_conn;
         let tx = tx.clone();
         let secret = secret.clone();
-        let _ = std::thread::Builder::new().name("coord-conn".into()).spawn(move || serve_conn(conn, stream, &secret, tx));
+        let _ = std::thread::Builder::new().name("coord-conn".into()).spawn(move || serve_conn(conn, stream, &secret, tx, guard));
     }
 }
 
-fn serve_conn(conn: u64, mut s: TcpStream, secret: &[u8], tx: Sender<Event>) {
+fn serve_conn(conn: u64, s: std::net::TcpStream, secret: &[u8], tx: Sender<Event>, guard: Unauthenticated) {
     s.set_nodelay(true).ok();
-    if coord_wire::accept_handshake(&mut s, secret).is_err() {
-        return;
-    }
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
-    let hello: Hello = match coord_wire::recv(&mut s) {
+    // The handshake and the Hello, together, within one deadline.
+    let deadline = Instant::now() + coord_wire::UNAUTHENTICATED_DEADLINE;
+    let Ok((writer, mut reader)) = coord_wire::accept_handshake(s, secret, deadline) else { return };
+    let hello: Hello = match coord_wire::recv(&mut reader) {
         Ok(Some(h)) => h,
         _ => return,
     };
-    s.set_read_timeout(None).ok();
-    s.set_write_timeout(Some(WRITE_TIMEOUT)).ok();
+    drop(guard);
+    reader.stream().set_read_timeout(None).ok();
+    writer.stream().set_write_timeout(Some(WRITE_TIMEOUT)).ok();
     match hello {
         Hello::Client(req) => {
-            let _ = tx.send(Event::Client { req, stream: s });
+            let _ = tx.send(Event::Client { req, stream: writer });
         }
         Hello::Keeper(hello) => {
-            let Ok(writer) = s.try_clone() else { return };
             if tx.send(Event::KeeperJoined { conn, hello, writer }).is_err() {
                 return;
             }
             loop {
-                match coord_wire::recv::<ToCoord>(&mut s) {
+                match coord_wire::recv::<ToCoord>(&mut reader) {
                     Ok(Some(msg)) => {
                         if tx.send(Event::FromKeeper { conn, msg }).is_err() {
                             return;
@@ -156,7 +181,7 @@ fn serve_conn(conn: u64, mut s: TcpStream, secret: &[u8], tx: Sender<Event>) {
 
 struct Rank {
     conn: u64,
-    writer: TcpStream,
+    writer: SecureTx,
     hello: KeeperHello,
     agent: Option<AgentInfo>,
     restored: bool,
@@ -173,7 +198,7 @@ enum Phase {
 
 /// Who asked for a checkpoint.
 enum Requester {
-    Client(TcpStream),
+    Client(SecureTx),
     Internal(&'static str),
 }
 
@@ -357,8 +382,8 @@ impl Coordinator {
         }
     }
 
-    fn on_join(&mut self, conn: u64, hello: KeeperHello, mut writer: TcpStream) {
-        let refuse = |w: &mut TcpStream, reason: String| {
+    fn on_join(&mut self, conn: u64, hello: KeeperHello, mut writer: SecureTx) {
+        let refuse = |w: &mut SecureTx, reason: String| {
             let _ = coord_wire::send(w, &FromCoord::Refused { reason });
         };
         if hello.job_id != self.cfg.job.job_id {

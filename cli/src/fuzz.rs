@@ -67,6 +67,8 @@ fn frame<M: Serialize>(m: &M) -> Vec<u8> {
     b
 }
 
+const SESSION: [u8; 32] = [5; 32];
+
 // --- control frames (agent -> keeper) ------------------------------------------------------------
 
 fn agent_frames() -> Vec<Vec<u8>> {
@@ -118,28 +120,38 @@ fn rank_manifest() -> RankManifest {
 }
 
 fn coord_frames() -> Vec<Vec<u8>> {
+    coord_plain().into_iter().map(|p| p(&SESSION)).collect()
+}
+
+type Sealer = Box<dyn Fn(&[u8; 32]) -> Vec<u8>>;
+
+fn sealed<M: Serialize + 'static>(m: M) -> Sealer {
+    Box::new(move |k| crate::coord_wire::seal_bytes(&m, k, 0))
+}
+
+fn coord_plain() -> Vec<Sealer> {
     let kh = KeeperHello { rank: 1, size: 2, job_id: "j".into(), host: "h".into(), keeper_pid: 1, program_pid: 2, mode: Mode::Agent, restart_epoch: Some(3) };
     let info = AgentInfo { library: "l".into(), renew_strategy: "sessions".into(), renewals_left: None };
     let mut out = vec![
-        frame(&Hello::Keeper(kh)),
-        frame(&Hello::Client(ClientRequest::Checkpoint { stop: false, timeout_ms: 1000 })),
-        frame(&Hello::Client(ClientRequest::Status)),
-        frame(&ToCoord::AgentHello(info.clone())),
-        frame(&ToCoord::Counters { epoch: 1, comms: vec![(5, 6)] }),
-        frame(&ToCoord::SendCounts { epoch: 1, sent: vec![(5, 1, 2)] }),
-        frame(&ToCoord::ReadyToDump { epoch: 1, drained_msgs: 1, drained_bytes: 2, state_bytes: 3, timings: vec![] }),
-        frame(&ToCoord::Dumped { epoch: 1, info: rank_manifest() }),
-        frame(&ToCoord::Failed { epoch: 1, reason: "x".into() }),
-        frame(&ToCoord::Exiting { status: "exit code 0".into() }),
-        frame(&FromCoord::Welcome { job_id: "j".into() }),
-        frame(&FromCoord::Targets { epoch: 2, comms: vec![(1, 1)] }),
-        frame(&FromCoord::Expected { epoch: 2, expect: vec![(1, 0, 1)] }),
-        frame(&FromCoord::Abort { epoch: 2, reason: "r".into() }),
-        frame(&FromCoord::Stop),
-        frame(&ToClient::Done(CkptResult { epoch: 1, stop_time_us: 2, bytes: 3, ranks: 4, stopped: true })),
-        frame(&ToClient::Error("e".into())),
+        sealed(Hello::Keeper(kh)),
+        sealed(Hello::Client(ClientRequest::Checkpoint { stop: false, timeout_ms: 1000 })),
+        sealed(Hello::Client(ClientRequest::Status)),
+        sealed(ToCoord::AgentHello(info.clone())),
+        sealed(ToCoord::Counters { epoch: 1, comms: vec![(5, 6)] }),
+        sealed(ToCoord::SendCounts { epoch: 1, sent: vec![(5, 1, 2)] }),
+        sealed(ToCoord::ReadyToDump { epoch: 1, drained_msgs: 1, drained_bytes: 2, state_bytes: 3, timings: vec![] }),
+        sealed(ToCoord::Dumped { epoch: 1, info: rank_manifest() }),
+        sealed(ToCoord::Failed { epoch: 1, reason: "x".into() }),
+        sealed(ToCoord::Exiting { status: "exit code 0".into() }),
+        sealed(FromCoord::Welcome { job_id: "j".into() }),
+        sealed(FromCoord::Targets { epoch: 2, comms: vec![(1, 1)] }),
+        sealed(FromCoord::Expected { epoch: 2, expect: vec![(1, 0, 1)] }),
+        sealed(FromCoord::Abort { epoch: 2, reason: "r".into() }),
+        sealed(FromCoord::Stop),
+        sealed(ToClient::Done(CkptResult { epoch: 1, stop_time_us: 2, bytes: 3, ranks: 4, stopped: true })),
+        sealed(ToClient::Error("e".into())),
     ];
-    out.push(frame(&ToClient::Status(LiveStatus {
+    out.push(sealed(ToClient::Status(LiveStatus {
         job_id: "j".into(),
         size: 2,
         registered: vec![0, 1],
@@ -150,23 +162,35 @@ fn coord_frames() -> Vec<Vec<u8>> {
     out
 }
 
-/// Reads frames of every coordinator message type from `buf` until the end or an error.
-fn coord_decode_all(buf: &[u8]) {
-    fn each<M: for<'de> serde::Deserialize<'de>>(buf: &[u8]) {
+/// Reads authenticated frames of every coordinator message type from `buf` until the end or an
+/// error; returns how many frames of the first type passed authentication.
+fn coord_decode_all(buf: &[u8]) -> u64 {
+    fn each<M: for<'de> serde::Deserialize<'de>>(buf: &[u8]) -> u64 {
+        let mut seq = 0;
         let mut r = buf;
+        // One frame per call: the remaining bytes are what follows it.
         for _ in 0..buf.len() + 1 {
-            match mpicr_proto::recv::<_, M>(&mut r) {
-                Ok(Some(_)) => {}
-                Ok(None) => return,
-                Err(e) => return one_line(&e.to_string()),
+            let before = seq;
+            match crate::coord_wire::open_bytes::<M>(r, &SESSION, &mut seq) {
+                Ok(Some(_)) => {
+                    let used = 4 + u32::from_le_bytes(r[..4].try_into().unwrap()) as usize + 32;
+                    assert_eq!(seq, before + 1);
+                    r = &r[used..];
+                }
+                Ok(None) => return seq,
+                Err(e) => {
+                    one_line(&e.to_string());
+                    return seq;
+                }
             }
         }
-        panic!("recv made no progress");
+        panic!("open_bytes made no progress");
     }
-    each::<Hello>(buf);
+    let n = each::<Hello>(buf);
     each::<ToCoord>(buf);
     each::<FromCoord>(buf);
     each::<ToClient>(buf);
+    n
 }
 
 // --- PMI from the program ----------------------------------------------------------------------------
@@ -269,7 +293,7 @@ fn file_samples() -> Vec<Vec<u8>> {
         agent: true,
         agent_hello: None,
     };
-    let coord = CoordInfo { job_id: "j".into(), host: "h".into(), port: 1, secret: "00".repeat(32), pid: 2 };
+    let coord = CoordInfo { job_id: "j".into(), host: "h".into(), port: 1, secret: "00".repeat(32), pid: 2, bind: Some("127.0.0.1".into()) };
     vec![
         serde_json::to_vec_pretty(&job()).unwrap(),
         serde_json::to_vec_pretty(&manifest()).unwrap(),
@@ -321,7 +345,27 @@ proptest! {
 
     #[test]
     fn coord_mutated(i in any::<Index>(), ops in ops()) {
-        coord_decode_all(&mutate(pick(&coord_frames(), &i), &ops));
+        let good = pick(&coord_frames(), &i);
+        let bad = mutate(good.clone(), &ops);
+        coord_decode_all(&bad);
+        // A changed frame never passes authentication (a truncated one just ends the stream).
+        if bad != good && bad.len() >= good.len() {
+            let mut seq = 0;
+            let r = crate::coord_wire::open_bytes::<serde::de::IgnoredAny>(&bad, &SESSION, &mut seq);
+            prop_assert!(!matches!(r, Ok(Some(_))) || bad[..good.len()] == good[..]);
+        }
+    }
+
+    /// A frame sealed with another key, or for another place in the stream, is refused.
+    #[test]
+    fn coord_wrong_key_or_place(i in any::<Index>(), key in any::<[u8; 32]>(), seq in 1u64.., epoch in any::<u64>()) {
+        let plain = coord_plain();
+        let m = &plain[i.index(plain.len())];
+        let mut s = 0;
+        prop_assert!(crate::coord_wire::open_bytes::<serde::de::IgnoredAny>(&m(&key), &SESSION, &mut s).is_err() || key == SESSION);
+        let late = crate::coord_wire::seal_bytes(&FromCoord::Dump { epoch }, &SESSION, seq);
+        prop_assert!(crate::coord_wire::open_bytes::<FromCoord>(&late, &SESSION, &mut s).is_err());
+        prop_assert_eq!(s, 0);
     }
 
     #[test]
@@ -384,8 +428,8 @@ fn handshake_garbage() {
             let l = TcpListener::bind("127.0.0.1:0").unwrap();
             let port = l.local_addr().unwrap().port();
             let server = std::thread::spawn(move || {
-                let (mut s, _) = l.accept().unwrap();
-                crate::coord_wire::accept_handshake(&mut s, &[1; 32])
+                let (s, _) = l.accept().unwrap();
+                crate::coord_wire::accept_handshake(s, &[1; 32], std::time::Instant::now() + crate::coord_wire::HANDSHAKE_TIMEOUT).map(drop)
             });
             let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
             let _ = c.write_all(&bytes);
@@ -404,8 +448,8 @@ fn handshake_garbage() {
                 let (mut s, _) = l.accept().unwrap();
                 let _ = s.write_all(&bytes);
             });
-            let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-            let r = crate::coord_wire::connect_handshake(&mut c, &[1; 32]);
+            let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            let r = crate::coord_wire::connect_handshake(c, &[1; 32], crate::coord_wire::HANDSHAKE_TIMEOUT).map(drop);
             server.join().unwrap();
             prop_assert!(r.is_err());
             Ok(())

@@ -293,7 +293,8 @@ impl CkptDir {
 
     /// Makes sure the checkpoint directory is safe to use: it exists (created 0700 when `create`),
     /// it is a directory owned by this user and not writable by group or others (a symbolic link
-    /// to it must belong to the user or root). A directory readable by others is tightened to 0700.
+    /// to it must belong to the user or root). An empty or checkpoint directory readable by others
+    /// is tightened to 0700.
     pub fn secure(&self, create: bool) -> Result<()> {
         let root = &self.root;
         let me = crate::sys::euid();
@@ -333,7 +334,11 @@ impl CkptDir {
                 m.mode() & 0o7777
             );
         }
-        if m.mode() & 0o7777 != DIR_MODE {
+        // Tightened when it is a checkpoint directory or empty; a directory of other use chosen
+        // for checkpoints (`--ckpt-dir .`) keeps its mode: what mpicr puts in it is private anyway.
+        let ours = fs::symlink_metadata(self.job_path()).is_ok()
+            || fs::read_dir(root).with_context(|| format!("reading checkpoint directory {}", root.display()))?.next().is_none();
+        if m.mode() & 0o7777 != DIR_MODE && ours {
             fs::set_permissions(root, fs::Permissions::from_mode(DIR_MODE))
                 .with_context(|| format!("making checkpoint directory {} private (mode 0700)", root.display()))?;
         }
@@ -875,6 +880,17 @@ pub(crate) mod tests {
         fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
         CkptDir::new(&root).secure(false).unwrap();
         assert_eq!(mode(&root), 0o700);
+        // A checkpoint directory too; a directory holding other things keeps its mode.
+        let d = CkptDir::new(&root);
+        d.write_job(&job()).unwrap();
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o750)).unwrap();
+        d.secure(false).unwrap();
+        assert_eq!(mode(&root), 0o700);
+        fs::remove_file(d.job_path()).unwrap();
+        fs::write(root.join("notes.txt"), b"").unwrap();
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
+        d.secure(true).unwrap();
+        assert_eq!(mode(&root), 0o755);
         fs::remove_dir_all(&root).unwrap();
     }
 

@@ -3,7 +3,7 @@
 //! a clean descriptor table, relays PMI and output, talks to the coordinator and runs CRIU.
 
 use crate::args::RunArgs;
-use crate::coord_wire::{self, AgentInfo, CoordInfo, FromCoord, Hello, KeeperHello, Mode, ToCoord};
+use crate::coord_wire::{self, AgentInfo, CoordInfo, FromCoord, Hello, KeeperHello, Mode, SecureTx, ToCoord};
 use crate::coordinator;
 use crate::criu::Criu;
 use crate::ctl::{self, CtlReader};
@@ -15,7 +15,6 @@ use anyhow::{anyhow, bail, Context, Result};
 use mpicr_proto::{FromAgent, ToAgent};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
-use std::net::TcpStream;
 use std::os::fd::{AsFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
@@ -84,6 +83,42 @@ pub(crate) fn exchange_coordinator(l: &Launch, mine: Option<&CoordInfo>) -> Resu
             CoordInfo::from_pmi_value(&pmi.get(COORD_KEY)?)
         }
     }
+}
+
+/// Where the coordinator listens: `$MPICR_COORD_BIND`, else loopback when every rank runs on
+/// this host (no launcher, or the launcher's `PMI_process_mapping` names one node), else the
+/// address of this host's name (what the other keepers connect to), else every interface.
+pub(crate) fn coordinator_bind(l: &Launch) -> String {
+    if let Some(b) = std::env::var("MPICR_COORD_BIND").ok().filter(|b| !b.is_empty()) {
+        return b;
+    }
+    let one_node = match &l.launcher {
+        None => true,
+        Some(pmi) => pmi.get("PMI_process_mapping").ok().and_then(|m| nodes_in_mapping(&m)) == Some(1),
+    };
+    if one_node {
+        return "127.0.0.1".into();
+    }
+    use std::net::ToSocketAddrs;
+    let host = sys::hostname();
+    let addrs = (host.as_str(), 0).to_socket_addrs().map(|a| a.collect::<Vec<_>>()).unwrap_or_default();
+    match addrs.iter().find(|a| !a.ip().is_loopback() && !a.ip().is_unspecified()) {
+        Some(a) => a.ip().to_string(),
+        None => "0.0.0.0".into(),
+    }
+}
+
+/// Number of nodes in an MPICH `PMI_process_mapping` value, e.g. `(vector,(0,2,4))`: blocks of
+/// `(first node, node count, ranks per node)`.
+pub(crate) fn nodes_in_mapping(m: &str) -> Option<u64> {
+    let inner = m.trim().strip_prefix("(vector,")?.strip_suffix(')')?;
+    let mut nodes = 0u64;
+    for block in inner.split("),").map(|b| b.trim_start_matches('(').trim_end_matches(')')) {
+        let nums: Vec<u64> = block.split(',').map(|n| n.trim().parse().ok()).collect::<Option<_>>()?;
+        let [first, count, _per_node] = nums[..] else { return None };
+        nodes = nodes.max(first.checked_add(count)?);
+    }
+    (nodes > 0).then_some(nodes)
 }
 
 pub(crate) fn new_secret() -> Result<Vec<u8>> {
@@ -180,18 +215,17 @@ pub(crate) fn start_waiter(pid: i32, tx: Sender<Ev>) -> Result<()> {
 }
 
 /// Connects to the coordinator, says who we are and waits for the welcome.
-pub(crate) fn join_coordinator(info: &CoordInfo, hello: KeeperHello, tx: Sender<Ev>) -> Result<TcpStream> {
-    let mut s = coord_wire::connect(info, CONNECT_TIMEOUT)?;
+pub(crate) fn join_coordinator(info: &CoordInfo, hello: KeeperHello, tx: Sender<Ev>) -> Result<SecureTx> {
+    let (mut s, mut reader) = coord_wire::connect(info, CONNECT_TIMEOUT)?;
     coord_wire::send(&mut s, &Hello::Keeper(hello))?;
-    s.set_read_timeout(Some(CONNECT_TIMEOUT))?;
-    match coord_wire::recv::<FromCoord>(&mut s).context("waiting for the coordinator's welcome")? {
+    reader.stream().set_read_timeout(Some(CONNECT_TIMEOUT))?;
+    match coord_wire::recv::<FromCoord>(&mut reader).context("waiting for the coordinator's welcome")? {
         Some(FromCoord::Welcome { .. }) => {}
         Some(FromCoord::Refused { reason }) => bail!("the coordinator refused this rank: {reason}"),
         other => bail!("unexpected first message from the coordinator: {other:?}"),
     }
-    s.set_read_timeout(None)?;
-    s.set_write_timeout(Some(Duration::from_secs(10)))?;
-    let mut reader = s.try_clone()?;
+    reader.stream().set_read_timeout(None)?;
+    s.stream().set_write_timeout(Some(Duration::from_secs(10)))?;
     std::thread::Builder::new().name("coord-reader".into()).spawn(move || loop {
         match coord_wire::recv::<FromCoord>(&mut reader) {
             Ok(Some(m)) => {
@@ -258,7 +292,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         };
         dir.write_job(&job)?;
         let key = dir.new_key()?;
-        let cfg = coordinator::Config { dir: dir.clone(), job, interval: args.interval, restart_epoch: None, verbose: args.verbose, key };
+        let cfg = coordinator::Config { dir: dir.clone(), job, interval: args.interval, restart_epoch: None, verbose: args.verbose, key, bind: coordinator_bind(&l) };
         let info = coordinator::start(cfg, new_secret()?)?;
         info.write(&dir)?;
         Some(info)
@@ -407,7 +441,7 @@ pub(crate) struct Keeper {
     pub(crate) stderr_ino: u64,
     pub(crate) launcher: Option<Arc<Launcher>>,
     pub(crate) relay: Option<Arc<Relay>>,
-    pub(crate) coord: Option<TcpStream>,
+    pub(crate) coord: Option<SecureTx>,
     pub(crate) agent: Option<mpicr_proto::Hello>,
     pub(crate) ckpt: Option<CkptState>,
     pub(crate) stopping: bool,
@@ -839,6 +873,17 @@ mod tests {
         assert_eq!(link_inode("socket:[123]", "socket:["), Some(123));
         assert_eq!(link_inode("pipe:[9]", "socket:["), None);
         assert_eq!(link_inode("/dev/null", "pipe:["), None);
+    }
+
+    #[test]
+    fn process_mappings() {
+        assert_eq!(nodes_in_mapping("(vector,(0,1,4))"), Some(1));
+        assert_eq!(nodes_in_mapping("(vector,(0,2,4))"), Some(2));
+        assert_eq!(nodes_in_mapping("(vector,(0,1,3),(1,2,2))"), Some(3));
+        assert_eq!(nodes_in_mapping("(vector,(0,18446744073709551615,1),(18446744073709551615,2,1))"), None);
+        for bad in ["", "(vector,)", "(vector,(0,1))", "(vector,(a,1,2))", "garbage", "(vector,(0,0,1))"] {
+            assert_eq!(nodes_in_mapping(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -97,6 +97,7 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
             restart_epoch: Some(epoch),
             verbose: args.verbose,
             key,
+            bind: crate::keeper::coordinator_bind(&l),
         };
         let info = coordinator::start(cfg, new_secret()?)?;
         info.write(&dir)?;
