@@ -28,9 +28,10 @@
 
 /* ---- raw system calls: the anchor's own mmap/munmap must not call the wrappers below ---- */
 
+/* syscall() returns -1 and sets errno on failure. */
 static void *raw_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
     long r = syscall(SYS_mmap, addr, len, prot, flags, fd, off);
-    return (r < 0 && r > -4096) ? MAP_FAILED : (void *)r;
+    return r == -1 ? MAP_FAILED : (void *)r;
 }
 
 static int raw_munmap(void *addr, size_t len) { return (int)syscall(SYS_munmap, addr, len); }
@@ -109,11 +110,7 @@ EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t o
 }
 
 EXPORT int munmap(void *addr, size_t len) {
-    int r = raw_munmap(addr, len);
-    if (r != 0) {
-        errno = -r;
-        return -1;
-    }
+    if (raw_munmap(addr, len) != 0) return -1; /* syscall() set errno */
     size_t page = 4096;
     regions_remove((uintptr_t)addr, ((uintptr_t)addr + len + page - 1) & ~(uintptr_t)(page - 1));
     return 0;
@@ -128,10 +125,7 @@ EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...) {
         __builtin_va_end(ap);
     }
     long r = syscall(SYS_mremap, old, old_len, new_len, flags, new_addr);
-    if (r < 0 && r > -4096) {
-        errno = (int)-r;
-        return MAP_FAILED;
-    }
+    if (r == -1) return MAP_FAILED; /* syscall() set errno */
     regions_remove((uintptr_t)old, (uintptr_t)old + old_len);
     regions_add((void *)r, new_len);
     return (void *)r;
@@ -414,3 +408,4 @@ EXPORT size_t mpicr_anchor_regions(uintptr_t *out, size_t max) {
     pthread_mutex_unlock(&regions_lock);
     return total;
 }
+

@@ -145,11 +145,14 @@ fn dlmopen(lmid: libc::Lmid_t, path: &str) -> Result<*mut c_void, String> {
     }
 }
 
-fn dlmopen_bytes(lmid: libc::Lmid_t, name: &str, bytes: &[u8]) -> Result<*mut c_void, String> {
+/// Loads an in-memory image through /proc/self/fd. The loader knows it by that path, so the
+/// caller keeps the returned file open until everything of the namespace is loaded: a second
+/// image under a reused descriptor number would be taken for the first one.
+fn dlmopen_bytes(lmid: libc::Lmid_t, name: &str, bytes: &[u8]) -> Result<(*mut c_void, std::fs::File), String> {
     use std::os::fd::AsRawFd;
     let f = memfd_with(name, bytes)?;
-    // The mapping outlives the descriptor, which closes when `f` drops.
-    dlmopen(lmid, &format!("/proc/self/fd/{}", f.as_raw_fd()))
+    let h = dlmopen(lmid, &format!("/proc/self/fd/{}", f.as_raw_fd()))?;
+    Ok((h, f))
 }
 
 fn namespace_of(handle: *mut c_void) -> Result<libc::Lmid_t, String> {
@@ -171,7 +174,10 @@ pub fn load_generation(path: &Path) -> Result<&'static Generation, String> {
 fn load_locked(path: &Path) -> Result<&'static Generation, String> {
     prepare_environment();
     let path_str = path.to_str().ok_or_else(|| format!("{}: library path is not UTF-8", path.display()))?;
-    let anchor = dlmopen_bytes(libc::LM_ID_NEWLM, "mpicr-anchor", ANCHOR_SO)?;
+    // Open until the namespace is loaded (see `dlmopen_bytes`); the mappings outlive them.
+    let mut images = Vec::new();
+    let (anchor, image) = dlmopen_bytes(libc::LM_ID_NEWLM, "mpicr-anchor", ANCHOR_SO)?;
+    images.push(image);
     let unload_partial = |handles: &[*mut c_void]| {
         for &h in handles.iter().rev() {
             // SAFETY: handles opened above and used by nothing else.
@@ -182,7 +188,10 @@ fn load_locked(path: &Path) -> Result<&'static Generation, String> {
     let mut stand_ins = Vec::new();
     for (name, bytes) in nodelete_stand_ins(path) {
         match dlmopen_bytes(lmid, &name, &bytes) {
-            Ok(h) => stand_ins.push(h),
+            Ok((h, image)) => {
+                stand_ins.push(h);
+                images.push(image);
+            }
             Err(e) => {
                 unload_partial(&[&[anchor][..], &stand_ins].concat());
                 return Err(e);
@@ -321,9 +330,7 @@ pub fn release_current() -> ReleaseReport {
             libc::dlclose(h);
         }
     }
-    let still = loaded_objects();
-    let pinned: Vec<String> =
-        objects.iter().filter(|o| still.contains(o)).map(|(_, name)| name.clone()).collect();
+    let pinned = still_loaded(&objects);
     let mut report = ReleaseReport { pinned, regions: 0, bytes: 0 };
     if report.pinned.is_empty() {
         for pair in regions.chunks_exact(2) {
@@ -339,6 +346,25 @@ pub fn release_current() -> ReleaseReport {
     }
     *LAST_RELEASE.lock().unwrap_or_else(|e| e.into_inner()) = Some(report.clone());
     report
+}
+
+/// Which of `objects` are still loaded: those whose load address still starts a mapping.
+/// (Asking the loader instead, with `dlmopen(lmid, name, RTLD_NOLOAD)`, is not safe: glibc
+/// 2.36 signals "invalid target namespace" for a namespace just emptied and leaks its load
+/// lock each time, which deadlocks the next thread that needs it.)
+fn still_loaded(objects: &[(usize, String)]) -> Vec<String> {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return Vec::new() };
+    let starts: std::collections::HashSet<usize> = maps
+        .lines()
+        .filter_map(|l| l.split('-').next().and_then(|a| usize::from_str_radix(a, 16).ok()))
+        .collect();
+    // The namespace's entry for the dynamic loader is the base namespace's ld.so itself.
+    let base: std::collections::HashSet<usize> = loaded_objects().into_iter().map(|(a, _)| a).collect();
+    objects
+        .iter()
+        .filter(|(addr, name)| *addr != 0 && !name.is_empty() && starts.contains(addr) && !base.contains(addr))
+        .map(|(_, n)| n.clone())
+        .collect()
 }
 
 /// The objects of the namespace `handle` lives in: (load address, name).
@@ -397,7 +423,34 @@ fn loaded_objects() -> Vec<(usize, String)> {
 /// Copies without DF_1_NODELETE of the libraries `lib` needs that carry it (see [`elf`]):
 /// (soname, image). Dependencies are resolved by the dynamic loader itself (`ld.so --list`),
 /// so the search follows exactly the rules the real load will follow.
+/// The query runs once per library path and process (a subprocess in the middle of a renewal,
+/// with the program's threads waiting at the gate, is best avoided); the files are read again
+/// at each load, so a restart on another node uses that node's copies.
 fn nodelete_stand_ins(lib: &Path) -> Vec<(String, Vec<u8>)> {
+    static DEPS: Mutex<Option<(PathBuf, Vec<(String, PathBuf)>)>> = Mutex::new(None);
+    let mut cached = DEPS.lock().unwrap_or_else(|e| e.into_inner());
+    if cached.as_ref().is_none_or(|(p, _)| p != lib) {
+        *cached = Some((lib.to_path_buf(), dependencies(lib)));
+    }
+    let deps = cached.as_ref().map(|(_, d)| d.clone()).unwrap_or_default();
+    drop(cached);
+    let mut stand_ins = Vec::new();
+    for (soname, dep) in deps {
+        let Ok(image) = std::fs::read(&dep) else { continue };
+        let Some(d) = elf::dynamic(&image) else { continue };
+        if !d.nodelete || d.has_search_path {
+            // A copy with a search path could resolve its own dependencies differently.
+            continue;
+        }
+        if let Some(copy) = elf::without_nodelete(&image) {
+            stand_ins.push((soname, copy));
+        }
+    }
+    stand_ins
+}
+
+/// The shared objects `lib` needs, as the dynamic loader resolves them: (soname, path).
+fn dependencies(lib: &Path) -> Vec<(String, PathBuf)> {
     let Some(ldso) = dynamic_loader() else { return Vec::new() };
     let out = std::process::Command::new(ldso)
         .arg("--list")
@@ -407,22 +460,14 @@ fn nodelete_stand_ins(lib: &Path) -> Vec<(String, Vec<u8>)> {
         .stderr(std::process::Stdio::null())
         .output();
     let Ok(out) = out else { return Vec::new() };
-    let mut stand_ins = Vec::new();
+    let mut deps = Vec::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         // "\tlibrt.so.1 => /lib/x86_64-linux-gnu/librt.so.1 (0x...)"
         let Some((soname, rest)) = line.trim().split_once(" => ") else { continue };
         let Some(dep) = rest.rsplit_once(" (").map(|(p, _)| p) else { continue };
-        let Ok(image) = std::fs::read(dep) else { continue };
-        let Some(d) = elf::dynamic(&image) else { continue };
-        if !d.nodelete || d.has_search_path {
-            // A copy with a search path could resolve its own dependencies differently.
-            continue;
-        }
-        if let Some(copy) = elf::without_nodelete(&image) {
-            stand_ins.push((soname.to_string(), copy));
-        }
+        deps.push((soname.to_string(), PathBuf::from(dep)));
     }
-    stand_ins
+    deps
 }
 
 /// The dynamic loader of this process (the object whose name is ld-linux*).
@@ -446,7 +491,7 @@ pub fn renewals_left() -> Option<u32> {
 /// Can the loader create a namespace now? `Err` carries its reason (its own words).
 pub fn probe_renewal() -> Result<(), String> {
     let _l = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let h = dlmopen_bytes(libc::LM_ID_NEWLM, "mpicr-anchor-probe", ANCHOR_SO)?;
+    let (h, _image) = dlmopen_bytes(libc::LM_ID_NEWLM, "mpicr-anchor-probe", ANCHOR_SO)?;
     // SAFETY: the probe handle opened above.
     unsafe { libc::dlclose(h) };
     Ok(())
@@ -458,12 +503,12 @@ fn probe_namespaces(max: u32) -> u32 {
     let mut held = Vec::new();
     while (held.len() as u32) < max {
         match dlmopen_bytes(libc::LM_ID_NEWLM, "mpicr-anchor-probe", ANCHOR_SO) {
-            Ok(h) => held.push(h),
+            Ok((h, image)) => held.push((h, image)),
             Err(_) => break,
         }
     }
     let n = held.len() as u32;
-    for h in held.into_iter().rev() {
+    for (h, _image) in held.into_iter().rev() {
         // SAFETY: probe handles opened above.
         unsafe { libc::dlclose(h) };
     }
