@@ -21,11 +21,13 @@ static ALIGNING: AtomicBool = AtomicBool::new(false);
 static TARGETS: Mutex<Option<HashMap<u64, u64>>> = Mutex::new(None);
 static CHANGED: Condvar = Condvar::new();
 
-/// May a collective numbered `next` start on communicator `gid`? Called with the
-/// communicator table locked, so it is atomic with the agent's snapshot of the counters.
+/// May a collective numbered `next` start on communicator `gid`? Called after the collective
+/// was counted, so that the agent's snapshot of the counters, taken after `begin_alignment`,
+/// either includes it or this call sees the alignment (`api::coll::begin_collective`).
 #[inline(always)]
 pub fn may_start_collective(gid: u64, next: u64) -> bool {
-    if !ALIGNING.load(Ordering::Acquire) {
+    // SeqCst: pairs with the store in `begin_alignment` (see `api::coll::begin_collective`).
+    if !ALIGNING.load(Ordering::SeqCst) {
         return true;
     }
     let t = TARGETS.lock();

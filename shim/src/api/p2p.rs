@@ -10,36 +10,24 @@ use crate::{conv, drained, errors, gate, lower};
 use mpicr_virtid::{Kind, P2pArgs, RequestRecipe, SendMode, TypeRef};
 use std::os::raw::{c_int, c_void};
 
-/// Counts a message sent to `dest` (rank in the communicator's remote/peer group).
+/// Counts a message sent to `dest` (rank in the communicator's remote/peer group). Lock-free.
+#[inline]
 pub fn count_send(comm: MPI_Comm, dest: c_int) {
-    if dest < 0 {
-        return;
-    }
-    if let Some(i) = conv::comm_index(comm) {
-        OBJ.comms.with(i, |c| {
-            if let Some(n) = c.sent.get_mut(dest as usize) {
-                *n += 1;
-            }
-        });
+    if let Some(c) = conv::comm_index(comm).and_then(|i| OBJ.comms.counters(i)) {
+        c.count_sent(dest);
     }
 }
 
-/// Counts a message received from `src`.
+/// Counts a message received from `src`. Lock-free.
+#[inline]
 pub fn count_recv(comm: MPI_Comm, src: c_int) {
-    if src < 0 {
-        return;
-    }
-    if let Some(i) = conv::comm_index(comm) {
-        OBJ.comms.with(i, |c| {
-            if let Some(n) = c.recvd.get_mut(src as usize) {
-                *n += 1;
-            }
-        });
+    if let Some(c) = conv::comm_index(comm).and_then(|i| OBJ.comms.counters(i)) {
+        c.count_recvd(src);
     }
 }
 
 pub fn comm_gid(comm: MPI_Comm) -> Option<u64> {
-    conv::comm_index(comm).and_then(|i| OBJ.comms.with(i, |c| c.recipe.gid))
+    conv::comm_index(comm).and_then(|i| OBJ.comms.counters(i)).map(|c| c.gid())
 }
 
 fn args(buf: *const c_void, count: i64, datatype: MPI_Datatype, peer: c_int, tag: c_int, comm: MPI_Comm) -> P2pArgs {
