@@ -5,7 +5,12 @@ Two steps:
   python3 tools/gen_api.py --extract   # MPICH's mpi_proto.h + mpio.h + libmpich exports
                                        #   -> shim/api/mpich-abi.json   (the table, checked in)
   python3 tools/gen_api.py             # table + shim/api/policy.txt
-                                       #   -> shim/src/gen/*.rs, docs/api-buckets.md
+                                       #   -> shim/src/gen/*.rs, shim/api/exports.txt,
+                                       #      docs/api-buckets.md
+  python3 tools/gen_api.py --out-dir D # the same files under D (same paths relative to D as to
+                                       #   the repository), the repository untouched: the
+                                       #   shim's `generated` test compares them with the
+                                       #   checked-in ones
 
 `make gen` runs the second step. The first needs Debian's libmpich-dev (mpicc.mpich) and is
 only rerun when moving to another MPICH release.
@@ -513,7 +518,12 @@ def generate():
     print("gen_api: %s" % ", ".join("%s %d" % (b, counts.get(b, 0)) for b in ("pass", "create", "hand", "unsupported")))
 
 
+# Where generated files go: the repository, or --out-dir.
+OUT = ROOT
+
+
 def write(path, text):
+    path = os.path.join(OUT, os.path.relpath(path, ROOT))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     old = open(path).read() if os.path.exists(path) else None
     if old != text:
@@ -522,7 +532,16 @@ def write(path, text):
 
 
 if __name__ == "__main__":
-    if "--extract" in sys.argv[1:]:
+    args = sys.argv[1:]
+    if "--out-dir" in args:
+        i = args.index("--out-dir")
+        if i + 1 >= len(args):
+            raise SystemExit("gen_api: --out-dir needs a directory")
+        OUT = os.path.abspath(args[i + 1])
+        del args[i:i + 2]
+    if args == ["--extract"]:
         extract()
-    else:
+    elif not args:
         generate()
+    else:
+        raise SystemExit("gen_api: unknown arguments %s (usage: gen_api.py [--extract] [--out-dir DIR])" % " ".join(args))
