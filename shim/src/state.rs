@@ -99,13 +99,15 @@ impl Comms {
 
     /// A live entry, counters included.
     pub fn get(&self, index: u32) -> Option<CommEntry> {
-        self.table.get(index).map(|e| self.with_counts(index, e))
+        self.table.with(index, |e| self.with_counts(index, e.clone()))
     }
 
     /// Index, real handle and a copy of every live communicator, counters included (exact
     /// while the gate is closed; see `mpicr_virtid::counters`).
     pub fn snapshot(&self) -> Vec<(u32, u64, CommEntry)> {
-        self.table.snapshot().into_iter().map(|(i, real, e)| (i, real, self.with_counts(i, e))).collect()
+        // Under the table's lock: a slot's counters cannot be swapped for another
+        // communicator's between reading its entry and its counters.
+        self.table.snapshot_map(|i, real, e| (i, real, self.with_counts(i, e.clone())))
     }
 
     fn with_counts(&self, index: u32, mut e: CommEntry) -> CommEntry {

@@ -110,6 +110,17 @@ impl<E> Table<E> {
         self.with(index, |e| e.clone())
     }
 
+    /// `f` of every live entry (index, real handle, entry), in index order, all under the lock:
+    /// no insert or remove (nor their `insert_and`/`remove_and` side work) happens meanwhile.
+    pub fn snapshot_map<T>(&self, mut f: impl FnMut(u32, u64, &E) -> T) -> Vec<T> {
+        let slab = self.slab.lock();
+        slab.entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| e.as_ref().map(|e| f(i as u32, self.real(i as u32).unwrap_or(0), e)))
+            .collect()
+    }
+
     /// Index, real handle and a clone of every live entry, in index order.
     pub fn snapshot(&self) -> Vec<(u32, u64, E)>
     where
