@@ -102,6 +102,22 @@ impl CommCounters {
         self.collectives.fetch_add(1, Ordering::SeqCst) + 1
     }
 
+    /// Counts collective number `collectives() + 1` only if `may_start` allows that number, and
+    /// returns it; `None` (nothing counted) when it may not start yet.
+    #[inline]
+    pub fn start_collective_if(&self, may_start: impl Fn(u64) -> bool) -> Option<u64> {
+        let mut cur = self.collectives.load(Ordering::SeqCst);
+        loop {
+            if !may_start(cur + 1) {
+                return None;
+            }
+            match self.collectives.compare_exchange_weak(cur, cur + 1, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return Some(cur + 1),
+                Err(now) => cur = now,
+            }
+        }
+    }
+
     /// A copy of every counter.
     pub fn snapshot(&self) -> CountsSnapshot {
         let load = |v: &[AtomicU64]| v.iter().map(|n| n.load(Ordering::Relaxed)).collect();
@@ -219,6 +235,9 @@ mod tests {
         assert_eq!(b.start_collective(), 1);
         assert_eq!(b.start_collective(), 2);
         assert_eq!(b.collectives(), 2);
+        assert_eq!(b.start_collective_if(|n| n <= 3), Some(3));
+        assert_eq!(b.start_collective_if(|n| n <= 3), None);
+        assert_eq!(b.collectives(), 3, "a collective that may not start is not counted");
     }
 
     #[test]

@@ -9,26 +9,19 @@ use std::os::raw::c_int;
 
 /// Enters the gate to start a collective on `comm` and counts it. While a checkpoint aligns
 /// collectives, a rank that has reached its target waits here (outside the gate) until the
-/// checkpoint is over. Returns the guard and the collective's number on the communicator.
-///
-/// No lock: the count is an atomic, taken *before* asking whether the collective may start
-/// (both sequentially consistent, as is the agent's "aligning" flag and its read of the
-/// counters). So either the agent's read, made after it began aligning, includes this
-/// collective, or this check sees the alignment and waits for a target. A collective that has
-/// to wait keeps its number: it counts as started, and starts after the checkpoint.
+/// checkpoint is over. Returns the guard and the communicator's new collective count.
+/// No lock on the way in: the counters are atomics (`agent::try_start_collective`).
 pub fn begin_collective(comm: MPI_Comm) -> (gate::Guard, u64) {
-    let mut seq = None;
     loop {
         let g = gate::enter();
         let Some(c) = conv::comm_index(comm).and_then(|i| OBJ.comms.counters(i)) else { return (g, 0) };
-        let n = *seq.get_or_insert_with(|| c.start_collective());
-        // A communicator of one process involves no other rank: its collectives can never
-        // hold another rank back, so they run on (a rank may need them to reach a target).
-        if c.alone() || agent::may_start_collective(c.gid(), n) {
-            return (g, n);
+        match agent::try_start_collective(c) {
+            Some(seq) => return (g, seq),
+            None => {
+                drop(g);
+                agent::wait_until_collectives_may_start();
+            }
         }
-        drop(g);
-        agent::wait_until_collectives_may_start();
     }
 }
 
