@@ -7,7 +7,10 @@
  *   bw SIZE    streaming bandwidth: WINDOW MPI_Isend / MPI_Irecv + MPI_Waitall, then a 4-byte
  *              ack (the OSU osu_bw scheme), MB/s (1e6 bytes per second)
  *   call NAME  cost of one cheap call in a tight loop, ns per call: MPI_Iprobe with nothing
- *              pending (ANY_SOURCE, ANY_TAG), MPI_Comm_rank
+ *              pending (ANY_SOURCE, ANY_TAG), MPI_Comm_rank; and of the shortest paths through
+ *              the shim's message and collective accounting: send_self (one MPI_Send of 0 B
+ *              to this rank plus the MPI_Recv that takes it, ns per pair) and barrier_self
+ *              (MPI_Barrier on MPI_COMM_SELF)
  *
  * Each measurement first doubles its repetition count until one block lasts about 20 ms (this
  * also warms up), then times BLOCKS blocks and reports the median block, so one descheduling on
@@ -61,14 +64,14 @@ static void check(int rc, const char *what) {
     }
 }
 
-enum kind { PINGPONG, STREAM, IPROBE, COMM_RANK };
+enum kind { PINGPONG, STREAM, IPROBE, COMM_RANK, SEND_SELF, BARRIER_SELF };
 static char *buf;
 static volatile int sink;
 
 /* One block of n repetitions of `kind`; returns this rank's elapsed seconds. Both ranks call it
  * with the same arguments. A repetition is one round trip (PINGPONG), one window of WINDOW
- * messages plus an ack (STREAM), or one call (IPROBE, COMM_RANK; both ranks loop at once, each
- * on its own core in a 2-rank run). */
+ * messages plus an ack (STREAM), or one call (IPROBE, COMM_RANK, BARRIER_SELF; a send and its
+ * receive for SEND_SELF; both ranks loop at once, each on its own core in a 2-rank run). */
 static double run(enum kind kind, int size, long n) {
     MPI_Request req[WINDOW];
     MPI_Status st[WINDOW];
@@ -116,6 +119,16 @@ static double run(enum kind kind, int size, long n) {
             MPI_Comm_rank(MPI_COMM_WORLD, &r);
             sink += r;
         }
+        break;
+    case SEND_SELF:
+        /* 0 B goes eagerly: the send completes before its receive is posted. */
+        for (long i = 0; i < n; i++) {
+            check(MPI_Send(buf, 0, MPI_CHAR, rank, TAG, MPI_COMM_WORLD), "MPI_Send");
+            check(MPI_Recv(buf, 0, MPI_CHAR, rank, TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
+        }
+        break;
+    case BARRIER_SELF:
+        for (long i = 0; i < n; i++) check(MPI_Barrier(MPI_COMM_SELF), "MPI_Barrier");
         break;
     }
     return now() - t0;
@@ -194,6 +207,8 @@ int main(int argc, char **argv) {
     bench_bw(1 << 20);
     bench_call(IPROBE, "iprobe");
     bench_call(COMM_RANK, "comm_rank");
+    bench_call(SEND_SELF, "send_self");
+    bench_call(BARRIER_SELF, "barrier_self");
 
     check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
     if (rank == 0) {

@@ -5,7 +5,12 @@ Two steps:
   python3 tools/gen_api.py --extract   # MPICH's mpi_proto.h + mpio.h + libmpich exports
                                        #   -> shim/api/mpich-abi.json   (the table, checked in)
   python3 tools/gen_api.py             # table + shim/api/policy.txt
-                                       #   -> shim/src/gen/*.rs, docs/api-buckets.md
+                                       #   -> shim/src/gen/*.rs, shim/api/exports.txt,
+                                       #      docs/api-buckets.md
+  python3 tools/gen_api.py --out-dir D # the same files under D (same paths relative to D as to
+                                       #   the repository), the repository untouched: the
+                                       #   shim's `generated` test compares them with the
+                                       #   checked-in ones
 
 `make gen` runs the second step. The first needs Debian's libmpich-dev (mpicc.mpich) and is
 only rerun when moving to another MPICH release.
@@ -277,6 +282,29 @@ def error_object(fn):
     return None, None
 
 
+def real_call_safety(fn, params, translated_inside_gate):
+    """The `// SAFETY:` note of the call to the real function, naming what makes it sound."""
+    ptrs = [n for n, t, p in params if "*" in t]
+    note = ["`f` is the real library's %s, resolved under the C signature of the ABI table that" % fn["name"],
+            "this wrapper's signature is generated from;"]
+    if translated_inside_gate:
+        note.append("handles were translated inside the gate, so no renewal replaced them since;")
+    if ptrs:
+        note.append("the pointers (%s) are the caller's, valid as MPI requires (this function's" % ", ".join("`%s`" % n for n in ptrs))
+        note.append("safety contract) and passed on unchanged.")
+    else:
+        note.append("every other argument is a plain value.")
+    # Re-flow into comment lines of at most ~100 columns.
+    words, out, cur = " ".join(note).split(), [], "    // SAFETY:"
+    for w in words:
+        if len(cur) + 1 + len(w) > 100:
+            out.append(cur)
+            cur = "    //"
+        cur += " " + w
+    out.append(cur)
+    return out
+
+
 def gen_passthrough(fn):
     params = rust_params(fn)
     sig = ", ".join("%s: %s" % (n, t) for n, t, _ in params)
@@ -298,10 +326,12 @@ def gen_passthrough(fn):
         else:
             args.append(n)
     call = "lower::fns().%s" % fn["name"]
+    safety = real_call_safety(fn, params, translated_inside_gate=any(a.endswith("_r") for a in args))
     if ret == "c_int":
         kind, obj = error_object(fn)
         lines.append("    let Some(f) = %s else { return errors::missing(\"%s\") };" % (call, fn["name"]))
-        lines.append("    let rc = f(%s);" % ", ".join(args))
+        lines += safety
+        lines.append("    let rc = unsafe { f(%s) };" % ", ".join(args))
         lines.append("    drop(_g);")
         if kind:
             lines.append("    if rc != 0 { return errors::raise_%s(%s, rc, \"%s\"); }" % (kind, obj, fn["name"]))
@@ -310,7 +340,8 @@ def gen_passthrough(fn):
         lines.append("    rc")
     else:
         lines.append("    let Some(f) = %s else { errors::missing(\"%s\"); return Default::default() };" % (call, fn["name"]))
-        lines.append("    f(%s)" % ", ".join(args))
+        lines += safety
+        lines.append("    unsafe { f(%s) }" % ", ".join(args))
     lines.append("}")
     return "\n".join(lines)
 
@@ -332,7 +363,9 @@ def gen_collective(fn, note):
     for n, t, p in params:
         if p["base"] == "MPI_Datatype" and p["ptr"] == 1:
             which = "Send" if n.startswith("send") else "Recv"
-            lines.append("    let %s_v = crate::api::coll_types(%s, conv::comm(comm), crate::api::Side::%s, %s);" % (
+            lines.append("    // SAFETY: MPI requires `%s` to hold one datatype per %s of `comm` (this" % (n, "neighbour" if neighbor else "peer"))
+            lines.append("    // function's safety contract), which is what `coll_types` reads.")
+            lines.append("    let %s_v = unsafe { crate::api::coll_types(%s, conv::comm(comm), crate::api::Side::%s, %s) };" % (
                 n, n, which, "true" if neighbor else "false"))
             args.append("%s_v.as_ptr()" % n)
         elif p["base"] == "MPI_Request" and p["ptr"] == 1:
@@ -344,12 +377,15 @@ def gen_collective(fn, note):
         else:
             args.append(n)
     lines.append("    let Some(f) = lower::fns().%s else { return errors::missing(\"%s\") };" % (name, name))
-    lines.append("    let rc = f(%s);" % ", ".join(args))
+    lines += real_call_safety(fn, [(n, t, p) for n, t, p in params if not (p["base"] in ("MPI_Datatype", "MPI_Request") and p["ptr"] == 1)], True)
+    lines.append("    let rc = unsafe { f(%s) };" % ", ".join(args))
     reqs = [n for n, t, p in params if p["base"] == "MPI_Request" and p["ptr"] == 1]
     if reqs:
         r = reqs[0]
         lines.append("    if rc == MPI_SUCCESS {")
-        lines.append("        %s.write(crate::api::register_collective(%s_r, comm, \"%s\", %s));" % (
+        lines.append("        // SAFETY: `%s` is the caller's out-pointer for the new request, valid for a" % r)
+        lines.append("        // write as MPI requires (this function's safety contract).")
+        lines.append("        unsafe { %s.write(crate::api::register_collective(%s_r, comm, \"%s\", %s)) };" % (
             r, r, name, "true" if note == "persistent collective" else "false"))
         lines.append("    }")
     lines.append("    drop(_g);")
@@ -423,7 +459,7 @@ def generate():
     write(os.path.join(GEN_DIR, "real.rs"), "\n".join(real) + "\n")
 
     # passthrough.rs
-    pt = [HEADER, "#![allow(non_snake_case, clippy::missing_safety_doc, unused_unsafe)]",
+    pt = [HEADER, "#![allow(non_snake_case, clippy::missing_safety_doc)]",
           "use crate::abi::*;", "use crate::{conv, errors, gate, lower};",
           "use std::os::raw::{c_char, c_int, c_void};", ""]
     for fn in fns:
@@ -432,7 +468,7 @@ def generate():
             pt.append("")
     write(os.path.join(GEN_DIR, "passthrough.rs"), "\n".join(pt))
 
-    co = [HEADER, "#![allow(non_snake_case, clippy::missing_safety_doc, unused_unsafe)]",
+    co = [HEADER, "#![allow(non_snake_case, clippy::missing_safety_doc)]",
           "use crate::abi::*;", "use crate::{conv, errors, lower};",
           "use std::os::raw::{c_int, c_void};", ""]
     for fn in fns:
@@ -513,7 +549,12 @@ def generate():
     print("gen_api: %s" % ", ".join("%s %d" % (b, counts.get(b, 0)) for b in ("pass", "create", "hand", "unsupported")))
 
 
+# Where generated files go: the repository, or --out-dir.
+OUT = ROOT
+
+
 def write(path, text):
+    path = os.path.join(OUT, os.path.relpath(path, ROOT))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     old = open(path).read() if os.path.exists(path) else None
     if old != text:
@@ -522,7 +563,16 @@ def write(path, text):
 
 
 if __name__ == "__main__":
-    if "--extract" in sys.argv[1:]:
+    args = sys.argv[1:]
+    if "--out-dir" in args:
+        i = args.index("--out-dir")
+        if i + 1 >= len(args):
+            raise SystemExit("gen_api: --out-dir needs a directory")
+        OUT = os.path.abspath(args[i + 1])
+        del args[i:i + 2]
+    if args == ["--extract"]:
         extract()
-    else:
+    elif not args:
         generate()
+    else:
+        raise SystemExit("gen_api: unknown arguments %s (usage: gen_api.py [--extract] [--out-dir DIR])" % " ".join(args))

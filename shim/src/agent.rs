@@ -12,7 +12,7 @@ use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -21,11 +21,11 @@ static ALIGNING: AtomicBool = AtomicBool::new(false);
 static TARGETS: Mutex<Option<HashMap<u64, u64>>> = Mutex::new(None);
 static CHANGED: Condvar = Condvar::new();
 
-/// May a collective numbered `next` start on communicator `gid`? Called with the
-/// communicator table locked, so it is atomic with the agent's snapshot of the counters.
+/// May a collective numbered `next` start on communicator `gid`? (`try_start_collective`
+/// counts it only if so.)
 #[inline(always)]
 pub fn may_start_collective(gid: u64, next: u64) -> bool {
-    if !ALIGNING.load(Ordering::Acquire) {
+    if !ALIGNING.load(Ordering::SeqCst) {
         return true;
     }
     let t = TARGETS.lock();
@@ -48,10 +48,41 @@ pub fn wait_until_collectives_may_start() {
     }
 }
 
-/// Starts aligning: from now on collectives need a target.
+/// Program threads between reading `ALIGNING` as false and counting their collective.
+static STARTING: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts a collective on a communicator with counters `c` and returns its number, or `None`
+/// (nothing counted) while a checkpoint's alignment does not allow it yet. No lock unless
+/// aligning: the count is an atomic, and `begin_alignment` waits for the threads that saw
+/// "not aligning" to finish counting, so the agent's read of the counters that follows
+/// includes every collective started without a target, and none that had to wait.
+#[inline]
+pub fn try_start_collective(c: &mpicr_virtid::CommCounters) -> Option<u64> {
+    // A communicator of one process involves no other rank: its collectives can never
+    // hold another rank back, so they run on (a rank may need them to reach a target).
+    if c.alone() {
+        return Some(c.start_collective());
+    }
+    STARTING.fetch_add(1, Ordering::SeqCst);
+    if !ALIGNING.load(Ordering::SeqCst) {
+        let n = c.start_collective();
+        STARTING.fetch_sub(1, Ordering::Release);
+        return Some(n);
+    }
+    STARTING.fetch_sub(1, Ordering::Release);
+    let gid = c.gid();
+    c.start_collective_if(|next| may_start_collective(gid, next))
+}
+
+/// Starts aligning: from now on collectives need a target. Returns once no thread is still
+/// counting a collective it started without one (see `try_start_collective`).
 pub(crate) fn begin_alignment() {
     *TARGETS.lock() = None;
     ALIGNING.store(true, Ordering::SeqCst);
+    while STARTING.load(Ordering::SeqCst) != 0 {
+        std::hint::spin_loop();
+        std::thread::yield_now();
+    }
 }
 
 pub(crate) fn set_targets(t: HashMap<u64, u64>) {

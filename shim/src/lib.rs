@@ -28,9 +28,14 @@ pub mod gen {
 
 /// The panic boundary around every exported function: a panic inside the shim becomes
 /// MPI_ERR_INTERN (or the type's default value) instead of unwinding into C.
+///
+/// `$body` calls the wrapper (an `unsafe fn`) with the export's own arguments: an export is an
+/// `unsafe extern "C" fn` with the same MPI signature, so its C caller owes exactly the contract
+/// the wrapper needs (pointers valid as MPI requires for that function).
 #[macro_export]
 macro_rules! ffi_boundary {
     ($name:expr, MPI_File, $body:expr) => {
+        // SAFETY: the export's arguments, passed on unchanged, carry the caller's MPI contract (above).
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { $body })) {
             Ok(v) => v,
             Err(_) => {
@@ -40,12 +45,14 @@ macro_rules! ffi_boundary {
         }
     };
     ($name:expr, c_int, $body:expr) => {
+        // SAFETY: the export's arguments, passed on unchanged, carry the caller's MPI contract (above).
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { $body })) {
             Ok(v) => v,
             Err(_) => $crate::errors::internal_panic($name),
         }
     };
     ($name:expr, $ret:ty, $body:expr) => {
+        // SAFETY: the export's arguments, passed on unchanged, carry the caller's MPI contract (above).
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { $body })) {
             Ok(v) => v,
             Err(_) => {

@@ -4,20 +4,15 @@
 //! Invariant: `reals[i]` is `LIVE | real` exactly while slot `i` holds an entry, and is
 //! rewritten in place when the lower half is renewed. Readers never take the mutex.
 
+use crate::slots::Slots;
+pub use crate::slots::CAPACITY;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-const CHUNK_BITS: u32 = 12;
-const CHUNK: usize = 1 << CHUNK_BITS;
-const MAX_CHUNKS: usize = 4096;
-/// Slots a table can hold at once.
-pub const CAPACITY: usize = CHUNK * MAX_CHUNKS;
 const LIVE: u64 = 1 << 63;
 
-struct Chunk([AtomicU64; CHUNK]);
-
 pub struct Table<E> {
-    chunks: Box<[AtomicPtr<Chunk>]>,
+    reals: Slots<AtomicU64>,
     slab: Mutex<Slab<E>>,
 }
 
@@ -38,36 +33,28 @@ impl<E> Default for Table<E> {
 
 impl<E> Table<E> {
     pub fn new() -> Self {
-        let chunks = (0..MAX_CHUNKS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect();
-        Table { chunks, slab: Mutex::new(Slab { entries: Vec::new(), free: Vec::new() }) }
+        Table { reals: Slots::new(), slab: Mutex::new(Slab { entries: Vec::new(), free: Vec::new() }) }
     }
 
     /// The real handle of live slot `index`, without locking.
     #[inline(always)]
     pub fn real(&self, index: u32) -> Option<u64> {
-        let chunk = self.chunks.get((index >> CHUNK_BITS) as usize)?.load(Ordering::Acquire);
-        if chunk.is_null() {
-            return None;
-        }
-        let chunk: &Chunk = chunk_ref(chunk);
-        let v = chunk.0[index as usize & (CHUNK - 1)].load(Ordering::Acquire);
+        let v = self.reals.get(index)?.load(Ordering::Acquire);
         (v & LIVE != 0).then_some(v & !LIVE)
     }
 
     fn slot(&self, index: u32) -> &AtomicU64 {
-        let cell = &self.chunks[(index >> CHUNK_BITS) as usize];
-        let mut chunk = cell.load(Ordering::Acquire);
-        if chunk.is_null() {
-            // Only called with the slab lock held, so no two threads allocate the same chunk.
-            let fresh = Box::into_raw(Box::new(Chunk(std::array::from_fn(|_| AtomicU64::new(0)))));
-            cell.store(fresh, Ordering::Release);
-            chunk = fresh;
-        }
-        &chunk_ref(chunk).0[index as usize & (CHUNK - 1)]
+        self.reals.get_or_alloc(index)
     }
 
     /// Stores a new object and returns its index.
     pub fn insert(&self, real: u64, entry: E) -> Result<u32, Full> {
+        self.insert_and(real, entry, |_, _| {})
+    }
+
+    /// Stores a new object and, before its slot is published and while no other insert or
+    /// remove can run, calls `f` with its index and entry (to attach per-slot side data).
+    pub fn insert_and(&self, real: u64, entry: E, f: impl FnOnce(u32, &E)) -> Result<u32, Full> {
         let mut slab = self.slab.lock();
         let index = match slab.free.pop() {
             Some(i) => i,
@@ -77,6 +64,7 @@ impl<E> Table<E> {
             }
             None => return Err(Full),
         };
+        f(index, &entry);
         slab.entries[index as usize] = Some(entry);
         self.slot(index).store(LIVE | real, Ordering::Release);
         Ok(index)
@@ -84,9 +72,16 @@ impl<E> Table<E> {
 
     /// Removes an object; `None` if the slot was not live.
     pub fn remove(&self, index: u32) -> Option<E> {
+        self.remove_and(index, |_, _| {})
+    }
+
+    /// Removes an object and, if it was live, calls `f` with its index and entry while no other
+    /// insert or remove can run (to detach per-slot side data before the slot is reused).
+    pub fn remove_and(&self, index: u32, f: impl FnOnce(u32, &E)) -> Option<E> {
         let mut slab = self.slab.lock();
         let entry = slab.entries.get_mut(index as usize)?.take()?;
         self.slot(index).store(0, Ordering::Release);
+        f(index, &entry);
         slab.free.push(index);
         Some(entry)
     }
@@ -113,6 +108,17 @@ impl<E> Table<E> {
         E: Clone,
     {
         self.with(index, |e| e.clone())
+    }
+
+    /// `f` of every live entry (index, real handle, entry), in index order, all under the lock:
+    /// no insert or remove (nor their `insert_and`/`remove_and` side work) happens meanwhile.
+    pub fn snapshot_map<T>(&self, mut f: impl FnMut(u32, u64, &E) -> T) -> Vec<T> {
+        let slab = self.slab.lock();
+        slab.entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| e.as_ref().map(|e| f(i as u32, self.real(i as u32).unwrap_or(0), e)))
+            .collect()
     }
 
     /// Index, real handle and a clone of every live entry, in index order.
@@ -157,27 +163,6 @@ impl<E> Table<E> {
         }
         let free: Vec<u32> = (0..slab.entries.len() as u32).rev().filter(|&i| slab.entries[i as usize].is_none()).collect();
         slab.free = free;
-    }
-}
-
-/// Chunks are allocated with `Box::into_raw` in `slot` and freed only by `Drop`, which has
-/// exclusive access, so a shared reference derived while the table is borrowed is valid.
-#[allow(unsafe_code)]
-fn chunk_ref<'a>(p: *mut Chunk) -> &'a Chunk {
-    // SAFETY: `p` is non-null and points to a live chunk owned by the borrowed table (see above).
-    unsafe { &*p }
-}
-
-impl<E> Drop for Table<E> {
-    fn drop(&mut self) {
-        for cell in self.chunks.iter() {
-            let p = cell.swap(std::ptr::null_mut(), Ordering::AcqRel);
-            if !p.is_null() {
-                #[allow(unsafe_code)]
-                // SAFETY: `p` came from `Box::into_raw` and no reference outlives `&mut self`.
-                drop(unsafe { Box::from_raw(p) });
-            }
-        }
     }
 }
 
@@ -227,6 +212,7 @@ mod tests {
 
     #[test]
     fn crosses_chunk_boundaries() {
+        use crate::slots::CHUNK;
         let t: Table<u32> = Table::new();
         for n in 0..(CHUNK as u32 + 10) {
             assert_eq!(t.insert(n as u64, n).unwrap(), n);

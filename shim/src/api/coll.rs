@@ -10,28 +10,17 @@ use std::os::raw::c_int;
 /// Enters the gate to start a collective on `comm` and counts it. While a checkpoint aligns
 /// collectives, a rank that has reached its target waits here (outside the gate) until the
 /// checkpoint is over. Returns the guard and the communicator's new collective count.
+/// No lock on the way in: the counters are atomics (`agent::try_start_collective`).
 pub fn begin_collective(comm: MPI_Comm) -> (gate::Guard, u64) {
     loop {
         let g = gate::enter();
-        let Some(idx) = conv::comm_index(comm) else { return (g, 0) };
-        let started = OBJ.comms.with(idx, |c| {
-            // A communicator of one process involves no other rank: its collectives can never
-            // hold another rank back, so they run on (a rank may need them to reach a target).
-            let alone = c.recipe.world_ranks.len() == 1 && c.recipe.remote_world_ranks.is_none();
-            if alone || agent::may_start_collective(c.recipe.gid, c.coll_seq + 1) {
-                c.coll_seq += 1;
-                Some(c.coll_seq)
-            } else {
-                None
-            }
-        });
-        match started {
-            Some(Some(seq)) => return (g, seq),
-            Some(None) => {
+        let Some(c) = conv::comm_index(comm).and_then(|i| OBJ.comms.counters(i)) else { return (g, 0) };
+        match agent::try_start_collective(c) {
+            Some(seq) => return (g, seq),
+            None => {
                 drop(g);
                 agent::wait_until_collectives_may_start();
             }
-            None => return (g, 0),
         }
     }
 }

@@ -55,6 +55,10 @@ pub fn register_type(real: c_int, recipe: TypeRecipe) -> MPI_Datatype {
     v
 }
 
+/// Creates a datatype with `call`, records `recipe` and hands the handle out.
+///
+/// # Safety
+/// `newtype` must be valid for a write.
 unsafe fn make(name: &'static str, newtype: *mut MPI_Datatype, recipe: impl FnOnce() -> TypeRecipe, call: impl FnOnce(&mut c_int) -> c_int) -> c_int {
     let g = gate::enter();
     let mut r = MPI_DATATYPE_NULL;
@@ -65,6 +69,7 @@ unsafe fn make(name: &'static str, newtype: *mut MPI_Datatype, recipe: impl FnOn
     }
     let v = register_type(r, recipe());
     drop(g);
+    // SAFETY: this function's contract.
     unsafe { put(newtype, v) };
     MPI_SUCCESS
 }
@@ -78,6 +83,8 @@ fn widen_aint(v: Vec<MPI_Aint>) -> Vec<i64> {
 }
 
 pub unsafe fn MPI_Type_contiguous(count: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     unsafe {
         make("MPI_Type_contiguous", newtype, || TypeRecipe::Contiguous { count: count as i64, old: typeref(oldtype) }, |n| {
             real!(MPI_Type_contiguous(count, conv::datatype(oldtype), n))
@@ -86,6 +93,8 @@ pub unsafe fn MPI_Type_contiguous(count: c_int, oldtype: MPI_Datatype, newtype: 
 }
 
 pub unsafe fn MPI_Type_contiguous_c(count: MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     unsafe {
         make("MPI_Type_contiguous_c", newtype, || TypeRecipe::Contiguous { count, old: typeref(oldtype) }, |n| {
             real!(MPI_Type_contiguous_c(count, conv::datatype(oldtype), n))
@@ -95,90 +104,142 @@ pub unsafe fn MPI_Type_contiguous_c(count: MPI_Count, oldtype: MPI_Datatype, new
 
 pub unsafe fn MPI_Type_vector(count: c_int, blocklength: c_int, stride: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
     let recipe = || TypeRecipe::Vector { count: count as i64, blocklen: blocklength as i64, stride: stride as i64, old: typeref(oldtype) };
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     unsafe { make("MPI_Type_vector", newtype, recipe, |n| real!(MPI_Type_vector(count, blocklength, stride, conv::datatype(oldtype), n))) }
 }
 
 pub unsafe fn MPI_Type_vector_c(count: MPI_Count, blocklength: MPI_Count, stride: MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
     let recipe = || TypeRecipe::Vector { count, blocklen: blocklength, stride, old: typeref(oldtype) };
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     unsafe { make("MPI_Type_vector_c", newtype, recipe, |n| real!(MPI_Type_vector_c(count, blocklength, stride, conv::datatype(oldtype), n))) }
 }
 
 pub unsafe fn MPI_Type_create_hvector(count: c_int, blocklength: c_int, stride: MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
     let recipe = || TypeRecipe::Hvector { count: count as i64, blocklen: blocklength as i64, stride: stride as i64, old: typeref(oldtype) };
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     unsafe { make("MPI_Type_create_hvector", newtype, recipe, |n| real!(MPI_Type_create_hvector(count, blocklength, stride, conv::datatype(oldtype), n))) }
 }
 
 pub unsafe fn MPI_Type_hvector(count: c_int, blocklength: c_int, stride: MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
     let recipe = || TypeRecipe::Hvector { count: count as i64, blocklen: blocklength as i64, stride: stride as i64, old: typeref(oldtype) };
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     unsafe { make("MPI_Type_hvector", newtype, recipe, |n| real!(MPI_Type_hvector(count, blocklength, stride, conv::datatype(oldtype), n))) }
 }
 
 pub unsafe fn MPI_Type_create_hvector_c(count: MPI_Count, blocklength: MPI_Count, stride: MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
     let recipe = || TypeRecipe::Hvector { count, blocklen: blocklength, stride, old: typeref(oldtype) };
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     unsafe { make("MPI_Type_create_hvector_c", newtype, recipe, |n| real!(MPI_Type_create_hvector_c(count, blocklength, stride, conv::datatype(oldtype), n))) }
 }
 
 pub unsafe fn MPI_Type_indexed(count: c_int, bl: *const c_int, displs: *const c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    // SAFETY: MPI requires each array read here to hold `count` entries (this call's contract).
     let recipe = || unsafe {
         TypeRecipe::Indexed { blocklens: widen(slice(bl, count as i64)), displs: widen(slice(displs, count as i64)), old: typeref(oldtype) }
     };
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     unsafe { make("MPI_Type_indexed", newtype, recipe, |n| real!(MPI_Type_indexed(count, bl, displs, conv::datatype(oldtype), n))) }
 }
 
 pub unsafe fn MPI_Type_indexed_c(count: MPI_Count, bl: *const MPI_Count, displs: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     let recipe = || unsafe { TypeRecipe::Indexed { blocklens: slice(bl, count), displs: slice(displs, count), old: typeref(oldtype) } };
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     unsafe { make("MPI_Type_indexed_c", newtype, recipe, |n| real!(MPI_Type_indexed_c(count, bl, displs, conv::datatype(oldtype), n))) }
 }
 
 pub unsafe fn MPI_Type_create_hindexed(count: c_int, bl: *const c_int, displs: *const MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    // SAFETY: MPI requires each array read here to hold `count` entries (this call's contract).
     let recipe = || unsafe {
         TypeRecipe::Hindexed { blocklens: widen(slice(bl, count as i64)), displs: widen_aint(slice(displs, count as i64)), old: typeref(oldtype) }
     };
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     unsafe { make("MPI_Type_create_hindexed", newtype, recipe, |n| real!(MPI_Type_create_hindexed(count, bl, displs, conv::datatype(oldtype), n))) }
 }
 
 pub unsafe fn MPI_Type_hindexed(count: c_int, bl: *const c_int, displs: *const MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    // SAFETY: MPI requires each array read here to hold `count` entries (this call's contract).
     let recipe = || unsafe {
         TypeRecipe::Hindexed { blocklens: widen(slice(bl, count as i64)), displs: widen_aint(slice(displs, count as i64)), old: typeref(oldtype) }
     };
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     unsafe { make("MPI_Type_hindexed", newtype, recipe, |n| real!(MPI_Type_hindexed(count, bl as *mut c_int, displs as *mut MPI_Aint, conv::datatype(oldtype), n))) }
 }
 
 pub unsafe fn MPI_Type_create_hindexed_c(count: MPI_Count, bl: *const MPI_Count, displs: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     let recipe = || unsafe { TypeRecipe::Hindexed { blocklens: slice(bl, count), displs: slice(displs, count), old: typeref(oldtype) } };
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     unsafe { make("MPI_Type_create_hindexed_c", newtype, recipe, |n| real!(MPI_Type_create_hindexed_c(count, bl, displs, conv::datatype(oldtype), n))) }
 }
 
 pub unsafe fn MPI_Type_create_indexed_block(count: c_int, blocklength: c_int, displs: *const c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     let recipe = || unsafe { TypeRecipe::IndexedBlock { blocklen: blocklength as i64, displs: widen(slice(displs, count as i64)), old: typeref(oldtype) } };
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     unsafe { make("MPI_Type_create_indexed_block", newtype, recipe, |n| real!(MPI_Type_create_indexed_block(count, blocklength, displs, conv::datatype(oldtype), n))) }
 }
 
 pub unsafe fn MPI_Type_create_indexed_block_c(count: MPI_Count, blocklength: MPI_Count, displs: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     let recipe = || unsafe { TypeRecipe::IndexedBlock { blocklen: blocklength, displs: slice(displs, count), old: typeref(oldtype) } };
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     unsafe { make("MPI_Type_create_indexed_block_c", newtype, recipe, |n| real!(MPI_Type_create_indexed_block_c(count, blocklength, displs, conv::datatype(oldtype), n))) }
 }
 
 pub unsafe fn MPI_Type_create_hindexed_block(count: c_int, blocklength: c_int, displs: *const MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     let recipe = || unsafe { TypeRecipe::HindexedBlock { blocklen: blocklength as i64, displs: widen_aint(slice(displs, count as i64)), old: typeref(oldtype) } };
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     unsafe { make("MPI_Type_create_hindexed_block", newtype, recipe, |n| real!(MPI_Type_create_hindexed_block(count, blocklength, displs, conv::datatype(oldtype), n))) }
 }
 
 pub unsafe fn MPI_Type_create_hindexed_block_c(count: MPI_Count, blocklength: MPI_Count, displs: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     let recipe = || unsafe { TypeRecipe::HindexedBlock { blocklen: blocklength, displs: slice(displs, count), old: typeref(oldtype) } };
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     unsafe { make("MPI_Type_create_hindexed_block_c", newtype, recipe, |n| real!(MPI_Type_create_hindexed_block_c(count, blocklength, displs, conv::datatype(oldtype), n))) }
 }
 
 pub unsafe fn MPI_Type_create_struct(count: c_int, bl: *const c_int, displs: *const MPI_Aint, types: *const MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    // SAFETY: `bl`, `displs` and `types` hold `count` entries and `newtype` is writable: the
+    // caller's, as MPI requires of this call, which is `struct_type`'s contract.
     unsafe { struct_type("MPI_Type_create_struct", count, bl, displs, types, newtype) }
 }
 
 pub unsafe fn MPI_Type_struct(count: c_int, bl: *const c_int, displs: *const MPI_Aint, types: *const MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    // SAFETY: `bl`, `displs` and `types` hold `count` entries and `newtype` is writable: the
+    // caller's, as MPI requires of this call, which is `struct_type`'s contract.
     unsafe { struct_type("MPI_Type_struct", count, bl, displs, types, newtype) }
 }
 
+/// # Safety
+/// `bl`, `displs` and `types` must hold `count` entries (or be null with `count <= 0`), and
+/// `newtype` must be valid for a write.
 unsafe fn struct_type(name: &'static str, count: c_int, bl: *const c_int, displs: *const MPI_Aint, types: *const MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    // SAFETY: `types` holds `count` datatypes (MPI's contract of this call).
     let tv = unsafe { slice(types, count as i64) };
+    // SAFETY: MPI requires each array read here to hold `count` entries (this call's contract).
     let recipe = || unsafe {
         TypeRecipe::Struct {
             blocklens: widen(slice(bl, count as i64)),
@@ -186,6 +247,8 @@ unsafe fn struct_type(name: &'static str, count: c_int, bl: *const c_int, displs
             types: tv.iter().map(|&t| typeref(t)).collect(),
         }
     };
+    // SAFETY: `newtype` is writable (`make`'s contract) and `types` holds `count` handles, which
+    // `conv::datatypes` reads: the caller's, as MPI requires of this call.
     unsafe {
         make(name, newtype, recipe, |n| {
             let real_types = conv::datatypes(types, count.max(0) as usize);
@@ -196,8 +259,12 @@ unsafe fn struct_type(name: &'static str, count: c_int, bl: *const c_int, displs
 }
 
 pub unsafe fn MPI_Type_create_struct_c(count: MPI_Count, bl: *const MPI_Count, displs: *const MPI_Count, types: *const MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    // SAFETY: `types` holds `count` datatypes (MPI's contract of this call).
     let tv = unsafe { slice(types, count) };
+    // SAFETY: MPI requires each array read here to hold `count` entries (this call's contract).
     let recipe = || unsafe { TypeRecipe::Struct { blocklens: slice(bl, count), displs: slice(displs, count), types: tv.iter().map(|&t| typeref(t)).collect() } };
+    // SAFETY: `newtype` is writable (`make`'s contract) and `types` holds `count` handles, which
+    // `conv::datatypes` reads: the caller's, as MPI requires of this call.
     unsafe {
         make("MPI_Type_create_struct_c", newtype, recipe, |n| {
             let real_types = conv::datatypes(types, count.max(0) as usize);
@@ -211,9 +278,12 @@ pub unsafe fn MPI_Type_create_subarray(
     ndims: c_int, sizes: *const c_int, subsizes: *const c_int, starts: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype,
 ) -> c_int {
     let n = ndims as i64;
+    // SAFETY: MPI requires each array read here to hold `n` entries (this call's contract).
     let recipe = || unsafe {
         TypeRecipe::Subarray { sizes: widen(slice(sizes, n)), subsizes: widen(slice(subsizes, n)), starts: widen(slice(starts, n)), order, old: typeref(oldtype) }
     };
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     unsafe { make("MPI_Type_create_subarray", newtype, recipe, |t| real!(MPI_Type_create_subarray(ndims, sizes, subsizes, starts, order, conv::datatype(oldtype), t))) }
 }
 
@@ -221,7 +291,11 @@ pub unsafe fn MPI_Type_create_subarray_c(
     ndims: c_int, sizes: *const MPI_Count, subsizes: *const MPI_Count, starts: *const MPI_Count, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype,
 ) -> c_int {
     let n = ndims as i64;
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     let recipe = || unsafe { TypeRecipe::Subarray { sizes: slice(sizes, n), subsizes: slice(subsizes, n), starts: slice(starts, n), order, old: typeref(oldtype) } };
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     unsafe { make("MPI_Type_create_subarray_c", newtype, recipe, |t| real!(MPI_Type_create_subarray_c(ndims, sizes, subsizes, starts, order, conv::datatype(oldtype), t))) }
 }
 
@@ -230,6 +304,7 @@ pub unsafe fn MPI_Type_create_darray(
     order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype,
 ) -> c_int {
     let n = ndims as i64;
+    // SAFETY: MPI requires each array read here to hold `n` entries (this call's contract).
     let recipe = || unsafe {
         TypeRecipe::Darray {
             size,
@@ -242,6 +317,8 @@ pub unsafe fn MPI_Type_create_darray(
             old: typeref(oldtype),
         }
     };
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     unsafe {
         make("MPI_Type_create_darray", newtype, recipe, |t| {
             real!(MPI_Type_create_darray(size, rank, ndims, gsizes, distribs, dargs, psizes, order, conv::datatype(oldtype), t))
@@ -254,9 +331,12 @@ pub unsafe fn MPI_Type_create_darray_c(
     order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype,
 ) -> c_int {
     let n = ndims as i64;
+    // SAFETY: MPI requires each array read here to hold `n` entries (this call's contract).
     let recipe = || unsafe {
         TypeRecipe::Darray { size, rank, gsizes: slice(gsizes, n), distribs: slice(distribs, n), dargs: slice(dargs, n), psizes: slice(psizes, n), order, old: typeref(oldtype) }
     };
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     unsafe {
         make("MPI_Type_create_darray_c", newtype, recipe, |t| {
             real!(MPI_Type_create_darray_c(size, rank, ndims, gsizes, distribs, dargs, psizes, order, conv::datatype(oldtype), t))
@@ -266,22 +346,30 @@ pub unsafe fn MPI_Type_create_darray_c(
 
 pub unsafe fn MPI_Type_create_resized(oldtype: MPI_Datatype, lb: MPI_Aint, extent: MPI_Aint, newtype: *mut MPI_Datatype) -> c_int {
     let recipe = || TypeRecipe::Resized { lb: lb as i64, extent: extent as i64, old: typeref(oldtype) };
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     unsafe { make("MPI_Type_create_resized", newtype, recipe, |t| real!(MPI_Type_create_resized(conv::datatype(oldtype), lb, extent, t))) }
 }
 
 pub unsafe fn MPI_Type_create_resized_c(oldtype: MPI_Datatype, lb: MPI_Count, extent: MPI_Count, newtype: *mut MPI_Datatype) -> c_int {
     let recipe = || TypeRecipe::Resized { lb, extent, old: typeref(oldtype) };
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     unsafe { make("MPI_Type_create_resized_c", newtype, recipe, |t| real!(MPI_Type_create_resized_c(conv::datatype(oldtype), lb, extent, t))) }
 }
 
 pub unsafe fn MPI_Type_dup(oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    // SAFETY: `newtype` is the caller's out-pointer, valid for a write (MPI's contract of this
+    // call, `make`'s).
     let rc = unsafe { make("MPI_Type_dup", newtype, || TypeRecipe::Dup { old: typeref(oldtype) }, |t| real!(MPI_Type_dup(conv::datatype(oldtype), t))) };
     if rc == MPI_SUCCESS {
+        // SAFETY: `newtype` is the caller's valid pointer, which `make` has just written.
         let rc = crate::api::attr::copy_type_attrs(oldtype, unsafe { *newtype });
         if rc != MPI_SUCCESS {
             return errors::raise_default(rc, "MPI_Type_dup");
         }
         // A duplicate of a committed type is committed.
+        // SAFETY: `newtype` is the caller's valid pointer, which `make` has just written.
         if let (Some(o), Some(n)) = (conv::index(oldtype, Kind::Datatype), conv::index(unsafe { *newtype }, Kind::Datatype)) {
             let committed = OBJ.datatypes.with(o, |e| e.dt.committed).unwrap_or(false);
             OBJ.datatypes.with(n, |e| e.dt.committed = committed);
@@ -325,6 +413,8 @@ pub unsafe fn MPI_Type_commit(datatype: *mut MPI_Datatype) -> c_int {
     if datatype.is_null() {
         return errors::raise_default(real!(MPI_Type_commit(datatype)), "MPI_Type_commit");
     }
+    // SAFETY: `datatype` points to the caller's handle, readable and writable (MPI's contract of
+    // this call).
     let v = unsafe { *datatype };
     let mut r = conv::datatype(v);
     let rc = real!(MPI_Type_commit(&mut r));
@@ -343,6 +433,8 @@ pub unsafe fn MPI_Type_free(datatype: *mut MPI_Datatype) -> c_int {
         let _g = gate::enter();
         return errors::raise_default(real!(MPI_Type_free(datatype)), "MPI_Type_free");
     }
+    // SAFETY: `datatype` points to the caller's handle, readable and writable (MPI's contract of
+    // this call).
     let v = unsafe { *datatype };
     let idx = conv::index(v, Kind::Datatype).filter(|&i| OBJ.datatypes.real(i).is_some());
     if idx.is_some() {
@@ -363,6 +455,8 @@ pub unsafe fn MPI_Type_free(datatype: *mut MPI_Datatype) -> c_int {
         OBJ.datatypes.remove(i);
         forget_real(real0);
     }
+    // SAFETY: `datatype` points to the caller's handle, readable and writable (MPI's contract of
+    // this call).
     unsafe { *datatype = MPI_DATATYPE_NULL };
     MPI_SUCCESS
 }
@@ -393,6 +487,8 @@ pub unsafe fn MPI_Type_get_contents(
     let g = gate::enter();
     let rc = real!(MPI_Type_get_contents(conv::datatype(datatype), max_integers, max_addresses, max_datatypes, ints, addrs, types));
     if rc == MPI_SUCCESS && !types.is_null() && max_datatypes > 0 {
+        // SAFETY: `types` is non-null and has room for `max_datatypes > 0` handles (MPI's
+        // contract), which the library just filled.
         wrap_contents(datatype, unsafe { std::slice::from_raw_parts_mut(types, max_datatypes as usize) });
     }
     drop(g);
@@ -406,6 +502,8 @@ pub unsafe fn MPI_Type_get_contents_c(
     let g = gate::enter();
     let rc = real!(MPI_Type_get_contents_c(conv::datatype(datatype), max_integers, max_addresses, max_large_counts, max_datatypes, ints, addrs, counts, types));
     if rc == MPI_SUCCESS && !types.is_null() && max_datatypes > 0 {
+        // SAFETY: `types` is non-null and has room for `max_datatypes > 0` handles (MPI's
+        // contract), which the library just filled.
         wrap_contents(datatype, unsafe { std::slice::from_raw_parts_mut(types, max_datatypes as usize) });
     }
     drop(g);

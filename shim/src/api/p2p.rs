@@ -10,36 +10,24 @@ use crate::{conv, drained, errors, gate, lower};
 use mpicr_virtid::{Kind, P2pArgs, RequestRecipe, SendMode, TypeRef};
 use std::os::raw::{c_int, c_void};
 
-/// Counts a message sent to `dest` (rank in the communicator's remote/peer group).
+/// Counts a message sent to `dest` (rank in the communicator's remote/peer group). Lock-free.
+#[inline]
 pub fn count_send(comm: MPI_Comm, dest: c_int) {
-    if dest < 0 {
-        return;
-    }
-    if let Some(i) = conv::comm_index(comm) {
-        OBJ.comms.with(i, |c| {
-            if let Some(n) = c.sent.get_mut(dest as usize) {
-                *n += 1;
-            }
-        });
+    if let Some(c) = conv::comm_index(comm).and_then(|i| OBJ.comms.counters(i)) {
+        c.count_sent(dest);
     }
 }
 
-/// Counts a message received from `src`.
+/// Counts a message received from `src`. Lock-free.
+#[inline]
 pub fn count_recv(comm: MPI_Comm, src: c_int) {
-    if src < 0 {
-        return;
-    }
-    if let Some(i) = conv::comm_index(comm) {
-        OBJ.comms.with(i, |c| {
-            if let Some(n) = c.recvd.get_mut(src as usize) {
-                *n += 1;
-            }
-        });
+    if let Some(c) = conv::comm_index(comm).and_then(|i| OBJ.comms.counters(i)) {
+        c.count_recvd(src);
     }
 }
 
 pub fn comm_gid(comm: MPI_Comm) -> Option<u64> {
-    conv::comm_index(comm).and_then(|i| OBJ.comms.with(i, |c| c.recipe.gid))
+    conv::comm_index(comm).and_then(|i| OBJ.comms.counters(i)).map(|c| c.gid())
 }
 
 fn args(buf: *const c_void, count: i64, datatype: MPI_Datatype, peer: c_int, tag: c_int, comm: MPI_Comm) -> P2pArgs {
@@ -81,8 +69,9 @@ fn unpack(data: &[u8], buf: *mut c_void, count: i64, dt: MPI_Datatype, comm: MPI
     st
 }
 
-/// Posts a send and returns its virtual request.
-unsafe fn post_send(
+/// Posts a send and returns its virtual request. Safe: it only records `buf`'s address; the
+/// buffer reaches the library through `real_call`, which its caller builds.
+fn post_send(
     mode: SendMode, buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm,
     real_call: impl FnOnce(c_int, c_int, &mut c_int) -> c_int,
 ) -> Result<MPI_Request, c_int> {
@@ -97,6 +86,10 @@ unsafe fn post_send(
 }
 
 /// Posts a receive (from the drained buffer when possible) and returns its virtual request.
+///
+/// # Safety
+/// `buf` must be writable for `count` elements of `dt`: a drained message is copied into it
+/// at once (and `real_call` hands it to the library).
 unsafe fn post_recv(
     buf: *mut c_void, count: i64, dt: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm,
     real_call: impl FnOnce(c_int, c_int, &mut c_int) -> c_int,
@@ -127,12 +120,15 @@ macro_rules! isend {
             request: *mut MPI_Request,
         ) -> c_int {
             let g = gate::enter();
-            let r = unsafe {
-                post_send(SendMode::$mode, buf, count as i64, datatype, dest, tag, comm, |c, d, r| real!($real(buf, count, d, dest, tag, c, r)))
-            };
+            // `buf` goes to the library as the caller's send buffer, which the caller keeps
+            // valid until the request completes (MPI's contract of this call).
+            let r =
+                post_send(SendMode::$mode, buf, count as i64, datatype, dest, tag, comm, |c, d, r| real!($real(buf, count, d, dest, tag, c, r)));
             drop(g);
             match r {
                 Ok(v) => {
+                    // SAFETY: `request` is the caller's out-pointer, valid for a write (MPI's
+                    // contract of this call).
                     unsafe { put(request, v) };
                     MPI_SUCCESS
                 }
@@ -146,11 +142,12 @@ macro_rules! send {
     ($name:ident, $real:ident, $count:ty, $mode:ident) => {
         pub unsafe fn $name(buf: *const c_void, count: $count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
             let g = gate::enter();
-            let r = unsafe {
-                post_send(SendMode::$mode, buf, count as i64, datatype, dest, tag, comm, |c, d, r| real!($real(buf, count, d, dest, tag, c, r)))
-            };
+            // `buf` is the caller's send buffer, valid for the whole call, which waits for the send.
+            let r =
+                post_send(SendMode::$mode, buf, count as i64, datatype, dest, tag, comm, |c, d, r| real!($real(buf, count, d, dest, tag, c, r)));
             drop(g);
             let rc = match r {
+                // SAFETY: MPI_STATUS_IGNORE is a status argument `wait_internal` accepts.
                 Ok(v) => unsafe { wait_internal(v, MPI_STATUS_IGNORE) },
                 Err(rc) => rc,
             };
@@ -186,10 +183,13 @@ macro_rules! recv {
             request: *mut MPI_Request,
         ) -> c_int {
             let g = gate::enter();
+            // SAFETY: `buf` is the caller's receive buffer, writable for `count` `datatype`s until
+            // the request completes (MPI's contract of this call).
             let r = unsafe { post_recv(buf, count as i64, datatype, source, tag, comm, |c, d, r| real!($real(buf, count, d, source, tag, c, r))) };
             drop(g);
             match r {
                 Ok(v) => {
+                    // SAFETY: `request` is the caller's out-pointer, valid for a write.
                     unsafe { put(request, v) };
                     MPI_SUCCESS
                 }
@@ -202,9 +202,12 @@ macro_rules! recv {
             status: *mut MPI_Status,
         ) -> c_int {
             let g = gate::enter();
+            // SAFETY: `buf` is the caller's receive buffer, writable for `count` `datatype`s for
+            // the whole call, which waits for the message.
             let r = unsafe { post_recv(buf, count as i64, datatype, source, tag, comm, |c, d, r| real!($real(buf, count, d, source, tag, c, r))) };
             drop(g);
             let rc = match r {
+                // SAFETY: `status` is the caller's: MPI_STATUS_IGNORE or writable.
                 Ok(v) => unsafe { wait_internal(v, status) },
                 Err(rc) => rc,
             };
@@ -227,21 +230,25 @@ macro_rules! sendrecv {
             comm: MPI_Comm, status: *mut MPI_Status,
         ) -> c_int {
             let g = gate::enter();
+            // SAFETY: `recvbuf` is writable for `recvcount` `recvtype`s for the whole call, which
+            // waits for both halves (MPI's contract of this call).
             let rr = unsafe {
                 post_recv(recvbuf, recvcount as i64, recvtype, source, recvtag, comm, |c, d, r| real!($irecv(recvbuf, recvcount, d, source, recvtag, c, r)))
             };
             let sr = match rr {
-                Ok(_) => unsafe {
-                    post_send(SendMode::Standard, sendbuf, sendcount as i64, sendtype, dest, sendtag, comm, |c, d, r| {
-                        real!($isend(sendbuf, sendcount, d, dest, sendtag, c, r))
-                    })
-                },
+                // `sendbuf` stays valid for the whole call likewise.
+                Ok(_) => post_send(SendMode::Standard, sendbuf, sendcount as i64, sendtype, dest, sendtag, comm, |c, d, r| {
+                    real!($isend(sendbuf, sendcount, d, dest, sendtag, c, r))
+                }),
                 Err(rc) => Err(rc),
             };
             drop(g);
             let rc = match (rr, sr) {
                 (Ok(r), Ok(s)) => {
+                    // SAFETY: MPI_STATUS_IGNORE is accepted; `status` is the caller's, ignored or
+                    // writable.
                     let rs = unsafe { wait_internal(s, MPI_STATUS_IGNORE) };
+                    // SAFETY: as above.
                     let rr = unsafe { wait_internal(r, status) };
                     if rs != MPI_SUCCESS { rs } else { rr }
                 }
@@ -294,6 +301,8 @@ macro_rules! sendrecv_replace {
                 Err(rc) => return errors::raise_comm(comm, rc, stringify!($name)),
             };
             let n = packed.len() as MPI_Count;
+            // SAFETY: `packed` is a local of `n` bytes, alive across the call; `buf` (writable for
+            // `count` `datatype`s) and `status` are the caller's, as MPI requires of this call.
             unsafe {
                 MPI_Sendrecv_c(packed.as_ptr() as *const c_void, n, MPI_PACKED, dest, sendtag, buf, count as MPI_Count, datatype, source, recvtag, comm, status)
             }
@@ -306,6 +315,9 @@ sendrecv_replace!(MPI_Sendrecv_replace_c, MPI_Count);
 
 /// MPI_Isendrecv(_replace): one library request for a send and a receive; the send is counted
 /// now, the receive when the request completes.
+///
+/// # Safety
+/// `request` must be valid for a write.
 unsafe fn post_exchange(name: &str, comm: MPI_Comm, dest: c_int, request: *mut MPI_Request, call: impl FnOnce(c_int, &mut c_int) -> c_int) -> c_int {
     let g = gate::enter();
     let mut r = MPI_REQUEST_NULL;
@@ -313,6 +325,7 @@ unsafe fn post_exchange(name: &str, comm: MPI_Comm, dest: c_int, request: *mut M
     if rc == MPI_SUCCESS {
         count_send(comm, dest);
         let v = register_request(r, RequestRecipe::Other { function: name.into() }, comm, true);
+        // SAFETY: this function's contract.
         unsafe { put(request, v) };
     }
     drop(g);
@@ -330,6 +343,8 @@ macro_rules! isendrecv {
             comm: MPI_Comm, request: *mut MPI_Request,
         ) -> c_int {
             let (st, rt) = (conv::datatype(sendtype), conv::datatype(recvtype));
+            // SAFETY: `request` is the caller's out-pointer; the buffers go to the library as the
+            // caller passed them, valid until the request completes (MPI's contract).
             unsafe {
                 post_exchange(stringify!($name), comm, dest, request, |c, r| {
                     real!($name(sendbuf, sendcount, st, dest, sendtag, recvbuf, recvcount, rt, source, recvtag, c, r))
@@ -349,6 +364,7 @@ macro_rules! isendrecv_replace {
             comm: MPI_Comm, request: *mut MPI_Request,
         ) -> c_int {
             let d = conv::datatype(datatype);
+            // SAFETY: as for MPI_Isendrecv: `request` is writable, `buf` valid until completion.
             unsafe {
                 post_exchange(stringify!($name), comm, dest, request, |c, r| real!($name(buf, count, d, dest, sendtag, source, recvtag, c, r)))
             }
@@ -370,6 +386,8 @@ pub unsafe fn MPI_Iprobe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c
     let g = gate::enter();
     if !drained::is_empty() {
         if let Some((s, t, n)) = comm_gid(comm).and_then(|gid| drained::peek(gid, source, tag)) {
+            // SAFETY: `flag` and `status` are the caller's out-pointers (`status` may be
+            // MPI_STATUS_IGNORE), as MPI_Iprobe requires.
             unsafe {
                 put(flag, 1);
                 put_status(status, &drained_status(s, t, n));
@@ -396,6 +414,7 @@ pub unsafe fn MPI_Probe(source: c_int, tag: c_int, comm: MPI_Comm, status: *mut 
     let mut flag = 0;
     let mut spins = 0u32;
     loop {
+        // SAFETY: `flag` is a local; `status` is the caller's, as MPI_Probe requires.
         let rc = unsafe { MPI_Iprobe(source, tag, comm, &mut flag, status) };
         if rc != MPI_SUCCESS || flag != 0 {
             return rc;
@@ -418,6 +437,8 @@ pub unsafe fn MPI_Improbe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut 
             let entry = crate::state::MessageEntry { comm, drained: Some(0), bytes: st.bytes() };
             let idx = OBJ.messages.insert(0, entry).unwrap_or_else(|_| errors::fatal("too many live messages"));
             CLAIMED.lock().push((idx, m));
+            // SAFETY: `flag`, `message` and `status` are the caller's out-pointers, as MPI_Improbe
+            // requires.
             unsafe {
                 put(flag, 1);
                 put(message, conv::handle(Kind::Message, idx));
@@ -446,12 +467,14 @@ pub unsafe fn MPI_Improbe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut 
             let idx = OBJ.messages.insert(real_msg as u32 as u64, crate::state::MessageEntry { comm, drained: None, bytes: st.bytes() });
             conv::handle(Kind::Message, idx.unwrap_or_else(|_| errors::fatal("too many live messages")))
         };
+        // SAFETY: as above: the caller's `message` and `status`.
         unsafe {
             put(message, v);
             put_status(status, &st);
         }
     }
     drop(g);
+    // SAFETY: the caller's `flag`, as above.
     unsafe { put(flag, f) };
     if rc != MPI_SUCCESS {
         return errors::raise_comm(comm, rc, "MPI_Improbe");
@@ -463,6 +486,8 @@ pub unsafe fn MPI_Mprobe(source: c_int, tag: c_int, comm: MPI_Comm, message: *mu
     let mut flag = 0;
     let mut spins = 0u32;
     loop {
+        // SAFETY: `flag` is a local; `message` and `status` are the caller's, as MPI_Mprobe
+        // requires.
         let rc = unsafe { MPI_Improbe(source, tag, comm, &mut flag, message, status) };
         if rc != MPI_SUCCESS || flag != 0 {
             return rc;
@@ -476,12 +501,18 @@ pub unsafe fn MPI_Mprobe(source: c_int, tag: c_int, comm: MPI_Comm, message: *mu
 
 /// Receives a matched message: from the drained buffer, or the real library.
 /// Returns the virtual request (already complete for drained messages).
+///
+/// # Safety
+/// `message` must be readable and writable, and `buf` writable for `count` elements of `dt`
+/// (a drained message is copied into it at once).
 unsafe fn mrecv_start(
     buf: *mut c_void, count: i64, dt: MPI_Datatype, message: *mut MPI_Message,
     real_call: impl FnOnce(c_int, &mut c_int, &mut c_int) -> c_int,
 ) -> Result<MPI_Request, (MPI_Comm, c_int)> {
+    // SAFETY: this function's contract: `message` is readable and writable.
     let v = unsafe { *message };
     if v == MPI_MESSAGE_NO_PROC {
+        // SAFETY: as above.
         unsafe { *message = MPI_MESSAGE_NULL };
         let st = MPI_Status { MPI_SOURCE: MPI_PROC_NULL, MPI_TAG: MPI_ANY_TAG, ..Default::default() };
         return Ok(register_done(RequestRecipe::Other { function: "MPI_Mrecv".into() }, MPI_COMM_NULL, &st));
@@ -494,6 +525,7 @@ unsafe fn mrecv_start(
     };
     let mut real_msg = OBJ.messages.real(idx).unwrap_or(0) as u32 as c_int;
     let Some(entry) = OBJ.messages.remove(idx) else { return Err((MPI_COMM_WORLD, MPI_ERR_REQUEST)) };
+    // SAFETY: as above.
     unsafe { *message = MPI_MESSAGE_NULL };
     if entry.drained.is_some() {
         let m = {
@@ -516,10 +548,13 @@ macro_rules! mrecv {
     ($iname:ident, $name:ident, $real:ident, $count:ty) => {
         pub unsafe fn $iname(buf: *mut c_void, count: $count, datatype: MPI_Datatype, message: *mut MPI_Message, request: *mut MPI_Request) -> c_int {
             let g = gate::enter();
+            // SAFETY: `buf` is writable for `count` `datatype`s until the request completes and
+            // `message` is readable and writable: the caller's, as this call requires.
             let r = unsafe { mrecv_start(buf, count as i64, datatype, message, |d, m, r| real!($real(buf, count, d, m, r))) };
             drop(g);
             match r {
                 Ok(v) => {
+                    // SAFETY: `request` is the caller's out-pointer, valid for a write.
                     unsafe { put(request, v) };
                     MPI_SUCCESS
                 }
@@ -529,10 +564,13 @@ macro_rules! mrecv {
 
         pub unsafe fn $name(buf: *mut c_void, count: $count, datatype: MPI_Datatype, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
             let g = gate::enter();
+            // SAFETY: `buf` (writable for `count` `datatype`s for the whole call) and `message`
+            // (readable and writable) are the caller's, as this call requires.
             let r = unsafe { mrecv_start(buf, count as i64, datatype, message, |d, m, r| real!($real(buf, count, d, m, r))) };
             drop(g);
             match r {
                 Ok(v) => {
+                    // SAFETY: `status` is the caller's, MPI_STATUS_IGNORE or writable.
                     let rc = unsafe { wait_internal(v, status) };
                     if rc != MPI_SUCCESS {
                         return errors::raise_default(rc, stringify!($name));
@@ -564,6 +602,7 @@ macro_rules! send_init {
                     args: args(buf, count as i64, datatype, dest, tag, comm),
                     active: false,
                 };
+                // SAFETY: `request` is the caller's out-pointer, valid for a write.
                 unsafe { put(request, register_request(r, recipe, comm, false)) };
             }
             drop(g);
@@ -596,6 +635,7 @@ macro_rules! recv_init {
             let rc = real!($name(buf, count, d, source, tag, c, &mut r));
             if rc == MPI_SUCCESS {
                 let recipe = RequestRecipe::PersistentRecv { args: args(buf, count as i64, datatype, source, tag, comm), active: false };
+                // SAFETY: `request` is the caller's out-pointer, valid for a write.
                 unsafe { put(request, register_request(r, recipe, comm, true)) };
             }
             drop(g);
@@ -611,12 +651,16 @@ recv_init!(MPI_Recv_init, c_int);
 recv_init!(MPI_Recv_init_c, MPI_Count);
 
 /// Registers the request of a partitioned operation (persistent, not restorable).
+///
+/// # Safety
+/// `request` must be valid for a write.
 unsafe fn partitioned_init(name: &str, comm: MPI_Comm, request: *mut MPI_Request, call: impl FnOnce(c_int, &mut c_int) -> c_int) -> c_int {
     let g = gate::enter();
     let mut r = MPI_REQUEST_NULL;
     let rc = call(conv::comm(comm), &mut r);
     if rc == MPI_SUCCESS {
         let recipe = RequestRecipe::Collective { function: name.into(), comm, persistent: true, active: false };
+        // SAFETY: this function's contract.
         unsafe { put(request, register_request(r, recipe, comm, false)) };
     }
     drop(g);
@@ -631,6 +675,8 @@ pub unsafe fn MPI_Psend_init(
     info: MPI_Info, request: *mut MPI_Request,
 ) -> c_int {
     let (d, i) = (conv::datatype(datatype), conv::info(info));
+    // SAFETY: `request` is the caller's out-pointer; `buf` goes to the library as the caller passed
+    // it.
     unsafe { partitioned_init("MPI_Psend_init", comm, request, |c, r| real!(MPI_Psend_init(buf, partitions, count, d, dest, tag, c, i, r))) }
 }
 
@@ -639,11 +685,14 @@ pub unsafe fn MPI_Precv_init(
     info: MPI_Info, request: *mut MPI_Request,
 ) -> c_int {
     let (d, i) = (conv::datatype(datatype), conv::info(info));
+    // SAFETY: `request` is the caller's out-pointer; `buf` goes to the library as the caller passed
+    // it.
     unsafe { partitioned_init("MPI_Precv_init", comm, request, |c, r| real!(MPI_Precv_init(buf, partitions, count, d, source, tag, c, i, r))) }
 }
 
-/// A partitioned-communication call on an existing request.
-unsafe fn on_request(name: &str, request: MPI_Request, call: impl FnOnce(c_int) -> c_int) -> c_int {
+/// A partitioned-communication call on an existing request. Safe itself: what reaches the
+/// library goes through `call`.
+fn on_request(name: &str, request: MPI_Request, call: impl FnOnce(c_int) -> c_int) -> c_int {
     let g = gate::enter();
     let rc = call(conv::request(request));
     drop(g);
@@ -651,17 +700,17 @@ unsafe fn on_request(name: &str, request: MPI_Request, call: impl FnOnce(c_int) 
 }
 
 pub unsafe fn MPI_Pready(partition: c_int, request: MPI_Request) -> c_int {
-    unsafe { on_request("MPI_Pready", request, |r| real!(MPI_Pready(partition, r))) }
+    on_request("MPI_Pready", request, |r| real!(MPI_Pready(partition, r)))
 }
 
 pub unsafe fn MPI_Pready_range(lo: c_int, hi: c_int, request: MPI_Request) -> c_int {
-    unsafe { on_request("MPI_Pready_range", request, |r| real!(MPI_Pready_range(lo, hi, r))) }
+    on_request("MPI_Pready_range", request, |r| real!(MPI_Pready_range(lo, hi, r)))
 }
 
 pub unsafe fn MPI_Pready_list(length: c_int, list: *mut c_int, request: MPI_Request) -> c_int {
-    unsafe { on_request("MPI_Pready_list", request, |r| real!(MPI_Pready_list(length, list, r))) }
+    on_request("MPI_Pready_list", request, |r| real!(MPI_Pready_list(length, list, r)))
 }
 
 pub unsafe fn MPI_Parrived(request: MPI_Request, partition: c_int, flag: *mut c_int) -> c_int {
-    unsafe { on_request("MPI_Parrived", request, |r| real!(MPI_Parrived(r, partition, flag))) }
+    on_request("MPI_Parrived", request, |r| real!(MPI_Parrived(r, partition, flag)))
 }

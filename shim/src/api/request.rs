@@ -158,9 +158,15 @@ struct Tested {
 /// One non-blocking completion attempt over `reqs` in `mode`; the gate must be held.
 /// Each pending request is tested on its own (MPI_Test): completions are recorded and only
 /// handed to the program when `mode` is satisfied, so Testall frees nothing early.
+///
+/// # Safety
+/// `statuses` must be null, MPI_STATUSES_IGNORE (or MPI_STATUS_IGNORE), or writable for one
+/// status per request (for Any: one status).
 unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: Mode) -> Tested {
     let n = reqs.len();
     let status_at = |i: usize| -> *mut MPI_Status {
+        // SAFETY: `statuses` is a real array with a status per request (this function's contract)
+        // and every use of `status_at` passes an index `< n`.
         if statuses.is_null() || statuses == MPI_STATUSES_IGNORE { MPI_STATUS_IGNORE } else { unsafe { statuses.add(i) } }
     };
     let mut slots: Vec<Slot> = reqs.iter().map(|&v| classify(v)).collect();
@@ -169,6 +175,8 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
         let mut raw = stale_or_raw(reqs[i]);
         let (mut flag, mut st) = (0, MPI_Status::default());
         let rc = match crate::lower::fns().MPI_Test {
+            // SAFETY: the real MPI_Test; a request value and locals (an invalid request only makes
+            // it fail).
             Some(f) => unsafe { f(&mut raw, &mut flag, &mut st) },
             None => MPI_ERR_REQUEST,
         };
@@ -177,6 +185,8 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
     if slots.iter().all(|s| matches!(s, Slot::Inert)) {
         if mode == Mode::All {
             for i in 0..n {
+                // SAFETY: `status_at` gives MPI_STATUS_IGNORE or an element of the caller's array
+                // (contract above).
                 unsafe { put_status(status_at(i), &empty_status()) };
             }
         }
@@ -222,14 +232,19 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
             Mode::Some => status_at(k),
             Mode::Any => statuses,
         };
+        // SAFETY: `out` is MPI_STATUS_IGNORE or an element of the caller's array (contract above).
         unsafe { put_status(out, &st) };
     }
     if mode == Mode::All {
         for i in 0..n {
             match slots[i] {
+                // SAFETY: `status_at` gives MPI_STATUS_IGNORE or an element of the caller's array
+                // (contract above).
                 Slot::Inert => unsafe { put_status(status_at(i), &empty_status()) },
                 Slot::Real(..) => {
                     let st = MPI_Status { MPI_ERROR: MPI_ERR_PENDING, ..Default::default() };
+                    // SAFETY: `status_at` gives MPI_STATUS_IGNORE or an element of the caller's
+                    // array (contract above).
                     unsafe { put_status(status_at(i), &st) }
                 }
                 _ => {}
@@ -244,16 +259,21 @@ fn request_comm(v: MPI_Request) -> MPI_Comm {
     conv::index(v, Kind::Request).and_then(|i| OBJ.requests.with(i, |e| e.comm)).unwrap_or(MPI_COMM_WORLD)
 }
 
-unsafe fn raise(reqs: &[MPI_Request], rc: c_int, name: &str) -> c_int {
+fn raise(reqs: &[MPI_Request], rc: c_int, name: &str) -> c_int {
     let comm = reqs.iter().map(|&r| request_comm(r)).find(|&c| c != MPI_COMM_NULL).unwrap_or(MPI_COMM_WORLD);
     errors::raise_comm(comm, rc, name)
 }
 
 /// Blocks, one gated test at a time, until `mode` is satisfied.
+///
+/// # Safety
+/// As for [`test_many`].
 unsafe fn wait_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: Mode) -> Tested {
     let mut spins = 0u32;
     loop {
         let g = gate::enter();
+        // SAFETY: `statuses` is the caller's: ignored, or room for a status per request, as
+        // `test_many` requires.
         let t = unsafe { test_many(reqs, statuses, mode) };
         drop(g);
         if t.flag || t.rc != MPI_SUCCESS {
@@ -266,10 +286,15 @@ unsafe fn wait_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
     }
 }
 
+/// The program's request array.
+///
+/// # Safety
+/// `p` must be null or point to `n` requests the caller lets us read and write for `'a`.
 unsafe fn as_slice<'a>(p: *mut MPI_Request, n: c_int) -> &'a mut [MPI_Request] {
     if p.is_null() || n <= 0 {
         return &mut [];
     }
+    // SAFETY: `p` is non-null and, by this function's contract, holds `n > 0` requests.
     unsafe { std::slice::from_raw_parts_mut(p, n as usize) }
 }
 
@@ -277,13 +302,18 @@ pub unsafe fn MPI_Test(request: *mut MPI_Request, flag: *mut c_int, status: *mut
     if request.is_null() {
         return errors::raise_default(MPI_ERR_REQUEST, "MPI_Test");
     }
+    // SAFETY: `request` is non-null (checked above) and points to the caller's request, which this
+    // call may update.
     let reqs = unsafe { std::slice::from_raw_parts_mut(request, 1) };
     let g = gate::enter();
+    // SAFETY: `status` is the caller's: ignored, or room for a status per request, as `test_many`
+    // requires.
     let t = unsafe { test_many(reqs, status, Mode::All) };
     drop(g);
+    // SAFETY: `flag` is the caller's out-pointer, valid for a write.
     unsafe { crate::api::put(flag, t.flag as c_int) };
     if t.rc != MPI_SUCCESS {
-        return unsafe { raise(reqs, t.rc, "MPI_Test") };
+        return raise(reqs, t.rc, "MPI_Test");
     }
     MPI_SUCCESS
 }
@@ -292,8 +322,12 @@ pub unsafe fn MPI_Wait(request: *mut MPI_Request, status: *mut MPI_Status) -> c_
     if request.is_null() {
         return errors::raise_default(MPI_ERR_REQUEST, "MPI_Wait");
     }
+    // SAFETY: `request` is non-null (checked above) and points to the caller's request, which this
+    // call may update.
     let reqs = unsafe { std::slice::from_raw_parts_mut(request, 1) };
     let comm = request_comm(reqs[0]);
+    // SAFETY: `status` is the caller's: ignored, or room for a status per request, as `wait_many`
+    // requires.
     let t = unsafe { wait_many(reqs, status, Mode::All) };
     if t.rc != MPI_SUCCESS {
         return errors::raise_comm(comm, t.rc, "MPI_Wait");
@@ -302,98 +336,143 @@ pub unsafe fn MPI_Wait(request: *mut MPI_Request, status: *mut MPI_Status) -> c_
 }
 
 /// Waits for one request on behalf of a blocking call (MPI_Send, MPI_Recv, ...).
+///
+/// # Safety
+/// `status` must be null, MPI_STATUS_IGNORE, or writable.
 pub unsafe fn wait_internal(mut v: MPI_Request, status: *mut MPI_Status) -> c_int {
     let reqs = std::slice::from_mut(&mut v);
+    // SAFETY: one local request; `status` meets `wait_many`'s contract (it is this function's).
     unsafe { wait_many(reqs, status, Mode::All) }.rc
 }
 
 pub unsafe fn MPI_Testall(count: c_int, reqs: *mut MPI_Request, flag: *mut c_int, statuses: *mut MPI_Status) -> c_int {
+    // SAFETY: `reqs` is the caller's array of `count` requests, readable and writable (MPI's
+    // contract of this call).
     let reqs = unsafe { as_slice(reqs, count) };
     let g = gate::enter();
+    // SAFETY: `statuses` is the caller's: ignored, or room for a status per request, as `test_many`
+    // requires.
     let t = unsafe { test_many(reqs, statuses, Mode::All) };
     drop(g);
+    // SAFETY: `flag` is the caller's out-pointer, valid for a write.
     unsafe { crate::api::put(flag, t.flag as c_int) };
     if t.rc != MPI_SUCCESS {
-        return unsafe { raise(reqs, t.rc, "MPI_Testall") };
+        return raise(reqs, t.rc, "MPI_Testall");
     }
     MPI_SUCCESS
 }
 
 pub unsafe fn MPI_Waitall(count: c_int, reqs: *mut MPI_Request, statuses: *mut MPI_Status) -> c_int {
+    // SAFETY: `reqs` is the caller's array of `count` requests, readable and writable (MPI's
+    // contract of this call).
     let reqs = unsafe { as_slice(reqs, count) };
+    // SAFETY: `statuses` is the caller's: ignored, or room for a status per request, as `wait_many`
+    // requires.
     let t = unsafe { wait_many(reqs, statuses, Mode::All) };
     if t.rc != MPI_SUCCESS {
-        return unsafe { raise(reqs, t.rc, "MPI_Waitall") };
+        return raise(reqs, t.rc, "MPI_Waitall");
     }
     MPI_SUCCESS
 }
 
 pub unsafe fn MPI_Testany(count: c_int, reqs: *mut MPI_Request, index: *mut c_int, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
+    // SAFETY: `reqs` is the caller's array of `count` requests, readable and writable (MPI's
+    // contract of this call).
     let reqs = unsafe { as_slice(reqs, count) };
     let g = gate::enter();
+    // SAFETY: `status` is the caller's: ignored, or room for a status per request, as `test_many`
+    // requires.
     let t = unsafe { test_many(reqs, status, Mode::Any) };
     drop(g);
+    // SAFETY: `index` and `status` are the caller's out-pointers, as is `flag`.
     unsafe { any_result(&t, index, flag, status) };
     if t.rc != MPI_SUCCESS {
-        return unsafe { raise(reqs, t.rc, "MPI_Testany") };
+        return raise(reqs, t.rc, "MPI_Testany");
     }
     MPI_SUCCESS
 }
 
 pub unsafe fn MPI_Waitany(count: c_int, reqs: *mut MPI_Request, index: *mut c_int, status: *mut MPI_Status) -> c_int {
+    // SAFETY: `reqs` is the caller's array of `count` requests, readable and writable (MPI's
+    // contract of this call).
     let reqs = unsafe { as_slice(reqs, count) };
+    // SAFETY: `status` is the caller's: ignored, or room for a status per request, as `wait_many`
+    // requires.
     let t = unsafe { wait_many(reqs, status, Mode::Any) };
+    // SAFETY: `index` and `status` are the caller's out-pointers; the flag is not wanted (null).
     unsafe { any_result(&t, index, std::ptr::null_mut(), status) };
     if t.rc != MPI_SUCCESS {
-        return unsafe { raise(reqs, t.rc, "MPI_Waitany") };
+        return raise(reqs, t.rc, "MPI_Waitany");
     }
     MPI_SUCCESS
 }
 
+/// # Safety
+/// `index`, `flag` and `status` must each be null (MPI_STATUS_IGNORE for `status`) or writable.
 unsafe fn any_result(t: &Tested, index: *mut c_int, flag: *mut c_int, status: *mut MPI_Status) {
+    // SAFETY: `flag` is the caller's out-pointer, valid for a write.
     unsafe { crate::api::put(flag, t.flag as c_int) };
     let i = match t.indices.first() {
         Some(&i) if i == MPI_UNDEFINED as usize => {
+            // SAFETY: `status` is null, ignored or writable (contract above).
             unsafe { put_status(status, &empty_status()) };
             MPI_UNDEFINED
         }
         Some(&i) => i as c_int,
         None => MPI_UNDEFINED,
     };
+    // SAFETY: `index` is null or writable (contract above).
     unsafe { crate::api::put(index, i) };
 }
 
 pub unsafe fn MPI_Testsome(incount: c_int, reqs: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MPI_Status) -> c_int {
+    // SAFETY: `reqs` is the caller's array of `incount` requests, readable and writable (MPI's
+    // contract of this call).
     let reqs = unsafe { as_slice(reqs, incount) };
     let g = gate::enter();
+    // SAFETY: `statuses` is the caller's: ignored, or room for a status per request, as `test_many`
+    // requires.
     let t = unsafe { test_many(reqs, statuses, Mode::Some) };
     drop(g);
+    // SAFETY: `outcount` and `indices` (room for an index per request) are the caller's.
     unsafe { some_result(&t, outcount, indices) };
     if t.rc != MPI_SUCCESS {
-        return unsafe { raise(reqs, t.rc, "MPI_Testsome") };
+        return raise(reqs, t.rc, "MPI_Testsome");
     }
     MPI_SUCCESS
 }
 
 pub unsafe fn MPI_Waitsome(incount: c_int, reqs: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MPI_Status) -> c_int {
+    // SAFETY: `reqs` is the caller's array of `incount` requests, readable and writable (MPI's
+    // contract of this call).
     let reqs = unsafe { as_slice(reqs, incount) };
+    // SAFETY: `statuses` is the caller's: ignored, or room for a status per request, as `wait_many`
+    // requires.
     let t = unsafe { wait_many(reqs, statuses, Mode::Some) };
+    // SAFETY: `outcount` and `indices` (room for an index per request) are the caller's.
     unsafe { some_result(&t, outcount, indices) };
     if t.rc != MPI_SUCCESS {
-        return unsafe { raise(reqs, t.rc, "MPI_Waitsome") };
+        return raise(reqs, t.rc, "MPI_Waitsome");
     }
     MPI_SUCCESS
 }
 
+/// # Safety
+/// `outcount` must be null or writable, `indices` null or writable for one index per request
+/// that `t` covers.
 unsafe fn some_result(t: &Tested, outcount: *mut c_int, indices: *mut c_int) {
     if t.indices.first() == Some(&usize::MAX) {
+        // SAFETY: `outcount` is the caller's out-pointer (contract above).
         unsafe { crate::api::put(outcount, MPI_UNDEFINED) };
         return;
     }
     let n = if t.flag { t.indices.len() } else { 0 };
+    // SAFETY: `outcount` is the caller's out-pointer (contract above).
     unsafe { crate::api::put(outcount, n as c_int) };
     if !indices.is_null() {
         for (k, &i) in t.indices.iter().take(n).enumerate() {
+            // SAFETY: `indices` has room for an index per request (contract above) and `k < n <=
+            // reqs`.
             unsafe { *indices.add(k) = i as c_int };
         }
     }
@@ -403,6 +482,8 @@ pub unsafe fn MPI_Request_get_status(request: MPI_Request, flag: *mut c_int, sta
     let g = gate::enter();
     match classify(request) {
         Slot::Inert => {
+            // SAFETY: `flag` and `status` are the caller's out-pointers, valid for a write (or
+            // MPI_STATUS_IGNORE).
             unsafe {
                 crate::api::put(flag, 1);
                 put_status(status, &empty_status());
@@ -410,6 +491,8 @@ pub unsafe fn MPI_Request_get_status(request: MPI_Request, flag: *mut c_int, sta
             MPI_SUCCESS
         }
         Slot::Done(_, st) => {
+            // SAFETY: `flag` and `status` are the caller's out-pointers, valid for a write (or
+            // MPI_STATUS_IGNORE).
             unsafe {
                 crate::api::put(flag, 1);
                 put_status(status, &st);
@@ -505,6 +588,8 @@ pub unsafe fn MPI_Start(request: *mut MPI_Request) -> c_int {
 }
 
 pub unsafe fn MPI_Startall(count: c_int, reqs: *mut MPI_Request) -> c_int {
+    // SAFETY: `reqs` is the caller's array of `count` requests, readable and writable (MPI's
+    // contract of this call).
     for &v in unsafe { as_slice(reqs, count) }.iter() {
         let rc = unsafe { start_one(v) };
         if rc != MPI_SUCCESS {
@@ -616,6 +701,8 @@ unsafe fn const_slice<'a>(p: *const MPI_Request, n: c_int) -> &'a [MPI_Request] 
 }
 
 fn status_slot(statuses: *mut MPI_Status, i: usize) -> *mut MPI_Status {
+    // SAFETY: `statuses` is a real array with a status per request (this function's contract) and
+    // `i < n`.
     if statuses.is_null() || statuses == MPI_STATUSES_IGNORE { MPI_STATUS_IGNORE } else { unsafe { statuses.add(i) } }
 }
 
@@ -643,11 +730,15 @@ pub unsafe fn MPI_Request_get_status_any(count: c_int, reqs: *const MPI_Request,
     let Ok(sts) = r else { return errors::raise_default(MPI_ERR_REQUEST, "MPI_Request_get_status_any") };
     let live = |i: usize| reqs[i] != MPI_REQUEST_NULL && !matches!(classify(reqs[i]), Slot::Inert);
     match (0..reqs.len()).find(|&i| live(i) && sts[i].is_some()) {
+        // SAFETY: `flag` and `status` are the caller's out-pointers, valid for a write (or
+        // MPI_STATUS_IGNORE).
         Some(i) => unsafe {
             crate::api::put(flag, 1);
             crate::api::put(index, i as c_int);
             put_status(status, sts[i].as_ref().unwrap());
         },
+        // SAFETY: `flag` and `status` are the caller's out-pointers, valid for a write (or
+        // MPI_STATUS_IGNORE).
         None if !(0..reqs.len()).any(live) => unsafe {
             crate::api::put(flag, 1);
             crate::api::put(index, MPI_UNDEFINED);
@@ -668,10 +759,12 @@ pub unsafe fn MPI_Request_get_status_some(
     let Ok(sts) = r else { return errors::raise_default(MPI_ERR_REQUEST, "MPI_Request_get_status_some") };
     let live: Vec<usize> = (0..reqs.len()).filter(|&i| !matches!(classify(reqs[i]), Slot::Inert)).collect();
     if live.is_empty() {
+        // SAFETY: `outcount` is the caller's out-pointer (contract above).
         unsafe { crate::api::put(outcount, MPI_UNDEFINED) };
         return MPI_SUCCESS;
     }
     let done: Vec<usize> = live.into_iter().filter(|&i| sts[i].is_some()).collect();
+    // SAFETY: `outcount` is the caller's out-pointer (contract above).
     unsafe { crate::api::put(outcount, done.len() as c_int) };
     for (k, &i) in done.iter().enumerate() {
         unsafe {

@@ -6,10 +6,21 @@ use std::os::raw::c_int;
 
 /// Calls a real MPI function by name, returning the "missing function" error from the
 /// enclosing wrapper if the library lacks it.
+///
+/// The call is unsafe and the macro holds the `unsafe` block: use it only where the arguments
+/// are valid for that MPI function, i.e. in the wrappers (`unsafe fn`s whose callers owe MPI's
+/// contract for their pointers), passing the caller's pointers, locals, or translated handles.
 macro_rules! real {
     ($name:ident ( $($arg:expr),* $(,)? )) => {
         match $crate::lower::fns().$name {
-            Some(f) => f($($arg),*),
+            Some(f) => {
+                // Some users already sit in an unsafe block (the block below is then nested).
+                #[allow(unused_unsafe)]
+                // SAFETY: `f` is the real library's entry point of that name, resolved with the C
+                // signature of the ABI table; the arguments' validity is the user's duty (above).
+                let rc = unsafe { f($($arg),*) };
+                rc
+            }
             None => return $crate::errors::missing(stringify!($name)),
         }
     };

@@ -1,0 +1,70 @@
+//! The checked-in generated files (`shim/src/gen/`, `shim/api/exports.txt`,
+//! `docs/api-buckets.md`) must be what `tools/gen_api.py` makes of the signature table and the
+//! policy: the generator runs into a temporary directory and every file it writes, and every
+//! file of `shim/src/gen/`, must match.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A scratch directory removed on drop (also when the test fails).
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Files under `dir`, as paths relative to it, sorted.
+fn files(dir: &Path) -> Vec<PathBuf> {
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("reading {}: {e}", dir.display())) {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(base, &p, out);
+            } else {
+                out.push(p.strip_prefix(base).unwrap().to_path_buf());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+#[test]
+fn generated_files_are_current() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let scratch = Scratch(std::env::temp_dir().join(format!("mpicr-gen-{}-{nanos}", std::process::id())));
+    let out = Command::new("python3")
+        .arg(root.join("tools/gen_api.py"))
+        .arg("--out-dir")
+        .arg(&scratch.0)
+        .output()
+        .expect("running python3 tools/gen_api.py (python3 is needed to check the generated files)");
+    assert!(
+        out.status.success(),
+        "tools/gen_api.py failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let made = files(&scratch.0);
+    assert!(made.iter().any(|p| p.starts_with("shim/src/gen")), "the generator wrote nothing under shim/src/gen: {made:?}");
+    let mut stale = Vec::new();
+    for rel in &made {
+        let fresh = std::fs::read(scratch.0.join(rel)).unwrap();
+        if std::fs::read(root.join(rel)).ok().as_deref() != Some(&fresh[..]) {
+            stale.push(rel.display().to_string());
+        }
+    }
+    // A file left in shim/src/gen/ that the generator no longer writes is stale too.
+    for rel in files(&root.join("shim/src/gen")) {
+        let rel = Path::new("shim/src/gen").join(rel);
+        if !made.contains(&rel) {
+            stale.push(format!("{} (not generated any more)", rel.display()));
+        }
+    }
+    assert!(stale.is_empty(), "generated files differ from tools/gen_api.py's output: {}; run `make gen` and commit the result", stale.join(", "));
+}
