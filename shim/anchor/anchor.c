@@ -336,6 +336,21 @@ EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(
     return r;
 }
 
+/* Makes this namespace's libc know that the process has threads. glibc's mutexes skip the
+   atomic lock and the futex wake while their libc has never created a thread
+   (__libc_single_threaded), and each libc copy keeps that flag for itself: threads created
+   through another copy do not clear it. The program's threads call into this libc too (the
+   gate lets one at a time into the library, not into libc), so it must never believe it is
+   alone. One short thread created through it clears the flag for good. */
+static void *no_op(void *arg) { return arg; }
+
+EXPORT int mpicr_anchor_mark_threaded(void) {
+    pthread_t t;
+    int r = pthread_create(&t, NULL, no_op, NULL);
+    if (r != 0) return r;
+    return pthread_join(t, NULL);
+}
+
 /* ---- dlopen: nothing pins itself, and everything opened can be closed ---- */
 
 static pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -173,6 +173,7 @@ pub fn load_generation(path: &Path) -> Result<&'static Generation, String> {
 
 fn load_locked(path: &Path) -> Result<&'static Generation, String> {
     prepare_environment();
+    mark_base_libc_threaded();
     let path_str = path.to_str().ok_or_else(|| format!("{}: library path is not UTF-8", path.display()))?;
     // Open until the namespace is loaded (see `dlmopen_bytes`); the mappings outlive them.
     let mut images = Vec::new();
@@ -185,6 +186,7 @@ fn load_locked(path: &Path) -> Result<&'static Generation, String> {
         }
     };
     let lmid = namespace_of(anchor).inspect_err(|_| unload_partial(&[anchor]))?;
+    mark_namespace_threaded(anchor).inspect_err(|_| unload_partial(&[anchor]))?;
     let mut stand_ins = Vec::new();
     for (name, bytes) in nodelete_stand_ins(path) {
         match dlmopen_bytes(lmid, &name, &bytes) {
@@ -227,6 +229,37 @@ fn load_locked(path: &Path) -> Result<&'static Generation, String> {
     CURRENT_NUMBER.store(number, Ordering::Release);
     prepare_thread();
     Ok(g)
+}
+
+/// Makes the program's own libc know that the process has threads, before the library's
+/// copy of libc creates any. glibc skips the atomic lock and the futex wake in its mutexes
+/// while the libc that owns them has never created a thread, and the loader's locks are the
+/// program's libc's mutexes. Threads made only by the copy in the namespace (UCX's progress
+/// thread) then wait on a loader lock that the main thread releases without waking them
+/// (measured: about one plain `LD_PRELOAD` run in 150 hung in MPI_Finalize, joining that thread).
+fn mark_base_libc_threaded() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // A failure to start a thread leaves the flag as it was; nothing else depends on it.
+        if let Ok(t) = std::thread::Builder::new().name("mpicr-mark".into()).spawn(|| ()) {
+            let _ = t.join();
+        }
+    });
+}
+
+/// The same for the namespace's libc: the program's threads (and the agent) call into it.
+fn mark_namespace_threaded(anchor: *mut c_void) -> Result<(), String> {
+    type Mark = unsafe extern "C" fn() -> c_int;
+    // SAFETY: the anchor's export with this C signature (shim/anchor/anchor.c).
+    let mark = unsafe {
+        std::mem::transmute::<*mut c_void, Option<Mark>>(libc::dlsym(anchor, c"mpicr_anchor_mark_threaded".as_ptr()))
+    };
+    let mark = mark.ok_or("the lower half's anchor has no mpicr_anchor_mark_threaded")?;
+    // SAFETY: creates and joins one thread in the namespace; no lock of ours is held by it.
+    match unsafe { mark() } {
+        0 => Ok(()),
+        e => Err(format!("cannot start a thread in the lower half's namespace: {}", std::io::Error::from_raw_os_error(e))),
+    }
 }
 
 /// Keeps `record` (a generation record no longer current) for a while and frees the oldest
