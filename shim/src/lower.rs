@@ -31,6 +31,8 @@ pub struct Generation {
     /// Null in a released generation.
     lib: *mut c_void,
     anchor: *mut c_void,
+    /// The anchor's exports; None in a released generation.
+    anchor_fns: Option<AnchorFns>,
     stand_ins: Vec<*mut c_void>,
     /// `uselocale` of the namespace's own libc (see [`prepare_thread`]).
     uselocale: Option<unsafe extern "C" fn(*mut c_void) -> *mut c_void>,
@@ -62,6 +64,7 @@ impl Generation {
             number,
             lib: std::ptr::null_mut(),
             anchor: std::ptr::null_mut(),
+            anchor_fns: None,
             stand_ins: Vec::new(),
             uselocale: None,
         }
@@ -186,7 +189,8 @@ fn load_locked(path: &Path) -> Result<&'static Generation, String> {
         }
     };
     let lmid = namespace_of(anchor).inspect_err(|_| unload_partial(&[anchor]))?;
-    mark_namespace_threaded(anchor).inspect_err(|_| unload_partial(&[anchor]))?;
+    let anchor_fns = AnchorFns::resolve(anchor).inspect_err(|_| unload_partial(&[anchor]))?;
+    anchor_fns.mark_namespace_threaded().inspect_err(|_| unload_partial(&[anchor]))?;
     let mut stand_ins = Vec::new();
     for (name, bytes) in nodelete_stand_ins(path) {
         match dlmopen_bytes(lmid, &name, &bytes) {
@@ -223,7 +227,16 @@ fn load_locked(path: &Path) -> Result<&'static Generation, String> {
     };
     let number = GENERATIONS.fetch_add(1, Ordering::AcqRel);
     let g: &'static Generation =
-        Box::leak(Box::new(Generation { fns, path: path.to_path_buf(), number, lib, anchor, stand_ins, uselocale }));
+        Box::leak(Box::new(Generation {
+        fns,
+        path: path.to_path_buf(),
+        number,
+        lib,
+        anchor,
+        anchor_fns: Some(anchor_fns),
+        stand_ins,
+        uselocale,
+    }));
     let previous = CURRENT.swap(g as *const Generation as *mut Generation, Ordering::AcqRel);
     retire(previous);
     CURRENT_NUMBER.store(number, Ordering::Release);
@@ -247,18 +260,58 @@ fn mark_base_libc_threaded() {
     });
 }
 
-/// The same for the namespace's libc: the program's threads (and the agent) call into it.
-fn mark_namespace_threaded(anchor: *mut c_void) -> Result<(), String> {
-    type Mark = unsafe extern "C" fn() -> c_int;
-    // SAFETY: the anchor's export with this C signature (shim/anchor/anchor.c).
-    let mark = unsafe {
-        std::mem::transmute::<*mut c_void, Option<Mark>>(libc::dlsym(anchor, c"mpicr_anchor_mark_threaded".as_ptr()))
-    };
-    let mark = mark.ok_or("the lower half's anchor has no mpicr_anchor_mark_threaded")?;
-    // SAFETY: creates and joins one thread in the namespace; no lock of ours is held by it.
-    match unsafe { mark() } {
-        0 => Ok(()),
-        e => Err(format!("cannot start a thread in the lower half's namespace: {}", std::io::Error::from_raw_os_error(e))),
+/// The anchor's exports (shim/anchor/anchor.c), looked up once per namespace: the one place
+/// that knows their names and signatures.
+#[derive(Clone, Copy)]
+struct AnchorFns {
+    mark_threaded: unsafe extern "C" fn() -> c_int,
+    close_all: unsafe extern "C" fn() -> c_int,
+    regions: unsafe extern "C" fn(*mut usize, usize) -> usize,
+}
+
+impl AnchorFns {
+    fn resolve(anchor: *mut c_void) -> Result<AnchorFns, String> {
+        let get = |name: &CStr| {
+            // SAFETY: symbol lookup in a live handle.
+            let p = unsafe { libc::dlsym(anchor, name.as_ptr()) };
+            if p.is_null() { Err(format!("the lower half's anchor has no {}", name.to_string_lossy())) } else { Ok(p) }
+        };
+        // SAFETY: non-null addresses of the anchor's exports, with the signatures anchor.c
+        // gives them.
+        unsafe {
+            Ok(AnchorFns {
+                mark_threaded: std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> c_int>(get(
+                    c"mpicr_anchor_mark_threaded",
+                )?),
+                close_all: std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> c_int>(get(
+                    c"mpicr_anchor_close_all",
+                )?),
+                regions: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut usize, usize) -> usize>(get(
+                    c"mpicr_anchor_regions",
+                )?),
+            })
+        }
+    }
+
+    /// The same as [`mark_base_libc_threaded`] for the namespace's libc: the program's threads
+    /// (and the agent) call into it.
+    fn mark_namespace_threaded(&self) -> Result<(), String> {
+        // SAFETY: creates and joins one thread in the namespace; no lock of ours is held by it.
+        match unsafe { (self.mark_threaded)() } {
+            0 => Ok(()),
+            e => Err(format!("cannot start a thread in the lower half's namespace: {}", std::io::Error::from_raw_os_error(e))),
+        }
+    }
+
+    /// The mappings the anchor recorded, as (start, end) pairs flattened.
+    fn regions(&self) -> Vec<usize> {
+        // SAFETY: with a null buffer the anchor only counts.
+        let n = unsafe { (self.regions)(std::ptr::null_mut(), 0) };
+        let mut regions = vec![0; 2 * (n + 64)];
+        // SAFETY: the anchor writes at most `max` pairs, and there is room for n + 64.
+        let got = unsafe { (self.regions)(regions.as_mut_ptr(), n + 64) };
+        regions.truncate(2 * got.min(n + 64));
+        regions
     }
 }
 
@@ -327,32 +380,15 @@ pub fn release_current() -> ReleaseReport {
             (!h.is_null()).then_some(h)
         })
         .collect();
-    type CloseAll = unsafe extern "C" fn() -> c_int;
-    type Regions = unsafe extern "C" fn(*mut usize, usize) -> usize;
-    // SAFETY: the anchor's exports, with the signatures anchor.c gives them.
-    let (close_all, regions_fn) = unsafe {
-        (
-            std::mem::transmute::<*mut c_void, Option<CloseAll>>(libc::dlsym(g.anchor, c"mpicr_anchor_close_all".as_ptr())),
-            std::mem::transmute::<*mut c_void, Option<Regions>>(libc::dlsym(g.anchor, c"mpicr_anchor_regions".as_ptr())),
-        )
-    };
     // SAFETY: the library was finalized; its handle is closed once, then what it opened and
     // never closed, then the stand-ins and the anchor itself.
     unsafe {
         libc::dlclose(g.lib);
-        if let Some(f) = close_all {
-            f();
+        if let Some(a) = g.anchor_fns {
+            (a.close_all)();
         }
     }
-    let mut regions = Vec::<usize>::new();
-    if let Some(f) = regions_fn {
-        // SAFETY: the anchor writes at most `max` pairs into the buffer.
-        let n = unsafe { f(std::ptr::null_mut(), 0) };
-        regions = vec![0; 2 * (n + 64)];
-        // SAFETY: as above, with room for n + 64 pairs.
-        let got = unsafe { f(regions.as_mut_ptr(), n + 64) };
-        regions.truncate(2 * got.min(n + 64));
-    }
+    let regions = g.anchor_fns.map(|a| a.regions()).unwrap_or_default();
     // SAFETY: handles opened by `load_generation`, closed once.
     unsafe {
         for &h in g.stand_ins.iter().rev() {
