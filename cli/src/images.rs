@@ -170,6 +170,10 @@ pub struct RankMeta {
     pub pid: i32,
     /// Every thread id of the program (they must all be free at restore).
     pub tids: Vec<i32>,
+    /// Whether `pid` is the init of a PID namespace of the program's own: its processes are
+    /// restored in a new namespace, so their ids need not be free on the node.
+    #[serde(default)]
+    pub pidns: bool,
     /// Sockets of the program connected to the keeper, declared external at dump.
     pub sockets: Vec<ExternalSocket>,
     /// The program's stdout/stderr pipes (the keeper holds the read ends).
@@ -261,6 +265,10 @@ impl CkptDir {
     }
     pub fn manifest_path(&self, epoch: u64) -> PathBuf {
         self.epoch_dir(epoch).join("MANIFEST.json")
+    }
+    /// Where the init of rank `rank`'s PID namespace works (see `pidns::init_args`).
+    pub fn init_dir(&self, rank: i32) -> PathBuf {
+        self.root.join("init").join(format!("rank-{rank}"))
     }
     pub fn latest_link(&self) -> PathBuf {
         self.root.join("latest")

@@ -202,10 +202,12 @@ pub(crate) fn start_ctl_reader(sock: UnixStream, tx: Sender<Ev>) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn start_waiter(pid: i32, tx: Sender<Ev>) -> Result<()> {
+/// Waits for the program (or the init of its PID namespace, which then wrote the program's own
+/// status into `status`).
+pub(crate) fn start_waiter(pid: i32, status: Option<OwnedFd>, tx: Sender<Ev>) -> Result<()> {
     std::thread::Builder::new().name("waiter".into()).spawn(move || {
         let r = match sys::wait_pid(pid) {
-            Ok(Some(exit)) => Ok(exit),
+            Ok(Some(exit)) => Ok(status.as_ref().and_then(|fd| crate::pidns::read_status(fd.as_fd())).unwrap_or(exit)),
             Ok(None) => Err(format!("the program (pid {pid}) is not a child of the keeper")),
             Err(e) => Err(format!("waiting for the program: {e}")),
         };
@@ -335,14 +337,31 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         }
         set_env.push(("LD_PRELOAD".into(), v));
     }
-    let spawned = spawn::spawn(Plan { program, argv: args.program.clone(), set_env, remove_env, fds }).map_err(anyhow::Error::new)?;
+    let pidns = crate::pidns::wanted() && crate::pidns::available();
+    if args.verbose && !pidns {
+        crate::elog!("mpicr[{}]: the program runs without a PID namespace of its own (a restart needs its process ids free)", l.rank);
+    }
+    if pidns && std::env::var_os("UCX_POSIX_USE_PROC_LINK").is_none() {
+        // UCX's shared memory names its segments by `/proc/<getpid()>/fd/N`; /proc is the
+        // node's, where the namespace's ids mean other processes. Named segments work anywhere.
+        set_env.push(("UCX_POSIX_USE_PROC_LINK".into(), "n".into()));
+    }
+    let init_dir = if pidns {
+        let d = dir.init_dir(l.rank);
+        images::private_dir_all(&d)?;
+        Some(d)
+    } else {
+        None
+    };
+    let spawned = spawn::spawn(Plan { program, argv: args.program.clone(), set_env, remove_env, fds, pidns: init_dir }).map_err(anyhow::Error::new)?;
     let pid = spawned.pid;
     PROGRAM_PID.store(pid, Ordering::SeqCst);
     let guard = ProgramGuard(pid);
     let stdout_ino = sys::inode(spawned.stdout.as_fd())?;
     let stderr_ino = sys::inode(spawned.stderr.as_fd())?;
+    let status_ino = spawned.status.as_ref().map(|fd| sys::inode(fd.as_fd())).transpose()?.unwrap_or(0);
     let relays = vec![spawn::relay_output(spawned.stdout, 1, "stdout")?, spawn::relay_output(spawned.stderr, 2, "stderr")?];
-    start_waiter(pid, tx.clone())?;
+    start_waiter(pid, spawned.status, tx.clone())?;
     let k_ctl = UnixStream::from(k_ctl);
     start_ctl_reader(k_ctl.try_clone()?, tx.clone())?;
     if let (Some(relay), Some(k)) = (&relay, first_pmi) {
@@ -371,6 +390,8 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         keeper_socks,
         stdout_ino,
         stderr_ino,
+        status_ino,
+        pidns: status_ino != 0,
         launcher: l.launcher.clone(),
         relay,
         coord: Some(coord),
@@ -412,6 +433,13 @@ impl Drop for ProgramGuard {
     }
 }
 
+/// Continues a program that CRIU left stopped (`--leave-stopped`): its whole process group (the
+/// init of its PID namespace and the program), and the program through the init.
+fn resume_stopped(pid: i32) {
+    let _ = sys::kill(-pid, libc::SIGCONT);
+    let _ = sys::kill(pid, libc::SIGCONT);
+}
+
 fn kill_program(pid: i32) {
     let _ = sys::kill(-pid, libc::SIGKILL);
     let _ = sys::kill(pid, libc::SIGKILL);
@@ -439,6 +467,10 @@ pub(crate) struct Keeper {
     pub(crate) keeper_socks: HashMap<u64, String>,
     pub(crate) stdout_ino: u64,
     pub(crate) stderr_ino: u64,
+    /// The status pipe of the init (0 without a PID namespace).
+    pub(crate) status_ino: u64,
+    /// Whether `pid` is the init of the program's PID namespace.
+    pub(crate) pidns: bool,
     pub(crate) launcher: Option<Arc<Launcher>>,
     pub(crate) relay: Option<Arc<Relay>>,
     pub(crate) coord: Option<SecureTx>,
@@ -500,7 +532,7 @@ impl Keeper {
                 Ev::CoordClosed => {
                     self.coord = None;
                     if self.ckpt.take().is_some_and(|c| c.stopped) {
-                        let _ = sys::kill(self.pid, libc::SIGCONT);
+                        resume_stopped(self.pid);
                     }
                     if let Some(e) = self.awaiting_go {
                         bail!("the coordinator went away before every rank had restored epoch {e}");
@@ -671,7 +703,7 @@ impl Keeper {
                 if self.in_ckpt(epoch) {
                     self.say(&format!("checkpoint {epoch} aborted: {reason}"));
                     if self.ckpt.take().is_some_and(|c| c.stopped) {
-                        let _ = sys::kill(self.pid, libc::SIGCONT);
+                        resume_stopped(self.pid);
                     }
                     if self.mode != Mode::NoMpi && self.agent.is_some() {
                         let _ = self.tell_agent(ToAgent::Abort { reason });
@@ -713,7 +745,7 @@ impl Keeper {
         let peers = crate::sockdiag::unix_peers().context("listing unix socket peers (sock_diag)")?;
         let mut sockets: BTreeMap<u64, ExternalSocket> = BTreeMap::new();
         let mut pipes: BTreeMap<u64, ExternalPipe> = BTreeMap::new();
-        for (fd, link) in program_fds(self.pid)? {
+        for (fd, link) in tree_fds(self.pid)? {
             if let Some(ino) = link_inode(&link, "socket:[") {
                 if let Some(role) = peers.get(&ino).and_then(|p| self.keeper_socks.get(p)) {
                     sockets.entry(ino).or_insert_with(|| ExternalSocket { fds: vec![], ino, role: role.clone() }).fds.push(fd);
@@ -723,6 +755,8 @@ impl Keeper {
                     "stdout"
                 } else if ino == self.stderr_ino {
                     "stderr"
+                } else if ino == self.status_ino {
+                    "status"
                 } else {
                     continue;
                 };
@@ -754,6 +788,7 @@ impl Keeper {
             host: sys::hostname(),
             pid: self.pid,
             tids,
+            pidns: self.pidns,
             sockets: sockets.into_values().collect(),
             pipes: pipes.into_values().collect(),
             next_generation: self.relay.as_ref().map_or(0, |r| r.next_generation()),
@@ -826,6 +861,32 @@ fn variant(debug: &str) -> String {
     debug.split(|c: char| !c.is_alphanumeric()).next().unwrap_or("").to_string()
 }
 
+/// `(fd, link target)` of every descriptor of `pid` and of its descendants (the init of a PID
+/// namespace holds the status pipe, the program below it the keeper's sockets).
+fn tree_fds(pid: i32) -> Result<Vec<(i32, String)>> {
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        match program_fds(p) {
+            Ok(v) => out.extend(v),
+            // A descendant may end while we look; the root may not.
+            Err(e) if p == pid => return Err(e),
+            Err(_) => continue,
+        }
+        todo.extend(children(p));
+    }
+    Ok(out)
+}
+
+/// The children of every thread of `pid`.
+fn children(pid: i32) -> Vec<i32> {
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    rd.flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("children")).ok())
+        .flat_map(|c| c.split_whitespace().filter_map(|c| c.parse::<i32>().ok()).collect::<Vec<_>>())
+        .collect()
+}
+
 /// `(fd, link target)` of every descriptor of `pid`.
 fn program_fds(pid: i32) -> Result<Vec<(i32, String)>> {
     let d = PathBuf::from(format!("/proc/{pid}/fd"));
@@ -851,13 +912,8 @@ fn program_tids(pid: i32) -> Vec<i32> {
     let mut todo = vec![pid];
     while let Some(p) = todo.pop() {
         let Ok(rd) = std::fs::read_dir(format!("/proc/{p}/task")) else { continue };
-        for e in rd.flatten() {
-            let Ok(tid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-            out.push(tid);
-            if let Ok(children) = std::fs::read_to_string(format!("/proc/{p}/task/{tid}/children")) {
-                todo.extend(children.split_whitespace().filter_map(|c| c.parse::<i32>().ok()));
-            }
-        }
+        out.extend(rd.flatten().filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok()));
+        todo.extend(children(p));
     }
     out.sort_unstable();
     out.dedup();

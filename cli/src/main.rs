@@ -13,6 +13,7 @@ mod images;
 mod keeper;
 mod paths;
 mod pmi;
+mod pidns;
 mod pmi_relay;
 mod restart;
 mod sockdiag;
@@ -41,6 +42,10 @@ const EXIT_NOT_EXECUTABLE: i32 = 126;
 const EXIT_NOT_FOUND: i32 = 127;
 
 fn main() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == pidns::INIT_ARG) {
+        pidns::init_main(&args[2..]);
+    }
     let cli = Cli::parse();
     let wrapper = matches!(cli.command, Command::Run(_) | Command::Restart(_));
     let code = match run(cli) {

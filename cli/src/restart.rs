@@ -60,18 +60,9 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     if meta.rank != rank || meta.epoch != epoch || meta.job_id != job.job_id {
         bail!("{} does not describe rank {rank} of epoch {epoch} of job {}", rdir.join("rank.json").display(), job.job_id);
     }
-    let mut ids = meta.tids.clone();
-    ids.push(meta.pid);
-    ids.sort_unstable();
-    ids.dedup();
-    let busy: Vec<String> = ids
-        .into_iter()
-        .filter(|&t| sys::pid_exists(t))
-        .map(|t| {
-            let comm = std::fs::read_to_string(format!("/proc/{t}/comm")).unwrap_or_default();
-            format!("{t} ({})", comm.trim())
-        })
-        .collect();
+    // Without a PID namespace of its own the program comes back under its old ids, which must
+    // be free on this node; with one, CRIU makes a new namespace and the ids are its own.
+    let busy = if meta.pidns { Vec::new() } else { busy_ids(&meta) };
     if !busy.is_empty() {
         bail!(
             "cannot restore rank {rank}: its process ids are in use by live processes: {} (restored processes keep their ids; is the checkpointed job still running?)",
@@ -128,30 +119,44 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
         }
     }
     let mut outs: Vec<(OwnedFd, RawFd, &str)> = Vec::new();
-    let (mut stdout_ino, mut stderr_ino) = (0, 0);
+    let (mut stdout_ino, mut stderr_ino, mut status_ino) = (0, 0, 0);
+    let mut status = None;
     for p in &meta.pipes {
         let (r, w) = sys::pipe()?;
         let ino = sys::inode(r.as_fd())?;
         inherit.push((w, format!("pipe:[{}]", p.ino)));
-        if p.stream == "stdout" {
-            stdout_ino = ino;
-            outs.push((r, 1, "stdout"));
-        } else {
-            stderr_ino = ino;
-            outs.push((r, 2, "stderr"));
+        match p.stream.as_str() {
+            "stdout" => {
+                stdout_ino = ino;
+                outs.push((r, 1, "stdout"));
+            }
+            "status" => {
+                status_ino = ino;
+                status = Some(r);
+            }
+            _ => {
+                stderr_ino = ino;
+                outs.push((r, 2, "stderr"));
+            }
         }
     }
+    if meta.pidns && status.is_none() {
+        bail!("{} says the program ran in a PID namespace but names no status pipe", rdir.join("rank.json").display());
+    }
     let k_ctl = k_ctl.context("the image has no control socket")?;
+    if meta.pidns {
+        images::private_dir_all(&dir.init_dir(rank))?;
+    }
     let t = Instant::now();
     let pid = criu.restore(&rdir, inherit, CRIU_TIMEOUT).with_context(|| format!("restoring rank {rank} from {}", rdir.display()))?;
-    if pid != meta.pid {
+    if !meta.pidns && pid != meta.pid {
         let _ = sys::kill(pid, libc::SIGKILL);
         bail!("criu restored pid {pid}, but the image is of pid {}", meta.pid);
     }
     PROGRAM_PID.store(pid, Ordering::SeqCst);
     let guard = ProgramGuard(pid);
     let relays = outs.into_iter().map(|(fd, to, name)| spawn::relay_output(fd, to, name)).collect::<Result<Vec<_>>>()?;
-    start_waiter(pid, tx.clone())?;
+    start_waiter(pid, status, tx.clone())?;
     let k_ctl = UnixStream::from(k_ctl);
     start_ctl_reader(k_ctl.try_clone()?, tx.clone())?;
     if let Some(relay) = &relay {
@@ -190,6 +195,8 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
         keeper_socks,
         stdout_ino,
         stderr_ino,
+        status_ino,
+        pidns: meta.pidns,
         launcher: l.launcher.clone(),
         relay,
         coord: Some(coord),
@@ -208,3 +215,18 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     out
 }
 
+
+/// The ids of the image's processes and threads that live processes of this node hold now.
+fn busy_ids(meta: &RankMeta) -> Vec<String> {
+    let mut ids = meta.tids.clone();
+    ids.push(meta.pid);
+    ids.sort_unstable();
+    ids.dedup();
+    ids.into_iter()
+        .filter(|&t| sys::pid_exists(t))
+        .map(|t| {
+            let comm = std::fs::read_to_string(format!("/proc/{t}/comm")).unwrap_or_default();
+            format!("{t} ({})", comm.trim())
+        })
+        .collect()
+}

@@ -78,13 +78,19 @@ pub struct Plan {
     pub remove_env: Vec<String>,
     /// (descriptor in the keeper, number it gets in the program)
     pub fds: Vec<(OwnedFd, RawFd)>,
+    /// Start the program under an init in a PID namespace of its own (see `pidns`), working in
+    /// this directory.
+    pub pidns: Option<PathBuf>,
 }
 
 /// The started program and the keeper's ends of its stdio.
 pub struct Spawned {
+    /// The program, or the init of its PID namespace.
     pub pid: i32,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
+    /// With a PID namespace: the read end of the pipe the init writes the program's status into.
+    pub status: Option<OwnedFd>,
 }
 
 pub fn spawn(plan: Plan) -> Result<Spawned, SpawnError> {
@@ -97,14 +103,36 @@ pub fn spawn(plan: Plan) -> Result<Spawned, SpawnError> {
         let high = sys::dup_at_least(fd.as_fd(), 200).map_err(|e| other(e, "duplicating a descriptor"))?;
         moves.push((high, target));
     }
+    let mut status = None;
+    let mut init = None;
+    if let Some(dir) = &plan.pidns {
+        let exe = std::env::current_exe().map_err(|e| other(e, "finding the mpicr executable for the init"))?;
+        let (r, w) = sys::pipe().map_err(|e| other(e, "creating the status pipe"))?;
+        let high = sys::dup_at_least(w.as_fd(), 200).map_err(|e| other(e, "duplicating a descriptor"))?;
+        let target = moves.iter().map(|&(_, t)| t).max().unwrap_or(2) + 1;
+        moves.push((high, target));
+        status = Some(r);
+        init = Some((exe, target, dir.clone()));
+    }
     let pairs: Vec<(RawFd, RawFd)> = moves.iter().map(|(fd, t)| (fd.as_raw_fd(), *t)).collect();
     let keep: Vec<RawFd> = pairs.iter().map(|&(_, t)| t).collect();
 
-    let mut cmd = Command::new(&plan.program);
-    if let Some((first, rest)) = plan.argv.split_first() {
-        cmd.arg0(first);
-        cmd.args(rest);
-    }
+    let mut cmd = match &init {
+        Some((exe, status_fd, dir)) => {
+            let mut c = Command::new(exe);
+            c.arg0("mpicr");
+            c.args(crate::pidns::init_args(*status_fd, dir, &plan.program, &plan.argv));
+            c
+        }
+        None => {
+            let mut c = Command::new(&plan.program);
+            if let Some((first, rest)) = plan.argv.split_first() {
+                c.arg0(first);
+                c.args(rest);
+            }
+            c
+        }
+    };
     for k in &plan.remove_env {
         cmd.env_remove(k);
     }
@@ -127,16 +155,36 @@ pub fn spawn(plan: Plan) -> Result<Spawned, SpawnError> {
             sys::child_cloexec_from(3, &keep)
         });
     }
-    let child = cmd.spawn().map_err(|e| match e.raw_os_error() {
-        Some(libc::ENOENT) => SpawnError::NotFound(plan.program.display().to_string()),
-        Some(libc::EACCES) | Some(libc::ENOEXEC) => SpawnError::NotExecutable(plan.program.display().to_string()),
-        _ => other(e, &format!("starting {}", plan.program.display())),
-    })?;
+    let pid = if init.is_some() {
+        // The namespace for children is a property of the thread, and so is the parent-death
+        // signal: the init is killed when the thread that forked it ends. So a thread of its own
+        // makes the namespace, starts the init and then stays parked for the keeper's life.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("pidns-parent".into())
+            .spawn(move || {
+                let r = crate::pidns::unshare_for_children()
+                    .map_err(|e| other(e, "creating a PID namespace for the program"))
+                    .and_then(|()| cmd.spawn().map_err(|e| other(e, "starting the init of the program's PID namespace")));
+                let started = r.is_ok();
+                let _ = tx.send(r.map(|c| c.id() as i32));
+                while started {
+                    std::thread::park();
+                }
+            })
+            .map_err(|e| other(e, "starting the thread that starts the program"))?;
+        rx.recv().unwrap_or_else(|_| Err(SpawnError::Other(anyhow::anyhow!("the thread starting the program ended"))))?
+    } else {
+        // The std handle is dropped unused: the keeper waits with waitpid itself (see keeper).
+        cmd.spawn().map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOENT) => SpawnError::NotFound(plan.program.display().to_string()),
+            Some(libc::EACCES) | Some(libc::ENOEXEC) => SpawnError::NotExecutable(plan.program.display().to_string()),
+            _ => other(e, &format!("starting {}", plan.program.display())),
+        })?
+        .id() as i32
+    };
     drop(moves);
-    let pid = child.id() as i32;
-    // The keeper waits with waitpid itself (see keeper), so the std handle is dropped unused.
-    drop(child);
-    Ok(Spawned { pid, stdout: out_r, stderr: err_r })
+    Ok(Spawned { pid, stdout: out_r, stderr: err_r, status })
 }
 
 /// Copies everything from `from` to the keeper's own `to` (1 or 2) until end of file.

@@ -189,12 +189,18 @@ pub fn wait_pid(pid: i32) -> io::Result<Option<Exit>> {
                 _ => return Err(e),
             }
         }
-        if libc::WIFEXITED(status) {
-            return Ok(Some(Exit::Code(libc::WEXITSTATUS(status))));
+        if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+            return Ok(Some(exit_from_status(status)));
         }
-        if libc::WIFSIGNALED(status) {
-            return Ok(Some(Exit::Signal(libc::WTERMSIG(status))));
-        }
+    }
+}
+
+/// A wait status of an ended process (exited or killed) as an `Exit`.
+pub fn exit_from_status(status: libc::c_int) -> Exit {
+    if libc::WIFSIGNALED(status) {
+        Exit::Signal(libc::WTERMSIG(status))
+    } else {
+        Exit::Code(libc::WEXITSTATUS(status))
     }
 }
 
