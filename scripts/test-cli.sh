@@ -221,18 +221,30 @@ if [ $criu_ok = 1 ] && selected criu-single; then
     [ $rc = 4 ] && tail -1 "$T/s3.out" | grep -q "tick 60" && ok "criu-single-restart-epoch1" || bad "criu-single-restart-epoch1" "rc=$rc"
 fi
 
+# Restored processes keep their ids. In the program's own PID namespace (the default) those are
+# the namespace's, so a restart succeeds while the checkpointed job itself still runs and holds
+# every original id on the node; without one (MPICR_PIDNS=0) the clash is named.
 if [ $criu_ok = 1 ] && selected criu-pid-clash; then
-    d=$T/clash
-    bg "$M" run --no-mpi --ckpt-dir "$d" -- "$T/counter" 200 >/dev/null 2>&1
-    pid=$!
-    ckpt "$d" >/dev/null
-    cp -a "$d" "$T/clash-copy"
-    rm -f "$T/clash-copy/coordinator.json"
-    out=$(timeout -k 5 30 "$M" restart "$T/clash-copy" 2>&1)
-    rc=$?
-    kill -TERM "$pid" 2>/dev/null
-    wait "$pid"
-    if [ $rc != 0 ] && grep -q "in use by live processes" <<<"$out"; then ok "criu-pid-clash"; else bad "criu-pid-clash" "rc=$rc: $out"; fi
+    for ns in 1 0; do
+        d=$T/clash$ns
+        MPICR_PIDNS=$ns bg "$M" run --no-mpi --ckpt-dir "$d" -- "$T/counter" 200 >/dev/null 2>&1
+        pid=$!
+        ckpt "$d" >/dev/null
+        cp -a "$d" "$T/clash$ns-copy"
+        rm -f "$T/clash$ns-copy/coordinator.json"
+        held=$(grep -o '"pid": [0-9]*' "$d"/epoch-000001/rank-0/rank.json | head -1 | grep -o '[0-9]*$')
+        alive=$(kill -0 "$held" 2>/dev/null && echo yes)
+        out=$(timeout -k 5 60 "$M" restart "$T/clash$ns-copy" 2>&1)
+        rc=$?
+        kill -TERM "$pid" 2>/dev/null
+        wait "$pid"
+        if [ $ns = 1 ]; then
+            if [ $rc = 4 ] && [ "$alive" = yes ] && grep -q "tick 200" <<<"$out"; then ok "criu-pid-clash-pidns-restarts"
+            else bad "criu-pid-clash-pidns-restarts" "rc=$rc (original pid $held alive: ${alive:-no}): $(tail -3 <<<"$out")"; fi
+        else
+            if [ $rc != 0 ] && grep -q "in use by live processes" <<<"$out"; then ok "criu-pid-clash-named"; else bad "criu-pid-clash-named" "rc=$rc: $out"; fi
+        fi
+    done
 fi
 
 # --- security: private images, unsafe directories, signed manifests --------------------------------

@@ -288,6 +288,7 @@ fn file_samples() -> Vec<Vec<u8>> {
         pid: 5,
         tids: vec![5, 6],
         pidns: false,
+        init_dir: None,
         sockets: vec![images::ExternalSocket { fds: vec![3], ino: 9, role: "ctl".into() }],
         pipes: vec![images::ExternalPipe { fds: vec![1], ino: 10, stream: "stdout".into() }],
         next_generation: 1,

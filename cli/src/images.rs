@@ -174,6 +174,9 @@ pub struct RankMeta {
     /// restored in a new namespace, so their ids need not be free on the node.
     #[serde(default)]
     pub pidns: bool,
+    /// Where the init of that namespace works (it must exist when the image is restored).
+    #[serde(default)]
+    pub init_dir: Option<PathBuf>,
     /// Sockets of the program connected to the keeper, declared external at dump.
     pub sockets: Vec<ExternalSocket>,
     /// The program's stdout/stderr pipes (the keeper holds the read ends).

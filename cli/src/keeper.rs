@@ -341,10 +341,8 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     if args.verbose && !pidns {
         crate::elog!("mpicr[{}]: the program runs without a PID namespace of its own (a restart needs its process ids free)", l.rank);
     }
-    if pidns && std::env::var_os("UCX_POSIX_USE_PROC_LINK").is_none() {
-        // UCX's shared memory names its segments by `/proc/<getpid()>/fd/N`; /proc is the
-        // node's, where the namespace's ids mean other processes. Named segments work anywhere.
-        set_env.push(("UCX_POSIX_USE_PROC_LINK".into(), "n".into()));
+    if pidns {
+        set_env.extend(crate::pidns::library_settings());
     }
     let init_dir = if pidns {
         let d = dir.init_dir(l.rank);
@@ -789,6 +787,7 @@ impl Keeper {
             pid: self.pid,
             tids,
             pidns: self.pidns,
+            init_dir: self.pidns.then(|| self.dir.init_dir(self.rank)),
             sockets: sockets.into_values().collect(),
             pipes: pipes.into_values().collect(),
             next_generation: self.relay.as_ref().map_or(0, |r| r.next_generation()),

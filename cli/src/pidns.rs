@@ -43,6 +43,21 @@ pub fn available() -> bool {
     std::thread::spawn(|| unshare_for_children().is_ok()).join().unwrap_or(false)
 }
 
+/// Settings for the MPI library of a program in a PID namespace of its own, where a process id
+/// means nothing outside the namespace and /proc is the node's: the library must not reach
+/// other ranks by process id. The user's own settings win.
+/// - UCX names its shared memory segments `/proc/<getpid()>/fd/N`: named segments instead.
+/// - MPICH 5 copies large intranode messages with `process_vm_readv(peer's pid)` (CMA): in a
+///   sibling namespace that id is another process, often the reader itself (measured: EFAULT,
+///   and it could read the wrong memory without one). Copies through shared memory instead.
+pub fn library_settings() -> Vec<(String, OsString)> {
+    [("UCX_POSIX_USE_PROC_LINK", "n"), ("MPIR_CVAR_CH4_CMA_ENABLE", "0")]
+        .into_iter()
+        .filter(|(k, _)| std::env::var_os(k).is_none())
+        .map(|(k, v)| (k.to_string(), OsString::from(v)))
+        .collect()
+}
+
 /// Makes the calling thread's next child the init of a new PID namespace. Only this thread is
 /// affected (the namespace for children is per thread), so callers do it on a thread of its own.
 pub fn unshare_for_children() -> io::Result<()> {

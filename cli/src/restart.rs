@@ -145,7 +145,9 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     }
     let k_ctl = k_ctl.context("the image has no control socket")?;
     if meta.pidns {
-        images::private_dir_all(&dir.init_dir(rank))?;
+        // The init's working directory as the image knows it (the job may have been checkpointed
+        // into this directory under another path).
+        images::private_dir_all(meta.init_dir.as_deref().unwrap_or(&dir.init_dir(rank)))?;
     }
     let t = Instant::now();
     let pid = criu.restore(&rdir, inherit, CRIU_TIMEOUT).with_context(|| format!("restoring rank {rank} from {}", rdir.display()))?;
