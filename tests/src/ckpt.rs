@@ -180,6 +180,9 @@ pub(crate) fn run_case(
         timeout: h.timeout_of(case),
         story: Vec::new(),
         launches: Vec::new(),
+        checkpoints: 0,
+        restarts: 0,
+        fill_dir: None,
     };
     let shm_before = shm_entries();
     let verdict = match case.mode {
@@ -235,6 +238,46 @@ enum Trigger {
 struct Planned {
     trigger: Trigger,
     stop: bool,
+    /// A fault injected into this checkpoint, which is then expected to fail: its answer is
+    /// recorded (`Driver::answers`) for the case to judge, and the launch goes on.
+    fault: Fault,
+}
+
+impl Planned {
+    fn new(trigger: Trigger, stop: bool) -> Planned {
+        Planned { trigger, stop, fault: Fault::None }
+    }
+}
+
+/// A fault injected into a checkpoint (the faults mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    None,
+    /// SIGKILL this process as soon as CRIU runs under a keeper (the dump has begun).
+    Kill(Victim),
+    /// Fill the file system of `Driver::fill_dir` to 256 KiB before asking, and empty it again
+    /// once the checkpoint answered.
+    Fill,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Victim {
+    /// the program of the last rank
+    Program,
+    /// the keeper of the last rank
+    Keeper,
+    /// the keeper of rank 0, which hosts the coordinator
+    Coordinator,
+}
+
+impl Victim {
+    fn name(self) -> &'static str {
+        match self {
+            Victim::Program => "the program of the last rank",
+            Victim::Keeper => "the keeper of the last rank",
+            Victim::Coordinator => "the keeper of rank 0 (the coordinator)",
+        }
+    }
 }
 
 /// A checkpoint the driver took.
@@ -293,6 +336,16 @@ struct Driver<'a> {
     failure: Option<String>,
     story: Vec<String>,
     seq: u32,
+    /// the job marker of this launch's processes (to find its keepers for `Fault::Kill`)
+    marker: &'a str,
+    /// the program, whose name tells its processes from CRIU's under a keeper
+    program: &'a Path,
+    /// the file system `Fault::Fill` fills
+    fill_dir: Option<PathBuf>,
+    /// what `mpicr checkpoint` said for each checkpoint with a fault, in order
+    answers: Vec<String>,
+    /// the `Fault::Kill` of the current checkpoint is done (or was given up)
+    struck: bool,
 }
 
 impl<'a> Driver<'a> {
@@ -303,8 +356,15 @@ impl<'a> Driver<'a> {
         label: &'a str,
         ranks: u32,
         plan: Vec<Planned>,
+        marker: &'a str,
+        program: &'a Path,
     ) -> Driver<'a> {
         Driver {
+            marker,
+            program,
+            fill_dir: None,
+            answers: Vec::new(),
+            struck: false,
             mpicr,
             ckdir,
             io,
@@ -363,6 +423,10 @@ impl<'a> Driver<'a> {
             .stdin(Stdio::null())
             .stdout(file)
             .stderr(file2);
+        if p.fault == Fault::Fill && asks == 1 {
+            self.fill()?;
+        }
+        self.struck = false;
         let child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", self.mpicr.display()))?;
@@ -428,7 +492,14 @@ impl<'a> Driver<'a> {
                 since,
                 out,
                 asks,
-            } => match child.try_wait() {
+            } => match {
+                if let Some(Fault::Kill(v)) = self.plan.front().map(|p| p.fault) {
+                    if !self.struck {
+                        self.strike(v, &mut child);
+                    }
+                }
+                child.try_wait()
+            } {
                 Ok(None) if since.elapsed() > CKPT_TIMEOUT + CMD_GRACE => {
                     let _ = child.kill();
                     let _ = child.wait();
@@ -492,6 +563,19 @@ impl<'a> Driver<'a> {
         asks: u32,
     ) -> Result<State, String> {
         let text = fs::read_to_string(out).unwrap_or_default();
+        if let Some(p) = self.plan.front().copied().filter(|p| p.fault != Fault::None) {
+            // a checkpoint with a fault: what it said is for the case to judge
+            self.plan.pop_front();
+            if p.fault == Fault::Fill {
+                self.unfill();
+            }
+            self.note(format!(
+                "`mpicr checkpoint` answered ({status}): {}",
+                one_line(&text)
+            ));
+            self.answers.push(text);
+            return Ok(State::Idle);
+        }
         if status.success() {
             let p = self.plan.pop_front().expect("a planned checkpoint");
             let Some(epoch) = text
@@ -542,6 +626,99 @@ impl<'a> Driver<'a> {
             paused,
             format!("`mpicr checkpoint` failed ({status}): {}", text.trim_end()),
         )
+    }
+
+    /// `Fault::Kill`: waits (up to 10 s, while `mpicr checkpoint` runs) for CRIU to run under
+    /// one of the job's keepers, then SIGKILLs the victim.
+    fn strike(&mut self, victim: Victim, child: &mut Child) {
+        self.struck = true;
+        let needle = format!("{}={}\0", job::MARKER_VAR, self.marker).into_bytes();
+        let name: String = self
+            .program
+            .file_name()
+            .map(|n| n.to_string_lossy().chars().take(15).collect())
+            .unwrap_or_default();
+        let mut keepers: Vec<(u32, u32)> = Vec::new(); // (rank, pid)
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(10) {
+            let procs = job::scan_procs();
+            if keepers.len() < self.ranks as usize {
+                keepers = procs
+                    .iter()
+                    .filter(|p| p.comm == "mpicr" && !p.dead)
+                    .filter_map(|p| {
+                        let env = fs::read(format!("/proc/{}/environ", p.pid)).ok()?;
+                        if !env.windows(needle.len()).any(|w| w == needle.as_slice()) {
+                            return None;
+                        }
+                        let rank = env
+                            .split(|&b| b == 0)
+                            .find_map(|v| v.strip_prefix(b"PMI_RANK="))
+                            .and_then(|r| std::str::from_utf8(r).ok()?.parse().ok())?;
+                        Some((rank, p.pid))
+                    })
+                    .collect();
+                keepers.sort_unstable();
+            }
+            let criu = procs.iter().find(|p| {
+                !p.dead && p.comm != name && keepers.iter().any(|k| k.1 == p.ppid)
+            });
+            if let (Some(c), Some(&first), Some(&last)) = (criu, keepers.first(), keepers.last()) {
+                let target = match victim {
+                    Victim::Program => procs
+                        .iter()
+                        .find(|p| p.ppid == last.1 && p.comm == name)
+                        .map(|p| p.pid),
+                    Victim::Keeper => Some(last.1),
+                    Victim::Coordinator => Some(first.1),
+                };
+                let what = format!(
+                    "CRIU ({} {}) runs under keeper {}",
+                    c.pid,
+                    c.comm,
+                    c.ppid
+                );
+                match target {
+                    Some(pid) => {
+                        // SAFETY: plain syscall on a process of this job found just now.
+                        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                        self.note(format!("{what}: SIGKILLed {} (pid {pid})", victim.name()));
+                    }
+                    None => self.note(format!("{what}, but {} was not found", victim.name())),
+                }
+                return;
+            }
+            if matches!(child.try_wait(), Ok(Some(_))) {
+                self.note("`mpicr checkpoint` ended before CRIU was seen: nothing was killed".into());
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        self.note("CRIU was not seen within 10 s: nothing was killed".into());
+    }
+
+    /// `Fault::Fill`: a file taking all but 256 KiB of the free space of `fill_dir`.
+    fn fill(&mut self) -> Result<(), String> {
+        let dir = self.fill_dir.clone().ok_or("no file system to fill")?;
+        let free = free_bytes(&dir)?;
+        let size = free.saturating_sub(256 << 10);
+        let path = dir.join("filler");
+        let f = fs::File::create(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        use std::os::fd::AsRawFd;
+        // SAFETY: plain syscall on a file we own.
+        let rc = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, size as libc::off_t) };
+        if rc != 0 {
+            return Err(format!("cannot fill {}: {}", dir.display(), std::io::Error::last_os_error()));
+        }
+        let left = free_bytes(&dir)?;
+        self.note(format!("filled {}: {left} bytes left", dir.display()));
+        Ok(())
+    }
+
+    fn unfill(&mut self) {
+        if let Some(dir) = &self.fill_dir {
+            let _ = fs::remove_file(dir.join("filler"));
+        }
     }
 
     /// A checkpoint failed: no more are taken, and a paused job is let go on (so that its
@@ -648,6 +825,18 @@ fn out_sizes(io: &Path, ranks: u32) -> Vec<u64> {
         .collect()
 }
 
+/// Bytes free for us in the file system of `dir`.
+fn free_bytes(dir: &Path) -> Result<u64, String> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: statvfs fills the struct we pass; the path is a valid C string.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(format!("statvfs {}: {}", dir.display(), std::io::Error::last_os_error()));
+    }
+    Ok(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -672,6 +861,11 @@ struct Ctx<'a> {
     story: Vec<String>,
     /// (label, output) of every launch, for the report
     launches: Vec<(String, JobOutput)>,
+    /// checkpoints committed and restarts that ended well (the soak's counts)
+    checkpoints: u64,
+    restarts: u64,
+    /// what `Fault::Fill` fills (the faults mode's tmpfs)
+    fill_dir: Option<PathBuf>,
 }
 
 /// How a launch treats pauses.
@@ -689,6 +883,8 @@ enum Resume {
 struct Launched {
     out: JobOutput,
     taken: Vec<Taken>,
+    /// what `mpicr checkpoint` said for each checkpoint with a fault
+    answers: Vec<String>,
 }
 
 impl<'a> Ctx<'a> {
@@ -740,19 +936,32 @@ impl<'a> Ctx<'a> {
         resume: Resume,
     ) -> Result<Launched, String> {
         let io = self.scratch.root().join(label);
-        let mut d = Driver::new(&self.mpicr, &self.ckdir, &io, label, job.ranks, plan);
+        let mut d = Driver::new(
+            &self.mpicr,
+            &self.ckdir,
+            &io,
+            label,
+            job.ranks,
+            plan,
+            &self.marker,
+            &self.program,
+        );
+        d.fill_dir = self.fill_dir.clone();
         d.resume_first = resume == Resume::First;
         d.auto_resume = resume != Resume::Never;
         let result = job::run_in(&job, &self.scratch, &io, &self.marker, &mut |work| {
             d.poll(work)
         });
         d.finish(&self.scratch.work());
-        let (story, taken, failure) = (
+        d.unfill();
+        let (story, taken, failure, answers) = (
             std::mem::take(&mut d.story),
             std::mem::take(&mut d.taken),
             d.failure.take(),
+            std::mem::take(&mut d.answers),
         );
         self.story.extend(story);
+        self.checkpoints += taken.len() as u64;
         let out = match result {
             Ok(out) => out,
             Err(e) => {
@@ -780,7 +989,11 @@ impl<'a> Ctx<'a> {
                 out.stray.join(", ")
             ));
         }
-        Ok(Launched { out, taken })
+        Ok(Launched {
+            out,
+            taken,
+            answers,
+        })
     }
 
     fn run_job(&self, pause_at: &[u64]) -> Job {
@@ -876,6 +1089,7 @@ impl<'a> Ctx<'a> {
                     l.out.status
                 ));
             }
+            self.restarts += 1;
             return Ok(l.out);
         }
         unreachable!()
@@ -912,10 +1126,7 @@ impl<'a> Ctx<'a> {
         let at = self.random_instant();
         let l = self.first_run(
             &[],
-            vec![Planned {
-                trigger: Trigger::After(at),
-                stop: false,
-            }],
+            vec![Planned::new(Trigger::After(at), false)],
         )?;
         if let Some(d) = compare(self.oracle, &l.out) {
             return Err(format!(
@@ -930,10 +1141,7 @@ impl<'a> Ctx<'a> {
         let run = self
             .first_run(
                 &[],
-                vec![Planned {
-                    trigger: Trigger::After(at),
-                    stop: true,
-                }],
+                vec![Planned::new(Trigger::After(at), true)],
             )?
             .out;
         self.check_prefix("run", &run)?;
@@ -951,14 +1159,8 @@ impl<'a> Ctx<'a> {
     fn older_epoch(&mut self) -> Result<(), String> {
         let pauses = self.pause_steps(2);
         let plan = vec![
-            Planned {
-                trigger: Trigger::Pause,
-                stop: false,
-            },
-            Planned {
-                trigger: Trigger::Pause,
-                stop: true,
-            },
+            Planned::new(Trigger::Pause, false),
+            Planned::new(Trigger::Pause, true),
         ];
         let l = self.first_run(&pauses, plan)?;
         self.check_prefix("run", &l.out)?;
@@ -977,10 +1179,7 @@ impl<'a> Ctx<'a> {
         let run = self
             .first_run(
                 &pause,
-                vec![Planned {
-                    trigger: Trigger::Pause,
-                    stop: true,
-                }],
+                vec![Planned::new(Trigger::Pause, true)],
             )?
             .out;
         self.check_prefix("run", &run)?;
@@ -1000,7 +1199,7 @@ impl<'a> Ctx<'a> {
         let (before, after) = renewal_counts()?;
         let pause = self.pause_steps(1);
         let held = |n: u64, stop_last: bool| -> Vec<Planned> {
-            (0..n).map(|k| Planned { trigger: Trigger::Held, stop: stop_last && k + 1 == n }).collect()
+            (0..n).map(|k| Planned::new(Trigger::Held, stop_last && k + 1 == n)).collect()
         };
         let run = self.first_run(&pause, held(before + 1, true))?.out;
         self.check_prefix("run", &run)?;
@@ -1044,10 +1243,7 @@ impl<'a> Ctx<'a> {
         let run = self
             .first_run(
                 &pause,
-                vec![Planned {
-                    trigger: Trigger::Pause,
-                    stop: true,
-                }],
+                vec![Planned::new(Trigger::Pause, true)],
             )?
             .out;
         self.check_prefix("run", &run)?;
