@@ -22,6 +22,8 @@
 //! - A failure says what happened step by step, with the first lines of the output diff, the
 //!   keepers' stderr, `mpicr status`, and the tails of CRIU's `dump.log` and `restore.log`.
 
+mod faults;
+
 use crate::{compare, diff, job, Case, Harness, Job, JobOutput, Mode, Scratch};
 use std::collections::{BTreeSet, VecDeque};
 use std::ffi::OsString;
@@ -192,6 +194,7 @@ pub(crate) fn run_case(
         Mode::RestartTwice => cx.restart_twice(),
         Mode::RestartErrors => cx.restart_errors(),
         Mode::Renewals => cx.renewals(),
+        Mode::Faults => cx.faults(),
         m => Err(format!("{m} is not a checkpoint mode")),
     }
     .and_then(|()| cx.check_workdir());
@@ -1292,41 +1295,55 @@ impl<'a> Ctx<'a> {
             "is not a checkpoint directory".into(),
         ));
         for (label, ranks, dir, epoch, want) in bad {
-            let job = self.restart_job(ranks, &dir, epoch, BAD_RESTART_LIMIT);
-            let out = match self.launch(&label, job, Vec::new(), Resume::Never) {
-                Ok(l) => l.out,
-                Err(e) => return Err(format!("a bad restart did not fail cleanly: {e}")),
-            };
-            if out.status.success() {
-                return Err(format!(
-                    "{label}: `mpicr restart` succeeded (expected an error containing `{want}`)"
-                ));
-            }
-            if out.stdout.iter().any(|o| !o.is_empty()) {
-                return Err(format!(
-                    "{label}: a rank printed on stdout, so something was restored"
-                ));
-            }
-            let said: String = out
-                .stderr
-                .iter()
-                .chain(std::iter::once(&out.launcher))
-                .map(|b| String::from_utf8_lossy(b).into_owned())
-                .collect();
-            if !said.contains(&want) {
-                return Err(format!(
-                    "{label}: the error does not say `{want}`; stderr and mpiexec said:\n{}",
-                    indent(&said)
-                ));
-            }
-            let first = said.lines().find(|l| l.contains(&want)).unwrap_or("");
-            self.story
-                .push(format!("{label}: {} with `{}`", out.status, first.trim()));
+            self.bad_restart(&label, ranks, &dir, epoch, &want)?;
         }
         let _ = fs::remove_dir(&empty);
         // the checkpoint is intact: a good restart still works
         let after = self.restart("restart", None, Resume::First)?;
         self.check_remainder("restart after the bad ones", &cut, &after)
+    }
+
+    /// A restart that must fail, restoring nothing, with an error containing `want` (on a
+    /// rank's stderr or mpiexec's output): returns the line that says it.
+    fn bad_restart(
+        &mut self,
+        label: &str,
+        ranks: u32,
+        dir: &Path,
+        epoch: Option<u64>,
+        want: &str,
+    ) -> Result<String, String> {
+        let job = self.restart_job(ranks, dir, epoch, BAD_RESTART_LIMIT);
+        let out = match self.launch(label, job, Vec::new(), Resume::Never) {
+            Ok(l) => l.out,
+            Err(e) => return Err(format!("a bad restart did not fail cleanly: {e}")),
+        };
+        if out.status.success() {
+            return Err(format!(
+                "{label}: `mpicr restart` succeeded (expected an error containing `{want}`)"
+            ));
+        }
+        if out.stdout.iter().any(|o| !o.is_empty()) {
+            return Err(format!(
+                "{label}: a rank printed on stdout, so something was restored"
+            ));
+        }
+        let said: String = out
+            .stderr
+            .iter()
+            .chain(std::iter::once(&out.launcher))
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .collect();
+        let Some(first) = said.lines().find(|l| l.contains(want)) else {
+            return Err(format!(
+                "{label}: the error does not say `{want}`; stderr and mpiexec said:\n{}",
+                indent(&said)
+            ));
+        };
+        let first = first.trim().to_string();
+        self.story
+            .push(format!("{label}: {} with `{first}`", out.status));
+        Ok(first)
     }
 
     /// Each rank's output of a launch that was stopped must be the start of its native output.
