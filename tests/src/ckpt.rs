@@ -23,6 +23,9 @@
 //!   keepers' stderr, `mpicr status`, and the tails of CRIU's `dump.log` and `restore.log`.
 
 mod faults;
+mod soak;
+
+pub use soak::soak;
 
 use crate::{compare, diff, job, Case, Harness, Job, JobOutput, Mode, Scratch};
 use std::collections::{BTreeSet, VecDeque};
@@ -157,28 +160,70 @@ pub(crate) fn run_case(
     args: &[String],
     oracle: &JobOutput,
 ) -> Result<(), String> {
-    let (mpicr, shim) = h.cli()?;
-    let steps: u64 = args.first().and_then(|a| a.parse().ok()).ok_or_else(|| {
+    run_case_seeded(h, case, program, args, oracle, h.seed).verdict
+}
+
+/// What one case did: its verdict, and how many checkpoints it committed and restarts it ran
+/// to their end (also when it failed).
+pub(crate) struct Ran {
+    pub verdict: Result<(), String>,
+    pub checkpoints: u64,
+    pub restarts: u64,
+}
+
+/// `run_case` with the random choices drawn from `seed` (the soak gives each run its own).
+pub(crate) fn run_case_seeded(
+    h: &Harness,
+    case: &Case,
+    program: &Path,
+    args: &[String],
+    oracle: &JobOutput,
+    seed: u64,
+) -> Ran {
+    let (mpicr, shim) = match h.cli() {
+        Ok(c) => c,
+        Err(e) => {
+            return Ran {
+                verdict: Err(e),
+                checkpoints: 0,
+                restarts: 0,
+            }
+        }
+    };
+    let steps: Result<u64, String> = args.first().and_then(|a| a.parse().ok()).ok_or_else(|| {
         format!(
             "{}: the first of long-args is not a step count",
             case.test.name
         )
-    })?;
-    let scratch = Scratch::new(&case.id(), h.keep)?;
+    });
+    let setup = steps.and_then(|s| {
+        let mpiexec = case.flavor.mpiexec(&h.root)?;
+        Ok((s, Scratch::new(&case.id(), h.keep)?, mpiexec))
+    });
+    let (steps, scratch, mpiexec) = match setup {
+        Ok(x) => x,
+        Err(e) => {
+            return Ran {
+                verdict: Err(e),
+                checkpoints: 0,
+                restarts: 0,
+            }
+        }
+    };
     let mut cx = Ctx {
         case,
         program: program.to_path_buf(),
         args: crate::spec::expand_args(args, &scratch.work()),
         oracle,
-        mpiexec: case.flavor.mpiexec(&h.root)?,
+        mpiexec,
         ckdir: scratch.root().join("ckpt"),
         scratch,
         marker: job::new_marker(),
         mpicr,
         shim,
         steps,
-        rng: Rng::for_case(h.seed, &case.id()),
-        seed: h.seed,
+        rng: Rng::for_case(seed, &case.id()),
+        seed,
         timeout: h.timeout_of(case),
         story: Vec::new(),
         launches: Vec::new(),
@@ -223,7 +268,11 @@ pub(crate) fn run_case(
         }
         print!("{s}");
     }
-    verdict.map_err(|summary| cx.report(&summary))
+    Ran {
+        verdict: verdict.map_err(|summary| cx.report(&summary)),
+        checkpoints: cx.checkpoints,
+        restarts: cx.restarts,
+    }
 }
 
 /// A checkpoint to take during a launch.
