@@ -11,7 +11,10 @@
 //! `MPICR_SHIM` (path of the shim instead of `target/release/libmpicr.so`), `MPICR_TEST_MPICR`
 //! (path of the `mpicr` CLI instead of `target/release/mpicr`), `MPICR_TEST_SEED` (the seed of
 //! the checkpoint modes' random instants and pause points; each failure names the one it ran
-//! with), `MPICR_TEST_VERBOSE=1` (the checkpoint modes say what they did in passing cases too).
+//! with), `MPICR_TEST_VERBOSE=1` (the checkpoint modes say what they did in passing cases too),
+//! `MPICR_TEST_FAULTS` (the faults the `faults` mode runs, see `ckpt/faults.rs`),
+//! `MPICR_SOAK_COUNT`/`MPICR_SOAK_SECONDS` (the soak, `MPICR_TEST_MODES=soak`, see
+//! `ckpt/soak.rs`).
 
 pub mod ckpt;
 pub mod diff;
