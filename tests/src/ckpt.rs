@@ -297,7 +297,11 @@ struct Planned {
 
 impl Planned {
     fn new(trigger: Trigger, stop: bool) -> Planned {
-        Planned { trigger, stop, fault: Fault::None }
+        Planned {
+            trigger,
+            stop,
+            fault: Fault::None,
+        }
     }
 }
 
@@ -408,12 +412,10 @@ impl<'a> Driver<'a> {
         label: &'a str,
         ranks: u32,
         plan: Vec<Planned>,
-        marker: &'a str,
-        program: &'a Path,
     ) -> Driver<'a> {
         Driver {
-            marker,
-            program,
+            marker: "",
+            program: Path::new(""),
             fill_dir: None,
             answers: Vec::new(),
             struck: false,
@@ -544,37 +546,37 @@ impl<'a> Driver<'a> {
                 since,
                 out,
                 asks,
-            } => match {
+            } => {
                 if let Some(Fault::Kill(v)) = self.plan.front().map(|p| p.fault) {
                     if !self.struck {
                         self.strike(v, &mut child);
                     }
                 }
-                child.try_wait()
-            } {
-                Ok(None) if since.elapsed() > CKPT_TIMEOUT + CMD_GRACE => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    self.give_up(
-                        work,
-                        paused,
-                        format!(
-                            "`mpicr checkpoint` did not finish within {} s (killed)",
-                            (CKPT_TIMEOUT + CMD_GRACE).as_secs()
-                        ),
-                    )?
+                match child.try_wait() {
+                    Ok(None) if since.elapsed() > CKPT_TIMEOUT + CMD_GRACE => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        self.give_up(
+                            work,
+                            paused,
+                            format!(
+                                "`mpicr checkpoint` did not finish within {} s (killed)",
+                                (CKPT_TIMEOUT + CMD_GRACE).as_secs()
+                            ),
+                        )?
+                    }
+                    Ok(None) => State::Asking {
+                        child,
+                        since,
+                        out,
+                        asks,
+                    },
+                    Ok(Some(status)) => self.answered(work, paused, status, &out, asks)?,
+                    Err(e) => {
+                        self.give_up(work, paused, format!("waiting for `mpicr checkpoint`: {e}"))?
+                    }
                 }
-                Ok(None) => State::Asking {
-                    child,
-                    since,
-                    out,
-                    asks,
-                },
-                Ok(Some(status)) => self.answered(work, paused, status, &out, asks)?,
-                Err(e) => {
-                    self.give_up(work, paused, format!("waiting for `mpicr checkpoint`: {e}"))?
-                }
-            },
+            }
             State::Settling {
                 epoch,
                 last,
@@ -615,7 +617,12 @@ impl<'a> Driver<'a> {
         asks: u32,
     ) -> Result<State, String> {
         let text = fs::read_to_string(out).unwrap_or_default();
-        if let Some(p) = self.plan.front().copied().filter(|p| p.fault != Fault::None) {
+        if let Some(p) = self
+            .plan
+            .front()
+            .copied()
+            .filter(|p| p.fault != Fault::None)
+        {
             // a checkpoint with a fault: what it said is for the case to judge
             self.plan.pop_front();
             if p.fault == Fault::Fill {
@@ -712,9 +719,9 @@ impl<'a> Driver<'a> {
                     .collect();
                 keepers.sort_unstable();
             }
-            let criu = procs.iter().find(|p| {
-                !p.dead && p.comm != name && keepers.iter().any(|k| k.1 == p.ppid)
-            });
+            let criu = procs
+                .iter()
+                .find(|p| !p.dead && p.comm != name && keepers.iter().any(|k| k.1 == p.ppid));
             if let (Some(c), Some(&first), Some(&last)) = (criu, keepers.first(), keepers.last()) {
                 let target = match victim {
                     Victim::Program => procs
@@ -724,12 +731,7 @@ impl<'a> Driver<'a> {
                     Victim::Keeper => Some(last.1),
                     Victim::Coordinator => Some(first.1),
                 };
-                let what = format!(
-                    "CRIU ({} {}) runs under keeper {}",
-                    c.pid,
-                    c.comm,
-                    c.ppid
-                );
+                let what = format!("CRIU ({} {}) runs under keeper {}", c.pid, c.comm, c.ppid);
                 match target {
                     Some(pid) => {
                         // SAFETY: plain syscall on a process of this job found just now.
@@ -741,7 +743,9 @@ impl<'a> Driver<'a> {
                 return;
             }
             if matches!(child.try_wait(), Ok(Some(_))) {
-                self.note("`mpicr checkpoint` ended before CRIU was seen: nothing was killed".into());
+                self.note(
+                    "`mpicr checkpoint` ended before CRIU was seen: nothing was killed".into(),
+                );
                 return;
             }
             std::thread::sleep(Duration::from_millis(2));
@@ -755,12 +759,17 @@ impl<'a> Driver<'a> {
         let free = free_bytes(&dir)?;
         let size = free.saturating_sub(256 << 10);
         let path = dir.join("filler");
-        let f = fs::File::create(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        let f = fs::File::create(&path)
+            .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
         use std::os::fd::AsRawFd;
         // SAFETY: plain syscall on a file we own.
         let rc = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, size as libc::off_t) };
         if rc != 0 {
-            return Err(format!("cannot fill {}: {}", dir.display(), std::io::Error::last_os_error()));
+            return Err(format!(
+                "cannot fill {}: {}",
+                dir.display(),
+                std::io::Error::last_os_error()
+            ));
         }
         let left = free_bytes(&dir)?;
         self.note(format!("filled {}: {left} bytes left", dir.display()));
@@ -848,8 +857,12 @@ impl<'a> Driver<'a> {
 /// renewals mode.
 fn renewal_counts() -> Result<(u64, u64), String> {
     let v = std::env::var("MPICR_TEST_RENEWALS").unwrap_or_else(|_| "25,10".into());
-    let parsed = v.split_once(',').and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
-    parsed.filter(|&(a, _)| a > 0).ok_or_else(|| format!("MPICR_TEST_RENEWALS={v}: expected BEFORE,AFTER (two counts, BEFORE > 0)"))
+    let parsed = v
+        .split_once(',')
+        .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
+    parsed.filter(|&(a, _)| a > 0).ok_or_else(|| {
+        format!("MPICR_TEST_RENEWALS={v}: expected BEFORE,AFTER (two counts, BEFORE > 0)")
+    })
 }
 
 /// Bytes of the files of one epoch's images.
@@ -881,10 +894,15 @@ fn out_sizes(io: &Path, ranks: u32) -> Vec<u64> {
 fn free_bytes(dir: &Path) -> Result<u64, String> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
-    // SAFETY: statvfs fills the struct we pass; the path is a valid C string.
+    // SAFETY: a plain C struct, for which all zeroes is a valid value.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs fills the struct we pass; the path is a valid C string.
     if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(format!("statvfs {}: {}", dir.display(), std::io::Error::last_os_error()));
+        return Err(format!(
+            "statvfs {}: {}",
+            dir.display(),
+            std::io::Error::last_os_error()
+        ));
     }
     Ok(st.f_bavail as u64 * st.f_frsize as u64)
 }
@@ -988,16 +1006,9 @@ impl<'a> Ctx<'a> {
         resume: Resume,
     ) -> Result<Launched, String> {
         let io = self.scratch.root().join(label);
-        let mut d = Driver::new(
-            &self.mpicr,
-            &self.ckdir,
-            &io,
-            label,
-            job.ranks,
-            plan,
-            &self.marker,
-            &self.program,
-        );
+        let mut d = Driver::new(&self.mpicr, &self.ckdir, &io, label, job.ranks, plan);
+        d.marker = &self.marker;
+        d.program = &self.program;
         d.fill_dir = self.fill_dir.clone();
         d.resume_first = resume == Resume::First;
         d.auto_resume = resume != Resume::Never;
@@ -1176,10 +1187,7 @@ impl<'a> Ctx<'a> {
 
     fn continue_mode(&mut self) -> Result<(), String> {
         let at = self.random_instant();
-        let l = self.first_run(
-            &[],
-            vec![Planned::new(Trigger::After(at), false)],
-        )?;
+        let l = self.first_run(&[], vec![Planned::new(Trigger::After(at), false)])?;
         if let Some(d) = compare(self.oracle, &l.out) {
             return Err(format!(
                 "the checkpointed run differs from the native run: {d}"
@@ -1191,10 +1199,7 @@ impl<'a> Ctx<'a> {
     fn stop_restart(&mut self) -> Result<(), String> {
         let at = self.random_instant();
         let run = self
-            .first_run(
-                &[],
-                vec![Planned::new(Trigger::After(at), true)],
-            )?
+            .first_run(&[], vec![Planned::new(Trigger::After(at), true)])?
             .out;
         self.check_prefix("run", &run)?;
         self.check_epochs(&[1])?;
@@ -1229,10 +1234,7 @@ impl<'a> Ctx<'a> {
     fn restart_twice(&mut self) -> Result<(), String> {
         let pause = self.pause_steps(1);
         let run = self
-            .first_run(
-                &pause,
-                vec![Planned::new(Trigger::Pause, true)],
-            )?
+            .first_run(&pause, vec![Planned::new(Trigger::Pause, true)])?
             .out;
         self.check_prefix("run", &run)?;
         let cut = out_lengths(&run);
@@ -1251,28 +1253,41 @@ impl<'a> Ctx<'a> {
         let (before, after) = renewal_counts()?;
         let pause = self.pause_steps(1);
         let held = |n: u64, stop_last: bool| -> Vec<Planned> {
-            (0..n).map(|k| Planned::new(Trigger::Held, stop_last && k + 1 == n)).collect()
+            (0..n)
+                .map(|k| Planned::new(Trigger::Held, stop_last && k + 1 == n))
+                .collect()
         };
         let run = self.first_run(&pause, held(before + 1, true))?.out;
         self.check_prefix("run", &run)?;
         let job = self.restart_job(self.ranks(), &self.ckdir, None, self.timeout);
         let l = self.launch("restart", job, held(after, false), Resume::Pauses)?;
         if !l.out.status.success() {
-            return Err(format!("restart: `mpicr restart` exited with {}", l.out.status));
+            return Err(format!(
+                "restart: `mpicr restart` exited with {}",
+                l.out.status
+            ));
         }
         let epochs: Vec<u64> = l.taken.iter().map(|t| t.epoch).collect();
         let want: Vec<u64> = (before + 2..before + 2 + after).collect();
         if epochs != want {
-            return Err(format!("restart: the checkpoints were committed as epochs {epochs:?}, expected {want:?}"));
+            return Err(format!(
+                "restart: the checkpoints were committed as epochs {epochs:?}, expected {want:?}"
+            ));
         }
         if let Some(d) = compare(self.oracle, &concat(&run, &l.out)) {
             return Err(format!("output before the stop + output after the restart differs from the native run: {d}"));
         }
-        let sizes: Vec<(u64, u64)> = (1..before + 2 + after).map(|e| (e, epoch_bytes(&self.ckdir, e))).collect();
+        let sizes: Vec<(u64, u64)> = (1..before + 2 + after)
+            .map(|e| (e, epoch_bytes(&self.ckdir, e)))
+            .collect();
         // The baseline is the first epoch taken after a renewal (epoch 2): the program's own
         // heap grows once when a second copy of the library is brought up next to its state.
         let first = sizes.get(1).or(sizes.first()).map_or(0, |s| s.1);
-        let largest = sizes.iter().max_by_key(|s| s.1).copied().unwrap_or_default();
+        let largest = sizes
+            .iter()
+            .max_by_key(|s| s.1)
+            .copied()
+            .unwrap_or_default();
         self.story.push(format!(
             "image bytes per epoch: epoch 1 {}, epoch 2 {first}, last {}, largest {} (epoch {})",
             sizes.first().map_or(0, |s| s.1),
@@ -1293,10 +1308,7 @@ impl<'a> Ctx<'a> {
     fn restart_errors(&mut self) -> Result<(), String> {
         let pause = self.pause_steps(1);
         let run = self
-            .first_run(
-                &pause,
-                vec![Planned::new(Trigger::Pause, true)],
-            )?
+            .first_run(&pause, vec![Planned::new(Trigger::Pause, true)])?
             .out;
         self.check_prefix("run", &run)?;
         let cut = out_lengths(&run);

@@ -158,10 +158,14 @@ fn run() -> Result<bool, String> {
     let filtered_out = total - cases.len();
     // The soak draws from the continue and stop-restart cases the filters let through.
     let soak_pool: Vec<Case> = if soak {
-        matrix(&tests, &flavors, &[Mode::CheckpointContinue, Mode::StopRestart])
-            .into_iter()
-            .filter(|c| wanted(c))
-            .collect()
+        matrix(
+            &tests,
+            &flavors,
+            &[Mode::CheckpointContinue, Mode::StopRestart],
+        )
+        .into_iter()
+        .filter(|c| wanted(c))
+        .collect()
     } else {
         Vec::new()
     };

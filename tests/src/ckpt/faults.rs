@@ -15,7 +15,9 @@
 //! said so). `MPICR_TEST_FAULTS=a,b` runs only the named faults; by default MPICH 4 runs all
 //! of them and MPICH 5 `FAULTS_MPICH5`.
 
-use super::{bounded, indent, out_lengths, Ctx, Fault, Planned, Resume, Trigger, Victim, CMD_GRACE};
+use super::{
+    bounded, indent, out_lengths, Ctx, Fault, Planned, Resume, Trigger, Victim, CMD_GRACE,
+};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -53,7 +55,11 @@ const TMPFS_SIZE: &str = "256m";
 
 fn selected(flavor: crate::Flavor) -> Result<Vec<&'static str>, String> {
     let list = std::env::var("MPICR_TEST_FAULTS").unwrap_or_default();
-    let names: Vec<&str> = list.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+    let names: Vec<&str> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
     if names.is_empty() {
         return Ok(match flavor {
             crate::Flavor::Mpich4 => FAULTS.to_vec(),
@@ -62,10 +68,17 @@ fn selected(flavor: crate::Flavor) -> Result<Vec<&'static str>, String> {
     }
     for n in &names {
         if !FAULTS.contains(n) {
-            return Err(format!("MPICR_TEST_FAULTS: unknown fault `{n}` (faults: {})", FAULTS.join(", ")));
+            return Err(format!(
+                "MPICR_TEST_FAULTS: unknown fault `{n}` (faults: {})",
+                FAULTS.join(", ")
+            ));
         }
     }
-    Ok(FAULTS.iter().copied().filter(|f| names.contains(f)).collect())
+    Ok(FAULTS
+        .iter()
+        .copied()
+        .filter(|f| names.contains(f))
+        .collect())
 }
 
 fn is_root() -> bool {
@@ -73,20 +86,37 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// A fault and its verdict: the line that said it, or what went wrong.
+type Checked = (&'static str, Result<String, String>);
+
 const NEEDS_ROOT: [&str; 4] = ["enospc", "foreign-dir", "other-user", "pid-held"];
-const ON_STOPPED_JOB: [&str; 5] = ["other-user", "foreign-dir", "pid-held", "truncated-manifest", "corrupt-image"];
+const ON_STOPPED_JOB: [&str; 5] = [
+    "other-user",
+    "foreign-dir",
+    "pid-held",
+    "truncated-manifest",
+    "corrupt-image",
+];
 
 impl Ctx<'_> {
     pub(super) fn faults(&mut self) -> Result<(), String> {
         let mut want = selected(self.case.flavor)?;
         if !is_root() {
-            let skipped: Vec<&str> = want.iter().copied().filter(|f| NEEDS_ROOT.contains(f)).collect();
+            let skipped: Vec<&str> = want
+                .iter()
+                .copied()
+                .filter(|f| NEEDS_ROOT.contains(f))
+                .collect();
             if !skipped.is_empty() {
-                println!("  {}: skipped (they need root): {}", self.case.id(), skipped.join(", "));
+                println!(
+                    "  {}: skipped (they need root): {}",
+                    self.case.id(),
+                    skipped.join(", ")
+                );
             }
             want.retain(|f| !NEEDS_ROOT.contains(f));
         }
-        let mut results: Vec<(&str, Result<String, String>)> = Vec::new();
+        let mut results: Vec<Checked> = Vec::new();
         for (name, victim) in [
             ("kill-program", Victim::Program),
             ("kill-keeper", Victim::Keeper),
@@ -101,7 +131,11 @@ impl Ctx<'_> {
             let r = self.enospc_fault();
             results.push(("enospc", r));
         }
-        let on_stopped: Vec<&'static str> = want.iter().copied().filter(|f| ON_STOPPED_JOB.contains(f)).collect();
+        let on_stopped: Vec<&'static str> = want
+            .iter()
+            .copied()
+            .filter(|f| ON_STOPPED_JOB.contains(f))
+            .collect();
         if !on_stopped.is_empty() {
             match self.stopped_job_faults(&on_stopped) {
                 Ok(rs) => results.extend(rs),
@@ -111,15 +145,23 @@ impl Ctx<'_> {
         for (name, r) in &results {
             match r {
                 Ok(line) => self.story.push(format!("fault {name}: ok: `{line}`")),
-                Err(e) => self.story.push(format!("fault {name}: FAILED: {}", e.lines().next().unwrap_or(""))),
+                Err(e) => self.story.push(format!(
+                    "fault {name}: FAILED: {}",
+                    e.lines().next().unwrap_or("")
+                )),
             }
         }
-        let failed: Vec<&(&str, Result<String, String>)> = results.iter().filter(|r| r.1.is_err()).collect();
+        let failed: Vec<&Checked> = results.iter().filter(|r| r.1.is_err()).collect();
         if failed.is_empty() {
             return Ok(());
         }
         let names: Vec<&str> = failed.iter().map(|r| r.0).collect();
-        let mut s = format!("{} of {} faults failed: {}", failed.len(), results.len(), names.join(", "));
+        let mut s = format!(
+            "{} of {} faults failed: {}",
+            failed.len(),
+            results.len(),
+            names.join(", ")
+        );
         for (name, r) in failed {
             s += &format!("\n  {name}: {}", r.as_ref().unwrap_err().trim_end());
         }
@@ -133,11 +175,24 @@ impl Ctx<'_> {
         let mut kill = Planned::new(Trigger::After(Duration::ZERO), false);
         kill.fault = Fault::Kill(victim);
         let job = self.run_job(&pause);
-        let l = self.launch(&format!("{name}-run"), job, vec![Planned::new(Trigger::Pause, false), kill], Resume::Pauses)?;
-        let cut = l.taken.first().and_then(|t| t.cut.clone()).ok_or("epoch 1 was not taken")?;
-        let said = l.answers.first().ok_or("the checkpoint with the fault was not asked for")?;
+        let l = self.launch(
+            &format!("{name}-run"),
+            job,
+            vec![Planned::new(Trigger::Pause, false), kill],
+            Resume::Pauses,
+        )?;
+        let cut = l
+            .taken
+            .first()
+            .and_then(|t| t.cut.clone())
+            .ok_or("epoch 1 was not taken")?;
+        let said = l
+            .answers
+            .first()
+            .ok_or("the checkpoint with the fault was not asked for")?;
         let line = expect_line(said, KILLED[0]).or_else(|_| expect_line(said, KILLED[1]))?;
-        self.story.push(format!("{name}-run: the job ended with {}", l.out.status));
+        self.story
+            .push(format!("{name}-run: the job ended with {}", l.out.status));
         self.check_started(&format!("{name}-run"), &l.out)?;
         self.check_epochs(&[1])?;
         let after = self.restart(&format!("{name}-restart"), None, Resume::First)?;
@@ -156,17 +211,33 @@ impl Ctx<'_> {
             let mut full = Planned::new(Trigger::After(Duration::ZERO), false);
             full.fault = Fault::Fill;
             let job = self.run_job(&pause);
-            let l = self.launch("enospc-run", job, vec![Planned::new(Trigger::Pause, false), full], Resume::Pauses)?;
-            let cut = l.taken.first().and_then(|t| t.cut.clone()).ok_or("epoch 1 was not taken")?;
-            let said = l.answers.first().ok_or("the checkpoint with the fault was not asked for")?;
+            let l = self.launch(
+                "enospc-run",
+                job,
+                vec![Planned::new(Trigger::Pause, false), full],
+                Resume::Pauses,
+            )?;
+            let cut = l
+                .taken
+                .first()
+                .and_then(|t| t.cut.clone())
+                .ok_or("epoch 1 was not taken")?;
+            let said = l
+                .answers
+                .first()
+                .ok_or("the checkpoint with the fault was not asked for")?;
             let line = expect_line(said, "checkpoint 2 aborted: rank ")?;
             if !said.contains("No space left on device") {
-                return Err(format!("the aborted checkpoint does not say `No space left on device`:\n{}", indent(said)));
+                return Err(format!(
+                    "the aborted checkpoint does not say `No space left on device`:\n{}",
+                    indent(said)
+                ));
             }
             // The job should go on after an aborted checkpoint; today it dies of SIGPIPE
             // (rank 0's keeper: "the agent sent PmiConnect without a descriptor"), so only
             // what it printed before is checked, and the ending is told in the story.
-            self.story.push(format!("enospc-run: the job ended with {}", l.out.status));
+            self.story
+                .push(format!("enospc-run: the job ended with {}", l.out.status));
             if l.out.status.success() {
                 if let Some(d) = crate::compare(self.oracle, &l.out) {
                     return Err(format!("the job went on after the aborted checkpoint, but its output differs from the native run: {d}"));
@@ -188,12 +259,22 @@ impl Ctx<'_> {
 
     /// One job with epoch 1 at a pause (the job goes on) and epoch 2 at a later one (--stop);
     /// each fault is applied, checked, undone, and followed by a restart of epoch 1.
-    fn stopped_job_faults(&mut self, faults: &[&'static str]) -> Result<Vec<(&'static str, Result<String, String>)>, String> {
+    fn stopped_job_faults(&mut self, faults: &[&'static str]) -> Result<Vec<Checked>, String> {
         self.ckdir = self.scratch.root().join("ckpt-stopped");
         let pauses = self.pause_steps(2);
-        let l = self.first_run(&pauses, vec![Planned::new(Trigger::Pause, false), Planned::new(Trigger::Pause, true)])?;
+        let l = self.first_run(
+            &pauses,
+            vec![
+                Planned::new(Trigger::Pause, false),
+                Planned::new(Trigger::Pause, true),
+            ],
+        )?;
         self.check_prefix("run", &l.out)?;
-        let cut1 = l.taken.first().and_then(|t| t.cut.clone()).ok_or("epoch 1 has no recorded cut")?;
+        let cut1 = l
+            .taken
+            .first()
+            .and_then(|t| t.cut.clone())
+            .ok_or("epoch 1 has no recorded cut")?;
         let cut2 = out_lengths(&l.out);
         self.check_epochs(&[1, 2])?;
         let mut results = Vec::new();
@@ -209,7 +290,12 @@ impl Ctx<'_> {
         Ok(results)
     }
 
-    fn stopped_job_fault(&mut self, fault: &str, cut1: &[u64], cut2: &[u64]) -> Result<String, String> {
+    fn stopped_job_fault(
+        &mut self,
+        fault: &str,
+        cut1: &[u64],
+        cut2: &[u64],
+    ) -> Result<String, String> {
         let ckdir = self.ckdir.clone();
         let last = self.ranks() - 1;
         let epoch2 = ckdir.join("epoch-000002");
@@ -223,18 +309,29 @@ impl Ctx<'_> {
                         .arg(&ckdir),
                     CMD_GRACE,
                 );
-                let want = format!("cannot read the job in {}: permission denied", ckdir.display());
+                let want = format!(
+                    "cannot read the job in {}: permission denied",
+                    ckdir.display()
+                );
                 if ok {
-                    return Err(format!("`mpicr status` as nobody succeeded:\n{}", indent(&text)));
+                    return Err(format!(
+                        "`mpicr status` as nobody succeeded:\n{}",
+                        indent(&text)
+                    ));
                 }
                 let line = expect_line(&text, &want)?;
-                self.story.push(format!("other-user: `mpicr status` as nobody said `{line}`"));
+                self.story.push(format!(
+                    "other-user: `mpicr status` as nobody said `{line}`"
+                ));
                 line
             }
             "foreign-dir" => {
                 let nobody = uid_of("nobody")?;
                 chown_r(&ckdir, &nobody.to_string())?;
-                let want = format!("checkpoint directory {} is owned by uid {nobody}, not by you", ckdir.display());
+                let want = format!(
+                    "checkpoint directory {} is owned by uid {nobody}, not by you",
+                    ckdir.display()
+                );
                 let r = self.bad_restart("foreign-dir", self.ranks(), &ckdir, None, &want);
                 // SAFETY: plain syscall.
                 let me = unsafe { libc::geteuid() };
@@ -243,16 +340,25 @@ impl Ctx<'_> {
             }
             "pid-held" => {
                 let rank_json = epoch2.join(format!("rank-{last}")).join("rank.json");
-                let text = fs::read_to_string(&rank_json).map_err(|e| format!("cannot read {}: {e}", rank_json.display()))?;
-                let pid = json_number(&text, "pid").ok_or_else(|| format!("{} has no pid", rank_json.display()))?;
+                let text = fs::read_to_string(&rank_json)
+                    .map_err(|e| format!("cannot read {}: {e}", rank_json.display()))?;
+                let pid = json_number(&text, "pid")
+                    .ok_or_else(|| format!("{} has no pid", rank_json.display()))?;
                 let holder = PidHolder::take(pid as libc::pid_t)?;
-                self.story.push(format!("pid-held: process {} holds rank {last}'s PID", holder.0));
+                self.story.push(format!(
+                    "pid-held: process {} holds rank {last}'s PID",
+                    holder.0
+                ));
                 let r = if in_pid_namespace(&text) {
                     // Restored in a PID namespace of its own, the rank's PIDs do not clash
                     // with ours: the restart of the latest epoch must succeed.
                     self.restart("pid-held-restart", None, Resume::First)
-                        .and_then(|after| self.check_remainder("restart despite the held PID", cut2, &after))
-                        .map(|()| format!("restarted epoch 2 although PID {pid} is held (pid namespace)"))
+                        .and_then(|after| {
+                            self.check_remainder("restart despite the held PID", cut2, &after)
+                        })
+                        .map(|()| {
+                            format!("restarted epoch 2 although PID {pid} is held (pid namespace)")
+                        })
                 } else {
                     // Until the program runs in a PID namespace (in progress on another
                     // branch; rank.json will say so), the clash is refused clearly.
@@ -293,12 +399,19 @@ impl Ctx<'_> {
             "corrupt-image" => {
                 let rdir = epoch2.join(format!("rank-{last}"));
                 let file = largest_file(&rdir)?;
-                let mut bytes = fs::read(&file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+                let mut bytes =
+                    fs::read(&file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
                 let at = bytes.len() / 2;
                 bytes[at] ^= 0xff;
                 fs::write(&file, &bytes).map_err(|e| e.to_string())?;
-                self.story.push(format!("corrupt-image: flipped byte {at} of {}", file.display()));
-                let want = format!("image file {} is corrupt (checksum mismatch)", file.display());
+                self.story.push(format!(
+                    "corrupt-image: flipped byte {at} of {}",
+                    file.display()
+                ));
+                let want = format!(
+                    "image file {} is corrupt (checksum mismatch)",
+                    file.display()
+                );
                 let r = self.bad_restart("corrupt-image", self.ranks(), &ckdir, None, &want);
                 bytes[at] ^= 0xff;
                 fs::write(&file, &bytes).map_err(|e| e.to_string())?;
@@ -328,11 +441,18 @@ impl Ctx<'_> {
 
 /// The first line of `said`, which must contain `want`.
 fn expect_line(said: &str, want: &str) -> Result<String, String> {
-    let first = said.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    let first = said
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
     if first.contains(want) {
         Ok(first.to_string())
     } else {
-        Err(format!("expected a message containing `{want}`, got:\n{}", indent(said)))
+        Err(format!(
+            "expected a message containing `{want}`, got:\n{}",
+            indent(said)
+        ))
     }
 }
 
@@ -347,12 +467,28 @@ fn json_number(text: &str, key: &str) -> Option<u64> {
 /// Whether a rank.json says the program ran in a PID namespace of its own: any of the keys
 /// this is likely to be called, with a value other than false, null, 0 or an empty string.
 fn in_pid_namespace(text: &str) -> bool {
-    ["pidns", "pid_ns", "pid_namespace", "in_pidns", "in_pid_namespace", "ns_pid"].iter().any(|k| {
-        let Some(at) = text.find(&format!("\"{k}\"")) else { return false };
+    [
+        "pidns",
+        "pid_ns",
+        "pid_namespace",
+        "in_pidns",
+        "in_pid_namespace",
+        "ns_pid",
+    ]
+    .iter()
+    .any(|k| {
+        let Some(at) = text.find(&format!("\"{k}\"")) else {
+            return false;
+        };
         let rest = text[at + k.len() + 2..].trim_start();
-        let Some(v) = rest.strip_prefix(':') else { return false };
+        let Some(v) = rest.strip_prefix(':') else {
+            return false;
+        };
         let v = v.trim_start();
-        !(v.starts_with("false") || v.starts_with("null") || v.starts_with('0') || v.starts_with("\"\""))
+        !(v.starts_with("false")
+            || v.starts_with("null")
+            || v.starts_with('0')
+            || v.starts_with("\"\""))
     })
 }
 
@@ -368,9 +504,18 @@ fn uid_of(user: &str) -> Result<u32, String> {
 }
 
 fn chown_r(dir: &Path, owner: &str) -> Result<(), String> {
-    let out = Command::new("chown").arg("-R").arg(owner).arg(dir).output().map_err(|e| format!("cannot run chown: {e}"))?;
+    let out = Command::new("chown")
+        .arg("-R")
+        .arg(owner)
+        .arg(dir)
+        .output()
+        .map_err(|e| format!("cannot run chown: {e}"))?;
     if !out.status.success() {
-        return Err(format!("chown -R {owner} {} failed: {}", dir.display(), String::from_utf8_lossy(&out.stderr).trim()));
+        return Err(format!(
+            "chown -R {owner} {} failed: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
     }
     Ok(())
 }
@@ -405,9 +550,16 @@ impl Tmpfs {
             .map_err(|e| format!("cannot run mount: {e}"))?;
         if !out.status.success() {
             let _ = fs::remove_dir(path);
-            return Err(format!("mount -t tmpfs on {} failed: {}", path.display(), String::from_utf8_lossy(&out.stderr).trim()));
+            return Err(format!(
+                "mount -t tmpfs on {} failed: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
         }
-        Ok(Tmpfs { path: path.to_path_buf(), mounted: true })
+        Ok(Tmpfs {
+            path: path.to_path_buf(),
+            mounted: true,
+        })
     }
 
     fn unmount(mut self) -> Result<(), String> {
@@ -434,7 +586,10 @@ impl Tmpfs {
         // still busy: detach it so that nothing stays mounted, and say so
         let _ = Command::new("umount").arg("-l").arg(&self.path).output();
         let _ = fs::remove_dir(&self.path);
-        Err(format!("umount {} failed ({last}); detached it lazily", self.path.display()))
+        Err(format!(
+            "umount {} failed ({last}); detached it lazily",
+            self.path.display()
+        ))
     }
 }
 
@@ -474,7 +629,13 @@ impl PidHolder {
         };
         // SAFETY: clone3 without CLONE_VM is a fork: the child gets a copy of this process
         // and only makes raw system calls (no allocation, no locks) until it is killed.
-        let r = unsafe { libc::syscall(libc::SYS_clone3, &args as *const CloneArgs, std::mem::size_of::<CloneArgs>()) };
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_clone3,
+                &args as *const CloneArgs,
+                std::mem::size_of::<CloneArgs>(),
+            )
+        };
         if r == 0 {
             // SAFETY: raw system calls in the child.
             unsafe {
@@ -485,7 +646,10 @@ impl PidHolder {
             }
         }
         if r < 0 {
-            return Err(format!("cannot create a process with PID {pid}: {}", std::io::Error::last_os_error()));
+            return Err(format!(
+                "cannot create a process with PID {pid}: {}",
+                std::io::Error::last_os_error()
+            ));
         }
         Ok(PidHolder(r as libc::pid_t))
     }
@@ -511,7 +675,9 @@ mod tests {
         assert_eq!(json_number(t, "pid"), Some(4242));
         assert!(!in_pid_namespace(t));
         assert!(in_pid_namespace(r#"{ "pid": 1, "pidns": true }"#));
-        assert!(in_pid_namespace(r#"{ "pid": 1, "pid_ns": { "init": 77 } }"#));
+        assert!(in_pid_namespace(
+            r#"{ "pid": 1, "pid_ns": { "init": 77 } }"#
+        ));
         assert!(!in_pid_namespace(r#"{ "pid": 1, "pid_ns": null }"#));
     }
 
@@ -520,7 +686,10 @@ mod tests {
         if std::env::var_os("MPICR_TEST_FAULTS").is_none() {
             assert_eq!(selected(crate::Flavor::Mpich4).unwrap(), FAULTS.to_vec());
         }
-        assert_eq!(expect_line("\n mpicr: x y\nmore", "x y").unwrap(), "mpicr: x y");
+        assert_eq!(
+            expect_line("\n mpicr: x y\nmore", "x y").unwrap(),
+            "mpicr: x y"
+        );
         assert!(expect_line("mpicr: a\nx y", "x y").is_err());
     }
 }

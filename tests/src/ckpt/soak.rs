@@ -60,19 +60,20 @@ pub fn soak(h: &Harness, pool: &[Case]) -> Result<bool, String> {
         let mut rng = Rng(splitmix(seed ^ 0x736f616b));
         let case = &pool[rng.between(0, pool.len() as u64 - 1) as usize];
         let at = Instant::now();
-        let (verdict, checkpoints, restarts) = match h.build(&case.test, case.flavor).and_then(|program| {
-            let args = case.args(h.long);
-            let oracle = h.oracle(case, &program, args).map_err(|e| {
-                format!("the native run (the oracle) failed: {e}")
-            })?;
-            Ok((program, args.to_vec(), oracle))
-        }) {
-            Ok((program, args, oracle)) => {
-                let r = run_case_seeded(h, case, &program, &args, &oracle, seed);
-                (r.verdict, r.checkpoints, r.restarts)
-            }
-            Err(e) => (Err(e), 0, 0),
-        };
+        let (verdict, checkpoints, restarts) =
+            match h.build(&case.test, case.flavor).and_then(|program| {
+                let args = case.args(h.long);
+                let oracle = h
+                    .oracle(case, &program, args)
+                    .map_err(|e| format!("the native run (the oracle) failed: {e}"))?;
+                Ok((program, args.to_vec(), oracle))
+            }) {
+                Ok((program, args, oracle)) => {
+                    let r = run_case_seeded(h, case, &program, &args, &oracle, seed);
+                    (r.verdict, r.checkpoints, r.restarts)
+                }
+                Err(e) => (Err(e), 0, 0),
+            };
         t.runs += 1;
         t.checkpoints += checkpoints;
         t.restarts += restarts;
@@ -155,7 +156,10 @@ enum Outcome {
 /// What kind of failure a case's message (its first line) tells.
 fn classify(message: &str) -> Outcome {
     let head = message.lines().next().unwrap_or("");
-    if ["timed out after", "did not finish"].iter().any(|m| head.contains(m)) {
+    if ["timed out after", "did not finish"]
+        .iter()
+        .any(|m| head.contains(m))
+    {
         Outcome::Hang
     } else if [
         "differs from the native",
