@@ -249,6 +249,14 @@ pub(crate) fn run_case_seeded(
         let _ = fs::remove_file(Path::new("/dev/shm").join(o));
     }
     let verdict = match verdict {
+        // jobs SIGKILLed on purpose may leave MPICH's segments: not mpicr's doing
+        Ok(()) if !orphans.is_empty() && case.mode == Mode::Faults => {
+            cx.story.push(format!(
+                "removed what the killed jobs left in /dev/shm: {}",
+                orphans.join(", ")
+            ));
+            Ok(())
+        }
         Ok(()) if !orphans.is_empty() => Err(format!(
             "files left behind in /dev/shm (removed): {}",
             orphans.join(", ")
