@@ -19,10 +19,19 @@ gen:
 test: deps build
 	scripts/test.sh
 
-# Long torture runs, not part of `make test`: one job checkpointed 100 times, restarted, and
-# checkpointed 50 more times, on both MPICH builds (MPICR_TEST_RENEWALS=BEFORE,AFTER to change).
+# Long torture runs, not part of `make test`, on both MPICH builds:
+# - renewals: one job checkpointed 100 times, restarted, and checkpointed 50 more times
+#   (MPICR_TEST_RENEWALS=BEFORE,AFTER to change);
+# - the soak: 1000 runs drawn at random (seeded) from every checkpoint program x MPICH build x
+#   rank count x {continue, stop+restart}, each checkpointed at a random instant and compared
+#   with the native run; it ends with the counts and the seeds of failed runs
+#   (MPICR_SOAK_COUNT=N, or MPICR_SOAK_SECONDS=S; MPICR_TEST_SEED=S repeats a soak).
+# Both run even if the first fails.
 soak: deps build
-	MPICR_TEST_MODES=renewals MPICR_TEST_RENEWALS=$${MPICR_TEST_RENEWALS:-100,50} scripts/test-ckpt.sh
+	rc=0; \
+	MPICR_TEST_MODES=renewals MPICR_TEST_RENEWALS=$${MPICR_TEST_RENEWALS:-100,50} scripts/test-ckpt.sh || rc=1; \
+	SKIP_BUILD=1 MPICR_TEST_MODES=soak scripts/test-ckpt.sh || rc=1; \
+	exit $$rc
 
 bench: deps build
 	scripts/bench.sh

@@ -6,7 +6,7 @@
  * the run, and at the end rank 0 gathers every state and compares it with a serial run of the
  * whole ring. Integer arithmetic only. Argument: the iteration count.
  * Pause point for checkpoint tests: $MPICR_TEST_PAUSE_AT=<iteration> (common.h).
- * mpicr-test: ranks=1,2,4 args=64 long-args=2000 long-args.4=200 ckpt-ranks=2,4 ckpt-pace.4=10000 ckpt-modes=continue,stop-restart,older-epoch,restart-twice,restart-errors,renewals
+ * mpicr-test: ranks=1,2,4 args=64 long-args=2000 long-args.4=200 ckpt-ranks=2,4 ckpt-pace.4=10000 ckpt-modes=continue,stop-restart,older-epoch,restart-twice,restart-errors,renewals,faults
  */
 #include "common.h"
 

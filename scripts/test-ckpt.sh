@@ -12,6 +12,18 @@
 #   restart-twice   --stop at a pause point, two restarts from it, each = native after the cut
 #   restart-errors  restarts with the wrong rank count, a missing epoch, a missing or foreign
 #                   directory fail fast with a clear message; a good restart still works
+#   faults          (ckpt_ring at 2 ranks; MPICH 5: kill-program only) a good epoch 1, then the
+#                   program, a keeper, the coordinator SIGKILLed mid-checkpoint, ENOSPC on a
+#                   tmpfs, another user's `mpicr status`, a directory owned by nobody, a held
+#                   PID, a truncated manifest, a corrupt image byte: each gives its one-line
+#                   message, and epoch 1 restarts with the native output (MPICR_TEST_FAULTS=a,b
+#                   selects; the tmpfs, chown and PID faults need root)
+# Not in the default set (MPICR_TEST_MODES=checkpoint):
+#   renewals        one job checkpointed MPICR_TEST_RENEWALS=BEFORE,AFTER times (25,10) around
+#                   a restart: every renewal works, images do not grow
+#   soak            MPICR_SOAK_COUNT (1000) or MPICR_SOAK_SECONDS runs drawn at random from the
+#                   continue and stop-restart cases (filters apply), a summary of checkpoints,
+#                   restarts, mismatches, hangs, failures and the seeds of failed runs
 # Every launch and command is bounded in time; processes, files in the working directory and
 # in /dev/shm left behind fail a case. A failure shows the diff, the keepers' stderr,
 # `mpicr status` and the tails of CRIU's dump.log/restore.log, and the seed that repeats it.
@@ -21,6 +33,7 @@
 #   scripts/test-ckpt.sh app_halo2d/mpich5/np4    cases whose name (test/flavor/npN/mode) contains it
 #   MPICR_TEST_FLAVORS=mpich4 MPICR_TEST_MODES=continue,stop-restart scripts/test-ckpt.sh
 #   MPICR_TEST_SEED=123 scripts/test-ckpt.sh ...  repeat the random choices of a failed run
+#   MPICR_TEST_MODES=soak MPICR_SOAK_COUNT=1000 scripts/test-ckpt.sh   the soak (make soak)
 #   MPICR_TEST_VERBOSE=1                          say what each case did, also when it passes
 #   MPICR_TEST_KEEP=1                             keep the scratch directories (images, logs)
 # SKIP_BUILD=1 uses the existing target/release/{mpicr,libmpicr.so}.

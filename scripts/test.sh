@@ -18,7 +18,7 @@ step "mpicr CLI: keeper, PMI relay, CRIU, restart errors"
 scripts/test-cli.sh
 
 if [ -x scripts/test-ckpt.sh ]; then
-    step "checkpoint/restart under Hydra"
+    step "checkpoint/restart under Hydra, and the faults"
     scripts/test-ckpt.sh
     step "renewals: 25 checkpoints of one job, a restart, 10 more (flat images)"
     MPICR_TEST_MODES=renewals SKIP_BUILD=1 scripts/test-ckpt.sh

@@ -22,6 +22,11 @@
 //! - A failure says what happened step by step, with the first lines of the output diff, the
 //!   keepers' stderr, `mpicr status`, and the tails of CRIU's `dump.log` and `restore.log`.
 
+mod faults;
+mod soak;
+
+pub use soak::soak;
+
 use crate::{compare, diff, job, Case, Harness, Job, JobOutput, Mode, Scratch};
 use std::collections::{BTreeSet, VecDeque};
 use std::ffi::OsString;
@@ -155,31 +160,76 @@ pub(crate) fn run_case(
     args: &[String],
     oracle: &JobOutput,
 ) -> Result<(), String> {
-    let (mpicr, shim) = h.cli()?;
-    let steps: u64 = args.first().and_then(|a| a.parse().ok()).ok_or_else(|| {
+    run_case_seeded(h, case, program, args, oracle, h.seed).verdict
+}
+
+/// What one case did: its verdict, and how many checkpoints it committed and restarts it ran
+/// to their end (also when it failed).
+pub(crate) struct Ran {
+    pub verdict: Result<(), String>,
+    pub checkpoints: u64,
+    pub restarts: u64,
+}
+
+/// `run_case` with the random choices drawn from `seed` (the soak gives each run its own).
+pub(crate) fn run_case_seeded(
+    h: &Harness,
+    case: &Case,
+    program: &Path,
+    args: &[String],
+    oracle: &JobOutput,
+    seed: u64,
+) -> Ran {
+    let (mpicr, shim) = match h.cli() {
+        Ok(c) => c,
+        Err(e) => {
+            return Ran {
+                verdict: Err(e),
+                checkpoints: 0,
+                restarts: 0,
+            }
+        }
+    };
+    let steps: Result<u64, String> = args.first().and_then(|a| a.parse().ok()).ok_or_else(|| {
         format!(
             "{}: the first of long-args is not a step count",
             case.test.name
         )
-    })?;
-    let scratch = Scratch::new(&case.id(), h.keep)?;
+    });
+    let setup = steps.and_then(|s| {
+        let mpiexec = case.flavor.mpiexec(&h.root)?;
+        Ok((s, Scratch::new(&case.id(), h.keep)?, mpiexec))
+    });
+    let (steps, scratch, mpiexec) = match setup {
+        Ok(x) => x,
+        Err(e) => {
+            return Ran {
+                verdict: Err(e),
+                checkpoints: 0,
+                restarts: 0,
+            }
+        }
+    };
     let mut cx = Ctx {
         case,
         program: program.to_path_buf(),
         args: crate::spec::expand_args(args, &scratch.work()),
         oracle,
-        mpiexec: case.flavor.mpiexec(&h.root)?,
+        mpiexec,
         ckdir: scratch.root().join("ckpt"),
         scratch,
         marker: job::new_marker(),
         mpicr,
         shim,
         steps,
-        rng: Rng::for_case(h.seed, &case.id()),
-        seed: h.seed,
+        rng: Rng::for_case(seed, &case.id()),
+        seed,
         timeout: h.timeout_of(case),
         story: Vec::new(),
         launches: Vec::new(),
+        checkpoints: 0,
+        restarts: 0,
+        fill_dir: None,
     };
     let shm_before = shm_entries();
     let verdict = match case.mode {
@@ -189,6 +239,7 @@ pub(crate) fn run_case(
         Mode::RestartTwice => cx.restart_twice(),
         Mode::RestartErrors => cx.restart_errors(),
         Mode::Renewals => cx.renewals(),
+        Mode::Faults => cx.faults(),
         m => Err(format!("{m} is not a checkpoint mode")),
     }
     .and_then(|()| cx.check_workdir());
@@ -198,6 +249,14 @@ pub(crate) fn run_case(
         let _ = fs::remove_file(Path::new("/dev/shm").join(o));
     }
     let verdict = match verdict {
+        // jobs SIGKILLed on purpose may leave MPICH's segments: not mpicr's doing
+        Ok(()) if !orphans.is_empty() && case.mode == Mode::Faults => {
+            cx.story.push(format!(
+                "removed what the killed jobs left in /dev/shm: {}",
+                orphans.join(", ")
+            ));
+            Ok(())
+        }
         Ok(()) if !orphans.is_empty() => Err(format!(
             "files left behind in /dev/shm (removed): {}",
             orphans.join(", ")
@@ -217,7 +276,11 @@ pub(crate) fn run_case(
         }
         print!("{s}");
     }
-    verdict.map_err(|summary| cx.report(&summary))
+    Ran {
+        verdict: verdict.map_err(|summary| cx.report(&summary)),
+        checkpoints: cx.checkpoints,
+        restarts: cx.restarts,
+    }
 }
 
 /// A checkpoint to take during a launch.
@@ -235,6 +298,50 @@ enum Trigger {
 struct Planned {
     trigger: Trigger,
     stop: bool,
+    /// A fault injected into this checkpoint, which is then expected to fail: its answer is
+    /// recorded (`Driver::answers`) for the case to judge, and the launch goes on.
+    fault: Fault,
+}
+
+impl Planned {
+    fn new(trigger: Trigger, stop: bool) -> Planned {
+        Planned {
+            trigger,
+            stop,
+            fault: Fault::None,
+        }
+    }
+}
+
+/// A fault injected into a checkpoint (the faults mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    None,
+    /// SIGKILL this process as soon as CRIU runs under a keeper (the dump has begun).
+    Kill(Victim),
+    /// Fill the file system of `Driver::fill_dir` to 256 KiB before asking, and empty it again
+    /// once the checkpoint answered.
+    Fill,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Victim {
+    /// the program of the last rank
+    Program,
+    /// the keeper of the last rank
+    Keeper,
+    /// the keeper of rank 0, which hosts the coordinator
+    Coordinator,
+}
+
+impl Victim {
+    fn name(self) -> &'static str {
+        match self {
+            Victim::Program => "the program of the last rank",
+            Victim::Keeper => "the keeper of the last rank",
+            Victim::Coordinator => "the keeper of rank 0 (the coordinator)",
+        }
+    }
 }
 
 /// A checkpoint the driver took.
@@ -293,6 +400,16 @@ struct Driver<'a> {
     failure: Option<String>,
     story: Vec<String>,
     seq: u32,
+    /// the job marker of this launch's processes (to find its keepers for `Fault::Kill`)
+    marker: &'a str,
+    /// the program, whose name tells its processes from CRIU's under a keeper
+    program: &'a Path,
+    /// the file system `Fault::Fill` fills
+    fill_dir: Option<PathBuf>,
+    /// what `mpicr checkpoint` said for each checkpoint with a fault, in order
+    answers: Vec<String>,
+    /// the `Fault::Kill` of the current checkpoint is done (or was given up)
+    struck: bool,
 }
 
 impl<'a> Driver<'a> {
@@ -305,6 +422,11 @@ impl<'a> Driver<'a> {
         plan: Vec<Planned>,
     ) -> Driver<'a> {
         Driver {
+            marker: "",
+            program: Path::new(""),
+            fill_dir: None,
+            answers: Vec::new(),
+            struck: false,
             mpicr,
             ckdir,
             io,
@@ -363,6 +485,10 @@ impl<'a> Driver<'a> {
             .stdin(Stdio::null())
             .stdout(file)
             .stderr(file2);
+        if p.fault == Fault::Fill && asks == 1 {
+            self.fill()?;
+        }
+        self.struck = false;
         let child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", self.mpicr.display()))?;
@@ -428,30 +554,37 @@ impl<'a> Driver<'a> {
                 since,
                 out,
                 asks,
-            } => match child.try_wait() {
-                Ok(None) if since.elapsed() > CKPT_TIMEOUT + CMD_GRACE => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    self.give_up(
-                        work,
-                        paused,
-                        format!(
-                            "`mpicr checkpoint` did not finish within {} s (killed)",
-                            (CKPT_TIMEOUT + CMD_GRACE).as_secs()
-                        ),
-                    )?
+            } => {
+                if let Some(Fault::Kill(v)) = self.plan.front().map(|p| p.fault) {
+                    if !self.struck {
+                        self.strike(v, &mut child);
+                    }
                 }
-                Ok(None) => State::Asking {
-                    child,
-                    since,
-                    out,
-                    asks,
-                },
-                Ok(Some(status)) => self.answered(work, paused, status, &out, asks)?,
-                Err(e) => {
-                    self.give_up(work, paused, format!("waiting for `mpicr checkpoint`: {e}"))?
+                match child.try_wait() {
+                    Ok(None) if since.elapsed() > CKPT_TIMEOUT + CMD_GRACE => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        self.give_up(
+                            work,
+                            paused,
+                            format!(
+                                "`mpicr checkpoint` did not finish within {} s (killed)",
+                                (CKPT_TIMEOUT + CMD_GRACE).as_secs()
+                            ),
+                        )?
+                    }
+                    Ok(None) => State::Asking {
+                        child,
+                        since,
+                        out,
+                        asks,
+                    },
+                    Ok(Some(status)) => self.answered(work, paused, status, &out, asks)?,
+                    Err(e) => {
+                        self.give_up(work, paused, format!("waiting for `mpicr checkpoint`: {e}"))?
+                    }
                 }
-            },
+            }
             State::Settling {
                 epoch,
                 last,
@@ -492,6 +625,24 @@ impl<'a> Driver<'a> {
         asks: u32,
     ) -> Result<State, String> {
         let text = fs::read_to_string(out).unwrap_or_default();
+        if let Some(p) = self
+            .plan
+            .front()
+            .copied()
+            .filter(|p| p.fault != Fault::None)
+        {
+            // a checkpoint with a fault: what it said is for the case to judge
+            self.plan.pop_front();
+            if p.fault == Fault::Fill {
+                self.unfill();
+            }
+            self.note(format!(
+                "`mpicr checkpoint` answered ({status}): {}",
+                one_line(&text)
+            ));
+            self.answers.push(text);
+            return Ok(State::Idle);
+        }
         if status.success() {
             let p = self.plan.pop_front().expect("a planned checkpoint");
             let Some(epoch) = text
@@ -542,6 +693,101 @@ impl<'a> Driver<'a> {
             paused,
             format!("`mpicr checkpoint` failed ({status}): {}", text.trim_end()),
         )
+    }
+
+    /// `Fault::Kill`: waits (up to 10 s, while `mpicr checkpoint` runs) for CRIU to run under
+    /// one of the job's keepers, then SIGKILLs the victim.
+    fn strike(&mut self, victim: Victim, child: &mut Child) {
+        self.struck = true;
+        let needle = format!("{}={}\0", job::MARKER_VAR, self.marker).into_bytes();
+        let name: String = self
+            .program
+            .file_name()
+            .map(|n| n.to_string_lossy().chars().take(15).collect())
+            .unwrap_or_default();
+        let mut keepers: Vec<(u32, u32)> = Vec::new(); // (rank, pid)
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(10) {
+            let procs = job::scan_procs();
+            if keepers.len() < self.ranks as usize {
+                keepers = procs
+                    .iter()
+                    .filter(|p| p.comm == "mpicr" && !p.dead)
+                    .filter_map(|p| {
+                        let env = fs::read(format!("/proc/{}/environ", p.pid)).ok()?;
+                        if !env.windows(needle.len()).any(|w| w == needle.as_slice()) {
+                            return None;
+                        }
+                        let rank = env
+                            .split(|&b| b == 0)
+                            .find_map(|v| v.strip_prefix(b"PMI_RANK="))
+                            .and_then(|r| std::str::from_utf8(r).ok()?.parse().ok())?;
+                        Some((rank, p.pid))
+                    })
+                    .collect();
+                keepers.sort_unstable();
+            }
+            let criu = procs
+                .iter()
+                .find(|p| !p.dead && p.comm != name && keepers.iter().any(|k| k.1 == p.ppid));
+            if let (Some(c), Some(&first), Some(&last)) = (criu, keepers.first(), keepers.last()) {
+                let target = match victim {
+                    Victim::Program => procs
+                        .iter()
+                        .find(|p| p.ppid == last.1 && p.comm == name)
+                        .map(|p| p.pid),
+                    Victim::Keeper => Some(last.1),
+                    Victim::Coordinator => Some(first.1),
+                };
+                let what = format!("CRIU ({} {}) runs under keeper {}", c.pid, c.comm, c.ppid);
+                match target {
+                    Some(pid) => {
+                        // SAFETY: plain syscall on a process of this job found just now.
+                        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                        self.note(format!("{what}: SIGKILLed {} (pid {pid})", victim.name()));
+                    }
+                    None => self.note(format!("{what}, but {} was not found", victim.name())),
+                }
+                return;
+            }
+            if matches!(child.try_wait(), Ok(Some(_))) {
+                self.note(
+                    "`mpicr checkpoint` ended before CRIU was seen: nothing was killed".into(),
+                );
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        self.note("CRIU was not seen within 10 s: nothing was killed".into());
+    }
+
+    /// `Fault::Fill`: a file taking all but 256 KiB of the free space of `fill_dir`.
+    fn fill(&mut self) -> Result<(), String> {
+        let dir = self.fill_dir.clone().ok_or("no file system to fill")?;
+        let free = free_bytes(&dir)?;
+        let size = free.saturating_sub(256 << 10);
+        let path = dir.join("filler");
+        let f = fs::File::create(&path)
+            .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        use std::os::fd::AsRawFd;
+        // SAFETY: plain syscall on a file we own.
+        let rc = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, size as libc::off_t) };
+        if rc != 0 {
+            return Err(format!(
+                "cannot fill {}: {}",
+                dir.display(),
+                std::io::Error::last_os_error()
+            ));
+        }
+        let left = free_bytes(&dir)?;
+        self.note(format!("filled {}: {left} bytes left", dir.display()));
+        Ok(())
+    }
+
+    fn unfill(&mut self) {
+        if let Some(dir) = &self.fill_dir {
+            let _ = fs::remove_file(dir.join("filler"));
+        }
     }
 
     /// A checkpoint failed: no more are taken, and a paused job is let go on (so that its
@@ -619,8 +865,12 @@ impl<'a> Driver<'a> {
 /// renewals mode.
 fn renewal_counts() -> Result<(u64, u64), String> {
     let v = std::env::var("MPICR_TEST_RENEWALS").unwrap_or_else(|_| "25,10".into());
-    let parsed = v.split_once(',').and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
-    parsed.filter(|&(a, _)| a > 0).ok_or_else(|| format!("MPICR_TEST_RENEWALS={v}: expected BEFORE,AFTER (two counts, BEFORE > 0)"))
+    let parsed = v
+        .split_once(',')
+        .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
+    parsed.filter(|&(a, _)| a > 0).ok_or_else(|| {
+        format!("MPICR_TEST_RENEWALS={v}: expected BEFORE,AFTER (two counts, BEFORE > 0)")
+    })
 }
 
 /// Bytes of the files of one epoch's images.
@@ -648,6 +898,23 @@ fn out_sizes(io: &Path, ranks: u32) -> Vec<u64> {
         .collect()
 }
 
+/// Bytes free for us in the file system of `dir`.
+fn free_bytes(dir: &Path) -> Result<u64, String> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: a plain C struct, for which all zeroes is a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs fills the struct we pass; the path is a valid C string.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(format!(
+            "statvfs {}: {}",
+            dir.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -672,6 +939,11 @@ struct Ctx<'a> {
     story: Vec<String>,
     /// (label, output) of every launch, for the report
     launches: Vec<(String, JobOutput)>,
+    /// checkpoints committed and restarts that ended well (the soak's counts)
+    checkpoints: u64,
+    restarts: u64,
+    /// what `Fault::Fill` fills (the faults mode's tmpfs)
+    fill_dir: Option<PathBuf>,
 }
 
 /// How a launch treats pauses.
@@ -689,6 +961,8 @@ enum Resume {
 struct Launched {
     out: JobOutput,
     taken: Vec<Taken>,
+    /// what `mpicr checkpoint` said for each checkpoint with a fault
+    answers: Vec<String>,
 }
 
 impl<'a> Ctx<'a> {
@@ -741,18 +1015,24 @@ impl<'a> Ctx<'a> {
     ) -> Result<Launched, String> {
         let io = self.scratch.root().join(label);
         let mut d = Driver::new(&self.mpicr, &self.ckdir, &io, label, job.ranks, plan);
+        d.marker = &self.marker;
+        d.program = &self.program;
+        d.fill_dir = self.fill_dir.clone();
         d.resume_first = resume == Resume::First;
         d.auto_resume = resume != Resume::Never;
         let result = job::run_in(&job, &self.scratch, &io, &self.marker, &mut |work| {
             d.poll(work)
         });
         d.finish(&self.scratch.work());
-        let (story, taken, failure) = (
+        d.unfill();
+        let (story, taken, failure, answers) = (
             std::mem::take(&mut d.story),
             std::mem::take(&mut d.taken),
             d.failure.take(),
+            std::mem::take(&mut d.answers),
         );
         self.story.extend(story);
+        self.checkpoints += taken.len() as u64;
         let out = match result {
             Ok(out) => out,
             Err(e) => {
@@ -780,7 +1060,11 @@ impl<'a> Ctx<'a> {
                 out.stray.join(", ")
             ));
         }
-        Ok(Launched { out, taken })
+        Ok(Launched {
+            out,
+            taken,
+            answers,
+        })
     }
 
     fn run_job(&self, pause_at: &[u64]) -> Job {
@@ -876,6 +1160,7 @@ impl<'a> Ctx<'a> {
                     l.out.status
                 ));
             }
+            self.restarts += 1;
             return Ok(l.out);
         }
         unreachable!()
@@ -910,13 +1195,7 @@ impl<'a> Ctx<'a> {
 
     fn continue_mode(&mut self) -> Result<(), String> {
         let at = self.random_instant();
-        let l = self.first_run(
-            &[],
-            vec![Planned {
-                trigger: Trigger::After(at),
-                stop: false,
-            }],
-        )?;
+        let l = self.first_run(&[], vec![Planned::new(Trigger::After(at), false)])?;
         if let Some(d) = compare(self.oracle, &l.out) {
             return Err(format!(
                 "the checkpointed run differs from the native run: {d}"
@@ -928,13 +1207,7 @@ impl<'a> Ctx<'a> {
     fn stop_restart(&mut self) -> Result<(), String> {
         let at = self.random_instant();
         let run = self
-            .first_run(
-                &[],
-                vec![Planned {
-                    trigger: Trigger::After(at),
-                    stop: true,
-                }],
-            )?
+            .first_run(&[], vec![Planned::new(Trigger::After(at), true)])?
             .out;
         self.check_prefix("run", &run)?;
         self.check_epochs(&[1])?;
@@ -951,14 +1224,8 @@ impl<'a> Ctx<'a> {
     fn older_epoch(&mut self) -> Result<(), String> {
         let pauses = self.pause_steps(2);
         let plan = vec![
-            Planned {
-                trigger: Trigger::Pause,
-                stop: false,
-            },
-            Planned {
-                trigger: Trigger::Pause,
-                stop: true,
-            },
+            Planned::new(Trigger::Pause, false),
+            Planned::new(Trigger::Pause, true),
         ];
         let l = self.first_run(&pauses, plan)?;
         self.check_prefix("run", &l.out)?;
@@ -975,13 +1242,7 @@ impl<'a> Ctx<'a> {
     fn restart_twice(&mut self) -> Result<(), String> {
         let pause = self.pause_steps(1);
         let run = self
-            .first_run(
-                &pause,
-                vec![Planned {
-                    trigger: Trigger::Pause,
-                    stop: true,
-                }],
-            )?
+            .first_run(&pause, vec![Planned::new(Trigger::Pause, true)])?
             .out;
         self.check_prefix("run", &run)?;
         let cut = out_lengths(&run);
@@ -1000,28 +1261,41 @@ impl<'a> Ctx<'a> {
         let (before, after) = renewal_counts()?;
         let pause = self.pause_steps(1);
         let held = |n: u64, stop_last: bool| -> Vec<Planned> {
-            (0..n).map(|k| Planned { trigger: Trigger::Held, stop: stop_last && k + 1 == n }).collect()
+            (0..n)
+                .map(|k| Planned::new(Trigger::Held, stop_last && k + 1 == n))
+                .collect()
         };
         let run = self.first_run(&pause, held(before + 1, true))?.out;
         self.check_prefix("run", &run)?;
         let job = self.restart_job(self.ranks(), &self.ckdir, None, self.timeout);
         let l = self.launch("restart", job, held(after, false), Resume::Pauses)?;
         if !l.out.status.success() {
-            return Err(format!("restart: `mpicr restart` exited with {}", l.out.status));
+            return Err(format!(
+                "restart: `mpicr restart` exited with {}",
+                l.out.status
+            ));
         }
         let epochs: Vec<u64> = l.taken.iter().map(|t| t.epoch).collect();
         let want: Vec<u64> = (before + 2..before + 2 + after).collect();
         if epochs != want {
-            return Err(format!("restart: the checkpoints were committed as epochs {epochs:?}, expected {want:?}"));
+            return Err(format!(
+                "restart: the checkpoints were committed as epochs {epochs:?}, expected {want:?}"
+            ));
         }
         if let Some(d) = compare(self.oracle, &concat(&run, &l.out)) {
             return Err(format!("output before the stop + output after the restart differs from the native run: {d}"));
         }
-        let sizes: Vec<(u64, u64)> = (1..before + 2 + after).map(|e| (e, epoch_bytes(&self.ckdir, e))).collect();
+        let sizes: Vec<(u64, u64)> = (1..before + 2 + after)
+            .map(|e| (e, epoch_bytes(&self.ckdir, e)))
+            .collect();
         // The baseline is the first epoch taken after a renewal (epoch 2): the program's own
         // heap grows once when a second copy of the library is brought up next to its state.
         let first = sizes.get(1).or(sizes.first()).map_or(0, |s| s.1);
-        let largest = sizes.iter().max_by_key(|s| s.1).copied().unwrap_or_default();
+        let largest = sizes
+            .iter()
+            .max_by_key(|s| s.1)
+            .copied()
+            .unwrap_or_default();
         self.story.push(format!(
             "image bytes per epoch: epoch 1 {}, epoch 2 {first}, last {}, largest {} (epoch {})",
             sizes.first().map_or(0, |s| s.1),
@@ -1042,13 +1316,7 @@ impl<'a> Ctx<'a> {
     fn restart_errors(&mut self) -> Result<(), String> {
         let pause = self.pause_steps(1);
         let run = self
-            .first_run(
-                &pause,
-                vec![Planned {
-                    trigger: Trigger::Pause,
-                    stop: true,
-                }],
-            )?
+            .first_run(&pause, vec![Planned::new(Trigger::Pause, true)])?
             .out;
         self.check_prefix("run", &run)?;
         let cut = out_lengths(&run);
@@ -1096,41 +1364,55 @@ impl<'a> Ctx<'a> {
             "is not a checkpoint directory".into(),
         ));
         for (label, ranks, dir, epoch, want) in bad {
-            let job = self.restart_job(ranks, &dir, epoch, BAD_RESTART_LIMIT);
-            let out = match self.launch(&label, job, Vec::new(), Resume::Never) {
-                Ok(l) => l.out,
-                Err(e) => return Err(format!("a bad restart did not fail cleanly: {e}")),
-            };
-            if out.status.success() {
-                return Err(format!(
-                    "{label}: `mpicr restart` succeeded (expected an error containing `{want}`)"
-                ));
-            }
-            if out.stdout.iter().any(|o| !o.is_empty()) {
-                return Err(format!(
-                    "{label}: a rank printed on stdout, so something was restored"
-                ));
-            }
-            let said: String = out
-                .stderr
-                .iter()
-                .chain(std::iter::once(&out.launcher))
-                .map(|b| String::from_utf8_lossy(b).into_owned())
-                .collect();
-            if !said.contains(&want) {
-                return Err(format!(
-                    "{label}: the error does not say `{want}`; stderr and mpiexec said:\n{}",
-                    indent(&said)
-                ));
-            }
-            let first = said.lines().find(|l| l.contains(&want)).unwrap_or("");
-            self.story
-                .push(format!("{label}: {} with `{}`", out.status, first.trim()));
+            self.bad_restart(&label, ranks, &dir, epoch, &want)?;
         }
         let _ = fs::remove_dir(&empty);
         // the checkpoint is intact: a good restart still works
         let after = self.restart("restart", None, Resume::First)?;
         self.check_remainder("restart after the bad ones", &cut, &after)
+    }
+
+    /// A restart that must fail, restoring nothing, with an error containing `want` (on a
+    /// rank's stderr or mpiexec's output): returns the line that says it.
+    fn bad_restart(
+        &mut self,
+        label: &str,
+        ranks: u32,
+        dir: &Path,
+        epoch: Option<u64>,
+        want: &str,
+    ) -> Result<String, String> {
+        let job = self.restart_job(ranks, dir, epoch, BAD_RESTART_LIMIT);
+        let out = match self.launch(label, job, Vec::new(), Resume::Never) {
+            Ok(l) => l.out,
+            Err(e) => return Err(format!("a bad restart did not fail cleanly: {e}")),
+        };
+        if out.status.success() {
+            return Err(format!(
+                "{label}: `mpicr restart` succeeded (expected an error containing `{want}`)"
+            ));
+        }
+        if out.stdout.iter().any(|o| !o.is_empty()) {
+            return Err(format!(
+                "{label}: a rank printed on stdout, so something was restored"
+            ));
+        }
+        let said: String = out
+            .stderr
+            .iter()
+            .chain(std::iter::once(&out.launcher))
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .collect();
+        let Some(first) = said.lines().find(|l| l.contains(want)) else {
+            return Err(format!(
+                "{label}: the error does not say `{want}`; stderr and mpiexec said:\n{}",
+                indent(&said)
+            ));
+        };
+        let first = first.trim().to_string();
+        self.story
+            .push(format!("{label}: {} with `{first}`", out.status));
+        Ok(first)
     }
 
     /// Each rank's output of a launch that was stopped must be the start of its native output.

@@ -368,17 +368,17 @@ fn kill_job(root: Option<u32>, marker: &str) -> Vec<String> {
     killed
 }
 
-struct Proc {
-    pid: u32,
-    ppid: u32,
+pub(crate) struct Proc {
+    pub(crate) pid: u32,
+    pub(crate) ppid: u32,
     /// start time in clock ticks since boot (field 22 of /proc/PID/stat)
-    start: u64,
-    comm: String,
+    pub(crate) start: u64,
+    pub(crate) comm: String,
     /// a zombie or dead task: it holds no resources but its PID, nothing left to kill
-    dead: bool,
+    pub(crate) dead: bool,
 }
 
-fn scan_procs() -> Vec<Proc> {
+pub(crate) fn scan_procs() -> Vec<Proc> {
     let Ok(dir) = fs::read_dir("/proc") else {
         return Vec::new();
     };

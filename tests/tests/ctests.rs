@@ -92,26 +92,29 @@ fn selected<T: Copy>(var: &str, all: &[T], parse: fn(&str) -> Option<T>) -> Resu
 }
 
 /// `MPICR_TEST_MODES`: mode names, or `checkpoint` for every checkpoint mode, or `all`;
-/// unset: `Mode::DEFAULT` (native and shim).
-fn selected_modes() -> Result<Vec<Mode>, String> {
+/// unset: `Mode::DEFAULT` (native and shim). `soak` (not a mode of the matrix) asks for the
+/// soak (`mpicr_tests::ckpt::soak`), run after the modes' cases: the flag that comes back.
+fn selected_modes() -> Result<(Vec<Mode>, bool), String> {
     let names = env_list("MPICR_TEST_MODES");
     if names.is_empty() {
-        return Ok(Mode::DEFAULT.to_vec());
+        return Ok((Mode::DEFAULT.to_vec(), false));
     }
     let mut modes = Vec::new();
+    let mut soak = false;
     for n in &names {
         match n.as_str() {
+            "soak" => soak = true,
             "checkpoint" => modes.extend(Mode::CHECKPOINT),
             "all" => modes.extend(Mode::ALL),
             _ => modes.push(Mode::parse(n).ok_or(format!(
-                "MPICR_TEST_MODES: unknown `{n}` (modes: {}; or checkpoint, all)",
+                "MPICR_TEST_MODES: unknown `{n}` (modes: {}; or checkpoint, all, soak)",
                 Mode::ALL.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
             ))?),
         }
     }
     modes.sort();
     modes.dedup();
-    Ok(modes)
+    Ok((modes, soak))
 }
 
 fn main() -> ExitCode {
@@ -135,35 +138,52 @@ fn run() -> Result<bool, String> {
     }
     mpicr_tests::validate(&tests)?;
     let flavors = selected("MPICR_TEST_FLAVORS", &Flavor::ALL, Flavor::parse)?;
-    let modes = selected_modes()?;
+    let (modes, soak) = selected_modes()?;
     let all = matrix(&tests, &flavors, &modes);
     let total = all.len();
-    let cases: Vec<Case> = all
-        .into_iter()
-        .filter(|c| {
-            let id = c.id();
-            let hit = |f: &String| {
-                if opts.exact {
-                    id == *f
-                } else {
-                    id.contains(f.as_str())
-                }
-            };
-            (opts.filters.is_empty() || opts.filters.iter().any(hit))
-                && !opts.skips.iter().any(|s| id.contains(s.as_str()))
-                && !opts.ignored_only
-        })
-        .collect();
+    let wanted = |c: &Case| {
+        let id = c.id();
+        let hit = |f: &String| {
+            if opts.exact {
+                id == *f
+            } else {
+                id.contains(f.as_str())
+            }
+        };
+        (opts.filters.is_empty() || opts.filters.iter().any(hit))
+            && !opts.skips.iter().any(|s| id.contains(s.as_str()))
+            && !opts.ignored_only
+    };
+    let cases: Vec<Case> = all.into_iter().filter(|c| wanted(c)).collect();
     let filtered_out = total - cases.len();
+    // The soak draws from the continue and stop-restart cases the filters let through.
+    let soak_pool: Vec<Case> = if soak {
+        matrix(
+            &tests,
+            &flavors,
+            &[Mode::CheckpointContinue, Mode::StopRestart],
+        )
+        .into_iter()
+        .filter(|c| wanted(c))
+        .collect()
+    } else {
+        Vec::new()
+    };
 
     if opts.list {
         for c in &cases {
             println!("{}: test", c.id());
         }
+        for c in &soak_pool {
+            println!("{} (soak): test", c.id());
+        }
         return Ok(true);
     }
 
     job::install_interrupt_handler();
+    if modes.is_empty() && soak {
+        return mpicr_tests::ckpt::soak(&harness, &soak_pool);
+    }
     println!(
         "\nrunning {} C test cases ({} job(s) at a time)",
         cases.len(),
@@ -233,6 +253,11 @@ fn run() -> Result<bool, String> {
     println!("ctests: {passed} passed, {} failed\n", failures.len());
     if job::interrupted() {
         println!("interrupted: remaining cases were not run");
+        return Ok(false);
+    }
+    if soak {
+        let soaked = mpicr_tests::ckpt::soak(&harness, &soak_pool)?;
+        return Ok(ok && soaked);
     }
     Ok(ok)
 }
