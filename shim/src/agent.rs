@@ -298,3 +298,30 @@ pub(crate) fn send_pmi_connect(generation: u32, fd: std::os::fd::BorrowedFd<'_>)
     let w = ctl.lock();
     mpicr_proto::send_with_fd(&w, &FromAgent::PmiConnect { generation }, fd)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recv_within_runs_out_then_delivers() {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let t = Instant::now();
+        assert!(recv_within(&mut a, Duration::from_millis(300)).unwrap().is_none());
+        assert!(t.elapsed() >= Duration::from_millis(300) && t.elapsed() < Duration::from_secs(5));
+        assert!(recv_within(&mut a, Duration::ZERO).unwrap().is_none());
+        mpicr_proto::send(&mut b, &ToAgent::Release).unwrap();
+        assert_eq!(recv_within(&mut a, Duration::from_secs(5)).unwrap(), Some(ToAgent::Release));
+        drop(b);
+        let e = recv_within(&mut a, Duration::from_secs(5)).unwrap_err();
+        assert!(e.contains("closed"), "{e}");
+    }
+
+    #[test]
+    fn panic_messages_are_one_line() {
+        let p = std::panic::catch_unwind(|| panic!("two\nlines {}", 1)).unwrap_err();
+        assert_eq!(panic_message(&*p), "two lines 1");
+        let p = std::panic::catch_unwind(|| std::panic::panic_any(7u8)).unwrap_err();
+        assert_eq!(panic_message(&*p), "unknown panic");
+    }
+}

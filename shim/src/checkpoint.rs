@@ -26,8 +26,11 @@ fn timeout(var: &str, default_s: u64) -> Duration {
     Duration::from_secs(std::env::var(var).ok().and_then(|v| v.parse().ok()).unwrap_or(default_s))
 }
 
-/// Slack for messages to cross the keepers and the coordinator, on top of a peer's own deadline.
-const GRACE: Duration = Duration::from_secs(30);
+/// A peer's own deadline `limit`, plus slack for messages to cross the keepers and the
+/// coordinator (as long again, at most 30 s: short limits make short tests).
+fn with_grace(limit: Duration) -> Duration {
+    limit + limit.min(Duration::from_secs(30))
+}
 /// After giving up on `Release` (and saying `Failed`), how long to wait for the coordinator's
 /// verdict: it answers at once when it is alive; when it is not, the keeper says so sooner.
 const VERDICT_WAIT: Duration = Duration::from_secs(60);
@@ -37,7 +40,7 @@ struct Limits {
     /// `MPICR_ALIGN_TIMEOUT`: for the targets, for this rank's collectives to reach them, for
     /// its threads to leave the library; twice that (every rank's) for the expected receives.
     align: Duration,
-    /// `MPICR_DRAIN_TIMEOUT`: for in-flight messages; plus the grace, for every rank's drain.
+    /// `MPICR_DRAIN_TIMEOUT`: for in-flight messages; with grace, for every rank's drain.
     drain: Duration,
     /// `MPICR_RESUME_TIMEOUT` (default 1800): from `ReadyToDump` to `Resume`, covering the other
     /// ranks' release and every dump. Time frozen by CRIU does not count (`agent::recv_within`).
@@ -185,7 +188,7 @@ fn phases(
     let comms = CommIndex::build();
     agent::send(&FromAgent::SendCounts { sent: comms.sent_counts() }).map_err(|e| e.to_string())?;
     // Every rank aligns and closes its gate within its own deadlines (twice `align`).
-    let expected = match expect(reader, 2 * limits.align + GRACE, "expected receives")? {
+    let expected = match expect(reader, with_grace(2 * limits.align), "expected receives")? {
         ToAgent::ExpectedRecvs { expect } => expect,
         other => return Err(format!("unexpected message while draining: {other:?}")),
     };
@@ -197,7 +200,7 @@ fn phases(
     //    collective, so a rank that fails before this point must find nobody released).
     agent::send(&FromAgent::Drained).map_err(|e| e.to_string())?;
     *stage = Stage::Drained;
-    await_release(reader, limits.drain + GRACE)?;
+    await_release(reader, with_grace(limits.drain))?;
 
     // 4. Release the lower half and write the state file.
     snapshot_infos();
