@@ -7,6 +7,8 @@
 #     transposition, PMI generations and key prefixes, PmiConnect, restart handshake
 #   - errors: wrong rank count, missing or incomplete epoch, corrupt manifest, PID clash, aborted
 #     and timed-out checkpoints, no running job
+#   - hangs: the drain/release barrier, a lost coordinator, and with the shim the agent's
+#     deadlines and panic boundary (test hooks MPICR_TEST_COORD_FAULT, MPICR_TEST_AGENT_PANIC)
 #   - periodic checkpoints and SIGUSR1
 #   - security: images private under any umask, foreign-owned or open directories refused,
 #     modified manifests refused, unreadable jobs reported as such
@@ -440,6 +442,54 @@ if [ $criu_ok = 1 ] && [ $have4 = 1 ] && selected agent-failures; then
         ok "agent-job-survives-aborts" || bad "agent-job-survives-aborts" "r3=$r3 rc=$rc: $o3"
 fi
 
+# A rank fails after the others drained: nobody may release (their renewal, a PMI barrier, would
+# hang without it); then the coordinator vanishes before Release, and before Dump (released).
+if [ $criu_ok = 1 ] && [ $have4 = 1 ] && selected agent-barrier; then
+    d=$T/barrier
+    export MPICR_SHIM=none
+    bg mpi4 -n 2 "$M" run --ckpt-dir "$d" -- "$FAKE" 80 --fail-drain-at 1 >"$T/b.out" 2>"$T/b.err"
+    pid=$!
+    o1=$(ckpt "$d")
+    r1=$?
+    o2=$(ckpt "$d")
+    r2=$?
+    wait "$pid"
+    rc=$?
+    unset MPICR_SHIM
+    if [ $r1 != 0 ] && grep -q "checkpoint 1 aborted: rank 1: injected drain failure" <<<"$o1" &&
+        grep -q "fake_agent\[0\]: checkpoint aborted (not released)" "$T/b.err" && [ $r2 = 0 ] && [ $rc = 0 ] &&
+        complete "$T/b.out" 2 80 >/dev/null && grep -q "rank 0 tick 80 gen 1" "$T/b.out"; then
+        ok "agent-barrier-no-release-on-failure"
+    else
+        bad "agent-barrier-no-release-on-failure" "r1=$r1 r2=$r2 rc=$rc: $o1 $o2"
+        tail -5 "$T/b.err"
+    fi
+fi
+coord_lost_test() {
+    local at=$1 want=$2 gen=$3 name="agent-coord-lost-before-$1" d
+    selected "$name" || return
+    [ $criu_ok = 1 ] && [ $have4 = 1 ] || { skip "$name" "needs MPICH 4 and criu"; return; }
+    d=$T/lost$at
+    export MPICR_SHIM=none MPICR_TEST_COORD_FAULT=vanish:$at
+    bg mpi4 -n 2 "$M" run --ckpt-dir "$d" -- "$FAKE" 60 >"$T/c.out" 2>"$T/c.err"
+    local pid=$!
+    local o1 r1 rc
+    o1=$(ckpt "$d")
+    r1=$?
+    wait "$pid"
+    rc=$?
+    unset MPICR_SHIM MPICR_TEST_COORD_FAULT
+    if [ $r1 != 0 ] && [ $rc = 0 ] && [ "$(grep -c "checkpoint aborted ($want): lost the coordinator" "$T/c.err")" = 2 ] &&
+        complete "$T/c.out" 2 60 >/dev/null && grep -q "rank 1 tick 60 gen $gen" "$T/c.out"; then
+        ok "$name"
+    else
+        bad "$name" "r1=$r1 rc=$rc: $o1"
+        tail -5 "$T/c.err"
+    fi
+}
+coord_lost_test release "not released" 0
+coord_lost_test dump "released: renewing" 1
+
 if [ $have4 = 1 ] && selected ckpt-errors; then
     out=$("$M" checkpoint "$T/nowhere" 2>&1)
     [ $? = 1 ] && grep -q "does not exist" <<<"$out" && ok "ckpt-missing-dir" || bad "ckpt-missing-dir" "$out"
@@ -479,9 +529,9 @@ if [ $criu_ok = 1 ] && [ $have4 = 1 ] && selected sigusr1; then
 fi
 
 # --- with the real shim, when it is built (MPICH 4.0.2: the namespace renewal) --------------------
-if [ $criu_ok = 1 ] && [ $have4 = 1 ] && selected shim-mpich4; then
-    if [ -f "$ROOT/target/release/libmpicr.so" ]; then
-        cat >"$T/loop.c" <<'EOF2'
+build_loop4() {
+    [ -x "$T/loop4" ] && return
+    cat >"$T/loop.c" <<'EOF2'
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -503,7 +553,11 @@ int main(int argc, char **argv) {
     return 0;
 }
 EOF2
-        mpicc.mpich -o "$T/loop4" "$T/loop.c"
+    mpicc.mpich -o "$T/loop4" "$T/loop.c"
+}
+if [ $criu_ok = 1 ] && [ $have4 = 1 ] && selected shim-mpich4; then
+    if [ -f "$ROOT/target/release/libmpicr.so" ]; then
+        build_loop4
         d=$T/shim4
         bg mpi4 -n 2 "$M" run --ckpt-dir "$d" -- "$T/loop4" 60 >"$T/l1.out" 2>"$T/l1.err"
         pid=$!
@@ -524,6 +578,42 @@ EOF2
         skip "shim-mpich4-checkpoint-restart" "libmpicr.so not built"
     fi
 fi
+
+# With the shim: every failure of a checkpoint leaves the job running with its library renewed
+# consistently, and the next checkpoint works. Each case: ENV for the job, the error the first
+# checkpoint must report, and whether a second checkpoint must succeed (0 when the coordinator
+# is gone).
+shim_fault_test() {
+    local name=$1 env=$2 want=$3 again=$4 d
+    selected "$name" || return
+    [ $criu_ok = 1 ] && [ $have4 = 1 ] && [ -f "$ROOT/target/release/libmpicr.so" ] || { skip "$name" "needs MPICH 4, criu and libmpicr.so"; return; }
+    build_loop4
+    d=$T/$name
+    # shellcheck disable=SC2086 # ENV is a list of assignments
+    bg env $env timeout -k 5 90 mpiexec.mpich -n 2 "$M" run --ckpt-dir "$d" -- "$T/loop4" 200 >"$T/s1.out" 2>"$T/s1.err"
+    local pid=$! o1 r1 o2="" r2=0 rc
+    o1=$(ckpt "$d")
+    r1=$?
+    if [ "$again" = 1 ]; then
+        o2=$(ckpt "$d")
+        r2=$?
+    fi
+    wait "$pid"
+    rc=$?
+    if [ $r1 != 0 ] && grep -q -- "$want" <<<"$o1$(cat "$T/s1.err")" && [ $r2 = 0 ] && [ $rc = 0 ] && complete "$T/s1.out" 2 200 >/dev/null; then
+        ok "$name"
+    else
+        bad "$name" "r1=$r1 r2=$r2 rc=$rc: $o1 / $o2"
+        tail -8 "$T/s1.err"
+    fi
+}
+shim_fault_test shim-panic-before-release "MPICR_TEST_AGENT_PANIC=drain:1" "rank 1: internal error in the checkpoint agent: injected panic at drain (at " 1
+shim_fault_test shim-panic-after-release "MPICR_TEST_AGENT_PANIC=release:1" "rank 1: internal error in the checkpoint agent: injected panic at release" 1
+shim_fault_test shim-deadline-targets "MPICR_TEST_COORD_FAULT=stall:targets MPICR_ALIGN_TIMEOUT=2" "no collective targets from the coordinator within 2 s" 1
+shim_fault_test shim-deadline-expected "MPICR_TEST_COORD_FAULT=stall:expected MPICR_ALIGN_TIMEOUT=1" "no expected receives from the coordinator within 4 s" 1
+shim_fault_test shim-deadline-release "MPICR_TEST_COORD_FAULT=stall:release MPICR_DRAIN_TIMEOUT=1" "not every rank drained within 2 s; aborted by the coordinator" 1
+shim_fault_test shim-deadline-resume "MPICR_TEST_COORD_FAULT=stall:dump MPICR_RESUME_TIMEOUT=2" "no resume from the coordinator within 2 s" 1
+shim_fault_test shim-coord-lost-released "MPICR_TEST_COORD_FAULT=vanish:dump" "closed the connection before answering" 0
 
 if [ $have4 = 1 ] && selected shim-ctl-fd; then
     if [ -f "$ROOT/target/release/libmpicr.so" ]; then

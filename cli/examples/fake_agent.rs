@@ -9,7 +9,9 @@
 //! renewal then hands the keeper a new connection (`PmiConnect`). Without it, the socket stays
 //! open across generations, like MPICH 5.x.
 //! `--fail-at E`: rank 1 answers the targets of epoch E with `Failed` (an aborted checkpoint);
-//! `--ignore-at E`: rank 1 ignores the checkpoint request of epoch E (a coordinator timeout).
+//! `--ignore-at E`: rank 1 ignores the checkpoint request of epoch E (a coordinator timeout);
+//! `--fail-drain-at E`: rank 1 answers the expected receives of epoch E with `Failed` while the
+//! others drained: nobody may release (a renewal is a PMI barrier, so one would hang).
 //! Output: `rank R tick I gen G`, one line per tick; exit status 0, or 1 on any inconsistency.
 
 use mpicr_proto::{FromAgent, Hello, Timings, ToAgent};
@@ -148,7 +150,7 @@ fn main() {
     let ticks: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(100);
     let close_pmi = args.iter().any(|a| a == "--close-pmi");
     let opt = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse::<u64>().ok());
-    let faults = Faults { fail_at: opt("--fail-at"), ignore_at: opt("--ignore-at") };
+    let faults = Faults { fail_at: opt("--fail-at"), ignore_at: opt("--ignore-at"), fail_drain_at: opt("--fail-drain-at") };
     let env_i = |k: &str, d: i32| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
     let rank = env_i("PMI_RANK", 0);
     let size = env_i("PMI_SIZE", 1);
@@ -191,12 +193,14 @@ fn main() {
 struct Faults {
     fail_at: Option<u64>,
     ignore_at: Option<u64>,
+    fail_drain_at: Option<u64>,
 }
 
 fn agent(ctl: UnixStream, lh: Arc<Mutex<LowerHalf>>, gate: Arc<Gate>, rank: i32, size: i32, faults: Faults) {
     let mut r = &ctl;
     let mut epoch = 0u64;
     let mut t0 = Instant::now();
+    let mut drained = 0u64;
     loop {
         let msg: ToAgent = match mpicr_proto::recv(&mut r) {
             Ok(Some(m)) => m,
@@ -232,9 +236,17 @@ fn agent(ctl: UnixStream, lh: Arc<Mutex<LowerHalf>>, gate: Arc<Gate>, rank: i32,
                     send(FromAgent::Failed { reason: format!("expected {want:?}, got {expect:?}") });
                     continue;
                 }
+                if rank == 1 && faults.fail_drain_at == Some(epoch) {
+                    send(FromAgent::Failed { reason: format!("injected drain failure in epoch {epoch}") });
+                    continue;
+                }
+                drained = expect.len() as u64;
+                send(FromAgent::Drained);
+            }
+            ToAgent::Release => {
                 lh.lock().unwrap().release();
                 send(FromAgent::ReadyToDump {
-                    drained_msgs: expect.len() as u64,
+                    drained_msgs: drained,
                     drained_bytes: 0,
                     state_bytes: 0,
                     timings: Timings { phases_us: vec![("drain".into(), t0.elapsed().as_micros() as u64)] },
@@ -257,8 +269,8 @@ fn agent(ctl: UnixStream, lh: Arc<Mutex<LowerHalf>>, gate: Arc<Gate>, rank: i32,
                 send(FromAgent::Resumed { timings: Timings { phases_us: vec![("renew".into(), t.elapsed().as_micros() as u64)] } });
             }
             ToAgent::Abort { reason } => {
-                eprintln!("fake_agent[{rank}]: checkpoint aborted: {reason}");
                 let mut l = lh.lock().unwrap();
+                eprintln!("fake_agent[{rank}]: checkpoint aborted ({}): {reason}", if l.live { "not released" } else { "released: renewing" });
                 if !l.live {
                     let gen = l.gen + 1;
                     if !l.pmi_open {

@@ -171,6 +171,8 @@ pub enum ToCoord {
     Restored { epoch: u64 },
     /// The program ended (the keeper exits next).
     Exiting { status: String },
+    /// The agent drained and waits for `Release`.
+    Drained { epoch: u64 },
 }
 
 /// Coordinator -> keeper.
@@ -188,6 +190,8 @@ pub enum FromCoord {
     Stop,
     /// Restart: every rank restored the same epoch of the same job; resume.
     Go { epoch: u64 },
+    /// Every rank drained: release the lower half.
+    Release { epoch: u64 },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

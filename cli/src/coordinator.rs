@@ -5,9 +5,11 @@
 //! 1. `Begin` to every keeper; each asks its agent (`Checkpoint`) and forwards its `Counters`.
 //! 2. `Targets`: per communicator, the maximum counter over the ranks that reported it.
 //! 3. `SendCounts` from all; each rank gets `Expected`, the transposition (what every peer sent it).
-//! 4. `ReadyToDump` from all, then `Dump`: each keeper runs CRIU (`--leave-running`).
-//! 5. `Dumped` from all: MANIFEST.json (atomic rename), then `latest`. The epoch now exists.
-//! 6. `Resume` (or, for `--stop`, `Stop`: the keepers end their programs and exit 0).
+//! 4. `Drained` from all, then `Release`: a job-wide barrier, since releasing the library (and
+//!    renewing it after an abort) is collective: either every rank releases or none does.
+//! 5. `ReadyToDump` from all, then `Dump`: each keeper runs CRIU (`--leave-running`).
+//! 6. `Dumped` from all: MANIFEST.json (atomic rename), then `latest`. The epoch now exists.
+//! 7. `Resume` (or, for `--stop`, `Stop`: the keepers end their programs and exit 0).
 //!
 //! Keepers started with `--no-mpi` have no agent: they answer `Begin` with `ReadyToDump` at once.
 
@@ -191,6 +193,7 @@ struct Rank {
 enum Phase {
     Counters,
     SendCounts,
+    Drain,
     Ready,
     Dumping,
     Resuming,
@@ -218,6 +221,7 @@ struct Ckpt {
     phase: Phase,
     counters: BTreeMap<i32, Vec<(CommGid, u64)>>,
     sent: BTreeMap<i32, Vec<(CommGid, i32, u64)>>,
+    drained: BTreeSet<i32>,
     ready: BTreeMap<i32, ReadyInfo>,
     dumped: BTreeMap<i32, RankManifest>,
     resumed: BTreeSet<i32>,
@@ -243,12 +247,33 @@ struct Coordinator {
     /// Restart handshake still pending.
     restart_pending: Option<(u64, Instant)>,
     job_updated: bool,
+    /// Test hook (`MPICR_TEST_COORD_FAULT`), used once; see [`Fault`].
+    fault: Option<Fault>,
+    /// The hook made the coordinator vanish: the event loop ends.
+    vanished: bool,
+}
+
+/// A fault the tests inject (`MPICR_TEST_COORD_FAULT=stall:MSG` or `vanish:MSG`, MSG one of
+/// `targets`, `expected`, `release`, `dump`): at the first checkpoint, instead of sending MSG the
+/// coordinator sends nothing (the agents' deadlines must end the checkpoint) or drops every
+/// keeper connection and stops (a lost coordinator).
+struct Fault {
+    vanish: bool,
+    at: String,
+}
+
+impl Fault {
+    fn from_env() -> Option<Fault> {
+        let v = std::env::var("MPICR_TEST_COORD_FAULT").ok()?;
+        let (kind, at) = v.split_once(':')?;
+        Some(Fault { vanish: kind == "vanish", at: at.to_string() })
+    }
 }
 
 impl Coordinator {
     fn new(cfg: Config) -> Coordinator {
         let restart_pending = cfg.restart_epoch.map(|e| (e, Instant::now() + RESTART_TIMEOUT));
-        Coordinator { cfg, ranks: BTreeMap::new(), ckpt: None, restart_pending, job_updated: false }
+        Coordinator { cfg, ranks: BTreeMap::new(), ckpt: None, restart_pending, job_updated: false, fault: Fault::from_env(), vanished: false }
     }
 
     fn size(&self) -> i32 {
@@ -280,7 +305,28 @@ impl Coordinator {
                 },
             };
             self.handle(ev);
+            if self.vanished {
+                return;
+            }
         }
+    }
+
+    /// Whether the test hook replaces sending `msg` (see [`Fault`]).
+    fn injected_fault(&mut self, msg: &str) -> bool {
+        if !self.fault.as_ref().is_some_and(|f| f.at == msg) {
+            return false;
+        }
+        let f = self.fault.take().unwrap();
+        self.log(&format!("test fault: {} instead of sending {msg}", if f.vanish { "vanishing" } else { "stalling" }));
+        if f.vanish {
+            for k in self.ranks.values() {
+                let _ = k.writer.stream().shutdown(std::net::Shutdown::Both);
+            }
+            self.ranks.clear();
+            self.ckpt = None;
+            self.vanished = true;
+        }
+        true
     }
 
     fn on_timeout(&mut self) {
@@ -309,6 +355,7 @@ impl Coordinator {
         let done: BTreeSet<i32> = match c.phase {
             Phase::Counters => c.counters.keys().copied().collect(),
             Phase::SendCounts => c.sent.keys().copied().collect(),
+            Phase::Drain => c.drained.clone(),
             Phase::Ready => c.ready.keys().copied().collect(),
             Phase::Dumping => c.dumped.keys().copied().collect(),
             Phase::Resuming => c.resumed.clone(),
@@ -542,6 +589,7 @@ impl Coordinator {
             phase: if agentless { Phase::Ready } else { Phase::Counters },
             counters: BTreeMap::new(),
             sent: BTreeMap::new(),
+            drained: BTreeSet::new(),
             ready: BTreeMap::new(),
             dumped: BTreeMap::new(),
             resumed: BTreeSet::new(),
@@ -559,6 +607,7 @@ impl Coordinator {
             Nothing,
             Targets(BTreeMap<i32, Vec<(CommGid, u64)>>),
             Expected(BTreeMap<i32, Vec<(CommGid, i32, u64)>>),
+            Release,
             Dump,
             Commit,
             Finish,
@@ -569,6 +618,7 @@ impl Coordinator {
         let (epoch, expected_phase) = match &msg {
             ToCoord::Counters { epoch, .. } => (*epoch, Phase::Counters),
             ToCoord::SendCounts { epoch, .. } => (*epoch, Phase::SendCounts),
+            ToCoord::Drained { epoch } => (*epoch, Phase::Drain),
             ToCoord::ReadyToDump { epoch, .. } => (*epoch, Phase::Ready),
             ToCoord::Dumped { epoch, .. } => (*epoch, Phase::Dumping),
             ToCoord::Resumed { epoch, .. } => (*epoch, Phase::Resuming),
@@ -600,7 +650,7 @@ impl Coordinator {
                         c.mark("align");
                         match transpose(&c.sent, size as i32) {
                             Ok(exp) => {
-                                c.phase = Phase::Ready;
+                                c.phase = Phase::Drain;
                                 Next::Expected(exp)
                             }
                             Err(e) => Next::Abort(format!("{e:#}")),
@@ -609,10 +659,20 @@ impl Coordinator {
                         Next::Nothing
                     }
                 }
+                ToCoord::Drained { .. } => {
+                    c.drained.insert(r);
+                    if c.drained.len() == size {
+                        c.mark("drain");
+                        c.phase = Phase::Ready;
+                        Next::Release
+                    } else {
+                        Next::Nothing
+                    }
+                }
                 ToCoord::ReadyToDump { drained_msgs, drained_bytes, state_bytes, timings, .. } => {
                     c.ready.insert(r, ReadyInfo { drained_msgs, drained_bytes, state_bytes, timings });
                     if c.ready.len() == size {
-                        c.mark("drain");
+                        c.mark("release");
                         c.phase = Phase::Dumping;
                         Next::Dump
                     } else {
@@ -643,6 +703,16 @@ impl Coordinator {
                 _ => Next::Nothing,
             }
         };
+        let hook = match &next {
+            Next::Targets(_) => "targets",
+            Next::Expected(_) => "expected",
+            Next::Release => "release",
+            Next::Dump => "dump",
+            _ => "",
+        };
+        if !hook.is_empty() && self.injected_fault(hook) {
+            return;
+        }
         match next {
             Next::Nothing => {}
             Next::Targets(t) => {
@@ -655,6 +725,7 @@ impl Coordinator {
                     self.send_to(rank, &FromCoord::Expected { epoch, expect });
                 }
             }
+            Next::Release => self.broadcast(&FromCoord::Release { epoch }),
             Next::Dump => self.broadcast(&FromCoord::Dump { epoch }),
             Next::Commit => self.commit(),
             Next::Finish => self.finish(),

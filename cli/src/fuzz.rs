@@ -82,6 +82,7 @@ fn agent_frames() -> Vec<Vec<u8>> {
         FromAgent::Resumed { timings: Timings { phases_us: vec![] } },
         FromAgent::Failed { reason: "open MPI file".into() },
         FromAgent::PmiConnect { generation: 3 },
+        FromAgent::Drained,
     ];
     msgs.iter().map(frame).collect()
 }
@@ -148,6 +149,8 @@ fn coord_plain() -> Vec<Sealer> {
         sealed(FromCoord::Expected { epoch: 2, expect: vec![(1, 0, 1)] }),
         sealed(FromCoord::Abort { epoch: 2, reason: "r".into() }),
         sealed(FromCoord::Stop),
+        sealed(FromCoord::Release { epoch: 2 }),
+        sealed(ToCoord::Drained { epoch: 2 }),
         sealed(ToClient::Done(CkptResult { epoch: 1, stop_time_us: 2, bytes: 3, ranks: 4, stopped: true })),
         sealed(ToClient::Error("e".into())),
     ];

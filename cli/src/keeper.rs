@@ -450,6 +450,10 @@ pub(crate) struct CkptState {
     stopped: bool,
     /// The program was told to resume right after this rank's dump (before the commit).
     resumed: bool,
+    /// The agent reported `Failed` and recovers on its own; the checkpoint stays known until the
+    /// coordinator's `Abort`, whose verdict (and a `Release` sent before it) still goes to the
+    /// agent: after `Drained` it waits for that verdict. Nothing else is forwarded or done.
+    agent_failed: bool,
 }
 
 pub(crate) struct Keeper {
@@ -529,8 +533,17 @@ impl Keeper {
                 Ev::Coord(m) => self.on_coord(m)?,
                 Ev::CoordClosed => {
                     self.coord = None;
-                    if self.ckpt.take().is_some_and(|c| c.stopped) {
-                        resume_stopped(self.pid);
+                    if let Some(c) = self.ckpt.take() {
+                        if c.stopped {
+                            resume_stopped(self.pid);
+                        }
+                        // The agent waits for the coordinator's next word with its gate closed:
+                        // it aborts now (renewing if it released) instead of at its deadline.
+                        if self.mode != Mode::NoMpi && self.agent.is_some() {
+                            let reason = format!("lost the coordinator during checkpoint {}", c.epoch);
+                            self.say(&reason);
+                            let _ = self.tell_agent(ToAgent::Abort { reason });
+                        }
                     }
                     if let Some(e) = self.awaiting_go {
                         bail!("the coordinator went away before every rank had restored epoch {e}");
@@ -556,7 +569,8 @@ impl Keeper {
     }
 
     fn on_agent(&mut self, m: FromAgent, mut fds: Vec<OwnedFd>) -> Result<()> {
-        let epoch = self.ckpt.as_ref().map(|c| c.epoch);
+        // After the agent failed, what it still sends is not part of the checkpoint.
+        let epoch = self.ckpt.as_ref().filter(|c| !c.agent_failed).map(|c| c.epoch);
         match m {
             FromAgent::Hello(h) => {
                 self.say(&format!("agent ready (pid {}, {} via {})", h.pid, h.library, h.renew_strategy));
@@ -588,6 +602,11 @@ impl Keeper {
                     self.tell_coord(ToCoord::SendCounts { epoch, sent });
                 }
             }
+            FromAgent::Drained => {
+                if let Some(epoch) = epoch {
+                    self.tell_coord(ToCoord::Drained { epoch });
+                }
+            }
             FromAgent::ReadyToDump { drained_msgs, drained_bytes, state_bytes, timings } => {
                 if let Some(epoch) = epoch {
                     self.tell_coord(ToCoord::ReadyToDump { epoch, drained_msgs, drained_bytes, state_bytes, timings: timings.phases_us });
@@ -605,9 +624,13 @@ impl Keeper {
                 if let Some(e) = self.resuming_restart.take() {
                     bail!("the program could not resume after the restart from epoch {e}: {reason}");
                 }
-                match self.ckpt.take() {
-                    Some(c) => self.fail_ckpt(c.epoch, reason),
-                    None => crate::elog!("mpicr[{}]: agent reported a failure: {reason}", self.rank),
+                match self.ckpt.as_mut() {
+                    Some(c) if !c.agent_failed => {
+                        c.agent_failed = true;
+                        let epoch = c.epoch;
+                        self.fail_ckpt(epoch, reason);
+                    }
+                    _ => crate::elog!("mpicr[{}]: agent reported a failure: {reason}", self.rank),
                 }
             }
         }
@@ -625,7 +648,7 @@ impl Keeper {
                     self.fail_ckpt(epoch, format!("{e:#}"));
                     return Ok(());
                 }
-                self.ckpt = Some(CkptState { epoch, stop, stopped: false, resumed: false });
+                self.ckpt = Some(CkptState { epoch, stop, stopped: false, resumed: false, agent_failed: false });
                 match self.mode {
                     Mode::NoMpi => self.tell_coord(ToCoord::ReadyToDump {
                         epoch,
@@ -657,6 +680,14 @@ impl Keeper {
             FromCoord::Expected { epoch, expect } => {
                 if self.in_ckpt(epoch) {
                     if let Err(e) = self.tell_agent(ToAgent::ExpectedRecvs { expect }) {
+                        self.fail_ckpt(epoch, format!("{e:#}"));
+                    }
+                }
+            }
+            // Also after the agent failed: it may be waiting for the verdict (see `agent_failed`).
+            FromCoord::Release { epoch } => {
+                if self.ckpt.as_ref().is_some_and(|c| c.epoch == epoch) && self.mode != Mode::NoMpi {
+                    if let Err(e) = self.tell_agent(ToAgent::Release) {
                         self.fail_ckpt(epoch, format!("{e:#}"));
                     }
                 }
@@ -698,7 +729,7 @@ impl Keeper {
                 if self.awaiting_go == Some(epoch) {
                     bail!("restart of epoch {epoch} aborted: {reason}");
                 }
-                if self.in_ckpt(epoch) {
+                if self.ckpt.as_ref().is_some_and(|c| c.epoch == epoch) {
                     self.say(&format!("checkpoint {epoch} aborted: {reason}"));
                     if self.ckpt.take().is_some_and(|c| c.stopped) {
                         resume_stopped(self.pid);
@@ -730,8 +761,9 @@ impl Keeper {
         Ok(())
     }
 
+    /// Is `epoch` the checkpoint in progress here (and the agent still in it)?
     fn in_ckpt(&self, epoch: u64) -> bool {
-        self.ckpt.as_ref().is_some_and(|c| c.epoch == epoch)
+        self.ckpt.as_ref().is_some_and(|c| c.epoch == epoch && !c.agent_failed)
     }
 
     /// Dumps the program into this rank's directory of `epoch` (the program keeps running, or

@@ -13,12 +13,19 @@
 //! K->A Targets                    maximum over the members (from the coordinator)
 //! A->K SendCounts                 gates closed, collectives aligned: messages sent per peer
 //! K->A ExpectedRecvs              what every peer sent to this rank
-//! A->K ReadyToDump                drained, lower half released, shim.state written
+//! A->K Drained                    in-flight messages drained; the library is still running
+//! K->A Release                    every rank drained (job-wide barrier)
+//! A->K ReadyToDump                lower half released, shim.state written
 //! K->A Resume{restarted}          after the dump (continue), or after a restore (restart)
 //! A->K Resumed                    lower half renewed, objects rebuilt, gates open
 //! ```
 //! Any step may be answered by `Failed{reason}`, which aborts the checkpoint on every rank; the
 //! agent then renews (if it released) and continues as if nothing had been requested.
+//! Releasing and renewing are collective (MPI_Finalize, MPI_Init), so either every rank releases
+//! or none does: no rank releases before `Release`, which the coordinator sends once every rank
+//! said `Drained`. After `Drained` an agent therefore never gives up alone: when its wait for
+//! `Release` runs out it says `Failed` and waits for the verdict (`Release`, or `Abort`). Every
+//! other wait of the agent has a deadline; on it the agent says `Failed` and recovers.
 //!
 //! Lower-half renewal and PMI (added for the keeper's PMI relay; optional for the agent):
 //! ```text
@@ -77,6 +84,8 @@ pub enum ToAgent {
     Resume { restarted: bool, epoch: u64, size: i32 },
     /// Abort the checkpoint in progress.
     Abort { reason: String },
+    /// Every rank drained: release the lower half now (after `Drained`).
+    Release,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,6 +107,8 @@ pub enum FromAgent {
     /// generation 0). Sent with [`send_with_fd`]: the frame carries the keeper's end of a fresh
     /// socketpair; the agent installs the other end at the descriptor number named by `PMI_FD`.
     PmiConnect { generation: u32 },
+    /// In-flight messages drained, the library still running: waits for `Release`.
+    Drained,
 }
 
 /// Writes one frame.
@@ -231,6 +242,7 @@ mod tests {
                 ToAgent::ExpectedRecvs { expect: vec![(7, -1, 9)] },
                 ToAgent::Resume { restarted: true, epoch: 1, size: 4 },
                 ToAgent::Abort { reason: "r".into() },
+                ToAgent::Release,
             ];
             for m in &to_agent {
                 let mut b = Vec::new();
@@ -241,6 +253,7 @@ mod tests {
                 FromAgent::Hello(Hello { rank: 0, size: 2, pid: 9, library: "l".into(), renew_strategy: "s".into(), renewals_left: Some(3) }),
                 FromAgent::ReadyToDump { drained_msgs: 1, drained_bytes: 2, state_bytes: 3, timings: Timings { phases_us: vec![("a".into(), 1)] } },
                 FromAgent::PmiConnect { generation: 2 },
+                FromAgent::Drained,
             ];
             for m in &from_agent {
                 let mut b = Vec::new();

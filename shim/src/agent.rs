@@ -14,7 +14,7 @@ use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 static ALIGNING: AtomicBool = AtomicBool::new(false);
 /// Targets per communicator id; `None` until the coordinator sent them.
@@ -154,7 +154,8 @@ pub fn start_if_supervised() {
         eprintln!("mpicr: cannot reach the keeper: {e}; checkpoints are disabled");
         return;
     }
-    let spawned = std::thread::Builder::new().name("mpicr-agent".into()).spawn(move || serve(reader));
+    quiet_agent_panics();
+    let spawned = std::thread::Builder::new().name(AGENT_THREAD.into()).spawn(move || serve(reader));
     if let Err(e) = spawned {
         eprintln!("mpicr: cannot start the agent thread: {e}; checkpoints are disabled");
     }
@@ -182,7 +183,11 @@ fn serve(mut reader: UnixStream) {
         };
         match msg {
             ToAgent::Checkpoint { epoch, stop, state_path } => checkpoint::run(&mut reader, epoch, stop, &state_path),
-            ToAgent::Abort { .. } | ToAgent::Resume { .. } | ToAgent::Targets { .. } | ToAgent::ExpectedRecvs { .. } => {
+            ToAgent::Abort { .. }
+            | ToAgent::Resume { .. }
+            | ToAgent::Targets { .. }
+            | ToAgent::ExpectedRecvs { .. }
+            | ToAgent::Release => {
                 // Out of sequence: nothing in progress.
             }
         }
@@ -196,6 +201,75 @@ pub(crate) fn recv(reader: &mut UnixStream) -> Result<ToAgent, String> {
         Ok(None) => Err("the keeper closed the control connection".into()),
         Err(e) => Err(format!("control connection: {e}")),
     }
+}
+
+/// Receives the next message during a checkpoint, waiting at most `limit`; `Ok(None)` when it
+/// ran out. Only time this process runs counts: a slice of the wait never counts more than its
+/// own length, so the time CRIU keeps the process frozen for a dump, or the time between a dump
+/// and a restore (even on a host whose clock is far ahead), is not taken from the wait.
+pub(crate) fn recv_within(reader: &mut UnixStream, limit: Duration) -> Result<Option<ToAgent>, String> {
+    use std::os::fd::AsRawFd;
+    const SLICE: Duration = Duration::from_millis(250);
+    let mut waited = Duration::ZERO;
+    loop {
+        let slice = SLICE.min(limit.saturating_sub(waited));
+        let mut pfd = libc::pollfd { fd: reader.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let t = Instant::now();
+        // SAFETY: one pollfd, a local, on our own socket.
+        let n = unsafe { libc::poll(&mut pfd, 1, slice.as_millis() as libc::c_int) };
+        if n > 0 {
+            // Data, or the keeper hung up: the read says which.
+            return recv(reader).map(Some);
+        }
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(format!("control connection: {e}"));
+            }
+        }
+        waited += Instant::now().saturating_duration_since(t).min(slice);
+        if waited >= limit {
+            return Ok(None);
+        }
+    }
+}
+
+/// The agent thread's name (its panics are reported to the keeper, not printed).
+pub(crate) const AGENT_THREAD: &str = "mpicr-agent";
+
+thread_local! {
+    /// Where the agent thread last panicked (set by the hook, read by the panic boundary).
+    static PANIC_AT: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// Panics of the agent thread are caught by its panic boundary (`checkpoint::run`), which
+/// reports them to the keeper in one line: the default hook's lines on the program's stderr would
+/// only add noise. Every other thread keeps the previous hook.
+fn quiet_agent_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if std::thread::current().name() == Some(AGENT_THREAD) {
+                let at = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
+                PANIC_AT.with(|p| *p.borrow_mut() = at);
+            } else {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// One line saying what a caught panic said, and where (when the hook saw it).
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    let msg = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    let at = PANIC_AT.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    let line = if at.is_empty() { msg } else { format!("{msg} (at {at})") };
+    line.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Set once the program entered MPI_Finalize: no checkpoint may start after that.
@@ -223,4 +297,31 @@ pub(crate) fn send_pmi_connect(generation: u32, fd: std::os::fd::BorrowedFd<'_>)
     let Some(ctl) = CTL.get() else { return Err(std::io::Error::other("not running under mpicr run")) };
     let w = ctl.lock();
     mpicr_proto::send_with_fd(&w, &FromAgent::PmiConnect { generation }, fd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recv_within_runs_out_then_delivers() {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let t = Instant::now();
+        assert!(recv_within(&mut a, Duration::from_millis(300)).unwrap().is_none());
+        assert!(t.elapsed() >= Duration::from_millis(300) && t.elapsed() < Duration::from_secs(5));
+        assert!(recv_within(&mut a, Duration::ZERO).unwrap().is_none());
+        mpicr_proto::send(&mut b, &ToAgent::Release).unwrap();
+        assert_eq!(recv_within(&mut a, Duration::from_secs(5)).unwrap(), Some(ToAgent::Release));
+        drop(b);
+        let e = recv_within(&mut a, Duration::from_secs(5)).unwrap_err();
+        assert!(e.contains("closed"), "{e}");
+    }
+
+    #[test]
+    fn panic_messages_are_one_line() {
+        let p = std::panic::catch_unwind(|| panic!("two\nlines {}", 1)).unwrap_err();
+        assert_eq!(panic_message(&*p), "two lines 1");
+        let p = std::panic::catch_unwind(|| std::panic::panic_any(7u8)).unwrap_err();
+        assert_eq!(panic_message(&*p), "unknown panic");
+    }
 }

@@ -26,6 +26,58 @@ fn timeout(var: &str, default_s: u64) -> Duration {
     Duration::from_secs(std::env::var(var).ok().and_then(|v| v.parse().ok()).unwrap_or(default_s))
 }
 
+/// A peer's own deadline `limit`, plus slack for messages to cross the keepers and the
+/// coordinator (as long again, at most 30 s: short limits make short tests).
+fn with_grace(limit: Duration) -> Duration {
+    limit + limit.min(Duration::from_secs(30))
+}
+/// After giving up on `Release` (and saying `Failed`), how long to wait for the coordinator's
+/// verdict: it answers at once when it is alive; when it is not, the keeper says so sooner.
+const VERDICT_WAIT: Duration = Duration::from_secs(60);
+
+/// Every wait of one checkpoint (seconds in the environment of the program).
+struct Limits {
+    /// `MPICR_ALIGN_TIMEOUT`: for the targets, for this rank's collectives to reach them, for
+    /// its threads to leave the library; twice that (every rank's) for the expected receives.
+    align: Duration,
+    /// `MPICR_DRAIN_TIMEOUT`: for in-flight messages; with grace, for every rank's drain.
+    drain: Duration,
+    /// `MPICR_RESUME_TIMEOUT` (default 1800): from `ReadyToDump` to `Resume`, covering the other
+    /// ranks' release and every dump. Time frozen by CRIU does not count (`agent::recv_within`).
+    resume: Duration,
+}
+
+impl Limits {
+    fn from_env() -> Limits {
+        Limits {
+            align: timeout("MPICR_ALIGN_TIMEOUT", 120),
+            drain: timeout("MPICR_DRAIN_TIMEOUT", 120),
+            resume: timeout("MPICR_RESUME_TIMEOUT", 1800),
+        }
+    }
+}
+
+/// Waits for the keeper's next message of a checkpoint: `Abort` and a deadline become errors.
+fn expect(reader: &mut UnixStream, limit: Duration, what: &str) -> Result<ToAgent, String> {
+    match agent::recv_within(reader, limit)? {
+        None => Err(format!("no {what} from the coordinator within {} s", limit.as_secs())),
+        Some(ToAgent::Abort { reason }) => Err(format!("aborted by the coordinator: {reason}")),
+        Some(m) => Ok(m),
+    }
+}
+
+/// Test hook: `MPICR_TEST_AGENT_PANIC=PHASE:RANK` panics once in this process at `PHASE`
+/// (`align`: gate closed; `drain`: drained, not released; `release`: released) on world rank
+/// `RANK`, to exercise the panic boundary of [`run`].
+fn test_panic(phase: &str) {
+    static FIRED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let Ok(v) = std::env::var("MPICR_TEST_AGENT_PANIC") else { return };
+    let Some((p, r)) = v.split_once(':') else { return };
+    if p == phase && r.parse() == Ok(renew::world_rank()) && !FIRED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        panic!("injected panic at {phase}");
+    }
+}
+
 /// Phase timings, in protocol order.
 struct Clock {
     start: Instant,
@@ -51,36 +103,57 @@ impl Clock {
 }
 
 /// How far a failed checkpoint got, to undo exactly that.
-#[derive(PartialEq, PartialOrd)]
+#[derive(Clone, Copy, PartialEq, PartialOrd)]
 enum Stage {
     Aligning,
     GateClosed,
+    /// `Drained` sent: only the coordinator's verdict decides whether to release.
+    Drained,
     Released,
+    /// The renewal after `Resume` started: a failure there cannot be undone.
+    Renewing,
+    Done,
 }
 
+/// Runs one checkpoint. The panic boundary of the agent's checkpoint work: whatever happens in
+/// it (an error, a deadline, a panic), the keeper hears one line, the library is renewed when it
+/// was released (on every rank alike: see `mpicr_proto`), the gate reopens and collectives run.
 pub fn run(reader: &mut UnixStream, epoch: u64, stop: bool, state_path: &str) {
     crate::lower::prepare_thread();
     let mut stage = Stage::Aligning;
     let mut clock = Clock::new();
-    let result = phases(reader, epoch, stop, state_path, &mut stage, &mut clock);
-    match result {
-        Ok(()) => {}
-        Err(reason) => {
-            let _ = agent::send(&FromAgent::Failed { reason: reason.clone() });
-            if stage >= Stage::Released {
-                if let Err(e) = renew::renew(false, None) {
-                    crate::errors::fatal(&format!("checkpoint failed ({reason}) and the MPI library could not be restarted: {e}"));
-                }
-            }
-            if stage >= Stage::GateClosed {
-                gate::open();
-            }
-            agent::end_alignment();
+    let limits = Limits::from_env();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        phases(reader, epoch, stop, state_path, &limits, &mut stage, &mut clock)
+    }))
+    .unwrap_or_else(|p| Err(format!("internal error in the checkpoint agent: {}", agent::panic_message(&*p))));
+    let Err(reason) = result else { return };
+    let _ = agent::send(&FromAgent::Failed { reason: reason.clone() });
+    if stage == Stage::Renewing {
+        crate::errors::fatal(&format!("cannot renew the MPI library: {reason}"));
+    }
+    if stage == Stage::Released {
+        let renewed = std::panic::catch_unwind(|| renew::renew(false, None))
+            .unwrap_or_else(|p| Err(format!("internal error: {}", agent::panic_message(&*p))));
+        if let Err(e) = renewed {
+            crate::errors::fatal(&format!("checkpoint failed ({reason}) and the MPI library could not be restarted: {e}"));
         }
     }
+    if stage >= Stage::GateClosed {
+        gate::open();
+    }
+    agent::end_alignment();
 }
 
-fn phases(reader: &mut UnixStream, epoch: u64, _stop: bool, state_path: &str, stage: &mut Stage, clock: &mut Clock) -> Result<(), String> {
+fn phases(
+    reader: &mut UnixStream,
+    epoch: u64,
+    _stop: bool,
+    state_path: &str,
+    limits: &Limits,
+    stage: &mut Stage,
+    clock: &mut Clock,
+) -> Result<(), String> {
     if agent::finalizing() {
         return Err("the program is finalizing MPI".into());
     }
@@ -92,15 +165,14 @@ fn phases(reader: &mut UnixStream, epoch: u64, _stop: bool, state_path: &str, st
     agent::begin_alignment();
     let counters: Vec<(u64, u64)> = OBJ.comms.snapshot().into_iter().map(|(_, _, c)| (c.recipe.gid, c.coll_seq)).collect();
     agent::send(&FromAgent::Counters { comms: counters }).map_err(|e| e.to_string())?;
-    let targets = match agent::recv(reader)? {
+    let targets = match expect(reader, limits.align, "collective targets")? {
         ToAgent::Targets { comms } => comms.into_iter().collect::<HashMap<_, _>>(),
-        ToAgent::Abort { reason } => return Err(format!("aborted by the coordinator: {reason}")),
         other => return Err(format!("unexpected message while aligning: {other:?}")),
     };
     agent::set_targets(targets);
-    wait_aligned(reader, timeout("MPICR_ALIGN_TIMEOUT", 120))?;
+    wait_aligned(reader, limits.align)?;
     let mut abort_reason = None;
-    if !gate::close(timeout("MPICR_ALIGN_TIMEOUT", 120), || {
+    if !gate::close(limits.align, || {
         abort_reason = aborted(reader);
         abort_reason.is_some()
     }) {
@@ -108,44 +180,54 @@ fn phases(reader: &mut UnixStream, epoch: u64, _stop: bool, state_path: &str, st
             .unwrap_or_else(|| "a thread stayed inside the MPI library (a blocking collective whose peers never arrived?)".into()));
     }
     *stage = Stage::GateClosed;
-    if let Err(e) = check_aligned() {
-        return Err(e);
-    }
+    check_aligned()?;
+    test_panic("align");
     clock.lap("align");
 
     // 2. Exchange send counts, drain.
     let comms = CommIndex::build();
     agent::send(&FromAgent::SendCounts { sent: comms.sent_counts() }).map_err(|e| e.to_string())?;
-    let expected = match agent::recv(reader)? {
+    // Every rank aligns and closes its gate within its own deadlines (twice `align`).
+    let expected = match expect(reader, with_grace(2 * limits.align), "expected receives")? {
         ToAgent::ExpectedRecvs { expect } => expect,
-        ToAgent::Abort { reason } => return Err(format!("aborted by the coordinator: {reason}")),
         other => return Err(format!("unexpected message while draining: {other:?}")),
     };
-    drain(&comms, &expected, timeout("MPICR_DRAIN_TIMEOUT", 120))?;
+    drain(&comms, &expected, limits.drain, &mut || aborted(reader))?;
+    test_panic("drain");
     clock.lap("drain");
 
-    // 3. Release the lower half and write the state file.
+    // 3. Job-wide barrier: release only once every rank drained (releasing and renewing are
+    //    collective, so a rank that fails before this point must find nobody released).
+    agent::send(&FromAgent::Drained).map_err(|e| e.to_string())?;
+    *stage = Stage::Drained;
+    await_release(reader, with_grace(limits.drain))?;
+
+    // 4. Release the lower half and write the state file.
     snapshot_infos();
     snapshot_names();
-    renew::release()?;
+    // Counted as released even if finalizing fails: the other ranks released, and a renewal
+    // with them is the only way on (a library that failed to finalize is of no use either).
     *stage = Stage::Released;
+    renew::release()?;
+    test_panic("release");
     clock.lap("release");
     let state_bytes = write_state(state_path, epoch)?;
     let (msgs, bytes) = drained::stats();
     agent::send(&FromAgent::ReadyToDump { drained_msgs: msgs, drained_bytes: bytes, state_bytes, timings: clock.timings() })
         .map_err(|e| e.to_string())?;
 
-    // 4. The keeper dumps us. When we run again it is either right after the dump (continue)
+    // 5. The keeper dumps us. When we run again it is either right after the dump (continue)
     //    or in a restored process (restart).
-    let (restarted, size) = match agent::recv(reader)? {
+    let (restarted, size) = match expect(reader, limits.resume, "resume")? {
         ToAgent::Resume { restarted, size, .. } => (restarted, size),
-        ToAgent::Abort { reason } => return Err(format!("aborted by the coordinator: {reason}")),
         other => return Err(format!("unexpected message while waiting to resume: {other:?}")),
     };
     let mut clock = Clock::new();
+    *stage = Stage::Renewing;
     if let Err(e) = renew::renew(restarted, Some(size)) {
         crate::errors::fatal(&format!("cannot renew the MPI library: {e}"));
     }
+    *stage = Stage::Done;
     clock.lap("renew");
     gate::open();
     agent::end_alignment();
@@ -197,7 +279,11 @@ fn wait_aligned(reader: &mut UnixStream, limit: Duration) -> Result<(), String> 
             return Err(reason);
         }
         if Instant::now() > deadline {
-            return Err(format!("{} (waited {} s)", check_aligned().unwrap_err(), limit.as_secs()));
+            // Checked again: the collectives may have arrived since the check above.
+            return match check_aligned() {
+                Ok(()) => Ok(()),
+                Err(e) => Err(format!("{e} (waited {} s)", limit.as_secs())),
+            };
         }
         agent::wait_for_progress(Duration::from_millis(20));
     }
@@ -210,13 +296,36 @@ fn aborted(reader: &mut UnixStream) -> Option<String> {
     let mut byte = 0u8;
     // SAFETY: a one-byte peek into a local on our own socket; never blocks.
     let n = unsafe { libc::recv(reader.as_raw_fd(), (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
-    if n <= 0 {
+    if n < 0 {
         return None;
     }
+    // n == 0: the keeper hung up, which the read reports.
     match agent::recv(reader) {
         Ok(ToAgent::Abort { reason }) => Some(format!("aborted by the coordinator: {reason}")),
-        Ok(other) => Some(format!("unexpected message while aligning: {other:?}")),
+        Ok(other) => Some(format!("unexpected message during the checkpoint: {other:?}")),
         Err(e) => Some(e),
+    }
+}
+
+/// Waits for the coordinator's verdict after `Drained`: `Release` (every rank drained) or
+/// `Abort`. Never decides alone while the coordinator may still send `Release` to the others:
+/// past `limit` it says `Failed` (the coordinator then aborts, unless its `Release` is already on
+/// the way, which arrives first) and waits for the verdict a while longer; only a silent
+/// coordinator (gone, without the keeper noticing) leaves this rank to abort unreleased.
+fn await_release(reader: &mut UnixStream, limit: Duration) -> Result<(), String> {
+    let verdict = |m: ToAgent| match m {
+        ToAgent::Release => Ok(()),
+        ToAgent::Abort { reason } => Err(format!("aborted by the coordinator: {reason}")),
+        other => Err(format!("unexpected message while waiting to release: {other:?}")),
+    };
+    if let Some(m) = agent::recv_within(reader, limit)? {
+        return verdict(m);
+    }
+    let why = format!("not every rank drained within {} s", limit.as_secs());
+    agent::send(&FromAgent::Failed { reason: why.clone() }).map_err(|e| e.to_string())?;
+    match agent::recv_within(reader, VERDICT_WAIT)? {
+        Some(m) => verdict(m).map_err(|e| format!("{why}; {e}")),
+        None => Err(format!("{why}, and the coordinator never answered")),
     }
 }
 
@@ -321,12 +430,24 @@ fn is_recv(r: &RequestRecipe) -> bool {
     matches!(r, RequestRecipe::Recv { .. } | RequestRecipe::PersistentRecv { .. })
 }
 
-fn drain(comms: &CommIndex, expected: &[(u64, i32, u64)], limit: Duration) -> Result<(), String> {
+fn drain(comms: &CommIndex, expected: &[(u64, i32, u64)], limit: Duration, aborted: &mut dyn FnMut() -> Option<String>) -> Result<(), String> {
     let f = lower::fns();
     let deadline = Instant::now() + limit;
     let mut progress = Progress::new(expected, &received_counts())?;
+    // Another rank may fail meanwhile: the coordinator's abort ends the drain early.
+    let mut next_look = Instant::now();
+    let mut check_abort = || -> Result<(), String> {
+        if Instant::now() >= next_look {
+            next_look = Instant::now() + Duration::from_millis(20);
+            if let Some(reason) = aborted() {
+                return Err(reason);
+            }
+        }
+        Ok(())
+    };
     // Messages in flight: received by the program's own receives, or drained.
     while !progress.done() {
+        check_abort()?;
         test_pending(comms, &mut progress);
         for gid in progress.comms() {
             let Some(idx) = comms.by_gid.get(&gid) else { continue };
@@ -369,6 +490,7 @@ fn drain(comms: &CommIndex, expected: &[(u64, i32, u64)], limit: Duration) -> Re
         if waiting == 0 {
             break;
         }
+        check_abort()?;
         if Instant::now() > deadline {
             return Err(format!("{waiting} pending sends or collectives did not complete (waited {} s)", limit.as_secs()));
         }
