@@ -705,7 +705,13 @@ impl Keeper {
                             self.say(&format!("dumped {} in {}", images::human_bytes(info.bytes), crate::args::format_duration(t.elapsed())));
                             self.tell_coord(ToCoord::Dumped { epoch, info });
                         }
-                        Err(e) => self.fail_ckpt(epoch, format!("{e:#}")),
+                        Err(e) => {
+                            // A CRIU that failed midway may leave a process of the tree stopped
+                            // (seen: the init of a PID namespace whose program was killed
+                            // during the dump, so nobody reaped the program).
+                            resume_stopped(self.pid);
+                            self.fail_ckpt(epoch, format!("{e:#}"))
+                        }
                     }
                 }
             }

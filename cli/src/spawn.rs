@@ -166,6 +166,9 @@ pub fn spawn(plan: Plan) -> Result<Spawned, SpawnError> {
                 let r = crate::pidns::unshare_for_children()
                     .map_err(|e| other(e, "creating a PID namespace for the program"))
                     .and_then(|()| cmd.spawn().map_err(|e| other(e, "starting the init of the program's PID namespace")));
+                // The command holds the keeper's copies of the program's stdout and stderr: the
+                // relays see the end of the output only once they are closed.
+                drop(cmd);
                 let started = r.is_ok();
                 let _ = tx.send(r.map(|c| c.id() as i32));
                 while started {

@@ -727,14 +727,19 @@ impl<'a> Driver<'a> {
                     .collect();
                 keepers.sort_unstable();
             }
-            let criu = procs
-                .iter()
-                .find(|p| !p.dead && p.comm != name && keepers.iter().any(|k| k.1 == p.ppid));
+            let criu = procs.iter().find(|p| {
+                !p.dead && p.comm != name && p.comm != "mpicr-init" && keepers.iter().any(|k| k.1 == p.ppid)
+            });
             if let (Some(c), Some(&first), Some(&last)) = (criu, keepers.first(), keepers.last()) {
                 let target = match victim {
+                    // The keeper's child, or the child of the init of its PID namespace.
                     Victim::Program => procs
                         .iter()
-                        .find(|p| p.ppid == last.1 && p.comm == name)
+                        .find(|p| {
+                            p.comm == name
+                                && (p.ppid == last.1
+                                    || procs.iter().any(|q| q.pid == p.ppid && q.ppid == last.1))
+                        })
                         .map(|p| p.pid),
                     Victim::Keeper => Some(last.1),
                     Victim::Coordinator => Some(first.1),
