@@ -225,7 +225,7 @@ fi
 
 # Restored processes keep their ids. In the program's own PID namespace (the default) those are
 # the namespace's, so a restart succeeds while the checkpointed job itself still runs and holds
-# every original id on the node; without one (MPICR_PIDNS=0) the clash is named.
+# every original id on the node (MPICR_PIDNS=1); without one the clash is named.
 if [ $criu_ok = 1 ] && selected criu-pid-clash; then
     for ns in 1 0; do
         d=$T/clash$ns
@@ -576,6 +576,42 @@ if [ $criu_ok = 1 ] && [ $have4 = 1 ] && selected shim-mpich4; then
         fi
     else
         skip "shim-mpich4-checkpoint-restart" "libmpicr.so not built"
+    fi
+fi
+
+# With the shim in PID namespaces (MPICR_PIDNS=1; UCX without TCP, see cli/src/pidns.rs): a
+# stopped job restarts while a process of ours holds rank 0's original pid.
+if [ $criu_ok = 1 ] && [ $have4 = 1 ] && [ "$(id -u)" = 0 ] && selected shim-mpich4-pidns; then
+    if [ -f "$ROOT/target/release/libmpicr.so" ]; then
+        build_loop4
+        d=$T/shimns
+        MPICR_PIDNS=1 UCX_TLS=^tcp bg mpi4 -n 2 "$M" run --ckpt-dir "$d" -- "$T/loop4" 60 >"$T/n1.out" 2>"$T/n1.err"
+        pid=$!
+        ckpt "$d" >/dev/null && ckpt "$d" --stop >/dev/null
+        rcs=$?
+        wait "$pid"
+        rc=$?
+        orig=$(grep -o '"pid": [0-9]*' "$d"/epoch-000002/rank-0/rank.json | head -1 | grep -o '[0-9]*$')
+        # The next pid the kernel hands out is orig (unless something else takes it first).
+        echo $((orig - 1)) >/proc/sys/kernel/ns_last_pid
+        sleep 120 &
+        holder=$!
+        BG+=($holder)
+        mpi4 -n 2 "$M" restart "$d" >"$T/n2.out" 2>"$T/n2.err"
+        rc2=$?
+        kill "$holder" 2>/dev/null
+        cat "$T/n1.out" "$T/n2.out" >"$T/n.all"
+        if [ "$holder" != "$orig" ]; then
+            skip "shim-mpich4-pidns-restart-held-pid" "could not take pid $orig (got $holder)"
+        elif [ $rcs = 0 ] && [ $rc = 0 ] && [ $rc2 = 0 ] && grep -q '"pidns": true' "$d"/epoch-000002/rank-0/rank.json &&
+            msg=$(complete "$T/n.all" 2 60); then
+            ok "shim-mpich4-pidns-restart-held-pid"
+        else
+            bad "shim-mpich4-pidns-restart-held-pid" "rc=$rcs/$rc/$rc2 $msg"
+            tail -5 "$T/n1.err" "$T/n2.err"
+        fi
+    else
+        skip "shim-mpich4-pidns-restart-held-pid" "libmpicr.so not built"
     fi
 fi
 
