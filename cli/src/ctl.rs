@@ -94,8 +94,7 @@ pub fn decode(buf: &[u8]) -> io::Result<Option<(FromAgent, usize)>> {
 
 /// Sends one message to the agent.
 pub fn send(sock: &UnixStream, msg: &ToAgent) -> io::Result<()> {
-    let mut w = sock;
-    mpicr_proto::send(&mut w, msg)
+    mpicr_proto::send_on(sock, msg)
 }
 
 #[cfg(test)]
