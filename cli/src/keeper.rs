@@ -37,7 +37,7 @@ pub enum Outcome {
 }
 
 pub(crate) enum Ev {
-    Agent(FromAgent, Vec<OwnedFd>),
+    Agent(ctl::Frame),
     AgentClosed(Option<String>),
     Coord(FromCoord),
     CoordClosed,
@@ -183,8 +183,8 @@ pub(crate) fn start_ctl_reader(sock: UnixStream, tx: Sender<Ev>) -> Result<()> {
         let mut r = CtlReader::new(sock);
         loop {
             match r.next() {
-                Ok(Some((m, fds))) => {
-                    if tx.send(Ev::Agent(m, fds)).is_err() {
+                Ok(Some(frame)) => {
+                    if tx.send(Ev::Agent(frame)).is_err() {
                         return;
                     }
                 }
@@ -521,7 +521,7 @@ impl Keeper {
                     return Ok(self.finish(exit));
                 }
                 Ev::Signal(sig) => self.on_signal(sig),
-                Ev::Agent(m, fds) => self.on_agent(m, fds)?,
+                Ev::Agent(frame) => self.on_agent(frame)?,
                 Ev::AgentClosed(err) => {
                     if let Some(e) = err {
                         self.say(&format!("control connection to the agent failed: {e}"));
@@ -568,7 +568,16 @@ impl Keeper {
         }
     }
 
-    fn on_agent(&mut self, m: FromAgent, mut fds: Vec<OwnedFd>) -> Result<()> {
+    fn on_agent(&mut self, frame: ctl::Frame) -> Result<()> {
+        let ctl::Frame { msg: m, mut fds, truncated } = frame;
+        if truncated {
+            crate::elog!("mpicr[{}]: descriptors from the agent were dropped by the kernel (MSG_CTRUNC; is the keeper out of descriptors?)", self.rank);
+        }
+        if !fds.is_empty() && !matches!(m, FromAgent::PmiConnect { .. }) {
+            // Only PmiConnect carries one; closing a stray one is all that can be done with it.
+            self.say(&format!("{} descriptor(s) came with {}; closed", fds.len(), variant(&format!("{m:?}"))));
+            fds.clear();
+        }
         // After the agent failed, what it still sends is not part of the checkpoint.
         let epoch = self.ckpt.as_ref().filter(|c| !c.agent_failed).map(|c| c.epoch);
         match m {
@@ -580,8 +589,13 @@ impl Keeper {
             }
             FromAgent::Request { stop } => self.tell_coord(ToCoord::Request { stop }),
             FromAgent::PmiConnect { generation } => {
+                if fds.len() > 1 {
+                    crate::elog!("mpicr[{}]: PmiConnect came with {} descriptors; using the last", self.rank, fds.len());
+                }
                 let Some(fd) = fds.pop() else {
-                    crate::elog!("mpicr[{}]: the agent sent PmiConnect without a descriptor", self.rank);
+                    // The agent's end then has no peer: the renewed library's PMI client gets
+                    // EPIPE (the agent's thread ignores SIGPIPE) and the renewal reports it.
+                    crate::elog!("mpicr[{}]: the agent sent PmiConnect for generation {generation} without a descriptor", self.rank);
                     return Ok(());
                 };
                 match &self.relay {

@@ -343,9 +343,18 @@ fn cmsg_space(nfds: usize) -> usize {
     unsafe { libc::CMSG_SPACE((nfds.max(1) * std::mem::size_of::<RawFd>()) as u32) as usize }
 }
 
+/// What one [`recv_with_fds`] read.
+pub struct Recvd {
+    /// Bytes read; 0 at end of stream.
+    pub bytes: usize,
+    /// The kernel dropped descriptors that came with them (`MSG_CTRUNC`: no room in the control
+    /// buffer, or this process is out of descriptors).
+    pub truncated: bool,
+}
+
 /// Receives bytes from a unix stream socket, collecting any `SCM_RIGHTS` descriptors (made
-/// close-on-exec) into `fds`. Returns 0 at end of stream.
-pub fn recv_with_fds(sock: BorrowedFd<'_>, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> io::Result<usize> {
+/// close-on-exec) into `fds`.
+pub fn recv_with_fds(sock: BorrowedFd<'_>, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> io::Result<Recvd> {
     const MAX_FDS: usize = 16;
     let space = cmsg_space(MAX_FDS);
     let mut cbuf = vec![0u64; space.div_ceil(8)];
@@ -384,7 +393,7 @@ pub fn recv_with_fds(sock: BorrowedFd<'_>, buf: &mut [u8], fds: &mut Vec<OwnedFd
             c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
-    Ok(n)
+    Ok(Recvd { bytes: n, truncated: msg.msg_flags & libc::MSG_CTRUNC != 0 })
 }
 
 /// `access(path, X_OK)`.
@@ -408,8 +417,9 @@ mod tests {
         send_with_fds(a.as_fd(), b"hello", &[r.as_raw_fd()]).unwrap();
         let mut buf = [0u8; 16];
         let mut fds = Vec::new();
-        let n = recv_with_fds(b.as_fd(), &mut buf, &mut fds).unwrap();
-        assert_eq!(&buf[..n], b"hello");
+        let r = recv_with_fds(b.as_fd(), &mut buf, &mut fds).unwrap();
+        assert!(!r.truncated);
+        assert_eq!(&buf[..r.bytes], b"hello");
         assert_eq!(fds.len(), 1);
         assert_eq!(inode(fds[0].as_fd()).unwrap(), ino);
     }

@@ -122,6 +122,39 @@ pub fn send<W: Write, M: Serialize>(w: &mut W, msg: &M) -> io::Result<()> {
     w.flush()
 }
 
+/// Writes one frame on a socket with `MSG_NOSIGNAL`: a peer that went away is an `EPIPE`
+/// error, never a SIGPIPE (which would kill a C program that did not ignore it; the agent lives
+/// in such programs).
+pub fn send_on<M: Serialize>(sock: &std::os::unix::net::UnixStream, msg: &M) -> io::Result<()> {
+    let body = postcard::to_stdvec(msg).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let len = u32::try_from(body.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "frame too large"))?;
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&len.to_le_bytes());
+    frame.extend_from_slice(&body);
+    send_all(sock, &frame)
+}
+
+/// `send(MSG_NOSIGNAL)` until every byte is written.
+fn send_all(sock: &std::os::unix::net::UnixStream, mut data: &[u8]) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    while !data.is_empty() {
+        // SAFETY: `data` is a live buffer of `data.len()` bytes; the socket is borrowed.
+        let r = unsafe { libc::send(sock.as_raw_fd(), data.as_ptr().cast(), data.len(), libc::MSG_NOSIGNAL) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if r == 0 {
+            return Err(io::Error::new(io::ErrorKind::WriteZero, "the socket accepted no bytes"));
+        }
+        data = &data[r as usize..];
+    }
+    Ok(())
+}
+
 /// Reads one frame; `Ok(None)` on a clean end of stream before the frame started.
 pub fn recv<R: Read, M: for<'de> Deserialize<'de>>(r: &mut R) -> io::Result<Option<M>> {
     let mut len = [0u8; 4];
@@ -192,8 +225,7 @@ pub fn send_with_fd<M: Serialize>(sock: &std::os::unix::net::UnixStream, msg: &M
     };
     // The descriptor went with the first byte; any remainder is plain data.
     if n < frame.len() {
-        let mut w = sock;
-        w.write_all(&frame[n..])?;
+        send_all(sock, &frame[n..])?;
     }
     Ok(())
 }
@@ -330,6 +362,25 @@ mod tests {
             let e = recv::<_, ToAgent>(&mut &buf[..]).unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
         }
+    }
+
+    #[test]
+    fn send_on_a_closed_peer_is_epipe_not_sigpipe() {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        drop(b);
+        // The test harness (a Rust binary) ignores SIGPIPE anyway; make it fatal as in a C
+        // program, so a send without MSG_NOSIGNAL would end this test process.
+        // SAFETY: restoring the default action of SIGPIPE; nothing else in this test binary
+        // writes to broken pipes.
+        let old = unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+        let e = send_on(&a, &FromAgent::Drained).unwrap_err();
+        let (x, _y) = std::os::unix::net::UnixStream::pair().unwrap();
+        use std::os::fd::AsFd;
+        let e2 = send_with_fd(&a, &FromAgent::PmiConnect { generation: 1 }, x.as_fd()).unwrap_err();
+        // SAFETY: putting the previous action back.
+        unsafe { libc::signal(libc::SIGPIPE, old) };
+        assert_eq!(e.raw_os_error(), Some(libc::EPIPE));
+        assert_eq!(e2.raw_os_error(), Some(libc::EPIPE));
     }
 
     #[test]

@@ -111,8 +111,10 @@ static CTL: OnceLock<Mutex<UnixStream>> = OnceLock::new();
 
 pub(crate) fn send(msg: &FromAgent) -> std::io::Result<()> {
     let Some(ctl) = CTL.get() else { return Err(std::io::Error::other("not running under mpicr run")) };
-    let mut w = ctl.lock();
-    mpicr_proto::send(&mut *w, msg)
+    let w = ctl.lock();
+    // MSG_NOSIGNAL: program threads send here too (the C API), and the program may not ignore
+    // SIGPIPE; a keeper that went away must be an error, not the end of the program.
+    mpicr_proto::send_on(&w, msg)
 }
 
 /// Is this process supervised by a keeper (so that checkpoints are possible)?
@@ -175,6 +177,7 @@ pub(crate) fn send_hello() -> std::io::Result<()> {
 }
 
 fn serve(mut reader: UnixStream) {
+    block_sigpipe();
     loop {
         let msg: ToAgent = match mpicr_proto::recv(&mut reader) {
             Ok(Some(m)) => m,
@@ -190,6 +193,38 @@ fn serve(mut reader: UnixStream) {
             | ToAgent::Release => {
                 // Out of sequence: nothing in progress.
             }
+        }
+    }
+}
+
+/// Blocks SIGPIPE on the calling thread (the agent's): a write into a socket whose peer is gone
+/// then fails with EPIPE instead of killing the program. That covers the agent's own sockets and
+/// the renewed library's PMI client, whose `MPI_Init` runs on this thread (a PMI connection the
+/// keeper never got makes the renewal fail with a message, not the rank die of a signal), and
+/// the threads the library starts from it, which inherit the mask. Program threads keep theirs.
+fn block_sigpipe() {
+    // SAFETY: a signal set local to this call, changing only this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Takes a SIGPIPE left pending on the agent thread by a write that failed with EPIPE (see
+/// [`block_sigpipe`]), so that it is not carried along (nor into an image) for nothing.
+pub(crate) fn clear_pending_sigpipe() {
+    // SAFETY: local signal set and a zero timeout; sigtimedwait only takes SIGPIPE if pending,
+    // and it is blocked on this thread, as sigtimedwait requires.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        let mut pending: libc::sigset_t = std::mem::zeroed();
+        if libc::sigpending(&mut pending) == 0 && libc::sigismember(&pending, libc::SIGPIPE) == 1 {
+            let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            libc::sigtimedwait(&set, std::ptr::null_mut(), &zero);
         }
     }
 }

@@ -127,7 +127,10 @@ pub fn run(reader: &mut UnixStream, epoch: u64, stop: bool, state_path: &str) {
         phases(reader, epoch, stop, state_path, &limits, &mut stage, &mut clock)
     }))
     .unwrap_or_else(|p| Err(format!("internal error in the checkpoint agent: {}", agent::panic_message(&*p))));
-    let Err(reason) = result else { return };
+    let Err(reason) = result else {
+        agent::clear_pending_sigpipe();
+        return;
+    };
     let _ = agent::send(&FromAgent::Failed { reason: reason.clone() });
     if stage == Stage::Renewing {
         crate::errors::fatal(&format!("cannot renew the MPI library: {reason}"));
@@ -135,6 +138,7 @@ pub fn run(reader: &mut UnixStream, epoch: u64, stop: bool, state_path: &str) {
     if stage == Stage::Released {
         let renewed = std::panic::catch_unwind(|| renew::renew(false, None))
             .unwrap_or_else(|p| Err(format!("internal error: {}", agent::panic_message(&*p))));
+        agent::clear_pending_sigpipe();
         if let Err(e) = renewed {
             crate::errors::fatal(&format!("checkpoint failed ({reason}) and the MPI library could not be restarted: {e}"));
         }

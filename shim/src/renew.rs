@@ -390,15 +390,23 @@ fn connect_pmi(generation: u32) -> Result<(), String> {
     if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } != 0 {
         return Err(format!("socketpair: {}", std::io::Error::last_os_error()));
     }
-    let keeper_end = unsafe { std::os::fd::BorrowedFd::borrow_raw(fds[1]) };
-    crate::agent::send_pmi_connect(generation, keeper_end).map_err(|e| format!("PmiConnect: {e}"))?;
-    // SAFETY: plain descriptor operations on descriptors we own; dup2 clears CLOEXEC on the copy.
-    unsafe {
-        libc::close(fds[1]);
-        if libc::dup2(fds[0], pmi_fd) < 0 {
-            return Err(format!("dup2 onto PMI_FD {pmi_fd}: {}", std::io::Error::last_os_error()));
-        }
-        libc::close(fds[0]);
+    use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: socketpair just made both descriptors, and nothing else owns them.
+    let (ours, keeper_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    crate::agent::send_pmi_connect(generation, keeper_end.as_fd()).map_err(|e| format!("PmiConnect: {e}"))?;
+    drop(keeper_end);
+    if ours.as_raw_fd() == pmi_fd {
+        // The number was free (the old library closed it) and socketpair reused it: keep it
+        // open there, without close-on-exec, as dup2 would have left it.
+        let fd = std::os::fd::IntoRawFd::into_raw_fd(ours);
+        // SAFETY: clearing the flags of a descriptor we own.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
+        return Ok(());
+    }
+    // SAFETY: dup2 of a descriptor we own onto the number PMI_FD names (it clears CLOEXEC on the
+    // copy); `ours` is closed when dropped.
+    if unsafe { libc::dup2(ours.as_raw_fd(), pmi_fd) } < 0 {
+        return Err(format!("dup2 onto PMI_FD {pmi_fd}: {}", std::io::Error::last_os_error()));
     }
     Ok(())
 }
