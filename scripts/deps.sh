@@ -3,7 +3,8 @@
 #   - Debian's MPICH 4.0.2 and Open MPI 4.1.4 (runtime + headers)
 #   - the PyPI `mpich` 5.x wheel into a venv at .deps/mpich5
 #   - a private CRIU 4.1 from Debian 13 (trixie), unpacked under .deps/criu, never installed
-#     system-wide (it needs glibc 2.38; the host keeps its own libc)
+#     system-wide (it needs glibc 2.38; the host keeps its own libc), with the file capabilities
+#     a non-root user's checkpoints need (setcap from libcap2-bin; patchelf makes it exec'able)
 # Usage: scripts/deps.sh            (run from the repository root; `make deps` calls it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +14,7 @@ mkdir -p "$deps"
 export DEBIAN_FRONTEND=noninteractive
 
 need_apt=()
-for p in mpich libmpich-dev openmpi-bin libopenmpi-dev python3-venv pkg-config; do
+for p in mpich libmpich-dev openmpi-bin libopenmpi-dev python3-venv pkg-config libcap2-bin patchelf; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || need_apt+=("$p")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

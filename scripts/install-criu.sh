@@ -3,11 +3,61 @@
 # CRIU 4.1 works but needs glibc 2.38, so its packages (and the libraries it links) are unpacked
 # into .deps/criu/root and run through that tree's own dynamic loader by .deps/criu/criu.
 # The trixie suite is added to apt with pin priority 100, so nothing else is ever upgraded from it.
+#
+# .deps/criu/criu is a copy of that criu binary whose ELF interpreter and RPATH name the tree's
+# own loader and libraries (patchelf), so that it is exec'd directly: file capabilities apply to
+# the file that is exec'd, and a non-root user's CRIU (`--unprivileged`) needs
+#   - CAP_CHECKPOINT_RESTORE (kernel >= 5.9), and
+#   - CAP_SETPCAP when the capability bounding set is not full (containers): CRIU 4.1's restorer
+#     drops every capability missing from the image's bounding set, already absent or not, and
+#     PR_CAPBSET_DROP is refused without it ("Unable to drop capability 24: -1").
+# The program's own process ids are traced with ordinary same-uid ptrace rights.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=$PWD/.deps/criu
-wrapper=$dest/criu
-if [ -x "$wrapper" ] && "$wrapper" --version >/dev/null 2>&1; then exit 0; fi
+bin=$dest/criu
+lib=$dest/root/usr/lib/x86_64-linux-gnu
+
+# The capabilities the binary needs on this machine (see above).
+caps=cap_checkpoint_restore
+bnd=$(awk '/^CapBnd:/ {print $2}' /proc/self/status)
+last=$(cat /proc/sys/kernel/cap_last_cap)
+if [ "$((16#$bnd))" -ne "$(( (1 << (last + 1)) - 1 ))" ]; then caps=$caps,cap_setpcap; fi
+
+has_caps() {
+    local have
+    have=$(getcap "$bin" 2>/dev/null) || return 1
+    local c
+    for c in ${caps//,/ }; do
+        [[ $have == *"$c"* ]] || return 1
+    done
+    [[ $have == *"=ep"* || $have == *"+ep"* || $have == *"=eip"* ]]
+}
+is_elf() { [ "$(head -c 4 "$1" 2>/dev/null | od -An -c | tr -d ' ')" = '177ELF' ]; }
+
+if [ -x "$bin" ] && is_elf "$bin" && "$bin" --version >/dev/null 2>&1 && has_caps; then exit 0; fi
+
+grant() {
+    setcap "$caps+ep" "$bin" || {
+        echo "deps: setcap $caps+ep on .deps/criu/criu failed (run \`make deps\` as root, on a file system with extended attributes): mpicr works for root only" >&2
+        return 0
+    }
+    echo "deps: .deps/criu/criu has $caps (for checkpoints by non-root users)"
+}
+
+# The tree is unpacked already (an older layout ran it through a shell wrapper): only the
+# directly runnable binary and its capabilities are missing.
+if [ -x "$dest/root/usr/sbin/criu" ] && [ -x "$lib/ld-linux-x86-64.so.2" ]; then
+    if ! { is_elf "$bin" && "$bin" --version >/dev/null 2>&1; }; then
+        tmp=$dest/.criu.$$
+        cp "$dest/root/usr/sbin/criu" "$tmp"
+        patchelf --set-interpreter "$lib/ld-linux-x86-64.so.2" --force-rpath --set-rpath "$lib:/lib/x86_64-linux-gnu" "$tmp"
+        "$tmp" --version >/dev/null || { rm -f "$tmp"; echo "deps: the patched CRIU does not run" >&2; exit 1; }
+        mv -f "$tmp" "$bin"
+    fi
+    grant
+    exit 0
+fi
 echo "deps: private CRIU 4.1 into .deps/criu"
 
 src=/etc/apt/sources.list.d/mpicr-trixie.sources
@@ -45,15 +95,13 @@ for p in "${pkgs[@]}"; do
 done
 ls ./*.deb >/dev/null 2>&1 || { echo "deps: could not download CRIU packages from trixie" >&2; exit 1; }
 for d in ./*.deb; do dpkg -x "$d" "$dest/root"; done
-lib=$dest/root/usr/lib/x86_64-linux-gnu
 missing=$("$lib/ld-linux-x86-64.so.2" --library-path "$lib:/lib/x86_64-linux-gnu" --list "$dest/root/usr/sbin/criu" | grep "not found" || true)
 [ -z "$missing" ] || { echo "deps: CRIU still lacks: $missing" >&2; exit 1; }
-cat > "$wrapper" <<'WRAP'
-#!/bin/sh
-# Runs the private CRIU 4.1 through its own dynamic loader (see scripts/install-criu.sh).
-here=$(dirname "$(readlink -f "$0")")
-lib=$here/root/usr/lib/x86_64-linux-gnu
-exec "$lib/ld-linux-x86-64.so.2" --library-path "$lib:/lib/x86_64-linux-gnu" "$here/root/usr/sbin/criu" "$@"
-WRAP
-chmod +x "$wrapper"
-"$wrapper" --version
+# DT_RPATH (not RUNPATH): it also serves the libraries' own dependencies, and it is honoured in
+# the secure-execution mode a binary with file capabilities runs in (LD_LIBRARY_PATH is not).
+tmp=$dest/.criu.$$
+cp "$dest/root/usr/sbin/criu" "$tmp"
+patchelf --set-interpreter "$lib/ld-linux-x86-64.so.2" --force-rpath --set-rpath "$lib:/lib/x86_64-linux-gnu" "$tmp"
+mv -f "$tmp" "$bin"
+"$bin" --version
+grant

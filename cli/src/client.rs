@@ -10,6 +10,11 @@ pub fn checkpoint(args: CheckpointArgs) -> Result<()> {
     let dir = CkptDir::new(args.dir.resolve());
     // coordinator.json says where to connect: only from a directory nobody else controls.
     dir.secure(false)?;
+    // The keepers checked their CRIU when the job started; this node's, if it has one, is
+    // checked again here so that a lost capability is named before the job is stopped.
+    if crate::criu::unprivileged() && crate::criu::Criu::locate().is_ok() {
+        crate::criu::preflight()?;
+    }
     let info = CoordInfo::read(&dir)?;
     if info.is_stale() {
         bail!(

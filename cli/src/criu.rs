@@ -32,7 +32,7 @@ impl Criu {
             for rel in ["../../.deps/criu/criu", "../../../.deps/criu/criu"] {
                 let c = dir.join(rel);
                 if crate::sys::is_executable(&c) {
-                    return Ok(Criu { bin: c });
+                    return Ok(Criu { bin: c.canonicalize().unwrap_or(c) });
                 }
             }
         }
@@ -53,7 +53,7 @@ impl Criu {
         let dir = &dir.canonicalize().with_context(|| format!("resolving {}", dir.display()))?;
         let mut cmd = Command::new(&self.bin);
         cmd.arg("dump").arg("-t").arg(pid.to_string()).arg("-D").arg(dir).arg("-o").arg("dump.log").arg("-v4");
-        cmd.args(dump_flags(external_unix, leave_stopped));
+        cmd.args(dump_flags(external_unix, leave_stopped, unprivileged()));
         run(cmd, "dump", &dir.join("dump.log"), timeout, Vec::new())
     }
 
@@ -74,7 +74,7 @@ impl Criu {
             cmd.args(restore_inherit_flag(next, &res));
             fds.push((fd, next));
         }
-        cmd.args(restore_flags());
+        cmd.args(restore_flags(unprivileged()));
         run(cmd, "restore", &dir.join("restore.log"), timeout, fds)?;
         let text = std::fs::read_to_string(&pidfile).with_context(|| format!("criu restore wrote no {}", pidfile.display()))?;
         let _ = std::fs::remove_file(&pidfile);
@@ -82,8 +82,11 @@ impl Criu {
     }
 }
 
-pub fn dump_flags(external_unix: &[u64], leave_stopped: bool) -> Vec<String> {
+pub fn dump_flags(external_unix: &[u64], leave_stopped: bool, unprivileged: bool) -> Vec<String> {
     let mut v = vec!["--shell-job".to_string(), "--ghost-limit".into(), GHOST_LIMIT.into(), "--file-locks".into()];
+    if unprivileged {
+        v.push("--unprivileged".into());
+    }
     v.push(if leave_stopped { "--leave-stopped" } else { "--leave-running" }.into());
     for ino in external_unix {
         v.push("--external".into());
@@ -92,8 +95,94 @@ pub fn dump_flags(external_unix: &[u64], leave_stopped: bool) -> Vec<String> {
     v
 }
 
-pub fn restore_flags() -> Vec<String> {
-    vec!["--shell-job".into(), "--file-locks".into()]
+pub fn restore_flags(unprivileged: bool) -> Vec<String> {
+    let mut v = vec!["--shell-job".to_string(), "--file-locks".into()];
+    if unprivileged {
+        v.push("--unprivileged".into());
+    }
+    v
+}
+
+/// Whether CRIU runs as a non-root user, in its `--unprivileged` mode: it then needs
+/// CAP_CHECKPOINT_RESTORE from its file capabilities (`make deps` grants them), traces the
+/// program with the user's own ptrace rights, and cannot restore a PID namespace (the program
+/// has none: `pidns::available()` is false without CAP_SYS_ADMIN).
+pub fn unprivileged() -> bool {
+    crate::sys::euid() != 0
+}
+
+const CAP_SETPCAP: u32 = 8;
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_CHECKPOINT_RESTORE: u32 = 40;
+
+/// What keeps a non-root user's CRIU from working, judged from the file capabilities of the
+/// binary (`caps`: permitted set and effective bit, `None` for none), this process's bounding
+/// set and `no_new_privs`, or `None` when nothing is missing.
+pub fn missing_privilege(bin: &Path, caps: Option<(u64, bool)>, bounding: u64, last_cap: u32, no_new_privs: bool) -> Option<String> {
+    let has = |set: u64, c: u32| set & (1u64 << c) != 0;
+    let fix = |caps: &str| format!("run `make deps` as root, or `setcap {caps}+ep {}`", bin.display());
+    if no_new_privs {
+        return Some(format!("this process has no_new_privs set, so the file capabilities of {} (CAP_CHECKPOINT_RESTORE) do not apply: run mpicr outside the sandbox that sets it, or as root", bin.display()));
+    }
+    let (prm, eff) = caps.unwrap_or((0, false));
+    if !(eff && (has(prm, CAP_CHECKPOINT_RESTORE) || has(prm, CAP_SYS_ADMIN))) {
+        return Some(format!("{} lacks CAP_CHECKPOINT_RESTORE, which checkpoints by a non-root user need: {}", bin.display(), fix("cap_checkpoint_restore")));
+    }
+    if !has(bounding, CAP_CHECKPOINT_RESTORE) && !has(bounding, CAP_SYS_ADMIN) {
+        return Some(format!("CAP_CHECKPOINT_RESTORE is outside this process's capability bounding set, so {} cannot get it: run the job where it is allowed, or as root", bin.display()));
+    }
+    let full = if last_cap >= 63 { u64::MAX } else { (1u64 << (last_cap + 1)) - 1 };
+    if bounding & full != full && !has(prm, CAP_SETPCAP) {
+        return Some(format!(
+            "{} lacks CAP_SETPCAP, which its restore needs as a non-root user where the capability bounding set is not full (here {:#x}): {}",
+            bin.display(),
+            bounding,
+            fix("cap_checkpoint_restore,cap_setpcap")
+        ));
+    }
+    None
+}
+
+/// Checks once per process, before any job state depends on it, that a non-root user's CRIU
+/// can dump and restore; the error is one line naming what is missing. Nothing to check as root.
+pub fn preflight() -> Result<()> {
+    static CHECKED: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
+    if !unprivileged() {
+        return Ok(());
+    }
+    CHECKED.get_or_init(|| check_unprivileged().map_err(|e| format!("{e:#}"))).clone().map_err(|e| anyhow::anyhow!(e))
+}
+
+fn check_unprivileged() -> Result<()> {
+    let criu = Criu::locate()?;
+    let status = std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
+    let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
+    let bounding = field("CapBnd:").and_then(|v| u64::from_str_radix(v, 16).ok()).unwrap_or(u64::MAX);
+    let no_new_privs = field("NoNewPrivs:").is_some_and(|v| v == "1");
+    let last_cap = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(40);
+    // A binary without file capabilities may be a wrapper of a capable one: CRIU's own check
+    // says then. With them, what is missing can be named exactly.
+    if let Some(caps) = crate::sys::file_caps(&criu.bin).with_context(|| format!("reading the capabilities of {}", criu.bin.display()))? {
+        if let Some(why) = missing_privilege(&criu.bin, Some(caps), bounding, last_cap, no_new_privs) {
+            bail!("{why}");
+        }
+    } else if no_new_privs {
+        bail!("{}", missing_privilege(&criu.bin, None, bounding, last_cap, true).unwrap_or_default());
+    }
+    let out = Command::new(&criu.bin)
+        .args(["check", "--unprivileged"])
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("starting {}", criu.bin.display()))?;
+    if !out.status.success() {
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        if text.contains("CAP_CHECKPOINT_RESTORE") {
+            bail!("{}", missing_privilege(&criu.bin, None, bounding, last_cap, false).unwrap_or_default());
+        }
+        let first = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with("Warn")).unwrap_or("no output");
+        bail!("`{} check --unprivileged` fails ({}): {first}", criu.bin.display(), out.status);
+    }
+    Ok(())
 }
 
 pub fn restore_inherit_flag(fd: RawFd, resource: &str) -> Vec<String> {
@@ -192,14 +281,46 @@ mod tests {
 
     #[test]
     fn flags() {
-        let f = dump_flags(&[11, 12], false);
+        let f = dump_flags(&[11, 12], false, false);
         assert!(f.windows(2).any(|w| w[0] == "--external" && w[1] == "unix[11]"));
         assert!(f.windows(2).any(|w| w[0] == "--external" && w[1] == "unix[12]"));
         assert!(f.contains(&"--leave-running".to_string()));
         assert!(f.contains(&"--shell-job".to_string()));
-        assert!(dump_flags(&[], true).contains(&"--leave-stopped".to_string()));
-        assert!(!dump_flags(&[], true).contains(&"--leave-running".to_string()));
+        assert!(dump_flags(&[], true, false).contains(&"--leave-stopped".to_string()));
+        assert!(!dump_flags(&[], true, false).contains(&"--leave-running".to_string()));
+        assert!(!f.contains(&"--unprivileged".to_string()));
+        assert!(dump_flags(&[], false, true).contains(&"--unprivileged".to_string()));
+        assert!(restore_flags(true).contains(&"--unprivileged".to_string()));
+        assert!(!restore_flags(false).contains(&"--unprivileged".to_string()));
         assert_eq!(restore_inherit_flag(10, "socket:[5]"), vec!["--inherit-fd", "fd[10]:socket:[5]"]);
+    }
+
+    #[test]
+    fn missing_privilege_names_one_thing() {
+        let bin = Path::new("criu");
+        let full = (1u64 << 41) - 1;
+        let cr = 1u64 << CAP_CHECKPOINT_RESTORE;
+        let sp = 1u64 << CAP_SETPCAP;
+        assert_eq!(missing_privilege(bin, Some((cr, true)), full, 40, false), None);
+        let m = missing_privilege(bin, None, full, 40, false).unwrap();
+        assert!(m.contains("lacks CAP_CHECKPOINT_RESTORE") && m.contains("make deps") && !m.contains('\n'), "{m}");
+        assert!(missing_privilege(bin, Some((cr, false)), full, 40, false).unwrap().contains("CAP_CHECKPOINT_RESTORE"));
+        let partial = full & !(1 << 24);
+        assert!(missing_privilege(bin, Some((cr, true)), partial, 40, false).unwrap().contains("CAP_SETPCAP"));
+        assert_eq!(missing_privilege(bin, Some((cr | sp, true)), partial, 40, false), None);
+        assert!(missing_privilege(bin, Some((cr, true)), full & !cr, 40, false).unwrap().contains("bounding set"));
+        assert!(missing_privilege(bin, Some((cr, true)), full, 40, true).unwrap().contains("no_new_privs"));
+    }
+
+    #[test]
+    fn file_caps_decode() {
+        // cap_checkpoint_restore,cap_setpcap=ep, revision 2 (as setcap writes it).
+        let mut b = vec![];
+        for w in [0x0200_0001u32, 1 << 8, 0, 1 << 8, 0] {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        assert_eq!(crate::sys::parse_file_caps(&b), Some(((1 << 40) | (1 << 8), true)));
+        assert_eq!(crate::sys::parse_file_caps(&b[..3]), None);
     }
 
     #[test]

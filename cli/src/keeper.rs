@@ -264,6 +264,8 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     let (tx, rx) = mpsc::channel();
     start_signal_thread(tx.clone())?;
     let l = launch()?;
+    // A non-root user's CRIU must be able to checkpoint before the job runs for hours.
+    crate::criu::preflight()?;
     let program = spawn::resolve_program(&args.program[0]).map_err(anyhow::Error::new)?;
     let shim = if mode == Mode::Agent { crate::paths::shim()? } else { None };
 

@@ -72,6 +72,7 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     if rank == 0 {
         check_not_running(&dir)?;
     }
+    crate::criu::preflight()?;
     let criu = Criu::locate()?;
     let mode = match job.mode.as_str() {
         "no-mpi" => Mode::NoMpi,

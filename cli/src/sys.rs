@@ -248,6 +248,37 @@ pub fn euid() -> u32 {
 }
 
 /// For `pre_exec` hooks: sets the file mode creation mask (async-signal-safe).
+/// The file capabilities of `path` (its `security.capability` attribute, following symlinks):
+/// `(permitted, effective)`, the permitted set as a 64-bit mask; `None` when it has none.
+pub fn file_caps(path: &Path) -> io::Result<Option<(u64, bool)>> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let mut buf = [0u8; 64];
+    // SAFETY: both names are NUL-terminated strings and `buf` is writable for its length.
+    let n = unsafe { libc::getxattr(c.as_ptr(), c"security.capability".as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENODATA) | Some(libc::ENOTSUP) => Ok(None),
+            _ => Err(e),
+        };
+    }
+    Ok(parse_file_caps(&buf[..n as usize]))
+}
+
+/// Decodes a `vfs_cap_data` (revision 1, 2 or 3: magic_etc, then permitted/inheritable words).
+pub fn parse_file_caps(b: &[u8]) -> Option<(u64, bool)> {
+    let word = |i: usize| b.get(i * 4..i * 4 + 4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
+    let magic = word(0)?;
+    let effective = magic & 1 != 0;
+    let low = u64::from(word(1)?);
+    let high = match magic & 0xFF00_0000 {
+        0x0100_0000 => 0,
+        _ => u64::from(word(3)?),
+    };
+    Some((low | high << 32, effective))
+}
+
 pub fn child_umask(mask: u32) -> io::Result<()> {
     // SAFETY: umask only changes a process attribute and cannot fail.
     unsafe { libc::umask(mask as libc::mode_t) };
