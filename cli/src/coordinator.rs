@@ -313,10 +313,7 @@ impl Coordinator {
 
     /// Whether the test hook replaces sending `msg` (see [`Fault`]).
     fn injected_fault(&mut self, msg: &str) -> bool {
-        if !self.fault.as_ref().is_some_and(|f| f.at == msg) {
-            return false;
-        }
-        let f = self.fault.take().unwrap();
+        let Some(f) = self.fault.take_if(|f| f.at == msg) else { return false };
         self.log(&format!("test fault: {} instead of sending {msg}", if f.vanish { "vanishing" } else { "stalling" }));
         if f.vanish {
             for k in self.ranks.values() {

@@ -171,8 +171,10 @@ pub fn spawn(plan: Plan) -> Result<Spawned, SpawnError> {
                 drop(cmd);
                 let started = r.is_ok();
                 let _ = tx.send(r.map(|c| c.id() as i32));
-                while started {
-                    std::thread::park();
+                if started {
+                    loop {
+                        std::thread::park();
+                    }
                 }
             })
             .map_err(|e| other(e, "starting the thread that starts the program"))?;

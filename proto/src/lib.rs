@@ -211,8 +211,8 @@ pub fn send_with_fd<M: Serialize>(sock: &std::os::unix::net::UnixStream, msg: &M
         (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
         std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), raw);
     }
-    // SAFETY: `hdr` describes live buffers (see above).
     let n = loop {
+        // SAFETY: `hdr` describes live buffers (see above).
         let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &hdr, libc::MSG_NOSIGNAL) };
         if r < 0 {
             let e = io::Error::last_os_error();

@@ -17,7 +17,7 @@
 //! of them and MPICH 5 `FAULTS_MPICH5`.
 
 use super::{
-    bounded, indent, out_lengths, Ctx, Fault, Planned, Resume, Trigger, Victim, CMD_GRACE,
+    bounded, indent, out_lengths, Ctx, Fault, Launched, Planned, Resume, Trigger, Victim, CMD_GRACE,
 };
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -169,17 +169,21 @@ impl Ctx<'_> {
         Err(s)
     }
 
-    /// A checkpoint after epoch 1 during which `victim` is SIGKILLed once CRIU runs.
-    fn kill_fault(&mut self, name: &str, victim: Victim) -> Result<String, String> {
-        self.ckdir = self.scratch.root().join(format!("ckpt-{name}"));
+    /// A job that takes epoch 1 at a pause, goes on, and meets `fault` in its second checkpoint:
+    /// the launch, the cut of epoch 1, and what `mpicr checkpoint` said of the second.
+    fn faulted_second_checkpoint(
+        &mut self,
+        label: &str,
+        fault: Fault,
+    ) -> Result<(Launched, Vec<u64>, String), String> {
         let pause = self.pause_steps(1);
-        let mut kill = Planned::new(Trigger::After(Duration::ZERO), false);
-        kill.fault = Fault::Kill(victim);
+        let mut second = Planned::new(Trigger::After(Duration::ZERO), false);
+        second.fault = fault;
         let job = self.run_job(&pause);
         let l = self.launch(
-            &format!("{name}-run"),
+            label,
             job,
-            vec![Planned::new(Trigger::Pause, false), kill],
+            vec![Planned::new(Trigger::Pause, false), second],
             Resume::Pauses,
         )?;
         let cut = l
@@ -190,7 +194,16 @@ impl Ctx<'_> {
         let said = l
             .answers
             .first()
+            .cloned()
             .ok_or("the checkpoint with the fault was not asked for")?;
+        Ok((l, cut, said))
+    }
+
+    /// A checkpoint after epoch 1 during which `victim` is SIGKILLed once CRIU runs.
+    fn kill_fault(&mut self, name: &str, victim: Victim) -> Result<String, String> {
+        self.ckdir = self.scratch.root().join(format!("ckpt-{name}"));
+        let (l, cut, said) = self.faulted_second_checkpoint(&format!("{name}-run"), Fault::Kill(victim))?;
+        let said = &said;
         let line = expect_line(said, KILLED[0]).or_else(|_| expect_line(said, KILLED[1]))?;
         self.story
             .push(format!("{name}-run: the job ended with {}", l.out.status));
@@ -208,25 +221,8 @@ impl Ctx<'_> {
         self.fill_dir = Some(mnt.clone());
         self.ckdir = mnt.join("ckpt");
         let r = (|| {
-            let pause = self.pause_steps(1);
-            let mut full = Planned::new(Trigger::After(Duration::ZERO), false);
-            full.fault = Fault::Fill;
-            let job = self.run_job(&pause);
-            let l = self.launch(
-                "enospc-run",
-                job,
-                vec![Planned::new(Trigger::Pause, false), full],
-                Resume::Pauses,
-            )?;
-            let cut = l
-                .taken
-                .first()
-                .and_then(|t| t.cut.clone())
-                .ok_or("epoch 1 was not taken")?;
-            let said = l
-                .answers
-                .first()
-                .ok_or("the checkpoint with the fault was not asked for")?;
+            let (l, cut, said) = self.faulted_second_checkpoint("enospc-run", Fault::Fill)?;
+            let said = &said;
             let line = expect_line(said, "checkpoint 2 aborted: rank ")?;
             if !said.contains("No space left on device") {
                 return Err(format!(
