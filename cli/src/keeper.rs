@@ -353,7 +353,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     } else {
         None
     };
-    let spawned = spawn::spawn(Plan { program, argv: args.program.clone(), set_env, remove_env, fds, pidns: init_dir }).map_err(anyhow::Error::new)?;
+    let spawned = spawn::spawn(Plan { program, argv: args.program.clone(), set_env, remove_env, fds, pidns: init_dir.clone() }).map_err(anyhow::Error::new)?;
     let pid = spawned.pid;
     PROGRAM_PID.store(pid, Ordering::SeqCst);
     let guard = ProgramGuard(pid);
@@ -391,7 +391,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         stdout_ino,
         stderr_ino,
         status_ino,
-        pidns: status_ino != 0,
+        init_dir,
         launcher: l.launcher.clone(),
         relay,
         coord: Some(coord),
@@ -473,8 +473,9 @@ pub(crate) struct Keeper {
     pub(crate) stderr_ino: u64,
     /// The status pipe of the init (0 without a PID namespace).
     pub(crate) status_ino: u64,
-    /// Whether `pid` is the init of the program's PID namespace.
-    pub(crate) pidns: bool,
+    /// Where the init of the program's PID namespace works, when `pid` is that init (the
+    /// directory it was started in, which a restart from a moved checkpoint directory keeps).
+    pub(crate) init_dir: Option<PathBuf>,
     pub(crate) launcher: Option<Arc<Launcher>>,
     pub(crate) relay: Option<Arc<Relay>>,
     pub(crate) coord: Option<SecureTx>,
@@ -840,8 +841,8 @@ impl Keeper {
             host: sys::hostname(),
             pid: self.pid,
             tids,
-            pidns: self.pidns,
-            init_dir: self.pidns.then(|| self.dir.init_dir(self.rank)),
+            pidns: self.init_dir.is_some(),
+            init_dir: self.init_dir.clone(),
             sockets: sockets.into_values().collect(),
             pipes: pipes.into_values().collect(),
             next_generation: self.relay.as_ref().map_or(0, |r| r.next_generation()),

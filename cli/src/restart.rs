@@ -145,10 +145,11 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
         bail!("{} says the program ran in a PID namespace but names no status pipe", rdir.join("rank.json").display());
     }
     let k_ctl = k_ctl.context("the image has no control socket")?;
-    if meta.pidns {
-        // The init's working directory as the image knows it (the job may have been checkpointed
-        // into this directory under another path).
-        images::private_dir_all(meta.init_dir.as_deref().unwrap_or(&dir.init_dir(rank)))?;
+    // The init's working directory as the image knows it (the job may have been checkpointed
+    // into this directory under another path).
+    let init_dir = meta.pidns.then(|| meta.init_dir.clone().unwrap_or_else(|| dir.init_dir(rank)));
+    if let Some(d) = &init_dir {
+        images::private_dir_all(d)?;
     }
     let t = Instant::now();
     let pid = criu.restore(&rdir, inherit, CRIU_TIMEOUT).with_context(|| format!("restoring rank {rank} from {}", rdir.display()))?;
@@ -199,7 +200,7 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
         stdout_ino,
         stderr_ino,
         status_ino,
-        pidns: meta.pidns,
+        init_dir,
         launcher: l.launcher.clone(),
         relay,
         coord: Some(coord),
