@@ -29,6 +29,8 @@ Environment:
   MPICR_CRIU        path of the criu binary (default: .deps/criu/criu of the source tree
                     the binary was built in, else criu on PATH)
   MPICR_DEBUG_PMI   1: trace every relayed PMI message on stderr
+  MPICR_PIDNS       0: run the program without a PID namespace of its own (a restart then
+                    needs its old process ids free on the node)
   MPICR_COORD_BIND  address the coordinator listens on (default: 127.0.0.1 when every
                     rank runs on this host, else this host's address)
 

@@ -2,7 +2,7 @@
 //! `mpicr __pidns-init`). CRIU dumps the namespace from its init and restores it as a new
 //! namespace, so the restored processes get their old ids *inside* it whatever runs on the node:
 //! a restart never clashes with a live process. Without the namespace (no privilege to create
-//! one, or without `MPICR_PIDNS=1`) restored processes need their old ids free in the node's
+//! one, or with `MPICR_PIDNS=0`) restored processes need their old ids free in the node's
 //! namespace.
 //!
 //! The init forwards the keeper's signals to the program (a namespace's init ignores every
@@ -33,13 +33,10 @@ const FORWARDED: [libc::c_int; 9] = [
     libc::SIGWINCH,
 ];
 
-/// Whether `mpicr run` starts programs in a PID namespace (`MPICR_PIDNS=1`). Not the default
-/// yet: a rank in a namespace of its own cannot use CMA with the others, and Debian's MPICH
-/// 4.0.2 then moves large intranode messages over UCX's TCP transport, whose endpoints hung in
-/// MPI_Finalize under the keeper in about 1 job of 5 (measured: 2 of 10 two-rank ring jobs;
-/// the same with CMA turned off and no namespace, 5 of 15; never with CMA or without TCP).
+/// Whether `mpicr run` starts programs in a PID namespace: yes unless `MPICR_PIDNS=0` (and
+/// where the namespace cannot be created, see [`available`]).
 pub fn wanted() -> bool {
-    std::env::var("MPICR_PIDNS").is_ok_and(|v| v == "1")
+    std::env::var("MPICR_PIDNS").map_or(true, |v| v != "0")
 }
 
 /// Whether this process may create PID namespaces (root, or CAP_SYS_ADMIN): tried on a
@@ -55,8 +52,14 @@ pub fn available() -> bool {
 /// - MPICH 5 copies large intranode messages with `process_vm_readv(peer's pid)` (CMA): in a
 ///   sibling namespace that id is another process, often the reader itself (measured: EFAULT,
 ///   and it could read the wrong memory without one). Copies through shared memory instead.
+/// - UCX cannot use CMA between namespaces either, and then sends large messages by rendezvous
+///   over its TCP transport, whose endpoints Debian's MPICH 4.0.2 (UCX 1.13) disconnects in
+///   MPI_Finalize before any barrier: a rank whose peer already waits in the PMI barrier spins
+///   for ever (measured with 1 MiB ring messages under `mpicr run`: 14 of 30 four-rank and 2 of
+///   30 two-rank jobs hung; with no rendezvous, 0 of 60). Eager copies through shared memory
+///   instead, which also keeps TCP out of single-node jobs.
 pub fn library_settings() -> Vec<(String, OsString)> {
-    [("UCX_POSIX_USE_PROC_LINK", "n"), ("MPIR_CVAR_CH4_CMA_ENABLE", "0")]
+    [("UCX_POSIX_USE_PROC_LINK", "n"), ("MPIR_CVAR_CH4_CMA_ENABLE", "0"), ("UCX_RNDV_THRESH", "inf")]
         .into_iter()
         .filter(|(k, _)| std::env::var_os(k).is_none())
         .map(|(k, v)| (k.to_string(), OsString::from(v)))

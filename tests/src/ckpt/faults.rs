@@ -358,8 +358,8 @@ impl Ctx<'_> {
                             format!("restarted epoch 2 although PID {pid} is held (pid namespace)")
                         })
                 } else {
-                    // Until the program runs in a PID namespace (in progress on another
-                    // branch; rank.json will say so), the clash is refused clearly.
+                    // Without a PID namespace (MPICR_PIDNS=0, or no right to create one) the
+                    // clash is refused clearly.
                     let want = format!("cannot restore rank {last}: its process ids are in use by live processes: {pid} (");
                     self.bad_restart("pid-held", self.ranks(), &ckdir, None, &want)
                 };
