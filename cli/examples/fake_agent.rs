@@ -252,7 +252,7 @@ fn agent(ctl: UnixStream, lh: Arc<Mutex<LowerHalf>>, gate: Arc<Gate>, rank: i32,
                     timings: Timings { phases_us: vec![("drain".into(), t0.elapsed().as_micros() as u64)] },
                 });
             }
-            ToAgent::Resume { restarted, epoch: e, size: s } => {
+            ToAgent::Resume { restarted, epoch: e, size: s, .. } => {
                 if s != size {
                     die(&format!("resumed with size {s}, was {size}"));
                 }

@@ -177,6 +177,9 @@ pub struct RankMeta {
     /// Where the init of that namespace works (it must exist when the image is restored).
     #[serde(default)]
     pub init_dir: Option<PathBuf>,
+    /// The MPI library settings mpicr decides for the program (`pidns::settings_at_run`).
+    #[serde(default)]
+    pub lower_env: Vec<String>,
     /// Sockets of the program connected to the keeper, declared external at dump.
     pub sockets: Vec<ExternalSocket>,
     /// The program's stdout/stderr pipes (the keeper holds the read ends).

@@ -343,8 +343,11 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     if args.verbose && !pidns {
         crate::elog!("mpicr[{}]: the program runs without a PID namespace of its own (a restart needs its process ids free)", l.rank);
     }
+    let mut lower_env = Vec::new();
     if pidns {
-        set_env.extend(crate::pidns::library_settings());
+        let (set, managed) = crate::pidns::settings_at_run(crate::pidns::all_ranks_local());
+        set_env.extend(set);
+        lower_env = managed;
     }
     let init_dir = if pidns {
         let d = dir.init_dir(l.rank);
@@ -392,6 +395,8 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         stderr_ino,
         status_ino,
         init_dir,
+        lower_env,
+        resume_env: Vec::new(),
         launcher: l.launcher.clone(),
         relay,
         coord: Some(coord),
@@ -476,6 +481,10 @@ pub(crate) struct Keeper {
     /// Where the init of the program's PID namespace works, when `pid` is that init (the
     /// directory it was started in, which a restart from a moved checkpoint directory keeps).
     pub(crate) init_dir: Option<PathBuf>,
+    /// The MPI library settings mpicr decides for this program (see `pidns::settings_at_run`).
+    pub(crate) lower_env: Vec<String>,
+    /// What a restarted agent applies before it renews the library (`ToAgent::Resume`).
+    pub(crate) resume_env: Vec<(String, Option<String>)>,
     pub(crate) launcher: Option<Arc<Launcher>>,
     pub(crate) relay: Option<Arc<Relay>>,
     pub(crate) coord: Option<SecureTx>,
@@ -740,7 +749,7 @@ impl Keeper {
                             self.tell_coord(ToCoord::Resumed { epoch, timings: vec![] });
                         }
                         _ => {
-                            if let Err(e) = self.tell_agent(ToAgent::Resume { restarted: false, epoch, size: self.size }) {
+                            if let Err(e) = self.tell_agent(ToAgent::Resume { restarted: false, epoch, size: self.size, env: Vec::new() }) {
                                 self.ckpt = None;
                                 self.fail_ckpt(epoch, format!("{e:#}"));
                             }
@@ -776,7 +785,8 @@ impl Keeper {
                     Mode::NoMpi | Mode::NoShim => self.say(&format!("every rank restored epoch {epoch}; running")),
                     Mode::Agent => {
                         self.resuming_restart = Some(epoch);
-                        self.tell_agent(ToAgent::Resume { restarted: true, epoch, size: self.size })?;
+                        let env = std::mem::take(&mut self.resume_env);
+                        self.tell_agent(ToAgent::Resume { restarted: true, epoch, size: self.size, env })?;
                     }
                 }
             }
@@ -827,7 +837,7 @@ impl Keeper {
         // checksums and the commit follow without stopping it. (The renewal inside is
         // collective, so it waits for the ranks still dumping.)
         if !leave_stopped && self.mode == Mode::Agent {
-            self.tell_agent(ToAgent::Resume { restarted: false, epoch, size: self.size })?;
+            self.tell_agent(ToAgent::Resume { restarted: false, epoch, size: self.size, env: Vec::new() })?;
             if let Some(c) = self.ckpt.as_mut() {
                 c.resumed = true;
             }
@@ -843,6 +853,7 @@ impl Keeper {
             tids,
             pidns: self.init_dir.is_some(),
             init_dir: self.init_dir.clone(),
+            lower_env: self.lower_env.clone(),
             sockets: sockets.into_values().collect(),
             pipes: pipes.into_values().collect(),
             next_generation: self.relay.as_ref().map_or(0, |r| r.next_generation()),

@@ -47,23 +47,82 @@ pub fn available() -> bool {
 
 /// Settings for the MPI library of a program in a PID namespace of its own, where a process id
 /// means nothing outside the namespace and /proc is the node's: the library must not reach
-/// other ranks by process id. The user's own settings win.
+/// other ranks by process id. `None`: mpicr wants the variable unset.
 /// - UCX names its shared memory segments `/proc/<getpid()>/fd/N`: named segments instead.
 /// - MPICH 5 copies large intranode messages with `process_vm_readv(peer's pid)` (CMA): in a
 ///   sibling namespace that id is another process, often the reader itself (measured: EFAULT,
 ///   and it could read the wrong memory without one). Copies through shared memory instead.
-/// - UCX cannot use CMA between namespaces either, and then sends large messages by rendezvous
-///   over its TCP transport, whose endpoints Debian's MPICH 4.0.2 (UCX 1.13) disconnects in
-///   MPI_Finalize before any barrier: a rank whose peer already waits in the PMI barrier spins
-///   for ever (measured with 1 MiB ring messages under `mpicr run`: 14 of 30 four-rank and 2 of
-///   30 two-rank jobs hung; with no rendezvous, 0 of 60). Eager copies through shared memory
-///   instead, which also keeps TCP out of single-node jobs.
-pub fn library_settings() -> Vec<(String, OsString)> {
-    [("UCX_POSIX_USE_PROC_LINK", "n"), ("MPIR_CVAR_CH4_CMA_ENABLE", "0"), ("UCX_RNDV_THRESH", "inf")]
-        .into_iter()
-        .filter(|(k, _)| std::env::var_os(k).is_none())
-        .map(|(k, v)| (k.to_string(), OsString::from(v)))
-        .collect()
+/// - UCX cannot use CMA between namespaces either, and then moves data between ranks of one
+///   node over its TCP transport, whose endpoints Debian's MPICH 4.0.2 (UCX 1.13) disconnects
+///   in MPI_Finalize before any barrier: a rank whose peer already waits in the PMI barrier
+///   spins for ever. Measured under `mpicr run` (4 ranks on 2 cores): 14 of 30 jobs of 1 MiB
+///   ring messages hung there, 0 of 60 without rendezvous (large messages sent eagerly through
+///   shared memory); after a checkpoint 1 of 8 persistent-request jobs still hung, 0 of 16
+///   without TCP. So: no rendezvous, and no TCP at all when every rank runs on this node.
+fn library_settings(all_local: bool) -> [(&'static str, Option<&'static str>); 4] {
+    [
+        ("UCX_POSIX_USE_PROC_LINK", Some("n")),
+        ("MPIR_CVAR_CH4_CMA_ENABLE", Some("0")),
+        ("UCX_RNDV_THRESH", Some("inf")),
+        ("UCX_TLS", all_local.then_some("^tcp")),
+    ]
+}
+
+/// The library settings of a program started in a PID namespace: what to add to its
+/// environment, and the names mpicr decides (those the user did not set), which the images
+/// keep so that a restart can adapt them to where it runs ([`settings_at_restart`]).
+pub fn settings_at_run(all_local: bool) -> (Vec<(String, OsString)>, Vec<String>) {
+    let mut set = Vec::new();
+    let mut managed = Vec::new();
+    for (k, v) in library_settings(all_local) {
+        if std::env::var_os(k).is_some() {
+            continue;
+        }
+        managed.push(k.to_string());
+        if let Some(v) = v {
+            set.push((k.to_string(), OsString::from(v)));
+        }
+    }
+    (set, managed)
+}
+
+/// At a restart, the values of the settings mpicr decided at run (`managed`) for this launch
+/// (which may place the ranks otherwise: a job checkpointed on one node and restarted on
+/// several needs TCP back), and the names it still decides. A variable the user sets for the
+/// restart wins and is the user's from then on.
+pub fn settings_at_restart(managed: &[String], all_local: bool) -> (Vec<(String, Option<String>)>, Vec<String>) {
+    let mut env = Vec::new();
+    let mut still = Vec::new();
+    for (k, v) in library_settings(all_local) {
+        if !managed.iter().any(|m| m == k) {
+            continue;
+        }
+        match std::env::var(k) {
+            Ok(user) => env.push((k.to_string(), Some(user))),
+            Err(_) => {
+                env.push((k.to_string(), v.map(str::to_string)));
+                still.push(k.to_string());
+            }
+        }
+    }
+    (env, still)
+}
+
+/// Whether the launcher placed every rank of the job on this node: Hydra's `MPI_LOCALNRANKS`
+/// against `PMI_SIZE`, Slurm's node count, Open MPI's local and world sizes; a program started
+/// without a launcher runs alone.
+pub fn all_ranks_local() -> bool {
+    let num = |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse::<u64>().ok());
+    if let (Some(local), Some(size)) = (num("MPI_LOCALNRANKS"), num("PMI_SIZE")) {
+        return local == size;
+    }
+    if let Some(nodes) = num("SLURM_STEP_NUM_NODES").or_else(|| num("SLURM_NNODES")) {
+        return nodes == 1;
+    }
+    if let (Some(local), Some(size)) = (num("OMPI_COMM_WORLD_LOCAL_SIZE"), num("OMPI_COMM_WORLD_SIZE")) {
+        return local == size;
+    }
+    num("PMI_SIZE").is_none_or(|n| n == 1)
 }
 
 /// Makes the calling thread's next child the init of a new PID namespace. Only this thread is

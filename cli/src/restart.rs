@@ -151,6 +151,7 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     if let Some(d) = &init_dir {
         images::private_dir_all(d)?;
     }
+    let (resume_env, lower_env) = crate::pidns::settings_at_restart(&meta.lower_env, crate::pidns::all_ranks_local());
     let t = Instant::now();
     let pid = criu.restore(&rdir, inherit, CRIU_TIMEOUT).with_context(|| format!("restoring rank {rank} from {}", rdir.display()))?;
     if !meta.pidns && pid != meta.pid {
@@ -201,6 +202,8 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
         stderr_ino,
         status_ino,
         init_dir,
+        lower_env,
+        resume_env,
         launcher: l.launcher.clone(),
         relay,
         coord: Some(coord),

@@ -80,8 +80,10 @@ pub enum ToAgent {
     /// Per communicator and source world rank, how many messages were sent to this rank.
     ExpectedRecvs { expect: Vec<(CommGid, i32, u64)> },
     /// The dump is done (`restarted: false`) or this process was just restored from the image
-    /// of `epoch` (`restarted: true`). Renew the lower half and continue.
-    Resume { restarted: bool, epoch: u64, size: i32 },
+    /// of `epoch` (`restarted: true`). Renew the lower half and continue. `env`: settings of the
+    /// MPI library for the launch the process now runs in, applied to the process environment
+    /// before the renewal (`Some`: set, `None`: unset); empty when nothing changes.
+    Resume { restarted: bool, epoch: u64, size: i32, env: Vec<(String, Option<String>)> },
     /// Abort the checkpoint in progress.
     Abort { reason: String },
     /// Every rank drained: release the lower half now (after `Drained`).
@@ -272,7 +274,7 @@ mod tests {
                 ToAgent::Checkpoint { epoch: 3, stop: true, state_path: "/x/shim.state".into() },
                 ToAgent::Targets { comms: vec![(1, 2), (u64::MAX, 0)] },
                 ToAgent::ExpectedRecvs { expect: vec![(7, -1, 9)] },
-                ToAgent::Resume { restarted: true, epoch: 1, size: 4 },
+                ToAgent::Resume { restarted: true, epoch: 1, size: 4, env: vec![("UCX_TLS".into(), None)] },
                 ToAgent::Abort { reason: "r".into() },
                 ToAgent::Release,
             ];

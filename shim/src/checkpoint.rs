@@ -223,7 +223,18 @@ fn phases(
     // 5. The keeper dumps us. When we run again it is either right after the dump (continue)
     //    or in a restored process (restart).
     let (restarted, size) = match expect(reader, limits.resume, "resume")? {
-        ToAgent::Resume { restarted, size, .. } => (restarted, size),
+        ToAgent::Resume { restarted, size, env, .. } => {
+            // The library reads its settings at load, and the renewal below loads it anew.
+            // (glibc never frees a replaced environment string, so a program thread reading
+            // the environment meanwhile sees the old or the new value.)
+            for (k, v) in env {
+                match v {
+                    Some(v) => std::env::set_var(k, v),
+                    None => std::env::remove_var(k),
+                }
+            }
+            (restarted, size)
+        }
         other => return Err(format!("unexpected message while waiting to resume: {other:?}")),
     };
     let mut clock = Clock::new();
