@@ -17,6 +17,7 @@
 //! `ckpt/soak.rs`).
 
 pub mod ckpt;
+pub mod cli;
 pub mod diff;
 pub mod job;
 pub mod spec;
