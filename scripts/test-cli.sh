@@ -1,11 +1,8 @@
 #!/usr/bin/env bash
 # Integration tests of the mpicr CLI not yet ported to the Rust runner (tests/src/cli/, run by
 # `cargo test --release -p mpicr-tests --test cli`; the two together are the 64 cases):
-#   - the whole checkpoint protocol with a stand-in agent (cli/examples/fake_agent.rs): targets,
-#     transposition, PMI generations and key prefixes, PmiConnect, restart handshake
-#   - errors: aborted and timed-out checkpoints, no running job
-#   - hangs: the drain/release barrier, a lost coordinator, and with the shim the agent's
-#     deadlines and panic boundary (test hooks MPICR_TEST_COORD_FAULT, MPICR_TEST_AGENT_PANIC)
+#   - with the shim: checkpoint and restart, PID namespaces, the agent's deadlines and panic
+#     boundary (test hooks MPICR_TEST_COORD_FAULT, MPICR_TEST_AGENT_PANIC), the control socket
 #   - without root (as root only: a test user is created and removed): run, checkpoint, stop and
 #     restart with CRIU --unprivileged, no MPI and MPICH 4 with the shim; a CRIU without
 #     CAP_CHECKPOINT_RESTORE named in one line before the program runs
@@ -81,131 +78,6 @@ complete() {
 }
 bg() { "$@" & BG+=($!); }
 epochs_complete() { "$M" status "$1" 2>/dev/null | grep -c ' complete '; }
-
-# --- the checkpoint protocol with the stand-in agent ----------------------------------------------
-agent_test() {
-    local ver=$1 n=$2 extra=$3 name="agent-mpich$1-n$2${3:+-close-pmi}" d
-    selected "$name" || return
-    [ "$(eval echo \$have$ver)" = 1 ] || { skip "$name" "MPICH $ver not installed"; return; }
-    [ $criu_ok = 1 ] || { skip "$name" "no criu"; return; }
-    d=$T/agent$ver$n$extra
-    export MPICR_SHIM=none
-    bg mpi$ver -n "$n" "$M" run --ckpt-dir "$d" -- "$FAKE" 60 $extra >"$T/a1.out" 2>"$T/a1.err"
-    local pid=$!
-    ckpt "$d" >/dev/null && ckpt "$d" >/dev/null && ckpt "$d" --stop >/dev/null
-    local rcs=$?
-    wait "$pid"
-    local rc=$?
-    bg mpi$ver -n "$n" "$M" restart "$d" >"$T/a2.out" 2>"$T/a2.err"
-    pid=$!
-    ckpt "$d" --stop >/dev/null
-    local rcs2=$?
-    wait "$pid"
-    local rc2=$?
-    mpi$ver -n "$n" "$M" restart "$d" >"$T/a3.out" 2>"$T/a3.err"
-    local rc3=$?
-    unset MPICR_SHIM
-    cat "$T/a1.out" "$T/a2.out" "$T/a3.out" >"$T/a.all"
-    local msg
-    if [ $rcs = 0 ] && [ $rc = 0 ] && [ $rcs2 = 0 ] && [ $rc2 = 0 ] && [ $rc3 = 0 ] && msg=$(complete "$T/a.all" "$n" 60) &&
-        grep -q "gen 4" "$T/a3.out" && [ "$(epochs_complete "$d")" = 4 ]; then
-        ok "$name"
-    else
-        bad "$name" "rc=$rcs/$rc/$rcs2/$rc2/$rc3 $msg"
-        tail -5 "$T/a1.err" "$T/a2.err" "$T/a3.err"
-    fi
-}
-agent_test 4 2 ""
-agent_test 4 2 --close-pmi
-agent_test 5 3 ""
-agent_test 5 3 --close-pmi
-
-if [ $criu_ok = 1 ] && [ $have4 = 1 ] && selected agent-failures; then
-    d=$T/fail
-    export MPICR_SHIM=none
-    bg mpi4 -n 2 "$M" run --ckpt-dir "$d" -- "$FAKE" 100 --fail-at 1 --ignore-at 2 >"$T/f.out" 2>"$T/f.err"
-    pid=$!
-    o1=$(ckpt "$d")
-    r1=$?
-    o2=$("$M" checkpoint --timeout 2s "$d" 2>&1)
-    r2=$?
-    o3=$(ckpt "$d")
-    r3=$?
-    wait "$pid"
-    rc=$?
-    unset MPICR_SHIM
-    [ $r1 != 0 ] && grep -q "checkpoint 1 aborted: rank 1: injected failure" <<<"$o1" && [ -f "$d/epoch-000001/FAILED" ] &&
-        [ ! -f "$d/epoch-000001/MANIFEST.json" ] && ok "agent-failure-aborts" || bad "agent-failure-aborts" "r1=$r1: $o1"
-    [ $r2 != 0 ] && grep -q "timed out .* waiting for rank(s) 1" <<<"$o2" && ok "agent-timeout-aborts" || bad "agent-timeout-aborts" "r2=$r2: $o2"
-    [ $r3 = 0 ] && grep -q "^epoch: *3" <<<"$o3" && [ $rc = 0 ] && complete "$T/f.out" 2 100 >/dev/null &&
-        ok "agent-job-survives-aborts" || bad "agent-job-survives-aborts" "r3=$r3 rc=$rc: $o3"
-fi
-
-# A rank fails after the others drained: nobody may release (their renewal, a PMI barrier, would
-# hang without it); then the coordinator vanishes before Release, and before Dump (released).
-if [ $criu_ok = 1 ] && [ $have4 = 1 ] && selected agent-barrier; then
-    d=$T/barrier
-    export MPICR_SHIM=none
-    bg mpi4 -n 2 "$M" run --ckpt-dir "$d" -- "$FAKE" 80 --fail-drain-at 1 >"$T/b.out" 2>"$T/b.err"
-    pid=$!
-    o1=$(ckpt "$d")
-    r1=$?
-    o2=$(ckpt "$d")
-    r2=$?
-    wait "$pid"
-    rc=$?
-    unset MPICR_SHIM
-    if [ $r1 != 0 ] && grep -q "checkpoint 1 aborted: rank 1: injected drain failure" <<<"$o1" &&
-        grep -q "fake_agent\[0\]: checkpoint aborted (not released)" "$T/b.err" && [ $r2 = 0 ] && [ $rc = 0 ] &&
-        complete "$T/b.out" 2 80 >/dev/null && grep -q "rank 0 tick 80 gen 1" "$T/b.out"; then
-        ok "agent-barrier-no-release-on-failure"
-    else
-        bad "agent-barrier-no-release-on-failure" "r1=$r1 r2=$r2 rc=$rc: $o1 $o2"
-        tail -5 "$T/b.err"
-    fi
-fi
-coord_lost_test() {
-    local at=$1 want=$2 gen=$3 name="agent-coord-lost-before-$1" d
-    selected "$name" || return
-    [ $criu_ok = 1 ] && [ $have4 = 1 ] || { skip "$name" "needs MPICH 4 and criu"; return; }
-    d=$T/lost$at
-    export MPICR_SHIM=none MPICR_TEST_COORD_FAULT=vanish:$at
-    bg mpi4 -n 2 "$M" run --ckpt-dir "$d" -- "$FAKE" 60 >"$T/c.out" 2>"$T/c.err"
-    local pid=$!
-    local o1 r1 rc
-    o1=$(ckpt "$d")
-    r1=$?
-    wait "$pid"
-    rc=$?
-    unset MPICR_SHIM MPICR_TEST_COORD_FAULT
-    if [ $r1 != 0 ] && [ $rc = 0 ] && [ "$(grep -c "checkpoint aborted ($want): lost the coordinator" "$T/c.err")" = 2 ] &&
-        complete "$T/c.out" 2 60 >/dev/null && grep -q "rank 1 tick 60 gen $gen" "$T/c.out"; then
-        ok "$name"
-    else
-        bad "$name" "r1=$r1 rc=$rc: $o1"
-        tail -5 "$T/c.err"
-    fi
-}
-coord_lost_test release "not released" 0
-coord_lost_test dump "released: renewing" 1
-
-if [ $have4 = 1 ] && selected ckpt-errors; then
-    out=$("$M" checkpoint "$T/nowhere" 2>&1)
-    [ $? = 1 ] && grep -q "does not exist" <<<"$out" && ok "ckpt-missing-dir" || bad "ckpt-missing-dir" "$out"
-    "$M" run --no-mpi --ckpt-dir "$T/ended" -- true >/dev/null 2>&1
-    out=$("$M" checkpoint "$T/ended" 2>&1)
-    [ $? = 1 ] && grep -q "no job is running" <<<"$out" && ok "ckpt-no-job" || bad "ckpt-no-job" "$out"
-    d=$T/noshim
-    bg mpi4 -n 2 "$M" run --no-shim --ckpt-dir "$d" -- "$T/counter" 42 >/dev/null 2>&1
-    pid=$!
-    for i in $(seq 50); do [ -f "$d/coordinator.json" ] && break; sleep 0.1; done
-    sleep 0.5
-    out=$("$M" checkpoint "$d" 2>&1)
-    wait "$pid"
-    grep -q "without the shim" <<<"$out" && ok "ckpt-no-shim-refused" || bad "ckpt-no-shim-refused" "$out"
-    out=$("$M" status "$T/nowhere" 2>&1)
-    [ $? = 1 ] && grep -q "does not exist" <<<"$out" && ok "status-missing-dir" || bad "status-missing-dir" "$out"
-fi
 
 # --- with the real shim, when it is built (MPICH 4.0.2: the namespace renewal) --------------------
 build_loop4() {

@@ -122,6 +122,8 @@ pub struct T<'a> {
     pub dir: PathBuf,
     pub marker: String,
     pub results: Vec<(String, Verdict, String)>,
+    /// Set for every command this function starts (the bash version's `export`).
+    pub exported: Vec<(String, String)>,
     cases: &'static [&'static str],
 }
 
@@ -170,6 +172,11 @@ impl<'a> T<'a> {
         }
     }
 
+    /// `export K=V` for the commands this function starts from now on.
+    pub fn export(&mut self, k: &str, v: &str) {
+        self.exported.push((k.to_string(), v.to_string()));
+    }
+
     /// A path in this function's scratch directory.
     pub fn p(&self, name: &str) -> PathBuf {
         self.dir.join(name)
@@ -178,6 +185,7 @@ impl<'a> T<'a> {
     /// A command that carries this function's marker and runs in its scratch directory.
     pub fn cmd(&self, prog: impl AsRef<OsStr>) -> Command {
         let mut c = Command::new(prog);
+        c.envs(self.exported.iter().map(|(k, v)| (k, v)));
         c.env(MARKER_VAR, &self.marker)
             .current_dir(&self.dir)
             .stdin(Stdio::null());
@@ -491,6 +499,7 @@ pub fn run_fn(env: &Env, f: &CaseFn) -> Vec<(String, Verdict, String)> {
         dir,
         marker,
         results: Vec::new(),
+        exported: Vec::new(),
         cases: f.cases,
     };
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (f.run)(&mut t)));
