@@ -2,7 +2,7 @@
 //! restored PIDs (with and without a PID namespace), the restart errors, periodic and SIGUSR1
 //! checkpoints.
 
-use super::{cat, complete, grep, grep_c, json_num, rank_pid, tail, CaseFn, T, LIMIT};
+use super::{cat, complete, grep, grep_c, json_num, rank_pid, tail, CaseFn, LIMIT, T};
 use std::time::Duration;
 
 /// Bound of a background job's wait (the bash version waited without one).
@@ -185,7 +185,9 @@ fn mpiexec(t: &mut T) {
     c.arg(m).arg("restart").arg(&d);
     let (rc, out) = t.out(c, Duration::from_secs(30));
     let good = rc != 0 && grep_c("has 2 rank(s), but the launcher started 3", &out) == 3;
-    t.check("restart-wrong-rank-count", good, |_t| format!("rc={rc}: {out}"));
+    t.check("restart-wrong-rank-count", good, |_t| {
+        format!("rc={rc}: {out}")
+    });
 
     let mut c = t.mpi(4, 2);
     c.arg(m).arg("restart").arg(&d);
@@ -203,7 +205,9 @@ fn mpiexec(t: &mut T) {
     c.arg(m).args(["restart", "--epoch", "9"]).arg(&d);
     let (rc, out) = t.out(c, LIMIT);
     let good = rc != 0 && out.contains("epoch 9 does not exist");
-    t.check("restart-missing-epoch", good, |_t| format!("rc={rc}: {out}"));
+    t.check("restart-missing-epoch", good, |_t| {
+        format!("rc={rc}: {out}")
+    });
 
     let _ = std::fs::write(
         d.join("epoch-000002/MANIFEST.json"),
@@ -213,7 +217,9 @@ fn mpiexec(t: &mut T) {
     c.arg(m).args(["restart", "--epoch", "2"]).arg(&d);
     let (rc, out) = t.out(c, LIMIT);
     let good = rc != 0 && grep("manifest of epoch 2 .* is corrupt", &out);
-    t.check("restart-corrupt-manifest", good, |_t| format!("rc={rc}: {out}"));
+    t.check("restart-corrupt-manifest", good, |_t| {
+        format!("rc={rc}: {out}")
+    });
 
     let mut c = t.m(["status"]);
     c.arg(&d);
@@ -274,5 +280,7 @@ fn sigusr1(t: &mut T) {
     let n = t.epochs_complete(&d);
     let err = cat(&[&t.p("u.err")]);
     let good = n == 1 && err.contains("checkpoint: epoch 1 committed");
-    t.check("sigusr1-checkpoint", good, |_t| format!("{n} epochs: {err}"));
+    t.check("sigusr1-checkpoint", good, |_t| {
+        format!("{n} epochs: {err}")
+    });
 }

@@ -1,7 +1,7 @@
 //! `checkpoint` and `status` errors: a missing directory, no running job, a job without the
 //! shim.
 
-use super::{CaseFn, T, LIMIT};
+use super::{CaseFn, LIMIT, T};
 
 pub fn cases() -> Vec<CaseFn> {
     vec![CaseFn {

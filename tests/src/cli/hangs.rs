@@ -3,7 +3,7 @@
 //! coordinator; test hooks `MPICR_TEST_AGENT_PANIC`, `MPICR_TEST_COORD_FAULT`) leaves the job
 //! running, and the next checkpoint works; the control socket is hidden from the program.
 
-use super::{cat, complete, grep, tail, CaseFn, T, LIMIT};
+use super::{cat, complete, grep, tail, CaseFn, LIMIT, T};
 use std::time::Duration;
 
 pub fn cases_shim() -> Vec<CaseFn> {

@@ -154,6 +154,14 @@ impl<'a> T<'a> {
             self.bad(name, why)
         }
     }
+    /// The cases of this function not reported yet.
+    pub fn cases_left(&self) -> Vec<String> {
+        self.cases
+            .iter()
+            .filter(|c| !self.results.iter().any(|r| r.0 == **c))
+            .map(|c| c.to_string())
+            .collect()
+    }
     /// Skips every case of this function not reported yet.
     pub fn skip_rest(&mut self, why: &str) {
         for c in self.cases {
@@ -296,11 +304,18 @@ impl<'a> T<'a> {
 
     /// `mpicr checkpoint ARGS DIR`, retried while the job is not ready yet: (status, output).
     pub fn ckpt(&self, dir: &Path, args: &[&str]) -> (i32, String) {
-        let mut last = (1, String::new());
-        for _ in 0..100 {
+        self.ckpt_with(|| {
             let mut c = self.m(["checkpoint"]);
             c.args(args).arg(dir);
-            let (rc, out) = self.out(c, Duration::from_secs(120));
+            c
+        })
+    }
+
+    /// `ckpt` with the checkpoint command made by `make` (e.g. run as another user).
+    pub fn ckpt_with(&self, make: impl Fn() -> Command) -> (i32, String) {
+        let mut last = (1, String::new());
+        for _ in 0..100 {
+            let (rc, out) = self.out(make(), Duration::from_secs(120));
             if rc == 0 {
                 return (0, out);
             }
@@ -423,8 +438,7 @@ impl Drop for Bg {
 }
 
 fn shell_status(st: ExitStatus) -> i32 {
-    st.code()
-        .unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
+    st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
 }
 
 /// Kills (SIGKILL, by PID) every process whose environment holds `marker`, until none is left.
@@ -469,7 +483,10 @@ impl Drop for Guard {
     fn drop(&mut self) {
         let killed = kill_marked(&self.marker);
         if !killed.is_empty() {
-            STRAYS.lock().unwrap_or_else(|e| e.into_inner()).extend(killed);
+            STRAYS
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(killed);
         }
         if self.keep {
             eprintln!("kept {}", self.dir.display());
@@ -540,7 +557,9 @@ fn no_strays(t: &mut T) {
             }
         }
     }
-    t.check("no-stray-processes", strays.is_empty(), |_| strays.join(", "));
+    t.check("no-stray-processes", strays.is_empty(), |_| {
+        strays.join(", ")
+    });
 }
 
 /// Matches `pattern`, a basic regular expression as grep takes it (`^`, `$`, `.`, `*`, `\`
@@ -588,7 +607,9 @@ fn re_match(pattern: &str, line: &str) -> bool {
     }
     let text: Vec<char> = line.chars().collect();
     let starts = if anchored { 0..=0 } else { 0..=text.len() };
-    starts.into_iter().any(|s| match_here(&atoms, &text[s..], end))
+    starts
+        .into_iter()
+        .any(|s| match_here(&atoms, &text[s..], end))
 }
 
 fn match_here(atoms: &[(Atom, bool)], text: &[char], end: bool) -> bool {
@@ -619,12 +640,17 @@ pub fn complete(text: &str, ranks: u32, ticks: u32) -> Result<(), String> {
     for l in text.lines() {
         let w: Vec<&str> = l.split_whitespace().collect();
         if w.len() >= 4 && w[0] == "rank" && w[2] == "tick" {
-            *seen.entry((w[1].to_string(), w[3].to_string())).or_default() += 1;
+            *seen
+                .entry((w[1].to_string(), w[3].to_string()))
+                .or_default() += 1;
         }
     }
     for r in 0..ranks {
         for i in 1..=ticks {
-            let n = seen.get(&(r.to_string(), i.to_string())).copied().unwrap_or(0);
+            let n = seen
+                .get(&(r.to_string(), i.to_string()))
+                .copied()
+                .unwrap_or(0);
             if n != 1 {
                 return Err(format!("rank {r} tick {i}: {n} times"));
             }
@@ -708,6 +734,14 @@ pub fn setup(root: PathBuf) -> Result<Env, String> {
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target/release/mpicr"));
     let fake = root.join("target/release/examples/fake_agent");
+    for p in [&m, &fake] {
+        if !p.is_file() {
+            return Err(format!(
+                "{} is missing: cargo build --release -p mpicr-cli --bin mpicr --example fake_agent",
+                p.display()
+            ));
+        }
+    }
     let mpich5 = root.join(".deps/mpich5/bin");
     let tmp = std::env::temp_dir();
     let top = tmp.join(format!("mpicr-test-cli.{}", std::process::id()));
@@ -731,7 +765,8 @@ pub fn setup(root: PathBuf) -> Result<Env, String> {
     }
     if env.have4 {
         let cc = OsStr::new("mpicc.mpich");
-        env.have4 = compile(&env, cc, None, "hello", "hello4") && compile(&env, cc, None, "fds", "fds4");
+        env.have4 =
+            compile(&env, cc, None, "hello", "hello4") && compile(&env, cc, None, "fds", "fds4");
         if env.have4 {
             // built on demand in the bash version; its failure shows in the cases using them
             compile(&env, cc, None, "loop", "loop4");

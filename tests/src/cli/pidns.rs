@@ -2,7 +2,7 @@
 //! stopped job restarts while a process of ours holds rank 0's original pid.
 
 use super::hangs::tails;
-use super::{cat, complete, rank_pid, CaseFn, T, LIMIT};
+use super::{cat, complete, rank_pid, CaseFn, LIMIT, T};
 
 pub fn cases() -> Vec<CaseFn> {
     vec![CaseFn {
@@ -42,10 +42,7 @@ fn held_pid(t: &mut T) {
     let rank_json = d.join("epoch-000002/rank-0/rank.json");
     let orig = rank_pid(&rank_json).unwrap_or(0);
     // The next pid the kernel hands out is orig (unless something else takes it first).
-    let _ = std::fs::write(
-        "/proc/sys/kernel/ns_last_pid",
-        format!("{}\n", orig - 1),
-    );
+    let _ = std::fs::write("/proc/sys/kernel/ns_last_pid", format!("{}\n", orig - 1));
     let mut holder_cmd = t.cmd("sleep");
     holder_cmd.arg("120");
     let mut holder = t.spawn(holder_cmd, None, None);
@@ -58,11 +55,7 @@ fn held_pid(t: &mut T) {
     if held as i32 != orig {
         return t.skip(name, format!("could not take pid {orig} (got {held})"));
     }
-    let msg = if rcs == 0
-        && rc == 0
-        && rc2 == 0
-        && cat(&[&rank_json]).contains("\"pidns\": true")
-    {
+    let msg = if rcs == 0 && rc == 0 && rc2 == 0 && cat(&[&rank_json]).contains("\"pidns\": true") {
         complete(&cat(&[&t.p("n1.out"), &t.p("n2.out")]), 2, 60)
     } else {
         Err(String::new())

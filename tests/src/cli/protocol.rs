@@ -3,7 +3,7 @@
 //! PmiConnect, the restart handshake; aborted and timed-out checkpoints; the drain/release
 //! barrier; a lost coordinator (test hook `MPICR_TEST_COORD_FAULT`).
 
-use super::{cat, complete, grep, grep_c, tail, CaseFn, T, LIMIT};
+use super::{cat, complete, grep, grep_c, tail, CaseFn, LIMIT, T};
 
 pub fn cases() -> Vec<CaseFn> {
     vec![
@@ -109,9 +109,8 @@ fn agent(t: &mut T, ver: u32, n: u32, close_pmi: bool) {
     } else {
         Err(String::new())
     };
-    let good = msg.is_ok()
-        && cat(&[&t.p("a3.out")]).contains("gen 4")
-        && t.epochs_complete(&d) == 4;
+    let good =
+        msg.is_ok() && cat(&[&t.p("a3.out")]).contains("gen 4") && t.epochs_complete(&d) == 4;
     t.check(&name, good, |t| {
         format!(
             "rc={rcs}/{rc}/{rcs2}/{rc2}/{rc3} {}{}",

@@ -1,7 +1,7 @@
 //! The PMI relay and stdio under Hydra (`run --no-shim`), a clean descriptor table in the
 //! program, exit statuses, command-line usage.
 
-use super::{grep, grep_c, CaseFn, T, LIMIT};
+use super::{grep, grep_c, CaseFn, LIMIT, T};
 
 pub fn cases() -> Vec<CaseFn> {
     vec![
@@ -113,7 +113,9 @@ fn exit_status(t: &mut T) {
         .arg(t.p("nonexistent"));
     let (rc, out) = t.out(c, LIMIT);
     let good = rc == 127 && out.contains("program not found");
-    t.check("exit-status-not-found", good, |_t| format!("rc={rc}: {out}"));
+    t.check("exit-status-not-found", good, |_t| {
+        format!("rc={rc}: {out}")
+    });
 
     let src = t.env.root.join("tests/cli-programs/counter.c");
     let mut c = t.m(["run", "--no-mpi", "--ckpt-dir"]);
@@ -127,7 +129,9 @@ fn exit_status(t: &mut T) {
 fn cli_usage(t: &mut T) {
     let (rc, out) = t.out(t.m(["run", "--interval", "5x", "--", "true"]), LIMIT);
     let good = rc == 2 && out.contains("unknown unit");
-    t.check("cli-usage-bad-duration", good, |_t| format!("rc={rc}: {out}"));
+    t.check("cli-usage-bad-duration", good, |_t| {
+        format!("rc={rc}: {out}")
+    });
     let help = t.stdout_of(t.m(["--help"]));
     t.check("cli-usage-help", grep("MPICR_CKPT_DIR", &help), |_t| {
         "no MPICR_CKPT_DIR in --help".into()

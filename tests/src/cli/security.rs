@@ -1,7 +1,7 @@
 //! Security: images private under any umask, signed manifests, foreign-owned or open
 //! directories refused, unreadable jobs reported as such, strangers' connections bounded.
 
-use super::{cat, grep, json_num, tail, CaseFn, T, LIMIT};
+use super::{cat, grep, json_num, tail, CaseFn, LIMIT, T};
 use std::fs;
 use std::io::Read;
 use std::net::TcpStream;
@@ -165,7 +165,10 @@ fn images(t: &mut T) {
     let rc = t.to(c, Some(&t.p("sec2.out")), Some(&t.p("sec2.err")), LIMIT);
     let err = cat(&[&t.p("sec2.err")]);
     let good = rc == 4
-        && grep("warning: skipping epoch 2: its manifest .* is corrupt", &err)
+        && grep(
+            "warning: skipping epoch 2: its manifest .* is corrupt",
+            &err,
+        )
         && tail(&t.p("sec2.out"), 1).contains("tick 60");
     t.check("security-corrupt-newest-reported", good, |_t| {
         format!("rc={rc}: {err}")
@@ -204,9 +207,10 @@ fn dirs(t: &mut T) {
     c.arg(&foreign).args(["--", "true"]);
     let (rc, out) = t.out(c, LIMIT);
     let empty = fs::read_dir(&foreign).is_ok_and(|mut d| d.next().is_none());
-    let good =
-        rc == 125 && out.contains(&format!("owned by uid {nobody}, not by you")) && empty;
-    t.check("security-run-foreign-dir", good, |_t| format!("rc={rc}: {out}"));
+    let good = rc == 125 && out.contains(&format!("owned by uid {nobody}, not by you")) && empty;
+    t.check("security-run-foreign-dir", good, |_t| {
+        format!("rc={rc}: {out}")
+    });
 
     let mut c = t.m(["checkpoint"]);
     c.arg(&foreign);
@@ -227,9 +231,11 @@ fn dirs(t: &mut T) {
         "{} is writable by group or others (mode 0777)",
         open.display()
     );
-    t.check("security-run-open-dir", rc == 125 && out.contains(&want), |_t| {
-        format!("rc={rc}: {out}")
-    });
+    t.check(
+        "security-run-open-dir",
+        rc == 125 && out.contains(&want),
+        |_t| format!("rc={rc}: {out}"),
+    );
 
     // status by a user who cannot read the job says so (instead of "running: no").
     let p = t.p("pub");
@@ -269,7 +275,11 @@ fn dirs(t: &mut T) {
         fs::Permissions::from_mode(0o600),
     );
     let (rc, out) = as_nobody(t);
-    let good = rc == 0 && grep("running: *unknown: cannot read the job's coordinator file", &out);
+    let good = rc == 0
+        && grep(
+            "running: *unknown: cannot read the job's coordinator file",
+            &out,
+        );
     t.check("security-status-unreadable-coordinator", good, |_t| {
         format!("rc={rc}: {out}")
     });
