@@ -801,3 +801,69 @@ impl Drop for Env {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grep_takes_the_basic_regular_expressions_the_cases_use() {
+        assert!(grep("^epoch: *2", "x\nepoch:   2 (1.2 s)\n"));
+        assert!(grep("^epoch: *2", "epoch:2"));
+        assert!(!grep("^epoch: *2", " epoch: 2"));
+        assert!(!grep("^epoch: *3", "epoch: 2"));
+        assert!(grep(
+            "manifest of epoch 2 .*signature does not match",
+            "error: the manifest of epoch 2 (x) signature does not match"
+        ));
+        assert!(grep(
+            "fake_agent\\[0\\]: checkpoint aborted (not released)",
+            "fake_agent[0]: checkpoint aborted (not released): lost"
+        ));
+        assert!(!grep(
+            "fake_agent\\[0\\]: checkpoint aborted (not released)",
+            "fake_agent[1]: checkpoint aborted (not released)"
+        ));
+        assert!(grep(
+            "timed out .* waiting for rank(s) 1",
+            "timed out after 2 s waiting for rank(s) 1"
+        ));
+        assert_eq!(
+            grep_c(
+                "of 2: sum 3$",
+                "rank 0 of 2: sum 3\nrank 1 of 2: sum 3\nof 2: sum 33"
+            ),
+            2
+        );
+        assert!(grep(
+            "rc=0 .*closed=80 .*epoch: *1",
+            "rc=0 took=4.0 closed=80 epoch: 1"
+        ));
+        assert!(!grep(
+            "rc=0 .*closed=80 .*epoch: *1",
+            "rc=0 took=4.0 closed=8 epoch: 1"
+        ));
+    }
+
+    #[test]
+    fn complete_wants_every_tick_of_every_rank_once() {
+        let two = "rank 0 tick 1\nrank 1 tick 1 gen 0\nrank 0 tick 2\nrank 1 tick 2\n";
+        assert!(complete(two, 2, 2).is_ok());
+        assert_eq!(complete(two, 2, 3).unwrap_err(), "rank 0 tick 3: 0 times");
+        let twice = format!("{two}rank 1 tick 2 gen 1\n");
+        assert_eq!(
+            complete(&twice, 2, 2).unwrap_err(),
+            "rank 1 tick 2: 2 times"
+        );
+    }
+
+    #[test]
+    fn json_numbers() {
+        assert_eq!(
+            json_num("{\n  \"pid\": 123,\n  \"port\": 4567\n}", "port"),
+            Some(4567)
+        );
+        assert_eq!(json_num("{\"pid\":9}", "pid"), Some(9));
+        assert_eq!(json_num("{}", "pid"), None);
+    }
+}
