@@ -1,6 +1,6 @@
 //! The `mpicr` CLI's integration tests (see `src/cli/mod.rs`), one line per case and a count.
 //!
-//! `cargo test --release -p mpicr-tests --test cli [-- PATTERN...] [--list]`, or
+//! `cargo test --release -p mpicr-tests --test cli [-- PATTERN...] [--skip PATTERN] [--list]`, or
 //! `MPICR_TEST_CLI=PATTERN[,PATTERN...]`: runs the groups of cases whose name, or one of whose
 //! cases' names, contains a pattern. Needs `target/release/mpicr` and
 //! `target/release/examples/fake_agent` built; cases needing MPICH 4 or 5, CRIU, root or
@@ -20,12 +20,14 @@ fn main() -> ExitCode {
         .map(str::to_string)
         .collect();
     let mut list = false;
+    let mut skips: Vec<String> = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--list" => list = true,
+            "--skip" => skips.extend(args.next()),
             // libtest flags that cargo or a user may pass and that take a value
-            "--color" | "--format" | "--logfile" | "-Z" | "--skip" | "--test-threads" => {
+            "--color" | "--format" | "--logfile" | "-Z" | "--test-threads" => {
                 args.next();
             }
             f if f.starts_with('-') => {}
@@ -34,7 +36,7 @@ fn main() -> ExitCode {
     }
     let fns: Vec<_> = cli::all()
         .into_iter()
-        .filter(|f| cli::selected(f, &filters))
+        .filter(|f| cli::selected(f, &filters) && (skips.is_empty() || !cli::selected(f, &skips)))
         .collect();
     if list {
         for f in &fns {

@@ -293,6 +293,7 @@ impl<'a> T<'a> {
         Ok(Bg {
             child,
             status: None,
+            started: Instant::now(),
         })
     }
 
@@ -372,20 +373,22 @@ fn sink(p: Option<&Path>) -> Stdio {
 pub struct Bg {
     child: Child,
     status: Option<i32>,
+    started: Instant,
 }
 
 impl Bg {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
-    /// Its exit status like the shell gives it (128 + signal), waiting at most `limit`: then
+    /// Its exit status like the shell gives it (128 + signal), once it ran `limit` at most
+    /// (counted from its start, as `timeout -k 5 LIMIT cmd &` of the bash version does): then
     /// SIGTERM to its group, and SIGKILL 5 s later (`timeout -k 5`), status 124 (also when the
     /// run is interrupted).
     pub fn wait(&mut self, limit: Duration) -> i32 {
         if let Some(s) = self.status {
             return s;
         }
-        let start = Instant::now();
+        let start = self.started;
         let s = loop {
             match self.child.try_wait() {
                 Ok(Some(st)) => break shell_status(st),

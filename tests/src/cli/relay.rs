@@ -117,7 +117,10 @@ fn exit_status(t: &mut T) {
         format!("rc={rc}: {out}")
     });
 
-    let src = t.env.root.join("tests/cli-programs/counter.c");
+    // a file that is not executable: the C source, copied as the bash version had it
+    let src = t.p("counter.c");
+    let _ = std::fs::copy(t.env.root.join("tests/cli-programs/counter.c"), &src);
+    let _ = std::fs::set_permissions(&src, std::os::unix::fs::PermissionsExt::from_mode(0o644));
     let mut c = t.m(["run", "--no-mpi", "--ckpt-dir"]);
     c.arg(t.p("ex2")).arg("--").arg(src);
     let (rc, out) = t.out(c, LIMIT);

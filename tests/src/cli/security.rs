@@ -340,7 +340,7 @@ fn strangers(t: &mut T) {
         );
     }
     drop(idle);
-    let rc = job.wait(Duration::from_secs(60));
+    let rc = job.wait(Duration::from_secs(120));
     let good = grep("rc=0 .*closed=80 .*epoch: *1", &out) && rc == 0;
     t.check("coord-strangers-bounded", good, |t| {
         format!("rc={rc} {out} {}", cat(&[&t.p("st.err")]))
