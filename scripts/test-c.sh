@@ -14,11 +14,12 @@ cd "$(dirname "$0")/.."
 
 # One cargo invocation (a second would queue again behind other builds for the target lock).
 # Without arguments: the harness's own tests (unit tests; a hung job is killed with all its
-# processes; ...) and then the matrix. With arguments, only the matrix, which they filter.
+# processes; ...) and then the matrix (not the CLI's tests, `--test cli`: scripts/test.sh runs
+# them in a step of their own). With arguments, only the matrix, which they filter.
 # Jobs run one at a time by default: MPICH ranks busy-poll, and 4 ranks already oversubscribe
 # a 2-core machine.
 if [ $# -eq 0 ]; then
-    exec cargo test --release --no-fail-fast -p mpicr-tests
+    exec cargo test --release --no-fail-fast -p mpicr-tests --lib --test harness --test ctests
 else
     exec cargo test --release -p mpicr-tests --test ctests -- "$@"
 fi

@@ -14,8 +14,9 @@ scripts/check-exports.sh
 step "C programs: native vs libmpicr, both MPICH builds, 1/2/4 ranks"
 scripts/test-c.sh
 
-step "mpicr CLI: keeper, PMI relay, CRIU, restart errors"
-scripts/test-cli.sh
+step "mpicr CLI: PMI relay, CRIU, checkpoint protocol, errors, hangs, security, PID namespaces, non-root (64 cases)"
+cargo build --release -q -p mpicr-cli --bin mpicr --example fake_agent
+cargo test --release -p mpicr-tests --test cli
 
 if [ -x scripts/test-ckpt.sh ]; then
     step "checkpoint/restart under Hydra, and the faults"

@@ -14,9 +14,12 @@
 //! with), `MPICR_TEST_VERBOSE=1` (the checkpoint modes say what they did in passing cases too),
 //! `MPICR_TEST_FAULTS` (the faults the `faults` mode runs, see `ckpt/faults.rs`),
 //! `MPICR_SOAK_COUNT`/`MPICR_SOAK_SECONDS` (the soak, `MPICR_TEST_MODES=soak`, see
-//! `ckpt/soak.rs`).
+//! `ckpt/soak.rs`), `MPICR_TEST_CLI` (the CLI tests' filter, `tests/cli.rs`: groups of cases
+//! whose name contains one of its comma-separated patterns; `MPICR_TEST_MPICR` and
+//! `MPICR_TEST_KEEP` apply to them too; see `cli/mod.rs`).
 
 pub mod ckpt;
+pub mod cli;
 pub mod diff;
 pub mod job;
 pub mod spec;

@@ -1,0 +1,286 @@
+//! Plain CRIU checkpoint/restart of non-MPI programs (`run --no-mpi`), alone and under mpiexec,
+//! restored PIDs (with and without a PID namespace), the restart errors, periodic and SIGUSR1
+//! checkpoints.
+
+use super::{cat, complete, grep, grep_c, json_num, rank_pid, tail, CaseFn, LIMIT, T};
+use std::time::Duration;
+
+/// Bound of a background job's wait (the bash version waited without one).
+const BG_LIMIT: Duration = Duration::from_secs(120);
+
+pub fn cases_first() -> Vec<CaseFn> {
+    vec![
+        CaseFn {
+            name: "criu-single",
+            cases: &[
+                "criu-single-stop",
+                "criu-single-restart",
+                "criu-single-restart-epoch1",
+            ],
+            run: single,
+        },
+        CaseFn {
+            name: "criu-pid-clash",
+            cases: &["criu-pid-clash-pidns-restarts", "criu-pid-clash-named"],
+            run: pid_clash,
+        },
+    ]
+}
+
+pub fn cases_mpiexec() -> Vec<CaseFn> {
+    vec![CaseFn {
+        name: "criu-mpiexec",
+        cases: &[
+            "criu-mpiexec-stop-exit-0",
+            "restart-wrong-rank-count",
+            "criu-mpiexec-restart",
+            "restart-missing-epoch",
+            "restart-corrupt-manifest",
+            "status-skips-corrupt-epoch",
+            "run-refuses-used-dir",
+        ],
+        run: mpiexec,
+    }]
+}
+
+pub fn cases_periodic() -> Vec<CaseFn> {
+    vec![
+        CaseFn {
+            name: "periodic",
+            cases: &["periodic-interval"],
+            run: periodic,
+        },
+        CaseFn {
+            name: "sigusr1",
+            cases: &["sigusr1-checkpoint"],
+            run: sigusr1,
+        },
+    ]
+}
+
+/// checkpoint, checkpoint --stop, restart (exit status 60 % 7), restart of epoch 1 again.
+fn single(t: &mut T) {
+    if !t.require(&[t.env.criu_ok], "no criu") {
+        return;
+    }
+    let d = t.p("single");
+    let mut c = t.m(["run", "--no-mpi", "--ckpt-dir"]);
+    c.arg(&d).arg("--").arg(t.env.bin("counter")).arg("60");
+    let mut job = t.spawn(c, Some(&t.p("s1.out")), Some(&t.p("s1.err")));
+    let (mut rcs, r1) = t.ckpt(&d, &[]);
+    let mut r2 = String::new();
+    if rcs == 0 {
+        (rcs, r2) = t.ckpt(&d, &["--stop"]);
+    }
+    let rc = job.wait(BG_LIMIT);
+    let good = rcs == 0 && rc == 0 && grep("^epoch: *2", &r2) && r2.contains("job stopped");
+    t.check("criu-single-stop", good, |t| {
+        format!(
+            "ckpt rc={rcs} run rc={rc}: {r1} {r2} {}",
+            cat(&[&t.p("s1.err")])
+        )
+    });
+
+    let mut c = t.m(["restart"]);
+    c.arg(&d);
+    let rc = t.to(c, Some(&t.p("s2.out")), Some(&t.p("s2.err")), LIMIT);
+    let all = cat(&[&t.p("s1.out"), &t.p("s2.out")]);
+    let msg = complete(&all, 1, 60);
+    t.check("criu-single-restart", rc == 4 && msg.is_ok(), |t| {
+        format!(
+            "rc={rc} (want 4) {} {}",
+            msg.clone().err().unwrap_or_default(),
+            cat(&[&t.p("s2.err")])
+        )
+    });
+
+    // The image can be restored again, and an older epoch too.
+    let mut c = t.m(["restart", "--epoch", "1"]);
+    c.arg(&d);
+    let rc = t.to(c, Some(&t.p("s3.out")), None, LIMIT);
+    let last = tail(&t.p("s3.out"), 1);
+    t.check(
+        "criu-single-restart-epoch1",
+        rc == 4 && last.contains("tick 60"),
+        |_t| format!("rc={rc}"),
+    );
+}
+
+/// Restored processes keep their ids. In the program's own PID namespace (MPICR_PIDNS=1) those
+/// are the namespace's, so a restart succeeds while the checkpointed job itself still runs and
+/// holds every original id on the node; without one the clash is named.
+fn pid_clash(t: &mut T) {
+    if !t.require(&[t.env.criu_ok], "no criu") {
+        return;
+    }
+    for ns in [1, 0] {
+        let d = t.p(&format!("clash{ns}"));
+        let copy = t.p(&format!("clash{ns}-copy"));
+        let mut c = t.m(["run", "--no-mpi", "--ckpt-dir"]);
+        c.env("MPICR_PIDNS", ns.to_string())
+            .arg(&d)
+            .arg("--")
+            .arg(t.env.bin("counter"))
+            .arg("200");
+        let mut job = t.spawn(c, None, None);
+        t.ckpt(&d, &[]);
+        let mut cp = t.cmd("cp");
+        cp.arg("-a").arg(&d).arg(&copy);
+        t.to(cp, None, None, LIMIT);
+        let _ = std::fs::remove_file(copy.join("coordinator.json"));
+        let held = rank_pid(&d.join("epoch-000001/rank-0/rank.json"));
+        // SAFETY: signal 0 only checks that the process exists.
+        let alive = held.is_some_and(|p| unsafe { libc::kill(p, 0) } == 0);
+        let mut c = t.m(["restart"]);
+        c.arg(&copy);
+        let (rc, out) = t.out(c, LIMIT);
+        job.signal(libc::SIGTERM);
+        job.wait(BG_LIMIT);
+        if ns == 1 {
+            let good = rc == 4 && alive && out.contains("tick 200");
+            t.check("criu-pid-clash-pidns-restarts", good, |_t| {
+                let last: Vec<&str> = out.lines().collect();
+                format!(
+                    "rc={rc} (original pid {} alive: {}): {}",
+                    held.map(|p| p.to_string()).unwrap_or_default(),
+                    if alive { "yes" } else { "no" },
+                    last[last.len().saturating_sub(3)..].join("\n")
+                )
+            });
+        } else {
+            let good = rc != 0 && out.contains("in use by live processes");
+            t.check("criu-pid-clash-named", good, |_t| format!("rc={rc}: {out}"));
+        }
+    }
+}
+
+/// Two ranks under mpiexec: stop, bad restarts (rank count, epoch, corrupt manifest), a good
+/// restart, and `run` refusing a used directory.
+fn mpiexec(t: &mut T) {
+    if !t.require(&[t.env.criu_ok, t.env.have4], "needs MPICH 4 and criu") {
+        return;
+    }
+    let d = t.p("multi");
+    let m = &t.env.m;
+    // 63 ticks: exit status 0 (a rank ending non-zero makes Hydra kill the others, as without
+    // mpicr)
+    let mut c = t.mpi(4, 2);
+    c.arg(m)
+        .args(["run", "--no-mpi", "--ckpt-dir"])
+        .arg(&d)
+        .arg("--")
+        .arg(t.env.bin("counter"))
+        .arg("63");
+    let mut job = t.spawn(c, Some(&t.p("m1.out")), Some(&t.p("m1.err")));
+    let (mut rcs, _) = t.ckpt(&d, &[]);
+    if rcs == 0 {
+        rcs = t.ckpt(&d, &["--stop"]).0;
+    }
+    let rc = job.wait(LIMIT);
+    t.check("criu-mpiexec-stop-exit-0", rcs == 0 && rc == 0, |t| {
+        format!("ckpt rc={rcs} run rc={rc} {}", cat(&[&t.p("m1.err")]))
+    });
+
+    let mut c = t.mpi(4, 3);
+    c.arg(m).arg("restart").arg(&d);
+    let (rc, out) = t.out(c, Duration::from_secs(30));
+    let good = rc != 0 && grep_c("has 2 rank(s), but the launcher started 3", &out) == 3;
+    t.check("restart-wrong-rank-count", good, |_t| {
+        format!("rc={rc}: {out}")
+    });
+
+    let mut c = t.mpi(4, 2);
+    c.arg(m).arg("restart").arg(&d);
+    let rc = t.to(c, Some(&t.p("m2.out")), Some(&t.p("m2.err")), LIMIT);
+    let msg = complete(&cat(&[&t.p("m1.out"), &t.p("m2.out")]), 2, 63);
+    t.check("criu-mpiexec-restart", rc == 0 && msg.is_ok(), |t| {
+        format!(
+            "rc={rc} {} {}",
+            msg.clone().err().unwrap_or_default(),
+            cat(&[&t.p("m2.err")])
+        )
+    });
+
+    let mut c = t.mpi(4, 2);
+    c.arg(m).args(["restart", "--epoch", "9"]).arg(&d);
+    let (rc, out) = t.out(c, LIMIT);
+    let good = rc != 0 && out.contains("epoch 9 does not exist");
+    t.check("restart-missing-epoch", good, |_t| {
+        format!("rc={rc}: {out}")
+    });
+
+    let _ = std::fs::write(
+        d.join("epoch-000002/MANIFEST.json"),
+        "{ \"format\": 1, \"broken\n",
+    );
+    let mut c = t.mpi(4, 2);
+    c.arg(m).args(["restart", "--epoch", "2"]).arg(&d);
+    let (rc, out) = t.out(c, LIMIT);
+    let good = rc != 0 && grep("manifest of epoch 2 .* is corrupt", &out);
+    t.check("restart-corrupt-manifest", good, |_t| {
+        format!("rc={rc}: {out}")
+    });
+
+    let mut c = t.m(["status"]);
+    c.arg(&d);
+    let status = t.stdout_of(c);
+    t.check(
+        "status-skips-corrupt-epoch",
+        status.contains("resumes epoch 1"),
+        |_t| status.clone(),
+    );
+
+    let mut c = t.mpi(4, 2);
+    c.arg(m)
+        .args(["run", "--no-mpi", "--ckpt-dir"])
+        .arg(&d)
+        .arg("--")
+        .arg(t.env.bin("counter"))
+        .arg("7");
+    let (rc, out) = t.out(c, LIMIT);
+    let good = rc != 0 && out.contains("already holds checkpoints");
+    t.check("run-refuses-used-dir", good, |_t| format!("rc={rc}: {out}"));
+}
+
+fn periodic(t: &mut T) {
+    if !t.require(&[t.env.criu_ok], "no criu") {
+        return;
+    }
+    let d = t.p("periodic");
+    let mut c = t.m(["run", "--no-mpi", "--interval", "1s", "--ckpt-dir"]);
+    c.arg(&d).arg("--").arg(t.env.bin("counter")).arg("70");
+    t.to(c, None, Some(&t.p("p.err")), LIMIT);
+    let n = t.epochs_complete(&d);
+    t.check("periodic-interval", n >= 2, |t| {
+        format!("{n} complete epochs: {}", cat(&[&t.p("p.err")]))
+    });
+}
+
+/// SIGUSR1 to rank 0's keeper (the coordinator) checkpoints the job.
+fn sigusr1(t: &mut T) {
+    if !t.require(&[t.env.criu_ok, t.env.have4], "needs MPICH 4 and criu") {
+        return;
+    }
+    let d = t.p("sig");
+    let mut c = t.mpi(4, 2);
+    c.arg(&t.env.m)
+        .args(["run", "--no-mpi", "--ckpt-dir"])
+        .arg(&d)
+        .arg("--")
+        .arg(t.env.bin("counter"))
+        .arg("49");
+    let mut job = t.spawn(c, None, Some(&t.p("u.err")));
+    t.wait_coordinator(&d, true);
+    let coord = std::fs::read_to_string(d.join("coordinator.json")).unwrap_or_default();
+    if let Some(kpid) = json_num(&coord, "pid") {
+        // SAFETY: plain syscall; the keeper of the job started above.
+        unsafe { libc::kill(kpid as libc::pid_t, libc::SIGUSR1) };
+    }
+    job.wait(LIMIT);
+    let n = t.epochs_complete(&d);
+    let err = cat(&[&t.p("u.err")]);
+    let good = n == 1 && err.contains("checkpoint: epoch 1 committed");
+    t.check("sigusr1-checkpoint", good, |_t| {
+        format!("{n} epochs: {err}")
+    });
+}
