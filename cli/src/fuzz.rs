@@ -88,18 +88,16 @@ fn agent_frames() -> Vec<Vec<u8>> {
 }
 
 /// Decodes every frame of `buf` as the keeper's reader does; each step consumes bytes.
-fn ctl_decode_all(mut buf: &[u8]) {
+fn ctl_decode_all(buf: &[u8]) {
+    let mut r = mpicr_proto::frame::Plain(buf);
     for _ in 0..buf.len() + 1 {
-        match crate::ctl::decode(buf) {
-            Ok(Some((_, used))) => {
-                assert!(used >= 4 && used <= buf.len());
-                buf = &buf[used..];
-            }
+        match mpicr_proto::frame::read_frame(&mut r, 0).and_then(|f| f.map(|f| mpicr_proto::frame::decode::<FromAgent>(&f.body)).transpose()) {
+            Ok(Some(_)) => {}
             Ok(None) => return,
             Err(e) => return one_line(&e.to_string()),
         }
     }
-    panic!("ctl::decode made no progress");
+    panic!("the frame reader made no progress");
 }
 
 // --- coordinator frames ------------------------------------------------------------------------------
@@ -127,7 +125,7 @@ fn coord_frames() -> Vec<Vec<u8>> {
 type Sealer = Box<dyn Fn(&[u8; 32]) -> Vec<u8>>;
 
 fn sealed<M: Serialize + 'static>(m: M) -> Sealer {
-    Box::new(move |k| crate::coord_wire::seal_bytes(&m, k, 0))
+    Box::new(move |k| crate::coord_wire::seal_bytes(&m, k, 0).unwrap())
 }
 
 fn coord_plain() -> Vec<Sealer> {
@@ -368,7 +366,7 @@ proptest! {
         let m = &plain[i.index(plain.len())];
         let mut s = 0;
         prop_assert!(crate::coord_wire::open_bytes::<serde::de::IgnoredAny>(&m(&key), &SESSION, &mut s).is_err() || key == SESSION);
-        let late = crate::coord_wire::seal_bytes(&FromCoord::Dump { epoch }, &SESSION, seq);
+        let late = crate::coord_wire::seal_bytes(&FromCoord::Dump { epoch }, &SESSION, seq).unwrap();
         prop_assert!(crate::coord_wire::open_bytes::<FromCoord>(&late, &SESSION, &mut s).is_err());
         prop_assert_eq!(s, 0);
     }

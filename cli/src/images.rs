@@ -57,31 +57,9 @@ pub struct JobInfo {
     pub mpicr_version: String,
 }
 
-/// One image file and its checksum.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileSum {
-    pub name: String,
-    pub bytes: u64,
-    pub sha256: String,
-}
-
-/// Per-rank part of a manifest.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RankManifest {
-    pub rank: i32,
-    pub host: String,
-    pub pid: i32,
-    pub bytes: u64,
-    pub files: Vec<FileSum>,
-    /// Lower-half renewals still possible in the program (None: unbounded or no agent).
-    pub renewals_left: Option<u32>,
-    pub drained_msgs: u64,
-    pub drained_bytes: u64,
-    pub state_bytes: u64,
-    pub dump_us: u64,
-    /// Agent phases (microseconds), in protocol order.
-    pub agent_timings: Vec<(String, u64)>,
-}
+/// One image file and its checksum, and the per-rank part of a manifest (also what a keeper
+/// reports to the coordinator after its dump).
+pub use mpicr_proto::coord::{FileSum, RankManifest};
 
 /// `DIR/epoch-NNNNNN/MANIFEST.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

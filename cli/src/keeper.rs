@@ -6,7 +6,7 @@ use crate::args::RunArgs;
 use crate::coord_wire::{self, AgentInfo, CoordInfo, FromCoord, Hello, KeeperHello, Mode, SecureTx, ToCoord};
 use crate::coordinator;
 use crate::criu::Criu;
-use crate::ctl::{self, CtlReader};
+use crate::ctl;
 use crate::images::{self, CkptDir, ExternalPipe, ExternalSocket, JobInfo, RankManifest, RankMeta};
 use crate::pmi_relay::{Launcher, PmiEnv, Relay};
 use crate::spawn::{self, Plan, PROGRAM_CTL_FD, PROGRAM_PMI_FD};
@@ -179,23 +179,20 @@ pub(crate) fn start_signal_thread(tx: Sender<Ev>) -> Result<()> {
 }
 
 pub(crate) fn start_ctl_reader(sock: UnixStream, tx: Sender<Ev>) -> Result<()> {
-    std::thread::Builder::new().name("ctl-reader".into()).spawn(move || {
-        let mut r = CtlReader::new(sock);
-        loop {
-            match r.next() {
-                Ok(Some(frame)) => {
-                    if tx.send(Ev::Agent(frame)).is_err() {
-                        return;
-                    }
-                }
-                Ok(None) => {
-                    let _ = tx.send(Ev::AgentClosed(None));
+    std::thread::Builder::new().name("ctl-reader".into()).spawn(move || loop {
+        match ctl::next(&sock) {
+            Ok(Some(frame)) => {
+                if tx.send(Ev::Agent(frame)).is_err() {
                     return;
                 }
-                Err(e) => {
-                    let _ = tx.send(Ev::AgentClosed(Some(e.to_string())));
-                    return;
-                }
+            }
+            Ok(None) => {
+                let _ = tx.send(Ev::AgentClosed(None));
+                return;
+            }
+            Err(e) => {
+                let _ = tx.send(Ev::AgentClosed(Some(e.to_string())));
+                return;
             }
         }
     })?;
