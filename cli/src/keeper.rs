@@ -41,8 +41,17 @@ pub(crate) enum Ev {
     AgentClosed(Option<String>),
     Coord(FromCoord),
     CoordClosed,
-    Child(Result<Exit, String>),
+    Child(Result<Exit, WaitError>),
     Signal(i32),
+}
+
+/// Why the keeper could not learn how the program ended.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WaitError {
+    #[error("the program (pid {0}) is not a child of the keeper")]
+    NotAChild(i32),
+    #[error("waiting for the program")]
+    Wait(#[source] std::io::Error),
 }
 
 /// This rank's identity and launcher session.
@@ -205,8 +214,8 @@ pub(crate) fn start_waiter(pid: i32, status: Option<OwnedFd>, tx: Sender<Ev>) ->
     std::thread::Builder::new().name("waiter".into()).spawn(move || {
         let r = match sys::wait_pid(pid) {
             Ok(Some(exit)) => Ok(status.as_ref().and_then(|fd| crate::pidns::read_status(fd.as_fd())).unwrap_or(exit)),
-            Ok(None) => Err(format!("the program (pid {pid}) is not a child of the keeper")),
-            Err(e) => Err(format!("waiting for the program: {e}")),
+            Ok(None) => Err(WaitError::NotAChild(pid)),
+            Err(e) => Err(WaitError::Wait(e)),
         };
         let _ = tx.send(Ev::Child(r));
     })?;
@@ -517,7 +526,7 @@ impl Keeper {
             let ev = rx.recv().map_err(|_| anyhow!("internal error: event channel closed"))?;
             match ev {
                 Ev::Child(r) => {
-                    let exit = r.map_err(|e| anyhow!(e))?;
+                    let exit = r?;
                     return Ok(self.finish(exit));
                 }
                 Ev::Signal(sig) => self.on_signal(sig),
