@@ -7,6 +7,7 @@ use crate::coord_wire::{self, AgentInfo, CoordInfo, FromCoord, Hello, KeeperHell
 use crate::coordinator;
 use crate::criu::Criu;
 use crate::ctl;
+use crate::keeper_state::{CkptState, State};
 use crate::images::{self, CkptDir, ExternalPipe, ExternalSocket, JobInfo, RankManifest, RankMeta};
 use crate::pmi_relay::{Launcher, PmiEnv, Relay};
 use crate::spawn::{self, Plan, PROGRAM_CTL_FD, PROGRAM_PMI_FD};
@@ -402,10 +403,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         relay,
         coord: Some(coord),
         agent: None,
-        ckpt: None,
-        stopping: false,
-        awaiting_go: None,
-        resuming_restart: None,
+        state: State::Running,
         relays,
         coord_info: mine,
     };
@@ -451,19 +449,6 @@ fn kill_program(pid: i32) {
     let _ = sys::kill(pid, libc::SIGKILL);
 }
 
-pub(crate) struct CkptState {
-    epoch: u64,
-    stop: bool,
-    /// The dump left the program stopped (`--stop`); an abort must continue it.
-    stopped: bool,
-    /// The program was told to resume right after this rank's dump (before the commit).
-    resumed: bool,
-    /// The agent reported `Failed` and recovers on its own; the checkpoint stays known until the
-    /// coordinator's `Abort`, whose verdict (and a `Release` sent before it) still goes to the
-    /// agent: after `Drained` it waits for that verdict. Nothing else is forwarded or done.
-    agent_failed: bool,
-}
-
 pub(crate) struct Keeper {
     pub(crate) rank: i32,
     pub(crate) size: i32,
@@ -486,12 +471,8 @@ pub(crate) struct Keeper {
     pub(crate) relay: Option<Arc<Relay>>,
     pub(crate) coord: Option<SecureTx>,
     pub(crate) agent: Option<mpicr_proto::Hello>,
-    pub(crate) ckpt: Option<CkptState>,
-    pub(crate) stopping: bool,
-    /// Restart: restored, waiting for the coordinator's `Go`.
-    pub(crate) awaiting_go: Option<u64>,
-    /// Restart: `Resume{restarted}` sent, waiting for the agent's `Resumed`.
-    pub(crate) resuming_restart: Option<u64>,
+    /// Where this keeper stands (see `keeper_state`).
+    pub(crate) state: State,
     pub(crate) relays: Vec<std::thread::JoinHandle<()>>,
     /// Set on rank 0: the coordinator it hosts.
     pub(crate) coord_info: Option<CoordInfo>,
@@ -535,14 +516,14 @@ impl Keeper {
                     if let Some(e) = err {
                         self.say(&format!("control connection to the agent failed: {e}"));
                     }
-                    if let Some(c) = self.ckpt.take() {
+                    if let Some(c) = self.state.end_ckpt() {
                         self.fail_ckpt(c.epoch, "the program closed its control connection".into());
                     }
                 }
                 Ev::Coord(m) => self.on_coord(m)?,
                 Ev::CoordClosed => {
                     self.coord = None;
-                    if let Some(c) = self.ckpt.take() {
+                    if let Some(c) = self.state.end_ckpt() {
                         if c.stopped {
                             resume_stopped(self.pid);
                         }
@@ -554,7 +535,7 @@ impl Keeper {
                             let _ = self.tell_agent(ToAgent::Abort { reason });
                         }
                     }
-                    if let Some(e) = self.awaiting_go {
+                    if let Some(e) = self.state.awaiting_go() {
                         bail!("the coordinator went away before every rank had restored epoch {e}");
                     }
                     self.say("the coordinator went away; no more checkpoints for this job");
@@ -588,7 +569,7 @@ impl Keeper {
             fds.clear();
         }
         // After the agent failed, what it still sends is not part of the checkpoint.
-        let epoch = self.ckpt.as_ref().filter(|c| !c.agent_failed).map(|c| c.epoch);
+        let epoch = self.state.ckpt().filter(|c| !c.agent_failed).map(|c| c.epoch);
         match m {
             FromAgent::Hello(h) => {
                 self.say(&format!("agent ready (pid {}, {} via {})", h.pid, h.library, h.renew_strategy));
@@ -636,18 +617,18 @@ impl Keeper {
                 }
             }
             FromAgent::Resumed { timings } => {
-                if let Some(e) = self.resuming_restart.take() {
+                if let Some(e) = self.state.restart_resumed() {
                     self.say(&format!("program resumed after the restart from epoch {e}"));
                     self.tell_coord(ToCoord::Resumed { epoch: e, timings: timings.phases_us });
-                } else if let Some(c) = self.ckpt.take() {
+                } else if let Some(c) = self.state.end_ckpt() {
                     self.tell_coord(ToCoord::Resumed { epoch: c.epoch, timings: timings.phases_us });
                 }
             }
             FromAgent::Failed { reason } => {
-                if let Some(e) = self.resuming_restart.take() {
+                if let Some(e) = self.state.restart_resumed() {
                     bail!("the program could not resume after the restart from epoch {e}: {reason}");
                 }
-                match self.ckpt.as_mut() {
+                match self.state.ckpt_mut() {
                     Some(c) if !c.agent_failed => {
                         c.agent_failed = true;
                         let epoch = c.epoch;
@@ -671,7 +652,10 @@ impl Keeper {
                     self.fail_ckpt(epoch, format!("{e:#}"));
                     return Ok(());
                 }
-                self.ckpt = Some(CkptState { epoch, stop, stopped: false, resumed: false, agent_failed: false });
+                if let Err(e) = self.state.begin(CkptState::new(epoch, stop)) {
+                    self.fail_ckpt(epoch, e.to_string());
+                    return Ok(());
+                }
                 match self.mode {
                     Mode::NoMpi => self.tell_coord(ToCoord::ReadyToDump {
                         epoch,
@@ -681,13 +665,13 @@ impl Keeper {
                         timings: vec![],
                     }),
                     _ if self.agent.is_none() => {
-                        self.ckpt = None;
+                        self.state.end_ckpt();
                         self.fail_ckpt(epoch, "the program has no agent".into());
                     }
                     _ => {
                         let state_path = rdir.join("shim.state").display().to_string();
                         if let Err(e) = self.tell_agent(ToAgent::Checkpoint { epoch, stop, state_path }) {
-                            self.ckpt = None;
+                            self.state.end_ckpt();
                             self.fail_ckpt(epoch, format!("{e:#}"));
                         }
                     }
@@ -709,7 +693,7 @@ impl Keeper {
             }
             // Also after the agent failed: it may be waiting for the verdict (see `agent_failed`).
             FromCoord::Release { epoch } => {
-                if self.ckpt.as_ref().is_some_and(|c| c.epoch == epoch) && self.mode != Mode::NoMpi {
+                if self.state.ckpt().is_some_and(|c| c.epoch == epoch) && self.mode != Mode::NoMpi {
                     if let Err(e) = self.tell_agent(ToAgent::Release) {
                         self.fail_ckpt(epoch, format!("{e:#}"));
                     }
@@ -718,8 +702,8 @@ impl Keeper {
             FromCoord::Dump { epoch } => {
                 if self.in_ckpt(epoch) {
                     let t = Instant::now();
-                    let stop = self.ckpt.as_ref().is_some_and(|c| c.stop);
-                    if let Some(c) = self.ckpt.as_mut() {
+                    let stop = self.state.ckpt().is_some_and(|c| c.stop);
+                    if let Some(c) = self.state.ckpt_mut() {
                         // Whatever fails after this, an abort sends SIGCONT (harmless if running).
                         c.stopped = stop;
                     }
@@ -739,15 +723,15 @@ impl Keeper {
                 }
             }
             FromCoord::Resume { epoch } => {
-                if self.in_ckpt(epoch) && !self.ckpt.as_ref().is_some_and(|c| c.resumed) {
+                if self.in_ckpt(epoch) && !self.state.ckpt().is_some_and(|c| c.resumed) {
                     match self.mode {
                         Mode::NoMpi => {
-                            self.ckpt = None;
+                            self.state.end_ckpt();
                             self.tell_coord(ToCoord::Resumed { epoch, timings: vec![] });
                         }
                         _ => {
                             if let Err(e) = self.tell_agent(ToAgent::Resume { restarted: false, epoch, size: self.size }) {
-                                self.ckpt = None;
+                                self.state.end_ckpt();
                                 self.fail_ckpt(epoch, format!("{e:#}"));
                             }
                         }
@@ -755,12 +739,12 @@ impl Keeper {
                 }
             }
             FromCoord::Abort { epoch, reason } => {
-                if self.awaiting_go == Some(epoch) {
+                if self.state.awaiting_go() == Some(epoch) {
                     bail!("restart of epoch {epoch} aborted: {reason}");
                 }
-                if self.ckpt.as_ref().is_some_and(|c| c.epoch == epoch) {
+                if self.state.ckpt().is_some_and(|c| c.epoch == epoch) {
                     self.say(&format!("checkpoint {epoch} aborted: {reason}"));
-                    if self.ckpt.take().is_some_and(|c| c.stopped) {
+                    if self.state.end_ckpt().is_some_and(|c| c.stopped) {
                         resume_stopped(self.pid);
                     }
                     if self.mode != Mode::NoMpi && self.agent.is_some() {
@@ -770,18 +754,16 @@ impl Keeper {
             }
             FromCoord::Stop => {
                 self.say("stopping the job after the checkpoint");
-                self.stopping = true;
-                self.ckpt = None;
+                self.state.stop();
                 kill_program(self.pid);
             }
             FromCoord::Go { epoch } => {
-                if self.awaiting_go.take() != Some(epoch) {
+                if !self.state.go(epoch, self.mode == Mode::Agent) {
                     return Ok(());
                 }
                 match self.mode {
                     Mode::NoMpi | Mode::NoShim => self.say(&format!("every rank restored epoch {epoch}; running")),
                     Mode::Agent => {
-                        self.resuming_restart = Some(epoch);
                         self.tell_agent(ToAgent::Resume { restarted: true, epoch, size: self.size })?;
                     }
                 }
@@ -792,7 +774,7 @@ impl Keeper {
 
     /// Is `epoch` the checkpoint in progress here (and the agent still in it)?
     fn in_ckpt(&self, epoch: u64) -> bool {
-        self.ckpt.as_ref().is_some_and(|c| c.epoch == epoch && !c.agent_failed)
+        self.state.in_ckpt(epoch)
     }
 
     /// Dumps the program into this rank's directory of `epoch` (the program keeps running, or
@@ -834,7 +816,7 @@ impl Keeper {
         // collective, so it waits for the ranks still dumping.)
         if !leave_stopped && self.mode == Mode::Agent {
             self.tell_agent(ToAgent::Resume { restarted: false, epoch, size: self.size })?;
-            if let Some(c) = self.ckpt.as_mut() {
+            if let Some(c) = self.state.ckpt_mut() {
                 c.resumed = true;
             }
         }
@@ -878,8 +860,8 @@ impl Keeper {
 
     /// The program ended: tell the launcher the right thing and hand back its status.
     fn finish(&mut self, exit: Exit) -> Outcome {
-        let clean = self.stopping || exit == Exit::Code(0) || self.relay.as_ref().is_some_and(|r| r.program_finalized());
-        self.say(&format!("program ended with {exit}{}", if self.stopping { " (stopped after the checkpoint)" } else { "" }));
+        let clean = self.state.is_stopping() || exit == Exit::Code(0) || self.relay.as_ref().is_some_and(|r| r.program_finalized());
+        self.say(&format!("program ended with {exit}{}", if self.state.is_stopping() { " (stopped after the checkpoint)" } else { "" }));
         self.tell_coord(ToCoord::Exiting { status: exit.to_string() });
         // Output first, so that nothing the program printed is lost.
         for h in self.relays.drain(..) {
@@ -891,14 +873,14 @@ impl Keeper {
             }
         }
         if let Some(info) = self.coord_info.take() {
-            if self.stopping {
+            if self.state.is_stopping() {
                 // Let the other keepers receive `Stop` before this process (and its coordinator) ends.
                 std::thread::sleep(Duration::from_millis(200));
             }
             coord_wire::remove_if_ours(&self.dir, &info.job_id, info.pid);
         }
         self.coord = None;
-        if self.stopping {
+        if self.state.is_stopping() {
             return Outcome::Exit(0);
         }
         match exit {

@@ -11,6 +11,7 @@ mod ctl;
 mod fuzz;
 mod images;
 mod keeper;
+mod keeper_state;
 mod paths;
 mod pmi;
 mod pidns;
