@@ -28,7 +28,9 @@ Environment:
                     preload, the program carries the agent itself
   MPICR_CRIU        path of the criu binary (default: .deps/criu/criu of the source tree
                     the binary was built in, else criu on PATH)
-  MPICR_DEBUG_PMI   1: trace every relayed PMI message on stderr
+  MPICR_LOG         diagnostics on stderr (tracing filter directives), e.g. `debug`,
+                    `pmi=trace` (every relayed PMI message), `keeper=debug,coordinator=debug`
+  MPICR_DEBUG_PMI   1: same as MPICR_LOG=pmi=trace
   MPICR_COORD_BIND  address the coordinator listens on (default: 127.0.0.1 when every
                     rank runs on this host, else this host's address)
 

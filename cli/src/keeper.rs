@@ -37,6 +37,7 @@ pub enum Outcome {
     Signal(i32),
 }
 
+#[derive(Debug)]
 pub(crate) enum Ev {
     Agent(ctl::Frame),
     AgentClosed(Option<String>),
@@ -486,6 +487,7 @@ impl Keeper {
     }
 
     fn tell_coord(&mut self, m: ToCoord) {
+        tracing::debug!(target: "keeper", "mpicr[{}]: -> coordinator {m:?}", self.rank);
         if let Some(c) = self.coord.as_mut() {
             if coord_wire::send(c, &m).is_err() {
                 self.coord = None;
@@ -494,6 +496,7 @@ impl Keeper {
     }
 
     fn tell_agent(&mut self, m: ToAgent) -> Result<()> {
+        tracing::debug!(target: "keeper", "mpicr[{}]: -> agent {m:?}", self.rank);
         ctl::send(&self.ctl, &m).with_context(|| format!("sending {} to the agent", variant(&format!("{m:?}"))))
     }
 
@@ -505,6 +508,8 @@ impl Keeper {
     pub(crate) fn event_loop(&mut self, rx: Receiver<Ev>) -> Result<Outcome> {
         loop {
             let ev = rx.recv().map_err(|_| anyhow!("internal error: event channel closed"))?;
+            tracing::debug!(target: "keeper", "mpicr[{}]: {} <- {ev:?}", self.rank, self.state.name());
+            let before = self.state.name();
             match ev {
                 Ev::Child(r) => {
                     let exit = r?;
@@ -541,6 +546,14 @@ impl Keeper {
                     self.say("the coordinator went away; no more checkpoints for this job");
                 }
             }
+            self.trace_transition(before);
+        }
+    }
+
+    /// Logs a change of state (the transitions themselves are `State`'s).
+    fn trace_transition(&self, before: &'static str) {
+        if self.state.name() != before {
+            tracing::debug!(target: "keeper", "mpicr[{}]: state {before} -> {}", self.rank, self.state.name());
         }
     }
 
@@ -550,7 +563,7 @@ impl Keeper {
                 let stop = sig == libc::SIGUSR2;
                 self.say(&format!("{} received: requesting a checkpoint{}", sys::signal_name(sig), if stop { " and stop" } else { "" }));
                 if self.coord.is_none() {
-                    crate::elog!("mpicr[{}]: cannot checkpoint: no coordinator", self.rank);
+                    tracing::warn!(target: "keeper", "mpicr[{}]: cannot checkpoint: no coordinator", self.rank);
                 }
                 self.tell_coord(ToCoord::Request { stop });
             }
@@ -561,7 +574,7 @@ impl Keeper {
     fn on_agent(&mut self, frame: ctl::Frame) -> Result<()> {
         let ctl::Frame { msg: m, mut fds, truncated } = frame;
         if truncated {
-            crate::elog!("mpicr[{}]: descriptors from the agent were dropped by the kernel (MSG_CTRUNC; is the keeper out of descriptors?)", self.rank);
+            tracing::warn!(target: "keeper", "mpicr[{}]: descriptors from the agent were dropped by the kernel (MSG_CTRUNC; is the keeper out of descriptors?)", self.rank);
         }
         if !fds.is_empty() && !matches!(m, FromAgent::PmiConnect { .. }) {
             // Only PmiConnect carries one; closing a stray one is all that can be done with it.
@@ -580,12 +593,12 @@ impl Keeper {
             FromAgent::Request { stop } => self.tell_coord(ToCoord::Request { stop }),
             FromAgent::PmiConnect { generation } => {
                 if fds.len() > 1 {
-                    crate::elog!("mpicr[{}]: PmiConnect came with {} descriptors; using the last", self.rank, fds.len());
+                    tracing::warn!(target: "keeper", "mpicr[{}]: PmiConnect came with {} descriptors; using the last", self.rank, fds.len());
                 }
                 let Some(fd) = fds.pop() else {
                     // The agent's end then has no peer: the renewed library's PMI client gets
                     // EPIPE (the agent's thread ignores SIGPIPE) and the renewal reports it.
-                    crate::elog!("mpicr[{}]: the agent sent PmiConnect for generation {generation} without a descriptor", self.rank);
+                    tracing::warn!(target: "keeper", "mpicr[{}]: the agent sent PmiConnect for generation {generation} without a descriptor", self.rank);
                     return Ok(());
                 };
                 match &self.relay {
@@ -594,7 +607,7 @@ impl Keeper {
                         relay.serve(UnixStream::from(fd), Some(generation))?;
                         self.say(&format!("PMI connection for generation {generation}"));
                     }
-                    None => crate::elog!("mpicr[{}]: the agent asked for PMI, but this keeper has no launcher", self.rank),
+                    None => tracing::warn!(target: "keeper", "mpicr[{}]: the agent asked for PMI, but this keeper has no launcher", self.rank),
                 }
             }
             FromAgent::Counters { comms } => match epoch {
@@ -634,7 +647,7 @@ impl Keeper {
                         let epoch = c.epoch;
                         self.fail_ckpt(epoch, reason);
                     }
-                    _ => crate::elog!("mpicr[{}]: agent reported a failure: {reason}", self.rank),
+                    _ => tracing::warn!(target: "keeper", "mpicr[{}]: agent reported a failure: {reason}", self.rank),
                 }
             }
         }
@@ -869,7 +882,7 @@ impl Keeper {
         }
         if let Some(l) = &self.launcher {
             if clean && !l.finalize(Duration::from_secs(5)) {
-                crate::elog!("mpicr[{}]: could not finalize PMI with the launcher", self.rank);
+                tracing::warn!(target: "keeper", "mpicr[{}]: could not finalize PMI with the launcher", self.rank);
             }
         }
         if let Some(info) = self.coord_info.take() {
