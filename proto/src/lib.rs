@@ -1,5 +1,7 @@
-//! The control protocol between a rank's keeper (`mpicr run`/`mpicr restart`) and the agent
-//! thread inside `libmpicr.so`.
+//! Every message of mpicr: the control protocol between a rank's keeper (`mpicr run`/`mpicr
+//! restart`) and the agent thread inside `libmpicr.so` (this module), the coordinator's
+//! messages, handshake and authenticated frames ([`coord`]), and the one framing all of them
+//! use, descriptor passing included ([`frame`]).
 //!
 //! Transport: a `SOCK_STREAM` unix socketpair created by the keeper. The program's end is passed
 //! as the fd number in the environment variable [`CTL_FD_ENV`]. Each message is one frame: a
