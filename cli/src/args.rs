@@ -28,7 +28,9 @@ Environment:
                     preload, the program carries the agent itself
   MPICR_CRIU        path of the criu binary (default: .deps/criu/criu of the source tree
                     the binary was built in, else criu on PATH)
-  MPICR_DEBUG_PMI   1: trace every relayed PMI message on stderr
+  MPICR_LOG         diagnostics on stderr (tracing filter directives), e.g. `debug`,
+                    `pmi=trace` (every relayed PMI message), `keeper=debug,coordinator=debug`
+  MPICR_DEBUG_PMI   1: same as MPICR_LOG=pmi=trace
   MPICR_PIDNS       0: run the program without a PID namespace of its own (a restart then
                     needs its old process ids free on the node)
   MPICR_COORD_BIND  address the coordinator listens on (default: 127.0.0.1 when every
@@ -151,20 +153,37 @@ pub struct StatusArgs {
     pub dir: DirArg,
 }
 
+/// Why a duration does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("empty duration")]
+    Empty,
+    #[error("invalid duration {0:?}: expected a number, e.g. 90s, 10m, 1h30m")]
+    NotANumber(String),
+    #[error("invalid duration {0:?}: number too large")]
+    NumberTooLarge(String),
+    #[error("invalid duration {0:?}: unknown unit {1:?} (use ms, s, m, h or d)")]
+    UnknownUnit(String, String),
+    #[error("invalid duration {0:?}: too large")]
+    TooLarge(String),
+    #[error("invalid duration {0:?}: must be positive")]
+    NotPositive(String),
+}
+
 /// Parses `90`, `90s`, `10m`, `1h30m`, `2h`, `500ms` into a positive duration.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
     let t = s.trim();
     if t.is_empty() {
-        return Err("empty duration".into());
+        return Err(DurationError::Empty);
     }
     let mut total = Duration::ZERO;
     let mut rest = t;
     while !rest.is_empty() {
         let digits = rest.bytes().take_while(|c| c.is_ascii_digit()).count();
         if digits == 0 {
-            return Err(format!("invalid duration {s:?}: expected a number, e.g. 90s, 10m, 1h30m"));
+            return Err(DurationError::NotANumber(s.into()));
         }
-        let n: u64 = rest[..digits].parse().map_err(|_| format!("invalid duration {s:?}: number too large"))?;
+        let n: u64 = rest[..digits].parse().map_err(|_| DurationError::NumberTooLarge(s.into()))?;
         rest = &rest[digits..];
         let unit_len = rest.bytes().take_while(|c| c.is_ascii_alphabetic()).count();
         let unit = &rest[..unit_len];
@@ -176,12 +195,12 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
             "m" | "min" => Duration::from_secs(n.saturating_mul(60)),
             "h" => Duration::from_secs(n.saturating_mul(3600)),
             "d" => Duration::from_secs(n.saturating_mul(86400)),
-            _ => return Err(format!("invalid duration {s:?}: unknown unit {unit:?} (use ms, s, m, h or d)")),
+            _ => return Err(DurationError::UnknownUnit(s.into(), unit.into())),
         };
-        total = total.checked_add(part).ok_or_else(|| format!("invalid duration {s:?}: too large"))?;
+        total = total.checked_add(part).ok_or_else(|| DurationError::TooLarge(s.into()))?;
     }
     if total.is_zero() {
-        return Err(format!("invalid duration {s:?}: must be positive"));
+        return Err(DurationError::NotPositive(s.into()));
     }
     Ok(total.min(MAX_TIMEOUT))
 }
@@ -218,8 +237,8 @@ mod tests {
         assert!(parse_duration("1h30").is_err());
         // Huge values are capped or refused, never a panic.
         assert_eq!(parse_duration("18446744073709551615d"), Ok(MAX_TIMEOUT));
-        assert!(parse_duration("18446744073709551615s18446744073709551615s").unwrap_err().contains("too large"));
-        assert!(parse_duration("99999999999999999999999s").unwrap_err().contains("too large"));
+        assert!(parse_duration("18446744073709551615s18446744073709551615s").unwrap_err().to_string().contains("too large"));
+        assert!(parse_duration("99999999999999999999999s").unwrap_err().to_string().contains("too large"));
     }
 
     #[test]

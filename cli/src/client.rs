@@ -44,7 +44,7 @@ pub fn checkpoint(args: CheckpointArgs) -> Result<()> {
         Ok(Some(ToClient::Error(e))) => bail!("{e}"),
         Ok(Some(other)) => bail!("unexpected answer from the coordinator: {other:?}"),
         Ok(None) => bail!("the coordinator closed the connection before answering (did the job end?)"),
-        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+        Err(e) if e.is_timeout() => {
             bail!("no answer from the coordinator within {}", format_duration(args.timeout))
         }
         Err(e) => Err(e).context("reading the coordinator's answer"),

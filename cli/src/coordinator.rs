@@ -457,6 +457,7 @@ impl Coordinator {
     }
 
     fn on_keeper(&mut self, r: i32, msg: ToCoord) {
+        tracing::debug!(target: "coordinator", "rank {r} -> {msg:?}");
         match msg {
             ToCoord::AgentHello(info) => {
                 self.note_agent(&info);

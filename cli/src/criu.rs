@@ -146,12 +146,18 @@ pub fn missing_privilege(bin: &Path, caps: Option<(u64, bool)>, bounding: u64, l
 /// Checks once per process, before any job state depends on it, that a non-root user's CRIU
 /// can dump and restore; the error is one line naming what is missing. Nothing to check as root.
 pub fn preflight() -> Result<()> {
-    static CHECKED: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
+    static CHECKED: std::sync::OnceLock<std::result::Result<(), PreflightError>> = std::sync::OnceLock::new();
     if !unprivileged() {
         return Ok(());
     }
-    CHECKED.get_or_init(|| check_unprivileged().map_err(|e| format!("{e:#}"))).clone().map_err(|e| anyhow::anyhow!(e))
+    Ok(CHECKED.get_or_init(|| check_unprivileged().map_err(|e| PreflightError(format!("{e:#}")))).clone()?)
 }
+
+/// What keeps a non-root user's CRIU from working (one line), kept for the process's later
+/// checks.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct PreflightError(String);
 
 fn check_unprivileged() -> Result<()> {
     let criu = Criu::locate()?;

@@ -57,30 +57,23 @@ pub struct JobInfo {
     pub mpicr_version: String,
 }
 
-/// One image file and its checksum.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileSum {
-    pub name: String,
-    pub bytes: u64,
-    pub sha256: String,
-}
+/// One image file and its checksum, and the per-rank part of a manifest (also what a keeper
+/// reports to the coordinator after its dump).
+pub use mpicr_proto::coord::{FileSum, RankManifest};
 
-/// Per-rank part of a manifest.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RankManifest {
-    pub rank: i32,
-    pub host: String,
-    pub pid: i32,
-    pub bytes: u64,
-    pub files: Vec<FileSum>,
-    /// Lower-half renewals still possible in the program (None: unbounded or no agent).
-    pub renewals_left: Option<u32>,
-    pub drained_msgs: u64,
-    pub drained_bytes: u64,
-    pub state_bytes: u64,
-    pub dump_us: u64,
-    /// Agent phases (microseconds), in protocol order.
-    pub agent_timings: Vec<(String, u64)>,
+/// Why a manifest is not to be trusted (the rest of a sentence "its manifest is corrupt: ...").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ManifestError {
+    #[error("it is not signed (forged, or written by an older mpicr)")]
+    Unsigned,
+    #[error("its signature does not match the job's key (forged or modified)")]
+    BadSignature,
+    #[error("it has {0} ranks")]
+    Ranks(i32),
+    #[error("it has a bad or repeated entry for rank {0}")]
+    BadRank(i32),
+    #[error("rank {0} lists an invalid file name {1:?}")]
+    BadFileName(i32, String),
 }
 
 /// `DIR/epoch-NNNNNN/MANIFEST.json`.
@@ -122,30 +115,30 @@ impl Manifest {
     }
 
     /// Checks the signature and that the manifest is sane (file names, ranks); the error says why not.
-    pub fn verify(&self, key: &[u8]) -> std::result::Result<(), String> {
+    pub fn verify(&self, key: &[u8]) -> std::result::Result<(), ManifestError> {
         let Some(mac) = &self.mac else {
-            return Err("it is not signed (forged, or written by an older mpicr)".into());
+            return Err(ManifestError::Unsigned);
         };
         let ok = unhex(mac).is_some_and(|m| self.compute_mac(key).verify_slice(&m).is_ok());
         if !ok {
-            return Err("its signature does not match the job's key (forged or modified)".into());
+            return Err(ManifestError::BadSignature);
         }
         self.check_sane()
     }
 
     /// Structural checks that do not need the key.
-    pub fn check_sane(&self) -> std::result::Result<(), String> {
+    pub fn check_sane(&self) -> std::result::Result<(), ManifestError> {
         if self.ranks <= 0 {
-            return Err(format!("it has {} ranks", self.ranks));
+            return Err(ManifestError::Ranks(self.ranks));
         }
         let mut seen = std::collections::BTreeSet::new();
         for r in &self.rank_info {
             if r.rank < 0 || r.rank >= self.ranks || !seen.insert(r.rank) {
-                return Err(format!("it has a bad or repeated entry for rank {}", r.rank));
+                return Err(ManifestError::BadRank(r.rank));
             }
             for f in &r.files {
                 if !is_plain_file_name(&f.name) {
-                    return Err(format!("rank {} lists an invalid file name {:?}", r.rank, f.name));
+                    return Err(ManifestError::BadFileName(r.rank, f.name.clone()));
                 }
             }
         }
@@ -410,7 +403,7 @@ impl CkptDir {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
             Err(e) => return Err(e).with_context(|| format!("reading {}", self.root.display())),
         };
-        let key = self.read_key().map_err(|e| format!("{e:#}"));
+        let key = self.read_key();
         for entry in rd {
             let entry = entry?;
             let name = entry.file_name();
@@ -425,16 +418,16 @@ impl CkptDir {
         Ok(out)
     }
 
-    fn epoch_state(&self, epoch: u64, key: &std::result::Result<Vec<u8>, String>) -> EpochState {
+    fn epoch_state(&self, epoch: u64, key: &Result<Vec<u8>>) -> EpochState {
         let mp = self.manifest_path(epoch);
         match read_bounded(&mp) {
             Ok(bytes) => match serde_json::from_slice::<Manifest>(&bytes) {
                 Ok(m) if m.epoch != epoch => EpochState::Corrupt(format!("it names epoch {} instead of {epoch}", m.epoch)),
                 Ok(m) => match key {
-                    Err(e) => EpochState::Corrupt(format!("cannot verify it: {e}")),
+                    Err(e) => EpochState::Corrupt(format!("cannot verify it: {e:#}")),
                     Ok(key) => match m.verify(key) {
                         Ok(()) => EpochState::Complete(Box::new(m)),
-                        Err(e) => EpochState::Corrupt(e),
+                        Err(e) => EpochState::Corrupt(e.to_string()),
                     },
                 },
                 Err(e) => EpochState::Corrupt(e.to_string()),
@@ -1015,7 +1008,7 @@ pub(crate) mod tests {
             });
             m.sign(&key);
             let e = m.verify(&key).unwrap_err();
-            assert!(e.contains("invalid file name"), "{bad:?}: {e}");
+            assert!(e.to_string().contains("invalid file name"), "{bad:?}: {e}");
             let dir = tempdir("names");
             let e = format!("{:#}", verify_rank_dir(&dir, &m.rank_info[0].files).unwrap_err());
             assert!(e.contains("invalid image file name"), "{e}");

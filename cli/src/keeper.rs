@@ -6,7 +6,8 @@ use crate::args::RunArgs;
 use crate::coord_wire::{self, AgentInfo, CoordInfo, FromCoord, Hello, KeeperHello, Mode, SecureTx, ToCoord};
 use crate::coordinator;
 use crate::criu::Criu;
-use crate::ctl::{self, CtlReader};
+use crate::ctl;
+use crate::keeper_state::{CkptState, State};
 use crate::images::{self, CkptDir, ExternalPipe, ExternalSocket, JobInfo, RankManifest, RankMeta};
 use crate::pmi_relay::{Launcher, PmiEnv, Relay};
 use crate::spawn::{self, Plan, PROGRAM_CTL_FD, PROGRAM_PMI_FD};
@@ -36,13 +37,23 @@ pub enum Outcome {
     Signal(i32),
 }
 
+#[derive(Debug)]
 pub(crate) enum Ev {
     Agent(ctl::Frame),
     AgentClosed(Option<String>),
     Coord(FromCoord),
     CoordClosed,
-    Child(Result<Exit, String>),
+    Child(Result<Exit, WaitError>),
     Signal(i32),
+}
+
+/// Why the keeper could not learn how the program ended.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WaitError {
+    #[error("the program (pid {0}) is not a child of the keeper")]
+    NotAChild(i32),
+    #[error("waiting for the program")]
+    Wait(#[source] std::io::Error),
 }
 
 /// This rank's identity and launcher session.
@@ -179,23 +190,20 @@ pub(crate) fn start_signal_thread(tx: Sender<Ev>) -> Result<()> {
 }
 
 pub(crate) fn start_ctl_reader(sock: UnixStream, tx: Sender<Ev>) -> Result<()> {
-    std::thread::Builder::new().name("ctl-reader".into()).spawn(move || {
-        let mut r = CtlReader::new(sock);
-        loop {
-            match r.next() {
-                Ok(Some(frame)) => {
-                    if tx.send(Ev::Agent(frame)).is_err() {
-                        return;
-                    }
-                }
-                Ok(None) => {
-                    let _ = tx.send(Ev::AgentClosed(None));
+    std::thread::Builder::new().name("ctl-reader".into()).spawn(move || loop {
+        match ctl::next(&sock) {
+            Ok(Some(frame)) => {
+                if tx.send(Ev::Agent(frame)).is_err() {
                     return;
                 }
-                Err(e) => {
-                    let _ = tx.send(Ev::AgentClosed(Some(e.to_string())));
-                    return;
-                }
+            }
+            Ok(None) => {
+                let _ = tx.send(Ev::AgentClosed(None));
+                return;
+            }
+            Err(e) => {
+                let _ = tx.send(Ev::AgentClosed(Some(e.to_string())));
+                return;
             }
         }
     })?;
@@ -208,8 +216,8 @@ pub(crate) fn start_waiter(pid: i32, status: Option<OwnedFd>, tx: Sender<Ev>) ->
     std::thread::Builder::new().name("waiter".into()).spawn(move || {
         let r = match sys::wait_pid(pid) {
             Ok(Some(exit)) => Ok(status.as_ref().and_then(|fd| crate::pidns::read_status(fd.as_fd())).unwrap_or(exit)),
-            Ok(None) => Err(format!("the program (pid {pid}) is not a child of the keeper")),
-            Err(e) => Err(format!("waiting for the program: {e}")),
+            Ok(None) => Err(WaitError::NotAChild(pid)),
+            Err(e) => Err(WaitError::Wait(e)),
         };
         let _ = tx.send(Ev::Child(r));
     })?;
@@ -401,10 +409,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         relay,
         coord: Some(coord),
         agent: None,
-        ckpt: None,
-        stopping: false,
-        awaiting_go: None,
-        resuming_restart: None,
+        state: State::Running,
         relays,
         coord_info: mine,
     };
@@ -450,19 +455,6 @@ fn kill_program(pid: i32) {
     let _ = sys::kill(pid, libc::SIGKILL);
 }
 
-pub(crate) struct CkptState {
-    epoch: u64,
-    stop: bool,
-    /// The dump left the program stopped (`--stop`); an abort must continue it.
-    stopped: bool,
-    /// The program was told to resume right after this rank's dump (before the commit).
-    resumed: bool,
-    /// The agent reported `Failed` and recovers on its own; the checkpoint stays known until the
-    /// coordinator's `Abort`, whose verdict (and a `Release` sent before it) still goes to the
-    /// agent: after `Drained` it waits for that verdict. Nothing else is forwarded or done.
-    agent_failed: bool,
-}
-
 pub(crate) struct Keeper {
     pub(crate) rank: i32,
     pub(crate) size: i32,
@@ -489,12 +481,8 @@ pub(crate) struct Keeper {
     pub(crate) relay: Option<Arc<Relay>>,
     pub(crate) coord: Option<SecureTx>,
     pub(crate) agent: Option<mpicr_proto::Hello>,
-    pub(crate) ckpt: Option<CkptState>,
-    pub(crate) stopping: bool,
-    /// Restart: restored, waiting for the coordinator's `Go`.
-    pub(crate) awaiting_go: Option<u64>,
-    /// Restart: `Resume{restarted}` sent, waiting for the agent's `Resumed`.
-    pub(crate) resuming_restart: Option<u64>,
+    /// Where this keeper stands (see `keeper_state`).
+    pub(crate) state: State,
     pub(crate) relays: Vec<std::thread::JoinHandle<()>>,
     /// Set on rank 0: the coordinator it hosts.
     pub(crate) coord_info: Option<CoordInfo>,
@@ -508,6 +496,7 @@ impl Keeper {
     }
 
     fn tell_coord(&mut self, m: ToCoord) {
+        tracing::debug!(target: "keeper", "mpicr[{}]: -> coordinator {m:?}", self.rank);
         if let Some(c) = self.coord.as_mut() {
             if coord_wire::send(c, &m).is_err() {
                 self.coord = None;
@@ -516,6 +505,7 @@ impl Keeper {
     }
 
     fn tell_agent(&mut self, m: ToAgent) -> Result<()> {
+        tracing::debug!(target: "keeper", "mpicr[{}]: -> agent {m:?}", self.rank);
         ctl::send(&self.ctl, &m).with_context(|| format!("sending {} to the agent", variant(&format!("{m:?}"))))
     }
 
@@ -527,9 +517,11 @@ impl Keeper {
     pub(crate) fn event_loop(&mut self, rx: Receiver<Ev>) -> Result<Outcome> {
         loop {
             let ev = rx.recv().map_err(|_| anyhow!("internal error: event channel closed"))?;
+            tracing::debug!(target: "keeper", "mpicr[{}]: {} <- {ev:?}", self.rank, self.state.name());
+            let before = self.state.name();
             match ev {
                 Ev::Child(r) => {
-                    let exit = r.map_err(|e| anyhow!(e))?;
+                    let exit = r?;
                     return Ok(self.finish(exit));
                 }
                 Ev::Signal(sig) => self.on_signal(sig),
@@ -538,14 +530,14 @@ impl Keeper {
                     if let Some(e) = err {
                         self.say(&format!("control connection to the agent failed: {e}"));
                     }
-                    if let Some(c) = self.ckpt.take() {
+                    if let Some(c) = self.state.end_ckpt() {
                         self.fail_ckpt(c.epoch, "the program closed its control connection".into());
                     }
                 }
                 Ev::Coord(m) => self.on_coord(m)?,
                 Ev::CoordClosed => {
                     self.coord = None;
-                    if let Some(c) = self.ckpt.take() {
+                    if let Some(c) = self.state.end_ckpt() {
                         if c.stopped {
                             resume_stopped(self.pid);
                         }
@@ -557,12 +549,20 @@ impl Keeper {
                             let _ = self.tell_agent(ToAgent::Abort { reason });
                         }
                     }
-                    if let Some(e) = self.awaiting_go {
+                    if let Some(e) = self.state.awaiting_go() {
                         bail!("the coordinator went away before every rank had restored epoch {e}");
                     }
                     self.say("the coordinator went away; no more checkpoints for this job");
                 }
             }
+            self.trace_transition(before);
+        }
+    }
+
+    /// Logs a change of state (the transitions themselves are `State`'s).
+    fn trace_transition(&self, before: &'static str) {
+        if self.state.name() != before {
+            tracing::debug!(target: "keeper", "mpicr[{}]: state {before} -> {}", self.rank, self.state.name());
         }
     }
 
@@ -572,7 +572,7 @@ impl Keeper {
                 let stop = sig == libc::SIGUSR2;
                 self.say(&format!("{} received: requesting a checkpoint{}", sys::signal_name(sig), if stop { " and stop" } else { "" }));
                 if self.coord.is_none() {
-                    crate::elog!("mpicr[{}]: cannot checkpoint: no coordinator", self.rank);
+                    tracing::warn!(target: "keeper", "mpicr[{}]: cannot checkpoint: no coordinator", self.rank);
                 }
                 self.tell_coord(ToCoord::Request { stop });
             }
@@ -583,7 +583,7 @@ impl Keeper {
     fn on_agent(&mut self, frame: ctl::Frame) -> Result<()> {
         let ctl::Frame { msg: m, mut fds, truncated } = frame;
         if truncated {
-            crate::elog!("mpicr[{}]: descriptors from the agent were dropped by the kernel (MSG_CTRUNC; is the keeper out of descriptors?)", self.rank);
+            tracing::warn!(target: "keeper", "mpicr[{}]: descriptors from the agent were dropped by the kernel (MSG_CTRUNC; is the keeper out of descriptors?)", self.rank);
         }
         if !fds.is_empty() && !matches!(m, FromAgent::PmiConnect { .. }) {
             // Only PmiConnect carries one; closing a stray one is all that can be done with it.
@@ -591,7 +591,7 @@ impl Keeper {
             fds.clear();
         }
         // After the agent failed, what it still sends is not part of the checkpoint.
-        let epoch = self.ckpt.as_ref().filter(|c| !c.agent_failed).map(|c| c.epoch);
+        let epoch = self.state.ckpt().filter(|c| !c.agent_failed).map(|c| c.epoch);
         match m {
             FromAgent::Hello(h) => {
                 self.say(&format!("agent ready (pid {}, {} via {})", h.pid, h.library, h.renew_strategy));
@@ -602,12 +602,12 @@ impl Keeper {
             FromAgent::Request { stop } => self.tell_coord(ToCoord::Request { stop }),
             FromAgent::PmiConnect { generation } => {
                 if fds.len() > 1 {
-                    crate::elog!("mpicr[{}]: PmiConnect came with {} descriptors; using the last", self.rank, fds.len());
+                    tracing::warn!(target: "keeper", "mpicr[{}]: PmiConnect came with {} descriptors; using the last", self.rank, fds.len());
                 }
                 let Some(fd) = fds.pop() else {
                     // The agent's end then has no peer: the renewed library's PMI client gets
                     // EPIPE (the agent's thread ignores SIGPIPE) and the renewal reports it.
-                    crate::elog!("mpicr[{}]: the agent sent PmiConnect for generation {generation} without a descriptor", self.rank);
+                    tracing::warn!(target: "keeper", "mpicr[{}]: the agent sent PmiConnect for generation {generation} without a descriptor", self.rank);
                     return Ok(());
                 };
                 match &self.relay {
@@ -616,7 +616,7 @@ impl Keeper {
                         relay.serve(UnixStream::from(fd), Some(generation))?;
                         self.say(&format!("PMI connection for generation {generation}"));
                     }
-                    None => crate::elog!("mpicr[{}]: the agent asked for PMI, but this keeper has no launcher", self.rank),
+                    None => tracing::warn!(target: "keeper", "mpicr[{}]: the agent asked for PMI, but this keeper has no launcher", self.rank),
                 }
             }
             FromAgent::Counters { comms } => match epoch {
@@ -639,24 +639,24 @@ impl Keeper {
                 }
             }
             FromAgent::Resumed { timings } => {
-                if let Some(e) = self.resuming_restart.take() {
+                if let Some(e) = self.state.restart_resumed() {
                     self.say(&format!("program resumed after the restart from epoch {e}"));
                     self.tell_coord(ToCoord::Resumed { epoch: e, timings: timings.phases_us });
-                } else if let Some(c) = self.ckpt.take() {
+                } else if let Some(c) = self.state.end_ckpt() {
                     self.tell_coord(ToCoord::Resumed { epoch: c.epoch, timings: timings.phases_us });
                 }
             }
             FromAgent::Failed { reason } => {
-                if let Some(e) = self.resuming_restart.take() {
+                if let Some(e) = self.state.restart_resumed() {
                     bail!("the program could not resume after the restart from epoch {e}: {reason}");
                 }
-                match self.ckpt.as_mut() {
+                match self.state.ckpt_mut() {
                     Some(c) if !c.agent_failed => {
                         c.agent_failed = true;
                         let epoch = c.epoch;
                         self.fail_ckpt(epoch, reason);
                     }
-                    _ => crate::elog!("mpicr[{}]: agent reported a failure: {reason}", self.rank),
+                    _ => tracing::warn!(target: "keeper", "mpicr[{}]: agent reported a failure: {reason}", self.rank),
                 }
             }
         }
@@ -674,7 +674,10 @@ impl Keeper {
                     self.fail_ckpt(epoch, format!("{e:#}"));
                     return Ok(());
                 }
-                self.ckpt = Some(CkptState { epoch, stop, stopped: false, resumed: false, agent_failed: false });
+                if let Err(e) = self.state.begin(CkptState::new(epoch, stop)) {
+                    self.fail_ckpt(epoch, e.to_string());
+                    return Ok(());
+                }
                 match self.mode {
                     Mode::NoMpi => self.tell_coord(ToCoord::ReadyToDump {
                         epoch,
@@ -684,13 +687,13 @@ impl Keeper {
                         timings: vec![],
                     }),
                     _ if self.agent.is_none() => {
-                        self.ckpt = None;
+                        self.state.end_ckpt();
                         self.fail_ckpt(epoch, "the program has no agent".into());
                     }
                     _ => {
                         let state_path = rdir.join("shim.state").display().to_string();
                         if let Err(e) = self.tell_agent(ToAgent::Checkpoint { epoch, stop, state_path }) {
-                            self.ckpt = None;
+                            self.state.end_ckpt();
                             self.fail_ckpt(epoch, format!("{e:#}"));
                         }
                     }
@@ -712,7 +715,7 @@ impl Keeper {
             }
             // Also after the agent failed: it may be waiting for the verdict (see `agent_failed`).
             FromCoord::Release { epoch } => {
-                if self.ckpt.as_ref().is_some_and(|c| c.epoch == epoch) && self.mode != Mode::NoMpi {
+                if self.state.ckpt().is_some_and(|c| c.epoch == epoch) && self.mode != Mode::NoMpi {
                     if let Err(e) = self.tell_agent(ToAgent::Release) {
                         self.fail_ckpt(epoch, format!("{e:#}"));
                     }
@@ -721,8 +724,8 @@ impl Keeper {
             FromCoord::Dump { epoch } => {
                 if self.in_ckpt(epoch) {
                     let t = Instant::now();
-                    let stop = self.ckpt.as_ref().is_some_and(|c| c.stop);
-                    if let Some(c) = self.ckpt.as_mut() {
+                    let stop = self.state.ckpt().is_some_and(|c| c.stop);
+                    if let Some(c) = self.state.ckpt_mut() {
                         // Whatever fails after this, an abort sends SIGCONT (harmless if running).
                         c.stopped = stop;
                     }
@@ -742,15 +745,15 @@ impl Keeper {
                 }
             }
             FromCoord::Resume { epoch } => {
-                if self.in_ckpt(epoch) && !self.ckpt.as_ref().is_some_and(|c| c.resumed) {
+                if self.in_ckpt(epoch) && !self.state.ckpt().is_some_and(|c| c.resumed) {
                     match self.mode {
                         Mode::NoMpi => {
-                            self.ckpt = None;
+                            self.state.end_ckpt();
                             self.tell_coord(ToCoord::Resumed { epoch, timings: vec![] });
                         }
                         _ => {
                             if let Err(e) = self.tell_agent(ToAgent::Resume { restarted: false, epoch, size: self.size, env: Vec::new() }) {
-                                self.ckpt = None;
+                                self.state.end_ckpt();
                                 self.fail_ckpt(epoch, format!("{e:#}"));
                             }
                         }
@@ -758,12 +761,12 @@ impl Keeper {
                 }
             }
             FromCoord::Abort { epoch, reason } => {
-                if self.awaiting_go == Some(epoch) {
+                if self.state.awaiting_go() == Some(epoch) {
                     bail!("restart of epoch {epoch} aborted: {reason}");
                 }
-                if self.ckpt.as_ref().is_some_and(|c| c.epoch == epoch) {
+                if self.state.ckpt().is_some_and(|c| c.epoch == epoch) {
                     self.say(&format!("checkpoint {epoch} aborted: {reason}"));
-                    if self.ckpt.take().is_some_and(|c| c.stopped) {
+                    if self.state.end_ckpt().is_some_and(|c| c.stopped) {
                         resume_stopped(self.pid);
                     }
                     if self.mode != Mode::NoMpi && self.agent.is_some() {
@@ -773,18 +776,16 @@ impl Keeper {
             }
             FromCoord::Stop => {
                 self.say("stopping the job after the checkpoint");
-                self.stopping = true;
-                self.ckpt = None;
+                self.state.stop();
                 kill_program(self.pid);
             }
             FromCoord::Go { epoch } => {
-                if self.awaiting_go.take() != Some(epoch) {
+                if !self.state.go(epoch, self.mode == Mode::Agent) {
                     return Ok(());
                 }
                 match self.mode {
                     Mode::NoMpi | Mode::NoShim => self.say(&format!("every rank restored epoch {epoch}; running")),
                     Mode::Agent => {
-                        self.resuming_restart = Some(epoch);
                         let env = std::mem::take(&mut self.resume_env);
                         self.tell_agent(ToAgent::Resume { restarted: true, epoch, size: self.size, env })?;
                     }
@@ -796,7 +797,7 @@ impl Keeper {
 
     /// Is `epoch` the checkpoint in progress here (and the agent still in it)?
     fn in_ckpt(&self, epoch: u64) -> bool {
-        self.ckpt.as_ref().is_some_and(|c| c.epoch == epoch && !c.agent_failed)
+        self.state.in_ckpt(epoch)
     }
 
     /// Dumps the program into this rank's directory of `epoch` (the program keeps running, or
@@ -838,7 +839,7 @@ impl Keeper {
         // collective, so it waits for the ranks still dumping.)
         if !leave_stopped && self.mode == Mode::Agent {
             self.tell_agent(ToAgent::Resume { restarted: false, epoch, size: self.size, env: Vec::new() })?;
-            if let Some(c) = self.ckpt.as_mut() {
+            if let Some(c) = self.state.ckpt_mut() {
                 c.resumed = true;
             }
         }
@@ -883,8 +884,8 @@ impl Keeper {
 
     /// The program ended: tell the launcher the right thing and hand back its status.
     fn finish(&mut self, exit: Exit) -> Outcome {
-        let clean = self.stopping || exit == Exit::Code(0) || self.relay.as_ref().is_some_and(|r| r.program_finalized());
-        self.say(&format!("program ended with {exit}{}", if self.stopping { " (stopped after the checkpoint)" } else { "" }));
+        let clean = self.state.is_stopping() || exit == Exit::Code(0) || self.relay.as_ref().is_some_and(|r| r.program_finalized());
+        self.say(&format!("program ended with {exit}{}", if self.state.is_stopping() { " (stopped after the checkpoint)" } else { "" }));
         self.tell_coord(ToCoord::Exiting { status: exit.to_string() });
         // Output first, so that nothing the program printed is lost.
         for h in self.relays.drain(..) {
@@ -892,18 +893,18 @@ impl Keeper {
         }
         if let Some(l) = &self.launcher {
             if clean && !l.finalize(Duration::from_secs(5)) {
-                crate::elog!("mpicr[{}]: could not finalize PMI with the launcher", self.rank);
+                tracing::warn!(target: "keeper", "mpicr[{}]: could not finalize PMI with the launcher", self.rank);
             }
         }
         if let Some(info) = self.coord_info.take() {
-            if self.stopping {
+            if self.state.is_stopping() {
                 // Let the other keepers receive `Stop` before this process (and its coordinator) ends.
                 std::thread::sleep(Duration::from_millis(200));
             }
             coord_wire::remove_if_ours(&self.dir, &info.job_id, info.pid);
         }
         self.coord = None;
-        if self.stopping {
+        if self.state.is_stopping() {
             return Outcome::Exit(0);
         }
         match exit {

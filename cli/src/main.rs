@@ -11,6 +11,8 @@ mod ctl;
 mod fuzz;
 mod images;
 mod keeper;
+mod keeper_state;
+mod log;
 mod paths;
 mod pmi;
 mod pidns;
@@ -47,6 +49,7 @@ fn main() {
         pidns::init_main(&args[2..]);
     }
     let cli = Cli::parse();
+    log::init();
     let wrapper = matches!(cli.command, Command::Run(_) | Command::Restart(_));
     let code = match run(cli) {
         Ok(keeper::Outcome::Exit(code)) => code,

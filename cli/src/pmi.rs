@@ -127,11 +127,26 @@ impl fmt::Display for Msg {
     }
 }
 
+/// Bytes that are no PMI message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PmiError {
+    #[error("a PMI message longer than {MAX_MESSAGE} bytes")]
+    TooLong,
+    #[error("PMI-1 line is not UTF-8")]
+    V1NotUtf8,
+    #[error("not a PMI message: {0:?}")]
+    NotPmi(String),
+    #[error("PMI-2 message is not UTF-8")]
+    V2NotUtf8,
+    #[error("PMI-2 message without cmd=: {0:?}")]
+    NoCmd(String),
+}
+
 /// Splits one complete message off the front of `buf`: `Ok(Some((msg, consumed)))`, `Ok(None)`
 /// when more bytes are needed, `Err` for bytes that are no PMI at all.
-pub fn split(buf: &[u8]) -> Result<Option<(Msg, usize)>, String> {
+pub fn split(buf: &[u8]) -> Result<Option<(Msg, usize)>, PmiError> {
     match split_inner(buf) {
-        Ok(None) if buf.len() > MAX_MESSAGE => Err(format!("a PMI message longer than {MAX_MESSAGE} bytes")),
+        Ok(None) if buf.len() > MAX_MESSAGE => Err(PmiError::TooLong),
         other => other,
     }
 }
@@ -139,7 +154,7 @@ pub fn split(buf: &[u8]) -> Result<Option<(Msg, usize)>, String> {
 /// Longest PMI message accepted (a PMI-2 message has at most 999999 bytes after its length).
 pub const MAX_MESSAGE: usize = 1 << 20;
 
-fn split_inner(buf: &[u8]) -> Result<Option<(Msg, usize)>, String> {
+fn split_inner(buf: &[u8]) -> Result<Option<(Msg, usize)>, PmiError> {
     if buf.is_empty() {
         return Ok(None);
     }
@@ -148,7 +163,7 @@ fn split_inner(buf: &[u8]) -> Result<Option<(Msg, usize)>, String> {
     }
     if buf.starts_with(b"cmd=") || (buf.len() < 4 && b"cmd=".starts_with(buf)) || (buf.len() < 5 && b"mcmd=".starts_with(buf)) {
         let Some(nl) = buf.iter().position(|&c| c == b'\n') else { return Ok(None) };
-        let line = std::str::from_utf8(&buf[..nl]).map_err(|_| "PMI-1 line is not UTF-8".to_string())?;
+        let line = std::str::from_utf8(&buf[..nl]).map_err(|_| PmiError::V1NotUtf8)?;
         return Ok(Some((Msg::Cmd { wire: Wire::V1, tokens: tokenize_v1(line) }, nl + 1)));
     }
     // PMI-2: six characters of decimal length (space padded).
@@ -156,18 +171,18 @@ fn split_inner(buf: &[u8]) -> Result<Option<(Msg, usize)>, String> {
         if buf.iter().all(|c| c.is_ascii_digit() || *c == b' ') {
             return Ok(None);
         }
-        return Err(format!("not a PMI message: {:?}", String::from_utf8_lossy(buf)));
+        return Err(PmiError::NotPmi(String::from_utf8_lossy(buf).into_owned()));
     }
     let len: usize = std::str::from_utf8(&buf[..6])
         .ok()
         .and_then(|s| s.trim().parse().ok())
-        .ok_or_else(|| format!("not a PMI message: {:?}", String::from_utf8_lossy(&buf[..buf.len().min(40)])))?;
+        .ok_or_else(|| PmiError::NotPmi(String::from_utf8_lossy(&buf[..buf.len().min(40)]).into_owned()))?;
     if buf.len() < 6 + len {
         return Ok(None);
     }
-    let body = std::str::from_utf8(&buf[6..6 + len]).map_err(|_| "PMI-2 message is not UTF-8".to_string())?;
+    let body = std::str::from_utf8(&buf[6..6 + len]).map_err(|_| PmiError::V2NotUtf8)?;
     if !body.starts_with("cmd=") {
-        return Err(format!("PMI-2 message without cmd=: {body:?}"));
+        return Err(PmiError::NoCmd(body.into()));
     }
     Ok(Some((Msg::Cmd { wire: Wire::V2, tokens: tokenize_v2(body) }, 6 + len)))
 }

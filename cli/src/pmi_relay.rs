@@ -45,10 +45,6 @@ impl PmiEnv {
     }
 }
 
-fn debug_enabled() -> bool {
-    std::env::var_os("MPICR_DEBUG_PMI").is_some_and(|v| v != "0")
-}
-
 /// The connection to the launcher; one request/response at a time.
 struct Upstream {
     sock: UnixStream,
@@ -108,9 +104,7 @@ impl Launcher {
         let r = up.exchange(&Msg::new(Wire::V1, "get_my_kvsname"), true).context("PMI get_my_kvsname")?.unwrap();
         check_rc(&r, "get_my_kvsname")?;
         let kvsname = r.get("kvsname").context("the launcher's my_kvsname reply has no kvsname")?.to_string();
-        if debug_enabled() {
-            crate::elog!("{tag}: launcher session {kvsname}, rank {} of {}", env.rank, env.size);
-        }
+        tracing::debug!(target: "pmi", "{tag}: launcher session {kvsname}, rank {} of {}", env.rank, env.size);
         Ok(Launcher { up: Mutex::new(up), kvsname, finalized: AtomicBool::new(false), tag })
     }
 
@@ -145,9 +139,7 @@ impl Launcher {
         }
         let Some(mut up) = self.up.try_lock_for(wait) else { return false };
         let ok = up.exchange(&Msg::new(Wire::V1, "finalize"), true).is_ok();
-        if debug_enabled() {
-            crate::elog!("{}: finalize with the launcher: {}", self.tag, if ok { "ok" } else { "failed" });
-        }
+        tracing::debug!(target: "pmi", "{}: finalize with the launcher: {}", self.tag, if ok { "ok" } else { "failed" });
         ok
     }
 
@@ -207,13 +199,12 @@ impl Relay {
         let me = Arc::clone(self);
         std::thread::Builder::new().name("pmi-relay".into()).spawn(move || {
             if let Err(e) = me.serve_conn(conn, announced) {
-                crate::elog!("{}: relay stopped: {e}", me.launcher.tag);
+                tracing::warn!(target: "pmi", "{}: relay stopped: {e}", me.launcher.tag);
             }
         })
     }
 
     fn serve_conn(&self, mut conn: UnixStream, mut announced: Option<u32>) -> io::Result<()> {
-        let dbg = debug_enabled();
         let mut buf = Vec::new();
         let mut generation = announced.unwrap_or_else(|| self.gens.lock().next.saturating_sub(1));
         loop {
@@ -254,15 +245,15 @@ impl Relay {
                 }
                 Action::Forward { msg: fwd, await_reply } => {
                     let resp = self.launcher.relay(&fwd, await_reply)?;
-                    if dbg {
-                        crate::elog!("{}: g{generation} {} -> {}", self.launcher.tag, fwd, resp.as_ref().map(|r| r.to_string()).unwrap_or_default());
+                    if tracing::enabled!(target: "pmi", tracing::Level::TRACE) {
+                        tracing::trace!(target: "pmi", "{}: g{generation} {} -> {}", self.launcher.tag, fwd, resp.as_ref().map(|r| r.to_string()).unwrap_or_default());
                     }
                     resp.map(|r| self.rules.response(&msg, r))
                 }
             };
             if let Some(r) = reply {
-                if dbg && msg.cmd() == "finalize" {
-                    crate::elog!("{}: g{generation} finalize answered by the keeper", self.launcher.tag);
+                if msg.cmd() == "finalize" {
+                    tracing::trace!(target: "pmi", "{}: g{generation} finalize answered by the keeper", self.launcher.tag);
                 }
                 conn.write_all(&r.encode())?;
             }

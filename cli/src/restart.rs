@@ -208,10 +208,7 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
         relay,
         coord: Some(coord),
         agent: meta.agent_hello.clone(),
-        ckpt: None,
-        stopping: false,
-        awaiting_go: Some(epoch),
-        resuming_restart: None,
+        state: crate::keeper_state::State::AwaitingGo { epoch },
         relays,
         coord_info: mine,
     };

@@ -19,24 +19,15 @@ pub const PROGRAM_CTL_FD: RawFd = 3;
 pub const PROGRAM_PMI_FD: RawFd = 100;
 
 /// How a spawn failed, for the exit code conventions of wrappers (126, 127).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum SpawnError {
+    #[error("program not found: {0}")]
     NotFound(String),
+    #[error("program is not executable: {0}")]
     NotExecutable(String),
+    #[error("{0:#}")]
     Other(anyhow::Error),
 }
-
-impl std::fmt::Display for SpawnError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SpawnError::NotFound(p) => write!(f, "program not found: {p}"),
-            SpawnError::NotExecutable(p) => write!(f, "program is not executable: {p}"),
-            SpawnError::Other(e) => write!(f, "{e:#}"),
-        }
-    }
-}
-
-impl std::error::Error for SpawnError {}
 
 /// Finds `program` the way `execvp` would, so that a missing program is reported before fork.
 pub fn resolve_program(program: &OsStr) -> Result<PathBuf, SpawnError> {

@@ -294,22 +294,7 @@ pub fn syncfs(path: &Path) -> io::Result<()> {
 }
 
 /// Random bytes from the kernel.
-pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        // SAFETY: writes at most `len - filled` bytes into the slice's remaining part.
-        let r = unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), buf.len() - filled, 0) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return Err(e);
-        }
-        filled += r as usize;
-    }
-    Ok(())
-}
+pub use mpicr_proto::coord::random_bytes;
 
 pub fn hostname() -> String {
     let mut buf = [0u8; 256];
@@ -332,127 +317,10 @@ pub fn nofile_limit() -> u64 {
     rl.rlim_cur
 }
 
-/// Sends `data` on a unix stream socket with `fds` attached as `SCM_RIGHTS`.
-#[cfg(test)]
-pub fn send_with_fds(sock: BorrowedFd<'_>, data: &[u8], fds: &[RawFd]) -> io::Result<usize> {
-    let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut _, iov_len: data.len() };
-    let space = cmsg_space(fds.len());
-    let mut cbuf = vec![0u64; space.div_ceil(8)];
-    // SAFETY: an all-zero msghdr is valid; every pointer set below outlives the sendmsg call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    if !fds.is_empty() {
-        msg.msg_control = cbuf.as_mut_ptr().cast();
-        msg.msg_controllen = space as _;
-        // SAFETY: the control buffer is large enough for one header carrying `fds`
-        // (CMSG_SPACE), so CMSG_FIRSTHDR is non-null and CMSG_DATA has room for the ints.
-        unsafe {
-            let c = libc::CMSG_FIRSTHDR(&msg);
-            (*c).cmsg_level = libc::SOL_SOCKET;
-            (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of_val(fds) as u32) as _;
-            std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(c).cast::<RawFd>(), fds.len());
-        }
-    }
-    loop {
-        // SAFETY: `msg` points to live buffers (see above).
-        let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return Err(e);
-        }
-        return Ok(r as usize);
-    }
-}
-
-fn cmsg_space(nfds: usize) -> usize {
-    // SAFETY: CMSG_SPACE is a pure size computation.
-    unsafe { libc::CMSG_SPACE((nfds.max(1) * std::mem::size_of::<RawFd>()) as u32) as usize }
-}
-
-/// What one [`recv_with_fds`] read.
-pub struct Recvd {
-    /// Bytes read; 0 at end of stream.
-    pub bytes: usize,
-    /// The kernel dropped descriptors that came with them (`MSG_CTRUNC`: no room in the control
-    /// buffer, or this process is out of descriptors).
-    pub truncated: bool,
-}
-
-/// Receives bytes from a unix stream socket, collecting any `SCM_RIGHTS` descriptors (made
-/// close-on-exec) into `fds`.
-pub fn recv_with_fds(sock: BorrowedFd<'_>, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> io::Result<Recvd> {
-    const MAX_FDS: usize = 16;
-    let space = cmsg_space(MAX_FDS);
-    let mut cbuf = vec![0u64; space.div_ceil(8)];
-    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-    // SAFETY: an all-zero msghdr is valid; the pointers set below outlive recvmsg.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
-    let n = loop {
-        // SAFETY: `msg` describes live, writable buffers.
-        let r = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return Err(e);
-        }
-        break r as usize;
-    };
-    // SAFETY: walking the control messages the kernel wrote into `cbuf`, bounded by
-    // msg_controllen; each SCM_RIGHTS payload is an array of ints the kernel installed for us.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let payload = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
-                let count = payload / std::mem::size_of::<RawFd>();
-                let data = libc::CMSG_DATA(c).cast::<RawFd>();
-                for i in 0..count {
-                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
-                }
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
-        }
-    }
-    Ok(Recvd { bytes: n, truncated: msg.msg_flags & libc::MSG_CTRUNC != 0 })
-}
-
 /// `access(path, X_OK)`.
 pub fn is_executable(path: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let Ok(c) = CString::new(path.as_os_str().as_bytes()) else { return false };
     // SAFETY: `c` is a valid NUL-terminated string.
     unsafe { libc::access(c.as_ptr(), libc::X_OK) == 0 }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::fd::AsFd;
-
-    #[test]
-    fn fds_travel_with_bytes() {
-        let (a, b) = socketpair().unwrap();
-        let (r, _w) = pipe().unwrap();
-        let ino = inode(r.as_fd()).unwrap();
-        send_with_fds(a.as_fd(), b"hello", &[r.as_raw_fd()]).unwrap();
-        let mut buf = [0u8; 16];
-        let mut fds = Vec::new();
-        let r = recv_with_fds(b.as_fd(), &mut buf, &mut fds).unwrap();
-        assert!(!r.truncated);
-        assert_eq!(&buf[..r.bytes], b"hello");
-        assert_eq!(fds.len(), 1);
-        assert_eq!(inode(fds[0].as_fd()).unwrap(), ino);
-    }
-
 }

@@ -1,5 +1,7 @@
-//! The control protocol between a rank's keeper (`mpicr run`/`mpicr restart`) and the agent
-//! thread inside `libmpicr.so`.
+//! Every message of mpicr: the control protocol between a rank's keeper (`mpicr run`/`mpicr
+//! restart`) and the agent thread inside `libmpicr.so` (this module), the coordinator's
+//! messages, handshake and authenticated frames ([`coord`]), and the one framing all of them
+//! use, descriptor passing included ([`frame`]).
 //!
 //! Transport: a `SOCK_STREAM` unix socketpair created by the keeper. The program's end is passed
 //! as the fd number in the environment variable [`CTL_FD_ENV`]. Each message is one frame: a
@@ -44,10 +46,13 @@
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 
+pub mod coord;
+pub mod frame;
+
+pub use frame::{FrameError, Received, MAX_FRAME};
+
 /// Environment variable naming the program's end of the control socketpair.
 pub const CTL_FD_ENV: &str = "MPICR_CTL_FD";
-/// Frames larger than this are refused (a corrupted or hostile peer).
-pub const MAX_FRAME: u32 = 256 << 20;
 
 /// A communicator's job-wide identity: equal on every member, whatever its local handle.
 pub type CommGid = u64;
@@ -115,121 +120,32 @@ pub enum FromAgent {
 
 /// Writes one frame.
 pub fn send<W: Write, M: Serialize>(w: &mut W, msg: &M) -> io::Result<()> {
-    let body = postcard::to_stdvec(msg).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-    let len = u32::try_from(body.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "frame too large"))?;
-    let mut frame = Vec::with_capacity(4 + body.len());
-    frame.extend_from_slice(&len.to_le_bytes());
-    frame.extend_from_slice(&body);
-    w.write_all(&frame)?;
-    w.flush()
+    Ok(frame::write_msg(w, msg)?)
 }
 
 /// Writes one frame on a socket with `MSG_NOSIGNAL`: a peer that went away is an `EPIPE`
 /// error, never a SIGPIPE (which would kill a C program that did not ignore it; the agent lives
 /// in such programs).
 pub fn send_on<M: Serialize>(sock: &std::os::unix::net::UnixStream, msg: &M) -> io::Result<()> {
-    let body = postcard::to_stdvec(msg).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-    let len = u32::try_from(body.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "frame too large"))?;
-    let mut frame = Vec::with_capacity(4 + body.len());
-    frame.extend_from_slice(&len.to_le_bytes());
-    frame.extend_from_slice(&body);
-    send_all(sock, &frame)
-}
-
-/// `send(MSG_NOSIGNAL)` until every byte is written.
-fn send_all(sock: &std::os::unix::net::UnixStream, mut data: &[u8]) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    while !data.is_empty() {
-        // SAFETY: `data` is a live buffer of `data.len()` bytes; the socket is borrowed.
-        let r = unsafe { libc::send(sock.as_raw_fd(), data.as_ptr().cast(), data.len(), libc::MSG_NOSIGNAL) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if r == 0 {
-            return Err(io::Error::new(io::ErrorKind::WriteZero, "the socket accepted no bytes"));
-        }
-        data = &data[r as usize..];
-    }
-    Ok(())
+    use std::os::fd::AsFd;
+    Ok(frame::send_msg(sock.as_fd(), msg, &[])?)
 }
 
 /// Reads one frame; `Ok(None)` on a clean end of stream before the frame started.
 pub fn recv<R: Read, M: for<'de> Deserialize<'de>>(r: &mut R) -> io::Result<Option<M>> {
-    let mut len = [0u8; 4];
-    match r.read_exact(&mut len) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
-    }
-    let len = u32::from_le_bytes(len);
-    if len > MAX_FRAME {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("frame of {len} bytes exceeds the limit")));
-    }
-    // Grows with what arrives instead of trusting the length: a hostile length costs nothing.
-    let mut body = Vec::with_capacity((len as usize).min(64 << 10));
-    r.take(len as u64).read_to_end(&mut body)?;
-    if body.len() != len as usize {
-        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("stream ended inside a frame of {len} bytes")));
-    }
-    decode_body(&body).map(Some)
+    Ok(frame::read_msg(r)?)
 }
 
 /// Decodes the body of one frame (without its length).
 pub fn decode_body<M: for<'de> Deserialize<'de>>(body: &[u8]) -> io::Result<M> {
-    postcard::from_bytes(body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("malformed frame: {e}")))
+    Ok(frame::decode(body)?)
 }
 
 /// Writes one frame on a unix socket with `fd` attached as `SCM_RIGHTS` ancillary data (used
 /// for [`FromAgent::PmiConnect`]). The caller may close its copy of `fd` afterwards.
 pub fn send_with_fd<M: Serialize>(sock: &std::os::unix::net::UnixStream, msg: &M, fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let body = postcard::to_stdvec(msg).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-    let len = u32::try_from(body.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "frame too large"))?;
-    let mut frame = Vec::with_capacity(4 + body.len());
-    frame.extend_from_slice(&len.to_le_bytes());
-    frame.extend_from_slice(&body);
-    let raw = fd.as_raw_fd();
-    let mut iov = libc::iovec { iov_base: frame.as_ptr() as *mut libc::c_void, iov_len: frame.len() };
-    // SAFETY: CMSG_SPACE is a pure size computation.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as usize;
-    let mut cbuf = vec![0u64; space.div_ceil(8)];
-    // SAFETY: an all-zero msghdr is a valid value; every pointer stored in it below points to a
-    // buffer (iov, frame, cbuf) that outlives the sendmsg call.
-    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-    hdr.msg_iov = &mut iov;
-    hdr.msg_iovlen = 1;
-    hdr.msg_control = cbuf.as_mut_ptr().cast();
-    hdr.msg_controllen = space as _;
-    // SAFETY: the control buffer holds CMSG_SPACE(sizeof(int)) bytes, so the first header and its
-    // one-int payload fit.
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&hdr);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), raw);
-    }
-    let n = loop {
-        // SAFETY: `hdr` describes live buffers (see above).
-        let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &hdr, libc::MSG_NOSIGNAL) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        break r as usize;
-    };
-    // The descriptor went with the first byte; any remainder is plain data.
-    if n < frame.len() {
-        send_all(sock, &frame[n..])?;
-    }
-    Ok(())
+    use std::os::fd::AsFd;
+    Ok(frame::send_msg(sock.as_fd(), msg, &[fd])?)
 }
 
 #[cfg(test)]

@@ -106,7 +106,7 @@ fn single(t: &mut T) {
     );
 }
 
-/// Restored processes keep their ids. In the program's own PID namespace (MPICR_PIDNS=1) those
+/// Restored processes keep their ids. In the program's own PID namespace (the default; MPICR_PIDNS=0 turns it off) those
 /// are the namespace's, so a restart succeeds while the checkpointed job itself still runs and
 /// holds every original id on the node; without one the clash is named.
 fn pid_clash(t: &mut T) {
