@@ -19,6 +19,7 @@ use crate::core::{agent, drained, gate, handles, renew};
 use crate::lower;
 use crate::lower::abi::*;
 use mpicr_drain::{Counts, Message, Progress};
+use mpicr_virtid::RealHandle;
 use mpicr_proto::{FromAgent, Timings, ToAgent};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -338,7 +339,7 @@ impl CommIndex {
         let mut by_gid = HashMap::new();
         for (i, real, c) in OBJ.comms.snapshot() {
             by_gid.insert(c.recipe.gid, i);
-            by_idx.insert(i, (c.recipe.gid, real as u32 as c_int, peers(&c)));
+            by_idx.insert(i, (c.recipe.gid, real.raw(), peers(&c)));
         }
         CommIndex { by_idx, by_gid }
     }
@@ -384,7 +385,7 @@ fn test_pending(comms: &CommIndex, progress: &mut Progress) -> usize {
         if e.done.is_some() || e.repost || !active(&e.recipe) {
             continue;
         }
-        let Some(st) = poll(idx, real as u32 as c_int) else {
+        let Some(st) = poll(idx, real.raw()) else {
             pending += 1;
             continue;
         };
@@ -468,11 +469,11 @@ fn drain(comms: &CommIndex, expected: &[(u64, i32, u64)], limit: Duration, abort
         if e.done.is_some() || e.repost || !active(&e.recipe) || !is_recv(&e.recipe) {
             continue;
         }
-        let mut r = real as u32 as c_int;
+        let mut r = real.raw();
         // SAFETY: a live real receive request.
         unsafe { f.MPI_Cancel.map(|c| c(&mut r)) };
         loop {
-            if let Some(st) = poll(idx, real as u32 as c_int) {
+            if let Some(st) = poll(idx, real.raw()) {
                 if st.count_hi_and_cancelled & 1 != 0 {
                     // Cancelled: posted again on the renewed library.
                     OBJ.requests.with(idx, |x| {
@@ -512,6 +513,11 @@ pub struct StateFile {
     pub user_errors: Vec<UserError>,
 }
 
+/// A table's snapshot with its real handles as the state file keeps them (untyped bits).
+fn bits<R: RealHandle, E>(items: Vec<(u32, R, E)>) -> Vec<(u32, u64, E)> {
+    items.into_iter().map(|(i, r, e)| (i, r.to_bits(), e)).collect()
+}
+
 fn write_state(path: &str, epoch: u64) -> Result<u64, String> {
     let s = StateFile {
         format: 1,
@@ -519,14 +525,14 @@ fn write_state(path: &str, epoch: u64) -> Result<u64, String> {
         world_rank: world_rank(),
         world_size: world_size(),
         generation: lower::current().number,
-        comms: OBJ.comms.snapshot(),
-        groups: OBJ.groups.snapshot(),
-        datatypes: OBJ.datatypes.snapshot(),
-        ops: OBJ.ops.snapshot(),
-        infos: OBJ.infos.snapshot(),
-        requests: OBJ.requests.snapshot(),
-        keyvals: OBJ.keyvals.snapshot(),
-        errhandlers: OBJ.errhandlers.snapshot(),
+        comms: bits(OBJ.comms.snapshot()),
+        groups: bits(OBJ.groups.snapshot()),
+        datatypes: bits(OBJ.datatypes.snapshot()),
+        ops: bits(OBJ.ops.snapshot()),
+        infos: bits(OBJ.infos.snapshot()),
+        requests: bits(OBJ.requests.snapshot()),
+        keyvals: bits(OBJ.keyvals.snapshot()),
+        errhandlers: bits(OBJ.errhandlers.snapshot()),
         drained: drained::snapshot(),
         user_errors: user_errors(),
     };

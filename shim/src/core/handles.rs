@@ -33,7 +33,7 @@ pub fn comm_index(v: c_int) -> Option<u32> {
 #[inline(always)]
 pub fn comm(v: c_int) -> c_int {
     match comm_index(v) {
-        Some(i) => OBJ.comms.real(i).map_or(STALE, |r| r as c_int),
+        Some(i) => OBJ.comms.real(i).map_or(STALE, |r| r.raw()),
         None => v,
     }
 }
@@ -42,7 +42,7 @@ pub fn comm(v: c_int) -> c_int {
 #[inline(always)]
 pub fn datatype(v: c_int) -> c_int {
     match decode(v, Kind::Datatype) {
-        Some(i) => OBJ.datatypes.real(i).map_or(STALE, |r| r as c_int),
+        Some(i) => OBJ.datatypes.real(i).map_or(STALE, |r| r.raw()),
         None => v,
     }
 }

@@ -13,6 +13,7 @@
 //!   unmaps what it leaked (see `lower`), so glibc reuses it: unbounded, and nothing of a
 //!   released generation stays in the image.
 
+use crate::lower::handles::RealComm;
 use crate::core::handles;
 use crate::core::kinds::comm::{errors_return_on, world_size};
 use crate::core::kinds::{FREE_ORDER, RENEWAL_ORDER};
@@ -107,7 +108,7 @@ static SESSION: AtomicI32 = AtomicI32::new(MPI_SESSION_NULL);
 
 /// The real MPI_COMM_WORLD of the current generation.
 pub fn real_world() -> c_int {
-    OBJ.comms.real(WORLD_INDEX).map_or(MPI_COMM_WORLD, |r| r as c_int)
+    OBJ.comms.real(WORLD_INDEX).map_or(MPI_COMM_WORLD, |r| r.raw())
 }
 
 /// Initialises the lower half for the program's MPI_Init: returns the real world and self
@@ -339,8 +340,8 @@ pub fn renew(restarted: bool, size: Option<i32>) -> Result<(), String> {
         .map_err(|rc| format!("initialising the renewed library failed: {}", lower::error_string(rc)))?;
     errors_return_on(world);
     errors_return_on(selfc);
-    OBJ.comms.set_real(WORLD_INDEX, world as u32 as u64);
-    OBJ.comms.set_real(SELF_INDEX, selfc as u32 as u64);
+    OBJ.comms.set_real(WORLD_INDEX, RealComm(world));
+    OBJ.comms.set_real(SELF_INDEX, RealComm(selfc));
     for kind in RENEWAL_ORDER {
         kind.rebuild()?;
     }

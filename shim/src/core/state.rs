@@ -10,6 +10,7 @@ use crate::core::kinds::op::OpEntry;
 use crate::core::kinds::request::RequestEntry;
 use crate::core::kinds::session::SessionEntry;
 use crate::core::kinds::win::WinEntry;
+use crate::lower::handles::{NoReal, RealDatatype, RealFile, RealGroup, RealInfo, RealMessage, RealOp, RealRequest, RealSession, RealWin};
 use mpicr_virtid::{ErrhandlerRecipe, GroupRecipe, InfoRecipe, Table};
 use std::os::raw::c_int;
 use std::sync::LazyLock;
@@ -21,19 +22,20 @@ pub const SELF_INDEX: u32 = 1;
 /// Attribute values cached on an object: (keyval handle, value).
 pub type Attrs = Vec<(c_int, usize)>;
 
+/// Every table, each storing its kind's real handles typed (`lower::handles`).
 pub struct Objects {
     pub comms: Comms,
-    pub groups: Table<GroupRecipe>,
-    pub datatypes: Table<TypeEntry>,
-    pub ops: Table<OpEntry>,
-    pub infos: Table<InfoRecipe>,
-    pub errhandlers: Table<ErrhandlerRecipe>,
-    pub requests: Table<RequestEntry>,
-    pub messages: Table<MessageEntry>,
-    pub wins: Table<WinEntry>,
-    pub files: Table<FileEntry>,
-    pub sessions: Table<SessionEntry>,
-    pub keyvals: Table<KeyvalEntry>,
+    pub groups: Table<GroupRecipe, RealGroup>,
+    pub datatypes: Table<TypeEntry, RealDatatype>,
+    pub ops: Table<OpEntry, RealOp>,
+    pub infos: Table<InfoRecipe, RealInfo>,
+    pub errhandlers: Table<ErrhandlerRecipe, NoReal>,
+    pub requests: Table<RequestEntry, RealRequest>,
+    pub messages: Table<MessageEntry, RealMessage>,
+    pub wins: Table<WinEntry, RealWin>,
+    pub files: Table<FileEntry, RealFile>,
+    pub sessions: Table<SessionEntry, RealSession>,
+    pub keyvals: Table<KeyvalEntry, NoReal>,
 }
 
 pub static OBJ: LazyLock<Objects> = LazyLock::new(|| Objects {

@@ -20,7 +20,7 @@ pub use crate::core::handles::{comm, comm_index, datatype, handle, index, SESSIO
 #[inline(always)]
 pub fn comm_checked(v: MPI_Comm) -> Result<MPI_Comm, c_int> {
     match comm_index(v).and_then(|i| OBJ.comms.real(i)) {
-        Some(r) => Ok(r as c_int),
+        Some(r) => Ok(r.raw()),
         None if SESSIONS_ONLY.load(std::sync::atomic::Ordering::Relaxed) => Err(MPI_ERR_COMM),
         None => Ok(comm(v)),
     }
@@ -30,7 +30,7 @@ pub fn comm_checked(v: MPI_Comm) -> Result<MPI_Comm, c_int> {
 #[inline(always)]
 pub fn win_checked(v: MPI_Win) -> Result<MPI_Win, c_int> {
     match decode(v, Kind::Win).and_then(|i| OBJ.wins.real(i)) {
-        Some(r) => Ok(r as c_int),
+        Some(r) => Ok(r.raw()),
         None if SESSIONS_ONLY.load(std::sync::atomic::Ordering::Relaxed) => Err(MPI_ERR_WIN),
         None => Ok(win(v)),
     }
@@ -41,7 +41,7 @@ macro_rules! int_kind {
         #[inline(always)]
         pub fn $fn(v: c_int) -> c_int {
             match decode(v, Kind::$kind) {
-                Some(i) => OBJ.$table.real(i).map_or(STALE, |r| r as c_int),
+                Some(i) => OBJ.$table.real(i).map_or(STALE, |r| r.raw()),
                 None => v,
             }
         }
@@ -61,7 +61,7 @@ int_kind!(message, Message, messages);
 #[inline(always)]
 pub fn file(v: MPI_File) -> MPI_File {
     match decode_file(v as u64) {
-        Some(i) => OBJ.files.real(i).map_or(std::ptr::null_mut(), |r| r as MPI_File),
+        Some(i) => OBJ.files.real(i).map_or(std::ptr::null_mut(), |r| r.raw()),
         None => v,
     }
 }

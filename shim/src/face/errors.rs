@@ -117,7 +117,7 @@ fn abort_with(rc: c_int, func: &str) -> ! {
     let world = OBJ.comms.real(WORLD_INDEX);
     if let (Some(world), Some(abort)) = (world, lower::fns().MPI_Abort) {
         // SAFETY: aborting the job through the real library; does not return on success.
-        unsafe { abort(world as c_int, rc) };
+        unsafe { abort(world.raw(), rc) };
     }
     std::process::exit(if rc == 0 { 1 } else { rc & 0xff })
 }

@@ -8,6 +8,7 @@ use crate::core::renew::real_world;
 use crate::core::state::{Attrs, OBJ, SELF_INDEX, WORLD_INDEX};
 use crate::lower;
 use crate::lower::abi::*;
+use crate::lower::handles::RealComm;
 use mpicr_virtid::{CommCounters, CommRecipe, Counters, CountsSnapshot, Table, Topology};
 use serde::{Deserialize, Serialize};
 use std::os::raw::{c_char, c_int};
@@ -63,13 +64,13 @@ impl CommEntry {
 /// it is live. Reads and updates of other entry fields go through the table (`Deref`).
 #[derive(Default)]
 pub struct Comms {
-    table: Table<CommEntry>,
+    table: Table<CommEntry, RealComm>,
     counters: Counters,
 }
 
 impl std::ops::Deref for Comms {
-    type Target = Table<CommEntry>;
-    fn deref(&self) -> &Table<CommEntry> {
+    type Target = Table<CommEntry, RealComm>;
+    fn deref(&self) -> &Table<CommEntry, RealComm> {
         &self.table
     }
 }
@@ -82,7 +83,7 @@ impl Comms {
     }
 
     /// Stores a new communicator with zeroed counters.
-    pub fn insert(&self, real: u64, entry: CommEntry) -> Result<u32, mpicr_virtid::table::Full> {
+    pub fn insert(&self, real: RealComm, entry: CommEntry) -> Result<u32, mpicr_virtid::table::Full> {
         self.table.insert_and(real, entry, |i, e| {
             self.counters.attach(i, e.recipe.gid, e.alone(), CommEntry::peers_of(&e.recipe))
         })
@@ -100,7 +101,7 @@ impl Comms {
 
     /// Index, real handle and a copy of every live communicator, counters included (exact
     /// while the gate is closed; see `mpicr_virtid::counters`).
-    pub fn snapshot(&self) -> Vec<(u32, u64, CommEntry)> {
+    pub fn snapshot(&self) -> Vec<(u32, RealComm, CommEntry)> {
         // Under the table's lock: a slot's counters cannot be swapped for another
         // communicator's between reading its entry and its counters.
         self.table.snapshot_map(|i, real, e| (i, real, self.with_counts(i, e.clone())))
@@ -249,7 +250,7 @@ impl Renewable for Renew {
     fn snapshot(&self) {
         let f = lower::fns();
         for (idx, real, _) in OBJ.comms.snapshot() {
-            let n = name_of(f.MPI_Comm_get_name, real as u32 as c_int);
+            let n = name_of(f.MPI_Comm_get_name, real.raw());
             OBJ.comms.with(idx, |c| c.name = n);
         }
     }
@@ -257,7 +258,7 @@ impl Renewable for Renew {
     fn free_real(&self) {
         let f = lower::fns();
         for (_, r, _) in OBJ.comms.snapshot() {
-            let mut r = r as u32 as c_int;
+            let mut r = r.raw();
             // SAFETY: a live real communicator of the current generation, freed once.
             unsafe { f.MPI_Comm_free.map(|g| g(&mut r)) };
         }
@@ -287,12 +288,12 @@ impl Renewable for Renew {
                 comm = inter;
             }
             comm = apply_topology(comm, &r.topology)?;
-            OBJ.comms.set_real(idx, comm as u32 as u64);
+            OBJ.comms.set_real(idx, RealComm(comm));
         }
         // SAFETY: freeing the world group made above.
         unsafe { f.MPI_Group_free.map(|h| h(&mut { wg })) };
         for (_, real, c) in OBJ.comms.snapshot() {
-            restore_name(f.MPI_Comm_set_name, real as u32 as c_int, c.name);
+            restore_name(f.MPI_Comm_set_name, real.raw(), c.name);
         }
         Ok(())
     }

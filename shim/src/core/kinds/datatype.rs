@@ -2,6 +2,7 @@
 //! the program may free those), whether it was committed, its attributes and name; the map from
 //! real handles back to virtual ones; and the rebuild with the large-count constructors.
 
+use crate::lower::handles::RealDatatype;
 use super::Renewable;
 use crate::core::handles;
 use crate::core::state::{Attrs, OBJ};
@@ -115,7 +116,7 @@ impl Renewable for Renew {
     fn snapshot(&self) {
         let f = lower::fns();
         for (idx, real, _) in OBJ.datatypes.snapshot() {
-            let n = super::comm::name_of(f.MPI_Type_get_name, real as u32 as c_int);
+            let n = super::comm::name_of(f.MPI_Type_get_name, real.raw());
             OBJ.datatypes.with(idx, |t| t.name = n);
         }
     }
@@ -128,7 +129,7 @@ impl Renewable for Renew {
     fn free_real(&self) {
         let f = lower::fns();
         for (_, r, _) in OBJ.datatypes.snapshot() {
-            let mut r = r as u32 as c_int;
+            let mut r = r.raw();
             // SAFETY: a live real datatype of the current generation, freed once.
             unsafe { f.MPI_Type_free.map(|g| g(&mut r)) };
         }
@@ -143,11 +144,11 @@ impl Renewable for Renew {
                 // SAFETY: a datatype just built.
                 unsafe { f.MPI_Type_commit.map(|h| h(&mut real)) };
             }
-            OBJ.datatypes.set_real(idx, real as u32 as u64);
+            OBJ.datatypes.set_real(idx, RealDatatype(real));
             remember_real(real, handles::handle(Kind::Datatype, idx));
         }
         for (_, real, t) in OBJ.datatypes.snapshot() {
-            super::comm::restore_name(f.MPI_Type_set_name, real as u32 as c_int, t.name);
+            super::comm::restore_name(f.MPI_Type_set_name, real.raw(), t.name);
         }
         Ok(())
     }

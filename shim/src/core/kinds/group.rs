@@ -1,5 +1,6 @@
 //! Groups: every group is recorded as the world ranks it contains, in order (`GroupRecipe`).
 
+use crate::lower::handles::RealGroup;
 use super::{check, Renewable};
 use crate::core::state::{OBJ, WORLD_INDEX};
 use crate::lower;
@@ -22,7 +23,7 @@ fn real_world_group() -> Option<c_int> {
             return Some(h);
         }
     }
-    let world = OBJ.comms.real(WORLD_INDEX)? as c_int;
+    let world = OBJ.comms.real(WORLD_INDEX)?.raw();
     let mut h = MPI_GROUP_NULL;
     // SAFETY: valid out-pointer, live communicator.
     let rc = unsafe { lower::fns().MPI_Comm_group?(world, &mut h) };
@@ -64,7 +65,7 @@ impl Renewable for Renew {
     fn free_real(&self) {
         let f = lower::fns();
         for (_, r, _) in OBJ.groups.snapshot() {
-            let mut r = r as u32 as c_int;
+            let mut r = r.raw();
             // SAFETY: a live real group of the current generation, freed once.
             unsafe { f.MPI_Group_free.map(|g| g(&mut r)) };
         }
@@ -79,7 +80,7 @@ impl Renewable for Renew {
             unsafe {
                 check(f.MPI_Group_incl.map_or(MPI_ERR_OTHER, |h| h(wg, g.world_ranks.len() as c_int, g.world_ranks.as_ptr(), &mut out)), "MPI_Group_incl")?;
             }
-            OBJ.groups.set_real(idx, out as u32 as u64);
+            OBJ.groups.set_real(idx, RealGroup(out));
         }
         // SAFETY: freeing the group made above.
         unsafe { f.MPI_Group_free.map(|h| h(&mut { wg })) };

@@ -1,6 +1,7 @@
 //! Info objects: the recipe is their keys and values, read back from the library just before
 //! each release (the program may have changed them through any call).
 
+use crate::lower::handles::RealInfo;
 use super::{check, Renewable};
 use crate::core::state::OBJ;
 use crate::lower;
@@ -15,7 +16,7 @@ impl Renewable for Renew {
     fn snapshot(&self) {
         let f = lower::fns();
         for (idx, real, _) in OBJ.infos.snapshot() {
-            let r = real as u32 as c_int;
+            let r = real.raw();
             let mut n = 0;
             let mut entries = Vec::new();
             // SAFETY: a live real info; buffers sized per the MPI limits.
@@ -40,7 +41,7 @@ impl Renewable for Renew {
     fn free_real(&self) {
         let f = lower::fns();
         for (_, r, _) in OBJ.infos.snapshot() {
-            let mut r = r as u32 as c_int;
+            let mut r = r.raw();
             // SAFETY: a live real info of the current generation, freed once.
             unsafe { f.MPI_Info_free.map(|g| g(&mut r)) };
         }
@@ -58,7 +59,7 @@ impl Renewable for Renew {
                     f.MPI_Info_set.map(|h| h(real, k.as_ptr(), v.as_ptr()));
                 }
             }
-            OBJ.infos.set_real(idx, real as u32 as u64);
+            OBJ.infos.set_real(idx, RealInfo(real));
         }
         Ok(())
     }

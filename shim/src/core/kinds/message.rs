@@ -7,9 +7,9 @@ use crate::core::kinds::comm::comm_gid;
 use crate::core::state::OBJ;
 use crate::lower;
 use crate::lower::abi::*;
+use crate::lower::handles::RealMessage;
 use mpicr_drain::Message;
 use serde::{Deserialize, Serialize};
-use std::os::raw::c_int;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MessageEntry {
@@ -31,7 +31,7 @@ pub fn drain_matched() -> Result<(), String> {
         if m.drained.is_some() {
             continue;
         }
-        let mut msg = real as u32 as c_int;
+        let mut msg = real.raw();
         let mut data = vec![0u8; m.bytes.max(0) as usize];
         let mut st = MPI_Status::default();
         // SAFETY: a live real message handle; `data` holds its bytes.
@@ -41,7 +41,7 @@ pub fn drain_matched() -> Result<(), String> {
         }
         let gid = comm_gid(m.comm).unwrap_or(0);
         OBJ.messages.with(idx, |x| x.drained = Some(0));
-        OBJ.messages.set_real(idx, 0);
+        OBJ.messages.set_real(idx, RealMessage(0));
         CLAIMED.lock().push((idx, Message { comm: gid, source: st.MPI_SOURCE, tag: st.MPI_TAG, data }));
     }
     Ok(())

@@ -3,6 +3,7 @@
 //! the program's function the *virtual* datatype handle; MPI_User_function has no user-data
 //! argument, so each live op occupies one of a fixed set of trampolines, kept across renewals.
 
+use crate::lower::handles::RealOp;
 use super::Renewable;
 use crate::core::gate;
 use crate::core::kinds::datatype::virtual_of_real;
@@ -103,7 +104,7 @@ impl Renewable for Renew {
     fn free_real(&self) {
         let f = lower::fns();
         for (_, r, _) in OBJ.ops.snapshot() {
-            let mut r = r as u32 as c_int;
+            let mut r = r.raw();
             // SAFETY: a live real op of the current generation, freed once.
             unsafe { f.MPI_Op_free.map(|g| g(&mut r)) };
         }
@@ -113,7 +114,7 @@ impl Renewable for Renew {
     fn rebuild(&self) -> Result<(), String> {
         for (idx, _, op) in OBJ.ops.snapshot() {
             let real = create_real(&op.recipe, op.slot).map_err(|rc| format!("rebuilding an op: {}", lower::error_string(rc)))?;
-            OBJ.ops.set_real(idx, real as u32 as u64);
+            OBJ.ops.set_real(idx, RealOp(real));
         }
         Ok(())
     }

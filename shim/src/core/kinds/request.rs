@@ -3,6 +3,7 @@
 //! renewal do with them: pending receives are cancelled and posted again, persistent requests
 //! are created again, receives may be satisfied from the drained-message buffer.
 
+use crate::lower::handles::RealRequest;
 use super::{check, Renewable};
 use crate::core::drained;
 use crate::core::handles;
@@ -138,7 +139,7 @@ impl Renewable for Renew {
     fn free_real(&self) {
         let f = lower::fns();
         for (_, r, e) in OBJ.requests.snapshot() {
-            let mut r = r as u32 as c_int;
+            let mut r = r.raw();
             if e.recipe.is_persistent() && r != MPI_REQUEST_NULL {
                 // SAFETY: a live real persistent request of the current generation, freed once.
                 unsafe { f.MPI_Request_free.map(|g| g(&mut r)) };
@@ -191,7 +192,7 @@ impl Renewable for Renew {
                 }
             };
             check(rc, "re-posting a request")?;
-            OBJ.requests.set_real(idx, r as u32 as u64);
+            OBJ.requests.set_real(idx, RealRequest(r));
             OBJ.requests.with(idx, |x| x.repost = false);
         }
         Ok(())

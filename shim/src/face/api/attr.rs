@@ -91,7 +91,7 @@ fn release_keyval(i: u32) {
 
 fn create_keyval(object: KeyvalObject, copy: *mut c_void, delete: *mut c_void, out: *mut c_int, extra: *mut c_void, legacy: bool) -> c_int {
     let recipe = KeyvalRecipe { object, copy_fn: copy as u64, delete_fn: delete as u64, extra_state: extra as u64, legacy };
-    match OBJ.keyvals.insert(0, KeyvalEntry { recipe, refs: 1 }) {
+    match OBJ.keyvals.insert(crate::lower::handles::NoReal, KeyvalEntry { recipe, refs: 1 }) {
         Ok(i) => {
             unsafe { put(out, conv::handle(Kind::Keyval, i)) };
             MPI_SUCCESS

@@ -1,6 +1,7 @@
 //! Communicators: constructors record a recipe (the group as world ranks, the topology, a
 //! job-wide id); destructors run attribute delete callbacks and free the virtual handle.
 
+use crate::lower::handles::RealComm;
 use crate::face::abi::*;
 use crate::face::api::coll::begin_collective;
 use crate::core::kinds::group::world_ranks_of_group;
@@ -52,8 +53,8 @@ pub fn register_world_and_self(world: c_int, selfc: c_int) -> c_int {
     if OBJ.comms.len() != 0 {
         return MPI_ERR_OTHER;
     }
-    let w = OBJ.comms.insert(world as u32 as u64, CommEntry::new(world_recipe, MPI_ERRORS_ARE_FATAL));
-    let s = OBJ.comms.insert(selfc as u32 as u64, CommEntry::new(self_recipe, MPI_ERRORS_ARE_FATAL));
+    let w = OBJ.comms.insert(RealComm(world), CommEntry::new(world_recipe, MPI_ERRORS_ARE_FATAL));
+    let s = OBJ.comms.insert(RealComm(selfc), CommEntry::new(self_recipe, MPI_ERRORS_ARE_FATAL));
     debug_assert_eq!((w, s), (Ok(WORLD_INDEX), Ok(SELF_INDEX)));
     MPI_SUCCESS
 }
@@ -146,7 +147,7 @@ pub fn register_comm(
         made_by: made_by.trim_start_matches('P').to_string(),
         parent,
     };
-    match OBJ.comms.insert(real as u32 as u64, CommEntry::new(recipe, errhandler)) {
+    match OBJ.comms.insert(RealComm(real), CommEntry::new(recipe, errhandler)) {
         Ok(i) => conv::handle(Kind::Comm, i),
         Err(_) => errors::fatal("too many live communicators"),
     }
@@ -397,7 +398,7 @@ unsafe fn idup(comm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm, request: 
     entry.recipe.parent = Some(pgid);
     entry.recipe.made_by = name.to_string();
     let fresh = CommEntry { attrs: Vec::new(), ..CommEntry::new(entry.recipe, entry.errhandler) };
-    let v = match OBJ.comms.insert(rn as u32 as u64, fresh) {
+    let v = match OBJ.comms.insert(RealComm(rn), fresh) {
         Ok(i) => conv::handle(Kind::Comm, i),
         Err(_) => errors::fatal("too many live communicators"),
     };

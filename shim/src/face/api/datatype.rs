@@ -2,6 +2,7 @@
 //! embedded, since the program may free those), so the type can be built again on a fresh
 //! library with the large-count constructors.
 
+use crate::lower::handles::RealDatatype;
 use crate::face::abi::*;
 use crate::face::api::{put, slice};
 use crate::core::kinds::datatype::{forget_real, remember_real, TypeEntry};
@@ -22,7 +23,7 @@ pub fn typeref(h: MPI_Datatype) -> TypeRef {
 /// Registers a new real derived datatype.
 pub fn register_type(real: c_int, recipe: TypeRecipe) -> MPI_Datatype {
     let entry = TypeEntry { dt: DatatypeEntry { recipe, committed: false }, attrs: Vec::new(), name: None };
-    let v = match OBJ.datatypes.insert(real as u32 as u64, entry) {
+    let v = match OBJ.datatypes.insert(RealDatatype(real), entry) {
         Ok(i) => conv::handle(Kind::Datatype, i),
         Err(_) => errors::fatal("too many live datatypes"),
     };

@@ -18,7 +18,7 @@ pub fn file_null_errhandler() -> MPI_Errhandler {
 }
 
 fn create(recipe: ErrhandlerRecipe, out: *mut MPI_Errhandler) -> c_int {
-    match OBJ.errhandlers.insert(0, recipe) {
+    match OBJ.errhandlers.insert(crate::lower::handles::NoReal, recipe) {
         Ok(i) => {
             unsafe { put(out, conv::handle(Kind::Errhandler, i)) };
             MPI_SUCCESS

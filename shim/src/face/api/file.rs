@@ -25,7 +25,7 @@ pub unsafe fn MPI_File_open(comm: MPI_Comm, filename: *const c_char, amode: c_in
         // SAFETY: a live real file and a predefined error handler.
         unsafe { f(r, MPI_ERRORS_RETURN) };
     }
-    let v = match OBJ.files.insert(r as u64, FileEntry { errhandler: file_null_errhandler() }) {
+    let v = match OBJ.files.insert(crate::lower::handles::RealFile(r), FileEntry { errhandler: file_null_errhandler() }) {
         Ok(i) => conv::file_handle(i),
         Err(_) => errors::fatal("too many open files"),
     };

@@ -1,5 +1,6 @@
 //! Groups: every group is recorded as the world ranks it contains, in order.
 
+use crate::lower::handles::RealGroup;
 use crate::face::abi::*;
 use crate::face::api::put;
 use crate::core::kinds::group::world_ranks_of_group;
@@ -15,7 +16,7 @@ pub fn register_group(real: c_int) -> MPI_Group {
         return real;
     }
     let recipe = GroupRecipe { world_ranks: world_ranks_of_group(real) };
-    match OBJ.groups.insert(real as u32 as u64, recipe) {
+    match OBJ.groups.insert(RealGroup(real), recipe) {
         Ok(i) => conv::handle(Kind::Group, i),
         Err(_) => errors::fatal("too many live groups"),
     }

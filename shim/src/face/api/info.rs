@@ -1,6 +1,7 @@
 //! Info objects: real objects underneath; their keys and values are read back at checkpoint
 //! time to rebuild them.
 
+use crate::lower::handles::RealInfo;
 use crate::face::abi::*;
 use crate::face::api::put;
 use crate::core::state::OBJ;
@@ -13,7 +14,7 @@ pub fn register_info(real: c_int) -> MPI_Info {
     if real == MPI_INFO_NULL || is_builtin(real) {
         return real;
     }
-    match OBJ.infos.insert(real as u32 as u64, InfoRecipe::default()) {
+    match OBJ.infos.insert(RealInfo(real), InfoRecipe::default()) {
         Ok(i) => conv::handle(Kind::Info, i),
         Err(_) => errors::fatal("too many live info objects"),
     }

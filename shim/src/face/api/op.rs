@@ -1,6 +1,7 @@
 //! User-defined reductions: MPI_Op_create/free and the queries. The trampolines and their slots
 //! live with the op kind (`core::kinds::op`).
 
+use crate::lower::handles::RealOp;
 use crate::face::abi::*;
 use crate::face::api::put;
 use crate::core::kinds::op::{claim_slot, create_real, release_slot, OpEntry, SLOTS};
@@ -22,7 +23,7 @@ unsafe fn create(function: *mut c_void, commute: c_int, op: *mut MPI_Op, large: 
     drop(g);
     match r {
         Ok(r) => {
-            let v = match OBJ.ops.insert(r as u32 as u64, OpEntry { recipe, slot }) {
+            let v = match OBJ.ops.insert(RealOp(r), OpEntry { recipe, slot }) {
                 Ok(i) => conv::handle(Kind::Op, i),
                 Err(_) => errors::fatal("too many live ops"),
             };

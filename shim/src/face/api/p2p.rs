@@ -2,6 +2,7 @@
 //! flight), every receive first looks at the drained-message buffer, and blocking calls are a
 //! nonblocking call plus a gated wait, so a rank blocked in MPI_Recv can be checkpointed.
 
+use crate::lower::handles::RealMessage;
 use crate::face::abi::*;
 use crate::face::api::request::{register_done, register_request, wait_internal};
 use crate::face::api::{put, put_status};
@@ -382,7 +383,7 @@ pub unsafe fn MPI_Improbe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut 
         if let Some(m) = comm_gid(comm).and_then(|gid| drained::take(gid, source, tag)) {
             let st = drained_status(m.source, m.tag, m.data.len());
             let entry = MessageEntry { comm, drained: Some(0), bytes: st.bytes() };
-            let idx = OBJ.messages.insert(0, entry).unwrap_or_else(|_| errors::fatal("too many live messages"));
+            let idx = OBJ.messages.insert(RealMessage(0), entry).unwrap_or_else(|_| errors::fatal("too many live messages"));
             CLAIMED.lock().push((idx, m));
             // SAFETY: `flag`, `message` and `status` are the caller's out-pointers, as MPI_Improbe
             // requires.
@@ -411,7 +412,7 @@ pub unsafe fn MPI_Improbe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut 
         } else {
             // The message has left the library's queue: it counts as received now.
             count_recv(comm, st.MPI_SOURCE);
-            let idx = OBJ.messages.insert(real_msg as u32 as u64, MessageEntry { comm, drained: None, bytes: st.bytes() });
+            let idx = OBJ.messages.insert(RealMessage(real_msg), MessageEntry { comm, drained: None, bytes: st.bytes() });
             conv::handle(Kind::Message, idx.unwrap_or_else(|_| errors::fatal("too many live messages")))
         };
         // SAFETY: as above: the caller's `message` and `status`.
@@ -470,7 +471,7 @@ unsafe fn mrecv_start(
         let rc = real_call(conv::datatype(dt), &mut raw, &mut r);
         return Err((MPI_COMM_WORLD, if rc == MPI_SUCCESS { MPI_ERR_REQUEST } else { rc }));
     };
-    let mut real_msg = OBJ.messages.real(idx).unwrap_or(0) as u32 as c_int;
+    let mut real_msg = OBJ.messages.real(idx).map_or(0, |r| r.raw());
     let Some(entry) = OBJ.messages.remove(idx) else { return Err((MPI_COMM_WORLD, MPI_ERR_REQUEST)) };
     // SAFETY: as above.
     unsafe { *message = MPI_MESSAGE_NULL };

@@ -3,6 +3,7 @@
 //! A completion updates the drain accounting (receives count their source) and frees the
 //! virtual handle, or deactivates it for persistent requests.
 
+use crate::lower::handles::RealRequest;
 use crate::face::abi::*;
 use crate::face::api::{begin_collective, put_status};
 use crate::core::kinds::comm::count_send;
@@ -16,7 +17,7 @@ use std::os::raw::c_int;
 /// Registers a real request under a virtual handle.
 pub fn register_request(real: c_int, recipe: RequestRecipe, comm: MPI_Comm, counts_recv: bool) -> MPI_Request {
     let e = RequestEntry { recipe, comm, counts_recv, done: None, repost: false };
-    match OBJ.requests.insert(real as u32 as u64, e) {
+    match OBJ.requests.insert(RealRequest(real), e) {
         Ok(i) => conv::handle(Kind::Request, i),
         Err(_) => errors::fatal("too many live requests"),
     }
@@ -25,7 +26,7 @@ pub fn register_request(real: c_int, recipe: RequestRecipe, comm: MPI_Comm, coun
 /// A request the shim completed itself, reporting `status`.
 pub fn register_done(recipe: RequestRecipe, comm: MPI_Comm, status: &MPI_Status) -> MPI_Request {
     let e = RequestEntry { recipe, comm, counts_recv: false, done: Some(status.as_array()), repost: false };
-    match OBJ.requests.insert(MPI_REQUEST_NULL as u32 as u64, e) {
+    match OBJ.requests.insert(RealRequest(MPI_REQUEST_NULL), e) {
         Ok(i) => conv::handle(Kind::Request, i),
         Err(_) => errors::fatal("too many live requests"),
     }
@@ -105,7 +106,7 @@ fn classify(v: MPI_Request) -> Slot {
     match state {
         Some((_, Some(st))) => Slot::Done(idx, MPI_Status::from_array(st)),
         Some((true, None)) => Slot::Inert,
-        Some((false, None)) => Slot::Real(idx, real as u32 as c_int),
+        Some((false, None)) => Slot::Real(idx, real.raw()),
         None => Slot::Invalid,
     }
 }
@@ -529,7 +530,7 @@ pub unsafe fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
         Slot::Inert => match conv::index(v, Kind::Request).filter(|&i| OBJ.requests.real(i).is_some()) {
             // An inactive persistent request.
             Some(idx) => {
-                let mut r = OBJ.requests.real(idx).unwrap_or(0) as u32 as c_int;
+                let mut r = OBJ.requests.real(idx).map_or(0, |r| r.raw());
                 let rc = real!(MPI_Request_free(&mut r));
                 OBJ.requests.remove(idx);
                 rc
@@ -596,7 +597,7 @@ unsafe fn start_one(v: MPI_Request) -> c_int {
             return MPI_SUCCESS;
         }
     }
-    let mut r = OBJ.requests.real(idx).unwrap_or(0) as u32 as c_int;
+    let mut r = OBJ.requests.real(idx).map_or(0, |r| r.raw());
     let rc = real!(MPI_Start(&mut r));
     if rc == MPI_SUCCESS {
         OBJ.requests.with(idx, |e| match &mut e.recipe {

@@ -1,6 +1,7 @@
 //! One-sided communication: windows are virtualised and counted as collectives on their
 //! communicator; windows cannot be checkpointed yet (the agent refuses with a clear error).
 
+use crate::lower::handles::RealWin;
 use crate::face::abi::*;
 use crate::face::api::{begin_collective, put};
 use crate::face::api::request::register_request;
@@ -17,7 +18,7 @@ fn register_win(real: c_int, made_by: &str) -> MPI_Win {
         unsafe { f(real, MPI_ERRORS_RETURN) };
     }
     let e = WinEntry { errhandler: MPI_ERRORS_ARE_FATAL, attrs: Vec::new(), made_by: made_by.into() };
-    match OBJ.wins.insert(real as u32 as u64, e) {
+    match OBJ.wins.insert(RealWin(real), e) {
         Ok(i) => conv::handle(Kind::Win, i),
         Err(_) => errors::fatal("too many live windows"),
     }

@@ -1,5 +1,6 @@
 //! The program's own MPI sessions (MPI-4). Virtualised; not checkpointable yet.
 
+use crate::lower::handles::RealSession;
 use crate::face::abi::*;
 use crate::face::api::put;
 use crate::core::kinds::session::SessionEntry;
@@ -17,7 +18,7 @@ pub unsafe fn MPI_Session_init(info: MPI_Info, errhandler: MPI_Errhandler, sessi
     if rc != MPI_SUCCESS {
         return errors::raise_default(rc, "MPI_Session_init");
     }
-    match OBJ.sessions.insert(r as u32 as u64, SessionEntry { errhandler }) {
+    match OBJ.sessions.insert(RealSession(r), SessionEntry { errhandler }) {
         Ok(i) => {
             unsafe { put(session, conv::handle(Kind::Session, i)) };
             MPI_SUCCESS
