@@ -12,8 +12,7 @@
 
 use crate::core::kinds::comm::{count_recv, peers, world_rank, world_size, CommEntry};
 use crate::core::kinds::library::{user_errors, UserError};
-use crate::core::kinds::request::{active, is_recv, poll};
-use crate::core::kinds::{message, REFUSAL_ORDER, RENEWAL_ORDER};
+use crate::core::kinds::{message, request, REFUSAL_ORDER, RENEWAL_ORDER};
 use crate::core::state::OBJ;
 use crate::core::{agent, drained, gate, handles, renew};
 use crate::lower;
@@ -377,25 +376,13 @@ fn received_counts() -> Counts {
     out
 }
 
-/// Tests every pending request the program has in the real library once (completions are
-/// recorded for the program, see `request::poll`) and counts received messages for the drain.
+/// Tests every pending request once and counts the messages they received for the drain.
 fn test_pending(comms: &CommIndex, progress: &mut Progress) -> usize {
-    let mut pending = 0;
-    for (idx, real, e) in OBJ.requests.snapshot() {
-        if e.done.is_some() || e.repost || !active(&e.recipe) {
-            continue;
+    request::test_pending(|comm, source| {
+        if let Some((gid, w)) = comms.world_of(comm, source) {
+            progress.received(gid, w);
         }
-        let Some(st) = poll(idx, real.raw()) else {
-            pending += 1;
-            continue;
-        };
-        if e.counts_recv && st.MPI_ERROR == MPI_SUCCESS && st.MPI_SOURCE >= 0 && st.count_hi_and_cancelled & 1 == 0 {
-            if let Some((gid, w)) = comms.world_of(e.comm, st.MPI_SOURCE) {
-                progress.received(gid, w);
-            }
-        }
-    }
-    pending
+    })
 }
 
 fn drain(comms: &CommIndex, expected: &[(u64, i32, u64)], limit: Duration, aborted: &mut dyn FnMut() -> Option<String>) -> Result<(), String> {
@@ -454,7 +441,7 @@ fn drain(comms: &CommIndex, expected: &[(u64, i32, u64)], limit: Duration, abort
     // Sends and nonblocking collectives complete now that every receiver drained.
     loop {
         test_pending(comms, &mut progress);
-        let waiting = OBJ.requests.snapshot().into_iter().filter(|(_, _, e)| e.done.is_none() && !e.repost && active(&e.recipe) && !is_recv(&e.recipe)).count();
+        let waiting = request::pending_sends();
         if waiting == 0 {
             break;
         }
@@ -465,30 +452,7 @@ fn drain(comms: &CommIndex, expected: &[(u64, i32, u64)], limit: Duration, abort
         std::thread::yield_now();
     }
     // Receives still pending are cancelled and posted again after the renewal.
-    for (idx, real, e) in OBJ.requests.snapshot() {
-        if e.done.is_some() || e.repost || !active(&e.recipe) || !is_recv(&e.recipe) {
-            continue;
-        }
-        let mut r = real.raw();
-        // SAFETY: a live real receive request.
-        unsafe { f.MPI_Cancel.map(|c| c(&mut r)) };
-        loop {
-            if let Some(st) = poll(idx, real.raw()) {
-                if st.count_hi_and_cancelled & 1 != 0 {
-                    // Cancelled: posted again on the renewed library.
-                    OBJ.requests.with(idx, |x| {
-                        x.done = None;
-                        x.repost = true;
-                    });
-                }
-                // Otherwise it matched a message after all; `poll` recorded and counted it.
-                break;
-            }
-            if Instant::now() > deadline {
-                return Err("a pending receive could not be cancelled".into());
-            }
-        }
-    }
+    request::cancel_receives(deadline)?;
     // Matched-probe messages still in the library move to the drained buffer.
     message::drain_matched()
 }

@@ -94,15 +94,72 @@ pub(crate) fn unpack(data: &[u8], buf: *mut c_void, count: i64, dt: MPI_Datatype
     st
 }
 
+/// The drain: tests every request the program has pending in the real library once
+/// (completions are recorded for the program, see [`poll`]) and calls `received(comm, source)`
+/// for each receive that completed with a message counted by the drain. Returns how many are
+/// still pending.
+pub fn test_pending(mut received: impl FnMut(MPI_Comm, c_int)) -> usize {
+    let mut pending = 0;
+    for (idx, real, e) in OBJ.requests.snapshot() {
+        if e.done.is_some() || e.repost || !active(&e.recipe) {
+            continue;
+        }
+        let Some(st) = poll(idx, real.raw()) else {
+            pending += 1;
+            continue;
+        };
+        if e.counts_recv && st.MPI_ERROR == MPI_SUCCESS && st.MPI_SOURCE >= 0 && st.count_hi_and_cancelled & 1 == 0 {
+            received(e.comm, st.MPI_SOURCE);
+        }
+    }
+    pending
+}
+
+/// The drain: sends and nonblocking collectives not completed yet.
+pub fn pending_sends() -> usize {
+    OBJ.requests.snapshot().into_iter().filter(|(_, _, e)| e.done.is_none() && !e.repost && active(&e.recipe) && !is_recv(&e.recipe)).count()
+}
+
+/// The drain's end: receives still pending are cancelled, to be posted again after the renewal
+/// ([`Renew::rebuild`]); one that matched a message meanwhile is recorded and counted by `poll`.
+pub fn cancel_receives(deadline: std::time::Instant) -> Result<(), String> {
+    let f = lower::fns();
+    for (idx, real, e) in OBJ.requests.snapshot() {
+        if e.done.is_some() || e.repost || !active(&e.recipe) || !is_recv(&e.recipe) {
+            continue;
+        }
+        let mut r = real.raw();
+        // SAFETY: a live real receive request.
+        unsafe { f.MPI_Cancel.map(|c| c(&mut r)) };
+        loop {
+            if let Some(st) = poll(idx, real.raw()) {
+                if st.count_hi_and_cancelled & 1 != 0 {
+                    // Cancelled: posted again on the renewed library.
+                    OBJ.requests.with(idx, |x| {
+                        x.done = None;
+                        x.repost = true;
+                    });
+                }
+                // Otherwise it matched a message after all; `poll` recorded and counted it.
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                return Err("a pending receive could not be cancelled".into());
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Is the request started (persistent ones only when active)?
-pub fn active(r: &RequestRecipe) -> bool {
+fn active(r: &RequestRecipe) -> bool {
     match r {
         RequestRecipe::PersistentSend { active, .. } | RequestRecipe::PersistentRecv { active, .. } | RequestRecipe::Collective { active, .. } => *active,
         _ => true,
     }
 }
 
-pub fn is_recv(r: &RequestRecipe) -> bool {
+fn is_recv(r: &RequestRecipe) -> bool {
     matches!(r, RequestRecipe::Recv { .. } | RequestRecipe::PersistentRecv { .. })
 }
 
