@@ -1,9 +1,12 @@
-//! The checked-in generated files (`shim/src/gen/`, `shim/api/exports.txt`,
-//! `docs/api-buckets.md`) must be what `tools/gen_api.py` makes of the signature table and the
-//! policy: the generator runs into a temporary directory and every file it writes, and every
-//! file of `shim/src/gen/`, must match.
+//! The checked-in generated files (`shim/src/face/gen/`, `shim/src/lower/gen/`,
+//! `shim/api/exports.txt`, `docs/api-buckets.md`) must be what `tools/gen_api.py` makes of the
+//! signature table and the policy: the generator runs into a temporary directory and every file
+//! it writes, and every file of the two `gen/` directories, must match.
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// Where the generator writes code: the face's wrappers and exports, the lower half's table.
+const GEN_DIRS: [&str; 2] = ["shim/src/face/gen", "shim/src/lower/gen"];
 
 /// A scratch directory removed on drop (also when the test fails).
 struct Scratch(PathBuf);
@@ -51,7 +54,9 @@ fn generated_files_are_current() {
         String::from_utf8_lossy(&out.stderr)
     );
     let made = files(&scratch.0);
-    assert!(made.iter().any(|p| p.starts_with("shim/src/gen")), "the generator wrote nothing under shim/src/gen: {made:?}");
+    for dir in GEN_DIRS {
+        assert!(made.iter().any(|p| p.starts_with(dir)), "the generator wrote nothing under {dir}: {made:?}");
+    }
     let mut stale = Vec::new();
     for rel in &made {
         let fresh = std::fs::read(scratch.0.join(rel)).unwrap();
@@ -59,11 +64,13 @@ fn generated_files_are_current() {
             stale.push(rel.display().to_string());
         }
     }
-    // A file left in shim/src/gen/ that the generator no longer writes is stale too.
-    for rel in files(&root.join("shim/src/gen")) {
-        let rel = Path::new("shim/src/gen").join(rel);
-        if !made.contains(&rel) {
-            stale.push(format!("{} (not generated any more)", rel.display()));
+    // A file left in a gen/ directory that the generator no longer writes is stale too.
+    for dir in GEN_DIRS {
+        for rel in files(&root.join(dir)) {
+            let rel = Path::new(dir).join(rel);
+            if !made.contains(&rel) {
+                stale.push(format!("{} (not generated any more)", rel.display()));
+            }
         }
     }
     assert!(stale.is_empty(), "generated files differ from tools/gen_api.py's output: {}; run `make gen` and commit the result", stale.join(", "));

@@ -1,4 +1,4 @@
-//! The checked-in C header must be what cbindgen makes of shim/src/capi.rs.
+//! The checked-in C header must be what cbindgen makes of shim/src/face/capi.rs.
 use std::path::PathBuf;
 
 #[test]
@@ -8,7 +8,7 @@ fn header_is_current() {
     let mut generated = Vec::new();
     cbindgen::Builder::new()
         .with_config(config)
-        .with_src(crate_dir.join("src/capi.rs"))
+        .with_src(crate_dir.join("src/face/capi.rs"))
         .generate()
         .expect("cbindgen")
         .write(&mut generated);

@@ -18,4 +18,4 @@ pub mod table;
 pub use counters::{CommCounters, Counters, CountsSnapshot};
 pub use encoding::{Kind, VirtualHandle};
 pub use recipe::*;
-pub use table::Table;
+pub use table::{RealHandle, Table};

@@ -7,13 +7,33 @@
 use crate::slots::Slots;
 pub use crate::slots::CAPACITY;
 use parking_lot::Mutex;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 const LIVE: u64 = 1 << 63;
 
-pub struct Table<E> {
+/// The type a table stores its real handles as: a kind's own handle type (the shim's lower
+/// half has one per kind of object), kept in 63 bits. `u64` is the untyped default.
+pub trait RealHandle: Copy {
+    fn to_bits(self) -> u64;
+    fn from_bits(bits: u64) -> Self;
+}
+
+impl RealHandle for u64 {
+    #[inline(always)]
+    fn to_bits(self) -> u64 {
+        self
+    }
+    #[inline(always)]
+    fn from_bits(bits: u64) -> Self {
+        bits
+    }
+}
+
+pub struct Table<E, R: RealHandle = u64> {
     reals: Slots<AtomicU64>,
     slab: Mutex<Slab<E>>,
+    _real: PhantomData<fn() -> R>,
 }
 
 struct Slab<E> {
@@ -25,22 +45,22 @@ struct Slab<E> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Full;
 
-impl<E> Default for Table<E> {
+impl<E, R: RealHandle> Default for Table<E, R> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<E> Table<E> {
+impl<E, R: RealHandle> Table<E, R> {
     pub fn new() -> Self {
-        Table { reals: Slots::new(), slab: Mutex::new(Slab { entries: Vec::new(), free: Vec::new() }) }
+        Table { reals: Slots::new(), slab: Mutex::new(Slab { entries: Vec::new(), free: Vec::new() }), _real: PhantomData }
     }
 
     /// The real handle of live slot `index`, without locking.
     #[inline(always)]
-    pub fn real(&self, index: u32) -> Option<u64> {
+    pub fn real(&self, index: u32) -> Option<R> {
         let v = self.reals.get(index)?.load(Ordering::Acquire);
-        (v & LIVE != 0).then_some(v & !LIVE)
+        (v & LIVE != 0).then(|| R::from_bits(v & !LIVE))
     }
 
     fn slot(&self, index: u32) -> &AtomicU64 {
@@ -48,13 +68,13 @@ impl<E> Table<E> {
     }
 
     /// Stores a new object and returns its index.
-    pub fn insert(&self, real: u64, entry: E) -> Result<u32, Full> {
+    pub fn insert(&self, real: R, entry: E) -> Result<u32, Full> {
         self.insert_and(real, entry, |_, _| {})
     }
 
     /// Stores a new object and, before its slot is published and while no other insert or
     /// remove can run, calls `f` with its index and entry (to attach per-slot side data).
-    pub fn insert_and(&self, real: u64, entry: E, f: impl FnOnce(u32, &E)) -> Result<u32, Full> {
+    pub fn insert_and(&self, real: R, entry: E, f: impl FnOnce(u32, &E)) -> Result<u32, Full> {
         let mut slab = self.slab.lock();
         let index = match slab.free.pop() {
             Some(i) => i,
@@ -66,7 +86,7 @@ impl<E> Table<E> {
         };
         f(index, &entry);
         slab.entries[index as usize] = Some(entry);
-        self.slot(index).store(LIVE | real, Ordering::Release);
+        self.slot(index).store(LIVE | real.to_bits(), Ordering::Release);
         Ok(index)
     }
 
@@ -87,17 +107,17 @@ impl<E> Table<E> {
     }
 
     /// Points a live slot at a new real handle (after the lower half was renewed).
-    pub fn set_real(&self, index: u32, real: u64) -> bool {
+    pub fn set_real(&self, index: u32, real: R) -> bool {
         let slab = self.slab.lock();
         if !matches!(slab.entries.get(index as usize), Some(Some(_))) {
             return false;
         }
-        self.slot(index).store(LIVE | real, Ordering::Release);
+        self.slot(index).store(LIVE | real.to_bits(), Ordering::Release);
         true
     }
 
     /// Runs `f` on a live entry.
-    pub fn with<R>(&self, index: u32, f: impl FnOnce(&mut E) -> R) -> Option<R> {
+    pub fn with<T>(&self, index: u32, f: impl FnOnce(&mut E) -> T) -> Option<T> {
         let mut slab = self.slab.lock();
         slab.entries.get_mut(index as usize)?.as_mut().map(f)
     }
@@ -112,17 +132,17 @@ impl<E> Table<E> {
 
     /// `f` of every live entry (index, real handle, entry), in index order, all under the lock:
     /// no insert or remove (nor their `insert_and`/`remove_and` side work) happens meanwhile.
-    pub fn snapshot_map<T>(&self, mut f: impl FnMut(u32, u64, &E) -> T) -> Vec<T> {
+    pub fn snapshot_map<T>(&self, mut f: impl FnMut(u32, R, &E) -> T) -> Vec<T> {
         let slab = self.slab.lock();
         slab.entries
             .iter()
             .enumerate()
-            .filter_map(|(i, e)| e.as_ref().map(|e| f(i as u32, self.real(i as u32).unwrap_or(0), e)))
+            .filter_map(|(i, e)| e.as_ref().map(|e| f(i as u32, self.real(i as u32).unwrap_or(R::from_bits(0)), e)))
             .collect()
     }
 
     /// Index, real handle and a clone of every live entry, in index order.
-    pub fn snapshot(&self) -> Vec<(u32, u64, E)>
+    pub fn snapshot(&self) -> Vec<(u32, R, E)>
     where
         E: Clone,
     {
@@ -131,7 +151,7 @@ impl<E> Table<E> {
             .iter()
             .enumerate()
             .filter_map(|(i, e)| e.as_ref().map(|e| (i as u32, e.clone())))
-            .map(|(i, e)| (i, self.real(i).unwrap_or(0), e))
+            .map(|(i, e)| (i, self.real(i).unwrap_or(R::from_bits(0)), e))
             .collect()
     }
 
@@ -146,7 +166,7 @@ impl<E> Table<E> {
     }
 
     /// Replaces the whole content (restoring saved state): entries keep their indices.
-    pub fn restore(&self, items: Vec<(u32, u64, E)>) {
+    pub fn restore(&self, items: Vec<(u32, R, E)>) {
         let mut slab = self.slab.lock();
         for i in 0..slab.entries.len() as u32 {
             self.slot(i).store(0, Ordering::Release);
@@ -159,7 +179,7 @@ impl<E> Table<E> {
                 slab.entries.resize_with(i + 1, || None);
             }
             slab.entries[i] = Some(entry);
-            self.slot(index).store(LIVE | real, Ordering::Release);
+            self.slot(index).store(LIVE | real.to_bits(), Ordering::Release);
         }
         let free: Vec<u32> = (0..slab.entries.len() as u32).rev().filter(|&i| slab.entries[i as usize].is_none()).collect();
         slab.free = free;

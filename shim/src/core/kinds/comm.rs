@@ -1,0 +1,300 @@
+//! Communicators: the entry (recipe: world ranks, remote group, topology; error handler,
+//! attributes, name, counters), the lock-free counters of sends, receives and collectives the
+//! drain and the alignment read, and the collective rebuild on a renewed library.
+
+use super::{check, Renewable};
+use crate::core::handles;
+use crate::core::renew::real_world;
+use crate::core::state::{Attrs, OBJ, SELF_INDEX, WORLD_INDEX};
+use crate::lower;
+use crate::lower::abi::*;
+use crate::lower::handles::RealComm;
+use mpicr_virtid::{CommCounters, CommRecipe, Counters, CountsSnapshot, Table, Topology};
+use serde::{Deserialize, Serialize};
+use std::os::raw::{c_char, c_int};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CommEntry {
+    pub recipe: CommRecipe,
+    pub errhandler: MPI_Errhandler,
+    pub attrs: Attrs,
+    /// Collectives started on this communicator (for checkpoint alignment), and messages sent
+    /// to / received from each rank (of the remote group, for intercomms). The live counts are
+    /// atomics in [`Comms`]; these fields hold a copy only in entries returned by
+    /// [`Comms::snapshot`] and [`Comms::get`] (zero and empty in the table itself).
+    pub coll_seq: u64,
+    pub sent: Vec<u64>,
+    pub recvd: Vec<u64>,
+    /// `MPI_Comm_create_group` calls made with this parent (part of the child's id).
+    pub create_group_seq: u64,
+    /// Made by a call whose result cannot be rebuilt (spawn, connect, ...).
+    pub restorable: bool,
+    /// Name (MPI_Comm_set_name), read back at checkpoint time.
+    pub name: Option<String>,
+}
+
+impl CommEntry {
+    pub fn new(recipe: CommRecipe, errhandler: MPI_Errhandler) -> Self {
+        CommEntry {
+            recipe,
+            errhandler,
+            attrs: Vec::new(),
+            coll_seq: 0,
+            sent: Vec::new(),
+            recvd: Vec::new(),
+            create_group_seq: 0,
+            restorable: true,
+            name: None,
+        }
+    }
+
+    /// Ranks the communicator sends to and receives from: its group, or its remote group.
+    fn peers_of(recipe: &CommRecipe) -> usize {
+        recipe.remote_world_ranks.as_ref().map_or(recipe.world_ranks.len(), |r| r.len())
+    }
+
+    /// One process and no remote group: its collectives hold no other rank back.
+    fn alone(&self) -> bool {
+        self.recipe.world_ranks.len() == 1 && self.recipe.remote_world_ranks.is_none()
+    }
+}
+
+/// The communicator table: entries behind the table's lock, and the counters every send,
+/// receive and collective updates, lock-free ([`Counters`]), attached to a slot for as long as
+/// it is live. Reads and updates of other entry fields go through the table (`Deref`).
+#[derive(Default)]
+pub struct Comms {
+    table: Table<CommEntry, RealComm>,
+    counters: Counters,
+}
+
+impl std::ops::Deref for Comms {
+    type Target = Table<CommEntry, RealComm>;
+    fn deref(&self) -> &Table<CommEntry, RealComm> {
+        &self.table
+    }
+}
+
+impl Comms {
+    /// The counters of a live communicator, without locking (the hot path).
+    #[inline(always)]
+    pub fn counters(&self, index: u32) -> Option<&CommCounters> {
+        self.counters.get(index)
+    }
+
+    /// Stores a new communicator with zeroed counters.
+    pub fn insert(&self, real: RealComm, entry: CommEntry) -> Result<u32, mpicr_virtid::table::Full> {
+        self.table.insert_and(real, entry, |i, e| {
+            self.counters.attach(i, e.recipe.gid, e.alone(), CommEntry::peers_of(&e.recipe))
+        })
+    }
+
+    /// Removes a communicator and its counters.
+    pub fn remove(&self, index: u32) -> Option<CommEntry> {
+        self.table.remove_and(index, |i, _| self.counters.detach(i))
+    }
+
+    /// A live entry, counters included.
+    pub fn get(&self, index: u32) -> Option<CommEntry> {
+        self.table.with(index, |e| self.with_counts(index, e.clone()))
+    }
+
+    /// Index, real handle and a copy of every live communicator, counters included (exact
+    /// while the gate is closed; see `mpicr_virtid::counters`).
+    pub fn snapshot(&self) -> Vec<(u32, RealComm, CommEntry)> {
+        // Under the table's lock: a slot's counters cannot be swapped for another
+        // communicator's between reading its entry and its counters.
+        self.table.snapshot_map(|i, real, e| (i, real, self.with_counts(i, e.clone())))
+    }
+
+    fn with_counts(&self, index: u32, mut e: CommEntry) -> CommEntry {
+        if let Some(c) = self.counters.get(index) {
+            let CountsSnapshot { collectives, sent, recvd } = c.snapshot();
+            (e.coll_seq, e.sent, e.recvd) = (collectives, sent, recvd);
+        }
+        e
+    }
+}
+
+
+/// Counts a message sent to `dest` (rank in the communicator's remote/peer group). Lock-free.
+#[inline]
+pub fn count_send(comm: MPI_Comm, dest: c_int) {
+    if let Some(c) = handles::comm_index(comm).and_then(|i| OBJ.comms.counters(i)) {
+        c.count_sent(dest);
+    }
+}
+
+/// Counts a message received from `src`. Lock-free.
+#[inline]
+pub fn count_recv(comm: MPI_Comm, src: c_int) {
+    if let Some(c) = handles::comm_index(comm).and_then(|i| OBJ.comms.counters(i)) {
+        c.count_recvd(src);
+    }
+}
+
+/// The job-wide id of a communicator (the drained-message buffer's key).
+pub fn comm_gid(comm: MPI_Comm) -> Option<u64> {
+    handles::comm_index(comm).and_then(|i| OBJ.comms.counters(i)).map(|c| c.gid())
+}
+
+/// The ranks a communicator talks to, as world ranks (the remote group of an intercomm).
+pub fn peers(c: &CommEntry) -> Vec<i32> {
+    c.recipe.remote_world_ranks.clone().unwrap_or_else(|| c.recipe.world_ranks.clone())
+}
+
+pub fn world_rank() -> i32 {
+    OBJ.comms.with(SELF_INDEX, |c| c.recipe.world_ranks.first().copied().unwrap_or(0)).unwrap_or(0)
+}
+
+pub fn world_size() -> i32 {
+    OBJ.comms.with(WORLD_INDEX, |c| c.recipe.world_ranks.len() as i32).unwrap_or(0)
+}
+
+/// Sets MPI_ERRORS_RETURN on a real communicator: the shim applies the program's error
+/// handlers itself.
+pub fn errors_return_on(real_comm: c_int) {
+    if let Some(f) = lower::fns().MPI_Comm_set_errhandler {
+        // SAFETY: a live real communicator and a predefined error handler.
+        unsafe { f(real_comm, MPI_ERRORS_RETURN) };
+    }
+}
+
+/// The real group of MPI_COMM_WORLD in the current generation (caller frees).
+pub(super) fn world_group() -> Result<c_int, String> {
+    let mut g = MPI_GROUP_NULL;
+    // SAFETY: valid out-pointer.
+    let rc = unsafe { lower::fns().MPI_Comm_group.map_or(MPI_ERR_OTHER, |f| f(real_world(), &mut g)) };
+    if rc != MPI_SUCCESS {
+        return Err("MPI_Comm_group(MPI_COMM_WORLD) failed".into());
+    }
+    Ok(g)
+}
+
+/// An intracommunicator with exactly `ranks` (world ranks, in order), collective over them.
+fn comm_of_ranks(world_group: c_int, ranks: &[i32], tag: c_int) -> Result<c_int, String> {
+    let f = lower::fns();
+    let (mut g, mut c) = (MPI_GROUP_NULL, MPI_COMM_NULL);
+    // SAFETY: arrays are live Vecs; out-pointers are locals.
+    unsafe {
+        check(f.MPI_Group_incl.map_or(MPI_ERR_OTHER, |h| h(world_group, ranks.len() as c_int, ranks.as_ptr(), &mut g)), "MPI_Group_incl")?;
+        check(f.MPI_Comm_create_group.map_or(MPI_ERR_OTHER, |h| h(real_world(), g, tag, &mut c)), "MPI_Comm_create_group")?;
+        f.MPI_Group_free.map(|h| h(&mut g));
+    }
+    Ok(c)
+}
+
+fn apply_topology(comm: c_int, t: &Topology) -> Result<c_int, String> {
+    let f = lower::fns();
+    let mut out = MPI_COMM_NULL;
+    // SAFETY: arrays are live Vecs of the lengths passed; out-pointer is a local.
+    unsafe {
+        match t {
+            Topology::None => return Ok(comm),
+            Topology::Cart { dims, periods } => check(
+                f.MPI_Cart_create.map_or(MPI_ERR_OTHER, |h| h(comm, dims.len() as c_int, dims.as_ptr(), periods.as_ptr(), 0, &mut out)),
+                "MPI_Cart_create",
+            )?,
+            Topology::Graph { index, edges } => check(
+                f.MPI_Graph_create.map_or(MPI_ERR_OTHER, |h| h(comm, index.len() as c_int, index.as_ptr(), edges.as_ptr(), 0, &mut out)),
+                "MPI_Graph_create",
+            )?,
+            Topology::DistGraph { sources, source_weights, destinations, dest_weights } => {
+                let unweighted = lower::real_unweighted() as *const c_int;
+                let sw = source_weights.as_ref().map_or(unweighted, |w| w.as_ptr());
+                let dw = dest_weights.as_ref().map_or(unweighted, |w| w.as_ptr());
+                check(
+                    f.MPI_Dist_graph_create_adjacent.map_or(MPI_ERR_OTHER, |h| {
+                        h(comm, sources.len() as c_int, sources.as_ptr(), sw, destinations.len() as c_int, destinations.as_ptr(), dw, MPI_INFO_NULL, 0, &mut out)
+                    }),
+                    "MPI_Dist_graph_create_adjacent",
+                )?
+            }
+        }
+        let mut c = comm;
+        f.MPI_Comm_free.map(|h| h(&mut c));
+    }
+    errors_return_on(out);
+    Ok(out)
+}
+
+/// Reads the name the program gave a real object (`MPI_Comm_get_name`, `MPI_Type_get_name`).
+pub(super) fn name_of(get: Option<unsafe extern "C" fn(c_int, *mut c_char, *mut c_int) -> c_int>, h: c_int) -> Option<String> {
+    let mut buf = vec![0 as c_char; 129];
+    let mut len = 0;
+    // SAFETY: MPI_MAX_OBJECT_NAME (128) + 1 bytes.
+    unsafe { get.map(|g| g(h, buf.as_mut_ptr(), &mut len)) };
+    // SAFETY: the library wrote a NUL-terminated name (or left the zeroed buffer).
+    let s = unsafe { lower::cstr(buf.as_ptr()) };
+    (!s.is_empty()).then_some(s)
+}
+
+/// Gives a rebuilt object the name it had (`MPI_Comm_set_name`, `MPI_Type_set_name`).
+pub(super) fn restore_name(set: Option<unsafe extern "C" fn(c_int, *const c_char) -> c_int>, h: c_int, name: Option<String>) {
+    if let Some(n) = name.and_then(|n| std::ffi::CString::new(n).ok()) {
+        // SAFETY: a live real object and a NUL-terminated name.
+        unsafe { set.map(|g| g(h, n.as_ptr())) };
+    }
+}
+
+/// The communicator kind around a checkpoint.
+pub struct Renew;
+
+impl Renewable for Renew {
+    fn refusal(&self) -> Option<String> {
+        let (_, _, c) = OBJ.comms.snapshot().into_iter().find(|(_, _, c)| !c.restorable)?;
+        Some(format!("a communicator made by {} reaches processes outside the job and cannot be restored", c.recipe.made_by))
+    }
+
+    /// Names are read back (the library keeps them).
+    fn snapshot(&self) {
+        let f = lower::fns();
+        for (idx, real, _) in OBJ.comms.snapshot() {
+            let n = name_of(f.MPI_Comm_get_name, real.raw());
+            OBJ.comms.with(idx, |c| c.name = n);
+        }
+    }
+
+    fn free_real(&self) {
+        let f = lower::fns();
+        for (_, r, _) in OBJ.comms.snapshot() {
+            let mut r = r.raw();
+            // SAFETY: a live real communicator of the current generation, freed once.
+            unsafe { f.MPI_Comm_free.map(|g| g(&mut r)) };
+        }
+    }
+
+    /// Communicators (the renewal set up world and self) are rebuilt in the order of their
+    /// job-wide ids, the same on every rank, so the collective creations of overlapping groups
+    /// never wait on each other in a cycle; then every communicator gets its name back.
+    fn rebuild(&self) -> Result<(), String> {
+        let f = lower::fns();
+        let wg = world_group()?;
+        let mut comms: Vec<_> = OBJ.comms.snapshot().into_iter().filter(|(i, _, _)| *i != WORLD_INDEX && *i != SELF_INDEX).collect();
+        comms.sort_by_key(|(_, _, c)| c.recipe.gid);
+        for (idx, _, c) in comms {
+            let r = &c.recipe;
+            let tag = ((r.gid >> 17) & 0x3fff) as c_int;
+            let local = comm_of_ranks(wg, &r.world_ranks, tag)?;
+            let mut comm = local;
+            if let Some(remote) = &r.remote_world_ranks {
+                let mut inter = MPI_COMM_NULL;
+                let remote_leader = *remote.first().ok_or("an intercommunicator without a remote group")?;
+                // SAFETY: live communicators; out-pointer is a local.
+                unsafe {
+                    check(f.MPI_Intercomm_create.map_or(MPI_ERR_OTHER, |h| h(local, 0, real_world(), remote_leader, tag, &mut inter)), "MPI_Intercomm_create")?;
+                    f.MPI_Comm_free.map(|h| h(&mut comm));
+                }
+                comm = inter;
+            }
+            comm = apply_topology(comm, &r.topology)?;
+            OBJ.comms.set_real(idx, RealComm(comm));
+        }
+        // SAFETY: freeing the world group made above.
+        unsafe { f.MPI_Group_free.map(|h| h(&mut { wg })) };
+        for (_, real, c) in OBJ.comms.snapshot() {
+            restore_name(f.MPI_Comm_set_name, real.raw(), c.name);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,89 @@
+//! Groups: every group is recorded as the world ranks it contains, in order (`GroupRecipe`).
+
+use crate::lower::handles::RealGroup;
+use super::{check, Renewable};
+use crate::core::state::{OBJ, WORLD_INDEX};
+use crate::lower;
+use crate::lower::abi::*;
+use parking_lot::Mutex;
+use std::os::raw::c_int;
+
+/// The real group of MPI_COMM_WORLD, per lower-half generation.
+static WORLD_GROUP: Mutex<Option<(u32, c_int)>> = Mutex::new(None);
+
+fn real_world_group() -> Option<c_int> {
+    if crate::core::renew::program_finalized() {
+        // Sessions used after MPI_Finalize: there is no world to translate to.
+        return None;
+    }
+    let gen = lower::current().number;
+    let mut cached = WORLD_GROUP.lock();
+    if let Some((g, h)) = *cached {
+        if g == gen {
+            return Some(h);
+        }
+    }
+    let world = OBJ.comms.real(WORLD_INDEX)?.raw();
+    let mut h = MPI_GROUP_NULL;
+    // SAFETY: valid out-pointer, live communicator.
+    let rc = unsafe { lower::fns().MPI_Comm_group?(world, &mut h) };
+    (rc == MPI_SUCCESS).then(|| {
+        *cached = Some((gen, h));
+        h
+    })
+}
+
+/// World ranks of the members of a real group, in group order (the recipe of a new group).
+pub fn world_ranks_of_group(real_group: c_int) -> Vec<i32> {
+    let f = lower::fns();
+    let mut n = 0;
+    // SAFETY: valid out-pointers; arrays sized by the group size.
+    unsafe {
+        let Some(size) = f.MPI_Group_size else { return Vec::new() };
+        if size(real_group, &mut n) != MPI_SUCCESS || n <= 0 {
+            return Vec::new();
+        }
+        let Some(world) = real_world_group() else { return (0..n).collect() };
+        let ranks: Vec<c_int> = (0..n).collect();
+        let mut out = vec![MPI_UNDEFINED; n as usize];
+        if let Some(tr) = f.MPI_Group_translate_ranks {
+            tr(real_group, n, ranks.as_ptr(), world, out.as_mut_ptr());
+        }
+        out
+    }
+}
+
+/// The group kind around a checkpoint.
+pub struct Renew;
+
+impl Renewable for Renew {
+    /// The cached world group belongs to the released generation.
+    fn forget(&self) {
+        *WORLD_GROUP.lock() = None;
+    }
+
+    fn free_real(&self) {
+        let f = lower::fns();
+        for (_, r, _) in OBJ.groups.snapshot() {
+            let mut r = r.raw();
+            // SAFETY: a live real group of the current generation, freed once.
+            unsafe { f.MPI_Group_free.map(|g| g(&mut r)) };
+        }
+    }
+
+    fn rebuild(&self) -> Result<(), String> {
+        let f = lower::fns();
+        let wg = super::comm::world_group()?;
+        for (idx, _, g) in OBJ.groups.snapshot() {
+            let mut out = MPI_GROUP_NULL;
+            // SAFETY: live array and out-pointer.
+            unsafe {
+                check(f.MPI_Group_incl.map_or(MPI_ERR_OTHER, |h| h(wg, g.world_ranks.len() as c_int, g.world_ranks.as_ptr(), &mut out)), "MPI_Group_incl")?;
+            }
+            OBJ.groups.set_real(idx, RealGroup(out));
+        }
+        // SAFETY: freeing the group made above.
+        unsafe { f.MPI_Group_free.map(|h| h(&mut { wg })) };
+        Ok(())
+    }
+}

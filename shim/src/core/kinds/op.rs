@@ -1,0 +1,121 @@
+//! User-defined reductions: the recipe (the program's function, commutativity, large count)
+//! and the trampoline slot the real op calls. The real library calls a trampoline, which hands
+//! the program's function the *virtual* datatype handle; MPI_User_function has no user-data
+//! argument, so each live op occupies one of a fixed set of trampolines, kept across renewals.
+
+use crate::lower::handles::RealOp;
+use super::Renewable;
+use crate::core::gate;
+use crate::core::kinds::datatype::virtual_of_real;
+use crate::core::state::OBJ;
+use crate::lower;
+use crate::lower::abi::*;
+use mpicr_virtid::OpRecipe;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OpEntry {
+    pub recipe: OpRecipe,
+    /// Trampoline slot the real op calls.
+    pub slot: usize,
+}
+
+type UserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut MPI_Datatype);
+type UserFnC = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut MPI_Count, *mut MPI_Datatype);
+
+/// Number of user ops that may be live at once.
+pub const SLOTS: usize = 128;
+
+static FUNCS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+static USED: Mutex<[bool; SLOTS]> = Mutex::new([false; SLOTS]);
+
+unsafe extern "C" fn tramp<const N: usize>(a: *mut c_void, b: *mut c_void, len: *mut c_int, dt: *mut MPI_Datatype) {
+    let f = FUNCS[N].load(Ordering::Acquire);
+    // SAFETY: the slot holds the program's MPI_User_function while the op is live; `dt` points
+    // to the real datatype handle provided by the library.
+    unsafe {
+        let mut v = virtual_of_real(*dt);
+        let f = std::mem::transmute::<u64, UserFn>(f);
+        gate::in_callback(|| f(a, b, len, &mut v));
+    }
+}
+
+unsafe extern "C" fn tramp_c<const N: usize>(a: *mut c_void, b: *mut c_void, len: *mut MPI_Count, dt: *mut MPI_Datatype) {
+    let f = FUNCS[N].load(Ordering::Acquire);
+    // SAFETY: as in `tramp`, for the large-count signature.
+    unsafe {
+        let mut v = virtual_of_real(*dt);
+        let f = std::mem::transmute::<u64, UserFnC>(f);
+        gate::in_callback(|| f(a, b, len, &mut v));
+    }
+}
+
+macro_rules! table {
+    ($f:ident, $t:ty; $($n:literal)*) => { [$($f::<$n> as $t),*] };
+}
+
+fn trampoline(slot: usize, large: bool) -> *mut c_void {
+    static T: [UserFn; SLOTS] = table!(tramp, UserFn; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
+        32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63
+        64 65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89 90 91 92 93 94 95
+        96 97 98 99 100 101 102 103 104 105 106 107 108 109 110 111 112 113 114 115 116 117 118 119 120 121 122 123 124 125 126 127);
+    static TC: [UserFnC; SLOTS] = table!(tramp_c, UserFnC; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
+        32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63
+        64 65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89 90 91 92 93 94 95
+        96 97 98 99 100 101 102 103 104 105 106 107 108 109 110 111 112 113 114 115 116 117 118 119 120 121 122 123 124 125 126 127);
+    if large { TC[slot] as *mut c_void } else { T[slot] as *mut c_void }
+}
+
+pub fn claim_slot(function: u64) -> Option<usize> {
+    let mut used = USED.lock();
+    let slot = used.iter().position(|u| !u)?;
+    used[slot] = true;
+    FUNCS[slot].store(function, Ordering::Release);
+    Some(slot)
+}
+
+pub fn release_slot(slot: usize) {
+    USED.lock()[slot] = false;
+}
+
+/// Creates the real op for a recipe (also used after a renewal) in an existing slot.
+pub fn create_real(recipe: &OpRecipe, slot: usize) -> Result<c_int, c_int> {
+    let f = lower::fns();
+    let mut r = MPI_OP_NULL;
+    let t = trampoline(slot, recipe.large_count);
+    // SAFETY: the trampoline has the signature the library expects for this op kind.
+    let rc = unsafe {
+        if recipe.large_count {
+            f.MPI_Op_create_c.map_or(MPI_ERR_OTHER, |g| g(t, recipe.commute as c_int, &mut r))
+        } else {
+            f.MPI_Op_create.map_or(MPI_ERR_OTHER, |g| g(t, recipe.commute as c_int, &mut r))
+        }
+    };
+    if rc == MPI_SUCCESS { Ok(r) } else { Err(rc) }
+}
+
+/// The op kind around a checkpoint.
+pub struct Renew;
+
+impl Renewable for Renew {
+    fn free_real(&self) {
+        let f = lower::fns();
+        for (_, r, _) in OBJ.ops.snapshot() {
+            let mut r = r.raw();
+            // SAFETY: a live real op of the current generation, freed once.
+            unsafe { f.MPI_Op_free.map(|g| g(&mut r)) };
+        }
+    }
+
+    /// Each op is created again on its own trampoline slot.
+    fn rebuild(&self) -> Result<(), String> {
+        for (idx, _, op) in OBJ.ops.snapshot() {
+            let real = create_real(&op.recipe, op.slot).map_err(|rc| format!("rebuilding an op: {}", lower::error_string(rc)))?;
+            OBJ.ops.set_real(idx, RealOp(real));
+        }
+        Ok(())
+    }
+}

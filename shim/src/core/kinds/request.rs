@@ -1,0 +1,257 @@
+//! Requests: the recipe of every nonblocking operation the program started (enough to post
+//! it again), its state (completed by the shim, to be reposted), and what the drain and the
+//! renewal do with them: pending receives are cancelled and posted again, persistent requests
+//! are created again, receives may be satisfied from the drained-message buffer.
+
+use crate::lower::handles::RealRequest;
+use super::{check, Renewable};
+use crate::core::drained;
+use crate::core::handles;
+use crate::core::kinds::comm::{comm_gid, count_recv};
+use crate::core::state::OBJ;
+use crate::lower;
+use crate::lower::abi::*;
+use mpicr_virtid::{P2pArgs, RequestRecipe, SendMode, TypeRef};
+use serde::{Deserialize, Serialize};
+use std::os::raw::{c_int, c_void};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RequestEntry {
+    pub recipe: RequestRecipe,
+    /// Communicator (virtual) whose error handler reports failures; COMM_NULL for none.
+    pub comm: MPI_Comm,
+    /// Receives count their source when they complete (drain accounting).
+    pub counts_recv: bool,
+    /// Completed by the shim itself (e.g. from the drained-message buffer): the status to report.
+    pub done: Option<[i32; 5]>,
+    /// A receive cancelled by a checkpoint, to be posted again on the renewed library.
+    pub repost: bool,
+}
+
+/// Tests one pending real request. On completion the status is recorded in the entry
+/// (`done`) and a received message is counted for the drain; the program's handle stays
+/// valid until `finish`. This is also how the agent completes requests during a drain.
+pub fn poll(idx: u32, real: c_int) -> Option<MPI_Status> {
+    let mut r = real;
+    let (mut flag, mut st) = (0, MPI_Status::default());
+    let rc = match lower::fns().MPI_Test {
+        // SAFETY: a live real request of the current lower half; out-pointers are locals.
+        Some(t) => unsafe { t(&mut r, &mut flag, &mut st) },
+        None => MPI_ERR_OTHER,
+    };
+    if rc != MPI_SUCCESS {
+        // The request completed in error.
+        st.MPI_ERROR = rc;
+    } else if flag == 0 {
+        return None;
+    } else if st.MPI_ERROR == MPI_ERR_PENDING {
+        st.MPI_ERROR = MPI_SUCCESS;
+    }
+    let counted = OBJ.requests.with(idx, |e| {
+        e.done = Some(st.as_array());
+        e.counts_recv.then_some(e.comm)
+    });
+    if let Some(Some(comm)) = counted {
+        if rc == MPI_SUCCESS && st.MPI_SOURCE >= 0 && st.count_hi_and_cancelled & 1 == 0 {
+            count_recv(comm, st.MPI_SOURCE);
+        }
+    }
+    Some(st)
+}
+
+/// Satisfies a receive from the drained-message buffer, if a message matches.
+/// Returns the status to report (with MPI_ERROR set on truncation).
+pub fn take_drained_into(a: &P2pArgs) -> Option<MPI_Status> {
+    if drained::is_empty() || a.peer == MPI_PROC_NULL {
+        return None;
+    }
+    let gid = comm_gid(a.comm)?;
+    let m = drained::take(gid, a.peer, a.tag)?;
+    let TypeRef::Predefined(dt) = a.datatype else { return None };
+    Some(unpack(&m.data, a.buf as *mut c_void, a.count, dt, a.comm, m.source, m.tag))
+}
+
+/// Copies a drained message (packed bytes) into the program's typed buffer.
+pub(crate) fn unpack(data: &[u8], buf: *mut c_void, count: i64, dt: MPI_Datatype, comm: MPI_Comm, source: c_int, tag: c_int) -> MPI_Status {
+    let f = lower::fns();
+    let rdt = handles::datatype(dt);
+    let mut size: MPI_Count = 0;
+    // SAFETY: out-pointer is a local.
+    unsafe { f.MPI_Type_size_c.map(|g| g(rdt, &mut size)) };
+    let capacity = size.saturating_mul(count);
+    let mut st = MPI_Status { MPI_SOURCE: source, MPI_TAG: tag, MPI_ERROR: MPI_SUCCESS, ..Default::default() };
+    let (n, err) = if data.len() as i64 > capacity { (capacity, MPI_ERR_TRUNCATE) } else { (data.len() as i64, MPI_SUCCESS) };
+    if n > 0 && size > 0 {
+        let mut pos: MPI_Count = 0;
+        // SAFETY: `data` holds at least `n` bytes; the program's buffer holds `count` elements
+        // of `dt`, of which `n / size` are written.
+        unsafe {
+            f.MPI_Unpack_c.map(|g| g(data.as_ptr() as *const c_void, n as MPI_Count, &mut pos, buf, n / size, rdt, handles::comm(comm)));
+        }
+    }
+    st.set_bytes(n);
+    st.MPI_ERROR = err;
+    st
+}
+
+/// The drain: tests every request the program has pending in the real library once
+/// (completions are recorded for the program, see [`poll`]) and calls `received(comm, source)`
+/// for each receive that completed with a message counted by the drain. Returns how many are
+/// still pending.
+pub fn test_pending(mut received: impl FnMut(MPI_Comm, c_int)) -> usize {
+    let mut pending = 0;
+    for (idx, real, e) in OBJ.requests.snapshot() {
+        if e.done.is_some() || e.repost || !active(&e.recipe) {
+            continue;
+        }
+        let Some(st) = poll(idx, real.raw()) else {
+            pending += 1;
+            continue;
+        };
+        if e.counts_recv && st.MPI_ERROR == MPI_SUCCESS && st.MPI_SOURCE >= 0 && st.count_hi_and_cancelled & 1 == 0 {
+            received(e.comm, st.MPI_SOURCE);
+        }
+    }
+    pending
+}
+
+/// The drain: sends and nonblocking collectives not completed yet.
+pub fn pending_sends() -> usize {
+    OBJ.requests.snapshot().into_iter().filter(|(_, _, e)| e.done.is_none() && !e.repost && active(&e.recipe) && !is_recv(&e.recipe)).count()
+}
+
+/// The drain's end: receives still pending are cancelled, to be posted again after the renewal
+/// ([`Renew::rebuild`]); one that matched a message meanwhile is recorded and counted by `poll`.
+pub fn cancel_receives(deadline: std::time::Instant) -> Result<(), String> {
+    let f = lower::fns();
+    for (idx, real, e) in OBJ.requests.snapshot() {
+        if e.done.is_some() || e.repost || !active(&e.recipe) || !is_recv(&e.recipe) {
+            continue;
+        }
+        let mut r = real.raw();
+        // SAFETY: a live real receive request.
+        unsafe { f.MPI_Cancel.map(|c| c(&mut r)) };
+        loop {
+            if let Some(st) = poll(idx, real.raw()) {
+                if st.count_hi_and_cancelled & 1 != 0 {
+                    // Cancelled: posted again on the renewed library.
+                    OBJ.requests.with(idx, |x| {
+                        x.done = None;
+                        x.repost = true;
+                    });
+                }
+                // Otherwise it matched a message after all; `poll` recorded and counted it.
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                return Err("a pending receive could not be cancelled".into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Is the request started (persistent ones only when active)?
+fn active(r: &RequestRecipe) -> bool {
+    match r {
+        RequestRecipe::PersistentSend { active, .. } | RequestRecipe::PersistentRecv { active, .. } | RequestRecipe::Collective { active, .. } => *active,
+        _ => true,
+    }
+}
+
+fn is_recv(r: &RequestRecipe) -> bool {
+    matches!(r, RequestRecipe::Recv { .. } | RequestRecipe::PersistentRecv { .. })
+}
+
+fn dt(t: &TypeRef) -> c_int {
+    match t {
+        TypeRef::Predefined(h) => handles::datatype(*h),
+        TypeRef::Derived(_) => MPI_DATATYPE_NULL,
+    }
+}
+
+/// The request kind around a checkpoint.
+pub struct Renew;
+
+impl Renewable for Renew {
+    fn refusal(&self) -> Option<String> {
+        for (_, _, r) in OBJ.requests.snapshot() {
+            match &r.recipe {
+                RequestRecipe::Collective { persistent: true, function, .. } => {
+                    return Some(format!("a persistent collective request ({function}) is live; free it before checkpointing"));
+                }
+                RequestRecipe::Generalized { .. } if r.done.is_none() => {
+                    return Some("a generalized request (MPI_Grequest_start) is pending".into());
+                }
+                RequestRecipe::Other { function } if r.done.is_none() && !function.contains("Mrecv") => {
+                    return Some(format!("a pending {function} request cannot be checkpointed yet"));
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// Persistent requests are freed (the others completed or were cancelled in the drain).
+    fn free_real(&self) {
+        let f = lower::fns();
+        for (_, r, e) in OBJ.requests.snapshot() {
+            let mut r = r.raw();
+            if e.recipe.is_persistent() && r != MPI_REQUEST_NULL {
+                // SAFETY: a live real persistent request of the current generation, freed once.
+                unsafe { f.MPI_Request_free.map(|g| g(&mut r)) };
+            }
+        }
+    }
+
+    /// Posts cancelled receives again (or completes them from the drained messages) and
+    /// re-creates persistent requests.
+    fn rebuild(&self) -> Result<(), String> {
+        let f = lower::fns();
+        for (idx, _, e) in OBJ.requests.snapshot() {
+            let mut r = MPI_REQUEST_NULL;
+            // SAFETY: the program's buffers and live translated handles.
+            let rc = unsafe {
+                match &e.recipe {
+                    RequestRecipe::Recv { args } if e.repost => {
+                        if let Some(st) = take_drained_into(args) {
+                            OBJ.requests.with(idx, |x| {
+                                x.done = Some(st.as_array());
+                                x.repost = false;
+                            });
+                            continue;
+                        }
+                        f.MPI_Irecv_c.map_or(MPI_ERR_OTHER, |h| h(args.buf as *mut c_void, args.count, dt(&args.datatype), args.peer, args.tag, handles::comm(args.comm), &mut r))
+                    }
+                    RequestRecipe::PersistentRecv { args, active } => {
+                        let rc = f.MPI_Recv_init_c.map_or(MPI_ERR_OTHER, |h| {
+                            h(args.buf as *mut c_void, args.count, dt(&args.datatype), args.peer, args.tag, handles::comm(args.comm), &mut r)
+                        });
+                        if rc == MPI_SUCCESS && *active && e.repost {
+                            if let Some(st) = take_drained_into(args) {
+                                OBJ.requests.with(idx, |x| x.done = Some(st.as_array()));
+                            } else {
+                                f.MPI_Start.map(|h| h(&mut r));
+                            }
+                        }
+                        rc
+                    }
+                    RequestRecipe::PersistentSend { mode, args, .. } => {
+                        let init = match mode {
+                            SendMode::Standard => f.MPI_Send_init_c,
+                            SendMode::Buffered => f.MPI_Bsend_init_c,
+                            SendMode::Synchronous => f.MPI_Ssend_init_c,
+                            SendMode::Ready => f.MPI_Rsend_init_c,
+                        };
+                        init.map_or(MPI_ERR_OTHER, |h| h(args.buf as *const c_void, args.count, dt(&args.datatype), args.peer, args.tag, handles::comm(args.comm), &mut r))
+                    }
+                    _ => MPI_SUCCESS,
+                }
+            };
+            check(rc, "re-posting a request")?;
+            OBJ.requests.set_real(idx, RealRequest(r));
+            OBJ.requests.with(idx, |x| x.repost = false);
+        }
+        Ok(())
+    }
+}

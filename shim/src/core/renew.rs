@@ -1,0 +1,382 @@
+//! Lower-half renewal: release the real library before a dump, bring up a fresh one after it
+//! (or after a restore), and rebuild every real object from its recipe.
+//!
+//! Two strategies (DESIGN.md section 3); `namespace` unless `MPICR_RENEW=sessions`:
+//! - `sessions` (MPICH 5.x, on request): the library is loaded once. The first generation uses the world
+//!   model (MPI_Init), because ROMIO and the reporting of errors on invalid handles need it
+//!   (in a sessions-only process MPI_File_open fails and such errors go to the fatal initial
+//!   error handler); every renewal opens a new session with communicators for the
+//!   `mpi://WORLD` and `mpi://SELF` process sets. Release frees every real object and
+//!   finalizes (MPI_Finalize, then MPI_Session_finalize). Unbounded.
+//! - `namespace` (every library): each generation is a fresh copy of the library in a link-map
+//!   namespace with its own MPI_Init and MPI_Finalize; release unloads the whole namespace and
+//!   unmaps what it leaked (see `lower`), so glibc reuses it: unbounded, and nothing of a
+//!   released generation stays in the image.
+
+use crate::lower::handles::RealComm;
+use crate::core::handles;
+use crate::core::kinds::comm::{errors_return_on, world_size};
+use crate::core::kinds::{FREE_ORDER, RENEWAL_ORDER};
+use crate::core::state::{OBJ, SELF_INDEX, WORLD_INDEX};
+use crate::lower;
+use crate::lower::abi::*;
+use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Strategy {
+    Namespace,
+    Sessions,
+}
+
+impl Strategy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Namespace => "namespace",
+            Strategy::Sessions => "sessions",
+        }
+    }
+}
+
+static STRATEGY: std::sync::OnceLock<Strategy> = std::sync::OnceLock::new();
+
+/// The renewal strategy: `MPICR_RENEW`, or the one that works for the library underneath.
+pub fn strategy() -> Strategy {
+    *STRATEGY.get_or_init(|| match std::env::var("MPICR_RENEW").ok().as_deref() {
+        Some("namespace") => Strategy::Namespace,
+        Some("sessions") => Strategy::Sessions,
+        None | Some("") => detect(),
+        Some(other) => lower::fatal(&format!(
+            "MPICR_RENEW={other} is not a renewal strategy (use sessions or namespace)"
+        )),
+    })
+}
+
+/// A fresh, disposable copy per generation for every library: unbounded and flat on MPICH
+/// 4.0.2 and 5 (docs/lower-half.md). Sessions stay available (`MPICR_RENEW=sessions`, MPICH 5
+/// only: MPICH 4.0.2 crashes on a second MPI_Session_init) but measured worse: a rank of a
+/// 2-rank MPICH 5.0.2 job died in its 64th renewal, and images grow by ~33 KB per epoch.
+fn detect() -> Strategy {
+    Strategy::Namespace
+}
+
+/// Major version of the MPICH underneath (0 when it is not MPICH).
+pub fn mpich_major() -> u32 {
+    static MAJOR: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *MAJOR.get_or_init(|| {
+        library_version()
+            .split("MPICH Version:")
+            .nth(1)
+            .and_then(|rest| rest.trim_start().split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|d| d.parse::<u32>().ok())
+            .unwrap_or(0)
+    })
+}
+
+/// MPI_Get_library_version of the real library (callable before MPI_Init).
+pub fn library_version() -> String {
+    let mut buf = vec![0 as std::os::raw::c_char; 8192];
+    let mut len = 0;
+    // SAFETY: the buffer exceeds MPI_MAX_LIBRARY_VERSION_STRING (8192 in MPICH).
+    unsafe { lower::fns().MPI_Get_library_version.map(|f| f(buf.as_mut_ptr(), &mut len)) };
+    // SAFETY: the library wrote a NUL-terminated string (or left the zeroed buffer).
+    unsafe { lower::cstr(buf.as_ptr()) }
+}
+
+/// Renewals this process can still make; `None`: unbounded (see `lower::renewals_left`).
+pub fn renewals_left() -> Option<u32> {
+    match strategy() {
+        Strategy::Namespace => lower::renewals_left(),
+        Strategy::Sessions => None,
+    }
+}
+
+/// Refuses a checkpoint whose renewal could not succeed, while the library is still running:
+/// a renewal needs a link-map namespace with room for a libc in static TLS.
+pub fn check_renewal() -> Result<(), String> {
+    if strategy() != Strategy::Namespace {
+        return Ok(());
+    }
+    if renewals_left() == Some(0) {
+        return Err(limit_message());
+    }
+    lower::probe_renewal().map_err(|e| format!("the MPI library could not be renewed after this checkpoint ({e}); {}", advice()))
+}
+
+/// The session of the current generation (`sessions` strategy).
+static SESSION: AtomicI32 = AtomicI32::new(MPI_SESSION_NULL);
+
+/// The real MPI_COMM_WORLD of the current generation.
+pub fn real_world() -> c_int {
+    OBJ.comms.real(WORLD_INDEX).map_or(MPI_COMM_WORLD, |r| r.raw())
+}
+
+/// Initialises the lower half for the program's MPI_Init: returns the real world and self
+/// communicators and the thread level provided.
+///
+/// # Safety
+/// `argc` and `argv` are null or the program's, as MPI_Init_thread requires.
+pub unsafe fn init_lower(argc: *mut c_int, argv: *mut *mut *mut std::os::raw::c_char, level: c_int) -> Result<(c_int, c_int, c_int), c_int> {
+    let f = lower::fns();
+    remember_level(level);
+    match strategy() {
+        Strategy::Namespace => {
+            let mut provided = 0;
+            // SAFETY: the program's argc/argv, passed through.
+            let rc = unsafe { f.MPI_Init_thread.map_or(MPI_ERR_OTHER, |i| i(argc, argv, level, &mut provided)) };
+            if rc != MPI_SUCCESS {
+                return Err(rc);
+            }
+            Ok((MPI_COMM_WORLD, MPI_COMM_SELF, provided))
+        }
+        Strategy::Sessions if !WORLD_MODEL_USED.swap(true, Ordering::AcqRel) => {
+            let mut provided = 0;
+            // SAFETY: the program's argc/argv, passed through.
+            let rc = unsafe { f.MPI_Init_thread.map_or(MPI_ERR_OTHER, |i| i(argc, argv, level, &mut provided)) };
+            if rc != MPI_SUCCESS {
+                return Err(rc);
+            }
+            IN_WORLD_MODEL.store(true, Ordering::Release);
+            Ok((MPI_COMM_WORLD, MPI_COMM_SELF, provided))
+        }
+        Strategy::Sessions => {
+            handles::SESSIONS_ONLY.store(true, Ordering::Release);
+            open_session(level)
+        }
+    }
+}
+
+/// `sessions`: whether the world model was used (only the first generation uses it), and
+/// whether the current generation is that one.
+static WORLD_MODEL_USED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static IN_WORLD_MODEL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// The world model was just finalized: the next session needs a new PMI connection.
+static WORLD_MODEL_ENDED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `sessions`: a session plus communicators for the world and self process sets.
+fn open_session(level: c_int) -> Result<(c_int, c_int, c_int), c_int> {
+    let f = lower::fns();
+    let mut info = MPI_INFO_NULL;
+    let mut session = MPI_SESSION_NULL;
+    let name = |l: c_int| match l {
+        0 => "MPI_THREAD_SINGLE",
+        1 => "MPI_THREAD_FUNNELED",
+        2 => "MPI_THREAD_SERIALIZED",
+        _ => "MPI_THREAD_MULTIPLE",
+    };
+    let key = std::ffi::CString::new("thread_level").unwrap();
+    let val = std::ffi::CString::new(name(level)).unwrap();
+    // SAFETY: out-pointers are locals; strings are NUL-terminated.
+    unsafe {
+        let rc = f.MPI_Info_create.map_or(MPI_ERR_OTHER, |h| h(&mut info));
+        if rc != MPI_SUCCESS {
+            return Err(rc);
+        }
+        f.MPI_Info_set.map(|h| h(info, key.as_ptr(), val.as_ptr()));
+        let rc = f.MPI_Session_init.map_or(MPI_ERR_OTHER, |h| h(info, MPI_ERRORS_RETURN, &mut session));
+        f.MPI_Info_free.map(|h| h(&mut info));
+        if rc != MPI_SUCCESS {
+            return Err(rc);
+        }
+    }
+    SESSION.store(session, Ordering::Release);
+    let comm_of = |pset: &str, tag: &str| -> Result<c_int, c_int> {
+        let (p, t) = (std::ffi::CString::new(pset).unwrap(), std::ffi::CString::new(tag).unwrap());
+        let (mut g, mut c) = (MPI_GROUP_NULL, MPI_COMM_NULL);
+        // SAFETY: as above.
+        unsafe {
+            let rc = f.MPI_Group_from_session_pset.map_or(MPI_ERR_OTHER, |h| h(session, p.as_ptr(), &mut g));
+            if rc != MPI_SUCCESS {
+                return Err(rc);
+            }
+            let rc = f.MPI_Comm_create_from_group.map_or(MPI_ERR_OTHER, |h| h(g, t.as_ptr(), MPI_INFO_NULL, MPI_ERRORS_RETURN, &mut c));
+            f.MPI_Group_free.map(|h| h(&mut g));
+            if rc != MPI_SUCCESS {
+                return Err(rc);
+            }
+        }
+        Ok(c)
+    };
+    let world = comm_of("mpi://WORLD", "org.mpicr.world")?;
+    let selfc = comm_of("mpi://SELF", "org.mpicr.self")?;
+    Ok((world, selfc, level))
+}
+
+/// Ends the lower half for the program's MPI_Finalize.
+pub fn finalize_lower() -> c_int {
+    let f = lower::fns();
+    match strategy() {
+        // SAFETY: the program finalizes; nothing is pending.
+        Strategy::Namespace => unsafe { f.MPI_Finalize.map_or(MPI_ERR_OTHER, |g| g()) },
+        Strategy::Sessions if IN_WORLD_MODEL.swap(false, Ordering::AcqRel) => {
+            // MPI_Finalize ends the PMI connection too (a session's finalize keeps it).
+            WORLD_MODEL_ENDED.store(true, Ordering::Release);
+            // SAFETY: as for `namespace`.
+            unsafe { f.MPI_Finalize.map_or(MPI_ERR_OTHER, |g| g()) }
+        }
+        Strategy::Sessions => {
+            free_real_objects();
+            let mut s = SESSION.swap(MPI_SESSION_NULL, Ordering::AcqRel);
+            // SAFETY: the session opened by `open_session`.
+            unsafe { f.MPI_Session_finalize.map_or(MPI_ERR_OTHER, |g| g(&mut s)) }
+        }
+    }
+}
+
+/// Frees every real object of the current generation (before finalizing a session).
+fn free_real_objects() {
+    for kind in FREE_ORDER {
+        kind.free_real();
+    }
+}
+
+pub fn limit_message() -> String {
+    let pinned = lower::last_release().map(|r| r.pinned.join(", ")).unwrap_or_default();
+    format!(
+        "no lower-half renewal left: the MPI library's namespace could not be unloaded ({pinned} stayed loaded) and glibc \
+         has no free link-map namespace left; {}",
+        advice()
+    )
+}
+
+fn advice() -> &'static str {
+    "checkpoint with --stop and restart the job (a restored process unloads nothing more than it had), \
+     and report the library that stays loaded"
+}
+
+/// Where the program stands: before MPI_Init (0), between ([`INITIALIZED`]), or after
+/// MPI_Finalize ([`FINALIZED`]). The shim answers MPI_Initialized/MPI_Finalized itself: with the
+/// `sessions` strategy the real library's world model is never initialised.
+pub static STAGE: AtomicI32 = AtomicI32::new(0);
+pub const INITIALIZED: c_int = 1;
+pub const FINALIZED: c_int = 2;
+
+/// Has the program called MPI_Finalize?
+pub fn program_finalized() -> bool {
+    STAGE.load(Ordering::Acquire) == FINALIZED
+}
+
+/// Thread level the lower half was first initialised with.
+static LEVEL: AtomicI32 = AtomicI32::new(MPI_THREAD_SERIALIZED);
+
+pub fn remember_level(level: c_int) {
+    LEVEL.store(level, Ordering::Release);
+}
+
+/// Releases the real library: nothing of it (sockets, shared memory) may be in the image.
+pub fn release() -> Result<(), String> {
+    for kind in RENEWAL_ORDER {
+        kind.forget();
+    }
+    let rc = finalize_lower();
+    if rc != MPI_SUCCESS {
+        return Err(format!("finalizing the lower half ({}) failed: {}", strategy().name(), lower::error_string(rc)));
+    }
+    if strategy() == Strategy::Namespace {
+        lower::release_current();
+    }
+    unmap_shared_memory();
+    Ok(())
+}
+
+/// Shared-memory files of the MPI library and its transports (MPICH, UCX).
+fn is_library_shm(path: &str) -> bool {
+    path.strip_prefix("/dev/shm/").is_some_and(|name| name.starts_with("mpich") || name.starts_with("ucx"))
+}
+
+/// MPICH 5 leaves its (already unlinked) /dev/shm segments mapped and open after MPI_Finalize.
+/// In an image they become CRIU "ghost" files that every rank of a node would recreate under
+/// the same name at restore, so the released generation's mappings and descriptors are
+/// removed: nothing of that generation runs again.
+fn unmap_shared_memory() {
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        for e in fds.flatten() {
+            let Ok(target) = std::fs::read_link(e.path()) else { continue };
+            let Some(fd) = e.file_name().to_str().and_then(|n| n.parse::<c_int>().ok()) else { continue };
+            if is_library_shm(&target.to_string_lossy()) {
+                // SAFETY: a descriptor of the released library's shared memory.
+                unsafe { libc::close(fd) };
+            }
+        }
+    }
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return };
+    for line in maps.lines() {
+        let mut cols = line.split_whitespace();
+        let (Some(range), Some(path)) = (cols.next(), cols.nth(4)) else { continue };
+        if !is_library_shm(path) {
+            continue;
+        }
+        let Some((a, b)) = range.split_once('-') else { continue };
+        let (Ok(start), Ok(end)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else { continue };
+        // SAFETY: the range is a mapping of the released library's shared memory, which no
+        // code runs on any more.
+        unsafe { libc::munmap(start as *mut c_void, end - start) };
+    }
+}
+
+/// Brings up a fresh lower half and rebuilds every object. `size`: the job size the keeper
+/// reports (checked against ours after a restart).
+pub fn renew(restarted: bool, size: Option<i32>) -> Result<(), String> {
+    if let Some(size) = size {
+        if restarted && size != world_size() {
+            return Err(format!("the image has {} ranks but the job has {size}", world_size()));
+        }
+    }
+    let generation = match strategy() {
+        Strategy::Namespace => {
+            let path = lower::current().path.clone();
+            lower::load_generation(&path).map_err(|e| format!("renewing the MPI library failed: {e}"))?.number
+        }
+        Strategy::Sessions => lower::bump_generation(),
+    };
+    // A fresh library copy needs a fresh PMI connection (MPICH 4.0.2 closes its socket in
+    // PMI_Finalize); with sessions the loaded library keeps its PMI socket, which the keeper
+    // replaces underneath after a restart.
+    if strategy() == Strategy::Namespace || WORLD_MODEL_ENDED.swap(false, Ordering::AcqRel) {
+        connect_pmi(generation)?;
+    }
+    // SAFETY: null argc/argv are allowed.
+    let (world, selfc, _) = unsafe { init_lower(std::ptr::null_mut(), std::ptr::null_mut(), LEVEL.load(Ordering::Acquire)) }
+        .map_err(|rc| format!("initialising the renewed library failed: {}", lower::error_string(rc)))?;
+    errors_return_on(world);
+    errors_return_on(selfc);
+    OBJ.comms.set_real(WORLD_INDEX, RealComm(world));
+    OBJ.comms.set_real(SELF_INDEX, RealComm(selfc));
+    for kind in RENEWAL_ORDER {
+        kind.rebuild()?;
+    }
+    Ok(())
+}
+
+/// Gives the renewed library's PMI client a fresh connection to the keeper, at the descriptor
+/// number the keeper named in PMI_FD when the program started.
+fn connect_pmi(generation: u32) -> Result<(), String> {
+    let Some(pmi_fd) = std::env::var("PMI_FD").ok().and_then(|v| v.parse::<c_int>().ok()) else { return Ok(()) };
+    if !crate::core::agent::supervised() {
+        return Ok(());
+    }
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: socketpair writes two descriptors into `fds`.
+    if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } != 0 {
+        return Err(format!("socketpair: {}", std::io::Error::last_os_error()));
+    }
+    use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: socketpair just made both descriptors, and nothing else owns them.
+    let (ours, keeper_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    crate::core::agent::send_pmi_connect(generation, keeper_end.as_fd()).map_err(|e| format!("PmiConnect: {e}"))?;
+    drop(keeper_end);
+    if ours.as_raw_fd() == pmi_fd {
+        // The number was free (the old library closed it) and socketpair reused it: keep it
+        // open there, without close-on-exec, as dup2 would have left it.
+        let fd = std::os::fd::IntoRawFd::into_raw_fd(ours);
+        // SAFETY: clearing the flags of a descriptor we own.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
+        return Ok(());
+    }
+    // SAFETY: dup2 of a descriptor we own onto the number PMI_FD names (it clears CLOEXEC on the
+    // copy); `ours` is closed when dropped.
+    if unsafe { libc::dup2(ours.as_raw_fd(), pmi_fd) } < 0 {
+        return Err(format!("dup2 onto PMI_FD {pmi_fd}: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}

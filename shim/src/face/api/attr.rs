@@ -1,0 +1,372 @@
+//! Attribute caching lives entirely in the shim: keyvals, values and the program's copy and
+//! delete callbacks. Nothing to rebuild after a restore, and callbacks see virtual handles.
+//! Predefined attributes (MPI_TAG_UB, MPI_WIN_BASE, ...) are answered by the real library.
+
+use std::sync::atomic::Ordering;
+use crate::face::abi::*;
+use crate::face::api::put;
+use crate::core::kinds::keyval::KeyvalEntry;
+use crate::core::state::{Attrs, OBJ, SELF_INDEX};
+use crate::face::{conv, errors};
+use crate::core::gate;
+use mpicr_virtid::{Kind, KeyvalObject, KeyvalRecipe};
+use std::os::raw::{c_int, c_void};
+
+type CopyFn = unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut c_void, *mut c_void, *mut c_int) -> c_int;
+type DeleteFn = unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut c_void) -> c_int;
+
+/// An object that carries attributes.
+#[derive(Clone, Copy)]
+enum Obj {
+    Comm(MPI_Comm, u32),
+    Type(MPI_Datatype, u32),
+    /// A predefined datatype (MPI allows attributes on those too).
+    PredefinedType(MPI_Datatype),
+    Win(MPI_Win, u32),
+}
+
+/// Attributes of predefined datatypes, by handle.
+static PREDEFINED_TYPE_ATTRS: parking_lot::Mutex<Vec<(MPI_Datatype, Attrs)>> = parking_lot::Mutex::new(Vec::new());
+
+impl Obj {
+    fn comm(h: MPI_Comm) -> Option<Obj> {
+        conv::comm_index(h).filter(|&i| OBJ.comms.real(i).is_some()).map(|i| Obj::Comm(h, i))
+    }
+    fn datatype(h: MPI_Datatype) -> Option<Obj> {
+        match conv::index(h, Kind::Datatype) {
+            Some(i) => OBJ.datatypes.real(i).map(|_| Obj::Type(h, i)),
+            None if h != MPI_DATATYPE_NULL => Some(Obj::PredefinedType(h)),
+            None => None,
+        }
+    }
+    fn win(h: MPI_Win) -> Option<Obj> {
+        conv::index(h, Kind::Win).filter(|&i| OBJ.wins.real(i).is_some()).map(|i| Obj::Win(h, i))
+    }
+    fn handle(self) -> c_int {
+        match self {
+            Obj::Comm(h, _) | Obj::Type(h, _) | Obj::PredefinedType(h) | Obj::Win(h, _) => h,
+        }
+    }
+    fn attrs<R>(self, f: impl FnOnce(&mut Attrs) -> R) -> Option<R> {
+        match self {
+            Obj::Comm(_, i) => OBJ.comms.with(i, |c| f(&mut c.attrs)),
+            Obj::Type(_, i) => OBJ.datatypes.with(i, |t| f(&mut t.attrs)),
+            Obj::PredefinedType(h) => {
+                let mut all = PREDEFINED_TYPE_ATTRS.lock();
+                let pos = match all.iter().position(|(t, _)| *t == h) {
+                    Some(p) => p,
+                    None => {
+                        all.push((h, Vec::new()));
+                        all.len() - 1
+                    }
+                };
+                Some(f(&mut all[pos].1))
+            }
+            Obj::Win(_, i) => OBJ.wins.with(i, |w| f(&mut w.attrs)),
+        }
+    }
+    fn raise(self, rc: c_int, name: &str) -> c_int {
+        match self {
+            Obj::Comm(h, _) => errors::raise_comm(h, rc, name),
+            Obj::Win(h, _) => errors::raise_win(h, rc, name),
+            Obj::Type(..) | Obj::PredefinedType(_) => errors::raise_default(rc, name),
+        }
+    }
+}
+
+fn lookup_keyval(k: c_int) -> Option<(u32, KeyvalRecipe)> {
+    let i = conv::index(k, Kind::Keyval)?;
+    OBJ.keyvals.with(i, |e| (i, e.recipe))
+}
+
+fn release_keyval(i: u32) {
+    let gone = OBJ.keyvals.with(i, |e| {
+        e.refs = e.refs.saturating_sub(1);
+        e.refs == 0
+    });
+    if gone == Some(true) {
+        OBJ.keyvals.remove(i);
+    }
+}
+
+fn create_keyval(object: KeyvalObject, copy: *mut c_void, delete: *mut c_void, out: *mut c_int, extra: *mut c_void, legacy: bool) -> c_int {
+    let recipe = KeyvalRecipe { object, copy_fn: copy as u64, delete_fn: delete as u64, extra_state: extra as u64, legacy };
+    match OBJ.keyvals.insert(crate::lower::handles::NoReal, KeyvalEntry { recipe, refs: 1 }) {
+        Ok(i) => {
+            unsafe { put(out, conv::handle(Kind::Keyval, i)) };
+            MPI_SUCCESS
+        }
+        Err(_) => errors::raise_default(MPI_ERR_OTHER, "MPI_Comm_create_keyval"),
+    }
+}
+
+fn free_keyval(k: *mut c_int, name: &str) -> c_int {
+    if k.is_null() {
+        return errors::raise_default(MPI_ERR_ARG, name);
+    }
+    match lookup_keyval(unsafe { *k }) {
+        Some((i, _)) => {
+            release_keyval(i);
+            unsafe { *k = MPI_KEYVAL_INVALID };
+            MPI_SUCCESS
+        }
+        None => errors::raise_default(MPI_ERR_KEYVAL, name),
+    }
+}
+
+/// Calls the delete callback of one attribute value.
+fn call_delete(obj: Obj, k: c_int, r: &KeyvalRecipe, value: usize) -> c_int {
+    if r.delete_fn == 0 {
+        return MPI_SUCCESS;
+    }
+    // SAFETY: the program registered this function with the delete-callback signature.
+    unsafe { std::mem::transmute::<u64, DeleteFn>(r.delete_fn)(obj.handle(), k, value as *mut c_void, r.extra_state as *mut c_void) }
+}
+
+fn set_attr(obj: Option<Obj>, k: c_int, value: usize, name: &str, bad_obj: c_int) -> c_int {
+    let Some(obj) = obj else { return errors::raise_default(bad_obj, name) };
+    let Some((ki, r)) = lookup_keyval(k) else { return obj.raise(MPI_ERR_KEYVAL, name) };
+    let old = obj.attrs(|a| a.iter().position(|(key, _)| *key == k).map(|p| a[p].1)).flatten();
+    if let Some(old) = old {
+        let rc = call_delete(obj, k, &r, old);
+        if rc != MPI_SUCCESS {
+            return obj.raise(rc, name);
+        }
+    }
+    let added = obj
+        .attrs(|a| match a.iter_mut().find(|(key, _)| *key == k) {
+            Some(slot) => {
+                slot.1 = value;
+                false
+            }
+            None => {
+                a.push((k, value));
+                true
+            }
+        })
+        .unwrap_or(false);
+    if added {
+        OBJ.keyvals.with(ki, |e| e.refs += 1);
+    }
+    MPI_SUCCESS
+}
+
+fn delete_attr(obj: Option<Obj>, k: c_int, name: &str, bad_obj: c_int) -> c_int {
+    let Some(obj) = obj else { return errors::raise_default(bad_obj, name) };
+    let Some((ki, r)) = lookup_keyval(k) else { return obj.raise(MPI_ERR_KEYVAL, name) };
+    let Some(Some(value)) = obj.attrs(|a| a.iter().find(|(key, _)| *key == k).map(|x| x.1)) else {
+        return obj.raise(MPI_ERR_KEYVAL, name);
+    };
+    let rc = call_delete(obj, k, &r, value);
+    if rc != MPI_SUCCESS {
+        return obj.raise(rc, name);
+    }
+    obj.attrs(|a| a.retain(|(key, _)| *key != k));
+    release_keyval(ki);
+    MPI_SUCCESS
+}
+
+fn get_attr(obj: Option<Obj>, k: c_int, out: *mut c_void, flag: *mut c_int, name: &str, bad_obj: c_int) -> c_int {
+    let Some(obj) = obj else { return errors::raise_default(bad_obj, name) };
+    if lookup_keyval(k).is_none() {
+        return obj.raise(MPI_ERR_KEYVAL, name);
+    }
+    let v = obj.attrs(|a| a.iter().find(|(key, _)| *key == k).map(|x| x.1)).flatten();
+    unsafe {
+        put(flag, v.is_some() as c_int);
+        if let Some(v) = v {
+            put(out as *mut usize, v);
+        }
+    }
+    MPI_SUCCESS
+}
+
+/// Deletes every attribute of an object being freed (callbacks in order of setting).
+fn delete_all(obj: Obj) -> c_int {
+    let attrs = obj.attrs(std::mem::take).unwrap_or_default();
+    for (k, v) in attrs {
+        if let Some((ki, r)) = lookup_keyval(k) {
+            let rc = call_delete(obj, k, &r, v);
+            if rc != MPI_SUCCESS {
+                return rc;
+            }
+            release_keyval(ki);
+        }
+    }
+    MPI_SUCCESS
+}
+
+/// Copies attributes to a duplicate through the program's copy callbacks.
+fn copy_all(from: Obj, to: Obj) -> c_int {
+    let attrs = from.attrs(|a| a.clone()).unwrap_or_default();
+    for (k, v) in attrs {
+        let Some((ki, r)) = lookup_keyval(k) else { continue };
+        if r.copy_fn == 0 {
+            continue;
+        }
+        let mut out: usize = 0;
+        let mut flag: c_int = 0;
+        // SAFETY: the program registered this function with the copy-callback signature.
+        let rc = unsafe {
+            std::mem::transmute::<u64, CopyFn>(r.copy_fn)(
+                from.handle(), k, r.extra_state as *mut c_void, v as *mut c_void, &mut out as *mut usize as *mut c_void, &mut flag,
+            )
+        };
+        if rc != MPI_SUCCESS {
+            return rc;
+        }
+        if flag != 0 {
+            to.attrs(|a| a.push((k, out)));
+            OBJ.keyvals.with(ki, |e| e.refs += 1);
+        }
+    }
+    MPI_SUCCESS
+}
+
+pub fn copy_comm_attrs(from: MPI_Comm, to: MPI_Comm) -> c_int {
+    match (Obj::comm(from), Obj::comm(to)) {
+        (Some(f), Some(t)) => copy_all(f, t),
+        _ => MPI_SUCCESS,
+    }
+}
+
+pub fn copy_type_attrs(from: MPI_Datatype, to: MPI_Datatype) -> c_int {
+    match (Obj::datatype(from), Obj::datatype(to)) {
+        (Some(f), Some(t)) => copy_all(f, t),
+        _ => MPI_SUCCESS,
+    }
+}
+
+pub fn delete_all_comm_attrs(c: MPI_Comm) -> c_int {
+    Obj::comm(c).map_or(MPI_SUCCESS, delete_all)
+}
+
+pub fn delete_all_type_attrs(t: MPI_Datatype) -> c_int {
+    Obj::datatype(t).map_or(MPI_SUCCESS, delete_all)
+}
+
+pub fn delete_all_win_attrs(w: MPI_Win) -> c_int {
+    Obj::win(w).map_or(MPI_SUCCESS, delete_all)
+}
+
+/// MPI_Finalize first deletes the attributes of MPI_COMM_SELF (MPI 4.0, section 11.2.4).
+pub fn delete_self_attrs_at_finalize() {
+    if OBJ.comms.real(SELF_INDEX).is_some() {
+        let _ = delete_all(Obj::Comm(MPI_COMM_SELF, SELF_INDEX));
+    }
+}
+
+/// Predefined attribute values live in the library's memory, which a renewal unmaps; the
+/// program gets a pointer to the shim's copy instead, which stays valid (and current: each
+/// query refreshes it) across checkpoints.
+fn stable_predefined_value(keyval: c_int, value: c_int) -> *mut c_int {
+    use std::sync::atomic::AtomicI32;
+    const KEYS: [c_int; 7] = [MPI_TAG_UB, MPI_HOST, MPI_IO, MPI_WTIME_IS_GLOBAL, MPI_UNIVERSE_SIZE, MPI_LASTUSEDCODE, MPI_APPNUM];
+    static SLOTS: [AtomicI32; 7] = [const { AtomicI32::new(0) }; 7];
+    let i = KEYS.iter().position(|&k| k == keyval).unwrap_or(0);
+    SLOTS[i].store(value, Ordering::Relaxed);
+    SLOTS[i].as_ptr()
+}
+
+fn is_predefined_comm_key(k: c_int) -> bool {
+    matches!(k, MPI_TAG_UB | MPI_HOST | MPI_IO | MPI_WTIME_IS_GLOBAL | MPI_UNIVERSE_SIZE | MPI_LASTUSEDCODE | MPI_APPNUM)
+}
+
+fn is_predefined_win_key(k: c_int) -> bool {
+    matches!(k, MPI_WIN_BASE | MPI_WIN_SIZE | MPI_WIN_DISP_UNIT | MPI_WIN_CREATE_FLAVOR | MPI_WIN_MODEL)
+}
+
+pub unsafe fn MPI_Comm_create_keyval(copy: *mut c_void, delete: *mut c_void, keyval: *mut c_int, extra: *mut c_void) -> c_int {
+    create_keyval(KeyvalObject::Comm, copy, delete, keyval, extra, false)
+}
+pub unsafe fn MPI_Keyval_create(copy: *mut c_void, delete: *mut c_void, keyval: *mut c_int, extra: *mut c_void) -> c_int {
+    create_keyval(KeyvalObject::Comm, copy, delete, keyval, extra, true)
+}
+pub unsafe fn MPI_Type_create_keyval(copy: *mut c_void, delete: *mut c_void, keyval: *mut c_int, extra: *mut c_void) -> c_int {
+    create_keyval(KeyvalObject::Datatype, copy, delete, keyval, extra, false)
+}
+pub unsafe fn MPI_Win_create_keyval(copy: *mut c_void, delete: *mut c_void, keyval: *mut c_int, extra: *mut c_void) -> c_int {
+    create_keyval(KeyvalObject::Win, copy, delete, keyval, extra, false)
+}
+pub unsafe fn MPI_Comm_free_keyval(keyval: *mut c_int) -> c_int {
+    free_keyval(keyval, "MPI_Comm_free_keyval")
+}
+pub unsafe fn MPI_Keyval_free(keyval: *mut c_int) -> c_int {
+    free_keyval(keyval, "MPI_Keyval_free")
+}
+pub unsafe fn MPI_Type_free_keyval(keyval: *mut c_int) -> c_int {
+    free_keyval(keyval, "MPI_Type_free_keyval")
+}
+pub unsafe fn MPI_Win_free_keyval(keyval: *mut c_int) -> c_int {
+    free_keyval(keyval, "MPI_Win_free_keyval")
+}
+
+pub unsafe fn MPI_Comm_set_attr(comm: MPI_Comm, keyval: c_int, value: *mut c_void) -> c_int {
+    if is_predefined_comm_key(keyval) {
+        return errors::raise_comm(comm, MPI_ERR_KEYVAL, "MPI_Comm_set_attr");
+    }
+    set_attr(Obj::comm(comm), keyval, value as usize, "MPI_Comm_set_attr", MPI_ERR_COMM)
+}
+pub unsafe fn MPI_Attr_put(comm: MPI_Comm, keyval: c_int, value: *mut c_void) -> c_int {
+    unsafe { MPI_Comm_set_attr(comm, keyval, value) }
+}
+
+pub unsafe fn MPI_Comm_get_attr(comm: MPI_Comm, keyval: c_int, value: *mut c_void, flag: *mut c_int) -> c_int {
+    if is_predefined_comm_key(keyval) {
+        let g = gate::enter();
+        let rc = real!(MPI_Comm_get_attr(conv::comm(comm), keyval, value, flag));
+        drop(g);
+        check_comm!(comm, rc, "MPI_Comm_get_attr");
+        // SAFETY: on success the library wrote the flag and, when set, a pointer to its int.
+        unsafe {
+            if !flag.is_null() && *flag != 0 {
+                let slot = value as *mut *mut c_int;
+                *slot = stable_predefined_value(keyval, **slot);
+            }
+        }
+        return MPI_SUCCESS;
+    }
+    get_attr(Obj::comm(comm), keyval, value, flag, "MPI_Comm_get_attr", MPI_ERR_COMM)
+}
+pub unsafe fn MPI_Attr_get(comm: MPI_Comm, keyval: c_int, value: *mut c_void, flag: *mut c_int) -> c_int {
+    unsafe { MPI_Comm_get_attr(comm, keyval, value, flag) }
+}
+
+pub unsafe fn MPI_Comm_delete_attr(comm: MPI_Comm, keyval: c_int) -> c_int {
+    delete_attr(Obj::comm(comm), keyval, "MPI_Comm_delete_attr", MPI_ERR_COMM)
+}
+pub unsafe fn MPI_Attr_delete(comm: MPI_Comm, keyval: c_int) -> c_int {
+    delete_attr(Obj::comm(comm), keyval, "MPI_Attr_delete", MPI_ERR_COMM)
+}
+
+pub unsafe fn MPI_Type_set_attr(t: MPI_Datatype, keyval: c_int, value: *mut c_void) -> c_int {
+    set_attr(Obj::datatype(t), keyval, value as usize, "MPI_Type_set_attr", MPI_ERR_TYPE)
+}
+pub unsafe fn MPI_Type_get_attr(t: MPI_Datatype, keyval: c_int, value: *mut c_void, flag: *mut c_int) -> c_int {
+    get_attr(Obj::datatype(t), keyval, value, flag, "MPI_Type_get_attr", MPI_ERR_TYPE)
+}
+pub unsafe fn MPI_Type_delete_attr(t: MPI_Datatype, keyval: c_int) -> c_int {
+    delete_attr(Obj::datatype(t), keyval, "MPI_Type_delete_attr", MPI_ERR_TYPE)
+}
+
+pub unsafe fn MPI_Win_set_attr(win: MPI_Win, keyval: c_int, value: *mut c_void) -> c_int {
+    if is_predefined_win_key(keyval) {
+        return errors::raise_win(win, MPI_ERR_KEYVAL, "MPI_Win_set_attr");
+    }
+    set_attr(Obj::win(win), keyval, value as usize, "MPI_Win_set_attr", MPI_ERR_WIN)
+}
+pub unsafe fn MPI_Win_get_attr(win: MPI_Win, keyval: c_int, value: *mut c_void, flag: *mut c_int) -> c_int {
+    if is_predefined_win_key(keyval) {
+        let g = gate::enter();
+        let rc = real!(MPI_Win_get_attr(conv::win(win), keyval, value, flag));
+        drop(g);
+        if rc != MPI_SUCCESS {
+            return errors::raise_win(win, rc, "MPI_Win_get_attr");
+        }
+        return MPI_SUCCESS;
+    }
+    get_attr(Obj::win(win), keyval, value, flag, "MPI_Win_get_attr", MPI_ERR_WIN)
+}
+pub unsafe fn MPI_Win_delete_attr(win: MPI_Win, keyval: c_int) -> c_int {
+    delete_attr(Obj::win(win), keyval, "MPI_Win_delete_attr", MPI_ERR_WIN)
+}

@@ -1,0 +1,80 @@
+//! What every collective shares (the wrappers themselves are generated from one template in
+//! `gen/collectives.rs`): the alignment check that lets a checkpoint stop every member of a
+//! communicator after the same number of collectives, and the datatype arrays of `*w` calls.
+
+use crate::face::abi::*;
+use crate::core::state::OBJ;
+use crate::core::{agent, gate};
+use crate::face::conv;
+use crate::lower;
+use std::os::raw::c_int;
+
+/// Enters the gate to start a collective on `comm` and counts it. While a checkpoint aligns
+/// collectives, a rank that has reached its target waits here (outside the gate) until the
+/// checkpoint is over. Returns the guard and the communicator's new collective count.
+/// No lock on the way in: the counters are atomics (`agent::try_start_collective`).
+pub fn begin_collective(comm: MPI_Comm) -> (gate::Guard, u64) {
+    loop {
+        let g = gate::enter();
+        let Some(c) = conv::comm_index(comm).and_then(|i| OBJ.comms.counters(i)) else { return (g, 0) };
+        match agent::try_start_collective(c) {
+            Some(seq) => return (g, seq),
+            None => {
+                drop(g);
+                agent::wait_until_collectives_may_start();
+            }
+        }
+    }
+}
+
+/// Which side of a `*w` collective a datatype array describes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Send,
+    Recv,
+}
+
+/// Translates the per-peer datatype array of an `Alltoallw`-style call.
+///
+/// # Safety
+/// `types` must hold one handle per peer (per neighbour for neighbourhood collectives).
+pub unsafe fn coll_types(types: *const MPI_Datatype, real_comm: c_int, side: Side, neighbor: bool) -> Vec<MPI_Datatype> {
+    let n = if neighbor {
+        let (indeg, outdeg) = neighbor_degrees(real_comm);
+        if side == Side::Send { outdeg } else { indeg }
+    } else {
+        crate::face::api::peer_count(real_comm)
+    };
+    // MPI_Alltoallw with MPI_IN_PLACE ignores the send types, which may then be garbage.
+    unsafe { conv::datatypes(types, n.max(0) as usize) }
+}
+
+/// In- and out-degree of a communicator's topology (as used by neighbourhood collectives).
+pub fn neighbor_degrees(real_comm: c_int) -> (c_int, c_int) {
+    let f = lower::fns();
+    let mut kind = MPI_UNDEFINED;
+    // SAFETY: out-pointers are valid locals.
+    unsafe {
+        f.MPI_Topo_test.map(|t| t(real_comm, &mut kind));
+        // MPI_GRAPH = 1, MPI_CART = 2, MPI_DIST_GRAPH = 3 in the MPICH ABI.
+        match kind {
+            2 => {
+                let mut nd = 0;
+                f.MPI_Cartdim_get.map(|g| g(real_comm, &mut nd));
+                (2 * nd, 2 * nd)
+            }
+            1 => {
+                let (mut rank, mut n) = (0, 0);
+                f.MPI_Comm_rank.map(|g| g(real_comm, &mut rank));
+                f.MPI_Graph_neighbors_count.map(|g| g(real_comm, rank, &mut n));
+                (n, n)
+            }
+            3 => {
+                let (mut i, mut o, mut w) = (0, 0, 0);
+                f.MPI_Dist_graph_neighbors_count.map(|g| g(real_comm, &mut i, &mut o, &mut w));
+                (i, o)
+            }
+            _ => (0, 0),
+        }
+    }
+}

@@ -1,0 +1,498 @@
+//! Communicators: constructors record a recipe (the group as world ranks, the topology, a
+//! job-wide id); destructors run attribute delete callbacks and free the virtual handle.
+
+use crate::lower::handles::RealComm;
+use crate::face::abi::*;
+use crate::face::api::coll::begin_collective;
+use crate::core::kinds::group::world_ranks_of_group;
+use crate::face::api::group::register_group;
+use crate::face::api::{attr, put};
+use crate::core::kinds::comm::CommEntry;
+use crate::core::state::{OBJ, SELF_INDEX, WORLD_INDEX};
+use crate::face::{conv, errors};
+use crate::core::gate;
+use crate::lower;
+use mpicr_virtid::{child_gid, mix, self_gid, CommRecipe, Kind, Topology, WORLD_GID};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::os::raw::{c_char, c_int};
+
+const MPI_CART: c_int = 2;
+const MPI_GRAPH: c_int = 1;
+const MPI_DIST_GRAPH: c_int = 3;
+
+/// Registers the real world and self communicators at their fixed table indices.
+pub fn register_world_and_self(world: c_int, selfc: c_int) -> c_int {
+    let f = lower::fns();
+    let (mut rank, mut size) = (0, 0);
+    // SAFETY: valid out-pointers; the library is initialised.
+    unsafe {
+        if let (Some(r), Some(s)) = (f.MPI_Comm_rank, f.MPI_Comm_size) {
+            r(world, &mut rank);
+            s(world, &mut size);
+        }
+    }
+    crate::core::kinds::comm::errors_return_on(world);
+    crate::core::kinds::comm::errors_return_on(selfc);
+    let world_recipe = CommRecipe {
+        gid: WORLD_GID,
+        world_ranks: (0..size).collect(),
+        remote_world_ranks: None,
+        topology: Topology::None,
+        made_by: "MPI_Init".into(),
+        parent: None,
+    };
+    let self_recipe = CommRecipe {
+        gid: self_gid(rank),
+        world_ranks: vec![rank],
+        remote_world_ranks: None,
+        topology: Topology::None,
+        made_by: "MPI_Init".into(),
+        parent: None,
+    };
+    if OBJ.comms.len() != 0 {
+        return MPI_ERR_OTHER;
+    }
+    let w = OBJ.comms.insert(RealComm(world), CommEntry::new(world_recipe, MPI_ERRORS_ARE_FATAL));
+    let s = OBJ.comms.insert(RealComm(selfc), CommEntry::new(self_recipe, MPI_ERRORS_ARE_FATAL));
+    debug_assert_eq!((w, s), (Ok(WORLD_INDEX), Ok(SELF_INDEX)));
+    MPI_SUCCESS
+}
+
+/// World ranks of the local (or remote) group of a real communicator.
+pub fn world_ranks_of_comm(real_comm: c_int, remote: bool) -> Vec<i32> {
+    let f = lower::fns();
+    let mut g = MPI_GROUP_NULL;
+    // SAFETY: valid out-pointers, live real communicator.
+    unsafe {
+        let get = if remote { f.MPI_Comm_remote_group } else { f.MPI_Comm_group };
+        if let Some(get) = get {
+            if get(real_comm, &mut g) != MPI_SUCCESS {
+                return Vec::new();
+            }
+        }
+    }
+    let ranks = world_ranks_of_group(g);
+    if let Some(free) = f.MPI_Group_free {
+        // SAFETY: the group was just created above.
+        unsafe { free(&mut g) };
+    }
+    ranks
+}
+
+/// Reads the topology attached to a real communicator.
+pub fn topology_of(real_comm: c_int) -> Topology {
+    let f = lower::fns();
+    let mut kind = MPI_UNDEFINED;
+    // SAFETY: all calls below write into locals sized from the library's own answers.
+    unsafe {
+        let Some(tt) = f.MPI_Topo_test else { return Topology::None };
+        tt(real_comm, &mut kind);
+        match kind {
+            MPI_CART => {
+                let mut nd = 0;
+                f.MPI_Cartdim_get.map(|g| g(real_comm, &mut nd));
+                let (mut dims, mut periods, mut coords) = (vec![0; nd as usize], vec![0; nd as usize], vec![0; nd as usize]);
+                f.MPI_Cart_get.map(|g| g(real_comm, nd, dims.as_mut_ptr(), periods.as_mut_ptr(), coords.as_mut_ptr()));
+                Topology::Cart { dims, periods }
+            }
+            MPI_GRAPH => {
+                let (mut nn, mut ne) = (0, 0);
+                f.MPI_Graphdims_get.map(|g| g(real_comm, &mut nn, &mut ne));
+                let (mut index, mut edges) = (vec![0; nn as usize], vec![0; ne as usize]);
+                f.MPI_Graph_get.map(|g| g(real_comm, nn, ne, index.as_mut_ptr(), edges.as_mut_ptr()));
+                Topology::Graph { index, edges }
+            }
+            MPI_DIST_GRAPH => {
+                let (mut indeg, mut outdeg, mut weighted) = (0, 0, 0);
+                f.MPI_Dist_graph_neighbors_count.map(|g| g(real_comm, &mut indeg, &mut outdeg, &mut weighted));
+                let (mut src, mut sw, mut dst, mut dw) =
+                    (vec![0; indeg as usize], vec![0; indeg as usize], vec![0; outdeg as usize], vec![0; outdeg as usize]);
+                // MPI_UNWEIGHTED must be the real library's sentinel when the graph has no weights.
+                let unweighted = crate::lower::real_unweighted();
+                let (swp, dwp) = if weighted != 0 { (sw.as_mut_ptr(), dw.as_mut_ptr()) } else { (unweighted, unweighted) };
+                f.MPI_Dist_graph_neighbors.map(|g| g(real_comm, indeg, src.as_mut_ptr(), swp, outdeg, dst.as_mut_ptr(), dwp));
+                if weighted == 0 {
+                    sw.clear();
+                    dw.clear();
+                }
+                Topology::DistGraph {
+                    sources: src,
+                    source_weights: (weighted != 0).then_some(sw),
+                    destinations: dst,
+                    dest_weights: (weighted != 0).then_some(dw),
+                }
+            }
+            _ => Topology::None,
+        }
+    }
+}
+
+/// Registers a new real communicator under a virtual handle.
+pub fn register_comm(
+    real: c_int,
+    made_by: &str,
+    parent: Option<u64>,
+    errhandler: MPI_Errhandler,
+    gid: impl FnOnce(&[i32], Option<&[i32]>) -> u64,
+) -> MPI_Comm {
+    let inter = crate::face::api::is_inter(real);
+    let world_ranks = world_ranks_of_comm(real, false);
+    let remote = inter.then(|| world_ranks_of_comm(real, true));
+    let recipe = CommRecipe {
+        gid: gid(&world_ranks, remote.as_deref()),
+        world_ranks,
+        remote_world_ranks: remote,
+        topology: topology_of(real),
+        made_by: made_by.trim_start_matches('P').to_string(),
+        parent,
+    };
+    match OBJ.comms.insert(RealComm(real), CommEntry::new(recipe, errhandler)) {
+        Ok(i) => conv::handle(Kind::Comm, i),
+        Err(_) => errors::fatal("too many live communicators"),
+    }
+}
+
+fn parent_info(parent: MPI_Comm) -> (u64, MPI_Errhandler) {
+    conv::comm_index(parent)
+        .and_then(|i| OBJ.comms.with(i, |c| (c.recipe.gid, c.errhandler)))
+        .unwrap_or((0, MPI_ERRORS_ARE_FATAL))
+}
+
+/// The shape of most constructors: a collective on `parent` that yields one new communicator.
+unsafe fn derive(
+    parent: MPI_Comm,
+    name: &'static str,
+    newcomm: *mut MPI_Comm,
+    copy_attrs: bool,
+    call: impl FnOnce(c_int, &mut c_int) -> c_int,
+) -> c_int {
+    let (g, seq) = begin_collective(parent);
+    let rp = conv::comm(parent);
+    let mut rn = MPI_COMM_NULL;
+    let rc = call(rp, &mut rn);
+    if rc != MPI_SUCCESS {
+        drop(g);
+        return errors::raise_comm(parent, rc, name);
+    }
+    let v = if rn == MPI_COMM_NULL {
+        MPI_COMM_NULL
+    } else {
+        let (pgid, eh) = parent_info(parent);
+        register_comm(rn, name, Some(pgid), eh, |l, r| child_gid(pgid, seq, l, r))
+    };
+    drop(g);
+    if copy_attrs && v != MPI_COMM_NULL {
+        let rc = attr::copy_comm_attrs(parent, v);
+        if rc != MPI_SUCCESS {
+            return errors::raise_comm(parent, rc, name);
+        }
+    }
+    unsafe { put(newcomm, v) };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Comm_dup(comm: MPI_Comm, newcomm: *mut MPI_Comm) -> c_int {
+    unsafe { derive(comm, "MPI_Comm_dup", newcomm, true, |c, n| real!(MPI_Comm_dup(c, n))) }
+}
+
+pub unsafe fn MPI_Comm_dup_with_info(comm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm) -> c_int {
+    let i = conv::info(info);
+    unsafe { derive(comm, "MPI_Comm_dup_with_info", newcomm, true, |c, n| real!(MPI_Comm_dup_with_info(c, i, n))) }
+}
+
+pub unsafe fn MPI_Comm_split(comm: MPI_Comm, color: c_int, key: c_int, newcomm: *mut MPI_Comm) -> c_int {
+    unsafe { derive(comm, "MPI_Comm_split", newcomm, false, |c, n| real!(MPI_Comm_split(c, color, key, n))) }
+}
+
+pub unsafe fn MPI_Comm_split_type(comm: MPI_Comm, split_type: c_int, key: c_int, info: MPI_Info, newcomm: *mut MPI_Comm) -> c_int {
+    let i = conv::info(info);
+    unsafe { derive(comm, "MPI_Comm_split_type", newcomm, false, |c, n| real!(MPI_Comm_split_type(c, split_type, key, i, n))) }
+}
+
+pub unsafe fn MPI_Comm_create(comm: MPI_Comm, group: MPI_Group, newcomm: *mut MPI_Comm) -> c_int {
+    let g = conv::group(group);
+    unsafe { derive(comm, "MPI_Comm_create", newcomm, false, |c, n| real!(MPI_Comm_create(c, g, n))) }
+}
+
+pub unsafe fn MPI_Cart_create(comm: MPI_Comm, ndims: c_int, dims: *const c_int, periods: *const c_int, reorder: c_int, newcomm: *mut MPI_Comm) -> c_int {
+    unsafe { derive(comm, "MPI_Cart_create", newcomm, false, |c, n| real!(MPI_Cart_create(c, ndims, dims, periods, reorder, n))) }
+}
+
+pub unsafe fn MPI_Cart_sub(comm: MPI_Comm, remain_dims: *const c_int, newcomm: *mut MPI_Comm) -> c_int {
+    unsafe { derive(comm, "MPI_Cart_sub", newcomm, false, |c, n| real!(MPI_Cart_sub(c, remain_dims, n))) }
+}
+
+pub unsafe fn MPI_Graph_create(comm: MPI_Comm, nnodes: c_int, index: *const c_int, edges: *const c_int, reorder: c_int, newcomm: *mut MPI_Comm) -> c_int {
+    unsafe { derive(comm, "MPI_Graph_create", newcomm, false, |c, n| real!(MPI_Graph_create(c, nnodes, index, edges, reorder, n))) }
+}
+
+pub unsafe fn MPI_Dist_graph_create(
+    comm: MPI_Comm, n: c_int, sources: *const c_int, degrees: *const c_int, destinations: *const c_int,
+    weights: *const c_int, info: MPI_Info, reorder: c_int, newcomm: *mut MPI_Comm,
+) -> c_int {
+    let i = conv::info(info);
+    let w = crate::face::api::misc::weights_in(weights);
+    unsafe { derive(comm, "MPI_Dist_graph_create", newcomm, false, |c, nc| real!(MPI_Dist_graph_create(c, n, sources, degrees, destinations, w, i, reorder, nc))) }
+}
+
+pub unsafe fn MPI_Dist_graph_create_adjacent(
+    comm: MPI_Comm, indegree: c_int, sources: *const c_int, sourceweights: *const c_int, outdegree: c_int,
+    destinations: *const c_int, destweights: *const c_int, info: MPI_Info, reorder: c_int, newcomm: *mut MPI_Comm,
+) -> c_int {
+    let i = conv::info(info);
+    let sw = crate::face::api::misc::weights_in(sourceweights);
+    let dw = crate::face::api::misc::weights_in(destweights);
+    unsafe {
+        derive(comm, "MPI_Dist_graph_create_adjacent", newcomm, false, |c, nc| {
+            real!(MPI_Dist_graph_create_adjacent(c, indegree, sources, sw, outdegree, destinations, dw, i, reorder, nc))
+        })
+    }
+}
+
+pub unsafe fn MPI_Intercomm_merge(intercomm: MPI_Comm, high: c_int, newintracomm: *mut MPI_Comm) -> c_int {
+    unsafe { derive(intercomm, "MPI_Intercomm_merge", newintracomm, false, |c, n| real!(MPI_Intercomm_merge(c, high, n))) }
+}
+
+/// Per-process counters that make ids of repeated, otherwise identical creations differ.
+static REPEATS: Mutex<Option<HashMap<u64, u64>>> = Mutex::new(None);
+
+fn nth(key: u64) -> u64 {
+    let mut m = REPEATS.lock();
+    let c = m.get_or_insert_with(HashMap::new).entry(key).or_insert(0);
+    *c += 1;
+    *c
+}
+
+fn hash_ranks(mut h: u64, ranks: &[i32]) -> u64 {
+    for &r in ranks {
+        h = mix(h, r as u64);
+    }
+    h
+}
+
+/// Id of an intercommunicator: the same on both sides (the two groups are hashed in a
+/// canonical order), distinct for repeated creations between the same groups.
+fn intercomm_gid(tag: u64, local: &[i32], remote: Option<&[i32]>) -> u64 {
+    let remote = remote.unwrap_or(&[]);
+    let (a, b) = if local <= remote { (local, remote) } else { (remote, local) };
+    let key = hash_ranks(hash_ranks(mix(7, tag), a), b);
+    mix(key, nth(key)).max(3)
+}
+
+pub unsafe fn MPI_Intercomm_create(
+    local_comm: MPI_Comm, local_leader: c_int, peer_comm: MPI_Comm, remote_leader: c_int, tag: c_int, newintercomm: *mut MPI_Comm,
+) -> c_int {
+    let (g, _) = begin_collective(local_comm);
+    let (l, p) = (conv::comm(local_comm), conv::comm(peer_comm));
+    let mut rn = MPI_COMM_NULL;
+    let rc = real!(MPI_Intercomm_create(l, local_leader, p, remote_leader, tag, &mut rn));
+    if rc != MPI_SUCCESS {
+        drop(g);
+        return errors::raise_comm(local_comm, rc, "MPI_Intercomm_create");
+    }
+    let (pgid, eh) = parent_info(local_comm);
+    let v = register_comm(rn, "MPI_Intercomm_create", Some(pgid), eh, |lr, rr| intercomm_gid(tag as u64, lr, rr));
+    drop(g);
+    unsafe { put(newintercomm, v) };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Intercomm_create_from_groups(
+    local_group: MPI_Group, local_leader: c_int, remote_group: MPI_Group, remote_leader: c_int, stringtag: *const c_char,
+    info: MPI_Info, errhandler: MPI_Errhandler, newintercomm: *mut MPI_Comm,
+) -> c_int {
+    let g = gate::enter();
+    let tag = unsafe { crate::face::api::cstr(stringtag) };
+    let (lg, rg, i) = (conv::group(local_group), conv::group(remote_group), conv::info(info));
+    let mut rn = MPI_COMM_NULL;
+    let rc = real!(MPI_Intercomm_create_from_groups(lg, local_leader, rg, remote_leader, stringtag, i, MPI_ERRORS_RETURN, &mut rn));
+    if rc != MPI_SUCCESS {
+        drop(g);
+        return errors::raise_default(rc, "MPI_Intercomm_create_from_groups");
+    }
+    let taghash = tag.bytes().fold(11u64, |h, b| mix(h, b as u64));
+    let v = register_comm(rn, "MPI_Intercomm_create_from_groups", None, errhandler, |lr, rr| intercomm_gid(taghash, lr, rr));
+    drop(g);
+    unsafe { put(newintercomm, v) };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Comm_create_group(comm: MPI_Comm, group: MPI_Group, tag: c_int, newcomm: *mut MPI_Comm) -> c_int {
+    let g = gate::enter();
+    let (c, gr) = (conv::comm(comm), conv::group(group));
+    let mut rn = MPI_COMM_NULL;
+    let rc = real!(MPI_Comm_create_group(c, gr, tag, &mut rn));
+    if rc != MPI_SUCCESS {
+        drop(g);
+        return errors::raise_comm(comm, rc, "MPI_Comm_create_group");
+    }
+    let v = if rn == MPI_COMM_NULL {
+        MPI_COMM_NULL
+    } else {
+        let (pgid, eh) = parent_info(comm);
+        // Collective over the group only: the parent's collective counter is not involved.
+        register_comm(rn, "MPI_Comm_create_group", Some(pgid), eh, |l, _| {
+            let key = hash_ranks(mix(mix(pgid, 0xC6), tag as u64), l);
+            mix(key, nth(key)).max(3)
+        })
+    };
+    drop(g);
+    unsafe { put(newcomm, v) };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Comm_create_from_group(
+    group: MPI_Group, stringtag: *const c_char, info: MPI_Info, errhandler: MPI_Errhandler, newcomm: *mut MPI_Comm,
+) -> c_int {
+    let g = gate::enter();
+    let tag = unsafe { crate::face::api::cstr(stringtag) };
+    let (gr, i) = (conv::group(group), conv::info(info));
+    let mut rn = MPI_COMM_NULL;
+    let rc = real!(MPI_Comm_create_from_group(gr, stringtag, i, MPI_ERRORS_RETURN, &mut rn));
+    if rc != MPI_SUCCESS {
+        drop(g);
+        return errors::raise_default(rc, "MPI_Comm_create_from_group");
+    }
+    let v = register_comm(rn, "MPI_Comm_create_from_group", None, errhandler, |l, _| {
+        let key = hash_ranks(tag.bytes().fold(13u64, |h, b| mix(h, b as u64)), l);
+        mix(key, nth(key)).max(3)
+    });
+    drop(g);
+    unsafe { put(newcomm, v) };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Comm_idup(comm: MPI_Comm, newcomm: *mut MPI_Comm, request: *mut MPI_Request) -> c_int {
+    unsafe { idup(comm, MPI_INFO_NULL, newcomm, request, "MPI_Comm_idup") }
+}
+
+pub unsafe fn MPI_Comm_idup_with_info(comm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm, request: *mut MPI_Request) -> c_int {
+    unsafe { idup(comm, info, newcomm, request, "MPI_Comm_idup_with_info") }
+}
+
+unsafe fn idup(comm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm, request: *mut MPI_Request, name: &'static str) -> c_int {
+    let (g, seq) = begin_collective(comm);
+    let c = conv::comm(comm);
+    let mut rn = MPI_COMM_NULL;
+    let mut rr = MPI_REQUEST_NULL;
+    let rc = if info == MPI_INFO_NULL {
+        real!(MPI_Comm_idup(c, &mut rn, &mut rr))
+    } else {
+        let i = conv::info(info);
+        real!(MPI_Comm_idup_with_info(c, i, &mut rn, &mut rr))
+    };
+    if rc != MPI_SUCCESS {
+        drop(g);
+        return errors::raise_comm(comm, rc, name);
+    }
+    // The new communicator may not be used before the request completes, so its recipe is
+    // taken from the parent (a duplicate has the same group).
+    let idx = conv::comm_index(comm);
+    let Some(mut entry) = idx.and_then(|i| OBJ.comms.get(i)) else {
+        drop(g);
+        return errors::raise_comm(comm, MPI_ERR_COMM, name);
+    };
+    let pgid = entry.recipe.gid;
+    entry.recipe.gid = child_gid(pgid, seq, &entry.recipe.world_ranks, entry.recipe.remote_world_ranks.as_deref());
+    entry.recipe.parent = Some(pgid);
+    entry.recipe.made_by = name.to_string();
+    let fresh = CommEntry { attrs: Vec::new(), ..CommEntry::new(entry.recipe, entry.errhandler) };
+    let v = match OBJ.comms.insert(RealComm(rn), fresh) {
+        Ok(i) => conv::handle(Kind::Comm, i),
+        Err(_) => errors::fatal("too many live communicators"),
+    };
+    let vr = crate::face::api::request::register_collective(rr, comm, name, false);
+    drop(g);
+    let rc = attr::copy_comm_attrs(comm, v);
+    unsafe {
+        put(newcomm, v);
+        put(request, vr);
+    }
+    if rc != MPI_SUCCESS {
+        return errors::raise_comm(comm, rc, name);
+    }
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Comm_free(comm: *mut MPI_Comm) -> c_int {
+    unsafe { free_comm(comm, "MPI_Comm_free") }
+}
+
+pub unsafe fn MPI_Comm_disconnect(comm: *mut MPI_Comm) -> c_int {
+    unsafe { free_comm(comm, "MPI_Comm_disconnect") }
+}
+
+unsafe fn free_comm(comm: *mut MPI_Comm, name: &'static str) -> c_int {
+    if comm.is_null() {
+        let _g = gate::enter();
+        let rc = if name == "MPI_Comm_free" { real!(MPI_Comm_free(comm)) } else { real!(MPI_Comm_disconnect(comm)) };
+        return errors::raise_default(rc, name);
+    }
+    let v = unsafe { *comm };
+    let idx = conv::index(v, Kind::Comm).filter(|&i| OBJ.comms.real(i).is_some());
+    let Some(idx) = idx else {
+        // Predefined, null, freed or invented: the real library gives the native error.
+        let g = gate::enter();
+        let mut raw = conv::comm(v);
+        let rc = if name == "MPI_Comm_free" { real!(MPI_Comm_free(&mut raw)) } else { real!(MPI_Comm_disconnect(&mut raw)) };
+        drop(g);
+        return if rc != MPI_SUCCESS { errors::raise_comm(v, rc, name) } else { rc };
+    };
+    let rc = attr::delete_all_comm_attrs(v);
+    if rc != MPI_SUCCESS {
+        return errors::raise_comm(v, rc, name);
+    }
+    let g = gate::enter();
+    let mut real = conv::comm(v);
+    let rc = if name == "MPI_Comm_free" { real!(MPI_Comm_free(&mut real)) } else { real!(MPI_Comm_disconnect(&mut real)) };
+    if rc != MPI_SUCCESS {
+        drop(g);
+        return errors::raise_comm(v, rc, name);
+    }
+    OBJ.comms.remove(idx);
+    drop(g);
+    unsafe { *comm = MPI_COMM_NULL };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Comm_group(comm: MPI_Comm, group: *mut MPI_Group) -> c_int {
+    let g = gate::enter();
+    let c = conv::comm(comm);
+    let mut rg = MPI_GROUP_NULL;
+    let rc = real!(MPI_Comm_group(c, &mut rg));
+    if rc != MPI_SUCCESS {
+        drop(g);
+        return errors::raise_comm(comm, rc, "MPI_Comm_group");
+    }
+    let v = register_group(rg);
+    drop(g);
+    unsafe { put(group, v) };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Comm_remote_group(comm: MPI_Comm, group: *mut MPI_Group) -> c_int {
+    let g = gate::enter();
+    let c = conv::comm(comm);
+    let mut rg = MPI_GROUP_NULL;
+    let rc = real!(MPI_Comm_remote_group(c, &mut rg));
+    if rc != MPI_SUCCESS {
+        drop(g);
+        return errors::raise_comm(comm, rc, "MPI_Comm_remote_group");
+    }
+    let v = register_group(rg);
+    drop(g);
+    unsafe { put(group, v) };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Comm_get_info(comm: MPI_Comm, info_used: *mut MPI_Info) -> c_int {
+    let g = gate::enter();
+    let c = conv::comm(comm);
+    let mut ri = MPI_INFO_NULL;
+    let rc = real!(MPI_Comm_get_info(c, &mut ri));
+    drop(g);
+    check_comm!(comm, rc, "MPI_Comm_get_info");
+    unsafe { put(info_used, crate::face::api::info::register_info(ri)) };
+    MPI_SUCCESS
+}

@@ -1,0 +1,155 @@
+//! MPI-IO: files are virtualised (they are pointers in the MPICH ABI); open files cannot be
+//! checkpointed yet (the agent refuses with a clear error).
+
+use crate::face::abi::*;
+use crate::face::api::request::register_request;
+use crate::face::api::{begin_collective, put};
+use crate::core::kinds::file::FileEntry;
+use crate::core::state::OBJ;
+use crate::face::{conv, errors};
+use crate::core::gate;
+use mpicr_virtid::RequestRecipe;
+use std::os::raw::{c_char, c_int, c_void};
+
+pub use crate::face::api::errhandler::file_null_errhandler;
+
+pub unsafe fn MPI_File_open(comm: MPI_Comm, filename: *const c_char, amode: c_int, info: MPI_Info, fh: *mut MPI_File) -> c_int {
+    let (g, _) = begin_collective(comm);
+    let mut r: MPI_File = std::ptr::null_mut();
+    let rc = real!(MPI_File_open(conv::comm(comm), filename, amode, conv::info(info), &mut r));
+    if rc != MPI_SUCCESS {
+        drop(g);
+        return errors::raise_file(std::ptr::null_mut(), rc, "MPI_File_open");
+    }
+    if let Some(f) = crate::lower::fns().MPI_File_set_errhandler {
+        // SAFETY: a live real file and a predefined error handler.
+        unsafe { f(r, MPI_ERRORS_RETURN) };
+    }
+    let v = match OBJ.files.insert(crate::lower::handles::RealFile(r), FileEntry { errhandler: file_null_errhandler() }) {
+        Ok(i) => conv::file_handle(i),
+        Err(_) => errors::fatal("too many open files"),
+    };
+    drop(g);
+    unsafe { put(fh, v) };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_File_close(fh: *mut MPI_File) -> c_int {
+    if fh.is_null() {
+        return errors::raise_file(std::ptr::null_mut(), MPI_ERR_FILE, "MPI_File_close");
+    }
+    let v = unsafe { *fh };
+    let g = gate::enter();
+    let mut r = conv::file(v);
+    let rc = real!(MPI_File_close(&mut r));
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_file(v, rc, "MPI_File_close");
+    }
+    if let Some(i) = conv::file_index(v) {
+        OBJ.files.remove(i);
+    }
+    unsafe { *fh = std::ptr::null_mut() };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_File_get_group(fh: MPI_File, group: *mut MPI_Group) -> c_int {
+    let g = gate::enter();
+    let mut r = MPI_GROUP_NULL;
+    let rc = real!(MPI_File_get_group(conv::file(fh), &mut r));
+    if rc != MPI_SUCCESS {
+        drop(g);
+        return errors::raise_file(fh, rc, "MPI_File_get_group");
+    }
+    unsafe { put(group, crate::face::api::group::register_group(r)) };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_File_get_info(fh: MPI_File, info: *mut MPI_Info) -> c_int {
+    let g = gate::enter();
+    let mut r = MPI_INFO_NULL;
+    let rc = real!(MPI_File_get_info(conv::file(fh), &mut r));
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_file(fh, rc, "MPI_File_get_info");
+    }
+    unsafe { put(info, crate::face::api::info::register_info(r)) };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_File_get_view(fh: MPI_File, disp: *mut MPI_Offset, etype: *mut MPI_Datatype, filetype: *mut MPI_Datatype, datarep: *mut c_char) -> c_int {
+    let g = gate::enter();
+    let (mut e, mut f) = (MPI_DATATYPE_NULL, MPI_DATATYPE_NULL);
+    let rc = real!(MPI_File_get_view(conv::file(fh), disp, &mut e, &mut f, datarep));
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_file(fh, rc, "MPI_File_get_view");
+    }
+    unsafe {
+        put(etype, crate::core::kinds::datatype::virtual_of_real(e));
+        put(filetype, crate::core::kinds::datatype::virtual_of_real(f));
+    }
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_File_c2f(file: MPI_File) -> MPI_Fint {
+    if file.is_null() {
+        return 0;
+    }
+    conv::file_index(file).map_or(0, |i| i as MPI_Fint + 1)
+}
+
+pub unsafe fn MPI_File_f2c(file: MPI_Fint) -> MPI_File {
+    if file <= 0 {
+        return std::ptr::null_mut();
+    }
+    conv::file_handle(file as u32 - 1)
+}
+
+macro_rules! file_io {
+    ($name:ident, $count:ty, $bt:ty $(, $off:ident)?) => {
+        pub unsafe fn $name(fh: MPI_File, $($off: MPI_Offset,)? buf: $bt, count: $count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
+            let g = gate::enter();
+            let mut r = MPI_REQUEST_NULL;
+            let rc = real!($name(conv::file(fh), $($off,)? buf, count, conv::datatype(datatype), &mut r));
+            if rc == MPI_SUCCESS {
+                let v = register_request(r, RequestRecipe::Other { function: stringify!($name).into() }, MPI_COMM_NULL, false);
+                unsafe { put(request, v) };
+            }
+            drop(g);
+            if rc != MPI_SUCCESS {
+                return errors::raise_file(fh, rc, stringify!($name));
+            }
+            MPI_SUCCESS
+        }
+    };
+}
+
+file_io!(MPI_File_iread, c_int, *mut c_void);
+file_io!(MPI_File_iread_c, MPI_Count, *mut c_void);
+file_io!(MPI_File_iread_all, c_int, *mut c_void);
+file_io!(MPI_File_iread_all_c, MPI_Count, *mut c_void);
+file_io!(MPI_File_iread_shared, c_int, *mut c_void);
+file_io!(MPI_File_iread_shared_c, MPI_Count, *mut c_void);
+file_io!(MPI_File_iread_at, c_int, *mut c_void, offset);
+file_io!(MPI_File_iread_at_c, MPI_Count, *mut c_void, offset);
+file_io!(MPI_File_iread_at_all, c_int, *mut c_void, offset);
+file_io!(MPI_File_iread_at_all_c, MPI_Count, *mut c_void, offset);
+file_io!(MPI_File_iwrite, c_int, *const c_void);
+file_io!(MPI_File_iwrite_c, MPI_Count, *const c_void);
+file_io!(MPI_File_iwrite_all, c_int, *const c_void);
+file_io!(MPI_File_iwrite_all_c, MPI_Count, *const c_void);
+file_io!(MPI_File_iwrite_shared, c_int, *const c_void);
+file_io!(MPI_File_iwrite_shared_c, MPI_Count, *const c_void);
+file_io!(MPI_File_iwrite_at, c_int, *const c_void, offset);
+file_io!(MPI_File_iwrite_at_c, MPI_Count, *const c_void, offset);
+file_io!(MPI_File_iwrite_at_all, c_int, *const c_void, offset);
+file_io!(MPI_File_iwrite_at_all_c, MPI_Count, *const c_void, offset);
+
+pub unsafe fn MPI_File_toint(file: MPI_File) -> c_int {
+    unsafe { MPI_File_c2f(file) }
+}
+
+pub unsafe fn MPI_File_fromint(file: c_int) -> MPI_File {
+    unsafe { MPI_File_f2c(file) }
+}

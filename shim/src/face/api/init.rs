@@ -1,0 +1,124 @@
+//! Start and end of MPI: the lower half is initialised with at least MPI_THREAD_SERIALIZED so
+//! the agent thread may drive it while the program's threads wait at the gate.
+
+use crate::face::abi::*;
+use crate::core::renew::{FINALIZED, INITIALIZED, STAGE};
+use crate::face::api::comm::register_world_and_self;
+use crate::face::conv;
+use crate::core::gate;
+
+use std::os::raw::{c_char, c_int};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// The thread level the program was told it got.
+static PROVIDED: AtomicI32 = AtomicI32::new(MPI_THREAD_SINGLE);
+
+pub unsafe fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
+    let mut provided = 0;
+    unsafe { init(argc, argv, MPI_THREAD_SINGLE, &mut provided, "MPI_Init") }
+}
+
+pub unsafe fn MPI_Init_thread(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, provided: *mut c_int) -> c_int {
+    let mut got = 0;
+    let rc = unsafe { init(argc, argv, required, &mut got, "MPI_Init_thread") };
+    if rc == MPI_SUCCESS {
+        unsafe { crate::face::api::put(provided, got) };
+    }
+    rc
+}
+
+unsafe fn init(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, provided: &mut c_int, name: &str) -> c_int {
+    let g = gate::enter();
+    if STAGE.load(Ordering::Acquire) != 0 {
+        // A second MPI_Init: the real library gives the native error.
+        let rc = real!(MPI_Init_thread(argc, argv, required, provided));
+        drop(g);
+        return crate::face::errors::raise_default(if rc == MPI_SUCCESS { MPI_ERR_OTHER } else { rc }, name);
+    }
+    let level = required.max(MPI_THREAD_SERIALIZED).min(MPI_THREAD_MULTIPLE);
+    let (world, selfc, real_provided) = // SAFETY: the program's argc/argv, as its MPI_Init call passed them.
+    match unsafe { crate::core::renew::init_lower(argc, argv, level) } {
+        Ok(x) => x,
+        Err(rc) => {
+            drop(g);
+            return crate::face::errors::raise_default(rc, name);
+        }
+    };
+    // A program asking for less than the library gives is told what a native run would say.
+    *provided = required.clamp(MPI_THREAD_SINGLE, real_provided.max(MPI_THREAD_SINGLE));
+    PROVIDED.store(*provided, Ordering::Release);
+    MAIN_THREAD.store(thread_id(), Ordering::Release);
+    let rc = register_world_and_self(world, selfc);
+    STAGE.store(INITIALIZED, Ordering::Release);
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return crate::face::errors::raise_default(rc, name);
+    }
+    crate::core::agent::start_if_supervised();
+    MPI_SUCCESS
+}
+
+static MAIN_THREAD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn thread_id() -> u64 {
+    // SAFETY: pthread_self has no preconditions.
+    unsafe { libc::pthread_self() as u64 }
+}
+
+pub unsafe fn MPI_Finalize() -> c_int {
+    // Inside the gate: a checkpoint in progress finishes first, none starts afterwards.
+    {
+        let _g = gate::enter();
+        crate::core::agent::stop();
+    }
+    crate::face::errors::flush_program_stdio();
+    if STAGE.load(Ordering::Acquire) != INITIALIZED {
+        let _g = gate::enter();
+        let rc = real!(MPI_Finalize());
+        return crate::face::errors::raise_default(if rc == MPI_SUCCESS { MPI_ERR_OTHER } else { rc }, "MPI_Finalize");
+    }
+    crate::face::api::attr::delete_self_attrs_at_finalize();
+    let g = gate::enter();
+    let rc = crate::core::renew::finalize_lower();
+    STAGE.store(FINALIZED, Ordering::Release);
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return crate::face::errors::raise_default(rc, "MPI_Finalize");
+    }
+    rc
+}
+
+pub unsafe fn MPI_Initialized(flag: *mut c_int) -> c_int {
+    unsafe { crate::face::api::put(flag, (STAGE.load(Ordering::Acquire) != 0) as c_int) };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Finalized(flag: *mut c_int) -> c_int {
+    unsafe { crate::face::api::put(flag, (STAGE.load(Ordering::Acquire) == FINALIZED) as c_int) };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Query_thread(provided: *mut c_int) -> c_int {
+    if STAGE.load(Ordering::Acquire) != INITIALIZED {
+        let _g = gate::enter();
+        return real!(MPI_Query_thread(provided));
+    }
+    unsafe { crate::face::api::put(provided, PROVIDED.load(Ordering::Acquire)) };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Is_thread_main(flag: *mut c_int) -> c_int {
+    if STAGE.load(Ordering::Acquire) != INITIALIZED {
+        let _g = gate::enter();
+        return real!(MPI_Is_thread_main(flag));
+    }
+    unsafe { crate::face::api::put(flag, (MAIN_THREAD.load(Ordering::Acquire) == thread_id()) as c_int) };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Abort(comm: MPI_Comm, errorcode: c_int) -> c_int {
+    crate::face::errors::flush_program_stdio();
+    let _g = gate::enter();
+    let c = conv::comm(comm);
+    real!(MPI_Abort(c, errorcode))
+}

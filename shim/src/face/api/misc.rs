@@ -1,0 +1,202 @@
+//! Memory, buffers, user error classes, data representations and the ABI's data symbols.
+
+use crate::face::abi::*;
+use crate::face::api::put;
+use crate::face::{conv, errors};
+use crate::core::gate;
+use crate::lower;
+use crate::core::kinds::library::{add_user_error, set_attached_buffer, UserError};
+use std::os::raw::{c_char, c_int, c_void};
+
+/// Memory from MPI_Alloc_mem comes from the program's own allocator, so it stays valid across
+/// lower-half renewals (the real library's allocation would not).
+pub unsafe fn MPI_Alloc_mem(size: MPI_Aint, _info: MPI_Info, baseptr: *mut c_void) -> c_int {
+    if size < 0 {
+        return errors::raise_default(MPI_ERR_ARG, "MPI_Alloc_mem");
+    }
+    // SAFETY: plain allocation; a zero-byte request still returns a unique pointer.
+    let p = unsafe { libc::malloc((size as usize).max(1)) };
+    if p.is_null() {
+        return errors::raise_default(MPI_ERR_NO_MEM, "MPI_Alloc_mem");
+    }
+    unsafe { put(baseptr as *mut *mut c_void, p) };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Free_mem(base: *mut c_void) -> c_int {
+    // SAFETY: `base` came from MPI_Alloc_mem above (or is null).
+    unsafe { libc::free(base) };
+    MPI_SUCCESS
+}
+
+/// Attaches or detaches the buffered-send buffer and records it for replay after renewals.
+fn buffer_call(name: &str, attached: Option<(usize, i64)>, call: impl FnOnce() -> c_int) -> c_int {
+    let g = gate::enter();
+    let rc = call();
+    drop(g);
+    check_default!(rc, name);
+    set_attached_buffer(attached);
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
+    buffer_call("MPI_Buffer_attach", Some((buffer as usize, size as i64)), || real!(MPI_Buffer_attach(buffer, size)))
+}
+
+pub unsafe fn MPI_Buffer_attach_c(buffer: *mut c_void, size: MPI_Count) -> c_int {
+    buffer_call("MPI_Buffer_attach_c", Some((buffer as usize, size)), || real!(MPI_Buffer_attach_c(buffer, size)))
+}
+
+pub unsafe fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
+    buffer_call("MPI_Buffer_detach", None, || real!(MPI_Buffer_detach(buffer_addr, size)))
+}
+
+pub unsafe fn MPI_Buffer_detach_c(buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
+    buffer_call("MPI_Buffer_detach_c", None, || real!(MPI_Buffer_detach_c(buffer_addr, size)))
+}
+
+pub unsafe fn MPI_Add_error_class(errorclass: *mut c_int) -> c_int {
+    let g = gate::enter();
+    let rc = real!(MPI_Add_error_class(errorclass));
+    drop(g);
+    check_default!(rc, "MPI_Add_error_class");
+    add_user_error(UserError::Class);
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Add_error_code(errorclass: c_int, errorcode: *mut c_int) -> c_int {
+    let g = gate::enter();
+    let rc = real!(MPI_Add_error_code(errorclass, errorcode));
+    drop(g);
+    check_default!(rc, "MPI_Add_error_code");
+    add_user_error(UserError::Code { class: errorclass });
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Add_error_string(errorcode: c_int, string: *const c_char) -> c_int {
+    let g = gate::enter();
+    let rc = real!(MPI_Add_error_string(errorcode, string));
+    drop(g);
+    check_default!(rc, "MPI_Add_error_string");
+    add_user_error(UserError::String { code: errorcode, text: unsafe { crate::face::api::cstr(string) } });
+    MPI_SUCCESS
+}
+
+/// Data representations: the conversion callbacks go to the library as they are (they see only
+/// buffers, counts and datatypes of the file view).
+pub unsafe fn MPI_Register_datarep(datarep: *const c_char, r: *mut c_void, w: *mut c_void, e: *mut c_void, extra: *mut c_void) -> c_int {
+    let g = gate::enter();
+    let rc = real!(MPI_Register_datarep(datarep, r, w, e, extra));
+    drop(g);
+    check_default!(rc, "MPI_Register_datarep");
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Register_datarep_c(datarep: *const c_char, r: *mut c_void, w: *mut c_void, e: *mut c_void, extra: *mut c_void) -> c_int {
+    let g = gate::enter();
+    let rc = real!(MPI_Register_datarep_c(datarep, r, w, e, extra));
+    drop(g);
+    check_default!(rc, "MPI_Register_datarep_c");
+    MPI_SUCCESS
+}
+
+// The MPICH ABI's data symbols. Programs compare against these addresses, so the shim owns
+// them and swaps in the real library's values where they are passed down.
+static mut UNWEIGHTED_DUMMY: c_int = 0;
+static mut WEIGHTS_EMPTY_DUMMY: c_int = 0;
+static mut F_STATUS_IGNORE_DUMMY: [c_int; 6] = [0; 6];
+static mut F_STATUSES_IGNORE_DUMMY: [c_int; 6] = [0; 6];
+static mut F08_STATUS_IGNORE_DUMMY: [c_int; 6] = [0; 6];
+static mut F08_STATUSES_IGNORE_DUMMY: [c_int; 6] = [0; 6];
+
+#[no_mangle]
+pub static mut MPI_UNWEIGHTED: *mut c_int = &raw mut UNWEIGHTED_DUMMY;
+#[no_mangle]
+pub static mut MPI_WEIGHTS_EMPTY: *mut c_int = &raw mut WEIGHTS_EMPTY_DUMMY;
+#[no_mangle]
+pub static mut MPI_F_STATUS_IGNORE: *mut c_int = &raw mut F_STATUS_IGNORE_DUMMY as *mut c_int;
+#[no_mangle]
+pub static mut MPI_F_STATUSES_IGNORE: *mut c_int = &raw mut F_STATUSES_IGNORE_DUMMY as *mut c_int;
+#[no_mangle]
+pub static mut MPI_F08_STATUS_IGNORE: *mut c_int = &raw mut F08_STATUS_IGNORE_DUMMY as *mut c_int;
+#[no_mangle]
+pub static mut MPI_F08_STATUSES_IGNORE: *mut c_int = &raw mut F08_STATUSES_IGNORE_DUMMY as *mut c_int;
+#[no_mangle]
+pub static mut MPI_T_PVAR_ALL_HANDLES: *mut c_void = std::ptr::null_mut();
+
+/// Translates a weights argument of the graph constructors.
+pub fn weights_in(p: *const c_int) -> *const c_int {
+    // SAFETY: reading our own statics' values.
+    unsafe {
+        if p == MPI_UNWEIGHTED as *const c_int {
+            lower::real_sentinel("MPI_UNWEIGHTED")
+        } else if p == MPI_WEIGHTS_EMPTY as *const c_int {
+            lower::real_sentinel("MPI_WEIGHTS_EMPTY")
+        } else {
+            p
+        }
+    }
+}
+
+/// Program-side sentinel for a real one coming back (e.g. from MPI_Dist_graph_neighbors).
+pub fn unweighted_out() -> *mut c_int {
+    // SAFETY: reading our own static's value.
+    unsafe { MPI_UNWEIGHTED }
+}
+
+/// Wraps the request of a buffer flush (not restorable while pending).
+unsafe fn flush_request(name: &str, comm: MPI_Comm, request: *mut MPI_Request, call: impl FnOnce(&mut c_int) -> c_int) -> c_int {
+    let g = gate::enter();
+    let mut r = MPI_REQUEST_NULL;
+    let rc = call(&mut r);
+    if rc == MPI_SUCCESS {
+        let v = crate::face::api::request::register_request(r, mpicr_virtid::RequestRecipe::Other { function: name.into() }, comm, false);
+        unsafe { put(request, v) };
+    }
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_comm(comm, rc, name);
+    }
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Buffer_iflush(request: *mut MPI_Request) -> c_int {
+    unsafe { flush_request("MPI_Buffer_iflush", MPI_COMM_WORLD, request, |r| real!(MPI_Buffer_iflush(r))) }
+}
+
+pub unsafe fn MPI_Comm_iflush_buffer(comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
+    let c = conv::comm(comm);
+    unsafe { flush_request("MPI_Comm_iflush_buffer", comm, request, |r| real!(MPI_Comm_iflush_buffer(c, r))) }
+}
+
+pub unsafe fn MPI_Session_iflush_buffer(session: MPI_Session, request: *mut MPI_Request) -> c_int {
+    let s = conv::session(session);
+    unsafe { flush_request("MPI_Session_iflush_buffer", MPI_COMM_WORLD, request, |r| real!(MPI_Session_iflush_buffer(s, r))) }
+}
+
+/// Returns a predefined pair type (MPI 4.1): passes through untranslated.
+pub unsafe fn MPI_Type_get_value_index(value_type: MPI_Datatype, index_type: MPI_Datatype, pair_type: *mut MPI_Datatype) -> c_int {
+    let g = gate::enter();
+    let rc = real!(MPI_Type_get_value_index(conv::datatype(value_type), conv::datatype(index_type), pair_type));
+    drop(g);
+    check_default!(rc, "MPI_Type_get_value_index");
+    MPI_SUCCESS
+}
+
+/// MPI_Abi_get_version (MPI 5.0): a library without the standard ABI (MPICH 4.0.2 lacks the
+/// function altogether) answers -1/-1, as MPICH 5's non-ABI build does.
+pub unsafe fn MPI_Abi_get_version(major: *mut c_int, minor: *mut c_int) -> c_int {
+    let Some(f) = lower::fns().MPI_Abi_get_version else {
+        unsafe {
+            put(major, -1);
+            put(minor, -1);
+        }
+        return MPI_SUCCESS;
+    };
+    let g = gate::enter();
+    // SAFETY: the program's out-pointers, passed through.
+    let rc = unsafe { f(major, minor) };
+    drop(g);
+    check_default!(rc, "MPI_Abi_get_version");
+    MPI_SUCCESS
+}

@@ -1,0 +1,65 @@
+//! User-defined reductions: MPI_Op_create/free and the queries. The trampolines and their slots
+//! live with the op kind (`core::kinds::op`).
+
+use crate::lower::handles::RealOp;
+use crate::face::abi::*;
+use crate::face::api::put;
+use crate::core::kinds::op::{claim_slot, create_real, release_slot, OpEntry, SLOTS};
+use crate::core::state::OBJ;
+use crate::face::{conv, errors};
+use crate::core::gate;
+use mpicr_virtid::{Kind, OpRecipe};
+use std::os::raw::{c_int, c_void};
+
+
+unsafe fn create(function: *mut c_void, commute: c_int, op: *mut MPI_Op, large: bool, name: &str) -> c_int {
+    let Some(slot) = claim_slot(function as u64) else {
+        eprintln!("mpicr: {name}: more than {SLOTS} user-defined operations are live at once");
+        return errors::raise_default(MPI_ERR_OTHER, name);
+    };
+    let recipe = OpRecipe { function: function as u64, commute: commute != 0, large_count: large };
+    let g = gate::enter();
+    let r = create_real(&recipe, slot);
+    drop(g);
+    match r {
+        Ok(r) => {
+            let v = match OBJ.ops.insert(RealOp(r), OpEntry { recipe, slot }) {
+                Ok(i) => conv::handle(Kind::Op, i),
+                Err(_) => errors::fatal("too many live ops"),
+            };
+            unsafe { put(op, v) };
+            MPI_SUCCESS
+        }
+        Err(rc) => {
+            release_slot(slot);
+            errors::raise_default(rc, name)
+        }
+    }
+}
+
+pub unsafe fn MPI_Op_create(user_fn: *mut c_void, commute: c_int, op: *mut MPI_Op) -> c_int {
+    unsafe { create(user_fn, commute, op, false, "MPI_Op_create") }
+}
+
+pub unsafe fn MPI_Op_create_c(user_fn: *mut c_void, commute: c_int, op: *mut MPI_Op) -> c_int {
+    unsafe { create(user_fn, commute, op, true, "MPI_Op_create_c") }
+}
+
+pub unsafe fn MPI_Op_free(op: *mut MPI_Op) -> c_int {
+    let g = gate::enter();
+    if op.is_null() {
+        return errors::raise_default(real!(MPI_Op_free(op)), "MPI_Op_free");
+    }
+    let v = unsafe { *op };
+    let mut r = conv::op(v);
+    let rc = real!(MPI_Op_free(&mut r));
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_default(rc, "MPI_Op_free");
+    }
+    if let Some(e) = conv::index(v, Kind::Op).and_then(|i| OBJ.ops.remove(i)) {
+        release_slot(e.slot);
+    }
+    unsafe { *op = MPI_OP_NULL };
+    MPI_SUCCESS
+}

@@ -1,0 +1,664 @@
+//! Point-to-point: every send is counted per destination (the drain needs to know what is in
+//! flight), every receive first looks at the drained-message buffer, and blocking calls are a
+//! nonblocking call plus a gated wait, so a rank blocked in MPI_Recv can be checkpointed.
+
+use crate::lower::handles::RealMessage;
+use crate::face::abi::*;
+use crate::face::api::request::{register_done, register_request, wait_internal};
+use crate::face::api::{put, put_status};
+use crate::core::kinds::comm::{comm_gid, count_recv, count_send};
+use crate::core::kinds::message::{MessageEntry, CLAIMED};
+use crate::core::kinds::request::{take_drained_into, unpack};
+use crate::core::state::OBJ;
+use crate::face::{conv, errors};
+use crate::core::{drained, gate};
+use crate::lower;
+use mpicr_virtid::{Kind, P2pArgs, RequestRecipe, SendMode, TypeRef};
+use std::os::raw::{c_int, c_void};
+
+fn args(buf: *const c_void, count: i64, datatype: MPI_Datatype, peer: c_int, tag: c_int, comm: MPI_Comm) -> P2pArgs {
+    P2pArgs { buf: buf as u64, count, datatype: TypeRef::Predefined(datatype), peer, tag, comm }
+}
+
+/// Posts a send and returns its virtual request. Safe: it only records `buf`'s address; the
+/// buffer reaches the library through `real_call`, which its caller builds.
+fn post_send(
+    mode: SendMode, buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm,
+    real_call: impl FnOnce(c_int, c_int, &mut c_int) -> c_int,
+) -> Result<MPI_Request, c_int> {
+    let (c, d) = (conv::comm_checked(comm)?, conv::datatype(dt));
+    let mut r = MPI_REQUEST_NULL;
+    let rc = real_call(c, d, &mut r);
+    if rc != MPI_SUCCESS {
+        return Err(rc);
+    }
+    count_send(comm, dest);
+    Ok(register_request(r, RequestRecipe::Send { mode, args: args(buf, count, dt, dest, tag, comm) }, comm, false))
+}
+
+/// Posts a receive (from the drained buffer when possible) and returns its virtual request.
+///
+/// # Safety
+/// `buf` must be writable for `count` elements of `dt`: a drained message is copied into it
+/// at once (and `real_call` hands it to the library).
+unsafe fn post_recv(
+    buf: *mut c_void, count: i64, dt: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm,
+    real_call: impl FnOnce(c_int, c_int, &mut c_int) -> c_int,
+) -> Result<MPI_Request, c_int> {
+    let a = args(buf, count, dt, source, tag, comm);
+    conv::comm_checked(comm)?;
+    if source == MPI_PROC_NULL && conv::comm_index(comm).is_some() {
+        // Completes at once with the status MPI prescribes (no library round trip).
+        let st = MPI_Status { MPI_SOURCE: MPI_PROC_NULL, MPI_TAG: MPI_ANY_TAG, ..Default::default() };
+        return Ok(register_done(RequestRecipe::Recv { args: a }, comm, &st));
+    }
+    if let Some(st) = take_drained_into(&a) {
+        return Ok(register_done(RequestRecipe::Recv { args: a }, comm, &st));
+    }
+    let (c, d) = (conv::comm(comm), conv::datatype(dt));
+    let mut r = MPI_REQUEST_NULL;
+    let rc = real_call(c, d, &mut r);
+    if rc != MPI_SUCCESS {
+        return Err(rc);
+    }
+    Ok(register_request(r, RequestRecipe::Recv { args: a }, comm, true))
+}
+
+macro_rules! isend {
+    ($name:ident, $real:ident, $count:ty, $mode:ident) => {
+        pub unsafe fn $name(
+            buf: *const c_void, count: $count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm,
+            request: *mut MPI_Request,
+        ) -> c_int {
+            let g = gate::enter();
+            // `buf` goes to the library as the caller's send buffer, which the caller keeps
+            // valid until the request completes (MPI's contract of this call).
+            let r =
+                post_send(SendMode::$mode, buf, count as i64, datatype, dest, tag, comm, |c, d, r| real!($real(buf, count, d, dest, tag, c, r)));
+            drop(g);
+            match r {
+                Ok(v) => {
+                    // SAFETY: `request` is the caller's out-pointer, valid for a write (MPI's
+                    // contract of this call).
+                    unsafe { put(request, v) };
+                    MPI_SUCCESS
+                }
+                Err(rc) => errors::raise_comm(comm, rc, stringify!($name)),
+            }
+        }
+    };
+}
+
+macro_rules! send {
+    ($name:ident, $real:ident, $count:ty, $mode:ident) => {
+        pub unsafe fn $name(buf: *const c_void, count: $count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
+            let g = gate::enter();
+            // `buf` is the caller's send buffer, valid for the whole call, which waits for the send.
+            let r =
+                post_send(SendMode::$mode, buf, count as i64, datatype, dest, tag, comm, |c, d, r| real!($real(buf, count, d, dest, tag, c, r)));
+            drop(g);
+            let rc = match r {
+                // SAFETY: MPI_STATUS_IGNORE is a status argument `wait_internal` accepts.
+                Ok(v) => unsafe { wait_internal(v, MPI_STATUS_IGNORE) },
+                Err(rc) => rc,
+            };
+            if rc != MPI_SUCCESS {
+                return errors::raise_comm(comm, rc, stringify!($name));
+            }
+            MPI_SUCCESS
+        }
+    };
+}
+
+isend!(MPI_Isend, MPI_Isend, c_int, Standard);
+isend!(MPI_Ibsend, MPI_Ibsend, c_int, Buffered);
+isend!(MPI_Issend, MPI_Issend, c_int, Synchronous);
+isend!(MPI_Irsend, MPI_Irsend, c_int, Ready);
+isend!(MPI_Isend_c, MPI_Isend_c, MPI_Count, Standard);
+isend!(MPI_Ibsend_c, MPI_Ibsend_c, MPI_Count, Buffered);
+isend!(MPI_Issend_c, MPI_Issend_c, MPI_Count, Synchronous);
+isend!(MPI_Irsend_c, MPI_Irsend_c, MPI_Count, Ready);
+send!(MPI_Send, MPI_Isend, c_int, Standard);
+send!(MPI_Bsend, MPI_Ibsend, c_int, Buffered);
+send!(MPI_Ssend, MPI_Issend, c_int, Synchronous);
+send!(MPI_Rsend, MPI_Irsend, c_int, Ready);
+send!(MPI_Send_c, MPI_Isend_c, MPI_Count, Standard);
+send!(MPI_Bsend_c, MPI_Ibsend_c, MPI_Count, Buffered);
+send!(MPI_Ssend_c, MPI_Issend_c, MPI_Count, Synchronous);
+send!(MPI_Rsend_c, MPI_Irsend_c, MPI_Count, Ready);
+
+macro_rules! recv {
+    ($iname:ident, $name:ident, $real:ident, $count:ty) => {
+        pub unsafe fn $iname(
+            buf: *mut c_void, count: $count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm,
+            request: *mut MPI_Request,
+        ) -> c_int {
+            let g = gate::enter();
+            // SAFETY: `buf` is the caller's receive buffer, writable for `count` `datatype`s until
+            // the request completes (MPI's contract of this call).
+            let r = unsafe { post_recv(buf, count as i64, datatype, source, tag, comm, |c, d, r| real!($real(buf, count, d, source, tag, c, r))) };
+            drop(g);
+            match r {
+                Ok(v) => {
+                    // SAFETY: `request` is the caller's out-pointer, valid for a write.
+                    unsafe { put(request, v) };
+                    MPI_SUCCESS
+                }
+                Err(rc) => errors::raise_comm(comm, rc, stringify!($iname)),
+            }
+        }
+
+        pub unsafe fn $name(
+            buf: *mut c_void, count: $count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm,
+            status: *mut MPI_Status,
+        ) -> c_int {
+            let g = gate::enter();
+            // SAFETY: `buf` is the caller's receive buffer, writable for `count` `datatype`s for
+            // the whole call, which waits for the message.
+            let r = unsafe { post_recv(buf, count as i64, datatype, source, tag, comm, |c, d, r| real!($real(buf, count, d, source, tag, c, r))) };
+            drop(g);
+            let rc = match r {
+                // SAFETY: `status` is the caller's: MPI_STATUS_IGNORE or writable.
+                Ok(v) => unsafe { wait_internal(v, status) },
+                Err(rc) => rc,
+            };
+            if rc != MPI_SUCCESS {
+                return errors::raise_comm(comm, rc, stringify!($name));
+            }
+            MPI_SUCCESS
+        }
+    };
+}
+
+recv!(MPI_Irecv, MPI_Recv, MPI_Irecv, c_int);
+recv!(MPI_Irecv_c, MPI_Recv_c, MPI_Irecv_c, MPI_Count);
+
+macro_rules! sendrecv {
+    ($name:ident, $isend:ident, $irecv:ident, $count:ty) => {
+        pub unsafe fn $name(
+            sendbuf: *const c_void, sendcount: $count, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int,
+            recvbuf: *mut c_void, recvcount: $count, recvtype: MPI_Datatype, source: c_int, recvtag: c_int,
+            comm: MPI_Comm, status: *mut MPI_Status,
+        ) -> c_int {
+            let g = gate::enter();
+            // SAFETY: `recvbuf` is writable for `recvcount` `recvtype`s for the whole call, which
+            // waits for both halves (MPI's contract of this call).
+            let rr = unsafe {
+                post_recv(recvbuf, recvcount as i64, recvtype, source, recvtag, comm, |c, d, r| real!($irecv(recvbuf, recvcount, d, source, recvtag, c, r)))
+            };
+            let sr = match rr {
+                // `sendbuf` stays valid for the whole call likewise.
+                Ok(_) => post_send(SendMode::Standard, sendbuf, sendcount as i64, sendtype, dest, sendtag, comm, |c, d, r| {
+                    real!($isend(sendbuf, sendcount, d, dest, sendtag, c, r))
+                }),
+                Err(rc) => Err(rc),
+            };
+            drop(g);
+            let rc = match (rr, sr) {
+                (Ok(r), Ok(s)) => {
+                    // SAFETY: MPI_STATUS_IGNORE is accepted; `status` is the caller's, ignored or
+                    // writable.
+                    let rs = unsafe { wait_internal(s, MPI_STATUS_IGNORE) };
+                    // SAFETY: as above.
+                    let rr = unsafe { wait_internal(r, status) };
+                    if rs != MPI_SUCCESS { rs } else { rr }
+                }
+                (Err(rc), _) | (_, Err(rc)) => rc,
+            };
+            if rc != MPI_SUCCESS {
+                return errors::raise_comm(comm, rc, stringify!($name));
+            }
+            MPI_SUCCESS
+        }
+    };
+}
+
+sendrecv!(MPI_Sendrecv, MPI_Isend, MPI_Irecv, c_int);
+sendrecv!(MPI_Sendrecv_c, MPI_Isend_c, MPI_Irecv_c, MPI_Count);
+
+/// Packs `count` elements of `dt` at `buf` into a new byte vector (for the *_replace calls).
+fn pack(buf: *const c_void, count: i64, dt: MPI_Datatype, comm: MPI_Comm) -> Result<Vec<u8>, c_int> {
+    let f = lower::fns();
+    let (rdt, rc) = (conv::datatype(dt), conv::comm(comm));
+    let mut size: MPI_Count = 0;
+    // SAFETY: out-pointers are locals; the buffer is sized by the library's own answer.
+    unsafe {
+        let e = f.MPI_Pack_size_c.map_or(MPI_ERR_OTHER, |g| g(count, rdt, rc, &mut size));
+        if e != MPI_SUCCESS {
+            return Err(e);
+        }
+        let mut out = vec![0u8; size.max(0) as usize];
+        let mut pos: MPI_Count = 0;
+        let e = f.MPI_Pack_c.map_or(MPI_ERR_OTHER, |g| g(buf, count, rdt, out.as_mut_ptr() as *mut c_void, size, &mut pos, rc));
+        if e != MPI_SUCCESS {
+            return Err(e);
+        }
+        out.truncate(pos as usize);
+        Ok(out)
+    }
+}
+
+macro_rules! sendrecv_replace {
+    ($name:ident, $count:ty) => {
+        pub unsafe fn $name(
+            buf: *mut c_void, count: $count, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int,
+            comm: MPI_Comm, status: *mut MPI_Status,
+        ) -> c_int {
+            let g = gate::enter();
+            let packed = pack(buf, count as i64, datatype, comm);
+            drop(g);
+            let packed = match packed {
+                Ok(p) => p,
+                Err(rc) => return errors::raise_comm(comm, rc, stringify!($name)),
+            };
+            let n = packed.len() as MPI_Count;
+            // SAFETY: `packed` is a local of `n` bytes, alive across the call; `buf` (writable for
+            // `count` `datatype`s) and `status` are the caller's, as MPI requires of this call.
+            unsafe {
+                MPI_Sendrecv_c(packed.as_ptr() as *const c_void, n, MPI_PACKED, dest, sendtag, buf, count as MPI_Count, datatype, source, recvtag, comm, status)
+            }
+        }
+    };
+}
+
+sendrecv_replace!(MPI_Sendrecv_replace, c_int);
+sendrecv_replace!(MPI_Sendrecv_replace_c, MPI_Count);
+
+/// MPI_Isendrecv(_replace): one library request for a send and a receive; the send is counted
+/// now, the receive when the request completes.
+///
+/// # Safety
+/// `request` must be valid for a write.
+unsafe fn post_exchange(name: &str, comm: MPI_Comm, dest: c_int, request: *mut MPI_Request, call: impl FnOnce(c_int, &mut c_int) -> c_int) -> c_int {
+    let g = gate::enter();
+    let mut r = MPI_REQUEST_NULL;
+    let rc = call(conv::comm(comm), &mut r);
+    if rc == MPI_SUCCESS {
+        count_send(comm, dest);
+        let v = register_request(r, RequestRecipe::Other { function: name.into() }, comm, true);
+        // SAFETY: this function's contract.
+        unsafe { put(request, v) };
+    }
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_comm(comm, rc, name);
+    }
+    MPI_SUCCESS
+}
+
+macro_rules! isendrecv {
+    ($name:ident, $count:ty) => {
+        pub unsafe fn $name(
+            sendbuf: *const c_void, sendcount: $count, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int,
+            recvbuf: *mut c_void, recvcount: $count, recvtype: MPI_Datatype, source: c_int, recvtag: c_int,
+            comm: MPI_Comm, request: *mut MPI_Request,
+        ) -> c_int {
+            let (st, rt) = (conv::datatype(sendtype), conv::datatype(recvtype));
+            // SAFETY: `request` is the caller's out-pointer; the buffers go to the library as the
+            // caller passed them, valid until the request completes (MPI's contract).
+            unsafe {
+                post_exchange(stringify!($name), comm, dest, request, |c, r| {
+                    real!($name(sendbuf, sendcount, st, dest, sendtag, recvbuf, recvcount, rt, source, recvtag, c, r))
+                })
+            }
+        }
+    };
+}
+
+isendrecv!(MPI_Isendrecv, c_int);
+isendrecv!(MPI_Isendrecv_c, MPI_Count);
+
+macro_rules! isendrecv_replace {
+    ($name:ident, $count:ty) => {
+        pub unsafe fn $name(
+            buf: *mut c_void, count: $count, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int,
+            comm: MPI_Comm, request: *mut MPI_Request,
+        ) -> c_int {
+            let d = conv::datatype(datatype);
+            // SAFETY: as for MPI_Isendrecv: `request` is writable, `buf` valid until completion.
+            unsafe {
+                post_exchange(stringify!($name), comm, dest, request, |c, r| real!($name(buf, count, d, dest, sendtag, source, recvtag, c, r)))
+            }
+        }
+    };
+}
+
+isendrecv_replace!(MPI_Isendrecv_replace, c_int);
+isendrecv_replace!(MPI_Isendrecv_replace_c, MPI_Count);
+
+/// Probe status for a drained message.
+fn drained_status(source: c_int, tag: c_int, bytes: usize) -> MPI_Status {
+    let mut st = MPI_Status { MPI_SOURCE: source, MPI_TAG: tag, ..Default::default() };
+    st.set_bytes(bytes as i64);
+    st
+}
+
+pub unsafe fn MPI_Iprobe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
+    let g = gate::enter();
+    if !drained::is_empty() {
+        if let Some((s, t, n)) = comm_gid(comm).and_then(|gid| drained::peek(gid, source, tag)) {
+            // SAFETY: `flag` and `status` are the caller's out-pointers (`status` may be
+            // MPI_STATUS_IGNORE), as MPI_Iprobe requires.
+            unsafe {
+                put(flag, 1);
+                put_status(status, &drained_status(s, t, n));
+            }
+            return MPI_SUCCESS;
+        }
+    }
+    let c = match conv::comm_checked(comm) {
+        Ok(c) => c,
+        Err(e) => {
+            drop(g);
+            return errors::raise_default(e, "MPI_Iprobe");
+        }
+    };
+    let rc = real!(MPI_Iprobe(source, tag, c, flag, status));
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_comm(comm, rc, "MPI_Iprobe");
+    }
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Probe(source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
+    let mut flag = 0;
+    let mut spins = 0u32;
+    loop {
+        // SAFETY: `flag` is a local; `status` is the caller's, as MPI_Probe requires.
+        let rc = unsafe { MPI_Iprobe(source, tag, comm, &mut flag, status) };
+        if rc != MPI_SUCCESS || flag != 0 {
+            return rc;
+        }
+        spins = spins.wrapping_add(1);
+        if spins % 64 == 0 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+pub unsafe fn MPI_Improbe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
+    let g = gate::enter();
+    if !drained::is_empty() {
+        if let Some(m) = comm_gid(comm).and_then(|gid| drained::take(gid, source, tag)) {
+            let st = drained_status(m.source, m.tag, m.data.len());
+            let entry = MessageEntry { comm, drained: Some(0), bytes: st.bytes() };
+            let idx = OBJ.messages.insert(RealMessage(0), entry).unwrap_or_else(|_| errors::fatal("too many live messages"));
+            CLAIMED.lock().push((idx, m));
+            // SAFETY: `flag`, `message` and `status` are the caller's out-pointers, as MPI_Improbe
+            // requires.
+            unsafe {
+                put(flag, 1);
+                put(message, conv::handle(Kind::Message, idx));
+                put_status(status, &st);
+            }
+            return MPI_SUCCESS;
+        }
+    }
+    let c = match conv::comm_checked(comm) {
+        Ok(c) => c,
+        Err(e) => {
+            drop(g);
+            return errors::raise_default(e, "MPI_Improbe");
+        }
+    };
+    let mut real_msg = MPI_MESSAGE_NULL;
+    let mut st = MPI_Status::default();
+    let mut f = 0;
+    let rc = real!(MPI_Improbe(source, tag, c, &mut f, &mut real_msg, &mut st));
+    if rc == MPI_SUCCESS && f != 0 {
+        let v = if real_msg == MPI_MESSAGE_NO_PROC || real_msg == MPI_MESSAGE_NULL {
+            real_msg
+        } else {
+            // The message has left the library's queue: it counts as received now.
+            count_recv(comm, st.MPI_SOURCE);
+            let idx = OBJ.messages.insert(RealMessage(real_msg), MessageEntry { comm, drained: None, bytes: st.bytes() });
+            conv::handle(Kind::Message, idx.unwrap_or_else(|_| errors::fatal("too many live messages")))
+        };
+        // SAFETY: as above: the caller's `message` and `status`.
+        unsafe {
+            put(message, v);
+            put_status(status, &st);
+        }
+    }
+    drop(g);
+    // SAFETY: the caller's `flag`, as above.
+    unsafe { put(flag, f) };
+    if rc != MPI_SUCCESS {
+        return errors::raise_comm(comm, rc, "MPI_Improbe");
+    }
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Mprobe(source: c_int, tag: c_int, comm: MPI_Comm, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
+    let mut flag = 0;
+    let mut spins = 0u32;
+    loop {
+        // SAFETY: `flag` is a local; `message` and `status` are the caller's, as MPI_Mprobe
+        // requires.
+        let rc = unsafe { MPI_Improbe(source, tag, comm, &mut flag, message, status) };
+        if rc != MPI_SUCCESS || flag != 0 {
+            return rc;
+        }
+        spins = spins.wrapping_add(1);
+        if spins % 64 == 0 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Receives a matched message: from the drained buffer, or the real library.
+/// Returns the virtual request (already complete for drained messages).
+///
+/// # Safety
+/// `message` must be readable and writable, and `buf` writable for `count` elements of `dt`
+/// (a drained message is copied into it at once).
+unsafe fn mrecv_start(
+    buf: *mut c_void, count: i64, dt: MPI_Datatype, message: *mut MPI_Message,
+    real_call: impl FnOnce(c_int, &mut c_int, &mut c_int) -> c_int,
+) -> Result<MPI_Request, (MPI_Comm, c_int)> {
+    // SAFETY: this function's contract: `message` is readable and writable.
+    let v = unsafe { *message };
+    if v == MPI_MESSAGE_NO_PROC {
+        // SAFETY: as above.
+        unsafe { *message = MPI_MESSAGE_NULL };
+        let st = MPI_Status { MPI_SOURCE: MPI_PROC_NULL, MPI_TAG: MPI_ANY_TAG, ..Default::default() };
+        return Ok(register_done(RequestRecipe::Other { function: "MPI_Mrecv".into() }, MPI_COMM_NULL, &st));
+    }
+    let Some(idx) = conv::index(v, Kind::Message).filter(|&i| OBJ.messages.real(i).is_some()) else {
+        let mut raw = if conv::index(v, Kind::Message).is_some() { conv::STALE } else { v };
+        let mut r = MPI_REQUEST_NULL;
+        let rc = real_call(conv::datatype(dt), &mut raw, &mut r);
+        return Err((MPI_COMM_WORLD, if rc == MPI_SUCCESS { MPI_ERR_REQUEST } else { rc }));
+    };
+    let mut real_msg = OBJ.messages.real(idx).map_or(0, |r| r.raw());
+    let Some(entry) = OBJ.messages.remove(idx) else { return Err((MPI_COMM_WORLD, MPI_ERR_REQUEST)) };
+    // SAFETY: as above.
+    unsafe { *message = MPI_MESSAGE_NULL };
+    if entry.drained.is_some() {
+        let m = {
+            let mut claimed = CLAIMED.lock();
+            let pos = claimed.iter().position(|(i, _)| *i == idx).expect("claimed drained message");
+            claimed.remove(pos).1
+        };
+        let st = unpack(&m.data, buf, count, dt, entry.comm, m.source, m.tag);
+        return Ok(register_done(RequestRecipe::Other { function: "MPI_Mrecv".into() }, entry.comm, &st));
+    }
+    let mut r = MPI_REQUEST_NULL;
+    let rc = real_call(conv::datatype(dt), &mut real_msg, &mut r);
+    if rc != MPI_SUCCESS {
+        return Err((entry.comm, rc));
+    }
+    Ok(register_request(r, RequestRecipe::Other { function: "MPI_Mrecv".into() }, entry.comm, false))
+}
+
+macro_rules! mrecv {
+    ($iname:ident, $name:ident, $real:ident, $count:ty) => {
+        pub unsafe fn $iname(buf: *mut c_void, count: $count, datatype: MPI_Datatype, message: *mut MPI_Message, request: *mut MPI_Request) -> c_int {
+            let g = gate::enter();
+            // SAFETY: `buf` is writable for `count` `datatype`s until the request completes and
+            // `message` is readable and writable: the caller's, as this call requires.
+            let r = unsafe { mrecv_start(buf, count as i64, datatype, message, |d, m, r| real!($real(buf, count, d, m, r))) };
+            drop(g);
+            match r {
+                Ok(v) => {
+                    // SAFETY: `request` is the caller's out-pointer, valid for a write.
+                    unsafe { put(request, v) };
+                    MPI_SUCCESS
+                }
+                Err((comm, rc)) => errors::raise_comm(comm, rc, stringify!($iname)),
+            }
+        }
+
+        pub unsafe fn $name(buf: *mut c_void, count: $count, datatype: MPI_Datatype, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
+            let g = gate::enter();
+            // SAFETY: `buf` (writable for `count` `datatype`s for the whole call) and `message`
+            // (readable and writable) are the caller's, as this call requires.
+            let r = unsafe { mrecv_start(buf, count as i64, datatype, message, |d, m, r| real!($real(buf, count, d, m, r))) };
+            drop(g);
+            match r {
+                Ok(v) => {
+                    // SAFETY: `status` is the caller's, MPI_STATUS_IGNORE or writable.
+                    let rc = unsafe { wait_internal(v, status) };
+                    if rc != MPI_SUCCESS {
+                        return errors::raise_default(rc, stringify!($name));
+                    }
+                    MPI_SUCCESS
+                }
+                Err((comm, rc)) => errors::raise_comm(comm, rc, stringify!($name)),
+            }
+        }
+    };
+}
+
+mrecv!(MPI_Imrecv, MPI_Mrecv, MPI_Imrecv, c_int);
+mrecv!(MPI_Imrecv_c, MPI_Mrecv_c, MPI_Imrecv_c, MPI_Count);
+
+macro_rules! send_init {
+    ($name:ident, $count:ty, $mode:ident) => {
+        pub unsafe fn $name(
+            buf: *const c_void, count: $count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm,
+            request: *mut MPI_Request,
+        ) -> c_int {
+            let g = gate::enter();
+            let (c, d) = (conv::comm(comm), conv::datatype(datatype));
+            let mut r = MPI_REQUEST_NULL;
+            let rc = real!($name(buf, count, d, dest, tag, c, &mut r));
+            if rc == MPI_SUCCESS {
+                let recipe = RequestRecipe::PersistentSend {
+                    mode: SendMode::$mode,
+                    args: args(buf, count as i64, datatype, dest, tag, comm),
+                    active: false,
+                };
+                // SAFETY: `request` is the caller's out-pointer, valid for a write.
+                unsafe { put(request, register_request(r, recipe, comm, false)) };
+            }
+            drop(g);
+            if rc != MPI_SUCCESS {
+                return errors::raise_comm(comm, rc, stringify!($name));
+            }
+            MPI_SUCCESS
+        }
+    };
+}
+
+send_init!(MPI_Send_init, c_int, Standard);
+send_init!(MPI_Bsend_init, c_int, Buffered);
+send_init!(MPI_Ssend_init, c_int, Synchronous);
+send_init!(MPI_Rsend_init, c_int, Ready);
+send_init!(MPI_Send_init_c, MPI_Count, Standard);
+send_init!(MPI_Bsend_init_c, MPI_Count, Buffered);
+send_init!(MPI_Ssend_init_c, MPI_Count, Synchronous);
+send_init!(MPI_Rsend_init_c, MPI_Count, Ready);
+
+macro_rules! recv_init {
+    ($name:ident, $count:ty) => {
+        pub unsafe fn $name(
+            buf: *mut c_void, count: $count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm,
+            request: *mut MPI_Request,
+        ) -> c_int {
+            let g = gate::enter();
+            let (c, d) = (conv::comm(comm), conv::datatype(datatype));
+            let mut r = MPI_REQUEST_NULL;
+            let rc = real!($name(buf, count, d, source, tag, c, &mut r));
+            if rc == MPI_SUCCESS {
+                let recipe = RequestRecipe::PersistentRecv { args: args(buf, count as i64, datatype, source, tag, comm), active: false };
+                // SAFETY: `request` is the caller's out-pointer, valid for a write.
+                unsafe { put(request, register_request(r, recipe, comm, true)) };
+            }
+            drop(g);
+            if rc != MPI_SUCCESS {
+                return errors::raise_comm(comm, rc, stringify!($name));
+            }
+            MPI_SUCCESS
+        }
+    };
+}
+
+recv_init!(MPI_Recv_init, c_int);
+recv_init!(MPI_Recv_init_c, MPI_Count);
+
+/// Registers the request of a partitioned operation (persistent, not restorable).
+///
+/// # Safety
+/// `request` must be valid for a write.
+unsafe fn partitioned_init(name: &str, comm: MPI_Comm, request: *mut MPI_Request, call: impl FnOnce(c_int, &mut c_int) -> c_int) -> c_int {
+    let g = gate::enter();
+    let mut r = MPI_REQUEST_NULL;
+    let rc = call(conv::comm(comm), &mut r);
+    if rc == MPI_SUCCESS {
+        let recipe = RequestRecipe::Collective { function: name.into(), comm, persistent: true, active: false };
+        // SAFETY: this function's contract.
+        unsafe { put(request, register_request(r, recipe, comm, false)) };
+    }
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_comm(comm, rc, name);
+    }
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Psend_init(
+    buf: *const c_void, partitions: c_int, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm,
+    info: MPI_Info, request: *mut MPI_Request,
+) -> c_int {
+    let (d, i) = (conv::datatype(datatype), conv::info(info));
+    // SAFETY: `request` is the caller's out-pointer; `buf` goes to the library as the caller passed
+    // it.
+    unsafe { partitioned_init("MPI_Psend_init", comm, request, |c, r| real!(MPI_Psend_init(buf, partitions, count, d, dest, tag, c, i, r))) }
+}
+
+pub unsafe fn MPI_Precv_init(
+    buf: *mut c_void, partitions: c_int, count: MPI_Count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm,
+    info: MPI_Info, request: *mut MPI_Request,
+) -> c_int {
+    let (d, i) = (conv::datatype(datatype), conv::info(info));
+    // SAFETY: `request` is the caller's out-pointer; `buf` goes to the library as the caller passed
+    // it.
+    unsafe { partitioned_init("MPI_Precv_init", comm, request, |c, r| real!(MPI_Precv_init(buf, partitions, count, d, source, tag, c, i, r))) }
+}
+
+/// A partitioned-communication call on an existing request. Safe itself: what reaches the
+/// library goes through `call`.
+fn on_request(name: &str, request: MPI_Request, call: impl FnOnce(c_int) -> c_int) -> c_int {
+    let g = gate::enter();
+    let rc = call(conv::request(request));
+    drop(g);
+    if rc != MPI_SUCCESS { errors::raise_default(rc, name) } else { rc }
+}
+
+pub unsafe fn MPI_Pready(partition: c_int, request: MPI_Request) -> c_int {
+    on_request("MPI_Pready", request, |r| real!(MPI_Pready(partition, r)))
+}
+
+pub unsafe fn MPI_Pready_range(lo: c_int, hi: c_int, request: MPI_Request) -> c_int {
+    on_request("MPI_Pready_range", request, |r| real!(MPI_Pready_range(lo, hi, r)))
+}
+
+pub unsafe fn MPI_Pready_list(length: c_int, list: *mut c_int, request: MPI_Request) -> c_int {
+    on_request("MPI_Pready_list", request, |r| real!(MPI_Pready_list(length, list, r)))
+}
+
+pub unsafe fn MPI_Parrived(request: MPI_Request, partition: c_int, flag: *mut c_int) -> c_int {
+    on_request("MPI_Parrived", request, |r| real!(MPI_Parrived(r, partition, flag)))
+}

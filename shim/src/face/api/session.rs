@@ -1,0 +1,71 @@
+//! The program's own MPI sessions (MPI-4). Virtualised; not checkpointable yet.
+
+use crate::lower::handles::RealSession;
+use crate::face::abi::*;
+use crate::face::api::put;
+use crate::core::kinds::session::SessionEntry;
+use crate::core::state::OBJ;
+use crate::face::{conv, errors};
+use crate::core::gate;
+use mpicr_virtid::Kind;
+use std::os::raw::{c_char, c_int};
+
+pub unsafe fn MPI_Session_init(info: MPI_Info, errhandler: MPI_Errhandler, session: *mut MPI_Session) -> c_int {
+    let g = gate::enter();
+    let mut r = MPI_SESSION_NULL;
+    let rc = real!(MPI_Session_init(conv::info(info), MPI_ERRORS_RETURN, &mut r));
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_default(rc, "MPI_Session_init");
+    }
+    match OBJ.sessions.insert(RealSession(r), SessionEntry { errhandler }) {
+        Ok(i) => {
+            unsafe { put(session, conv::handle(Kind::Session, i)) };
+            MPI_SUCCESS
+        }
+        Err(_) => errors::fatal("too many live sessions"),
+    }
+}
+
+pub unsafe fn MPI_Session_finalize(session: *mut MPI_Session) -> c_int {
+    if session.is_null() {
+        return errors::raise_default(MPI_ERR_ARG, "MPI_Session_finalize");
+    }
+    let v = unsafe { *session };
+    let g = gate::enter();
+    let mut r = conv::session(v);
+    let rc = real!(MPI_Session_finalize(&mut r));
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_session(v, rc, "MPI_Session_finalize");
+    }
+    if let Some(i) = conv::index(v, Kind::Session) {
+        OBJ.sessions.remove(i);
+    }
+    unsafe { *session = MPI_SESSION_NULL };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Session_get_info(session: MPI_Session, info: *mut MPI_Info) -> c_int {
+    let g = gate::enter();
+    let mut r = MPI_INFO_NULL;
+    let rc = real!(MPI_Session_get_info(conv::session(session), &mut r));
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_session(session, rc, "MPI_Session_get_info");
+    }
+    unsafe { put(info, crate::face::api::info::register_info(r)) };
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Session_get_pset_info(session: MPI_Session, pset_name: *const c_char, info: *mut MPI_Info) -> c_int {
+    let g = gate::enter();
+    let mut r = MPI_INFO_NULL;
+    let rc = real!(MPI_Session_get_pset_info(conv::session(session), pset_name, &mut r));
+    drop(g);
+    if rc != MPI_SUCCESS {
+        return errors::raise_session(session, rc, "MPI_Session_get_pset_info");
+    }
+    unsafe { put(info, crate::face::api::info::register_info(r)) };
+    MPI_SUCCESS
+}

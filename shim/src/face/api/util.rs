@@ -1,0 +1,112 @@
+//! Small helpers shared by the hand-written wrappers.
+
+use crate::face::abi::*;
+use crate::lower;
+use std::os::raw::c_int;
+
+/// Calls a real MPI function by name, returning the "missing function" error from the
+/// enclosing wrapper if the library lacks it.
+///
+/// The call is unsafe and the macro holds the `unsafe` block: use it only where the arguments
+/// are valid for that MPI function, i.e. in the wrappers (`unsafe fn`s whose callers owe MPI's
+/// contract for their pointers), passing the caller's pointers, locals, or translated handles.
+macro_rules! real {
+    ($name:ident ( $($arg:expr),* $(,)? )) => {
+        match $crate::lower::fns().$name {
+            Some(f) => {
+                // Some users already sit in an unsafe block (the block below is then nested).
+                #[allow(unused_unsafe)]
+                // SAFETY: `f` is the real library's entry point of that name, resolved with the C
+                // signature of the ABI table; the arguments' validity is the user's duty (above).
+                let rc = unsafe { f($($arg),*) };
+                rc
+            }
+            None => return $crate::face::errors::missing(stringify!($name)),
+        }
+    };
+}
+
+/// Returns from the wrapper through the communicator's error handler when `rc` is an error.
+macro_rules! check_comm {
+    ($comm:expr, $rc:expr, $name:expr) => {{
+        let rc = $rc;
+        if rc != $crate::face::abi::MPI_SUCCESS {
+            return $crate::face::errors::raise_comm($comm, rc, $name);
+        }
+    }};
+}
+
+macro_rules! check_default {
+    ($rc:expr, $name:expr) => {{
+        let rc = $rc;
+        if rc != $crate::face::abi::MPI_SUCCESS {
+            return $crate::face::errors::raise_default(rc, $name);
+        }
+    }};
+}
+
+/// Reads a C array argument into a Vec (empty for null or non-positive length).
+///
+/// # Safety
+/// `p` must point to `n` readable elements when non-null and `n > 0`.
+pub unsafe fn slice<T: Copy>(p: *const T, n: i64) -> Vec<T> {
+    if p.is_null() || n <= 0 {
+        return Vec::new();
+    }
+    // SAFETY: guaranteed by the caller.
+    unsafe { std::slice::from_raw_parts(p, n as usize) }.to_vec()
+}
+
+/// Writes through an out-pointer if it is not null.
+///
+/// # Safety
+/// `p` must be null or valid for a write of `T`.
+pub unsafe fn put<T>(p: *mut T, v: T) {
+    if !p.is_null() {
+        // SAFETY: guaranteed by the caller.
+        unsafe { p.write(v) }
+    }
+}
+
+/// Writes a status unless the program passed MPI_STATUS_IGNORE.
+///
+/// # Safety
+/// `p` must be MPI_STATUS_IGNORE, null, or valid for a write.
+pub unsafe fn put_status(p: *mut MPI_Status, s: &MPI_Status) {
+    if !p.is_null() && p != MPI_STATUS_IGNORE {
+        // SAFETY: guaranteed by the caller.
+        unsafe { p.write(*s) }
+    }
+}
+
+/// The real size of a (real) communicator, or of its remote group for intercomms.
+pub fn peer_count(real_comm: c_int) -> c_int {
+    let f = lower::fns();
+    let mut inter = 0;
+    let mut n = 0;
+    // SAFETY: out-pointers are valid locals.
+    unsafe {
+        if let Some(t) = f.MPI_Comm_test_inter {
+            t(real_comm, &mut inter);
+        }
+        if inter != 0 {
+            if let Some(rs) = f.MPI_Comm_remote_size {
+                rs(real_comm, &mut n);
+            }
+        } else if let Some(sz) = f.MPI_Comm_size {
+            sz(real_comm, &mut n);
+        }
+    }
+    n
+}
+
+pub fn is_inter(real_comm: c_int) -> bool {
+    let mut inter = 0;
+    if let Some(t) = lower::fns().MPI_Comm_test_inter {
+        // SAFETY: valid out-pointer.
+        unsafe { t(real_comm, &mut inter) };
+    }
+    inter != 0
+}
+
+pub use crate::lower::cstr;

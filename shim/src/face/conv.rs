@@ -1,0 +1,87 @@
+//! One conversion per handle kind: virtual (program) handle -> real (library) handle.
+//!
+//! Translation is total: a live virtual handle maps to its real one, a predefined constant to
+//! itself (or, for the two predefined communicators, to the real ones of the current lower
+//! half), an invented value is passed on unchanged (the real library rejects it exactly as in
+//! a native run), and a freed virtual handle becomes [`STALE`], a value of MPICH's "invalid"
+//! handle kind that the library rejects with the object's error class without dereferencing.
+
+use crate::core::state::OBJ;
+use crate::face::abi::*;
+use mpicr_virtid::encoding::{decode, decode_file};
+use mpicr_virtid::{Kind, VirtualHandle};
+use std::os::raw::c_int;
+
+// The program's handles are the core's (MPICH's ABI on both sides): the core's own
+// conversions serve the face as they are.
+pub use crate::core::handles::{comm, comm_index, datatype, handle, index, SESSIONS_ONLY, STALE};
+
+/// A communicator argument that a call's errors are reported on.
+#[inline(always)]
+pub fn comm_checked(v: MPI_Comm) -> Result<MPI_Comm, c_int> {
+    match comm_index(v).and_then(|i| OBJ.comms.real(i)) {
+        Some(r) => Ok(r.raw()),
+        None if SESSIONS_ONLY.load(std::sync::atomic::Ordering::Relaxed) => Err(MPI_ERR_COMM),
+        None => Ok(comm(v)),
+    }
+}
+
+/// A window argument that a call's errors are reported on (see [`comm_checked`]).
+#[inline(always)]
+pub fn win_checked(v: MPI_Win) -> Result<MPI_Win, c_int> {
+    match decode(v, Kind::Win).and_then(|i| OBJ.wins.real(i)) {
+        Some(r) => Ok(r.raw()),
+        None if SESSIONS_ONLY.load(std::sync::atomic::Ordering::Relaxed) => Err(MPI_ERR_WIN),
+        None => Ok(win(v)),
+    }
+}
+
+macro_rules! int_kind {
+    ($fn:ident, $kind:ident, $table:ident) => {
+        #[inline(always)]
+        pub fn $fn(v: c_int) -> c_int {
+            match decode(v, Kind::$kind) {
+                Some(i) => OBJ.$table.real(i).map_or(STALE, |r| r.raw()),
+                None => v,
+            }
+        }
+    };
+}
+
+int_kind!(group, Group, groups);
+int_kind!(op, Op, ops);
+int_kind!(info, Info, infos);
+int_kind!(win, Win, wins);
+int_kind!(session, Session, sessions);
+int_kind!(request, Request, requests);
+int_kind!(message, Message, messages);
+
+/// Files are pointers; a stale virtual file becomes MPI_FILE_NULL so ROMIO reports
+/// MPI_ERR_FILE instead of dereferencing it.
+#[inline(always)]
+pub fn file(v: MPI_File) -> MPI_File {
+    match decode_file(v as u64) {
+        Some(i) => OBJ.files.real(i).map_or(std::ptr::null_mut(), |r| r.raw()),
+        None => v,
+    }
+}
+
+pub fn file_index(v: MPI_File) -> Option<u32> {
+    decode_file(v as u64)
+}
+
+pub fn file_handle(index: u32) -> MPI_File {
+    VirtualHandle { kind: Kind::File, index }.to_file_ptr() as MPI_File
+}
+
+/// Translates an array of datatypes (e.g. `MPI_Alltoallw`, `MPI_Type_create_struct`).
+///
+/// # Safety
+/// `types` must point to `n` readable handles.
+pub unsafe fn datatypes(types: *const MPI_Datatype, n: usize) -> Vec<MPI_Datatype> {
+    if types.is_null() || n == 0 {
+        return Vec::new();
+    }
+    // SAFETY: guaranteed by the caller.
+    unsafe { std::slice::from_raw_parts(types, n) }.iter().map(|&t| datatype(t)).collect()
+}

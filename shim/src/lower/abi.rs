@@ -1,0 +1,142 @@
+//! The real library's ABI: handle types, the status layout and the constants the core and
+//! the face use to drive it. Values are MPICH's (`mpi.h` of MPICH 4.0.2; the 5.x wheel keeps the same ABI).
+#![allow(non_camel_case_types, non_snake_case, dead_code)]
+
+use std::os::raw::c_int;
+
+pub type MPI_Comm = c_int;
+pub type MPI_Group = c_int;
+pub type MPI_Datatype = c_int;
+pub type MPI_Op = c_int;
+pub type MPI_Info = c_int;
+pub type MPI_Errhandler = c_int;
+pub type MPI_Request = c_int;
+pub type MPI_Message = c_int;
+pub type MPI_Win = c_int;
+pub type MPI_Session = c_int;
+/// A pointer in the MPICH ABI (`struct ADIOI_FileD *`).
+pub type MPI_File = *mut std::os::raw::c_void;
+pub type MPI_Aint = isize;
+pub type MPI_Count = i64;
+pub type MPI_Offset = i64;
+pub type MPI_Fint = c_int;
+
+/// `MPI_Status` of the MPICH ABI.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MPI_Status {
+    pub count_lo: c_int,
+    pub count_hi_and_cancelled: c_int,
+    pub MPI_SOURCE: c_int,
+    pub MPI_TAG: c_int,
+    pub MPI_ERROR: c_int,
+}
+const _: () = assert!(std::mem::size_of::<MPI_Status>() == 20);
+const _: () = assert!(std::mem::align_of::<MPI_Status>() == 4);
+const _: () = assert!(std::mem::size_of::<MPI_Aint>() == 8);
+
+impl MPI_Status {
+    /// Byte count stored in the status (MPICH keeps bytes; bit 0 of the high word is "cancelled").
+    pub fn bytes(&self) -> i64 {
+        (self.count_lo as u32 as i64) | (((self.count_hi_and_cancelled as u32 >> 1) as i64) << 32)
+    }
+    pub fn set_bytes(&mut self, n: i64) {
+        self.count_lo = n as u32 as i32;
+        self.count_hi_and_cancelled = (self.count_hi_and_cancelled & 1) | (((n >> 32) as i32) << 1);
+    }
+    pub fn as_array(&self) -> [i32; 5] {
+        [self.count_lo, self.count_hi_and_cancelled, self.MPI_SOURCE, self.MPI_TAG, self.MPI_ERROR]
+    }
+    pub fn from_array(a: [i32; 5]) -> Self {
+        MPI_Status { count_lo: a[0], count_hi_and_cancelled: a[1], MPI_SOURCE: a[2], MPI_TAG: a[3], MPI_ERROR: a[4] }
+    }
+}
+
+pub const MPI_SUCCESS: c_int = 0;
+pub const MPI_ERR_BUFFER: c_int = 1;
+pub const MPI_ERR_COUNT: c_int = 2;
+pub const MPI_ERR_TYPE: c_int = 3;
+pub const MPI_ERR_TAG: c_int = 4;
+pub const MPI_ERR_COMM: c_int = 5;
+pub const MPI_ERR_RANK: c_int = 6;
+pub const MPI_ERR_ROOT: c_int = 7;
+pub const MPI_ERR_GROUP: c_int = 8;
+pub const MPI_ERR_OP: c_int = 9;
+pub const MPI_ERR_ARG: c_int = 12;
+pub const MPI_ERR_UNKNOWN: c_int = 13;
+pub const MPI_ERR_TRUNCATE: c_int = 14;
+pub const MPI_ERR_OTHER: c_int = 15;
+pub const MPI_ERR_INTERN: c_int = 16;
+pub const MPI_ERR_IN_STATUS: c_int = 17;
+pub const MPI_ERR_PENDING: c_int = 18;
+pub const MPI_ERR_REQUEST: c_int = 19;
+pub const MPI_ERR_FILE: c_int = 27;
+pub const MPI_ERR_INFO: c_int = 28;
+pub const MPI_ERR_NO_MEM: c_int = 34;
+pub const MPI_ERR_UNSUPPORTED_OPERATION: c_int = 44;
+pub const MPI_ERR_WIN: c_int = 45;
+pub const MPI_ERR_KEYVAL: c_int = 48;
+pub const MPI_ERR_SESSION: c_int = 75;
+
+pub const MPI_COMM_NULL: MPI_Comm = 0x0400_0000;
+pub const MPI_COMM_WORLD: MPI_Comm = 0x4400_0000;
+pub const MPI_COMM_SELF: MPI_Comm = 0x4400_0001;
+pub const MPI_GROUP_NULL: MPI_Group = 0x0800_0000;
+pub const MPI_GROUP_EMPTY: MPI_Group = 0x4800_0000;
+pub const MPI_DATATYPE_NULL: MPI_Datatype = 0x0c00_0000;
+pub const MPI_BYTE: MPI_Datatype = 0x4c00_010d;
+pub const MPI_PACKED: MPI_Datatype = 0x4c00_010f;
+pub const MPI_INT: MPI_Datatype = 0x4c00_0405;
+pub const MPI_OP_NULL: MPI_Op = 0x1800_0000;
+pub const MPI_ERRHANDLER_NULL: MPI_Errhandler = 0x1400_0000;
+pub const MPI_ERRORS_ARE_FATAL: MPI_Errhandler = 0x5400_0000;
+pub const MPI_ERRORS_RETURN: MPI_Errhandler = 0x5400_0001;
+pub const MPI_ERRORS_ABORT: MPI_Errhandler = 0x5400_0003;
+pub const MPI_INFO_NULL: MPI_Info = 0x1c00_0000;
+pub const MPI_INFO_ENV: MPI_Info = 0x5c00_0001;
+pub const MPI_REQUEST_NULL: MPI_Request = 0x2c00_0000;
+pub const MPI_MESSAGE_NULL: MPI_Message = 0x2c00_0000;
+pub const MPI_MESSAGE_NO_PROC: MPI_Message = 0x6c00_0000;
+pub const MPI_WIN_NULL: MPI_Win = 0x2000_0000;
+pub const MPI_SESSION_NULL: MPI_Session = 0x3800_0000;
+pub const MPI_KEYVAL_INVALID: c_int = 0x2400_0000;
+
+pub const MPI_ANY_SOURCE: c_int = -2;
+pub const MPI_ANY_TAG: c_int = -1;
+pub const MPI_PROC_NULL: c_int = -1;
+pub const MPI_ROOT: c_int = -3;
+pub const MPI_UNDEFINED: c_int = -32766;
+pub const MPI_IDENT: c_int = 0;
+pub const MPI_CONGRUENT: c_int = 1;
+
+pub const MPI_THREAD_SINGLE: c_int = 0;
+pub const MPI_THREAD_SERIALIZED: c_int = 2;
+pub const MPI_THREAD_MULTIPLE: c_int = 3;
+
+pub const MPI_MAX_ERROR_STRING: usize = 512;
+pub const MPI_MAX_INFO_KEY: usize = 255;
+pub const MPI_MAX_INFO_VAL: usize = 1024;
+
+/// Predefined attribute keys, answered by the real library.
+pub const MPI_TAG_UB: c_int = 0x6440_0001;
+pub const MPI_HOST: c_int = 0x6440_0003;
+pub const MPI_IO: c_int = 0x6440_0005;
+pub const MPI_WTIME_IS_GLOBAL: c_int = 0x6440_0007;
+pub const MPI_UNIVERSE_SIZE: c_int = 0x6440_0009;
+pub const MPI_LASTUSEDCODE: c_int = 0x6440_000b;
+pub const MPI_APPNUM: c_int = 0x6440_000d;
+pub const MPI_WIN_BASE: c_int = 0x6600_0001;
+pub const MPI_WIN_SIZE: c_int = 0x6600_0003;
+pub const MPI_WIN_DISP_UNIT: c_int = 0x6600_0005;
+pub const MPI_WIN_CREATE_FLAVOR: c_int = 0x6600_0007;
+pub const MPI_WIN_MODEL: c_int = 0x6600_0009;
+
+/// Sentinel pointers.
+pub const MPI_STATUS_IGNORE: *mut MPI_Status = 1 as *mut MPI_Status;
+pub const MPI_STATUSES_IGNORE: *mut MPI_Status = 1 as *mut MPI_Status;
+pub const MPI_IN_PLACE: *mut std::os::raw::c_void = -1isize as *mut std::os::raw::c_void;
+
+/// Is `h` one of MPICH's builtin (predefined) handles? (kind bits 01)
+pub const fn is_builtin(h: c_int) -> bool {
+    (h as u32) >> 30 == 1
+}
