@@ -5,6 +5,12 @@
 //! Alignment state lives here because every collective consults it: while a checkpoint is in
 //! progress (`ALIGNING`), a collective may start only if the coordinator's target for its
 //! communicator allows it; the others wait on `CHANGED` until the checkpoint ends.
+//!
+//! The agent does not poll: it waits on one channel ([`Inbox`]), fed by a reader thread on the
+//! control socket (the keeper's messages, an abort included, and the end of the connection) and
+//! by program threads while a checkpoint waits for them ([`notify_progress`]: a collective
+//! counted during the alignment, the last thread out of a closing gate). Deadlines are waits on
+//! that channel, counted so that time frozen by CRIU does not count ([`Budget`]).
 
 use crate::core::{checkpoint, renew};
 use mpicr_proto::{FromAgent, Hello, ToAgent, CTL_FD_ENV};
@@ -13,6 +19,7 @@ use std::collections::HashMap;
 use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -29,15 +36,10 @@ pub fn may_start_collective(gid: u64, next: u64) -> bool {
         return true;
     }
     let t = TARGETS.lock();
-    let ok = match t.as_ref() {
+    match t.as_ref() {
         None => false,
         Some(m) => next <= m.get(&gid).copied().unwrap_or(0),
-    };
-    if ok {
-        // The agent waits for counters to reach their targets.
-        CHANGED.notify_all();
     }
-    ok
 }
 
 /// Blocks a program thread until the checkpoint in progress changes what may start.
@@ -61,7 +63,11 @@ pub fn try_start_collective(c: &mpicr_virtid::CommCounters) -> Option<u64> {
     // A communicator of one process involves no other rank: its collectives can never
     // hold another rank back, so they run on (a rank may need them to reach a target).
     if c.alone() {
-        return Some(c.start_collective());
+        let n = c.start_collective();
+        if ALIGNING.load(Ordering::Relaxed) {
+            notify_progress();
+        }
+        return Some(n);
     }
     STARTING.fetch_add(1, Ordering::SeqCst);
     if !ALIGNING.load(Ordering::SeqCst) {
@@ -71,7 +77,12 @@ pub fn try_start_collective(c: &mpicr_virtid::CommCounters) -> Option<u64> {
     }
     STARTING.fetch_sub(1, Ordering::Release);
     let gid = c.gid();
-    c.start_collective_if(|next| may_start_collective(gid, next))
+    let n = c.start_collective_if(|next| may_start_collective(gid, next));
+    if n.is_some() {
+        // The agent waits for counters to reach their targets.
+        notify_progress();
+    }
+    n
 }
 
 /// Starts aligning: from now on collectives need a target. Returns once no thread is still
@@ -92,12 +103,6 @@ pub(crate) fn set_targets(t: HashMap<u64, u64>) {
 
 pub(crate) fn targets() -> HashMap<u64, u64> {
     TARGETS.lock().clone().unwrap_or_default()
-}
-
-/// Waits (bounded) for a change of the collective counters.
-pub(crate) fn wait_for_progress(timeout: Duration) {
-    let mut t = TARGETS.lock();
-    CHANGED.wait_for(&mut t, timeout);
 }
 
 pub(crate) fn end_alignment() {
@@ -176,16 +181,13 @@ pub(crate) fn send_hello() -> std::io::Result<()> {
     send(&FromAgent::Hello(hello))
 }
 
-fn serve(mut reader: UnixStream) {
+fn serve(reader: UnixStream) {
     block_sigpipe();
-    loop {
-        let msg: ToAgent = match mpicr_proto::recv(&mut reader) {
-            Ok(Some(m)) => m,
-            // The keeper went away: the job is ending.
-            Ok(None) | Err(_) => return,
-        };
+    let Some(mut inbox) = Inbox::start(reader) else { return };
+    // The keeper went away (`None`): the job is ending.
+    while let Some(msg) = inbox.next_message() {
         match msg {
-            ToAgent::Checkpoint { epoch, stop, state_path } => checkpoint::run(&mut reader, epoch, stop, &state_path),
+            ToAgent::Checkpoint { epoch, stop, state_path } => checkpoint::run(&mut inbox, epoch, stop, &state_path),
             ToAgent::Abort { .. }
             | ToAgent::Resume { .. }
             | ToAgent::Targets { .. }
@@ -229,42 +231,207 @@ pub(crate) fn clear_pending_sigpipe() {
     }
 }
 
-/// Receives the next message during a checkpoint.
-pub(crate) fn recv(reader: &mut UnixStream) -> Result<ToAgent, String> {
-    match mpicr_proto::recv(reader) {
-        Ok(Some(m)) => Ok(m),
-        Ok(None) => Err("the keeper closed the control connection".into()),
-        Err(e) => Err(format!("control connection: {e}")),
+/// What went wrong on the control connection, as the keeper hears it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AgentError {
+    #[error("the keeper closed the control connection")]
+    Closed,
+    #[error("control connection: {0}")]
+    Connection(String),
+    #[error("not running under `mpicr run`")]
+    NotSupervised,
+}
+
+/// What drives the agent: one channel, fed by the control-socket reader thread (messages from
+/// the keeper, and the end of the connection) and by program threads (progress while a
+/// checkpoint waits for them).
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// A message from the keeper.
+    Keeper(ToAgent),
+    /// The control connection ended; the reader thread is gone.
+    Gone(AgentError),
+    /// A program thread moved on: it counted a collective while collectives are aligned, or it
+    /// was the last to leave a closing gate. The agent checks again what it waits for.
+    Progress,
+}
+
+/// The sending half of the agent's channel (program threads and the reader thread).
+static EVENTS: OnceLock<Sender<Event>> = OnceLock::new();
+/// A `Progress` event is queued and the agent has not taken it yet: program threads do not
+/// queue another (one wake-up covers every change before the agent looks).
+static PROGRESS_QUEUED: AtomicBool = AtomicBool::new(false);
+
+/// Tells the agent that a program thread moved on (see [`Event::Progress`]). Called only while
+/// a checkpoint waits for program threads (aligning, or the gate closing): the normal paths
+/// never get here.
+#[cold]
+pub(crate) fn notify_progress() {
+    if PROGRESS_QUEUED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    if let Some(tx) = EVENTS.get() {
+        let _ = tx.send(Event::Progress);
     }
 }
 
-/// Receives the next message during a checkpoint, waiting at most `limit`; `Ok(None)` when it
-/// ran out. Only time this process runs counts: a slice of the wait never counts more than its
-/// own length, so the time CRIU keeps the process frozen for a dump, or the time between a dump
-/// and a restore (even on a host whose clock is far ahead), is not taken from the wait.
-pub(crate) fn recv_within(reader: &mut UnixStream, limit: Duration) -> Result<Option<ToAgent>, String> {
-    use std::os::fd::AsRawFd;
-    const SLICE: Duration = Duration::from_millis(250);
-    let mut waited = Duration::ZERO;
-    loop {
-        let slice = SLICE.min(limit.saturating_sub(waited));
-        let mut pfd = libc::pollfd { fd: reader.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        let t = Instant::now();
-        // SAFETY: one pollfd, a local, on our own socket.
-        let n = unsafe { libc::poll(&mut pfd, 1, slice.as_millis() as libc::c_int) };
-        if n > 0 {
-            // Data, or the keeper hung up: the read says which.
-            return recv(reader).map(Some);
+/// How long one wait of [`Inbox`] sleeps before it counts the time it waited. A slice never
+/// counts more than its own length, so the time CRIU keeps the process frozen for a dump, or
+/// the time between a dump and a restore (even on a host whose clock is far ahead), is not
+/// taken from a deadline.
+const SLICE: Duration = Duration::from_millis(250);
+
+/// A deadline that counts only time this process ran (see [`SLICE`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Budget {
+    limit: Duration,
+    waited: Duration,
+}
+
+impl Budget {
+    pub(crate) fn new(limit: Duration) -> Self {
+        Budget { limit, waited: Duration::ZERO }
+    }
+    pub(crate) fn left(&self) -> Duration {
+        self.limit.saturating_sub(self.waited)
+    }
+    #[cfg(test)]
+    fn spent(&self) -> bool {
+        self.waited >= self.limit
+    }
+}
+
+/// The agent's end of its channel. The end of the control connection is remembered: every
+/// later wait reports it again.
+pub(crate) struct Inbox {
+    rx: Receiver<Event>,
+    gone: Option<AgentError>,
+}
+
+/// The control-socket reader's thread name.
+const READER_THREAD: &str = "mpicr-ctl";
+
+impl Inbox {
+    /// Starts the reader thread on `reader` and returns the channel it feeds. Called on the
+    /// agent thread, so the reader inherits its signal mask (SIGPIPE blocked).
+    fn start(reader: UnixStream) -> Option<Inbox> {
+        let (tx, rx) = mpsc::channel();
+        let _ = EVENTS.set(tx.clone());
+        let spawned = std::thread::Builder::new().name(READER_THREAD.into()).spawn(move || read_control(reader, tx));
+        if let Err(e) = spawned {
+            eprintln!("mpicr: cannot start the agent thread: {e}; checkpoints are disabled");
+            return None;
         }
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(format!("control connection: {e}"));
+        Some(Inbox { rx, gone: None })
+    }
+
+    /// An inbox fed by `tx` only (tests).
+    #[cfg(test)]
+    fn with_channel() -> (Sender<Event>, Inbox) {
+        let (tx, rx) = mpsc::channel();
+        (tx, Inbox { rx, gone: None })
+    }
+
+    fn take(&mut self, ev: Event) -> Result<Event, AgentError> {
+        match ev {
+            Event::Gone(e) => {
+                self.gone = Some(e.clone());
+                Err(e)
+            }
+            Event::Progress => {
+                // Taken: the next change queues a new one. (Acquire: what the program thread did
+                // before queueing is visible to the check that follows.)
+                PROGRESS_QUEUED.swap(false, Ordering::AcqRel);
+                Ok(Event::Progress)
+            }
+            ev => Ok(ev),
+        }
+    }
+
+    /// The next event without waiting, if one is queued.
+    pub(crate) fn poll(&mut self) -> Result<Option<Event>, AgentError> {
+        if let Some(e) = &self.gone {
+            return Err(e.clone());
+        }
+        match self.rx.try_recv() {
+            Ok(ev) => self.take(ev).map(Some),
+            Err(TryRecvError::Empty) => Ok(None),
+            Err(TryRecvError::Disconnected) => Err(self.disconnected()),
+        }
+    }
+
+    fn disconnected(&mut self) -> AgentError {
+        let e = AgentError::Closed;
+        self.gone = Some(e.clone());
+        e
+    }
+
+    /// The next event, waiting at most what is left of `budget` (see [`SLICE`]); `Ok(None)`
+    /// when it ran out.
+    pub(crate) fn next_within(&mut self, budget: &mut Budget) -> Result<Option<Event>, AgentError> {
+        if let Some(ev) = self.poll()? {
+            return Ok(Some(ev));
+        }
+        loop {
+            let slice = SLICE.min(budget.left());
+            if slice.is_zero() {
+                return Ok(None);
+            }
+            let t = Instant::now();
+            let got = self.rx.recv_timeout(slice);
+            let waited = Instant::now().saturating_duration_since(t).min(slice);
+            budget.waited += waited;
+            match got {
+                Ok(ev) => return self.take(ev).map(Some),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Err(self.disconnected()),
             }
         }
-        waited += Instant::now().saturating_duration_since(t).min(slice);
-        if waited >= limit {
-            return Ok(None);
+    }
+
+    /// The keeper's next message, waiting at most `limit` of running time; `Ok(None)` when it
+    /// ran out. Progress events are skipped.
+    pub(crate) fn recv_within(&mut self, limit: Duration) -> Result<Option<ToAgent>, AgentError> {
+        let mut budget = Budget::new(limit);
+        loop {
+            match self.next_within(&mut budget)? {
+                Some(Event::Keeper(m)) => return Ok(Some(m)),
+                Some(_) => {}
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// The keeper's next message, however long it takes; `None` once the connection ended.
+    fn next_message(&mut self) -> Option<ToAgent> {
+        if self.gone.is_some() {
+            return None;
+        }
+        loop {
+            match self.rx.recv() {
+                Ok(ev) => match self.take(ev) {
+                    Ok(Event::Keeper(m)) => return Some(m),
+                    Ok(_) => {}
+                    Err(_) => return None,
+                },
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
+/// The reader thread: every message of the keeper into the agent's channel, then how the
+/// connection ended.
+fn read_control(mut reader: UnixStream, tx: Sender<Event>) {
+    loop {
+        let ev = match mpicr_proto::recv(&mut reader) {
+            Ok(Some(m)) => Event::Keeper(m),
+            Ok(None) => Event::Gone(AgentError::Closed),
+            Err(e) => Event::Gone(AgentError::Connection(e.to_string())),
+        };
+        let last = matches!(ev, Event::Gone(_));
+        if tx.send(ev).is_err() || last {
+            return;
         }
     }
 }
@@ -320,11 +487,11 @@ pub(crate) fn finalizing() -> bool {
 }
 
 /// The program asks for a checkpoint (C API).
-pub fn request_checkpoint(stop: bool) -> Result<(), String> {
+pub fn request_checkpoint(stop: bool) -> Result<(), AgentError> {
     if !supervised() {
-        return Err("not running under `mpicr run`".into());
+        return Err(AgentError::NotSupervised);
     }
-    send(&FromAgent::Request { stop }).map_err(|e| e.to_string())
+    send(&FromAgent::Request { stop }).map_err(|e| AgentError::Connection(e.to_string()))
 }
 
 /// Hands the keeper its end of a fresh PMI socketpair for lower-half generation `generation`.
@@ -340,16 +507,45 @@ mod tests {
 
     #[test]
     fn recv_within_runs_out_then_delivers() {
-        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let (tx, mut inbox) = Inbox::with_channel();
+        std::thread::spawn(move || read_control(a, tx));
         let t = Instant::now();
-        assert!(recv_within(&mut a, Duration::from_millis(300)).unwrap().is_none());
+        assert!(inbox.recv_within(Duration::from_millis(300)).unwrap().is_none());
         assert!(t.elapsed() >= Duration::from_millis(300) && t.elapsed() < Duration::from_secs(5));
-        assert!(recv_within(&mut a, Duration::ZERO).unwrap().is_none());
+        assert!(inbox.recv_within(Duration::ZERO).unwrap().is_none());
         mpicr_proto::send(&mut b, &ToAgent::Release).unwrap();
-        assert_eq!(recv_within(&mut a, Duration::from_secs(5)).unwrap(), Some(ToAgent::Release));
+        assert_eq!(inbox.recv_within(Duration::from_secs(5)).unwrap(), Some(ToAgent::Release));
         drop(b);
-        let e = recv_within(&mut a, Duration::from_secs(5)).unwrap_err();
-        assert!(e.contains("closed"), "{e}");
+        let e = inbox.recv_within(Duration::from_secs(5)).unwrap_err();
+        assert!(e.to_string().contains("closed"), "{e}");
+        // The end is remembered.
+        assert_eq!(inbox.poll().unwrap_err(), AgentError::Closed);
+        assert!(inbox.next_message().is_none());
+    }
+
+    #[test]
+    fn waits_spend_the_budget_and_events_end_them() {
+        let (tx, mut inbox) = Inbox::with_channel();
+        let mut budget = Budget::new(Duration::from_millis(600));
+        let t = Instant::now();
+        assert!(inbox.next_within(&mut budget).unwrap().is_none());
+        assert!(budget.spent() && t.elapsed() >= Duration::from_millis(600));
+        let mut budget = Budget::new(Duration::from_secs(60));
+        let waker = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            tx.send(Event::Progress).unwrap();
+            tx
+        });
+        let t = Instant::now();
+        assert!(matches!(inbox.next_within(&mut budget).unwrap(), Some(Event::Progress)));
+        assert!(t.elapsed() < Duration::from_secs(5) && !budget.spent());
+        let tx = waker.join().unwrap();
+        // A queued event is delivered even with nothing left to wait.
+        tx.send(Event::Keeper(ToAgent::Release)).unwrap();
+        let mut none = Budget::new(Duration::ZERO);
+        assert!(matches!(inbox.next_within(&mut none).unwrap(), Some(Event::Keeper(ToAgent::Release))));
+        assert!(inbox.next_within(&mut none).unwrap().is_none());
     }
 
     #[test]

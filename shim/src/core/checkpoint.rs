@@ -14,7 +14,8 @@ use crate::core::kinds::comm::{count_recv, peers, world_rank, world_size, CommEn
 use crate::core::kinds::library::{user_errors, UserError};
 use crate::core::kinds::{message, request, REFUSAL_ORDER, RENEWAL_ORDER};
 use crate::core::state::OBJ;
-use crate::core::{agent, drained, gate, handles, renew};
+use crate::core::agent::{self, AgentError, Budget, Event, Inbox};
+use crate::core::{drained, gate, handles, renew};
 use crate::lower;
 use crate::lower::abi::*;
 use mpicr_drain::{Counts, Message, Progress};
@@ -23,8 +24,69 @@ use mpicr_proto::{FromAgent, Timings, ToAgent};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::os::raw::c_int;
-use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
+
+/// Why a checkpoint failed: the one line the keeper hears (`FromAgent::Failed`) and the
+/// coordinator reports.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// The control connection ended or failed.
+    #[error(transparent)]
+    Connection(#[from] AgentError),
+    /// Sending to the keeper failed.
+    #[error("{0}")]
+    Send(#[from] std::io::Error),
+    #[error("no {what} from the coordinator within {secs} s")]
+    NoReply { what: &'static str, secs: u64 },
+    #[error("aborted by the coordinator: {0}")]
+    Aborted(String),
+    #[error("unexpected message {when}: {msg:?}")]
+    Unexpected { when: &'static str, msg: Box<ToAgent> },
+    #[error("the program is finalizing MPI")]
+    Finalizing,
+    #[error("a thread stayed inside the MPI library (a blocking collective whose peers never arrived?)")]
+    StayedInside,
+    #[error("collectives not aligned: communicator from {made_by} is at collective {at} of {target}")]
+    NotAligned { made_by: String, at: u64, target: u64 },
+    #[error("{0} (waited {1} s)")]
+    Waited(Box<CheckpointError>, u64),
+    #[error("{in_flight} in-flight messages never arrived (waited {secs} s)")]
+    InFlight { in_flight: u64, secs: u64 },
+    #[error("{waiting} pending sends or collectives did not complete (waited {secs} s)")]
+    PendingSends { waiting: usize, secs: u64 },
+    #[error("receiving an in-flight message failed: {0}")]
+    DrainRecv(String),
+    #[error("not every rank drained within {0} s")]
+    NotDrained(u64),
+    #[error("{0}; {1}")]
+    NotDrainedThen(Box<CheckpointError>, Box<CheckpointError>),
+    #[error("{0}, and the coordinator never answered")]
+    NoVerdict(Box<CheckpointError>),
+    #[error("internal error in the checkpoint agent: {0}")]
+    Panic(String),
+    #[error("encoding shim.state: {0}")]
+    Encode(postcard::Error),
+    #[error("writing {path}: {err}")]
+    Write { path: String, err: std::io::Error },
+    /// What another part (a kind's refusal, the renewal, the drain's bookkeeping) said.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl From<String> for CheckpointError {
+    fn from(s: String) -> Self {
+        CheckpointError::Other(s)
+    }
+}
+
+/// A message of the keeper where none was expected: the coordinator's abort, or out of
+/// sequence.
+fn unexpected(m: ToAgent, when: &'static str) -> CheckpointError {
+    match m {
+        ToAgent::Abort { reason } => CheckpointError::Aborted(reason),
+        msg => CheckpointError::Unexpected { when, msg: Box::new(msg) },
+    }
+}
 
 fn timeout(var: &str, default_s: u64) -> Duration {
     Duration::from_secs(std::env::var(var).ok().and_then(|v| v.parse().ok()).unwrap_or(default_s))
@@ -62,10 +124,10 @@ impl Limits {
 }
 
 /// Waits for the keeper's next message of a checkpoint: `Abort` and a deadline become errors.
-fn expect(reader: &mut UnixStream, limit: Duration, what: &str) -> Result<ToAgent, String> {
-    match agent::recv_within(reader, limit)? {
-        None => Err(format!("no {what} from the coordinator within {} s", limit.as_secs())),
-        Some(ToAgent::Abort { reason }) => Err(format!("aborted by the coordinator: {reason}")),
+fn expect(inbox: &mut Inbox, limit: Duration, what: &'static str) -> Result<ToAgent, CheckpointError> {
+    match inbox.recv_within(limit)? {
+        None => Err(CheckpointError::NoReply { what, secs: limit.as_secs() }),
+        Some(ToAgent::Abort { reason }) => Err(CheckpointError::Aborted(reason)),
         Some(m) => Ok(m),
     }
 }
@@ -107,7 +169,7 @@ impl Clock {
 }
 
 /// How far a failed checkpoint got, to undo exactly that.
-#[derive(Clone, Copy, PartialEq, PartialOrd)]
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
 enum Stage {
     Aligning,
     GateClosed,
@@ -122,19 +184,21 @@ enum Stage {
 /// Runs one checkpoint. The panic boundary of the agent's checkpoint work: whatever happens in
 /// it (an error, a deadline, a panic), the keeper hears one line, the library is renewed when it
 /// was released (on every rank alike: see `mpicr_proto`), the gate reopens and collectives run.
-pub fn run(reader: &mut UnixStream, epoch: u64, stop: bool, state_path: &str) {
+pub(crate) fn run(inbox: &mut Inbox, epoch: u64, stop: bool, state_path: &str) {
     crate::lower::prepare_thread();
     let mut stage = Stage::Aligning;
     let mut clock = Clock::new();
     let limits = Limits::from_env();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        phases(reader, epoch, stop, state_path, &limits, &mut stage, &mut clock)
+        phases(inbox, epoch, stop, state_path, &limits, &mut stage, &mut clock)
     }))
-    .unwrap_or_else(|p| Err(format!("internal error in the checkpoint agent: {}", agent::panic_message(&*p))));
+    .unwrap_or_else(|p| Err(CheckpointError::Panic(agent::panic_message(&*p))));
     let Err(reason) = result else {
         agent::clear_pending_sigpipe();
         return;
     };
+    let reason = reason.to_string();
+    tracing::debug!(target: "agent", epoch, stage = ?stage, %reason, "checkpoint failed");
     let _ = agent::send(&FromAgent::Failed { reason: reason.clone() });
     if stage == Stage::Renewing {
         lower::fatal(&format!("cannot renew the MPI library: {reason}"));
@@ -154,39 +218,33 @@ pub fn run(reader: &mut UnixStream, epoch: u64, stop: bool, state_path: &str) {
 }
 
 fn phases(
-    reader: &mut UnixStream,
+    inbox: &mut Inbox,
     epoch: u64,
     _stop: bool,
     state_path: &str,
     limits: &Limits,
     stage: &mut Stage,
     clock: &mut Clock,
-) -> Result<(), String> {
+) -> Result<(), CheckpointError> {
     if agent::finalizing() {
-        return Err("the program is finalizing MPI".into());
+        return Err(CheckpointError::Finalizing);
     }
     if let Some(why) = refusal() {
-        return Err(why);
+        return Err(CheckpointError::Other(why));
     }
     renew::check_renewal()?;
     // 1. Align collectives.
     agent::begin_alignment();
     let counters: Vec<(u64, u64)> = OBJ.comms.snapshot().into_iter().map(|(_, _, c)| (c.recipe.gid, c.coll_seq)).collect();
-    agent::send(&FromAgent::Counters { comms: counters }).map_err(|e| e.to_string())?;
-    let targets = match expect(reader, limits.align, "collective targets")? {
+    agent::send(&FromAgent::Counters { comms: counters })?;
+    let targets = match expect(inbox, limits.align, "collective targets")? {
         ToAgent::Targets { comms } => comms.into_iter().collect::<HashMap<_, _>>(),
-        other => return Err(format!("unexpected message while aligning: {other:?}")),
+        other => return Err(unexpected(other, "while aligning")),
     };
+    tracing::debug!(target: "agent", epoch, targets = targets.len(), "aligning collectives");
     agent::set_targets(targets);
-    wait_aligned(reader, limits.align)?;
-    let mut abort_reason = None;
-    if !gate::close(limits.align, || {
-        abort_reason = aborted(reader);
-        abort_reason.is_some()
-    }) {
-        return Err(abort_reason
-            .unwrap_or_else(|| "a thread stayed inside the MPI library (a blocking collective whose peers never arrived?)".into()));
-    }
+    wait_aligned(inbox, limits.align)?;
+    close_gate(inbox, limits.align)?;
     *stage = Stage::GateClosed;
     check_aligned()?;
     test_panic("align");
@@ -194,21 +252,22 @@ fn phases(
 
     // 2. Exchange send counts, drain.
     let comms = CommIndex::build();
-    agent::send(&FromAgent::SendCounts { sent: comms.sent_counts() }).map_err(|e| e.to_string())?;
+    agent::send(&FromAgent::SendCounts { sent: comms.sent_counts() })?;
     // Every rank aligns and closes its gate within its own deadlines (twice `align`).
-    let expected = match expect(reader, with_grace(2 * limits.align), "expected receives")? {
+    let expected = match expect(inbox, with_grace(2 * limits.align), "expected receives")? {
         ToAgent::ExpectedRecvs { expect } => expect,
-        other => return Err(format!("unexpected message while draining: {other:?}")),
+        other => return Err(unexpected(other, "while draining")),
     };
-    drain(&comms, &expected, limits.drain, &mut || aborted(reader))?;
+    tracing::debug!(target: "agent", epoch, peers = expected.len(), "draining");
+    drain(&comms, &expected, limits.drain, inbox)?;
     test_panic("drain");
     clock.lap("drain");
 
     // 3. Job-wide barrier: release only once every rank drained (releasing and renewing are
     //    collective, so a rank that fails before this point must find nobody released).
-    agent::send(&FromAgent::Drained).map_err(|e| e.to_string())?;
+    agent::send(&FromAgent::Drained)?;
     *stage = Stage::Drained;
-    await_release(reader, with_grace(limits.drain))?;
+    await_release(inbox, with_grace(limits.drain))?;
 
     // 4. Release the lower half and write the state file.
     for kind in RENEWAL_ORDER {
@@ -222,12 +281,12 @@ fn phases(
     clock.lap("release");
     let state_bytes = write_state(state_path, epoch)?;
     let (msgs, bytes) = drained::stats();
-    agent::send(&FromAgent::ReadyToDump { drained_msgs: msgs, drained_bytes: bytes, state_bytes, timings: clock.timings() })
-        .map_err(|e| e.to_string())?;
+    tracing::debug!(target: "agent", epoch, drained_msgs = msgs, drained_bytes = bytes, state_bytes, "ready to dump");
+    agent::send(&FromAgent::ReadyToDump { drained_msgs: msgs, drained_bytes: bytes, state_bytes, timings: clock.timings() })?;
 
     // 5. The keeper dumps us. When we run again it is either right after the dump (continue)
     //    or in a restored process (restart).
-    let (restarted, size) = match expect(reader, limits.resume, "resume")? {
+    let (restarted, size) = match expect(inbox, limits.resume, "resume")? {
         ToAgent::Resume { restarted, size, env, .. } => {
             // The library reads its settings at load, and the renewal below loads it anew.
             // (glibc never frees a replaced environment string, so a program thread reading
@@ -240,7 +299,7 @@ fn phases(
             }
             (restarted, size)
         }
-        other => return Err(format!("unexpected message while waiting to resume: {other:?}")),
+        other => return Err(unexpected(other, "while waiting to resume")),
     };
     let mut clock = Clock::new();
     *stage = Stage::Renewing;
@@ -249,6 +308,7 @@ fn phases(
     }
     *stage = Stage::Done;
     clock.lap("renew");
+    tracing::debug!(target: "agent", epoch, restarted, "resumed");
     gate::open();
     agent::end_alignment();
     let _ = agent::send(&FromAgent::Resumed { timings: clock.timings() });
@@ -263,41 +323,88 @@ fn refusal() -> Option<String> {
 }
 
 /// Waits until every communicator reached its collective target (or the coordinator aborts).
-fn wait_aligned(reader: &mut UnixStream, limit: Duration) -> Result<(), String> {
-    let deadline = Instant::now() + limit;
+/// Woken by each collective counted meanwhile (`agent::try_start_collective`) and by the
+/// keeper's messages.
+fn wait_aligned(inbox: &mut Inbox, limit: Duration) -> Result<(), CheckpointError> {
+    let mut budget = Budget::new(limit);
     loop {
         if check_aligned().is_ok() {
             return Ok(());
         }
-        if let Some(reason) = aborted(reader) {
-            return Err(reason);
-        }
-        if Instant::now() > deadline {
+        match inbox.next_within(&mut budget)? {
+            Some(Event::Keeper(m)) => return Err(unexpected(m, "during the checkpoint")),
+            Some(_) => {}
             // Checked again: the collectives may have arrived since the check above.
-            return match check_aligned() {
-                Ok(()) => Ok(()),
-                Err(e) => Err(format!("{e} (waited {} s)", limit.as_secs())),
-            };
+            None => return check_aligned().map_err(|e| CheckpointError::Waited(Box::new(e), limit.as_secs())),
         }
-        agent::wait_for_progress(Duration::from_millis(20));
     }
 }
 
-/// Has the coordinator aborted the checkpoint meanwhile? Looks at the control socket without
-/// blocking (while the agent waits for this rank's threads, another rank may have failed).
-fn aborted(reader: &mut UnixStream) -> Option<String> {
-    use std::os::fd::AsRawFd;
-    let mut byte = 0u8;
-    // SAFETY: a one-byte peek into a local on our own socket; never blocks.
-    let n = unsafe { libc::recv(reader.as_raw_fd(), (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
-    if n < 0 {
-        return None;
+/// Closes the gate and waits until no thread is inside (woken by the last one out), for at most
+/// `limit` or until the coordinator aborts; on failure the gate opens again.
+fn close_gate(inbox: &mut Inbox, limit: Duration) -> Result<(), CheckpointError> {
+    gate::close();
+    let mut budget = Budget::new(limit);
+    let mut wait = || -> Result<(), CheckpointError> {
+        while !gate::empty() {
+            match inbox.next_within(&mut budget)? {
+                Some(Event::Keeper(m)) => return Err(unexpected(m, "during the checkpoint")),
+                Some(_) => {}
+                None if gate::empty() => return Ok(()),
+                None => return Err(CheckpointError::StayedInside),
+            }
+        }
+        Ok(())
+    };
+    let r = wait();
+    if r.is_err() {
+        gate::open();
     }
-    // n == 0: the keeper hung up, which the read reports.
-    match agent::recv(reader) {
-        Ok(ToAgent::Abort { reason }) => Some(format!("aborted by the coordinator: {reason}")),
-        Ok(other) => Some(format!("unexpected message during the checkpoint: {other:?}")),
-        Err(e) => Some(e),
+    r
+}
+
+/// Has the coordinator aborted the checkpoint meanwhile (while the agent drains, another rank
+/// may have failed)? Takes what is queued, without waiting.
+fn interrupted(inbox: &mut Inbox) -> Result<(), CheckpointError> {
+    while let Some(ev) = inbox.poll()? {
+        if let Event::Keeper(m) = ev {
+            return Err(unexpected(m, "during the checkpoint"));
+        }
+    }
+    Ok(())
+}
+
+/// Paces the drain's progress loop: at once while it gets somewhere, then waits growing from
+/// a few microseconds to a millisecond, on the agent's channel (an abort ends the wait).
+struct Backoff {
+    idle: u32,
+}
+
+impl Backoff {
+    const SPINS: u32 = 8;
+    const MAX: Duration = Duration::from_millis(1);
+
+    fn new() -> Self {
+        Backoff { idle: 0 }
+    }
+
+    /// One more round: `moved` says whether the last one got anywhere.
+    fn pause(&mut self, moved: bool, inbox: &mut Inbox) -> Result<(), CheckpointError> {
+        if moved {
+            self.idle = 0;
+            return interrupted(inbox);
+        }
+        self.idle = self.idle.saturating_add(1);
+        if self.idle <= Self::SPINS {
+            std::thread::yield_now();
+            return interrupted(inbox);
+        }
+        let wait = Duration::from_micros(5u64 << (self.idle - Self::SPINS).min(8)).min(Self::MAX);
+        let mut budget = Budget::new(wait);
+        match inbox.next_within(&mut budget)? {
+            Some(Event::Keeper(m)) => Err(unexpected(m, "during the checkpoint")),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -306,32 +413,28 @@ fn aborted(reader: &mut UnixStream) -> Option<String> {
 /// past `limit` it says `Failed` (the coordinator then aborts, unless its `Release` is already on
 /// the way, which arrives first) and waits for the verdict a while longer; only a silent
 /// coordinator (gone, without the keeper noticing) leaves this rank to abort unreleased.
-fn await_release(reader: &mut UnixStream, limit: Duration) -> Result<(), String> {
+fn await_release(inbox: &mut Inbox, limit: Duration) -> Result<(), CheckpointError> {
     let verdict = |m: ToAgent| match m {
         ToAgent::Release => Ok(()),
-        ToAgent::Abort { reason } => Err(format!("aborted by the coordinator: {reason}")),
-        other => Err(format!("unexpected message while waiting to release: {other:?}")),
+        other => Err(unexpected(other, "while waiting to release")),
     };
-    if let Some(m) = agent::recv_within(reader, limit)? {
+    if let Some(m) = inbox.recv_within(limit)? {
         return verdict(m);
     }
-    let why = format!("not every rank drained within {} s", limit.as_secs());
-    agent::send(&FromAgent::Failed { reason: why.clone() }).map_err(|e| e.to_string())?;
-    match agent::recv_within(reader, VERDICT_WAIT)? {
-        Some(m) => verdict(m).map_err(|e| format!("{why}; {e}")),
-        None => Err(format!("{why}, and the coordinator never answered")),
+    let why = CheckpointError::NotDrained(limit.as_secs());
+    agent::send(&FromAgent::Failed { reason: why.to_string() })?;
+    match inbox.recv_within(VERDICT_WAIT)? {
+        Some(m) => verdict(m).map_err(|e| CheckpointError::NotDrainedThen(Box::new(why), Box::new(e))),
+        None => Err(CheckpointError::NoVerdict(Box::new(why))),
     }
 }
 
-fn check_aligned() -> Result<(), String> {
+fn check_aligned() -> Result<(), CheckpointError> {
     let targets = agent::targets();
     for (_, _, c) in OBJ.comms.snapshot() {
         let t = targets.get(&c.recipe.gid).copied().unwrap_or(0);
         if c.coll_seq < t {
-            return Err(format!(
-                "collectives not aligned: communicator from {} is at collective {} of {}",
-                c.recipe.made_by, c.coll_seq, t
-            ));
+            return Err(CheckpointError::NotAligned { made_by: c.recipe.made_by.to_string(), at: c.coll_seq, target: t });
         }
     }
     Ok(())
@@ -396,24 +499,18 @@ fn test_pending(comms: &CommIndex, progress: &mut Progress) -> usize {
     })
 }
 
-fn drain(comms: &CommIndex, expected: &[(u64, i32, u64)], limit: Duration, aborted: &mut dyn FnMut() -> Option<String>) -> Result<(), String> {
+/// The drain has to make the real library progress (test the pending requests, probe for
+/// messages): a loop, paced by [`Backoff`]. Another rank may fail meanwhile: the coordinator's
+/// abort, queued on the agent's channel, ends the drain early.
+fn drain(comms: &CommIndex, expected: &[(u64, i32, u64)], limit: Duration, inbox: &mut Inbox) -> Result<(), CheckpointError> {
     let f = lower::fns();
     let deadline = Instant::now() + limit;
     let mut progress = Progress::new(expected, &received_counts())?;
-    // Another rank may fail meanwhile: the coordinator's abort ends the drain early.
-    let mut next_look = Instant::now();
-    let mut check_abort = || -> Result<(), String> {
-        if Instant::now() >= next_look {
-            next_look = Instant::now() + Duration::from_millis(20);
-            if let Some(reason) = aborted() {
-                return Err(reason);
-            }
-        }
-        Ok(())
-    };
+    let mut backoff = Backoff::new();
     // Messages in flight: received by the program's own receives, or drained.
+    interrupted(inbox)?;
     while !progress.done() {
-        check_abort()?;
+        let before = progress.outstanding();
         test_pending(comms, &mut progress);
         for gid in progress.comms() {
             let Some(idx) = comms.by_gid.get(&gid) else { continue };
@@ -435,7 +532,7 @@ fn drain(comms: &CommIndex, expected: &[(u64, i32, u64)], limit: Duration, abort
                     })
                 };
                 if rc != MPI_SUCCESS {
-                    return Err(format!("receiving an in-flight message failed: {}", lower::error_string(rc)));
+                    return Err(CheckpointError::DrainRecv(lower::error_string(rc)));
                 }
                 let comm_handle = handles::comm_handle(*idx);
                 count_recv(comm_handle, st.MPI_SOURCE);
@@ -446,26 +543,31 @@ fn drain(comms: &CommIndex, expected: &[(u64, i32, u64)], limit: Duration, abort
             }
         }
         if Instant::now() > deadline {
-            return Err(format!("{} in-flight messages never arrived (waited {} s)", progress.outstanding(), limit.as_secs()));
+            return Err(CheckpointError::InFlight { in_flight: progress.outstanding(), secs: limit.as_secs() });
+        }
+        if !progress.done() {
+            backoff.pause(progress.outstanding() < before, inbox)?;
         }
     }
     // Sends and nonblocking collectives complete now that every receiver drained.
+    let mut backoff = Backoff::new();
+    let mut last = usize::MAX;
     loop {
         test_pending(comms, &mut progress);
         let waiting = request::pending_sends();
         if waiting == 0 {
             break;
         }
-        check_abort()?;
         if Instant::now() > deadline {
-            return Err(format!("{waiting} pending sends or collectives did not complete (waited {} s)", limit.as_secs()));
+            return Err(CheckpointError::PendingSends { waiting, secs: limit.as_secs() });
         }
-        std::thread::yield_now();
+        backoff.pause(waiting < last, inbox)?;
+        last = waiting;
     }
     // Receives still pending are cancelled and posted again after the renewal.
     request::cancel_receives(deadline)?;
     // Matched-probe messages still in the library move to the drained buffer.
-    message::drain_matched()
+    Ok(message::drain_matched()?)
 }
 
 /// Everything the shim knows, saved beside the CRIU images (`mpicr inspect`, self-restart).
@@ -493,7 +595,7 @@ fn bits<R: RealHandle, E>(items: Vec<(u32, R, E)>) -> Vec<(u32, u64, E)> {
     items.into_iter().map(|(i, r, e)| (i, r.to_bits(), e)).collect()
 }
 
-fn write_state(path: &str, epoch: u64) -> Result<u64, String> {
+fn write_state(path: &str, epoch: u64) -> Result<u64, CheckpointError> {
     let s = StateFile {
         format: 1,
         epoch,
@@ -511,11 +613,13 @@ fn write_state(path: &str, epoch: u64) -> Result<u64, String> {
         drained: drained::snapshot(),
         user_errors: user_errors(),
     };
-    let bytes = postcard::to_stdvec(&s).map_err(|e| format!("encoding shim.state: {e}"))?;
+    let bytes = postcard::to_stdvec(&s).map_err(CheckpointError::Encode)?;
     if path.is_empty() {
         return Ok(bytes.len() as u64);
     }
     let tmp = format!("{path}.tmp");
-    std::fs::write(&tmp, &bytes).and_then(|_| std::fs::rename(&tmp, path)).map_err(|e| format!("writing {path}: {e}"))?;
+    std::fs::write(&tmp, &bytes)
+        .and_then(|_| std::fs::rename(&tmp, path))
+        .map_err(|err| CheckpointError::Write { path: path.to_string(), err })?;
     Ok(bytes.len() as u64)
 }

@@ -12,7 +12,6 @@
 use parking_lot::{Condvar, Mutex};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
 
 static INSIDE: AtomicUsize = AtomicUsize::new(0);
 static CLOSED: AtomicBool = AtomicBool::new(false);
@@ -30,7 +29,18 @@ pub struct Guard(());
 impl Drop for Guard {
     #[inline(always)]
     fn drop(&mut self) {
-        INSIDE.fetch_sub(1, Ordering::Release);
+        leave();
+    }
+}
+
+/// Leaves the gate. The last thread out of a closing gate wakes the agent waiting in
+/// [`close`]; when the gate is open this is one atomic subtraction and one load. (Both SeqCst,
+/// as `close`'s store and load: either the leaving thread sees the gate closed, or `close`
+/// sees it gone.)
+#[inline(always)]
+fn leave() {
+    if INSIDE.fetch_sub(1, Ordering::SeqCst) == 1 && CLOSED.load(Ordering::SeqCst) {
+        crate::core::agent::notify_progress();
     }
 }
 
@@ -50,7 +60,7 @@ fn enter_slow() -> Guard {
         if CALLBACK_DEPTH.with(|d| d.get()) > 0 {
             return Guard(());
         }
-        INSIDE.fetch_sub(1, Ordering::SeqCst);
+        leave();
         {
             let mut l = LOCK.lock();
             while CLOSED.load(Ordering::SeqCst) {
@@ -70,25 +80,15 @@ pub fn is_closed() -> bool {
     CLOSED.load(Ordering::Relaxed)
 }
 
-/// Closes the gate and waits until no thread is inside, for at most `timeout` or until
-/// `give_up` says so. Then the gate is reopened and `false` returned.
-pub fn close(timeout: Duration, mut give_up: impl FnMut() -> bool) -> bool {
+/// Closes the gate: threads that enter from now on wait until it opens again. The caller waits
+/// for [`empty`] (the last thread out notifies the agent), and calls [`open`] if it gives up.
+pub fn close() {
     CLOSED.store(true, Ordering::SeqCst);
-    let start = Instant::now();
-    let mut spins = 0u32;
-    while INSIDE.load(Ordering::SeqCst) != 0 {
-        if start.elapsed() > timeout || (spins % 256 == 255 && give_up()) {
-            open();
-            return false;
-        }
-        spins += 1;
-        if spins < 100 {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    }
-    true
+}
+
+/// Is no thread inside the gate?
+pub fn empty() -> bool {
+    INSIDE.load(Ordering::SeqCst) == 0
 }
 
 /// Reopens the gate and wakes every waiting thread.

@@ -117,6 +117,7 @@ pub fn real_world() -> c_int {
 /// # Safety
 /// `argc` and `argv` are null or the program's, as MPI_Init_thread requires.
 pub unsafe fn init_lower(argc: *mut c_int, argv: *mut *mut *mut std::os::raw::c_char, level: c_int) -> Result<(c_int, c_int, c_int), c_int> {
+    lower::log::init();
     let f = lower::fns();
     remember_level(level);
     match strategy() {
@@ -273,7 +274,8 @@ pub fn release() -> Result<(), String> {
         return Err(format!("finalizing the lower half ({}) failed: {}", strategy().name(), lower::error_string(rc)));
     }
     if strategy() == Strategy::Namespace {
-        lower::release_current();
+        let report = lower::release_current();
+        tracing::debug!(target: "renew", report = ?report, "released the lower half");
     }
     unmap_shared_memory();
     Ok(())
@@ -329,6 +331,7 @@ pub fn renew(restarted: bool, size: Option<i32>) -> Result<(), String> {
         }
         Strategy::Sessions => lower::bump_generation(),
     };
+    tracing::debug!(target: "renew", generation, restarted, strategy = strategy().name(), "renewing");
     // A fresh library copy needs a fresh PMI connection (MPICH 4.0.2 closes its socket in
     // PMI_Finalize); with sessions the loaded library keeps its PMI socket, which the keeper
     // replaces underneath after a restart.
@@ -345,6 +348,7 @@ pub fn renew(restarted: bool, size: Option<i32>) -> Result<(), String> {
     for kind in RENEWAL_ORDER {
         kind.rebuild()?;
     }
+    tracing::debug!(target: "renew", generation, "renewed");
     Ok(())
 }
 
