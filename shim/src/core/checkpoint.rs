@@ -68,7 +68,9 @@ pub enum CheckpointError {
     Encode(postcard::Error),
     #[error("writing {path}: {err}")]
     Write { path: String, err: std::io::Error },
-    /// What another part (a kind's refusal, the renewal, the drain's bookkeeping) said.
+    #[error(transparent)]
+    Renew(#[from] renew::RenewError),
+    /// What another part (a kind's refusal, the drain's bookkeeping) said.
     #[error("{0}")]
     Other(String),
 }
@@ -204,7 +206,7 @@ pub(crate) fn run(inbox: &mut Inbox, epoch: u64, stop: bool, state_path: &str) {
         lower::fatal(&format!("cannot renew the MPI library: {reason}"));
     }
     if stage == Stage::Released {
-        let renewed = std::panic::catch_unwind(|| renew::renew(false, None))
+        let renewed = std::panic::catch_unwind(|| renew::renew(false, None).map_err(|e| e.to_string()))
             .unwrap_or_else(|p| Err(format!("internal error: {}", agent::panic_message(&*p))));
         agent::clear_pending_sigpipe();
         if let Err(e) = renewed {

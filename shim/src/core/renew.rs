@@ -93,14 +93,41 @@ pub fn renewals_left() -> Option<u32> {
 
 /// Refuses a checkpoint whose renewal could not succeed, while the library is still running:
 /// a renewal needs a link-map namespace with room for a libc in static TLS.
-pub fn check_renewal() -> Result<(), String> {
+pub fn check_renewal() -> Result<(), RenewError> {
     if strategy() != Strategy::Namespace {
         return Ok(());
     }
     if renewals_left() == Some(0) {
-        return Err(limit_message());
+        return Err(RenewError::Limit(limit_message()));
     }
-    lower::probe_renewal().map_err(|e| format!("the MPI library could not be renewed after this checkpoint ({e}); {}", advice()))
+    lower::probe_renewal().map_err(|e| RenewError::WouldFail(e, advice()))
+}
+
+/// Why the lower half could not be released or renewed.
+#[derive(Debug, thiserror::Error)]
+pub enum RenewError {
+    /// No renewal left (`limit_message`).
+    #[error("{0}")]
+    Limit(String),
+    #[error("the MPI library could not be renewed after this checkpoint ({0}); {1}")]
+    WouldFail(lower::LoadError, &'static str),
+    #[error("finalizing the lower half ({strategy}) failed: {reason}")]
+    Finalize { strategy: &'static str, reason: String },
+    #[error("the image has {image} ranks but the job has {job}")]
+    Size { image: i32, job: i32 },
+    #[error("renewing the MPI library failed: {0}")]
+    Load(lower::LoadError),
+    #[error("socketpair: {0}")]
+    Socketpair(std::io::Error),
+    #[error("PmiConnect: {0}")]
+    PmiConnect(std::io::Error),
+    #[error("dup2 onto PMI_FD {fd}: {err}")]
+    Dup2 { fd: c_int, err: std::io::Error },
+    #[error("initialising the renewed library failed: {0}")]
+    Init(String),
+    /// A kind of object could not be rebuilt (its own words).
+    #[error("{0}")]
+    Rebuild(String),
 }
 
 /// The session of the current generation (`sessions` strategy).
@@ -265,13 +292,13 @@ pub fn remember_level(level: c_int) {
 }
 
 /// Releases the real library: nothing of it (sockets, shared memory) may be in the image.
-pub fn release() -> Result<(), String> {
+pub fn release() -> Result<(), RenewError> {
     for kind in RENEWAL_ORDER {
         kind.forget();
     }
     let rc = finalize_lower();
     if rc != MPI_SUCCESS {
-        return Err(format!("finalizing the lower half ({}) failed: {}", strategy().name(), lower::error_string(rc)));
+        return Err(RenewError::Finalize { strategy: strategy().name(), reason: lower::error_string(rc) });
     }
     if strategy() == Strategy::Namespace {
         let report = lower::release_current();
@@ -318,16 +345,16 @@ fn unmap_shared_memory() {
 
 /// Brings up a fresh lower half and rebuilds every object. `size`: the job size the keeper
 /// reports (checked against ours after a restart).
-pub fn renew(restarted: bool, size: Option<i32>) -> Result<(), String> {
+pub fn renew(restarted: bool, size: Option<i32>) -> Result<(), RenewError> {
     if let Some(size) = size {
         if restarted && size != world_size() {
-            return Err(format!("the image has {} ranks but the job has {size}", world_size()));
+            return Err(RenewError::Size { image: world_size(), job: size });
         }
     }
     let generation = match strategy() {
         Strategy::Namespace => {
             let path = lower::current().path.clone();
-            lower::load_generation(&path).map_err(|e| format!("renewing the MPI library failed: {e}"))?.number
+            lower::load_generation(&path).map_err(RenewError::Load)?.number
         }
         Strategy::Sessions => lower::bump_generation(),
     };
@@ -340,13 +367,13 @@ pub fn renew(restarted: bool, size: Option<i32>) -> Result<(), String> {
     }
     // SAFETY: null argc/argv are allowed.
     let (world, selfc, _) = unsafe { init_lower(std::ptr::null_mut(), std::ptr::null_mut(), LEVEL.load(Ordering::Acquire)) }
-        .map_err(|rc| format!("initialising the renewed library failed: {}", lower::error_string(rc)))?;
+        .map_err(|rc| RenewError::Init(lower::error_string(rc)))?;
     errors_return_on(world);
     errors_return_on(selfc);
     OBJ.comms.set_real(WORLD_INDEX, RealComm(world));
     OBJ.comms.set_real(SELF_INDEX, RealComm(selfc));
     for kind in RENEWAL_ORDER {
-        kind.rebuild()?;
+        kind.rebuild().map_err(RenewError::Rebuild)?;
     }
     tracing::debug!(target: "renew", generation, "renewed");
     Ok(())
@@ -354,7 +381,7 @@ pub fn renew(restarted: bool, size: Option<i32>) -> Result<(), String> {
 
 /// Gives the renewed library's PMI client a fresh connection to the keeper, at the descriptor
 /// number the keeper named in PMI_FD when the program started.
-fn connect_pmi(generation: u32) -> Result<(), String> {
+fn connect_pmi(generation: u32) -> Result<(), RenewError> {
     let Some(pmi_fd) = std::env::var("PMI_FD").ok().and_then(|v| v.parse::<c_int>().ok()) else { return Ok(()) };
     if !crate::core::agent::supervised() {
         return Ok(());
@@ -362,12 +389,12 @@ fn connect_pmi(generation: u32) -> Result<(), String> {
     let mut fds = [0 as c_int; 2];
     // SAFETY: socketpair writes two descriptors into `fds`.
     if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } != 0 {
-        return Err(format!("socketpair: {}", std::io::Error::last_os_error()));
+        return Err(RenewError::Socketpair(std::io::Error::last_os_error()));
     }
     use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
     // SAFETY: socketpair just made both descriptors, and nothing else owns them.
     let (ours, keeper_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    crate::core::agent::send_pmi_connect(generation, keeper_end.as_fd()).map_err(|e| format!("PmiConnect: {e}"))?;
+    crate::core::agent::send_pmi_connect(generation, keeper_end.as_fd()).map_err(RenewError::PmiConnect)?;
     drop(keeper_end);
     if ours.as_raw_fd() == pmi_fd {
         // The number was free (the old library closed it) and socketpair reused it: keep it
@@ -380,7 +407,7 @@ fn connect_pmi(generation: u32) -> Result<(), String> {
     // SAFETY: dup2 of a descriptor we own onto the number PMI_FD names (it clears CLOEXEC on the
     // copy); `ours` is closed when dropped.
     if unsafe { libc::dup2(ours.as_raw_fd(), pmi_fd) } < 0 {
-        return Err(format!("dup2 onto PMI_FD {pmi_fd}: {}", std::io::Error::last_os_error()));
+        return Err(RenewError::Dup2 { fd: pmi_fd, err: std::io::Error::last_os_error() });
     }
     Ok(())
 }

@@ -17,6 +17,8 @@
 
 pub mod abi;
 mod elf;
+mod error;
+pub use error::LoadError;
 pub mod handles;
 pub mod log;
 
@@ -120,7 +122,7 @@ fn load_first() -> &'static Generation {
         // SAFETY: see `current`.
         return unsafe { &*p };
     }
-    match locate().and_then(|path| load_locked(&path)) {
+    match locate().and_then(|path| load_locked(&path).map_err(|e| e.to_string())) {
         Ok(g) => g,
         Err(e) => fatal(&format!("cannot load the MPI library underneath: {e}")),
     }
@@ -138,26 +140,26 @@ fn prepare_environment() {
 }
 
 /// An anonymous in-memory file holding `bytes`, to dlmopen through /proc/self/fd.
-fn memfd_with(name: &str, bytes: &[u8]) -> Result<std::fs::File, String> {
+fn memfd_with(name: &str, bytes: &[u8]) -> Result<std::fs::File, LoadError> {
     use std::io::Write;
-    let cname = CString::new(name).map_err(|_| "memfd name".to_string())?;
+    let cname = CString::new(name).map_err(|_| LoadError::MemfdName)?;
     // SAFETY: memfd_create with a valid name; the descriptor is owned by the File below.
     let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
-        return Err(format!("memfd_create: {}", std::io::Error::last_os_error()));
+        return Err(LoadError::Memfd(std::io::Error::last_os_error()));
     }
     // SAFETY: `fd` is a fresh descriptor owned by nobody else.
     let mut f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-    f.write_all(bytes).map_err(|e| format!("writing {name}: {e}"))?;
+    f.write_all(bytes).map_err(|err| LoadError::WriteImage { name: name.to_string(), err })?;
     Ok(f)
 }
 
-fn dlmopen(lmid: libc::Lmid_t, path: &str) -> Result<*mut c_void, String> {
-    let c = CString::new(path).map_err(|_| format!("{path}: path has a NUL byte"))?;
+fn dlmopen(lmid: libc::Lmid_t, path: &str) -> Result<*mut c_void, LoadError> {
+    let c = CString::new(path).map_err(|_| LoadError::NulInPath(path.to_string()))?;
     // SAFETY: dlmopen with a valid C string; constructors run in the target namespace.
     let h = unsafe { libc::dlmopen(lmid, c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     if h.is_null() {
-        Err(format!("dlmopen {path}: {}", dlerror()))
+        Err(LoadError::Dlmopen { path: path.to_string(), reason: dlerror() })
     } else {
         Ok(h)
     }
@@ -166,33 +168,33 @@ fn dlmopen(lmid: libc::Lmid_t, path: &str) -> Result<*mut c_void, String> {
 /// Loads an in-memory image through /proc/self/fd. The loader knows it by that path, so the
 /// caller keeps the returned file open until everything of the namespace is loaded: a second
 /// image under a reused descriptor number would be taken for the first one.
-fn dlmopen_bytes(lmid: libc::Lmid_t, name: &str, bytes: &[u8]) -> Result<(*mut c_void, std::fs::File), String> {
+fn dlmopen_bytes(lmid: libc::Lmid_t, name: &str, bytes: &[u8]) -> Result<(*mut c_void, std::fs::File), LoadError> {
     use std::os::fd::AsRawFd;
     let f = memfd_with(name, bytes)?;
     let h = dlmopen(lmid, &format!("/proc/self/fd/{}", f.as_raw_fd()))?;
     Ok((h, f))
 }
 
-fn namespace_of(handle: *mut c_void) -> Result<libc::Lmid_t, String> {
+fn namespace_of(handle: *mut c_void) -> Result<libc::Lmid_t, LoadError> {
     let mut lmid: libc::Lmid_t = 0;
     // SAFETY: a live handle and a valid out-pointer of the type RTLD_DI_LMID writes.
     let rc = unsafe { libc::dlinfo(handle, libc::RTLD_DI_LMID, &mut lmid as *mut libc::Lmid_t as *mut c_void) };
     if rc != 0 {
-        return Err(format!("dlinfo: {}", dlerror()));
+        return Err(LoadError::Dlinfo(dlerror()));
     }
     Ok(lmid)
 }
 
 /// Loads a fresh copy of the library at `path` into a new namespace and makes it current.
-pub fn load_generation(path: &Path) -> Result<&'static Generation, String> {
+pub fn load_generation(path: &Path) -> Result<&'static Generation, LoadError> {
     let _l = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     load_locked(path)
 }
 
-fn load_locked(path: &Path) -> Result<&'static Generation, String> {
+fn load_locked(path: &Path) -> Result<&'static Generation, LoadError> {
     prepare_environment();
     mark_base_libc_threaded();
-    let path_str = path.to_str().ok_or_else(|| format!("{}: library path is not UTF-8", path.display()))?;
+    let path_str = path.to_str().ok_or_else(|| LoadError::NotUtf8(path.display().to_string()))?;
     // Open until the namespace is loaded (see `dlmopen_bytes`); the mappings outlive them.
     let mut images = Vec::new();
     let (anchor, image) = dlmopen_bytes(libc::LM_ID_NEWLM, "mpicr-anchor", ANCHOR_SO)?;
@@ -234,7 +236,7 @@ fn load_locked(path: &Path) -> Result<&'static Generation, String> {
     let fns = RealFns::resolve(&sym);
     if fns.MPI_Init.is_none() || fns.MPI_Comm_rank.is_none() {
         unload_partial(&[&[anchor][..], &stand_ins, &[lib]].concat());
-        return Err(format!("{} does not look like an MPI library (no MPI_Init)", path.display()));
+        return Err(LoadError::NotMpi(path.display().to_string()));
     }
     // SAFETY: `uselocale` of the libc copy in the namespace, with its C signature.
     let uselocale = unsafe {
@@ -286,11 +288,11 @@ struct AnchorFns {
 }
 
 impl AnchorFns {
-    fn resolve(anchor: *mut c_void) -> Result<AnchorFns, String> {
+    fn resolve(anchor: *mut c_void) -> Result<AnchorFns, LoadError> {
         let get = |name: &CStr| {
             // SAFETY: symbol lookup in a live handle.
             let p = unsafe { libc::dlsym(anchor, name.as_ptr()) };
-            if p.is_null() { Err(format!("the lower half's anchor has no {}", name.to_string_lossy())) } else { Ok(p) }
+            if p.is_null() { Err(LoadError::NoAnchorSymbol(name.to_string_lossy().into_owned())) } else { Ok(p) }
         };
         // SAFETY: non-null addresses of the anchor's exports, with the signatures anchor.c
         // gives them.
@@ -311,11 +313,11 @@ impl AnchorFns {
 
     /// The same as [`mark_base_libc_threaded`] for the namespace's libc: the program's threads
     /// (and the agent) call into it.
-    fn mark_namespace_threaded(&self) -> Result<(), String> {
+    fn mark_namespace_threaded(&self) -> Result<(), LoadError> {
         // SAFETY: creates and joins one thread in the namespace; no lock of ours is held by it.
         match unsafe { (self.mark_threaded)() } {
             0 => Ok(()),
-            e => Err(format!("cannot start a thread in the lower half's namespace: {}", std::io::Error::from_raw_os_error(e))),
+            e => Err(LoadError::NamespaceThread(std::io::Error::from_raw_os_error(e))),
         }
     }
 
@@ -575,7 +577,7 @@ pub fn renewals_left() -> Option<u32> {
 }
 
 /// Can the loader create a namespace now? `Err` carries its reason (its own words).
-pub fn probe_renewal() -> Result<(), String> {
+pub fn probe_renewal() -> Result<(), LoadError> {
     let _l = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let (h, _image) = dlmopen_bytes(libc::LM_ID_NEWLM, "mpicr-anchor-probe", ANCHOR_SO)?;
     // SAFETY: the probe handle opened above.
