@@ -32,7 +32,7 @@ pub fn cases() -> Vec<CaseFn> {
         },
         CaseFn {
             name: "xlib-missing-function",
-            cases: &["xlib-refuse-missing-function"],
+            cases: &["xlib-refuse-missing-function", "xlib-shim-backstop"],
             run: missing_function,
         },
     ]
@@ -243,7 +243,9 @@ fn five_to_four(t: &mut T) {
     cross(t, 5, 4, "xlib-mpich5-to-mpich4", false);
 }
 
-/// A program using MPI_Status_set_source, checkpointed on MPICH 5, restarted with MPICH 4.0.2.
+/// A program using MPI_Status_set_source, checkpointed on MPICH 5, restarted with MPICH 4.0.2:
+/// refused by `mpicr restart` (the program imports it); then the same call from a shared library
+/// of the program, which only the shim sees: the restored ranks end with its fatal message.
 fn missing_function(t: &mut T) {
     let name = "xlib-refuse-missing-function";
     if !t.require(
@@ -252,10 +254,10 @@ fn missing_function(t: &mut T) {
     ) {
         return;
     }
-    let Some(lib4) = mpich4_lib() else { return t.skip(name, "cannot find MPICH 4's library") };
+    let Some(lib4) = mpich4_lib() else { return t.skip_rest("cannot find MPICH 4's library") };
     let prog = match build(t, 5, &t.env.root.join("tests/cli-programs/status_source.c"), "status_source5") {
         Ok(p) => p,
-        Err(e) => return t.skip(name, e),
+        Err(e) => return t.skip_rest(&e),
     };
     let d = t.p("ck41");
     let mut c = t.mpi(5, 2);
@@ -270,4 +272,41 @@ fn missing_function(t: &mut T) {
     t.check(name, rc != 0 && out.contains("lacks a function the program uses: MPI_Status_set_source"), |_| {
         format!("rc={rc}: {out}")
     });
+
+    // The split build: the import is in a library of the program, not in the program.
+    let name = "xlib-shim-backstop";
+    let src = t.env.root.join("tests/cli-programs/status_source.c");
+    let lib = t.env.bin("libsetsrc5.so");
+    let mut c = mpicc(t, 5);
+    c.args(["-shared", "-fPIC", "-DPART_LIB", "-o"]).arg(&lib).arg(&src);
+    let built_lib = c.status().is_ok_and(|s| s.success());
+    let prog = t.env.bin("status_source5_split");
+    let mut c = mpicc(t, 5);
+    let bin_dir = t.env.bin("");
+    c.args(["-DPART_MAIN", "-o"])
+        .arg(&prog)
+        .arg(&src)
+        .arg(format!("-L{}", bin_dir.display()))
+        .arg("-lsetsrc5")
+        .arg(format!("-Wl,-rpath,{}", bin_dir.display()));
+    if !built_lib || !c.status().is_ok_and(|s| s.success()) {
+        return t.skip(name, "cannot build the split program");
+    }
+    let d = t.p("ck41split");
+    let mut c = t.mpi(5, 2);
+    c.arg(&t.env.m).args(["run", "--ckpt-dir"]).arg(&d).arg("--").arg(&prog).arg("200");
+    let mut job = t.spawn(c, None, Some(&t.p("m2.err")));
+    let (rcs, ck_out) = t.ckpt(&d, &["--stop"]);
+    let rc1 = job.wait(LIMIT);
+    if rcs != 0 || rc1 != 0 {
+        return t.bad(name, format!("run/checkpoint --stop: rc={rcs}/{rc1} {ck_out}{}", tails(t, &["m2.err"], 5)));
+    }
+    let (rc, out) = restart_with(t, 4, &lib4, &d);
+    t.check(
+        name,
+        rc != 0
+            && out.contains("mpicr: fatal: cannot renew the MPI library: ")
+            && out.contains("lacks a function the program uses: MPI_Status_set_source"),
+        |_| format!("rc={rc}: {out}"),
+    );
 }
