@@ -76,6 +76,9 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     };
     // Another library underneath (same face), checked before anything is restored.
     let mpi_lib = match crate::mpilib::requested(args.mpi_lib.clone()) {
+        Some((_, from)) if meta.agent_hello.as_ref().is_some_and(|h| h.renew_strategy == "sessions") => bail!(
+            "{from}: the job renews its library by MPI sessions (MPICR_RENEW=sessions), which keep the checkpointed library loaded; only the namespace renewal (the default) can load another"
+        ),
         Some((lib, from)) if mode == Mode::Agent => Some(crate::mpilib::check(
             &lib,
             from,
