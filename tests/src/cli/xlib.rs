@@ -31,6 +31,11 @@ pub fn cases() -> Vec<CaseFn> {
             run: five_to_four,
         },
         CaseFn {
+            name: "xlib-mpich4-to-impi",
+            cases: &["xlib-mpich4-to-impi"],
+            run: four_to_impi,
+        },
+        CaseFn {
             name: "xlib-missing-function",
             cases: &["xlib-refuse-missing-function", "xlib-shim-backstop"],
             run: missing_function,
@@ -39,6 +44,22 @@ pub fn cases() -> Vec<CaseFn> {
 }
 
 const ITERS: &str = "64";
+/// Intel MPI (`.deps/impi`, when `scripts/deps.sh` installed it) in place of an MPICH version.
+const IMPI: u32 = 0;
+
+fn impi_dir(t: &T) -> PathBuf {
+    t.env.root.join(".deps/impi")
+}
+
+/// `mpiexec -n N` of MPICH `ver`, or of Intel MPI (its libraries found through `I_MPI_ROOT`).
+fn launcher(t: &T, ver: u32, n: u32) -> Command {
+    if ver != IMPI {
+        return t.mpi(ver, n);
+    }
+    let mut c = t.cmd(impi_dir(t).join("bin/mpiexec"));
+    c.env("I_MPI_ROOT", impi_dir(t)).arg("-n").arg(n.to_string());
+    c
+}
 
 /// The MPI compiler wrapper of MPICH `ver` (MPICH 5's bin first on PATH, as it needs).
 fn mpicc(t: &T, ver: u32) -> Command {
@@ -99,7 +120,9 @@ fn mpich5_lib(t: &T) -> PathBuf {
 }
 
 fn lib_of(t: &T, ver: u32) -> Option<PathBuf> {
-    if ver == 4 {
+    if ver == IMPI {
+        Some(impi_dir(t).join("lib/libmpi.so.12")).filter(|p| p.is_file() && impi_dir(t).join("bin/mpiexec").is_file())
+    } else if ver == 4 {
         mpich4_lib()
     } else {
         Some(mpich5_lib(t)).filter(|p| p.is_file())
@@ -126,7 +149,7 @@ fn sorted(s: &str) -> Vec<String> {
 
 /// `mpiexec -n 2 mpicr restart --mpi-lib LIB DIR` under MPICH `ver`: (status, output).
 fn restart_with(t: &T, ver: u32, lib: &Path, d: &Path) -> (i32, String) {
-    let mut c = t.mpi(ver, 2);
+    let mut c = launcher(t, ver, 2);
     c.arg(&t.env.m).args(["restart", "--mpi-lib"]).arg(lib).arg(d);
     t.out(c, LIMIT)
 }
@@ -142,7 +165,7 @@ fn cross(t: &mut T, from: u32, to: u32, name: &str, refusals: bool) {
         return;
     }
     let (Some(lib_to), Some(_)) = (lib_of(t, to), lib_of(t, from)) else {
-        return t.skip_rest("cannot find both MPICH libraries");
+        return t.skip_rest("cannot find both libraries (Intel MPI: scripts/deps.sh installs it in .deps/impi)");
     };
     let prog = match build(t, from, &t.env.root.join("c-tests/ckpt_ring.c"), &format!("ckpt_ring{from}")) {
         Ok(p) => p,
@@ -206,7 +229,7 @@ fn cross(t: &mut T, from: u32, to: u32, name: &str, refusals: bool) {
         }
     }
 
-    let mut c = t.mpi(to, 2);
+    let mut c = launcher(t, to, 2);
     c.arg(&t.env.m).args(["restart", "--mpi-lib"]).arg(&lib_to).arg(&d);
     let (o2, e2) = (t.p(&format!("x{from}{to}-2.out")), t.p(&format!("x{from}{to}-2.err")));
     let mut job2 = t.spawn(c, Some(&o2), Some(&e2));
@@ -237,6 +260,10 @@ fn cross(t: &mut T, from: u32, to: u32, name: &str, refusals: bool) {
 
 fn four_to_five(t: &mut T) {
     cross(t, 4, 5, "xlib-mpich4-to-mpich5", true);
+}
+
+fn four_to_impi(t: &mut T) {
+    cross(t, 4, IMPI, "xlib-mpich4-to-impi", false);
 }
 
 fn five_to_four(t: &mut T) {
