@@ -58,10 +58,12 @@ pub fn face_of(d: &mpicr_elf::Dynamic) -> Option<Face> {
     None
 }
 
-/// Checks `lib` for a restart of `program` (the job's program, as recorded in job.json) that was
-/// checkpointed on `old` (the library the agents reported, if known). Returns the path to hand
-/// the agents: absolute, since the program's working directory is not the keeper's.
-pub fn check(lib: &Path, from: &str, program: &Path, old: Option<&Path>) -> Result<PathBuf> {
+/// Checks `lib` for `program` (the job's program, as recorded in job.json): at a restart
+/// (`restart`) of a job checkpointed on `old` (the library the agents reported, if known), or at
+/// `mpicr run`. `from` names where the path came from (`--mpi-lib`, `MPICR_MPI_LIB`). Returns
+/// the path to hand the agents: absolute, since the program's working directory is not the
+/// keeper's.
+pub fn check(lib: &Path, from: &str, restart: bool, program: &Path, old: Option<&Path>) -> Result<PathBuf> {
     let shown = format!("{from} {}", lib.display());
     let abs = match std::fs::canonicalize(lib) {
         Ok(p) => p,
@@ -86,12 +88,15 @@ pub fn check(lib: &Path, from: &str, program: &Path, old: Option<&Path>) -> Resu
         .and_then(|od| face_of(&od))
         .unwrap_or(Face::Mpich);
     if face != want {
-        bail!(
-            "{shown}: it is {} (soname {}), but the job was checkpointed on {}: a restart can change the library, not the ABI",
-            face.name(),
-            d.soname.as_deref().unwrap_or("none"),
-            want.name()
-        );
+        let soname = d.soname.as_deref().unwrap_or("none");
+        if restart {
+            bail!(
+                "{shown}: it is {} (soname {soname}), but the job was checkpointed on {}: a restart can change the library, not the ABI",
+                face.name(),
+                want.name()
+            );
+        }
+        bail!("{shown}: it is {} (soname {soname}), but libmpicr runs programs of {} only", face.name(), want.name());
     }
     // The program's own MPI imports (a program that reaches MPI through libraries it loads
     // later, e.g. Python's mpi4py, is checked by the shim when the library is loaded).
@@ -132,14 +137,14 @@ mod tests {
 
     #[test]
     fn missing_file_is_named() {
-        let e = check(Path::new("/nonexistent/libmpi.so.12"), "--mpi-lib", Path::new("/bin/sh"), None).unwrap_err();
+        let e = check(Path::new("/nonexistent/libmpi.so.12"), "--mpi-lib", true, Path::new("/bin/sh"), None).unwrap_err();
         assert!(e.to_string().starts_with("--mpi-lib /nonexistent/libmpi.so.12: "), "{e}");
     }
 
     #[test]
     fn a_program_is_not_a_library() {
         let me = std::env::current_exe().unwrap();
-        let e = check(&me, "--mpi-lib", &me, None).unwrap_err().to_string();
+        let e = check(&me, "--mpi-lib", true, &me, None).unwrap_err().to_string();
         assert!(e.contains("not a shared library") || e.contains("not an MPI library"), "{e}");
     }
 }

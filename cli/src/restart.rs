@@ -82,6 +82,7 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
         Some((lib, from)) if mode == Mode::Agent => Some(crate::mpilib::check(
             &lib,
             from,
+            true,
             std::path::Path::new(&job.program),
             meta.agent_hello.as_ref().map(|h| std::path::Path::new(h.library.as_str())),
         )?),

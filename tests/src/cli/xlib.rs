@@ -20,6 +20,7 @@ pub fn cases() -> Vec<CaseFn> {
                 "xlib-refuse-missing-file",
                 "xlib-refuse-open-mpi",
                 "xlib-refuse-not-mpi",
+                "xlib-run-refuse-open-mpi",
                 "xlib-mpich4-to-mpich5",
                 "xlib-status-library",
             ],
@@ -216,6 +217,18 @@ fn cross(t: &mut T, from: u32, to: u32, name: &str, refusals: bool) {
                 });
             }
             None => t.skip("xlib-refuse-open-mpi", "Open MPI's libmpi.so.40 is not installed"),
+        }
+        // The same checks when MPICR_MPI_LIB chooses the library of `mpicr run`.
+        match ldconfig("libmpi.so.40") {
+            Some(ompi) => {
+                let mut c = t.mpi(from, 1);
+                c.env("MPICR_MPI_LIB", &ompi).arg(&t.env.m).args(["run", "--ckpt-dir"]).arg(t.p("ckrun")).arg("--").arg(&prog).arg("4");
+                let (rc, out) = t.out(c, LIMIT);
+                t.check("xlib-run-refuse-open-mpi", rc != 0 && out.contains("MPICR_MPI_LIB") && out.contains("Open MPI's ABI"), |_| {
+                    format!("rc={rc}: {out}")
+                });
+            }
+            None => t.skip("xlib-run-refuse-open-mpi", "Open MPI's libmpi.so.40 is not installed"),
         }
         let src = t.p("notmpi.c");
         let so = t.p("libnotmpi.so");
