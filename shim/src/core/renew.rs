@@ -125,6 +125,9 @@ pub enum RenewError {
     Dup2 { fd: c_int, err: std::io::Error },
     #[error("initialising the renewed library failed: {0}")]
     Init(String),
+    /// The program uses functions the restart's library lacks (their names).
+    #[error("{0}")]
+    Imports(String),
     /// A kind of object could not be rebuilt (its own words).
     #[error("{0}")]
     Rebuild(String),
@@ -353,8 +356,14 @@ pub fn renew(restarted: bool, size: Option<i32>) -> Result<(), RenewError> {
     }
     let generation = match strategy() {
         Strategy::Namespace => {
-            let path = lower::current().path.clone();
-            lower::load_generation(&path).map_err(RenewError::Load)?.number
+            // The same library, or the one a restart named (`mpicr restart --mpi-lib`).
+            let path = lower::library_for_renewal();
+            let changed = path != lower::current().path;
+            let gen = lower::load_generation(&path).map_err(RenewError::Load)?;
+            if changed {
+                lower::check_program_imports(gen).map_err(RenewError::Imports)?;
+            }
+            gen.number
         }
         Strategy::Sessions => lower::bump_generation(),
     };

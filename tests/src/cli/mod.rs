@@ -25,8 +25,9 @@ mod pidns;
 mod protocol;
 mod relay;
 mod security;
+mod xlib;
 
-use crate::job::{scan_procs, MARKER_VAR};
+use crate::job::{kill_each, scan_procs, MARKER_VAR};
 use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -105,6 +106,7 @@ pub fn all() -> Vec<CaseFn> {
     v.extend(pidns::cases());
     v.extend(hangs::cases_faults());
     v.extend(nonroot::cases());
+    v.extend(xlib::cases());
     v.push(CaseFn {
         name: "no-strays",
         cases: &["no-stray-processes"],
@@ -462,14 +464,7 @@ pub fn kill_marked(marker: &str) -> Vec<String> {
         if alive.is_empty() {
             break;
         }
-        for p in alive {
-            // SAFETY: plain syscall on a process that carries this run's marker just now.
-            unsafe { libc::kill(p.pid as libc::pid_t, libc::SIGKILL) };
-            let name = format!("{} ({})", p.pid, p.comm);
-            if !killed.contains(&name) {
-                killed.push(name);
-            }
-        }
+        kill_each(&alive, &mut killed);
         std::thread::sleep(POLL);
     }
     killed
