@@ -53,30 +53,6 @@ pub unsafe fn MPI_File_close(fh: *mut MPI_File) -> c_int {
     MPI_SUCCESS
 }
 
-pub unsafe fn MPI_File_get_group(fh: MPI_File, group: *mut MPI_Group) -> c_int {
-    let g = gate::enter();
-    let mut r = MPI_GROUP_NULL;
-    let rc = real!(MPI_File_get_group(conv::file(fh), &mut r));
-    if rc != MPI_SUCCESS {
-        drop(g);
-        return errors::raise_file(fh, rc, "MPI_File_get_group");
-    }
-    unsafe { put(group, crate::face::api::group::register_group(r)) };
-    MPI_SUCCESS
-}
-
-pub unsafe fn MPI_File_get_info(fh: MPI_File, info: *mut MPI_Info) -> c_int {
-    let g = gate::enter();
-    let mut r = MPI_INFO_NULL;
-    let rc = real!(MPI_File_get_info(conv::file(fh), &mut r));
-    drop(g);
-    if rc != MPI_SUCCESS {
-        return errors::raise_file(fh, rc, "MPI_File_get_info");
-    }
-    unsafe { put(info, crate::face::api::info::register_info(r)) };
-    MPI_SUCCESS
-}
-
 pub unsafe fn MPI_File_get_view(fh: MPI_File, disp: *mut MPI_Offset, etype: *mut MPI_Datatype, filetype: *mut MPI_Datatype, datarep: *mut c_char) -> c_int {
     let g = gate::enter();
     let (mut e, mut f) = (MPI_DATATYPE_NULL, MPI_DATATYPE_NULL);

@@ -13,7 +13,10 @@ pub unsafe fn MPI_Allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: 
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Allgather else { return errors::missing("MPI_Allgather") };
+    let Some(f) = lower::fns().MPI_Allgather else {
+        drop(_g);
+        return errors::missing("MPI_Allgather");
+    };
     // SAFETY: `f` is the real library's MPI_Allgather, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -30,7 +33,10 @@ pub unsafe fn MPI_Allgather_c(sendbuf: *const c_void, sendcount: MPI_Count, send
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Allgather_c else { return errors::missing("MPI_Allgather_c") };
+    let Some(f) = lower::fns().MPI_Allgather_c else {
+        drop(_g);
+        return errors::missing("MPI_Allgather_c");
+    };
     // SAFETY: `f` is the real library's MPI_Allgather_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -49,7 +55,10 @@ pub unsafe fn MPI_Allgather_init(sendbuf: *const c_void, sendcount: c_int, sendt
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Allgather_init else { return errors::missing("MPI_Allgather_init") };
+    let Some(f) = lower::fns().MPI_Allgather_init else {
+        drop(_g);
+        return errors::missing("MPI_Allgather_init");
+    };
     // SAFETY: `f` is the real library's MPI_Allgather_init, resolved under the C signature of the
     // ABI table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -73,7 +82,10 @@ pub unsafe fn MPI_Allgather_init_c(sendbuf: *const c_void, sendcount: MPI_Count,
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Allgather_init_c else { return errors::missing("MPI_Allgather_init_c") };
+    let Some(f) = lower::fns().MPI_Allgather_init_c else {
+        drop(_g);
+        return errors::missing("MPI_Allgather_init_c");
+    };
     // SAFETY: `f` is the real library's MPI_Allgather_init_c, resolved under the C signature of the
     // ABI table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -95,7 +107,10 @@ pub unsafe fn MPI_Allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype:
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Allgatherv else { return errors::missing("MPI_Allgatherv") };
+    let Some(f) = lower::fns().MPI_Allgatherv else {
+        drop(_g);
+        return errors::missing("MPI_Allgatherv");
+    };
     // SAFETY: `f` is the real library's MPI_Allgatherv, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`, `recvcounts`,
@@ -113,7 +128,10 @@ pub unsafe fn MPI_Allgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sen
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Allgatherv_c else { return errors::missing("MPI_Allgatherv_c") };
+    let Some(f) = lower::fns().MPI_Allgatherv_c else {
+        drop(_g);
+        return errors::missing("MPI_Allgatherv_c");
+    };
     // SAFETY: `f` is the real library's MPI_Allgatherv_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`, `recvcounts`,
@@ -133,7 +151,10 @@ pub unsafe fn MPI_Allgatherv_init(sendbuf: *const c_void, sendcount: c_int, send
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Allgatherv_init else { return errors::missing("MPI_Allgatherv_init") };
+    let Some(f) = lower::fns().MPI_Allgatherv_init else {
+        drop(_g);
+        return errors::missing("MPI_Allgatherv_init");
+    };
     // SAFETY: `f` is the real library's MPI_Allgatherv_init, resolved under the C signature of the
     // ABI table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`, `recvcounts`,
@@ -158,7 +179,10 @@ pub unsafe fn MPI_Allgatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Allgatherv_init_c else { return errors::missing("MPI_Allgatherv_init_c") };
+    let Some(f) = lower::fns().MPI_Allgatherv_init_c else {
+        drop(_g);
+        return errors::missing("MPI_Allgatherv_init_c");
+    };
     // SAFETY: `f` is the real library's MPI_Allgatherv_init_c, resolved under the C signature of
     // the ABI table that this wrapper's signature is generated from; handles were translated inside
     // the gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`,
@@ -181,7 +205,10 @@ pub unsafe fn MPI_Allreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count:
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Allreduce else { return errors::missing("MPI_Allreduce") };
+    let Some(f) = lower::fns().MPI_Allreduce else {
+        drop(_g);
+        return errors::missing("MPI_Allreduce");
+    };
     // SAFETY: `f` is the real library's MPI_Allreduce, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -198,7 +225,10 @@ pub unsafe fn MPI_Allreduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, coun
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Allreduce_c else { return errors::missing("MPI_Allreduce_c") };
+    let Some(f) = lower::fns().MPI_Allreduce_c else {
+        drop(_g);
+        return errors::missing("MPI_Allreduce_c");
+    };
     // SAFETY: `f` is the real library's MPI_Allreduce_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -217,7 +247,10 @@ pub unsafe fn MPI_Allreduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, c
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Allreduce_init else { return errors::missing("MPI_Allreduce_init") };
+    let Some(f) = lower::fns().MPI_Allreduce_init else {
+        drop(_g);
+        return errors::missing("MPI_Allreduce_init");
+    };
     // SAFETY: `f` is the real library's MPI_Allreduce_init, resolved under the C signature of the
     // ABI table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -241,7 +274,10 @@ pub unsafe fn MPI_Allreduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void,
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Allreduce_init_c else { return errors::missing("MPI_Allreduce_init_c") };
+    let Some(f) = lower::fns().MPI_Allreduce_init_c else {
+        drop(_g);
+        return errors::missing("MPI_Allreduce_init_c");
+    };
     // SAFETY: `f` is the real library's MPI_Allreduce_init_c, resolved under the C signature of the
     // ABI table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -263,7 +299,10 @@ pub unsafe fn MPI_Alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: M
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Alltoall else { return errors::missing("MPI_Alltoall") };
+    let Some(f) = lower::fns().MPI_Alltoall else {
+        drop(_g);
+        return errors::missing("MPI_Alltoall");
+    };
     // SAFETY: `f` is the real library's MPI_Alltoall, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -280,7 +319,10 @@ pub unsafe fn MPI_Alltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendt
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Alltoall_c else { return errors::missing("MPI_Alltoall_c") };
+    let Some(f) = lower::fns().MPI_Alltoall_c else {
+        drop(_g);
+        return errors::missing("MPI_Alltoall_c");
+    };
     // SAFETY: `f` is the real library's MPI_Alltoall_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -299,7 +341,10 @@ pub unsafe fn MPI_Alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendty
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Alltoall_init else { return errors::missing("MPI_Alltoall_init") };
+    let Some(f) = lower::fns().MPI_Alltoall_init else {
+        drop(_g);
+        return errors::missing("MPI_Alltoall_init");
+    };
     // SAFETY: `f` is the real library's MPI_Alltoall_init, resolved under the C signature of the
     // ABI table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -323,7 +368,10 @@ pub unsafe fn MPI_Alltoall_init_c(sendbuf: *const c_void, sendcount: MPI_Count, 
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Alltoall_init_c else { return errors::missing("MPI_Alltoall_init_c") };
+    let Some(f) = lower::fns().MPI_Alltoall_init_c else {
+        drop(_g);
+        return errors::missing("MPI_Alltoall_init_c");
+    };
     // SAFETY: `f` is the real library's MPI_Alltoall_init_c, resolved under the C signature of the
     // ABI table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -345,7 +393,10 @@ pub unsafe fn MPI_Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sd
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Alltoallv else { return errors::missing("MPI_Alltoallv") };
+    let Some(f) = lower::fns().MPI_Alltoallv else {
+        drop(_g);
+        return errors::missing("MPI_Alltoallv");
+    };
     // SAFETY: `f` is the real library's MPI_Alltoallv, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`, `sdispls`,
@@ -363,7 +414,10 @@ pub unsafe fn MPI_Alltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Cou
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Alltoallv_c else { return errors::missing("MPI_Alltoallv_c") };
+    let Some(f) = lower::fns().MPI_Alltoallv_c else {
+        drop(_g);
+        return errors::missing("MPI_Alltoallv_c");
+    };
     // SAFETY: `f` is the real library's MPI_Alltoallv_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`, `sdispls`,
@@ -383,7 +437,10 @@ pub unsafe fn MPI_Alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_in
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Alltoallv_init else { return errors::missing("MPI_Alltoallv_init") };
+    let Some(f) = lower::fns().MPI_Alltoallv_init else {
+        drop(_g);
+        return errors::missing("MPI_Alltoallv_init");
+    };
     // SAFETY: `f` is the real library's MPI_Alltoallv_init, resolved under the C signature of the
     // ABI table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`, `sdispls`,
@@ -408,7 +465,10 @@ pub unsafe fn MPI_Alltoallv_init_c(sendbuf: *const c_void, sendcounts: *const MP
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Alltoallv_init_c else { return errors::missing("MPI_Alltoallv_init_c") };
+    let Some(f) = lower::fns().MPI_Alltoallv_init_c else {
+        drop(_g);
+        return errors::missing("MPI_Alltoallv_init_c");
+    };
     // SAFETY: `f` is the real library's MPI_Alltoallv_init_c, resolved under the C signature of the
     // ABI table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`, `sdispls`,
@@ -435,7 +495,10 @@ pub unsafe fn MPI_Alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sd
     // function's safety contract), which is what `coll_types` reads.
     let recvtypes_v = unsafe { crate::face::api::coll_types(recvtypes, conv::comm(comm), crate::face::api::Side::Recv, false) };
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Alltoallw else { return errors::missing("MPI_Alltoallw") };
+    let Some(f) = lower::fns().MPI_Alltoallw else {
+        drop(_g);
+        return errors::missing("MPI_Alltoallw");
+    };
     // SAFETY: `f` is the real library's MPI_Alltoallw, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`, `sdispls`,
@@ -457,7 +520,10 @@ pub unsafe fn MPI_Alltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Cou
     // function's safety contract), which is what `coll_types` reads.
     let recvtypes_v = unsafe { crate::face::api::coll_types(recvtypes, conv::comm(comm), crate::face::api::Side::Recv, false) };
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Alltoallw_c else { return errors::missing("MPI_Alltoallw_c") };
+    let Some(f) = lower::fns().MPI_Alltoallw_c else {
+        drop(_g);
+        return errors::missing("MPI_Alltoallw_c");
+    };
     // SAFETY: `f` is the real library's MPI_Alltoallw_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`, `sdispls`,
@@ -481,7 +547,10 @@ pub unsafe fn MPI_Alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_in
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Alltoallw_init else { return errors::missing("MPI_Alltoallw_init") };
+    let Some(f) = lower::fns().MPI_Alltoallw_init else {
+        drop(_g);
+        return errors::missing("MPI_Alltoallw_init");
+    };
     // SAFETY: `f` is the real library's MPI_Alltoallw_init, resolved under the C signature of the
     // ABI table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`, `sdispls`,
@@ -510,7 +579,10 @@ pub unsafe fn MPI_Alltoallw_init_c(sendbuf: *const c_void, sendcounts: *const MP
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Alltoallw_init_c else { return errors::missing("MPI_Alltoallw_init_c") };
+    let Some(f) = lower::fns().MPI_Alltoallw_init_c else {
+        drop(_g);
+        return errors::missing("MPI_Alltoallw_init_c");
+    };
     // SAFETY: `f` is the real library's MPI_Alltoallw_init_c, resolved under the C signature of the
     // ABI table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`, `sdispls`,
@@ -531,7 +603,10 @@ pub unsafe fn MPI_Barrier(comm: MPI_Comm) -> c_int {
     let (_g, _seq) = crate::face::api::begin_collective(comm);
     if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Barrier"); }
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Barrier else { return errors::missing("MPI_Barrier") };
+    let Some(f) = lower::fns().MPI_Barrier else {
+        drop(_g);
+        return errors::missing("MPI_Barrier");
+    };
     // SAFETY: `f` is the real library's MPI_Barrier, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; every other argument is a plain value.
@@ -547,7 +622,10 @@ pub unsafe fn MPI_Barrier_init(comm: MPI_Comm, info: MPI_Info, request: *mut MPI
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Barrier_init else { return errors::missing("MPI_Barrier_init") };
+    let Some(f) = lower::fns().MPI_Barrier_init else {
+        drop(_g);
+        return errors::missing("MPI_Barrier_init");
+    };
     // SAFETY: `f` is the real library's MPI_Barrier_init, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; every other argument is a plain value.
@@ -567,7 +645,10 @@ pub unsafe fn MPI_Bcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatyp
     if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Bcast"); }
     let datatype_r = conv::datatype(datatype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Bcast else { return errors::missing("MPI_Bcast") };
+    let Some(f) = lower::fns().MPI_Bcast else {
+        drop(_g);
+        return errors::missing("MPI_Bcast");
+    };
     // SAFETY: `f` is the real library's MPI_Bcast, resolved under the C signature of the ABI table
     // that this wrapper's signature is generated from; handles were translated inside the gate, so
     // no renewal replaced them since; the pointers (`buffer`) are the caller's, valid as MPI
@@ -583,7 +664,10 @@ pub unsafe fn MPI_Bcast_c(buffer: *mut c_void, count: MPI_Count, datatype: MPI_D
     if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Bcast_c"); }
     let datatype_r = conv::datatype(datatype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Bcast_c else { return errors::missing("MPI_Bcast_c") };
+    let Some(f) = lower::fns().MPI_Bcast_c else {
+        drop(_g);
+        return errors::missing("MPI_Bcast_c");
+    };
     // SAFETY: `f` is the real library's MPI_Bcast_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`buffer`) are the caller's, valid as
@@ -601,7 +685,10 @@ pub unsafe fn MPI_Bcast_init(buffer: *mut c_void, count: c_int, datatype: MPI_Da
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Bcast_init else { return errors::missing("MPI_Bcast_init") };
+    let Some(f) = lower::fns().MPI_Bcast_init else {
+        drop(_g);
+        return errors::missing("MPI_Bcast_init");
+    };
     // SAFETY: `f` is the real library's MPI_Bcast_init, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`buffer`) are the caller's, valid as
@@ -624,7 +711,10 @@ pub unsafe fn MPI_Bcast_init_c(buffer: *mut c_void, count: MPI_Count, datatype: 
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Bcast_init_c else { return errors::missing("MPI_Bcast_init_c") };
+    let Some(f) = lower::fns().MPI_Bcast_init_c else {
+        drop(_g);
+        return errors::missing("MPI_Bcast_init_c");
+    };
     // SAFETY: `f` is the real library's MPI_Bcast_init_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`buffer`) are the caller's, valid as
@@ -646,7 +736,10 @@ pub unsafe fn MPI_Exscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Exscan else { return errors::missing("MPI_Exscan") };
+    let Some(f) = lower::fns().MPI_Exscan else {
+        drop(_g);
+        return errors::missing("MPI_Exscan");
+    };
     // SAFETY: `f` is the real library's MPI_Exscan, resolved under the C signature of the ABI table
     // that this wrapper's signature is generated from; handles were translated inside the gate, so
     // no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the caller's, valid
@@ -663,7 +756,10 @@ pub unsafe fn MPI_Exscan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: 
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Exscan_c else { return errors::missing("MPI_Exscan_c") };
+    let Some(f) = lower::fns().MPI_Exscan_c else {
+        drop(_g);
+        return errors::missing("MPI_Exscan_c");
+    };
     // SAFETY: `f` is the real library's MPI_Exscan_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -682,7 +778,10 @@ pub unsafe fn MPI_Exscan_init(sendbuf: *const c_void, recvbuf: *mut c_void, coun
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Exscan_init else { return errors::missing("MPI_Exscan_init") };
+    let Some(f) = lower::fns().MPI_Exscan_init else {
+        drop(_g);
+        return errors::missing("MPI_Exscan_init");
+    };
     // SAFETY: `f` is the real library's MPI_Exscan_init, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -706,7 +805,10 @@ pub unsafe fn MPI_Exscan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, co
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Exscan_init_c else { return errors::missing("MPI_Exscan_init_c") };
+    let Some(f) = lower::fns().MPI_Exscan_init_c else {
+        drop(_g);
+        return errors::missing("MPI_Exscan_init_c");
+    };
     // SAFETY: `f` is the real library's MPI_Exscan_init_c, resolved under the C signature of the
     // ABI table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -728,7 +830,10 @@ pub unsafe fn MPI_Gather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Gather else { return errors::missing("MPI_Gather") };
+    let Some(f) = lower::fns().MPI_Gather else {
+        drop(_g);
+        return errors::missing("MPI_Gather");
+    };
     // SAFETY: `f` is the real library's MPI_Gather, resolved under the C signature of the ABI table
     // that this wrapper's signature is generated from; handles were translated inside the gate, so
     // no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the caller's, valid
@@ -745,7 +850,10 @@ pub unsafe fn MPI_Gather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtyp
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Gather_c else { return errors::missing("MPI_Gather_c") };
+    let Some(f) = lower::fns().MPI_Gather_c else {
+        drop(_g);
+        return errors::missing("MPI_Gather_c");
+    };
     // SAFETY: `f` is the real library's MPI_Gather_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -764,7 +872,10 @@ pub unsafe fn MPI_Gather_init(sendbuf: *const c_void, sendcount: c_int, sendtype
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Gather_init else { return errors::missing("MPI_Gather_init") };
+    let Some(f) = lower::fns().MPI_Gather_init else {
+        drop(_g);
+        return errors::missing("MPI_Gather_init");
+    };
     // SAFETY: `f` is the real library's MPI_Gather_init, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -788,7 +899,10 @@ pub unsafe fn MPI_Gather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, se
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Gather_init_c else { return errors::missing("MPI_Gather_init_c") };
+    let Some(f) = lower::fns().MPI_Gather_init_c else {
+        drop(_g);
+        return errors::missing("MPI_Gather_init_c");
+    };
     // SAFETY: `f` is the real library's MPI_Gather_init_c, resolved under the C signature of the
     // ABI table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -810,7 +924,10 @@ pub unsafe fn MPI_Gatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MP
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Gatherv else { return errors::missing("MPI_Gatherv") };
+    let Some(f) = lower::fns().MPI_Gatherv else {
+        drop(_g);
+        return errors::missing("MPI_Gatherv");
+    };
     // SAFETY: `f` is the real library's MPI_Gatherv, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`, `recvcounts`,
@@ -828,7 +945,10 @@ pub unsafe fn MPI_Gatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendty
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Gatherv_c else { return errors::missing("MPI_Gatherv_c") };
+    let Some(f) = lower::fns().MPI_Gatherv_c else {
+        drop(_g);
+        return errors::missing("MPI_Gatherv_c");
+    };
     // SAFETY: `f` is the real library's MPI_Gatherv_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`, `recvcounts`,
@@ -848,7 +968,10 @@ pub unsafe fn MPI_Gatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtyp
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Gatherv_init else { return errors::missing("MPI_Gatherv_init") };
+    let Some(f) = lower::fns().MPI_Gatherv_init else {
+        drop(_g);
+        return errors::missing("MPI_Gatherv_init");
+    };
     // SAFETY: `f` is the real library's MPI_Gatherv_init, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`, `recvcounts`,
@@ -873,7 +996,10 @@ pub unsafe fn MPI_Gatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, s
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Gatherv_init_c else { return errors::missing("MPI_Gatherv_init_c") };
+    let Some(f) = lower::fns().MPI_Gatherv_init_c else {
+        drop(_g);
+        return errors::missing("MPI_Gatherv_init_c");
+    };
     // SAFETY: `f` is the real library's MPI_Gatherv_init_c, resolved under the C signature of the
     // ABI table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`, `recvcounts`,
@@ -897,7 +1023,10 @@ pub unsafe fn MPI_Iallgather(sendbuf: *const c_void, sendcount: c_int, sendtype:
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Iallgather else { return errors::missing("MPI_Iallgather") };
+    let Some(f) = lower::fns().MPI_Iallgather else {
+        drop(_g);
+        return errors::missing("MPI_Iallgather");
+    };
     // SAFETY: `f` is the real library's MPI_Iallgather, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -920,7 +1049,10 @@ pub unsafe fn MPI_Iallgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sen
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Iallgather_c else { return errors::missing("MPI_Iallgather_c") };
+    let Some(f) = lower::fns().MPI_Iallgather_c else {
+        drop(_g);
+        return errors::missing("MPI_Iallgather_c");
+    };
     // SAFETY: `f` is the real library's MPI_Iallgather_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -943,7 +1075,10 @@ pub unsafe fn MPI_Iallgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Iallgatherv else { return errors::missing("MPI_Iallgatherv") };
+    let Some(f) = lower::fns().MPI_Iallgatherv else {
+        drop(_g);
+        return errors::missing("MPI_Iallgatherv");
+    };
     // SAFETY: `f` is the real library's MPI_Iallgatherv, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`, `recvcounts`,
@@ -967,7 +1102,10 @@ pub unsafe fn MPI_Iallgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, se
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Iallgatherv_c else { return errors::missing("MPI_Iallgatherv_c") };
+    let Some(f) = lower::fns().MPI_Iallgatherv_c else {
+        drop(_g);
+        return errors::missing("MPI_Iallgatherv_c");
+    };
     // SAFETY: `f` is the real library's MPI_Iallgatherv_c, resolved under the C signature of the
     // ABI table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`, `recvcounts`,
@@ -991,7 +1129,10 @@ pub unsafe fn MPI_Iallreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Iallreduce else { return errors::missing("MPI_Iallreduce") };
+    let Some(f) = lower::fns().MPI_Iallreduce else {
+        drop(_g);
+        return errors::missing("MPI_Iallreduce");
+    };
     // SAFETY: `f` is the real library's MPI_Iallreduce, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -1014,7 +1155,10 @@ pub unsafe fn MPI_Iallreduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, cou
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Iallreduce_c else { return errors::missing("MPI_Iallreduce_c") };
+    let Some(f) = lower::fns().MPI_Iallreduce_c else {
+        drop(_g);
+        return errors::missing("MPI_Iallreduce_c");
+    };
     // SAFETY: `f` is the real library's MPI_Iallreduce_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -1037,7 +1181,10 @@ pub unsafe fn MPI_Ialltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: 
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Ialltoall else { return errors::missing("MPI_Ialltoall") };
+    let Some(f) = lower::fns().MPI_Ialltoall else {
+        drop(_g);
+        return errors::missing("MPI_Ialltoall");
+    };
     // SAFETY: `f` is the real library's MPI_Ialltoall, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -1060,7 +1207,10 @@ pub unsafe fn MPI_Ialltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, send
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Ialltoall_c else { return errors::missing("MPI_Ialltoall_c") };
+    let Some(f) = lower::fns().MPI_Ialltoall_c else {
+        drop(_g);
+        return errors::missing("MPI_Ialltoall_c");
+    };
     // SAFETY: `f` is the real library's MPI_Ialltoall_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -1083,7 +1233,10 @@ pub unsafe fn MPI_Ialltoallv(sendbuf: *const c_void, sendcounts: *const c_int, s
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Ialltoallv else { return errors::missing("MPI_Ialltoallv") };
+    let Some(f) = lower::fns().MPI_Ialltoallv else {
+        drop(_g);
+        return errors::missing("MPI_Ialltoallv");
+    };
     // SAFETY: `f` is the real library's MPI_Ialltoallv, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`, `sdispls`,
@@ -1107,7 +1260,10 @@ pub unsafe fn MPI_Ialltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Co
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Ialltoallv_c else { return errors::missing("MPI_Ialltoallv_c") };
+    let Some(f) = lower::fns().MPI_Ialltoallv_c else {
+        drop(_g);
+        return errors::missing("MPI_Ialltoallv_c");
+    };
     // SAFETY: `f` is the real library's MPI_Ialltoallv_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`, `sdispls`,
@@ -1135,7 +1291,10 @@ pub unsafe fn MPI_Ialltoallw(sendbuf: *const c_void, sendcounts: *const c_int, s
     let recvtypes_v = unsafe { crate::face::api::coll_types(recvtypes, conv::comm(comm), crate::face::api::Side::Recv, false) };
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Ialltoallw else { return errors::missing("MPI_Ialltoallw") };
+    let Some(f) = lower::fns().MPI_Ialltoallw else {
+        drop(_g);
+        return errors::missing("MPI_Ialltoallw");
+    };
     // SAFETY: `f` is the real library's MPI_Ialltoallw, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`, `sdispls`,
@@ -1163,7 +1322,10 @@ pub unsafe fn MPI_Ialltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Co
     let recvtypes_v = unsafe { crate::face::api::coll_types(recvtypes, conv::comm(comm), crate::face::api::Side::Recv, false) };
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Ialltoallw_c else { return errors::missing("MPI_Ialltoallw_c") };
+    let Some(f) = lower::fns().MPI_Ialltoallw_c else {
+        drop(_g);
+        return errors::missing("MPI_Ialltoallw_c");
+    };
     // SAFETY: `f` is the real library's MPI_Ialltoallw_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`, `sdispls`,
@@ -1185,7 +1347,10 @@ pub unsafe fn MPI_Ibarrier(comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     if let Err(e) = conv::comm_checked(comm) { drop(_g); return errors::raise_default(e, "MPI_Ibarrier"); }
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Ibarrier else { return errors::missing("MPI_Ibarrier") };
+    let Some(f) = lower::fns().MPI_Ibarrier else {
+        drop(_g);
+        return errors::missing("MPI_Ibarrier");
+    };
     // SAFETY: `f` is the real library's MPI_Ibarrier, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; every other argument is a plain value.
@@ -1206,7 +1371,10 @@ pub unsafe fn MPI_Ibcast(buffer: *mut c_void, count: c_int, datatype: MPI_Dataty
     let datatype_r = conv::datatype(datatype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Ibcast else { return errors::missing("MPI_Ibcast") };
+    let Some(f) = lower::fns().MPI_Ibcast else {
+        drop(_g);
+        return errors::missing("MPI_Ibcast");
+    };
     // SAFETY: `f` is the real library's MPI_Ibcast, resolved under the C signature of the ABI table
     // that this wrapper's signature is generated from; handles were translated inside the gate, so
     // no renewal replaced them since; the pointers (`buffer`) are the caller's, valid as MPI
@@ -1228,7 +1396,10 @@ pub unsafe fn MPI_Ibcast_c(buffer: *mut c_void, count: MPI_Count, datatype: MPI_
     let datatype_r = conv::datatype(datatype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Ibcast_c else { return errors::missing("MPI_Ibcast_c") };
+    let Some(f) = lower::fns().MPI_Ibcast_c else {
+        drop(_g);
+        return errors::missing("MPI_Ibcast_c");
+    };
     // SAFETY: `f` is the real library's MPI_Ibcast_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`buffer`) are the caller's, valid as
@@ -1251,7 +1422,10 @@ pub unsafe fn MPI_Iexscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Iexscan else { return errors::missing("MPI_Iexscan") };
+    let Some(f) = lower::fns().MPI_Iexscan else {
+        drop(_g);
+        return errors::missing("MPI_Iexscan");
+    };
     // SAFETY: `f` is the real library's MPI_Iexscan, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -1274,7 +1448,10 @@ pub unsafe fn MPI_Iexscan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count:
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Iexscan_c else { return errors::missing("MPI_Iexscan_c") };
+    let Some(f) = lower::fns().MPI_Iexscan_c else {
+        drop(_g);
+        return errors::missing("MPI_Iexscan_c");
+    };
     // SAFETY: `f` is the real library's MPI_Iexscan_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -1297,7 +1474,10 @@ pub unsafe fn MPI_Igather(sendbuf: *const c_void, sendcount: c_int, sendtype: MP
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Igather else { return errors::missing("MPI_Igather") };
+    let Some(f) = lower::fns().MPI_Igather else {
+        drop(_g);
+        return errors::missing("MPI_Igather");
+    };
     // SAFETY: `f` is the real library's MPI_Igather, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -1320,7 +1500,10 @@ pub unsafe fn MPI_Igather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendty
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Igather_c else { return errors::missing("MPI_Igather_c") };
+    let Some(f) = lower::fns().MPI_Igather_c else {
+        drop(_g);
+        return errors::missing("MPI_Igather_c");
+    };
     // SAFETY: `f` is the real library's MPI_Igather_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -1343,7 +1526,10 @@ pub unsafe fn MPI_Igatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: M
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Igatherv else { return errors::missing("MPI_Igatherv") };
+    let Some(f) = lower::fns().MPI_Igatherv else {
+        drop(_g);
+        return errors::missing("MPI_Igatherv");
+    };
     // SAFETY: `f` is the real library's MPI_Igatherv, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`, `recvcounts`,
@@ -1367,7 +1553,10 @@ pub unsafe fn MPI_Igatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendt
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Igatherv_c else { return errors::missing("MPI_Igatherv_c") };
+    let Some(f) = lower::fns().MPI_Igatherv_c else {
+        drop(_g);
+        return errors::missing("MPI_Igatherv_c");
+    };
     // SAFETY: `f` is the real library's MPI_Igatherv_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`, `recvcounts`,
@@ -1391,7 +1580,10 @@ pub unsafe fn MPI_Ineighbor_allgather(sendbuf: *const c_void, sendcount: c_int, 
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Ineighbor_allgather else { return errors::missing("MPI_Ineighbor_allgather") };
+    let Some(f) = lower::fns().MPI_Ineighbor_allgather else {
+        drop(_g);
+        return errors::missing("MPI_Ineighbor_allgather");
+    };
     // SAFETY: `f` is the real library's MPI_Ineighbor_allgather, resolved under the C signature of
     // the ABI table that this wrapper's signature is generated from; handles were translated inside
     // the gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -1414,7 +1606,10 @@ pub unsafe fn MPI_Ineighbor_allgather_c(sendbuf: *const c_void, sendcount: MPI_C
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Ineighbor_allgather_c else { return errors::missing("MPI_Ineighbor_allgather_c") };
+    let Some(f) = lower::fns().MPI_Ineighbor_allgather_c else {
+        drop(_g);
+        return errors::missing("MPI_Ineighbor_allgather_c");
+    };
     // SAFETY: `f` is the real library's MPI_Ineighbor_allgather_c, resolved under the C signature
     // of the ABI table that this wrapper's signature is generated from; handles were translated
     // inside the gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are
@@ -1438,7 +1633,10 @@ pub unsafe fn MPI_Ineighbor_allgatherv(sendbuf: *const c_void, sendcount: c_int,
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Ineighbor_allgatherv else { return errors::missing("MPI_Ineighbor_allgatherv") };
+    let Some(f) = lower::fns().MPI_Ineighbor_allgatherv else {
+        drop(_g);
+        return errors::missing("MPI_Ineighbor_allgatherv");
+    };
     // SAFETY: `f` is the real library's MPI_Ineighbor_allgatherv, resolved under the C signature of
     // the ABI table that this wrapper's signature is generated from; handles were translated inside
     // the gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`,
@@ -1462,7 +1660,10 @@ pub unsafe fn MPI_Ineighbor_allgatherv_c(sendbuf: *const c_void, sendcount: MPI_
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Ineighbor_allgatherv_c else { return errors::missing("MPI_Ineighbor_allgatherv_c") };
+    let Some(f) = lower::fns().MPI_Ineighbor_allgatherv_c else {
+        drop(_g);
+        return errors::missing("MPI_Ineighbor_allgatherv_c");
+    };
     // SAFETY: `f` is the real library's MPI_Ineighbor_allgatherv_c, resolved under the C signature
     // of the ABI table that this wrapper's signature is generated from; handles were translated
     // inside the gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`,
@@ -1486,7 +1687,10 @@ pub unsafe fn MPI_Ineighbor_alltoall(sendbuf: *const c_void, sendcount: c_int, s
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Ineighbor_alltoall else { return errors::missing("MPI_Ineighbor_alltoall") };
+    let Some(f) = lower::fns().MPI_Ineighbor_alltoall else {
+        drop(_g);
+        return errors::missing("MPI_Ineighbor_alltoall");
+    };
     // SAFETY: `f` is the real library's MPI_Ineighbor_alltoall, resolved under the C signature of
     // the ABI table that this wrapper's signature is generated from; handles were translated inside
     // the gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -1509,7 +1713,10 @@ pub unsafe fn MPI_Ineighbor_alltoall_c(sendbuf: *const c_void, sendcount: MPI_Co
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Ineighbor_alltoall_c else { return errors::missing("MPI_Ineighbor_alltoall_c") };
+    let Some(f) = lower::fns().MPI_Ineighbor_alltoall_c else {
+        drop(_g);
+        return errors::missing("MPI_Ineighbor_alltoall_c");
+    };
     // SAFETY: `f` is the real library's MPI_Ineighbor_alltoall_c, resolved under the C signature of
     // the ABI table that this wrapper's signature is generated from; handles were translated inside
     // the gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -1532,7 +1739,10 @@ pub unsafe fn MPI_Ineighbor_alltoallv(sendbuf: *const c_void, sendcounts: *const
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Ineighbor_alltoallv else { return errors::missing("MPI_Ineighbor_alltoallv") };
+    let Some(f) = lower::fns().MPI_Ineighbor_alltoallv else {
+        drop(_g);
+        return errors::missing("MPI_Ineighbor_alltoallv");
+    };
     // SAFETY: `f` is the real library's MPI_Ineighbor_alltoallv, resolved under the C signature of
     // the ABI table that this wrapper's signature is generated from; handles were translated inside
     // the gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`,
@@ -1556,7 +1766,10 @@ pub unsafe fn MPI_Ineighbor_alltoallv_c(sendbuf: *const c_void, sendcounts: *con
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Ineighbor_alltoallv_c else { return errors::missing("MPI_Ineighbor_alltoallv_c") };
+    let Some(f) = lower::fns().MPI_Ineighbor_alltoallv_c else {
+        drop(_g);
+        return errors::missing("MPI_Ineighbor_alltoallv_c");
+    };
     // SAFETY: `f` is the real library's MPI_Ineighbor_alltoallv_c, resolved under the C signature
     // of the ABI table that this wrapper's signature is generated from; handles were translated
     // inside the gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`,
@@ -1584,7 +1797,10 @@ pub unsafe fn MPI_Ineighbor_alltoallw(sendbuf: *const c_void, sendcounts: *const
     let recvtypes_v = unsafe { crate::face::api::coll_types(recvtypes, conv::comm(comm), crate::face::api::Side::Recv, true) };
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Ineighbor_alltoallw else { return errors::missing("MPI_Ineighbor_alltoallw") };
+    let Some(f) = lower::fns().MPI_Ineighbor_alltoallw else {
+        drop(_g);
+        return errors::missing("MPI_Ineighbor_alltoallw");
+    };
     // SAFETY: `f` is the real library's MPI_Ineighbor_alltoallw, resolved under the C signature of
     // the ABI table that this wrapper's signature is generated from; handles were translated inside
     // the gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`,
@@ -1612,7 +1828,10 @@ pub unsafe fn MPI_Ineighbor_alltoallw_c(sendbuf: *const c_void, sendcounts: *con
     let recvtypes_v = unsafe { crate::face::api::coll_types(recvtypes, conv::comm(comm), crate::face::api::Side::Recv, true) };
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Ineighbor_alltoallw_c else { return errors::missing("MPI_Ineighbor_alltoallw_c") };
+    let Some(f) = lower::fns().MPI_Ineighbor_alltoallw_c else {
+        drop(_g);
+        return errors::missing("MPI_Ineighbor_alltoallw_c");
+    };
     // SAFETY: `f` is the real library's MPI_Ineighbor_alltoallw_c, resolved under the C signature
     // of the ABI table that this wrapper's signature is generated from; handles were translated
     // inside the gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`,
@@ -1636,7 +1855,10 @@ pub unsafe fn MPI_Ireduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Ireduce else { return errors::missing("MPI_Ireduce") };
+    let Some(f) = lower::fns().MPI_Ireduce else {
+        drop(_g);
+        return errors::missing("MPI_Ireduce");
+    };
     // SAFETY: `f` is the real library's MPI_Ireduce, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -1659,7 +1881,10 @@ pub unsafe fn MPI_Ireduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count:
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Ireduce_c else { return errors::missing("MPI_Ireduce_c") };
+    let Some(f) = lower::fns().MPI_Ireduce_c else {
+        drop(_g);
+        return errors::missing("MPI_Ireduce_c");
+    };
     // SAFETY: `f` is the real library's MPI_Ireduce_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -1682,7 +1907,10 @@ pub unsafe fn MPI_Ireduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, 
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Ireduce_scatter else { return errors::missing("MPI_Ireduce_scatter") };
+    let Some(f) = lower::fns().MPI_Ireduce_scatter else {
+        drop(_g);
+        return errors::missing("MPI_Ireduce_scatter");
+    };
     // SAFETY: `f` is the real library's MPI_Ireduce_scatter, resolved under the C signature of the
     // ABI table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`, `recvcounts`)
@@ -1706,7 +1934,10 @@ pub unsafe fn MPI_Ireduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Ireduce_scatter_block else { return errors::missing("MPI_Ireduce_scatter_block") };
+    let Some(f) = lower::fns().MPI_Ireduce_scatter_block else {
+        drop(_g);
+        return errors::missing("MPI_Ireduce_scatter_block");
+    };
     // SAFETY: `f` is the real library's MPI_Ireduce_scatter_block, resolved under the C signature
     // of the ABI table that this wrapper's signature is generated from; handles were translated
     // inside the gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are
@@ -1730,7 +1961,10 @@ pub unsafe fn MPI_Ireduce_scatter_block_c(sendbuf: *const c_void, recvbuf: *mut 
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Ireduce_scatter_block_c else { return errors::missing("MPI_Ireduce_scatter_block_c") };
+    let Some(f) = lower::fns().MPI_Ireduce_scatter_block_c else {
+        drop(_g);
+        return errors::missing("MPI_Ireduce_scatter_block_c");
+    };
     // SAFETY: `f` is the real library's MPI_Ireduce_scatter_block_c, resolved under the C signature
     // of the ABI table that this wrapper's signature is generated from; handles were translated
     // inside the gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are
@@ -1754,7 +1988,10 @@ pub unsafe fn MPI_Ireduce_scatter_c(sendbuf: *const c_void, recvbuf: *mut c_void
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Ireduce_scatter_c else { return errors::missing("MPI_Ireduce_scatter_c") };
+    let Some(f) = lower::fns().MPI_Ireduce_scatter_c else {
+        drop(_g);
+        return errors::missing("MPI_Ireduce_scatter_c");
+    };
     // SAFETY: `f` is the real library's MPI_Ireduce_scatter_c, resolved under the C signature of
     // the ABI table that this wrapper's signature is generated from; handles were translated inside
     // the gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`,
@@ -1778,7 +2015,10 @@ pub unsafe fn MPI_Iscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_i
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Iscan else { return errors::missing("MPI_Iscan") };
+    let Some(f) = lower::fns().MPI_Iscan else {
+        drop(_g);
+        return errors::missing("MPI_Iscan");
+    };
     // SAFETY: `f` is the real library's MPI_Iscan, resolved under the C signature of the ABI table
     // that this wrapper's signature is generated from; handles were translated inside the gate, so
     // no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the caller's, valid
@@ -1801,7 +2041,10 @@ pub unsafe fn MPI_Iscan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: M
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Iscan_c else { return errors::missing("MPI_Iscan_c") };
+    let Some(f) = lower::fns().MPI_Iscan_c else {
+        drop(_g);
+        return errors::missing("MPI_Iscan_c");
+    };
     // SAFETY: `f` is the real library's MPI_Iscan_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -1824,7 +2067,10 @@ pub unsafe fn MPI_Iscatter(sendbuf: *const c_void, sendcount: c_int, sendtype: M
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Iscatter else { return errors::missing("MPI_Iscatter") };
+    let Some(f) = lower::fns().MPI_Iscatter else {
+        drop(_g);
+        return errors::missing("MPI_Iscatter");
+    };
     // SAFETY: `f` is the real library's MPI_Iscatter, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -1847,7 +2093,10 @@ pub unsafe fn MPI_Iscatter_c(sendbuf: *const c_void, sendcount: MPI_Count, sendt
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Iscatter_c else { return errors::missing("MPI_Iscatter_c") };
+    let Some(f) = lower::fns().MPI_Iscatter_c else {
+        drop(_g);
+        return errors::missing("MPI_Iscatter_c");
+    };
     // SAFETY: `f` is the real library's MPI_Iscatter_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -1870,7 +2119,10 @@ pub unsafe fn MPI_Iscatterv(sendbuf: *const c_void, sendcounts: *const c_int, di
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Iscatterv else { return errors::missing("MPI_Iscatterv") };
+    let Some(f) = lower::fns().MPI_Iscatterv else {
+        drop(_g);
+        return errors::missing("MPI_Iscatterv");
+    };
     // SAFETY: `f` is the real library's MPI_Iscatterv, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`, `displs`,
@@ -1894,7 +2146,10 @@ pub unsafe fn MPI_Iscatterv_c(sendbuf: *const c_void, sendcounts: *const MPI_Cou
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Iscatterv_c else { return errors::missing("MPI_Iscatterv_c") };
+    let Some(f) = lower::fns().MPI_Iscatterv_c else {
+        drop(_g);
+        return errors::missing("MPI_Iscatterv_c");
+    };
     // SAFETY: `f` is the real library's MPI_Iscatterv_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`, `displs`,
@@ -1917,7 +2172,10 @@ pub unsafe fn MPI_Neighbor_allgather(sendbuf: *const c_void, sendcount: c_int, s
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Neighbor_allgather else { return errors::missing("MPI_Neighbor_allgather") };
+    let Some(f) = lower::fns().MPI_Neighbor_allgather else {
+        drop(_g);
+        return errors::missing("MPI_Neighbor_allgather");
+    };
     // SAFETY: `f` is the real library's MPI_Neighbor_allgather, resolved under the C signature of
     // the ABI table that this wrapper's signature is generated from; handles were translated inside
     // the gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -1934,7 +2192,10 @@ pub unsafe fn MPI_Neighbor_allgather_c(sendbuf: *const c_void, sendcount: MPI_Co
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Neighbor_allgather_c else { return errors::missing("MPI_Neighbor_allgather_c") };
+    let Some(f) = lower::fns().MPI_Neighbor_allgather_c else {
+        drop(_g);
+        return errors::missing("MPI_Neighbor_allgather_c");
+    };
     // SAFETY: `f` is the real library's MPI_Neighbor_allgather_c, resolved under the C signature of
     // the ABI table that this wrapper's signature is generated from; handles were translated inside
     // the gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -1953,7 +2214,10 @@ pub unsafe fn MPI_Neighbor_allgather_init(sendbuf: *const c_void, sendcount: c_i
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Neighbor_allgather_init else { return errors::missing("MPI_Neighbor_allgather_init") };
+    let Some(f) = lower::fns().MPI_Neighbor_allgather_init else {
+        drop(_g);
+        return errors::missing("MPI_Neighbor_allgather_init");
+    };
     // SAFETY: `f` is the real library's MPI_Neighbor_allgather_init, resolved under the C signature
     // of the ABI table that this wrapper's signature is generated from; handles were translated
     // inside the gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are
@@ -1978,7 +2242,10 @@ pub unsafe fn MPI_Neighbor_allgather_init_c(sendbuf: *const c_void, sendcount: M
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Neighbor_allgather_init_c else { return errors::missing("MPI_Neighbor_allgather_init_c") };
+    let Some(f) = lower::fns().MPI_Neighbor_allgather_init_c else {
+        drop(_g);
+        return errors::missing("MPI_Neighbor_allgather_init_c");
+    };
     // SAFETY: `f` is the real library's MPI_Neighbor_allgather_init_c, resolved under the C
     // signature of the ABI table that this wrapper's signature is generated from; handles were
     // translated inside the gate, so no renewal replaced them since; the pointers (`sendbuf`,
@@ -2001,7 +2268,10 @@ pub unsafe fn MPI_Neighbor_allgatherv(sendbuf: *const c_void, sendcount: c_int, 
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Neighbor_allgatherv else { return errors::missing("MPI_Neighbor_allgatherv") };
+    let Some(f) = lower::fns().MPI_Neighbor_allgatherv else {
+        drop(_g);
+        return errors::missing("MPI_Neighbor_allgatherv");
+    };
     // SAFETY: `f` is the real library's MPI_Neighbor_allgatherv, resolved under the C signature of
     // the ABI table that this wrapper's signature is generated from; handles were translated inside
     // the gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`,
@@ -2019,7 +2289,10 @@ pub unsafe fn MPI_Neighbor_allgatherv_c(sendbuf: *const c_void, sendcount: MPI_C
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Neighbor_allgatherv_c else { return errors::missing("MPI_Neighbor_allgatherv_c") };
+    let Some(f) = lower::fns().MPI_Neighbor_allgatherv_c else {
+        drop(_g);
+        return errors::missing("MPI_Neighbor_allgatherv_c");
+    };
     // SAFETY: `f` is the real library's MPI_Neighbor_allgatherv_c, resolved under the C signature
     // of the ABI table that this wrapper's signature is generated from; handles were translated
     // inside the gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`,
@@ -2039,7 +2312,10 @@ pub unsafe fn MPI_Neighbor_allgatherv_init(sendbuf: *const c_void, sendcount: c_
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Neighbor_allgatherv_init else { return errors::missing("MPI_Neighbor_allgatherv_init") };
+    let Some(f) = lower::fns().MPI_Neighbor_allgatherv_init else {
+        drop(_g);
+        return errors::missing("MPI_Neighbor_allgatherv_init");
+    };
     // SAFETY: `f` is the real library's MPI_Neighbor_allgatherv_init, resolved under the C
     // signature of the ABI table that this wrapper's signature is generated from; handles were
     // translated inside the gate, so no renewal replaced them since; the pointers (`sendbuf`,
@@ -2064,7 +2340,10 @@ pub unsafe fn MPI_Neighbor_allgatherv_init_c(sendbuf: *const c_void, sendcount: 
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Neighbor_allgatherv_init_c else { return errors::missing("MPI_Neighbor_allgatherv_init_c") };
+    let Some(f) = lower::fns().MPI_Neighbor_allgatherv_init_c else {
+        drop(_g);
+        return errors::missing("MPI_Neighbor_allgatherv_init_c");
+    };
     // SAFETY: `f` is the real library's MPI_Neighbor_allgatherv_init_c, resolved under the C
     // signature of the ABI table that this wrapper's signature is generated from; handles were
     // translated inside the gate, so no renewal replaced them since; the pointers (`sendbuf`,
@@ -2087,7 +2366,10 @@ pub unsafe fn MPI_Neighbor_alltoall(sendbuf: *const c_void, sendcount: c_int, se
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Neighbor_alltoall else { return errors::missing("MPI_Neighbor_alltoall") };
+    let Some(f) = lower::fns().MPI_Neighbor_alltoall else {
+        drop(_g);
+        return errors::missing("MPI_Neighbor_alltoall");
+    };
     // SAFETY: `f` is the real library's MPI_Neighbor_alltoall, resolved under the C signature of
     // the ABI table that this wrapper's signature is generated from; handles were translated inside
     // the gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -2104,7 +2386,10 @@ pub unsafe fn MPI_Neighbor_alltoall_c(sendbuf: *const c_void, sendcount: MPI_Cou
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Neighbor_alltoall_c else { return errors::missing("MPI_Neighbor_alltoall_c") };
+    let Some(f) = lower::fns().MPI_Neighbor_alltoall_c else {
+        drop(_g);
+        return errors::missing("MPI_Neighbor_alltoall_c");
+    };
     // SAFETY: `f` is the real library's MPI_Neighbor_alltoall_c, resolved under the C signature of
     // the ABI table that this wrapper's signature is generated from; handles were translated inside
     // the gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -2123,7 +2408,10 @@ pub unsafe fn MPI_Neighbor_alltoall_init(sendbuf: *const c_void, sendcount: c_in
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Neighbor_alltoall_init else { return errors::missing("MPI_Neighbor_alltoall_init") };
+    let Some(f) = lower::fns().MPI_Neighbor_alltoall_init else {
+        drop(_g);
+        return errors::missing("MPI_Neighbor_alltoall_init");
+    };
     // SAFETY: `f` is the real library's MPI_Neighbor_alltoall_init, resolved under the C signature
     // of the ABI table that this wrapper's signature is generated from; handles were translated
     // inside the gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are
@@ -2148,7 +2436,10 @@ pub unsafe fn MPI_Neighbor_alltoall_init_c(sendbuf: *const c_void, sendcount: MP
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Neighbor_alltoall_init_c else { return errors::missing("MPI_Neighbor_alltoall_init_c") };
+    let Some(f) = lower::fns().MPI_Neighbor_alltoall_init_c else {
+        drop(_g);
+        return errors::missing("MPI_Neighbor_alltoall_init_c");
+    };
     // SAFETY: `f` is the real library's MPI_Neighbor_alltoall_init_c, resolved under the C
     // signature of the ABI table that this wrapper's signature is generated from; handles were
     // translated inside the gate, so no renewal replaced them since; the pointers (`sendbuf`,
@@ -2171,7 +2462,10 @@ pub unsafe fn MPI_Neighbor_alltoallv(sendbuf: *const c_void, sendcounts: *const 
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Neighbor_alltoallv else { return errors::missing("MPI_Neighbor_alltoallv") };
+    let Some(f) = lower::fns().MPI_Neighbor_alltoallv else {
+        drop(_g);
+        return errors::missing("MPI_Neighbor_alltoallv");
+    };
     // SAFETY: `f` is the real library's MPI_Neighbor_alltoallv, resolved under the C signature of
     // the ABI table that this wrapper's signature is generated from; handles were translated inside
     // the gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`,
@@ -2189,7 +2483,10 @@ pub unsafe fn MPI_Neighbor_alltoallv_c(sendbuf: *const c_void, sendcounts: *cons
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Neighbor_alltoallv_c else { return errors::missing("MPI_Neighbor_alltoallv_c") };
+    let Some(f) = lower::fns().MPI_Neighbor_alltoallv_c else {
+        drop(_g);
+        return errors::missing("MPI_Neighbor_alltoallv_c");
+    };
     // SAFETY: `f` is the real library's MPI_Neighbor_alltoallv_c, resolved under the C signature of
     // the ABI table that this wrapper's signature is generated from; handles were translated inside
     // the gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`,
@@ -2209,7 +2506,10 @@ pub unsafe fn MPI_Neighbor_alltoallv_init(sendbuf: *const c_void, sendcounts: *c
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Neighbor_alltoallv_init else { return errors::missing("MPI_Neighbor_alltoallv_init") };
+    let Some(f) = lower::fns().MPI_Neighbor_alltoallv_init else {
+        drop(_g);
+        return errors::missing("MPI_Neighbor_alltoallv_init");
+    };
     // SAFETY: `f` is the real library's MPI_Neighbor_alltoallv_init, resolved under the C signature
     // of the ABI table that this wrapper's signature is generated from; handles were translated
     // inside the gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`,
@@ -2234,7 +2534,10 @@ pub unsafe fn MPI_Neighbor_alltoallv_init_c(sendbuf: *const c_void, sendcounts: 
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Neighbor_alltoallv_init_c else { return errors::missing("MPI_Neighbor_alltoallv_init_c") };
+    let Some(f) = lower::fns().MPI_Neighbor_alltoallv_init_c else {
+        drop(_g);
+        return errors::missing("MPI_Neighbor_alltoallv_init_c");
+    };
     // SAFETY: `f` is the real library's MPI_Neighbor_alltoallv_init_c, resolved under the C
     // signature of the ABI table that this wrapper's signature is generated from; handles were
     // translated inside the gate, so no renewal replaced them since; the pointers (`sendbuf`,
@@ -2261,7 +2564,10 @@ pub unsafe fn MPI_Neighbor_alltoallw(sendbuf: *const c_void, sendcounts: *const 
     // function's safety contract), which is what `coll_types` reads.
     let recvtypes_v = unsafe { crate::face::api::coll_types(recvtypes, conv::comm(comm), crate::face::api::Side::Recv, true) };
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Neighbor_alltoallw else { return errors::missing("MPI_Neighbor_alltoallw") };
+    let Some(f) = lower::fns().MPI_Neighbor_alltoallw else {
+        drop(_g);
+        return errors::missing("MPI_Neighbor_alltoallw");
+    };
     // SAFETY: `f` is the real library's MPI_Neighbor_alltoallw, resolved under the C signature of
     // the ABI table that this wrapper's signature is generated from; handles were translated inside
     // the gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`,
@@ -2283,7 +2589,10 @@ pub unsafe fn MPI_Neighbor_alltoallw_c(sendbuf: *const c_void, sendcounts: *cons
     // function's safety contract), which is what `coll_types` reads.
     let recvtypes_v = unsafe { crate::face::api::coll_types(recvtypes, conv::comm(comm), crate::face::api::Side::Recv, true) };
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Neighbor_alltoallw_c else { return errors::missing("MPI_Neighbor_alltoallw_c") };
+    let Some(f) = lower::fns().MPI_Neighbor_alltoallw_c else {
+        drop(_g);
+        return errors::missing("MPI_Neighbor_alltoallw_c");
+    };
     // SAFETY: `f` is the real library's MPI_Neighbor_alltoallw_c, resolved under the C signature of
     // the ABI table that this wrapper's signature is generated from; handles were translated inside
     // the gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`,
@@ -2307,7 +2616,10 @@ pub unsafe fn MPI_Neighbor_alltoallw_init(sendbuf: *const c_void, sendcounts: *c
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Neighbor_alltoallw_init else { return errors::missing("MPI_Neighbor_alltoallw_init") };
+    let Some(f) = lower::fns().MPI_Neighbor_alltoallw_init else {
+        drop(_g);
+        return errors::missing("MPI_Neighbor_alltoallw_init");
+    };
     // SAFETY: `f` is the real library's MPI_Neighbor_alltoallw_init, resolved under the C signature
     // of the ABI table that this wrapper's signature is generated from; handles were translated
     // inside the gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`,
@@ -2336,7 +2648,10 @@ pub unsafe fn MPI_Neighbor_alltoallw_init_c(sendbuf: *const c_void, sendcounts: 
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Neighbor_alltoallw_init_c else { return errors::missing("MPI_Neighbor_alltoallw_init_c") };
+    let Some(f) = lower::fns().MPI_Neighbor_alltoallw_init_c else {
+        drop(_g);
+        return errors::missing("MPI_Neighbor_alltoallw_init_c");
+    };
     // SAFETY: `f` is the real library's MPI_Neighbor_alltoallw_init_c, resolved under the C
     // signature of the ABI table that this wrapper's signature is generated from; handles were
     // translated inside the gate, so no renewal replaced them since; the pointers (`sendbuf`,
@@ -2359,7 +2674,10 @@ pub unsafe fn MPI_Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Reduce else { return errors::missing("MPI_Reduce") };
+    let Some(f) = lower::fns().MPI_Reduce else {
+        drop(_g);
+        return errors::missing("MPI_Reduce");
+    };
     // SAFETY: `f` is the real library's MPI_Reduce, resolved under the C signature of the ABI table
     // that this wrapper's signature is generated from; handles were translated inside the gate, so
     // no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the caller's, valid
@@ -2376,7 +2694,10 @@ pub unsafe fn MPI_Reduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: 
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Reduce_c else { return errors::missing("MPI_Reduce_c") };
+    let Some(f) = lower::fns().MPI_Reduce_c else {
+        drop(_g);
+        return errors::missing("MPI_Reduce_c");
+    };
     // SAFETY: `f` is the real library's MPI_Reduce_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -2395,7 +2716,10 @@ pub unsafe fn MPI_Reduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, coun
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Reduce_init else { return errors::missing("MPI_Reduce_init") };
+    let Some(f) = lower::fns().MPI_Reduce_init else {
+        drop(_g);
+        return errors::missing("MPI_Reduce_init");
+    };
     // SAFETY: `f` is the real library's MPI_Reduce_init, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -2419,7 +2743,10 @@ pub unsafe fn MPI_Reduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, co
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Reduce_init_c else { return errors::missing("MPI_Reduce_init_c") };
+    let Some(f) = lower::fns().MPI_Reduce_init_c else {
+        drop(_g);
+        return errors::missing("MPI_Reduce_init_c");
+    };
     // SAFETY: `f` is the real library's MPI_Reduce_init_c, resolved under the C signature of the
     // ABI table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -2441,7 +2768,10 @@ pub unsafe fn MPI_Reduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, r
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Reduce_scatter else { return errors::missing("MPI_Reduce_scatter") };
+    let Some(f) = lower::fns().MPI_Reduce_scatter else {
+        drop(_g);
+        return errors::missing("MPI_Reduce_scatter");
+    };
     // SAFETY: `f` is the real library's MPI_Reduce_scatter, resolved under the C signature of the
     // ABI table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`, `recvcounts`)
@@ -2459,7 +2789,10 @@ pub unsafe fn MPI_Reduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_v
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Reduce_scatter_block else { return errors::missing("MPI_Reduce_scatter_block") };
+    let Some(f) = lower::fns().MPI_Reduce_scatter_block else {
+        drop(_g);
+        return errors::missing("MPI_Reduce_scatter_block");
+    };
     // SAFETY: `f` is the real library's MPI_Reduce_scatter_block, resolved under the C signature of
     // the ABI table that this wrapper's signature is generated from; handles were translated inside
     // the gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -2476,7 +2809,10 @@ pub unsafe fn MPI_Reduce_scatter_block_c(sendbuf: *const c_void, recvbuf: *mut c
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Reduce_scatter_block_c else { return errors::missing("MPI_Reduce_scatter_block_c") };
+    let Some(f) = lower::fns().MPI_Reduce_scatter_block_c else {
+        drop(_g);
+        return errors::missing("MPI_Reduce_scatter_block_c");
+    };
     // SAFETY: `f` is the real library's MPI_Reduce_scatter_block_c, resolved under the C signature
     // of the ABI table that this wrapper's signature is generated from; handles were translated
     // inside the gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are
@@ -2496,7 +2832,10 @@ pub unsafe fn MPI_Reduce_scatter_block_init(sendbuf: *const c_void, recvbuf: *mu
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Reduce_scatter_block_init else { return errors::missing("MPI_Reduce_scatter_block_init") };
+    let Some(f) = lower::fns().MPI_Reduce_scatter_block_init else {
+        drop(_g);
+        return errors::missing("MPI_Reduce_scatter_block_init");
+    };
     // SAFETY: `f` is the real library's MPI_Reduce_scatter_block_init, resolved under the C
     // signature of the ABI table that this wrapper's signature is generated from; handles were
     // translated inside the gate, so no renewal replaced them since; the pointers (`sendbuf`,
@@ -2521,7 +2860,10 @@ pub unsafe fn MPI_Reduce_scatter_block_init_c(sendbuf: *const c_void, recvbuf: *
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Reduce_scatter_block_init_c else { return errors::missing("MPI_Reduce_scatter_block_init_c") };
+    let Some(f) = lower::fns().MPI_Reduce_scatter_block_init_c else {
+        drop(_g);
+        return errors::missing("MPI_Reduce_scatter_block_init_c");
+    };
     // SAFETY: `f` is the real library's MPI_Reduce_scatter_block_init_c, resolved under the C
     // signature of the ABI table that this wrapper's signature is generated from; handles were
     // translated inside the gate, so no renewal replaced them since; the pointers (`sendbuf`,
@@ -2544,7 +2886,10 @@ pub unsafe fn MPI_Reduce_scatter_c(sendbuf: *const c_void, recvbuf: *mut c_void,
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Reduce_scatter_c else { return errors::missing("MPI_Reduce_scatter_c") };
+    let Some(f) = lower::fns().MPI_Reduce_scatter_c else {
+        drop(_g);
+        return errors::missing("MPI_Reduce_scatter_c");
+    };
     // SAFETY: `f` is the real library's MPI_Reduce_scatter_c, resolved under the C signature of the
     // ABI table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`, `recvcounts`)
@@ -2564,7 +2909,10 @@ pub unsafe fn MPI_Reduce_scatter_init(sendbuf: *const c_void, recvbuf: *mut c_vo
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Reduce_scatter_init else { return errors::missing("MPI_Reduce_scatter_init") };
+    let Some(f) = lower::fns().MPI_Reduce_scatter_init else {
+        drop(_g);
+        return errors::missing("MPI_Reduce_scatter_init");
+    };
     // SAFETY: `f` is the real library's MPI_Reduce_scatter_init, resolved under the C signature of
     // the ABI table that this wrapper's signature is generated from; handles were translated inside
     // the gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`,
@@ -2589,7 +2937,10 @@ pub unsafe fn MPI_Reduce_scatter_init_c(sendbuf: *const c_void, recvbuf: *mut c_
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Reduce_scatter_init_c else { return errors::missing("MPI_Reduce_scatter_init_c") };
+    let Some(f) = lower::fns().MPI_Reduce_scatter_init_c else {
+        drop(_g);
+        return errors::missing("MPI_Reduce_scatter_init_c");
+    };
     // SAFETY: `f` is the real library's MPI_Reduce_scatter_init_c, resolved under the C signature
     // of the ABI table that this wrapper's signature is generated from; handles were translated
     // inside the gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`,
@@ -2612,7 +2963,10 @@ pub unsafe fn MPI_Scan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_in
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Scan else { return errors::missing("MPI_Scan") };
+    let Some(f) = lower::fns().MPI_Scan else {
+        drop(_g);
+        return errors::missing("MPI_Scan");
+    };
     // SAFETY: `f` is the real library's MPI_Scan, resolved under the C signature of the ABI table
     // that this wrapper's signature is generated from; handles were translated inside the gate, so
     // no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the caller's, valid
@@ -2629,7 +2983,10 @@ pub unsafe fn MPI_Scan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MP
     let datatype_r = conv::datatype(datatype);
     let op_r = conv::op(op);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Scan_c else { return errors::missing("MPI_Scan_c") };
+    let Some(f) = lower::fns().MPI_Scan_c else {
+        drop(_g);
+        return errors::missing("MPI_Scan_c");
+    };
     // SAFETY: `f` is the real library's MPI_Scan_c, resolved under the C signature of the ABI table
     // that this wrapper's signature is generated from; handles were translated inside the gate, so
     // no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the caller's, valid
@@ -2648,7 +3005,10 @@ pub unsafe fn MPI_Scan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count:
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Scan_init else { return errors::missing("MPI_Scan_init") };
+    let Some(f) = lower::fns().MPI_Scan_init else {
+        drop(_g);
+        return errors::missing("MPI_Scan_init");
+    };
     // SAFETY: `f` is the real library's MPI_Scan_init, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -2672,7 +3032,10 @@ pub unsafe fn MPI_Scan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, coun
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Scan_init_c else { return errors::missing("MPI_Scan_init_c") };
+    let Some(f) = lower::fns().MPI_Scan_init_c else {
+        drop(_g);
+        return errors::missing("MPI_Scan_init_c");
+    };
     // SAFETY: `f` is the real library's MPI_Scan_init_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -2694,7 +3057,10 @@ pub unsafe fn MPI_Scatter(sendbuf: *const c_void, sendcount: c_int, sendtype: MP
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Scatter else { return errors::missing("MPI_Scatter") };
+    let Some(f) = lower::fns().MPI_Scatter else {
+        drop(_g);
+        return errors::missing("MPI_Scatter");
+    };
     // SAFETY: `f` is the real library's MPI_Scatter, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -2711,7 +3077,10 @@ pub unsafe fn MPI_Scatter_c(sendbuf: *const c_void, sendcount: MPI_Count, sendty
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Scatter_c else { return errors::missing("MPI_Scatter_c") };
+    let Some(f) = lower::fns().MPI_Scatter_c else {
+        drop(_g);
+        return errors::missing("MPI_Scatter_c");
+    };
     // SAFETY: `f` is the real library's MPI_Scatter_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -2730,7 +3099,10 @@ pub unsafe fn MPI_Scatter_init(sendbuf: *const c_void, sendcount: c_int, sendtyp
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Scatter_init else { return errors::missing("MPI_Scatter_init") };
+    let Some(f) = lower::fns().MPI_Scatter_init else {
+        drop(_g);
+        return errors::missing("MPI_Scatter_init");
+    };
     // SAFETY: `f` is the real library's MPI_Scatter_init, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -2754,7 +3126,10 @@ pub unsafe fn MPI_Scatter_init_c(sendbuf: *const c_void, sendcount: MPI_Count, s
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Scatter_init_c else { return errors::missing("MPI_Scatter_init_c") };
+    let Some(f) = lower::fns().MPI_Scatter_init_c else {
+        drop(_g);
+        return errors::missing("MPI_Scatter_init_c");
+    };
     // SAFETY: `f` is the real library's MPI_Scatter_init_c, resolved under the C signature of the
     // ABI table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `recvbuf`) are the
@@ -2776,7 +3151,10 @@ pub unsafe fn MPI_Scatterv(sendbuf: *const c_void, sendcounts: *const c_int, dis
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Scatterv else { return errors::missing("MPI_Scatterv") };
+    let Some(f) = lower::fns().MPI_Scatterv else {
+        drop(_g);
+        return errors::missing("MPI_Scatterv");
+    };
     // SAFETY: `f` is the real library's MPI_Scatterv, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`, `displs`,
@@ -2794,7 +3172,10 @@ pub unsafe fn MPI_Scatterv_c(sendbuf: *const c_void, sendcounts: *const MPI_Coun
     let sendtype_r = conv::datatype(sendtype);
     let recvtype_r = conv::datatype(recvtype);
     let comm_r = conv::comm(comm);
-    let Some(f) = lower::fns().MPI_Scatterv_c else { return errors::missing("MPI_Scatterv_c") };
+    let Some(f) = lower::fns().MPI_Scatterv_c else {
+        drop(_g);
+        return errors::missing("MPI_Scatterv_c");
+    };
     // SAFETY: `f` is the real library's MPI_Scatterv_c, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`, `displs`,
@@ -2814,7 +3195,10 @@ pub unsafe fn MPI_Scatterv_init(sendbuf: *const c_void, sendcounts: *const c_int
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Scatterv_init else { return errors::missing("MPI_Scatterv_init") };
+    let Some(f) = lower::fns().MPI_Scatterv_init else {
+        drop(_g);
+        return errors::missing("MPI_Scatterv_init");
+    };
     // SAFETY: `f` is the real library's MPI_Scatterv_init, resolved under the C signature of the
     // ABI table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`, `displs`,
@@ -2839,7 +3223,10 @@ pub unsafe fn MPI_Scatterv_init_c(sendbuf: *const c_void, sendcounts: *const MPI
     let comm_r = conv::comm(comm);
     let info_r = conv::info(info);
     let mut request_r: MPI_Request = MPI_REQUEST_NULL;
-    let Some(f) = lower::fns().MPI_Scatterv_init_c else { return errors::missing("MPI_Scatterv_init_c") };
+    let Some(f) = lower::fns().MPI_Scatterv_init_c else {
+        drop(_g);
+        return errors::missing("MPI_Scatterv_init_c");
+    };
     // SAFETY: `f` is the real library's MPI_Scatterv_init_c, resolved under the C signature of the
     // ABI table that this wrapper's signature is generated from; handles were translated inside the
     // gate, so no renewal replaced them since; the pointers (`sendbuf`, `sendcounts`, `displs`,

@@ -17,20 +17,20 @@ pub unsafe extern "C" fn PMPI_Abi_get_fortran_booleans(logical_size: c_int, logi
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Abi_get_fortran_info(info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Abi_get_fortran_info", c_int, crate::face::api::MPI_Abi_get_fortran_info(info))
+    ffi_boundary!("MPI_Abi_get_fortran_info", c_int, crate::face::gen::create::MPI_Abi_get_fortran_info(info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Abi_get_fortran_info(info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Abi_get_fortran_info", c_int, crate::face::api::MPI_Abi_get_fortran_info(info))
+    ffi_boundary!("MPI_Abi_get_fortran_info", c_int, crate::face::gen::create::MPI_Abi_get_fortran_info(info))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Abi_get_info(info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Abi_get_info", c_int, crate::face::api::MPI_Abi_get_info(info))
+    ffi_boundary!("MPI_Abi_get_info", c_int, crate::face::gen::create::MPI_Abi_get_info(info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Abi_get_info(info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Abi_get_info", c_int, crate::face::api::MPI_Abi_get_info(info))
+    ffi_boundary!("MPI_Abi_get_info", c_int, crate::face::gen::create::MPI_Abi_get_info(info))
 }
 
 #[no_mangle]
@@ -557,11 +557,11 @@ pub unsafe extern "C" fn PMPI_Cart_coords(comm: MPI_Comm, rank: c_int, maxdims: 
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Cart_create(comm_old: MPI_Comm, ndims: c_int, dims: *const c_int, periods: *const c_int, reorder: c_int, comm_cart: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Cart_create", c_int, crate::face::api::MPI_Cart_create(comm_old, ndims, dims, periods, reorder, comm_cart))
+    ffi_boundary!("MPI_Cart_create", c_int, crate::face::gen::create::MPI_Cart_create(comm_old, ndims, dims, periods, reorder, comm_cart))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Cart_create(comm_old: MPI_Comm, ndims: c_int, dims: *const c_int, periods: *const c_int, reorder: c_int, comm_cart: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Cart_create", c_int, crate::face::api::MPI_Cart_create(comm_old, ndims, dims, periods, reorder, comm_cart))
+    ffi_boundary!("MPI_Cart_create", c_int, crate::face::gen::create::MPI_Cart_create(comm_old, ndims, dims, periods, reorder, comm_cart))
 }
 
 #[no_mangle]
@@ -602,11 +602,11 @@ pub unsafe extern "C" fn PMPI_Cart_shift(comm: MPI_Comm, direction: c_int, disp:
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Cart_sub(comm: MPI_Comm, remain_dims: *const c_int, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Cart_sub", c_int, crate::face::api::MPI_Cart_sub(comm, remain_dims, newcomm))
+    ffi_boundary!("MPI_Cart_sub", c_int, crate::face::gen::create::MPI_Cart_sub(comm, remain_dims, newcomm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Cart_sub(comm: MPI_Comm, remain_dims: *const c_int, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Cart_sub", c_int, crate::face::api::MPI_Cart_sub(comm, remain_dims, newcomm))
+    ffi_boundary!("MPI_Cart_sub", c_int, crate::face::gen::create::MPI_Cart_sub(comm, remain_dims, newcomm))
 }
 
 #[no_mangle]
@@ -692,11 +692,11 @@ pub unsafe extern "C" fn PMPI_Comm_connect(port_name: *const c_char, info: MPI_I
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_create(comm: MPI_Comm, group: MPI_Group, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_create", c_int, crate::face::api::MPI_Comm_create(comm, group, newcomm))
+    ffi_boundary!("MPI_Comm_create", c_int, crate::face::gen::create::MPI_Comm_create(comm, group, newcomm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_create(comm: MPI_Comm, group: MPI_Group, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_create", c_int, crate::face::api::MPI_Comm_create(comm, group, newcomm))
+    ffi_boundary!("MPI_Comm_create", c_int, crate::face::gen::create::MPI_Comm_create(comm, group, newcomm))
 }
 
 #[no_mangle]
@@ -773,20 +773,20 @@ pub unsafe extern "C" fn PMPI_Comm_disconnect(comm: *mut MPI_Comm) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_dup(comm: MPI_Comm, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_dup", c_int, crate::face::api::MPI_Comm_dup(comm, newcomm))
+    ffi_boundary!("MPI_Comm_dup", c_int, crate::face::gen::create::MPI_Comm_dup(comm, newcomm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_dup(comm: MPI_Comm, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_dup", c_int, crate::face::api::MPI_Comm_dup(comm, newcomm))
+    ffi_boundary!("MPI_Comm_dup", c_int, crate::face::gen::create::MPI_Comm_dup(comm, newcomm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_dup_with_info(comm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_dup_with_info", c_int, crate::face::api::MPI_Comm_dup_with_info(comm, info, newcomm))
+    ffi_boundary!("MPI_Comm_dup_with_info", c_int, crate::face::gen::create::MPI_Comm_dup_with_info(comm, info, newcomm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_dup_with_info(comm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_dup_with_info", c_int, crate::face::api::MPI_Comm_dup_with_info(comm, info, newcomm))
+    ffi_boundary!("MPI_Comm_dup_with_info", c_int, crate::face::gen::create::MPI_Comm_dup_with_info(comm, info, newcomm))
 }
 
 #[no_mangle]
@@ -854,11 +854,11 @@ pub unsafe extern "C" fn PMPI_Comm_get_errhandler(comm: MPI_Comm, errhandler: *m
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_get_info(comm: MPI_Comm, info_used: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Comm_get_info", c_int, crate::face::api::MPI_Comm_get_info(comm, info_used))
+    ffi_boundary!("MPI_Comm_get_info", c_int, crate::face::gen::create::MPI_Comm_get_info(comm, info_used))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_get_info(comm: MPI_Comm, info_used: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Comm_get_info", c_int, crate::face::api::MPI_Comm_get_info(comm, info_used))
+    ffi_boundary!("MPI_Comm_get_info", c_int, crate::face::gen::create::MPI_Comm_get_info(comm, info_used))
 }
 
 #[no_mangle]
@@ -881,11 +881,11 @@ pub unsafe extern "C" fn PMPI_Comm_get_parent(parent: *mut MPI_Comm) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_group(comm: MPI_Comm, group: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Comm_group", c_int, crate::face::api::MPI_Comm_group(comm, group))
+    ffi_boundary!("MPI_Comm_group", c_int, crate::face::gen::create::MPI_Comm_group(comm, group))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_group(comm: MPI_Comm, group: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Comm_group", c_int, crate::face::api::MPI_Comm_group(comm, group))
+    ffi_boundary!("MPI_Comm_group", c_int, crate::face::gen::create::MPI_Comm_group(comm, group))
 }
 
 #[no_mangle]
@@ -935,11 +935,11 @@ pub unsafe extern "C" fn PMPI_Comm_rank(comm: MPI_Comm, rank: *mut c_int) -> c_i
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_remote_group(comm: MPI_Comm, group: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Comm_remote_group", c_int, crate::face::api::MPI_Comm_remote_group(comm, group))
+    ffi_boundary!("MPI_Comm_remote_group", c_int, crate::face::gen::create::MPI_Comm_remote_group(comm, group))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_remote_group(comm: MPI_Comm, group: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Comm_remote_group", c_int, crate::face::api::MPI_Comm_remote_group(comm, group))
+    ffi_boundary!("MPI_Comm_remote_group", c_int, crate::face::gen::create::MPI_Comm_remote_group(comm, group))
 }
 
 #[no_mangle]
@@ -1016,20 +1016,20 @@ pub unsafe extern "C" fn PMPI_Comm_spawn_multiple(count: c_int, array_of_command
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_split(comm: MPI_Comm, color: c_int, key: c_int, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_split", c_int, crate::face::api::MPI_Comm_split(comm, color, key, newcomm))
+    ffi_boundary!("MPI_Comm_split", c_int, crate::face::gen::create::MPI_Comm_split(comm, color, key, newcomm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_split(comm: MPI_Comm, color: c_int, key: c_int, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_split", c_int, crate::face::api::MPI_Comm_split(comm, color, key, newcomm))
+    ffi_boundary!("MPI_Comm_split", c_int, crate::face::gen::create::MPI_Comm_split(comm, color, key, newcomm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_split_type(comm: MPI_Comm, split_type: c_int, key: c_int, info: MPI_Info, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_split_type", c_int, crate::face::api::MPI_Comm_split_type(comm, split_type, key, info, newcomm))
+    ffi_boundary!("MPI_Comm_split_type", c_int, crate::face::gen::create::MPI_Comm_split_type(comm, split_type, key, info, newcomm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_split_type(comm: MPI_Comm, split_type: c_int, key: c_int, info: MPI_Info, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_split_type", c_int, crate::face::api::MPI_Comm_split_type(comm, split_type, key, info, newcomm))
+    ffi_boundary!("MPI_Comm_split_type", c_int, crate::face::gen::create::MPI_Comm_split_type(comm, split_type, key, info, newcomm))
 }
 
 #[no_mangle]
@@ -1070,20 +1070,20 @@ pub unsafe extern "C" fn PMPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mu
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Dist_graph_create(comm_old: MPI_Comm, n: c_int, sources: *const c_int, degrees: *const c_int, destinations: *const c_int, weights: *const c_int, info: MPI_Info, reorder: c_int, comm_dist_graph: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Dist_graph_create", c_int, crate::face::api::MPI_Dist_graph_create(comm_old, n, sources, degrees, destinations, weights, info, reorder, comm_dist_graph))
+    ffi_boundary!("MPI_Dist_graph_create", c_int, crate::face::gen::create::MPI_Dist_graph_create(comm_old, n, sources, degrees, destinations, weights, info, reorder, comm_dist_graph))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Dist_graph_create(comm_old: MPI_Comm, n: c_int, sources: *const c_int, degrees: *const c_int, destinations: *const c_int, weights: *const c_int, info: MPI_Info, reorder: c_int, comm_dist_graph: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Dist_graph_create", c_int, crate::face::api::MPI_Dist_graph_create(comm_old, n, sources, degrees, destinations, weights, info, reorder, comm_dist_graph))
+    ffi_boundary!("MPI_Dist_graph_create", c_int, crate::face::gen::create::MPI_Dist_graph_create(comm_old, n, sources, degrees, destinations, weights, info, reorder, comm_dist_graph))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Dist_graph_create_adjacent(comm_old: MPI_Comm, indegree: c_int, sources: *const c_int, sourceweights: *const c_int, outdegree: c_int, destinations: *const c_int, destweights: *const c_int, info: MPI_Info, reorder: c_int, comm_dist_graph: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Dist_graph_create_adjacent", c_int, crate::face::api::MPI_Dist_graph_create_adjacent(comm_old, indegree, sources, sourceweights, outdegree, destinations, destweights, info, reorder, comm_dist_graph))
+    ffi_boundary!("MPI_Dist_graph_create_adjacent", c_int, crate::face::gen::create::MPI_Dist_graph_create_adjacent(comm_old, indegree, sources, sourceweights, outdegree, destinations, destweights, info, reorder, comm_dist_graph))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Dist_graph_create_adjacent(comm_old: MPI_Comm, indegree: c_int, sources: *const c_int, sourceweights: *const c_int, outdegree: c_int, destinations: *const c_int, destweights: *const c_int, info: MPI_Info, reorder: c_int, comm_dist_graph: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Dist_graph_create_adjacent", c_int, crate::face::api::MPI_Dist_graph_create_adjacent(comm_old, indegree, sources, sourceweights, outdegree, destinations, destweights, info, reorder, comm_dist_graph))
+    ffi_boundary!("MPI_Dist_graph_create_adjacent", c_int, crate::face::gen::create::MPI_Dist_graph_create_adjacent(comm_old, indegree, sources, sourceweights, outdegree, destinations, destweights, info, reorder, comm_dist_graph))
 }
 
 #[no_mangle]
@@ -1340,20 +1340,20 @@ pub unsafe extern "C" fn PMPI_File_get_errhandler(file: MPI_File, errhandler: *m
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_group(fh: MPI_File, group: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_File_get_group", c_int, crate::face::api::MPI_File_get_group(fh, group))
+    ffi_boundary!("MPI_File_get_group", c_int, crate::face::gen::create::MPI_File_get_group(fh, group))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_group(fh: MPI_File, group: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_File_get_group", c_int, crate::face::api::MPI_File_get_group(fh, group))
+    ffi_boundary!("MPI_File_get_group", c_int, crate::face::gen::create::MPI_File_get_group(fh, group))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_info(fh: MPI_File, info_used: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_File_get_info", c_int, crate::face::api::MPI_File_get_info(fh, info_used))
+    ffi_boundary!("MPI_File_get_info", c_int, crate::face::gen::create::MPI_File_get_info(fh, info_used))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_info(fh: MPI_File, info_used: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_File_get_info", c_int, crate::face::api::MPI_File_get_info(fh, info_used))
+    ffi_boundary!("MPI_File_get_info", c_int, crate::face::gen::create::MPI_File_get_info(fh, info_used))
 }
 
 #[no_mangle]
@@ -2258,11 +2258,11 @@ pub unsafe extern "C" fn PMPI_Get_elements_x(status: *const MPI_Status, datatype
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_hw_resource_info(hw_info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Get_hw_resource_info", c_int, crate::face::api::MPI_Get_hw_resource_info(hw_info))
+    ffi_boundary!("MPI_Get_hw_resource_info", c_int, crate::face::gen::create::MPI_Get_hw_resource_info(hw_info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_hw_resource_info(hw_info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Get_hw_resource_info", c_int, crate::face::api::MPI_Get_hw_resource_info(hw_info))
+    ffi_boundary!("MPI_Get_hw_resource_info", c_int, crate::face::gen::create::MPI_Get_hw_resource_info(hw_info))
 }
 
 #[no_mangle]
@@ -2294,11 +2294,11 @@ pub unsafe extern "C" fn PMPI_Get_version(version: *mut c_int, subversion: *mut 
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Graph_create(comm_old: MPI_Comm, nnodes: c_int, indx: *const c_int, edges: *const c_int, reorder: c_int, comm_graph: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Graph_create", c_int, crate::face::api::MPI_Graph_create(comm_old, nnodes, indx, edges, reorder, comm_graph))
+    ffi_boundary!("MPI_Graph_create", c_int, crate::face::gen::create::MPI_Graph_create(comm_old, nnodes, indx, edges, reorder, comm_graph))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Graph_create(comm_old: MPI_Comm, nnodes: c_int, indx: *const c_int, edges: *const c_int, reorder: c_int, comm_graph: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Graph_create", c_int, crate::face::api::MPI_Graph_create(comm_old, nnodes, indx, edges, reorder, comm_graph))
+    ffi_boundary!("MPI_Graph_create", c_int, crate::face::gen::create::MPI_Graph_create(comm_old, nnodes, indx, edges, reorder, comm_graph))
 }
 
 #[no_mangle]
@@ -2384,20 +2384,20 @@ pub unsafe extern "C" fn PMPI_Group_compare(group1: MPI_Group, group2: MPI_Group
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_difference(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_difference", c_int, crate::face::api::MPI_Group_difference(group1, group2, newgroup))
+    ffi_boundary!("MPI_Group_difference", c_int, crate::face::gen::create::MPI_Group_difference(group1, group2, newgroup))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_difference(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_difference", c_int, crate::face::api::MPI_Group_difference(group1, group2, newgroup))
+    ffi_boundary!("MPI_Group_difference", c_int, crate::face::gen::create::MPI_Group_difference(group1, group2, newgroup))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_excl(group: MPI_Group, n: c_int, ranks: *const c_int, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_excl", c_int, crate::face::api::MPI_Group_excl(group, n, ranks, newgroup))
+    ffi_boundary!("MPI_Group_excl", c_int, crate::face::gen::create::MPI_Group_excl(group, n, ranks, newgroup))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_excl(group: MPI_Group, n: c_int, ranks: *const c_int, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_excl", c_int, crate::face::api::MPI_Group_excl(group, n, ranks, newgroup))
+    ffi_boundary!("MPI_Group_excl", c_int, crate::face::gen::create::MPI_Group_excl(group, n, ranks, newgroup))
 }
 
 #[no_mangle]
@@ -2420,11 +2420,11 @@ pub unsafe extern "C" fn PMPI_Group_free(group: *mut MPI_Group) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_from_session_pset(session: MPI_Session, pset_name: *const c_char, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_from_session_pset", c_int, crate::face::api::MPI_Group_from_session_pset(session, pset_name, newgroup))
+    ffi_boundary!("MPI_Group_from_session_pset", c_int, crate::face::gen::create::MPI_Group_from_session_pset(session, pset_name, newgroup))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_from_session_pset(session: MPI_Session, pset_name: *const c_char, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_from_session_pset", c_int, crate::face::api::MPI_Group_from_session_pset(session, pset_name, newgroup))
+    ffi_boundary!("MPI_Group_from_session_pset", c_int, crate::face::gen::create::MPI_Group_from_session_pset(session, pset_name, newgroup))
 }
 
 #[no_mangle]
@@ -2438,38 +2438,38 @@ pub unsafe extern "C" fn PMPI_Group_fromint(group: c_int) -> MPI_Group {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_incl(group: MPI_Group, n: c_int, ranks: *const c_int, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_incl", c_int, crate::face::api::MPI_Group_incl(group, n, ranks, newgroup))
+    ffi_boundary!("MPI_Group_incl", c_int, crate::face::gen::create::MPI_Group_incl(group, n, ranks, newgroup))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_incl(group: MPI_Group, n: c_int, ranks: *const c_int, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_incl", c_int, crate::face::api::MPI_Group_incl(group, n, ranks, newgroup))
+    ffi_boundary!("MPI_Group_incl", c_int, crate::face::gen::create::MPI_Group_incl(group, n, ranks, newgroup))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_intersection(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_intersection", c_int, crate::face::api::MPI_Group_intersection(group1, group2, newgroup))
+    ffi_boundary!("MPI_Group_intersection", c_int, crate::face::gen::create::MPI_Group_intersection(group1, group2, newgroup))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_intersection(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_intersection", c_int, crate::face::api::MPI_Group_intersection(group1, group2, newgroup))
+    ffi_boundary!("MPI_Group_intersection", c_int, crate::face::gen::create::MPI_Group_intersection(group1, group2, newgroup))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_range_excl(group: MPI_Group, n: c_int, ranges: *mut c_int, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_range_excl", c_int, crate::face::api::MPI_Group_range_excl(group, n, ranges, newgroup))
+    ffi_boundary!("MPI_Group_range_excl", c_int, crate::face::gen::create::MPI_Group_range_excl(group, n, ranges, newgroup))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_range_excl(group: MPI_Group, n: c_int, ranges: *mut c_int, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_range_excl", c_int, crate::face::api::MPI_Group_range_excl(group, n, ranges, newgroup))
+    ffi_boundary!("MPI_Group_range_excl", c_int, crate::face::gen::create::MPI_Group_range_excl(group, n, ranges, newgroup))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_range_incl(group: MPI_Group, n: c_int, ranges: *mut c_int, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_range_incl", c_int, crate::face::api::MPI_Group_range_incl(group, n, ranges, newgroup))
+    ffi_boundary!("MPI_Group_range_incl", c_int, crate::face::gen::create::MPI_Group_range_incl(group, n, ranges, newgroup))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_range_incl(group: MPI_Group, n: c_int, ranges: *mut c_int, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_range_incl", c_int, crate::face::api::MPI_Group_range_incl(group, n, ranges, newgroup))
+    ffi_boundary!("MPI_Group_range_incl", c_int, crate::face::gen::create::MPI_Group_range_incl(group, n, ranges, newgroup))
 }
 
 #[no_mangle]
@@ -2510,11 +2510,11 @@ pub unsafe extern "C" fn PMPI_Group_translate_ranks(group1: MPI_Group, n: c_int,
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_union(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_union", c_int, crate::face::api::MPI_Group_union(group1, group2, newgroup))
+    ffi_boundary!("MPI_Group_union", c_int, crate::face::gen::create::MPI_Group_union(group1, group2, newgroup))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_union(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_union", c_int, crate::face::api::MPI_Group_union(group1, group2, newgroup))
+    ffi_boundary!("MPI_Group_union", c_int, crate::face::gen::create::MPI_Group_union(group1, group2, newgroup))
 }
 
 #[no_mangle]
@@ -2852,20 +2852,20 @@ pub unsafe extern "C" fn PMPI_Info_c2f(info: MPI_Info) -> MPI_Fint {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_create(info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Info_create", c_int, crate::face::api::MPI_Info_create(info))
+    ffi_boundary!("MPI_Info_create", c_int, crate::face::gen::create::MPI_Info_create(info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_create(info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Info_create", c_int, crate::face::api::MPI_Info_create(info))
+    ffi_boundary!("MPI_Info_create", c_int, crate::face::gen::create::MPI_Info_create(info))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_create_env(argc: c_int, argv: *mut *mut c_char, info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Info_create_env", c_int, crate::face::api::MPI_Info_create_env(argc, argv, info))
+    ffi_boundary!("MPI_Info_create_env", c_int, crate::face::gen::create::MPI_Info_create_env(argc, argv, info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_create_env(argc: c_int, argv: *mut *mut c_char, info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Info_create_env", c_int, crate::face::api::MPI_Info_create_env(argc, argv, info))
+    ffi_boundary!("MPI_Info_create_env", c_int, crate::face::gen::create::MPI_Info_create_env(argc, argv, info))
 }
 
 #[no_mangle]
@@ -2879,11 +2879,11 @@ pub unsafe extern "C" fn PMPI_Info_delete(info: MPI_Info, key: *const c_char) ->
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_dup(info: MPI_Info, newinfo: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Info_dup", c_int, crate::face::api::MPI_Info_dup(info, newinfo))
+    ffi_boundary!("MPI_Info_dup", c_int, crate::face::gen::create::MPI_Info_dup(info, newinfo))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_dup(info: MPI_Info, newinfo: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Info_dup", c_int, crate::face::api::MPI_Info_dup(info, newinfo))
+    ffi_boundary!("MPI_Info_dup", c_int, crate::face::gen::create::MPI_Info_dup(info, newinfo))
 }
 
 #[no_mangle]
@@ -3023,11 +3023,11 @@ pub unsafe extern "C" fn PMPI_Intercomm_create_from_groups(local_group: MPI_Grou
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Intercomm_merge(intercomm: MPI_Comm, high: c_int, newintracomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Intercomm_merge", c_int, crate::face::api::MPI_Intercomm_merge(intercomm, high, newintracomm))
+    ffi_boundary!("MPI_Intercomm_merge", c_int, crate::face::gen::create::MPI_Intercomm_merge(intercomm, high, newintracomm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Intercomm_merge(intercomm: MPI_Comm, high: c_int, newintracomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Intercomm_merge", c_int, crate::face::api::MPI_Intercomm_merge(intercomm, high, newintracomm))
+    ffi_boundary!("MPI_Intercomm_merge", c_int, crate::face::gen::create::MPI_Intercomm_merge(intercomm, high, newintracomm))
 }
 
 #[no_mangle]
@@ -4481,11 +4481,11 @@ pub unsafe extern "C" fn PMPI_Session_get_errhandler(session: MPI_Session, errha
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_get_info(session: MPI_Session, info_used: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Session_get_info", c_int, crate::face::api::MPI_Session_get_info(session, info_used))
+    ffi_boundary!("MPI_Session_get_info", c_int, crate::face::gen::create::MPI_Session_get_info(session, info_used))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_get_info(session: MPI_Session, info_used: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Session_get_info", c_int, crate::face::api::MPI_Session_get_info(session, info_used))
+    ffi_boundary!("MPI_Session_get_info", c_int, crate::face::gen::create::MPI_Session_get_info(session, info_used))
 }
 
 #[no_mangle]
@@ -4508,11 +4508,11 @@ pub unsafe extern "C" fn PMPI_Session_get_num_psets(session: MPI_Session, info: 
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_get_pset_info(session: MPI_Session, pset_name: *const c_char, info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Session_get_pset_info", c_int, crate::face::api::MPI_Session_get_pset_info(session, pset_name, info))
+    ffi_boundary!("MPI_Session_get_pset_info", c_int, crate::face::gen::create::MPI_Session_get_pset_info(session, pset_name, info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_get_pset_info(session: MPI_Session, pset_name: *const c_char, info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Session_get_pset_info", c_int, crate::face::api::MPI_Session_get_pset_info(session, pset_name, info))
+    ffi_boundary!("MPI_Session_get_pset_info", c_int, crate::face::gen::create::MPI_Session_get_pset_info(session, pset_name, info))
 }
 
 #[no_mangle]
@@ -5282,137 +5282,137 @@ pub unsafe extern "C" fn PMPI_Type_commit(datatype: *mut MPI_Datatype) -> c_int 
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_contiguous(count: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_contiguous", c_int, crate::face::api::MPI_Type_contiguous(count, oldtype, newtype))
+    ffi_boundary!("MPI_Type_contiguous", c_int, crate::face::gen::create::MPI_Type_contiguous(count, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_contiguous(count: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_contiguous", c_int, crate::face::api::MPI_Type_contiguous(count, oldtype, newtype))
+    ffi_boundary!("MPI_Type_contiguous", c_int, crate::face::gen::create::MPI_Type_contiguous(count, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_contiguous_c(count: MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_contiguous_c", c_int, crate::face::api::MPI_Type_contiguous_c(count, oldtype, newtype))
+    ffi_boundary!("MPI_Type_contiguous_c", c_int, crate::face::gen::create::MPI_Type_contiguous_c(count, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_contiguous_c(count: MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_contiguous_c", c_int, crate::face::api::MPI_Type_contiguous_c(count, oldtype, newtype))
+    ffi_boundary!("MPI_Type_contiguous_c", c_int, crate::face::gen::create::MPI_Type_contiguous_c(count, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_darray(size: c_int, rank: c_int, ndims: c_int, array_of_gsizes: *const c_int, array_of_distribs: *const c_int, array_of_dargs: *const c_int, array_of_psizes: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_darray", c_int, crate::face::api::MPI_Type_create_darray(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_darray", c_int, crate::face::gen::create::MPI_Type_create_darray(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_darray(size: c_int, rank: c_int, ndims: c_int, array_of_gsizes: *const c_int, array_of_distribs: *const c_int, array_of_dargs: *const c_int, array_of_psizes: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_darray", c_int, crate::face::api::MPI_Type_create_darray(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_darray", c_int, crate::face::gen::create::MPI_Type_create_darray(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_darray_c(size: c_int, rank: c_int, ndims: c_int, array_of_gsizes: *const MPI_Count, array_of_distribs: *const c_int, array_of_dargs: *const c_int, array_of_psizes: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_darray_c", c_int, crate::face::api::MPI_Type_create_darray_c(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_darray_c", c_int, crate::face::gen::create::MPI_Type_create_darray_c(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_darray_c(size: c_int, rank: c_int, ndims: c_int, array_of_gsizes: *const MPI_Count, array_of_distribs: *const c_int, array_of_dargs: *const c_int, array_of_psizes: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_darray_c", c_int, crate::face::api::MPI_Type_create_darray_c(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_darray_c", c_int, crate::face::gen::create::MPI_Type_create_darray_c(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_f90_complex(p: c_int, r: c_int, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_f90_complex", c_int, crate::face::api::MPI_Type_create_f90_complex(p, r, newtype))
+    ffi_boundary!("MPI_Type_create_f90_complex", c_int, crate::face::gen::create::MPI_Type_create_f90_complex(p, r, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_f90_complex(p: c_int, r: c_int, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_f90_complex", c_int, crate::face::api::MPI_Type_create_f90_complex(p, r, newtype))
+    ffi_boundary!("MPI_Type_create_f90_complex", c_int, crate::face::gen::create::MPI_Type_create_f90_complex(p, r, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_f90_integer(r: c_int, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_f90_integer", c_int, crate::face::api::MPI_Type_create_f90_integer(r, newtype))
+    ffi_boundary!("MPI_Type_create_f90_integer", c_int, crate::face::gen::create::MPI_Type_create_f90_integer(r, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_f90_integer(r: c_int, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_f90_integer", c_int, crate::face::api::MPI_Type_create_f90_integer(r, newtype))
+    ffi_boundary!("MPI_Type_create_f90_integer", c_int, crate::face::gen::create::MPI_Type_create_f90_integer(r, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_f90_real(p: c_int, r: c_int, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_f90_real", c_int, crate::face::api::MPI_Type_create_f90_real(p, r, newtype))
+    ffi_boundary!("MPI_Type_create_f90_real", c_int, crate::face::gen::create::MPI_Type_create_f90_real(p, r, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_f90_real(p: c_int, r: c_int, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_f90_real", c_int, crate::face::api::MPI_Type_create_f90_real(p, r, newtype))
+    ffi_boundary!("MPI_Type_create_f90_real", c_int, crate::face::gen::create::MPI_Type_create_f90_real(p, r, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_hindexed(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_hindexed", c_int, crate::face::api::MPI_Type_create_hindexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_hindexed", c_int, crate::face::gen::create::MPI_Type_create_hindexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_hindexed(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_hindexed", c_int, crate::face::api::MPI_Type_create_hindexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_hindexed", c_int, crate::face::gen::create::MPI_Type_create_hindexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_hindexed_block(count: c_int, blocklength: c_int, array_of_displacements: *const MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_hindexed_block", c_int, crate::face::api::MPI_Type_create_hindexed_block(count, blocklength, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_hindexed_block", c_int, crate::face::gen::create::MPI_Type_create_hindexed_block(count, blocklength, array_of_displacements, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_hindexed_block(count: c_int, blocklength: c_int, array_of_displacements: *const MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_hindexed_block", c_int, crate::face::api::MPI_Type_create_hindexed_block(count, blocklength, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_hindexed_block", c_int, crate::face::gen::create::MPI_Type_create_hindexed_block(count, blocklength, array_of_displacements, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_hindexed_block_c(count: MPI_Count, blocklength: MPI_Count, array_of_displacements: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_hindexed_block_c", c_int, crate::face::api::MPI_Type_create_hindexed_block_c(count, blocklength, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_hindexed_block_c", c_int, crate::face::gen::create::MPI_Type_create_hindexed_block_c(count, blocklength, array_of_displacements, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_hindexed_block_c(count: MPI_Count, blocklength: MPI_Count, array_of_displacements: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_hindexed_block_c", c_int, crate::face::api::MPI_Type_create_hindexed_block_c(count, blocklength, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_hindexed_block_c", c_int, crate::face::gen::create::MPI_Type_create_hindexed_block_c(count, blocklength, array_of_displacements, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_hindexed_c(count: MPI_Count, array_of_blocklengths: *const MPI_Count, array_of_displacements: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_hindexed_c", c_int, crate::face::api::MPI_Type_create_hindexed_c(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_hindexed_c", c_int, crate::face::gen::create::MPI_Type_create_hindexed_c(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_hindexed_c(count: MPI_Count, array_of_blocklengths: *const MPI_Count, array_of_displacements: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_hindexed_c", c_int, crate::face::api::MPI_Type_create_hindexed_c(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_hindexed_c", c_int, crate::face::gen::create::MPI_Type_create_hindexed_c(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_hvector(count: c_int, blocklength: c_int, stride: MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_hvector", c_int, crate::face::api::MPI_Type_create_hvector(count, blocklength, stride, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_hvector", c_int, crate::face::gen::create::MPI_Type_create_hvector(count, blocklength, stride, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_hvector(count: c_int, blocklength: c_int, stride: MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_hvector", c_int, crate::face::api::MPI_Type_create_hvector(count, blocklength, stride, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_hvector", c_int, crate::face::gen::create::MPI_Type_create_hvector(count, blocklength, stride, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_hvector_c(count: MPI_Count, blocklength: MPI_Count, stride: MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_hvector_c", c_int, crate::face::api::MPI_Type_create_hvector_c(count, blocklength, stride, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_hvector_c", c_int, crate::face::gen::create::MPI_Type_create_hvector_c(count, blocklength, stride, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_hvector_c(count: MPI_Count, blocklength: MPI_Count, stride: MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_hvector_c", c_int, crate::face::api::MPI_Type_create_hvector_c(count, blocklength, stride, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_hvector_c", c_int, crate::face::gen::create::MPI_Type_create_hvector_c(count, blocklength, stride, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_indexed_block(count: c_int, blocklength: c_int, array_of_displacements: *const c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_indexed_block", c_int, crate::face::api::MPI_Type_create_indexed_block(count, blocklength, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_indexed_block", c_int, crate::face::gen::create::MPI_Type_create_indexed_block(count, blocklength, array_of_displacements, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_indexed_block(count: c_int, blocklength: c_int, array_of_displacements: *const c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_indexed_block", c_int, crate::face::api::MPI_Type_create_indexed_block(count, blocklength, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_indexed_block", c_int, crate::face::gen::create::MPI_Type_create_indexed_block(count, blocklength, array_of_displacements, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_indexed_block_c(count: MPI_Count, blocklength: MPI_Count, array_of_displacements: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_indexed_block_c", c_int, crate::face::api::MPI_Type_create_indexed_block_c(count, blocklength, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_indexed_block_c", c_int, crate::face::gen::create::MPI_Type_create_indexed_block_c(count, blocklength, array_of_displacements, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_indexed_block_c(count: MPI_Count, blocklength: MPI_Count, array_of_displacements: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_indexed_block_c", c_int, crate::face::api::MPI_Type_create_indexed_block_c(count, blocklength, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_indexed_block_c", c_int, crate::face::gen::create::MPI_Type_create_indexed_block_c(count, blocklength, array_of_displacements, oldtype, newtype))
 }
 
 #[no_mangle]
@@ -5426,56 +5426,56 @@ pub unsafe extern "C" fn PMPI_Type_create_keyval(type_copy_attr_fn: *mut c_void,
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_resized(oldtype: MPI_Datatype, lb: MPI_Aint, extent: MPI_Aint, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_resized", c_int, crate::face::api::MPI_Type_create_resized(oldtype, lb, extent, newtype))
+    ffi_boundary!("MPI_Type_create_resized", c_int, crate::face::gen::create::MPI_Type_create_resized(oldtype, lb, extent, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_resized(oldtype: MPI_Datatype, lb: MPI_Aint, extent: MPI_Aint, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_resized", c_int, crate::face::api::MPI_Type_create_resized(oldtype, lb, extent, newtype))
+    ffi_boundary!("MPI_Type_create_resized", c_int, crate::face::gen::create::MPI_Type_create_resized(oldtype, lb, extent, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_resized_c(oldtype: MPI_Datatype, lb: MPI_Count, extent: MPI_Count, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_resized_c", c_int, crate::face::api::MPI_Type_create_resized_c(oldtype, lb, extent, newtype))
+    ffi_boundary!("MPI_Type_create_resized_c", c_int, crate::face::gen::create::MPI_Type_create_resized_c(oldtype, lb, extent, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_resized_c(oldtype: MPI_Datatype, lb: MPI_Count, extent: MPI_Count, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_resized_c", c_int, crate::face::api::MPI_Type_create_resized_c(oldtype, lb, extent, newtype))
+    ffi_boundary!("MPI_Type_create_resized_c", c_int, crate::face::gen::create::MPI_Type_create_resized_c(oldtype, lb, extent, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_struct(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const MPI_Aint, array_of_types: *const MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_struct", c_int, crate::face::api::MPI_Type_create_struct(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype))
+    ffi_boundary!("MPI_Type_create_struct", c_int, crate::face::gen::create::MPI_Type_create_struct(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_struct(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const MPI_Aint, array_of_types: *const MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_struct", c_int, crate::face::api::MPI_Type_create_struct(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype))
+    ffi_boundary!("MPI_Type_create_struct", c_int, crate::face::gen::create::MPI_Type_create_struct(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_struct_c(count: MPI_Count, array_of_blocklengths: *const MPI_Count, array_of_displacements: *const MPI_Count, array_of_types: *const MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_struct_c", c_int, crate::face::api::MPI_Type_create_struct_c(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype))
+    ffi_boundary!("MPI_Type_create_struct_c", c_int, crate::face::gen::create::MPI_Type_create_struct_c(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_struct_c(count: MPI_Count, array_of_blocklengths: *const MPI_Count, array_of_displacements: *const MPI_Count, array_of_types: *const MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_struct_c", c_int, crate::face::api::MPI_Type_create_struct_c(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype))
+    ffi_boundary!("MPI_Type_create_struct_c", c_int, crate::face::gen::create::MPI_Type_create_struct_c(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_subarray(ndims: c_int, array_of_sizes: *const c_int, array_of_subsizes: *const c_int, array_of_starts: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_subarray", c_int, crate::face::api::MPI_Type_create_subarray(ndims, array_of_sizes, array_of_subsizes, array_of_starts, order, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_subarray", c_int, crate::face::gen::create::MPI_Type_create_subarray(ndims, array_of_sizes, array_of_subsizes, array_of_starts, order, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_subarray(ndims: c_int, array_of_sizes: *const c_int, array_of_subsizes: *const c_int, array_of_starts: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_subarray", c_int, crate::face::api::MPI_Type_create_subarray(ndims, array_of_sizes, array_of_subsizes, array_of_starts, order, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_subarray", c_int, crate::face::gen::create::MPI_Type_create_subarray(ndims, array_of_sizes, array_of_subsizes, array_of_starts, order, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_subarray_c(ndims: c_int, array_of_sizes: *const MPI_Count, array_of_subsizes: *const MPI_Count, array_of_starts: *const MPI_Count, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_subarray_c", c_int, crate::face::api::MPI_Type_create_subarray_c(ndims, array_of_sizes, array_of_subsizes, array_of_starts, order, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_subarray_c", c_int, crate::face::gen::create::MPI_Type_create_subarray_c(ndims, array_of_sizes, array_of_subsizes, array_of_starts, order, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_subarray_c(ndims: c_int, array_of_sizes: *const MPI_Count, array_of_subsizes: *const MPI_Count, array_of_starts: *const MPI_Count, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_subarray_c", c_int, crate::face::api::MPI_Type_create_subarray_c(ndims, array_of_sizes, array_of_subsizes, array_of_starts, order, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_subarray_c", c_int, crate::face::gen::create::MPI_Type_create_subarray_c(ndims, array_of_sizes, array_of_subsizes, array_of_starts, order, oldtype, newtype))
 }
 
 #[no_mangle]
@@ -5660,38 +5660,38 @@ pub unsafe extern "C" fn PMPI_Type_get_value_index(value_type: MPI_Datatype, ind
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_hindexed(count: c_int, array_of_blocklengths: *mut c_int, array_of_displacements: *mut MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_hindexed", c_int, crate::face::api::MPI_Type_hindexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_hindexed", c_int, crate::face::gen::create::MPI_Type_hindexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_hindexed(count: c_int, array_of_blocklengths: *mut c_int, array_of_displacements: *mut MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_hindexed", c_int, crate::face::api::MPI_Type_hindexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_hindexed", c_int, crate::face::gen::create::MPI_Type_hindexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_hvector(count: c_int, blocklength: c_int, stride: MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_hvector", c_int, crate::face::api::MPI_Type_hvector(count, blocklength, stride, oldtype, newtype))
+    ffi_boundary!("MPI_Type_hvector", c_int, crate::face::gen::create::MPI_Type_hvector(count, blocklength, stride, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_hvector(count: c_int, blocklength: c_int, stride: MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_hvector", c_int, crate::face::api::MPI_Type_hvector(count, blocklength, stride, oldtype, newtype))
+    ffi_boundary!("MPI_Type_hvector", c_int, crate::face::gen::create::MPI_Type_hvector(count, blocklength, stride, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_indexed(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_indexed", c_int, crate::face::api::MPI_Type_indexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_indexed", c_int, crate::face::gen::create::MPI_Type_indexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_indexed(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_indexed", c_int, crate::face::api::MPI_Type_indexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_indexed", c_int, crate::face::gen::create::MPI_Type_indexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_indexed_c(count: MPI_Count, array_of_blocklengths: *const MPI_Count, array_of_displacements: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_indexed_c", c_int, crate::face::api::MPI_Type_indexed_c(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_indexed_c", c_int, crate::face::gen::create::MPI_Type_indexed_c(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_indexed_c(count: MPI_Count, array_of_blocklengths: *const MPI_Count, array_of_displacements: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_indexed_c", c_int, crate::face::api::MPI_Type_indexed_c(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_indexed_c", c_int, crate::face::gen::create::MPI_Type_indexed_c(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
 }
 
 #[no_mangle]
@@ -5705,11 +5705,11 @@ pub unsafe extern "C" fn PMPI_Type_lb(datatype: MPI_Datatype, displacement: *mut
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_match_size(typeclass: c_int, size: c_int, datatype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_match_size", c_int, crate::face::api::MPI_Type_match_size(typeclass, size, datatype))
+    ffi_boundary!("MPI_Type_match_size", c_int, crate::face::gen::create::MPI_Type_match_size(typeclass, size, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_match_size(typeclass: c_int, size: c_int, datatype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_match_size", c_int, crate::face::api::MPI_Type_match_size(typeclass, size, datatype))
+    ffi_boundary!("MPI_Type_match_size", c_int, crate::face::gen::create::MPI_Type_match_size(typeclass, size, datatype))
 }
 
 #[no_mangle]
@@ -5759,11 +5759,11 @@ pub unsafe extern "C" fn PMPI_Type_size_x(datatype: MPI_Datatype, size: *mut MPI
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_struct(count: c_int, array_of_blocklengths: *mut c_int, array_of_displacements: *mut MPI_Aint, array_of_types: *mut MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_struct", c_int, crate::face::api::MPI_Type_struct(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype))
+    ffi_boundary!("MPI_Type_struct", c_int, crate::face::gen::create::MPI_Type_struct(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_struct(count: c_int, array_of_blocklengths: *mut c_int, array_of_displacements: *mut MPI_Aint, array_of_types: *mut MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_struct", c_int, crate::face::api::MPI_Type_struct(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype))
+    ffi_boundary!("MPI_Type_struct", c_int, crate::face::gen::create::MPI_Type_struct(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype))
 }
 
 #[no_mangle]
@@ -5786,20 +5786,20 @@ pub unsafe extern "C" fn PMPI_Type_ub(datatype: MPI_Datatype, displacement: *mut
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_vector(count: c_int, blocklength: c_int, stride: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_vector", c_int, crate::face::api::MPI_Type_vector(count, blocklength, stride, oldtype, newtype))
+    ffi_boundary!("MPI_Type_vector", c_int, crate::face::gen::create::MPI_Type_vector(count, blocklength, stride, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_vector(count: c_int, blocklength: c_int, stride: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_vector", c_int, crate::face::api::MPI_Type_vector(count, blocklength, stride, oldtype, newtype))
+    ffi_boundary!("MPI_Type_vector", c_int, crate::face::gen::create::MPI_Type_vector(count, blocklength, stride, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_vector_c(count: MPI_Count, blocklength: MPI_Count, stride: MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_vector_c", c_int, crate::face::api::MPI_Type_vector_c(count, blocklength, stride, oldtype, newtype))
+    ffi_boundary!("MPI_Type_vector_c", c_int, crate::face::gen::create::MPI_Type_vector_c(count, blocklength, stride, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_vector_c(count: MPI_Count, blocklength: MPI_Count, stride: MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_vector_c", c_int, crate::face::api::MPI_Type_vector_c(count, blocklength, stride, oldtype, newtype))
+    ffi_boundary!("MPI_Type_vector_c", c_int, crate::face::gen::create::MPI_Type_vector_c(count, blocklength, stride, oldtype, newtype))
 }
 
 #[no_mangle]
@@ -5885,38 +5885,38 @@ pub unsafe extern "C" fn PMPI_Waitsome(incount: c_int, array_of_requests: *mut M
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_allocate(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_allocate", c_int, crate::face::api::MPI_Win_allocate(size, disp_unit, info, comm, baseptr, win))
+    ffi_boundary!("MPI_Win_allocate", c_int, crate::face::gen::create::MPI_Win_allocate(size, disp_unit, info, comm, baseptr, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_allocate(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_allocate", c_int, crate::face::api::MPI_Win_allocate(size, disp_unit, info, comm, baseptr, win))
+    ffi_boundary!("MPI_Win_allocate", c_int, crate::face::gen::create::MPI_Win_allocate(size, disp_unit, info, comm, baseptr, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_allocate_c(size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_allocate_c", c_int, crate::face::api::MPI_Win_allocate_c(size, disp_unit, info, comm, baseptr, win))
+    ffi_boundary!("MPI_Win_allocate_c", c_int, crate::face::gen::create::MPI_Win_allocate_c(size, disp_unit, info, comm, baseptr, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_allocate_c(size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_allocate_c", c_int, crate::face::api::MPI_Win_allocate_c(size, disp_unit, info, comm, baseptr, win))
+    ffi_boundary!("MPI_Win_allocate_c", c_int, crate::face::gen::create::MPI_Win_allocate_c(size, disp_unit, info, comm, baseptr, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_allocate_shared(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_allocate_shared", c_int, crate::face::api::MPI_Win_allocate_shared(size, disp_unit, info, comm, baseptr, win))
+    ffi_boundary!("MPI_Win_allocate_shared", c_int, crate::face::gen::create::MPI_Win_allocate_shared(size, disp_unit, info, comm, baseptr, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_allocate_shared(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_allocate_shared", c_int, crate::face::api::MPI_Win_allocate_shared(size, disp_unit, info, comm, baseptr, win))
+    ffi_boundary!("MPI_Win_allocate_shared", c_int, crate::face::gen::create::MPI_Win_allocate_shared(size, disp_unit, info, comm, baseptr, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_allocate_shared_c(size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_allocate_shared_c", c_int, crate::face::api::MPI_Win_allocate_shared_c(size, disp_unit, info, comm, baseptr, win))
+    ffi_boundary!("MPI_Win_allocate_shared_c", c_int, crate::face::gen::create::MPI_Win_allocate_shared_c(size, disp_unit, info, comm, baseptr, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_allocate_shared_c(size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_allocate_shared_c", c_int, crate::face::api::MPI_Win_allocate_shared_c(size, disp_unit, info, comm, baseptr, win))
+    ffi_boundary!("MPI_Win_allocate_shared_c", c_int, crate::face::gen::create::MPI_Win_allocate_shared_c(size, disp_unit, info, comm, baseptr, win))
 }
 
 #[no_mangle]
@@ -5957,29 +5957,29 @@ pub unsafe extern "C" fn PMPI_Win_complete(win: MPI_Win) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_create(base: *mut c_void, size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_create", c_int, crate::face::api::MPI_Win_create(base, size, disp_unit, info, comm, win))
+    ffi_boundary!("MPI_Win_create", c_int, crate::face::gen::create::MPI_Win_create(base, size, disp_unit, info, comm, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_create(base: *mut c_void, size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_create", c_int, crate::face::api::MPI_Win_create(base, size, disp_unit, info, comm, win))
+    ffi_boundary!("MPI_Win_create", c_int, crate::face::gen::create::MPI_Win_create(base, size, disp_unit, info, comm, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_create_c(base: *mut c_void, size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_create_c", c_int, crate::face::api::MPI_Win_create_c(base, size, disp_unit, info, comm, win))
+    ffi_boundary!("MPI_Win_create_c", c_int, crate::face::gen::create::MPI_Win_create_c(base, size, disp_unit, info, comm, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_create_c(base: *mut c_void, size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_create_c", c_int, crate::face::api::MPI_Win_create_c(base, size, disp_unit, info, comm, win))
+    ffi_boundary!("MPI_Win_create_c", c_int, crate::face::gen::create::MPI_Win_create_c(base, size, disp_unit, info, comm, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_create_dynamic(info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_create_dynamic", c_int, crate::face::api::MPI_Win_create_dynamic(info, comm, win))
+    ffi_boundary!("MPI_Win_create_dynamic", c_int, crate::face::gen::create::MPI_Win_create_dynamic(info, comm, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_create_dynamic(info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_create_dynamic", c_int, crate::face::api::MPI_Win_create_dynamic(info, comm, win))
+    ffi_boundary!("MPI_Win_create_dynamic", c_int, crate::face::gen::create::MPI_Win_create_dynamic(info, comm, win))
 }
 
 #[no_mangle]
@@ -6119,20 +6119,20 @@ pub unsafe extern "C" fn PMPI_Win_get_errhandler(win: MPI_Win, errhandler: *mut 
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_get_group(win: MPI_Win, group: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Win_get_group", c_int, crate::face::api::MPI_Win_get_group(win, group))
+    ffi_boundary!("MPI_Win_get_group", c_int, crate::face::gen::create::MPI_Win_get_group(win, group))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_get_group(win: MPI_Win, group: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Win_get_group", c_int, crate::face::api::MPI_Win_get_group(win, group))
+    ffi_boundary!("MPI_Win_get_group", c_int, crate::face::gen::create::MPI_Win_get_group(win, group))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_get_info(win: MPI_Win, info_used: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Win_get_info", c_int, crate::face::api::MPI_Win_get_info(win, info_used))
+    ffi_boundary!("MPI_Win_get_info", c_int, crate::face::gen::create::MPI_Win_get_info(win, info_used))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_get_info(win: MPI_Win, info_used: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Win_get_info", c_int, crate::face::api::MPI_Win_get_info(win, info_used))
+    ffi_boundary!("MPI_Win_get_info", c_int, crate::face::gen::create::MPI_Win_get_info(win, info_used))
 }
 
 #[no_mangle]

@@ -3,100 +3,96 @@
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 use crate::face::abi::*;
-use crate::face::{conv, errors};
+use crate::face::call::{self, On, ToReal, CheckedComm, CheckedWin, Comm, Datatype, File, Group, Info, Op, Session};
+use crate::face::errors;
 use crate::core::gate;
 use crate::lower;
 use std::os::raw::{c_char, c_int, c_void};
 
 pub unsafe fn MPI_Abi_get_fortran_booleans(logical_size: c_int, logical_true: *mut c_void, logical_false: *mut c_void, is_set: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Abi_get_fortran_booleans else { return errors::missing("MPI_Abi_get_fortran_booleans") };
-    // SAFETY: `f` is the real library's MPI_Abi_get_fortran_booleans, resolved under the C
-    // signature of the ABI table that this wrapper's signature is generated from; the pointers
-    // (`logical_true`, `logical_false`, `is_set`) are the caller's, valid as MPI requires (this
-    // function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(logical_size, logical_true, logical_false, is_set) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Abi_get_fortran_booleans"); }
-    rc
+    call::run("MPI_Abi_get_fortran_booleans", On::Default, || {
+        let Some(f) = lower::fns().MPI_Abi_get_fortran_booleans else { return call::missing("MPI_Abi_get_fortran_booleans") };
+        // SAFETY: `f` is the real library's MPI_Abi_get_fortran_booleans, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`logical_true`, `logical_false`, `is_set`) are the caller's, valid as MPI requires (this
+        // function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(logical_size, logical_true, logical_false, is_set) })
+    })
 }
 
 pub unsafe fn MPI_Abi_set_fortran_booleans(logical_size: c_int, logical_true: *mut c_void, logical_false: *mut c_void) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Abi_set_fortran_booleans else { return errors::missing("MPI_Abi_set_fortran_booleans") };
-    // SAFETY: `f` is the real library's MPI_Abi_set_fortran_booleans, resolved under the C
-    // signature of the ABI table that this wrapper's signature is generated from; the pointers
-    // (`logical_true`, `logical_false`) are the caller's, valid as MPI requires (this function's
-    // safety contract) and passed on unchanged.
-    let rc = unsafe { f(logical_size, logical_true, logical_false) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Abi_set_fortran_booleans"); }
-    rc
+    call::run("MPI_Abi_set_fortran_booleans", On::Default, || {
+        let Some(f) = lower::fns().MPI_Abi_set_fortran_booleans else { return call::missing("MPI_Abi_set_fortran_booleans") };
+        // SAFETY: `f` is the real library's MPI_Abi_set_fortran_booleans, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`logical_true`, `logical_false`) are the caller's, valid as MPI requires (this
+        // function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(logical_size, logical_true, logical_false) })
+    })
 }
 
 pub unsafe fn MPI_Abi_set_fortran_info(info: MPI_Info) -> c_int {
-    let _g = gate::enter();
-    let info_r = conv::info(info);
-    let Some(f) = lower::fns().MPI_Abi_set_fortran_info else { return errors::missing("MPI_Abi_set_fortran_info") };
-    // SAFETY: `f` is the real library's MPI_Abi_set_fortran_info, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(info_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Abi_set_fortran_info"); }
-    rc
+    call::run("MPI_Abi_set_fortran_info", On::Default, || {
+        let info_r = Info(info).to_real()?;
+        let Some(f) = lower::fns().MPI_Abi_set_fortran_info else { return call::missing("MPI_Abi_set_fortran_info") };
+        // SAFETY: `f` is the real library's MPI_Abi_set_fortran_info, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; every other argument is a
+        // plain value.
+        call::ok(unsafe { f(info_r) })
+    })
 }
 
 pub unsafe fn MPI_Accumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) -> c_int {
-    let _g = gate::enter();
-    let origin_datatype_r = conv::datatype(origin_datatype);
-    let target_datatype_r = conv::datatype(target_datatype);
-    let op_r = conv::op(op);
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Accumulate") } };
-    let Some(f) = lower::fns().MPI_Accumulate else { return errors::missing("MPI_Accumulate") };
-    // SAFETY: `f` is the real library's MPI_Accumulate, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`origin_addr`) are the caller's, valid
-    // as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(origin_addr, origin_count, origin_datatype_r, target_rank, target_disp, target_count, target_datatype_r, op_r, win_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Accumulate"); }
-    rc
+    call::run("MPI_Accumulate", On::Win(win), || {
+        let origin_datatype_r = Datatype(origin_datatype).to_real()?;
+        let target_datatype_r = Datatype(target_datatype).to_real()?;
+        let op_r = Op(op).to_real()?;
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Accumulate else { return call::missing("MPI_Accumulate") };
+        // SAFETY: `f` is the real library's MPI_Accumulate, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`origin_addr`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(origin_addr, origin_count, origin_datatype_r, target_rank, target_disp, target_count, target_datatype_r, op_r, win_r) })
+    })
 }
 
 pub unsafe fn MPI_Accumulate_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) -> c_int {
-    let _g = gate::enter();
-    let origin_datatype_r = conv::datatype(origin_datatype);
-    let target_datatype_r = conv::datatype(target_datatype);
-    let op_r = conv::op(op);
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Accumulate_c") } };
-    let Some(f) = lower::fns().MPI_Accumulate_c else { return errors::missing("MPI_Accumulate_c") };
-    // SAFETY: `f` is the real library's MPI_Accumulate_c, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`origin_addr`) are the caller's, valid
-    // as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(origin_addr, origin_count, origin_datatype_r, target_rank, target_disp, target_count, target_datatype_r, op_r, win_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Accumulate_c"); }
-    rc
+    call::run("MPI_Accumulate_c", On::Win(win), || {
+        let origin_datatype_r = Datatype(origin_datatype).to_real()?;
+        let target_datatype_r = Datatype(target_datatype).to_real()?;
+        let op_r = Op(op).to_real()?;
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Accumulate_c else { return call::missing("MPI_Accumulate_c") };
+        // SAFETY: `f` is the real library's MPI_Accumulate_c, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`origin_addr`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(origin_addr, origin_count, origin_datatype_r, target_rank, target_disp, target_count, target_datatype_r, op_r, win_r) })
+    })
 }
 
 pub unsafe fn MPI_Address(location: *mut c_void, address: *mut MPI_Aint) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Address else { return errors::missing("MPI_Address") };
-    // SAFETY: `f` is the real library's MPI_Address, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; the pointers (`location`, `address`)
-    // are the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(location, address) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Address"); }
-    rc
+    call::run("MPI_Address", On::Default, || {
+        let Some(f) = lower::fns().MPI_Address else { return call::missing("MPI_Address") };
+        // SAFETY: `f` is the real library's MPI_Address, resolved under the C signature of the ABI
+        // table that this wrapper's signature is generated from; the pointers (`location`,
+        // `address`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(location, address) })
+    })
 }
 
 pub unsafe fn MPI_Aint_add(base: MPI_Aint, disp: MPI_Aint) -> MPI_Aint {
     let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Aint_add else { errors::missing("MPI_Aint_add"); return Default::default() };
+    let Some(f) = lower::fns().MPI_Aint_add else {
+        drop(_g);
+        errors::missing("MPI_Aint_add");
+        return Default::default();
+    };
     // SAFETY: `f` is the real library's MPI_Aint_add, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; every other argument is a plain value.
     unsafe { f(base, disp) }
@@ -104,3560 +100,3193 @@ pub unsafe fn MPI_Aint_add(base: MPI_Aint, disp: MPI_Aint) -> MPI_Aint {
 
 pub unsafe fn MPI_Aint_diff(addr1: MPI_Aint, addr2: MPI_Aint) -> MPI_Aint {
     let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Aint_diff else { errors::missing("MPI_Aint_diff"); return Default::default() };
+    let Some(f) = lower::fns().MPI_Aint_diff else {
+        drop(_g);
+        errors::missing("MPI_Aint_diff");
+        return Default::default();
+    };
     // SAFETY: `f` is the real library's MPI_Aint_diff, resolved under the C signature of the ABI
     // table that this wrapper's signature is generated from; every other argument is a plain value.
     unsafe { f(addr1, addr2) }
 }
 
 pub unsafe fn MPI_Buffer_flush() -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Buffer_flush else { return errors::missing("MPI_Buffer_flush") };
-    // SAFETY: `f` is the real library's MPI_Buffer_flush, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; every other argument is a plain value.
-    let rc = unsafe { f() };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Buffer_flush"); }
-    rc
+    call::run("MPI_Buffer_flush", On::Default, || {
+        let Some(f) = lower::fns().MPI_Buffer_flush else { return call::missing("MPI_Buffer_flush") };
+        // SAFETY: `f` is the real library's MPI_Buffer_flush, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; every other argument is a
+        // plain value.
+        call::ok(unsafe { f() })
+    })
 }
 
 pub unsafe fn MPI_Cart_coords(comm: MPI_Comm, rank: c_int, maxdims: c_int, coords: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Cart_coords") } };
-    let Some(f) = lower::fns().MPI_Cart_coords else { return errors::missing("MPI_Cart_coords") };
-    // SAFETY: `f` is the real library's MPI_Cart_coords, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`coords`) are the caller's, valid as
-    // MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(comm_r, rank, maxdims, coords) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Cart_coords"); }
-    rc
+    call::run("MPI_Cart_coords", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Cart_coords else { return call::missing("MPI_Cart_coords") };
+        // SAFETY: `f` is the real library's MPI_Cart_coords, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`coords`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(comm_r, rank, maxdims, coords) })
+    })
 }
 
 pub unsafe fn MPI_Cart_get(comm: MPI_Comm, maxdims: c_int, dims: *mut c_int, periods: *mut c_int, coords: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Cart_get") } };
-    let Some(f) = lower::fns().MPI_Cart_get else { return errors::missing("MPI_Cart_get") };
-    // SAFETY: `f` is the real library's MPI_Cart_get, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`dims`, `periods`, `coords`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(comm_r, maxdims, dims, periods, coords) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Cart_get"); }
-    rc
+    call::run("MPI_Cart_get", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Cart_get else { return call::missing("MPI_Cart_get") };
+        // SAFETY: `f` is the real library's MPI_Cart_get, resolved under the C signature of the ABI
+        // table that this wrapper's signature is generated from; handles were translated inside the
+        // gate, so no renewal replaced them since; the pointers (`dims`, `periods`, `coords`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(comm_r, maxdims, dims, periods, coords) })
+    })
 }
 
 pub unsafe fn MPI_Cart_map(comm: MPI_Comm, ndims: c_int, dims: *const c_int, periods: *const c_int, newrank: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Cart_map") } };
-    let Some(f) = lower::fns().MPI_Cart_map else { return errors::missing("MPI_Cart_map") };
-    // SAFETY: `f` is the real library's MPI_Cart_map, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`dims`, `periods`, `newrank`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(comm_r, ndims, dims, periods, newrank) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Cart_map"); }
-    rc
+    call::run("MPI_Cart_map", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Cart_map else { return call::missing("MPI_Cart_map") };
+        // SAFETY: `f` is the real library's MPI_Cart_map, resolved under the C signature of the ABI
+        // table that this wrapper's signature is generated from; handles were translated inside the
+        // gate, so no renewal replaced them since; the pointers (`dims`, `periods`, `newrank`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(comm_r, ndims, dims, periods, newrank) })
+    })
 }
 
 pub unsafe fn MPI_Cart_rank(comm: MPI_Comm, coords: *const c_int, rank: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Cart_rank") } };
-    let Some(f) = lower::fns().MPI_Cart_rank else { return errors::missing("MPI_Cart_rank") };
-    // SAFETY: `f` is the real library's MPI_Cart_rank, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`coords`, `rank`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(comm_r, coords, rank) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Cart_rank"); }
-    rc
+    call::run("MPI_Cart_rank", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Cart_rank else { return call::missing("MPI_Cart_rank") };
+        // SAFETY: `f` is the real library's MPI_Cart_rank, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`coords`, `rank`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(comm_r, coords, rank) })
+    })
 }
 
 pub unsafe fn MPI_Cart_shift(comm: MPI_Comm, direction: c_int, disp: c_int, rank_source: *mut c_int, rank_dest: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Cart_shift") } };
-    let Some(f) = lower::fns().MPI_Cart_shift else { return errors::missing("MPI_Cart_shift") };
-    // SAFETY: `f` is the real library's MPI_Cart_shift, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`rank_source`, `rank_dest`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(comm_r, direction, disp, rank_source, rank_dest) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Cart_shift"); }
-    rc
+    call::run("MPI_Cart_shift", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Cart_shift else { return call::missing("MPI_Cart_shift") };
+        // SAFETY: `f` is the real library's MPI_Cart_shift, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`rank_source`, `rank_dest`)
+        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(comm_r, direction, disp, rank_source, rank_dest) })
+    })
 }
 
 pub unsafe fn MPI_Cartdim_get(comm: MPI_Comm, ndims: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Cartdim_get") } };
-    let Some(f) = lower::fns().MPI_Cartdim_get else { return errors::missing("MPI_Cartdim_get") };
-    // SAFETY: `f` is the real library's MPI_Cartdim_get, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`ndims`) are the caller's, valid as
-    // MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(comm_r, ndims) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Cartdim_get"); }
-    rc
+    call::run("MPI_Cartdim_get", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Cartdim_get else { return call::missing("MPI_Cartdim_get") };
+        // SAFETY: `f` is the real library's MPI_Cartdim_get, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`ndims`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(comm_r, ndims) })
+    })
 }
 
 pub unsafe fn MPI_Close_port(port_name: *const c_char) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Close_port else { return errors::missing("MPI_Close_port") };
-    // SAFETY: `f` is the real library's MPI_Close_port, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; the pointers (`port_name`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(port_name) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Close_port"); }
-    rc
+    call::run("MPI_Close_port", On::Default, || {
+        let Some(f) = lower::fns().MPI_Close_port else { return call::missing("MPI_Close_port") };
+        // SAFETY: `f` is the real library's MPI_Close_port, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; the pointers (`port_name`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(port_name) })
+    })
 }
 
 pub unsafe fn MPI_Comm_attach_buffer(comm: MPI_Comm, buffer: *mut c_void, size: c_int) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_attach_buffer") } };
-    let Some(f) = lower::fns().MPI_Comm_attach_buffer else { return errors::missing("MPI_Comm_attach_buffer") };
-    // SAFETY: `f` is the real library's MPI_Comm_attach_buffer, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`buffer`) are the caller's, valid
-    // as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(comm_r, buffer, size) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Comm_attach_buffer"); }
-    rc
+    call::run("MPI_Comm_attach_buffer", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Comm_attach_buffer else { return call::missing("MPI_Comm_attach_buffer") };
+        // SAFETY: `f` is the real library's MPI_Comm_attach_buffer, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buffer`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(comm_r, buffer, size) })
+    })
 }
 
 pub unsafe fn MPI_Comm_attach_buffer_c(comm: MPI_Comm, buffer: *mut c_void, size: MPI_Count) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_attach_buffer_c") } };
-    let Some(f) = lower::fns().MPI_Comm_attach_buffer_c else { return errors::missing("MPI_Comm_attach_buffer_c") };
-    // SAFETY: `f` is the real library's MPI_Comm_attach_buffer_c, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`buffer`) are the caller's, valid
-    // as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(comm_r, buffer, size) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Comm_attach_buffer_c"); }
-    rc
+    call::run("MPI_Comm_attach_buffer_c", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Comm_attach_buffer_c else { return call::missing("MPI_Comm_attach_buffer_c") };
+        // SAFETY: `f` is the real library's MPI_Comm_attach_buffer_c, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`buffer`)
+        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(comm_r, buffer, size) })
+    })
 }
 
 pub unsafe fn MPI_Comm_compare(comm1: MPI_Comm, comm2: MPI_Comm, result: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let comm1_r = match conv::comm_checked(comm1) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_compare") } };
-    let comm2_r = conv::comm(comm2);
-    let Some(f) = lower::fns().MPI_Comm_compare else { return errors::missing("MPI_Comm_compare") };
-    // SAFETY: `f` is the real library's MPI_Comm_compare, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`result`) are the caller's, valid as
-    // MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(comm1_r, comm2_r, result) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm1, rc, "MPI_Comm_compare"); }
-    rc
+    call::run("MPI_Comm_compare", On::Comm(comm1), || {
+        let comm1_r = CheckedComm(comm1).to_real()?;
+        let comm2_r = Comm(comm2).to_real()?;
+        let Some(f) = lower::fns().MPI_Comm_compare else { return call::missing("MPI_Comm_compare") };
+        // SAFETY: `f` is the real library's MPI_Comm_compare, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`result`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(comm1_r, comm2_r, result) })
+    })
 }
 
 pub unsafe fn MPI_Comm_detach_buffer(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_detach_buffer") } };
-    let Some(f) = lower::fns().MPI_Comm_detach_buffer else { return errors::missing("MPI_Comm_detach_buffer") };
-    // SAFETY: `f` is the real library's MPI_Comm_detach_buffer, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`buffer_addr`, `size`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(comm_r, buffer_addr, size) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Comm_detach_buffer"); }
-    rc
+    call::run("MPI_Comm_detach_buffer", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Comm_detach_buffer else { return call::missing("MPI_Comm_detach_buffer") };
+        // SAFETY: `f` is the real library's MPI_Comm_detach_buffer, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buffer_addr`, `size`)
+        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(comm_r, buffer_addr, size) })
+    })
 }
 
 pub unsafe fn MPI_Comm_detach_buffer_c(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_detach_buffer_c") } };
-    let Some(f) = lower::fns().MPI_Comm_detach_buffer_c else { return errors::missing("MPI_Comm_detach_buffer_c") };
-    // SAFETY: `f` is the real library's MPI_Comm_detach_buffer_c, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`buffer_addr`, `size`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(comm_r, buffer_addr, size) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Comm_detach_buffer_c"); }
-    rc
+    call::run("MPI_Comm_detach_buffer_c", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Comm_detach_buffer_c else { return call::missing("MPI_Comm_detach_buffer_c") };
+        // SAFETY: `f` is the real library's MPI_Comm_detach_buffer_c, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers
+        // (`buffer_addr`, `size`) are the caller's, valid as MPI requires (this function's safety
+        // contract) and passed on unchanged.
+        call::ok(unsafe { f(comm_r, buffer_addr, size) })
+    })
 }
 
 pub unsafe fn MPI_Comm_flush_buffer(comm: MPI_Comm) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_flush_buffer") } };
-    let Some(f) = lower::fns().MPI_Comm_flush_buffer else { return errors::missing("MPI_Comm_flush_buffer") };
-    // SAFETY: `f` is the real library's MPI_Comm_flush_buffer, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(comm_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Comm_flush_buffer"); }
-    rc
+    call::run("MPI_Comm_flush_buffer", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Comm_flush_buffer else { return call::missing("MPI_Comm_flush_buffer") };
+        // SAFETY: `f` is the real library's MPI_Comm_flush_buffer, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; every other argument is a plain
+        // value.
+        call::ok(unsafe { f(comm_r) })
+    })
 }
 
 pub unsafe fn MPI_Comm_get_name(comm: MPI_Comm, comm_name: *mut c_char, resultlen: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_get_name") } };
-    let Some(f) = lower::fns().MPI_Comm_get_name else { return errors::missing("MPI_Comm_get_name") };
-    // SAFETY: `f` is the real library's MPI_Comm_get_name, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`comm_name`, `resultlen`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(comm_r, comm_name, resultlen) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Comm_get_name"); }
-    rc
+    call::run("MPI_Comm_get_name", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Comm_get_name else { return call::missing("MPI_Comm_get_name") };
+        // SAFETY: `f` is the real library's MPI_Comm_get_name, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`comm_name`,
+        // `resultlen`) are the caller's, valid as MPI requires (this function's safety contract)
+        // and passed on unchanged.
+        call::ok(unsafe { f(comm_r, comm_name, resultlen) })
+    })
 }
 
 pub unsafe fn MPI_Comm_rank(comm: MPI_Comm, rank: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_rank") } };
-    let Some(f) = lower::fns().MPI_Comm_rank else { return errors::missing("MPI_Comm_rank") };
-    // SAFETY: `f` is the real library's MPI_Comm_rank, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`rank`) are the caller's, valid as MPI
-    // requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(comm_r, rank) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Comm_rank"); }
-    rc
+    call::run("MPI_Comm_rank", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Comm_rank else { return call::missing("MPI_Comm_rank") };
+        // SAFETY: `f` is the real library's MPI_Comm_rank, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`rank`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(comm_r, rank) })
+    })
 }
 
 pub unsafe fn MPI_Comm_remote_size(comm: MPI_Comm, size: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_remote_size") } };
-    let Some(f) = lower::fns().MPI_Comm_remote_size else { return errors::missing("MPI_Comm_remote_size") };
-    // SAFETY: `f` is the real library's MPI_Comm_remote_size, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`size`) are the caller's, valid as MPI
-    // requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(comm_r, size) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Comm_remote_size"); }
-    rc
+    call::run("MPI_Comm_remote_size", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Comm_remote_size else { return call::missing("MPI_Comm_remote_size") };
+        // SAFETY: `f` is the real library's MPI_Comm_remote_size, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`size`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(comm_r, size) })
+    })
 }
 
 pub unsafe fn MPI_Comm_set_info(comm: MPI_Comm, info: MPI_Info) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_set_info") } };
-    let info_r = conv::info(info);
-    let Some(f) = lower::fns().MPI_Comm_set_info else { return errors::missing("MPI_Comm_set_info") };
-    // SAFETY: `f` is the real library's MPI_Comm_set_info, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(comm_r, info_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Comm_set_info"); }
-    rc
+    call::run("MPI_Comm_set_info", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let info_r = Info(info).to_real()?;
+        let Some(f) = lower::fns().MPI_Comm_set_info else { return call::missing("MPI_Comm_set_info") };
+        // SAFETY: `f` is the real library's MPI_Comm_set_info, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; every other argument is a plain
+        // value.
+        call::ok(unsafe { f(comm_r, info_r) })
+    })
 }
 
 pub unsafe fn MPI_Comm_set_name(comm: MPI_Comm, comm_name: *const c_char) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_set_name") } };
-    let Some(f) = lower::fns().MPI_Comm_set_name else { return errors::missing("MPI_Comm_set_name") };
-    // SAFETY: `f` is the real library's MPI_Comm_set_name, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`comm_name`) are the caller's, valid
-    // as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(comm_r, comm_name) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Comm_set_name"); }
-    rc
+    call::run("MPI_Comm_set_name", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Comm_set_name else { return call::missing("MPI_Comm_set_name") };
+        // SAFETY: `f` is the real library's MPI_Comm_set_name, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`comm_name`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(comm_r, comm_name) })
+    })
 }
 
 pub unsafe fn MPI_Comm_size(comm: MPI_Comm, size: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_size") } };
-    let Some(f) = lower::fns().MPI_Comm_size else { return errors::missing("MPI_Comm_size") };
-    // SAFETY: `f` is the real library's MPI_Comm_size, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`size`) are the caller's, valid as MPI
-    // requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(comm_r, size) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Comm_size"); }
-    rc
+    call::run("MPI_Comm_size", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Comm_size else { return call::missing("MPI_Comm_size") };
+        // SAFETY: `f` is the real library's MPI_Comm_size, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`size`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(comm_r, size) })
+    })
 }
 
 pub unsafe fn MPI_Comm_test_inter(comm: MPI_Comm, flag: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Comm_test_inter") } };
-    let Some(f) = lower::fns().MPI_Comm_test_inter else { return errors::missing("MPI_Comm_test_inter") };
-    // SAFETY: `f` is the real library's MPI_Comm_test_inter, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`flag`) are the caller's, valid as MPI
-    // requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(comm_r, flag) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Comm_test_inter"); }
-    rc
+    call::run("MPI_Comm_test_inter", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Comm_test_inter else { return call::missing("MPI_Comm_test_inter") };
+        // SAFETY: `f` is the real library's MPI_Comm_test_inter, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`flag`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(comm_r, flag) })
+    })
 }
 
 pub unsafe fn MPI_Compare_and_swap(origin_addr: *const c_void, compare_addr: *const c_void, result_addr: *mut c_void, datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, win: MPI_Win) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Compare_and_swap") } };
-    let Some(f) = lower::fns().MPI_Compare_and_swap else { return errors::missing("MPI_Compare_and_swap") };
-    // SAFETY: `f` is the real library's MPI_Compare_and_swap, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`origin_addr`, `compare_addr`,
-    // `result_addr`) are the caller's, valid as MPI requires (this function's safety contract) and
-    // passed on unchanged.
-    let rc = unsafe { f(origin_addr, compare_addr, result_addr, datatype_r, target_rank, target_disp, win_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Compare_and_swap"); }
-    rc
+    call::run("MPI_Compare_and_swap", On::Win(win), || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Compare_and_swap else { return call::missing("MPI_Compare_and_swap") };
+        // SAFETY: `f` is the real library's MPI_Compare_and_swap, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`origin_addr`,
+        // `compare_addr`, `result_addr`) are the caller's, valid as MPI requires (this function's
+        // safety contract) and passed on unchanged.
+        call::ok(unsafe { f(origin_addr, compare_addr, result_addr, datatype_r, target_rank, target_disp, win_r) })
+    })
 }
 
 pub unsafe fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Dims_create else { return errors::missing("MPI_Dims_create") };
-    // SAFETY: `f` is the real library's MPI_Dims_create, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; the pointers (`dims`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(nnodes, ndims, dims) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Dims_create"); }
-    rc
+    call::run("MPI_Dims_create", On::Default, || {
+        let Some(f) = lower::fns().MPI_Dims_create else { return call::missing("MPI_Dims_create") };
+        // SAFETY: `f` is the real library's MPI_Dims_create, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; the pointers (`dims`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(nnodes, ndims, dims) })
+    })
 }
 
 pub unsafe fn MPI_Dist_graph_neighbors(comm: MPI_Comm, maxindegree: c_int, sources: *mut c_int, sourceweights: *mut c_int, maxoutdegree: c_int, destinations: *mut c_int, destweights: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Dist_graph_neighbors") } };
-    let Some(f) = lower::fns().MPI_Dist_graph_neighbors else { return errors::missing("MPI_Dist_graph_neighbors") };
-    // SAFETY: `f` is the real library's MPI_Dist_graph_neighbors, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`sources`, `sourceweights`,
-    // `destinations`, `destweights`) are the caller's, valid as MPI requires (this function's
-    // safety contract) and passed on unchanged.
-    let rc = unsafe { f(comm_r, maxindegree, sources, sourceweights, maxoutdegree, destinations, destweights) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Dist_graph_neighbors"); }
-    rc
+    call::run("MPI_Dist_graph_neighbors", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Dist_graph_neighbors else { return call::missing("MPI_Dist_graph_neighbors") };
+        // SAFETY: `f` is the real library's MPI_Dist_graph_neighbors, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`sources`,
+        // `sourceweights`, `destinations`, `destweights`) are the caller's, valid as MPI requires
+        // (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(comm_r, maxindegree, sources, sourceweights, maxoutdegree, destinations, destweights) })
+    })
 }
 
 pub unsafe fn MPI_Dist_graph_neighbors_count(comm: MPI_Comm, indegree: *mut c_int, outdegree: *mut c_int, weighted: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Dist_graph_neighbors_count") } };
-    let Some(f) = lower::fns().MPI_Dist_graph_neighbors_count else { return errors::missing("MPI_Dist_graph_neighbors_count") };
-    // SAFETY: `f` is the real library's MPI_Dist_graph_neighbors_count, resolved under the C
-    // signature of the ABI table that this wrapper's signature is generated from; handles were
-    // translated inside the gate, so no renewal replaced them since; the pointers (`indegree`,
-    // `outdegree`, `weighted`) are the caller's, valid as MPI requires (this function's safety
-    // contract) and passed on unchanged.
-    let rc = unsafe { f(comm_r, indegree, outdegree, weighted) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Dist_graph_neighbors_count"); }
-    rc
+    call::run("MPI_Dist_graph_neighbors_count", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Dist_graph_neighbors_count else { return call::missing("MPI_Dist_graph_neighbors_count") };
+        // SAFETY: `f` is the real library's MPI_Dist_graph_neighbors_count, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`indegree`,
+        // `outdegree`, `weighted`) are the caller's, valid as MPI requires (this function's safety
+        // contract) and passed on unchanged.
+        call::ok(unsafe { f(comm_r, indegree, outdegree, weighted) })
+    })
 }
 
 pub unsafe fn MPI_Error_class(errorcode: c_int, errorclass: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Error_class else { return errors::missing("MPI_Error_class") };
-    // SAFETY: `f` is the real library's MPI_Error_class, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; the pointers (`errorclass`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(errorcode, errorclass) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Error_class"); }
-    rc
+    call::run("MPI_Error_class", On::Default, || {
+        let Some(f) = lower::fns().MPI_Error_class else { return call::missing("MPI_Error_class") };
+        // SAFETY: `f` is the real library's MPI_Error_class, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; the pointers (`errorclass`)
+        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(errorcode, errorclass) })
+    })
 }
 
 pub unsafe fn MPI_Error_string(errorcode: c_int, string: *mut c_char, resultlen: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Error_string else { return errors::missing("MPI_Error_string") };
-    // SAFETY: `f` is the real library's MPI_Error_string, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; the pointers (`string`, `resultlen`)
-    // are the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(errorcode, string, resultlen) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Error_string"); }
-    rc
+    call::run("MPI_Error_string", On::Default, || {
+        let Some(f) = lower::fns().MPI_Error_string else { return call::missing("MPI_Error_string") };
+        // SAFETY: `f` is the real library's MPI_Error_string, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; the pointers (`string`,
+        // `resultlen`) are the caller's, valid as MPI requires (this function's safety contract)
+        // and passed on unchanged.
+        call::ok(unsafe { f(errorcode, string, resultlen) })
+    })
 }
 
 pub unsafe fn MPI_Fetch_and_op(origin_addr: *const c_void, result_addr: *mut c_void, datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, op: MPI_Op, win: MPI_Win) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let op_r = conv::op(op);
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Fetch_and_op") } };
-    let Some(f) = lower::fns().MPI_Fetch_and_op else { return errors::missing("MPI_Fetch_and_op") };
-    // SAFETY: `f` is the real library's MPI_Fetch_and_op, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`origin_addr`, `result_addr`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(origin_addr, result_addr, datatype_r, target_rank, target_disp, op_r, win_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Fetch_and_op"); }
-    rc
+    call::run("MPI_Fetch_and_op", On::Win(win), || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let op_r = Op(op).to_real()?;
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Fetch_and_op else { return call::missing("MPI_Fetch_and_op") };
+        // SAFETY: `f` is the real library's MPI_Fetch_and_op, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`origin_addr`, `result_addr`)
+        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(origin_addr, result_addr, datatype_r, target_rank, target_disp, op_r, win_r) })
+    })
 }
 
 pub unsafe fn MPI_File_delete(filename: *const c_char, info: MPI_Info) -> c_int {
-    let _g = gate::enter();
-    let info_r = conv::info(info);
-    let Some(f) = lower::fns().MPI_File_delete else { return errors::missing("MPI_File_delete") };
-    // SAFETY: `f` is the real library's MPI_File_delete, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`filename`) are the caller's, valid as
-    // MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(filename, info_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_File_delete"); }
-    rc
+    call::run("MPI_File_delete", On::Default, || {
+        let info_r = Info(info).to_real()?;
+        let Some(f) = lower::fns().MPI_File_delete else { return call::missing("MPI_File_delete") };
+        // SAFETY: `f` is the real library's MPI_File_delete, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`filename`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(filename, info_r) })
+    })
 }
 
 pub unsafe fn MPI_File_get_amode(fh: MPI_File, amode: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let Some(f) = lower::fns().MPI_File_get_amode else { return errors::missing("MPI_File_get_amode") };
-    // SAFETY: `f` is the real library's MPI_File_get_amode, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`amode`) are the caller's, valid as
-    // MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, amode) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_get_amode"); }
-    rc
+    call::run("MPI_File_get_amode", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let Some(f) = lower::fns().MPI_File_get_amode else { return call::missing("MPI_File_get_amode") };
+        // SAFETY: `f` is the real library's MPI_File_get_amode, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`amode`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, amode) })
+    })
 }
 
 pub unsafe fn MPI_File_get_atomicity(fh: MPI_File, flag: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let Some(f) = lower::fns().MPI_File_get_atomicity else { return errors::missing("MPI_File_get_atomicity") };
-    // SAFETY: `f` is the real library's MPI_File_get_atomicity, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`flag`) are the caller's, valid as
-    // MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, flag) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_get_atomicity"); }
-    rc
+    call::run("MPI_File_get_atomicity", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let Some(f) = lower::fns().MPI_File_get_atomicity else { return call::missing("MPI_File_get_atomicity") };
+        // SAFETY: `f` is the real library's MPI_File_get_atomicity, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`flag`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, flag) })
+    })
 }
 
 pub unsafe fn MPI_File_get_byte_offset(fh: MPI_File, offset: MPI_Offset, disp: *mut MPI_Offset) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let Some(f) = lower::fns().MPI_File_get_byte_offset else { return errors::missing("MPI_File_get_byte_offset") };
-    // SAFETY: `f` is the real library's MPI_File_get_byte_offset, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`disp`) are the caller's, valid as
-    // MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, offset, disp) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_get_byte_offset"); }
-    rc
+    call::run("MPI_File_get_byte_offset", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let Some(f) = lower::fns().MPI_File_get_byte_offset else { return call::missing("MPI_File_get_byte_offset") };
+        // SAFETY: `f` is the real library's MPI_File_get_byte_offset, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`disp`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, offset, disp) })
+    })
 }
 
 pub unsafe fn MPI_File_get_position(fh: MPI_File, offset: *mut MPI_Offset) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let Some(f) = lower::fns().MPI_File_get_position else { return errors::missing("MPI_File_get_position") };
-    // SAFETY: `f` is the real library's MPI_File_get_position, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`offset`) are the caller's, valid
-    // as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, offset) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_get_position"); }
-    rc
+    call::run("MPI_File_get_position", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let Some(f) = lower::fns().MPI_File_get_position else { return call::missing("MPI_File_get_position") };
+        // SAFETY: `f` is the real library's MPI_File_get_position, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`offset`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, offset) })
+    })
 }
 
 pub unsafe fn MPI_File_get_position_shared(fh: MPI_File, offset: *mut MPI_Offset) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let Some(f) = lower::fns().MPI_File_get_position_shared else { return errors::missing("MPI_File_get_position_shared") };
-    // SAFETY: `f` is the real library's MPI_File_get_position_shared, resolved under the C
-    // signature of the ABI table that this wrapper's signature is generated from; handles were
-    // translated inside the gate, so no renewal replaced them since; the pointers (`offset`) are
-    // the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(fh_r, offset) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_get_position_shared"); }
-    rc
+    call::run("MPI_File_get_position_shared", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let Some(f) = lower::fns().MPI_File_get_position_shared else { return call::missing("MPI_File_get_position_shared") };
+        // SAFETY: `f` is the real library's MPI_File_get_position_shared, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`offset`)
+        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, offset) })
+    })
 }
 
 pub unsafe fn MPI_File_get_size(fh: MPI_File, size: *mut MPI_Offset) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let Some(f) = lower::fns().MPI_File_get_size else { return errors::missing("MPI_File_get_size") };
-    // SAFETY: `f` is the real library's MPI_File_get_size, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`size`) are the caller's, valid as MPI
-    // requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, size) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_get_size"); }
-    rc
+    call::run("MPI_File_get_size", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let Some(f) = lower::fns().MPI_File_get_size else { return call::missing("MPI_File_get_size") };
+        // SAFETY: `f` is the real library's MPI_File_get_size, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`size`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, size) })
+    })
 }
 
 pub unsafe fn MPI_File_get_type_extent(fh: MPI_File, datatype: MPI_Datatype, extent: *mut MPI_Aint) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_get_type_extent else { return errors::missing("MPI_File_get_type_extent") };
-    // SAFETY: `f` is the real library's MPI_File_get_type_extent, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`extent`) are the caller's, valid
-    // as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, datatype_r, extent) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_get_type_extent"); }
-    rc
+    call::run("MPI_File_get_type_extent", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_get_type_extent else { return call::missing("MPI_File_get_type_extent") };
+        // SAFETY: `f` is the real library's MPI_File_get_type_extent, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`extent`)
+        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, datatype_r, extent) })
+    })
 }
 
 pub unsafe fn MPI_File_get_type_extent_c(fh: MPI_File, datatype: MPI_Datatype, extent: *mut MPI_Count) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_get_type_extent_c else { return errors::missing("MPI_File_get_type_extent_c") };
-    // SAFETY: `f` is the real library's MPI_File_get_type_extent_c, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; handles were translated
-    // inside the gate, so no renewal replaced them since; the pointers (`extent`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, datatype_r, extent) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_get_type_extent_c"); }
-    rc
+    call::run("MPI_File_get_type_extent_c", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_get_type_extent_c else { return call::missing("MPI_File_get_type_extent_c") };
+        // SAFETY: `f` is the real library's MPI_File_get_type_extent_c, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`extent`)
+        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, datatype_r, extent) })
+    })
 }
 
 pub unsafe fn MPI_File_preallocate(fh: MPI_File, size: MPI_Offset) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let Some(f) = lower::fns().MPI_File_preallocate else { return errors::missing("MPI_File_preallocate") };
-    // SAFETY: `f` is the real library's MPI_File_preallocate, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(fh_r, size) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_preallocate"); }
-    rc
+    call::run("MPI_File_preallocate", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let Some(f) = lower::fns().MPI_File_preallocate else { return call::missing("MPI_File_preallocate") };
+        // SAFETY: `f` is the real library's MPI_File_preallocate, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; every other argument is a plain
+        // value.
+        call::ok(unsafe { f(fh_r, size) })
+    })
 }
 
 pub unsafe fn MPI_File_read(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_read else { return errors::missing("MPI_File_read") };
-    // SAFETY: `f` is the real library's MPI_File_read, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, count, datatype_r, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_read"); }
-    rc
+    call::run("MPI_File_read", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read else { return call::missing("MPI_File_read") };
+        // SAFETY: `f` is the real library's MPI_File_read, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
+    })
 }
 
 pub unsafe fn MPI_File_read_all(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_read_all else { return errors::missing("MPI_File_read_all") };
-    // SAFETY: `f` is the real library's MPI_File_read_all, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, count, datatype_r, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_read_all"); }
-    rc
+    call::run("MPI_File_read_all", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_all else { return call::missing("MPI_File_read_all") };
+        // SAFETY: `f` is the real library's MPI_File_read_all, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
+    })
 }
 
 pub unsafe fn MPI_File_read_all_begin(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_read_all_begin else { return errors::missing("MPI_File_read_all_begin") };
-    // SAFETY: `f` is the real library's MPI_File_read_all_begin, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`buf`) are the caller's, valid as
-    // MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, count, datatype_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_read_all_begin"); }
-    rc
+    call::run("MPI_File_read_all_begin", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_all_begin else { return call::missing("MPI_File_read_all_begin") };
+        // SAFETY: `f` is the real library's MPI_File_read_all_begin, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r) })
+    })
 }
 
 pub unsafe fn MPI_File_read_all_begin_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_read_all_begin_c else { return errors::missing("MPI_File_read_all_begin_c") };
-    // SAFETY: `f` is the real library's MPI_File_read_all_begin_c, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; handles were translated
-    // inside the gate, so no renewal replaced them since; the pointers (`buf`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, count, datatype_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_read_all_begin_c"); }
-    rc
+    call::run("MPI_File_read_all_begin_c", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_all_begin_c else { return call::missing("MPI_File_read_all_begin_c") };
+        // SAFETY: `f` is the real library's MPI_File_read_all_begin_c, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r) })
+    })
 }
 
 pub unsafe fn MPI_File_read_all_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_read_all_c else { return errors::missing("MPI_File_read_all_c") };
-    // SAFETY: `f` is the real library's MPI_File_read_all_c, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, count, datatype_r, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_read_all_c"); }
-    rc
+    call::run("MPI_File_read_all_c", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_all_c else { return call::missing("MPI_File_read_all_c") };
+        // SAFETY: `f` is the real library's MPI_File_read_all_c, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
+    })
 }
 
 pub unsafe fn MPI_File_read_all_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let Some(f) = lower::fns().MPI_File_read_all_end else { return errors::missing("MPI_File_read_all_end") };
-    // SAFETY: `f` is the real library's MPI_File_read_all_end, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_read_all_end"); }
-    rc
+    call::run("MPI_File_read_all_end", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_all_end else { return call::missing("MPI_File_read_all_end") };
+        // SAFETY: `f` is the real library's MPI_File_read_all_end, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, status) })
+    })
 }
 
 pub unsafe fn MPI_File_read_at(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_read_at else { return errors::missing("MPI_File_read_at") };
-    // SAFETY: `f` is the real library's MPI_File_read_at, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, offset, buf, count, datatype_r, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_read_at"); }
-    rc
+    call::run("MPI_File_read_at", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_at else { return call::missing("MPI_File_read_at") };
+        // SAFETY: `f` is the real library's MPI_File_read_at, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r, status) })
+    })
 }
 
 pub unsafe fn MPI_File_read_at_all(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_read_at_all else { return errors::missing("MPI_File_read_at_all") };
-    // SAFETY: `f` is the real library's MPI_File_read_at_all, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, offset, buf, count, datatype_r, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_read_at_all"); }
-    rc
+    call::run("MPI_File_read_at_all", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_at_all else { return call::missing("MPI_File_read_at_all") };
+        // SAFETY: `f` is the real library's MPI_File_read_at_all, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r, status) })
+    })
 }
 
 pub unsafe fn MPI_File_read_at_all_begin(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_read_at_all_begin else { return errors::missing("MPI_File_read_at_all_begin") };
-    // SAFETY: `f` is the real library's MPI_File_read_at_all_begin, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; handles were translated
-    // inside the gate, so no renewal replaced them since; the pointers (`buf`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, offset, buf, count, datatype_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_read_at_all_begin"); }
-    rc
+    call::run("MPI_File_read_at_all_begin", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_at_all_begin else { return call::missing("MPI_File_read_at_all_begin") };
+        // SAFETY: `f` is the real library's MPI_File_read_at_all_begin, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r) })
+    })
 }
 
 pub unsafe fn MPI_File_read_at_all_begin_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_read_at_all_begin_c else { return errors::missing("MPI_File_read_at_all_begin_c") };
-    // SAFETY: `f` is the real library's MPI_File_read_at_all_begin_c, resolved under the C
-    // signature of the ABI table that this wrapper's signature is generated from; handles were
-    // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, offset, buf, count, datatype_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_read_at_all_begin_c"); }
-    rc
+    call::run("MPI_File_read_at_all_begin_c", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_at_all_begin_c else { return call::missing("MPI_File_read_at_all_begin_c") };
+        // SAFETY: `f` is the real library's MPI_File_read_at_all_begin_c, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r) })
+    })
 }
 
 pub unsafe fn MPI_File_read_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_read_at_all_c else { return errors::missing("MPI_File_read_at_all_c") };
-    // SAFETY: `f` is the real library's MPI_File_read_at_all_c, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, offset, buf, count, datatype_r, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_read_at_all_c"); }
-    rc
+    call::run("MPI_File_read_at_all_c", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_at_all_c else { return call::missing("MPI_File_read_at_all_c") };
+        // SAFETY: `f` is the real library's MPI_File_read_at_all_c, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r, status) })
+    })
 }
 
 pub unsafe fn MPI_File_read_at_all_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let Some(f) = lower::fns().MPI_File_read_at_all_end else { return errors::missing("MPI_File_read_at_all_end") };
-    // SAFETY: `f` is the real library's MPI_File_read_at_all_end, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_read_at_all_end"); }
-    rc
+    call::run("MPI_File_read_at_all_end", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_at_all_end else { return call::missing("MPI_File_read_at_all_end") };
+        // SAFETY: `f` is the real library's MPI_File_read_at_all_end, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`,
+        // `status`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(fh_r, buf, status) })
+    })
 }
 
 pub unsafe fn MPI_File_read_at_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_read_at_c else { return errors::missing("MPI_File_read_at_c") };
-    // SAFETY: `f` is the real library's MPI_File_read_at_c, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, offset, buf, count, datatype_r, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_read_at_c"); }
-    rc
+    call::run("MPI_File_read_at_c", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_at_c else { return call::missing("MPI_File_read_at_c") };
+        // SAFETY: `f` is the real library's MPI_File_read_at_c, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r, status) })
+    })
 }
 
 pub unsafe fn MPI_File_read_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_read_c else { return errors::missing("MPI_File_read_c") };
-    // SAFETY: `f` is the real library's MPI_File_read_c, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, count, datatype_r, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_read_c"); }
-    rc
+    call::run("MPI_File_read_c", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_c else { return call::missing("MPI_File_read_c") };
+        // SAFETY: `f` is the real library's MPI_File_read_c, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
+    })
 }
 
 pub unsafe fn MPI_File_read_ordered(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_read_ordered else { return errors::missing("MPI_File_read_ordered") };
-    // SAFETY: `f` is the real library's MPI_File_read_ordered, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, count, datatype_r, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_read_ordered"); }
-    rc
+    call::run("MPI_File_read_ordered", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_ordered else { return call::missing("MPI_File_read_ordered") };
+        // SAFETY: `f` is the real library's MPI_File_read_ordered, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
+    })
 }
 
 pub unsafe fn MPI_File_read_ordered_begin(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_read_ordered_begin else { return errors::missing("MPI_File_read_ordered_begin") };
-    // SAFETY: `f` is the real library's MPI_File_read_ordered_begin, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; handles were translated
-    // inside the gate, so no renewal replaced them since; the pointers (`buf`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, count, datatype_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_read_ordered_begin"); }
-    rc
+    call::run("MPI_File_read_ordered_begin", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_ordered_begin else { return call::missing("MPI_File_read_ordered_begin") };
+        // SAFETY: `f` is the real library's MPI_File_read_ordered_begin, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r) })
+    })
 }
 
 pub unsafe fn MPI_File_read_ordered_begin_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_read_ordered_begin_c else { return errors::missing("MPI_File_read_ordered_begin_c") };
-    // SAFETY: `f` is the real library's MPI_File_read_ordered_begin_c, resolved under the C
-    // signature of the ABI table that this wrapper's signature is generated from; handles were
-    // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, count, datatype_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_read_ordered_begin_c"); }
-    rc
+    call::run("MPI_File_read_ordered_begin_c", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_ordered_begin_c else { return call::missing("MPI_File_read_ordered_begin_c") };
+        // SAFETY: `f` is the real library's MPI_File_read_ordered_begin_c, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r) })
+    })
 }
 
 pub unsafe fn MPI_File_read_ordered_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_read_ordered_c else { return errors::missing("MPI_File_read_ordered_c") };
-    // SAFETY: `f` is the real library's MPI_File_read_ordered_c, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, count, datatype_r, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_read_ordered_c"); }
-    rc
+    call::run("MPI_File_read_ordered_c", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_ordered_c else { return call::missing("MPI_File_read_ordered_c") };
+        // SAFETY: `f` is the real library's MPI_File_read_ordered_c, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
+    })
 }
 
 pub unsafe fn MPI_File_read_ordered_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let Some(f) = lower::fns().MPI_File_read_ordered_end else { return errors::missing("MPI_File_read_ordered_end") };
-    // SAFETY: `f` is the real library's MPI_File_read_ordered_end, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; handles were translated
-    // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_read_ordered_end"); }
-    rc
+    call::run("MPI_File_read_ordered_end", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_ordered_end else { return call::missing("MPI_File_read_ordered_end") };
+        // SAFETY: `f` is the real library's MPI_File_read_ordered_end, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`,
+        // `status`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(fh_r, buf, status) })
+    })
 }
 
 pub unsafe fn MPI_File_read_shared(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_read_shared else { return errors::missing("MPI_File_read_shared") };
-    // SAFETY: `f` is the real library's MPI_File_read_shared, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, count, datatype_r, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_read_shared"); }
-    rc
+    call::run("MPI_File_read_shared", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_shared else { return call::missing("MPI_File_read_shared") };
+        // SAFETY: `f` is the real library's MPI_File_read_shared, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
+    })
 }
 
 pub unsafe fn MPI_File_read_shared_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_read_shared_c else { return errors::missing("MPI_File_read_shared_c") };
-    // SAFETY: `f` is the real library's MPI_File_read_shared_c, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, count, datatype_r, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_read_shared_c"); }
-    rc
+    call::run("MPI_File_read_shared_c", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_shared_c else { return call::missing("MPI_File_read_shared_c") };
+        // SAFETY: `f` is the real library's MPI_File_read_shared_c, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
+    })
 }
 
 pub unsafe fn MPI_File_seek(fh: MPI_File, offset: MPI_Offset, whence: c_int) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let Some(f) = lower::fns().MPI_File_seek else { return errors::missing("MPI_File_seek") };
-    // SAFETY: `f` is the real library's MPI_File_seek, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(fh_r, offset, whence) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_seek"); }
-    rc
+    call::run("MPI_File_seek", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let Some(f) = lower::fns().MPI_File_seek else { return call::missing("MPI_File_seek") };
+        // SAFETY: `f` is the real library's MPI_File_seek, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; every other argument is a plain value.
+        call::ok(unsafe { f(fh_r, offset, whence) })
+    })
 }
 
 pub unsafe fn MPI_File_seek_shared(fh: MPI_File, offset: MPI_Offset, whence: c_int) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let Some(f) = lower::fns().MPI_File_seek_shared else { return errors::missing("MPI_File_seek_shared") };
-    // SAFETY: `f` is the real library's MPI_File_seek_shared, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(fh_r, offset, whence) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_seek_shared"); }
-    rc
+    call::run("MPI_File_seek_shared", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let Some(f) = lower::fns().MPI_File_seek_shared else { return call::missing("MPI_File_seek_shared") };
+        // SAFETY: `f` is the real library's MPI_File_seek_shared, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; every other argument is a plain
+        // value.
+        call::ok(unsafe { f(fh_r, offset, whence) })
+    })
 }
 
 pub unsafe fn MPI_File_set_atomicity(fh: MPI_File, flag: c_int) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let Some(f) = lower::fns().MPI_File_set_atomicity else { return errors::missing("MPI_File_set_atomicity") };
-    // SAFETY: `f` is the real library's MPI_File_set_atomicity, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(fh_r, flag) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_set_atomicity"); }
-    rc
+    call::run("MPI_File_set_atomicity", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let Some(f) = lower::fns().MPI_File_set_atomicity else { return call::missing("MPI_File_set_atomicity") };
+        // SAFETY: `f` is the real library's MPI_File_set_atomicity, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; every other argument is a plain
+        // value.
+        call::ok(unsafe { f(fh_r, flag) })
+    })
 }
 
 pub unsafe fn MPI_File_set_info(fh: MPI_File, info: MPI_Info) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let info_r = conv::info(info);
-    let Some(f) = lower::fns().MPI_File_set_info else { return errors::missing("MPI_File_set_info") };
-    // SAFETY: `f` is the real library's MPI_File_set_info, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(fh_r, info_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_set_info"); }
-    rc
+    call::run("MPI_File_set_info", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let info_r = Info(info).to_real()?;
+        let Some(f) = lower::fns().MPI_File_set_info else { return call::missing("MPI_File_set_info") };
+        // SAFETY: `f` is the real library's MPI_File_set_info, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; every other argument is a plain
+        // value.
+        call::ok(unsafe { f(fh_r, info_r) })
+    })
 }
 
 pub unsafe fn MPI_File_set_size(fh: MPI_File, size: MPI_Offset) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let Some(f) = lower::fns().MPI_File_set_size else { return errors::missing("MPI_File_set_size") };
-    // SAFETY: `f` is the real library's MPI_File_set_size, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(fh_r, size) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_set_size"); }
-    rc
+    call::run("MPI_File_set_size", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let Some(f) = lower::fns().MPI_File_set_size else { return call::missing("MPI_File_set_size") };
+        // SAFETY: `f` is the real library's MPI_File_set_size, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; every other argument is a plain
+        // value.
+        call::ok(unsafe { f(fh_r, size) })
+    })
 }
 
 pub unsafe fn MPI_File_set_view(fh: MPI_File, disp: MPI_Offset, etype: MPI_Datatype, filetype: MPI_Datatype, datarep: *const c_char, info: MPI_Info) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let etype_r = conv::datatype(etype);
-    let filetype_r = conv::datatype(filetype);
-    let info_r = conv::info(info);
-    let Some(f) = lower::fns().MPI_File_set_view else { return errors::missing("MPI_File_set_view") };
-    // SAFETY: `f` is the real library's MPI_File_set_view, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`datarep`) are the caller's, valid as
-    // MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, disp, etype_r, filetype_r, datarep, info_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_set_view"); }
-    rc
+    call::run("MPI_File_set_view", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let etype_r = Datatype(etype).to_real()?;
+        let filetype_r = Datatype(filetype).to_real()?;
+        let info_r = Info(info).to_real()?;
+        let Some(f) = lower::fns().MPI_File_set_view else { return call::missing("MPI_File_set_view") };
+        // SAFETY: `f` is the real library's MPI_File_set_view, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`datarep`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, disp, etype_r, filetype_r, datarep, info_r) })
+    })
 }
 
 pub unsafe fn MPI_File_sync(fh: MPI_File) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let Some(f) = lower::fns().MPI_File_sync else { return errors::missing("MPI_File_sync") };
-    // SAFETY: `f` is the real library's MPI_File_sync, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(fh_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_sync"); }
-    rc
+    call::run("MPI_File_sync", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let Some(f) = lower::fns().MPI_File_sync else { return call::missing("MPI_File_sync") };
+        // SAFETY: `f` is the real library's MPI_File_sync, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; every other argument is a plain value.
+        call::ok(unsafe { f(fh_r) })
+    })
 }
 
 pub unsafe fn MPI_File_write(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_write else { return errors::missing("MPI_File_write") };
-    // SAFETY: `f` is the real library's MPI_File_write, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, count, datatype_r, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_write"); }
-    rc
+    call::run("MPI_File_write", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write else { return call::missing("MPI_File_write") };
+        // SAFETY: `f` is the real library's MPI_File_write, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
+    })
 }
 
 pub unsafe fn MPI_File_write_all(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_write_all else { return errors::missing("MPI_File_write_all") };
-    // SAFETY: `f` is the real library's MPI_File_write_all, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, count, datatype_r, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_write_all"); }
-    rc
+    call::run("MPI_File_write_all", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_all else { return call::missing("MPI_File_write_all") };
+        // SAFETY: `f` is the real library's MPI_File_write_all, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
+    })
 }
 
 pub unsafe fn MPI_File_write_all_begin(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_write_all_begin else { return errors::missing("MPI_File_write_all_begin") };
-    // SAFETY: `f` is the real library's MPI_File_write_all_begin, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`buf`) are the caller's, valid as
-    // MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, count, datatype_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_write_all_begin"); }
-    rc
+    call::run("MPI_File_write_all_begin", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_all_begin else { return call::missing("MPI_File_write_all_begin") };
+        // SAFETY: `f` is the real library's MPI_File_write_all_begin, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r) })
+    })
 }
 
 pub unsafe fn MPI_File_write_all_begin_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_write_all_begin_c else { return errors::missing("MPI_File_write_all_begin_c") };
-    // SAFETY: `f` is the real library's MPI_File_write_all_begin_c, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; handles were translated
-    // inside the gate, so no renewal replaced them since; the pointers (`buf`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, count, datatype_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_write_all_begin_c"); }
-    rc
+    call::run("MPI_File_write_all_begin_c", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_all_begin_c else { return call::missing("MPI_File_write_all_begin_c") };
+        // SAFETY: `f` is the real library's MPI_File_write_all_begin_c, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r) })
+    })
 }
 
 pub unsafe fn MPI_File_write_all_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_write_all_c else { return errors::missing("MPI_File_write_all_c") };
-    // SAFETY: `f` is the real library's MPI_File_write_all_c, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, count, datatype_r, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_write_all_c"); }
-    rc
+    call::run("MPI_File_write_all_c", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_all_c else { return call::missing("MPI_File_write_all_c") };
+        // SAFETY: `f` is the real library's MPI_File_write_all_c, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
+    })
 }
 
 pub unsafe fn MPI_File_write_all_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let Some(f) = lower::fns().MPI_File_write_all_end else { return errors::missing("MPI_File_write_all_end") };
-    // SAFETY: `f` is the real library's MPI_File_write_all_end, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_write_all_end"); }
-    rc
+    call::run("MPI_File_write_all_end", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_all_end else { return call::missing("MPI_File_write_all_end") };
+        // SAFETY: `f` is the real library's MPI_File_write_all_end, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, status) })
+    })
 }
 
 pub unsafe fn MPI_File_write_at(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_write_at else { return errors::missing("MPI_File_write_at") };
-    // SAFETY: `f` is the real library's MPI_File_write_at, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, offset, buf, count, datatype_r, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_write_at"); }
-    rc
+    call::run("MPI_File_write_at", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_at else { return call::missing("MPI_File_write_at") };
+        // SAFETY: `f` is the real library's MPI_File_write_at, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r, status) })
+    })
 }
 
 pub unsafe fn MPI_File_write_at_all(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_write_at_all else { return errors::missing("MPI_File_write_at_all") };
-    // SAFETY: `f` is the real library's MPI_File_write_at_all, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, offset, buf, count, datatype_r, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_write_at_all"); }
-    rc
+    call::run("MPI_File_write_at_all", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_at_all else { return call::missing("MPI_File_write_at_all") };
+        // SAFETY: `f` is the real library's MPI_File_write_at_all, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r, status) })
+    })
 }
 
 pub unsafe fn MPI_File_write_at_all_begin(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_write_at_all_begin else { return errors::missing("MPI_File_write_at_all_begin") };
-    // SAFETY: `f` is the real library's MPI_File_write_at_all_begin, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; handles were translated
-    // inside the gate, so no renewal replaced them since; the pointers (`buf`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, offset, buf, count, datatype_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_write_at_all_begin"); }
-    rc
+    call::run("MPI_File_write_at_all_begin", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_at_all_begin else { return call::missing("MPI_File_write_at_all_begin") };
+        // SAFETY: `f` is the real library's MPI_File_write_at_all_begin, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r) })
+    })
 }
 
 pub unsafe fn MPI_File_write_at_all_begin_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_write_at_all_begin_c else { return errors::missing("MPI_File_write_at_all_begin_c") };
-    // SAFETY: `f` is the real library's MPI_File_write_at_all_begin_c, resolved under the C
-    // signature of the ABI table that this wrapper's signature is generated from; handles were
-    // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, offset, buf, count, datatype_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_write_at_all_begin_c"); }
-    rc
+    call::run("MPI_File_write_at_all_begin_c", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_at_all_begin_c else { return call::missing("MPI_File_write_at_all_begin_c") };
+        // SAFETY: `f` is the real library's MPI_File_write_at_all_begin_c, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r) })
+    })
 }
 
 pub unsafe fn MPI_File_write_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_write_at_all_c else { return errors::missing("MPI_File_write_at_all_c") };
-    // SAFETY: `f` is the real library's MPI_File_write_at_all_c, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, offset, buf, count, datatype_r, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_write_at_all_c"); }
-    rc
+    call::run("MPI_File_write_at_all_c", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_at_all_c else { return call::missing("MPI_File_write_at_all_c") };
+        // SAFETY: `f` is the real library's MPI_File_write_at_all_c, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r, status) })
+    })
 }
 
 pub unsafe fn MPI_File_write_at_all_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let Some(f) = lower::fns().MPI_File_write_at_all_end else { return errors::missing("MPI_File_write_at_all_end") };
-    // SAFETY: `f` is the real library's MPI_File_write_at_all_end, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; handles were translated
-    // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_write_at_all_end"); }
-    rc
+    call::run("MPI_File_write_at_all_end", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_at_all_end else { return call::missing("MPI_File_write_at_all_end") };
+        // SAFETY: `f` is the real library's MPI_File_write_at_all_end, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`,
+        // `status`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(fh_r, buf, status) })
+    })
 }
 
 pub unsafe fn MPI_File_write_at_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_write_at_c else { return errors::missing("MPI_File_write_at_c") };
-    // SAFETY: `f` is the real library's MPI_File_write_at_c, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, offset, buf, count, datatype_r, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_write_at_c"); }
-    rc
+    call::run("MPI_File_write_at_c", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_at_c else { return call::missing("MPI_File_write_at_c") };
+        // SAFETY: `f` is the real library's MPI_File_write_at_c, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r, status) })
+    })
 }
 
 pub unsafe fn MPI_File_write_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_write_c else { return errors::missing("MPI_File_write_c") };
-    // SAFETY: `f` is the real library's MPI_File_write_c, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, count, datatype_r, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_write_c"); }
-    rc
+    call::run("MPI_File_write_c", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_c else { return call::missing("MPI_File_write_c") };
+        // SAFETY: `f` is the real library's MPI_File_write_c, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
+    })
 }
 
 pub unsafe fn MPI_File_write_ordered(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_write_ordered else { return errors::missing("MPI_File_write_ordered") };
-    // SAFETY: `f` is the real library's MPI_File_write_ordered, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, count, datatype_r, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_write_ordered"); }
-    rc
+    call::run("MPI_File_write_ordered", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_ordered else { return call::missing("MPI_File_write_ordered") };
+        // SAFETY: `f` is the real library's MPI_File_write_ordered, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
+    })
 }
 
 pub unsafe fn MPI_File_write_ordered_begin(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_write_ordered_begin else { return errors::missing("MPI_File_write_ordered_begin") };
-    // SAFETY: `f` is the real library's MPI_File_write_ordered_begin, resolved under the C
-    // signature of the ABI table that this wrapper's signature is generated from; handles were
-    // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, count, datatype_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_write_ordered_begin"); }
-    rc
+    call::run("MPI_File_write_ordered_begin", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_ordered_begin else { return call::missing("MPI_File_write_ordered_begin") };
+        // SAFETY: `f` is the real library's MPI_File_write_ordered_begin, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r) })
+    })
 }
 
 pub unsafe fn MPI_File_write_ordered_begin_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_write_ordered_begin_c else { return errors::missing("MPI_File_write_ordered_begin_c") };
-    // SAFETY: `f` is the real library's MPI_File_write_ordered_begin_c, resolved under the C
-    // signature of the ABI table that this wrapper's signature is generated from; handles were
-    // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, count, datatype_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_write_ordered_begin_c"); }
-    rc
+    call::run("MPI_File_write_ordered_begin_c", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_ordered_begin_c else { return call::missing("MPI_File_write_ordered_begin_c") };
+        // SAFETY: `f` is the real library's MPI_File_write_ordered_begin_c, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r) })
+    })
 }
 
 pub unsafe fn MPI_File_write_ordered_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_write_ordered_c else { return errors::missing("MPI_File_write_ordered_c") };
-    // SAFETY: `f` is the real library's MPI_File_write_ordered_c, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, count, datatype_r, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_write_ordered_c"); }
-    rc
+    call::run("MPI_File_write_ordered_c", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_ordered_c else { return call::missing("MPI_File_write_ordered_c") };
+        // SAFETY: `f` is the real library's MPI_File_write_ordered_c, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`,
+        // `status`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
+    })
 }
 
 pub unsafe fn MPI_File_write_ordered_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let Some(f) = lower::fns().MPI_File_write_ordered_end else { return errors::missing("MPI_File_write_ordered_end") };
-    // SAFETY: `f` is the real library's MPI_File_write_ordered_end, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; handles were translated
-    // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_write_ordered_end"); }
-    rc
+    call::run("MPI_File_write_ordered_end", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_ordered_end else { return call::missing("MPI_File_write_ordered_end") };
+        // SAFETY: `f` is the real library's MPI_File_write_ordered_end, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`,
+        // `status`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(fh_r, buf, status) })
+    })
 }
 
 pub unsafe fn MPI_File_write_shared(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_write_shared else { return errors::missing("MPI_File_write_shared") };
-    // SAFETY: `f` is the real library's MPI_File_write_shared, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, count, datatype_r, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_write_shared"); }
-    rc
+    call::run("MPI_File_write_shared", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_shared else { return call::missing("MPI_File_write_shared") };
+        // SAFETY: `f` is the real library's MPI_File_write_shared, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
+    })
 }
 
 pub unsafe fn MPI_File_write_shared_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let fh_r = conv::file(fh);
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_File_write_shared_c else { return errors::missing("MPI_File_write_shared_c") };
-    // SAFETY: `f` is the real library's MPI_File_write_shared_c, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(fh_r, buf, count, datatype_r, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_file(fh, rc, "MPI_File_write_shared_c"); }
-    rc
+    call::run("MPI_File_write_shared_c", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_shared_c else { return call::missing("MPI_File_write_shared_c") };
+        // SAFETY: `f` is the real library's MPI_File_write_shared_c, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
+    })
 }
 
 pub unsafe fn MPI_Get(origin_addr: *mut c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, win: MPI_Win) -> c_int {
-    let _g = gate::enter();
-    let origin_datatype_r = conv::datatype(origin_datatype);
-    let target_datatype_r = conv::datatype(target_datatype);
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Get") } };
-    let Some(f) = lower::fns().MPI_Get else { return errors::missing("MPI_Get") };
-    // SAFETY: `f` is the real library's MPI_Get, resolved under the C signature of the ABI table
-    // that this wrapper's signature is generated from; handles were translated inside the gate, so
-    // no renewal replaced them since; the pointers (`origin_addr`) are the caller's, valid as MPI
-    // requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(origin_addr, origin_count, origin_datatype_r, target_rank, target_disp, target_count, target_datatype_r, win_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Get"); }
-    rc
+    call::run("MPI_Get", On::Win(win), || {
+        let origin_datatype_r = Datatype(origin_datatype).to_real()?;
+        let target_datatype_r = Datatype(target_datatype).to_real()?;
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Get else { return call::missing("MPI_Get") };
+        // SAFETY: `f` is the real library's MPI_Get, resolved under the C signature of the ABI
+        // table that this wrapper's signature is generated from; handles were translated inside the
+        // gate, so no renewal replaced them since; the pointers (`origin_addr`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(origin_addr, origin_count, origin_datatype_r, target_rank, target_disp, target_count, target_datatype_r, win_r) })
+    })
 }
 
 pub unsafe fn MPI_Get_accumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, result_addr: *mut c_void, result_count: c_int, result_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) -> c_int {
-    let _g = gate::enter();
-    let origin_datatype_r = conv::datatype(origin_datatype);
-    let result_datatype_r = conv::datatype(result_datatype);
-    let target_datatype_r = conv::datatype(target_datatype);
-    let op_r = conv::op(op);
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Get_accumulate") } };
-    let Some(f) = lower::fns().MPI_Get_accumulate else { return errors::missing("MPI_Get_accumulate") };
-    // SAFETY: `f` is the real library's MPI_Get_accumulate, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`origin_addr`, `result_addr`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(origin_addr, origin_count, origin_datatype_r, result_addr, result_count, result_datatype_r, target_rank, target_disp, target_count, target_datatype_r, op_r, win_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Get_accumulate"); }
-    rc
+    call::run("MPI_Get_accumulate", On::Win(win), || {
+        let origin_datatype_r = Datatype(origin_datatype).to_real()?;
+        let result_datatype_r = Datatype(result_datatype).to_real()?;
+        let target_datatype_r = Datatype(target_datatype).to_real()?;
+        let op_r = Op(op).to_real()?;
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Get_accumulate else { return call::missing("MPI_Get_accumulate") };
+        // SAFETY: `f` is the real library's MPI_Get_accumulate, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`origin_addr`,
+        // `result_addr`) are the caller's, valid as MPI requires (this function's safety contract)
+        // and passed on unchanged.
+        call::ok(unsafe { f(origin_addr, origin_count, origin_datatype_r, result_addr, result_count, result_datatype_r, target_rank, target_disp, target_count, target_datatype_r, op_r, win_r) })
+    })
 }
 
 pub unsafe fn MPI_Get_accumulate_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, result_addr: *mut c_void, result_count: MPI_Count, result_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) -> c_int {
-    let _g = gate::enter();
-    let origin_datatype_r = conv::datatype(origin_datatype);
-    let result_datatype_r = conv::datatype(result_datatype);
-    let target_datatype_r = conv::datatype(target_datatype);
-    let op_r = conv::op(op);
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Get_accumulate_c") } };
-    let Some(f) = lower::fns().MPI_Get_accumulate_c else { return errors::missing("MPI_Get_accumulate_c") };
-    // SAFETY: `f` is the real library's MPI_Get_accumulate_c, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`origin_addr`, `result_addr`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(origin_addr, origin_count, origin_datatype_r, result_addr, result_count, result_datatype_r, target_rank, target_disp, target_count, target_datatype_r, op_r, win_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Get_accumulate_c"); }
-    rc
+    call::run("MPI_Get_accumulate_c", On::Win(win), || {
+        let origin_datatype_r = Datatype(origin_datatype).to_real()?;
+        let result_datatype_r = Datatype(result_datatype).to_real()?;
+        let target_datatype_r = Datatype(target_datatype).to_real()?;
+        let op_r = Op(op).to_real()?;
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Get_accumulate_c else { return call::missing("MPI_Get_accumulate_c") };
+        // SAFETY: `f` is the real library's MPI_Get_accumulate_c, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`origin_addr`,
+        // `result_addr`) are the caller's, valid as MPI requires (this function's safety contract)
+        // and passed on unchanged.
+        call::ok(unsafe { f(origin_addr, origin_count, origin_datatype_r, result_addr, result_count, result_datatype_r, target_rank, target_disp, target_count, target_datatype_r, op_r, win_r) })
+    })
 }
 
 pub unsafe fn MPI_Get_address(location: *const c_void, address: *mut MPI_Aint) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Get_address else { return errors::missing("MPI_Get_address") };
-    // SAFETY: `f` is the real library's MPI_Get_address, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; the pointers (`location`, `address`)
-    // are the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(location, address) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Get_address"); }
-    rc
+    call::run("MPI_Get_address", On::Default, || {
+        let Some(f) = lower::fns().MPI_Get_address else { return call::missing("MPI_Get_address") };
+        // SAFETY: `f` is the real library's MPI_Get_address, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; the pointers (`location`,
+        // `address`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(location, address) })
+    })
 }
 
 pub unsafe fn MPI_Get_c(origin_addr: *mut c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, win: MPI_Win) -> c_int {
-    let _g = gate::enter();
-    let origin_datatype_r = conv::datatype(origin_datatype);
-    let target_datatype_r = conv::datatype(target_datatype);
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Get_c") } };
-    let Some(f) = lower::fns().MPI_Get_c else { return errors::missing("MPI_Get_c") };
-    // SAFETY: `f` is the real library's MPI_Get_c, resolved under the C signature of the ABI table
-    // that this wrapper's signature is generated from; handles were translated inside the gate, so
-    // no renewal replaced them since; the pointers (`origin_addr`) are the caller's, valid as MPI
-    // requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(origin_addr, origin_count, origin_datatype_r, target_rank, target_disp, target_count, target_datatype_r, win_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Get_c"); }
-    rc
+    call::run("MPI_Get_c", On::Win(win), || {
+        let origin_datatype_r = Datatype(origin_datatype).to_real()?;
+        let target_datatype_r = Datatype(target_datatype).to_real()?;
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Get_c else { return call::missing("MPI_Get_c") };
+        // SAFETY: `f` is the real library's MPI_Get_c, resolved under the C signature of the ABI
+        // table that this wrapper's signature is generated from; handles were translated inside the
+        // gate, so no renewal replaced them since; the pointers (`origin_addr`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(origin_addr, origin_count, origin_datatype_r, target_rank, target_disp, target_count, target_datatype_r, win_r) })
+    })
 }
 
 pub unsafe fn MPI_Get_count(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Get_count else { return errors::missing("MPI_Get_count") };
-    // SAFETY: `f` is the real library's MPI_Get_count, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`status`, `count`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(status, datatype_r, count) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Get_count"); }
-    rc
+    call::run("MPI_Get_count", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Get_count else { return call::missing("MPI_Get_count") };
+        // SAFETY: `f` is the real library's MPI_Get_count, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`status`, `count`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(status, datatype_r, count) })
+    })
 }
 
 pub unsafe fn MPI_Get_count_c(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut MPI_Count) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Get_count_c else { return errors::missing("MPI_Get_count_c") };
-    // SAFETY: `f` is the real library's MPI_Get_count_c, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`status`, `count`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(status, datatype_r, count) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Get_count_c"); }
-    rc
+    call::run("MPI_Get_count_c", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Get_count_c else { return call::missing("MPI_Get_count_c") };
+        // SAFETY: `f` is the real library's MPI_Get_count_c, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`status`, `count`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(status, datatype_r, count) })
+    })
 }
 
 pub unsafe fn MPI_Get_elements(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Get_elements else { return errors::missing("MPI_Get_elements") };
-    // SAFETY: `f` is the real library's MPI_Get_elements, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`status`, `count`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(status, datatype_r, count) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Get_elements"); }
-    rc
+    call::run("MPI_Get_elements", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Get_elements else { return call::missing("MPI_Get_elements") };
+        // SAFETY: `f` is the real library's MPI_Get_elements, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`status`, `count`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(status, datatype_r, count) })
+    })
 }
 
 pub unsafe fn MPI_Get_elements_c(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut MPI_Count) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Get_elements_c else { return errors::missing("MPI_Get_elements_c") };
-    // SAFETY: `f` is the real library's MPI_Get_elements_c, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`status`, `count`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(status, datatype_r, count) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Get_elements_c"); }
-    rc
+    call::run("MPI_Get_elements_c", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Get_elements_c else { return call::missing("MPI_Get_elements_c") };
+        // SAFETY: `f` is the real library's MPI_Get_elements_c, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`status`, `count`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(status, datatype_r, count) })
+    })
 }
 
 pub unsafe fn MPI_Get_elements_x(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut MPI_Count) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Get_elements_x else { return errors::missing("MPI_Get_elements_x") };
-    // SAFETY: `f` is the real library's MPI_Get_elements_x, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`status`, `count`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(status, datatype_r, count) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Get_elements_x"); }
-    rc
+    call::run("MPI_Get_elements_x", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Get_elements_x else { return call::missing("MPI_Get_elements_x") };
+        // SAFETY: `f` is the real library's MPI_Get_elements_x, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`status`, `count`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(status, datatype_r, count) })
+    })
 }
 
 pub unsafe fn MPI_Get_library_version(version: *mut c_char, resultlen: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Get_library_version else { return errors::missing("MPI_Get_library_version") };
-    // SAFETY: `f` is the real library's MPI_Get_library_version, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; the pointers (`version`,
-    // `resultlen`) are the caller's, valid as MPI requires (this function's safety contract) and
-    // passed on unchanged.
-    let rc = unsafe { f(version, resultlen) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Get_library_version"); }
-    rc
+    call::run("MPI_Get_library_version", On::Default, || {
+        let Some(f) = lower::fns().MPI_Get_library_version else { return call::missing("MPI_Get_library_version") };
+        // SAFETY: `f` is the real library's MPI_Get_library_version, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`version`, `resultlen`) are the caller's, valid as MPI requires (this function's safety
+        // contract) and passed on unchanged.
+        call::ok(unsafe { f(version, resultlen) })
+    })
 }
 
 pub unsafe fn MPI_Get_processor_name(name: *mut c_char, resultlen: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Get_processor_name else { return errors::missing("MPI_Get_processor_name") };
-    // SAFETY: `f` is the real library's MPI_Get_processor_name, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; the pointers (`name`,
-    // `resultlen`) are the caller's, valid as MPI requires (this function's safety contract) and
-    // passed on unchanged.
-    let rc = unsafe { f(name, resultlen) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Get_processor_name"); }
-    rc
+    call::run("MPI_Get_processor_name", On::Default, || {
+        let Some(f) = lower::fns().MPI_Get_processor_name else { return call::missing("MPI_Get_processor_name") };
+        // SAFETY: `f` is the real library's MPI_Get_processor_name, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; the pointers (`name`,
+        // `resultlen`) are the caller's, valid as MPI requires (this function's safety contract)
+        // and passed on unchanged.
+        call::ok(unsafe { f(name, resultlen) })
+    })
 }
 
 pub unsafe fn MPI_Get_version(version: *mut c_int, subversion: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Get_version else { return errors::missing("MPI_Get_version") };
-    // SAFETY: `f` is the real library's MPI_Get_version, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; the pointers (`version`, `subversion`)
-    // are the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(version, subversion) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Get_version"); }
-    rc
+    call::run("MPI_Get_version", On::Default, || {
+        let Some(f) = lower::fns().MPI_Get_version else { return call::missing("MPI_Get_version") };
+        // SAFETY: `f` is the real library's MPI_Get_version, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; the pointers (`version`,
+        // `subversion`) are the caller's, valid as MPI requires (this function's safety contract)
+        // and passed on unchanged.
+        call::ok(unsafe { f(version, subversion) })
+    })
 }
 
 pub unsafe fn MPI_Graph_get(comm: MPI_Comm, maxindex: c_int, maxedges: c_int, indx: *mut c_int, edges: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Graph_get") } };
-    let Some(f) = lower::fns().MPI_Graph_get else { return errors::missing("MPI_Graph_get") };
-    // SAFETY: `f` is the real library's MPI_Graph_get, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`indx`, `edges`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(comm_r, maxindex, maxedges, indx, edges) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Graph_get"); }
-    rc
+    call::run("MPI_Graph_get", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Graph_get else { return call::missing("MPI_Graph_get") };
+        // SAFETY: `f` is the real library's MPI_Graph_get, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`indx`, `edges`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(comm_r, maxindex, maxedges, indx, edges) })
+    })
 }
 
 pub unsafe fn MPI_Graph_map(comm: MPI_Comm, nnodes: c_int, indx: *const c_int, edges: *const c_int, newrank: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Graph_map") } };
-    let Some(f) = lower::fns().MPI_Graph_map else { return errors::missing("MPI_Graph_map") };
-    // SAFETY: `f` is the real library's MPI_Graph_map, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`indx`, `edges`, `newrank`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(comm_r, nnodes, indx, edges, newrank) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Graph_map"); }
-    rc
+    call::run("MPI_Graph_map", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Graph_map else { return call::missing("MPI_Graph_map") };
+        // SAFETY: `f` is the real library's MPI_Graph_map, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`indx`, `edges`, `newrank`)
+        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(comm_r, nnodes, indx, edges, newrank) })
+    })
 }
 
 pub unsafe fn MPI_Graph_neighbors(comm: MPI_Comm, rank: c_int, maxneighbors: c_int, neighbors: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Graph_neighbors") } };
-    let Some(f) = lower::fns().MPI_Graph_neighbors else { return errors::missing("MPI_Graph_neighbors") };
-    // SAFETY: `f` is the real library's MPI_Graph_neighbors, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`neighbors`) are the caller's, valid
-    // as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(comm_r, rank, maxneighbors, neighbors) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Graph_neighbors"); }
-    rc
+    call::run("MPI_Graph_neighbors", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Graph_neighbors else { return call::missing("MPI_Graph_neighbors") };
+        // SAFETY: `f` is the real library's MPI_Graph_neighbors, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`neighbors`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(comm_r, rank, maxneighbors, neighbors) })
+    })
 }
 
 pub unsafe fn MPI_Graph_neighbors_count(comm: MPI_Comm, rank: c_int, nneighbors: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Graph_neighbors_count") } };
-    let Some(f) = lower::fns().MPI_Graph_neighbors_count else { return errors::missing("MPI_Graph_neighbors_count") };
-    // SAFETY: `f` is the real library's MPI_Graph_neighbors_count, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; handles were translated
-    // inside the gate, so no renewal replaced them since; the pointers (`nneighbors`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(comm_r, rank, nneighbors) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Graph_neighbors_count"); }
-    rc
+    call::run("MPI_Graph_neighbors_count", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Graph_neighbors_count else { return call::missing("MPI_Graph_neighbors_count") };
+        // SAFETY: `f` is the real library's MPI_Graph_neighbors_count, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers
+        // (`nneighbors`) are the caller's, valid as MPI requires (this function's safety contract)
+        // and passed on unchanged.
+        call::ok(unsafe { f(comm_r, rank, nneighbors) })
+    })
 }
 
 pub unsafe fn MPI_Graphdims_get(comm: MPI_Comm, nnodes: *mut c_int, nedges: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Graphdims_get") } };
-    let Some(f) = lower::fns().MPI_Graphdims_get else { return errors::missing("MPI_Graphdims_get") };
-    // SAFETY: `f` is the real library's MPI_Graphdims_get, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`nnodes`, `nedges`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(comm_r, nnodes, nedges) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Graphdims_get"); }
-    rc
+    call::run("MPI_Graphdims_get", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Graphdims_get else { return call::missing("MPI_Graphdims_get") };
+        // SAFETY: `f` is the real library's MPI_Graphdims_get, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`nnodes`, `nedges`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(comm_r, nnodes, nedges) })
+    })
 }
 
 pub unsafe fn MPI_Group_compare(group1: MPI_Group, group2: MPI_Group, result: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let group1_r = conv::group(group1);
-    let group2_r = conv::group(group2);
-    let Some(f) = lower::fns().MPI_Group_compare else { return errors::missing("MPI_Group_compare") };
-    // SAFETY: `f` is the real library's MPI_Group_compare, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`result`) are the caller's, valid as
-    // MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(group1_r, group2_r, result) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Group_compare"); }
-    rc
+    call::run("MPI_Group_compare", On::Default, || {
+        let group1_r = Group(group1).to_real()?;
+        let group2_r = Group(group2).to_real()?;
+        let Some(f) = lower::fns().MPI_Group_compare else { return call::missing("MPI_Group_compare") };
+        // SAFETY: `f` is the real library's MPI_Group_compare, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`result`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(group1_r, group2_r, result) })
+    })
 }
 
 pub unsafe fn MPI_Group_rank(group: MPI_Group, rank: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let group_r = conv::group(group);
-    let Some(f) = lower::fns().MPI_Group_rank else { return errors::missing("MPI_Group_rank") };
-    // SAFETY: `f` is the real library's MPI_Group_rank, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`rank`) are the caller's, valid as MPI
-    // requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(group_r, rank) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Group_rank"); }
-    rc
+    call::run("MPI_Group_rank", On::Default, || {
+        let group_r = Group(group).to_real()?;
+        let Some(f) = lower::fns().MPI_Group_rank else { return call::missing("MPI_Group_rank") };
+        // SAFETY: `f` is the real library's MPI_Group_rank, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`rank`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(group_r, rank) })
+    })
 }
 
 pub unsafe fn MPI_Group_size(group: MPI_Group, size: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let group_r = conv::group(group);
-    let Some(f) = lower::fns().MPI_Group_size else { return errors::missing("MPI_Group_size") };
-    // SAFETY: `f` is the real library's MPI_Group_size, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`size`) are the caller's, valid as MPI
-    // requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(group_r, size) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Group_size"); }
-    rc
+    call::run("MPI_Group_size", On::Default, || {
+        let group_r = Group(group).to_real()?;
+        let Some(f) = lower::fns().MPI_Group_size else { return call::missing("MPI_Group_size") };
+        // SAFETY: `f` is the real library's MPI_Group_size, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`size`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(group_r, size) })
+    })
 }
 
 pub unsafe fn MPI_Group_translate_ranks(group1: MPI_Group, n: c_int, ranks1: *const c_int, group2: MPI_Group, ranks2: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let group1_r = conv::group(group1);
-    let group2_r = conv::group(group2);
-    let Some(f) = lower::fns().MPI_Group_translate_ranks else { return errors::missing("MPI_Group_translate_ranks") };
-    // SAFETY: `f` is the real library's MPI_Group_translate_ranks, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; handles were translated
-    // inside the gate, so no renewal replaced them since; the pointers (`ranks1`, `ranks2`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(group1_r, n, ranks1, group2_r, ranks2) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Group_translate_ranks"); }
-    rc
+    call::run("MPI_Group_translate_ranks", On::Default, || {
+        let group1_r = Group(group1).to_real()?;
+        let group2_r = Group(group2).to_real()?;
+        let Some(f) = lower::fns().MPI_Group_translate_ranks else { return call::missing("MPI_Group_translate_ranks") };
+        // SAFETY: `f` is the real library's MPI_Group_translate_ranks, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`ranks1`,
+        // `ranks2`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(group1_r, n, ranks1, group2_r, ranks2) })
+    })
 }
 
 pub unsafe fn MPI_Info_delete(info: MPI_Info, key: *const c_char) -> c_int {
-    let _g = gate::enter();
-    let info_r = conv::info(info);
-    let Some(f) = lower::fns().MPI_Info_delete else { return errors::missing("MPI_Info_delete") };
-    // SAFETY: `f` is the real library's MPI_Info_delete, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`key`) are the caller's, valid as MPI
-    // requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(info_r, key) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Info_delete"); }
-    rc
+    call::run("MPI_Info_delete", On::Default, || {
+        let info_r = Info(info).to_real()?;
+        let Some(f) = lower::fns().MPI_Info_delete else { return call::missing("MPI_Info_delete") };
+        // SAFETY: `f` is the real library's MPI_Info_delete, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`key`) are the caller's, valid
+        // as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(info_r, key) })
+    })
 }
 
 pub unsafe fn MPI_Info_get(info: MPI_Info, key: *const c_char, valuelen: c_int, value: *mut c_char, flag: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let info_r = conv::info(info);
-    let Some(f) = lower::fns().MPI_Info_get else { return errors::missing("MPI_Info_get") };
-    // SAFETY: `f` is the real library's MPI_Info_get, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`key`, `value`, `flag`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(info_r, key, valuelen, value, flag) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Info_get"); }
-    rc
+    call::run("MPI_Info_get", On::Default, || {
+        let info_r = Info(info).to_real()?;
+        let Some(f) = lower::fns().MPI_Info_get else { return call::missing("MPI_Info_get") };
+        // SAFETY: `f` is the real library's MPI_Info_get, resolved under the C signature of the ABI
+        // table that this wrapper's signature is generated from; handles were translated inside the
+        // gate, so no renewal replaced them since; the pointers (`key`, `value`, `flag`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(info_r, key, valuelen, value, flag) })
+    })
 }
 
 pub unsafe fn MPI_Info_get_nkeys(info: MPI_Info, nkeys: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let info_r = conv::info(info);
-    let Some(f) = lower::fns().MPI_Info_get_nkeys else { return errors::missing("MPI_Info_get_nkeys") };
-    // SAFETY: `f` is the real library's MPI_Info_get_nkeys, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`nkeys`) are the caller's, valid as
-    // MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(info_r, nkeys) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Info_get_nkeys"); }
-    rc
+    call::run("MPI_Info_get_nkeys", On::Default, || {
+        let info_r = Info(info).to_real()?;
+        let Some(f) = lower::fns().MPI_Info_get_nkeys else { return call::missing("MPI_Info_get_nkeys") };
+        // SAFETY: `f` is the real library's MPI_Info_get_nkeys, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`nkeys`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(info_r, nkeys) })
+    })
 }
 
 pub unsafe fn MPI_Info_get_nthkey(info: MPI_Info, n: c_int, key: *mut c_char) -> c_int {
-    let _g = gate::enter();
-    let info_r = conv::info(info);
-    let Some(f) = lower::fns().MPI_Info_get_nthkey else { return errors::missing("MPI_Info_get_nthkey") };
-    // SAFETY: `f` is the real library's MPI_Info_get_nthkey, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`key`) are the caller's, valid as MPI
-    // requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(info_r, n, key) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Info_get_nthkey"); }
-    rc
+    call::run("MPI_Info_get_nthkey", On::Default, || {
+        let info_r = Info(info).to_real()?;
+        let Some(f) = lower::fns().MPI_Info_get_nthkey else { return call::missing("MPI_Info_get_nthkey") };
+        // SAFETY: `f` is the real library's MPI_Info_get_nthkey, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`key`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(info_r, n, key) })
+    })
 }
 
 pub unsafe fn MPI_Info_get_string(info: MPI_Info, key: *const c_char, buflen: *mut c_int, value: *mut c_char, flag: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let info_r = conv::info(info);
-    let Some(f) = lower::fns().MPI_Info_get_string else { return errors::missing("MPI_Info_get_string") };
-    // SAFETY: `f` is the real library's MPI_Info_get_string, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`key`, `buflen`, `value`, `flag`) are
-    // the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(info_r, key, buflen, value, flag) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Info_get_string"); }
-    rc
+    call::run("MPI_Info_get_string", On::Default, || {
+        let info_r = Info(info).to_real()?;
+        let Some(f) = lower::fns().MPI_Info_get_string else { return call::missing("MPI_Info_get_string") };
+        // SAFETY: `f` is the real library's MPI_Info_get_string, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`key`, `buflen`,
+        // `value`, `flag`) are the caller's, valid as MPI requires (this function's safety
+        // contract) and passed on unchanged.
+        call::ok(unsafe { f(info_r, key, buflen, value, flag) })
+    })
 }
 
 pub unsafe fn MPI_Info_get_valuelen(info: MPI_Info, key: *const c_char, valuelen: *mut c_int, flag: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let info_r = conv::info(info);
-    let Some(f) = lower::fns().MPI_Info_get_valuelen else { return errors::missing("MPI_Info_get_valuelen") };
-    // SAFETY: `f` is the real library's MPI_Info_get_valuelen, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`key`, `valuelen`, `flag`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(info_r, key, valuelen, flag) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Info_get_valuelen"); }
-    rc
+    call::run("MPI_Info_get_valuelen", On::Default, || {
+        let info_r = Info(info).to_real()?;
+        let Some(f) = lower::fns().MPI_Info_get_valuelen else { return call::missing("MPI_Info_get_valuelen") };
+        // SAFETY: `f` is the real library's MPI_Info_get_valuelen, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`key`, `valuelen`,
+        // `flag`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(info_r, key, valuelen, flag) })
+    })
 }
 
 pub unsafe fn MPI_Info_set(info: MPI_Info, key: *const c_char, value: *const c_char) -> c_int {
-    let _g = gate::enter();
-    let info_r = conv::info(info);
-    let Some(f) = lower::fns().MPI_Info_set else { return errors::missing("MPI_Info_set") };
-    // SAFETY: `f` is the real library's MPI_Info_set, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`key`, `value`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(info_r, key, value) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Info_set"); }
-    rc
+    call::run("MPI_Info_set", On::Default, || {
+        let info_r = Info(info).to_real()?;
+        let Some(f) = lower::fns().MPI_Info_set else { return call::missing("MPI_Info_set") };
+        // SAFETY: `f` is the real library's MPI_Info_set, resolved under the C signature of the ABI
+        // table that this wrapper's signature is generated from; handles were translated inside the
+        // gate, so no renewal replaced them since; the pointers (`key`, `value`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(info_r, key, value) })
+    })
 }
 
 pub unsafe fn MPI_Lookup_name(service_name: *const c_char, info: MPI_Info, port_name: *mut c_char) -> c_int {
-    let _g = gate::enter();
-    let info_r = conv::info(info);
-    let Some(f) = lower::fns().MPI_Lookup_name else { return errors::missing("MPI_Lookup_name") };
-    // SAFETY: `f` is the real library's MPI_Lookup_name, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`service_name`, `port_name`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(service_name, info_r, port_name) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Lookup_name"); }
-    rc
+    call::run("MPI_Lookup_name", On::Default, || {
+        let info_r = Info(info).to_real()?;
+        let Some(f) = lower::fns().MPI_Lookup_name else { return call::missing("MPI_Lookup_name") };
+        // SAFETY: `f` is the real library's MPI_Lookup_name, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`service_name`, `port_name`)
+        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(service_name, info_r, port_name) })
+    })
 }
 
 pub unsafe fn MPI_Op_commutative(op: MPI_Op, commute: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let op_r = conv::op(op);
-    let Some(f) = lower::fns().MPI_Op_commutative else { return errors::missing("MPI_Op_commutative") };
-    // SAFETY: `f` is the real library's MPI_Op_commutative, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`commute`) are the caller's, valid as
-    // MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(op_r, commute) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Op_commutative"); }
-    rc
+    call::run("MPI_Op_commutative", On::Default, || {
+        let op_r = Op(op).to_real()?;
+        let Some(f) = lower::fns().MPI_Op_commutative else { return call::missing("MPI_Op_commutative") };
+        // SAFETY: `f` is the real library's MPI_Op_commutative, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`commute`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(op_r, commute) })
+    })
 }
 
 pub unsafe fn MPI_Open_port(info: MPI_Info, port_name: *mut c_char) -> c_int {
-    let _g = gate::enter();
-    let info_r = conv::info(info);
-    let Some(f) = lower::fns().MPI_Open_port else { return errors::missing("MPI_Open_port") };
-    // SAFETY: `f` is the real library's MPI_Open_port, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`port_name`) are the caller's, valid
-    // as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(info_r, port_name) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Open_port"); }
-    rc
+    call::run("MPI_Open_port", On::Default, || {
+        let info_r = Info(info).to_real()?;
+        let Some(f) = lower::fns().MPI_Open_port else { return call::missing("MPI_Open_port") };
+        // SAFETY: `f` is the real library's MPI_Open_port, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`port_name`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(info_r, port_name) })
+    })
 }
 
 pub unsafe fn MPI_Pack(inbuf: *const c_void, incount: c_int, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: c_int, position: *mut c_int, comm: MPI_Comm) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Pack") } };
-    let Some(f) = lower::fns().MPI_Pack else { return errors::missing("MPI_Pack") };
-    // SAFETY: `f` is the real library's MPI_Pack, resolved under the C signature of the ABI table
-    // that this wrapper's signature is generated from; handles were translated inside the gate, so
-    // no renewal replaced them since; the pointers (`inbuf`, `outbuf`, `position`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(inbuf, incount, datatype_r, outbuf, outsize, position, comm_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Pack"); }
-    rc
+    call::run("MPI_Pack", On::Comm(comm), || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Pack else { return call::missing("MPI_Pack") };
+        // SAFETY: `f` is the real library's MPI_Pack, resolved under the C signature of the ABI
+        // table that this wrapper's signature is generated from; handles were translated inside the
+        // gate, so no renewal replaced them since; the pointers (`inbuf`, `outbuf`, `position`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(inbuf, incount, datatype_r, outbuf, outsize, position, comm_r) })
+    })
 }
 
 pub unsafe fn MPI_Pack_c(inbuf: *const c_void, incount: MPI_Count, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: MPI_Count, position: *mut MPI_Count, comm: MPI_Comm) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Pack_c") } };
-    let Some(f) = lower::fns().MPI_Pack_c else { return errors::missing("MPI_Pack_c") };
-    // SAFETY: `f` is the real library's MPI_Pack_c, resolved under the C signature of the ABI table
-    // that this wrapper's signature is generated from; handles were translated inside the gate, so
-    // no renewal replaced them since; the pointers (`inbuf`, `outbuf`, `position`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(inbuf, incount, datatype_r, outbuf, outsize, position, comm_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Pack_c"); }
-    rc
+    call::run("MPI_Pack_c", On::Comm(comm), || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Pack_c else { return call::missing("MPI_Pack_c") };
+        // SAFETY: `f` is the real library's MPI_Pack_c, resolved under the C signature of the ABI
+        // table that this wrapper's signature is generated from; handles were translated inside the
+        // gate, so no renewal replaced them since; the pointers (`inbuf`, `outbuf`, `position`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(inbuf, incount, datatype_r, outbuf, outsize, position, comm_r) })
+    })
 }
 
 pub unsafe fn MPI_Pack_external(datarep: *const c_char, inbuf: *const c_void, incount: c_int, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: MPI_Aint, position: *mut MPI_Aint) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Pack_external else { return errors::missing("MPI_Pack_external") };
-    // SAFETY: `f` is the real library's MPI_Pack_external, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`datarep`, `inbuf`, `outbuf`,
-    // `position`) are the caller's, valid as MPI requires (this function's safety contract) and
-    // passed on unchanged.
-    let rc = unsafe { f(datarep, inbuf, incount, datatype_r, outbuf, outsize, position) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Pack_external"); }
-    rc
+    call::run("MPI_Pack_external", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Pack_external else { return call::missing("MPI_Pack_external") };
+        // SAFETY: `f` is the real library's MPI_Pack_external, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`datarep`, `inbuf`,
+        // `outbuf`, `position`) are the caller's, valid as MPI requires (this function's safety
+        // contract) and passed on unchanged.
+        call::ok(unsafe { f(datarep, inbuf, incount, datatype_r, outbuf, outsize, position) })
+    })
 }
 
 pub unsafe fn MPI_Pack_external_c(datarep: *const c_char, inbuf: *const c_void, incount: MPI_Count, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: MPI_Count, position: *mut MPI_Count) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Pack_external_c else { return errors::missing("MPI_Pack_external_c") };
-    // SAFETY: `f` is the real library's MPI_Pack_external_c, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`datarep`, `inbuf`, `outbuf`,
-    // `position`) are the caller's, valid as MPI requires (this function's safety contract) and
-    // passed on unchanged.
-    let rc = unsafe { f(datarep, inbuf, incount, datatype_r, outbuf, outsize, position) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Pack_external_c"); }
-    rc
+    call::run("MPI_Pack_external_c", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Pack_external_c else { return call::missing("MPI_Pack_external_c") };
+        // SAFETY: `f` is the real library's MPI_Pack_external_c, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`datarep`, `inbuf`,
+        // `outbuf`, `position`) are the caller's, valid as MPI requires (this function's safety
+        // contract) and passed on unchanged.
+        call::ok(unsafe { f(datarep, inbuf, incount, datatype_r, outbuf, outsize, position) })
+    })
 }
 
 pub unsafe fn MPI_Pack_external_size(datarep: *const c_char, incount: c_int, datatype: MPI_Datatype, size: *mut MPI_Aint) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Pack_external_size else { return errors::missing("MPI_Pack_external_size") };
-    // SAFETY: `f` is the real library's MPI_Pack_external_size, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`datarep`, `size`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(datarep, incount, datatype_r, size) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Pack_external_size"); }
-    rc
+    call::run("MPI_Pack_external_size", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Pack_external_size else { return call::missing("MPI_Pack_external_size") };
+        // SAFETY: `f` is the real library's MPI_Pack_external_size, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`datarep`, `size`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(datarep, incount, datatype_r, size) })
+    })
 }
 
 pub unsafe fn MPI_Pack_external_size_c(datarep: *const c_char, incount: MPI_Count, datatype: MPI_Datatype, size: *mut MPI_Count) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Pack_external_size_c else { return errors::missing("MPI_Pack_external_size_c") };
-    // SAFETY: `f` is the real library's MPI_Pack_external_size_c, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`datarep`, `size`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(datarep, incount, datatype_r, size) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Pack_external_size_c"); }
-    rc
+    call::run("MPI_Pack_external_size_c", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Pack_external_size_c else { return call::missing("MPI_Pack_external_size_c") };
+        // SAFETY: `f` is the real library's MPI_Pack_external_size_c, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`datarep`,
+        // `size`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(datarep, incount, datatype_r, size) })
+    })
 }
 
 pub unsafe fn MPI_Pack_size(incount: c_int, datatype: MPI_Datatype, comm: MPI_Comm, size: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Pack_size") } };
-    let Some(f) = lower::fns().MPI_Pack_size else { return errors::missing("MPI_Pack_size") };
-    // SAFETY: `f` is the real library's MPI_Pack_size, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`size`) are the caller's, valid as MPI
-    // requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(incount, datatype_r, comm_r, size) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Pack_size"); }
-    rc
+    call::run("MPI_Pack_size", On::Comm(comm), || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Pack_size else { return call::missing("MPI_Pack_size") };
+        // SAFETY: `f` is the real library's MPI_Pack_size, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`size`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(incount, datatype_r, comm_r, size) })
+    })
 }
 
 pub unsafe fn MPI_Pack_size_c(incount: MPI_Count, datatype: MPI_Datatype, comm: MPI_Comm, size: *mut MPI_Count) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Pack_size_c") } };
-    let Some(f) = lower::fns().MPI_Pack_size_c else { return errors::missing("MPI_Pack_size_c") };
-    // SAFETY: `f` is the real library's MPI_Pack_size_c, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`size`) are the caller's, valid as MPI
-    // requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(incount, datatype_r, comm_r, size) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Pack_size_c"); }
-    rc
+    call::run("MPI_Pack_size_c", On::Comm(comm), || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Pack_size_c else { return call::missing("MPI_Pack_size_c") };
+        // SAFETY: `f` is the real library's MPI_Pack_size_c, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`size`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(incount, datatype_r, comm_r, size) })
+    })
 }
 
 pub unsafe fn MPI_Pcontrol(level: c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Pcontrol else { return errors::missing("MPI_Pcontrol") };
-    // SAFETY: `f` is the real library's MPI_Pcontrol, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; every other argument is a plain value.
-    let rc = unsafe { f(level) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Pcontrol"); }
-    rc
+    call::run("MPI_Pcontrol", On::Default, || {
+        let Some(f) = lower::fns().MPI_Pcontrol else { return call::missing("MPI_Pcontrol") };
+        // SAFETY: `f` is the real library's MPI_Pcontrol, resolved under the C signature of the ABI
+        // table that this wrapper's signature is generated from; every other argument is a plain
+        // value.
+        call::ok(unsafe { f(level) })
+    })
 }
 
 pub unsafe fn MPI_Publish_name(service_name: *const c_char, info: MPI_Info, port_name: *const c_char) -> c_int {
-    let _g = gate::enter();
-    let info_r = conv::info(info);
-    let Some(f) = lower::fns().MPI_Publish_name else { return errors::missing("MPI_Publish_name") };
-    // SAFETY: `f` is the real library's MPI_Publish_name, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`service_name`, `port_name`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(service_name, info_r, port_name) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Publish_name"); }
-    rc
+    call::run("MPI_Publish_name", On::Default, || {
+        let info_r = Info(info).to_real()?;
+        let Some(f) = lower::fns().MPI_Publish_name else { return call::missing("MPI_Publish_name") };
+        // SAFETY: `f` is the real library's MPI_Publish_name, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`service_name`, `port_name`)
+        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(service_name, info_r, port_name) })
+    })
 }
 
 pub unsafe fn MPI_Put(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, win: MPI_Win) -> c_int {
-    let _g = gate::enter();
-    let origin_datatype_r = conv::datatype(origin_datatype);
-    let target_datatype_r = conv::datatype(target_datatype);
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Put") } };
-    let Some(f) = lower::fns().MPI_Put else { return errors::missing("MPI_Put") };
-    // SAFETY: `f` is the real library's MPI_Put, resolved under the C signature of the ABI table
-    // that this wrapper's signature is generated from; handles were translated inside the gate, so
-    // no renewal replaced them since; the pointers (`origin_addr`) are the caller's, valid as MPI
-    // requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(origin_addr, origin_count, origin_datatype_r, target_rank, target_disp, target_count, target_datatype_r, win_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Put"); }
-    rc
+    call::run("MPI_Put", On::Win(win), || {
+        let origin_datatype_r = Datatype(origin_datatype).to_real()?;
+        let target_datatype_r = Datatype(target_datatype).to_real()?;
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Put else { return call::missing("MPI_Put") };
+        // SAFETY: `f` is the real library's MPI_Put, resolved under the C signature of the ABI
+        // table that this wrapper's signature is generated from; handles were translated inside the
+        // gate, so no renewal replaced them since; the pointers (`origin_addr`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(origin_addr, origin_count, origin_datatype_r, target_rank, target_disp, target_count, target_datatype_r, win_r) })
+    })
 }
 
 pub unsafe fn MPI_Put_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, win: MPI_Win) -> c_int {
-    let _g = gate::enter();
-    let origin_datatype_r = conv::datatype(origin_datatype);
-    let target_datatype_r = conv::datatype(target_datatype);
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Put_c") } };
-    let Some(f) = lower::fns().MPI_Put_c else { return errors::missing("MPI_Put_c") };
-    // SAFETY: `f` is the real library's MPI_Put_c, resolved under the C signature of the ABI table
-    // that this wrapper's signature is generated from; handles were translated inside the gate, so
-    // no renewal replaced them since; the pointers (`origin_addr`) are the caller's, valid as MPI
-    // requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(origin_addr, origin_count, origin_datatype_r, target_rank, target_disp, target_count, target_datatype_r, win_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Put_c"); }
-    rc
+    call::run("MPI_Put_c", On::Win(win), || {
+        let origin_datatype_r = Datatype(origin_datatype).to_real()?;
+        let target_datatype_r = Datatype(target_datatype).to_real()?;
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Put_c else { return call::missing("MPI_Put_c") };
+        // SAFETY: `f` is the real library's MPI_Put_c, resolved under the C signature of the ABI
+        // table that this wrapper's signature is generated from; handles were translated inside the
+        // gate, so no renewal replaced them since; the pointers (`origin_addr`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(origin_addr, origin_count, origin_datatype_r, target_rank, target_disp, target_count, target_datatype_r, win_r) })
+    })
 }
 
 pub unsafe fn MPI_Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let op_r = conv::op(op);
-    let Some(f) = lower::fns().MPI_Reduce_local else { return errors::missing("MPI_Reduce_local") };
-    // SAFETY: `f` is the real library's MPI_Reduce_local, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`inbuf`, `inoutbuf`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(inbuf, inoutbuf, count, datatype_r, op_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Reduce_local"); }
-    rc
+    call::run("MPI_Reduce_local", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let op_r = Op(op).to_real()?;
+        let Some(f) = lower::fns().MPI_Reduce_local else { return call::missing("MPI_Reduce_local") };
+        // SAFETY: `f` is the real library's MPI_Reduce_local, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`inbuf`, `inoutbuf`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(inbuf, inoutbuf, count, datatype_r, op_r) })
+    })
 }
 
 pub unsafe fn MPI_Reduce_local_c(inbuf: *const c_void, inoutbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let op_r = conv::op(op);
-    let Some(f) = lower::fns().MPI_Reduce_local_c else { return errors::missing("MPI_Reduce_local_c") };
-    // SAFETY: `f` is the real library's MPI_Reduce_local_c, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`inbuf`, `inoutbuf`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(inbuf, inoutbuf, count, datatype_r, op_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Reduce_local_c"); }
-    rc
+    call::run("MPI_Reduce_local_c", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let op_r = Op(op).to_real()?;
+        let Some(f) = lower::fns().MPI_Reduce_local_c else { return call::missing("MPI_Reduce_local_c") };
+        // SAFETY: `f` is the real library's MPI_Reduce_local_c, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`inbuf`, `inoutbuf`)
+        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(inbuf, inoutbuf, count, datatype_r, op_r) })
+    })
 }
 
 pub unsafe fn MPI_Remove_error_class(errorclass: c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Remove_error_class else { return errors::missing("MPI_Remove_error_class") };
-    // SAFETY: `f` is the real library's MPI_Remove_error_class, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; every other argument is a
-    // plain value.
-    let rc = unsafe { f(errorclass) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Remove_error_class"); }
-    rc
+    call::run("MPI_Remove_error_class", On::Default, || {
+        let Some(f) = lower::fns().MPI_Remove_error_class else { return call::missing("MPI_Remove_error_class") };
+        // SAFETY: `f` is the real library's MPI_Remove_error_class, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; every other argument is
+        // a plain value.
+        call::ok(unsafe { f(errorclass) })
+    })
 }
 
 pub unsafe fn MPI_Remove_error_code(errorcode: c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Remove_error_code else { return errors::missing("MPI_Remove_error_code") };
-    // SAFETY: `f` is the real library's MPI_Remove_error_code, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; every other argument is a
-    // plain value.
-    let rc = unsafe { f(errorcode) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Remove_error_code"); }
-    rc
+    call::run("MPI_Remove_error_code", On::Default, || {
+        let Some(f) = lower::fns().MPI_Remove_error_code else { return call::missing("MPI_Remove_error_code") };
+        // SAFETY: `f` is the real library's MPI_Remove_error_code, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; every other argument is
+        // a plain value.
+        call::ok(unsafe { f(errorcode) })
+    })
 }
 
 pub unsafe fn MPI_Remove_error_string(errorcode: c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Remove_error_string else { return errors::missing("MPI_Remove_error_string") };
-    // SAFETY: `f` is the real library's MPI_Remove_error_string, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; every other argument is a
-    // plain value.
-    let rc = unsafe { f(errorcode) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Remove_error_string"); }
-    rc
+    call::run("MPI_Remove_error_string", On::Default, || {
+        let Some(f) = lower::fns().MPI_Remove_error_string else { return call::missing("MPI_Remove_error_string") };
+        // SAFETY: `f` is the real library's MPI_Remove_error_string, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; every other argument is
+        // a plain value.
+        call::ok(unsafe { f(errorcode) })
+    })
 }
 
 pub unsafe fn MPI_Session_attach_buffer(session: MPI_Session, buffer: *mut c_void, size: c_int) -> c_int {
-    let _g = gate::enter();
-    let session_r = conv::session(session);
-    let Some(f) = lower::fns().MPI_Session_attach_buffer else { return errors::missing("MPI_Session_attach_buffer") };
-    // SAFETY: `f` is the real library's MPI_Session_attach_buffer, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; handles were translated
-    // inside the gate, so no renewal replaced them since; the pointers (`buffer`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(session_r, buffer, size) };
-    drop(_g);
-    if rc != 0 { return errors::raise_session(session, rc, "MPI_Session_attach_buffer"); }
-    rc
+    call::run("MPI_Session_attach_buffer", On::Session(session), || {
+        let session_r = Session(session).to_real()?;
+        let Some(f) = lower::fns().MPI_Session_attach_buffer else { return call::missing("MPI_Session_attach_buffer") };
+        // SAFETY: `f` is the real library's MPI_Session_attach_buffer, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`buffer`)
+        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(session_r, buffer, size) })
+    })
 }
 
 pub unsafe fn MPI_Session_attach_buffer_c(session: MPI_Session, buffer: *mut c_void, size: MPI_Count) -> c_int {
-    let _g = gate::enter();
-    let session_r = conv::session(session);
-    let Some(f) = lower::fns().MPI_Session_attach_buffer_c else { return errors::missing("MPI_Session_attach_buffer_c") };
-    // SAFETY: `f` is the real library's MPI_Session_attach_buffer_c, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; handles were translated
-    // inside the gate, so no renewal replaced them since; the pointers (`buffer`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(session_r, buffer, size) };
-    drop(_g);
-    if rc != 0 { return errors::raise_session(session, rc, "MPI_Session_attach_buffer_c"); }
-    rc
+    call::run("MPI_Session_attach_buffer_c", On::Session(session), || {
+        let session_r = Session(session).to_real()?;
+        let Some(f) = lower::fns().MPI_Session_attach_buffer_c else { return call::missing("MPI_Session_attach_buffer_c") };
+        // SAFETY: `f` is the real library's MPI_Session_attach_buffer_c, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`buffer`)
+        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(session_r, buffer, size) })
+    })
 }
 
 pub unsafe fn MPI_Session_detach_buffer(session: MPI_Session, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let session_r = conv::session(session);
-    let Some(f) = lower::fns().MPI_Session_detach_buffer else { return errors::missing("MPI_Session_detach_buffer") };
-    // SAFETY: `f` is the real library's MPI_Session_detach_buffer, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; handles were translated
-    // inside the gate, so no renewal replaced them since; the pointers (`buffer_addr`, `size`) are
-    // the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(session_r, buffer_addr, size) };
-    drop(_g);
-    if rc != 0 { return errors::raise_session(session, rc, "MPI_Session_detach_buffer"); }
-    rc
+    call::run("MPI_Session_detach_buffer", On::Session(session), || {
+        let session_r = Session(session).to_real()?;
+        let Some(f) = lower::fns().MPI_Session_detach_buffer else { return call::missing("MPI_Session_detach_buffer") };
+        // SAFETY: `f` is the real library's MPI_Session_detach_buffer, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers
+        // (`buffer_addr`, `size`) are the caller's, valid as MPI requires (this function's safety
+        // contract) and passed on unchanged.
+        call::ok(unsafe { f(session_r, buffer_addr, size) })
+    })
 }
 
 pub unsafe fn MPI_Session_detach_buffer_c(session: MPI_Session, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
-    let _g = gate::enter();
-    let session_r = conv::session(session);
-    let Some(f) = lower::fns().MPI_Session_detach_buffer_c else { return errors::missing("MPI_Session_detach_buffer_c") };
-    // SAFETY: `f` is the real library's MPI_Session_detach_buffer_c, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; handles were translated
-    // inside the gate, so no renewal replaced them since; the pointers (`buffer_addr`, `size`) are
-    // the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(session_r, buffer_addr, size) };
-    drop(_g);
-    if rc != 0 { return errors::raise_session(session, rc, "MPI_Session_detach_buffer_c"); }
-    rc
+    call::run("MPI_Session_detach_buffer_c", On::Session(session), || {
+        let session_r = Session(session).to_real()?;
+        let Some(f) = lower::fns().MPI_Session_detach_buffer_c else { return call::missing("MPI_Session_detach_buffer_c") };
+        // SAFETY: `f` is the real library's MPI_Session_detach_buffer_c, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers
+        // (`buffer_addr`, `size`) are the caller's, valid as MPI requires (this function's safety
+        // contract) and passed on unchanged.
+        call::ok(unsafe { f(session_r, buffer_addr, size) })
+    })
 }
 
 pub unsafe fn MPI_Session_flush_buffer(session: MPI_Session) -> c_int {
-    let _g = gate::enter();
-    let session_r = conv::session(session);
-    let Some(f) = lower::fns().MPI_Session_flush_buffer else { return errors::missing("MPI_Session_flush_buffer") };
-    // SAFETY: `f` is the real library's MPI_Session_flush_buffer, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(session_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_session(session, rc, "MPI_Session_flush_buffer"); }
-    rc
+    call::run("MPI_Session_flush_buffer", On::Session(session), || {
+        let session_r = Session(session).to_real()?;
+        let Some(f) = lower::fns().MPI_Session_flush_buffer else { return call::missing("MPI_Session_flush_buffer") };
+        // SAFETY: `f` is the real library's MPI_Session_flush_buffer, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; every other argument is a
+        // plain value.
+        call::ok(unsafe { f(session_r) })
+    })
 }
 
 pub unsafe fn MPI_Session_get_nth_pset(session: MPI_Session, info: MPI_Info, n: c_int, pset_len: *mut c_int, pset_name: *mut c_char) -> c_int {
-    let _g = gate::enter();
-    let session_r = conv::session(session);
-    let info_r = conv::info(info);
-    let Some(f) = lower::fns().MPI_Session_get_nth_pset else { return errors::missing("MPI_Session_get_nth_pset") };
-    // SAFETY: `f` is the real library's MPI_Session_get_nth_pset, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`pset_len`, `pset_name`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(session_r, info_r, n, pset_len, pset_name) };
-    drop(_g);
-    if rc != 0 { return errors::raise_session(session, rc, "MPI_Session_get_nth_pset"); }
-    rc
+    call::run("MPI_Session_get_nth_pset", On::Session(session), || {
+        let session_r = Session(session).to_real()?;
+        let info_r = Info(info).to_real()?;
+        let Some(f) = lower::fns().MPI_Session_get_nth_pset else { return call::missing("MPI_Session_get_nth_pset") };
+        // SAFETY: `f` is the real library's MPI_Session_get_nth_pset, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`pset_len`,
+        // `pset_name`) are the caller's, valid as MPI requires (this function's safety contract)
+        // and passed on unchanged.
+        call::ok(unsafe { f(session_r, info_r, n, pset_len, pset_name) })
+    })
 }
 
 pub unsafe fn MPI_Session_get_num_psets(session: MPI_Session, info: MPI_Info, npset_names: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let session_r = conv::session(session);
-    let info_r = conv::info(info);
-    let Some(f) = lower::fns().MPI_Session_get_num_psets else { return errors::missing("MPI_Session_get_num_psets") };
-    // SAFETY: `f` is the real library's MPI_Session_get_num_psets, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; handles were translated
-    // inside the gate, so no renewal replaced them since; the pointers (`npset_names`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(session_r, info_r, npset_names) };
-    drop(_g);
-    if rc != 0 { return errors::raise_session(session, rc, "MPI_Session_get_num_psets"); }
-    rc
+    call::run("MPI_Session_get_num_psets", On::Session(session), || {
+        let session_r = Session(session).to_real()?;
+        let info_r = Info(info).to_real()?;
+        let Some(f) = lower::fns().MPI_Session_get_num_psets else { return call::missing("MPI_Session_get_num_psets") };
+        // SAFETY: `f` is the real library's MPI_Session_get_num_psets, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers
+        // (`npset_names`) are the caller's, valid as MPI requires (this function's safety contract)
+        // and passed on unchanged.
+        call::ok(unsafe { f(session_r, info_r, npset_names) })
+    })
 }
 
 pub unsafe fn MPI_Status_c2f(c_status: *const MPI_Status, f_status: *mut MPI_Fint) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Status_c2f else { return errors::missing("MPI_Status_c2f") };
-    // SAFETY: `f` is the real library's MPI_Status_c2f, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; the pointers (`c_status`, `f_status`)
-    // are the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(c_status, f_status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Status_c2f"); }
-    rc
+    call::run("MPI_Status_c2f", On::Default, || {
+        let Some(f) = lower::fns().MPI_Status_c2f else { return call::missing("MPI_Status_c2f") };
+        // SAFETY: `f` is the real library's MPI_Status_c2f, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; the pointers (`c_status`,
+        // `f_status`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(c_status, f_status) })
+    })
 }
 
 pub unsafe fn MPI_Status_c2f08(c_status: *const MPI_Status, f08_status: *mut c_void) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Status_c2f08 else { return errors::missing("MPI_Status_c2f08") };
-    // SAFETY: `f` is the real library's MPI_Status_c2f08, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; the pointers (`c_status`,
-    // `f08_status`) are the caller's, valid as MPI requires (this function's safety contract) and
-    // passed on unchanged.
-    let rc = unsafe { f(c_status, f08_status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Status_c2f08"); }
-    rc
+    call::run("MPI_Status_c2f08", On::Default, || {
+        let Some(f) = lower::fns().MPI_Status_c2f08 else { return call::missing("MPI_Status_c2f08") };
+        // SAFETY: `f` is the real library's MPI_Status_c2f08, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; the pointers (`c_status`,
+        // `f08_status`) are the caller's, valid as MPI requires (this function's safety contract)
+        // and passed on unchanged.
+        call::ok(unsafe { f(c_status, f08_status) })
+    })
 }
 
 pub unsafe fn MPI_Status_f082c(f08_status: *const c_void, c_status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Status_f082c else { return errors::missing("MPI_Status_f082c") };
-    // SAFETY: `f` is the real library's MPI_Status_f082c, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; the pointers (`f08_status`,
-    // `c_status`) are the caller's, valid as MPI requires (this function's safety contract) and
-    // passed on unchanged.
-    let rc = unsafe { f(f08_status, c_status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Status_f082c"); }
-    rc
+    call::run("MPI_Status_f082c", On::Default, || {
+        let Some(f) = lower::fns().MPI_Status_f082c else { return call::missing("MPI_Status_f082c") };
+        // SAFETY: `f` is the real library's MPI_Status_f082c, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; the pointers (`f08_status`,
+        // `c_status`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(f08_status, c_status) })
+    })
 }
 
 pub unsafe fn MPI_Status_f082f(f08_status: *const c_void, f_status: *mut MPI_Fint) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Status_f082f else { return errors::missing("MPI_Status_f082f") };
-    // SAFETY: `f` is the real library's MPI_Status_f082f, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; the pointers (`f08_status`,
-    // `f_status`) are the caller's, valid as MPI requires (this function's safety contract) and
-    // passed on unchanged.
-    let rc = unsafe { f(f08_status, f_status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Status_f082f"); }
-    rc
+    call::run("MPI_Status_f082f", On::Default, || {
+        let Some(f) = lower::fns().MPI_Status_f082f else { return call::missing("MPI_Status_f082f") };
+        // SAFETY: `f` is the real library's MPI_Status_f082f, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; the pointers (`f08_status`,
+        // `f_status`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(f08_status, f_status) })
+    })
 }
 
 pub unsafe fn MPI_Status_f2c(f_status: *const MPI_Fint, c_status: *mut MPI_Status) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Status_f2c else { return errors::missing("MPI_Status_f2c") };
-    // SAFETY: `f` is the real library's MPI_Status_f2c, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; the pointers (`f_status`, `c_status`)
-    // are the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(f_status, c_status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Status_f2c"); }
-    rc
+    call::run("MPI_Status_f2c", On::Default, || {
+        let Some(f) = lower::fns().MPI_Status_f2c else { return call::missing("MPI_Status_f2c") };
+        // SAFETY: `f` is the real library's MPI_Status_f2c, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; the pointers (`f_status`,
+        // `c_status`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(f_status, c_status) })
+    })
 }
 
 pub unsafe fn MPI_Status_f2f08(f_status: *const MPI_Fint, f08_status: *mut c_void) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Status_f2f08 else { return errors::missing("MPI_Status_f2f08") };
-    // SAFETY: `f` is the real library's MPI_Status_f2f08, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; the pointers (`f_status`,
-    // `f08_status`) are the caller's, valid as MPI requires (this function's safety contract) and
-    // passed on unchanged.
-    let rc = unsafe { f(f_status, f08_status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Status_f2f08"); }
-    rc
+    call::run("MPI_Status_f2f08", On::Default, || {
+        let Some(f) = lower::fns().MPI_Status_f2f08 else { return call::missing("MPI_Status_f2f08") };
+        // SAFETY: `f` is the real library's MPI_Status_f2f08, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; the pointers (`f_status`,
+        // `f08_status`) are the caller's, valid as MPI requires (this function's safety contract)
+        // and passed on unchanged.
+        call::ok(unsafe { f(f_status, f08_status) })
+    })
 }
 
 pub unsafe fn MPI_Status_get_error(status: *const MPI_Status, error: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Status_get_error else { return errors::missing("MPI_Status_get_error") };
-    // SAFETY: `f` is the real library's MPI_Status_get_error, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; the pointers (`status`, `error`)
-    // are the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(status, error) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Status_get_error"); }
-    rc
+    call::run("MPI_Status_get_error", On::Default, || {
+        let Some(f) = lower::fns().MPI_Status_get_error else { return call::missing("MPI_Status_get_error") };
+        // SAFETY: `f` is the real library's MPI_Status_get_error, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; the pointers (`status`,
+        // `error`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(status, error) })
+    })
 }
 
 pub unsafe fn MPI_Status_get_source(status: *const MPI_Status, source: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Status_get_source else { return errors::missing("MPI_Status_get_source") };
-    // SAFETY: `f` is the real library's MPI_Status_get_source, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; the pointers (`status`,
-    // `source`) are the caller's, valid as MPI requires (this function's safety contract) and
-    // passed on unchanged.
-    let rc = unsafe { f(status, source) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Status_get_source"); }
-    rc
+    call::run("MPI_Status_get_source", On::Default, || {
+        let Some(f) = lower::fns().MPI_Status_get_source else { return call::missing("MPI_Status_get_source") };
+        // SAFETY: `f` is the real library's MPI_Status_get_source, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; the pointers (`status`,
+        // `source`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(status, source) })
+    })
 }
 
 pub unsafe fn MPI_Status_get_tag(status: *const MPI_Status, tag: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Status_get_tag else { return errors::missing("MPI_Status_get_tag") };
-    // SAFETY: `f` is the real library's MPI_Status_get_tag, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; the pointers (`status`, `tag`) are
-    // the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(status, tag) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Status_get_tag"); }
-    rc
+    call::run("MPI_Status_get_tag", On::Default, || {
+        let Some(f) = lower::fns().MPI_Status_get_tag else { return call::missing("MPI_Status_get_tag") };
+        // SAFETY: `f` is the real library's MPI_Status_get_tag, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; the pointers (`status`,
+        // `tag`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(status, tag) })
+    })
 }
 
 pub unsafe fn MPI_Status_set_cancelled(status: *mut MPI_Status, flag: c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Status_set_cancelled else { return errors::missing("MPI_Status_set_cancelled") };
-    // SAFETY: `f` is the real library's MPI_Status_set_cancelled, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; the pointers (`status`) are
-    // the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(status, flag) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Status_set_cancelled"); }
-    rc
+    call::run("MPI_Status_set_cancelled", On::Default, || {
+        let Some(f) = lower::fns().MPI_Status_set_cancelled else { return call::missing("MPI_Status_set_cancelled") };
+        // SAFETY: `f` is the real library's MPI_Status_set_cancelled, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`status`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(status, flag) })
+    })
 }
 
 pub unsafe fn MPI_Status_set_elements(status: *mut MPI_Status, datatype: MPI_Datatype, count: c_int) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Status_set_elements else { return errors::missing("MPI_Status_set_elements") };
-    // SAFETY: `f` is the real library's MPI_Status_set_elements, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`status`) are the caller's, valid
-    // as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(status, datatype_r, count) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Status_set_elements"); }
-    rc
+    call::run("MPI_Status_set_elements", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Status_set_elements else { return call::missing("MPI_Status_set_elements") };
+        // SAFETY: `f` is the real library's MPI_Status_set_elements, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`status`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(status, datatype_r, count) })
+    })
 }
 
 pub unsafe fn MPI_Status_set_elements_c(status: *mut MPI_Status, datatype: MPI_Datatype, count: MPI_Count) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Status_set_elements_c else { return errors::missing("MPI_Status_set_elements_c") };
-    // SAFETY: `f` is the real library's MPI_Status_set_elements_c, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; handles were translated
-    // inside the gate, so no renewal replaced them since; the pointers (`status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(status, datatype_r, count) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Status_set_elements_c"); }
-    rc
+    call::run("MPI_Status_set_elements_c", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Status_set_elements_c else { return call::missing("MPI_Status_set_elements_c") };
+        // SAFETY: `f` is the real library's MPI_Status_set_elements_c, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`status`)
+        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(status, datatype_r, count) })
+    })
 }
 
 pub unsafe fn MPI_Status_set_elements_x(status: *mut MPI_Status, datatype: MPI_Datatype, count: MPI_Count) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Status_set_elements_x else { return errors::missing("MPI_Status_set_elements_x") };
-    // SAFETY: `f` is the real library's MPI_Status_set_elements_x, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; handles were translated
-    // inside the gate, so no renewal replaced them since; the pointers (`status`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(status, datatype_r, count) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Status_set_elements_x"); }
-    rc
+    call::run("MPI_Status_set_elements_x", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Status_set_elements_x else { return call::missing("MPI_Status_set_elements_x") };
+        // SAFETY: `f` is the real library's MPI_Status_set_elements_x, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`status`)
+        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(status, datatype_r, count) })
+    })
 }
 
 pub unsafe fn MPI_Status_set_error(status: *mut MPI_Status, error: c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Status_set_error else { return errors::missing("MPI_Status_set_error") };
-    // SAFETY: `f` is the real library's MPI_Status_set_error, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; the pointers (`status`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(status, error) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Status_set_error"); }
-    rc
+    call::run("MPI_Status_set_error", On::Default, || {
+        let Some(f) = lower::fns().MPI_Status_set_error else { return call::missing("MPI_Status_set_error") };
+        // SAFETY: `f` is the real library's MPI_Status_set_error, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; the pointers (`status`)
+        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(status, error) })
+    })
 }
 
 pub unsafe fn MPI_Status_set_source(status: *mut MPI_Status, source: c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Status_set_source else { return errors::missing("MPI_Status_set_source") };
-    // SAFETY: `f` is the real library's MPI_Status_set_source, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; the pointers (`status`) are
-    // the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(status, source) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Status_set_source"); }
-    rc
+    call::run("MPI_Status_set_source", On::Default, || {
+        let Some(f) = lower::fns().MPI_Status_set_source else { return call::missing("MPI_Status_set_source") };
+        // SAFETY: `f` is the real library's MPI_Status_set_source, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; the pointers (`status`)
+        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(status, source) })
+    })
 }
 
 pub unsafe fn MPI_Status_set_tag(status: *mut MPI_Status, tag: c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Status_set_tag else { return errors::missing("MPI_Status_set_tag") };
-    // SAFETY: `f` is the real library's MPI_Status_set_tag, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; the pointers (`status`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(status, tag) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Status_set_tag"); }
-    rc
+    call::run("MPI_Status_set_tag", On::Default, || {
+        let Some(f) = lower::fns().MPI_Status_set_tag else { return call::missing("MPI_Status_set_tag") };
+        // SAFETY: `f` is the real library's MPI_Status_set_tag, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; the pointers (`status`)
+        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(status, tag) })
+    })
 }
 
 pub unsafe fn MPI_T_category_changed(update_number: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_category_changed else { return errors::missing("MPI_T_category_changed") };
-    // SAFETY: `f` is the real library's MPI_T_category_changed, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; the pointers (`update_number`)
-    // are the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(update_number) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_category_changed"); }
-    rc
+    call::run("MPI_T_category_changed", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_category_changed else { return call::missing("MPI_T_category_changed") };
+        // SAFETY: `f` is the real library's MPI_T_category_changed, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`update_number`) are the caller's, valid as MPI requires (this function's safety
+        // contract) and passed on unchanged.
+        call::ok(unsafe { f(update_number) })
+    })
 }
 
 pub unsafe fn MPI_T_category_get_categories(cat_index: c_int, len: c_int, indices: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_category_get_categories else { return errors::missing("MPI_T_category_get_categories") };
-    // SAFETY: `f` is the real library's MPI_T_category_get_categories, resolved under the C
-    // signature of the ABI table that this wrapper's signature is generated from; the pointers
-    // (`indices`) are the caller's, valid as MPI requires (this function's safety contract) and
-    // passed on unchanged.
-    let rc = unsafe { f(cat_index, len, indices) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_category_get_categories"); }
-    rc
+    call::run("MPI_T_category_get_categories", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_category_get_categories else { return call::missing("MPI_T_category_get_categories") };
+        // SAFETY: `f` is the real library's MPI_T_category_get_categories, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`indices`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(cat_index, len, indices) })
+    })
 }
 
 pub unsafe fn MPI_T_category_get_cvars(cat_index: c_int, len: c_int, indices: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_category_get_cvars else { return errors::missing("MPI_T_category_get_cvars") };
-    // SAFETY: `f` is the real library's MPI_T_category_get_cvars, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; the pointers (`indices`) are
-    // the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(cat_index, len, indices) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_category_get_cvars"); }
-    rc
+    call::run("MPI_T_category_get_cvars", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_category_get_cvars else { return call::missing("MPI_T_category_get_cvars") };
+        // SAFETY: `f` is the real library's MPI_T_category_get_cvars, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`indices`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(cat_index, len, indices) })
+    })
 }
 
 pub unsafe fn MPI_T_category_get_events(cat_index: c_int, len: c_int, indices: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_category_get_events else { return errors::missing("MPI_T_category_get_events") };
-    // SAFETY: `f` is the real library's MPI_T_category_get_events, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; the pointers (`indices`)
-    // are the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(cat_index, len, indices) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_category_get_events"); }
-    rc
+    call::run("MPI_T_category_get_events", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_category_get_events else { return call::missing("MPI_T_category_get_events") };
+        // SAFETY: `f` is the real library's MPI_T_category_get_events, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`indices`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(cat_index, len, indices) })
+    })
 }
 
 pub unsafe fn MPI_T_category_get_index(name: *const c_char, cat_index: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_category_get_index else { return errors::missing("MPI_T_category_get_index") };
-    // SAFETY: `f` is the real library's MPI_T_category_get_index, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; the pointers (`name`,
-    // `cat_index`) are the caller's, valid as MPI requires (this function's safety contract) and
-    // passed on unchanged.
-    let rc = unsafe { f(name, cat_index) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_category_get_index"); }
-    rc
+    call::run("MPI_T_category_get_index", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_category_get_index else { return call::missing("MPI_T_category_get_index") };
+        // SAFETY: `f` is the real library's MPI_T_category_get_index, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`name`, `cat_index`) are the caller's, valid as MPI requires (this function's safety
+        // contract) and passed on unchanged.
+        call::ok(unsafe { f(name, cat_index) })
+    })
 }
 
 pub unsafe fn MPI_T_category_get_info(cat_index: c_int, name: *mut c_char, name_len: *mut c_int, desc: *mut c_char, desc_len: *mut c_int, num_cvars: *mut c_int, num_pvars: *mut c_int, num_categories: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_category_get_info else { return errors::missing("MPI_T_category_get_info") };
-    // SAFETY: `f` is the real library's MPI_T_category_get_info, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; the pointers (`name`,
-    // `name_len`, `desc`, `desc_len`, `num_cvars`, `num_pvars`, `num_categories`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(cat_index, name, name_len, desc, desc_len, num_cvars, num_pvars, num_categories) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_category_get_info"); }
-    rc
+    call::run("MPI_T_category_get_info", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_category_get_info else { return call::missing("MPI_T_category_get_info") };
+        // SAFETY: `f` is the real library's MPI_T_category_get_info, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; the pointers (`name`,
+        // `name_len`, `desc`, `desc_len`, `num_cvars`, `num_pvars`, `num_categories`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(cat_index, name, name_len, desc, desc_len, num_cvars, num_pvars, num_categories) })
+    })
 }
 
 pub unsafe fn MPI_T_category_get_num(num_cat: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_category_get_num else { return errors::missing("MPI_T_category_get_num") };
-    // SAFETY: `f` is the real library's MPI_T_category_get_num, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; the pointers (`num_cat`) are
-    // the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(num_cat) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_category_get_num"); }
-    rc
+    call::run("MPI_T_category_get_num", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_category_get_num else { return call::missing("MPI_T_category_get_num") };
+        // SAFETY: `f` is the real library's MPI_T_category_get_num, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`num_cat`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(num_cat) })
+    })
 }
 
 pub unsafe fn MPI_T_category_get_num_events(cat_index: c_int, num_events: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_category_get_num_events else { return errors::missing("MPI_T_category_get_num_events") };
-    // SAFETY: `f` is the real library's MPI_T_category_get_num_events, resolved under the C
-    // signature of the ABI table that this wrapper's signature is generated from; the pointers
-    // (`num_events`) are the caller's, valid as MPI requires (this function's safety contract) and
-    // passed on unchanged.
-    let rc = unsafe { f(cat_index, num_events) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_category_get_num_events"); }
-    rc
+    call::run("MPI_T_category_get_num_events", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_category_get_num_events else { return call::missing("MPI_T_category_get_num_events") };
+        // SAFETY: `f` is the real library's MPI_T_category_get_num_events, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`num_events`) are the caller's, valid as MPI requires (this function's safety contract)
+        // and passed on unchanged.
+        call::ok(unsafe { f(cat_index, num_events) })
+    })
 }
 
 pub unsafe fn MPI_T_category_get_pvars(cat_index: c_int, len: c_int, indices: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_category_get_pvars else { return errors::missing("MPI_T_category_get_pvars") };
-    // SAFETY: `f` is the real library's MPI_T_category_get_pvars, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; the pointers (`indices`) are
-    // the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(cat_index, len, indices) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_category_get_pvars"); }
-    rc
+    call::run("MPI_T_category_get_pvars", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_category_get_pvars else { return call::missing("MPI_T_category_get_pvars") };
+        // SAFETY: `f` is the real library's MPI_T_category_get_pvars, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`indices`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(cat_index, len, indices) })
+    })
 }
 
 pub unsafe fn MPI_T_cvar_get_index(name: *const c_char, cvar_index: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_cvar_get_index else { return errors::missing("MPI_T_cvar_get_index") };
-    // SAFETY: `f` is the real library's MPI_T_cvar_get_index, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; the pointers (`name`,
-    // `cvar_index`) are the caller's, valid as MPI requires (this function's safety contract) and
-    // passed on unchanged.
-    let rc = unsafe { f(name, cvar_index) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_cvar_get_index"); }
-    rc
+    call::run("MPI_T_cvar_get_index", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_cvar_get_index else { return call::missing("MPI_T_cvar_get_index") };
+        // SAFETY: `f` is the real library's MPI_T_cvar_get_index, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; the pointers (`name`,
+        // `cvar_index`) are the caller's, valid as MPI requires (this function's safety contract)
+        // and passed on unchanged.
+        call::ok(unsafe { f(name, cvar_index) })
+    })
 }
 
 pub unsafe fn MPI_T_cvar_get_info(cvar_index: c_int, name: *mut c_char, name_len: *mut c_int, verbosity: *mut c_int, datatype: *mut MPI_Datatype, enumtype: *mut *mut c_void, desc: *mut c_char, desc_len: *mut c_int, bind: *mut c_int, scope: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_cvar_get_info else { return errors::missing("MPI_T_cvar_get_info") };
-    // SAFETY: `f` is the real library's MPI_T_cvar_get_info, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; the pointers (`name`, `name_len`,
-    // `verbosity`, `datatype`, `enumtype`, `desc`, `desc_len`, `bind`, `scope`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(cvar_index, name, name_len, verbosity, datatype, enumtype, desc, desc_len, bind, scope) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_cvar_get_info"); }
-    rc
+    call::run("MPI_T_cvar_get_info", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_cvar_get_info else { return call::missing("MPI_T_cvar_get_info") };
+        // SAFETY: `f` is the real library's MPI_T_cvar_get_info, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; the pointers (`name`,
+        // `name_len`, `verbosity`, `datatype`, `enumtype`, `desc`, `desc_len`, `bind`, `scope`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(cvar_index, name, name_len, verbosity, datatype, enumtype, desc, desc_len, bind, scope) })
+    })
 }
 
 pub unsafe fn MPI_T_cvar_get_num(num_cvar: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_cvar_get_num else { return errors::missing("MPI_T_cvar_get_num") };
-    // SAFETY: `f` is the real library's MPI_T_cvar_get_num, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; the pointers (`num_cvar`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(num_cvar) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_cvar_get_num"); }
-    rc
+    call::run("MPI_T_cvar_get_num", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_cvar_get_num else { return call::missing("MPI_T_cvar_get_num") };
+        // SAFETY: `f` is the real library's MPI_T_cvar_get_num, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; the pointers (`num_cvar`)
+        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(num_cvar) })
+    })
 }
 
 pub unsafe fn MPI_T_cvar_handle_alloc(cvar_index: c_int, obj_handle: *mut c_void, handle: *mut *mut c_void, count: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_cvar_handle_alloc else { return errors::missing("MPI_T_cvar_handle_alloc") };
-    // SAFETY: `f` is the real library's MPI_T_cvar_handle_alloc, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; the pointers (`obj_handle`,
-    // `handle`, `count`) are the caller's, valid as MPI requires (this function's safety contract)
-    // and passed on unchanged.
-    let rc = unsafe { f(cvar_index, obj_handle, handle, count) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_cvar_handle_alloc"); }
-    rc
+    call::run("MPI_T_cvar_handle_alloc", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_cvar_handle_alloc else { return call::missing("MPI_T_cvar_handle_alloc") };
+        // SAFETY: `f` is the real library's MPI_T_cvar_handle_alloc, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`obj_handle`, `handle`, `count`) are the caller's, valid as MPI requires (this
+        // function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(cvar_index, obj_handle, handle, count) })
+    })
 }
 
 pub unsafe fn MPI_T_cvar_handle_free(handle: *mut *mut c_void) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_cvar_handle_free else { return errors::missing("MPI_T_cvar_handle_free") };
-    // SAFETY: `f` is the real library's MPI_T_cvar_handle_free, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; the pointers (`handle`) are
-    // the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(handle) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_cvar_handle_free"); }
-    rc
+    call::run("MPI_T_cvar_handle_free", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_cvar_handle_free else { return call::missing("MPI_T_cvar_handle_free") };
+        // SAFETY: `f` is the real library's MPI_T_cvar_handle_free, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; the pointers (`handle`)
+        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(handle) })
+    })
 }
 
 pub unsafe fn MPI_T_cvar_read(handle: *mut c_void, buf: *mut c_void) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_cvar_read else { return errors::missing("MPI_T_cvar_read") };
-    // SAFETY: `f` is the real library's MPI_T_cvar_read, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; the pointers (`handle`, `buf`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(handle, buf) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_cvar_read"); }
-    rc
+    call::run("MPI_T_cvar_read", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_cvar_read else { return call::missing("MPI_T_cvar_read") };
+        // SAFETY: `f` is the real library's MPI_T_cvar_read, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; the pointers (`handle`, `buf`)
+        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(handle, buf) })
+    })
 }
 
 pub unsafe fn MPI_T_cvar_write(handle: *mut c_void, buf: *const c_void) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_cvar_write else { return errors::missing("MPI_T_cvar_write") };
-    // SAFETY: `f` is the real library's MPI_T_cvar_write, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; the pointers (`handle`, `buf`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(handle, buf) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_cvar_write"); }
-    rc
+    call::run("MPI_T_cvar_write", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_cvar_write else { return call::missing("MPI_T_cvar_write") };
+        // SAFETY: `f` is the real library's MPI_T_cvar_write, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; the pointers (`handle`, `buf`)
+        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(handle, buf) })
+    })
 }
 
 pub unsafe fn MPI_T_enum_get_info(enumtype: *mut c_void, num: *mut c_int, name: *mut c_char, name_len: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_enum_get_info else { return errors::missing("MPI_T_enum_get_info") };
-    // SAFETY: `f` is the real library's MPI_T_enum_get_info, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; the pointers (`enumtype`, `num`,
-    // `name`, `name_len`) are the caller's, valid as MPI requires (this function's safety contract)
-    // and passed on unchanged.
-    let rc = unsafe { f(enumtype, num, name, name_len) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_enum_get_info"); }
-    rc
+    call::run("MPI_T_enum_get_info", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_enum_get_info else { return call::missing("MPI_T_enum_get_info") };
+        // SAFETY: `f` is the real library's MPI_T_enum_get_info, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; the pointers (`enumtype`,
+        // `num`, `name`, `name_len`) are the caller's, valid as MPI requires (this function's
+        // safety contract) and passed on unchanged.
+        call::ok(unsafe { f(enumtype, num, name, name_len) })
+    })
 }
 
 pub unsafe fn MPI_T_enum_get_item(enumtype: *mut c_void, indx: c_int, value: *mut c_int, name: *mut c_char, name_len: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_enum_get_item else { return errors::missing("MPI_T_enum_get_item") };
-    // SAFETY: `f` is the real library's MPI_T_enum_get_item, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; the pointers (`enumtype`, `value`,
-    // `name`, `name_len`) are the caller's, valid as MPI requires (this function's safety contract)
-    // and passed on unchanged.
-    let rc = unsafe { f(enumtype, indx, value, name, name_len) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_enum_get_item"); }
-    rc
+    call::run("MPI_T_enum_get_item", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_enum_get_item else { return call::missing("MPI_T_enum_get_item") };
+        // SAFETY: `f` is the real library's MPI_T_enum_get_item, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; the pointers (`enumtype`,
+        // `value`, `name`, `name_len`) are the caller's, valid as MPI requires (this function's
+        // safety contract) and passed on unchanged.
+        call::ok(unsafe { f(enumtype, indx, value, name, name_len) })
+    })
 }
 
 pub unsafe fn MPI_T_event_callback_get_info(event_registration: *mut c_void, cb_safety: c_int, info_used: *mut MPI_Info) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_event_callback_get_info else { return errors::missing("MPI_T_event_callback_get_info") };
-    // SAFETY: `f` is the real library's MPI_T_event_callback_get_info, resolved under the C
-    // signature of the ABI table that this wrapper's signature is generated from; the pointers
-    // (`event_registration`, `info_used`) are the caller's, valid as MPI requires (this function's
-    // safety contract) and passed on unchanged.
-    let rc = unsafe { f(event_registration, cb_safety, info_used) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_event_callback_get_info"); }
-    rc
+    call::run("MPI_T_event_callback_get_info", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_event_callback_get_info else { return call::missing("MPI_T_event_callback_get_info") };
+        // SAFETY: `f` is the real library's MPI_T_event_callback_get_info, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`event_registration`, `info_used`) are the caller's, valid as MPI requires (this
+        // function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(event_registration, cb_safety, info_used) })
+    })
 }
 
 pub unsafe fn MPI_T_event_callback_set_info(event_registration: *mut c_void, cb_safety: c_int, info: MPI_Info) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_event_callback_set_info else { return errors::missing("MPI_T_event_callback_set_info") };
-    // SAFETY: `f` is the real library's MPI_T_event_callback_set_info, resolved under the C
-    // signature of the ABI table that this wrapper's signature is generated from; the pointers
-    // (`event_registration`) are the caller's, valid as MPI requires (this function's safety
-    // contract) and passed on unchanged.
-    let rc = unsafe { f(event_registration, cb_safety, info) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_event_callback_set_info"); }
-    rc
+    call::run("MPI_T_event_callback_set_info", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_event_callback_set_info else { return call::missing("MPI_T_event_callback_set_info") };
+        // SAFETY: `f` is the real library's MPI_T_event_callback_set_info, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`event_registration`) are the caller's, valid as MPI requires (this function's safety
+        // contract) and passed on unchanged.
+        call::ok(unsafe { f(event_registration, cb_safety, info) })
+    })
 }
 
 pub unsafe fn MPI_T_event_copy(event_instance: *mut c_void, buffer: *mut c_void) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_event_copy else { return errors::missing("MPI_T_event_copy") };
-    // SAFETY: `f` is the real library's MPI_T_event_copy, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; the pointers (`event_instance`,
-    // `buffer`) are the caller's, valid as MPI requires (this function's safety contract) and
-    // passed on unchanged.
-    let rc = unsafe { f(event_instance, buffer) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_event_copy"); }
-    rc
+    call::run("MPI_T_event_copy", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_event_copy else { return call::missing("MPI_T_event_copy") };
+        // SAFETY: `f` is the real library's MPI_T_event_copy, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; the pointers
+        // (`event_instance`, `buffer`) are the caller's, valid as MPI requires (this function's
+        // safety contract) and passed on unchanged.
+        call::ok(unsafe { f(event_instance, buffer) })
+    })
 }
 
 pub unsafe fn MPI_T_event_get_index(name: *const c_char, event_index: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_event_get_index else { return errors::missing("MPI_T_event_get_index") };
-    // SAFETY: `f` is the real library's MPI_T_event_get_index, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; the pointers (`name`,
-    // `event_index`) are the caller's, valid as MPI requires (this function's safety contract) and
-    // passed on unchanged.
-    let rc = unsafe { f(name, event_index) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_event_get_index"); }
-    rc
+    call::run("MPI_T_event_get_index", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_event_get_index else { return call::missing("MPI_T_event_get_index") };
+        // SAFETY: `f` is the real library's MPI_T_event_get_index, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; the pointers (`name`,
+        // `event_index`) are the caller's, valid as MPI requires (this function's safety contract)
+        // and passed on unchanged.
+        call::ok(unsafe { f(name, event_index) })
+    })
 }
 
 pub unsafe fn MPI_T_event_get_info(event_index: c_int, name: *mut c_char, name_len: *mut c_int, verbosity: *mut c_int, array_of_datatypes: *mut MPI_Datatype, array_of_displacements: *mut MPI_Aint, num_elements: *mut c_int, enumtype: *mut *mut c_void, info: *mut MPI_Info, desc: *mut c_char, desc_len: *mut c_int, bind: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_event_get_info else { return errors::missing("MPI_T_event_get_info") };
-    // SAFETY: `f` is the real library's MPI_T_event_get_info, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; the pointers (`name`, `name_len`,
-    // `verbosity`, `array_of_datatypes`, `array_of_displacements`, `num_elements`, `enumtype`,
-    // `info`, `desc`, `desc_len`, `bind`) are the caller's, valid as MPI requires (this function's
-    // safety contract) and passed on unchanged.
-    let rc = unsafe { f(event_index, name, name_len, verbosity, array_of_datatypes, array_of_displacements, num_elements, enumtype, info, desc, desc_len, bind) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_event_get_info"); }
-    rc
+    call::run("MPI_T_event_get_info", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_event_get_info else { return call::missing("MPI_T_event_get_info") };
+        // SAFETY: `f` is the real library's MPI_T_event_get_info, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; the pointers (`name`,
+        // `name_len`, `verbosity`, `array_of_datatypes`, `array_of_displacements`, `num_elements`,
+        // `enumtype`, `info`, `desc`, `desc_len`, `bind`) are the caller's, valid as MPI requires
+        // (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(event_index, name, name_len, verbosity, array_of_datatypes, array_of_displacements, num_elements, enumtype, info, desc, desc_len, bind) })
+    })
 }
 
 pub unsafe fn MPI_T_event_get_num(num_events: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_event_get_num else { return errors::missing("MPI_T_event_get_num") };
-    // SAFETY: `f` is the real library's MPI_T_event_get_num, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; the pointers (`num_events`) are
-    // the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(num_events) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_event_get_num"); }
-    rc
+    call::run("MPI_T_event_get_num", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_event_get_num else { return call::missing("MPI_T_event_get_num") };
+        // SAFETY: `f` is the real library's MPI_T_event_get_num, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; the pointers
+        // (`num_events`) are the caller's, valid as MPI requires (this function's safety contract)
+        // and passed on unchanged.
+        call::ok(unsafe { f(num_events) })
+    })
 }
 
 pub unsafe fn MPI_T_event_get_source(event_instance: *mut c_void, source_index: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_event_get_source else { return errors::missing("MPI_T_event_get_source") };
-    // SAFETY: `f` is the real library's MPI_T_event_get_source, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; the pointers
-    // (`event_instance`, `source_index`) are the caller's, valid as MPI requires (this function's
-    // safety contract) and passed on unchanged.
-    let rc = unsafe { f(event_instance, source_index) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_event_get_source"); }
-    rc
+    call::run("MPI_T_event_get_source", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_event_get_source else { return call::missing("MPI_T_event_get_source") };
+        // SAFETY: `f` is the real library's MPI_T_event_get_source, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`event_instance`, `source_index`) are the caller's, valid as MPI requires (this
+        // function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(event_instance, source_index) })
+    })
 }
 
 pub unsafe fn MPI_T_event_get_timestamp(event_instance: *mut c_void, event_timestamp: *mut MPI_Count) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_event_get_timestamp else { return errors::missing("MPI_T_event_get_timestamp") };
-    // SAFETY: `f` is the real library's MPI_T_event_get_timestamp, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; the pointers
-    // (`event_instance`, `event_timestamp`) are the caller's, valid as MPI requires (this
-    // function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(event_instance, event_timestamp) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_event_get_timestamp"); }
-    rc
+    call::run("MPI_T_event_get_timestamp", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_event_get_timestamp else { return call::missing("MPI_T_event_get_timestamp") };
+        // SAFETY: `f` is the real library's MPI_T_event_get_timestamp, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`event_instance`, `event_timestamp`) are the caller's, valid as MPI requires (this
+        // function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(event_instance, event_timestamp) })
+    })
 }
 
 pub unsafe fn MPI_T_event_handle_alloc(event_index: c_int, obj_handle: *mut c_void, info: MPI_Info, event_registration: *mut *mut c_void) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_event_handle_alloc else { return errors::missing("MPI_T_event_handle_alloc") };
-    // SAFETY: `f` is the real library's MPI_T_event_handle_alloc, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; the pointers (`obj_handle`,
-    // `event_registration`) are the caller's, valid as MPI requires (this function's safety
-    // contract) and passed on unchanged.
-    let rc = unsafe { f(event_index, obj_handle, info, event_registration) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_event_handle_alloc"); }
-    rc
+    call::run("MPI_T_event_handle_alloc", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_event_handle_alloc else { return call::missing("MPI_T_event_handle_alloc") };
+        // SAFETY: `f` is the real library's MPI_T_event_handle_alloc, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`obj_handle`, `event_registration`) are the caller's, valid as MPI requires (this
+        // function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(event_index, obj_handle, info, event_registration) })
+    })
 }
 
 pub unsafe fn MPI_T_event_handle_free(event_registration: *mut c_void, user_data: *mut c_void, free_cb_function: c_void) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_event_handle_free else { return errors::missing("MPI_T_event_handle_free") };
-    // SAFETY: `f` is the real library's MPI_T_event_handle_free, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; the pointers
-    // (`event_registration`, `user_data`) are the caller's, valid as MPI requires (this function's
-    // safety contract) and passed on unchanged.
-    let rc = unsafe { f(event_registration, user_data, free_cb_function) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_event_handle_free"); }
-    rc
+    call::run("MPI_T_event_handle_free", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_event_handle_free else { return call::missing("MPI_T_event_handle_free") };
+        // SAFETY: `f` is the real library's MPI_T_event_handle_free, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`event_registration`, `user_data`) are the caller's, valid as MPI requires (this
+        // function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(event_registration, user_data, free_cb_function) })
+    })
 }
 
 pub unsafe fn MPI_T_event_handle_get_info(event_registration: *mut c_void, info_used: *mut MPI_Info) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_event_handle_get_info else { return errors::missing("MPI_T_event_handle_get_info") };
-    // SAFETY: `f` is the real library's MPI_T_event_handle_get_info, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; the pointers
-    // (`event_registration`, `info_used`) are the caller's, valid as MPI requires (this function's
-    // safety contract) and passed on unchanged.
-    let rc = unsafe { f(event_registration, info_used) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_event_handle_get_info"); }
-    rc
+    call::run("MPI_T_event_handle_get_info", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_event_handle_get_info else { return call::missing("MPI_T_event_handle_get_info") };
+        // SAFETY: `f` is the real library's MPI_T_event_handle_get_info, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`event_registration`, `info_used`) are the caller's, valid as MPI requires (this
+        // function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(event_registration, info_used) })
+    })
 }
 
 pub unsafe fn MPI_T_event_handle_set_info(event_registration: *mut c_void, info: MPI_Info) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_event_handle_set_info else { return errors::missing("MPI_T_event_handle_set_info") };
-    // SAFETY: `f` is the real library's MPI_T_event_handle_set_info, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; the pointers
-    // (`event_registration`) are the caller's, valid as MPI requires (this function's safety
-    // contract) and passed on unchanged.
-    let rc = unsafe { f(event_registration, info) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_event_handle_set_info"); }
-    rc
+    call::run("MPI_T_event_handle_set_info", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_event_handle_set_info else { return call::missing("MPI_T_event_handle_set_info") };
+        // SAFETY: `f` is the real library's MPI_T_event_handle_set_info, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`event_registration`) are the caller's, valid as MPI requires (this function's safety
+        // contract) and passed on unchanged.
+        call::ok(unsafe { f(event_registration, info) })
+    })
 }
 
 pub unsafe fn MPI_T_event_read(event_instance: *mut c_void, element_index: c_int, buffer: *mut c_void) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_event_read else { return errors::missing("MPI_T_event_read") };
-    // SAFETY: `f` is the real library's MPI_T_event_read, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; the pointers (`event_instance`,
-    // `buffer`) are the caller's, valid as MPI requires (this function's safety contract) and
-    // passed on unchanged.
-    let rc = unsafe { f(event_instance, element_index, buffer) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_event_read"); }
-    rc
+    call::run("MPI_T_event_read", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_event_read else { return call::missing("MPI_T_event_read") };
+        // SAFETY: `f` is the real library's MPI_T_event_read, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; the pointers
+        // (`event_instance`, `buffer`) are the caller's, valid as MPI requires (this function's
+        // safety contract) and passed on unchanged.
+        call::ok(unsafe { f(event_instance, element_index, buffer) })
+    })
 }
 
 pub unsafe fn MPI_T_event_register_callback(event_registration: *mut c_void, cb_safety: c_int, info: MPI_Info, user_data: *mut c_void, event_cb_function: c_void) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_event_register_callback else { return errors::missing("MPI_T_event_register_callback") };
-    // SAFETY: `f` is the real library's MPI_T_event_register_callback, resolved under the C
-    // signature of the ABI table that this wrapper's signature is generated from; the pointers
-    // (`event_registration`, `user_data`) are the caller's, valid as MPI requires (this function's
-    // safety contract) and passed on unchanged.
-    let rc = unsafe { f(event_registration, cb_safety, info, user_data, event_cb_function) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_event_register_callback"); }
-    rc
+    call::run("MPI_T_event_register_callback", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_event_register_callback else { return call::missing("MPI_T_event_register_callback") };
+        // SAFETY: `f` is the real library's MPI_T_event_register_callback, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`event_registration`, `user_data`) are the caller's, valid as MPI requires (this
+        // function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(event_registration, cb_safety, info, user_data, event_cb_function) })
+    })
 }
 
 pub unsafe fn MPI_T_event_set_dropped_handler(event_registration: *mut c_void, dropped_cb_function: c_void) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_event_set_dropped_handler else { return errors::missing("MPI_T_event_set_dropped_handler") };
-    // SAFETY: `f` is the real library's MPI_T_event_set_dropped_handler, resolved under the C
-    // signature of the ABI table that this wrapper's signature is generated from; the pointers
-    // (`event_registration`) are the caller's, valid as MPI requires (this function's safety
-    // contract) and passed on unchanged.
-    let rc = unsafe { f(event_registration, dropped_cb_function) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_event_set_dropped_handler"); }
-    rc
+    call::run("MPI_T_event_set_dropped_handler", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_event_set_dropped_handler else { return call::missing("MPI_T_event_set_dropped_handler") };
+        // SAFETY: `f` is the real library's MPI_T_event_set_dropped_handler, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`event_registration`) are the caller's, valid as MPI requires (this function's safety
+        // contract) and passed on unchanged.
+        call::ok(unsafe { f(event_registration, dropped_cb_function) })
+    })
 }
 
 pub unsafe fn MPI_T_finalize() -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_finalize else { return errors::missing("MPI_T_finalize") };
-    // SAFETY: `f` is the real library's MPI_T_finalize, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; every other argument is a plain value.
-    let rc = unsafe { f() };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_finalize"); }
-    rc
+    call::run("MPI_T_finalize", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_finalize else { return call::missing("MPI_T_finalize") };
+        // SAFETY: `f` is the real library's MPI_T_finalize, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; every other argument is a
+        // plain value.
+        call::ok(unsafe { f() })
+    })
 }
 
 pub unsafe fn MPI_T_init_thread(required: c_int, provided: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_init_thread else { return errors::missing("MPI_T_init_thread") };
-    // SAFETY: `f` is the real library's MPI_T_init_thread, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; the pointers (`provided`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(required, provided) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_init_thread"); }
-    rc
+    call::run("MPI_T_init_thread", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_init_thread else { return call::missing("MPI_T_init_thread") };
+        // SAFETY: `f` is the real library's MPI_T_init_thread, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; the pointers (`provided`)
+        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(required, provided) })
+    })
 }
 
 pub unsafe fn MPI_T_pvar_get_index(name: *const c_char, var_class: c_int, pvar_index: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_pvar_get_index else { return errors::missing("MPI_T_pvar_get_index") };
-    // SAFETY: `f` is the real library's MPI_T_pvar_get_index, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; the pointers (`name`,
-    // `pvar_index`) are the caller's, valid as MPI requires (this function's safety contract) and
-    // passed on unchanged.
-    let rc = unsafe { f(name, var_class, pvar_index) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_pvar_get_index"); }
-    rc
+    call::run("MPI_T_pvar_get_index", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_pvar_get_index else { return call::missing("MPI_T_pvar_get_index") };
+        // SAFETY: `f` is the real library's MPI_T_pvar_get_index, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; the pointers (`name`,
+        // `pvar_index`) are the caller's, valid as MPI requires (this function's safety contract)
+        // and passed on unchanged.
+        call::ok(unsafe { f(name, var_class, pvar_index) })
+    })
 }
 
 pub unsafe fn MPI_T_pvar_get_info(pvar_index: c_int, name: *mut c_char, name_len: *mut c_int, verbosity: *mut c_int, var_class: *mut c_int, datatype: *mut MPI_Datatype, enumtype: *mut *mut c_void, desc: *mut c_char, desc_len: *mut c_int, bind: *mut c_int, readonly: *mut c_int, continuous: *mut c_int, atomic: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_pvar_get_info else { return errors::missing("MPI_T_pvar_get_info") };
-    // SAFETY: `f` is the real library's MPI_T_pvar_get_info, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; the pointers (`name`, `name_len`,
-    // `verbosity`, `var_class`, `datatype`, `enumtype`, `desc`, `desc_len`, `bind`, `readonly`,
-    // `continuous`, `atomic`) are the caller's, valid as MPI requires (this function's safety
-    // contract) and passed on unchanged.
-    let rc = unsafe { f(pvar_index, name, name_len, verbosity, var_class, datatype, enumtype, desc, desc_len, bind, readonly, continuous, atomic) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_pvar_get_info"); }
-    rc
+    call::run("MPI_T_pvar_get_info", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_pvar_get_info else { return call::missing("MPI_T_pvar_get_info") };
+        // SAFETY: `f` is the real library's MPI_T_pvar_get_info, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; the pointers (`name`,
+        // `name_len`, `verbosity`, `var_class`, `datatype`, `enumtype`, `desc`, `desc_len`, `bind`,
+        // `readonly`, `continuous`, `atomic`) are the caller's, valid as MPI requires (this
+        // function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(pvar_index, name, name_len, verbosity, var_class, datatype, enumtype, desc, desc_len, bind, readonly, continuous, atomic) })
+    })
 }
 
 pub unsafe fn MPI_T_pvar_get_num(num_pvar: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_pvar_get_num else { return errors::missing("MPI_T_pvar_get_num") };
-    // SAFETY: `f` is the real library's MPI_T_pvar_get_num, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; the pointers (`num_pvar`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(num_pvar) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_pvar_get_num"); }
-    rc
+    call::run("MPI_T_pvar_get_num", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_pvar_get_num else { return call::missing("MPI_T_pvar_get_num") };
+        // SAFETY: `f` is the real library's MPI_T_pvar_get_num, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; the pointers (`num_pvar`)
+        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(num_pvar) })
+    })
 }
 
 pub unsafe fn MPI_T_pvar_handle_alloc(session: *mut c_void, pvar_index: c_int, obj_handle: *mut c_void, handle: *mut *mut c_void, count: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_pvar_handle_alloc else { return errors::missing("MPI_T_pvar_handle_alloc") };
-    // SAFETY: `f` is the real library's MPI_T_pvar_handle_alloc, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; the pointers (`session`,
-    // `obj_handle`, `handle`, `count`) are the caller's, valid as MPI requires (this function's
-    // safety contract) and passed on unchanged.
-    let rc = unsafe { f(session, pvar_index, obj_handle, handle, count) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_pvar_handle_alloc"); }
-    rc
+    call::run("MPI_T_pvar_handle_alloc", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_pvar_handle_alloc else { return call::missing("MPI_T_pvar_handle_alloc") };
+        // SAFETY: `f` is the real library's MPI_T_pvar_handle_alloc, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`session`, `obj_handle`, `handle`, `count`) are the caller's, valid as MPI requires
+        // (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(session, pvar_index, obj_handle, handle, count) })
+    })
 }
 
 pub unsafe fn MPI_T_pvar_handle_free(session: *mut c_void, handle: *mut *mut c_void) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_pvar_handle_free else { return errors::missing("MPI_T_pvar_handle_free") };
-    // SAFETY: `f` is the real library's MPI_T_pvar_handle_free, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; the pointers (`session`,
-    // `handle`) are the caller's, valid as MPI requires (this function's safety contract) and
-    // passed on unchanged.
-    let rc = unsafe { f(session, handle) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_pvar_handle_free"); }
-    rc
+    call::run("MPI_T_pvar_handle_free", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_pvar_handle_free else { return call::missing("MPI_T_pvar_handle_free") };
+        // SAFETY: `f` is the real library's MPI_T_pvar_handle_free, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`session`, `handle`) are the caller's, valid as MPI requires (this function's safety
+        // contract) and passed on unchanged.
+        call::ok(unsafe { f(session, handle) })
+    })
 }
 
 pub unsafe fn MPI_T_pvar_read(session: *mut c_void, handle: *mut c_void, buf: *mut c_void) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_pvar_read else { return errors::missing("MPI_T_pvar_read") };
-    // SAFETY: `f` is the real library's MPI_T_pvar_read, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; the pointers (`session`, `handle`,
-    // `buf`) are the caller's, valid as MPI requires (this function's safety contract) and passed
-    // on unchanged.
-    let rc = unsafe { f(session, handle, buf) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_pvar_read"); }
-    rc
+    call::run("MPI_T_pvar_read", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_pvar_read else { return call::missing("MPI_T_pvar_read") };
+        // SAFETY: `f` is the real library's MPI_T_pvar_read, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; the pointers (`session`,
+        // `handle`, `buf`) are the caller's, valid as MPI requires (this function's safety
+        // contract) and passed on unchanged.
+        call::ok(unsafe { f(session, handle, buf) })
+    })
 }
 
 pub unsafe fn MPI_T_pvar_readreset(session: *mut c_void, handle: *mut c_void, buf: *mut c_void) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_pvar_readreset else { return errors::missing("MPI_T_pvar_readreset") };
-    // SAFETY: `f` is the real library's MPI_T_pvar_readreset, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; the pointers (`session`, `handle`,
-    // `buf`) are the caller's, valid as MPI requires (this function's safety contract) and passed
-    // on unchanged.
-    let rc = unsafe { f(session, handle, buf) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_pvar_readreset"); }
-    rc
+    call::run("MPI_T_pvar_readreset", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_pvar_readreset else { return call::missing("MPI_T_pvar_readreset") };
+        // SAFETY: `f` is the real library's MPI_T_pvar_readreset, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; the pointers (`session`,
+        // `handle`, `buf`) are the caller's, valid as MPI requires (this function's safety
+        // contract) and passed on unchanged.
+        call::ok(unsafe { f(session, handle, buf) })
+    })
 }
 
 pub unsafe fn MPI_T_pvar_reset(session: *mut c_void, handle: *mut c_void) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_pvar_reset else { return errors::missing("MPI_T_pvar_reset") };
-    // SAFETY: `f` is the real library's MPI_T_pvar_reset, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; the pointers (`session`, `handle`) are
-    // the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(session, handle) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_pvar_reset"); }
-    rc
+    call::run("MPI_T_pvar_reset", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_pvar_reset else { return call::missing("MPI_T_pvar_reset") };
+        // SAFETY: `f` is the real library's MPI_T_pvar_reset, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; the pointers (`session`,
+        // `handle`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(session, handle) })
+    })
 }
 
 pub unsafe fn MPI_T_pvar_session_create(session: *mut *mut c_void) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_pvar_session_create else { return errors::missing("MPI_T_pvar_session_create") };
-    // SAFETY: `f` is the real library's MPI_T_pvar_session_create, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; the pointers (`session`)
-    // are the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(session) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_pvar_session_create"); }
-    rc
+    call::run("MPI_T_pvar_session_create", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_pvar_session_create else { return call::missing("MPI_T_pvar_session_create") };
+        // SAFETY: `f` is the real library's MPI_T_pvar_session_create, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`session`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(session) })
+    })
 }
 
 pub unsafe fn MPI_T_pvar_session_free(session: *mut *mut c_void) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_pvar_session_free else { return errors::missing("MPI_T_pvar_session_free") };
-    // SAFETY: `f` is the real library's MPI_T_pvar_session_free, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; the pointers (`session`) are
-    // the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(session) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_pvar_session_free"); }
-    rc
+    call::run("MPI_T_pvar_session_free", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_pvar_session_free else { return call::missing("MPI_T_pvar_session_free") };
+        // SAFETY: `f` is the real library's MPI_T_pvar_session_free, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`session`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(session) })
+    })
 }
 
 pub unsafe fn MPI_T_pvar_start(session: *mut c_void, handle: *mut c_void) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_pvar_start else { return errors::missing("MPI_T_pvar_start") };
-    // SAFETY: `f` is the real library's MPI_T_pvar_start, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; the pointers (`session`, `handle`) are
-    // the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(session, handle) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_pvar_start"); }
-    rc
+    call::run("MPI_T_pvar_start", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_pvar_start else { return call::missing("MPI_T_pvar_start") };
+        // SAFETY: `f` is the real library's MPI_T_pvar_start, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; the pointers (`session`,
+        // `handle`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(session, handle) })
+    })
 }
 
 pub unsafe fn MPI_T_pvar_stop(session: *mut c_void, handle: *mut c_void) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_pvar_stop else { return errors::missing("MPI_T_pvar_stop") };
-    // SAFETY: `f` is the real library's MPI_T_pvar_stop, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; the pointers (`session`, `handle`) are
-    // the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(session, handle) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_pvar_stop"); }
-    rc
+    call::run("MPI_T_pvar_stop", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_pvar_stop else { return call::missing("MPI_T_pvar_stop") };
+        // SAFETY: `f` is the real library's MPI_T_pvar_stop, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; the pointers (`session`,
+        // `handle`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(session, handle) })
+    })
 }
 
 pub unsafe fn MPI_T_pvar_write(session: *mut c_void, handle: *mut c_void, buf: *const c_void) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_pvar_write else { return errors::missing("MPI_T_pvar_write") };
-    // SAFETY: `f` is the real library's MPI_T_pvar_write, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; the pointers (`session`, `handle`,
-    // `buf`) are the caller's, valid as MPI requires (this function's safety contract) and passed
-    // on unchanged.
-    let rc = unsafe { f(session, handle, buf) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_pvar_write"); }
-    rc
+    call::run("MPI_T_pvar_write", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_pvar_write else { return call::missing("MPI_T_pvar_write") };
+        // SAFETY: `f` is the real library's MPI_T_pvar_write, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; the pointers (`session`,
+        // `handle`, `buf`) are the caller's, valid as MPI requires (this function's safety
+        // contract) and passed on unchanged.
+        call::ok(unsafe { f(session, handle, buf) })
+    })
 }
 
 pub unsafe fn MPI_T_source_get_info(source_index: c_int, name: *mut c_char, name_len: *mut c_int, desc: *mut c_char, desc_len: *mut c_int, ordering: *mut c_int, ticks_per_second: *mut MPI_Count, max_ticks: *mut MPI_Count, info: *mut MPI_Info) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_source_get_info else { return errors::missing("MPI_T_source_get_info") };
-    // SAFETY: `f` is the real library's MPI_T_source_get_info, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; the pointers (`name`,
-    // `name_len`, `desc`, `desc_len`, `ordering`, `ticks_per_second`, `max_ticks`, `info`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(source_index, name, name_len, desc, desc_len, ordering, ticks_per_second, max_ticks, info) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_source_get_info"); }
-    rc
+    call::run("MPI_T_source_get_info", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_source_get_info else { return call::missing("MPI_T_source_get_info") };
+        // SAFETY: `f` is the real library's MPI_T_source_get_info, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; the pointers (`name`,
+        // `name_len`, `desc`, `desc_len`, `ordering`, `ticks_per_second`, `max_ticks`, `info`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(source_index, name, name_len, desc, desc_len, ordering, ticks_per_second, max_ticks, info) })
+    })
 }
 
 pub unsafe fn MPI_T_source_get_num(num_sources: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_source_get_num else { return errors::missing("MPI_T_source_get_num") };
-    // SAFETY: `f` is the real library's MPI_T_source_get_num, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; the pointers (`num_sources`) are
-    // the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(num_sources) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_source_get_num"); }
-    rc
+    call::run("MPI_T_source_get_num", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_source_get_num else { return call::missing("MPI_T_source_get_num") };
+        // SAFETY: `f` is the real library's MPI_T_source_get_num, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; the pointers
+        // (`num_sources`) are the caller's, valid as MPI requires (this function's safety contract)
+        // and passed on unchanged.
+        call::ok(unsafe { f(num_sources) })
+    })
 }
 
 pub unsafe fn MPI_T_source_get_timestamp(source_index: c_int, timestamp: *mut MPI_Count) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_T_source_get_timestamp else { return errors::missing("MPI_T_source_get_timestamp") };
-    // SAFETY: `f` is the real library's MPI_T_source_get_timestamp, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; the pointers (`timestamp`)
-    // are the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(source_index, timestamp) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_T_source_get_timestamp"); }
-    rc
+    call::run("MPI_T_source_get_timestamp", On::Default, || {
+        let Some(f) = lower::fns().MPI_T_source_get_timestamp else { return call::missing("MPI_T_source_get_timestamp") };
+        // SAFETY: `f` is the real library's MPI_T_source_get_timestamp, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; the pointers
+        // (`timestamp`) are the caller's, valid as MPI requires (this function's safety contract)
+        // and passed on unchanged.
+        call::ok(unsafe { f(source_index, timestamp) })
+    })
 }
 
 pub unsafe fn MPI_Test_cancelled(status: *const MPI_Status, flag: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Test_cancelled else { return errors::missing("MPI_Test_cancelled") };
-    // SAFETY: `f` is the real library's MPI_Test_cancelled, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; the pointers (`status`, `flag`)
-    // are the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(status, flag) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Test_cancelled"); }
-    rc
+    call::run("MPI_Test_cancelled", On::Default, || {
+        let Some(f) = lower::fns().MPI_Test_cancelled else { return call::missing("MPI_Test_cancelled") };
+        // SAFETY: `f` is the real library's MPI_Test_cancelled, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; the pointers (`status`,
+        // `flag`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(status, flag) })
+    })
 }
 
 pub unsafe fn MPI_Topo_test(comm: MPI_Comm, status: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Topo_test") } };
-    let Some(f) = lower::fns().MPI_Topo_test else { return errors::missing("MPI_Topo_test") };
-    // SAFETY: `f` is the real library's MPI_Topo_test, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`status`) are the caller's, valid as
-    // MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(comm_r, status) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Topo_test"); }
-    rc
+    call::run("MPI_Topo_test", On::Comm(comm), || {
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Topo_test else { return call::missing("MPI_Topo_test") };
+        // SAFETY: `f` is the real library's MPI_Topo_test, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`status`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(comm_r, status) })
+    })
 }
 
 pub unsafe fn MPI_Type_extent(datatype: MPI_Datatype, extent: *mut MPI_Aint) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Type_extent else { return errors::missing("MPI_Type_extent") };
-    // SAFETY: `f` is the real library's MPI_Type_extent, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`extent`) are the caller's, valid as
-    // MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(datatype_r, extent) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Type_extent"); }
-    rc
+    call::run("MPI_Type_extent", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Type_extent else { return call::missing("MPI_Type_extent") };
+        // SAFETY: `f` is the real library's MPI_Type_extent, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`extent`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(datatype_r, extent) })
+    })
 }
 
 pub unsafe fn MPI_Type_get_envelope(datatype: MPI_Datatype, num_integers: *mut c_int, num_addresses: *mut c_int, num_datatypes: *mut c_int, combiner: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Type_get_envelope else { return errors::missing("MPI_Type_get_envelope") };
-    // SAFETY: `f` is the real library's MPI_Type_get_envelope, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`num_integers`, `num_addresses`,
-    // `num_datatypes`, `combiner`) are the caller's, valid as MPI requires (this function's safety
-    // contract) and passed on unchanged.
-    let rc = unsafe { f(datatype_r, num_integers, num_addresses, num_datatypes, combiner) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Type_get_envelope"); }
-    rc
+    call::run("MPI_Type_get_envelope", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Type_get_envelope else { return call::missing("MPI_Type_get_envelope") };
+        // SAFETY: `f` is the real library's MPI_Type_get_envelope, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`num_integers`,
+        // `num_addresses`, `num_datatypes`, `combiner`) are the caller's, valid as MPI requires
+        // (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(datatype_r, num_integers, num_addresses, num_datatypes, combiner) })
+    })
 }
 
 pub unsafe fn MPI_Type_get_envelope_c(datatype: MPI_Datatype, num_integers: *mut MPI_Count, num_addresses: *mut MPI_Count, num_large_counts: *mut MPI_Count, num_datatypes: *mut MPI_Count, combiner: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Type_get_envelope_c else { return errors::missing("MPI_Type_get_envelope_c") };
-    // SAFETY: `f` is the real library's MPI_Type_get_envelope_c, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`num_integers`, `num_addresses`,
-    // `num_large_counts`, `num_datatypes`, `combiner`) are the caller's, valid as MPI requires
-    // (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(datatype_r, num_integers, num_addresses, num_large_counts, num_datatypes, combiner) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Type_get_envelope_c"); }
-    rc
+    call::run("MPI_Type_get_envelope_c", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Type_get_envelope_c else { return call::missing("MPI_Type_get_envelope_c") };
+        // SAFETY: `f` is the real library's MPI_Type_get_envelope_c, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`num_integers`,
+        // `num_addresses`, `num_large_counts`, `num_datatypes`, `combiner`) are the caller's, valid
+        // as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(datatype_r, num_integers, num_addresses, num_large_counts, num_datatypes, combiner) })
+    })
 }
 
 pub unsafe fn MPI_Type_get_extent(datatype: MPI_Datatype, lb: *mut MPI_Aint, extent: *mut MPI_Aint) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Type_get_extent else { return errors::missing("MPI_Type_get_extent") };
-    // SAFETY: `f` is the real library's MPI_Type_get_extent, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`lb`, `extent`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(datatype_r, lb, extent) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Type_get_extent"); }
-    rc
+    call::run("MPI_Type_get_extent", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Type_get_extent else { return call::missing("MPI_Type_get_extent") };
+        // SAFETY: `f` is the real library's MPI_Type_get_extent, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`lb`, `extent`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(datatype_r, lb, extent) })
+    })
 }
 
 pub unsafe fn MPI_Type_get_extent_c(datatype: MPI_Datatype, lb: *mut MPI_Count, extent: *mut MPI_Count) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Type_get_extent_c else { return errors::missing("MPI_Type_get_extent_c") };
-    // SAFETY: `f` is the real library's MPI_Type_get_extent_c, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`lb`, `extent`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(datatype_r, lb, extent) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Type_get_extent_c"); }
-    rc
+    call::run("MPI_Type_get_extent_c", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Type_get_extent_c else { return call::missing("MPI_Type_get_extent_c") };
+        // SAFETY: `f` is the real library's MPI_Type_get_extent_c, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`lb`, `extent`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(datatype_r, lb, extent) })
+    })
 }
 
 pub unsafe fn MPI_Type_get_extent_x(datatype: MPI_Datatype, lb: *mut MPI_Count, extent: *mut MPI_Count) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Type_get_extent_x else { return errors::missing("MPI_Type_get_extent_x") };
-    // SAFETY: `f` is the real library's MPI_Type_get_extent_x, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`lb`, `extent`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(datatype_r, lb, extent) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Type_get_extent_x"); }
-    rc
+    call::run("MPI_Type_get_extent_x", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Type_get_extent_x else { return call::missing("MPI_Type_get_extent_x") };
+        // SAFETY: `f` is the real library's MPI_Type_get_extent_x, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`lb`, `extent`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(datatype_r, lb, extent) })
+    })
 }
 
 pub unsafe fn MPI_Type_get_name(datatype: MPI_Datatype, type_name: *mut c_char, resultlen: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Type_get_name else { return errors::missing("MPI_Type_get_name") };
-    // SAFETY: `f` is the real library's MPI_Type_get_name, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`type_name`, `resultlen`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(datatype_r, type_name, resultlen) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Type_get_name"); }
-    rc
+    call::run("MPI_Type_get_name", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Type_get_name else { return call::missing("MPI_Type_get_name") };
+        // SAFETY: `f` is the real library's MPI_Type_get_name, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`type_name`,
+        // `resultlen`) are the caller's, valid as MPI requires (this function's safety contract)
+        // and passed on unchanged.
+        call::ok(unsafe { f(datatype_r, type_name, resultlen) })
+    })
 }
 
 pub unsafe fn MPI_Type_get_true_extent(datatype: MPI_Datatype, true_lb: *mut MPI_Aint, true_extent: *mut MPI_Aint) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Type_get_true_extent else { return errors::missing("MPI_Type_get_true_extent") };
-    // SAFETY: `f` is the real library's MPI_Type_get_true_extent, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`true_lb`, `true_extent`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(datatype_r, true_lb, true_extent) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Type_get_true_extent"); }
-    rc
+    call::run("MPI_Type_get_true_extent", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Type_get_true_extent else { return call::missing("MPI_Type_get_true_extent") };
+        // SAFETY: `f` is the real library's MPI_Type_get_true_extent, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`true_lb`,
+        // `true_extent`) are the caller's, valid as MPI requires (this function's safety contract)
+        // and passed on unchanged.
+        call::ok(unsafe { f(datatype_r, true_lb, true_extent) })
+    })
 }
 
 pub unsafe fn MPI_Type_get_true_extent_c(datatype: MPI_Datatype, true_lb: *mut MPI_Count, true_extent: *mut MPI_Count) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Type_get_true_extent_c else { return errors::missing("MPI_Type_get_true_extent_c") };
-    // SAFETY: `f` is the real library's MPI_Type_get_true_extent_c, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; handles were translated
-    // inside the gate, so no renewal replaced them since; the pointers (`true_lb`, `true_extent`)
-    // are the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(datatype_r, true_lb, true_extent) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Type_get_true_extent_c"); }
-    rc
+    call::run("MPI_Type_get_true_extent_c", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Type_get_true_extent_c else { return call::missing("MPI_Type_get_true_extent_c") };
+        // SAFETY: `f` is the real library's MPI_Type_get_true_extent_c, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`true_lb`,
+        // `true_extent`) are the caller's, valid as MPI requires (this function's safety contract)
+        // and passed on unchanged.
+        call::ok(unsafe { f(datatype_r, true_lb, true_extent) })
+    })
 }
 
 pub unsafe fn MPI_Type_get_true_extent_x(datatype: MPI_Datatype, true_lb: *mut MPI_Count, true_extent: *mut MPI_Count) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Type_get_true_extent_x else { return errors::missing("MPI_Type_get_true_extent_x") };
-    // SAFETY: `f` is the real library's MPI_Type_get_true_extent_x, resolved under the C signature
-    // of the ABI table that this wrapper's signature is generated from; handles were translated
-    // inside the gate, so no renewal replaced them since; the pointers (`true_lb`, `true_extent`)
-    // are the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(datatype_r, true_lb, true_extent) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Type_get_true_extent_x"); }
-    rc
+    call::run("MPI_Type_get_true_extent_x", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Type_get_true_extent_x else { return call::missing("MPI_Type_get_true_extent_x") };
+        // SAFETY: `f` is the real library's MPI_Type_get_true_extent_x, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`true_lb`,
+        // `true_extent`) are the caller's, valid as MPI requires (this function's safety contract)
+        // and passed on unchanged.
+        call::ok(unsafe { f(datatype_r, true_lb, true_extent) })
+    })
 }
 
 pub unsafe fn MPI_Type_lb(datatype: MPI_Datatype, displacement: *mut MPI_Aint) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Type_lb else { return errors::missing("MPI_Type_lb") };
-    // SAFETY: `f` is the real library's MPI_Type_lb, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`displacement`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(datatype_r, displacement) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Type_lb"); }
-    rc
+    call::run("MPI_Type_lb", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Type_lb else { return call::missing("MPI_Type_lb") };
+        // SAFETY: `f` is the real library's MPI_Type_lb, resolved under the C signature of the ABI
+        // table that this wrapper's signature is generated from; handles were translated inside the
+        // gate, so no renewal replaced them since; the pointers (`displacement`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(datatype_r, displacement) })
+    })
 }
 
 pub unsafe fn MPI_Type_set_name(datatype: MPI_Datatype, type_name: *const c_char) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Type_set_name else { return errors::missing("MPI_Type_set_name") };
-    // SAFETY: `f` is the real library's MPI_Type_set_name, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`type_name`) are the caller's, valid
-    // as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(datatype_r, type_name) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Type_set_name"); }
-    rc
+    call::run("MPI_Type_set_name", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Type_set_name else { return call::missing("MPI_Type_set_name") };
+        // SAFETY: `f` is the real library's MPI_Type_set_name, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`type_name`) are the
+        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(datatype_r, type_name) })
+    })
 }
 
 pub unsafe fn MPI_Type_size(datatype: MPI_Datatype, size: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Type_size else { return errors::missing("MPI_Type_size") };
-    // SAFETY: `f` is the real library's MPI_Type_size, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`size`) are the caller's, valid as MPI
-    // requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(datatype_r, size) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Type_size"); }
-    rc
+    call::run("MPI_Type_size", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Type_size else { return call::missing("MPI_Type_size") };
+        // SAFETY: `f` is the real library's MPI_Type_size, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`size`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(datatype_r, size) })
+    })
 }
 
 pub unsafe fn MPI_Type_size_c(datatype: MPI_Datatype, size: *mut MPI_Count) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Type_size_c else { return errors::missing("MPI_Type_size_c") };
-    // SAFETY: `f` is the real library's MPI_Type_size_c, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`size`) are the caller's, valid as MPI
-    // requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(datatype_r, size) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Type_size_c"); }
-    rc
+    call::run("MPI_Type_size_c", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Type_size_c else { return call::missing("MPI_Type_size_c") };
+        // SAFETY: `f` is the real library's MPI_Type_size_c, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`size`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(datatype_r, size) })
+    })
 }
 
 pub unsafe fn MPI_Type_size_x(datatype: MPI_Datatype, size: *mut MPI_Count) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Type_size_x else { return errors::missing("MPI_Type_size_x") };
-    // SAFETY: `f` is the real library's MPI_Type_size_x, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`size`) are the caller's, valid as MPI
-    // requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(datatype_r, size) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Type_size_x"); }
-    rc
+    call::run("MPI_Type_size_x", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Type_size_x else { return call::missing("MPI_Type_size_x") };
+        // SAFETY: `f` is the real library's MPI_Type_size_x, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`size`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(datatype_r, size) })
+    })
 }
 
 pub unsafe fn MPI_Type_ub(datatype: MPI_Datatype, displacement: *mut MPI_Aint) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Type_ub else { return errors::missing("MPI_Type_ub") };
-    // SAFETY: `f` is the real library's MPI_Type_ub, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`displacement`) are the caller's,
-    // valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(datatype_r, displacement) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Type_ub"); }
-    rc
+    call::run("MPI_Type_ub", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Type_ub else { return call::missing("MPI_Type_ub") };
+        // SAFETY: `f` is the real library's MPI_Type_ub, resolved under the C signature of the ABI
+        // table that this wrapper's signature is generated from; handles were translated inside the
+        // gate, so no renewal replaced them since; the pointers (`displacement`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(datatype_r, displacement) })
+    })
 }
 
 pub unsafe fn MPI_Unpack(inbuf: *const c_void, insize: c_int, position: *mut c_int, outbuf: *mut c_void, outcount: c_int, datatype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Unpack") } };
-    let Some(f) = lower::fns().MPI_Unpack else { return errors::missing("MPI_Unpack") };
-    // SAFETY: `f` is the real library's MPI_Unpack, resolved under the C signature of the ABI table
-    // that this wrapper's signature is generated from; handles were translated inside the gate, so
-    // no renewal replaced them since; the pointers (`inbuf`, `position`, `outbuf`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(inbuf, insize, position, outbuf, outcount, datatype_r, comm_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Unpack"); }
-    rc
+    call::run("MPI_Unpack", On::Comm(comm), || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Unpack else { return call::missing("MPI_Unpack") };
+        // SAFETY: `f` is the real library's MPI_Unpack, resolved under the C signature of the ABI
+        // table that this wrapper's signature is generated from; handles were translated inside the
+        // gate, so no renewal replaced them since; the pointers (`inbuf`, `position`, `outbuf`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(inbuf, insize, position, outbuf, outcount, datatype_r, comm_r) })
+    })
 }
 
 pub unsafe fn MPI_Unpack_c(inbuf: *const c_void, insize: MPI_Count, position: *mut MPI_Count, outbuf: *mut c_void, outcount: MPI_Count, datatype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let comm_r = match conv::comm_checked(comm) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Unpack_c") } };
-    let Some(f) = lower::fns().MPI_Unpack_c else { return errors::missing("MPI_Unpack_c") };
-    // SAFETY: `f` is the real library's MPI_Unpack_c, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`inbuf`, `position`, `outbuf`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(inbuf, insize, position, outbuf, outcount, datatype_r, comm_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_comm(comm, rc, "MPI_Unpack_c"); }
-    rc
+    call::run("MPI_Unpack_c", On::Comm(comm), || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let comm_r = CheckedComm(comm).to_real()?;
+        let Some(f) = lower::fns().MPI_Unpack_c else { return call::missing("MPI_Unpack_c") };
+        // SAFETY: `f` is the real library's MPI_Unpack_c, resolved under the C signature of the ABI
+        // table that this wrapper's signature is generated from; handles were translated inside the
+        // gate, so no renewal replaced them since; the pointers (`inbuf`, `position`, `outbuf`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(inbuf, insize, position, outbuf, outcount, datatype_r, comm_r) })
+    })
 }
 
 pub unsafe fn MPI_Unpack_external(datarep: *const c_char, inbuf: *const c_void, insize: MPI_Aint, position: *mut MPI_Aint, outbuf: *mut c_void, outcount: c_int, datatype: MPI_Datatype) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Unpack_external else { return errors::missing("MPI_Unpack_external") };
-    // SAFETY: `f` is the real library's MPI_Unpack_external, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`datarep`, `inbuf`, `position`,
-    // `outbuf`) are the caller's, valid as MPI requires (this function's safety contract) and
-    // passed on unchanged.
-    let rc = unsafe { f(datarep, inbuf, insize, position, outbuf, outcount, datatype_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Unpack_external"); }
-    rc
+    call::run("MPI_Unpack_external", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Unpack_external else { return call::missing("MPI_Unpack_external") };
+        // SAFETY: `f` is the real library's MPI_Unpack_external, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`datarep`, `inbuf`,
+        // `position`, `outbuf`) are the caller's, valid as MPI requires (this function's safety
+        // contract) and passed on unchanged.
+        call::ok(unsafe { f(datarep, inbuf, insize, position, outbuf, outcount, datatype_r) })
+    })
 }
 
 pub unsafe fn MPI_Unpack_external_c(datarep: *const c_char, inbuf: *const c_void, insize: MPI_Count, position: *mut MPI_Count, outbuf: *mut c_void, outcount: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    let _g = gate::enter();
-    let datatype_r = conv::datatype(datatype);
-    let Some(f) = lower::fns().MPI_Unpack_external_c else { return errors::missing("MPI_Unpack_external_c") };
-    // SAFETY: `f` is the real library's MPI_Unpack_external_c, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`datarep`, `inbuf`, `position`,
-    // `outbuf`) are the caller's, valid as MPI requires (this function's safety contract) and
-    // passed on unchanged.
-    let rc = unsafe { f(datarep, inbuf, insize, position, outbuf, outcount, datatype_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Unpack_external_c"); }
-    rc
+    call::run("MPI_Unpack_external_c", On::Default, || {
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_Unpack_external_c else { return call::missing("MPI_Unpack_external_c") };
+        // SAFETY: `f` is the real library's MPI_Unpack_external_c, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`datarep`, `inbuf`,
+        // `position`, `outbuf`) are the caller's, valid as MPI requires (this function's safety
+        // contract) and passed on unchanged.
+        call::ok(unsafe { f(datarep, inbuf, insize, position, outbuf, outcount, datatype_r) })
+    })
 }
 
 pub unsafe fn MPI_Unpublish_name(service_name: *const c_char, info: MPI_Info, port_name: *const c_char) -> c_int {
-    let _g = gate::enter();
-    let info_r = conv::info(info);
-    let Some(f) = lower::fns().MPI_Unpublish_name else { return errors::missing("MPI_Unpublish_name") };
-    // SAFETY: `f` is the real library's MPI_Unpublish_name, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`service_name`, `port_name`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(service_name, info_r, port_name) };
-    drop(_g);
-    if rc != 0 { return errors::raise_default(rc, "MPI_Unpublish_name"); }
-    rc
+    call::run("MPI_Unpublish_name", On::Default, || {
+        let info_r = Info(info).to_real()?;
+        let Some(f) = lower::fns().MPI_Unpublish_name else { return call::missing("MPI_Unpublish_name") };
+        // SAFETY: `f` is the real library's MPI_Unpublish_name, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`service_name`,
+        // `port_name`) are the caller's, valid as MPI requires (this function's safety contract)
+        // and passed on unchanged.
+        call::ok(unsafe { f(service_name, info_r, port_name) })
+    })
 }
 
 pub unsafe fn MPI_Win_attach(win: MPI_Win, base: *mut c_void, size: MPI_Aint) -> c_int {
-    let _g = gate::enter();
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_attach") } };
-    let Some(f) = lower::fns().MPI_Win_attach else { return errors::missing("MPI_Win_attach") };
-    // SAFETY: `f` is the real library's MPI_Win_attach, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`base`) are the caller's, valid as MPI
-    // requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(win_r, base, size) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Win_attach"); }
-    rc
+    call::run("MPI_Win_attach", On::Win(win), || {
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Win_attach else { return call::missing("MPI_Win_attach") };
+        // SAFETY: `f` is the real library's MPI_Win_attach, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`base`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(win_r, base, size) })
+    })
 }
 
 pub unsafe fn MPI_Win_complete(win: MPI_Win) -> c_int {
-    let _g = gate::enter();
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_complete") } };
-    let Some(f) = lower::fns().MPI_Win_complete else { return errors::missing("MPI_Win_complete") };
-    // SAFETY: `f` is the real library's MPI_Win_complete, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(win_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Win_complete"); }
-    rc
+    call::run("MPI_Win_complete", On::Win(win), || {
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Win_complete else { return call::missing("MPI_Win_complete") };
+        // SAFETY: `f` is the real library's MPI_Win_complete, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; every other argument is a plain value.
+        call::ok(unsafe { f(win_r) })
+    })
 }
 
 pub unsafe fn MPI_Win_detach(win: MPI_Win, base: *const c_void) -> c_int {
-    let _g = gate::enter();
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_detach") } };
-    let Some(f) = lower::fns().MPI_Win_detach else { return errors::missing("MPI_Win_detach") };
-    // SAFETY: `f` is the real library's MPI_Win_detach, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`base`) are the caller's, valid as MPI
-    // requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(win_r, base) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Win_detach"); }
-    rc
+    call::run("MPI_Win_detach", On::Win(win), || {
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Win_detach else { return call::missing("MPI_Win_detach") };
+        // SAFETY: `f` is the real library's MPI_Win_detach, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`base`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(win_r, base) })
+    })
 }
 
 pub unsafe fn MPI_Win_fence(assert: c_int, win: MPI_Win) -> c_int {
-    let _g = gate::enter();
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_fence") } };
-    let Some(f) = lower::fns().MPI_Win_fence else { return errors::missing("MPI_Win_fence") };
-    // SAFETY: `f` is the real library's MPI_Win_fence, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(assert, win_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Win_fence"); }
-    rc
+    call::run("MPI_Win_fence", On::Win(win), || {
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Win_fence else { return call::missing("MPI_Win_fence") };
+        // SAFETY: `f` is the real library's MPI_Win_fence, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; every other argument is a plain value.
+        call::ok(unsafe { f(assert, win_r) })
+    })
 }
 
 pub unsafe fn MPI_Win_flush(rank: c_int, win: MPI_Win) -> c_int {
-    let _g = gate::enter();
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_flush") } };
-    let Some(f) = lower::fns().MPI_Win_flush else { return errors::missing("MPI_Win_flush") };
-    // SAFETY: `f` is the real library's MPI_Win_flush, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(rank, win_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Win_flush"); }
-    rc
+    call::run("MPI_Win_flush", On::Win(win), || {
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Win_flush else { return call::missing("MPI_Win_flush") };
+        // SAFETY: `f` is the real library's MPI_Win_flush, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; every other argument is a plain value.
+        call::ok(unsafe { f(rank, win_r) })
+    })
 }
 
 pub unsafe fn MPI_Win_flush_all(win: MPI_Win) -> c_int {
-    let _g = gate::enter();
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_flush_all") } };
-    let Some(f) = lower::fns().MPI_Win_flush_all else { return errors::missing("MPI_Win_flush_all") };
-    // SAFETY: `f` is the real library's MPI_Win_flush_all, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(win_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Win_flush_all"); }
-    rc
+    call::run("MPI_Win_flush_all", On::Win(win), || {
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Win_flush_all else { return call::missing("MPI_Win_flush_all") };
+        // SAFETY: `f` is the real library's MPI_Win_flush_all, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; every other argument is a plain
+        // value.
+        call::ok(unsafe { f(win_r) })
+    })
 }
 
 pub unsafe fn MPI_Win_flush_local(rank: c_int, win: MPI_Win) -> c_int {
-    let _g = gate::enter();
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_flush_local") } };
-    let Some(f) = lower::fns().MPI_Win_flush_local else { return errors::missing("MPI_Win_flush_local") };
-    // SAFETY: `f` is the real library's MPI_Win_flush_local, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(rank, win_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Win_flush_local"); }
-    rc
+    call::run("MPI_Win_flush_local", On::Win(win), || {
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Win_flush_local else { return call::missing("MPI_Win_flush_local") };
+        // SAFETY: `f` is the real library's MPI_Win_flush_local, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; every other argument is a plain
+        // value.
+        call::ok(unsafe { f(rank, win_r) })
+    })
 }
 
 pub unsafe fn MPI_Win_flush_local_all(win: MPI_Win) -> c_int {
-    let _g = gate::enter();
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_flush_local_all") } };
-    let Some(f) = lower::fns().MPI_Win_flush_local_all else { return errors::missing("MPI_Win_flush_local_all") };
-    // SAFETY: `f` is the real library's MPI_Win_flush_local_all, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(win_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Win_flush_local_all"); }
-    rc
+    call::run("MPI_Win_flush_local_all", On::Win(win), || {
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Win_flush_local_all else { return call::missing("MPI_Win_flush_local_all") };
+        // SAFETY: `f` is the real library's MPI_Win_flush_local_all, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; every other argument is a plain
+        // value.
+        call::ok(unsafe { f(win_r) })
+    })
 }
 
 pub unsafe fn MPI_Win_get_name(win: MPI_Win, win_name: *mut c_char, resultlen: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_get_name") } };
-    let Some(f) = lower::fns().MPI_Win_get_name else { return errors::missing("MPI_Win_get_name") };
-    // SAFETY: `f` is the real library's MPI_Win_get_name, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`win_name`, `resultlen`) are the
-    // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(win_r, win_name, resultlen) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Win_get_name"); }
-    rc
+    call::run("MPI_Win_get_name", On::Win(win), || {
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Win_get_name else { return call::missing("MPI_Win_get_name") };
+        // SAFETY: `f` is the real library's MPI_Win_get_name, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`win_name`, `resultlen`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(win_r, win_name, resultlen) })
+    })
 }
 
 pub unsafe fn MPI_Win_lock(lock_type: c_int, rank: c_int, assert: c_int, win: MPI_Win) -> c_int {
-    let _g = gate::enter();
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_lock") } };
-    let Some(f) = lower::fns().MPI_Win_lock else { return errors::missing("MPI_Win_lock") };
-    // SAFETY: `f` is the real library's MPI_Win_lock, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(lock_type, rank, assert, win_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Win_lock"); }
-    rc
+    call::run("MPI_Win_lock", On::Win(win), || {
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Win_lock else { return call::missing("MPI_Win_lock") };
+        // SAFETY: `f` is the real library's MPI_Win_lock, resolved under the C signature of the ABI
+        // table that this wrapper's signature is generated from; handles were translated inside the
+        // gate, so no renewal replaced them since; every other argument is a plain value.
+        call::ok(unsafe { f(lock_type, rank, assert, win_r) })
+    })
 }
 
 pub unsafe fn MPI_Win_lock_all(assert: c_int, win: MPI_Win) -> c_int {
-    let _g = gate::enter();
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_lock_all") } };
-    let Some(f) = lower::fns().MPI_Win_lock_all else { return errors::missing("MPI_Win_lock_all") };
-    // SAFETY: `f` is the real library's MPI_Win_lock_all, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(assert, win_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Win_lock_all"); }
-    rc
+    call::run("MPI_Win_lock_all", On::Win(win), || {
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Win_lock_all else { return call::missing("MPI_Win_lock_all") };
+        // SAFETY: `f` is the real library's MPI_Win_lock_all, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; every other argument is a plain value.
+        call::ok(unsafe { f(assert, win_r) })
+    })
 }
 
 pub unsafe fn MPI_Win_post(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
-    let _g = gate::enter();
-    let group_r = conv::group(group);
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_post") } };
-    let Some(f) = lower::fns().MPI_Win_post else { return errors::missing("MPI_Win_post") };
-    // SAFETY: `f` is the real library's MPI_Win_post, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(group_r, assert, win_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Win_post"); }
-    rc
+    call::run("MPI_Win_post", On::Win(win), || {
+        let group_r = Group(group).to_real()?;
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Win_post else { return call::missing("MPI_Win_post") };
+        // SAFETY: `f` is the real library's MPI_Win_post, resolved under the C signature of the ABI
+        // table that this wrapper's signature is generated from; handles were translated inside the
+        // gate, so no renewal replaced them since; every other argument is a plain value.
+        call::ok(unsafe { f(group_r, assert, win_r) })
+    })
 }
 
 pub unsafe fn MPI_Win_set_info(win: MPI_Win, info: MPI_Info) -> c_int {
-    let _g = gate::enter();
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_set_info") } };
-    let info_r = conv::info(info);
-    let Some(f) = lower::fns().MPI_Win_set_info else { return errors::missing("MPI_Win_set_info") };
-    // SAFETY: `f` is the real library's MPI_Win_set_info, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(win_r, info_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Win_set_info"); }
-    rc
+    call::run("MPI_Win_set_info", On::Win(win), || {
+        let win_r = CheckedWin(win).to_real()?;
+        let info_r = Info(info).to_real()?;
+        let Some(f) = lower::fns().MPI_Win_set_info else { return call::missing("MPI_Win_set_info") };
+        // SAFETY: `f` is the real library's MPI_Win_set_info, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; every other argument is a plain value.
+        call::ok(unsafe { f(win_r, info_r) })
+    })
 }
 
 pub unsafe fn MPI_Win_set_name(win: MPI_Win, win_name: *const c_char) -> c_int {
-    let _g = gate::enter();
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_set_name") } };
-    let Some(f) = lower::fns().MPI_Win_set_name else { return errors::missing("MPI_Win_set_name") };
-    // SAFETY: `f` is the real library's MPI_Win_set_name, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`win_name`) are the caller's, valid as
-    // MPI requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(win_r, win_name) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Win_set_name"); }
-    rc
+    call::run("MPI_Win_set_name", On::Win(win), || {
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Win_set_name else { return call::missing("MPI_Win_set_name") };
+        // SAFETY: `f` is the real library's MPI_Win_set_name, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; the pointers (`win_name`) are the caller's,
+        // valid as MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(win_r, win_name) })
+    })
 }
 
 pub unsafe fn MPI_Win_shared_query(win: MPI_Win, rank: c_int, size: *mut MPI_Aint, disp_unit: *mut c_int, baseptr: *mut c_void) -> c_int {
-    let _g = gate::enter();
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_shared_query") } };
-    let Some(f) = lower::fns().MPI_Win_shared_query else { return errors::missing("MPI_Win_shared_query") };
-    // SAFETY: `f` is the real library's MPI_Win_shared_query, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`size`, `disp_unit`, `baseptr`) are
-    // the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(win_r, rank, size, disp_unit, baseptr) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Win_shared_query"); }
-    rc
+    call::run("MPI_Win_shared_query", On::Win(win), || {
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Win_shared_query else { return call::missing("MPI_Win_shared_query") };
+        // SAFETY: `f` is the real library's MPI_Win_shared_query, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`size`, `disp_unit`,
+        // `baseptr`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(win_r, rank, size, disp_unit, baseptr) })
+    })
 }
 
 pub unsafe fn MPI_Win_shared_query_c(win: MPI_Win, rank: c_int, size: *mut MPI_Aint, disp_unit: *mut MPI_Aint, baseptr: *mut c_void) -> c_int {
-    let _g = gate::enter();
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_shared_query_c") } };
-    let Some(f) = lower::fns().MPI_Win_shared_query_c else { return errors::missing("MPI_Win_shared_query_c") };
-    // SAFETY: `f` is the real library's MPI_Win_shared_query_c, resolved under the C signature of
-    // the ABI table that this wrapper's signature is generated from; handles were translated inside
-    // the gate, so no renewal replaced them since; the pointers (`size`, `disp_unit`, `baseptr`)
-    // are the caller's, valid as MPI requires (this function's safety contract) and passed on
-    // unchanged.
-    let rc = unsafe { f(win_r, rank, size, disp_unit, baseptr) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Win_shared_query_c"); }
-    rc
+    call::run("MPI_Win_shared_query_c", On::Win(win), || {
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Win_shared_query_c else { return call::missing("MPI_Win_shared_query_c") };
+        // SAFETY: `f` is the real library's MPI_Win_shared_query_c, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`size`, `disp_unit`,
+        // `baseptr`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(win_r, rank, size, disp_unit, baseptr) })
+    })
 }
 
 pub unsafe fn MPI_Win_start(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
-    let _g = gate::enter();
-    let group_r = conv::group(group);
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_start") } };
-    let Some(f) = lower::fns().MPI_Win_start else { return errors::missing("MPI_Win_start") };
-    // SAFETY: `f` is the real library's MPI_Win_start, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(group_r, assert, win_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Win_start"); }
-    rc
+    call::run("MPI_Win_start", On::Win(win), || {
+        let group_r = Group(group).to_real()?;
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Win_start else { return call::missing("MPI_Win_start") };
+        // SAFETY: `f` is the real library's MPI_Win_start, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; every other argument is a plain value.
+        call::ok(unsafe { f(group_r, assert, win_r) })
+    })
 }
 
 pub unsafe fn MPI_Win_sync(win: MPI_Win) -> c_int {
-    let _g = gate::enter();
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_sync") } };
-    let Some(f) = lower::fns().MPI_Win_sync else { return errors::missing("MPI_Win_sync") };
-    // SAFETY: `f` is the real library's MPI_Win_sync, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(win_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Win_sync"); }
-    rc
+    call::run("MPI_Win_sync", On::Win(win), || {
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Win_sync else { return call::missing("MPI_Win_sync") };
+        // SAFETY: `f` is the real library's MPI_Win_sync, resolved under the C signature of the ABI
+        // table that this wrapper's signature is generated from; handles were translated inside the
+        // gate, so no renewal replaced them since; every other argument is a plain value.
+        call::ok(unsafe { f(win_r) })
+    })
 }
 
 pub unsafe fn MPI_Win_test(win: MPI_Win, flag: *mut c_int) -> c_int {
-    let _g = gate::enter();
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_test") } };
-    let Some(f) = lower::fns().MPI_Win_test else { return errors::missing("MPI_Win_test") };
-    // SAFETY: `f` is the real library's MPI_Win_test, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; the pointers (`flag`) are the caller's, valid as MPI
-    // requires (this function's safety contract) and passed on unchanged.
-    let rc = unsafe { f(win_r, flag) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Win_test"); }
-    rc
+    call::run("MPI_Win_test", On::Win(win), || {
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Win_test else { return call::missing("MPI_Win_test") };
+        // SAFETY: `f` is the real library's MPI_Win_test, resolved under the C signature of the ABI
+        // table that this wrapper's signature is generated from; handles were translated inside the
+        // gate, so no renewal replaced them since; the pointers (`flag`) are the caller's, valid as
+        // MPI requires (this function's safety contract) and passed on unchanged.
+        call::ok(unsafe { f(win_r, flag) })
+    })
 }
 
 pub unsafe fn MPI_Win_unlock(rank: c_int, win: MPI_Win) -> c_int {
-    let _g = gate::enter();
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_unlock") } };
-    let Some(f) = lower::fns().MPI_Win_unlock else { return errors::missing("MPI_Win_unlock") };
-    // SAFETY: `f` is the real library's MPI_Win_unlock, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(rank, win_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Win_unlock"); }
-    rc
+    call::run("MPI_Win_unlock", On::Win(win), || {
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Win_unlock else { return call::missing("MPI_Win_unlock") };
+        // SAFETY: `f` is the real library's MPI_Win_unlock, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; every other argument is a plain value.
+        call::ok(unsafe { f(rank, win_r) })
+    })
 }
 
 pub unsafe fn MPI_Win_unlock_all(win: MPI_Win) -> c_int {
-    let _g = gate::enter();
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_unlock_all") } };
-    let Some(f) = lower::fns().MPI_Win_unlock_all else { return errors::missing("MPI_Win_unlock_all") };
-    // SAFETY: `f` is the real library's MPI_Win_unlock_all, resolved under the C signature of the
-    // ABI table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(win_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Win_unlock_all"); }
-    rc
+    call::run("MPI_Win_unlock_all", On::Win(win), || {
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Win_unlock_all else { return call::missing("MPI_Win_unlock_all") };
+        // SAFETY: `f` is the real library's MPI_Win_unlock_all, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; every other argument is a plain
+        // value.
+        call::ok(unsafe { f(win_r) })
+    })
 }
 
 pub unsafe fn MPI_Win_wait(win: MPI_Win) -> c_int {
-    let _g = gate::enter();
-    let win_r = match conv::win_checked(win) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, "MPI_Win_wait") } };
-    let Some(f) = lower::fns().MPI_Win_wait else { return errors::missing("MPI_Win_wait") };
-    // SAFETY: `f` is the real library's MPI_Win_wait, resolved under the C signature of the ABI
-    // table that this wrapper's signature is generated from; handles were translated inside the
-    // gate, so no renewal replaced them since; every other argument is a plain value.
-    let rc = unsafe { f(win_r) };
-    drop(_g);
-    if rc != 0 { return errors::raise_win(win, rc, "MPI_Win_wait"); }
-    rc
+    call::run("MPI_Win_wait", On::Win(win), || {
+        let win_r = CheckedWin(win).to_real()?;
+        let Some(f) = lower::fns().MPI_Win_wait else { return call::missing("MPI_Win_wait") };
+        // SAFETY: `f` is the real library's MPI_Win_wait, resolved under the C signature of the ABI
+        // table that this wrapper's signature is generated from; handles were translated inside the
+        // gate, so no renewal replaced them since; every other argument is a plain value.
+        call::ok(unsafe { f(win_r) })
+    })
 }
 
 pub unsafe fn MPI_Wtick() -> f64 {
     let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Wtick else { errors::missing("MPI_Wtick"); return Default::default() };
+    let Some(f) = lower::fns().MPI_Wtick else {
+        drop(_g);
+        errors::missing("MPI_Wtick");
+        return Default::default();
+    };
     // SAFETY: `f` is the real library's MPI_Wtick, resolved under the C signature of the ABI table
     // that this wrapper's signature is generated from; every other argument is a plain value.
     unsafe { f() }
@@ -3665,7 +3294,11 @@ pub unsafe fn MPI_Wtick() -> f64 {
 
 pub unsafe fn MPI_Wtime() -> f64 {
     let _g = gate::enter();
-    let Some(f) = lower::fns().MPI_Wtime else { errors::missing("MPI_Wtime"); return Default::default() };
+    let Some(f) = lower::fns().MPI_Wtime else {
+        drop(_g);
+        errors::missing("MPI_Wtime");
+        return Default::default();
+    };
     // SAFETY: `f` is the real library's MPI_Wtime, resolved under the C signature of the ABI table
     // that this wrapper's signature is generated from; every other argument is a plain value.
     unsafe { f() }
