@@ -355,17 +355,23 @@ fn kill_job(root: Option<u32>, marker: &str) -> Vec<String> {
         if alive.is_empty() {
             break;
         }
-        for p in alive {
-            // SAFETY: plain syscall on a process identified as part of this job just now.
-            unsafe { libc::kill(p.pid as libc::pid_t, libc::SIGKILL) };
-            let name = format!("{} ({})", p.pid, p.comm);
-            if !killed.contains(&name) {
-                killed.push(name);
-            }
-        }
+        kill_each(alive, &mut killed);
         std::thread::sleep(POLL);
     }
     killed
+}
+
+/// SIGKILLs each process, by PID (each was seen alive and ours just now), and records
+/// "pid (comm)" in `killed` once per process.
+pub(crate) fn kill_each<'a>(procs: impl IntoIterator<Item = &'a Proc>, killed: &mut Vec<String>) {
+    for p in procs {
+        // SAFETY: plain syscall on a process identified as ours just now.
+        unsafe { libc::kill(p.pid as libc::pid_t, libc::SIGKILL) };
+        let name = format!("{} ({})", p.pid, p.comm);
+        if !killed.contains(&name) {
+            killed.push(name);
+        }
+    }
 }
 
 pub(crate) struct Proc {

@@ -26,7 +26,7 @@ mod protocol;
 mod relay;
 mod security;
 
-use crate::job::{scan_procs, MARKER_VAR};
+use crate::job::{kill_each, scan_procs, MARKER_VAR};
 use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -462,14 +462,7 @@ pub fn kill_marked(marker: &str) -> Vec<String> {
         if alive.is_empty() {
             break;
         }
-        for p in alive {
-            // SAFETY: plain syscall on a process that carries this run's marker just now.
-            unsafe { libc::kill(p.pid as libc::pid_t, libc::SIGKILL) };
-            let name = format!("{} ({})", p.pid, p.comm);
-            if !killed.contains(&name) {
-                killed.push(name);
-            }
-        }
+        kill_each(&alive, &mut killed);
         std::thread::sleep(POLL);
     }
     killed

@@ -76,13 +76,7 @@ fn agent(t: &mut T, ver: u32, n: u32, close_pmi: bool) {
     }
     let d = t.p("agent");
     t.export("MPICR_SHIM", "none");
-    let mut c = t.mpi(ver, n);
-    c.arg(&t.env.m)
-        .args(["run", "--ckpt-dir"])
-        .arg(&d)
-        .arg("--")
-        .arg(&t.env.fake)
-        .arg("60");
+    let mut c = fake_job(t, ver, n, &d, &["60"]);
     if close_pmi {
         c.arg("--close-pmi");
     }
@@ -128,13 +122,7 @@ fn failures(t: &mut T) {
     }
     let d = t.p("fail");
     t.export("MPICR_SHIM", "none");
-    let mut c = t.mpi(4, 2);
-    c.arg(&t.env.m)
-        .args(["run", "--ckpt-dir"])
-        .arg(&d)
-        .arg("--")
-        .arg(&t.env.fake)
-        .args(["100", "--fail-at", "1", "--ignore-at", "2"]);
+    let c = fake_job(t, 4, 2, &d, &["100", "--fail-at", "1", "--ignore-at", "2"]);
     let mut job = t.spawn(c, Some(&t.p("f.out")), Some(&t.p("f.err")));
     let (r1, o1) = t.ckpt(&d, &[]);
     let mut c = t.m(["checkpoint", "--timeout", "2s"]);
@@ -166,13 +154,7 @@ fn barrier(t: &mut T) {
     }
     let d = t.p("barrier");
     t.export("MPICR_SHIM", "none");
-    let mut c = t.mpi(4, 2);
-    c.arg(&t.env.m)
-        .args(["run", "--ckpt-dir"])
-        .arg(&d)
-        .arg("--")
-        .arg(&t.env.fake)
-        .args(["80", "--fail-drain-at", "1"]);
+    let c = fake_job(t, 4, 2, &d, &["80", "--fail-drain-at", "1"]);
     let mut job = t.spawn(c, Some(&t.p("b.out")), Some(&t.p("b.err")));
     let (r1, o1) = t.ckpt(&d, &[]);
     let (r2, o2) = t.ckpt(&d, &[]);
@@ -203,13 +185,7 @@ fn coord_lost(t: &mut T, at: &str, want: &str, gen: u32) {
     let d = t.p("lost");
     t.export("MPICR_SHIM", "none");
     t.export("MPICR_TEST_COORD_FAULT", &format!("vanish:{at}"));
-    let mut c = t.mpi(4, 2);
-    c.arg(&t.env.m)
-        .args(["run", "--ckpt-dir"])
-        .arg(&d)
-        .arg("--")
-        .arg(&t.env.fake)
-        .arg("60");
+    let c = fake_job(t, 4, 2, &d, &["60"]);
     let mut job = t.spawn(c, Some(&t.p("c.out")), Some(&t.p("c.err")));
     let (r1, o1) = t.ckpt(&d, &[]);
     let rc = job.wait(LIMIT);
@@ -226,4 +202,12 @@ fn coord_lost(t: &mut T, at: &str, want: &str, gen: u32) {
     t.check(&name, good, |t| {
         format!("r1={r1} rc={rc}: {o1}{}", tails(t, &["c.err"]))
     });
+}
+
+/// `mpiexec -n N mpicr run --ckpt-dir D -- fake_agent ARGS` on MPICH `ver` (with
+/// `MPICR_SHIM=none` exported by the caller: the stand-in agent speaks the protocol itself).
+fn fake_job(t: &T, ver: u32, n: u32, d: &std::path::Path, args: &[&str]) -> std::process::Command {
+    let mut c = t.mpi(ver, n);
+    c.arg(&t.env.m).args(["run", "--ckpt-dir"]).arg(d).arg("--").arg(&t.env.fake).args(args);
+    c
 }
