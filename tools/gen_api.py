@@ -305,8 +305,9 @@ def real_call_safety(fn, params, translated_inside_gate, indent="    ", locals_=
     if translated_inside_gate:
         note.append("handles were translated inside the gate, so no renewal replaced them since;")
     if locals_:
-        note.append("%s stand%s for local%s of this body;" % (", ".join("`%s`" % n for n in locals_), "s" if len(locals_) == 1 else "",
-                                                            "" if len(locals_) == 1 else "s"))
+        one = len(locals_) == 1
+        note.append("%s stand%s for %s of this body;" % (", ".join("`%s`" % n for n in locals_), "s" if one else "",
+                                                        "a local" if one else "locals"))
     if ptrs:
         note.append("the pointers (%s) are the caller's, valid as MPI requires (this function's" % ", ".join("`%s`" % n for n in ptrs))
         note.append("safety contract) and passed on unchanged.")
@@ -570,6 +571,11 @@ def gen_create(fn, spec):
             args.append(n)
     lines.append("        let Some(f) = lower::fns().%s else { return call::missing(\"%s\") };" % (name, name))
     lines += real_call_safety(fn, params, translated_inside_gate=bool(converted), indent="        ", locals_=locals_)
+    if not out:
+        lines.append("        call::ok(unsafe { f(%s) })" % ", ".join(args))
+        lines.append("    })")
+        lines.append("}")
+        return "\n".join(lines)
     lines.append("        call::ok(unsafe { f(%s) })?;" % ", ".join(args))
     if out:
         kind = HANDLE_KINDS[[p["base"] for n, t, p in params if n == out][0]]

@@ -21,7 +21,7 @@ pub unsafe fn MPI_Abi_get_fortran_info(info: *mut MPI_Info) -> c_int {
         let Some(f) = lower::fns().MPI_Abi_get_fortran_info else { return call::missing("MPI_Abi_get_fortran_info") };
         // SAFETY: `f` is the real library's MPI_Abi_get_fortran_info, resolved under the C
         // signature of the ABI table that this wrapper's signature is generated from; `info` stands
-        // for local of this body; every other argument is a plain value.
+        // for a local of this body; every other argument is a plain value.
         call::ok(unsafe { f(&mut info_r) })?;
         let v = register_info(info_r);
         // SAFETY: `info` is the caller's out-pointer for the new handle, null or valid for a write
@@ -36,7 +36,7 @@ pub unsafe fn MPI_Abi_get_info(info: *mut MPI_Info) -> c_int {
         let mut info_r = MPI_INFO_NULL;
         let Some(f) = lower::fns().MPI_Abi_get_info else { return call::missing("MPI_Abi_get_info") };
         // SAFETY: `f` is the real library's MPI_Abi_get_info, resolved under the C signature of the
-        // ABI table that this wrapper's signature is generated from; `info` stands for local of
+        // ABI table that this wrapper's signature is generated from; `info` stands for a local of
         // this body; every other argument is a plain value.
         call::ok(unsafe { f(&mut info_r) })?;
         let v = register_info(info_r);
@@ -56,7 +56,7 @@ pub unsafe fn MPI_Cart_create(comm_old: MPI_Comm, ndims: c_int, dims: *const c_i
         let Some(f) = lower::fns().MPI_Cart_create else { return call::missing("MPI_Cart_create") };
         // SAFETY: `f` is the real library's MPI_Cart_create, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; `comm_cart` stands for local of this body;
+        // the gate, so no renewal replaced them since; `comm_cart` stands for a local of this body;
         // the pointers (`dims`, `periods`) are the caller's, valid as MPI requires (this function's
         // safety contract) and passed on unchanged.
         call::ok(unsafe { f(comm_old_r, ndims, dims, periods, reorder, &mut comm_cart_r) })?;
@@ -79,7 +79,7 @@ pub unsafe fn MPI_Cart_sub(comm: MPI_Comm, remain_dims: *const c_int, newcomm: *
         let Some(f) = lower::fns().MPI_Cart_sub else { return call::missing("MPI_Cart_sub") };
         // SAFETY: `f` is the real library's MPI_Cart_sub, resolved under the C signature of the ABI
         // table that this wrapper's signature is generated from; handles were translated inside the
-        // gate, so no renewal replaced them since; `newcomm` stands for local of this body; the
+        // gate, so no renewal replaced them since; `newcomm` stands for a local of this body; the
         // pointers (`remain_dims`) are the caller's, valid as MPI requires (this function's safety
         // contract) and passed on unchanged.
         call::ok(unsafe { f(comm_r, remain_dims, &mut newcomm_r) })?;
@@ -103,7 +103,7 @@ pub unsafe fn MPI_Comm_create(comm: MPI_Comm, group: MPI_Group, newcomm: *mut MP
         let Some(f) = lower::fns().MPI_Comm_create else { return call::missing("MPI_Comm_create") };
         // SAFETY: `f` is the real library's MPI_Comm_create, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; `newcomm` stands for local of this body;
+        // the gate, so no renewal replaced them since; `newcomm` stands for a local of this body;
         // every other argument is a plain value.
         call::ok(unsafe { f(comm_r, group_r, &mut newcomm_r) })?;
         made = Some(register_derived(newcomm_r, "MPI_Comm_create", comm, seq));
@@ -125,7 +125,7 @@ pub unsafe fn MPI_Comm_dup(comm: MPI_Comm, newcomm: *mut MPI_Comm) -> c_int {
         let Some(f) = lower::fns().MPI_Comm_dup else { return call::missing("MPI_Comm_dup") };
         // SAFETY: `f` is the real library's MPI_Comm_dup, resolved under the C signature of the ABI
         // table that this wrapper's signature is generated from; handles were translated inside the
-        // gate, so no renewal replaced them since; `newcomm` stands for local of this body; every
+        // gate, so no renewal replaced them since; `newcomm` stands for a local of this body; every
         // other argument is a plain value.
         call::ok(unsafe { f(comm_r, &mut newcomm_r) })?;
         made = Some(register_derived(newcomm_r, "MPI_Comm_dup", comm, seq));
@@ -152,7 +152,7 @@ pub unsafe fn MPI_Comm_dup_with_info(comm: MPI_Comm, info: MPI_Info, newcomm: *m
         let Some(f) = lower::fns().MPI_Comm_dup_with_info else { return call::missing("MPI_Comm_dup_with_info") };
         // SAFETY: `f` is the real library's MPI_Comm_dup_with_info, resolved under the C signature
         // of the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `newcomm` stands for local of this
+        // inside the gate, so no renewal replaced them since; `newcomm` stands for a local of this
         // body; every other argument is a plain value.
         call::ok(unsafe { f(comm_r, info_r, &mut newcomm_r) })?;
         made = Some(register_derived(newcomm_r, "MPI_Comm_dup_with_info", comm, seq));
@@ -176,8 +176,8 @@ pub unsafe fn MPI_Comm_get_info(comm: MPI_Comm, info_used: *mut MPI_Info) -> c_i
         let Some(f) = lower::fns().MPI_Comm_get_info else { return call::missing("MPI_Comm_get_info") };
         // SAFETY: `f` is the real library's MPI_Comm_get_info, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `info_used` stands for local of this
-        // body; every other argument is a plain value.
+        // inside the gate, so no renewal replaced them since; `info_used` stands for a local of
+        // this body; every other argument is a plain value.
         call::ok(unsafe { f(comm_r, &mut info_used_r) })?;
         let v = register_info(info_used_r);
         // SAFETY: `info_used` is the caller's out-pointer for the new handle, null or valid for a
@@ -194,8 +194,8 @@ pub unsafe fn MPI_Comm_group(comm: MPI_Comm, group: *mut MPI_Group) -> c_int {
         let Some(f) = lower::fns().MPI_Comm_group else { return call::missing("MPI_Comm_group") };
         // SAFETY: `f` is the real library's MPI_Comm_group, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; `group` stands for local of this body; every
-        // other argument is a plain value.
+        // the gate, so no renewal replaced them since; `group` stands for a local of this body;
+        // every other argument is a plain value.
         call::ok(unsafe { f(comm_r, &mut group_r) })?;
         let v = register_group(group_r);
         // SAFETY: `group` is the caller's out-pointer for the new handle, null or valid for a write
@@ -212,7 +212,7 @@ pub unsafe fn MPI_Comm_remote_group(comm: MPI_Comm, group: *mut MPI_Group) -> c_
         let Some(f) = lower::fns().MPI_Comm_remote_group else { return call::missing("MPI_Comm_remote_group") };
         // SAFETY: `f` is the real library's MPI_Comm_remote_group, resolved under the C signature
         // of the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `group` stands for local of this
+        // inside the gate, so no renewal replaced them since; `group` stands for a local of this
         // body; every other argument is a plain value.
         call::ok(unsafe { f(comm_r, &mut group_r) })?;
         let v = register_group(group_r);
@@ -232,7 +232,7 @@ pub unsafe fn MPI_Comm_split(comm: MPI_Comm, color: c_int, key: c_int, newcomm: 
         let Some(f) = lower::fns().MPI_Comm_split else { return call::missing("MPI_Comm_split") };
         // SAFETY: `f` is the real library's MPI_Comm_split, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; `newcomm` stands for local of this body;
+        // the gate, so no renewal replaced them since; `newcomm` stands for a local of this body;
         // every other argument is a plain value.
         call::ok(unsafe { f(comm_r, color, key, &mut newcomm_r) })?;
         made = Some(register_derived(newcomm_r, "MPI_Comm_split", comm, seq));
@@ -255,7 +255,7 @@ pub unsafe fn MPI_Comm_split_type(comm: MPI_Comm, split_type: c_int, key: c_int,
         let Some(f) = lower::fns().MPI_Comm_split_type else { return call::missing("MPI_Comm_split_type") };
         // SAFETY: `f` is the real library's MPI_Comm_split_type, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `newcomm` stands for local of this
+        // inside the gate, so no renewal replaced them since; `newcomm` stands for a local of this
         // body; every other argument is a plain value.
         call::ok(unsafe { f(comm_r, split_type, key, info_r, &mut newcomm_r) })?;
         made = Some(register_derived(newcomm_r, "MPI_Comm_split_type", comm, seq));
@@ -328,7 +328,7 @@ pub unsafe fn MPI_File_get_group(fh: MPI_File, group: *mut MPI_Group) -> c_int {
         let Some(f) = lower::fns().MPI_File_get_group else { return call::missing("MPI_File_get_group") };
         // SAFETY: `f` is the real library's MPI_File_get_group, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `group` stands for local of this
+        // inside the gate, so no renewal replaced them since; `group` stands for a local of this
         // body; every other argument is a plain value.
         call::ok(unsafe { f(fh_r, &mut group_r) })?;
         let v = register_group(group_r);
@@ -346,8 +346,8 @@ pub unsafe fn MPI_File_get_info(fh: MPI_File, info_used: *mut MPI_Info) -> c_int
         let Some(f) = lower::fns().MPI_File_get_info else { return call::missing("MPI_File_get_info") };
         // SAFETY: `f` is the real library's MPI_File_get_info, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `info_used` stands for local of this
-        // body; every other argument is a plain value.
+        // inside the gate, so no renewal replaced them since; `info_used` stands for a local of
+        // this body; every other argument is a plain value.
         call::ok(unsafe { f(fh_r, &mut info_used_r) })?;
         let v = register_info(info_used_r);
         // SAFETY: `info_used` is the caller's out-pointer for the new handle, null or valid for a
@@ -363,7 +363,7 @@ pub unsafe fn MPI_Get_hw_resource_info(hw_info: *mut MPI_Info) -> c_int {
         let Some(f) = lower::fns().MPI_Get_hw_resource_info else { return call::missing("MPI_Get_hw_resource_info") };
         // SAFETY: `f` is the real library's MPI_Get_hw_resource_info, resolved under the C
         // signature of the ABI table that this wrapper's signature is generated from; `hw_info`
-        // stands for local of this body; every other argument is a plain value.
+        // stands for a local of this body; every other argument is a plain value.
         call::ok(unsafe { f(&mut hw_info_r) })?;
         let v = register_info(hw_info_r);
         // SAFETY: `hw_info` is the caller's out-pointer for the new handle, null or valid for a
@@ -382,9 +382,9 @@ pub unsafe fn MPI_Graph_create(comm_old: MPI_Comm, nnodes: c_int, indx: *const c
         let Some(f) = lower::fns().MPI_Graph_create else { return call::missing("MPI_Graph_create") };
         // SAFETY: `f` is the real library's MPI_Graph_create, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; `comm_graph` stands for local of this body;
-        // the pointers (`indx`, `edges`) are the caller's, valid as MPI requires (this function's
-        // safety contract) and passed on unchanged.
+        // the gate, so no renewal replaced them since; `comm_graph` stands for a local of this
+        // body; the pointers (`indx`, `edges`) are the caller's, valid as MPI requires (this
+        // function's safety contract) and passed on unchanged.
         call::ok(unsafe { f(comm_old_r, nnodes, indx, edges, reorder, &mut comm_graph_r) })?;
         made = Some(register_derived(comm_graph_r, "MPI_Graph_create", comm_old, seq));
         Ok(())
@@ -404,7 +404,7 @@ pub unsafe fn MPI_Group_difference(group1: MPI_Group, group2: MPI_Group, newgrou
         let Some(f) = lower::fns().MPI_Group_difference else { return call::missing("MPI_Group_difference") };
         // SAFETY: `f` is the real library's MPI_Group_difference, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `newgroup` stands for local of this
+        // inside the gate, so no renewal replaced them since; `newgroup` stands for a local of this
         // body; every other argument is a plain value.
         call::ok(unsafe { f(group1_r, group2_r, &mut newgroup_r) })?;
         let v = register_group(newgroup_r);
@@ -422,7 +422,7 @@ pub unsafe fn MPI_Group_excl(group: MPI_Group, n: c_int, ranks: *const c_int, ne
         let Some(f) = lower::fns().MPI_Group_excl else { return call::missing("MPI_Group_excl") };
         // SAFETY: `f` is the real library's MPI_Group_excl, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; `newgroup` stands for local of this body;
+        // the gate, so no renewal replaced them since; `newgroup` stands for a local of this body;
         // the pointers (`ranks`) are the caller's, valid as MPI requires (this function's safety
         // contract) and passed on unchanged.
         call::ok(unsafe { f(group_r, n, ranks, &mut newgroup_r) })?;
@@ -441,7 +441,7 @@ pub unsafe fn MPI_Group_from_session_pset(session: MPI_Session, pset_name: *cons
         let Some(f) = lower::fns().MPI_Group_from_session_pset else { return call::missing("MPI_Group_from_session_pset") };
         // SAFETY: `f` is the real library's MPI_Group_from_session_pset, resolved under the C
         // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; `newgroup` stands for
+        // translated inside the gate, so no renewal replaced them since; `newgroup` stands for a
         // local of this body; the pointers (`pset_name`) are the caller's, valid as MPI requires
         // (this function's safety contract) and passed on unchanged.
         call::ok(unsafe { f(session_r, pset_name, &mut newgroup_r) })?;
@@ -460,7 +460,7 @@ pub unsafe fn MPI_Group_incl(group: MPI_Group, n: c_int, ranks: *const c_int, ne
         let Some(f) = lower::fns().MPI_Group_incl else { return call::missing("MPI_Group_incl") };
         // SAFETY: `f` is the real library's MPI_Group_incl, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; `newgroup` stands for local of this body;
+        // the gate, so no renewal replaced them since; `newgroup` stands for a local of this body;
         // the pointers (`ranks`) are the caller's, valid as MPI requires (this function's safety
         // contract) and passed on unchanged.
         call::ok(unsafe { f(group_r, n, ranks, &mut newgroup_r) })?;
@@ -480,7 +480,7 @@ pub unsafe fn MPI_Group_intersection(group1: MPI_Group, group2: MPI_Group, newgr
         let Some(f) = lower::fns().MPI_Group_intersection else { return call::missing("MPI_Group_intersection") };
         // SAFETY: `f` is the real library's MPI_Group_intersection, resolved under the C signature
         // of the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `newgroup` stands for local of this
+        // inside the gate, so no renewal replaced them since; `newgroup` stands for a local of this
         // body; every other argument is a plain value.
         call::ok(unsafe { f(group1_r, group2_r, &mut newgroup_r) })?;
         let v = register_group(newgroup_r);
@@ -498,7 +498,7 @@ pub unsafe fn MPI_Group_range_excl(group: MPI_Group, n: c_int, ranges: *mut c_in
         let Some(f) = lower::fns().MPI_Group_range_excl else { return call::missing("MPI_Group_range_excl") };
         // SAFETY: `f` is the real library's MPI_Group_range_excl, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `newgroup` stands for local of this
+        // inside the gate, so no renewal replaced them since; `newgroup` stands for a local of this
         // body; the pointers (`ranges`) are the caller's, valid as MPI requires (this function's
         // safety contract) and passed on unchanged.
         call::ok(unsafe { f(group_r, n, ranges, &mut newgroup_r) })?;
@@ -517,7 +517,7 @@ pub unsafe fn MPI_Group_range_incl(group: MPI_Group, n: c_int, ranges: *mut c_in
         let Some(f) = lower::fns().MPI_Group_range_incl else { return call::missing("MPI_Group_range_incl") };
         // SAFETY: `f` is the real library's MPI_Group_range_incl, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `newgroup` stands for local of this
+        // inside the gate, so no renewal replaced them since; `newgroup` stands for a local of this
         // body; the pointers (`ranges`) are the caller's, valid as MPI requires (this function's
         // safety contract) and passed on unchanged.
         call::ok(unsafe { f(group_r, n, ranges, &mut newgroup_r) })?;
@@ -537,7 +537,7 @@ pub unsafe fn MPI_Group_union(group1: MPI_Group, group2: MPI_Group, newgroup: *m
         let Some(f) = lower::fns().MPI_Group_union else { return call::missing("MPI_Group_union") };
         // SAFETY: `f` is the real library's MPI_Group_union, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; `newgroup` stands for local of this body;
+        // the gate, so no renewal replaced them since; `newgroup` stands for a local of this body;
         // every other argument is a plain value.
         call::ok(unsafe { f(group1_r, group2_r, &mut newgroup_r) })?;
         let v = register_group(newgroup_r);
@@ -553,7 +553,7 @@ pub unsafe fn MPI_Info_create(info: *mut MPI_Info) -> c_int {
         let mut info_r = MPI_INFO_NULL;
         let Some(f) = lower::fns().MPI_Info_create else { return call::missing("MPI_Info_create") };
         // SAFETY: `f` is the real library's MPI_Info_create, resolved under the C signature of the
-        // ABI table that this wrapper's signature is generated from; `info` stands for local of
+        // ABI table that this wrapper's signature is generated from; `info` stands for a local of
         // this body; every other argument is a plain value.
         call::ok(unsafe { f(&mut info_r) })?;
         let v = register_info(info_r);
@@ -569,9 +569,9 @@ pub unsafe fn MPI_Info_create_env(argc: c_int, argv: *mut *mut c_char, info: *mu
         let mut info_r = MPI_INFO_NULL;
         let Some(f) = lower::fns().MPI_Info_create_env else { return call::missing("MPI_Info_create_env") };
         // SAFETY: `f` is the real library's MPI_Info_create_env, resolved under the C signature of
-        // the ABI table that this wrapper's signature is generated from; `info` stands for local of
-        // this body; the pointers (`argv`) are the caller's, valid as MPI requires (this function's
-        // safety contract) and passed on unchanged.
+        // the ABI table that this wrapper's signature is generated from; `info` stands for a local
+        // of this body; the pointers (`argv`) are the caller's, valid as MPI requires (this
+        // function's safety contract) and passed on unchanged.
         call::ok(unsafe { f(argc, argv, &mut info_r) })?;
         let v = register_info(info_r);
         // SAFETY: `info` is the caller's out-pointer for the new handle, null or valid for a write
@@ -588,7 +588,7 @@ pub unsafe fn MPI_Info_dup(info: MPI_Info, newinfo: *mut MPI_Info) -> c_int {
         let Some(f) = lower::fns().MPI_Info_dup else { return call::missing("MPI_Info_dup") };
         // SAFETY: `f` is the real library's MPI_Info_dup, resolved under the C signature of the ABI
         // table that this wrapper's signature is generated from; handles were translated inside the
-        // gate, so no renewal replaced them since; `newinfo` stands for local of this body; every
+        // gate, so no renewal replaced them since; `newinfo` stands for a local of this body; every
         // other argument is a plain value.
         call::ok(unsafe { f(info_r, &mut newinfo_r) })?;
         let v = register_info(newinfo_r);
@@ -608,7 +608,7 @@ pub unsafe fn MPI_Intercomm_merge(intercomm: MPI_Comm, high: c_int, newintracomm
         let Some(f) = lower::fns().MPI_Intercomm_merge else { return call::missing("MPI_Intercomm_merge") };
         // SAFETY: `f` is the real library's MPI_Intercomm_merge, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `newintracomm` stands for local of
+        // inside the gate, so no renewal replaced them since; `newintracomm` stands for a local of
         // this body; every other argument is a plain value.
         call::ok(unsafe { f(intercomm_r, high, &mut newintracomm_r) })?;
         made = Some(register_derived(newintracomm_r, "MPI_Intercomm_merge", intercomm, seq));
@@ -628,8 +628,8 @@ pub unsafe fn MPI_Session_get_info(session: MPI_Session, info_used: *mut MPI_Inf
         let Some(f) = lower::fns().MPI_Session_get_info else { return call::missing("MPI_Session_get_info") };
         // SAFETY: `f` is the real library's MPI_Session_get_info, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `info_used` stands for local of this
-        // body; every other argument is a plain value.
+        // inside the gate, so no renewal replaced them since; `info_used` stands for a local of
+        // this body; every other argument is a plain value.
         call::ok(unsafe { f(session_r, &mut info_used_r) })?;
         let v = register_info(info_used_r);
         // SAFETY: `info_used` is the caller's out-pointer for the new handle, null or valid for a
@@ -646,8 +646,8 @@ pub unsafe fn MPI_Session_get_pset_info(session: MPI_Session, pset_name: *const 
         let Some(f) = lower::fns().MPI_Session_get_pset_info else { return call::missing("MPI_Session_get_pset_info") };
         // SAFETY: `f` is the real library's MPI_Session_get_pset_info, resolved under the C
         // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; `info` stands for local of
-        // this body; the pointers (`pset_name`) are the caller's, valid as MPI requires (this
+        // translated inside the gate, so no renewal replaced them since; `info` stands for a local
+        // of this body; the pointers (`pset_name`) are the caller's, valid as MPI requires (this
         // function's safety contract) and passed on unchanged.
         call::ok(unsafe { f(session_r, pset_name, &mut info_r) })?;
         let v = register_info(info_r);
@@ -665,7 +665,7 @@ pub unsafe fn MPI_Type_contiguous(count: c_int, oldtype: MPI_Datatype, newtype: 
         let Some(f) = lower::fns().MPI_Type_contiguous else { return call::missing("MPI_Type_contiguous") };
         // SAFETY: `f` is the real library's MPI_Type_contiguous, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `newtype` stands for local of this
+        // inside the gate, so no renewal replaced them since; `newtype` stands for a local of this
         // body; every other argument is a plain value.
         call::ok(unsafe { f(count, oldtype_r, &mut newtype_r) })?;
         let recipe = TypeRecipe::Contiguous { count: count as i64, old: typeref(oldtype) };
@@ -684,7 +684,7 @@ pub unsafe fn MPI_Type_contiguous_c(count: MPI_Count, oldtype: MPI_Datatype, new
         let Some(f) = lower::fns().MPI_Type_contiguous_c else { return call::missing("MPI_Type_contiguous_c") };
         // SAFETY: `f` is the real library's MPI_Type_contiguous_c, resolved under the C signature
         // of the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `newtype` stands for local of this
+        // inside the gate, so no renewal replaced them since; `newtype` stands for a local of this
         // body; every other argument is a plain value.
         call::ok(unsafe { f(count, oldtype_r, &mut newtype_r) })?;
         let recipe = TypeRecipe::Contiguous { count, old: typeref(oldtype) };
@@ -703,7 +703,7 @@ pub unsafe fn MPI_Type_create_darray(size: c_int, rank: c_int, ndims: c_int, arr
         let Some(f) = lower::fns().MPI_Type_create_darray else { return call::missing("MPI_Type_create_darray") };
         // SAFETY: `f` is the real library's MPI_Type_create_darray, resolved under the C signature
         // of the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `newtype` stands for local of this
+        // inside the gate, so no renewal replaced them since; `newtype` stands for a local of this
         // body; the pointers (`array_of_gsizes`, `array_of_distribs`, `array_of_dargs`,
         // `array_of_psizes`) are the caller's, valid as MPI requires (this function's safety
         // contract) and passed on unchanged.
@@ -726,10 +726,10 @@ pub unsafe fn MPI_Type_create_darray_c(size: c_int, rank: c_int, ndims: c_int, a
         let Some(f) = lower::fns().MPI_Type_create_darray_c else { return call::missing("MPI_Type_create_darray_c") };
         // SAFETY: `f` is the real library's MPI_Type_create_darray_c, resolved under the C
         // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; `newtype` stands for local
-        // of this body; the pointers (`array_of_gsizes`, `array_of_distribs`, `array_of_dargs`,
-        // `array_of_psizes`) are the caller's, valid as MPI requires (this function's safety
-        // contract) and passed on unchanged.
+        // translated inside the gate, so no renewal replaced them since; `newtype` stands for a
+        // local of this body; the pointers (`array_of_gsizes`, `array_of_distribs`,
+        // `array_of_dargs`, `array_of_psizes`) are the caller's, valid as MPI requires (this
+        // function's safety contract) and passed on unchanged.
         call::ok(unsafe { f(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype_r, &mut newtype_r) })?;
         // SAFETY: the arrays the recipe reads hold as many entries as MPI requires of this call
         // (this function's safety contract); the call has just read them.
@@ -749,8 +749,7 @@ pub unsafe fn MPI_Type_create_f90_complex(p: c_int, r: c_int, newtype: *mut MPI_
         // signature of the ABI table that this wrapper's signature is generated from; the pointers
         // (`newtype`) are the caller's, valid as MPI requires (this function's safety contract) and
         // passed on unchanged.
-        call::ok(unsafe { f(p, r, newtype) })?;
-        Ok(())
+        call::ok(unsafe { f(p, r, newtype) })
     })
 }
 
@@ -761,8 +760,7 @@ pub unsafe fn MPI_Type_create_f90_integer(r: c_int, newtype: *mut MPI_Datatype) 
         // signature of the ABI table that this wrapper's signature is generated from; the pointers
         // (`newtype`) are the caller's, valid as MPI requires (this function's safety contract) and
         // passed on unchanged.
-        call::ok(unsafe { f(r, newtype) })?;
-        Ok(())
+        call::ok(unsafe { f(r, newtype) })
     })
 }
 
@@ -773,8 +771,7 @@ pub unsafe fn MPI_Type_create_f90_real(p: c_int, r: c_int, newtype: *mut MPI_Dat
         // signature of the ABI table that this wrapper's signature is generated from; the pointers
         // (`newtype`) are the caller's, valid as MPI requires (this function's safety contract) and
         // passed on unchanged.
-        call::ok(unsafe { f(p, r, newtype) })?;
-        Ok(())
+        call::ok(unsafe { f(p, r, newtype) })
     })
 }
 
@@ -785,9 +782,9 @@ pub unsafe fn MPI_Type_create_hindexed(count: c_int, array_of_blocklengths: *con
         let Some(f) = lower::fns().MPI_Type_create_hindexed else { return call::missing("MPI_Type_create_hindexed") };
         // SAFETY: `f` is the real library's MPI_Type_create_hindexed, resolved under the C
         // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; `newtype` stands for local
-        // of this body; the pointers (`array_of_blocklengths`, `array_of_displacements`) are the
-        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // translated inside the gate, so no renewal replaced them since; `newtype` stands for a
+        // local of this body; the pointers (`array_of_blocklengths`, `array_of_displacements`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
         // unchanged.
         call::ok(unsafe { f(count, array_of_blocklengths, array_of_displacements, oldtype_r, &mut newtype_r) })?;
         // SAFETY: the arrays the recipe reads hold as many entries as MPI requires of this call
@@ -808,9 +805,9 @@ pub unsafe fn MPI_Type_create_hindexed_block(count: c_int, blocklength: c_int, a
         let Some(f) = lower::fns().MPI_Type_create_hindexed_block else { return call::missing("MPI_Type_create_hindexed_block") };
         // SAFETY: `f` is the real library's MPI_Type_create_hindexed_block, resolved under the C
         // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; `newtype` stands for local
-        // of this body; the pointers (`array_of_displacements`) are the caller's, valid as MPI
-        // requires (this function's safety contract) and passed on unchanged.
+        // translated inside the gate, so no renewal replaced them since; `newtype` stands for a
+        // local of this body; the pointers (`array_of_displacements`) are the caller's, valid as
+        // MPI requires (this function's safety contract) and passed on unchanged.
         call::ok(unsafe { f(count, blocklength, array_of_displacements, oldtype_r, &mut newtype_r) })?;
         // SAFETY: the arrays the recipe reads hold as many entries as MPI requires of this call
         // (this function's safety contract); the call has just read them.
@@ -830,9 +827,9 @@ pub unsafe fn MPI_Type_create_hindexed_block_c(count: MPI_Count, blocklength: MP
         let Some(f) = lower::fns().MPI_Type_create_hindexed_block_c else { return call::missing("MPI_Type_create_hindexed_block_c") };
         // SAFETY: `f` is the real library's MPI_Type_create_hindexed_block_c, resolved under the C
         // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; `newtype` stands for local
-        // of this body; the pointers (`array_of_displacements`) are the caller's, valid as MPI
-        // requires (this function's safety contract) and passed on unchanged.
+        // translated inside the gate, so no renewal replaced them since; `newtype` stands for a
+        // local of this body; the pointers (`array_of_displacements`) are the caller's, valid as
+        // MPI requires (this function's safety contract) and passed on unchanged.
         call::ok(unsafe { f(count, blocklength, array_of_displacements, oldtype_r, &mut newtype_r) })?;
         // SAFETY: the arrays the recipe reads hold as many entries as MPI requires of this call
         // (this function's safety contract); the call has just read them.
@@ -852,9 +849,9 @@ pub unsafe fn MPI_Type_create_hindexed_c(count: MPI_Count, array_of_blocklengths
         let Some(f) = lower::fns().MPI_Type_create_hindexed_c else { return call::missing("MPI_Type_create_hindexed_c") };
         // SAFETY: `f` is the real library's MPI_Type_create_hindexed_c, resolved under the C
         // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; `newtype` stands for local
-        // of this body; the pointers (`array_of_blocklengths`, `array_of_displacements`) are the
-        // caller's, valid as MPI requires (this function's safety contract) and passed on
+        // translated inside the gate, so no renewal replaced them since; `newtype` stands for a
+        // local of this body; the pointers (`array_of_blocklengths`, `array_of_displacements`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
         // unchanged.
         call::ok(unsafe { f(count, array_of_blocklengths, array_of_displacements, oldtype_r, &mut newtype_r) })?;
         // SAFETY: the arrays the recipe reads hold as many entries as MPI requires of this call
@@ -875,7 +872,7 @@ pub unsafe fn MPI_Type_create_hvector(count: c_int, blocklength: c_int, stride: 
         let Some(f) = lower::fns().MPI_Type_create_hvector else { return call::missing("MPI_Type_create_hvector") };
         // SAFETY: `f` is the real library's MPI_Type_create_hvector, resolved under the C signature
         // of the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `newtype` stands for local of this
+        // inside the gate, so no renewal replaced them since; `newtype` stands for a local of this
         // body; every other argument is a plain value.
         call::ok(unsafe { f(count, blocklength, stride, oldtype_r, &mut newtype_r) })?;
         let recipe = TypeRecipe::Hvector { count: count as i64, blocklen: blocklength as i64, stride: stride as i64, old: typeref(oldtype) };
@@ -894,8 +891,8 @@ pub unsafe fn MPI_Type_create_hvector_c(count: MPI_Count, blocklength: MPI_Count
         let Some(f) = lower::fns().MPI_Type_create_hvector_c else { return call::missing("MPI_Type_create_hvector_c") };
         // SAFETY: `f` is the real library's MPI_Type_create_hvector_c, resolved under the C
         // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; `newtype` stands for local
-        // of this body; every other argument is a plain value.
+        // translated inside the gate, so no renewal replaced them since; `newtype` stands for a
+        // local of this body; every other argument is a plain value.
         call::ok(unsafe { f(count, blocklength, stride, oldtype_r, &mut newtype_r) })?;
         let recipe = TypeRecipe::Hvector { count, blocklen: blocklength, stride, old: typeref(oldtype) };
         let v = register_type(newtype_r, recipe);
@@ -913,9 +910,9 @@ pub unsafe fn MPI_Type_create_indexed_block(count: c_int, blocklength: c_int, ar
         let Some(f) = lower::fns().MPI_Type_create_indexed_block else { return call::missing("MPI_Type_create_indexed_block") };
         // SAFETY: `f` is the real library's MPI_Type_create_indexed_block, resolved under the C
         // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; `newtype` stands for local
-        // of this body; the pointers (`array_of_displacements`) are the caller's, valid as MPI
-        // requires (this function's safety contract) and passed on unchanged.
+        // translated inside the gate, so no renewal replaced them since; `newtype` stands for a
+        // local of this body; the pointers (`array_of_displacements`) are the caller's, valid as
+        // MPI requires (this function's safety contract) and passed on unchanged.
         call::ok(unsafe { f(count, blocklength, array_of_displacements, oldtype_r, &mut newtype_r) })?;
         // SAFETY: the arrays the recipe reads hold as many entries as MPI requires of this call
         // (this function's safety contract); the call has just read them.
@@ -935,9 +932,9 @@ pub unsafe fn MPI_Type_create_indexed_block_c(count: MPI_Count, blocklength: MPI
         let Some(f) = lower::fns().MPI_Type_create_indexed_block_c else { return call::missing("MPI_Type_create_indexed_block_c") };
         // SAFETY: `f` is the real library's MPI_Type_create_indexed_block_c, resolved under the C
         // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; `newtype` stands for local
-        // of this body; the pointers (`array_of_displacements`) are the caller's, valid as MPI
-        // requires (this function's safety contract) and passed on unchanged.
+        // translated inside the gate, so no renewal replaced them since; `newtype` stands for a
+        // local of this body; the pointers (`array_of_displacements`) are the caller's, valid as
+        // MPI requires (this function's safety contract) and passed on unchanged.
         call::ok(unsafe { f(count, blocklength, array_of_displacements, oldtype_r, &mut newtype_r) })?;
         // SAFETY: the arrays the recipe reads hold as many entries as MPI requires of this call
         // (this function's safety contract); the call has just read them.
@@ -957,7 +954,7 @@ pub unsafe fn MPI_Type_create_resized(oldtype: MPI_Datatype, lb: MPI_Aint, exten
         let Some(f) = lower::fns().MPI_Type_create_resized else { return call::missing("MPI_Type_create_resized") };
         // SAFETY: `f` is the real library's MPI_Type_create_resized, resolved under the C signature
         // of the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `newtype` stands for local of this
+        // inside the gate, so no renewal replaced them since; `newtype` stands for a local of this
         // body; every other argument is a plain value.
         call::ok(unsafe { f(oldtype_r, lb, extent, &mut newtype_r) })?;
         let recipe = TypeRecipe::Resized { lb: lb as i64, extent: extent as i64, old: typeref(oldtype) };
@@ -976,8 +973,8 @@ pub unsafe fn MPI_Type_create_resized_c(oldtype: MPI_Datatype, lb: MPI_Count, ex
         let Some(f) = lower::fns().MPI_Type_create_resized_c else { return call::missing("MPI_Type_create_resized_c") };
         // SAFETY: `f` is the real library's MPI_Type_create_resized_c, resolved under the C
         // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; `newtype` stands for local
-        // of this body; every other argument is a plain value.
+        // translated inside the gate, so no renewal replaced them since; `newtype` stands for a
+        // local of this body; every other argument is a plain value.
         call::ok(unsafe { f(oldtype_r, lb, extent, &mut newtype_r) })?;
         let recipe = TypeRecipe::Resized { lb, extent, old: typeref(oldtype) };
         let v = register_type(newtype_r, recipe);
@@ -1045,10 +1042,10 @@ pub unsafe fn MPI_Type_create_subarray(ndims: c_int, array_of_sizes: *const c_in
         let Some(f) = lower::fns().MPI_Type_create_subarray else { return call::missing("MPI_Type_create_subarray") };
         // SAFETY: `f` is the real library's MPI_Type_create_subarray, resolved under the C
         // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; `newtype` stands for local
-        // of this body; the pointers (`array_of_sizes`, `array_of_subsizes`, `array_of_starts`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
+        // translated inside the gate, so no renewal replaced them since; `newtype` stands for a
+        // local of this body; the pointers (`array_of_sizes`, `array_of_subsizes`,
+        // `array_of_starts`) are the caller's, valid as MPI requires (this function's safety
+        // contract) and passed on unchanged.
         call::ok(unsafe { f(ndims, array_of_sizes, array_of_subsizes, array_of_starts, order, oldtype_r, &mut newtype_r) })?;
         // SAFETY: the arrays the recipe reads hold as many entries as MPI requires of this call
         // (this function's safety contract); the call has just read them.
@@ -1068,10 +1065,10 @@ pub unsafe fn MPI_Type_create_subarray_c(ndims: c_int, array_of_sizes: *const MP
         let Some(f) = lower::fns().MPI_Type_create_subarray_c else { return call::missing("MPI_Type_create_subarray_c") };
         // SAFETY: `f` is the real library's MPI_Type_create_subarray_c, resolved under the C
         // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; `newtype` stands for local
-        // of this body; the pointers (`array_of_sizes`, `array_of_subsizes`, `array_of_starts`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
+        // translated inside the gate, so no renewal replaced them since; `newtype` stands for a
+        // local of this body; the pointers (`array_of_sizes`, `array_of_subsizes`,
+        // `array_of_starts`) are the caller's, valid as MPI requires (this function's safety
+        // contract) and passed on unchanged.
         call::ok(unsafe { f(ndims, array_of_sizes, array_of_subsizes, array_of_starts, order, oldtype_r, &mut newtype_r) })?;
         // SAFETY: the arrays the recipe reads hold as many entries as MPI requires of this call
         // (this function's safety contract); the call has just read them.
@@ -1091,7 +1088,7 @@ pub unsafe fn MPI_Type_hindexed(count: c_int, array_of_blocklengths: *mut c_int,
         let Some(f) = lower::fns().MPI_Type_hindexed else { return call::missing("MPI_Type_hindexed") };
         // SAFETY: `f` is the real library's MPI_Type_hindexed, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `newtype` stands for local of this
+        // inside the gate, so no renewal replaced them since; `newtype` stands for a local of this
         // body; the pointers (`array_of_blocklengths`, `array_of_displacements`) are the caller's,
         // valid as MPI requires (this function's safety contract) and passed on unchanged.
         call::ok(unsafe { f(count, array_of_blocklengths, array_of_displacements, oldtype_r, &mut newtype_r) })?;
@@ -1113,7 +1110,7 @@ pub unsafe fn MPI_Type_hvector(count: c_int, blocklength: c_int, stride: MPI_Ain
         let Some(f) = lower::fns().MPI_Type_hvector else { return call::missing("MPI_Type_hvector") };
         // SAFETY: `f` is the real library's MPI_Type_hvector, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; `newtype` stands for local of this body;
+        // the gate, so no renewal replaced them since; `newtype` stands for a local of this body;
         // every other argument is a plain value.
         call::ok(unsafe { f(count, blocklength, stride, oldtype_r, &mut newtype_r) })?;
         let recipe = TypeRecipe::Hvector { count: count as i64, blocklen: blocklength as i64, stride: stride as i64, old: typeref(oldtype) };
@@ -1132,9 +1129,9 @@ pub unsafe fn MPI_Type_indexed(count: c_int, array_of_blocklengths: *const c_int
         let Some(f) = lower::fns().MPI_Type_indexed else { return call::missing("MPI_Type_indexed") };
         // SAFETY: `f` is the real library's MPI_Type_indexed, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; `newtype` stands for local of this body; the
-        // pointers (`array_of_blocklengths`, `array_of_displacements`) are the caller's, valid as
-        // MPI requires (this function's safety contract) and passed on unchanged.
+        // the gate, so no renewal replaced them since; `newtype` stands for a local of this body;
+        // the pointers (`array_of_blocklengths`, `array_of_displacements`) are the caller's, valid
+        // as MPI requires (this function's safety contract) and passed on unchanged.
         call::ok(unsafe { f(count, array_of_blocklengths, array_of_displacements, oldtype_r, &mut newtype_r) })?;
         // SAFETY: the arrays the recipe reads hold as many entries as MPI requires of this call
         // (this function's safety contract); the call has just read them.
@@ -1154,7 +1151,7 @@ pub unsafe fn MPI_Type_indexed_c(count: MPI_Count, array_of_blocklengths: *const
         let Some(f) = lower::fns().MPI_Type_indexed_c else { return call::missing("MPI_Type_indexed_c") };
         // SAFETY: `f` is the real library's MPI_Type_indexed_c, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `newtype` stands for local of this
+        // inside the gate, so no renewal replaced them since; `newtype` stands for a local of this
         // body; the pointers (`array_of_blocklengths`, `array_of_displacements`) are the caller's,
         // valid as MPI requires (this function's safety contract) and passed on unchanged.
         call::ok(unsafe { f(count, array_of_blocklengths, array_of_displacements, oldtype_r, &mut newtype_r) })?;
@@ -1176,8 +1173,7 @@ pub unsafe fn MPI_Type_match_size(typeclass: c_int, size: c_int, datatype: *mut 
         // the ABI table that this wrapper's signature is generated from; the pointers (`datatype`)
         // are the caller's, valid as MPI requires (this function's safety contract) and passed on
         // unchanged.
-        call::ok(unsafe { f(typeclass, size, datatype) })?;
-        Ok(())
+        call::ok(unsafe { f(typeclass, size, datatype) })
     })
 }
 
@@ -1213,7 +1209,7 @@ pub unsafe fn MPI_Type_vector(count: c_int, blocklength: c_int, stride: c_int, o
         let Some(f) = lower::fns().MPI_Type_vector else { return call::missing("MPI_Type_vector") };
         // SAFETY: `f` is the real library's MPI_Type_vector, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; `newtype` stands for local of this body;
+        // the gate, so no renewal replaced them since; `newtype` stands for a local of this body;
         // every other argument is a plain value.
         call::ok(unsafe { f(count, blocklength, stride, oldtype_r, &mut newtype_r) })?;
         let recipe = TypeRecipe::Vector { count: count as i64, blocklen: blocklength as i64, stride: stride as i64, old: typeref(oldtype) };
@@ -1232,7 +1228,7 @@ pub unsafe fn MPI_Type_vector_c(count: MPI_Count, blocklength: MPI_Count, stride
         let Some(f) = lower::fns().MPI_Type_vector_c else { return call::missing("MPI_Type_vector_c") };
         // SAFETY: `f` is the real library's MPI_Type_vector_c, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `newtype` stands for local of this
+        // inside the gate, so no renewal replaced them since; `newtype` stands for a local of this
         // body; every other argument is a plain value.
         call::ok(unsafe { f(count, blocklength, stride, oldtype_r, &mut newtype_r) })?;
         let recipe = TypeRecipe::Vector { count, blocklen: blocklength, stride, old: typeref(oldtype) };
@@ -1253,7 +1249,7 @@ pub unsafe fn MPI_Win_allocate(size: MPI_Aint, disp_unit: c_int, info: MPI_Info,
         let Some(f) = lower::fns().MPI_Win_allocate else { return call::missing("MPI_Win_allocate") };
         // SAFETY: `f` is the real library's MPI_Win_allocate, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; `win` stands for local of this body; the
+        // the gate, so no renewal replaced them since; `win` stands for a local of this body; the
         // pointers (`baseptr`) are the caller's, valid as MPI requires (this function's safety
         // contract) and passed on unchanged.
         call::ok(unsafe { f(size, disp_unit, info_r, comm_r, baseptr, &mut win_r) })?;
@@ -1274,9 +1270,9 @@ pub unsafe fn MPI_Win_allocate_c(size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_
         let Some(f) = lower::fns().MPI_Win_allocate_c else { return call::missing("MPI_Win_allocate_c") };
         // SAFETY: `f` is the real library's MPI_Win_allocate_c, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `win` stands for local of this body;
-        // the pointers (`baseptr`) are the caller's, valid as MPI requires (this function's safety
-        // contract) and passed on unchanged.
+        // inside the gate, so no renewal replaced them since; `win` stands for a local of this
+        // body; the pointers (`baseptr`) are the caller's, valid as MPI requires (this function's
+        // safety contract) and passed on unchanged.
         call::ok(unsafe { f(size, disp_unit, info_r, comm_r, baseptr, &mut win_r) })?;
         let v = register_win(win_r, "MPI_Win_allocate_c");
         // SAFETY: `win` is the caller's out-pointer for the new handle, null or valid for a write
@@ -1295,9 +1291,9 @@ pub unsafe fn MPI_Win_allocate_shared(size: MPI_Aint, disp_unit: c_int, info: MP
         let Some(f) = lower::fns().MPI_Win_allocate_shared else { return call::missing("MPI_Win_allocate_shared") };
         // SAFETY: `f` is the real library's MPI_Win_allocate_shared, resolved under the C signature
         // of the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `win` stands for local of this body;
-        // the pointers (`baseptr`) are the caller's, valid as MPI requires (this function's safety
-        // contract) and passed on unchanged.
+        // inside the gate, so no renewal replaced them since; `win` stands for a local of this
+        // body; the pointers (`baseptr`) are the caller's, valid as MPI requires (this function's
+        // safety contract) and passed on unchanged.
         call::ok(unsafe { f(size, disp_unit, info_r, comm_r, baseptr, &mut win_r) })?;
         let v = register_win(win_r, "MPI_Win_allocate_shared");
         // SAFETY: `win` is the caller's out-pointer for the new handle, null or valid for a write
@@ -1316,8 +1312,8 @@ pub unsafe fn MPI_Win_allocate_shared_c(size: MPI_Aint, disp_unit: MPI_Aint, inf
         let Some(f) = lower::fns().MPI_Win_allocate_shared_c else { return call::missing("MPI_Win_allocate_shared_c") };
         // SAFETY: `f` is the real library's MPI_Win_allocate_shared_c, resolved under the C
         // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; `win` stands for local of
-        // this body; the pointers (`baseptr`) are the caller's, valid as MPI requires (this
+        // translated inside the gate, so no renewal replaced them since; `win` stands for a local
+        // of this body; the pointers (`baseptr`) are the caller's, valid as MPI requires (this
         // function's safety contract) and passed on unchanged.
         call::ok(unsafe { f(size, disp_unit, info_r, comm_r, baseptr, &mut win_r) })?;
         let v = register_win(win_r, "MPI_Win_allocate_shared_c");
@@ -1337,7 +1333,7 @@ pub unsafe fn MPI_Win_create(base: *mut c_void, size: MPI_Aint, disp_unit: c_int
         let Some(f) = lower::fns().MPI_Win_create else { return call::missing("MPI_Win_create") };
         // SAFETY: `f` is the real library's MPI_Win_create, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; `win` stands for local of this body; the
+        // the gate, so no renewal replaced them since; `win` stands for a local of this body; the
         // pointers (`base`) are the caller's, valid as MPI requires (this function's safety
         // contract) and passed on unchanged.
         call::ok(unsafe { f(base, size, disp_unit, info_r, comm_r, &mut win_r) })?;
@@ -1358,7 +1354,7 @@ pub unsafe fn MPI_Win_create_c(base: *mut c_void, size: MPI_Aint, disp_unit: MPI
         let Some(f) = lower::fns().MPI_Win_create_c else { return call::missing("MPI_Win_create_c") };
         // SAFETY: `f` is the real library's MPI_Win_create_c, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; `win` stands for local of this body; the
+        // the gate, so no renewal replaced them since; `win` stands for a local of this body; the
         // pointers (`base`) are the caller's, valid as MPI requires (this function's safety
         // contract) and passed on unchanged.
         call::ok(unsafe { f(base, size, disp_unit, info_r, comm_r, &mut win_r) })?;
@@ -1379,8 +1375,8 @@ pub unsafe fn MPI_Win_create_dynamic(info: MPI_Info, comm: MPI_Comm, win: *mut M
         let Some(f) = lower::fns().MPI_Win_create_dynamic else { return call::missing("MPI_Win_create_dynamic") };
         // SAFETY: `f` is the real library's MPI_Win_create_dynamic, resolved under the C signature
         // of the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `win` stands for local of this body;
-        // every other argument is a plain value.
+        // inside the gate, so no renewal replaced them since; `win` stands for a local of this
+        // body; every other argument is a plain value.
         call::ok(unsafe { f(info_r, comm_r, &mut win_r) })?;
         let v = register_win(win_r, "MPI_Win_create_dynamic");
         // SAFETY: `win` is the caller's out-pointer for the new handle, null or valid for a write
@@ -1397,7 +1393,7 @@ pub unsafe fn MPI_Win_get_group(win: MPI_Win, group: *mut MPI_Group) -> c_int {
         let Some(f) = lower::fns().MPI_Win_get_group else { return call::missing("MPI_Win_get_group") };
         // SAFETY: `f` is the real library's MPI_Win_get_group, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `group` stands for local of this
+        // inside the gate, so no renewal replaced them since; `group` stands for a local of this
         // body; every other argument is a plain value.
         call::ok(unsafe { f(win_r, &mut group_r) })?;
         let v = register_group(group_r);
@@ -1415,7 +1411,7 @@ pub unsafe fn MPI_Win_get_info(win: MPI_Win, info_used: *mut MPI_Info) -> c_int 
         let Some(f) = lower::fns().MPI_Win_get_info else { return call::missing("MPI_Win_get_info") };
         // SAFETY: `f` is the real library's MPI_Win_get_info, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; `info_used` stands for local of this body;
+        // the gate, so no renewal replaced them since; `info_used` stands for a local of this body;
         // every other argument is a plain value.
         call::ok(unsafe { f(win_r, &mut info_used_r) })?;
         let v = register_info(info_used_r);
