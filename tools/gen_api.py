@@ -735,7 +735,7 @@ def generate():
     write(os.path.join(LOWER_GEN_DIR, "real.rs"), "\n".join(real) + "\n")
 
     # passthrough.rs
-    pt = [HEADER, "#![allow(non_snake_case, clippy::missing_safety_doc)]",
+    pt = [HEADER, "#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]",
           "use crate::face::abi::*;", None,
           "use crate::face::{conv, errors};", "use crate::core::gate;", "use crate::lower;",
           "use std::os::raw::{c_char, c_int, c_void};", ""]
@@ -748,7 +748,7 @@ def generate():
         pt[pt.index("use crate::face::{conv, errors};")] = "use crate::face::errors;"
     write(os.path.join(FACE_GEN_DIR, "passthrough.rs"), "\n".join(pt))
 
-    cr = [HEADER, "#![allow(non_snake_case, clippy::missing_safety_doc)]",
+    cr = [HEADER, "#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]",
           "use crate::face::abi::*;", "use crate::face::api::{put, slice, register_group, register_info};",
           "use crate::face::api::datatype::{register_type, typeref, widen, widen_aint};",
           "use crate::face::api::comm::{derived_attrs, register_derived};",
@@ -764,7 +764,7 @@ def generate():
     cr[cr.index(None)] = call_imports(cr)
     write(os.path.join(FACE_GEN_DIR, "create.rs"), "\n".join(cr))
 
-    co = [HEADER, "#![allow(non_snake_case, clippy::missing_safety_doc)]",
+    co = [HEADER, "#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]",
           "use crate::face::abi::*;", "use crate::face::{conv, errors};", "use crate::lower;",
           "use std::os::raw::{c_int, c_void};", ""]
     for fn in fns:
@@ -775,7 +775,7 @@ def generate():
     write(os.path.join(FACE_GEN_DIR, "collectives.rs"), "\n".join(co))
 
     # exports.rs: MPI_* and PMPI_* for everything
-    ex = [HEADER, "#![allow(non_snake_case, clippy::missing_safety_doc)]",
+    ex = [HEADER, "#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]",
           "use crate::face::abi::*;", "use crate::ffi_boundary;", "use std::os::raw::{c_char, c_int, c_void};", ""]
     for fn in fns:
         n = fn["name"]
