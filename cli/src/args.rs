@@ -142,6 +142,11 @@ pub struct RestartArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub interval: Option<Duration>,
 
+    /// Restart on this MPI library (same ABI) instead of the one checkpointed on; later
+    /// renewals keep it. Default: $MPICR_MPI_LIB, else the checkpointed one
+    #[arg(long, value_name = "PATH")]
+    pub mpi_lib: Option<PathBuf>,
+
     /// Print what the keeper does on stderr
     #[arg(short, long)]
     pub verbose: bool,

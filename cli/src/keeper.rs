@@ -276,6 +276,13 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     crate::criu::preflight()?;
     let program = spawn::resolve_program(&args.program[0]).map_err(anyhow::Error::new)?;
     let shim = if mode == Mode::Agent { crate::paths::shim()? } else { None };
+    // A library chosen by hand (`MPICR_MPI_LIB`, which the shim loads) passes the checks of a
+    // restart on another library before the job starts.
+    if mode == Mode::Agent {
+        if let Some((lib, from)) = crate::mpilib::requested(None) {
+            crate::mpilib::check(&lib, from, false, &program, None)?;
+        }
+    }
 
     let mine = if l.rank == 0 {
         dir.secure(true)?;

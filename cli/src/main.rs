@@ -13,6 +13,7 @@ mod images;
 mod keeper;
 mod keeper_state;
 mod log;
+mod mpilib;
 mod paths;
 mod pmi;
 mod pidns;

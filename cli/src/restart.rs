@@ -69,16 +69,31 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
             busy.join(", ")
         );
     }
-    if rank == 0 {
-        check_not_running(&dir)?;
-    }
-    crate::criu::preflight()?;
-    let criu = Criu::locate()?;
     let mode = match job.mode.as_str() {
         "no-mpi" => Mode::NoMpi,
         "no-shim" => Mode::NoShim,
         _ => Mode::Agent,
     };
+    // Another library underneath (same face), checked before anything is restored.
+    let mpi_lib = match crate::mpilib::requested(args.mpi_lib.clone()) {
+        Some((_, from)) if meta.agent_hello.as_ref().is_some_and(|h| h.renew_strategy == "sessions") => bail!(
+            "{from}: the job renews its library by MPI sessions (MPICR_RENEW=sessions), which keep the checkpointed library loaded; only the namespace renewal (the default) can load another"
+        ),
+        Some((lib, from)) if mode == Mode::Agent => Some(crate::mpilib::check(
+            &lib,
+            from,
+            true,
+            std::path::Path::new(&job.program),
+            meta.agent_hello.as_ref().map(|h| std::path::Path::new(h.library.as_str())),
+        )?),
+        Some((_, from)) => bail!("{from}: the job ran in mode {} (no shim), so there is no library to change", job.mode),
+        None => None,
+    };
+    if rank == 0 {
+        check_not_running(&dir)?;
+    }
+    crate::criu::preflight()?;
+    let criu = Criu::locate()?;
 
     let mine = if rank == 0 {
         let key = dir.read_key()?;
@@ -151,7 +166,13 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     if let Some(d) = &init_dir {
         images::private_dir_all(d)?;
     }
-    let (resume_env, lower_env) = crate::pidns::settings_at_restart(&meta.lower_env, crate::pidns::all_ranks_local());
+    let (mut resume_env, lower_env) = crate::pidns::settings_at_restart(&meta.lower_env, crate::pidns::all_ranks_local());
+    if let Some(lib) = &mpi_lib {
+        resume_env.push((crate::mpilib::MPI_LIB_ENV.to_string(), Some(lib.display().to_string())));
+        if args.verbose {
+            crate::elog!("mpicr[{rank}]: the lower half will load {}", lib.display());
+        }
+    }
     let t = Instant::now();
     let pid = criu.restore(&rdir, inherit, CRIU_TIMEOUT).with_context(|| format!("restoring rank {rank} from {}", rdir.display()))?;
     if !meta.pidns && pid != meta.pid {

@@ -62,6 +62,14 @@ pub fn status(dir: &CkptDir) -> Result<()> {
                         notes.push_str("stop; ");
                     }
                     notes.push_str(&phases.join(", "));
+                    // The library this epoch ran on, when a restart changed it (`--mpi-lib`).
+                    let lib = crate::images::read_json::<crate::images::RankMeta>(&dir.rank_dir(e.epoch, 0).join("rank.json"))
+                        .ok()
+                        .and_then(|r| r.agent_hello)
+                        .map(|h| h.library);
+                    if let Some(l) = lib.filter(|l| job.mpi_library.as_ref().is_some_and(|j| j != l)) {
+                        let _ = write!(notes, "; library {l}");
+                    }
                     let renew = m.rank_info.iter().filter_map(|r| r.renewals_left).min();
                     if let Some(r) = renew {
                         let _ = write!(notes, "; {r} renewals left");

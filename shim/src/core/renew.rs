@@ -324,8 +324,14 @@ pub fn renew(restarted: bool, size: Option<i32>) -> Result<(), String> {
     }
     let generation = match strategy() {
         Strategy::Namespace => {
-            let path = lower::current().path.clone();
-            lower::load_generation(&path).map_err(|e| format!("renewing the MPI library failed: {e}"))?.number
+            // The same library, or the one a restart named (`mpicr restart --mpi-lib`).
+            let path = lower::library_for_renewal();
+            let changed = path != lower::current().path;
+            let gen = lower::load_generation(&path).map_err(|e| format!("renewing the MPI library failed: {e}"))?;
+            if changed {
+                lower::check_program_imports(gen)?;
+            }
+            gen.number
         }
         Strategy::Sessions => lower::bump_generation(),
     };

@@ -676,6 +676,49 @@ pub fn locate() -> Result<PathBuf, String> {
     Err("the program is not linked to an MPICH-ABI library (libmpich.so.12 or libmpi.so.12); set MPICR_MPI_LIB".into())
 }
 
+/// The library the next renewal loads: `MPICR_MPI_LIB` when set (a restart on another library
+/// sets it through `ToAgent::Resume`, and it stays set for the renewals after), else the
+/// current generation's.
+pub fn library_for_renewal() -> PathBuf {
+    match std::env::var_os("MPICR_MPI_LIB").filter(|v| !v.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None => current().path.clone(),
+    }
+}
+
+/// Backstop of `mpicr restart --mpi-lib` (which checks the program binary before restoring):
+/// every `MPI_*`/`PMPI_*` function that an object of the program's namespace imports (the
+/// program, the libraries and modules it loaded, e.g. Python's mpi4py) must be defined by the
+/// library of `gen`. Err names the missing functions. Objects that define `MPI_Init` themselves
+/// (the shim, the MPI library the program was linked to) are not asked.
+pub fn check_program_imports(gen: &Generation) -> Result<(), String> {
+    let mut objects: Vec<PathBuf> = vec![PathBuf::from("/proc/self/exe")];
+    // SAFETY: dl_iterate_phdr calls `collect` with valid dl_phdr_info pointers; `objects` outlives it.
+    unsafe { libc::dl_iterate_phdr(Some(collect), &mut objects as *mut Vec<PathBuf> as *mut c_void) };
+    let mut missing = std::collections::BTreeSet::new();
+    for o in objects {
+        let Ok(d) = mpicr_elf::read_file(&o) else { continue };
+        if d.defined.contains("MPI_Init") || d.defined.contains("PMPI_Init") {
+            continue;
+        }
+        for name in d.mpi_imports() {
+            if gen.data(&name).is_null() && gen.data(&format!("P{name}")).is_null() {
+                missing.insert(name);
+            }
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = missing.into_iter().collect();
+    Err(format!(
+        "{} lacks {} the program uses: {}",
+        gen.path.display(),
+        if list.len() == 1 { "a function" } else { "functions" },
+        list.join(", ")
+    ))
+}
+
 unsafe extern "C" fn collect(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
     // SAFETY: called by dl_iterate_phdr with a valid info pointer and our `Vec` as data.
     let (info, found) = unsafe { (&*info, &mut *(data as *mut Vec<PathBuf>)) };

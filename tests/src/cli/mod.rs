@@ -25,6 +25,7 @@ mod pidns;
 mod protocol;
 mod relay;
 mod security;
+mod xlib;
 
 use crate::job::{kill_each, scan_procs, MARKER_VAR};
 use std::ffi::OsStr;
@@ -105,6 +106,7 @@ pub fn all() -> Vec<CaseFn> {
     v.extend(pidns::cases());
     v.extend(hangs::cases_faults());
     v.extend(nonroot::cases());
+    v.extend(xlib::cases());
     v.push(CaseFn {
         name: "no-strays",
         cases: &["no-stray-processes"],

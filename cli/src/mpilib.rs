@@ -1,0 +1,150 @@
+//! `mpicr restart --mpi-lib PATH` (or `MPICR_MPI_LIB`): the MPI library a restarted job's lower
+//! half loads. Checked before anything is restored, one line per problem: the file must be an
+//! ELF shared library, of the face the program speaks (the MPICH ABI), and define every MPI
+//! function the program imports. The agent gets the path as `MPICR_MPI_LIB` in
+//! `ToAgent::Resume`'s settings, so this renewal and every later one load it (the shim keeps the
+//! variable, and checks the program's imports again itself when the library changes).
+
+use anyhow::{bail, Result};
+use std::path::{Path, PathBuf};
+
+/// The environment variable the shim reads (`lower::locate`) and the restart's default.
+pub const MPI_LIB_ENV: &str = "MPICR_MPI_LIB";
+
+/// The library a restart asks for, and what named it (for messages): the option, else
+/// `MPICR_MPI_LIB`, else none (the image's).
+pub fn requested(option: Option<PathBuf>) -> Option<(PathBuf, &'static str)> {
+    match option {
+        Some(p) => Some((p, "--mpi-lib")),
+        None => std::env::var_os(MPI_LIB_ENV).filter(|v| !v.is_empty()).map(|v| (PathBuf::from(v), MPI_LIB_ENV)),
+    }
+}
+
+/// The ABI families ("faces") a library can present to programs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Face {
+    Mpich,
+    OpenMpi,
+    StandardAbi,
+}
+
+impl Face {
+    pub fn name(self) -> &'static str {
+        match self {
+            Face::Mpich => "the MPICH ABI",
+            Face::OpenMpi => "Open MPI's ABI",
+            Face::StandardAbi => "the MPI-5 standard ABI",
+        }
+    }
+}
+
+/// Which face a library presents, from its soname and the symbols it defines; None: not an MPI
+/// library at all.
+pub fn face_of(d: &mpicr_elf::Dynamic) -> Option<Face> {
+    let soname = d.soname.as_deref().unwrap_or("");
+    if soname.starts_with("libmpi.so.40") || d.defined.contains("ompi_mpi_comm_world") {
+        return Some(Face::OpenMpi);
+    }
+    if soname.starts_with("libmpi_abi") {
+        return Some(Face::StandardAbi);
+    }
+    if !d.defined.contains("MPI_Init") && !d.defined.contains("PMPI_Init") {
+        return None;
+    }
+    if soname.starts_with("libmpi.so.12") || soname.starts_with("libmpich.so.12") || d.defined.contains("MPIR_Err_return_comm")
+    {
+        return Some(Face::Mpich);
+    }
+    None
+}
+
+/// Checks `lib` for `program` (the job's program, as recorded in job.json): at a restart
+/// (`restart`) of a job checkpointed on `old` (the library the agents reported, if known), or at
+/// `mpicr run`. `from` names where the path came from (`--mpi-lib`, `MPICR_MPI_LIB`). Returns
+/// the path to hand the agents: absolute, since the program's working directory is not the
+/// keeper's.
+pub fn check(lib: &Path, from: &str, restart: bool, program: &Path, old: Option<&Path>) -> Result<PathBuf> {
+    let shown = format!("{from} {}", lib.display());
+    let abs = match std::fs::canonicalize(lib) {
+        Ok(p) => p,
+        Err(e) => bail!("{shown}: {e}"),
+    };
+    if !abs.is_file() {
+        bail!("{shown}: not a regular file");
+    }
+    let d = mpicr_elf::read_file(&abs).map_err(|e| anyhow::anyhow!("{shown}: {e}"))?;
+    if !d.shared {
+        bail!("{shown}: not a shared library (ELF type is not ET_DYN)");
+    }
+    let Some(face) = face_of(&d) else {
+        bail!(
+            "{shown}: not an MPI library (soname {}, no MPI_Init defined); mpicr restarts MPICH-ABI programs on MPICH-ABI libraries (libmpi.so.12, libmpich.so.12)",
+            d.soname.as_deref().unwrap_or("none")
+        );
+    };
+    // Every program mpicr runs today speaks the MPICH ABI (the shim's only face).
+    let want = old
+        .and_then(|o| mpicr_elf::read_file(o).ok())
+        .and_then(|od| face_of(&od))
+        .unwrap_or(Face::Mpich);
+    if face != want {
+        let soname = d.soname.as_deref().unwrap_or("none");
+        if restart {
+            bail!(
+                "{shown}: it is {} (soname {soname}), but the job was checkpointed on {}: a restart can change the library, not the ABI",
+                face.name(),
+                want.name()
+            );
+        }
+        bail!("{shown}: it is {} (soname {soname}), but libmpicr runs programs of {} only", face.name(), want.name());
+    }
+    // The program's own MPI imports (a program that reaches MPI through libraries it loads
+    // later, e.g. Python's mpi4py, is checked by the shim when the library is loaded).
+    if let Ok(p) = mpicr_elf::read_file(program) {
+        let missing = d.missing(&p.mpi_imports());
+        if !missing.is_empty() {
+            bail!(
+                "{shown}: it lacks {} the program uses: {}",
+                if missing.len() == 1 { "a function" } else { "functions" },
+                missing.join(", ")
+            );
+        }
+    }
+    Ok(abs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lib(soname: &str, defs: &[&str]) -> mpicr_elf::Dynamic {
+        mpicr_elf::Dynamic {
+            shared: true,
+            soname: Some(soname.into()),
+            defined: defs.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn faces() {
+        assert_eq!(face_of(&lib("libmpich.so.12", &["MPI_Init"])), Some(Face::Mpich));
+        assert_eq!(face_of(&lib("libmpi.so.12", &["PMPI_Init"])), Some(Face::Mpich));
+        assert_eq!(face_of(&lib("libmpi.so.40", &["MPI_Init", "ompi_mpi_comm_world"])), Some(Face::OpenMpi));
+        assert_eq!(face_of(&lib("libmpi_abi.so.0", &["MPI_Init"])), Some(Face::StandardAbi));
+        assert_eq!(face_of(&lib("libz.so.1", &["deflate"])), None);
+    }
+
+    #[test]
+    fn missing_file_is_named() {
+        let e = check(Path::new("/nonexistent/libmpi.so.12"), "--mpi-lib", true, Path::new("/bin/sh"), None).unwrap_err();
+        assert!(e.to_string().starts_with("--mpi-lib /nonexistent/libmpi.so.12: "), "{e}");
+    }
+
+    #[test]
+    fn a_program_is_not_a_library() {
+        let me = std::env::current_exe().unwrap();
+        let e = check(&me, "--mpi-lib", true, &me, None).unwrap_err().to_string();
+        assert!(e.contains("not a shared library") || e.contains("not an MPI library"), "{e}");
+    }
+}
