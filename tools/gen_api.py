@@ -19,10 +19,19 @@ only rerun when moving to another MPICH release.
 Policy buckets (shim/api/policy.txt, one function per line, `bucket name [reason]`):
   pass     pass-through with handle translation: generated here (the default for every function
            whose arguments convert mechanically)
-  create   creates an object and records its recipe: hand-written in shim/src/face/api/
-  hand     hand-written (p2p, requests, collectives, callbacks, state the shim owns)
+  create   creates an object and records its recipe: generated here from the function's entry in
+           CREATE (which argument is the new object, how it is registered, its recipe)
+  coll     collective (blocking, nonblocking, persistent: the note says which): generated here,
+           counted for checkpoint alignment
+  hand     hand-written in shim/src/face/api/ (p2p, requests, callbacks, state the shim owns,
+           creators whose recording is special: the note says why)
   unsupported  returns MPI_ERR_UNSUPPORTED_OPERATION naming the function
-Every function of the table lands in exactly one bucket; the generator fails otherwise.
+Every function of the table is listed in exactly one bucket; the generator fails otherwise.
+
+Every generated wrapper but the collectives goes through one skeleton, `face::call::run`: enter
+the gate, convert the program's handles (`face::call::ToReal`, so `?` works), call the real
+function, register what it created, leave the gate, and only then raise a failure through the
+error handler of the call's communicator, window, file or session (MPI_COMM_WORLD's otherwise).
 """
 import json
 import os
@@ -260,6 +269,9 @@ def passthrough_ok(fn):
     return True, ""
 
 
+BUCKETS = ("pass", "create", "coll", "hand", "unsupported")
+
+
 def load_policy():
     policy = {}
     with open(POLICY) as f:
@@ -269,7 +281,7 @@ def load_policy():
                 continue
             parts = line.split(None, 2)
             bucket, name = parts[0], parts[1]
-            if bucket not in ("pass", "create", "hand", "unsupported"):
+            if bucket not in BUCKETS:
                 raise SystemExit("policy.txt:%d: unknown bucket %r" % (n, bucket))
             if name in policy:
                 raise SystemExit("policy.txt:%d: %s listed twice" % (n, name))
@@ -285,66 +297,322 @@ def error_object(fn):
     return None, None
 
 
-def real_call_safety(fn, params, translated_inside_gate):
+def real_call_safety(fn, params, translated_inside_gate, indent="    ", locals_=()):
     """The `// SAFETY:` note of the call to the real function, naming what makes it sound."""
-    ptrs = [n for n, t, p in params if "*" in t]
+    ptrs = [n for n, t, p in params if "*" in t and n not in locals_]
     note = ["`f` is the real library's %s, resolved under the C signature of the ABI table that" % fn["name"],
             "this wrapper's signature is generated from;"]
     if translated_inside_gate:
         note.append("handles were translated inside the gate, so no renewal replaced them since;")
+    if locals_:
+        one = len(locals_) == 1
+        note.append("%s stand%s for %s of this body;" % (", ".join("`%s`" % n for n in locals_), "s" if one else "",
+                                                        "a local" if one else "locals"))
     if ptrs:
         note.append("the pointers (%s) are the caller's, valid as MPI requires (this function's" % ", ".join("`%s`" % n for n in ptrs))
         note.append("safety contract) and passed on unchanged.")
     else:
         note.append("every other argument is a plain value.")
-    # Re-flow into comment lines of at most ~100 columns.
-    words, out, cur = " ".join(note).split(), [], "    // SAFETY:"
+    return comment(indent + "// SAFETY:", indent + "//", note)
+
+
+def comment(first, cont, note):
+    """Re-flows `note` into comment lines of at most ~100 columns."""
+    words, out, cur = " ".join(note).split(), [], first
     for w in words:
         if len(cur) + 1 + len(w) > 100:
             out.append(cur)
-            cur = "    //"
+            cur = cont
         cur += " " + w
     out.append(cur)
     return out
+
+
+# Handle kind -> the face::call type converting it (`ToReal`).
+TO_REAL = {"comm": "Comm", "group": "Group", "datatype": "Datatype", "op": "Op", "info": "Info",
+           "win": "Win", "file": "File", "session": "Session"}
+ON = {"comm": "Comm", "win": "Win", "file": "File", "session": "Session"}
+
+
+def on_clause(fn):
+    kind, obj = error_object(fn)
+    return "On::%s(%s)" % (ON[kind], obj) if kind else "On::Default"
 
 
 def gen_passthrough(fn):
     params = rust_params(fn)
     sig = ", ".join("%s: %s" % (n, t) for n, t, _ in params)
     ret = ret_type(fn["ret"])
-    lines = ["pub unsafe fn %s(%s) -> %s {" % (fn["name"], sig, ret)]
-    # Translate inside the gate: a renewal may rewrite real handles while the gate is closed.
-    lines.append("    let _g = gate::enter();")
-    args = []
+    name = fn["name"]
+    lines = ["pub unsafe fn %s(%s) -> %s {" % (name, sig, ret)]
     ekind, eobj = error_object(fn)
-    for n, t, p in params:
-        if p["base"] in HANDLE_KINDS and p["ptr"] == 0 and not fn["name"].startswith("MPI_T_"):
-            kind = HANDLE_KINDS[p["base"]]
-            if n == eobj and kind in ("comm", "win") and ret == "c_int":
-                lines.append("    let %s_r = match conv::%s_checked(%s) { Ok(h) => h, Err(e) => { drop(_g); return errors::raise_default(e, \"%s\") } };"
-                             % (n, kind, n, fn["name"]))
+    if ret != "c_int":
+        # Not an error code: no skeleton (nothing to raise). Translate inside the gate.
+        lines.append("    let _g = gate::enter();")
+        args = []
+        for n, t, p in params:
+            if p["base"] in HANDLE_KINDS and p["ptr"] == 0 and not name.startswith("MPI_T_"):
+                lines.append("    let %s_r = conv::%s(%s);" % (n, HANDLE_KINDS[p["base"]], n))
+                args.append(n + "_r")
             else:
-                lines.append("    let %s_r = conv::%s(%s);" % (n, kind, n))
+                args.append(n)
+        lines.append("    let Some(f) = lower::fns().%s else {" % name)
+        lines.append("        drop(_g);")
+        lines.append("        errors::missing(\"%s\");" % name)
+        lines.append("        return Default::default();")
+        lines.append("    };")
+        lines += real_call_safety(fn, params, translated_inside_gate=any(a.endswith("_r") for a in args))
+        lines.append("    unsafe { f(%s) }" % ", ".join(args))
+        lines.append("}")
+        return "\n".join(lines)
+    # Translate inside the gate: a renewal may rewrite real handles while the gate is closed.
+    lines.append("    call::run(\"%s\", %s, || {" % (name, on_clause(fn)))
+    args = []
+    for n, t, p in params:
+        if p["base"] in HANDLE_KINDS and p["ptr"] == 0 and not name.startswith("MPI_T_"):
+            kind = HANDLE_KINDS[p["base"]]
+            conv_ty = ("Checked" + TO_REAL[kind]) if (n == eobj and kind in ("comm", "win")) else TO_REAL[kind]
+            lines.append("        let %s_r = %s(%s).to_real()?;" % (n, conv_ty, n))
             args.append(n + "_r")
         else:
             args.append(n)
-    call = "lower::fns().%s" % fn["name"]
-    safety = real_call_safety(fn, params, translated_inside_gate=any(a.endswith("_r") for a in args))
-    if ret == "c_int":
-        kind, obj = error_object(fn)
-        lines.append("    let Some(f) = %s else { return errors::missing(\"%s\") };" % (call, fn["name"]))
-        lines += safety
-        lines.append("    let rc = unsafe { f(%s) };" % ", ".join(args))
-        lines.append("    drop(_g);")
-        if kind:
-            lines.append("    if rc != 0 { return errors::raise_%s(%s, rc, \"%s\"); }" % (kind, obj, fn["name"]))
-        else:
-            lines.append("    if rc != 0 { return errors::raise_default(rc, \"%s\"); }" % fn["name"])
-        lines.append("    rc")
+    lines.append("        let Some(f) = lower::fns().%s else { return call::missing(\"%s\") };" % (name, name))
+    lines += real_call_safety(fn, params, translated_inside_gate=any(a.endswith("_r") for a in args), indent="        ")
+    lines.append("        call::ok(unsafe { f(%s) })" % ", ".join(args))
+    lines.append("    })")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# The create bucket: one entry per function.
+#   out       the argument receiving the new object (default: the only non-const pointer to a
+#             handle kind of REGISTER)
+#   recipe    (datatypes) the recipe recorded, a Rust expression over the wrapper's arguments,
+#             evaluated inside the gate after the call succeeded; `unsafe` when it reads arrays
+#   types     (datatypes) an array of datatypes converted element-wise: (argument, its length)
+#   register  False: the new handle is the library's own (cached by it, never freed) and is
+#             handed out unvirtualised
+#   derive    (communicators) a collective on the call's communicator, entered through
+#             `begin_collective` (counted for checkpoint alignment); the new communicator's recipe
+#             is its group, topology and an id derived from the parent's and the call's count
+#             (`register_derived`)
+#   collective  entered through `begin_collective` on the call's communicator (windows)
+#   copy_attrs  (communicators) the parent's attributes are copied to the new one, after the gate
+#   weights   (graph constructors) weight arguments whose MPI_UNWEIGHTED/MPI_WEIGHTS_EMPTY become
+#             the real library's sentinels
+#   note      the bucket note in docs/api-buckets.md
+# ---------------------------------------------------------------------------------------------
+
+# Kind of the new object -> (its null handle, how it is registered; {r}: the real handle).
+REGISTER = {
+    "group": ("MPI_GROUP_NULL", "register_group({r})"),
+    "info": ("MPI_INFO_NULL", "register_info({r})"),
+    "datatype": ("MPI_DATATYPE_NULL", "register_type({r}, {recipe})"),
+    "comm": ("MPI_COMM_NULL", "register_derived({r}, \"{name}\", {parent}, seq)"),
+    "win": ("MPI_WIN_NULL", "register_win({r}, \"{name}\")"),
+}
+
+GROUP_NOTE = "registers the new group (recipe: its world ranks)"
+INFO_NOTE = "registers the new info object (its entries are read back at checkpoint time)"
+TYPE_NOTE = "records the constructor's recipe"
+
+
+def _types():
+    n, c = "count as i64", "count"
+    bl, dp = "array_of_blocklengths", "array_of_displacements"
+    old = "old: typeref(oldtype)"
+    t = {}
+    t["MPI_Type_contiguous"] = "TypeRecipe::Contiguous { count: count as i64, %s }" % old
+    t["MPI_Type_contiguous_c"] = "TypeRecipe::Contiguous { count, %s }" % old
+    for f, v in (("MPI_Type_vector", "Vector"), ("MPI_Type_create_hvector", "Hvector"), ("MPI_Type_hvector", "Hvector")):
+        t[f] = "TypeRecipe::%s { count: count as i64, blocklen: blocklength as i64, stride: stride as i64, %s }" % (v, old)
+    for f, v in (("MPI_Type_vector_c", "Vector"), ("MPI_Type_create_hvector_c", "Hvector")):
+        t[f] = "TypeRecipe::%s { count, blocklen: blocklength, stride, %s }" % (v, old)
+    t["MPI_Type_indexed"] = "unsafe { TypeRecipe::Indexed { blocklens: widen(slice(%s, %s)), displs: widen(slice(%s, %s)), %s } }" % (bl, n, dp, n, old)
+    t["MPI_Type_indexed_c"] = "unsafe { TypeRecipe::Indexed { blocklens: slice(%s, %s), displs: slice(%s, %s), %s } }" % (bl, c, dp, c, old)
+    for f in ("MPI_Type_create_hindexed", "MPI_Type_hindexed"):
+        t[f] = "unsafe { TypeRecipe::Hindexed { blocklens: widen(slice(%s, %s)), displs: widen_aint(slice(%s, %s)), %s } }" % (bl, n, dp, n, old)
+    t["MPI_Type_create_hindexed_c"] = "unsafe { TypeRecipe::Hindexed { blocklens: slice(%s, %s), displs: slice(%s, %s), %s } }" % (bl, c, dp, c, old)
+    t["MPI_Type_create_indexed_block"] = "unsafe { TypeRecipe::IndexedBlock { blocklen: blocklength as i64, displs: widen(slice(%s, %s)), %s } }" % (dp, n, old)
+    t["MPI_Type_create_indexed_block_c"] = "unsafe { TypeRecipe::IndexedBlock { blocklen: blocklength, displs: slice(%s, %s), %s } }" % (dp, c, old)
+    t["MPI_Type_create_hindexed_block"] = "unsafe { TypeRecipe::HindexedBlock { blocklen: blocklength as i64, displs: widen_aint(slice(%s, %s)), %s } }" % (dp, n, old)
+    t["MPI_Type_create_hindexed_block_c"] = "unsafe { TypeRecipe::HindexedBlock { blocklen: blocklength, displs: slice(%s, %s), %s } }" % (dp, c, old)
+    for f in ("MPI_Type_create_struct", "MPI_Type_struct"):
+        t[f] = ("unsafe { TypeRecipe::Struct { blocklens: widen(slice(%s, %s)), displs: widen_aint(slice(%s, %s)), "
+                "types: slice(array_of_types, %s).iter().map(|&t| typeref(t)).collect() } }" % (bl, n, dp, n, n))
+    t["MPI_Type_create_struct_c"] = ("unsafe { TypeRecipe::Struct { blocklens: slice(%s, %s), displs: slice(%s, %s), "
+                                     "types: slice(array_of_types, %s).iter().map(|&t| typeref(t)).collect() } }" % (bl, c, dp, c, c))
+    nd = "ndims as i64"
+    t["MPI_Type_create_subarray"] = ("unsafe { TypeRecipe::Subarray { sizes: widen(slice(array_of_sizes, %s)), subsizes: widen(slice(array_of_subsizes, %s)), "
+                                     "starts: widen(slice(array_of_starts, %s)), order, %s } }" % (nd, nd, nd, old))
+    t["MPI_Type_create_subarray_c"] = ("unsafe { TypeRecipe::Subarray { sizes: slice(array_of_sizes, %s), subsizes: slice(array_of_subsizes, %s), "
+                                       "starts: slice(array_of_starts, %s), order, %s } }" % (nd, nd, nd, old))
+    darray = ("unsafe { TypeRecipe::Darray { size, rank, gsizes: %s, distribs: slice(array_of_distribs, %s), "
+              "dargs: slice(array_of_dargs, %s), psizes: slice(array_of_psizes, %s), order, %s } }")
+    t["MPI_Type_create_darray"] = darray % ("widen(slice(array_of_gsizes, %s))" % nd, nd, nd, nd, old)
+    t["MPI_Type_create_darray_c"] = darray % ("slice(array_of_gsizes, %s)" % nd, nd, nd, nd, old)
+    t["MPI_Type_create_resized"] = "TypeRecipe::Resized { lb: lb as i64, extent: extent as i64, %s }" % old
+    t["MPI_Type_create_resized_c"] = "TypeRecipe::Resized { lb, extent, %s }" % old
+    out = {}
+    for f, r in t.items():
+        out[f] = {"recipe": r, "note": TYPE_NOTE}
+        if "struct" in f:
+            out[f]["types"] = ("array_of_types", "count")
+    return out
+
+
+COMM_NOTE = "a collective on the parent: records the new communicator's group, topology and id"
+DERIVED = {
+    "MPI_Comm_dup": {"copy_attrs": True}, "MPI_Comm_dup_with_info": {"copy_attrs": True},
+    "MPI_Comm_split": {}, "MPI_Comm_split_type": {}, "MPI_Comm_create": {},
+    "MPI_Cart_create": {}, "MPI_Cart_sub": {}, "MPI_Graph_create": {},
+    "MPI_Dist_graph_create": {"weights": ["weights"]},
+    "MPI_Dist_graph_create_adjacent": {"weights": ["sourceweights", "destweights"]},
+    "MPI_Intercomm_merge": {},
+}
+
+WIN_NOTE = "a collective on the communicator: registers the window (refused at checkpoint time)"
+
+CREATE = {
+    **{f: {"collective": True, "note": WIN_NOTE} for f in (
+        "MPI_Win_create", "MPI_Win_create_c", "MPI_Win_allocate", "MPI_Win_allocate_c",
+        "MPI_Win_allocate_shared", "MPI_Win_allocate_shared_c", "MPI_Win_create_dynamic")},
+    **{f: {"derive": True, "note": COMM_NOTE + (" (attributes copied)" if v.get("copy_attrs") else ""), **v}
+       for f, v in DERIVED.items()},
+    **{f: {"note": GROUP_NOTE} for f in (
+        "MPI_Group_incl", "MPI_Group_excl", "MPI_Group_range_incl", "MPI_Group_range_excl",
+        "MPI_Group_union", "MPI_Group_intersection", "MPI_Group_difference",
+        "MPI_Group_from_session_pset", "MPI_Comm_group", "MPI_Comm_remote_group",
+        "MPI_File_get_group", "MPI_Win_get_group")},
+    **{f: {"note": INFO_NOTE} for f in (
+        "MPI_Info_create", "MPI_Info_create_env", "MPI_Info_dup", "MPI_Abi_get_info",
+        "MPI_Abi_get_fortran_info", "MPI_Get_hw_resource_info", "MPI_Comm_get_info",
+        "MPI_File_get_info", "MPI_Win_get_info", "MPI_Session_get_info",
+        "MPI_Session_get_pset_info")},
+    **_types(),
+    **{f: {"register": False, "note": "the library's cached datatype, handed out unvirtualised (never freed)"}
+       for f in ("MPI_Type_create_f90_real", "MPI_Type_create_f90_complex",
+                 "MPI_Type_create_f90_integer", "MPI_Type_match_size")},
+}
+
+
+def create_out(fn, spec):
+    if "out" in spec:
+        return spec["out"]
+    arrays = [spec["types"][0]] if "types" in spec else []
+    outs = [rust_ident(p["name"]) for p in fn["params"]
+            if p["ptr"] == 1 and not p["const"] and HANDLE_KINDS.get(p["base"]) in REGISTER
+            and rust_ident(p["name"]) not in arrays]
+    if len(outs) != 1:
+        raise SystemExit("gen_api: %s: cannot tell the new object among %s (give `out`)" % (fn["name"], outs))
+    return outs[0]
+
+
+def call_imports(lines):
+    """The `use` of face::call naming what the generated `lines` use."""
+    body = "\n".join(l for l in lines if l)
+    names = ["self", "On", "ToReal"] + sorted({m for m in re.findall(r"\b([A-Z][A-Za-z]*)\([a-z_0-9]+\)\.to_real", body)})
+    return "use crate::face::call::{%s};" % ", ".join(names)
+
+
+def gen_create(fn, spec):
+    """A create-bucket wrapper: the skeleton, with the new object registered inside the gate."""
+    params = rust_params(fn)
+    name = fn["name"]
+    sig = ", ".join("%s: %s" % (n, t) for n, t, _ in params)
+    if ret_type(fn["ret"]) != "c_int":
+        raise SystemExit("gen_api: %s: a create wrapper returns an error code" % name)
+    register = spec.get("register", True)
+    out = create_out(fn, spec) if register else None
+    types = spec.get("types")
+    derive = spec.get("derive")
+    if derive:
+        pkind, parent = error_object(fn)
+        assert pkind == "comm", name
+        lines = ["pub unsafe fn %s(%s) -> c_int {" % (name, sig),
+                 "    let (g, seq) = begin_collective(%s);" % parent,
+                 "    let mut made = None;",
+                 "    let rc = call::run_in(g, \"%s\", %s, || {" % (name, on_clause(fn))]
+    elif spec.get("collective"):
+        pkind, parent = error_object(fn)
+        assert pkind == "comm", name
+        lines = ["pub unsafe fn %s(%s) -> c_int {" % (name, sig),
+                 "    let (g, _) = begin_collective(%s);" % parent,
+                 "    call::run_in(g, \"%s\", %s, || {" % (name, on_clause(fn))]
     else:
-        lines.append("    let Some(f) = %s else { errors::missing(\"%s\"); return Default::default() };" % (call, fn["name"]))
-        lines += safety
-        lines.append("    unsafe { f(%s) }" % ", ".join(args))
+        parent = None
+        lines = ["pub unsafe fn %s(%s) -> c_int {" % (name, sig), "    call::run(\"%s\", %s, || {" % (name, on_clause(fn))]
+    weights = spec.get("weights", [])
+    args, locals_, converted = [], [], []
+    for n, t, p in params:
+        kind = HANDLE_KINDS.get(p["base"])
+        if n == out:
+            null, _ = REGISTER[kind]
+            lines.append("        let mut %s_r = %s;" % (n, null))
+            args.append("&mut %s_r" % n)
+            locals_.append(n)
+        elif types and n == types[0]:
+            lines.append("        // SAFETY: MPI requires `%s` to hold `%s` datatypes (this function's safety" % (n, types[1]))
+            lines.append("        // contract), which is what `conv::datatypes` reads.")
+            lines.append("        let %s_v = unsafe { conv::datatypes(%s, %s.max(0) as usize) };" % (n, n, types[1]))
+            lines.append("        let %s_p = if %s.is_null() { %s } else { %s_v.as_ptr()%s };" % (n, n, n, n, "" if p["const"] else ".cast_mut()"))
+            args.append("%s_p" % n)
+            locals_.append(n)
+        elif n in weights:
+            lines.append("        let %s_p = weights_in(%s);" % (n, n))
+            args.append("%s_p" % n)
+            locals_.append(n)
+        elif kind and p["ptr"] == 0:
+            lines.append("        let %s_r = %s(%s).to_real()?;" % (n, TO_REAL[kind], n))
+            args.append(n + "_r")
+            converted.append(n)
+        else:
+            args.append(n)
+    lines.append("        let Some(f) = lower::fns().%s else { return call::missing(\"%s\") };" % (name, name))
+    lines += real_call_safety(fn, params, translated_inside_gate=bool(converted), indent="        ", locals_=locals_)
+    if not out:
+        lines.append("        call::ok(unsafe { f(%s) })" % ", ".join(args))
+        lines.append("    })")
+        lines.append("}")
+        return "\n".join(lines)
+    lines.append("        call::ok(unsafe { f(%s) })?;" % ", ".join(args))
+    if out:
+        kind = HANDLE_KINDS[[p["base"] for n, t, p in params if n == out][0]]
+        _, reg = REGISTER[kind]
+        recipe = spec.get("recipe")
+        if kind == "datatype":
+            if recipe is None:
+                raise SystemExit("gen_api: %s: a datatype constructor needs its recipe" % name)
+            if recipe.startswith("unsafe"):
+                lines += comment("        // SAFETY:", "        //", [
+                    "the arrays the recipe reads hold as many entries as MPI requires of this call",
+                    "(this function's safety contract); the call has just read them."])
+            lines.append("        let recipe = %s;" % recipe)
+        if derive:
+            lines.append("        made = Some(%s);" % reg.format(r="%s_r" % out, name=name, parent=parent))
+            lines.append("        Ok(())")
+            lines.append("    });")
+            lines.append("    let Some(v) = made else { return rc };")
+            if spec.get("copy_attrs"):
+                lines.append("    // After the gate: attribute copy callbacks may call MPI.")
+                lines.append("    if let Err(rc) = derived_attrs(%s, v, \"%s\") {" % (parent, name))
+                lines.append("        return rc;")
+                lines.append("    }")
+            lines += comment("    // SAFETY:", "    //", [
+                "`%s` is the caller's out-pointer for the new handle, null or valid for a write as MPI" % out,
+                "requires (this function's safety contract)."])
+            lines.append("    unsafe { put(%s, v) };" % out)
+            lines.append("    MPI_SUCCESS")
+            lines.append("}")
+            return "\n".join(lines)
+        lines.append("        let v = %s;" % reg.format(r="%s_r" % out, recipe="recipe", name=name))
+        lines += comment("        // SAFETY:", "        //", [
+            "`%s` is the caller's out-pointer for the new handle, null or valid for a write as MPI" % out,
+            "requires (this function's safety contract)."])
+        lines.append("        unsafe { put(%s, v) };" % out)
+    lines.append("        Ok(())")
+    lines.append("    })")
     lines.append("}")
     return "\n".join(lines)
 
@@ -379,7 +647,10 @@ def gen_collective(fn, note):
             args.append(n + "_r")
         else:
             args.append(n)
-    lines.append("    let Some(f) = lower::fns().%s else { return errors::missing(\"%s\") };" % (name, name))
+    lines.append("    let Some(f) = lower::fns().%s else {" % name)
+    lines.append("        drop(_g);")
+    lines.append("        return errors::missing(\"%s\");" % name)
+    lines.append("    };")
     lines += real_call_safety(fn, [(n, t, p) for n, t, p in params if not (p["base"] in ("MPI_Datatype", "MPI_Request") and p["ptr"] == 1)], True)
     lines.append("    let rc = unsafe { f(%s) };" % ", ".join(args))
     reqs = [n for n, t, p in params if p["base"] == "MPI_Request" and p["ptr"] == 1]
@@ -412,15 +683,18 @@ def generate():
     for fn in fns:
         name = fn["name"]
         ok, why = passthrough_ok(fn)
-        if name in policy:
-            bucket, reason = policy[name]
-            if bucket == "pass" and not ok:
-                problems.append("%s is listed as pass but %s" % (name, why))
-        elif ok:
-            bucket, reason = "pass", ""
-        else:
-            problems.append("%s needs a bucket in policy.txt (%s)" % (name, why))
+        if name not in policy:
+            problems.append("%s needs a bucket in policy.txt%s" % (name, " (%s)" % why if why else ""))
             continue
+        bucket, reason = policy[name]
+        if bucket == "pass" and not ok:
+            problems.append("%s is listed as pass but %s" % (name, why))
+        if bucket == "create" and name not in CREATE:
+            problems.append("%s is listed as create but has no entry in CREATE (tools/gen_api.py)" % name)
+        if bucket != "create" and name in CREATE:
+            problems.append("%s has an entry in CREATE but is listed as %s" % (name, bucket))
+        if bucket == "coll" and reason not in COLL_NOTES:
+            problems.append("%s: a coll note is one of %s" % (name, ", ".join(COLL_NOTES)))
         buckets[name] = (bucket, reason)
     if problems:
         raise SystemExit("gen_api:\n  " + "\n  ".join(problems))
@@ -461,27 +735,47 @@ def generate():
     write(os.path.join(LOWER_GEN_DIR, "real.rs"), "\n".join(real) + "\n")
 
     # passthrough.rs
-    pt = [HEADER, "#![allow(non_snake_case, clippy::missing_safety_doc)]",
-          "use crate::face::abi::*;", "use crate::face::{conv, errors};", "use crate::core::gate;", "use crate::lower;",
+    pt = [HEADER, "#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]",
+          "use crate::face::abi::*;", None,
+          "use crate::face::{conv, errors};", "use crate::core::gate;", "use crate::lower;",
           "use std::os::raw::{c_char, c_int, c_void};", ""]
     for fn in fns:
         if buckets[fn["name"]][0] == "pass":
             pt.append(gen_passthrough(fn))
             pt.append("")
+    pt[pt.index(None)] = call_imports(pt)
+    if not any("conv::" in l for l in pt if l and not l.startswith("use ")):
+        pt[pt.index("use crate::face::{conv, errors};")] = "use crate::face::errors;"
     write(os.path.join(FACE_GEN_DIR, "passthrough.rs"), "\n".join(pt))
 
-    co = [HEADER, "#![allow(non_snake_case, clippy::missing_safety_doc)]",
+    cr = [HEADER, "#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]",
+          "use crate::face::abi::*;", "use crate::face::api::{put, slice, register_group, register_info};",
+          "use crate::face::api::datatype::{register_type, typeref, widen, widen_aint};",
+          "use crate::face::api::comm::{derived_attrs, register_derived};",
+          "use crate::face::api::coll::begin_collective;", "use crate::face::api::misc::weights_in;",
+          "use crate::face::api::rma::register_win;",
+          None,
+          "use crate::face::conv;", "use crate::lower;", "use mpicr_virtid::TypeRecipe;",
+          "use std::os::raw::{c_char, c_int, c_void};", ""]
+    for fn in fns:
+        if buckets[fn["name"]][0] == "create":
+            cr.append(gen_create(fn, CREATE[fn["name"]]))
+            cr.append("")
+    cr[cr.index(None)] = call_imports(cr)
+    write(os.path.join(FACE_GEN_DIR, "create.rs"), "\n".join(cr))
+
+    co = [HEADER, "#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]",
           "use crate::face::abi::*;", "use crate::face::{conv, errors};", "use crate::lower;",
           "use std::os::raw::{c_int, c_void};", ""]
     for fn in fns:
         b, r = buckets[fn["name"]]
-        if b == "hand" and r in COLL_NOTES:
+        if b == "coll":
             co.append(gen_collective(fn, r))
             co.append("")
     write(os.path.join(FACE_GEN_DIR, "collectives.rs"), "\n".join(co))
 
     # exports.rs: MPI_* and PMPI_* for everything
-    ex = [HEADER, "#![allow(non_snake_case, clippy::missing_safety_doc)]",
+    ex = [HEADER, "#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]",
           "use crate::face::abi::*;", "use crate::ffi_boundary;", "use std::os::raw::{c_char, c_int, c_void};", ""]
     for fn in fns:
         n = fn["name"]
@@ -498,7 +792,9 @@ def generate():
                 body = "{ %s; Default::default() }" % body
             if args:
                 body = "{ let _ = (%s); %s }" % (args, body)
-        elif reason in COLL_NOTES:
+        elif bucket == "create":
+            body = "crate::face::gen::create::%s(%s)" % (n, args)
+        elif bucket == "coll":
             body = "crate::face::gen::collectives::%s(%s)" % (n, args)
         elif reason == "handle conversion":
             # MPICH-ABI handles are ints and Fortran handles are the same ints: the program's
@@ -533,10 +829,11 @@ def generate():
           "Each function is exported under its `MPI_` and `PMPI_` names.", "",
           "| bucket | meaning | functions |", "|---|---|---|"]
     meaning = {"pass": "pass-through with handle translation (generated)",
-               "create": "creates an object and records its recipe (hand-written)",
-               "hand": "hand-written: p2p, requests, collectives, callbacks, shim-owned state",
+               "create": "creates an object and records its recipe (generated from `CREATE` in tools/gen_api.py)",
+               "coll": "collective, counted for checkpoint alignment (generated)",
+               "hand": "hand-written: p2p, requests, callbacks, shim-owned state, creators whose recording is special",
                "unsupported": "returns MPI_ERR_UNSUPPORTED_OPERATION naming the function"}
-    for b in ("pass", "create", "hand", "unsupported"):
+    for b in BUCKETS:
         md.append("| %s | %s | %d |" % (b, meaning[b], counts.get(b, 0)))
     md.append("| **total** | | **%d** |" % len(fns))
     md.append("")
@@ -548,7 +845,7 @@ def generate():
         b, r = buckets[fn["name"]]
         md.append("| `%s` | %s | %s |" % (fn["name"], b, r))
     write(DOC, "\n".join(md) + "\n")
-    print("gen_api: %s" % ", ".join("%s %d" % (b, counts.get(b, 0)) for b in ("pass", "create", "hand", "unsupported")))
+    print("gen_api: %s" % ", ".join("%s %d" % (b, counts.get(b, 0)) for b in BUCKETS))
 
 
 # Where generated files go: the repository, or --out-dir.

@@ -23,7 +23,10 @@ macro_rules! ffi_boundary {
     ($name:expr, MPI_File, $body:expr) => {
         // SAFETY: the export's arguments, passed on unchanged, carry the caller's MPI contract (above).
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { $body })) {
-            Ok(v) => v,
+            Ok(v) => {
+                $crate::face::errors::settle_other();
+                v
+            }
             Err(_) => {
                 $crate::face::errors::internal_panic($name);
                 std::ptr::null_mut()
@@ -33,14 +36,17 @@ macro_rules! ffi_boundary {
     ($name:expr, c_int, $body:expr) => {
         // SAFETY: the export's arguments, passed on unchanged, carry the caller's MPI contract (above).
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { $body })) {
-            Ok(v) => v,
+            Ok(v) => $crate::face::errors::settle(v),
             Err(_) => $crate::face::errors::internal_panic($name),
         }
     };
     ($name:expr, $ret:ty, $body:expr) => {
         // SAFETY: the export's arguments, passed on unchanged, carry the caller's MPI contract (above).
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { $body })) {
-            Ok(v) => v,
+            Ok(v) => {
+                $crate::face::errors::settle_other();
+                v
+            }
             Err(_) => {
                 $crate::face::errors::internal_panic($name);
                 <$ret as Default>::default()

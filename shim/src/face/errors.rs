@@ -20,6 +20,39 @@ pub fn missing(name: &str) -> c_int {
     raise_default(MPI_ERR_UNSUPPORTED_OPERATION, &format!("{name} (not provided by {lib})"))
 }
 
+thread_local! {
+    /// A function the real library lacks, noted by `real!` inside the gate and raised by the
+    /// next `raise_*` (or the export's panic boundary) once the gate is left.
+    static MISSING: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
+}
+
+/// Notes that the real library lacks `name`; see [`MISSING`].
+#[cold]
+pub fn note_missing(name: &'static str) {
+    MISSING.with(|m| m.set(Some(name)));
+}
+
+/// Raises a noted missing function, if any: `Some(rc)` of that raise.
+#[inline(always)]
+fn raise_noted() -> Option<c_int> {
+    // The common case only reads the thread-local.
+    MISSING.with(|m| m.get())?;
+    MISSING.with(|m| m.take()).map(missing)
+}
+
+/// The end of an export returning an error code: a missing function noted on the way is
+/// raised now (the wrapper has returned, so the gate is left), replacing `rc`.
+#[inline(always)]
+pub fn settle(rc: c_int) -> c_int {
+    raise_noted().unwrap_or(rc)
+}
+
+/// The end of an export returning something else: raises a noted missing function.
+#[inline(always)]
+pub fn settle_other() {
+    let _ = raise_noted();
+}
+
 /// A function mpicr does not support.
 #[cold]
 pub fn unsupported(name: &str, reason: &str) -> c_int {
@@ -31,6 +64,9 @@ pub fn unsupported(name: &str, reason: &str) -> c_int {
 /// Applies the error handler of communicator `comm` (MPI_COMM_WORLD's if `comm` is not valid).
 #[cold]
 pub fn raise_comm(comm: MPI_Comm, rc: c_int, func: &str) -> c_int {
+    if let Some(rc) = raise_noted() {
+        return rc;
+    }
     let (idx, handle) = match conv::comm_index(comm).filter(|&i| OBJ.comms.real(i).is_some()) {
         Some(i) => (i, comm),
         None => (WORLD_INDEX, MPI_COMM_WORLD),
@@ -47,6 +83,9 @@ pub fn raise_comm(comm: MPI_Comm, rc: c_int, func: &str) -> c_int {
 /// Applies the error handler of window `win`.
 #[cold]
 pub fn raise_win(win: MPI_Win, rc: c_int, func: &str) -> c_int {
+    if let Some(rc) = raise_noted() {
+        return rc;
+    }
     let eh = conv::index(win, Kind::Win).filter(|&i| OBJ.wins.real(i).is_some()).and_then(|i| OBJ.wins.with(i, |w| w.errhandler));
     raise_int_object(win, eh, rc, func)
 }
@@ -54,6 +93,9 @@ pub fn raise_win(win: MPI_Win, rc: c_int, func: &str) -> c_int {
 /// Applies the error handler of session `session`.
 #[cold]
 pub fn raise_session(session: MPI_Session, rc: c_int, func: &str) -> c_int {
+    if let Some(rc) = raise_noted() {
+        return rc;
+    }
     let eh = conv::index(session, Kind::Session).filter(|&i| OBJ.sessions.real(i).is_some()).and_then(|i| OBJ.sessions.with(i, |s| s.errhandler));
     raise_int_object(session, eh, rc, func)
 }
@@ -72,6 +114,9 @@ fn raise_int_object(handle: c_int, eh: Option<MPI_Errhandler>, rc: c_int, func: 
 /// Applies the error handler of file `file` (MPI_FILE_NULL's for an invalid file).
 #[cold]
 pub fn raise_file(file: MPI_File, rc: c_int, func: &str) -> c_int {
+    if let Some(rc) = raise_noted() {
+        return rc;
+    }
     let eh = match conv::file_index(file).filter(|&i| OBJ.files.real(i).is_some()) {
         Some(i) => OBJ.files.with(i, |f| f.errhandler).unwrap_or(MPI_ERRORS_RETURN),
         None => crate::face::api::file_null_errhandler(),

@@ -5,10 +5,10 @@ use crate::lower::handles::RealComm;
 use crate::face::abi::*;
 use crate::face::api::coll::begin_collective;
 use crate::core::kinds::group::world_ranks_of_group;
-use crate::face::api::group::register_group;
 use crate::face::api::{attr, put};
 use crate::core::kinds::comm::CommEntry;
 use crate::core::state::{OBJ, SELF_INDEX, WORLD_INDEX};
+use crate::face::call::{self, On, ToReal};
 use crate::face::{conv, errors};
 use crate::core::gate;
 use crate::lower;
@@ -159,99 +159,26 @@ fn parent_info(parent: MPI_Comm) -> (u64, MPI_Errhandler) {
         .unwrap_or((0, MPI_ERRORS_ARE_FATAL))
 }
 
-/// The shape of most constructors: a collective on `parent` that yields one new communicator.
-unsafe fn derive(
-    parent: MPI_Comm,
-    name: &'static str,
-    newcomm: *mut MPI_Comm,
-    copy_attrs: bool,
-    call: impl FnOnce(c_int, &mut c_int) -> c_int,
-) -> c_int {
-    let (g, seq) = begin_collective(parent);
-    let rp = conv::comm(parent);
-    let mut rn = MPI_COMM_NULL;
-    let rc = call(rp, &mut rn);
-    if rc != MPI_SUCCESS {
-        drop(g);
-        return errors::raise_comm(parent, rc, name);
+/// Registers the communicator `real` (or hands out MPI_COMM_NULL) made by `name`, a collective
+/// on `parent` counted as its `seq`-th: the constructors of the create bucket (generated).
+pub fn register_derived(real: c_int, name: &str, parent: MPI_Comm, seq: u64) -> MPI_Comm {
+    if real == MPI_COMM_NULL {
+        return MPI_COMM_NULL;
     }
-    let v = if rn == MPI_COMM_NULL {
-        MPI_COMM_NULL
-    } else {
-        let (pgid, eh) = parent_info(parent);
-        register_comm(rn, name, Some(pgid), eh, |l, r| child_gid(pgid, seq, l, r))
-    };
-    drop(g);
-    if copy_attrs && v != MPI_COMM_NULL {
-        let rc = attr::copy_comm_attrs(parent, v);
-        if rc != MPI_SUCCESS {
-            return errors::raise_comm(parent, rc, name);
-        }
+    let (pgid, eh) = parent_info(parent);
+    register_comm(real, name, Some(pgid), eh, |l, r| child_gid(pgid, seq, l, r))
+}
+
+/// Copies the attributes of `parent` to its duplicate `v`, after the gate is left (copy
+/// callbacks may call MPI); a failure is raised on `parent`.
+pub fn derived_attrs(parent: MPI_Comm, v: MPI_Comm, name: &str) -> Result<(), c_int> {
+    if v == MPI_COMM_NULL {
+        return Ok(());
     }
-    unsafe { put(newcomm, v) };
-    MPI_SUCCESS
-}
-
-pub unsafe fn MPI_Comm_dup(comm: MPI_Comm, newcomm: *mut MPI_Comm) -> c_int {
-    unsafe { derive(comm, "MPI_Comm_dup", newcomm, true, |c, n| real!(MPI_Comm_dup(c, n))) }
-}
-
-pub unsafe fn MPI_Comm_dup_with_info(comm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm) -> c_int {
-    let i = conv::info(info);
-    unsafe { derive(comm, "MPI_Comm_dup_with_info", newcomm, true, |c, n| real!(MPI_Comm_dup_with_info(c, i, n))) }
-}
-
-pub unsafe fn MPI_Comm_split(comm: MPI_Comm, color: c_int, key: c_int, newcomm: *mut MPI_Comm) -> c_int {
-    unsafe { derive(comm, "MPI_Comm_split", newcomm, false, |c, n| real!(MPI_Comm_split(c, color, key, n))) }
-}
-
-pub unsafe fn MPI_Comm_split_type(comm: MPI_Comm, split_type: c_int, key: c_int, info: MPI_Info, newcomm: *mut MPI_Comm) -> c_int {
-    let i = conv::info(info);
-    unsafe { derive(comm, "MPI_Comm_split_type", newcomm, false, |c, n| real!(MPI_Comm_split_type(c, split_type, key, i, n))) }
-}
-
-pub unsafe fn MPI_Comm_create(comm: MPI_Comm, group: MPI_Group, newcomm: *mut MPI_Comm) -> c_int {
-    let g = conv::group(group);
-    unsafe { derive(comm, "MPI_Comm_create", newcomm, false, |c, n| real!(MPI_Comm_create(c, g, n))) }
-}
-
-pub unsafe fn MPI_Cart_create(comm: MPI_Comm, ndims: c_int, dims: *const c_int, periods: *const c_int, reorder: c_int, newcomm: *mut MPI_Comm) -> c_int {
-    unsafe { derive(comm, "MPI_Cart_create", newcomm, false, |c, n| real!(MPI_Cart_create(c, ndims, dims, periods, reorder, n))) }
-}
-
-pub unsafe fn MPI_Cart_sub(comm: MPI_Comm, remain_dims: *const c_int, newcomm: *mut MPI_Comm) -> c_int {
-    unsafe { derive(comm, "MPI_Cart_sub", newcomm, false, |c, n| real!(MPI_Cart_sub(c, remain_dims, n))) }
-}
-
-pub unsafe fn MPI_Graph_create(comm: MPI_Comm, nnodes: c_int, index: *const c_int, edges: *const c_int, reorder: c_int, newcomm: *mut MPI_Comm) -> c_int {
-    unsafe { derive(comm, "MPI_Graph_create", newcomm, false, |c, n| real!(MPI_Graph_create(c, nnodes, index, edges, reorder, n))) }
-}
-
-pub unsafe fn MPI_Dist_graph_create(
-    comm: MPI_Comm, n: c_int, sources: *const c_int, degrees: *const c_int, destinations: *const c_int,
-    weights: *const c_int, info: MPI_Info, reorder: c_int, newcomm: *mut MPI_Comm,
-) -> c_int {
-    let i = conv::info(info);
-    let w = crate::face::api::misc::weights_in(weights);
-    unsafe { derive(comm, "MPI_Dist_graph_create", newcomm, false, |c, nc| real!(MPI_Dist_graph_create(c, n, sources, degrees, destinations, w, i, reorder, nc))) }
-}
-
-pub unsafe fn MPI_Dist_graph_create_adjacent(
-    comm: MPI_Comm, indegree: c_int, sources: *const c_int, sourceweights: *const c_int, outdegree: c_int,
-    destinations: *const c_int, destweights: *const c_int, info: MPI_Info, reorder: c_int, newcomm: *mut MPI_Comm,
-) -> c_int {
-    let i = conv::info(info);
-    let sw = crate::face::api::misc::weights_in(sourceweights);
-    let dw = crate::face::api::misc::weights_in(destweights);
-    unsafe {
-        derive(comm, "MPI_Dist_graph_create_adjacent", newcomm, false, |c, nc| {
-            real!(MPI_Dist_graph_create_adjacent(c, indegree, sources, sw, outdegree, destinations, dw, i, reorder, nc))
-        })
+    match attr::copy_comm_attrs(parent, v) {
+        MPI_SUCCESS => Ok(()),
+        rc => Err(errors::raise_comm(parent, rc, name)),
     }
-}
-
-pub unsafe fn MPI_Intercomm_merge(intercomm: MPI_Comm, high: c_int, newintracomm: *mut MPI_Comm) -> c_int {
-    unsafe { derive(intercomm, "MPI_Intercomm_merge", newintracomm, false, |c, n| real!(MPI_Intercomm_merge(c, high, n))) }
 }
 
 /// Per-process counters that make ids of repeated, otherwise identical creations differ.
@@ -284,83 +211,79 @@ pub unsafe fn MPI_Intercomm_create(
     local_comm: MPI_Comm, local_leader: c_int, peer_comm: MPI_Comm, remote_leader: c_int, tag: c_int, newintercomm: *mut MPI_Comm,
 ) -> c_int {
     let (g, _) = begin_collective(local_comm);
-    let (l, p) = (conv::comm(local_comm), conv::comm(peer_comm));
-    let mut rn = MPI_COMM_NULL;
-    let rc = real!(MPI_Intercomm_create(l, local_leader, p, remote_leader, tag, &mut rn));
-    if rc != MPI_SUCCESS {
-        drop(g);
-        return errors::raise_comm(local_comm, rc, "MPI_Intercomm_create");
-    }
-    let (pgid, eh) = parent_info(local_comm);
-    let v = register_comm(rn, "MPI_Intercomm_create", Some(pgid), eh, |lr, rr| intercomm_gid(tag as u64, lr, rr));
-    drop(g);
-    unsafe { put(newintercomm, v) };
-    MPI_SUCCESS
+    call::run_in(g, "MPI_Intercomm_create", On::Comm(local_comm), || {
+        let (l, p) = (call::Comm(local_comm).to_real()?, call::Comm(peer_comm).to_real()?);
+        let mut rn = MPI_COMM_NULL;
+        call::ok(real!(MPI_Intercomm_create(l, local_leader, p, remote_leader, tag, &mut rn)))?;
+        let (pgid, eh) = parent_info(local_comm);
+        let v = register_comm(rn, "MPI_Intercomm_create", Some(pgid), eh, |lr, rr| intercomm_gid(tag as u64, lr, rr));
+        // SAFETY: `newintercomm` is the caller's out-pointer, null or valid for a write as MPI
+        // requires (this function's safety contract).
+        unsafe { put(newintercomm, v) };
+        Ok(())
+    })
 }
 
 pub unsafe fn MPI_Intercomm_create_from_groups(
     local_group: MPI_Group, local_leader: c_int, remote_group: MPI_Group, remote_leader: c_int, stringtag: *const c_char,
     info: MPI_Info, errhandler: MPI_Errhandler, newintercomm: *mut MPI_Comm,
 ) -> c_int {
-    let g = gate::enter();
-    let tag = unsafe { crate::face::api::cstr(stringtag) };
-    let (lg, rg, i) = (conv::group(local_group), conv::group(remote_group), conv::info(info));
-    let mut rn = MPI_COMM_NULL;
-    let rc = real!(MPI_Intercomm_create_from_groups(lg, local_leader, rg, remote_leader, stringtag, i, MPI_ERRORS_RETURN, &mut rn));
-    if rc != MPI_SUCCESS {
-        drop(g);
-        return errors::raise_default(rc, "MPI_Intercomm_create_from_groups");
-    }
-    let taghash = tag.bytes().fold(11u64, |h, b| mix(h, b as u64));
-    let v = register_comm(rn, "MPI_Intercomm_create_from_groups", None, errhandler, |lr, rr| intercomm_gid(taghash, lr, rr));
-    drop(g);
-    unsafe { put(newintercomm, v) };
-    MPI_SUCCESS
+    call::run("MPI_Intercomm_create_from_groups", On::Default, || {
+        // SAFETY: `stringtag` is the caller's NUL-terminated string (this function's safety contract).
+        let tag = unsafe { crate::face::api::cstr(stringtag) };
+        let (lg, rg) = (call::Group(local_group).to_real()?, call::Group(remote_group).to_real()?);
+        let i = call::Info(info).to_real()?;
+        let mut rn = MPI_COMM_NULL;
+        call::ok(real!(MPI_Intercomm_create_from_groups(lg, local_leader, rg, remote_leader, stringtag, i, MPI_ERRORS_RETURN, &mut rn)))?;
+        let taghash = tag.bytes().fold(11u64, |h, b| mix(h, b as u64));
+        let v = register_comm(rn, "MPI_Intercomm_create_from_groups", None, errhandler, |lr, rr| intercomm_gid(taghash, lr, rr));
+        // SAFETY: `newintercomm` is the caller's out-pointer, null or valid for a write as MPI
+        // requires (this function's safety contract).
+        unsafe { put(newintercomm, v) };
+        Ok(())
+    })
 }
 
 pub unsafe fn MPI_Comm_create_group(comm: MPI_Comm, group: MPI_Group, tag: c_int, newcomm: *mut MPI_Comm) -> c_int {
-    let g = gate::enter();
-    let (c, gr) = (conv::comm(comm), conv::group(group));
-    let mut rn = MPI_COMM_NULL;
-    let rc = real!(MPI_Comm_create_group(c, gr, tag, &mut rn));
-    if rc != MPI_SUCCESS {
-        drop(g);
-        return errors::raise_comm(comm, rc, "MPI_Comm_create_group");
-    }
-    let v = if rn == MPI_COMM_NULL {
-        MPI_COMM_NULL
-    } else {
-        let (pgid, eh) = parent_info(comm);
-        // Collective over the group only: the parent's collective counter is not involved.
-        register_comm(rn, "MPI_Comm_create_group", Some(pgid), eh, |l, _| {
-            let key = hash_ranks(mix(mix(pgid, 0xC6), tag as u64), l);
-            mix(key, nth(key)).max(3)
-        })
-    };
-    drop(g);
-    unsafe { put(newcomm, v) };
-    MPI_SUCCESS
+    call::run("MPI_Comm_create_group", On::Comm(comm), || {
+        let (c, gr) = (call::Comm(comm).to_real()?, call::Group(group).to_real()?);
+        let mut rn = MPI_COMM_NULL;
+        call::ok(real!(MPI_Comm_create_group(c, gr, tag, &mut rn)))?;
+        let v = if rn == MPI_COMM_NULL {
+            MPI_COMM_NULL
+        } else {
+            let (pgid, eh) = parent_info(comm);
+            // Collective over the group only: the parent's collective counter is not involved.
+            register_comm(rn, "MPI_Comm_create_group", Some(pgid), eh, |l, _| {
+                let key = hash_ranks(mix(mix(pgid, 0xC6), tag as u64), l);
+                mix(key, nth(key)).max(3)
+            })
+        };
+        // SAFETY: `newcomm` is the caller's out-pointer, null or valid for a write as MPI requires
+        // (this function's safety contract).
+        unsafe { put(newcomm, v) };
+        Ok(())
+    })
 }
 
 pub unsafe fn MPI_Comm_create_from_group(
     group: MPI_Group, stringtag: *const c_char, info: MPI_Info, errhandler: MPI_Errhandler, newcomm: *mut MPI_Comm,
 ) -> c_int {
-    let g = gate::enter();
-    let tag = unsafe { crate::face::api::cstr(stringtag) };
-    let (gr, i) = (conv::group(group), conv::info(info));
-    let mut rn = MPI_COMM_NULL;
-    let rc = real!(MPI_Comm_create_from_group(gr, stringtag, i, MPI_ERRORS_RETURN, &mut rn));
-    if rc != MPI_SUCCESS {
-        drop(g);
-        return errors::raise_default(rc, "MPI_Comm_create_from_group");
-    }
-    let v = register_comm(rn, "MPI_Comm_create_from_group", None, errhandler, |l, _| {
-        let key = hash_ranks(tag.bytes().fold(13u64, |h, b| mix(h, b as u64)), l);
-        mix(key, nth(key)).max(3)
-    });
-    drop(g);
-    unsafe { put(newcomm, v) };
-    MPI_SUCCESS
+    call::run("MPI_Comm_create_from_group", On::Default, || {
+        // SAFETY: `stringtag` is the caller's NUL-terminated string (this function's safety contract).
+        let tag = unsafe { crate::face::api::cstr(stringtag) };
+        let (gr, i) = (call::Group(group).to_real()?, call::Info(info).to_real()?);
+        let mut rn = MPI_COMM_NULL;
+        call::ok(real!(MPI_Comm_create_from_group(gr, stringtag, i, MPI_ERRORS_RETURN, &mut rn)))?;
+        let v = register_comm(rn, "MPI_Comm_create_from_group", None, errhandler, |l, _| {
+            let key = hash_ranks(tag.bytes().fold(13u64, |h, b| mix(h, b as u64)), l);
+            mix(key, nth(key)).max(3)
+        });
+        // SAFETY: `newcomm` is the caller's out-pointer, null or valid for a write as MPI requires
+        // (this function's safety contract).
+        unsafe { put(newcomm, v) };
+        Ok(())
+    })
 }
 
 pub unsafe fn MPI_Comm_idup(comm: MPI_Comm, newcomm: *mut MPI_Comm, request: *mut MPI_Request) -> c_int {
@@ -453,46 +376,5 @@ unsafe fn free_comm(comm: *mut MPI_Comm, name: &'static str) -> c_int {
     OBJ.comms.remove(idx);
     drop(g);
     unsafe { *comm = MPI_COMM_NULL };
-    MPI_SUCCESS
-}
-
-pub unsafe fn MPI_Comm_group(comm: MPI_Comm, group: *mut MPI_Group) -> c_int {
-    let g = gate::enter();
-    let c = conv::comm(comm);
-    let mut rg = MPI_GROUP_NULL;
-    let rc = real!(MPI_Comm_group(c, &mut rg));
-    if rc != MPI_SUCCESS {
-        drop(g);
-        return errors::raise_comm(comm, rc, "MPI_Comm_group");
-    }
-    let v = register_group(rg);
-    drop(g);
-    unsafe { put(group, v) };
-    MPI_SUCCESS
-}
-
-pub unsafe fn MPI_Comm_remote_group(comm: MPI_Comm, group: *mut MPI_Group) -> c_int {
-    let g = gate::enter();
-    let c = conv::comm(comm);
-    let mut rg = MPI_GROUP_NULL;
-    let rc = real!(MPI_Comm_remote_group(c, &mut rg));
-    if rc != MPI_SUCCESS {
-        drop(g);
-        return errors::raise_comm(comm, rc, "MPI_Comm_remote_group");
-    }
-    let v = register_group(rg);
-    drop(g);
-    unsafe { put(group, v) };
-    MPI_SUCCESS
-}
-
-pub unsafe fn MPI_Comm_get_info(comm: MPI_Comm, info_used: *mut MPI_Info) -> c_int {
-    let g = gate::enter();
-    let c = conv::comm(comm);
-    let mut ri = MPI_INFO_NULL;
-    let rc = real!(MPI_Comm_get_info(c, &mut ri));
-    drop(g);
-    check_comm!(comm, rc, "MPI_Comm_get_info");
-    unsafe { put(info_used, crate::face::api::info::register_info(ri)) };
     MPI_SUCCESS
 }

@@ -6,8 +6,8 @@ use crate::face::api::request::register_request;
 use crate::face::api::{begin_collective, put};
 use crate::core::kinds::file::FileEntry;
 use crate::core::state::OBJ;
+use crate::face::call::{self, On, ToReal};
 use crate::face::{conv, errors};
-use crate::core::gate;
 use mpicr_virtid::RequestRecipe;
 use std::os::raw::{c_char, c_int, c_void};
 
@@ -15,81 +15,57 @@ pub use crate::face::api::errhandler::file_null_errhandler;
 
 pub unsafe fn MPI_File_open(comm: MPI_Comm, filename: *const c_char, amode: c_int, info: MPI_Info, fh: *mut MPI_File) -> c_int {
     let (g, _) = begin_collective(comm);
-    let mut r: MPI_File = std::ptr::null_mut();
-    let rc = real!(MPI_File_open(conv::comm(comm), filename, amode, conv::info(info), &mut r));
-    if rc != MPI_SUCCESS {
-        drop(g);
-        return errors::raise_file(std::ptr::null_mut(), rc, "MPI_File_open");
-    }
-    if let Some(f) = crate::lower::fns().MPI_File_set_errhandler {
-        // SAFETY: a live real file and a predefined error handler.
-        unsafe { f(r, MPI_ERRORS_RETURN) };
-    }
-    let v = match OBJ.files.insert(crate::lower::handles::RealFile(r), FileEntry { errhandler: file_null_errhandler() }) {
-        Ok(i) => conv::file_handle(i),
-        Err(_) => errors::fatal("too many open files"),
-    };
-    drop(g);
-    unsafe { put(fh, v) };
-    MPI_SUCCESS
+    // Failures go to the handler of MPI_FILE_NULL.
+    call::run_in(g, "MPI_File_open", On::File(std::ptr::null_mut()), || {
+        let (c, i) = (call::Comm(comm).to_real()?, call::Info(info).to_real()?);
+        let mut r: MPI_File = std::ptr::null_mut();
+        call::ok(real!(MPI_File_open(c, filename, amode, i, &mut r)))?;
+        if let Some(f) = crate::lower::fns().MPI_File_set_errhandler {
+            // SAFETY: a live real file and a predefined error handler.
+            unsafe { f(r, MPI_ERRORS_RETURN) };
+        }
+        let v = match OBJ.files.insert(crate::lower::handles::RealFile(r), FileEntry { errhandler: file_null_errhandler() }) {
+            Ok(i) => conv::file_handle(i),
+            Err(_) => errors::fatal("too many open files"),
+        };
+        // SAFETY: `fh` is the caller's out-pointer, null or valid for a write as MPI requires
+        // (this function's safety contract).
+        unsafe { put(fh, v) };
+        Ok(())
+    })
 }
 
 pub unsafe fn MPI_File_close(fh: *mut MPI_File) -> c_int {
     if fh.is_null() {
         return errors::raise_file(std::ptr::null_mut(), MPI_ERR_FILE, "MPI_File_close");
     }
+    // SAFETY: `fh` points to the caller's handle, readable and writable (MPI's contract of this
+    // call).
     let v = unsafe { *fh };
-    let g = gate::enter();
-    let mut r = conv::file(v);
-    let rc = real!(MPI_File_close(&mut r));
-    drop(g);
-    if rc != MPI_SUCCESS {
-        return errors::raise_file(v, rc, "MPI_File_close");
-    }
-    if let Some(i) = conv::file_index(v) {
-        OBJ.files.remove(i);
-    }
-    unsafe { *fh = std::ptr::null_mut() };
-    MPI_SUCCESS
-}
-
-pub unsafe fn MPI_File_get_group(fh: MPI_File, group: *mut MPI_Group) -> c_int {
-    let g = gate::enter();
-    let mut r = MPI_GROUP_NULL;
-    let rc = real!(MPI_File_get_group(conv::file(fh), &mut r));
-    if rc != MPI_SUCCESS {
-        drop(g);
-        return errors::raise_file(fh, rc, "MPI_File_get_group");
-    }
-    unsafe { put(group, crate::face::api::group::register_group(r)) };
-    MPI_SUCCESS
-}
-
-pub unsafe fn MPI_File_get_info(fh: MPI_File, info: *mut MPI_Info) -> c_int {
-    let g = gate::enter();
-    let mut r = MPI_INFO_NULL;
-    let rc = real!(MPI_File_get_info(conv::file(fh), &mut r));
-    drop(g);
-    if rc != MPI_SUCCESS {
-        return errors::raise_file(fh, rc, "MPI_File_get_info");
-    }
-    unsafe { put(info, crate::face::api::info::register_info(r)) };
-    MPI_SUCCESS
+    call::run("MPI_File_close", On::File(v), || {
+        let mut r = call::File(v).to_real()?;
+        call::ok(real!(MPI_File_close(&mut r)))?;
+        if let Some(i) = conv::file_index(v) {
+            OBJ.files.remove(i);
+        }
+        // SAFETY: as above.
+        unsafe { *fh = std::ptr::null_mut() };
+        Ok(())
+    })
 }
 
 pub unsafe fn MPI_File_get_view(fh: MPI_File, disp: *mut MPI_Offset, etype: *mut MPI_Datatype, filetype: *mut MPI_Datatype, datarep: *mut c_char) -> c_int {
-    let g = gate::enter();
-    let (mut e, mut f) = (MPI_DATATYPE_NULL, MPI_DATATYPE_NULL);
-    let rc = real!(MPI_File_get_view(conv::file(fh), disp, &mut e, &mut f, datarep));
-    drop(g);
-    if rc != MPI_SUCCESS {
-        return errors::raise_file(fh, rc, "MPI_File_get_view");
-    }
-    unsafe {
-        put(etype, crate::core::kinds::datatype::virtual_of_real(e));
-        put(filetype, crate::core::kinds::datatype::virtual_of_real(f));
-    }
-    MPI_SUCCESS
+    call::run("MPI_File_get_view", On::File(fh), || {
+        let (mut e, mut f) = (MPI_DATATYPE_NULL, MPI_DATATYPE_NULL);
+        call::ok(real!(MPI_File_get_view(call::File(fh).to_real()?, disp, &mut e, &mut f, datarep)))?;
+        // SAFETY: `etype` and `filetype` are the caller's out-pointers, null or valid for a write
+        // as MPI requires (this function's safety contract).
+        unsafe {
+            put(etype, crate::core::kinds::datatype::virtual_of_real(e));
+            put(filetype, crate::core::kinds::datatype::virtual_of_real(f));
+        }
+        Ok(())
+    })
 }
 
 pub unsafe fn MPI_File_c2f(file: MPI_File) -> MPI_Fint {
@@ -109,18 +85,16 @@ pub unsafe fn MPI_File_f2c(file: MPI_Fint) -> MPI_File {
 macro_rules! file_io {
     ($name:ident, $count:ty, $bt:ty $(, $off:ident)?) => {
         pub unsafe fn $name(fh: MPI_File, $($off: MPI_Offset,)? buf: $bt, count: $count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-            let g = gate::enter();
-            let mut r = MPI_REQUEST_NULL;
-            let rc = real!($name(conv::file(fh), $($off,)? buf, count, conv::datatype(datatype), &mut r));
-            if rc == MPI_SUCCESS {
+            call::run(stringify!($name), On::File(fh), || {
+                let (f, t) = (call::File(fh).to_real()?, call::Datatype(datatype).to_real()?);
+                let mut r = MPI_REQUEST_NULL;
+                call::ok(real!($name(f, $($off,)? buf, count, t, &mut r)))?;
                 let v = register_request(r, RequestRecipe::Other { function: stringify!($name).into() }, MPI_COMM_NULL, false);
+                // SAFETY: `request` is the caller's out-pointer, null or valid for a write as MPI
+                // requires (this function's safety contract).
                 unsafe { put(request, v) };
-            }
-            drop(g);
-            if rc != MPI_SUCCESS {
-                return errors::raise_file(fh, rc, stringify!($name));
-            }
-            MPI_SUCCESS
+                Ok(())
+            })
         }
     };
 }

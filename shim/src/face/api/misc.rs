@@ -1,6 +1,7 @@
 //! Memory, buffers, user error classes, data representations and the ABI's data symbols.
 
 use crate::face::abi::*;
+use crate::face::call::{self, On};
 use crate::face::api::put;
 use crate::face::{conv, errors};
 use crate::core::gate;
@@ -30,11 +31,10 @@ pub unsafe fn MPI_Free_mem(base: *mut c_void) -> c_int {
 }
 
 /// Attaches or detaches the buffered-send buffer and records it for replay after renewals.
-fn buffer_call(name: &str, attached: Option<(usize, i64)>, call: impl FnOnce() -> c_int) -> c_int {
-    let g = gate::enter();
-    let rc = call();
-    drop(g);
-    check_default!(rc, name);
+fn buffer_call(name: &str, attached: Option<(usize, i64)>, real_call: impl FnOnce() -> c_int) -> c_int {
+    if let Err(rc) = call::try_run(name, On::Default, || call::ok(real_call())) {
+        return rc;
+    }
     set_attached_buffer(attached);
     MPI_SUCCESS
 }
@@ -56,28 +56,25 @@ pub unsafe fn MPI_Buffer_detach_c(buffer_addr: *mut c_void, size: *mut MPI_Count
 }
 
 pub unsafe fn MPI_Add_error_class(errorclass: *mut c_int) -> c_int {
-    let g = gate::enter();
-    let rc = real!(MPI_Add_error_class(errorclass));
-    drop(g);
-    check_default!(rc, "MPI_Add_error_class");
+    if let Err(rc) = call::try_run("MPI_Add_error_class", On::Default, || call::ok(real!(MPI_Add_error_class(errorclass)))) {
+        return rc;
+    }
     add_user_error(UserError::Class);
     MPI_SUCCESS
 }
 
 pub unsafe fn MPI_Add_error_code(errorclass: c_int, errorcode: *mut c_int) -> c_int {
-    let g = gate::enter();
-    let rc = real!(MPI_Add_error_code(errorclass, errorcode));
-    drop(g);
-    check_default!(rc, "MPI_Add_error_code");
+    if let Err(rc) = call::try_run("MPI_Add_error_code", On::Default, || call::ok(real!(MPI_Add_error_code(errorclass, errorcode)))) {
+        return rc;
+    }
     add_user_error(UserError::Code { class: errorclass });
     MPI_SUCCESS
 }
 
 pub unsafe fn MPI_Add_error_string(errorcode: c_int, string: *const c_char) -> c_int {
-    let g = gate::enter();
-    let rc = real!(MPI_Add_error_string(errorcode, string));
-    drop(g);
-    check_default!(rc, "MPI_Add_error_string");
+    if let Err(rc) = call::try_run("MPI_Add_error_string", On::Default, || call::ok(real!(MPI_Add_error_string(errorcode, string)))) {
+        return rc;
+    }
     add_user_error(UserError::String { code: errorcode, text: unsafe { crate::face::api::cstr(string) } });
     MPI_SUCCESS
 }
@@ -85,18 +82,16 @@ pub unsafe fn MPI_Add_error_string(errorcode: c_int, string: *const c_char) -> c
 /// Data representations: the conversion callbacks go to the library as they are (they see only
 /// buffers, counts and datatypes of the file view).
 pub unsafe fn MPI_Register_datarep(datarep: *const c_char, r: *mut c_void, w: *mut c_void, e: *mut c_void, extra: *mut c_void) -> c_int {
-    let g = gate::enter();
-    let rc = real!(MPI_Register_datarep(datarep, r, w, e, extra));
-    drop(g);
-    check_default!(rc, "MPI_Register_datarep");
+    if let Err(rc) = call::try_run("MPI_Register_datarep", On::Default, || call::ok(real!(MPI_Register_datarep(datarep, r, w, e, extra)))) {
+        return rc;
+    }
     MPI_SUCCESS
 }
 
 pub unsafe fn MPI_Register_datarep_c(datarep: *const c_char, r: *mut c_void, w: *mut c_void, e: *mut c_void, extra: *mut c_void) -> c_int {
-    let g = gate::enter();
-    let rc = real!(MPI_Register_datarep_c(datarep, r, w, e, extra));
-    drop(g);
-    check_default!(rc, "MPI_Register_datarep_c");
+    if let Err(rc) = call::try_run("MPI_Register_datarep_c", On::Default, || call::ok(real!(MPI_Register_datarep_c(datarep, r, w, e, extra)))) {
+        return rc;
+    }
     MPI_SUCCESS
 }
 
@@ -145,19 +140,16 @@ pub fn unweighted_out() -> *mut c_int {
 }
 
 /// Wraps the request of a buffer flush (not restorable while pending).
-unsafe fn flush_request(name: &str, comm: MPI_Comm, request: *mut MPI_Request, call: impl FnOnce(&mut c_int) -> c_int) -> c_int {
-    let g = gate::enter();
-    let mut r = MPI_REQUEST_NULL;
-    let rc = call(&mut r);
-    if rc == MPI_SUCCESS {
+unsafe fn flush_request(name: &str, comm: MPI_Comm, request: *mut MPI_Request, real_call: impl FnOnce(&mut c_int) -> c_int) -> c_int {
+    call::run(name, On::Comm(comm), || {
+        let mut r = MPI_REQUEST_NULL;
+        call::ok(real_call(&mut r))?;
         let v = crate::face::api::request::register_request(r, mpicr_virtid::RequestRecipe::Other { function: name.into() }, comm, false);
+        // SAFETY: `request` is the caller's out-pointer, null or valid for a write (this
+        // function's contract: MPI's of the flush calls).
         unsafe { put(request, v) };
-    }
-    drop(g);
-    if rc != MPI_SUCCESS {
-        return errors::raise_comm(comm, rc, name);
-    }
-    MPI_SUCCESS
+        Ok(())
+    })
 }
 
 pub unsafe fn MPI_Buffer_iflush(request: *mut MPI_Request) -> c_int {
@@ -176,10 +168,9 @@ pub unsafe fn MPI_Session_iflush_buffer(session: MPI_Session, request: *mut MPI_
 
 /// Returns a predefined pair type (MPI 4.1): passes through untranslated.
 pub unsafe fn MPI_Type_get_value_index(value_type: MPI_Datatype, index_type: MPI_Datatype, pair_type: *mut MPI_Datatype) -> c_int {
-    let g = gate::enter();
-    let rc = real!(MPI_Type_get_value_index(conv::datatype(value_type), conv::datatype(index_type), pair_type));
-    drop(g);
-    check_default!(rc, "MPI_Type_get_value_index");
+    if let Err(rc) = call::try_run("MPI_Type_get_value_index", On::Default, || call::ok(real!(MPI_Type_get_value_index(conv::datatype(value_type), conv::datatype(index_type), pair_type)))) {
+        return rc;
+    }
     MPI_SUCCESS
 }
 

@@ -1,7 +1,8 @@
-//! Hand-written MPI functions (policy buckets `hand` and `create`), one module per area.
-//! Conventions: enter the gate for as long as real handles are in use and never across a
-//! wait; translate with `conv`; report failures through `errors::raise_*` after leaving the
-//! gate, so user error handlers may call MPI.
+//! Hand-written MPI functions (policy bucket `hand`), one module per area, and the helpers the
+//! generated wrappers call (`register_*`, recipes). Conventions: enter the gate for as long as
+//! real handles are in use and never across a wait; translate with `conv`; report failures
+//! through `errors::raise_*` after leaving the gate, so user error handlers may call MPI
+//! (`face::call::run` does all of this for a wrapper body).
 #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 
 #[macro_use]

@@ -6,6 +6,7 @@ use crate::face::abi::*;
 use crate::face::api::put;
 use crate::core::kinds::op::{claim_slot, create_real, release_slot, OpEntry, SLOTS};
 use crate::core::state::OBJ;
+use crate::face::call::{self, On, ToReal};
 use crate::face::{conv, errors};
 use crate::core::gate;
 use mpicr_virtid::{Kind, OpRecipe};
@@ -46,20 +47,20 @@ pub unsafe fn MPI_Op_create_c(user_fn: *mut c_void, commute: c_int, op: *mut MPI
 }
 
 pub unsafe fn MPI_Op_free(op: *mut MPI_Op) -> c_int {
-    let g = gate::enter();
-    if op.is_null() {
-        return errors::raise_default(real!(MPI_Op_free(op)), "MPI_Op_free");
-    }
-    let v = unsafe { *op };
-    let mut r = conv::op(v);
-    let rc = real!(MPI_Op_free(&mut r));
-    drop(g);
-    if rc != MPI_SUCCESS {
-        return errors::raise_default(rc, "MPI_Op_free");
-    }
-    if let Some(e) = conv::index(v, Kind::Op).and_then(|i| OBJ.ops.remove(i)) {
-        release_slot(e.slot);
-    }
-    unsafe { *op = MPI_OP_NULL };
-    MPI_SUCCESS
+    call::run("MPI_Op_free", On::Default, || {
+        if op.is_null() {
+            return call::ok(real!(MPI_Op_free(op)));
+        }
+        // SAFETY: `op` points to the caller's handle, readable and writable (MPI's contract of
+        // this call).
+        let v = unsafe { *op };
+        let mut r = call::Op(v).to_real()?;
+        call::ok(real!(MPI_Op_free(&mut r)))?;
+        if let Some(e) = conv::index(v, Kind::Op).and_then(|i| OBJ.ops.remove(i)) {
+            release_slot(e.slot);
+        }
+        // SAFETY: as above.
+        unsafe { *op = MPI_OP_NULL };
+        Ok(())
+    })
 }

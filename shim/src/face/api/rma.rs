@@ -3,7 +3,8 @@
 
 use crate::lower::handles::RealWin;
 use crate::face::abi::*;
-use crate::face::api::{begin_collective, put};
+use crate::face::api::put;
+use crate::face::call::{self, On};
 use crate::face::api::request::register_request;
 use crate::core::kinds::win::WinEntry;
 use crate::core::state::OBJ;
@@ -12,7 +13,8 @@ use crate::core::gate;
 use mpicr_virtid::{Kind, RequestRecipe};
 use std::os::raw::{c_int, c_void};
 
-fn register_win(real: c_int, made_by: &str) -> MPI_Win {
+/// Registers a new real window (its errors come back to the shim) made by `made_by`.
+pub fn register_win(real: c_int, made_by: &str) -> MPI_Win {
     if let Some(f) = crate::lower::fns().MPI_Win_set_errhandler {
         // SAFETY: a live real window and a predefined error handler.
         unsafe { f(real, MPI_ERRORS_RETURN) };
@@ -22,49 +24,6 @@ fn register_win(real: c_int, made_by: &str) -> MPI_Win {
         Ok(i) => conv::handle(Kind::Win, i),
         Err(_) => errors::fatal("too many live windows"),
     }
-}
-
-unsafe fn make(comm: MPI_Comm, name: &'static str, win: *mut MPI_Win, call: impl FnOnce(c_int, &mut c_int) -> c_int) -> c_int {
-    let (g, _) = begin_collective(comm);
-    let mut r = MPI_WIN_NULL;
-    let rc = call(conv::comm(comm), &mut r);
-    if rc != MPI_SUCCESS {
-        drop(g);
-        return errors::raise_comm(comm, rc, name);
-    }
-    let v = register_win(r, name);
-    drop(g);
-    unsafe { put(win, v) };
-    MPI_SUCCESS
-}
-
-pub unsafe fn MPI_Win_create(base: *mut c_void, size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    let i = conv::info(info);
-    unsafe { make(comm, "MPI_Win_create", win, |c, w| real!(MPI_Win_create(base, size, disp_unit, i, c, w))) }
-}
-pub unsafe fn MPI_Win_create_c(base: *mut c_void, size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    let i = conv::info(info);
-    unsafe { make(comm, "MPI_Win_create_c", win, |c, w| real!(MPI_Win_create_c(base, size, disp_unit, i, c, w))) }
-}
-pub unsafe fn MPI_Win_allocate(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    let i = conv::info(info);
-    unsafe { make(comm, "MPI_Win_allocate", win, |c, w| real!(MPI_Win_allocate(size, disp_unit, i, c, baseptr, w))) }
-}
-pub unsafe fn MPI_Win_allocate_c(size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    let i = conv::info(info);
-    unsafe { make(comm, "MPI_Win_allocate_c", win, |c, w| real!(MPI_Win_allocate_c(size, disp_unit, i, c, baseptr, w))) }
-}
-pub unsafe fn MPI_Win_allocate_shared(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    let i = conv::info(info);
-    unsafe { make(comm, "MPI_Win_allocate_shared", win, |c, w| real!(MPI_Win_allocate_shared(size, disp_unit, i, c, baseptr, w))) }
-}
-pub unsafe fn MPI_Win_allocate_shared_c(size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    let i = conv::info(info);
-    unsafe { make(comm, "MPI_Win_allocate_shared_c", win, |c, w| real!(MPI_Win_allocate_shared_c(size, disp_unit, i, c, baseptr, w))) }
-}
-pub unsafe fn MPI_Win_create_dynamic(info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    let i = conv::info(info);
-    unsafe { make(comm, "MPI_Win_create_dynamic", win, |c, w| real!(MPI_Win_create_dynamic(i, c, w))) }
 }
 
 pub unsafe fn MPI_Win_free(win: *mut MPI_Win) -> c_int {
@@ -91,45 +50,18 @@ pub unsafe fn MPI_Win_free(win: *mut MPI_Win) -> c_int {
     MPI_SUCCESS
 }
 
-pub unsafe fn MPI_Win_get_group(win: MPI_Win, group: *mut MPI_Group) -> c_int {
-    let g = gate::enter();
-    let mut r = MPI_GROUP_NULL;
-    let rc = real!(MPI_Win_get_group(conv::win(win), &mut r));
-    if rc != MPI_SUCCESS {
-        drop(g);
-        return errors::raise_win(win, rc, "MPI_Win_get_group");
-    }
-    unsafe { put(group, crate::face::api::group::register_group(r)) };
-    MPI_SUCCESS
-}
-
-pub unsafe fn MPI_Win_get_info(win: MPI_Win, info: *mut MPI_Info) -> c_int {
-    let g = gate::enter();
-    let mut r = MPI_INFO_NULL;
-    let rc = real!(MPI_Win_get_info(conv::win(win), &mut r));
-    drop(g);
-    if rc != MPI_SUCCESS {
-        return errors::raise_win(win, rc, "MPI_Win_get_info");
-    }
-    unsafe { put(info, crate::face::api::info::register_info(r)) };
-    MPI_SUCCESS
-}
-
 /// A request-based RMA call: runs `call` (handles are translated inside, under the gate) and
 /// wraps the request it returns (not restorable while pending).
-unsafe fn rma_request(name: &str, win: MPI_Win, request: *mut MPI_Request, call: impl FnOnce(&mut c_int) -> c_int) -> c_int {
-    let g = gate::enter();
-    let mut r = MPI_REQUEST_NULL;
-    let rc = call(&mut r);
-    if rc == MPI_SUCCESS {
+unsafe fn rma_request(name: &str, win: MPI_Win, request: *mut MPI_Request, real_call: impl FnOnce(&mut c_int) -> c_int) -> c_int {
+    call::run(name, On::Win(win), || {
+        let mut r = MPI_REQUEST_NULL;
+        call::ok(real_call(&mut r))?;
         let v = register_request(r, RequestRecipe::Other { function: name.into() }, MPI_COMM_NULL, false);
+        // SAFETY: `request` is the caller's out-pointer, null or valid for a write (this
+        // function's contract: MPI's of the request-based RMA calls).
         unsafe { put(request, v) };
-    }
-    drop(g);
-    if rc != MPI_SUCCESS {
-        return errors::raise_win(win, rc, name);
-    }
-    MPI_SUCCESS
+        Ok(())
+    })
 }
 
 macro_rules! rput_like {

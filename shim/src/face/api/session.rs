@@ -8,7 +8,7 @@ use crate::core::state::OBJ;
 use crate::face::{conv, errors};
 use crate::core::gate;
 use mpicr_virtid::Kind;
-use std::os::raw::{c_char, c_int};
+use std::os::raw::c_int;
 
 pub unsafe fn MPI_Session_init(info: MPI_Info, errhandler: MPI_Errhandler, session: *mut MPI_Session) -> c_int {
     let g = gate::enter();
@@ -43,29 +43,5 @@ pub unsafe fn MPI_Session_finalize(session: *mut MPI_Session) -> c_int {
         OBJ.sessions.remove(i);
     }
     unsafe { *session = MPI_SESSION_NULL };
-    MPI_SUCCESS
-}
-
-pub unsafe fn MPI_Session_get_info(session: MPI_Session, info: *mut MPI_Info) -> c_int {
-    let g = gate::enter();
-    let mut r = MPI_INFO_NULL;
-    let rc = real!(MPI_Session_get_info(conv::session(session), &mut r));
-    drop(g);
-    if rc != MPI_SUCCESS {
-        return errors::raise_session(session, rc, "MPI_Session_get_info");
-    }
-    unsafe { put(info, crate::face::api::info::register_info(r)) };
-    MPI_SUCCESS
-}
-
-pub unsafe fn MPI_Session_get_pset_info(session: MPI_Session, pset_name: *const c_char, info: *mut MPI_Info) -> c_int {
-    let g = gate::enter();
-    let mut r = MPI_INFO_NULL;
-    let rc = real!(MPI_Session_get_pset_info(conv::session(session), pset_name, &mut r));
-    drop(g);
-    if rc != MPI_SUCCESS {
-        return errors::raise_session(session, rc, "MPI_Session_get_pset_info");
-    }
-    unsafe { put(info, crate::face::api::info::register_info(r)) };
     MPI_SUCCESS
 }

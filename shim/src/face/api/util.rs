@@ -4,8 +4,10 @@ use crate::face::abi::*;
 use crate::lower;
 use std::os::raw::c_int;
 
-/// Calls a real MPI function by name, returning the "missing function" error from the
-/// enclosing wrapper if the library lacks it.
+/// Calls a real MPI function by name. If the library lacks it, returns from the enclosing
+/// function (a wrapper returning `c_int`, or a skeleton body returning `Result<_, c_int>`) with
+/// MPI_ERR_UNSUPPORTED_OPERATION, the function noted so that it is raised as "not provided"
+/// once the gate is left (`face::call::FromMissing`): nothing is raised while the gate is held.
 ///
 /// The call is unsafe and the macro holds the `unsafe` block: use it only where the arguments
 /// are valid for that MPI function, i.e. in the wrappers (`unsafe fn`s whose callers owe MPI's
@@ -21,7 +23,7 @@ macro_rules! real {
                 let rc = unsafe { f($($arg),*) };
                 rc
             }
-            None => return $crate::face::errors::missing(stringify!($name)),
+            None => return $crate::face::call::missing(stringify!($name)),
         }
     };
 }
