@@ -3,7 +3,8 @@
 //! `ckpt.rs`) and compares every rank's output with the native run's, byte for byte. The
 //! matrix itself is in `tests/ctests.rs`; this library holds what it is made of.
 //!
-//! Knobs (environment): `MPICR_TEST_FLAVORS` (e.g. `mpich4`), `MPICR_TEST_MODES` (e.g.
+//! Knobs (environment): `MPICR_TEST_FLAVORS` (e.g. `mpich4`, `mpich5,impi`, `all`; unset:
+//! `Flavor::DEFAULT`, every flavor that is installed), `MPICR_TEST_MODES` (e.g.
 //! `native`; `checkpoint` for every checkpoint mode; default `native,shim`), `MPICR_TEST_TIMEOUT` (seconds per job, default 60), `MPICR_TEST_JOBS` (jobs at
 //! once, default 1), `MPICR_TEST_KEEP=1` (keep scratch directories), `MPICR_TEST_NATIVE_TWICE=1`
 //! (run native cases twice and require identical output: checks the tests' determinism),
