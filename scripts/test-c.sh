@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the C test matrix: every program in c-tests/ x {mpich4, mpich5} x its rank counts x
+# Runs the C test matrix: every program in c-tests/ x {mpich4, mpich5, impi} x its rank counts x
 # {native, shim}, comparing each shim run's per-rank output with the native run's byte for byte
 # (harness: tests/, crate mpicr-tests). The shim cases need target/release/libmpicr.so and fail
 # if it is missing: build it first (`make build`, or cargo build --release -p mpicr-shim).

@@ -723,6 +723,9 @@ impl Keeper {
             // Also after the agent failed: it may be waiting for the verdict (see `agent_failed`).
             FromCoord::Release { epoch } => {
                 if self.state.ckpt().is_some_and(|c| c.epoch == epoch) && self.mode != Mode::NoMpi {
+                    if let Some(r) = &self.relay {
+                        r.expect_release();
+                    }
                     if let Err(e) = self.tell_agent(ToAgent::Release) {
                         self.fail_ckpt(epoch, format!("{e:#}"));
                     }

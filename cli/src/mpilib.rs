@@ -38,6 +38,27 @@ impl Face {
     }
 }
 
+/// Whether the library at `path` is Intel MPI (it defines Intel's own `I_MPI_Check_image_status`).
+pub fn is_intel_mpi(path: &Path) -> bool {
+    mpicr_elf::read_file(path).is_ok_and(|d| d.defined.contains("I_MPI_Check_image_status"))
+}
+
+/// Refuses, in one line, to restore an image whose process had already renewed its library once
+/// when the restored process would renew into Intel MPI: measured with Intel MPI 2021.18 (2
+/// ranks, namespace renewal), such a process dies of SIGSEGV in the renewed MPI_Init right after
+/// its PMI barrier, every time; images of the first checkpoint of a run (no renewal before it)
+/// restart, and a running job renews any number of times.
+pub fn check_intel_restore(lib: &Path, epoch: u64, next_generation: u32) -> Result<()> {
+    if next_generation > 1 && is_intel_mpi(lib) {
+        bail!(
+            "epoch {epoch} cannot be restarted on Intel MPI ({}): its processes had renewed the library {} time(s) before it was taken, and Intel MPI crashes when it comes up again in such a restored process (known limit; an epoch taken by the first checkpoint of a run restarts)",
+            lib.display(),
+            next_generation - 1
+        );
+    }
+    Ok(())
+}
+
 /// Which face a library presents, from its soname and the symbols it defines; None: not an MPI
 /// library at all.
 pub fn face_of(d: &mpicr_elf::Dynamic) -> Option<Face> {

@@ -166,6 +166,9 @@ struct GenState {
     next: u32,
     /// Whether the program finalized its latest generation.
     finalized: bool,
+    /// A checkpoint asked the program to release its library: the next `finalize` ends a
+    /// generation, not the program (until the next `init`).
+    releasing: bool,
 }
 
 /// Serves the program's PMI connections.
@@ -180,7 +183,7 @@ impl Relay {
     /// restart); `next_generation`: the generation the next `init` of the program starts.
     pub fn new(launcher: Arc<Launcher>, presented_kvsname: String, next_generation: u32) -> Arc<Relay> {
         let rules = Rules { presented_kvsname, real_kvsname: launcher.kvsname.clone() };
-        Arc::new(Relay { launcher, rules, gens: Mutex::new(GenState { next: next_generation, finalized: false }) })
+        Arc::new(Relay { launcher, rules, gens: Mutex::new(GenState { next: next_generation, finalized: false, releasing: false }) })
     }
 
     /// The generation the next lower half will be (what a restart continues from).
@@ -188,9 +191,19 @@ impl Relay {
         self.gens.lock().next
     }
 
-    /// Whether the program's latest lower half called `PMI_Finalize`.
+    /// Whether the program's latest lower half called `PMI_Finalize` to end the program (not to
+    /// release the library for a checkpoint).
     pub fn program_finalized(&self) -> bool {
         self.gens.lock().finalized
+    }
+
+    /// The program is about to release its library for a checkpoint: its `finalize` until the
+    /// next `init` is not the program's end. A program that dies in between (a failed
+    /// checkpoint, a kill) did not end cleanly, and the launcher must hear so: Intel MPI's
+    /// Hydra, told `finalize`, neither reaps that rank nor ends the job when it dies (measured:
+    /// the job hung until killed), where MPICH's Hydra still tears it down.
+    pub fn expect_release(&self) {
+        self.gens.lock().releasing = true;
     }
 
     /// Serves one program connection on a thread until the program closes it. `announced`: the
@@ -234,12 +247,14 @@ impl Relay {
                 };
                 g.next = g.next.max(generation + 1);
                 g.finalized = false;
+                g.releasing = false;
             }
             let action = self.rules.request(&msg, generation);
             let reply = match action {
                 Action::Reply(r) => {
                     if msg.cmd() == "finalize" {
-                        self.gens.lock().finalized = true;
+                        let mut g = self.gens.lock();
+                        g.finalized = !g.releasing;
                     }
                     Some(r)
                 }
@@ -258,5 +273,58 @@ impl Relay {
                 conn.write_all(&r.encode())?;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::BufRead;
+
+    /// A launcher that answers `init` and `get_my_kvsname`, for as long as the keeper talks.
+    fn fake_launcher() -> Launcher {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        std::thread::spawn(move || {
+            let mut w = theirs.try_clone().unwrap();
+            for line in io::BufReader::new(theirs).lines() {
+                let Ok(line) = line else { break };
+                let reply = if line.contains("cmd=init") {
+                    "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n"
+                } else if line.contains("cmd=get_my_kvsname") {
+                    "cmd=my_kvsname kvsname=kvs_1_0 rc=0\n"
+                } else {
+                    "cmd=finalize_ack rc=0\n"
+                };
+                if w.write_all(reply.as_bytes()).is_err() {
+                    break;
+                }
+            }
+        });
+        let fd = std::os::fd::IntoRawFd::into_raw_fd(ours);
+        Launcher::connect(PmiEnv { fd, rank: 0, size: 1 }).unwrap()
+    }
+
+    /// Sends `line` on the program's connection and waits for the answer.
+    fn ask(conn: &mut UnixStream, line: &str) -> String {
+        conn.write_all(line.as_bytes()).unwrap();
+        let mut buf = [0u8; 512];
+        let n = conn.read(&mut buf).unwrap();
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+
+    #[test]
+    fn a_release_is_not_the_programs_end() {
+        let relay = Relay::new(Arc::new(fake_launcher()), "kvs_1_0".into(), 0);
+        let (mut prog, end) = UnixStream::pair().unwrap();
+        relay.serve(end, None).unwrap();
+        assert!(ask(&mut prog, "cmd=init pmi_version=1 pmi_subversion=1\n").contains("response_to_init"));
+        // A checkpoint releases the library: its finalize does not end the program.
+        relay.expect_release();
+        assert!(ask(&mut prog, "cmd=finalize\n").contains("finalize_ack"));
+        assert!(!relay.program_finalized());
+        // The renewed library's init, then the program's own MPI_Finalize: its end.
+        assert!(ask(&mut prog, "cmd=init pmi_version=1 pmi_subversion=1\n").contains("response_to_init"));
+        assert!(ask(&mut prog, "cmd=finalize\n").contains("finalize_ack"));
+        assert!(relay.program_finalized());
     }
 }

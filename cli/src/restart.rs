@@ -16,6 +16,7 @@ use crate::spawn;
 use crate::sys;
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::os::fd::{AsFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
@@ -89,6 +90,12 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
         Some((_, from)) => bail!("{from}: the job ran in mode {} (no shim), so there is no library to change", job.mode),
         None => None,
     };
+    if mode == Mode::Agent {
+        let renew_into = mpi_lib.clone().map(PathBuf::from).or_else(|| meta.agent_hello.as_ref().map(|h| PathBuf::from(&h.library)));
+        if let Some(lib) = renew_into {
+            crate::mpilib::check_intel_restore(&lib, epoch, meta.next_generation)?;
+        }
+    }
     if rank == 0 {
         check_not_running(&dir)?;
     }

@@ -3,7 +3,8 @@
 //! `ckpt.rs`) and compares every rank's output with the native run's, byte for byte. The
 //! matrix itself is in `tests/ctests.rs`; this library holds what it is made of.
 //!
-//! Knobs (environment): `MPICR_TEST_FLAVORS` (e.g. `mpich4`), `MPICR_TEST_MODES` (e.g.
+//! Knobs (environment): `MPICR_TEST_FLAVORS` (e.g. `mpich4`, `mpich5,impi`, `all`; unset:
+//! `Flavor::DEFAULT`, every flavor that is installed), `MPICR_TEST_MODES` (e.g.
 //! `native`; `checkpoint` for every checkpoint mode; default `native,shim`), `MPICR_TEST_TIMEOUT` (seconds per job, default 60), `MPICR_TEST_JOBS` (jobs at
 //! once, default 1), `MPICR_TEST_KEEP=1` (keep scratch directories), `MPICR_TEST_NATIVE_TWICE=1`
 //! (run native cases twice and require identical output: checks the tests' determinism),
@@ -44,15 +45,21 @@ pub enum Flavor {
     Mpich4,
     /// The PyPI MPICH 5.x wheel in `.deps/mpich5` (installed by `scripts/deps.sh`).
     Mpich5,
+    /// Intel MPI 2021.x, the PyPI `impi-rt`/`impi-devel` wheels in `.deps/impi` (MPICH ABI,
+    /// its own Hydra and libfabric; installed by `scripts/deps.sh`).
+    Impi,
 }
 
 impl Flavor {
-    pub const ALL: [Flavor; 2] = [Flavor::Mpich4, Flavor::Mpich5];
+    pub const ALL: [Flavor; 3] = [Flavor::Mpich4, Flavor::Mpich5, Flavor::Impi];
+    /// What runs when `MPICR_TEST_FLAVORS` is not set (a missing one is skipped, saying so).
+    pub const DEFAULT: [Flavor; 3] = Flavor::ALL;
 
     pub fn name(self) -> &'static str {
         match self {
             Flavor::Mpich4 => "mpich4",
             Flavor::Mpich5 => "mpich5",
+            Flavor::Impi => "impi",
         }
     }
 
@@ -76,17 +83,26 @@ impl Flavor {
                     "mpich4: `{debian}` is not on PATH (Debian package mpich; run scripts/deps.sh)"
                 )
             }),
-            Flavor::Mpich5 => {
-                let p = root.join(".deps/mpich5/bin").join(wheel);
+            Flavor::Mpich5 | Flavor::Impi => {
+                let p = root.join(".deps").join(self.name()).join("bin").join(wheel);
                 if p.is_file() {
                     Ok(p)
                 } else {
                     Err(format!(
-                        "mpich5: {} is missing (run scripts/deps.sh)",
+                        "{self}: {} is missing (run scripts/deps.sh)",
                         p.display()
                     ))
                 }
             }
+        }
+    }
+
+    /// Environment the compiler wrapper needs: Intel's `mpicc` finds its headers and
+    /// libraries through `I_MPI_ROOT` (the wheel leaves its install prefix unsubstituted).
+    pub fn mpicc_env(self, root: &Path) -> Vec<(OsString, OsString)> {
+        match self {
+            Flavor::Impi => vec![("I_MPI_ROOT".into(), root.join(".deps/impi").into_os_string())],
+            _ => Vec::new(),
         }
     }
 }
@@ -523,6 +539,7 @@ impl Harness {
         let tmp = dir.join(format!(".{}.{}.tmp", test.name, std::process::id()));
         let mpicc = flavor.mpicc(&self.root)?;
         let result = Command::new(&mpicc)
+            .envs(flavor.mpicc_env(&self.root))
             .args([
                 "-std=gnu11",
                 "-O2",

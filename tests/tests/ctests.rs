@@ -91,6 +91,27 @@ fn selected<T: Copy>(var: &str, all: &[T], parse: fn(&str) -> Option<T>) -> Resu
         .collect()
 }
 
+/// `MPICR_TEST_FLAVORS`: flavor names, or `all`; unset: `Flavor::DEFAULT`. A default flavor
+/// whose compiler wrapper is missing is skipped with a line saying so; a named one is not
+/// (its cases fail, saying what is missing).
+fn selected_flavors(root: &std::path::Path) -> Result<Vec<Flavor>, String> {
+    let names = env_list("MPICR_TEST_FLAVORS");
+    if names.iter().any(|n| n == "all") {
+        return Ok(Flavor::ALL.to_vec());
+    }
+    if !names.is_empty() {
+        return selected("MPICR_TEST_FLAVORS", &Flavor::ALL, Flavor::parse);
+    }
+    let mut flavors = Vec::new();
+    for f in Flavor::DEFAULT {
+        match f.mpicc(root) {
+            Ok(_) => flavors.push(f),
+            Err(e) => println!("skipping the {f} flavor: {e}"),
+        }
+    }
+    Ok(flavors)
+}
+
 /// `MPICR_TEST_MODES`: mode names, or `checkpoint` for every checkpoint mode, or `all`;
 /// unset: `Mode::DEFAULT` (native and shim). `soak` (not a mode of the matrix) asks for the
 /// soak (`mpicr_tests::ckpt::soak`), run after the modes' cases: the flag that comes back.
@@ -137,7 +158,7 @@ fn run() -> Result<bool, String> {
         return Err(format!("no tests in {}", harness.tests_dir().display()));
     }
     mpicr_tests::validate(&tests)?;
-    let flavors = selected("MPICR_TEST_FLAVORS", &Flavor::ALL, Flavor::parse)?;
+    let flavors = selected_flavors(&Harness::workspace_root())?;
     let (modes, soak) = selected_modes()?;
     let all = matrix(&tests, &flavors, &modes);
     let total = all.len();
