@@ -2,9 +2,12 @@
 //! `DT_SONAME`, its `DT_NEEDED` entries and its dynamic symbol table. Used by `mpicr restart
 //! --mpi-lib` (is the new library of the same face, does it define every MPI function the
 //! program imports?) and by the shim as a backstop when a renewal loads another library.
+//! `nodelete` lifts `DF_1_NODELETE` from a copy of a library (the shim's lower half).
 //! No `unsafe`, no allocation beyond the result; garbage gives an error, never a panic.
 
 use std::collections::BTreeSet;
+
+pub mod nodelete;
 
 const SHT_DYNSYM: u32 = 11;
 const SHT_DYNAMIC: u32 = 6;

@@ -16,7 +16,6 @@
 //! entry points.
 
 pub mod abi;
-mod elf;
 mod error;
 pub use error::LoadError;
 pub mod handles;
@@ -525,12 +524,12 @@ fn nodelete_stand_ins(lib: &Path) -> Vec<(String, Vec<u8>)> {
     let mut stand_ins = Vec::new();
     for (soname, dep) in deps {
         let Ok(image) = std::fs::read(&dep) else { continue };
-        let Some(d) = elf::dynamic(&image) else { continue };
+        let Some(d) = mpicr_elf::nodelete::dynamic(&image) else { continue };
         if !d.nodelete || d.has_search_path {
             // A copy with a search path could resolve its own dependencies differently.
             continue;
         }
-        if let Some(copy) = elf::without_nodelete(&image) {
+        if let Some(copy) = mpicr_elf::nodelete::without_nodelete(&image) {
             stand_ins.push((soname, copy));
         }
     }

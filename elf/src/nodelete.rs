@@ -6,6 +6,8 @@
 //! needs it. A copy with the flag cleared, loaded first into the namespace, satisfies that
 //! dependency by its soname and unloads with everything else.
 
+use crate::{u16_at, u32_at, u64_at};
+
 const PT_DYNAMIC: u32 = 2;
 const DT_NULL: i64 = 0;
 const DT_RPATH: i64 = 15;
@@ -22,16 +24,6 @@ pub struct Dynamic {
     /// The object has DT_RPATH or DT_RUNPATH (a copy loaded from elsewhere could resolve its
     /// own dependencies differently, e.g. through `$ORIGIN`).
     pub has_search_path: bool,
-}
-
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-fn u64_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
 /// Reads the dynamic section of `image` (a whole file). `None` for anything that is not an
