@@ -1655,7 +1655,7 @@ fn criu_logs(ckdir: &Path) -> String {
 
 /// Files that appeared in /dev/shm since `before` and that no process holds: left behind (by
 /// this case's jobs: another job on this machine that is still running holds its files).
-fn shm_orphans(before: &BTreeSet<String>) -> Vec<String> {
+pub fn shm_orphans(before: &BTreeSet<String>) -> Vec<String> {
     let new: Vec<String> = shm_entries().difference(before).cloned().collect();
     if new.is_empty() {
         return new;
@@ -1670,7 +1670,8 @@ fn shm_orphans(before: &BTreeSet<String>) -> Vec<String> {
         .collect()
 }
 
-fn shm_entries() -> BTreeSet<String> {
+/// What /dev/shm holds now.
+pub fn shm_entries() -> BTreeSet<String> {
     fs::read_dir("/dev/shm")
         .map(|d| {
             d.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
