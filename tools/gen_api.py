@@ -339,6 +339,12 @@ def on_clause(fn):
     return "On::%s(%s)" % (ON[kind], obj) if kind else "On::Default"
 
 
+def translate_handle(lines, n, p):
+    """Emits the translation of handle argument `n` inside the gate; returns the real name."""
+    lines.append("    let %s_r = conv::%s(%s);" % (n, HANDLE_KINDS[p["base"]], n))
+    return n + "_r"
+
+
 def gen_passthrough(fn):
     params = rust_params(fn)
     sig = ", ".join("%s: %s" % (n, t) for n, t, _ in params)
@@ -352,8 +358,7 @@ def gen_passthrough(fn):
         args = []
         for n, t, p in params:
             if p["base"] in HANDLE_KINDS and p["ptr"] == 0 and not name.startswith("MPI_T_"):
-                lines.append("    let %s_r = conv::%s(%s);" % (n, HANDLE_KINDS[p["base"]], n))
-                args.append(n + "_r")
+                args.append(translate_handle(lines, n, p))
             else:
                 args.append(n)
         lines.append("    let Some(f) = lower::fns().%s else {" % name)
@@ -643,8 +648,7 @@ def gen_collective(fn, note):
             lines.append("    let mut %s_r: MPI_Request = MPI_REQUEST_NULL;" % n)
             args.append("&mut %s_r" % n)
         elif p["base"] in HANDLE_KINDS and p["ptr"] == 0:
-            lines.append("    let %s_r = conv::%s(%s);" % (n, HANDLE_KINDS[p["base"]], n))
-            args.append(n + "_r")
+            args.append(translate_handle(lines, n, p))
         else:
             args.append(n)
     lines.append("    let Some(f) = lower::fns().%s else {" % name)
