@@ -8,6 +8,9 @@
 #   - a private CRIU 4.1 from Debian 13 (trixie), unpacked under .deps/criu, never installed
 #     system-wide (it needs glibc 2.38; the host keeps its own libc), with the file capabilities
 #     a non-root user's checkpoints need (setcap from libcap2-bin; patchelf makes it exec'able)
+#   - MPICH's own test suite, test/mpi of Debian's `mpich` source package (the version of the
+#     installed mpich), unpacked into .deps/mpich-src (scripts/conformance.sh builds and runs
+#     it); apt gets a deb-src entry for this machine's Debian release for that
 # Usage: scripts/deps.sh            (run from the repository root; `make deps` calls it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,6 +47,43 @@ if [ ! -x "$deps/impi/bin/mpicc" ] || [ ! -e "$deps/impi/lib/libmpi.so.12" ] \
     rm -rf "$deps/impi"
     python3 -m venv "$deps/impi"
     "$deps/impi/bin/python" -m pip install -q "impi-rt==$impi_version" "impi-devel==$impi_version"
+fi
+
+# --- MPICH's test suite: test/mpi of Debian's mpich source package ---------------------------
+# Only test/mpi is kept (Debian's patches do not touch it). The deb-src entry names this
+# machine's own release and the mirror apt already uses, like the trixie entry of
+# install-criu.sh.
+mpich_version=$(dpkg-query -W -f='${source:Version}' mpich)
+upstream=${mpich_version%-*}
+mpich_src=$deps/mpich-src
+if [ "$(cat "$mpich_src/VERSION" 2>/dev/null)" != "$mpich_version" ] \
+    || [ ! -f "$mpich_src/mpich-$upstream/test/mpi/runtests.in" ]; then
+    echo "deps: MPICH's test suite (mpich $mpich_version source package, test/mpi) into .deps/mpich-src"
+    src_list=/etc/apt/sources.list.d/mpicr-src.sources
+    if [ ! -f "$src_list" ]; then
+        mirror=$(awk '/^URIs:/ && $2 !~ /security/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+        [ -n "$mirror" ] || mirror=$(awk '$1=="deb" && $0 !~ /security/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+        [ -n "$mirror" ] || { echo "deps: cannot find the Debian mirror in apt's sources" >&2; exit 1; }
+        release=$(. /etc/os-release && echo "$VERSION_CODENAME")
+        cat > "$src_list" <<SRC
+Types: deb-src
+URIs: $mirror
+Suites: $release
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+        apt-get update -qq
+    fi
+    rm -rf "$mpich_src"
+    mkdir -p "$mpich_src"
+    # (as root, apt warns that the download is not sandboxed: nothing to act on)
+    (cd "$mpich_src" && apt-get source --download-only -qq "mpich=$mpich_version" 2>&1 \
+        | grep -v "Download is performed unsandboxed" >&2 || true)
+    orig=$(ls "$mpich_src"/mpich_"$upstream".orig.tar.* 2>/dev/null | head -n 1)
+    [ -n "$orig" ] || { echo "deps: apt-get source mpich=$mpich_version gave no upstream tarball" >&2; exit 1; }
+    tar -xf "$orig" -C "$mpich_src" "mpich-$upstream/test/mpi"
+    rm -f "$mpich_src"/mpich_*
+    echo "$mpich_version" > "$mpich_src/VERSION"
 fi
 
 # --- private CRIU 4.1 ------------------------------------------------------------------------

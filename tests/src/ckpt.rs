@@ -23,8 +23,10 @@
 //!   keepers' stderr, `mpicr status`, and the tails of CRIU's `dump.log` and `restore.log`.
 
 mod faults;
+mod foreign;
 mod soak;
 
+pub use foreign::{checkpoint_foreign, Foreign, ForeignRun};
 pub use soak::soak;
 
 use crate::{compare, diff, job, Case, Harness, Job, JobOutput, Mode, Scratch};
@@ -230,6 +232,7 @@ pub(crate) fn run_case_seeded(
         checkpoints: 0,
         restarts: 0,
         fill_dir: None,
+        extra_env: Vec::new(),
     };
     let shm_before = shm_entries();
     let verdict = match case.mode {
@@ -288,6 +291,9 @@ pub(crate) fn run_case_seeded(
 enum Trigger {
     /// this long after every rank printed its first line (`t_init`, after MPI_Init)
     After(Duration),
+    /// this long after the launch started: for programs that print nothing before their end
+    /// (MPICH's test suite, `foreign`); a checkpoint asked for before MPI_Init is asked again
+    Since(Duration),
     /// at the next pause point
     Pause,
     /// at the pause the job is in, which it stays in afterwards (many checkpoints of one pause)
@@ -535,6 +541,9 @@ impl<'a> Driver<'a> {
                 }
                 Some(Trigger::Held) if paused => self.ask(1)?,
                 Some(Trigger::After(d)) if self.ready.is_some_and(|r| now - r >= d) => {
+                    self.ask(1)?
+                }
+                Some(Trigger::Since(d)) if self.started.is_some_and(|s| now - s >= d) => {
                     self.ask(1)?
                 }
                 _ => {
@@ -850,6 +859,7 @@ impl<'a> Driver<'a> {
         if let Some(p) = self.plan.front() {
             let when = match p.trigger {
                 Trigger::After(d) => format!("{:.2} s after every rank printed", d.as_secs_f64()),
+                Trigger::Since(d) => format!("{:.2} s after the launch", d.as_secs_f64()),
                 Trigger::Pause | Trigger::Held => "at a pause point".to_string(),
             };
             let msg = format!(
@@ -949,6 +959,8 @@ struct Ctx<'a> {
     restarts: u64,
     /// what `Fault::Fill` fills (the faults mode's tmpfs)
     fill_dir: Option<PathBuf>,
+    /// more environment for every rank of every launch (a foreign program's own, `foreign`)
+    extra_env: Vec<(String, OsString)>,
 }
 
 /// How a launch treats pauses.
@@ -976,13 +988,15 @@ impl<'a> Ctx<'a> {
     }
 
     fn rank_env(&self) -> Vec<(String, OsString)> {
-        vec![
+        let mut env = vec![
             (
                 "MPICR_TEST_PACE_US".into(),
                 self.case.test.ckpt_pace(self.case.ranks).to_string().into(),
             ),
             ("MPICR_SHIM".into(), self.shim.clone().into_os_string()),
-        ]
+        ];
+        env.extend(self.extra_env.iter().cloned());
+        env
     }
 
     /// A random instant inside the run: 0-60 % of its shortest possible duration after MPI_Init.

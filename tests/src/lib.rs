@@ -21,6 +21,7 @@
 
 pub mod ckpt;
 pub mod cli;
+pub mod conformance;
 pub mod diff;
 pub mod job;
 pub mod spec;

@@ -1,0 +1,647 @@
+//! MPICH's own test suite (`test/mpi` of Debian's `mpich` 4.0.2 source package) natively,
+//! under the shim and through one checkpoint, with per-test results compared.
+//!
+//! `scripts/conformance.sh` fetches nothing (`scripts/deps.sh` unpacks the source into
+//! `.deps/mpich-src/`), configures the suite once per MPICH build into
+//! `.deps/mpich-tests/<flavor>/` and runs `tests/conformance.rs`, which drives this module:
+//!
+//! 1. The entries of each directory's `testlist` (see `testlist.rs`), less MPICH's own
+//!    expected failures (`xfail=`) and those over `max_ranks` ranks, less `exclude.txt`
+//!    (tests that fail natively, each with its reason: `lists.rs`), or only those that the CI
+//!    selection `ci.txt` names.
+//! 2. Each is built when missing (`make PROGRAM` in its directory of the build tree, as
+//!    MPICH's `runtests` does) and run natively; its verdict follows the suite's rules
+//!    (`verdict.rs`: one " No Errors" line and exit status 0, unless the list asks for a
+//!    non-zero status).
+//! 3. The same binary runs under the shim (`LD_PRELOAD`), and (for programs that run long
+//!    enough natively to be caught mid-way, or that `ci.txt` marks) under `mpicr run` with one
+//!    checkpoint at a random instant, once going on and once stopped and restarted
+//!    (`ckpt::checkpoint_foreign`); the output over every launch is judged by the same rules.
+//! 4. A test that passes natively and fails in another mode is a difference; one listed in
+//!    `known-issue14.txt` is reported as known, any other fails the run.
+//!
+//! Every run is bounded (the entry's `timeLimit`, at most `timeout_cap`), its processes are
+//! ended, and files it leaves in /dev/shm are removed.
+
+pub mod lists;
+pub mod testlist;
+pub mod verdict;
+
+use crate::ckpt::{self, Foreign, ForeignRun};
+use crate::{job, Flavor, Harness, Job, JobOutput, Scratch};
+use lists::{Listed, Selected};
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use testlist::{Entry, Judge};
+
+/// The directories of `test/mpi` that are run by default (those issue 14 names).
+pub const DIRS: [&str; 13] = [
+    "attr", "coll", "comm", "datatype", "errhan", "group", "info", "init", "io", "pt2pt", "rma",
+    "threads", "topo",
+];
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub flavors: Vec<Flavor>,
+    pub dirs: Vec<String>,
+    pub shim: bool,
+    pub checkpoint: bool,
+    /// `ci.txt`'s selection instead of every entry.
+    pub selection: Option<Vec<Selected>>,
+    /// Substrings of test ids; empty: every test.
+    pub filters: Vec<String>,
+    pub max_ranks: u32,
+    /// No run lasts longer than this, whatever the entry's `timeLimit`.
+    pub timeout_cap: Duration,
+    /// Without a selection, programs whose native run lasted at least this long also run
+    /// through checkpoints.
+    pub ckpt_min: Duration,
+    pub exclude: Vec<Listed>,
+    pub known: Vec<Listed>,
+    /// Where each flavor's configured build tree is: `<builds>/<flavor>`.
+    pub builds: PathBuf,
+    /// MPICH's `test/mpi` sources.
+    pub source: PathBuf,
+    /// Where the per-run results (TSV) and the failures' full reports are written.
+    pub out_dir: PathBuf,
+}
+
+/// The outcome of one run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Pass,
+    /// The first line that says why.
+    Fail(String),
+    /// A checkpoint mode whose program ended before the checkpoint was committed.
+    Missed,
+}
+
+impl Verdict {
+    fn word(&self) -> &str {
+        match self {
+            Verdict::Pass => "ok",
+            Verdict::Fail(_) => "FAIL",
+            Verdict::Missed => "missed",
+        }
+    }
+}
+
+/// The modes of one test, in order.
+#[derive(Debug, Clone, Default)]
+pub struct Results {
+    pub native: Option<(Verdict, Duration)>,
+    pub shim: Option<(Verdict, Duration)>,
+    pub cont: Option<(Verdict, Duration)>,
+    pub stop: Option<(Verdict, Duration)>,
+}
+
+/// One test of one flavor.
+#[derive(Debug, Clone)]
+pub struct Tested {
+    pub flavor: Flavor,
+    pub entry: Entry,
+    /// Why it was not run (`exclude.txt`), if so.
+    pub excluded: Option<String>,
+    pub results: Results,
+}
+
+/// A mode of a test that passed natively and failed in that mode.
+#[derive(Debug, Clone)]
+pub struct Difference {
+    pub flavor: Flavor,
+    pub id: String,
+    pub mode: &'static str,
+    pub why: String,
+    /// The reason `known-issue14.txt` gives, when listed there.
+    pub known: Option<String>,
+}
+
+/// Runs the suite; true when no new difference was found.
+pub fn run(h: &Harness, o: &Options) -> Result<bool, String> {
+    fs::create_dir_all(&o.out_dir)
+        .map_err(|e| format!("cannot create {}: {e}", o.out_dir.display()))?;
+    let tsv_path = o.out_dir.join("results.tsv");
+    let reports_path = o.out_dir.join("failures.txt");
+    let mut tsv = String::from("flavor\ttest\tmode\tverdict\tseconds\tfirst line\n");
+    let mut reports = String::new();
+    let started = Instant::now();
+    let mut all: Vec<Tested> = Vec::new();
+    let mut skipped_note: Vec<String> = Vec::new();
+    for &flavor in &o.flavors {
+        let build = o.builds.join(flavor.name());
+        if !build.join("config.status").is_file() {
+            return Err(format!(
+                "{} is not a configured build of MPICH's test suite (scripts/conformance.sh configures it)",
+                build.display()
+            ));
+        }
+        let mut entries = Vec::new();
+        for d in &o.dirs {
+            entries.extend(testlist::read_dir(&build, &o.source, d)?);
+        }
+        let xfail = entries.iter().filter(|e| e.xfail.is_some()).count();
+        let over = entries
+            .iter()
+            .filter(|e| e.xfail.is_none() && e.ranks > o.max_ranks)
+            .count();
+        skipped_note.push(format!(
+            "{flavor}: {xfail} entries MPICH marks xfail and {over} entries of more than {} ranks not run",
+            o.max_ranks
+        ));
+        entries.retain(|e| e.xfail.is_none() && e.ranks <= o.max_ranks);
+        let chosen: Vec<(Entry, bool)> = match &o.selection {
+            Some(sel) => lists::apply_selection(&entries, sel)?,
+            None => entries.into_iter().map(|e| (e, false)).collect(),
+        };
+        let chosen: Vec<(Entry, bool)> = chosen
+            .into_iter()
+            .filter(|(e, _)| {
+                let id = e.id();
+                o.filters.is_empty() || o.filters.iter().any(|f| id.contains(f.as_str()))
+            })
+            .collect();
+        println!(
+            "\n{flavor}: {} tests of {} (build tree {})",
+            chosen.len(),
+            o.dirs.join(" "),
+            build.display()
+        );
+        prebuild(&build, chosen.iter().map(|c| &c.0), &o.out_dir.join(format!("make-{flavor}.log")));
+        for (entry, ckpt_selected) in chosen {
+            if job::interrupted() {
+                break;
+            }
+            let t = run_one(h, o, flavor, &build, entry, ckpt_selected, &mut reports);
+            let mut line = format!("{flavor} {}:", t.entry.id());
+            if let Some(why) = &t.excluded {
+                let _ = write!(line, " excluded ({why})");
+            }
+            for (mode, r) in modes_of(&t.results) {
+                let _ = write!(line, " {mode} {} {:.1}s", r.0.word(), r.1.as_secs_f64());
+                let first = match &r.0 {
+                    Verdict::Fail(w) => w.as_str(),
+                    _ => "",
+                };
+                let _ = writeln!(
+                    tsv,
+                    "{flavor}\t{}\t{mode}\t{}\t{:.2}\t{first}",
+                    t.entry.id(),
+                    r.0.word(),
+                    r.1.as_secs_f64()
+                );
+            }
+            println!("{line}");
+            all.push(t);
+            // written as it goes: a long run that is stopped still leaves what it did
+            let _ = fs::write(&tsv_path, &tsv);
+            let _ = fs::write(&reports_path, &reports);
+        }
+    }
+    let diffs = differences(&all, &o.known);
+    print_summary(o, &all, &diffs, &skipped_note);
+    println!(
+        "\nper-run results: {}\nfull reports of failures: {}\ntotal {:.0} s",
+        tsv_path.display(),
+        reports_path.display(),
+        started.elapsed().as_secs_f64()
+    );
+    let new = diffs.iter().filter(|d| d.known.is_none()).count();
+    let known = diffs.len() - new;
+    let compared = all.iter().filter(|t| passed(&t.results.native)).count();
+    println!(
+        "conformance: {} passed, {new} failed, {known} skipped",
+        compared.saturating_sub(new + known)
+    );
+    if job::interrupted() {
+        println!("interrupted: the remaining tests were not run");
+        return Ok(false);
+    }
+    Ok(new == 0)
+}
+
+fn passed(r: &Option<(Verdict, Duration)>) -> bool {
+    matches!(r, Some((Verdict::Pass, _)))
+}
+
+fn modes_of(r: &Results) -> Vec<(&'static str, &(Verdict, Duration))> {
+    [
+        ("native", &r.native),
+        ("shim", &r.shim),
+        ("continue", &r.cont),
+        ("stop-restart", &r.stop),
+    ]
+    .into_iter()
+    .filter_map(|(m, v)| v.as_ref().map(|v| (m, v)))
+    .collect()
+}
+
+/// Builds and runs one entry in every mode it is due for.
+fn run_one(
+    h: &Harness,
+    o: &Options,
+    flavor: Flavor,
+    build: &Path,
+    entry: Entry,
+    ckpt_selected: bool,
+    reports: &mut String,
+) -> Tested {
+    let id = entry.id();
+    let mut t = Tested {
+        flavor,
+        excluded: o
+            .exclude
+            .iter()
+            .find(|l| l.applies(flavor, &id))
+            .map(|l| l.reason.clone()),
+        entry,
+        results: Results::default(),
+    };
+    if t.excluded.is_some() {
+        return t;
+    }
+    let mut note = |mode: &str, report: &str| {
+        let _ = writeln!(reports, "==== {flavor} {mode} {id}\n{}\n", report.trim_end());
+    };
+    let program = match make(build, &t.entry) {
+        Ok(p) => p,
+        Err(e) => {
+            note("build", &e);
+            t.results.native = Some((Verdict::Fail(first_line(&e)), Duration::ZERO));
+            return t;
+        }
+    };
+    let timeout = t.entry.time_limit.min(o.timeout_cap);
+    let env: Vec<(String, OsString)> = t
+        .entry
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), OsString::from(v)))
+        .collect();
+    let job = Job {
+        mpiexec: match flavor.mpiexec(&h.root) {
+            Ok(m) => m,
+            Err(e) => {
+                t.results.native = Some((Verdict::Fail(e), Duration::ZERO));
+                return t;
+            }
+        },
+        ranks: t.entry.ranks,
+        wrapper: Vec::new(),
+        program: program.clone(),
+        args: t.entry.args.clone(),
+        rank_env: env.clone(),
+        timeout,
+    };
+    let native = launch(h, &format!("{flavor}-{id}-native"), &job);
+    let (native_verdict, native_out) = judged(t.entry.judge, &native, &mut |r| note("native", r));
+    t.results.native = Some((native_verdict.clone(), elapsed(&native)));
+    if o.shim {
+        let shim = match h.shim_library() {
+            Ok(s) => s,
+            Err(e) => {
+                t.results.shim = Some((Verdict::Fail(e), Duration::ZERO));
+                return t;
+            }
+        };
+        let mut shim_env = env.clone();
+        shim_env.push(("LD_PRELOAD".into(), shim));
+        let job = Job {
+            rank_env: shim_env,
+            ..job.clone()
+        };
+        let out = launch(h, &format!("{flavor}-{id}-shim"), &job);
+        let (v, _) = judged(t.entry.judge, &out, &mut |r| note("shim", r));
+        t.results.shim = Some((v, elapsed(&out)));
+    }
+    let native_ok = native_verdict == Verdict::Pass;
+    let long_enough = native_out
+        .as_ref()
+        .is_some_and(|n| n.elapsed >= o.ckpt_min);
+    let due = match o.selection {
+        Some(_) => ckpt_selected,
+        None => long_enough,
+    };
+    if o.checkpoint && due && native_ok && t.entry.judge == Judge::NoErrors {
+        let native_out = native_out.expect("a native run that passed has output");
+        for stop in [false, true] {
+            let mode = if stop { "stop-restart" } else { "continue" };
+            let f = Foreign {
+                id: format!("{flavor}/{id}/{mode}"),
+                flavor,
+                ranks: t.entry.ranks,
+                program: program.clone(),
+                args: t.entry.args.clone(),
+                env: env.clone(),
+                timeout,
+                window: native_out.elapsed.mul_f64(0.8),
+                stop,
+            };
+            let began = Instant::now();
+            let v = match ckpt::checkpoint_foreign(h, &f, &native_out) {
+                ForeignRun::Done(out) => match verdict::judge(t.entry.judge, &out) {
+                    Ok(()) => Verdict::Pass,
+                    Err(e) => {
+                        note(mode, &format!("{e}\n{}", job::tails(&out.stdout, &out.stderr, &out.launcher)));
+                        Verdict::Fail(e)
+                    }
+                },
+                ForeignRun::Missed(_) => Verdict::Missed,
+                ForeignRun::Failed(report) => {
+                    note(mode, &report);
+                    Verdict::Fail(first_line(&report))
+                }
+            };
+            let r = Some((v, began.elapsed()));
+            if stop {
+                t.results.stop = r;
+            } else {
+                t.results.cont = r;
+            }
+        }
+    }
+    t
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or("").to_string()
+}
+
+fn elapsed(r: &Result<JobOutput, String>) -> Duration {
+    r.as_ref().map(|o| o.elapsed).unwrap_or_default()
+}
+
+/// Runs `job` in a scratch directory of its own; what it left in /dev/shm is removed.
+fn launch(h: &Harness, label: &str, job: &Job) -> Result<JobOutput, String> {
+    let scratch = Scratch::new(label, h.keep)?;
+    let before = ckpt::shm_entries();
+    let out = job::run(job, &scratch);
+    for o in ckpt::shm_orphans(&before) {
+        let _ = fs::remove_file(Path::new("/dev/shm").join(o));
+    }
+    out
+}
+
+/// The verdict of a launch, and its output when it ended by itself. `report` receives the
+/// whole story of a failure.
+fn judged(
+    how: Judge,
+    r: &Result<JobOutput, String>,
+    report: &mut dyn FnMut(&str),
+) -> (Verdict, Option<JobOutput>) {
+    match r {
+        Err(e) => {
+            report(e);
+            (Verdict::Fail(first_line(e)), None)
+        }
+        Ok(out) => {
+            let v = if !out.stray.is_empty() {
+                Err(format!(
+                    "processes outlived mpiexec (killed): {}",
+                    out.stray.join(", ")
+                ))
+            } else {
+                verdict::judge(how, out)
+            };
+            match v {
+                Ok(()) => (Verdict::Pass, Some(out.clone())),
+                Err(e) => {
+                    report(&format!(
+                        "{e}\n{}",
+                        job::tails(&out.stdout, &out.stderr, &out.launcher)
+                    ));
+                    (Verdict::Fail(e), Some(out.clone()))
+                }
+            }
+        }
+    }
+}
+
+/// Builds the programs of `entries`, two compilers at a time, a directory after another
+/// (what fails to build fails again, with its message, in `make` before its run).
+fn prebuild<'a>(build: &Path, entries: impl Iterator<Item = &'a Entry>, log: &Path) {
+    let mut by_dir: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for e in entries {
+        let programs = by_dir.entry(e.dir.as_str()).or_default();
+        if !programs.contains(&e.program.as_str()) {
+            programs.push(&e.program);
+        }
+    }
+    let t = Instant::now();
+    let mut text = String::new();
+    for (dir, programs) in &by_dir {
+        let out = Command::new("make")
+            .args(["-k", "-j2", "-s"])
+            .args(programs)
+            .current_dir(build.join(dir))
+            .output();
+        if let Ok(out) = out {
+            text += &String::from_utf8_lossy(&out.stdout);
+            text += &String::from_utf8_lossy(&out.stderr);
+        }
+    }
+    let _ = fs::write(log, text);
+    println!(
+        "built {} programs in {:.0} s (log: {})",
+        by_dir.values().map(Vec::len).sum::<usize>(),
+        t.elapsed().as_secs_f64(),
+        log.display()
+    );
+}
+
+/// `make PROGRAM` in the entry's directory of the build tree (quick when it is built).
+fn make(build: &Path, e: &Entry) -> Result<PathBuf, String> {
+    let dir = build.join(&e.dir);
+    let program = dir.join(&e.program);
+    let out = Command::new("make")
+        .arg("-s")
+        .arg(&e.program)
+        .current_dir(&dir)
+        .output()
+        .map_err(|err| format!("cannot run make in {}: {err}", dir.display()))?;
+    if !out.status.success() || !program.is_file() {
+        let text = String::from_utf8_lossy(&out.stderr);
+        let first = text
+            .lines()
+            .find(|l| l.contains("error"))
+            .unwrap_or_else(|| text.lines().next().unwrap_or(""));
+        return Err(format!(
+            "does not build: {first}\n{}",
+            text.lines().take(30).collect::<Vec<_>>().join("\n")
+        ));
+    }
+    Ok(program)
+}
+
+/// Every mode where a test that passed natively did not pass; `Missed` is no difference.
+pub fn differences(all: &[Tested], known: &[Listed]) -> Vec<Difference> {
+    let mut out = Vec::new();
+    for t in all {
+        if !passed(&t.results.native) {
+            continue;
+        }
+        let id = t.entry.id();
+        for (mode, (v, _)) in modes_of(&t.results) {
+            if let Verdict::Fail(why) = v {
+                out.push(Difference {
+                    flavor: t.flavor,
+                    id: id.clone(),
+                    mode,
+                    why: why.clone(),
+                    known: known
+                        .iter()
+                        .find(|l| l.applies_in(t.flavor, mode, &id))
+                        .map(|l| l.reason.clone()),
+                });
+            }
+        }
+    }
+    out
+}
+
+#[derive(Default)]
+struct Row {
+    tests: usize,
+    excluded: usize,
+    native: usize,
+    shim_run: usize,
+    shim: usize,
+    ckpt_run: usize,
+    cont: usize,
+    stop: usize,
+    missed: usize,
+}
+
+fn print_summary(o: &Options, all: &[Tested], diffs: &[Difference], notes: &[String]) {
+    println!("\n=== MPICH test suite (test/mpi of Debian's mpich 4.0.2 source), per directory");
+    println!("    tests: entries run; native: passed natively; shim: passed under the shim, of those");
+    println!("    that passed natively; checkpoint: of those that passed natively and ran long enough");
+    println!("    (or ci.txt marks), passed through a checkpoint that goes on / stop + restart;");
+    println!("    missed: the program ended before the checkpoint was committed");
+    for note in notes {
+        println!("    {note}");
+    }
+    for &flavor in &o.flavors {
+        let mut rows: BTreeMap<String, Row> = BTreeMap::new();
+        for t in all.iter().filter(|t| t.flavor == flavor) {
+            let r = rows.entry(t.entry.top_dir().to_string()).or_default();
+            if t.excluded.is_some() {
+                r.excluded += 1;
+                continue;
+            }
+            r.tests += 1;
+            if !passed(&t.results.native) {
+                continue;
+            }
+            r.native += 1;
+            if let Some((v, _)) = &t.results.shim {
+                r.shim_run += 1;
+                r.shim += usize::from(*v == Verdict::Pass);
+            }
+            for (res, count) in [(&t.results.cont, &mut r.cont), (&t.results.stop, &mut r.stop)] {
+                if let Some((v, _)) = res {
+                    *count += usize::from(*v == Verdict::Pass);
+                }
+            }
+            let ran: Vec<&(Verdict, Duration)> =
+                [&t.results.cont, &t.results.stop].into_iter().flatten().collect();
+            if !ran.is_empty() {
+                r.ckpt_run += 1;
+                r.missed += ran.iter().filter(|v| v.0 == Verdict::Missed).count();
+            }
+        }
+        println!("\n{flavor}:");
+        println!(
+            "    {:<10}{:>7}{:>10}{:>8}{:>8}{:>13}{:>10}{:>14}{:>8}",
+            "dir", "tests", "excluded", "native", "shim", "checkpointed", "continue", "stop-restart", "missed"
+        );
+        let mut total = Row::default();
+        for (dir, r) in &rows {
+            print_row(dir, r);
+            total.tests += r.tests;
+            total.excluded += r.excluded;
+            total.native += r.native;
+            total.shim_run += r.shim_run;
+            total.shim += r.shim;
+            total.ckpt_run += r.ckpt_run;
+            total.cont += r.cont;
+            total.stop += r.stop;
+            total.missed += r.missed;
+        }
+        print_row("total", &total);
+    }
+    let native_failures: Vec<&Tested> = all
+        .iter()
+        .filter(|t| t.excluded.is_none() && !passed(&t.results.native))
+        .collect();
+    if !native_failures.is_empty() {
+        println!("\nfailing natively, not in scripts/conformance/exclude.txt (left out of the comparison):");
+        for t in native_failures {
+            if let Some((Verdict::Fail(why), _)) = &t.results.native {
+                println!("    {} {}: {why}", t.flavor, t.entry.id());
+            }
+        }
+    }
+    let excluded: Vec<&Tested> = all.iter().filter(|t| t.excluded.is_some()).collect();
+    if !excluded.is_empty() {
+        println!("\nexcluded (scripts/conformance/exclude.txt):");
+        for t in excluded {
+            println!("    {} {}: {}", t.flavor, t.entry.id(), t.excluded.as_deref().unwrap_or(""));
+        }
+    }
+    let (known, new): (Vec<&Difference>, Vec<&Difference>) =
+        diffs.iter().partition(|d| d.known.is_some());
+    println!("\ndifferences (passed natively, failed in another mode): {} new, {} known", new.len(), known.len());
+    for d in &new {
+        println!("    NEW   {} {} {}: {}", d.flavor, d.mode, d.id, d.why);
+    }
+    for d in &known {
+        println!(
+            "    known {} {} {}: {} [issue 14: {}]",
+            d.flavor,
+            d.mode,
+            d.id,
+            d.why,
+            d.known.as_deref().unwrap_or("")
+        );
+    }
+    // known failures that passed: their lines can go
+    let mut fixed = Vec::new();
+    for t in all.iter().filter(|t| passed(&t.results.native)) {
+        let id = t.entry.id();
+        for (mode, (v, _)) in modes_of(&t.results) {
+            if *v == Verdict::Pass
+                && mode != "native"
+                && o.known.iter().any(|l| l.applies_in(t.flavor, mode, &id))
+            {
+                fixed.push(format!("{} {mode} {id}", t.flavor));
+            }
+        }
+    }
+    if !fixed.is_empty() {
+        println!("\nlisted in scripts/conformance/known-issue14.txt but passed this time (the line can go once it passes reliably):");
+        for f in fixed {
+            println!("    {f}");
+        }
+    }
+}
+
+fn print_row(dir: &str, r: &Row) {
+    println!(
+        "    {:<10}{:>7}{:>10}{:>8}{:>8}{:>13}{:>10}{:>14}{:>8}",
+        dir,
+        r.tests,
+        r.excluded,
+        r.native,
+        format!("{}/{}", r.shim, r.shim_run),
+        r.ckpt_run,
+        r.cont,
+        r.stop,
+        r.missed
+    );
+}
