@@ -29,5 +29,8 @@ if [ -x scripts/test-ckpt.sh ]; then
     MPICR_TEST_FLAVORS=mpich4,mpich5 MPICR_TEST_MODES=renewals SKIP_BUILD=1 scripts/test-ckpt.sh
 fi
 
+step "MPICH's test suite, the selection of scripts/conformance/ci.txt: native vs libmpicr vs a checkpoint, both MPICH builds"
+SKIP_BUILD=1 scripts/conformance.sh --select ci
+
 step "mpi4py's test suite: native vs libmpicr"
 scripts/mpi4py-tests.sh

@@ -26,7 +26,11 @@ fn main() -> ExitCode {
 }
 
 fn list(s: &str) -> Vec<String> {
-    s.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+    s.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 fn run() -> Result<bool, String> {
@@ -59,9 +63,16 @@ fn run() -> Result<bool, String> {
             Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
             _ => (a.clone(), None),
         };
-        let mut value = || inline.clone().or_else(|| args.next()).ok_or(format!("{flag} needs a value"));
+        let mut value = || {
+            inline
+                .clone()
+                .or_else(|| args.next())
+                .ok_or(format!("{flag} needs a value"))
+        };
         let secs = |v: String| -> Result<Duration, String> {
-            v.parse().map(Duration::from_secs_f64).map_err(|_| format!("{flag}: `{v}` is not seconds"))
+            v.parse()
+                .map(Duration::from_secs_f64)
+                .map_err(|_| format!("{flag}: `{v}` is not seconds"))
         };
         match flag.as_str() {
             "--select" => match value()?.as_str() {
@@ -81,7 +92,9 @@ fn run() -> Result<bool, String> {
                 o.shim = m.iter().any(|x| x == "shim");
                 o.checkpoint = m.iter().any(|x| x == "checkpoint");
             }
-            "--max-ranks" => o.max_ranks = value()?.parse().map_err(|_| "--max-ranks wants a number")?,
+            "--max-ranks" => {
+                o.max_ranks = value()?.parse().map_err(|_| "--max-ranks wants a number")?
+            }
             "--timeout" => o.timeout_cap = secs(value()?)?,
             "--ckpt-min" => o.ckpt_min = secs(value()?)?,
             // what cargo or libtest may pass
@@ -107,7 +120,9 @@ fn parse_flavors(s: &str) -> Result<Vec<Flavor>, String> {
         .iter()
         .map(|n| match Flavor::parse(n) {
             Some(f @ (Flavor::Mpich4 | Flavor::Mpich5)) => Ok(f),
-            _ => Err(format!("`{n}`: the MPICH test suite runs on mpich4 and mpich5")),
+            _ => Err(format!(
+                "`{n}`: the MPICH test suite runs on mpich4 and mpich5"
+            )),
         })
         .collect()
 }

@@ -176,7 +176,10 @@ impl Ctx<'_> {
         self.story
             .iter()
             .any(|l| l.contains("the job ended before the checkpoint planned"))
-            && self.launches.last().is_some_and(|(label, _)| label == "run")
+            && self
+                .launches
+                .last()
+                .is_some_and(|(label, _)| label == "run")
     }
 
     fn clear_workdir(&self) {

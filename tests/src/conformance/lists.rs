@@ -167,15 +167,20 @@ pub fn apply_selection(
 ) -> Result<Vec<(Entry, bool)>, String> {
     for s in selection {
         if !entries.iter().any(|e| matches(&s.pattern, &e.id())) {
-            return Err(format!("the selection names `{}`, which is no test", s.pattern));
+            return Err(format!(
+                "the selection names `{}`, which is no test",
+                s.pattern
+            ));
         }
     }
     Ok(entries
         .iter()
         .filter_map(|e| {
             let id = e.id();
-            let hits: Vec<&Selected> =
-                selection.iter().filter(|s| matches(&s.pattern, &id)).collect();
+            let hits: Vec<&Selected> = selection
+                .iter()
+                .filter(|s| matches(&s.pattern, &id))
+                .collect();
             (!hits.is_empty()).then(|| (e.clone(), hits.iter().any(|s| s.checkpoint)))
         })
         .collect())
@@ -198,7 +203,11 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("mpicr-lists-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         let p = dir.join("l.txt");
-        fs::write(&p, "# header\nmpich4 shim attr/attrt # keyvals\n* checkpoint coll/x/np4 # slow\n").unwrap();
+        fs::write(
+            &p,
+            "# header\nmpich4 shim attr/attrt # keyvals\n* checkpoint coll/x/np4 # slow\n",
+        )
+        .unwrap();
         let k = read_known(&p).unwrap();
         assert!(k[0].applies_in(Flavor::Mpich4, "shim", "attr/attrt/np2"));
         assert!(!k[0].applies_in(Flavor::Mpich5, "shim", "attr/attrt/np2"));

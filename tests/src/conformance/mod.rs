@@ -172,7 +172,11 @@ pub fn run(h: &Harness, o: &Options) -> Result<bool, String> {
             o.dirs.join(" "),
             build.display()
         );
-        prebuild(&build, chosen.iter().map(|c| &c.0), &o.out_dir.join(format!("make-{flavor}.log")));
+        prebuild(
+            &build,
+            chosen.iter().map(|c| &c.0),
+            &o.out_dir.join(format!("make-{flavor}.log")),
+        );
         for (entry, ckpt_selected) in chosen {
             if job::interrupted() {
                 break;
@@ -266,7 +270,11 @@ fn run_one(
         return t;
     }
     let mut note = |mode: &str, report: &str| {
-        let _ = writeln!(reports, "==== {flavor} {mode} {id}\n{}\n", report.trim_end());
+        let _ = writeln!(
+            reports,
+            "==== {flavor} {mode} {id}\n{}\n",
+            report.trim_end()
+        );
     };
     let program = match make(build, &t.entry) {
         Ok(p) => p,
@@ -320,9 +328,7 @@ fn run_one(
         t.results.shim = Some((v, elapsed(&out)));
     }
     let native_ok = native_verdict == Verdict::Pass;
-    let long_enough = native_out
-        .as_ref()
-        .is_some_and(|n| n.elapsed >= o.ckpt_min);
+    let long_enough = native_out.as_ref().is_some_and(|n| n.elapsed >= o.ckpt_min);
     let due = match o.selection {
         Some(_) => ckpt_selected,
         None => long_enough,
@@ -347,7 +353,13 @@ fn run_one(
                 ForeignRun::Done(out) => match verdict::judge(t.entry.judge, &out) {
                     Ok(()) => Verdict::Pass,
                     Err(e) => {
-                        note(mode, &format!("{e}\n{}", job::tails(&out.stdout, &out.stderr, &out.launcher)));
+                        note(
+                            mode,
+                            &format!(
+                                "{e}\n{}",
+                                job::tails(&out.stdout, &out.stderr, &out.launcher)
+                            ),
+                        );
                         Verdict::Fail(e)
                     }
                 },
@@ -519,8 +531,12 @@ struct Row {
 
 fn print_summary(o: &Options, all: &[Tested], diffs: &[Difference], notes: &[String]) {
     println!("\n=== MPICH test suite (test/mpi of Debian's mpich 4.0.2 source), per directory");
-    println!("    tests: entries run; native: passed natively; shim: passed under the shim, of those");
-    println!("    that passed natively; checkpoint: of those that passed natively and ran long enough");
+    println!(
+        "    tests: entries run; native: passed natively; shim: passed under the shim, of those"
+    );
+    println!(
+        "    that passed natively; checkpoint: of those that passed natively and ran long enough"
+    );
     println!("    (or ci.txt marks), passed through a checkpoint that goes on / stop + restart;");
     println!("    missed: the program ended before the checkpoint was committed");
     for note in notes {
@@ -543,13 +559,18 @@ fn print_summary(o: &Options, all: &[Tested], diffs: &[Difference], notes: &[Str
                 r.shim_run += 1;
                 r.shim += usize::from(*v == Verdict::Pass);
             }
-            for (res, count) in [(&t.results.cont, &mut r.cont), (&t.results.stop, &mut r.stop)] {
+            for (res, count) in [
+                (&t.results.cont, &mut r.cont),
+                (&t.results.stop, &mut r.stop),
+            ] {
                 if let Some((v, _)) = res {
                     *count += usize::from(*v == Verdict::Pass);
                 }
             }
-            let ran: Vec<&(Verdict, Duration)> =
-                [&t.results.cont, &t.results.stop].into_iter().flatten().collect();
+            let ran: Vec<&(Verdict, Duration)> = [&t.results.cont, &t.results.stop]
+                .into_iter()
+                .flatten()
+                .collect();
             if !ran.is_empty() {
                 r.ckpt_run += 1;
                 r.missed += ran.iter().filter(|v| v.0 == Verdict::Missed).count();
@@ -558,7 +579,15 @@ fn print_summary(o: &Options, all: &[Tested], diffs: &[Difference], notes: &[Str
         println!("\n{flavor}:");
         println!(
             "    {:<10}{:>7}{:>10}{:>8}{:>8}{:>13}{:>10}{:>14}{:>8}",
-            "dir", "tests", "excluded", "native", "shim", "checkpointed", "continue", "stop-restart", "missed"
+            "dir",
+            "tests",
+            "excluded",
+            "native",
+            "shim",
+            "checkpointed",
+            "continue",
+            "stop-restart",
+            "missed"
         );
         let mut total = Row::default();
         for (dir, r) in &rows {
@@ -591,12 +620,21 @@ fn print_summary(o: &Options, all: &[Tested], diffs: &[Difference], notes: &[Str
     if !excluded.is_empty() {
         println!("\nexcluded (scripts/conformance/exclude.txt):");
         for t in excluded {
-            println!("    {} {}: {}", t.flavor, t.entry.id(), t.excluded.as_deref().unwrap_or(""));
+            println!(
+                "    {} {}: {}",
+                t.flavor,
+                t.entry.id(),
+                t.excluded.as_deref().unwrap_or("")
+            );
         }
     }
     let (known, new): (Vec<&Difference>, Vec<&Difference>) =
         diffs.iter().partition(|d| d.known.is_some());
-    println!("\ndifferences (passed natively, failed in another mode): {} new, {} known", new.len(), known.len());
+    println!(
+        "\ndifferences (passed natively, failed in another mode): {} new, {} known",
+        new.len(),
+        known.len()
+    );
     for d in &new {
         println!("    NEW   {} {} {}: {}", d.flavor, d.mode, d.id, d.why);
     }

@@ -8,7 +8,8 @@
 //! `timeLimit=` (seconds), `resultTest=` (a verdict other than " No Errors", see `Judge`),
 //! `xfail=REASON` (MPICH itself expects a failure: skipped, as MPICH's `runtests` does unless
 //! configured with --enable-xfail), `strict=false` (uses MPICH extensions: run, as
-//! `runtests` does outside its strict mode), `mpix=`, `mem=` and `lock=` (run). Anything else
+//! `runtests` does outside its strict mode), `mpix=`, `mem=` and `lock=` (run). Words that are
+//! not key=value are passed over, as `runtests` does; an unknown key
 //! is an error, so that a list this code cannot read never loses tests silently.
 //!
 //! A `testlist` produced by MPICH's configure (from `testlist.in`) sits in the build tree;
@@ -107,8 +108,8 @@ fn read_into(
     } else {
         source.join(dir).join("testlist")
     };
-    let text = fs::read_to_string(&path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text =
+        fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     for (n, line) in text.lines().enumerate() {
         let at = || format!("{}:{}", path.display(), n + 1);
         let line = line.split('#').next().unwrap_or("").trim();
@@ -149,9 +150,10 @@ pub fn parse_line(dir: &str, line: &str) -> Result<Entry, String> {
         }
     }
     for w in rest {
-        let (key, value) = w
-            .split_once('=')
-            .ok_or_else(|| format!("`{w}` is not key=value"))?;
+        // `runtests` passes over a word that is not key=value (pt2pt/testlist.in has one)
+        let Some((key, value)) = w.split_once('=') else {
+            continue;
+        };
         match key {
             "arg" => e.args.push(value.to_string()),
             "env" => {
@@ -204,6 +206,7 @@ mod tests {
         let e = parse_line("rma", "x 2 xfail=ticket123 strict=false").unwrap();
         assert_eq!(e.xfail.as_deref(), Some("ticket123"));
         assert!(parse_line("rma", "x 2 color=red").is_err());
+        assert_eq!(parse_line("pt2pt", "x 1 a/b arg=1").unwrap().args, ["1"]);
         assert!(parse_line("rma", "x two").is_err());
         assert!(parse_line("rma", "x 2 resultTest=Other").is_err());
     }
@@ -217,7 +220,11 @@ mod tests {
         fs::write(b.join("threads/testlist"), "pt2pt\n# comment\n!util:lib\n").unwrap();
         // empty in the build tree: the source's list counts
         fs::write(b.join("threads/pt2pt/testlist"), "").unwrap();
-        fs::write(s.join("threads/pt2pt/testlist"), "threads 2 timeLimit=600\n").unwrap();
+        fs::write(
+            s.join("threads/pt2pt/testlist"),
+            "threads 2 timeLimit=600\n",
+        )
+        .unwrap();
         let got = read_dir(&b, &s, "threads").unwrap();
         fs::remove_dir_all(&t).unwrap();
         assert_eq!(got.len(), 1);

@@ -49,7 +49,10 @@ fn no_errors(out: &JobOutput) -> Result<(), String> {
         });
     }
     if !out.status.success() {
-        return Err(format!("printed \" No Errors\" but exited with {}", out.status));
+        return Err(format!(
+            "printed \" No Errors\" but exited with {}",
+            out.status
+        ));
     }
     Ok(())
 }
@@ -109,9 +112,16 @@ mod tests {
         assert!(e.contains("rank 0 stderr: `[WARNING] yaksa"), "{e}");
         let e = j(&out(0, &["Found 2 errors\n"], &[""])).unwrap_err();
         assert!(e.contains("Found 2 errors"), "{e}");
-        assert!(j(&out(0, &[""], &[""])).unwrap_err().contains("without printing"));
-        assert!(j(&out(1, &[" No Errors\n"], &[""])).unwrap_err().contains("exited with"));
-        assert!(j(&out(0, &["\n No Errors\n"], &[""])).is_err(), "blank lines count");
+        assert!(j(&out(0, &[""], &[""]))
+            .unwrap_err()
+            .contains("without printing"));
+        assert!(j(&out(1, &[" No Errors\n"], &[""]))
+            .unwrap_err()
+            .contains("exited with"));
+        assert!(
+            j(&out(0, &["\n No Errors\n"], &[""])).is_err(),
+            "blank lines count"
+        );
     }
 
     #[test]
