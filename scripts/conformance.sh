@@ -11,6 +11,7 @@
 #
 # Usage: scripts/conformance.sh [--select ci] [FILTER...] [--dirs attr,coll,...]
 #            [--modes native,shim,checkpoint] [--max-ranks N] [--timeout S] [--ckpt-min S]
+#            [--out DIR]   (results: DIR/results.tsv, DIR/failures.txt; default target/conformance)
 #   scripts/conformance.sh                  the whole suite (`make conformance`): the
 #                                           directories of issue 14, entries of at most 4
 #                                           ranks, both builds, checkpoints for the programs

@@ -306,9 +306,9 @@ fn run_one(
         rank_env: env.clone(),
         timeout,
     };
-    let native = launch(h, &format!("{flavor}-{id}-native"), &job);
+    let (native, took) = launch(h, &format!("{flavor}-{id}-native"), &job);
     let (native_verdict, native_out) = judged(t.entry.judge, &native, &mut |r| note("native", r));
-    t.results.native = Some((native_verdict.clone(), elapsed(&native)));
+    t.results.native = Some((native_verdict.clone(), took));
     if o.shim {
         let shim = match h.shim_library() {
             Ok(s) => s,
@@ -323,9 +323,9 @@ fn run_one(
             rank_env: shim_env,
             ..job.clone()
         };
-        let out = launch(h, &format!("{flavor}-{id}-shim"), &job);
+        let (out, took) = launch(h, &format!("{flavor}-{id}-shim"), &job);
         let (v, _) = judged(t.entry.judge, &out, &mut |r| note("shim", r));
-        t.results.shim = Some((v, elapsed(&out)));
+        t.results.shim = Some((v, took));
     }
     let native_ok = native_verdict == Verdict::Pass;
     let long_enough = native_out.as_ref().is_some_and(|n| n.elapsed >= o.ckpt_min);
@@ -384,19 +384,20 @@ fn first_line(s: &str) -> String {
     s.lines().next().unwrap_or("").to_string()
 }
 
-fn elapsed(r: &Result<JobOutput, String>) -> Duration {
-    r.as_ref().map(|o| o.elapsed).unwrap_or_default()
-}
-
-/// Runs `job` in a scratch directory of its own; what it left in /dev/shm is removed.
-fn launch(h: &Harness, label: &str, job: &Job) -> Result<JobOutput, String> {
-    let scratch = Scratch::new(label, h.keep)?;
+/// Runs `job` in a scratch directory of its own, and says how long it ran (also when it
+/// timed out); what it left in /dev/shm is removed.
+fn launch(h: &Harness, label: &str, job: &Job) -> (Result<JobOutput, String>, Duration) {
+    let t = Instant::now();
+    let scratch = match Scratch::new(label, h.keep) {
+        Ok(s) => s,
+        Err(e) => return (Err(e), Duration::ZERO),
+    };
     let before = ckpt::shm_entries();
     let out = job::run(job, &scratch);
     for o in ckpt::shm_orphans(&before) {
         let _ = fs::remove_file(Path::new("/dev/shm").join(o));
     }
-    out
+    (out, t.elapsed())
 }
 
 /// The verdict of a launch, and its output when it ended by itself. `report` receives the
