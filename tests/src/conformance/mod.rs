@@ -70,6 +70,9 @@ pub struct Options {
     pub source: PathBuf,
     /// Where the per-run results (TSV) and the failures' full reports are written.
     pub out_dir: PathBuf,
+    /// Run nothing: take the results of this `results.tsv` of an earlier run, judge them
+    /// against the current lists and print the summary (tests it lacks count as not run).
+    pub rejudge: Option<PathBuf>,
 }
 
 /// The outcome of one run.
@@ -80,7 +83,14 @@ pub enum Verdict {
     Fail(String),
     /// A checkpoint mode whose program ended before the checkpoint was committed.
     Missed,
+    /// A checkpoint mpicr refused with its message for what it cannot checkpoint yet (an open
+    /// MPI file or window, a session, a pending request of some kinds; see `REFUSAL`): no
+    /// checkpoint was taken, nothing to compare; the message.
+    Refused(String),
 }
+
+/// What mpicr says when a checkpoint meets state it does not handle yet (and the job goes on).
+pub const REFUSAL: &str = "cannot be checkpointed yet";
 
 impl Verdict {
     fn word(&self) -> &str {
@@ -88,6 +98,7 @@ impl Verdict {
             Verdict::Pass => "ok",
             Verdict::Fail(_) => "FAIL",
             Verdict::Missed => "missed",
+            Verdict::Refused(_) => "refused",
         }
     }
 }
@@ -124,16 +135,30 @@ pub struct Difference {
 
 /// Runs the suite; true when no new difference was found.
 pub fn run(h: &Harness, o: &Options) -> Result<bool, String> {
-    fs::create_dir_all(&o.out_dir)
-        .map_err(|e| format!("cannot create {}: {e}", o.out_dir.display()))?;
-    let tsv_path = o.out_dir.join("results.tsv");
-    let reports_path = o.out_dir.join("failures.txt");
+    let earlier = match &o.rejudge {
+        Some(p) => Some(read_results(p)?),
+        None => None,
+    };
+    let out_dir = if earlier.is_some() {
+        // nothing is written over the results being judged
+        std::env::temp_dir().join(format!("mpicr-conformance-rejudge-{}", std::process::id()))
+    } else {
+        o.out_dir.clone()
+    };
+    fs::create_dir_all(&out_dir)
+        .map_err(|e| format!("cannot create {}: {e}", out_dir.display()))?;
+    let tsv_path = out_dir.join("results.tsv");
+    let reports_path = out_dir.join("failures.txt");
+    let mut not_run = 0;
     let mut tsv = String::from("flavor\ttest\tmode\tverdict\tseconds\tfirst line\n");
     let mut reports = String::new();
     let started = Instant::now();
     let mut all: Vec<Tested> = Vec::new();
     let mut skipped_note: Vec<String> = Vec::new();
     for &flavor in &o.flavors {
+        if job::interrupted() {
+            break;
+        }
         let build = o.builds.join(flavor.name());
         if !build.join("config.status").is_file() {
             return Err(format!(
@@ -172,16 +197,27 @@ pub fn run(h: &Harness, o: &Options) -> Result<bool, String> {
             o.dirs.join(" "),
             build.display()
         );
-        prebuild(
-            &build,
-            chosen.iter().map(|c| &c.0),
-            &o.out_dir.join(format!("make-{flavor}.log")),
-        );
+        if earlier.is_none() {
+            prebuild(
+                &build,
+                chosen.iter().map(|c| &c.0),
+                &out_dir.join(format!("make-{flavor}.log")),
+            );
+        }
         for (entry, ckpt_selected) in chosen {
             if job::interrupted() {
                 break;
             }
-            let t = run_one(h, o, flavor, &build, entry, ckpt_selected, &mut reports);
+            let t = match &earlier {
+                None => run_one(h, o, flavor, &build, entry, ckpt_selected, &mut reports),
+                Some(results) => match recorded(o, results, flavor, entry) {
+                    Some(t) => t,
+                    None => {
+                        not_run += 1;
+                        continue;
+                    }
+                },
+            };
             let mut line = format!("{flavor} {}:", t.entry.id());
             if let Some(why) = &t.excluded {
                 let _ = write!(line, " excluded ({why})");
@@ -189,7 +225,7 @@ pub fn run(h: &Harness, o: &Options) -> Result<bool, String> {
             for (mode, r) in modes_of(&t.results) {
                 let _ = write!(line, " {mode} {} {:.1}s", r.0.word(), r.1.as_secs_f64());
                 let first = match &r.0 {
-                    Verdict::Fail(w) => w.as_str(),
+                    Verdict::Fail(w) | Verdict::Refused(w) => w.as_str(),
                     _ => "",
                 };
                 let _ = writeln!(
@@ -207,14 +243,23 @@ pub fn run(h: &Harness, o: &Options) -> Result<bool, String> {
             let _ = fs::write(&reports_path, &reports);
         }
     }
+    if earlier.is_some() {
+        let _ = fs::remove_dir_all(&out_dir);
+        skipped_note.push(format!(
+            "judged again from {} ({not_run} tests of the lists have no result there)",
+            o.rejudge.as_deref().unwrap_or(Path::new("")).display()
+        ));
+    }
     let diffs = differences(&all, &o.known);
     print_summary(o, &all, &diffs, &skipped_note);
-    println!(
-        "\nper-run results: {}\nfull reports of failures: {}\ntotal {:.0} s",
-        tsv_path.display(),
-        reports_path.display(),
-        started.elapsed().as_secs_f64()
-    );
+    if o.rejudge.is_none() {
+        println!(
+            "\nper-run results: {}\nfull reports of failures: {}\ntotal {:.0} s",
+            tsv_path.display(),
+            reports_path.display(),
+            started.elapsed().as_secs_f64()
+        );
+    }
     let new = diffs.iter().filter(|d| d.known.is_none()).count();
     let known = diffs.len() - new;
     let compared = all.iter().filter(|t| passed(&t.results.native)).count();
@@ -243,6 +288,68 @@ fn modes_of(r: &Results) -> Vec<(&'static str, &(Verdict, Duration))> {
     .into_iter()
     .filter_map(|(m, v)| v.as_ref().map(|v| (m, v)))
     .collect()
+}
+
+type Recorded = BTreeMap<(String, String), Results>;
+
+/// The per-mode verdicts of a `results.tsv`, by (flavor, test id).
+fn read_results(path: &Path) -> Result<Recorded, String> {
+    let text =
+        fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut out: Recorded = BTreeMap::new();
+    for (n, line) in text.lines().enumerate().skip(1) {
+        let f: Vec<&str> = line.splitn(6, '\t').collect();
+        let [flavor, id, mode, word, secs, first] = f[..] else {
+            return Err(format!("{}:{}: not 6 columns", path.display(), n + 1));
+        };
+        let took = Duration::from_secs_f64(secs.parse().unwrap_or(0.0));
+        let v = match word {
+            "ok" => Verdict::Pass,
+            "missed" => Verdict::Missed,
+            "refused" => Verdict::Refused(first.to_string()),
+            // (runs from before refusals had a verdict of their own)
+            "FAIL" if mode != "native" && mode != "shim" && first.contains(REFUSAL) => {
+                Verdict::Refused(first.to_string())
+            }
+            _ => Verdict::Fail(first.to_string()),
+        };
+        let r = out.entry((flavor.to_string(), id.to_string())).or_default();
+        let slot = match mode {
+            "native" => &mut r.native,
+            "shim" => &mut r.shim,
+            "continue" => &mut r.cont,
+            "stop-restart" => &mut r.stop,
+            m => return Err(format!("{}:{}: unknown mode `{m}`", path.display(), n + 1)),
+        };
+        *slot = Some((v, took));
+    }
+    Ok(out)
+}
+
+/// `entry` as an earlier run recorded it, under the current exclusions; None when that run
+/// has no result for it (it was cut short, or the entry was excluded then).
+fn recorded(o: &Options, results: &Recorded, flavor: Flavor, entry: Entry) -> Option<Tested> {
+    let id = entry.id();
+    let excluded = o
+        .exclude
+        .iter()
+        .find(|l| l.applies(flavor, &id))
+        .map(|l| l.reason.clone());
+    if excluded.is_some() {
+        return Some(Tested {
+            flavor,
+            entry,
+            excluded,
+            results: Results::default(),
+        });
+    }
+    let results = results.get(&(flavor.name().to_string(), id))?.clone();
+    Some(Tested {
+        flavor,
+        entry,
+        excluded: None,
+        results,
+    })
 }
 
 /// Builds and runs one entry in every mode it is due for.
@@ -364,6 +471,9 @@ fn run_one(
                     }
                 },
                 ForeignRun::Missed(_) => Verdict::Missed,
+                ForeignRun::Failed(report) if first_line(&report).contains(REFUSAL) => {
+                    Verdict::Refused(first_line(&report))
+                }
                 ForeignRun::Failed(report) => {
                     note(mode, &report);
                     Verdict::Fail(first_line(&report))
@@ -528,6 +638,7 @@ struct Row {
     cont: usize,
     stop: usize,
     missed: usize,
+    refused: usize,
 }
 
 fn print_summary(o: &Options, all: &[Tested], diffs: &[Difference], notes: &[String]) {
@@ -539,7 +650,8 @@ fn print_summary(o: &Options, all: &[Tested], diffs: &[Difference], notes: &[Str
         "    that passed natively; checkpoint: of those that passed natively and ran long enough"
     );
     println!("    (or ci.txt marks), passed through a checkpoint that goes on / stop + restart;");
-    println!("    missed: the program ended before the checkpoint was committed");
+    println!("    (checkpoint modes) missed: the program ended before the checkpoint was committed;");
+    println!("    refused: mpicr refused the checkpoint, saying what it cannot checkpoint yet");
     for note in notes {
         println!("    {note}");
     }
@@ -575,11 +687,15 @@ fn print_summary(o: &Options, all: &[Tested], diffs: &[Difference], notes: &[Str
             if !ran.is_empty() {
                 r.ckpt_run += 1;
                 r.missed += ran.iter().filter(|v| v.0 == Verdict::Missed).count();
+                r.refused += ran
+                    .iter()
+                    .filter(|v| matches!(v.0, Verdict::Refused(_)))
+                    .count();
             }
         }
         println!("\n{flavor}:");
         println!(
-            "    {:<10}{:>7}{:>10}{:>8}{:>8}{:>13}{:>10}{:>14}{:>8}",
+            "    {:<10}{:>7}{:>10}{:>8}{:>10}{:>13}{:>10}{:>14}{:>8}{:>9}",
             "dir",
             "tests",
             "excluded",
@@ -588,7 +704,8 @@ fn print_summary(o: &Options, all: &[Tested], diffs: &[Difference], notes: &[Str
             "checkpointed",
             "continue",
             "stop-restart",
-            "missed"
+            "missed",
+            "refused"
         );
         let mut total = Row::default();
         for (dir, r) in &rows {
@@ -602,6 +719,7 @@ fn print_summary(o: &Options, all: &[Tested], diffs: &[Difference], notes: &[Str
             total.cont += r.cont;
             total.stop += r.stop;
             total.missed += r.missed;
+            total.refused += r.refused;
         }
         print_row("total", &total);
     }
@@ -672,7 +790,7 @@ fn print_summary(o: &Options, all: &[Tested], diffs: &[Difference], notes: &[Str
 
 fn print_row(dir: &str, r: &Row) {
     println!(
-        "    {:<10}{:>7}{:>10}{:>8}{:>8}{:>13}{:>10}{:>14}{:>8}",
+        "    {:<10}{:>7}{:>10}{:>8}{:>10}{:>13}{:>10}{:>14}{:>8}{:>9}",
         dir,
         r.tests,
         r.excluded,
@@ -681,6 +799,7 @@ fn print_row(dir: &str, r: &Row) {
         r.ckpt_run,
         r.cont,
         r.stop,
-        r.missed
+        r.missed,
+        r.refused
     );
 }
