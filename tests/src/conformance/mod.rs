@@ -84,13 +84,36 @@ pub enum Verdict {
     /// A checkpoint mode whose program ended before the checkpoint was committed.
     Missed,
     /// A checkpoint mpicr refused with its message for what it cannot checkpoint yet (an open
-    /// MPI file or window, a session, a pending request of some kinds; see `REFUSAL`): no
-    /// checkpoint was taken, nothing to compare; the message.
+    /// MPI file or window, a session, a pending request of some kinds; see `REFUSALS`), after
+    /// which the job ended well: no checkpoint was taken, nothing to compare; the message.
     Refused(String),
 }
 
-/// What mpicr says when a checkpoint meets state it does not handle yet (and the job goes on).
-pub const REFUSAL: &str = "cannot be checkpointed yet";
+/// What mpicr says when a checkpoint meets state it does not handle yet: the refusals of the
+/// shim's object kinds (`shim/src/core/kinds/*.rs`, `Renewable::refusal`).
+pub const REFUSALS: [&str; 4] = [
+    "cannot be checkpointed yet",
+    "a generalized request (MPI_Grequest_start) is pending",
+    "free it before checkpointing",
+    "cannot be restored",
+];
+/// What the agent says when a checkpoint comes while the program is in MPI_Finalize: the
+/// program was ending, as when it ends before the checkpoint (`Missed`).
+pub const FINALIZING: &str = "the program is finalizing MPI";
+/// How a checkpoint failure goes on when the job then failed as well (`ckpt::launch`).
+const THEN_THE_JOB: &str = "; then the job";
+
+/// The verdict of a checkpoint mode that failed with `first` (the report's first line).
+fn checkpoint_failure(first: &str) -> Verdict {
+    let job_ended_well = !first.contains(THEN_THE_JOB);
+    if job_ended_well && first.contains(FINALIZING) {
+        Verdict::Missed
+    } else if job_ended_well && REFUSALS.iter().any(|r| first.contains(r)) {
+        Verdict::Refused(first.to_string())
+    } else {
+        Verdict::Fail(first.to_string())
+    }
+}
 
 impl Verdict {
     fn word(&self) -> &str {
@@ -307,10 +330,8 @@ fn read_results(path: &Path) -> Result<Recorded, String> {
             "ok" => Verdict::Pass,
             "missed" => Verdict::Missed,
             "refused" => Verdict::Refused(first.to_string()),
-            // (runs from before refusals had a verdict of their own)
-            "FAIL" if mode != "native" && mode != "shim" && first.contains(REFUSAL) => {
-                Verdict::Refused(first.to_string())
-            }
+            // (judged again: the classification of checkpoint failures may have changed)
+            _ if mode != "native" && mode != "shim" => checkpoint_failure(first),
             _ => Verdict::Fail(first.to_string()),
         };
         let r = out.entry((flavor.to_string(), id.to_string())).or_default();
@@ -471,12 +492,12 @@ fn run_one(
                     }
                 },
                 ForeignRun::Missed(_) => Verdict::Missed,
-                ForeignRun::Failed(report) if first_line(&report).contains(REFUSAL) => {
-                    Verdict::Refused(first_line(&report))
-                }
                 ForeignRun::Failed(report) => {
-                    note(mode, &report);
-                    Verdict::Fail(first_line(&report))
+                    let v = checkpoint_failure(&first_line(&report));
+                    if matches!(v, Verdict::Fail(_)) {
+                        note(mode, &report);
+                    }
+                    v
                 }
             };
             let r = Some((v, began.elapsed()));
@@ -802,4 +823,23 @@ fn print_row(dir: &str, r: &Row) {
         r.missed,
         r.refused
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoint_failures() {
+        let refused = "run: `mpicr checkpoint` failed (exit status: 1): mpicr: checkpoint 1 aborted: rank 0: an MPI window is open (MPI_Win_create): one-sided communication cannot be checkpointed yet; free windows first";
+        assert!(matches!(checkpoint_failure(refused), Verdict::Refused(_)));
+        let then = format!("{refused}; then the job timed out after 60 s; stopped mpiexec");
+        assert!(matches!(checkpoint_failure(&then), Verdict::Fail(_)));
+        let greq = "run: ...: rank 0: a generalized request (MPI_Grequest_start) is pending";
+        assert!(matches!(checkpoint_failure(greq), Verdict::Refused(_)));
+        let late = "run: ...: checkpoint 1 aborted: rank 1: the program is finalizing MPI";
+        assert_eq!(checkpoint_failure(late), Verdict::Missed);
+        let timeout = "run: ...: timed out in phase SendCounts waiting for rank(s) 0";
+        assert!(matches!(checkpoint_failure(timeout), Verdict::Fail(_)));
+    }
 }
