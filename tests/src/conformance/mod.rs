@@ -671,7 +671,9 @@ fn print_summary(o: &Options, all: &[Tested], diffs: &[Difference], notes: &[Str
         "    that passed natively; checkpoint: of those that passed natively and ran long enough"
     );
     println!("    (or ci.txt marks), passed through a checkpoint that goes on / stop + restart;");
-    println!("    (checkpoint modes) missed: the program ended before the checkpoint was committed;");
+    println!(
+        "    (checkpoint modes) missed: the program ended before the checkpoint was committed;"
+    );
     println!("    refused: mpicr refused the checkpoint, saying what it cannot checkpoint yet");
     for note in notes {
         println!("    {note}");
