@@ -630,9 +630,14 @@ impl Keeper {
                 Some(epoch) => self.tell_coord(ToCoord::Counters { epoch, comms }),
                 None => self.say("agent sent Counters outside a checkpoint; ignored"),
             },
-            FromAgent::SendCounts { sent } => {
+            FromAgent::SendCounts { round, sent } => {
                 if let Some(epoch) = epoch {
-                    self.tell_coord(ToCoord::SendCounts { epoch, sent });
+                    self.tell_coord(ToCoord::SendCounts { epoch, round, sent });
+                }
+            }
+            FromAgent::Wants { comms } => {
+                if let Some(epoch) = epoch {
+                    self.tell_coord(ToCoord::Wants { epoch, comms });
                 }
             }
             FromAgent::Drained => {
@@ -706,9 +711,9 @@ impl Keeper {
                     }
                 }
             }
-            FromCoord::Targets { epoch, comms } => {
+            FromCoord::Targets { epoch, round, comms } => {
                 if self.in_ckpt(epoch) {
-                    if let Err(e) = self.tell_agent(ToAgent::Targets { comms }) {
+                    if let Err(e) = self.tell_agent(ToAgent::Targets { round, comms }) {
                         self.fail_ckpt(epoch, format!("{e:#}"));
                     }
                 }
