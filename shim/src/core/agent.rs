@@ -520,6 +520,8 @@ static FINALIZING: AtomicBool = AtomicBool::new(false);
 /// Called by MPI_Finalize from inside the gate (so after any checkpoint in progress ended).
 pub fn stop() {
     FINALIZING.store(true, Ordering::SeqCst);
+    // A checkpoint aligning meanwhile gives up (see `checkpoint::wait_aligned`).
+    notify_progress();
 }
 
 pub(crate) fn finalizing() -> bool {

@@ -351,6 +351,11 @@ fn wait_aligned(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, Check
     let mut budget = Budget::new(limit);
     let mut asked: Vec<(u64, u64)> = Vec::new();
     loop {
+        // MPI_Finalize is counted as a collective on MPI_COMM_WORLD: a thread that got into it
+        // releases the library with the other ranks, so this checkpoint cannot be taken.
+        if agent::finalizing() {
+            return Err(CheckpointError::Finalizing);
+        }
         if check_aligned().is_ok() {
             return Ok(None);
         }
@@ -383,6 +388,9 @@ fn close_gate(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, Checkpo
     let mut budget = Budget::new(limit);
     let mut wait = || -> Result<Option<u32>, CheckpointError> {
         while !gate::empty() {
+            if agent::finalizing() {
+                return Err(CheckpointError::Finalizing);
+            }
             match inbox.next_within(&mut budget)? {
                 Some(Event::Keeper(ToAgent::Targets { round, comms })) => {
                     agent::raise_targets(&comms);
@@ -594,7 +602,7 @@ fn drain(comms: &CommIndex, expected: &[(u64, i32, u64)], limit: Duration, inbox
     let mut last = usize::MAX;
     loop {
         test_pending(comms, &mut progress);
-        let waiting = request::pending_sends();
+        let waiting = request::pending_sends() + crate::core::bsend::in_flight();
         if waiting == 0 {
             break;
         }
