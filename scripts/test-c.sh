@@ -2,7 +2,7 @@
 # Runs the C test matrix: every program in c-tests/ x {mpich4, mpich5, impi} x its rank counts x
 # {native, shim}, comparing each shim run's per-rank output with the native run's byte for byte
 # (harness: tests/, crate mpicr-tests). The shim cases need target/release/libmpicr.so and fail
-# if it is missing: build it first (`make build`, or cargo build --release -p mpicr-shim).
+# if it is missing: build it first (`make build`, or cargo build --release -p mpicr-face-mpich).
 #
 # Usage: scripts/test-c.sh [FILTER...] [--skip S] [--exact] [--list] [--jobs N]
 #   scripts/test-c.sh                         everything (the harness's own tests first)

@@ -41,7 +41,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
-    cargo build --release -q -p mpicr-shim -p mpicr-cli --bin mpicr
+    cargo build --release -q -p mpicr-face-mpich -p mpicr-face-ompi -p mpicr-cli --bin mpicr
 fi
 if [ -z "${MPICR_CRIU:-}" ] && [ ! -x .deps/criu/criu ] && ! command -v criu >/dev/null; then
     echo "test-ckpt: no criu (run scripts/deps.sh, or set MPICR_CRIU)" >&2

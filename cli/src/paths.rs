@@ -25,7 +25,7 @@ pub fn shim() -> Result<Option<PathBuf>> {
     let p = dir.join("libmpicr.so");
     if !p.is_file() {
         bail!(
-            "libmpicr.so not found next to mpicr ({}): build it (cargo build --release -p mpicr-shim), set MPICR_SHIM, or run with --no-shim",
+            "libmpicr.so not found next to mpicr ({}): build it (cargo build --release -p mpicr-face-mpich), set MPICR_SHIM, or run with --no-shim",
             p.display()
         );
     }

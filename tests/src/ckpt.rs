@@ -122,7 +122,7 @@ impl Harness {
             .get_or_init(|| {
                 for (p, what) in [
                     (&self.mpicr, "mpicr-cli --bin mpicr"),
-                    (&self.shim, "mpicr-shim"),
+                    (&self.shim, "mpicr-face-mpich"),
                 ] {
                     if !p.is_file() {
                         return Err(format!(

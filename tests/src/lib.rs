@@ -490,7 +490,7 @@ impl Harness {
             .get_or_init(|| {
                 if !self.shim.is_file() {
                     return Err(format!(
-                        "the shim {} does not exist: build it with `cargo build --release -p mpicr-shim`",
+                        "the shim {} does not exist: build it with `cargo build --release -p mpicr-face-mpich`",
                         self.shim.display()
                     ));
                 }
