@@ -178,6 +178,8 @@ INT_OUT = {
     ("MPI_Type_get_envelope", "combiner"): "combiner_out",
     ("MPI_Error_class", "errorclass"): "err_out",
     ("MPI_Group_rank", "rank"): "undefined_out",
+    ("MPI_Comm_free_keyval", "comm_keyval"): "keyval_out", ("MPI_Type_free_keyval", "type_keyval"): "keyval_out",
+    ("MPI_Win_free_keyval", "win_keyval"): "keyval_out", ("MPI_Keyval_free", "keyval"): "keyval_out",
     ("MPI_Comm_rank", "rank"): "undefined_out",
     ("MPI_Get_count", "count"): "undefined_out",
     ("MPI_Get_elements", "count"): "undefined_out",
@@ -201,6 +203,15 @@ INT_IN = {
     ("MPI_Win_fence", "assert"): "mode_in", ("MPI_Win_post", "assert"): "mode_in",
     ("MPI_Win_start", "assert"): "mode_in",
 }
+# Integer arrays whose elements are constants: (function, parameter) -> (length, conv.rs function).
+INT_ARRAY_IN = {
+    ("MPI_Type_create_darray", "distrib_array"): ("ndims", "distrib_in"),
+    ("MPI_Type_create_darray", "darg_array"): ("ndims", "darg_in"),
+}
+# Fix-ups after a call, function -> a Rust statement over its arguments.
+POST = {
+    "MPI_Type_get_contents": "conv::contents_out(l_datatype_in, max_integers, array_of_integers);",
+}
 # Arrays of handles, statuses or ranks: (function, parameter) -> length (a Rust expression over
 # the other arguments).
 ARRAYS = {
@@ -217,7 +228,7 @@ ARRAYS = {
     ("MPI_Ialltoallw", "sendtypes"): "conv::comm_size_for(comm)", ("MPI_Ialltoallw", "recvtypes"): "conv::comm_size_for(comm)",
     ("MPI_Neighbor_alltoallw", "sendtypes"): "conv::out_degree(comm)", ("MPI_Neighbor_alltoallw", "recvtypes"): "conv::in_degree(comm)",
     ("MPI_Ineighbor_alltoallw", "sendtypes"): "conv::out_degree(comm)", ("MPI_Ineighbor_alltoallw", "recvtypes"): "conv::in_degree(comm)",
-    ("MPI_Group_translate_ranks", "ranks2"): "n",
+    ("MPI_Group_translate_ranks", "ranks1"): "n", ("MPI_Group_translate_ranks", "ranks2"): "n",
     ("MPI_Comm_spawn_multiple", "array_of_info"): "count",
 }
 # The Open MPI program's string buffers are sized by Open MPI's MPI_MAX_*; MPICH's can be
@@ -352,6 +363,13 @@ def gen_wrapper(fn, target):
         elif base == "int" and ptr == 1 and key in INT_OUT:
             args.append(a)
             post.append("if !%s.is_null() { *%s = conv::%s(*%s); }" % (a, a, INT_OUT[key], a))
+        elif base == "int" and ptr == 1 and key in INT_ARRAY_IN:
+            ln, f = INT_ARRAY_IN[key]
+            pre.append("let l_%s = conv::ints_in(%s, (%s).max(0) as usize, conv::%s);" % (a, a, ln, f))
+            args.append("if %s.is_null() { std::ptr::null() } else { l_%s.as_ptr() }" % (a, a))
+        elif base == "int" and ptr == 1 and key in ARRAYS and p["const"]:
+            pre.append("let l_%s = conv::ranks_in(%s, (%s).max(0) as usize);" % (a, a, ARRAYS[key]))
+            args.append("if %s.is_null() { std::ptr::null() } else { l_%s.as_ptr() }" % (a, a))
         elif base == "int" and ptr == 1 and key in ARRAYS:
             args.append(a)
             post.append("conv::ranks_out(%s, (%s).max(0) as usize);" % (a, ARRAYS[key]))
@@ -363,6 +381,10 @@ def gen_wrapper(fn, target):
             args.append("conv::buf_in(%s)" % a)
         else:
             args.append(a)
+    if n in POST:
+        # The fix-up may need the call's converted datatype.
+        pre.append("let l_datatype_in = conv::h_in(Kind::Datatype, %s);" % gen_api.rust_ident(fn["params"][0]["name"]))
+        post.append(POST[n])
     ret = fn["ret"].strip()
     call = "%s(%s)" % (target, ", ".join(args))
     lines = ["    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the"]
@@ -429,6 +451,7 @@ def generate():
                                      "MPI_LASTUSEDCODE", "MPI_UNIVERSE_SIZE", "MPI_WIN_BASE", "MPI_WIN_SIZE",
                                      "MPI_WIN_DISP_UNIT", "MPI_WIN_CREATE_FLAVOR", "MPI_WIN_MODEL"))
     pairs("MPI_ORDER_", "ORDERS")
+    pairs("MPI_DISTRIBUTE_", "DISTRIBUTIONS")
     pairs("MPI_LOCK_", "LOCKS")
     pairs("MPI_MODE_NO", "RMA_MODES")
     hs = [h for h in doc["handles"] if h["type"] != "MPI_File"]

@@ -161,6 +161,15 @@ fn run() -> Result<bool, String> {
     let flavors = selected_flavors(&Harness::workspace_root())?;
     let (modes, soak) = selected_modes()?;
     let all = matrix(&tests, &flavors, &modes);
+    for f in &flavors {
+        for t in &tests {
+            for n in [1, 2, 4] {
+                if let Some(why) = f.excluded(&t.name, n) {
+                    println!("not run on {f} at {n} rank(s): {}: {why}", t.name);
+                }
+            }
+        }
+    }
     let total = all.len();
     let wanted = |c: &Case| {
         let id = c.id();

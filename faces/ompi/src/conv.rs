@@ -265,6 +265,18 @@ pub fn rank_out(r: c_int) -> c_int {
     }
 }
 
+/// An array of `n` ranks (MPI_PROC_NULL may be among them).
+///
+/// # Safety
+/// `p` is null or points to `n` readable ints.
+pub unsafe fn ranks_in(p: *const c_int, n: usize) -> Vec<c_int> {
+    if p.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts(p, n) }.iter().map(|&r| rank_in(r)).collect()
+}
+
 /// # Safety
 /// `p` is null or points to `n` writable ints.
 pub unsafe fn ranks_out(p: *mut c_int, n: usize) {
@@ -364,6 +376,80 @@ pub fn mode_in(v: c_int) -> c_int {
         }
     }
     out | rest
+}
+
+/// An array of `n` integer constants, each converted by `f`.
+///
+/// # Safety
+/// `p` is null or points to `n` readable ints.
+pub unsafe fn ints_in(p: *const c_int, n: usize, f: fn(c_int) -> c_int) -> Vec<c_int> {
+    if p.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts(p, n) }.iter().map(|&v| f(v)).collect()
+}
+
+pub fn distrib_in(v: c_int) -> c_int {
+    from_pairs(&tables::DISTRIBUTIONS, v, true).unwrap_or(v)
+}
+
+fn distrib_out(v: c_int) -> c_int {
+    from_pairs(&tables::DISTRIBUTIONS, v, false).unwrap_or(v)
+}
+
+pub fn darg_in(v: c_int) -> c_int {
+    if v == ompi::MPI_DISTRIBUTE_DFLT_DARG {
+        mpich::MPI_DISTRIBUTE_DFLT_DARG
+    } else {
+        v
+    }
+}
+
+fn darg_out(v: c_int) -> c_int {
+    if v == mpich::MPI_DISTRIBUTE_DFLT_DARG {
+        ompi::MPI_DISTRIBUTE_DFLT_DARG
+    } else {
+        v
+    }
+}
+
+fn order_out(v: c_int) -> c_int {
+    from_pairs(&tables::ORDERS, v, false).unwrap_or(v)
+}
+
+/// MPI_Type_get_contents' integers of a subarray or darray carry constants (order,
+/// distributions, default arguments): rewritten in Open MPI's numbering.
+///
+/// # Safety
+/// `ints` is null or holds `max` writable ints that the call filled.
+pub unsafe fn contents_out(dt: c_int, max: c_int, ints: *mut c_int) {
+    if ints.is_null() || max <= 0 {
+        return;
+    }
+    let (mut ni, mut na, mut nd, mut comb) = (0, 0, 0, 0);
+    // SAFETY: out-parameters are locals.
+    if unsafe { mpicr_shim::face::gen::passthrough::MPI_Type_get_envelope(dt, &mut ni, &mut na, &mut nd, &mut comb) } != 0 {
+        return;
+    }
+    // SAFETY: the caller's contract; indices stay below min(max, ni).
+    let v = unsafe { std::slice::from_raw_parts_mut(ints, max.min(ni).max(0) as usize) };
+    let fix = |v: &mut [c_int], i: usize, f: fn(c_int) -> c_int| {
+        if let Some(x) = v.get_mut(i) {
+            *x = f(*x);
+        }
+    };
+    if comb == mpich::MPI_COMBINER_SUBARRAY {
+        let n = v.first().copied().unwrap_or(0).max(0) as usize;
+        fix(v, 1 + 3 * n, order_out);
+    } else if comb == mpich::MPI_COMBINER_DARRAY {
+        let n = v.get(2).copied().unwrap_or(0).max(0) as usize;
+        for i in 0..n {
+            fix(v, 3 + n + i, distrib_out);
+            fix(v, 3 + 2 * n + i, darg_out);
+        }
+        fix(v, 3 + 4 * n, order_out);
+    }
 }
 
 /// MPI_IN_PLACE is 1 in Open MPI, -1 in MPICH; MPI_BOTTOM is 0 in both.

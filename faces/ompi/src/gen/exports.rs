@@ -775,7 +775,9 @@ unsafe fn imp_MPI_Comm_free_keyval(comm_keyval: *mut c_int) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::api::MPI_Comm_free_keyval(comm_keyval)
+        let r = mpicr_shim::face::api::MPI_Comm_free_keyval(comm_keyval);
+        if !comm_keyval.is_null() { *comm_keyval = conv::keyval_out(*comm_keyval); }
+        r
     }
 }
 #[no_mangle]
@@ -3024,7 +3026,8 @@ unsafe fn imp_MPI_Group_translate_ranks(group1: OHandle, n: c_int, ranks1: *cons
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        let r = mpicr_shim::face::gen::passthrough::MPI_Group_translate_ranks(conv::h_in(Kind::Group, group1), n, ranks1, conv::h_in(Kind::Group, group2), ranks2);
+        let l_ranks1 = conv::ranks_in(ranks1, (n).max(0) as usize);
+        let r = mpicr_shim::face::gen::passthrough::MPI_Group_translate_ranks(conv::h_in(Kind::Group, group1), n, if ranks1.is_null() { std::ptr::null() } else { l_ranks1.as_ptr() }, conv::h_in(Kind::Group, group2), ranks2);
         conv::ranks_out(ranks2, (n).max(0) as usize);
         r
     }
@@ -3928,7 +3931,9 @@ unsafe fn imp_MPI_Keyval_free(keyval: *mut c_int) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::api::MPI_Keyval_free(keyval)
+        let r = mpicr_shim::face::api::MPI_Keyval_free(keyval);
+        if !keyval.is_null() { *keyval = conv::keyval_out(*keyval); }
+        r
     }
 }
 #[no_mangle]
@@ -5351,8 +5356,10 @@ unsafe fn imp_MPI_Type_create_darray(size: c_int, rank: c_int, ndims: c_int, gsi
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
+        let l_distrib_array = conv::ints_in(distrib_array, (ndims).max(0) as usize, conv::distrib_in);
+        let l_darg_array = conv::ints_in(darg_array, (ndims).max(0) as usize, conv::darg_in);
         let mut l_newtype = if newtype.is_null() { 0 } else { conv::h_in(Kind::Datatype, *newtype) };
-        let r = mpicr_shim::face::gen::create::MPI_Type_create_darray(size, rank, ndims, gsize_array, distrib_array, darg_array, psize_array, conv::order_in(order), conv::h_in(Kind::Datatype, oldtype), if newtype.is_null() { std::ptr::null_mut() } else { &mut l_newtype });
+        let r = mpicr_shim::face::gen::create::MPI_Type_create_darray(size, rank, ndims, gsize_array, if distrib_array.is_null() { std::ptr::null() } else { l_distrib_array.as_ptr() }, if darg_array.is_null() { std::ptr::null() } else { l_darg_array.as_ptr() }, psize_array, conv::order_in(order), conv::h_in(Kind::Datatype, oldtype), if newtype.is_null() { std::ptr::null_mut() } else { &mut l_newtype });
         if !newtype.is_null() { *newtype = conv::h_out(Kind::Datatype, l_newtype); }
         r
     }
@@ -5650,7 +5657,9 @@ unsafe fn imp_MPI_Type_free_keyval(type_keyval: *mut c_int) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::api::MPI_Type_free_keyval(type_keyval)
+        let r = mpicr_shim::face::api::MPI_Type_free_keyval(type_keyval);
+        if !type_keyval.is_null() { *type_keyval = conv::keyval_out(*type_keyval); }
+        r
     }
 }
 #[no_mangle]
@@ -5684,8 +5693,10 @@ unsafe fn imp_MPI_Type_get_contents(mtype: OHandle, max_integers: c_int, max_add
     unsafe {
         let l_array_of_datatypes_n = (max_datatypes).max(0) as usize;
         let mut l_array_of_datatypes = conv::handles_in(Kind::Datatype, array_of_datatypes, l_array_of_datatypes_n);
+        let l_datatype_in = conv::h_in(Kind::Datatype, mtype);
         let r = mpicr_shim::face::api::MPI_Type_get_contents(conv::h_in(Kind::Datatype, mtype), max_integers, max_addresses, max_datatypes, array_of_integers, array_of_addresses, conv::vec_ptr(&mut l_array_of_datatypes, array_of_datatypes.is_null()));
         conv::handles_out(Kind::Datatype, &l_array_of_datatypes, array_of_datatypes);
+        conv::contents_out(l_datatype_in, max_integers, array_of_integers);
         r
     }
 }
@@ -6444,7 +6455,9 @@ unsafe fn imp_MPI_Win_free_keyval(win_keyval: *mut c_int) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::api::MPI_Win_free_keyval(win_keyval)
+        let r = mpicr_shim::face::api::MPI_Win_free_keyval(win_keyval);
+        if !win_keyval.is_null() { *win_keyval = conv::keyval_out(*win_keyval); }
+        r
     }
 }
 #[no_mangle]

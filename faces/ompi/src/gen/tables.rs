@@ -554,6 +554,14 @@ pub const ORDERS: [(i32, i32); 2] = [
     (57, 1), // MPI_ORDER_FORTRAN
 ];
 
+/// DISTRIBUTIONS: (MPICH's, Open MPI's), by name.
+pub const DISTRIBUTIONS: [(i32, i32); 4] = [
+    (121, 0), // MPI_DISTRIBUTE_BLOCK
+    (122, 1), // MPI_DISTRIBUTE_CYCLIC
+    (-49767, -1), // MPI_DISTRIBUTE_DFLT_DARG
+    (123, 2), // MPI_DISTRIBUTE_NONE
+];
+
 /// LOCKS: (MPICH's, Open MPI's), by name.
 pub const LOCKS: [(i32, i32); 2] = [
     (234, 1), // MPI_LOCK_EXCLUSIVE
