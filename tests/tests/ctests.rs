@@ -163,10 +163,17 @@ fn run() -> Result<bool, String> {
     let all = matrix(&tests, &flavors, &modes);
     for f in &flavors {
         for t in &tests {
-            for n in [1, 2, 4] {
+            let mut said: Vec<(&str, Vec<String>)> = Vec::new();
+            for &n in &t.ranks {
                 if let Some(why) = f.excluded(&t.name, n) {
-                    println!("not run on {f} at {n} rank(s): {}: {why}", t.name);
+                    match said.iter_mut().find(|(w, _)| *w == why) {
+                        Some((_, ns)) => ns.push(n.to_string()),
+                        None => said.push((why, vec![n.to_string()])),
+                    }
                 }
+            }
+            for (why, ns) in said {
+                println!("not run on {f} at {} rank(s): {}: {why}", ns.join(","), t.name);
             }
         }
     }
