@@ -544,6 +544,17 @@ def generate():
             ex.append("}")
             names.append(prefix + n)
         ex.append("")
+    # Names libmpi.so.40 exports without a C prototype (Fortran bindings such as MPI_WTIME_F90,
+    # MPI_COMM_DUP_FN): exported too, so that nothing reaches the uninitialised Open MPI, and
+    # refused if ever called.
+    ex.append("// Fortran bindings libmpi.so.40 exports without a C prototype in mpi.h.")
+    for n in doc["functions_without_prototype"]:
+        ex.append("#[no_mangle]")
+        ex.append("pub extern \"C\" fn %s() -> c_int {" % n)
+        ex.append("    conv::unsupported(\"%s\", \"a Fortran binding, not part of the C ABI mpicr translates\")" % n)
+        ex.append("}")
+        names.append(n)
+    ex.append("")
     gen_api.write(os.path.join(GEN_DIR, "exports.rs"), "\n".join(ex))
     names += [d["name"] for d in doc["data"]] + doc["callbacks"]
     for n in doc["functions_without_prototype"]:

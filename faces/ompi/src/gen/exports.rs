@@ -6809,3 +6809,73 @@ pub unsafe extern "C" fn MPI_Wtime() -> f64 {
 pub unsafe extern "C" fn PMPI_Wtime() -> f64 {
     ffi_boundary!("MPI_Wtime", f64, imp_MPI_Wtime())
 }
+
+// Fortran bindings libmpi.so.40 exports without a C prototype in mpi.h.
+#[no_mangle]
+pub extern "C" fn MPI_AINT_ADD_F90() -> c_int {
+    conv::unsupported("MPI_AINT_ADD_F90", "a Fortran binding, not part of the C ABI mpicr translates")
+}
+#[no_mangle]
+pub extern "C" fn MPI_AINT_DIFF_F90() -> c_int {
+    conv::unsupported("MPI_AINT_DIFF_F90", "a Fortran binding, not part of the C ABI mpicr translates")
+}
+#[no_mangle]
+pub extern "C" fn MPI_COMM_DUP_FN() -> c_int {
+    conv::unsupported("MPI_COMM_DUP_FN", "a Fortran binding, not part of the C ABI mpicr translates")
+}
+#[no_mangle]
+pub extern "C" fn MPI_COMM_NULL_COPY_FN() -> c_int {
+    conv::unsupported("MPI_COMM_NULL_COPY_FN", "a Fortran binding, not part of the C ABI mpicr translates")
+}
+#[no_mangle]
+pub extern "C" fn MPI_COMM_NULL_DELETE_FN() -> c_int {
+    conv::unsupported("MPI_COMM_NULL_DELETE_FN", "a Fortran binding, not part of the C ABI mpicr translates")
+}
+#[no_mangle]
+pub extern "C" fn MPI_CONVERSION_FN_NULL() -> c_int {
+    conv::unsupported("MPI_CONVERSION_FN_NULL", "a Fortran binding, not part of the C ABI mpicr translates")
+}
+#[no_mangle]
+pub extern "C" fn MPI_DUP_FN() -> c_int {
+    conv::unsupported("MPI_DUP_FN", "a Fortran binding, not part of the C ABI mpicr translates")
+}
+#[no_mangle]
+pub extern "C" fn MPI_NULL_COPY_FN() -> c_int {
+    conv::unsupported("MPI_NULL_COPY_FN", "a Fortran binding, not part of the C ABI mpicr translates")
+}
+#[no_mangle]
+pub extern "C" fn MPI_NULL_DELETE_FN() -> c_int {
+    conv::unsupported("MPI_NULL_DELETE_FN", "a Fortran binding, not part of the C ABI mpicr translates")
+}
+#[no_mangle]
+pub extern "C" fn MPI_TYPE_DUP_FN() -> c_int {
+    conv::unsupported("MPI_TYPE_DUP_FN", "a Fortran binding, not part of the C ABI mpicr translates")
+}
+#[no_mangle]
+pub extern "C" fn MPI_TYPE_NULL_COPY_FN() -> c_int {
+    conv::unsupported("MPI_TYPE_NULL_COPY_FN", "a Fortran binding, not part of the C ABI mpicr translates")
+}
+#[no_mangle]
+pub extern "C" fn MPI_TYPE_NULL_DELETE_FN() -> c_int {
+    conv::unsupported("MPI_TYPE_NULL_DELETE_FN", "a Fortran binding, not part of the C ABI mpicr translates")
+}
+#[no_mangle]
+pub extern "C" fn MPI_WIN_DUP_FN() -> c_int {
+    conv::unsupported("MPI_WIN_DUP_FN", "a Fortran binding, not part of the C ABI mpicr translates")
+}
+#[no_mangle]
+pub extern "C" fn MPI_WIN_NULL_COPY_FN() -> c_int {
+    conv::unsupported("MPI_WIN_NULL_COPY_FN", "a Fortran binding, not part of the C ABI mpicr translates")
+}
+#[no_mangle]
+pub extern "C" fn MPI_WIN_NULL_DELETE_FN() -> c_int {
+    conv::unsupported("MPI_WIN_NULL_DELETE_FN", "a Fortran binding, not part of the C ABI mpicr translates")
+}
+#[no_mangle]
+pub extern "C" fn MPI_WTICK_F90() -> c_int {
+    conv::unsupported("MPI_WTICK_F90", "a Fortran binding, not part of the C ABI mpicr translates")
+}
+#[no_mangle]
+pub extern "C" fn MPI_WTIME_F90() -> c_int {
+    conv::unsupported("MPI_WTIME_F90", "a Fortran binding, not part of the C ABI mpicr translates")
+}
