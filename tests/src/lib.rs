@@ -9,7 +9,8 @@
 //! once, default 1), `MPICR_TEST_KEEP=1` (keep scratch directories), `MPICR_TEST_NATIVE_TWICE=1`
 //! (run native cases twice and require identical output: checks the tests' determinism),
 //! `MPICR_TEST_LONG=1` (every mode runs the tests' `long-args`, e.g. to time them),
-//! `MPICR_SHIM` (path of the shim instead of `target/release/libmpicr.so`), `MPICR_TEST_MPICR`
+//! `MPICR_SHIM` (path of the shim instead of `target/release/libmpicr.so`), `MPICR_SHIM_OMPI`
+//! (the Open MPI face instead of `target/release/libmpicr_ompi.so`), `MPICR_TEST_MPICR`
 //! (path of the `mpicr` CLI instead of `target/release/mpicr`), `MPICR_TEST_SEED` (the seed of
 //! the checkpoint modes' random instants and pause points; each failure names the one it ran
 //! with), `MPICR_TEST_VERBOSE=1` (the checkpoint modes say what they did in passing cases too),

@@ -555,3 +555,69 @@ pub fn in_degree(comm: OHandle) -> c_int {
 pub fn out_degree(comm: OHandle) -> c_int {
     degrees(comm).1
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_keep_source_tag_error_count_and_cancelled() {
+        let o = OStatus { source: ompi::MPI_PROC_NULL, tag: 7, error: ompi::MPI_ERR_TRUNCATE, cancelled: 1, ucount: (5 << 32) + 12 };
+        let m = status_to_mpich(&o);
+        assert_eq!(m.MPI_SOURCE, mpich::MPI_PROC_NULL);
+        assert_eq!(m.MPI_ERROR, mpich::MPI_ERR_TRUNCATE);
+        assert_eq!(m.count_lo, 12);
+        assert_eq!(m.count_hi_and_cancelled, (5 << 1) | 1);
+        let back = status_to_ompi(&m);
+        assert_eq!((back.source, back.tag, back.error, back.cancelled, back.ucount), (o.source, o.tag, o.error, o.cancelled, o.ucount));
+    }
+
+    #[test]
+    fn rank_sentinels_differ_and_ordinary_ranks_do_not() {
+        for (o, m) in [(ompi::MPI_ANY_SOURCE, mpich::MPI_ANY_SOURCE), (ompi::MPI_PROC_NULL, mpich::MPI_PROC_NULL), (ompi::MPI_ROOT, mpich::MPI_ROOT)] {
+            assert_ne!(o, m);
+            assert_eq!(rank_in(o), m);
+            assert_eq!(rank_out(m), o);
+        }
+        assert_eq!(rank_in(3), 3);
+        assert_eq!(rank_out(3), 3);
+    }
+
+    #[test]
+    fn error_codes_become_open_mpi_classes() {
+        assert_eq!(err_out(0), 0);
+        assert_eq!(err_out(mpich::MPI_ERR_RANK), ompi::MPI_ERR_RANK);
+        // An MPICH error code carries its class in its low 7 bits (here 336174342: "Invalid rank").
+        assert_eq!(err_out(336_174_342), ompi::MPI_ERR_RANK);
+        assert_eq!(err_in(ompi::MPI_ERR_REQUEST), mpich::MPI_ERR_REQUEST);
+        // Codes made by MPI_Add_error_code pass both ways unchanged.
+        let user = 0x4000_0041;
+        assert_eq!(err_in(err_out(user)), user);
+    }
+
+    #[test]
+    fn rma_assertions_translate_bit_by_bit() {
+        assert_eq!(mode_in(ompi::MPI_MODE_NOPRECEDE | ompi::MPI_MODE_NOSUCCEED), mpich::MPI_MODE_NOPRECEDE | mpich::MPI_MODE_NOSUCCEED);
+        assert_eq!(mode_in(0), 0);
+    }
+
+    #[test]
+    fn string_outputs_are_cut_to_open_mpis_maximum() {
+        let mut dst = [1 as c_char; 8];
+        let mut s = StrOut::new(dst.as_mut_ptr(), 8);
+        let p = s.ptr();
+        let text = b"a-long-communicator-name\0";
+        // SAFETY: `p` is StrOut's own buffer, larger than `text`; `dst` has room for 8 bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr() as *const c_char, p, text.len());
+            s.finish();
+        }
+        assert_eq!(&dst.map(|c| c as u8), b"a-long-\0");
+    }
+
+    #[test]
+    fn in_place_is_one_in_open_mpi() {
+        assert_eq!(buf_in(1 as *const c_void), m::MPI_IN_PLACE);
+        assert!(buf_in(std::ptr::null::<c_void>()).is_null());
+    }
+}
