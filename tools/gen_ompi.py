@@ -353,7 +353,7 @@ def gen_wrapper(fn, target):
             pre.append("let mut l_%s = conv::status_in(%s);" % (a, a))
             args.append("conv::status_ptr(&mut l_%s, %s.is_null())" % (a, a))
             if not p["const"]:
-                post.append("conv::status_out(&l_%s, %s as *mut OStatus);" % (a, a))
+                post.append("conv::status_out(&l_%s, %s);" % (a, a))
         elif base == "MPI_Status":
             return None, "a status at pointer depth %d" % ptr
         elif base == "int" and ptr == 0 and key in INT_IN:

@@ -7,7 +7,7 @@
 //! pool of trampolines, one slot per created object, kept for the process's life (an image
 //! restores the same addresses); the others carry their state in a leaked box passed as the
 //! MPICH face's `extra_state`.
-#![allow(non_snake_case, clippy::missing_safety_doc)]
+#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 
 use crate::conv::{self, OHandle, OStatus};
 use crate::gen::tables::{mpich, ompi};

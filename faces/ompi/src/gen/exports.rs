@@ -1898,7 +1898,7 @@ unsafe fn imp_MPI_File_read(fh: OHandle, buf: *mut c_void, count: c_int, datatyp
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::gen::passthrough::MPI_File_read(conv::file_in(fh), conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::status_ptr(&mut l_status, status.is_null()));
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -1917,7 +1917,7 @@ unsafe fn imp_MPI_File_read_all(fh: OHandle, buf: *mut c_void, count: c_int, dat
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::gen::passthrough::MPI_File_read_all(conv::file_in(fh), conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::status_ptr(&mut l_status, status.is_null()));
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -1952,7 +1952,7 @@ unsafe fn imp_MPI_File_read_all_end(fh: OHandle, buf: *mut c_void, status: *mut 
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::gen::passthrough::MPI_File_read_all_end(conv::file_in(fh), conv::buf_in(buf), conv::status_ptr(&mut l_status, status.is_null()));
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -1971,7 +1971,7 @@ unsafe fn imp_MPI_File_read_at(fh: OHandle, offset: MPI_Offset, buf: *mut c_void
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::gen::passthrough::MPI_File_read_at(conv::file_in(fh), offset, conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::status_ptr(&mut l_status, status.is_null()));
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -1990,7 +1990,7 @@ unsafe fn imp_MPI_File_read_at_all(fh: OHandle, offset: MPI_Offset, buf: *mut c_
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::gen::passthrough::MPI_File_read_at_all(conv::file_in(fh), offset, conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::status_ptr(&mut l_status, status.is_null()));
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -2025,7 +2025,7 @@ unsafe fn imp_MPI_File_read_at_all_end(fh: OHandle, buf: *mut c_void, status: *m
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::gen::passthrough::MPI_File_read_at_all_end(conv::file_in(fh), conv::buf_in(buf), conv::status_ptr(&mut l_status, status.is_null()));
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -2044,7 +2044,7 @@ unsafe fn imp_MPI_File_read_ordered(fh: OHandle, buf: *mut c_void, count: c_int,
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::gen::passthrough::MPI_File_read_ordered(conv::file_in(fh), conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::status_ptr(&mut l_status, status.is_null()));
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -2079,7 +2079,7 @@ unsafe fn imp_MPI_File_read_ordered_end(fh: OHandle, buf: *mut c_void, status: *
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::gen::passthrough::MPI_File_read_ordered_end(conv::file_in(fh), conv::buf_in(buf), conv::status_ptr(&mut l_status, status.is_null()));
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -2098,7 +2098,7 @@ unsafe fn imp_MPI_File_read_shared(fh: OHandle, buf: *mut c_void, count: c_int, 
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::gen::passthrough::MPI_File_read_shared(conv::file_in(fh), conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::status_ptr(&mut l_status, status.is_null()));
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -2245,7 +2245,7 @@ unsafe fn imp_MPI_File_write(fh: OHandle, buf: *const c_void, count: c_int, data
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::gen::passthrough::MPI_File_write(conv::file_in(fh), conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::status_ptr(&mut l_status, status.is_null()));
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -2264,7 +2264,7 @@ unsafe fn imp_MPI_File_write_all(fh: OHandle, buf: *const c_void, count: c_int, 
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::gen::passthrough::MPI_File_write_all(conv::file_in(fh), conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::status_ptr(&mut l_status, status.is_null()));
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -2299,7 +2299,7 @@ unsafe fn imp_MPI_File_write_all_end(fh: OHandle, buf: *const c_void, status: *m
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::gen::passthrough::MPI_File_write_all_end(conv::file_in(fh), conv::buf_in(buf), conv::status_ptr(&mut l_status, status.is_null()));
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -2318,7 +2318,7 @@ unsafe fn imp_MPI_File_write_at(fh: OHandle, offset: MPI_Offset, buf: *const c_v
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::gen::passthrough::MPI_File_write_at(conv::file_in(fh), offset, conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::status_ptr(&mut l_status, status.is_null()));
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -2337,7 +2337,7 @@ unsafe fn imp_MPI_File_write_at_all(fh: OHandle, offset: MPI_Offset, buf: *const
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::gen::passthrough::MPI_File_write_at_all(conv::file_in(fh), offset, conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::status_ptr(&mut l_status, status.is_null()));
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -2372,7 +2372,7 @@ unsafe fn imp_MPI_File_write_at_all_end(fh: OHandle, buf: *const c_void, status:
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::gen::passthrough::MPI_File_write_at_all_end(conv::file_in(fh), conv::buf_in(buf), conv::status_ptr(&mut l_status, status.is_null()));
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -2391,7 +2391,7 @@ unsafe fn imp_MPI_File_write_ordered(fh: OHandle, buf: *const c_void, count: c_i
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::gen::passthrough::MPI_File_write_ordered(conv::file_in(fh), conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::status_ptr(&mut l_status, status.is_null()));
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -2426,7 +2426,7 @@ unsafe fn imp_MPI_File_write_ordered_end(fh: OHandle, buf: *const c_void, status
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::gen::passthrough::MPI_File_write_ordered_end(conv::file_in(fh), conv::buf_in(buf), conv::status_ptr(&mut l_status, status.is_null()));
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -2445,7 +2445,7 @@ unsafe fn imp_MPI_File_write_shared(fh: OHandle, buf: *const c_void, count: c_in
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::gen::passthrough::MPI_File_write_shared(conv::file_in(fh), conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::status_ptr(&mut l_status, status.is_null()));
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -3300,7 +3300,7 @@ unsafe fn imp_MPI_Improbe(source: c_int, tag: c_int, comm: OHandle, flag: *mut c
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::api::MPI_Improbe(conv::rank_in(source), tag, conv::h_in(Kind::Comm, comm), flag, if message.is_null() { std::ptr::null_mut() } else { &mut l_message }, conv::status_ptr(&mut l_status, status.is_null()));
         if !message.is_null() { *message = conv::h_out(Kind::Message, l_message); }
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -3699,7 +3699,7 @@ unsafe fn imp_MPI_Iprobe(source: c_int, tag: c_int, comm: OHandle, flag: *mut c_
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::api::MPI_Iprobe(conv::rank_in(source), tag, conv::h_in(Kind::Comm, comm), flag, conv::status_ptr(&mut l_status, status.is_null()));
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -3990,7 +3990,7 @@ unsafe fn imp_MPI_Mprobe(source: c_int, tag: c_int, comm: OHandle, message: *mut
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::api::MPI_Mprobe(conv::rank_in(source), tag, conv::h_in(Kind::Comm, comm), if message.is_null() { std::ptr::null_mut() } else { &mut l_message }, conv::status_ptr(&mut l_status, status.is_null()));
         if !message.is_null() { *message = conv::h_out(Kind::Message, l_message); }
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -4011,7 +4011,7 @@ unsafe fn imp_MPI_Mrecv(buf: *mut c_void, count: c_int, type_: OHandle, message:
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::api::MPI_Mrecv(conv::buf_in(buf), count, conv::h_in(Kind::Datatype, type_), if message.is_null() { std::ptr::null_mut() } else { &mut l_message }, conv::status_ptr(&mut l_status, status.is_null()));
         if !message.is_null() { *message = conv::h_out(Kind::Message, l_message); }
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -4275,7 +4275,7 @@ unsafe fn imp_MPI_Probe(source: c_int, tag: c_int, comm: OHandle, status: *mut O
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::api::MPI_Probe(conv::rank_in(source), tag, conv::h_in(Kind::Comm, comm), conv::status_ptr(&mut l_status, status.is_null()));
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -4361,7 +4361,7 @@ unsafe fn imp_MPI_Recv(buf: *mut c_void, count: c_int, datatype: OHandle, source
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::api::MPI_Recv(conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::rank_in(source), tag, conv::h_in(Kind::Comm, comm), conv::status_ptr(&mut l_status, status.is_null()));
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -4509,7 +4509,7 @@ unsafe fn imp_MPI_Request_get_status(request: OHandle, flag: *mut c_int, status:
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::api::MPI_Request_get_status(conv::h_in(Kind::Request, request), flag, conv::status_ptr(&mut l_status, status.is_null()));
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -4703,7 +4703,7 @@ unsafe fn imp_MPI_Sendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: O
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::api::MPI_Sendrecv(conv::buf_in(sendbuf), sendcount, conv::h_in(Kind::Datatype, sendtype), conv::rank_in(dest), sendtag, conv::buf_in(recvbuf), recvcount, conv::h_in(Kind::Datatype, recvtype), conv::rank_in(source), recvtag, conv::h_in(Kind::Comm, comm), conv::status_ptr(&mut l_status, status.is_null()));
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -4722,7 +4722,7 @@ unsafe fn imp_MPI_Sendrecv_replace(buf: *mut c_void, count: c_int, datatype: OHa
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::api::MPI_Sendrecv_replace(conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::rank_in(dest), sendtag, conv::rank_in(source), recvtag, conv::h_in(Kind::Comm, comm), conv::status_ptr(&mut l_status, status.is_null()));
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -4832,7 +4832,7 @@ unsafe fn imp_MPI_Status_f2c(f_status: *const MPI_Fint, c_status: *mut OStatus) 
     unsafe {
         let mut l_c_status = conv::status_in(c_status);
         let r = mpicr_shim::face::gen::passthrough::MPI_Status_f2c(f_status, conv::status_ptr(&mut l_c_status, c_status.is_null()));
-        conv::status_out(&l_c_status, c_status as *mut OStatus);
+        conv::status_out(&l_c_status, c_status);
         r
     }
 }
@@ -4851,7 +4851,7 @@ unsafe fn imp_MPI_Status_set_cancelled(status: *mut OStatus, flag: c_int) -> c_i
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::gen::passthrough::MPI_Status_set_cancelled(conv::status_ptr(&mut l_status, status.is_null()), flag);
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -4870,7 +4870,7 @@ unsafe fn imp_MPI_Status_set_elements(status: *mut OStatus, datatype: OHandle, c
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::gen::passthrough::MPI_Status_set_elements(conv::status_ptr(&mut l_status, status.is_null()), conv::h_in(Kind::Datatype, datatype), count);
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -4889,7 +4889,7 @@ unsafe fn imp_MPI_Status_set_elements_x(status: *mut OStatus, datatype: OHandle,
     unsafe {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::gen::passthrough::MPI_Status_set_elements_x(conv::status_ptr(&mut l_status, status.is_null()), conv::h_in(Kind::Datatype, datatype), count);
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -5189,7 +5189,7 @@ unsafe fn imp_MPI_Test(request: *mut OHandle, flag: *mut c_int, status: *mut OSt
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::api::MPI_Test(if request.is_null() { std::ptr::null_mut() } else { &mut l_request }, flag, conv::status_ptr(&mut l_status, status.is_null()));
         if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -5251,7 +5251,7 @@ unsafe fn imp_MPI_Testany(count: c_int, array_of_requests: *mut OHandle, index: 
         let r = mpicr_shim::face::api::MPI_Testany(count, conv::vec_ptr(&mut l_array_of_requests, array_of_requests.is_null()), index, flag, conv::status_ptr(&mut l_status, status.is_null()));
         conv::handles_out(Kind::Request, &l_array_of_requests, array_of_requests);
         if !index.is_null() { *index = conv::undefined_out(*index); }
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -6079,7 +6079,7 @@ unsafe fn imp_MPI_Wait(request: *mut OHandle, status: *mut OStatus) -> c_int {
         let mut l_status = conv::status_in(status);
         let r = mpicr_shim::face::api::MPI_Wait(if request.is_null() { std::ptr::null_mut() } else { &mut l_request }, conv::status_ptr(&mut l_status, status.is_null()));
         if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
@@ -6124,7 +6124,7 @@ unsafe fn imp_MPI_Waitany(count: c_int, array_of_requests: *mut OHandle, index: 
         let r = mpicr_shim::face::api::MPI_Waitany(count, conv::vec_ptr(&mut l_array_of_requests, array_of_requests.is_null()), index, conv::status_ptr(&mut l_status, status.is_null()));
         conv::handles_out(Kind::Request, &l_array_of_requests, array_of_requests);
         if !index.is_null() { *index = conv::undefined_out(*index); }
-        conv::status_out(&l_status, status as *mut OStatus);
+        conv::status_out(&l_status, status);
         r
     }
 }
