@@ -378,7 +378,12 @@ def gen_wrapper(fn, target):
         elif base == "char" and ptr == 1 and key in STRINGS:
             pre.append("let mut l_%s = conv::StrOut::new(%s, ompi::%s);" % (a, a, STRINGS[key]))
             args.append("l_%s.ptr()" % a)
-            post.append("l_%s.finish();" % a)
+            if any(q["name"] == "resultlen" for q in fn["params"]):
+                # The length said is the length written.
+                post.append("let l_%s_len = l_%s.finish();" % (a, a))
+                post.append("if !resultlen.is_null() && *resultlen > l_%s_len { *resultlen = l_%s_len; }" % (a, a))
+            else:
+                post.append("l_%s.finish();" % a)
         elif base == "void" and ptr == 1 and p["name"] in BUFFERS:
             args.append("conv::buf_in(%s)" % a)
         else:

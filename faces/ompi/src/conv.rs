@@ -481,13 +481,14 @@ impl StrOut {
             self.buf.as_mut_ptr()
         }
     }
-    /// Copies the result, cut to the program's buffer (NUL-terminated).
+    /// Copies the result, cut to the program's buffer (NUL-terminated); returns the length
+    /// copied (without the NUL).
     ///
     /// # Safety
     /// `dst` (if not null) has room for `cap` bytes.
-    pub unsafe fn finish(&mut self) {
+    pub unsafe fn finish(&mut self) -> c_int {
         if self.dst.is_null() {
-            return;
+            return 0;
         }
         let len = self.buf.iter().position(|&c| c == 0).unwrap_or(self.buf.len()).min(self.cap - 1);
         // SAFETY: `len < cap`, the program's buffer size; `buf` holds at least `len` bytes.
@@ -495,6 +496,7 @@ impl StrOut {
             std::ptr::copy_nonoverlapping(self.buf.as_ptr(), self.dst, len);
             *self.dst.add(len) = 0;
         }
+        len as c_int
     }
 }
 
@@ -610,7 +612,7 @@ mod tests {
         // SAFETY: `p` is StrOut's own buffer, larger than `text`; `dst` has room for 8 bytes.
         unsafe {
             std::ptr::copy_nonoverlapping(text.as_ptr() as *const c_char, p, text.len());
-            s.finish();
+            assert_eq!(s.finish(), 7);
         }
         assert_eq!(&dst.map(|c| c as u8), b"a-long-\0");
     }

@@ -842,7 +842,8 @@ unsafe fn imp_MPI_Comm_get_name(comm: OHandle, comm_name: *mut c_char, resultlen
     unsafe {
         let mut l_comm_name = conv::StrOut::new(comm_name, ompi::MPI_MAX_OBJECT_NAME);
         let r = mpicr_shim::face::gen::passthrough::MPI_Comm_get_name(conv::h_in(Kind::Comm, comm), l_comm_name.ptr(), resultlen);
-        l_comm_name.finish();
+        let l_comm_name_len = l_comm_name.finish();
+        if !resultlen.is_null() && *resultlen > l_comm_name_len { *resultlen = l_comm_name_len; }
         r
     }
 }
@@ -1340,7 +1341,8 @@ unsafe fn imp_MPI_Error_string(errorcode: c_int, string: *mut c_char, resultlen:
     unsafe {
         let mut l_string = conv::StrOut::new(string, ompi::MPI_MAX_ERROR_STRING);
         let r = mpicr_shim::face::gen::passthrough::MPI_Error_string(conv::err_in(errorcode), l_string.ptr(), resultlen);
-        l_string.finish();
+        let l_string_len = l_string.finish();
+        if !resultlen.is_null() && *resultlen > l_string_len { *resultlen = l_string_len; }
         r
     }
 }
@@ -2647,7 +2649,8 @@ unsafe fn imp_MPI_Get_library_version(version: *mut c_char, resultlen: *mut c_in
     unsafe {
         let mut l_version = conv::StrOut::new(version, ompi::MPI_MAX_LIBRARY_VERSION_STRING);
         let r = mpicr_shim::face::gen::passthrough::MPI_Get_library_version(l_version.ptr(), resultlen);
-        l_version.finish();
+        let l_version_len = l_version.finish();
+        if !resultlen.is_null() && *resultlen > l_version_len { *resultlen = l_version_len; }
         r
     }
 }
@@ -2666,7 +2669,8 @@ unsafe fn imp_MPI_Get_processor_name(name: *mut c_char, resultlen: *mut c_int) -
     unsafe {
         let mut l_name = conv::StrOut::new(name, ompi::MPI_MAX_PROCESSOR_NAME);
         let r = mpicr_shim::face::gen::passthrough::MPI_Get_processor_name(l_name.ptr(), resultlen);
-        l_name.finish();
+        let l_name_len = l_name.finish();
+        if !resultlen.is_null() && *resultlen > l_name_len { *resultlen = l_name_len; }
         r
     }
 }
@@ -5765,7 +5769,8 @@ unsafe fn imp_MPI_Type_get_name(type_: OHandle, type_name: *mut c_char, resultle
     unsafe {
         let mut l_type_name = conv::StrOut::new(type_name, ompi::MPI_MAX_OBJECT_NAME);
         let r = mpicr_shim::face::gen::passthrough::MPI_Type_get_name(conv::h_in(Kind::Datatype, type_), l_type_name.ptr(), resultlen);
-        l_type_name.finish();
+        let l_type_name_len = l_type_name.finish();
+        if !resultlen.is_null() && *resultlen > l_type_name_len { *resultlen = l_type_name_len; }
         r
     }
 }
@@ -6541,7 +6546,8 @@ unsafe fn imp_MPI_Win_get_name(win: OHandle, win_name: *mut c_char, resultlen: *
     unsafe {
         let mut l_win_name = conv::StrOut::new(win_name, ompi::MPI_MAX_OBJECT_NAME);
         let r = mpicr_shim::face::gen::passthrough::MPI_Win_get_name(conv::h_in(Kind::Win, win), l_win_name.ptr(), resultlen);
-        l_win_name.finish();
+        let l_win_name_len = l_win_name.finish();
+        if !resultlen.is_null() && *resultlen > l_win_name_len { *resultlen = l_win_name_len; }
         r
     }
 }
