@@ -201,6 +201,7 @@ INT_IN = {
     ("MPI_Win_get_attr", "win_keyval"): "keyval_in",
     ("MPI_Type_create_subarray", "order"): "order_in", ("MPI_Type_create_darray", "order"): "order_in",
     ("MPI_Win_lock", "lock_type"): "lock_in",
+    ("MPI_Type_match_size", "typeclass"): "typeclass_in",
     ("MPI_Win_lock", "assert"): "mode_in", ("MPI_Win_lock_all", "assert"): "mode_in",
     ("MPI_Win_fence", "assert"): "mode_in", ("MPI_Win_post", "assert"): "mode_in",
     ("MPI_Win_start", "assert"): "mode_in",
@@ -459,6 +460,7 @@ def generate():
                                      "MPI_WIN_DISP_UNIT", "MPI_WIN_CREATE_FLAVOR", "MPI_WIN_MODEL"))
     pairs("MPI_ORDER_", "ORDERS")
     pairs("MPI_DISTRIBUTE_", "DISTRIBUTIONS")
+    pairs("MPI_TYPECLASS_", "TYPECLASSES")
     pairs("MPI_LOCK_", "LOCKS")
     pairs("MPI_MODE_NO", "RMA_MODES")
     hs = [h for h in doc["handles"] if h["type"] != "MPI_File"]

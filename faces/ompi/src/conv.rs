@@ -361,6 +361,10 @@ pub fn order_in(v: c_int) -> c_int {
     from_pairs(&tables::ORDERS, v, true).unwrap_or(v)
 }
 
+pub fn typeclass_in(v: c_int) -> c_int {
+    from_pairs(&tables::TYPECLASSES, v, true).unwrap_or(v)
+}
+
 pub fn lock_in(v: c_int) -> c_int {
     from_pairs(&tables::LOCKS, v, true).unwrap_or(v)
 }

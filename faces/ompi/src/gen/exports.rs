@@ -5893,7 +5893,7 @@ unsafe fn imp_MPI_Type_match_size(typeclass: c_int, size: c_int, type_: *mut OHa
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let mut l_type_ = if type_.is_null() { 0 } else { conv::h_in(Kind::Datatype, *type_) };
-        let r = mpicr_shim::face::gen::create::MPI_Type_match_size(typeclass, size, if type_.is_null() { std::ptr::null_mut() } else { &mut l_type_ });
+        let r = mpicr_shim::face::gen::create::MPI_Type_match_size(conv::typeclass_in(typeclass), size, if type_.is_null() { std::ptr::null_mut() } else { &mut l_type_ });
         if !type_.is_null() { *type_ = conv::h_out(Kind::Datatype, l_type_); }
         r
     }

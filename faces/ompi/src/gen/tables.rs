@@ -562,6 +562,13 @@ pub const DISTRIBUTIONS: [(i32, i32); 4] = [
     (123, 2), // MPI_DISTRIBUTE_NONE
 ];
 
+/// TYPECLASSES: (MPICH's, Open MPI's), by name.
+pub const TYPECLASSES: [(i32, i32); 3] = [
+    (3, 3), // MPI_TYPECLASS_COMPLEX
+    (2, 1), // MPI_TYPECLASS_INTEGER
+    (1, 2), // MPI_TYPECLASS_REAL
+];
+
 /// LOCKS: (MPICH's, Open MPI's), by name.
 pub const LOCKS: [(i32, i32); 2] = [
     (234, 1), // MPI_LOCK_EXCLUSIVE
