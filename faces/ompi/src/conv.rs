@@ -36,11 +36,41 @@ const _: () = assert!(std::mem::size_of::<OStatus>() == 24);
 /// The tag of handles made here (bits 48..63).
 const TAG: u64 = 0x6d63 << 48;
 
+/// The hot path's hasher: the keys are distinct addresses and small tuples, so one multiply
+/// spreads them well enough (std's SipHash costs more than the rest of a translation).
+#[derive(Default)]
+struct MulHasher(u64);
+
+impl std::hash::Hasher for MulHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u8(&mut self, v: u8) {
+        self.write_u64(v as u64);
+    }
+    fn write_i32(&mut self, v: i32) {
+        self.write_u64(v as u32 as u64);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type Map<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<MulHasher>>;
+
 struct Predefined {
     /// address -> MPICH value
-    to_mpich: HashMap<usize, c_int>,
+    to_mpich: Map<usize, c_int>,
     /// (kind, MPICH value) -> address
-    to_ompi: HashMap<(u8, c_int), usize>,
+    to_ompi: Map<(u8, c_int), usize>,
     file_null: usize,
 }
 
@@ -53,8 +83,8 @@ fn lookup(name: &std::ffi::CStr) -> usize {
 fn predefined() -> &'static Predefined {
     static P: OnceLock<Predefined> = OnceLock::new();
     P.get_or_init(|| {
-        let mut to_mpich = HashMap::new();
-        let mut to_ompi = HashMap::new();
+        let mut to_mpich = Map::default();
+        let mut to_ompi = Map::default();
         for (sym, kind, v) in tables::PREDEFINED {
             let a = lookup(sym);
             if a == 0 {
