@@ -28,7 +28,7 @@ if [ -x scripts/test-ckpt.sh ]; then
     # four checkpoint programs at 2 ranks, continue and stop+restart (about 1.5 minutes here).
     step "checkpoint/restart of Open MPI programs on MPICH 4.0.2, 2 ranks"
     MPICR_TEST_FLAVORS=ompi-on-mpich4 MPICR_TEST_MODES=continue,stop-restart SKIP_BUILD=1 scripts/test-ckpt.sh \
-        ckpt_ring/ompi-on-mpich4/np2/ ckpt_dtype/ompi-on-mpich4/np2/ ckpt_split_coll/ompi-on-mpich4/np2/ app_halo2d/ompi-on-mpich4/np2/
+        ckpt_ring/ompi-on-mpich4/np2/ ckpt_dtype/ompi-on-mpich4/np2/ ckpt_persistent/ompi-on-mpich4/np2/ app_halo2d/ompi-on-mpich4/np2/
     # Not Intel MPI: a restart of an epoch taken after a renewal is refused there (README).
     step "renewals: 25 checkpoints of one job, a restart, 10 more (flat images)"
     MPICR_TEST_FLAVORS=mpich4,mpich5 MPICR_TEST_MODES=renewals SKIP_BUILD=1 scripts/test-ckpt.sh
