@@ -12,9 +12,11 @@ deps:
 build:
 	$(CARGO) build --release --workspace
 
-# Regenerates the checked-in signature table and the code made from it (see tools/gen_api.py).
+# Regenerates the code made from the checked-in signature tables (see tools/gen_api.py and,
+# for the Open MPI face, tools/gen_ompi.py).
 gen:
 	python3 tools/gen_api.py
+	python3 tools/gen_ompi.py
 
 test: deps build
 	scripts/test.sh

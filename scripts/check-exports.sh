@@ -2,6 +2,10 @@
 # The export check: every MPI_/PMPI_ name that Debian's libmpich.so.12 exports, and every one
 # the MPICH 5 wheel's libmpi.so.12 exports, must be exported by libmpicr.so (functions and data
 # symbols alike): a name missing from the shim would bypass it into the uninitialised library.
+# Likewise every MPI_/PMPI_ name of Open MPI's libmpi.so.40 must be exported by
+# libmpicr_ompi.so, and every data symbol of its table (shim/api/ompi-abi.json: the predefined
+# handles and sentinels mpi.h names) with the very size libmpi.so.40 gives it: a non-PIE program
+# copy-relocates those, and a smaller one would be cut.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 shim=target/release/libmpicr.so
@@ -24,4 +28,39 @@ for lib in "$mpich" "$wheel"; do
         echo "check-exports: all $(echo "$theirs" | wc -l) MPI_/PMPI_ names of $(basename "$(dirname "$lib")")/$(basename "$lib") are exported by libmpicr.so"
     fi
 done
+ompi_shim=target/release/libmpicr_ompi.so
+ompi=$(ldconfig -p | awk '/libmpi.so.40 /{print $NF; exit}')
+if [ ! -f "$ompi_shim" ]; then
+    echo "check-exports: $ompi_shim is missing (run make build)" >&2
+    status=1
+elif [ -z "$ompi" ] || [ ! -f "$ompi" ]; then
+    echo "check-exports: Open MPI's libmpi.so.40 not found (run make deps)" >&2
+    status=1
+else
+    ours=$(nm -D --defined-only "$ompi_shim" | awk '{print $3}' | sort -u)
+    theirs=$(nm -D --defined-only "$ompi" | awk '{print $3}' | grep -E '^P?MPI_' | sort -u)
+    missing=$(comm -23 <(echo "$theirs") <(echo "$ours"))
+    if [ -n "$missing" ]; then
+        echo "check-exports: libmpicr_ompi.so lacks $(echo "$missing" | wc -l) names of $ompi:" >&2
+        echo "$missing" | head -20 >&2
+        status=1
+    else
+        echo "check-exports: all $(echo "$theirs" | wc -l) MPI_/PMPI_ names of libmpi.so.40 are exported by libmpicr_ompi.so"
+    fi
+    # name size, for the data symbols of the table, in both libraries
+    sizes() { readelf -W --dyn-syms "$1" | awk '$4 == "OBJECT" && $7 != "UND" {sub(/@.*/, "", $8); print $8, $3}' | sort -u; }
+    wanted=$(python3 -c 'import json,sys; [print(d["name"]) for d in json.load(open(sys.argv[1]))["data"]]' shim/api/ompi-abi.json | sort -u)
+    rows=$(join <(echo "$wanted") <(sizes "$ompi") | join -a1 -e missing -o 0,1.2,2.2 - <(sizes "$ompi_shim"))
+    differ=$(echo "$rows" | awk '$2 != $3')
+    if [ "$(echo "$rows" | grep -c .)" -ne "$(echo "$wanted" | grep -c .)" ]; then
+        echo "check-exports: not every data symbol of shim/api/ompi-abi.json is in $ompi (rerun tools/gen_ompi.py --extract)" >&2
+        status=1
+    elif [ -n "$differ" ]; then
+        echo "check-exports: data symbols of libmpicr_ompi.so missing or sized unlike libmpi.so.40's (name, theirs, ours):" >&2
+        echo "$differ" | head -20 >&2
+        status=1
+    else
+        echo "check-exports: all $(echo "$wanted" | wc -l) data symbols of Open MPI's mpi.h are exported by libmpicr_ompi.so with libmpi.so.40's sizes"
+    fi
+fi
 exit $status

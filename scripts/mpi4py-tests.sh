@@ -83,7 +83,7 @@ while [ $# -gt 0 ]; do
 done
 
 if [ "$native_only" = 0 ] && [ ! -f "$shim" ]; then
-    die "target/release/libmpicr.so not found: build the shim first (cargo build --release -p mpicr-shim, or make build), or pass --native-only"
+    die "target/release/libmpicr.so not found: build the shim first (cargo build --release -p mpicr-face-mpich, or make build), or pass --native-only"
 fi
 
 log() { echo "mpi4py-tests: $*" >&2; }

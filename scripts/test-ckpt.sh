@@ -2,8 +2,8 @@
 # Checkpoint/restart tests under Hydra: the C programs that opt in (`ckpt-ranks` in their
 # metadata line: a ring of Sendrecv, the 2-D halo exchange, the master/worker farm, collectives
 # on split communicators, derived datatypes, persistent requests, and the overlapped
-# nonblocking collectives at 4 ranks) x {mpich4, mpich5, impi} x their checkpoint rank counts x the
-# checkpoint modes of the harness (tests/src/ckpt.rs):
+# nonblocking collectives at 4 ranks) x {mpich4, mpich5, impi, ompi-on-mpich4} x their checkpoint
+# rank counts x the checkpoint modes of the harness (tests/src/ckpt.rs):
 #   continue        `mpicr checkpoint` at a random instant; the job goes on; output = native
 #   stop-restart    `mpicr checkpoint --stop` at a random instant, `mpicr restart` in a new
 #                   mpiexec; output before + after = native
@@ -36,12 +36,12 @@
 #   MPICR_TEST_MODES=soak MPICR_SOAK_COUNT=1000 scripts/test-ckpt.sh   the soak (make soak)
 #   MPICR_TEST_VERBOSE=1                          say what each case did, also when it passes
 #   MPICR_TEST_KEEP=1                             keep the scratch directories (images, logs)
-# SKIP_BUILD=1 uses the existing target/release/{mpicr,libmpicr.so}.
+# SKIP_BUILD=1 uses the existing target/release/{mpicr,libmpicr.so,libmpicr_ompi.so}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
-    cargo build --release -q -p mpicr-shim -p mpicr-cli --bin mpicr
+    cargo build --release -q -p mpicr-face-mpich -p mpicr-face-ompi -p mpicr-cli --bin mpicr
 fi
 if [ -z "${MPICR_CRIU:-}" ] && [ ! -x .deps/criu/criu ] && ! command -v criu >/dev/null; then
     echo "test-ckpt: no criu (run scripts/deps.sh, or set MPICR_CRIU)" >&2

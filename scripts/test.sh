@@ -11,10 +11,10 @@ cargo test --release --workspace --exclude mpicr-tests
 step "export check"
 scripts/check-exports.sh
 
-step "C programs: native vs libmpicr, MPICH 4.0.2, MPICH 5 and Intel MPI, 1/2/4 ranks"
+step "C programs: native vs libmpicr, MPICH 4.0.2, MPICH 5 and Intel MPI, and Open MPI programs on MPICH 4.0.2 (libmpicr_ompi.so; also a -no-pie one), 1/2/4 ranks"
 scripts/test-c.sh
 
-step "mpicr CLI: PMI relay, CRIU, checkpoint protocol, errors, hangs, security, PID namespaces, non-root, restart on another library (74 cases)"
+step "mpicr CLI: PMI relay, CRIU, checkpoint protocol, errors, hangs, security, PID namespaces, non-root, restart on another library (75 cases)"
 cargo build --release -q -p mpicr-cli --bin mpicr --example fake_agent
 cargo test --release -p mpicr-tests --test cli
 
@@ -24,6 +24,11 @@ if [ -x scripts/test-ckpt.sh ]; then
     # Intel MPI at 2 ranks only (about 2.5 minutes here; 4 ranks pass too and double that).
     step "checkpoint/restart under Intel MPI's Hydra, 2 ranks, and the kill-program fault"
     MPICR_TEST_FLAVORS=impi SKIP_BUILD=1 scripts/test-ckpt.sh /impi/np2/
+    # Open MPI programs (mpicc.openmpi) under libmpicr_ompi.so over MPICH 4.0.2 and its Hydra:
+    # four checkpoint programs at 2 ranks, continue and stop+restart (about 1.5 minutes here).
+    step "checkpoint/restart of Open MPI programs on MPICH 4.0.2, 2 ranks"
+    MPICR_TEST_FLAVORS=ompi-on-mpich4 MPICR_TEST_MODES=continue,stop-restart SKIP_BUILD=1 scripts/test-ckpt.sh \
+        ckpt_ring/ompi-on-mpich4/np2/ ckpt_dtype/ompi-on-mpich4/np2/ ckpt_persistent/ompi-on-mpich4/np2/ app_halo2d/ompi-on-mpich4/np2/
     # Not Intel MPI: a restart of an epoch taken after a renewal is refused there (README).
     step "renewals: 25 checkpoints of one job, a restart, 10 more (flat images)"
     MPICR_TEST_FLAVORS=mpich4,mpich5 MPICR_TEST_MODES=renewals SKIP_BUILD=1 scripts/test-ckpt.sh

@@ -218,17 +218,26 @@ fn agent(ctl: UnixStream, lh: Arc<Mutex<LowerHalf>>, gate: Arc<Gate>, rank: i32,
                 gate.set(false);
                 send(FromAgent::Counters { comms: vec![(42, rank as u64)] });
             }
-            ToAgent::Targets { comms } => {
+            ToAgent::Targets { round, comms } => {
                 if rank == 1 && faults.fail_at == Some(epoch) {
                     send(FromAgent::Failed { reason: format!("injected failure in epoch {epoch}") });
                     continue;
                 }
-                if comms != vec![(42, (size - 1) as u64)] {
-                    send(FromAgent::Failed { reason: format!("bad targets {comms:?}") });
+                // Round 0 targets the highest counter (size - 1); rank 0 then needs one more
+                // collective (as a rank behind a broadcast's root does), so round 1 raises the
+                // target to `size` for everybody, and the round-0 send counts of the others are
+                // superseded.
+                let want = if round == 0 { size - 1 } else { size };
+                if comms != vec![(42, want as u64)] || round > 1 {
+                    send(FromAgent::Failed { reason: format!("bad targets {comms:?} in round {round}") });
+                    continue;
+                }
+                if round == 0 && rank == 0 {
+                    send(FromAgent::Wants { comms: vec![(42, size as u64)] });
                     continue;
                 }
                 let sent = (0..size).filter(|&d| d != rank).map(|d| (7u64, d, epoch * 100 + rank as u64)).collect();
-                send(FromAgent::SendCounts { sent });
+                send(FromAgent::SendCounts { round, sent });
             }
             ToAgent::ExpectedRecvs { expect } => {
                 let want: Vec<(u64, i32, u64)> = (0..size).filter(|&s| s != rank).map(|s| (7u64, s, epoch * 100 + s as u64)).collect();

@@ -25,7 +25,11 @@ ends the job; SIGTERM, SIGINT, SIGHUP and SIGQUIT are passed on to the program.
 Environment:
   MPICR_CKPT_DIR    default checkpoint directory
   MPICR_SHIM        path of libmpicr.so (default: next to the mpicr binary); `none`: no
-                    preload, the program carries the agent itself
+                    preload, the program carries the agent itself. Open MPI programs get
+                    libmpicr_ompi.so from the same directory
+  MPICR_FACE        `mpich` or `ompi`: the ABI the program speaks (default: from the MPI
+                    library it is linked to; libmpi.so.40 is Open MPI's, which runs on an
+                    MPICH-ABI library underneath)
   MPICR_CRIU        path of the criu binary (default: .deps/criu/criu of the source tree
                     the binary was built in, else criu on PATH)
   MPICR_LOG         diagnostics on stderr (tracing filter directives), e.g. `debug`,

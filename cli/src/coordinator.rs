@@ -3,8 +3,12 @@
 //!
 //! One checkpoint of epoch E (phases; any failure or timeout aborts on every rank):
 //! 1. `Begin` to every keeper; each asks its agent (`Checkpoint`) and forwards its `Counters`.
-//! 2. `Targets`: per communicator, the maximum counter over the ranks that reported it.
-//! 3. `SendCounts` from all; each rank gets `Expected`, the transposition (what every peer sent it).
+//! 2. `Targets`: per communicator, the maximum counter over the ranks that reported it. A rank
+//!    that cannot reach its targets without starting a collective past one (another rank ran
+//!    ahead through collectives it could finish alone) says `Wants`: those targets are raised and
+//!    sent to every rank as the next round, whose send counts replace the earlier ones.
+//! 3. `SendCounts` of the last round from all; each rank gets `Expected`, the transposition
+//!    (what every peer sent it).
 //! 4. `Drained` from all, then `Release`: a job-wide barrier, since releasing the library (and
 //!    renewing it after an abort) is collective: either every rank releases or none does.
 //! 5. `ReadyToDump` from all, then `Dump`: each keeper runs CRIU (`--leave-running`).
@@ -35,9 +39,8 @@ const MAX_UNAUTHENTICATED: usize = 64;
 /// `(communicator, peer world rank, message count)` per rank.
 pub type PeerCounts = BTreeMap<i32, Vec<(CommGid, i32, u64)>>;
 
-/// Per communicator, the maximum counter over the ranks reporting it; each rank receives the
-/// targets of the communicators it reported, in its own order.
-pub fn compute_targets(counters: &BTreeMap<i32, Vec<(CommGid, u64)>>) -> BTreeMap<i32, Vec<(CommGid, u64)>> {
+/// Per communicator, the maximum counter over the ranks reporting it.
+pub fn max_targets(counters: &BTreeMap<i32, Vec<(CommGid, u64)>>) -> HashMap<CommGid, u64> {
     let mut max: HashMap<CommGid, u64> = HashMap::new();
     for list in counters.values() {
         for &(g, c) in list {
@@ -45,7 +48,27 @@ pub fn compute_targets(counters: &BTreeMap<i32, Vec<(CommGid, u64)>>) -> BTreeMa
             *m = (*m).max(c);
         }
     }
+    max
+}
+
+/// The first round of targets: each rank receives those of the communicators it reported, in
+/// its own order.
+pub fn targets_per_rank(counters: &BTreeMap<i32, Vec<(CommGid, u64)>>, max: &HashMap<CommGid, u64>) -> BTreeMap<i32, Vec<(CommGid, u64)>> {
     counters.iter().map(|(&r, list)| (r, list.iter().map(|&(g, _)| (g, max[&g])).collect())).collect()
+}
+
+/// Raises `targets` to what a rank wants; returns the targets that grew (a communicator the
+/// coordinator did not know yet counts from 0), in a stable order.
+pub fn raise_targets(targets: &mut HashMap<CommGid, u64>, wants: &[(CommGid, u64)]) -> Vec<(CommGid, u64)> {
+    let mut raised = BTreeMap::new();
+    for &(g, n) in wants {
+        let t = targets.entry(g).or_insert(0);
+        if n > *t {
+            *t = n;
+            raised.insert(g, n);
+        }
+    }
+    raised.into_iter().collect()
 }
 
 /// Transposes per-sender `(comm, destination, count)` into per-receiver `(comm, source, count)`.
@@ -220,6 +243,10 @@ struct Ckpt {
     deadline: Instant,
     phase: Phase,
     counters: BTreeMap<i32, Vec<(CommGid, u64)>>,
+    /// The collective targets sent so far (every round's), and the current round.
+    targets: HashMap<CommGid, u64>,
+    round: u32,
+    /// Send counts of the current round.
     sent: BTreeMap<i32, Vec<(CommGid, i32, u64)>>,
     drained: BTreeSet<i32>,
     ready: BTreeMap<i32, ReadyInfo>,
@@ -586,6 +613,8 @@ impl Coordinator {
             deadline: now.checked_add(timeout).unwrap_or(now + crate::args::MAX_TIMEOUT),
             phase: if agentless { Phase::Ready } else { Phase::Counters },
             counters: BTreeMap::new(),
+            targets: HashMap::new(),
+            round: 0,
             sent: BTreeMap::new(),
             drained: BTreeSet::new(),
             ready: BTreeMap::new(),
@@ -604,6 +633,8 @@ impl Coordinator {
         enum Next {
             Nothing,
             Targets(BTreeMap<i32, Vec<(CommGid, u64)>>),
+            /// A later round: the same raised targets for every rank.
+            Raised(u32, Vec<(CommGid, u64)>),
             Expected(BTreeMap<i32, Vec<(CommGid, i32, u64)>>),
             Release,
             Dump,
@@ -615,7 +646,7 @@ impl Coordinator {
         let Some(c) = self.ckpt.as_mut() else { return };
         let (epoch, expected_phase) = match &msg {
             ToCoord::Counters { epoch, .. } => (*epoch, Phase::Counters),
-            ToCoord::SendCounts { epoch, .. } => (*epoch, Phase::SendCounts),
+            ToCoord::SendCounts { epoch, .. } | ToCoord::Wants { epoch, .. } => (*epoch, Phase::SendCounts),
             ToCoord::Drained { epoch } => (*epoch, Phase::Drain),
             ToCoord::ReadyToDump { epoch, .. } => (*epoch, Phase::Ready),
             ToCoord::Dumped { epoch, .. } => (*epoch, Phase::Dumping),
@@ -637,11 +668,25 @@ impl Coordinator {
                     if c.counters.len() == size {
                         c.mark("counters");
                         c.phase = Phase::SendCounts;
-                        Next::Targets(compute_targets(&c.counters))
+                        c.targets = max_targets(&c.counters);
+                        Next::Targets(targets_per_rank(&c.counters, &c.targets))
                     } else {
                         Next::Nothing
                     }
                 }
+                ToCoord::Wants { comms, .. } => {
+                    let raised = raise_targets(&mut c.targets, &comms);
+                    if raised.is_empty() {
+                        Next::Nothing
+                    } else {
+                        // Every rank aligns again (one that had closed its gate reopens it).
+                        c.round += 1;
+                        c.sent.clear();
+                        Next::Raised(c.round, raised)
+                    }
+                }
+                // Counts of an earlier round come from a rank that has not seen the raise yet.
+                ToCoord::SendCounts { round, .. } if round != c.round => Next::Nothing,
                 ToCoord::SendCounts { sent, .. } => {
                     c.sent.insert(r, sent);
                     if c.sent.len() == size {
@@ -715,7 +760,13 @@ impl Coordinator {
             Next::Nothing => {}
             Next::Targets(t) => {
                 for (rank, comms) in t {
-                    self.send_to(rank, &FromCoord::Targets { epoch, comms });
+                    self.send_to(rank, &FromCoord::Targets { epoch, round: 0, comms });
+                }
+            }
+            Next::Raised(round, comms) => {
+                tracing::debug!(target: "coordinator", epoch, round, raised = comms.len(), "collective targets raised");
+                for rank in 0..size as i32 {
+                    self.send_to(rank, &FromCoord::Targets { epoch, round, comms: comms.clone() });
                 }
             }
             Next::Expected(e) => {
@@ -848,10 +899,21 @@ mod tests {
         c.insert(0, vec![(10, 3), (20, 1)]);
         c.insert(1, vec![(10, 5)]);
         c.insert(2, vec![(20, 4), (10, 0)]);
-        let t = compute_targets(&c);
+        let max = max_targets(&c);
+        let t = targets_per_rank(&c, &max);
         assert_eq!(t[&0], vec![(10, 5), (20, 4)]);
         assert_eq!(t[&1], vec![(10, 5)]);
         assert_eq!(t[&2], vec![(20, 4), (10, 5)]);
+    }
+
+    #[test]
+    fn targets_rise_only_where_wanted_beyond_them() {
+        let mut t: HashMap<CommGid, u64> = [(10, 5), (20, 4)].into_iter().collect();
+        assert_eq!(raise_targets(&mut t, &[(10, 5), (20, 3)]), vec![], "nothing past a target");
+        assert_eq!(raise_targets(&mut t, &[(20, 6), (30, 1), (10, 4)]), vec![(20, 6), (30, 1)]);
+        assert_eq!(t[&20], 6);
+        assert_eq!(t[&30], 1, "a communicator made during the alignment starts from 0");
+        assert_eq!(t[&10], 5);
     }
 
     #[test]

@@ -275,7 +275,8 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     // A non-root user's CRIU must be able to checkpoint before the job runs for hours.
     crate::criu::preflight()?;
     let program = spawn::resolve_program(&args.program[0]).map_err(anyhow::Error::new)?;
-    let shim = if mode == Mode::Agent { crate::paths::shim()? } else { None };
+    // The face library for the program's ABI (MPICH's, or Open MPI's over an MPICH library).
+    let shim = if mode == Mode::Agent { crate::paths::shim(crate::mpilib::program_face(&program)?)? } else { None };
     // A library chosen by hand (`MPICR_MPI_LIB`, which the shim loads) passes the checks of a
     // restart on another library before the job starts.
     if mode == Mode::Agent {
@@ -630,9 +631,14 @@ impl Keeper {
                 Some(epoch) => self.tell_coord(ToCoord::Counters { epoch, comms }),
                 None => self.say("agent sent Counters outside a checkpoint; ignored"),
             },
-            FromAgent::SendCounts { sent } => {
+            FromAgent::SendCounts { round, sent } => {
                 if let Some(epoch) = epoch {
-                    self.tell_coord(ToCoord::SendCounts { epoch, sent });
+                    self.tell_coord(ToCoord::SendCounts { epoch, round, sent });
+                }
+            }
+            FromAgent::Wants { comms } => {
+                if let Some(epoch) = epoch {
+                    self.tell_coord(ToCoord::Wants { epoch, comms });
                 }
             }
             FromAgent::Drained => {
@@ -706,9 +712,9 @@ impl Keeper {
                     }
                 }
             }
-            FromCoord::Targets { epoch, comms } => {
+            FromCoord::Targets { epoch, round, comms } => {
                 if self.in_ckpt(epoch) {
-                    if let Err(e) = self.tell_agent(ToAgent::Targets { comms }) {
+                    if let Err(e) = self.tell_agent(ToAgent::Targets { round, comms }) {
                         self.fail_ckpt(epoch, format!("{e:#}"));
                     }
                 }

@@ -38,6 +38,39 @@ impl Face {
     }
 }
 
+/// The environment variable that names the program's ABI when its binary does not say it.
+pub const FACE_ENV: &str = "MPICR_FACE";
+
+impl Face {
+    /// The face library that runs a program of this ABI under mpicr (next to the `mpicr`
+    /// binary); None where mpicr has none.
+    pub fn shim_name(self) -> Option<&'static str> {
+        match self {
+            Face::Mpich => Some("libmpicr.so"),
+            Face::OpenMpi => Some("libmpicr_ompi.so"),
+            Face::StandardAbi => None,
+        }
+    }
+}
+
+/// The ABI `program` speaks: `MPICR_FACE` (`mpich`, `ompi`), else Open MPI's when the program
+/// is linked to `libmpi.so.40`, else the MPICH ABI (also for programs that name no MPI library,
+/// such as a Python interpreter that loads mpi4py later).
+pub fn program_face(program: &Path) -> Result<Face> {
+    if let Some(v) = std::env::var_os(FACE_ENV).filter(|v| !v.is_empty()) {
+        return match v.to_str() {
+            Some("mpich") => Ok(Face::Mpich),
+            Some("ompi") => Ok(Face::OpenMpi),
+            _ => bail!("{FACE_ENV}={}: unknown face (mpich or ompi)", v.to_string_lossy()),
+        };
+    }
+    let Ok(d) = mpicr_elf::read_file(program) else { return Ok(Face::Mpich) };
+    if d.needed.iter().any(|n| n.starts_with("libmpi.so.40")) {
+        return Ok(Face::OpenMpi);
+    }
+    Ok(Face::Mpich)
+}
+
 /// Whether the library at `path` is Intel MPI (it defines Intel's own `I_MPI_Check_image_status`).
 pub fn is_intel_mpi(path: &Path) -> bool {
     mpicr_elf::read_file(path).is_ok_and(|d| d.defined.contains("I_MPI_Check_image_status"))
@@ -103,7 +136,8 @@ pub fn check(lib: &Path, from: &str, restart: bool, program: &Path, old: Option<
             d.soname.as_deref().unwrap_or("none")
         );
     };
-    // Every program mpicr runs today speaks the MPICH ABI (the shim's only face).
+    // The library underneath speaks the MPICH ABI whatever the program's face (an Open MPI
+    // program's face translates its calls to it).
     let want = old
         .and_then(|o| mpicr_elf::read_file(o).ok())
         .and_then(|od| face_of(&od))
@@ -117,7 +151,11 @@ pub fn check(lib: &Path, from: &str, restart: bool, program: &Path, old: Option<
                 want.name()
             );
         }
-        bail!("{shown}: it is {} (soname {soname}), but libmpicr runs programs of {} only", face.name(), want.name());
+        bail!(
+            "{shown}: it is {} (soname {soname}), but mpicr's lower half runs {} libraries only (an Open MPI program runs on one through libmpicr_ompi.so)",
+            face.name(),
+            want.name()
+        );
     }
     // The program's own MPI imports (a program that reaches MPI through libraries it loads
     // later, e.g. Python's mpi4py, is checked by the shim when the library is loaded).

@@ -128,7 +128,9 @@ pub enum ToCoord {
     /// The program (C API) or a signal asked for a checkpoint.
     Request { stop: bool },
     Counters { epoch: u64, comms: Vec<(CommGid, u64)> },
-    SendCounts { epoch: u64, sent: Vec<(CommGid, i32, u64)> },
+    SendCounts { epoch: u64, round: u32, sent: Vec<(CommGid, i32, u64)> },
+    /// The agent needs these collective targets raised (`FromAgent::Wants`).
+    Wants { epoch: u64, comms: Vec<(CommGid, u64)> },
     ReadyToDump { epoch: u64, drained_msgs: u64, drained_bytes: u64, state_bytes: u64, timings: Vec<(String, u64)> },
     Dumped { epoch: u64, info: RankManifest },
     Resumed { epoch: u64, timings: Vec<(String, u64)> },
@@ -147,7 +149,7 @@ pub enum FromCoord {
     Welcome { job_id: String },
     Refused { reason: String },
     Begin { epoch: u64, stop: bool },
-    Targets { epoch: u64, comms: Vec<(CommGid, u64)> },
+    Targets { epoch: u64, round: u32, comms: Vec<(CommGid, u64)> },
     Expected { epoch: u64, expect: Vec<(CommGid, i32, u64)> },
     Dump { epoch: u64 },
     Resume { epoch: u64 },

@@ -12,8 +12,12 @@
 //! A->K Hello                      once, after the program's MPI_Init
 //! K->A Checkpoint{epoch,..}       start (or A->K Request first, when the program asks)
 //! A->K Counters                   collective counters per communicator
-//! K->A Targets                    maximum over the members (from the coordinator)
-//! A->K SendCounts                 gates closed, collectives aligned: messages sent per peer
+//! K->A Targets{round}             maximum over the members (from the coordinator)
+//! A->K Wants                      (while not aligned) collectives past a target that a
+//!                                 program thread waits to start; the coordinator raises
+//!                                 those targets: K->A Targets{round+1} to every rank
+//! A->K SendCounts{round}          gates closed, collectives aligned: messages sent per peer
+//!                                 (a later Targets reopens the gate: align again, resend)
 //! K->A ExpectedRecvs              what every peer sent to this rank
 //! A->K Drained                    in-flight messages drained; the library is still running
 //! K->A Release                    every rank drained (job-wide barrier)
@@ -80,8 +84,10 @@ pub struct Timings {
 pub enum ToAgent {
     /// Begin a checkpoint. `state_path` is where the agent writes `shim.state`.
     Checkpoint { epoch: u64, stop: bool, state_path: String },
-    /// Collective targets: the maximum counter over the members of each communicator.
-    Targets { comms: Vec<(CommGid, u64)> },
+    /// Collective targets: the maximum counter over the members of each communicator, raised
+    /// in later rounds where a rank needed more (`FromAgent::Wants`). Every communicator the
+    /// coordinator knows of, members or not; a round replaces the previous one.
+    Targets { round: u32, comms: Vec<(CommGid, u64)> },
     /// Per communicator and source world rank, how many messages were sent to this rank.
     ExpectedRecvs { expect: Vec<(CommGid, i32, u64)> },
     /// The dump is done (`restarted: false`) or this process was just restored from the image
@@ -102,8 +108,13 @@ pub enum FromAgent {
     Request { stop: bool },
     /// Collectives started so far, per communicator.
     Counters { comms: Vec<(CommGid, u64)> },
-    /// Gates closed at the aligned cut; messages sent per communicator and destination world rank.
-    SendCounts { sent: Vec<(CommGid, i32, u64)> },
+    /// Gates closed at the aligned cut of targets `round`; messages sent per communicator and
+    /// destination world rank.
+    SendCounts { round: u32, sent: Vec<(CommGid, i32, u64)> },
+    /// Not aligned yet, and a program thread waits to start collective number `n` on `comm`,
+    /// past its target: this rank cannot reach its targets without it (one rank ran ahead
+    /// through collectives it could finish alone, such as a broadcast's root).
+    Wants { comms: Vec<(CommGid, u64)> },
     /// In-flight messages drained, lower half released, state written.
     ReadyToDump { drained_msgs: u64, drained_bytes: u64, state_bytes: u64, timings: Timings },
     /// Running again after `Resume`.
@@ -188,7 +199,7 @@ mod tests {
             let mut out = Vec::new();
             let to_agent = [
                 ToAgent::Checkpoint { epoch: 3, stop: true, state_path: "/x/shim.state".into() },
-                ToAgent::Targets { comms: vec![(1, 2), (u64::MAX, 0)] },
+                ToAgent::Targets { round: 1, comms: vec![(1, 2), (u64::MAX, 0)] },
                 ToAgent::ExpectedRecvs { expect: vec![(7, -1, 9)] },
                 ToAgent::Resume { restarted: true, epoch: 1, size: 4, env: vec![("UCX_TLS".into(), None)] },
                 ToAgent::Abort { reason: "r".into() },

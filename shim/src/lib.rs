@@ -1,9 +1,11 @@
 //! libmpicr: transparent checkpoint/restart for unmodified MPI programs.
 //!
 //! Three layers, each importing only the ones below it (`tests/layers.rs` checks this):
-//! - [`face`]: the program's ABI (MPICH's). Every `MPI_*`/`PMPI_*` symbol is exported from
-//!   `face/gen/exports.rs` (generated from `api/mpich-abi.json`); calls enter through the gate,
-//!   translate the program's handles and reach the real library.
+//! - [`face`]: the program's ABI (MPICH's). Every `MPI_*`/`PMPI_*` symbol is exported by the
+//!   face library `libmpicr.so` (crate `faces/mpich`, `exports.rs` generated from
+//!   `api/mpich-abi.json`), which calls the implementations here; calls enter through the gate,
+//!   translate the program's handles and reach the real library. Open MPI's face
+//!   (`libmpicr_ompi.so`, crate `faces/ompi`) translates its ABI to this one.
 //! - [`core`]: virtual objects, one module per kind, the gate, and the checkpoint protocol run by
 //!   the agent thread: alignment, drain, release and renewal of the lower half.
 //! - [`lower`]: the real MPI library, loaded into a disposable link-map namespace, and its ABI.

@@ -1,12 +1,14 @@
 //! The checked-in generated files (`shim/src/face/gen/`, `shim/src/lower/gen/`,
-//! `shim/api/exports.txt`, `docs/api-buckets.md`) must be what `tools/gen_api.py` makes of the
-//! signature table and the policy: the generator runs into a temporary directory and every file
-//! it writes, and every file of the two `gen/` directories, must match.
+//! `faces/mpich/src/exports.rs`, `shim/api/exports.txt`, `docs/api-buckets.md`, and the Open MPI
+//! face's `faces/ompi/src/gen/` and `faces/ompi/exports.txt`) must be what `tools/gen_api.py` and
+//! `tools/gen_ompi.py` make of the signature tables and the policy: the generators run into a
+//! temporary directory and every file they write, and every file of the `gen/` directories,
+//! must match.
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Where the generator writes code: the face's wrappers and exports, the lower half's table.
-const GEN_DIRS: [&str; 2] = ["shim/src/face/gen", "shim/src/lower/gen"];
+const GEN_DIRS: [&str; 3] = ["shim/src/face/gen", "shim/src/lower/gen", "faces/ompi/src/gen"];
 
 /// A scratch directory removed on drop (also when the test fails).
 struct Scratch(PathBuf);
@@ -40,19 +42,21 @@ fn generated_files_are_current() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
     let scratch = Scratch(std::env::temp_dir().join(format!("mpicr-gen-{}-{nanos}", std::process::id())));
-    let out = Command::new("python3")
-        .arg(root.join("tools/gen_api.py"))
-        .arg("--out-dir")
-        .arg(&scratch.0)
-        .output()
-        .expect("running python3 tools/gen_api.py (python3 is needed to check the generated files)");
-    assert!(
-        out.status.success(),
-        "tools/gen_api.py failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    for tool in ["tools/gen_api.py", "tools/gen_ompi.py"] {
+        let out = Command::new("python3")
+            .arg(root.join(tool))
+            .arg("--out-dir")
+            .arg(&scratch.0)
+            .output()
+            .expect("running python3 (python3 is needed to check the generated files)");
+        assert!(
+            out.status.success(),
+            "{tool} failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     let made = files(&scratch.0);
     for dir in GEN_DIRS {
         assert!(made.iter().any(|p| p.starts_with(dir)), "the generator wrote nothing under {dir}: {made:?}");
@@ -73,5 +77,5 @@ fn generated_files_are_current() {
             }
         }
     }
-    assert!(stale.is_empty(), "generated files differ from tools/gen_api.py's output: {}; run `make gen` and commit the result", stale.join(", "));
+    assert!(stale.is_empty(), "generated files differ from tools/gen_api.py's and tools/gen_ompi.py's output: {}; run `make gen` and commit the result", stale.join(", "));
 }

@@ -1,7 +1,7 @@
 //! `shim.state` (postcard) read back from disk: arbitrary and mutated bytes must decode to a
 //! value or one error, never a panic, a hang or a huge allocation. A quick run by default;
 //! `PROPTEST_CASES=100000` for a long one.
-use mpicr::core::checkpoint::StateFile;
+use mpicr_shim::core::checkpoint::StateFile;
 use proptest::prelude::*;
 use proptest::sample::Index;
 

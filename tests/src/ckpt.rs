@@ -29,7 +29,7 @@ mod soak;
 pub use foreign::{checkpoint_foreign, Foreign, ForeignRun};
 pub use soak::soak;
 
-use crate::{compare, diff, job, Case, Harness, Job, JobOutput, Mode, Scratch};
+use crate::{compare, diff, job, Case, Harness, Job, JobOutput, Launcher, Mode, Scratch};
 use std::collections::{BTreeSet, VecDeque};
 use std::ffi::OsString;
 use std::fmt::Write as _;
@@ -124,7 +124,7 @@ impl Harness {
             .get_or_init(|| {
                 for (p, what) in [
                     (&self.mpicr, "mpicr-cli --bin mpicr"),
-                    (&self.shim, "mpicr-shim"),
+                    (&self.shim, "mpicr-face-mpich"),
                 ] {
                     if !p.is_file() {
                         return Err(format!(
@@ -146,6 +146,11 @@ impl Harness {
                     .and_then(|_| fs::copy(&self.mpicr, &copy.mpicr))
                     .and_then(|_| fs::copy(&self.shim, &copy.shim))
                     .map_err(|e| format!("cannot copy mpicr and libmpicr.so: {e}"))?;
+                // The Open MPI face, which mpicr preloads for Open MPI programs, when built.
+                if self.shim_ompi.is_file() {
+                    fs::copy(&self.shim_ompi, copy.dir.join("libmpicr_ompi.so"))
+                        .map_err(|e| format!("cannot copy libmpicr_ompi.so: {e}"))?;
+                }
                 Ok(copy)
             })
             .as_ref()
@@ -1098,6 +1103,7 @@ impl<'a> Ctx<'a> {
         }
         Job {
             mpiexec: self.mpiexec.clone(),
+            launcher: Launcher::Hydra,
             ranks: self.ranks(),
             wrapper,
             program: self.program.clone(),
@@ -1115,6 +1121,7 @@ impl<'a> Ctx<'a> {
         }
         Job {
             mpiexec: self.mpiexec.clone(),
+            launcher: Launcher::Hydra,
             ranks,
             wrapper: Vec::new(),
             program: self.mpicr.clone(),

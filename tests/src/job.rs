@@ -24,10 +24,23 @@ const POLL: Duration = Duration::from_millis(20);
 /// How long `mpiexec` gets to end a job by itself after SIGTERM, before everything is killed.
 const GRACE: Duration = Duration::from_secs(5);
 
+/// Which launcher `mpiexec` is: how a job asks it for one output file per rank and passes
+/// environment variables to the ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Launcher {
+    /// MPICH's Hydra (`mpiexec.mpich`, the wheels' `mpiexec`, Intel MPI's).
+    #[default]
+    Hydra,
+    /// Open MPI's `mpirun` (ORTE): `--output-filename`, `-x`, `--oversubscribe` (4 ranks on a
+    /// 2-core machine).
+    OpenMpi,
+}
+
 /// What to launch.
 #[derive(Debug, Clone)]
 pub struct Job {
     pub mpiexec: PathBuf,
+    pub launcher: Launcher,
     pub ranks: u32,
     /// Words placed before the program on every rank (a keeper such as `mpicr run --`);
     /// empty for a plain launch.
@@ -171,14 +184,37 @@ pub fn run_in(
 
     let mut cmd = Command::new(&job.mpiexec);
     cmd.arg("-n").arg(job.ranks.to_string());
-    // One file per rank, so ranks' lines never interleave. Hydra does not truncate existing
-    // files, so every job gets a fresh directory.
-    cmd.arg("-outfile-pattern").arg(dir.join("out.%r"));
-    cmd.arg("-errfile-pattern").arg(dir.join("err.%r"));
-    cmd.arg("-genv").arg(MARKER_VAR).arg(marker);
-    cmd.arg("-genv").arg(TMPDIR_VAR).arg(scratch.work());
-    for (k, v) in &job.rank_env {
-        cmd.arg("-genv").arg(k).arg(v);
+    match job.launcher {
+        Launcher::Hydra => {
+            // One file per rank, so ranks' lines never interleave. Hydra does not truncate
+            // existing files, so every job gets a fresh directory.
+            cmd.arg("-outfile-pattern").arg(dir.join("out.%r"));
+            cmd.arg("-errfile-pattern").arg(dir.join("err.%r"));
+            cmd.arg("-genv").arg(MARKER_VAR).arg(marker);
+            cmd.arg("-genv").arg(TMPDIR_VAR).arg(scratch.work());
+            for (k, v) in &job.rank_env {
+                cmd.arg("-genv").arg(k).arg(v);
+            }
+        }
+        Launcher::OpenMpi => {
+            // Open MPI writes DIR/1/rank.R/{stdout,stderr} (collect_openmpi renames them);
+            // `-x NAME=VALUE` reaches the ranks only. As root it needs to be told it may run.
+            cmd.arg("--oversubscribe").arg("--output-filename").arg(dir.join("ompi"));
+            let mut x = |k: &str, v: &std::ffi::OsStr| {
+                let mut kv = std::ffi::OsString::from(format!("{k}="));
+                kv.push(v);
+                cmd.arg("-x").arg(kv);
+            };
+            x(MARKER_VAR, marker.as_ref());
+            x(TMPDIR_VAR, scratch.work().as_os_str());
+            for (k, v) in &job.rank_env {
+                x(k, v);
+            }
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } == 0 {
+                cmd.arg("--allow-run-as-root");
+            }
+        }
     }
     cmd.args(&job.wrapper).arg(&job.program).args(&job.args);
     cmd.current_dir(scratch.work())
@@ -247,6 +283,9 @@ pub fn run_in(
     // abort it may not wait. Whatever is left is killed and reported (callers judge it: after a
     // success it is a bug, e.g. a helper process started by the shim).
     let stray = kill_job(None, marker);
+    if job.launcher == Launcher::OpenMpi {
+        collect_openmpi(job.ranks, dir);
+    }
     let (stdout, stderr, launcher) = collect(job.ranks, dir, &log_path);
     let mut leftovers: Vec<String> = fs::read_dir(scratch.work())
         .map(|d| {
@@ -264,6 +303,17 @@ pub fn run_in(
         stray,
         elapsed,
     })
+}
+
+/// Moves Open MPI's `ompi/1/rank.R/stdout` and `stderr` to Hydra's `out.R` and `err.R`.
+fn collect_openmpi(ranks: u32, dir: &Path) {
+    let base = dir.join("ompi").join("1");
+    for r in 0..ranks {
+        let rank = base.join(format!("rank.{r}"));
+        let _ = fs::rename(rank.join("stdout"), dir.join(format!("out.{r}")));
+        let _ = fs::rename(rank.join("stderr"), dir.join(format!("err.{r}")));
+    }
+    let _ = fs::remove_dir_all(dir.join("ompi"));
 }
 
 fn collect(ranks: u32, dir: &Path, log: &Path) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, Vec<u8>) {

@@ -9,7 +9,8 @@
 //! once, default 1), `MPICR_TEST_KEEP=1` (keep scratch directories), `MPICR_TEST_NATIVE_TWICE=1`
 //! (run native cases twice and require identical output: checks the tests' determinism),
 //! `MPICR_TEST_LONG=1` (every mode runs the tests' `long-args`, e.g. to time them),
-//! `MPICR_SHIM` (path of the shim instead of `target/release/libmpicr.so`), `MPICR_TEST_MPICR`
+//! `MPICR_SHIM` (path of the shim instead of `target/release/libmpicr.so`), `MPICR_SHIM_OMPI`
+//! (the Open MPI face instead of `target/release/libmpicr_ompi.so`), `MPICR_TEST_MPICR`
 //! (path of the `mpicr` CLI instead of `target/release/mpicr`), `MPICR_TEST_SEED` (the seed of
 //! the checkpoint modes' random instants and pause points; each failure names the one it ran
 //! with), `MPICR_TEST_VERBOSE=1` (the checkpoint modes say what they did in passing cases too),
@@ -34,7 +35,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-pub use job::{Job, JobOutput, Scratch};
+pub use job::{Job, JobOutput, Launcher, Scratch};
 pub use spec::TestSpec;
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -49,18 +50,64 @@ pub enum Flavor {
     /// Intel MPI 2021.x, the PyPI `impi-rt`/`impi-devel` wheels in `.deps/impi` (MPICH ABI,
     /// its own Hydra and libfabric; installed by `scripts/deps.sh`).
     Impi,
+    /// Open MPI programs (`mpicc.openmpi`, Debian's Open MPI 4.1) under mpicr's Open MPI face
+    /// (`libmpicr_ompi.so`) over Debian's MPICH 4.0.2 and its Hydra `mpiexec.mpich`; the oracle
+    /// is the same binary under Open MPI's own `mpirun.openmpi --oversubscribe`.
+    OmpiOnMpich4,
 }
 
 impl Flavor {
-    pub const ALL: [Flavor; 3] = [Flavor::Mpich4, Flavor::Mpich5, Flavor::Impi];
+    pub const ALL: [Flavor; 4] = [Flavor::Mpich4, Flavor::Mpich5, Flavor::Impi, Flavor::OmpiOnMpich4];
     /// What runs when `MPICR_TEST_FLAVORS` is not set (a missing one is skipped, saying so).
-    pub const DEFAULT: [Flavor; 3] = Flavor::ALL;
+    pub const DEFAULT: [Flavor; 4] = Flavor::ALL;
 
     pub fn name(self) -> &'static str {
         match self {
             Flavor::Mpich4 => "mpich4",
             Flavor::Mpich5 => "mpich5",
             Flavor::Impi => "impi",
+            Flavor::OmpiOnMpich4 => "ompi-on-mpich4",
+        }
+    }
+
+    /// Whether the programs of this flavor speak another ABI than the library under mpicr
+    /// (they are compiled and run natively with that ABI's own tools).
+    pub fn foreign_face(self) -> bool {
+        matches!(self, Flavor::OmpiOnMpich4)
+    }
+
+    /// Why `test` does not run in this flavor (None: it does). Open MPI 4.1 is an MPI 3.1
+    /// library, and a few tests exercise what Open MPI itself does not do on this machine.
+    pub fn excluded(self, test: &str, ranks: u32) -> Option<&'static str> {
+        if self != Flavor::OmpiOnMpich4 {
+            return None;
+        }
+        match test {
+            "coll_persistent" | "env_info" => Some("calls MPI 4.0 functions that Open MPI 4.1's mpi.h does not declare"),
+            "errhandlers" => Some("passes invented handles on purpose; Open MPI's handles are pointers it dereferences (the native run dies of SIGSEGV)"),
+            "rma" => Some("Debian's Open MPI 4.1.4 fails it natively on this machine kind (MPI_Win_create: MPI_ERR_WIN at 1 rank, SIGSEGV at 2), so there is no oracle"),
+            "attributes" if ranks == 1 => Some("at 1 rank Debian's Open MPI 4.1.4 fails its window natively (MPI_Win_create: MPI_ERR_WIN), so there is no oracle"),
+            _ => None,
+        }
+    }
+
+    /// The file name of the face library that runs this flavor's programs (next to `mpicr`).
+    pub fn shim_name(self) -> &'static str {
+        if self.foreign_face() {
+            "libmpicr_ompi.so"
+        } else {
+            "libmpicr.so"
+        }
+    }
+
+    /// What launches a native run (the oracle): the flavor's `mpiexec`, or for Open MPI
+    /// programs Open MPI's `mpirun.openmpi`.
+    pub fn native_launcher(self, root: &Path) -> Result<(PathBuf, Launcher), String> {
+        match self {
+            Flavor::OmpiOnMpich4 => find_in_path("mpirun.openmpi")
+                .map(|p| (p, Launcher::OpenMpi))
+                .ok_or_else(|| "ompi-on-mpich4: `mpirun.openmpi` is not on PATH (Debian package openmpi-bin; run scripts/deps.sh)".into()),
+            f => Ok((f.mpiexec(root)?, Launcher::Hydra)),
         }
     }
 
@@ -70,16 +117,22 @@ impl Flavor {
 
     /// The compiler wrapper, or a message saying how to get it.
     pub fn mpicc(self, root: &Path) -> Result<PathBuf, String> {
+        if self == Flavor::OmpiOnMpich4 {
+            return find_in_path("mpicc.openmpi").ok_or_else(|| {
+                "ompi-on-mpich4: `mpicc.openmpi` is not on PATH (Debian package libopenmpi-dev; run scripts/deps.sh)".into()
+            });
+        }
         self.tool(root, "mpicc.mpich", "mpicc")
     }
 
+    /// The launcher of runs under mpicr (for Open MPI programs: MPICH's, the library under them).
     pub fn mpiexec(self, root: &Path) -> Result<PathBuf, String> {
         self.tool(root, "mpiexec.mpich", "mpiexec")
     }
 
     fn tool(self, root: &Path, debian: &str, wheel: &str) -> Result<PathBuf, String> {
         match self {
-            Flavor::Mpich4 => find_in_path(debian).ok_or_else(|| {
+            Flavor::Mpich4 | Flavor::OmpiOnMpich4 => find_in_path(debian).ok_or_else(|| {
                 format!(
                     "mpich4: `{debian}` is not on PATH (Debian package mpich; run scripts/deps.sh)"
                 )
@@ -262,6 +315,9 @@ pub fn matrix(tests: &[TestSpec], flavors: &[Flavor], modes: &[Mode]) -> Vec<Cas
         ranks.dedup();
         for &flavor in flavors {
             for &n in &ranks {
+                if flavor.excluded(&t.name, n).is_some() {
+                    continue;
+                }
                 for &mode in modes {
                     let wanted = if mode == Mode::Faults {
                         // one rank count is enough: the smallest
@@ -327,6 +383,9 @@ pub struct Harness {
     long: bool,
     shim: PathBuf,
     shim_copy: OnceLock<Result<ShimCopy, String>>,
+    /// The Open MPI face (`libmpicr_ompi.so`) and its copy.
+    shim_ompi: PathBuf,
+    shim_ompi_copy: OnceLock<Result<ShimCopy, String>>,
     mpicr: PathBuf,
     /// `mpicr` and `libmpicr.so` copied side by side (the CLI preloads the shim next to it).
     cli_copy: OnceLock<Result<ckpt::CliCopy, String>>,
@@ -347,6 +406,9 @@ impl Harness {
         let shim = std::env::var_os("MPICR_SHIM")
             .map(PathBuf::from)
             .unwrap_or_else(|| root.join("target/release/libmpicr.so"));
+        let shim_ompi = std::env::var_os("MPICR_SHIM_OMPI")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root.join("target/release/libmpicr_ompi.so"));
         let mpicr = std::env::var_os("MPICR_TEST_MPICR")
             .map(PathBuf::from)
             .unwrap_or_else(|| root.join("target/release/mpicr"));
@@ -362,6 +424,8 @@ impl Harness {
             long: flag("MPICR_TEST_LONG"),
             shim,
             shim_copy: OnceLock::new(),
+            shim_ompi,
+            shim_ompi_copy: OnceLock::new(),
             mpicr,
             cli_copy: OnceLock::new(),
             seed,
@@ -425,8 +489,13 @@ impl Harness {
     /// place that knows how each mode is started.
     fn execute(&self, case: &Case, program: &Path, args: &[String]) -> Result<JobOutput, String> {
         let scratch = Scratch::new(&case.id(), self.keep)?;
+        let (mpiexec, launcher) = match case.mode {
+            Mode::Native => case.flavor.native_launcher(&self.root)?,
+            _ => (case.flavor.mpiexec(&self.root)?, Launcher::Hydra),
+        };
         let job = Job {
-            mpiexec: case.flavor.mpiexec(&self.root)?,
+            mpiexec,
+            launcher,
             ranks: case.ranks,
             wrapper: Vec::new(),
             program: program.to_path_buf(),
@@ -437,7 +506,7 @@ impl Harness {
         match case.mode {
             Mode::Native => job::run(&job, &scratch),
             Mode::Shim => {
-                let shim = self.shim_library()?;
+                let shim = self.shim_library(case.flavor)?;
                 let job = Job {
                     rank_env: vec![("LD_PRELOAD".into(), shim)],
                     ..job
@@ -484,27 +553,33 @@ impl Harness {
         .clone()
     }
 
-    /// The shim to preload: a copy of `target/release/libmpicr.so` taken at first use, so that
-    /// one run of the matrix tests one build even if the library is rebuilt meanwhile.
-    fn shim_library(&self) -> Result<OsString, String> {
-        self.shim_copy
-            .get_or_init(|| {
-                if !self.shim.is_file() {
-                    return Err(format!(
-                        "the shim {} does not exist: build it with `cargo build --release -p mpicr-shim`",
-                        self.shim.display()
-                    ));
-                }
-                let dir = self.root.join("target/ctests");
-                let copy = dir.join(format!("libmpicr.{}.so", std::process::id()));
-                std::fs::create_dir_all(&dir)
-                    .and_then(|_| std::fs::copy(&self.shim, &copy))
-                    .map_err(|e| format!("cannot copy {}: {e}", self.shim.display()))?;
-                Ok(ShimCopy(copy))
-            })
-            .as_ref()
-            .map(|c| c.0.clone().into_os_string())
-            .map_err(Clone::clone)
+    /// The shim to preload for `flavor` (`libmpicr.so`, or `libmpicr_ompi.so` for Open MPI
+    /// programs): a copy taken at first use, so that one run of the matrix tests one build even
+    /// if the library is rebuilt meanwhile.
+    fn shim_library(&self, flavor: Flavor) -> Result<OsString, String> {
+        let (src, cell, package) = if flavor.foreign_face() {
+            (&self.shim_ompi, &self.shim_ompi_copy, "mpicr-face-ompi")
+        } else {
+            (&self.shim, &self.shim_copy, "mpicr-face-mpich")
+        };
+        cell.get_or_init(|| {
+            if !src.is_file() {
+                return Err(format!(
+                    "the shim {} does not exist: build it with `cargo build --release -p {package}`",
+                    src.display()
+                ));
+            }
+            let dir = self.root.join("target/ctests");
+            let stem = flavor.shim_name().trim_end_matches(".so");
+            let copy = dir.join(format!("{stem}.{}.so", std::process::id()));
+            std::fs::create_dir_all(&dir)
+                .and_then(|_| std::fs::copy(src, &copy))
+                .map_err(|e| format!("cannot copy {}: {e}", src.display()))?;
+            Ok(ShimCopy(copy))
+        })
+        .as_ref()
+        .map(|c| c.0.clone().into_os_string())
+        .map_err(Clone::clone)
     }
 
     /// `target/ctests/<flavor>/<name>`, compiled when missing or older than its source or

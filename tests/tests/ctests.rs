@@ -161,6 +161,22 @@ fn run() -> Result<bool, String> {
     let flavors = selected_flavors(&Harness::workspace_root())?;
     let (modes, soak) = selected_modes()?;
     let all = matrix(&tests, &flavors, &modes);
+    for f in &flavors {
+        for t in &tests {
+            let mut said: Vec<(&str, Vec<String>)> = Vec::new();
+            for &n in &t.ranks {
+                if let Some(why) = f.excluded(&t.name, n) {
+                    match said.iter_mut().find(|(w, _)| *w == why) {
+                        Some((_, ns)) => ns.push(n.to_string()),
+                        None => said.push((why, vec![n.to_string()])),
+                    }
+                }
+            }
+            for (why, ns) in said {
+                println!("not run on {f} at {} rank(s): {}: {why}", ns.join(","), t.name);
+            }
+        }
+    }
     let total = all.len();
     let wanted = |c: &Case| {
         let id = c.id();

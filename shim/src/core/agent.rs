@@ -4,7 +4,9 @@
 //!
 //! Alignment state lives here because every collective consults it: while a checkpoint is in
 //! progress (`ALIGNING`), a collective may start only if the coordinator's target for its
-//! communicator allows it; the others wait on `CHANGED` until the checkpoint ends.
+//! communicator allows it; the others wait on `CHANGED` until the checkpoint ends or the
+//! targets rise, and note what they wait for (`WANTS`): a rank that cannot reach its targets
+//! without those collectives asks the coordinator to raise them.
 //!
 //! The agent does not poll: it waits on one channel ([`Inbox`]), fed by a reader thread on the
 //! control socket (the keeper's messages, an abort included, and the end of the connection) and
@@ -27,6 +29,29 @@ static ALIGNING: AtomicBool = AtomicBool::new(false);
 /// Targets per communicator id; `None` until the coordinator sent them.
 static TARGETS: Mutex<Option<HashMap<u64, u64>>> = Mutex::new(None);
 static CHANGED: Condvar = Condvar::new();
+/// Collectives program threads wait to start past their targets: per communicator id, the
+/// highest number waited for, while aligning.
+static WANTS: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
+
+/// Notes that a program thread waits to start collective number `n` on communicator `gid`; a
+/// new one wakes the agent (it may have to ask for the target to rise).
+fn note_want(gid: u64, n: u64) {
+    let mut w = WANTS.lock();
+    match w.iter_mut().find(|(g, _)| *g == gid) {
+        Some((_, m)) if *m >= n => return,
+        Some((_, m)) => *m = n,
+        None => w.push((gid, n)),
+    }
+    drop(w);
+    notify_progress();
+}
+
+/// What program threads wait for past the current targets (see [`note_want`]).
+pub(crate) fn wants_past_targets() -> Vec<(u64, u64)> {
+    let t = TARGETS.lock();
+    let Some(t) = t.as_ref() else { return Vec::new() };
+    WANTS.lock().iter().copied().filter(|&(g, n)| n > t.get(&g).copied().unwrap_or(0)).collect()
+}
 
 /// May a collective numbered `next` start on communicator `gid`? (`try_start_collective`
 /// counts it only if so.)
@@ -78,9 +103,10 @@ pub fn try_start_collective(c: &mpicr_virtid::CommCounters) -> Option<u64> {
     STARTING.fetch_sub(1, Ordering::Release);
     let gid = c.gid();
     let n = c.start_collective_if(|next| may_start_collective(gid, next));
-    if n.is_some() {
+    match n {
         // The agent waits for counters to reach their targets.
-        notify_progress();
+        Some(_) => notify_progress(),
+        None => note_want(gid, c.collectives() + 1),
     }
     n
 }
@@ -89,6 +115,7 @@ pub fn try_start_collective(c: &mpicr_virtid::CommCounters) -> Option<u64> {
 /// counting a collective it started without one (see `try_start_collective`).
 pub(crate) fn begin_alignment() {
     *TARGETS.lock() = None;
+    WANTS.lock().clear();
     ALIGNING.store(true, Ordering::SeqCst);
     while STARTING.load(Ordering::SeqCst) != 0 {
         std::hint::spin_loop();
@@ -96,8 +123,20 @@ pub(crate) fn begin_alignment() {
     }
 }
 
+/// The first round of targets.
 pub(crate) fn set_targets(t: HashMap<u64, u64>) {
     *TARGETS.lock() = Some(t);
+    CHANGED.notify_all();
+}
+
+/// A later round: targets the coordinator raised because some rank needed them.
+pub(crate) fn raise_targets(raised: &[(u64, u64)]) {
+    let mut t = TARGETS.lock();
+    let t = t.get_or_insert_with(HashMap::new);
+    for &(g, n) in raised {
+        let cur = t.entry(g).or_insert(0);
+        *cur = (*cur).max(n);
+    }
     CHANGED.notify_all();
 }
 
@@ -108,6 +147,7 @@ pub(crate) fn targets() -> HashMap<u64, u64> {
 pub(crate) fn end_alignment() {
     ALIGNING.store(false, Ordering::SeqCst);
     *TARGETS.lock() = None;
+    WANTS.lock().clear();
     CHANGED.notify_all();
 }
 
@@ -480,6 +520,8 @@ static FINALIZING: AtomicBool = AtomicBool::new(false);
 /// Called by MPI_Finalize from inside the gate (so after any checkpoint in progress ended).
 pub fn stop() {
     FINALIZING.store(true, Ordering::SeqCst);
+    // A checkpoint aligning meanwhile gives up (see `checkpoint::wait_aligned`).
+    notify_progress();
 }
 
 pub(crate) fn finalizing() -> bool {

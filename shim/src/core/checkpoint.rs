@@ -235,31 +235,48 @@ fn phases(
         return Err(CheckpointError::Other(why));
     }
     renew::check_renewal()?;
-    // 1. Align collectives.
+    // 1. Align collectives, and 2. exchange send counts: each round of targets ends with this
+    //    rank's gate closed and its counts sent, unless a later round (another rank needed a
+    //    target raised) reopens the gate first.
     agent::begin_alignment();
     let counters: Vec<(u64, u64)> = OBJ.comms.snapshot().into_iter().map(|(_, _, c)| (c.recipe.gid, c.coll_seq)).collect();
     agent::send(&FromAgent::Counters { comms: counters })?;
-    let targets = match expect(inbox, limits.align, "collective targets")? {
-        ToAgent::Targets { comms } => comms.into_iter().collect::<HashMap<_, _>>(),
+    let mut round = match expect(inbox, limits.align, "collective targets")? {
+        ToAgent::Targets { round, comms } => {
+            agent::set_targets(comms.into_iter().collect::<HashMap<_, _>>());
+            round
+        }
         other => return Err(unexpected(other, "while aligning")),
     };
-    tracing::debug!(target: "agent", epoch, targets = targets.len(), "aligning collectives");
-    agent::set_targets(targets);
-    wait_aligned(inbox, limits.align)?;
-    close_gate(inbox, limits.align)?;
-    *stage = Stage::GateClosed;
-    check_aligned()?;
-    test_panic("align");
-    clock.lap("align");
-
-    // 2. Exchange send counts, drain.
-    let comms = CommIndex::build();
-    agent::send(&FromAgent::SendCounts { sent: comms.sent_counts() })?;
-    // Every rank aligns and closes its gate within its own deadlines (twice `align`).
-    let expected = match expect(inbox, with_grace(2 * limits.align), "expected receives")? {
-        ToAgent::ExpectedRecvs { expect } => expect,
-        other => return Err(unexpected(other, "while draining")),
+    let expected = loop {
+        tracing::debug!(target: "agent", epoch, round, "aligning collectives");
+        if let Some(r) = wait_aligned(inbox, limits.align)? {
+            round = r;
+            continue;
+        }
+        if let Some(r) = close_gate(inbox, limits.align)? {
+            round = r;
+            continue;
+        }
+        *stage = Stage::GateClosed;
+        check_aligned()?;
+        test_panic("align");
+        let comms = CommIndex::build();
+        agent::send(&FromAgent::SendCounts { round, sent: comms.sent_counts() })?;
+        // Every rank aligns and closes its gate within its own deadlines (twice `align`).
+        match expect(inbox, with_grace(2 * limits.align), "expected receives")? {
+            ToAgent::ExpectedRecvs { expect } => break (comms, expect),
+            ToAgent::Targets { round: r, comms } => {
+                gate::open();
+                *stage = Stage::Aligning;
+                agent::raise_targets(&comms);
+                round = r;
+            }
+            other => return Err(unexpected(other, "while draining")),
+        }
     };
+    clock.lap("align");
+    let (comms, expected) = expected;
     tracing::debug!(target: "agent", epoch, peers = expected.len(), "draining");
     drain(&comms, &expected, limits.drain, inbox)?;
     test_panic("drain");
@@ -325,41 +342,70 @@ fn refusal() -> Option<String> {
 }
 
 /// Waits until every communicator reached its collective target (or the coordinator aborts).
-/// Woken by each collective counted meanwhile (`agent::try_start_collective`) and by the
-/// keeper's messages.
-fn wait_aligned(inbox: &mut Inbox, limit: Duration) -> Result<(), CheckpointError> {
+/// Woken by each collective counted meanwhile (`agent::try_start_collective`), by program
+/// threads that wait to start one past its target, and by the keeper's messages. While not
+/// aligned, collectives program threads wait for past their targets are asked for (`Wants`):
+/// this rank cannot get further without them. Returns `Some(round)` when the coordinator
+/// raised targets meanwhile (a round that may have come from another rank's wants).
+fn wait_aligned(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, CheckpointError> {
     let mut budget = Budget::new(limit);
+    let mut asked: Vec<(u64, u64)> = Vec::new();
     loop {
+        // MPI_Finalize is counted as a collective on MPI_COMM_WORLD: a thread that got into it
+        // releases the library with the other ranks, so this checkpoint cannot be taken.
+        if agent::finalizing() {
+            return Err(CheckpointError::Finalizing);
+        }
         if check_aligned().is_ok() {
-            return Ok(());
+            return Ok(None);
+        }
+        let wants: Vec<(u64, u64)> = agent::wants_past_targets().into_iter().filter(|w| !asked.contains(w)).collect();
+        if !wants.is_empty() {
+            tracing::debug!(target: "agent", ?wants, "asking for collective targets to rise");
+            agent::send(&FromAgent::Wants { comms: wants.clone() })?;
+            asked.extend(wants);
         }
         match inbox.next_within(&mut budget)? {
+            Some(Event::Keeper(ToAgent::Targets { round, comms })) => {
+                agent::raise_targets(&comms);
+                return Ok(Some(round));
+            }
             Some(Event::Keeper(m)) => return Err(unexpected(m, "during the checkpoint")),
             Some(_) => {}
             // Checked again: the collectives may have arrived since the check above.
-            None => return check_aligned().map_err(|e| CheckpointError::Waited(Box::new(e), limit.as_secs())),
+            None => {
+                return check_aligned().map(|_| None).map_err(|e| CheckpointError::Waited(Box::new(e), limit.as_secs()))
+            }
         }
     }
 }
 
 /// Closes the gate and waits until no thread is inside (woken by the last one out), for at most
-/// `limit` or until the coordinator aborts; on failure the gate opens again.
-fn close_gate(inbox: &mut Inbox, limit: Duration) -> Result<(), CheckpointError> {
+/// `limit` or until the coordinator aborts; on failure the gate opens again. Targets raised
+/// meanwhile (another rank's wants) open it again too: `Some(round)`, align once more.
+fn close_gate(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, CheckpointError> {
     gate::close();
     let mut budget = Budget::new(limit);
-    let mut wait = || -> Result<(), CheckpointError> {
+    let mut wait = || -> Result<Option<u32>, CheckpointError> {
         while !gate::empty() {
+            if agent::finalizing() {
+                return Err(CheckpointError::Finalizing);
+            }
             match inbox.next_within(&mut budget)? {
+                Some(Event::Keeper(ToAgent::Targets { round, comms })) => {
+                    agent::raise_targets(&comms);
+                    return Ok(Some(round));
+                }
                 Some(Event::Keeper(m)) => return Err(unexpected(m, "during the checkpoint")),
                 Some(_) => {}
-                None if gate::empty() => return Ok(()),
+                None if gate::empty() => return Ok(None),
                 None => return Err(CheckpointError::StayedInside),
             }
         }
-        Ok(())
+        Ok(None)
     };
     let r = wait();
-    if r.is_err() {
+    if !matches!(r, Ok(None)) {
         gate::open();
     }
     r
@@ -556,7 +602,7 @@ fn drain(comms: &CommIndex, expected: &[(u64, i32, u64)], limit: Duration, inbox
     let mut last = usize::MAX;
     loop {
         test_pending(comms, &mut progress);
-        let waiting = request::pending_sends();
+        let waiting = request::pending_sends() + crate::core::bsend::in_flight();
         if waiting == 0 {
             break;
         }

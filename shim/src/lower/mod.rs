@@ -660,10 +660,32 @@ fn dlerror() -> String {
     }
 }
 
-/// The real library: `MPICR_MPI_LIB`, or the MPICH-ABI library the program is linked to.
+/// Set by a face library that translates another ABI to the MPICH face (libmpicr_ompi.so, from
+/// its constructor): the program is linked to a library of that other ABI, which is never the
+/// one to load underneath; the lower half loads an MPICH-ABI library instead.
+static FOREIGN_FACE: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// Called once by a foreign face before the program's first MPI call; `abi` names the program's
+/// ABI in messages.
+pub fn set_foreign_face(abi: &'static str) {
+    let _ = FOREIGN_FACE.set(abi);
+}
+
+/// The program's ABI when a foreign face translates it (None: the MPICH ABI itself).
+pub fn foreign_face() -> Option<&'static str> {
+    FOREIGN_FACE.get().copied()
+}
+
+/// The real library: `MPICR_MPI_LIB`, or the MPICH-ABI library the program is linked to, or
+/// (for a program of another ABI, through its face) an MPICH-ABI library of the system.
 pub fn locate() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("MPICR_MPI_LIB") {
         return Ok(PathBuf::from(p));
+    }
+    if let Some(abi) = foreign_face() {
+        return system_mpich().ok_or_else(|| {
+            format!("the program speaks {abi}, which mpicr runs on an MPICH-ABI library: none found (libmpich.so.12 or libmpi.so.12 in LD_LIBRARY_PATH or the system's library directories); set MPICR_MPI_LIB")
+        });
     }
     let mut found: Vec<PathBuf> = Vec::new();
     // SAFETY: dl_iterate_phdr calls `collect` with valid dl_phdr_info pointers; `found` outlives it.
@@ -673,12 +695,26 @@ pub fn locate() -> Result<PathBuf, String> {
         return Ok(p);
     }
     if let Some(p) = pick(&|n| n.starts_with("libmpi.so.40")) {
-        return Err(format!("{} is Open MPI, whose ABI libmpicr does not interpose yet (MPICH ABI only)", p.display()));
+        return Err(format!("{} is Open MPI: run the program under libmpicr_ompi.so (mpicr run chooses it), which translates Open MPI's ABI to an MPICH-ABI library underneath", p.display()));
     }
     if let Some(p) = pick(&|n| n.starts_with("libmpi_abi")) {
         return Err(format!("{} is the MPI-5 standard ABI, which libmpicr does not interpose yet (MPICH ABI only)", p.display()));
     }
     Err("the program is not linked to an MPICH-ABI library (libmpich.so.12 or libmpi.so.12); set MPICR_MPI_LIB".into())
+}
+
+/// The first `libmpich.so.12` (else `libmpi.so.12`) in `LD_LIBRARY_PATH`, then in the system's
+/// library directories, the order the dynamic linker would search them.
+fn system_mpich() -> Option<PathBuf> {
+    let multiarch = format!("{}-linux-gnu", std::env::consts::ARCH);
+    let mut dirs: Vec<PathBuf> = std::env::var_os("LD_LIBRARY_PATH")
+        .map(|v| std::env::split_paths(&v).filter(|p| !p.as_os_str().is_empty()).collect())
+        .unwrap_or_default();
+    for d in ["/lib", "/usr/lib"] {
+        dirs.push(Path::new(d).join(&multiarch));
+    }
+    dirs.extend(["/lib64", "/usr/lib64", "/lib", "/usr/lib"].map(PathBuf::from));
+    ["libmpich.so.12", "libmpi.so.12"].iter().find_map(|n| dirs.iter().map(|d| d.join(n)).find(|p| p.is_file()))
 }
 
 /// The library the next renewal loads: `MPICR_MPI_LIB` when set (a restart on another library

@@ -5,6 +5,8 @@
 //! names it). And the refusals, each before anything is restored: a missing file, another face
 //! (Open MPI's `libmpi.so.40`), a shared library that is not MPI, a library that lacks a
 //! function the program uses (MPI 4.1's `MPI_Status_set_source`, in MPICH 5, not in 4.0.2).
+//! And an Open MPI program (`mpicc.openmpi`, under libmpicr_ompi.so) run on MPICH 4.0.2 and
+//! restarted on the MPICH 5 wheel, with the output of its native run under `mpirun.openmpi`.
 
 use super::hangs::tails;
 use super::{cat, CaseFn, LIMIT, T};
@@ -37,6 +39,11 @@ pub fn cases() -> Vec<CaseFn> {
             run: four_to_impi,
         },
         CaseFn {
+            name: "xlib-ompi-mpich4-to-mpich5",
+            cases: &["xlib-ompi-mpich4-to-mpich5"],
+            run: ompi_four_to_five,
+        },
+        CaseFn {
             name: "xlib-missing-function",
             cases: &["xlib-refuse-missing-function", "xlib-shim-backstop"],
             run: missing_function,
@@ -47,6 +54,9 @@ pub fn cases() -> Vec<CaseFn> {
 const ITERS: &str = "64";
 /// Intel MPI (`.deps/impi`, when `scripts/deps.sh` installed it) in place of an MPICH version.
 const IMPI: u32 = 0;
+/// An Open MPI program (built by `mpicc.openmpi`, native under `mpirun.openmpi`) run under
+/// mpicr on MPICH 4.0.2 and its `mpiexec.mpich`, in place of an MPICH version.
+const OMPI: u32 = 40;
 
 fn impi_dir(t: &T) -> PathBuf {
     t.env.root.join(".deps/impi")
@@ -54,6 +64,9 @@ fn impi_dir(t: &T) -> PathBuf {
 
 /// `mpiexec -n N` of MPICH `ver`, or of Intel MPI (its libraries found through `I_MPI_ROOT`).
 fn launcher(t: &T, ver: u32, n: u32) -> Command {
+    if ver == OMPI {
+        return t.mpi(4, n);
+    }
     if ver != IMPI {
         return t.mpi(ver, n);
     }
@@ -64,7 +77,9 @@ fn launcher(t: &T, ver: u32, n: u32) -> Command {
 
 /// The MPI compiler wrapper of MPICH `ver` (MPICH 5's bin first on PATH, as it needs).
 fn mpicc(t: &T, ver: u32) -> Command {
-    if ver == 4 {
+    if ver == OMPI {
+        t.cmd("mpicc.openmpi")
+    } else if ver == 4 {
         t.cmd("mpicc.mpich")
     } else {
         let mut c = t.cmd(t.env.mpich5.join("mpicc"));
@@ -123,7 +138,7 @@ fn mpich5_lib(t: &T) -> PathBuf {
 fn lib_of(t: &T, ver: u32) -> Option<PathBuf> {
     if ver == IMPI {
         Some(impi_dir(t).join("lib/libmpi.so.12")).filter(|p| p.is_file() && impi_dir(t).join("bin/mpiexec").is_file())
-    } else if ver == 4 {
+    } else if ver == 4 || ver == OMPI {
         mpich4_lib()
     } else {
         Some(mpich5_lib(t)).filter(|p| p.is_file())
@@ -172,7 +187,14 @@ fn cross(t: &mut T, from: u32, to: u32, name: &str, refusals: bool) {
         Ok(p) => p,
         Err(e) => return t.skip_rest(&e),
     };
-    let mut c = t.mpi(from, 2);
+    let mut c = if from == OMPI {
+        // Open MPI's own launcher for the oracle (as root it must be told it may run).
+        let mut c = t.cmd("mpirun.openmpi");
+        c.args(["--oversubscribe", "--allow-run-as-root", "-n", "2"]);
+        c
+    } else {
+        t.mpi(from, 2)
+    };
     c.arg(&prog).arg(ITERS);
     let (rc0, native, _) = t.out2(c, LIMIT);
     if rc0 != 0 {
@@ -182,7 +204,7 @@ fn cross(t: &mut T, from: u32, to: u32, name: &str, refusals: bool) {
     let pause = t.p(&format!("pause{from}{to}"));
     let _ = std::fs::create_dir_all(&pause);
     let (flag, go) = (pause.join("mpicr-test-paused"), pause.join("mpicr-test-resume"));
-    let mut c = t.mpi(from, 2);
+    let mut c = launcher(t, from, 2);
     c.env("MPICR_TEST_PAUSE_AT", "20,40")
         .env("MPICR_TEST_TMPDIR", &pause)
         .arg(&t.env.m)
@@ -277,6 +299,17 @@ fn four_to_five(t: &mut T) {
 
 fn four_to_impi(t: &mut T) {
     cross(t, 4, IMPI, "xlib-mpich4-to-impi", false);
+}
+
+/// The Open MPI program's face (libmpicr_ompi.so, which `mpicr run` preloads for it from next to
+/// `mpicr`) does not change at the restart; the MPICH library under it does.
+fn ompi_four_to_five(t: &mut T) {
+    let have = Command::new("mpicc.openmpi").arg("--showme:version").output().is_ok_and(|o| o.status.success())
+        && t.env.m.with_file_name("libmpicr_ompi.so").is_file();
+    if !t.require(&[have], "needs Open MPI's mpicc.openmpi and libmpicr_ompi.so next to mpicr") {
+        return;
+    }
+    cross(t, OMPI, 5, "xlib-ompi-mpich4-to-mpich5", false);
 }
 
 fn five_to_four(t: &mut T) {

@@ -42,6 +42,11 @@ pub fn set_attached_buffer(attached: Option<(usize, i64)>) {
 pub struct Renew;
 
 impl Renewable for Renew {
+    /// Buffered messages in flight were delivered by the drain.
+    fn forget(&self) {
+        crate::core::bsend::forget();
+    }
+
     /// Replays user error classes/codes/strings and attaches the buffered-send buffer again.
     fn rebuild(&self) -> Result<(), String> {
         let f = lower::fns();

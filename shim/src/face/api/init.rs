@@ -66,9 +66,18 @@ fn thread_id() -> u64 {
 }
 
 pub unsafe fn MPI_Finalize() -> c_int {
-    // Inside the gate: a checkpoint in progress finishes first, none starts afterwards.
+    // As the library's finalize would (it detaches the buffer), buffered messages go out first.
+    if STAGE.load(Ordering::Acquire) == INITIALIZED {
+        if let Err(rc) = crate::face::api::misc::wait_buffered_sends() {
+            return crate::face::errors::raise_default(rc, "MPI_Finalize");
+        }
+    }
+    // Inside the gate: a checkpoint in progress finishes first, none starts afterwards. Counted
+    // as a collective on MPI_COMM_WORLD (the library's finalize is one): while a checkpoint
+    // aligns, a rank past the cut waits here, outside the gate, and one that gets in makes the
+    // checkpoint give up instead of waiting for it to leave the library.
     {
-        let _g = gate::enter();
+        let (_g, _) = crate::face::api::coll::begin_collective(MPI_COMM_WORLD);
         crate::core::agent::stop();
     }
     crate::face::errors::flush_program_stdio();

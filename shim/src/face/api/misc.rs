@@ -47,11 +47,37 @@ pub unsafe fn MPI_Buffer_attach_c(buffer: *mut c_void, size: MPI_Count) -> c_int
     buffer_call("MPI_Buffer_attach_c", Some((buffer as usize, size)), || real!(MPI_Buffer_attach_c(buffer, size)))
 }
 
+/// Waits, outside the gate, until every buffered message is sent (see `core::bsend`): the
+/// library's detach would wait inside it, where a checkpoint cannot stop it.
+pub fn wait_buffered_sends() -> Result<(), c_int> {
+    let mut idle_rounds = 0u32;
+    loop {
+        let g = gate::enter();
+        let idle = crate::core::bsend::idle();
+        drop(g);
+        if idle? {
+            return Ok(());
+        }
+        idle_rounds = idle_rounds.saturating_add(1);
+        if idle_rounds < 64 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+}
+
 pub unsafe fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
+    if let Err(rc) = wait_buffered_sends() {
+        return errors::raise_default(rc, "MPI_Buffer_detach");
+    }
     buffer_call("MPI_Buffer_detach", None, || real!(MPI_Buffer_detach(buffer_addr, size)))
 }
 
 pub unsafe fn MPI_Buffer_detach_c(buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
+    if let Err(rc) = wait_buffered_sends() {
+        return errors::raise_default(rc, "MPI_Buffer_detach_c");
+    }
     buffer_call("MPI_Buffer_detach_c", None, || real!(MPI_Buffer_detach_c(buffer_addr, size)))
 }
 

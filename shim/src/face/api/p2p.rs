@@ -110,20 +110,63 @@ macro_rules! send {
     };
 }
 
+/// A buffered send, carried by the shim (see [`crate::core::bsend`]): complete on return, so
+/// MPI_Ibsend's request is born complete. Returns that request when `request` is asked for.
+///
+/// # Safety
+/// `buf` must be readable for `count` elements of `datatype` during the call.
+unsafe fn bsend(buf: *const c_void, count: i64, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: bool) -> Result<MPI_Request, c_int> {
+    let _g = gate::enter();
+    let c = conv::comm_checked(comm)?;
+    let a = args(buf, count, datatype, dest, tag, comm);
+    let recipe = RequestRecipe::Send { mode: SendMode::Buffered, args: a };
+    let done = MPI_Status { MPI_SOURCE: MPI_ANY_SOURCE, MPI_TAG: MPI_ANY_TAG, ..Default::default() };
+    if dest != MPI_PROC_NULL {
+        let capacity = crate::core::kinds::library::attached_buffer().map(|(_, size)| size);
+        // SAFETY: `buf` is the caller's, readable for the message (MPI's contract of the call).
+        unsafe { crate::core::bsend::send(buf, count, conv::datatype(datatype), dest, tag, c, capacity) }?;
+        count_send(comm, dest);
+    }
+    Ok(if request { register_done(recipe, comm, &done) } else { MPI_REQUEST_NULL })
+}
+
+macro_rules! bsend {
+    ($ibsend:ident, $bsend:ident, $count:ty) => {
+        pub unsafe fn $ibsend(
+            buf: *const c_void, count: $count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm,
+            request: *mut MPI_Request,
+        ) -> c_int {
+            // SAFETY: `buf` is the caller's send buffer (MPI's contract of this call).
+            match unsafe { bsend(buf, count as i64, datatype, dest, tag, comm, true) } {
+                // SAFETY: `request` is the caller's out-pointer (MPI's contract of this call).
+                Ok(v) => unsafe { put(request, v) },
+                Err(rc) => return errors::raise_comm(comm, rc, stringify!($ibsend)),
+            }
+            MPI_SUCCESS
+        }
+
+        pub unsafe fn $bsend(buf: *const c_void, count: $count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
+            // SAFETY: `buf` is the caller's send buffer (MPI's contract of this call).
+            match unsafe { bsend(buf, count as i64, datatype, dest, tag, comm, false) } {
+                Ok(_) => MPI_SUCCESS,
+                Err(rc) => errors::raise_comm(comm, rc, stringify!($bsend)),
+            }
+        }
+    };
+}
+
+bsend!(MPI_Ibsend, MPI_Bsend, c_int);
+bsend!(MPI_Ibsend_c, MPI_Bsend_c, MPI_Count);
 isend!(MPI_Isend, MPI_Isend, c_int, Standard);
-isend!(MPI_Ibsend, MPI_Ibsend, c_int, Buffered);
 isend!(MPI_Issend, MPI_Issend, c_int, Synchronous);
 isend!(MPI_Irsend, MPI_Irsend, c_int, Ready);
 isend!(MPI_Isend_c, MPI_Isend_c, MPI_Count, Standard);
-isend!(MPI_Ibsend_c, MPI_Ibsend_c, MPI_Count, Buffered);
 isend!(MPI_Issend_c, MPI_Issend_c, MPI_Count, Synchronous);
 isend!(MPI_Irsend_c, MPI_Irsend_c, MPI_Count, Ready);
 send!(MPI_Send, MPI_Isend, c_int, Standard);
-send!(MPI_Bsend, MPI_Ibsend, c_int, Buffered);
 send!(MPI_Ssend, MPI_Issend, c_int, Synchronous);
 send!(MPI_Rsend, MPI_Irsend, c_int, Ready);
 send!(MPI_Send_c, MPI_Isend_c, MPI_Count, Standard);
-send!(MPI_Bsend_c, MPI_Ibsend_c, MPI_Count, Buffered);
 send!(MPI_Ssend_c, MPI_Issend_c, MPI_Count, Synchronous);
 send!(MPI_Rsend_c, MPI_Irsend_c, MPI_Count, Ready);
 

@@ -2,656 +2,656 @@
 // Do not edit by hand: run `make gen`.
 
 #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
-use crate::face::abi::*;
-use crate::ffi_boundary;
+use mpicr_shim::face::abi::*;
+use mpicr_shim::ffi_boundary;
 use std::os::raw::{c_char, c_int, c_void};
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Abi_get_fortran_booleans(logical_size: c_int, logical_true: *mut c_void, logical_false: *mut c_void, is_set: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Abi_get_fortran_booleans", c_int, crate::face::gen::passthrough::MPI_Abi_get_fortran_booleans(logical_size, logical_true, logical_false, is_set))
+    ffi_boundary!("MPI_Abi_get_fortran_booleans", c_int, mpicr_shim::face::gen::passthrough::MPI_Abi_get_fortran_booleans(logical_size, logical_true, logical_false, is_set))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Abi_get_fortran_booleans(logical_size: c_int, logical_true: *mut c_void, logical_false: *mut c_void, is_set: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Abi_get_fortran_booleans", c_int, crate::face::gen::passthrough::MPI_Abi_get_fortran_booleans(logical_size, logical_true, logical_false, is_set))
+    ffi_boundary!("MPI_Abi_get_fortran_booleans", c_int, mpicr_shim::face::gen::passthrough::MPI_Abi_get_fortran_booleans(logical_size, logical_true, logical_false, is_set))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Abi_get_fortran_info(info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Abi_get_fortran_info", c_int, crate::face::gen::create::MPI_Abi_get_fortran_info(info))
+    ffi_boundary!("MPI_Abi_get_fortran_info", c_int, mpicr_shim::face::gen::create::MPI_Abi_get_fortran_info(info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Abi_get_fortran_info(info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Abi_get_fortran_info", c_int, crate::face::gen::create::MPI_Abi_get_fortran_info(info))
+    ffi_boundary!("MPI_Abi_get_fortran_info", c_int, mpicr_shim::face::gen::create::MPI_Abi_get_fortran_info(info))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Abi_get_info(info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Abi_get_info", c_int, crate::face::gen::create::MPI_Abi_get_info(info))
+    ffi_boundary!("MPI_Abi_get_info", c_int, mpicr_shim::face::gen::create::MPI_Abi_get_info(info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Abi_get_info(info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Abi_get_info", c_int, crate::face::gen::create::MPI_Abi_get_info(info))
+    ffi_boundary!("MPI_Abi_get_info", c_int, mpicr_shim::face::gen::create::MPI_Abi_get_info(info))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Abi_get_version(abi_major: *mut c_int, abi_minor: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Abi_get_version", c_int, crate::face::api::MPI_Abi_get_version(abi_major, abi_minor))
+    ffi_boundary!("MPI_Abi_get_version", c_int, mpicr_shim::face::api::MPI_Abi_get_version(abi_major, abi_minor))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Abi_get_version(abi_major: *mut c_int, abi_minor: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Abi_get_version", c_int, crate::face::api::MPI_Abi_get_version(abi_major, abi_minor))
+    ffi_boundary!("MPI_Abi_get_version", c_int, mpicr_shim::face::api::MPI_Abi_get_version(abi_major, abi_minor))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Abi_set_fortran_booleans(logical_size: c_int, logical_true: *mut c_void, logical_false: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Abi_set_fortran_booleans", c_int, crate::face::gen::passthrough::MPI_Abi_set_fortran_booleans(logical_size, logical_true, logical_false))
+    ffi_boundary!("MPI_Abi_set_fortran_booleans", c_int, mpicr_shim::face::gen::passthrough::MPI_Abi_set_fortran_booleans(logical_size, logical_true, logical_false))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Abi_set_fortran_booleans(logical_size: c_int, logical_true: *mut c_void, logical_false: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Abi_set_fortran_booleans", c_int, crate::face::gen::passthrough::MPI_Abi_set_fortran_booleans(logical_size, logical_true, logical_false))
+    ffi_boundary!("MPI_Abi_set_fortran_booleans", c_int, mpicr_shim::face::gen::passthrough::MPI_Abi_set_fortran_booleans(logical_size, logical_true, logical_false))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Abi_set_fortran_info(info: MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Abi_set_fortran_info", c_int, crate::face::gen::passthrough::MPI_Abi_set_fortran_info(info))
+    ffi_boundary!("MPI_Abi_set_fortran_info", c_int, mpicr_shim::face::gen::passthrough::MPI_Abi_set_fortran_info(info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Abi_set_fortran_info(info: MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Abi_set_fortran_info", c_int, crate::face::gen::passthrough::MPI_Abi_set_fortran_info(info))
+    ffi_boundary!("MPI_Abi_set_fortran_info", c_int, mpicr_shim::face::gen::passthrough::MPI_Abi_set_fortran_info(info))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Abort(comm: MPI_Comm, errorcode: c_int) -> c_int {
-    ffi_boundary!("MPI_Abort", c_int, crate::face::api::MPI_Abort(comm, errorcode))
+    ffi_boundary!("MPI_Abort", c_int, mpicr_shim::face::api::MPI_Abort(comm, errorcode))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Abort(comm: MPI_Comm, errorcode: c_int) -> c_int {
-    ffi_boundary!("MPI_Abort", c_int, crate::face::api::MPI_Abort(comm, errorcode))
+    ffi_boundary!("MPI_Abort", c_int, mpicr_shim::face::api::MPI_Abort(comm, errorcode))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Accumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Accumulate", c_int, crate::face::gen::passthrough::MPI_Accumulate(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, op, win))
+    ffi_boundary!("MPI_Accumulate", c_int, mpicr_shim::face::gen::passthrough::MPI_Accumulate(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, op, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Accumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Accumulate", c_int, crate::face::gen::passthrough::MPI_Accumulate(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, op, win))
+    ffi_boundary!("MPI_Accumulate", c_int, mpicr_shim::face::gen::passthrough::MPI_Accumulate(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, op, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Accumulate_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Accumulate_c", c_int, crate::face::gen::passthrough::MPI_Accumulate_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, op, win))
+    ffi_boundary!("MPI_Accumulate_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Accumulate_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, op, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Accumulate_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Accumulate_c", c_int, crate::face::gen::passthrough::MPI_Accumulate_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, op, win))
+    ffi_boundary!("MPI_Accumulate_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Accumulate_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, op, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Add_error_class(errorclass: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Add_error_class", c_int, crate::face::api::MPI_Add_error_class(errorclass))
+    ffi_boundary!("MPI_Add_error_class", c_int, mpicr_shim::face::api::MPI_Add_error_class(errorclass))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Add_error_class(errorclass: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Add_error_class", c_int, crate::face::api::MPI_Add_error_class(errorclass))
+    ffi_boundary!("MPI_Add_error_class", c_int, mpicr_shim::face::api::MPI_Add_error_class(errorclass))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Add_error_code(errorclass: c_int, errorcode: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Add_error_code", c_int, crate::face::api::MPI_Add_error_code(errorclass, errorcode))
+    ffi_boundary!("MPI_Add_error_code", c_int, mpicr_shim::face::api::MPI_Add_error_code(errorclass, errorcode))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Add_error_code(errorclass: c_int, errorcode: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Add_error_code", c_int, crate::face::api::MPI_Add_error_code(errorclass, errorcode))
+    ffi_boundary!("MPI_Add_error_code", c_int, mpicr_shim::face::api::MPI_Add_error_code(errorclass, errorcode))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Add_error_string(errorcode: c_int, string: *const c_char) -> c_int {
-    ffi_boundary!("MPI_Add_error_string", c_int, crate::face::api::MPI_Add_error_string(errorcode, string))
+    ffi_boundary!("MPI_Add_error_string", c_int, mpicr_shim::face::api::MPI_Add_error_string(errorcode, string))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Add_error_string(errorcode: c_int, string: *const c_char) -> c_int {
-    ffi_boundary!("MPI_Add_error_string", c_int, crate::face::api::MPI_Add_error_string(errorcode, string))
+    ffi_boundary!("MPI_Add_error_string", c_int, mpicr_shim::face::api::MPI_Add_error_string(errorcode, string))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Address(location: *mut c_void, address: *mut MPI_Aint) -> c_int {
-    ffi_boundary!("MPI_Address", c_int, crate::face::gen::passthrough::MPI_Address(location, address))
+    ffi_boundary!("MPI_Address", c_int, mpicr_shim::face::gen::passthrough::MPI_Address(location, address))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Address(location: *mut c_void, address: *mut MPI_Aint) -> c_int {
-    ffi_boundary!("MPI_Address", c_int, crate::face::gen::passthrough::MPI_Address(location, address))
+    ffi_boundary!("MPI_Address", c_int, mpicr_shim::face::gen::passthrough::MPI_Address(location, address))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Aint_add(base: MPI_Aint, disp: MPI_Aint) -> MPI_Aint {
-    ffi_boundary!("MPI_Aint_add", MPI_Aint, crate::face::gen::passthrough::MPI_Aint_add(base, disp))
+    ffi_boundary!("MPI_Aint_add", MPI_Aint, mpicr_shim::face::gen::passthrough::MPI_Aint_add(base, disp))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Aint_add(base: MPI_Aint, disp: MPI_Aint) -> MPI_Aint {
-    ffi_boundary!("MPI_Aint_add", MPI_Aint, crate::face::gen::passthrough::MPI_Aint_add(base, disp))
+    ffi_boundary!("MPI_Aint_add", MPI_Aint, mpicr_shim::face::gen::passthrough::MPI_Aint_add(base, disp))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Aint_diff(addr1: MPI_Aint, addr2: MPI_Aint) -> MPI_Aint {
-    ffi_boundary!("MPI_Aint_diff", MPI_Aint, crate::face::gen::passthrough::MPI_Aint_diff(addr1, addr2))
+    ffi_boundary!("MPI_Aint_diff", MPI_Aint, mpicr_shim::face::gen::passthrough::MPI_Aint_diff(addr1, addr2))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Aint_diff(addr1: MPI_Aint, addr2: MPI_Aint) -> MPI_Aint {
-    ffi_boundary!("MPI_Aint_diff", MPI_Aint, crate::face::gen::passthrough::MPI_Aint_diff(addr1, addr2))
+    ffi_boundary!("MPI_Aint_diff", MPI_Aint, mpicr_shim::face::gen::passthrough::MPI_Aint_diff(addr1, addr2))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Allgather", c_int, crate::face::gen::collectives::MPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
+    ffi_boundary!("MPI_Allgather", c_int, mpicr_shim::face::gen::collectives::MPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Allgather", c_int, crate::face::gen::collectives::MPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
+    ffi_boundary!("MPI_Allgather", c_int, mpicr_shim::face::gen::collectives::MPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Allgather_c", c_int, crate::face::gen::collectives::MPI_Allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
+    ffi_boundary!("MPI_Allgather_c", c_int, mpicr_shim::face::gen::collectives::MPI_Allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Allgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Allgather_c", c_int, crate::face::gen::collectives::MPI_Allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
+    ffi_boundary!("MPI_Allgather_c", c_int, mpicr_shim::face::gen::collectives::MPI_Allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allgather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Allgather_init", c_int, crate::face::gen::collectives::MPI_Allgather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Allgather_init", c_int, mpicr_shim::face::gen::collectives::MPI_Allgather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Allgather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Allgather_init", c_int, crate::face::gen::collectives::MPI_Allgather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Allgather_init", c_int, mpicr_shim::face::gen::collectives::MPI_Allgather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allgather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Allgather_init_c", c_int, crate::face::gen::collectives::MPI_Allgather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Allgather_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Allgather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Allgather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Allgather_init_c", c_int, crate::face::gen::collectives::MPI_Allgather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Allgather_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Allgather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Allgatherv", c_int, crate::face::gen::collectives::MPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm))
+    ffi_boundary!("MPI_Allgatherv", c_int, mpicr_shim::face::gen::collectives::MPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Allgatherv", c_int, crate::face::gen::collectives::MPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm))
+    ffi_boundary!("MPI_Allgatherv", c_int, mpicr_shim::face::gen::collectives::MPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Allgatherv_c", c_int, crate::face::gen::collectives::MPI_Allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm))
+    ffi_boundary!("MPI_Allgatherv_c", c_int, mpicr_shim::face::gen::collectives::MPI_Allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Allgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Allgatherv_c", c_int, crate::face::gen::collectives::MPI_Allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm))
+    ffi_boundary!("MPI_Allgatherv_c", c_int, mpicr_shim::face::gen::collectives::MPI_Allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Allgatherv_init", c_int, crate::face::gen::collectives::MPI_Allgatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Allgatherv_init", c_int, mpicr_shim::face::gen::collectives::MPI_Allgatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Allgatherv_init", c_int, crate::face::gen::collectives::MPI_Allgatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Allgatherv_init", c_int, mpicr_shim::face::gen::collectives::MPI_Allgatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allgatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Allgatherv_init_c", c_int, crate::face::gen::collectives::MPI_Allgatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Allgatherv_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Allgatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Allgatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Allgatherv_init_c", c_int, crate::face::gen::collectives::MPI_Allgatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Allgatherv_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Allgatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alloc_mem(size: MPI_Aint, info: MPI_Info, baseptr: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Alloc_mem", c_int, crate::face::api::MPI_Alloc_mem(size, info, baseptr))
+    ffi_boundary!("MPI_Alloc_mem", c_int, mpicr_shim::face::api::MPI_Alloc_mem(size, info, baseptr))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alloc_mem(size: MPI_Aint, info: MPI_Info, baseptr: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Alloc_mem", c_int, crate::face::api::MPI_Alloc_mem(size, info, baseptr))
+    ffi_boundary!("MPI_Alloc_mem", c_int, mpicr_shim::face::api::MPI_Alloc_mem(size, info, baseptr))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Allreduce", c_int, crate::face::gen::collectives::MPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm))
+    ffi_boundary!("MPI_Allreduce", c_int, mpicr_shim::face::gen::collectives::MPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Allreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Allreduce", c_int, crate::face::gen::collectives::MPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm))
+    ffi_boundary!("MPI_Allreduce", c_int, mpicr_shim::face::gen::collectives::MPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allreduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Allreduce_c", c_int, crate::face::gen::collectives::MPI_Allreduce_c(sendbuf, recvbuf, count, datatype, op, comm))
+    ffi_boundary!("MPI_Allreduce_c", c_int, mpicr_shim::face::gen::collectives::MPI_Allreduce_c(sendbuf, recvbuf, count, datatype, op, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Allreduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Allreduce_c", c_int, crate::face::gen::collectives::MPI_Allreduce_c(sendbuf, recvbuf, count, datatype, op, comm))
+    ffi_boundary!("MPI_Allreduce_c", c_int, mpicr_shim::face::gen::collectives::MPI_Allreduce_c(sendbuf, recvbuf, count, datatype, op, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allreduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Allreduce_init", c_int, crate::face::gen::collectives::MPI_Allreduce_init(sendbuf, recvbuf, count, datatype, op, comm, info, request))
+    ffi_boundary!("MPI_Allreduce_init", c_int, mpicr_shim::face::gen::collectives::MPI_Allreduce_init(sendbuf, recvbuf, count, datatype, op, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Allreduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Allreduce_init", c_int, crate::face::gen::collectives::MPI_Allreduce_init(sendbuf, recvbuf, count, datatype, op, comm, info, request))
+    ffi_boundary!("MPI_Allreduce_init", c_int, mpicr_shim::face::gen::collectives::MPI_Allreduce_init(sendbuf, recvbuf, count, datatype, op, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allreduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Allreduce_init_c", c_int, crate::face::gen::collectives::MPI_Allreduce_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request))
+    ffi_boundary!("MPI_Allreduce_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Allreduce_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Allreduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Allreduce_init_c", c_int, crate::face::gen::collectives::MPI_Allreduce_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request))
+    ffi_boundary!("MPI_Allreduce_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Allreduce_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Alltoall", c_int, crate::face::gen::collectives::MPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
+    ffi_boundary!("MPI_Alltoall", c_int, mpicr_shim::face::gen::collectives::MPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Alltoall", c_int, crate::face::gen::collectives::MPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
+    ffi_boundary!("MPI_Alltoall", c_int, mpicr_shim::face::gen::collectives::MPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Alltoall_c", c_int, crate::face::gen::collectives::MPI_Alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
+    ffi_boundary!("MPI_Alltoall_c", c_int, mpicr_shim::face::gen::collectives::MPI_Alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Alltoall_c", c_int, crate::face::gen::collectives::MPI_Alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
+    ffi_boundary!("MPI_Alltoall_c", c_int, mpicr_shim::face::gen::collectives::MPI_Alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Alltoall_init", c_int, crate::face::gen::collectives::MPI_Alltoall_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Alltoall_init", c_int, mpicr_shim::face::gen::collectives::MPI_Alltoall_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Alltoall_init", c_int, crate::face::gen::collectives::MPI_Alltoall_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Alltoall_init", c_int, mpicr_shim::face::gen::collectives::MPI_Alltoall_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoall_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Alltoall_init_c", c_int, crate::face::gen::collectives::MPI_Alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Alltoall_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alltoall_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Alltoall_init_c", c_int, crate::face::gen::collectives::MPI_Alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Alltoall_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Alltoallv", c_int, crate::face::gen::collectives::MPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm))
+    ffi_boundary!("MPI_Alltoallv", c_int, mpicr_shim::face::gen::collectives::MPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Alltoallv", c_int, crate::face::gen::collectives::MPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm))
+    ffi_boundary!("MPI_Alltoallv", c_int, mpicr_shim::face::gen::collectives::MPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Alltoallv_c", c_int, crate::face::gen::collectives::MPI_Alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm))
+    ffi_boundary!("MPI_Alltoallv_c", c_int, mpicr_shim::face::gen::collectives::MPI_Alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Alltoallv_c", c_int, crate::face::gen::collectives::MPI_Alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm))
+    ffi_boundary!("MPI_Alltoallv_c", c_int, mpicr_shim::face::gen::collectives::MPI_Alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Alltoallv_init", c_int, crate::face::gen::collectives::MPI_Alltoallv_init(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Alltoallv_init", c_int, mpicr_shim::face::gen::collectives::MPI_Alltoallv_init(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Alltoallv_init", c_int, crate::face::gen::collectives::MPI_Alltoallv_init(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Alltoallv_init", c_int, mpicr_shim::face::gen::collectives::MPI_Alltoallv_init(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoallv_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Alltoallv_init_c", c_int, crate::face::gen::collectives::MPI_Alltoallv_init_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Alltoallv_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Alltoallv_init_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alltoallv_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Alltoallv_init_c", c_int, crate::face::gen::collectives::MPI_Alltoallv_init_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Alltoallv_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Alltoallv_init_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Alltoallw", c_int, crate::face::gen::collectives::MPI_Alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm))
+    ffi_boundary!("MPI_Alltoallw", c_int, mpicr_shim::face::gen::collectives::MPI_Alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Alltoallw", c_int, crate::face::gen::collectives::MPI_Alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm))
+    ffi_boundary!("MPI_Alltoallw", c_int, mpicr_shim::face::gen::collectives::MPI_Alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Alltoallw_c", c_int, crate::face::gen::collectives::MPI_Alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm))
+    ffi_boundary!("MPI_Alltoallw_c", c_int, mpicr_shim::face::gen::collectives::MPI_Alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Alltoallw_c", c_int, crate::face::gen::collectives::MPI_Alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm))
+    ffi_boundary!("MPI_Alltoallw_c", c_int, mpicr_shim::face::gen::collectives::MPI_Alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Alltoallw_init", c_int, crate::face::gen::collectives::MPI_Alltoallw_init(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request))
+    ffi_boundary!("MPI_Alltoallw_init", c_int, mpicr_shim::face::gen::collectives::MPI_Alltoallw_init(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Alltoallw_init", c_int, crate::face::gen::collectives::MPI_Alltoallw_init(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request))
+    ffi_boundary!("MPI_Alltoallw_init", c_int, mpicr_shim::face::gen::collectives::MPI_Alltoallw_init(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoallw_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Alltoallw_init_c", c_int, crate::face::gen::collectives::MPI_Alltoallw_init_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request))
+    ffi_boundary!("MPI_Alltoallw_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Alltoallw_init_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alltoallw_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Alltoallw_init_c", c_int, crate::face::gen::collectives::MPI_Alltoallw_init_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request))
+    ffi_boundary!("MPI_Alltoallw_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Alltoallw_init_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Attr_delete(comm: MPI_Comm, keyval: c_int) -> c_int {
-    ffi_boundary!("MPI_Attr_delete", c_int, crate::face::api::MPI_Attr_delete(comm, keyval))
+    ffi_boundary!("MPI_Attr_delete", c_int, mpicr_shim::face::api::MPI_Attr_delete(comm, keyval))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Attr_delete(comm: MPI_Comm, keyval: c_int) -> c_int {
-    ffi_boundary!("MPI_Attr_delete", c_int, crate::face::api::MPI_Attr_delete(comm, keyval))
+    ffi_boundary!("MPI_Attr_delete", c_int, mpicr_shim::face::api::MPI_Attr_delete(comm, keyval))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Attr_get(comm: MPI_Comm, keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Attr_get", c_int, crate::face::api::MPI_Attr_get(comm, keyval, attribute_val, flag))
+    ffi_boundary!("MPI_Attr_get", c_int, mpicr_shim::face::api::MPI_Attr_get(comm, keyval, attribute_val, flag))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Attr_get(comm: MPI_Comm, keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Attr_get", c_int, crate::face::api::MPI_Attr_get(comm, keyval, attribute_val, flag))
+    ffi_boundary!("MPI_Attr_get", c_int, mpicr_shim::face::api::MPI_Attr_get(comm, keyval, attribute_val, flag))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Attr_put(comm: MPI_Comm, keyval: c_int, attribute_val: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Attr_put", c_int, crate::face::api::MPI_Attr_put(comm, keyval, attribute_val))
+    ffi_boundary!("MPI_Attr_put", c_int, mpicr_shim::face::api::MPI_Attr_put(comm, keyval, attribute_val))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Attr_put(comm: MPI_Comm, keyval: c_int, attribute_val: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Attr_put", c_int, crate::face::api::MPI_Attr_put(comm, keyval, attribute_val))
+    ffi_boundary!("MPI_Attr_put", c_int, mpicr_shim::face::api::MPI_Attr_put(comm, keyval, attribute_val))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Barrier(comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Barrier", c_int, crate::face::gen::collectives::MPI_Barrier(comm))
+    ffi_boundary!("MPI_Barrier", c_int, mpicr_shim::face::gen::collectives::MPI_Barrier(comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Barrier(comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Barrier", c_int, crate::face::gen::collectives::MPI_Barrier(comm))
+    ffi_boundary!("MPI_Barrier", c_int, mpicr_shim::face::gen::collectives::MPI_Barrier(comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Barrier_init(comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Barrier_init", c_int, crate::face::gen::collectives::MPI_Barrier_init(comm, info, request))
+    ffi_boundary!("MPI_Barrier_init", c_int, mpicr_shim::face::gen::collectives::MPI_Barrier_init(comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Barrier_init(comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Barrier_init", c_int, crate::face::gen::collectives::MPI_Barrier_init(comm, info, request))
+    ffi_boundary!("MPI_Barrier_init", c_int, mpicr_shim::face::gen::collectives::MPI_Barrier_init(comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Bcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Bcast", c_int, crate::face::gen::collectives::MPI_Bcast(buffer, count, datatype, root, comm))
+    ffi_boundary!("MPI_Bcast", c_int, mpicr_shim::face::gen::collectives::MPI_Bcast(buffer, count, datatype, root, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Bcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Bcast", c_int, crate::face::gen::collectives::MPI_Bcast(buffer, count, datatype, root, comm))
+    ffi_boundary!("MPI_Bcast", c_int, mpicr_shim::face::gen::collectives::MPI_Bcast(buffer, count, datatype, root, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Bcast_c(buffer: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Bcast_c", c_int, crate::face::gen::collectives::MPI_Bcast_c(buffer, count, datatype, root, comm))
+    ffi_boundary!("MPI_Bcast_c", c_int, mpicr_shim::face::gen::collectives::MPI_Bcast_c(buffer, count, datatype, root, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Bcast_c(buffer: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Bcast_c", c_int, crate::face::gen::collectives::MPI_Bcast_c(buffer, count, datatype, root, comm))
+    ffi_boundary!("MPI_Bcast_c", c_int, mpicr_shim::face::gen::collectives::MPI_Bcast_c(buffer, count, datatype, root, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Bcast_init(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Bcast_init", c_int, crate::face::gen::collectives::MPI_Bcast_init(buffer, count, datatype, root, comm, info, request))
+    ffi_boundary!("MPI_Bcast_init", c_int, mpicr_shim::face::gen::collectives::MPI_Bcast_init(buffer, count, datatype, root, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Bcast_init(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Bcast_init", c_int, crate::face::gen::collectives::MPI_Bcast_init(buffer, count, datatype, root, comm, info, request))
+    ffi_boundary!("MPI_Bcast_init", c_int, mpicr_shim::face::gen::collectives::MPI_Bcast_init(buffer, count, datatype, root, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Bcast_init_c(buffer: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Bcast_init_c", c_int, crate::face::gen::collectives::MPI_Bcast_init_c(buffer, count, datatype, root, comm, info, request))
+    ffi_boundary!("MPI_Bcast_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Bcast_init_c(buffer, count, datatype, root, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Bcast_init_c(buffer: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Bcast_init_c", c_int, crate::face::gen::collectives::MPI_Bcast_init_c(buffer, count, datatype, root, comm, info, request))
+    ffi_boundary!("MPI_Bcast_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Bcast_init_c(buffer, count, datatype, root, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Bsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Bsend", c_int, crate::face::api::MPI_Bsend(buf, count, datatype, dest, tag, comm))
+    ffi_boundary!("MPI_Bsend", c_int, mpicr_shim::face::api::MPI_Bsend(buf, count, datatype, dest, tag, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Bsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Bsend", c_int, crate::face::api::MPI_Bsend(buf, count, datatype, dest, tag, comm))
+    ffi_boundary!("MPI_Bsend", c_int, mpicr_shim::face::api::MPI_Bsend(buf, count, datatype, dest, tag, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Bsend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Bsend_c", c_int, crate::face::api::MPI_Bsend_c(buf, count, datatype, dest, tag, comm))
+    ffi_boundary!("MPI_Bsend_c", c_int, mpicr_shim::face::api::MPI_Bsend_c(buf, count, datatype, dest, tag, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Bsend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Bsend_c", c_int, crate::face::api::MPI_Bsend_c(buf, count, datatype, dest, tag, comm))
+    ffi_boundary!("MPI_Bsend_c", c_int, mpicr_shim::face::api::MPI_Bsend_c(buf, count, datatype, dest, tag, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Bsend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Bsend_init", c_int, crate::face::api::MPI_Bsend_init(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Bsend_init", c_int, mpicr_shim::face::api::MPI_Bsend_init(buf, count, datatype, dest, tag, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Bsend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Bsend_init", c_int, crate::face::api::MPI_Bsend_init(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Bsend_init", c_int, mpicr_shim::face::api::MPI_Bsend_init(buf, count, datatype, dest, tag, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Bsend_init_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Bsend_init_c", c_int, crate::face::api::MPI_Bsend_init_c(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Bsend_init_c", c_int, mpicr_shim::face::api::MPI_Bsend_init_c(buf, count, datatype, dest, tag, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Bsend_init_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Bsend_init_c", c_int, crate::face::api::MPI_Bsend_init_c(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Bsend_init_c", c_int, mpicr_shim::face::api::MPI_Bsend_init_c(buf, count, datatype, dest, tag, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
-    ffi_boundary!("MPI_Buffer_attach", c_int, crate::face::api::MPI_Buffer_attach(buffer, size))
+    ffi_boundary!("MPI_Buffer_attach", c_int, mpicr_shim::face::api::MPI_Buffer_attach(buffer, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
-    ffi_boundary!("MPI_Buffer_attach", c_int, crate::face::api::MPI_Buffer_attach(buffer, size))
+    ffi_boundary!("MPI_Buffer_attach", c_int, mpicr_shim::face::api::MPI_Buffer_attach(buffer, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Buffer_attach_c(buffer: *mut c_void, size: MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Buffer_attach_c", c_int, crate::face::api::MPI_Buffer_attach_c(buffer, size))
+    ffi_boundary!("MPI_Buffer_attach_c", c_int, mpicr_shim::face::api::MPI_Buffer_attach_c(buffer, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Buffer_attach_c(buffer: *mut c_void, size: MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Buffer_attach_c", c_int, crate::face::api::MPI_Buffer_attach_c(buffer, size))
+    ffi_boundary!("MPI_Buffer_attach_c", c_int, mpicr_shim::face::api::MPI_Buffer_attach_c(buffer, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Buffer_detach", c_int, crate::face::api::MPI_Buffer_detach(buffer_addr, size))
+    ffi_boundary!("MPI_Buffer_detach", c_int, mpicr_shim::face::api::MPI_Buffer_detach(buffer_addr, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Buffer_detach", c_int, crate::face::api::MPI_Buffer_detach(buffer_addr, size))
+    ffi_boundary!("MPI_Buffer_detach", c_int, mpicr_shim::face::api::MPI_Buffer_detach(buffer_addr, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Buffer_detach_c(buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Buffer_detach_c", c_int, crate::face::api::MPI_Buffer_detach_c(buffer_addr, size))
+    ffi_boundary!("MPI_Buffer_detach_c", c_int, mpicr_shim::face::api::MPI_Buffer_detach_c(buffer_addr, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Buffer_detach_c(buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Buffer_detach_c", c_int, crate::face::api::MPI_Buffer_detach_c(buffer_addr, size))
+    ffi_boundary!("MPI_Buffer_detach_c", c_int, mpicr_shim::face::api::MPI_Buffer_detach_c(buffer_addr, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Buffer_flush() -> c_int {
-    ffi_boundary!("MPI_Buffer_flush", c_int, crate::face::gen::passthrough::MPI_Buffer_flush())
+    ffi_boundary!("MPI_Buffer_flush", c_int, mpicr_shim::face::gen::passthrough::MPI_Buffer_flush())
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Buffer_flush() -> c_int {
-    ffi_boundary!("MPI_Buffer_flush", c_int, crate::face::gen::passthrough::MPI_Buffer_flush())
+    ffi_boundary!("MPI_Buffer_flush", c_int, mpicr_shim::face::gen::passthrough::MPI_Buffer_flush())
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Buffer_iflush(request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Buffer_iflush", c_int, crate::face::api::MPI_Buffer_iflush(request))
+    ffi_boundary!("MPI_Buffer_iflush", c_int, mpicr_shim::face::api::MPI_Buffer_iflush(request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Buffer_iflush(request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Buffer_iflush", c_int, crate::face::api::MPI_Buffer_iflush(request))
+    ffi_boundary!("MPI_Buffer_iflush", c_int, mpicr_shim::face::api::MPI_Buffer_iflush(request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Cancel", c_int, crate::face::api::MPI_Cancel(request))
+    ffi_boundary!("MPI_Cancel", c_int, mpicr_shim::face::api::MPI_Cancel(request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Cancel(request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Cancel", c_int, crate::face::api::MPI_Cancel(request))
+    ffi_boundary!("MPI_Cancel", c_int, mpicr_shim::face::api::MPI_Cancel(request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Cart_coords(comm: MPI_Comm, rank: c_int, maxdims: c_int, coords: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Cart_coords", c_int, crate::face::gen::passthrough::MPI_Cart_coords(comm, rank, maxdims, coords))
+    ffi_boundary!("MPI_Cart_coords", c_int, mpicr_shim::face::gen::passthrough::MPI_Cart_coords(comm, rank, maxdims, coords))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Cart_coords(comm: MPI_Comm, rank: c_int, maxdims: c_int, coords: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Cart_coords", c_int, crate::face::gen::passthrough::MPI_Cart_coords(comm, rank, maxdims, coords))
+    ffi_boundary!("MPI_Cart_coords", c_int, mpicr_shim::face::gen::passthrough::MPI_Cart_coords(comm, rank, maxdims, coords))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Cart_create(comm_old: MPI_Comm, ndims: c_int, dims: *const c_int, periods: *const c_int, reorder: c_int, comm_cart: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Cart_create", c_int, crate::face::gen::create::MPI_Cart_create(comm_old, ndims, dims, periods, reorder, comm_cart))
+    ffi_boundary!("MPI_Cart_create", c_int, mpicr_shim::face::gen::create::MPI_Cart_create(comm_old, ndims, dims, periods, reorder, comm_cart))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Cart_create(comm_old: MPI_Comm, ndims: c_int, dims: *const c_int, periods: *const c_int, reorder: c_int, comm_cart: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Cart_create", c_int, crate::face::gen::create::MPI_Cart_create(comm_old, ndims, dims, periods, reorder, comm_cart))
+    ffi_boundary!("MPI_Cart_create", c_int, mpicr_shim::face::gen::create::MPI_Cart_create(comm_old, ndims, dims, periods, reorder, comm_cart))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Cart_get(comm: MPI_Comm, maxdims: c_int, dims: *mut c_int, periods: *mut c_int, coords: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Cart_get", c_int, crate::face::gen::passthrough::MPI_Cart_get(comm, maxdims, dims, periods, coords))
+    ffi_boundary!("MPI_Cart_get", c_int, mpicr_shim::face::gen::passthrough::MPI_Cart_get(comm, maxdims, dims, periods, coords))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Cart_get(comm: MPI_Comm, maxdims: c_int, dims: *mut c_int, periods: *mut c_int, coords: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Cart_get", c_int, crate::face::gen::passthrough::MPI_Cart_get(comm, maxdims, dims, periods, coords))
+    ffi_boundary!("MPI_Cart_get", c_int, mpicr_shim::face::gen::passthrough::MPI_Cart_get(comm, maxdims, dims, periods, coords))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Cart_map(comm: MPI_Comm, ndims: c_int, dims: *const c_int, periods: *const c_int, newrank: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Cart_map", c_int, crate::face::gen::passthrough::MPI_Cart_map(comm, ndims, dims, periods, newrank))
+    ffi_boundary!("MPI_Cart_map", c_int, mpicr_shim::face::gen::passthrough::MPI_Cart_map(comm, ndims, dims, periods, newrank))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Cart_map(comm: MPI_Comm, ndims: c_int, dims: *const c_int, periods: *const c_int, newrank: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Cart_map", c_int, crate::face::gen::passthrough::MPI_Cart_map(comm, ndims, dims, periods, newrank))
+    ffi_boundary!("MPI_Cart_map", c_int, mpicr_shim::face::gen::passthrough::MPI_Cart_map(comm, ndims, dims, periods, newrank))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Cart_rank(comm: MPI_Comm, coords: *const c_int, rank: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Cart_rank", c_int, crate::face::gen::passthrough::MPI_Cart_rank(comm, coords, rank))
+    ffi_boundary!("MPI_Cart_rank", c_int, mpicr_shim::face::gen::passthrough::MPI_Cart_rank(comm, coords, rank))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Cart_rank(comm: MPI_Comm, coords: *const c_int, rank: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Cart_rank", c_int, crate::face::gen::passthrough::MPI_Cart_rank(comm, coords, rank))
+    ffi_boundary!("MPI_Cart_rank", c_int, mpicr_shim::face::gen::passthrough::MPI_Cart_rank(comm, coords, rank))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Cart_shift(comm: MPI_Comm, direction: c_int, disp: c_int, rank_source: *mut c_int, rank_dest: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Cart_shift", c_int, crate::face::gen::passthrough::MPI_Cart_shift(comm, direction, disp, rank_source, rank_dest))
+    ffi_boundary!("MPI_Cart_shift", c_int, mpicr_shim::face::gen::passthrough::MPI_Cart_shift(comm, direction, disp, rank_source, rank_dest))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Cart_shift(comm: MPI_Comm, direction: c_int, disp: c_int, rank_source: *mut c_int, rank_dest: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Cart_shift", c_int, crate::face::gen::passthrough::MPI_Cart_shift(comm, direction, disp, rank_source, rank_dest))
+    ffi_boundary!("MPI_Cart_shift", c_int, mpicr_shim::face::gen::passthrough::MPI_Cart_shift(comm, direction, disp, rank_source, rank_dest))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Cart_sub(comm: MPI_Comm, remain_dims: *const c_int, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Cart_sub", c_int, crate::face::gen::create::MPI_Cart_sub(comm, remain_dims, newcomm))
+    ffi_boundary!("MPI_Cart_sub", c_int, mpicr_shim::face::gen::create::MPI_Cart_sub(comm, remain_dims, newcomm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Cart_sub(comm: MPI_Comm, remain_dims: *const c_int, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Cart_sub", c_int, crate::face::gen::create::MPI_Cart_sub(comm, remain_dims, newcomm))
+    ffi_boundary!("MPI_Cart_sub", c_int, mpicr_shim::face::gen::create::MPI_Cart_sub(comm, remain_dims, newcomm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Cartdim_get(comm: MPI_Comm, ndims: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Cartdim_get", c_int, crate::face::gen::passthrough::MPI_Cartdim_get(comm, ndims))
+    ffi_boundary!("MPI_Cartdim_get", c_int, mpicr_shim::face::gen::passthrough::MPI_Cartdim_get(comm, ndims))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Cartdim_get(comm: MPI_Comm, ndims: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Cartdim_get", c_int, crate::face::gen::passthrough::MPI_Cartdim_get(comm, ndims))
+    ffi_boundary!("MPI_Cartdim_get", c_int, mpicr_shim::face::gen::passthrough::MPI_Cartdim_get(comm, ndims))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Close_port(port_name: *const c_char) -> c_int {
-    ffi_boundary!("MPI_Close_port", c_int, crate::face::gen::passthrough::MPI_Close_port(port_name))
+    ffi_boundary!("MPI_Close_port", c_int, mpicr_shim::face::gen::passthrough::MPI_Close_port(port_name))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Close_port(port_name: *const c_char) -> c_int {
-    ffi_boundary!("MPI_Close_port", c_int, crate::face::gen::passthrough::MPI_Close_port(port_name))
+    ffi_boundary!("MPI_Close_port", c_int, mpicr_shim::face::gen::passthrough::MPI_Close_port(port_name))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_accept(port_name: *const c_char, info: MPI_Info, root: c_int, comm: MPI_Comm, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_accept", c_int, crate::face::api::MPI_Comm_accept(port_name, info, root, comm, newcomm))
+    ffi_boundary!("MPI_Comm_accept", c_int, mpicr_shim::face::api::MPI_Comm_accept(port_name, info, root, comm, newcomm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_accept(port_name: *const c_char, info: MPI_Info, root: c_int, comm: MPI_Comm, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_accept", c_int, crate::face::api::MPI_Comm_accept(port_name, info, root, comm, newcomm))
+    ffi_boundary!("MPI_Comm_accept", c_int, mpicr_shim::face::api::MPI_Comm_accept(port_name, info, root, comm, newcomm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_attach_buffer(comm: MPI_Comm, buffer: *mut c_void, size: c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_attach_buffer", c_int, crate::face::gen::passthrough::MPI_Comm_attach_buffer(comm, buffer, size))
+    ffi_boundary!("MPI_Comm_attach_buffer", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_attach_buffer(comm, buffer, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_attach_buffer(comm: MPI_Comm, buffer: *mut c_void, size: c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_attach_buffer", c_int, crate::face::gen::passthrough::MPI_Comm_attach_buffer(comm, buffer, size))
+    ffi_boundary!("MPI_Comm_attach_buffer", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_attach_buffer(comm, buffer, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_attach_buffer_c(comm: MPI_Comm, buffer: *mut c_void, size: MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Comm_attach_buffer_c", c_int, crate::face::gen::passthrough::MPI_Comm_attach_buffer_c(comm, buffer, size))
+    ffi_boundary!("MPI_Comm_attach_buffer_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_attach_buffer_c(comm, buffer, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_attach_buffer_c(comm: MPI_Comm, buffer: *mut c_void, size: MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Comm_attach_buffer_c", c_int, crate::face::gen::passthrough::MPI_Comm_attach_buffer_c(comm, buffer, size))
+    ffi_boundary!("MPI_Comm_attach_buffer_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_attach_buffer_c(comm, buffer, size))
 }
 
 #[no_mangle]
@@ -665,128 +665,128 @@ pub unsafe extern "C" fn PMPI_Comm_c2f(comm: MPI_Comm) -> MPI_Fint {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_call_errhandler(comm: MPI_Comm, errorcode: c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_call_errhandler", c_int, crate::face::api::MPI_Comm_call_errhandler(comm, errorcode))
+    ffi_boundary!("MPI_Comm_call_errhandler", c_int, mpicr_shim::face::api::MPI_Comm_call_errhandler(comm, errorcode))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_call_errhandler(comm: MPI_Comm, errorcode: c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_call_errhandler", c_int, crate::face::api::MPI_Comm_call_errhandler(comm, errorcode))
+    ffi_boundary!("MPI_Comm_call_errhandler", c_int, mpicr_shim::face::api::MPI_Comm_call_errhandler(comm, errorcode))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_compare(comm1: MPI_Comm, comm2: MPI_Comm, result: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_compare", c_int, crate::face::gen::passthrough::MPI_Comm_compare(comm1, comm2, result))
+    ffi_boundary!("MPI_Comm_compare", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_compare(comm1, comm2, result))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_compare(comm1: MPI_Comm, comm2: MPI_Comm, result: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_compare", c_int, crate::face::gen::passthrough::MPI_Comm_compare(comm1, comm2, result))
+    ffi_boundary!("MPI_Comm_compare", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_compare(comm1, comm2, result))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_connect(port_name: *const c_char, info: MPI_Info, root: c_int, comm: MPI_Comm, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_connect", c_int, crate::face::api::MPI_Comm_connect(port_name, info, root, comm, newcomm))
+    ffi_boundary!("MPI_Comm_connect", c_int, mpicr_shim::face::api::MPI_Comm_connect(port_name, info, root, comm, newcomm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_connect(port_name: *const c_char, info: MPI_Info, root: c_int, comm: MPI_Comm, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_connect", c_int, crate::face::api::MPI_Comm_connect(port_name, info, root, comm, newcomm))
+    ffi_boundary!("MPI_Comm_connect", c_int, mpicr_shim::face::api::MPI_Comm_connect(port_name, info, root, comm, newcomm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_create(comm: MPI_Comm, group: MPI_Group, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_create", c_int, crate::face::gen::create::MPI_Comm_create(comm, group, newcomm))
+    ffi_boundary!("MPI_Comm_create", c_int, mpicr_shim::face::gen::create::MPI_Comm_create(comm, group, newcomm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_create(comm: MPI_Comm, group: MPI_Group, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_create", c_int, crate::face::gen::create::MPI_Comm_create(comm, group, newcomm))
+    ffi_boundary!("MPI_Comm_create", c_int, mpicr_shim::face::gen::create::MPI_Comm_create(comm, group, newcomm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_create_errhandler(comm_errhandler_fn: *mut c_void, errhandler: *mut MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Comm_create_errhandler", c_int, crate::face::api::MPI_Comm_create_errhandler(comm_errhandler_fn, errhandler))
+    ffi_boundary!("MPI_Comm_create_errhandler", c_int, mpicr_shim::face::api::MPI_Comm_create_errhandler(comm_errhandler_fn, errhandler))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_create_errhandler(comm_errhandler_fn: *mut c_void, errhandler: *mut MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Comm_create_errhandler", c_int, crate::face::api::MPI_Comm_create_errhandler(comm_errhandler_fn, errhandler))
+    ffi_boundary!("MPI_Comm_create_errhandler", c_int, mpicr_shim::face::api::MPI_Comm_create_errhandler(comm_errhandler_fn, errhandler))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_create_from_group(group: MPI_Group, stringtag: *const c_char, info: MPI_Info, errhandler: MPI_Errhandler, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_create_from_group", c_int, crate::face::api::MPI_Comm_create_from_group(group, stringtag, info, errhandler, newcomm))
+    ffi_boundary!("MPI_Comm_create_from_group", c_int, mpicr_shim::face::api::MPI_Comm_create_from_group(group, stringtag, info, errhandler, newcomm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_create_from_group(group: MPI_Group, stringtag: *const c_char, info: MPI_Info, errhandler: MPI_Errhandler, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_create_from_group", c_int, crate::face::api::MPI_Comm_create_from_group(group, stringtag, info, errhandler, newcomm))
+    ffi_boundary!("MPI_Comm_create_from_group", c_int, mpicr_shim::face::api::MPI_Comm_create_from_group(group, stringtag, info, errhandler, newcomm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_create_group(comm: MPI_Comm, group: MPI_Group, tag: c_int, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_create_group", c_int, crate::face::api::MPI_Comm_create_group(comm, group, tag, newcomm))
+    ffi_boundary!("MPI_Comm_create_group", c_int, mpicr_shim::face::api::MPI_Comm_create_group(comm, group, tag, newcomm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_create_group(comm: MPI_Comm, group: MPI_Group, tag: c_int, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_create_group", c_int, crate::face::api::MPI_Comm_create_group(comm, group, tag, newcomm))
+    ffi_boundary!("MPI_Comm_create_group", c_int, mpicr_shim::face::api::MPI_Comm_create_group(comm, group, tag, newcomm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_create_keyval(comm_copy_attr_fn: *mut c_void, comm_delete_attr_fn: *mut c_void, comm_keyval: *mut c_int, extra_state: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Comm_create_keyval", c_int, crate::face::api::MPI_Comm_create_keyval(comm_copy_attr_fn, comm_delete_attr_fn, comm_keyval, extra_state))
+    ffi_boundary!("MPI_Comm_create_keyval", c_int, mpicr_shim::face::api::MPI_Comm_create_keyval(comm_copy_attr_fn, comm_delete_attr_fn, comm_keyval, extra_state))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_create_keyval(comm_copy_attr_fn: *mut c_void, comm_delete_attr_fn: *mut c_void, comm_keyval: *mut c_int, extra_state: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Comm_create_keyval", c_int, crate::face::api::MPI_Comm_create_keyval(comm_copy_attr_fn, comm_delete_attr_fn, comm_keyval, extra_state))
+    ffi_boundary!("MPI_Comm_create_keyval", c_int, mpicr_shim::face::api::MPI_Comm_create_keyval(comm_copy_attr_fn, comm_delete_attr_fn, comm_keyval, extra_state))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_delete_attr(comm: MPI_Comm, comm_keyval: c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_delete_attr", c_int, crate::face::api::MPI_Comm_delete_attr(comm, comm_keyval))
+    ffi_boundary!("MPI_Comm_delete_attr", c_int, mpicr_shim::face::api::MPI_Comm_delete_attr(comm, comm_keyval))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_delete_attr(comm: MPI_Comm, comm_keyval: c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_delete_attr", c_int, crate::face::api::MPI_Comm_delete_attr(comm, comm_keyval))
+    ffi_boundary!("MPI_Comm_delete_attr", c_int, mpicr_shim::face::api::MPI_Comm_delete_attr(comm, comm_keyval))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_detach_buffer(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_detach_buffer", c_int, crate::face::gen::passthrough::MPI_Comm_detach_buffer(comm, buffer_addr, size))
+    ffi_boundary!("MPI_Comm_detach_buffer", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_detach_buffer(comm, buffer_addr, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_detach_buffer(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_detach_buffer", c_int, crate::face::gen::passthrough::MPI_Comm_detach_buffer(comm, buffer_addr, size))
+    ffi_boundary!("MPI_Comm_detach_buffer", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_detach_buffer(comm, buffer_addr, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_detach_buffer_c(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Comm_detach_buffer_c", c_int, crate::face::gen::passthrough::MPI_Comm_detach_buffer_c(comm, buffer_addr, size))
+    ffi_boundary!("MPI_Comm_detach_buffer_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_detach_buffer_c(comm, buffer_addr, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_detach_buffer_c(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Comm_detach_buffer_c", c_int, crate::face::gen::passthrough::MPI_Comm_detach_buffer_c(comm, buffer_addr, size))
+    ffi_boundary!("MPI_Comm_detach_buffer_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_detach_buffer_c(comm, buffer_addr, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_disconnect(comm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_disconnect", c_int, crate::face::api::MPI_Comm_disconnect(comm))
+    ffi_boundary!("MPI_Comm_disconnect", c_int, mpicr_shim::face::api::MPI_Comm_disconnect(comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_disconnect(comm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_disconnect", c_int, crate::face::api::MPI_Comm_disconnect(comm))
+    ffi_boundary!("MPI_Comm_disconnect", c_int, mpicr_shim::face::api::MPI_Comm_disconnect(comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_dup(comm: MPI_Comm, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_dup", c_int, crate::face::gen::create::MPI_Comm_dup(comm, newcomm))
+    ffi_boundary!("MPI_Comm_dup", c_int, mpicr_shim::face::gen::create::MPI_Comm_dup(comm, newcomm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_dup(comm: MPI_Comm, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_dup", c_int, crate::face::gen::create::MPI_Comm_dup(comm, newcomm))
+    ffi_boundary!("MPI_Comm_dup", c_int, mpicr_shim::face::gen::create::MPI_Comm_dup(comm, newcomm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_dup_with_info(comm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_dup_with_info", c_int, crate::face::gen::create::MPI_Comm_dup_with_info(comm, info, newcomm))
+    ffi_boundary!("MPI_Comm_dup_with_info", c_int, mpicr_shim::face::gen::create::MPI_Comm_dup_with_info(comm, info, newcomm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_dup_with_info(comm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_dup_with_info", c_int, crate::face::gen::create::MPI_Comm_dup_with_info(comm, info, newcomm))
+    ffi_boundary!("MPI_Comm_dup_with_info", c_int, mpicr_shim::face::gen::create::MPI_Comm_dup_with_info(comm, info, newcomm))
 }
 
 #[no_mangle]
@@ -800,29 +800,29 @@ pub unsafe extern "C" fn PMPI_Comm_f2c(comm: MPI_Fint) -> MPI_Comm {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_flush_buffer(comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_flush_buffer", c_int, crate::face::gen::passthrough::MPI_Comm_flush_buffer(comm))
+    ffi_boundary!("MPI_Comm_flush_buffer", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_flush_buffer(comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_flush_buffer(comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_flush_buffer", c_int, crate::face::gen::passthrough::MPI_Comm_flush_buffer(comm))
+    ffi_boundary!("MPI_Comm_flush_buffer", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_flush_buffer(comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_free(comm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_free", c_int, crate::face::api::MPI_Comm_free(comm))
+    ffi_boundary!("MPI_Comm_free", c_int, mpicr_shim::face::api::MPI_Comm_free(comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_free(comm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_free", c_int, crate::face::api::MPI_Comm_free(comm))
+    ffi_boundary!("MPI_Comm_free", c_int, mpicr_shim::face::api::MPI_Comm_free(comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_free_keyval(comm_keyval: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_free_keyval", c_int, crate::face::api::MPI_Comm_free_keyval(comm_keyval))
+    ffi_boundary!("MPI_Comm_free_keyval", c_int, mpicr_shim::face::api::MPI_Comm_free_keyval(comm_keyval))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_free_keyval(comm_keyval: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_free_keyval", c_int, crate::face::api::MPI_Comm_free_keyval(comm_keyval))
+    ffi_boundary!("MPI_Comm_free_keyval", c_int, mpicr_shim::face::api::MPI_Comm_free_keyval(comm_keyval))
 }
 
 #[no_mangle]
@@ -836,209 +836,209 @@ pub unsafe extern "C" fn PMPI_Comm_fromint(comm: c_int) -> MPI_Comm {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_get_attr(comm: MPI_Comm, comm_keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_get_attr", c_int, crate::face::api::MPI_Comm_get_attr(comm, comm_keyval, attribute_val, flag))
+    ffi_boundary!("MPI_Comm_get_attr", c_int, mpicr_shim::face::api::MPI_Comm_get_attr(comm, comm_keyval, attribute_val, flag))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_get_attr(comm: MPI_Comm, comm_keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_get_attr", c_int, crate::face::api::MPI_Comm_get_attr(comm, comm_keyval, attribute_val, flag))
+    ffi_boundary!("MPI_Comm_get_attr", c_int, mpicr_shim::face::api::MPI_Comm_get_attr(comm, comm_keyval, attribute_val, flag))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_get_errhandler(comm: MPI_Comm, errhandler: *mut MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Comm_get_errhandler", c_int, crate::face::api::MPI_Comm_get_errhandler(comm, errhandler))
+    ffi_boundary!("MPI_Comm_get_errhandler", c_int, mpicr_shim::face::api::MPI_Comm_get_errhandler(comm, errhandler))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_get_errhandler(comm: MPI_Comm, errhandler: *mut MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Comm_get_errhandler", c_int, crate::face::api::MPI_Comm_get_errhandler(comm, errhandler))
+    ffi_boundary!("MPI_Comm_get_errhandler", c_int, mpicr_shim::face::api::MPI_Comm_get_errhandler(comm, errhandler))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_get_info(comm: MPI_Comm, info_used: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Comm_get_info", c_int, crate::face::gen::create::MPI_Comm_get_info(comm, info_used))
+    ffi_boundary!("MPI_Comm_get_info", c_int, mpicr_shim::face::gen::create::MPI_Comm_get_info(comm, info_used))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_get_info(comm: MPI_Comm, info_used: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Comm_get_info", c_int, crate::face::gen::create::MPI_Comm_get_info(comm, info_used))
+    ffi_boundary!("MPI_Comm_get_info", c_int, mpicr_shim::face::gen::create::MPI_Comm_get_info(comm, info_used))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_get_name(comm: MPI_Comm, comm_name: *mut c_char, resultlen: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_get_name", c_int, crate::face::gen::passthrough::MPI_Comm_get_name(comm, comm_name, resultlen))
+    ffi_boundary!("MPI_Comm_get_name", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_get_name(comm, comm_name, resultlen))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_get_name(comm: MPI_Comm, comm_name: *mut c_char, resultlen: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_get_name", c_int, crate::face::gen::passthrough::MPI_Comm_get_name(comm, comm_name, resultlen))
+    ffi_boundary!("MPI_Comm_get_name", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_get_name(comm, comm_name, resultlen))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_get_parent(parent: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_get_parent", c_int, crate::face::api::MPI_Comm_get_parent(parent))
+    ffi_boundary!("MPI_Comm_get_parent", c_int, mpicr_shim::face::api::MPI_Comm_get_parent(parent))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_get_parent(parent: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_get_parent", c_int, crate::face::api::MPI_Comm_get_parent(parent))
+    ffi_boundary!("MPI_Comm_get_parent", c_int, mpicr_shim::face::api::MPI_Comm_get_parent(parent))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_group(comm: MPI_Comm, group: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Comm_group", c_int, crate::face::gen::create::MPI_Comm_group(comm, group))
+    ffi_boundary!("MPI_Comm_group", c_int, mpicr_shim::face::gen::create::MPI_Comm_group(comm, group))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_group(comm: MPI_Comm, group: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Comm_group", c_int, crate::face::gen::create::MPI_Comm_group(comm, group))
+    ffi_boundary!("MPI_Comm_group", c_int, mpicr_shim::face::gen::create::MPI_Comm_group(comm, group))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_idup(comm: MPI_Comm, newcomm: *mut MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Comm_idup", c_int, crate::face::api::MPI_Comm_idup(comm, newcomm, request))
+    ffi_boundary!("MPI_Comm_idup", c_int, mpicr_shim::face::api::MPI_Comm_idup(comm, newcomm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_idup(comm: MPI_Comm, newcomm: *mut MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Comm_idup", c_int, crate::face::api::MPI_Comm_idup(comm, newcomm, request))
+    ffi_boundary!("MPI_Comm_idup", c_int, mpicr_shim::face::api::MPI_Comm_idup(comm, newcomm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_idup_with_info(comm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Comm_idup_with_info", c_int, crate::face::api::MPI_Comm_idup_with_info(comm, info, newcomm, request))
+    ffi_boundary!("MPI_Comm_idup_with_info", c_int, mpicr_shim::face::api::MPI_Comm_idup_with_info(comm, info, newcomm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_idup_with_info(comm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Comm_idup_with_info", c_int, crate::face::api::MPI_Comm_idup_with_info(comm, info, newcomm, request))
+    ffi_boundary!("MPI_Comm_idup_with_info", c_int, mpicr_shim::face::api::MPI_Comm_idup_with_info(comm, info, newcomm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_iflush_buffer(comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Comm_iflush_buffer", c_int, crate::face::api::MPI_Comm_iflush_buffer(comm, request))
+    ffi_boundary!("MPI_Comm_iflush_buffer", c_int, mpicr_shim::face::api::MPI_Comm_iflush_buffer(comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_iflush_buffer(comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Comm_iflush_buffer", c_int, crate::face::api::MPI_Comm_iflush_buffer(comm, request))
+    ffi_boundary!("MPI_Comm_iflush_buffer", c_int, mpicr_shim::face::api::MPI_Comm_iflush_buffer(comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_join(fd: c_int, intercomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_join", c_int, crate::face::api::MPI_Comm_join(fd, intercomm))
+    ffi_boundary!("MPI_Comm_join", c_int, mpicr_shim::face::api::MPI_Comm_join(fd, intercomm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_join(fd: c_int, intercomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_join", c_int, crate::face::api::MPI_Comm_join(fd, intercomm))
+    ffi_boundary!("MPI_Comm_join", c_int, mpicr_shim::face::api::MPI_Comm_join(fd, intercomm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_rank(comm: MPI_Comm, rank: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_rank", c_int, crate::face::gen::passthrough::MPI_Comm_rank(comm, rank))
+    ffi_boundary!("MPI_Comm_rank", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_rank(comm, rank))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_rank(comm: MPI_Comm, rank: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_rank", c_int, crate::face::gen::passthrough::MPI_Comm_rank(comm, rank))
+    ffi_boundary!("MPI_Comm_rank", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_rank(comm, rank))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_remote_group(comm: MPI_Comm, group: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Comm_remote_group", c_int, crate::face::gen::create::MPI_Comm_remote_group(comm, group))
+    ffi_boundary!("MPI_Comm_remote_group", c_int, mpicr_shim::face::gen::create::MPI_Comm_remote_group(comm, group))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_remote_group(comm: MPI_Comm, group: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Comm_remote_group", c_int, crate::face::gen::create::MPI_Comm_remote_group(comm, group))
+    ffi_boundary!("MPI_Comm_remote_group", c_int, mpicr_shim::face::gen::create::MPI_Comm_remote_group(comm, group))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_remote_size(comm: MPI_Comm, size: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_remote_size", c_int, crate::face::gen::passthrough::MPI_Comm_remote_size(comm, size))
+    ffi_boundary!("MPI_Comm_remote_size", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_remote_size(comm, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_remote_size(comm: MPI_Comm, size: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_remote_size", c_int, crate::face::gen::passthrough::MPI_Comm_remote_size(comm, size))
+    ffi_boundary!("MPI_Comm_remote_size", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_remote_size(comm, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_set_attr(comm: MPI_Comm, comm_keyval: c_int, attribute_val: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Comm_set_attr", c_int, crate::face::api::MPI_Comm_set_attr(comm, comm_keyval, attribute_val))
+    ffi_boundary!("MPI_Comm_set_attr", c_int, mpicr_shim::face::api::MPI_Comm_set_attr(comm, comm_keyval, attribute_val))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_set_attr(comm: MPI_Comm, comm_keyval: c_int, attribute_val: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Comm_set_attr", c_int, crate::face::api::MPI_Comm_set_attr(comm, comm_keyval, attribute_val))
+    ffi_boundary!("MPI_Comm_set_attr", c_int, mpicr_shim::face::api::MPI_Comm_set_attr(comm, comm_keyval, attribute_val))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_set_errhandler(comm: MPI_Comm, errhandler: MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Comm_set_errhandler", c_int, crate::face::api::MPI_Comm_set_errhandler(comm, errhandler))
+    ffi_boundary!("MPI_Comm_set_errhandler", c_int, mpicr_shim::face::api::MPI_Comm_set_errhandler(comm, errhandler))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_set_errhandler(comm: MPI_Comm, errhandler: MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Comm_set_errhandler", c_int, crate::face::api::MPI_Comm_set_errhandler(comm, errhandler))
+    ffi_boundary!("MPI_Comm_set_errhandler", c_int, mpicr_shim::face::api::MPI_Comm_set_errhandler(comm, errhandler))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_set_info(comm: MPI_Comm, info: MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Comm_set_info", c_int, crate::face::gen::passthrough::MPI_Comm_set_info(comm, info))
+    ffi_boundary!("MPI_Comm_set_info", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_set_info(comm, info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_set_info(comm: MPI_Comm, info: MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Comm_set_info", c_int, crate::face::gen::passthrough::MPI_Comm_set_info(comm, info))
+    ffi_boundary!("MPI_Comm_set_info", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_set_info(comm, info))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_set_name(comm: MPI_Comm, comm_name: *const c_char) -> c_int {
-    ffi_boundary!("MPI_Comm_set_name", c_int, crate::face::gen::passthrough::MPI_Comm_set_name(comm, comm_name))
+    ffi_boundary!("MPI_Comm_set_name", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_set_name(comm, comm_name))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_set_name(comm: MPI_Comm, comm_name: *const c_char) -> c_int {
-    ffi_boundary!("MPI_Comm_set_name", c_int, crate::face::gen::passthrough::MPI_Comm_set_name(comm, comm_name))
+    ffi_boundary!("MPI_Comm_set_name", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_set_name(comm, comm_name))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_size(comm: MPI_Comm, size: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_size", c_int, crate::face::gen::passthrough::MPI_Comm_size(comm, size))
+    ffi_boundary!("MPI_Comm_size", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_size(comm, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_size(comm: MPI_Comm, size: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_size", c_int, crate::face::gen::passthrough::MPI_Comm_size(comm, size))
+    ffi_boundary!("MPI_Comm_size", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_size(comm, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_spawn(command: *const c_char, argv: *mut *mut c_char, maxprocs: c_int, info: MPI_Info, root: c_int, comm: MPI_Comm, intercomm: *mut MPI_Comm, array_of_errcodes: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_spawn", c_int, crate::face::api::MPI_Comm_spawn(command, argv, maxprocs, info, root, comm, intercomm, array_of_errcodes))
+    ffi_boundary!("MPI_Comm_spawn", c_int, mpicr_shim::face::api::MPI_Comm_spawn(command, argv, maxprocs, info, root, comm, intercomm, array_of_errcodes))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_spawn(command: *const c_char, argv: *mut *mut c_char, maxprocs: c_int, info: MPI_Info, root: c_int, comm: MPI_Comm, intercomm: *mut MPI_Comm, array_of_errcodes: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_spawn", c_int, crate::face::api::MPI_Comm_spawn(command, argv, maxprocs, info, root, comm, intercomm, array_of_errcodes))
+    ffi_boundary!("MPI_Comm_spawn", c_int, mpicr_shim::face::api::MPI_Comm_spawn(command, argv, maxprocs, info, root, comm, intercomm, array_of_errcodes))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_spawn_multiple(count: c_int, array_of_commands: *mut *mut c_char, array_of_argv: *mut *mut *mut c_char, array_of_maxprocs: *const c_int, array_of_info: *const MPI_Info, root: c_int, comm: MPI_Comm, intercomm: *mut MPI_Comm, array_of_errcodes: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_spawn_multiple", c_int, crate::face::api::MPI_Comm_spawn_multiple(count, array_of_commands, array_of_argv, array_of_maxprocs, array_of_info, root, comm, intercomm, array_of_errcodes))
+    ffi_boundary!("MPI_Comm_spawn_multiple", c_int, mpicr_shim::face::api::MPI_Comm_spawn_multiple(count, array_of_commands, array_of_argv, array_of_maxprocs, array_of_info, root, comm, intercomm, array_of_errcodes))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_spawn_multiple(count: c_int, array_of_commands: *mut *mut c_char, array_of_argv: *mut *mut *mut c_char, array_of_maxprocs: *const c_int, array_of_info: *const MPI_Info, root: c_int, comm: MPI_Comm, intercomm: *mut MPI_Comm, array_of_errcodes: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_spawn_multiple", c_int, crate::face::api::MPI_Comm_spawn_multiple(count, array_of_commands, array_of_argv, array_of_maxprocs, array_of_info, root, comm, intercomm, array_of_errcodes))
+    ffi_boundary!("MPI_Comm_spawn_multiple", c_int, mpicr_shim::face::api::MPI_Comm_spawn_multiple(count, array_of_commands, array_of_argv, array_of_maxprocs, array_of_info, root, comm, intercomm, array_of_errcodes))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_split(comm: MPI_Comm, color: c_int, key: c_int, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_split", c_int, crate::face::gen::create::MPI_Comm_split(comm, color, key, newcomm))
+    ffi_boundary!("MPI_Comm_split", c_int, mpicr_shim::face::gen::create::MPI_Comm_split(comm, color, key, newcomm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_split(comm: MPI_Comm, color: c_int, key: c_int, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_split", c_int, crate::face::gen::create::MPI_Comm_split(comm, color, key, newcomm))
+    ffi_boundary!("MPI_Comm_split", c_int, mpicr_shim::face::gen::create::MPI_Comm_split(comm, color, key, newcomm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_split_type(comm: MPI_Comm, split_type: c_int, key: c_int, info: MPI_Info, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_split_type", c_int, crate::face::gen::create::MPI_Comm_split_type(comm, split_type, key, info, newcomm))
+    ffi_boundary!("MPI_Comm_split_type", c_int, mpicr_shim::face::gen::create::MPI_Comm_split_type(comm, split_type, key, info, newcomm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_split_type(comm: MPI_Comm, split_type: c_int, key: c_int, info: MPI_Info, newcomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_split_type", c_int, crate::face::gen::create::MPI_Comm_split_type(comm, split_type, key, info, newcomm))
+    ffi_boundary!("MPI_Comm_split_type", c_int, mpicr_shim::face::gen::create::MPI_Comm_split_type(comm, split_type, key, info, newcomm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_test_inter(comm: MPI_Comm, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_test_inter", c_int, crate::face::gen::passthrough::MPI_Comm_test_inter(comm, flag))
+    ffi_boundary!("MPI_Comm_test_inter", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_test_inter(comm, flag))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_test_inter(comm: MPI_Comm, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_test_inter", c_int, crate::face::gen::passthrough::MPI_Comm_test_inter(comm, flag))
+    ffi_boundary!("MPI_Comm_test_inter", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_test_inter(comm, flag))
 }
 
 #[no_mangle]
@@ -1052,56 +1052,56 @@ pub unsafe extern "C" fn PMPI_Comm_toint(comm: MPI_Comm) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Compare_and_swap(origin_addr: *const c_void, compare_addr: *const c_void, result_addr: *mut c_void, datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Compare_and_swap", c_int, crate::face::gen::passthrough::MPI_Compare_and_swap(origin_addr, compare_addr, result_addr, datatype, target_rank, target_disp, win))
+    ffi_boundary!("MPI_Compare_and_swap", c_int, mpicr_shim::face::gen::passthrough::MPI_Compare_and_swap(origin_addr, compare_addr, result_addr, datatype, target_rank, target_disp, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Compare_and_swap(origin_addr: *const c_void, compare_addr: *const c_void, result_addr: *mut c_void, datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Compare_and_swap", c_int, crate::face::gen::passthrough::MPI_Compare_and_swap(origin_addr, compare_addr, result_addr, datatype, target_rank, target_disp, win))
+    ffi_boundary!("MPI_Compare_and_swap", c_int, mpicr_shim::face::gen::passthrough::MPI_Compare_and_swap(origin_addr, compare_addr, result_addr, datatype, target_rank, target_disp, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Dims_create", c_int, crate::face::gen::passthrough::MPI_Dims_create(nnodes, ndims, dims))
+    ffi_boundary!("MPI_Dims_create", c_int, mpicr_shim::face::gen::passthrough::MPI_Dims_create(nnodes, ndims, dims))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Dims_create", c_int, crate::face::gen::passthrough::MPI_Dims_create(nnodes, ndims, dims))
+    ffi_boundary!("MPI_Dims_create", c_int, mpicr_shim::face::gen::passthrough::MPI_Dims_create(nnodes, ndims, dims))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Dist_graph_create(comm_old: MPI_Comm, n: c_int, sources: *const c_int, degrees: *const c_int, destinations: *const c_int, weights: *const c_int, info: MPI_Info, reorder: c_int, comm_dist_graph: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Dist_graph_create", c_int, crate::face::gen::create::MPI_Dist_graph_create(comm_old, n, sources, degrees, destinations, weights, info, reorder, comm_dist_graph))
+    ffi_boundary!("MPI_Dist_graph_create", c_int, mpicr_shim::face::gen::create::MPI_Dist_graph_create(comm_old, n, sources, degrees, destinations, weights, info, reorder, comm_dist_graph))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Dist_graph_create(comm_old: MPI_Comm, n: c_int, sources: *const c_int, degrees: *const c_int, destinations: *const c_int, weights: *const c_int, info: MPI_Info, reorder: c_int, comm_dist_graph: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Dist_graph_create", c_int, crate::face::gen::create::MPI_Dist_graph_create(comm_old, n, sources, degrees, destinations, weights, info, reorder, comm_dist_graph))
+    ffi_boundary!("MPI_Dist_graph_create", c_int, mpicr_shim::face::gen::create::MPI_Dist_graph_create(comm_old, n, sources, degrees, destinations, weights, info, reorder, comm_dist_graph))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Dist_graph_create_adjacent(comm_old: MPI_Comm, indegree: c_int, sources: *const c_int, sourceweights: *const c_int, outdegree: c_int, destinations: *const c_int, destweights: *const c_int, info: MPI_Info, reorder: c_int, comm_dist_graph: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Dist_graph_create_adjacent", c_int, crate::face::gen::create::MPI_Dist_graph_create_adjacent(comm_old, indegree, sources, sourceweights, outdegree, destinations, destweights, info, reorder, comm_dist_graph))
+    ffi_boundary!("MPI_Dist_graph_create_adjacent", c_int, mpicr_shim::face::gen::create::MPI_Dist_graph_create_adjacent(comm_old, indegree, sources, sourceweights, outdegree, destinations, destweights, info, reorder, comm_dist_graph))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Dist_graph_create_adjacent(comm_old: MPI_Comm, indegree: c_int, sources: *const c_int, sourceweights: *const c_int, outdegree: c_int, destinations: *const c_int, destweights: *const c_int, info: MPI_Info, reorder: c_int, comm_dist_graph: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Dist_graph_create_adjacent", c_int, crate::face::gen::create::MPI_Dist_graph_create_adjacent(comm_old, indegree, sources, sourceweights, outdegree, destinations, destweights, info, reorder, comm_dist_graph))
+    ffi_boundary!("MPI_Dist_graph_create_adjacent", c_int, mpicr_shim::face::gen::create::MPI_Dist_graph_create_adjacent(comm_old, indegree, sources, sourceweights, outdegree, destinations, destweights, info, reorder, comm_dist_graph))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Dist_graph_neighbors(comm: MPI_Comm, maxindegree: c_int, sources: *mut c_int, sourceweights: *mut c_int, maxoutdegree: c_int, destinations: *mut c_int, destweights: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Dist_graph_neighbors", c_int, crate::face::gen::passthrough::MPI_Dist_graph_neighbors(comm, maxindegree, sources, sourceweights, maxoutdegree, destinations, destweights))
+    ffi_boundary!("MPI_Dist_graph_neighbors", c_int, mpicr_shim::face::gen::passthrough::MPI_Dist_graph_neighbors(comm, maxindegree, sources, sourceweights, maxoutdegree, destinations, destweights))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Dist_graph_neighbors(comm: MPI_Comm, maxindegree: c_int, sources: *mut c_int, sourceweights: *mut c_int, maxoutdegree: c_int, destinations: *mut c_int, destweights: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Dist_graph_neighbors", c_int, crate::face::gen::passthrough::MPI_Dist_graph_neighbors(comm, maxindegree, sources, sourceweights, maxoutdegree, destinations, destweights))
+    ffi_boundary!("MPI_Dist_graph_neighbors", c_int, mpicr_shim::face::gen::passthrough::MPI_Dist_graph_neighbors(comm, maxindegree, sources, sourceweights, maxoutdegree, destinations, destweights))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Dist_graph_neighbors_count(comm: MPI_Comm, indegree: *mut c_int, outdegree: *mut c_int, weighted: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Dist_graph_neighbors_count", c_int, crate::face::gen::passthrough::MPI_Dist_graph_neighbors_count(comm, indegree, outdegree, weighted))
+    ffi_boundary!("MPI_Dist_graph_neighbors_count", c_int, mpicr_shim::face::gen::passthrough::MPI_Dist_graph_neighbors_count(comm, indegree, outdegree, weighted))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Dist_graph_neighbors_count(comm: MPI_Comm, indegree: *mut c_int, outdegree: *mut c_int, weighted: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Dist_graph_neighbors_count", c_int, crate::face::gen::passthrough::MPI_Dist_graph_neighbors_count(comm, indegree, outdegree, weighted))
+    ffi_boundary!("MPI_Dist_graph_neighbors_count", c_int, mpicr_shim::face::gen::passthrough::MPI_Dist_graph_neighbors_count(comm, indegree, outdegree, weighted))
 }
 
 #[no_mangle]
@@ -1115,11 +1115,11 @@ pub unsafe extern "C" fn PMPI_Errhandler_c2f(errhandler: MPI_Errhandler) -> MPI_
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Errhandler_create(comm_errhandler_fn: *mut c_void, errhandler: *mut MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Errhandler_create", c_int, crate::face::api::MPI_Errhandler_create(comm_errhandler_fn, errhandler))
+    ffi_boundary!("MPI_Errhandler_create", c_int, mpicr_shim::face::api::MPI_Errhandler_create(comm_errhandler_fn, errhandler))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Errhandler_create(comm_errhandler_fn: *mut c_void, errhandler: *mut MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Errhandler_create", c_int, crate::face::api::MPI_Errhandler_create(comm_errhandler_fn, errhandler))
+    ffi_boundary!("MPI_Errhandler_create", c_int, mpicr_shim::face::api::MPI_Errhandler_create(comm_errhandler_fn, errhandler))
 }
 
 #[no_mangle]
@@ -1133,11 +1133,11 @@ pub unsafe extern "C" fn PMPI_Errhandler_f2c(errhandler: MPI_Fint) -> MPI_Errhan
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Errhandler_free(errhandler: *mut MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Errhandler_free", c_int, crate::face::api::MPI_Errhandler_free(errhandler))
+    ffi_boundary!("MPI_Errhandler_free", c_int, mpicr_shim::face::api::MPI_Errhandler_free(errhandler))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Errhandler_free(errhandler: *mut MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Errhandler_free", c_int, crate::face::api::MPI_Errhandler_free(errhandler))
+    ffi_boundary!("MPI_Errhandler_free", c_int, mpicr_shim::face::api::MPI_Errhandler_free(errhandler))
 }
 
 #[no_mangle]
@@ -1151,20 +1151,20 @@ pub unsafe extern "C" fn PMPI_Errhandler_fromint(errhandler: c_int) -> MPI_Errha
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Errhandler_get(comm: MPI_Comm, errhandler: *mut MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Errhandler_get", c_int, crate::face::api::MPI_Errhandler_get(comm, errhandler))
+    ffi_boundary!("MPI_Errhandler_get", c_int, mpicr_shim::face::api::MPI_Errhandler_get(comm, errhandler))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Errhandler_get(comm: MPI_Comm, errhandler: *mut MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Errhandler_get", c_int, crate::face::api::MPI_Errhandler_get(comm, errhandler))
+    ffi_boundary!("MPI_Errhandler_get", c_int, mpicr_shim::face::api::MPI_Errhandler_get(comm, errhandler))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Errhandler_set(comm: MPI_Comm, errhandler: MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Errhandler_set", c_int, crate::face::api::MPI_Errhandler_set(comm, errhandler))
+    ffi_boundary!("MPI_Errhandler_set", c_int, mpicr_shim::face::api::MPI_Errhandler_set(comm, errhandler))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Errhandler_set(comm: MPI_Comm, errhandler: MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Errhandler_set", c_int, crate::face::api::MPI_Errhandler_set(comm, errhandler))
+    ffi_boundary!("MPI_Errhandler_set", c_int, mpicr_shim::face::api::MPI_Errhandler_set(comm, errhandler))
 }
 
 #[no_mangle]
@@ -1178,1190 +1178,1190 @@ pub unsafe extern "C" fn PMPI_Errhandler_toint(errhandler: MPI_Errhandler) -> c_
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Error_class(errorcode: c_int, errorclass: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Error_class", c_int, crate::face::gen::passthrough::MPI_Error_class(errorcode, errorclass))
+    ffi_boundary!("MPI_Error_class", c_int, mpicr_shim::face::gen::passthrough::MPI_Error_class(errorcode, errorclass))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Error_class(errorcode: c_int, errorclass: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Error_class", c_int, crate::face::gen::passthrough::MPI_Error_class(errorcode, errorclass))
+    ffi_boundary!("MPI_Error_class", c_int, mpicr_shim::face::gen::passthrough::MPI_Error_class(errorcode, errorclass))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Error_string(errorcode: c_int, string: *mut c_char, resultlen: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Error_string", c_int, crate::face::gen::passthrough::MPI_Error_string(errorcode, string, resultlen))
+    ffi_boundary!("MPI_Error_string", c_int, mpicr_shim::face::gen::passthrough::MPI_Error_string(errorcode, string, resultlen))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Error_string(errorcode: c_int, string: *mut c_char, resultlen: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Error_string", c_int, crate::face::gen::passthrough::MPI_Error_string(errorcode, string, resultlen))
+    ffi_boundary!("MPI_Error_string", c_int, mpicr_shim::face::gen::passthrough::MPI_Error_string(errorcode, string, resultlen))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Exscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Exscan", c_int, crate::face::gen::collectives::MPI_Exscan(sendbuf, recvbuf, count, datatype, op, comm))
+    ffi_boundary!("MPI_Exscan", c_int, mpicr_shim::face::gen::collectives::MPI_Exscan(sendbuf, recvbuf, count, datatype, op, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Exscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Exscan", c_int, crate::face::gen::collectives::MPI_Exscan(sendbuf, recvbuf, count, datatype, op, comm))
+    ffi_boundary!("MPI_Exscan", c_int, mpicr_shim::face::gen::collectives::MPI_Exscan(sendbuf, recvbuf, count, datatype, op, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Exscan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Exscan_c", c_int, crate::face::gen::collectives::MPI_Exscan_c(sendbuf, recvbuf, count, datatype, op, comm))
+    ffi_boundary!("MPI_Exscan_c", c_int, mpicr_shim::face::gen::collectives::MPI_Exscan_c(sendbuf, recvbuf, count, datatype, op, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Exscan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Exscan_c", c_int, crate::face::gen::collectives::MPI_Exscan_c(sendbuf, recvbuf, count, datatype, op, comm))
+    ffi_boundary!("MPI_Exscan_c", c_int, mpicr_shim::face::gen::collectives::MPI_Exscan_c(sendbuf, recvbuf, count, datatype, op, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Exscan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Exscan_init", c_int, crate::face::gen::collectives::MPI_Exscan_init(sendbuf, recvbuf, count, datatype, op, comm, info, request))
+    ffi_boundary!("MPI_Exscan_init", c_int, mpicr_shim::face::gen::collectives::MPI_Exscan_init(sendbuf, recvbuf, count, datatype, op, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Exscan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Exscan_init", c_int, crate::face::gen::collectives::MPI_Exscan_init(sendbuf, recvbuf, count, datatype, op, comm, info, request))
+    ffi_boundary!("MPI_Exscan_init", c_int, mpicr_shim::face::gen::collectives::MPI_Exscan_init(sendbuf, recvbuf, count, datatype, op, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Exscan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Exscan_init_c", c_int, crate::face::gen::collectives::MPI_Exscan_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request))
+    ffi_boundary!("MPI_Exscan_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Exscan_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Exscan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Exscan_init_c", c_int, crate::face::gen::collectives::MPI_Exscan_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request))
+    ffi_boundary!("MPI_Exscan_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Exscan_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Fetch_and_op(origin_addr: *const c_void, result_addr: *mut c_void, datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, op: MPI_Op, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Fetch_and_op", c_int, crate::face::gen::passthrough::MPI_Fetch_and_op(origin_addr, result_addr, datatype, target_rank, target_disp, op, win))
+    ffi_boundary!("MPI_Fetch_and_op", c_int, mpicr_shim::face::gen::passthrough::MPI_Fetch_and_op(origin_addr, result_addr, datatype, target_rank, target_disp, op, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Fetch_and_op(origin_addr: *const c_void, result_addr: *mut c_void, datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, op: MPI_Op, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Fetch_and_op", c_int, crate::face::gen::passthrough::MPI_Fetch_and_op(origin_addr, result_addr, datatype, target_rank, target_disp, op, win))
+    ffi_boundary!("MPI_Fetch_and_op", c_int, mpicr_shim::face::gen::passthrough::MPI_Fetch_and_op(origin_addr, result_addr, datatype, target_rank, target_disp, op, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_c2f(file: MPI_File) -> MPI_Fint {
-    ffi_boundary!("MPI_File_c2f", MPI_Fint, crate::face::api::MPI_File_c2f(file))
+    ffi_boundary!("MPI_File_c2f", MPI_Fint, mpicr_shim::face::api::MPI_File_c2f(file))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_c2f(file: MPI_File) -> MPI_Fint {
-    ffi_boundary!("MPI_File_c2f", MPI_Fint, crate::face::api::MPI_File_c2f(file))
+    ffi_boundary!("MPI_File_c2f", MPI_Fint, mpicr_shim::face::api::MPI_File_c2f(file))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_call_errhandler(fh: MPI_File, errorcode: c_int) -> c_int {
-    ffi_boundary!("MPI_File_call_errhandler", c_int, crate::face::api::MPI_File_call_errhandler(fh, errorcode))
+    ffi_boundary!("MPI_File_call_errhandler", c_int, mpicr_shim::face::api::MPI_File_call_errhandler(fh, errorcode))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_call_errhandler(fh: MPI_File, errorcode: c_int) -> c_int {
-    ffi_boundary!("MPI_File_call_errhandler", c_int, crate::face::api::MPI_File_call_errhandler(fh, errorcode))
+    ffi_boundary!("MPI_File_call_errhandler", c_int, mpicr_shim::face::api::MPI_File_call_errhandler(fh, errorcode))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_close(fh: *mut MPI_File) -> c_int {
-    ffi_boundary!("MPI_File_close", c_int, crate::face::api::MPI_File_close(fh))
+    ffi_boundary!("MPI_File_close", c_int, mpicr_shim::face::api::MPI_File_close(fh))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_close(fh: *mut MPI_File) -> c_int {
-    ffi_boundary!("MPI_File_close", c_int, crate::face::api::MPI_File_close(fh))
+    ffi_boundary!("MPI_File_close", c_int, mpicr_shim::face::api::MPI_File_close(fh))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_create_errhandler(file_errhandler_fn: *mut c_void, errhandler: *mut MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_File_create_errhandler", c_int, crate::face::api::MPI_File_create_errhandler(file_errhandler_fn, errhandler))
+    ffi_boundary!("MPI_File_create_errhandler", c_int, mpicr_shim::face::api::MPI_File_create_errhandler(file_errhandler_fn, errhandler))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_create_errhandler(file_errhandler_fn: *mut c_void, errhandler: *mut MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_File_create_errhandler", c_int, crate::face::api::MPI_File_create_errhandler(file_errhandler_fn, errhandler))
+    ffi_boundary!("MPI_File_create_errhandler", c_int, mpicr_shim::face::api::MPI_File_create_errhandler(file_errhandler_fn, errhandler))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_delete(filename: *const c_char, info: MPI_Info) -> c_int {
-    ffi_boundary!("MPI_File_delete", c_int, crate::face::gen::passthrough::MPI_File_delete(filename, info))
+    ffi_boundary!("MPI_File_delete", c_int, mpicr_shim::face::gen::passthrough::MPI_File_delete(filename, info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_delete(filename: *const c_char, info: MPI_Info) -> c_int {
-    ffi_boundary!("MPI_File_delete", c_int, crate::face::gen::passthrough::MPI_File_delete(filename, info))
+    ffi_boundary!("MPI_File_delete", c_int, mpicr_shim::face::gen::passthrough::MPI_File_delete(filename, info))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_f2c(file: MPI_Fint) -> MPI_File {
-    ffi_boundary!("MPI_File_f2c", MPI_File, crate::face::api::MPI_File_f2c(file))
+    ffi_boundary!("MPI_File_f2c", MPI_File, mpicr_shim::face::api::MPI_File_f2c(file))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_f2c(file: MPI_Fint) -> MPI_File {
-    ffi_boundary!("MPI_File_f2c", MPI_File, crate::face::api::MPI_File_f2c(file))
+    ffi_boundary!("MPI_File_f2c", MPI_File, mpicr_shim::face::api::MPI_File_f2c(file))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_fromint(file: c_int) -> MPI_File {
-    ffi_boundary!("MPI_File_fromint", MPI_File, crate::face::api::MPI_File_fromint(file))
+    ffi_boundary!("MPI_File_fromint", MPI_File, mpicr_shim::face::api::MPI_File_fromint(file))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_fromint(file: c_int) -> MPI_File {
-    ffi_boundary!("MPI_File_fromint", MPI_File, crate::face::api::MPI_File_fromint(file))
+    ffi_boundary!("MPI_File_fromint", MPI_File, mpicr_shim::face::api::MPI_File_fromint(file))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_amode(fh: MPI_File, amode: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_File_get_amode", c_int, crate::face::gen::passthrough::MPI_File_get_amode(fh, amode))
+    ffi_boundary!("MPI_File_get_amode", c_int, mpicr_shim::face::gen::passthrough::MPI_File_get_amode(fh, amode))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_amode(fh: MPI_File, amode: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_File_get_amode", c_int, crate::face::gen::passthrough::MPI_File_get_amode(fh, amode))
+    ffi_boundary!("MPI_File_get_amode", c_int, mpicr_shim::face::gen::passthrough::MPI_File_get_amode(fh, amode))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_atomicity(fh: MPI_File, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_File_get_atomicity", c_int, crate::face::gen::passthrough::MPI_File_get_atomicity(fh, flag))
+    ffi_boundary!("MPI_File_get_atomicity", c_int, mpicr_shim::face::gen::passthrough::MPI_File_get_atomicity(fh, flag))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_atomicity(fh: MPI_File, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_File_get_atomicity", c_int, crate::face::gen::passthrough::MPI_File_get_atomicity(fh, flag))
+    ffi_boundary!("MPI_File_get_atomicity", c_int, mpicr_shim::face::gen::passthrough::MPI_File_get_atomicity(fh, flag))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_byte_offset(fh: MPI_File, offset: MPI_Offset, disp: *mut MPI_Offset) -> c_int {
-    ffi_boundary!("MPI_File_get_byte_offset", c_int, crate::face::gen::passthrough::MPI_File_get_byte_offset(fh, offset, disp))
+    ffi_boundary!("MPI_File_get_byte_offset", c_int, mpicr_shim::face::gen::passthrough::MPI_File_get_byte_offset(fh, offset, disp))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_byte_offset(fh: MPI_File, offset: MPI_Offset, disp: *mut MPI_Offset) -> c_int {
-    ffi_boundary!("MPI_File_get_byte_offset", c_int, crate::face::gen::passthrough::MPI_File_get_byte_offset(fh, offset, disp))
+    ffi_boundary!("MPI_File_get_byte_offset", c_int, mpicr_shim::face::gen::passthrough::MPI_File_get_byte_offset(fh, offset, disp))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_errhandler(file: MPI_File, errhandler: *mut MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_File_get_errhandler", c_int, crate::face::api::MPI_File_get_errhandler(file, errhandler))
+    ffi_boundary!("MPI_File_get_errhandler", c_int, mpicr_shim::face::api::MPI_File_get_errhandler(file, errhandler))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_errhandler(file: MPI_File, errhandler: *mut MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_File_get_errhandler", c_int, crate::face::api::MPI_File_get_errhandler(file, errhandler))
+    ffi_boundary!("MPI_File_get_errhandler", c_int, mpicr_shim::face::api::MPI_File_get_errhandler(file, errhandler))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_group(fh: MPI_File, group: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_File_get_group", c_int, crate::face::gen::create::MPI_File_get_group(fh, group))
+    ffi_boundary!("MPI_File_get_group", c_int, mpicr_shim::face::gen::create::MPI_File_get_group(fh, group))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_group(fh: MPI_File, group: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_File_get_group", c_int, crate::face::gen::create::MPI_File_get_group(fh, group))
+    ffi_boundary!("MPI_File_get_group", c_int, mpicr_shim::face::gen::create::MPI_File_get_group(fh, group))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_info(fh: MPI_File, info_used: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_File_get_info", c_int, crate::face::gen::create::MPI_File_get_info(fh, info_used))
+    ffi_boundary!("MPI_File_get_info", c_int, mpicr_shim::face::gen::create::MPI_File_get_info(fh, info_used))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_info(fh: MPI_File, info_used: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_File_get_info", c_int, crate::face::gen::create::MPI_File_get_info(fh, info_used))
+    ffi_boundary!("MPI_File_get_info", c_int, mpicr_shim::face::gen::create::MPI_File_get_info(fh, info_used))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_position(fh: MPI_File, offset: *mut MPI_Offset) -> c_int {
-    ffi_boundary!("MPI_File_get_position", c_int, crate::face::gen::passthrough::MPI_File_get_position(fh, offset))
+    ffi_boundary!("MPI_File_get_position", c_int, mpicr_shim::face::gen::passthrough::MPI_File_get_position(fh, offset))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_position(fh: MPI_File, offset: *mut MPI_Offset) -> c_int {
-    ffi_boundary!("MPI_File_get_position", c_int, crate::face::gen::passthrough::MPI_File_get_position(fh, offset))
+    ffi_boundary!("MPI_File_get_position", c_int, mpicr_shim::face::gen::passthrough::MPI_File_get_position(fh, offset))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_position_shared(fh: MPI_File, offset: *mut MPI_Offset) -> c_int {
-    ffi_boundary!("MPI_File_get_position_shared", c_int, crate::face::gen::passthrough::MPI_File_get_position_shared(fh, offset))
+    ffi_boundary!("MPI_File_get_position_shared", c_int, mpicr_shim::face::gen::passthrough::MPI_File_get_position_shared(fh, offset))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_position_shared(fh: MPI_File, offset: *mut MPI_Offset) -> c_int {
-    ffi_boundary!("MPI_File_get_position_shared", c_int, crate::face::gen::passthrough::MPI_File_get_position_shared(fh, offset))
+    ffi_boundary!("MPI_File_get_position_shared", c_int, mpicr_shim::face::gen::passthrough::MPI_File_get_position_shared(fh, offset))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_size(fh: MPI_File, size: *mut MPI_Offset) -> c_int {
-    ffi_boundary!("MPI_File_get_size", c_int, crate::face::gen::passthrough::MPI_File_get_size(fh, size))
+    ffi_boundary!("MPI_File_get_size", c_int, mpicr_shim::face::gen::passthrough::MPI_File_get_size(fh, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_size(fh: MPI_File, size: *mut MPI_Offset) -> c_int {
-    ffi_boundary!("MPI_File_get_size", c_int, crate::face::gen::passthrough::MPI_File_get_size(fh, size))
+    ffi_boundary!("MPI_File_get_size", c_int, mpicr_shim::face::gen::passthrough::MPI_File_get_size(fh, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_type_extent(fh: MPI_File, datatype: MPI_Datatype, extent: *mut MPI_Aint) -> c_int {
-    ffi_boundary!("MPI_File_get_type_extent", c_int, crate::face::gen::passthrough::MPI_File_get_type_extent(fh, datatype, extent))
+    ffi_boundary!("MPI_File_get_type_extent", c_int, mpicr_shim::face::gen::passthrough::MPI_File_get_type_extent(fh, datatype, extent))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_type_extent(fh: MPI_File, datatype: MPI_Datatype, extent: *mut MPI_Aint) -> c_int {
-    ffi_boundary!("MPI_File_get_type_extent", c_int, crate::face::gen::passthrough::MPI_File_get_type_extent(fh, datatype, extent))
+    ffi_boundary!("MPI_File_get_type_extent", c_int, mpicr_shim::face::gen::passthrough::MPI_File_get_type_extent(fh, datatype, extent))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_type_extent_c(fh: MPI_File, datatype: MPI_Datatype, extent: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_File_get_type_extent_c", c_int, crate::face::gen::passthrough::MPI_File_get_type_extent_c(fh, datatype, extent))
+    ffi_boundary!("MPI_File_get_type_extent_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_get_type_extent_c(fh, datatype, extent))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_type_extent_c(fh: MPI_File, datatype: MPI_Datatype, extent: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_File_get_type_extent_c", c_int, crate::face::gen::passthrough::MPI_File_get_type_extent_c(fh, datatype, extent))
+    ffi_boundary!("MPI_File_get_type_extent_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_get_type_extent_c(fh, datatype, extent))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_view(fh: MPI_File, disp: *mut MPI_Offset, etype: *mut MPI_Datatype, filetype: *mut MPI_Datatype, datarep: *mut c_char) -> c_int {
-    ffi_boundary!("MPI_File_get_view", c_int, crate::face::api::MPI_File_get_view(fh, disp, etype, filetype, datarep))
+    ffi_boundary!("MPI_File_get_view", c_int, mpicr_shim::face::api::MPI_File_get_view(fh, disp, etype, filetype, datarep))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_view(fh: MPI_File, disp: *mut MPI_Offset, etype: *mut MPI_Datatype, filetype: *mut MPI_Datatype, datarep: *mut c_char) -> c_int {
-    ffi_boundary!("MPI_File_get_view", c_int, crate::face::api::MPI_File_get_view(fh, disp, etype, filetype, datarep))
+    ffi_boundary!("MPI_File_get_view", c_int, mpicr_shim::face::api::MPI_File_get_view(fh, disp, etype, filetype, datarep))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iread(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iread", c_int, crate::face::api::MPI_File_iread(fh, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iread", c_int, mpicr_shim::face::api::MPI_File_iread(fh, buf, count, datatype, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iread(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iread", c_int, crate::face::api::MPI_File_iread(fh, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iread", c_int, mpicr_shim::face::api::MPI_File_iread(fh, buf, count, datatype, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iread_all(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iread_all", c_int, crate::face::api::MPI_File_iread_all(fh, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iread_all", c_int, mpicr_shim::face::api::MPI_File_iread_all(fh, buf, count, datatype, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iread_all(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iread_all", c_int, crate::face::api::MPI_File_iread_all(fh, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iread_all", c_int, mpicr_shim::face::api::MPI_File_iread_all(fh, buf, count, datatype, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iread_all_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iread_all_c", c_int, crate::face::api::MPI_File_iread_all_c(fh, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iread_all_c", c_int, mpicr_shim::face::api::MPI_File_iread_all_c(fh, buf, count, datatype, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iread_all_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iread_all_c", c_int, crate::face::api::MPI_File_iread_all_c(fh, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iread_all_c", c_int, mpicr_shim::face::api::MPI_File_iread_all_c(fh, buf, count, datatype, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iread_at(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iread_at", c_int, crate::face::api::MPI_File_iread_at(fh, offset, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iread_at", c_int, mpicr_shim::face::api::MPI_File_iread_at(fh, offset, buf, count, datatype, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iread_at(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iread_at", c_int, crate::face::api::MPI_File_iread_at(fh, offset, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iread_at", c_int, mpicr_shim::face::api::MPI_File_iread_at(fh, offset, buf, count, datatype, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iread_at_all(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iread_at_all", c_int, crate::face::api::MPI_File_iread_at_all(fh, offset, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iread_at_all", c_int, mpicr_shim::face::api::MPI_File_iread_at_all(fh, offset, buf, count, datatype, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iread_at_all(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iread_at_all", c_int, crate::face::api::MPI_File_iread_at_all(fh, offset, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iread_at_all", c_int, mpicr_shim::face::api::MPI_File_iread_at_all(fh, offset, buf, count, datatype, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iread_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iread_at_all_c", c_int, crate::face::api::MPI_File_iread_at_all_c(fh, offset, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iread_at_all_c", c_int, mpicr_shim::face::api::MPI_File_iread_at_all_c(fh, offset, buf, count, datatype, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iread_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iread_at_all_c", c_int, crate::face::api::MPI_File_iread_at_all_c(fh, offset, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iread_at_all_c", c_int, mpicr_shim::face::api::MPI_File_iread_at_all_c(fh, offset, buf, count, datatype, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iread_at_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iread_at_c", c_int, crate::face::api::MPI_File_iread_at_c(fh, offset, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iread_at_c", c_int, mpicr_shim::face::api::MPI_File_iread_at_c(fh, offset, buf, count, datatype, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iread_at_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iread_at_c", c_int, crate::face::api::MPI_File_iread_at_c(fh, offset, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iread_at_c", c_int, mpicr_shim::face::api::MPI_File_iread_at_c(fh, offset, buf, count, datatype, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iread_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iread_c", c_int, crate::face::api::MPI_File_iread_c(fh, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iread_c", c_int, mpicr_shim::face::api::MPI_File_iread_c(fh, buf, count, datatype, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iread_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iread_c", c_int, crate::face::api::MPI_File_iread_c(fh, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iread_c", c_int, mpicr_shim::face::api::MPI_File_iread_c(fh, buf, count, datatype, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iread_shared(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iread_shared", c_int, crate::face::api::MPI_File_iread_shared(fh, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iread_shared", c_int, mpicr_shim::face::api::MPI_File_iread_shared(fh, buf, count, datatype, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iread_shared(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iread_shared", c_int, crate::face::api::MPI_File_iread_shared(fh, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iread_shared", c_int, mpicr_shim::face::api::MPI_File_iread_shared(fh, buf, count, datatype, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iread_shared_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iread_shared_c", c_int, crate::face::api::MPI_File_iread_shared_c(fh, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iread_shared_c", c_int, mpicr_shim::face::api::MPI_File_iread_shared_c(fh, buf, count, datatype, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iread_shared_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iread_shared_c", c_int, crate::face::api::MPI_File_iread_shared_c(fh, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iread_shared_c", c_int, mpicr_shim::face::api::MPI_File_iread_shared_c(fh, buf, count, datatype, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iwrite(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iwrite", c_int, crate::face::api::MPI_File_iwrite(fh, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iwrite", c_int, mpicr_shim::face::api::MPI_File_iwrite(fh, buf, count, datatype, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iwrite(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iwrite", c_int, crate::face::api::MPI_File_iwrite(fh, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iwrite", c_int, mpicr_shim::face::api::MPI_File_iwrite(fh, buf, count, datatype, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iwrite_all(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iwrite_all", c_int, crate::face::api::MPI_File_iwrite_all(fh, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iwrite_all", c_int, mpicr_shim::face::api::MPI_File_iwrite_all(fh, buf, count, datatype, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iwrite_all(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iwrite_all", c_int, crate::face::api::MPI_File_iwrite_all(fh, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iwrite_all", c_int, mpicr_shim::face::api::MPI_File_iwrite_all(fh, buf, count, datatype, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iwrite_all_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iwrite_all_c", c_int, crate::face::api::MPI_File_iwrite_all_c(fh, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iwrite_all_c", c_int, mpicr_shim::face::api::MPI_File_iwrite_all_c(fh, buf, count, datatype, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iwrite_all_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iwrite_all_c", c_int, crate::face::api::MPI_File_iwrite_all_c(fh, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iwrite_all_c", c_int, mpicr_shim::face::api::MPI_File_iwrite_all_c(fh, buf, count, datatype, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iwrite_at(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iwrite_at", c_int, crate::face::api::MPI_File_iwrite_at(fh, offset, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iwrite_at", c_int, mpicr_shim::face::api::MPI_File_iwrite_at(fh, offset, buf, count, datatype, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iwrite_at(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iwrite_at", c_int, crate::face::api::MPI_File_iwrite_at(fh, offset, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iwrite_at", c_int, mpicr_shim::face::api::MPI_File_iwrite_at(fh, offset, buf, count, datatype, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iwrite_at_all(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iwrite_at_all", c_int, crate::face::api::MPI_File_iwrite_at_all(fh, offset, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iwrite_at_all", c_int, mpicr_shim::face::api::MPI_File_iwrite_at_all(fh, offset, buf, count, datatype, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iwrite_at_all(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iwrite_at_all", c_int, crate::face::api::MPI_File_iwrite_at_all(fh, offset, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iwrite_at_all", c_int, mpicr_shim::face::api::MPI_File_iwrite_at_all(fh, offset, buf, count, datatype, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iwrite_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iwrite_at_all_c", c_int, crate::face::api::MPI_File_iwrite_at_all_c(fh, offset, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iwrite_at_all_c", c_int, mpicr_shim::face::api::MPI_File_iwrite_at_all_c(fh, offset, buf, count, datatype, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iwrite_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iwrite_at_all_c", c_int, crate::face::api::MPI_File_iwrite_at_all_c(fh, offset, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iwrite_at_all_c", c_int, mpicr_shim::face::api::MPI_File_iwrite_at_all_c(fh, offset, buf, count, datatype, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iwrite_at_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iwrite_at_c", c_int, crate::face::api::MPI_File_iwrite_at_c(fh, offset, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iwrite_at_c", c_int, mpicr_shim::face::api::MPI_File_iwrite_at_c(fh, offset, buf, count, datatype, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iwrite_at_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iwrite_at_c", c_int, crate::face::api::MPI_File_iwrite_at_c(fh, offset, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iwrite_at_c", c_int, mpicr_shim::face::api::MPI_File_iwrite_at_c(fh, offset, buf, count, datatype, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iwrite_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iwrite_c", c_int, crate::face::api::MPI_File_iwrite_c(fh, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iwrite_c", c_int, mpicr_shim::face::api::MPI_File_iwrite_c(fh, buf, count, datatype, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iwrite_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iwrite_c", c_int, crate::face::api::MPI_File_iwrite_c(fh, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iwrite_c", c_int, mpicr_shim::face::api::MPI_File_iwrite_c(fh, buf, count, datatype, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iwrite_shared(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iwrite_shared", c_int, crate::face::api::MPI_File_iwrite_shared(fh, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iwrite_shared", c_int, mpicr_shim::face::api::MPI_File_iwrite_shared(fh, buf, count, datatype, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iwrite_shared(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iwrite_shared", c_int, crate::face::api::MPI_File_iwrite_shared(fh, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iwrite_shared", c_int, mpicr_shim::face::api::MPI_File_iwrite_shared(fh, buf, count, datatype, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iwrite_shared_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iwrite_shared_c", c_int, crate::face::api::MPI_File_iwrite_shared_c(fh, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iwrite_shared_c", c_int, mpicr_shim::face::api::MPI_File_iwrite_shared_c(fh, buf, count, datatype, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iwrite_shared_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_File_iwrite_shared_c", c_int, crate::face::api::MPI_File_iwrite_shared_c(fh, buf, count, datatype, request))
+    ffi_boundary!("MPI_File_iwrite_shared_c", c_int, mpicr_shim::face::api::MPI_File_iwrite_shared_c(fh, buf, count, datatype, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_open(comm: MPI_Comm, filename: *const c_char, amode: c_int, info: MPI_Info, fh: *mut MPI_File) -> c_int {
-    ffi_boundary!("MPI_File_open", c_int, crate::face::api::MPI_File_open(comm, filename, amode, info, fh))
+    ffi_boundary!("MPI_File_open", c_int, mpicr_shim::face::api::MPI_File_open(comm, filename, amode, info, fh))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_open(comm: MPI_Comm, filename: *const c_char, amode: c_int, info: MPI_Info, fh: *mut MPI_File) -> c_int {
-    ffi_boundary!("MPI_File_open", c_int, crate::face::api::MPI_File_open(comm, filename, amode, info, fh))
+    ffi_boundary!("MPI_File_open", c_int, mpicr_shim::face::api::MPI_File_open(comm, filename, amode, info, fh))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_preallocate(fh: MPI_File, size: MPI_Offset) -> c_int {
-    ffi_boundary!("MPI_File_preallocate", c_int, crate::face::gen::passthrough::MPI_File_preallocate(fh, size))
+    ffi_boundary!("MPI_File_preallocate", c_int, mpicr_shim::face::gen::passthrough::MPI_File_preallocate(fh, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_preallocate(fh: MPI_File, size: MPI_Offset) -> c_int {
-    ffi_boundary!("MPI_File_preallocate", c_int, crate::face::gen::passthrough::MPI_File_preallocate(fh, size))
+    ffi_boundary!("MPI_File_preallocate", c_int, mpicr_shim::face::gen::passthrough::MPI_File_preallocate(fh, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read", c_int, crate::face::gen::passthrough::MPI_File_read(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read(fh, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read", c_int, crate::face::gen::passthrough::MPI_File_read(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read(fh, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_all(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_all", c_int, crate::face::gen::passthrough::MPI_File_read_all(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_all", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_all(fh, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_all(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_all", c_int, crate::face::gen::passthrough::MPI_File_read_all(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_all", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_all(fh, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_all_begin(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_read_all_begin", c_int, crate::face::gen::passthrough::MPI_File_read_all_begin(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_read_all_begin", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_all_begin(fh, buf, count, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_all_begin(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_read_all_begin", c_int, crate::face::gen::passthrough::MPI_File_read_all_begin(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_read_all_begin", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_all_begin(fh, buf, count, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_all_begin_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_read_all_begin_c", c_int, crate::face::gen::passthrough::MPI_File_read_all_begin_c(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_read_all_begin_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_all_begin_c(fh, buf, count, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_all_begin_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_read_all_begin_c", c_int, crate::face::gen::passthrough::MPI_File_read_all_begin_c(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_read_all_begin_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_all_begin_c(fh, buf, count, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_all_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_all_c", c_int, crate::face::gen::passthrough::MPI_File_read_all_c(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_all_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_all_c(fh, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_all_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_all_c", c_int, crate::face::gen::passthrough::MPI_File_read_all_c(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_all_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_all_c(fh, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_all_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_all_end", c_int, crate::face::gen::passthrough::MPI_File_read_all_end(fh, buf, status))
+    ffi_boundary!("MPI_File_read_all_end", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_all_end(fh, buf, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_all_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_all_end", c_int, crate::face::gen::passthrough::MPI_File_read_all_end(fh, buf, status))
+    ffi_boundary!("MPI_File_read_all_end", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_all_end(fh, buf, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_at(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_at", c_int, crate::face::gen::passthrough::MPI_File_read_at(fh, offset, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_at", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_at(fh, offset, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_at(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_at", c_int, crate::face::gen::passthrough::MPI_File_read_at(fh, offset, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_at", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_at(fh, offset, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_at_all(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_at_all", c_int, crate::face::gen::passthrough::MPI_File_read_at_all(fh, offset, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_at_all", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_at_all(fh, offset, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_at_all(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_at_all", c_int, crate::face::gen::passthrough::MPI_File_read_at_all(fh, offset, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_at_all", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_at_all(fh, offset, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_at_all_begin(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_read_at_all_begin", c_int, crate::face::gen::passthrough::MPI_File_read_at_all_begin(fh, offset, buf, count, datatype))
+    ffi_boundary!("MPI_File_read_at_all_begin", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_at_all_begin(fh, offset, buf, count, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_at_all_begin(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_read_at_all_begin", c_int, crate::face::gen::passthrough::MPI_File_read_at_all_begin(fh, offset, buf, count, datatype))
+    ffi_boundary!("MPI_File_read_at_all_begin", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_at_all_begin(fh, offset, buf, count, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_at_all_begin_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_read_at_all_begin_c", c_int, crate::face::gen::passthrough::MPI_File_read_at_all_begin_c(fh, offset, buf, count, datatype))
+    ffi_boundary!("MPI_File_read_at_all_begin_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_at_all_begin_c(fh, offset, buf, count, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_at_all_begin_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_read_at_all_begin_c", c_int, crate::face::gen::passthrough::MPI_File_read_at_all_begin_c(fh, offset, buf, count, datatype))
+    ffi_boundary!("MPI_File_read_at_all_begin_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_at_all_begin_c(fh, offset, buf, count, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_at_all_c", c_int, crate::face::gen::passthrough::MPI_File_read_at_all_c(fh, offset, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_at_all_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_at_all_c(fh, offset, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_at_all_c", c_int, crate::face::gen::passthrough::MPI_File_read_at_all_c(fh, offset, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_at_all_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_at_all_c(fh, offset, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_at_all_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_at_all_end", c_int, crate::face::gen::passthrough::MPI_File_read_at_all_end(fh, buf, status))
+    ffi_boundary!("MPI_File_read_at_all_end", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_at_all_end(fh, buf, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_at_all_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_at_all_end", c_int, crate::face::gen::passthrough::MPI_File_read_at_all_end(fh, buf, status))
+    ffi_boundary!("MPI_File_read_at_all_end", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_at_all_end(fh, buf, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_at_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_at_c", c_int, crate::face::gen::passthrough::MPI_File_read_at_c(fh, offset, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_at_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_at_c(fh, offset, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_at_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_at_c", c_int, crate::face::gen::passthrough::MPI_File_read_at_c(fh, offset, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_at_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_at_c(fh, offset, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_c", c_int, crate::face::gen::passthrough::MPI_File_read_c(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_c(fh, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_c", c_int, crate::face::gen::passthrough::MPI_File_read_c(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_c(fh, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_ordered(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_ordered", c_int, crate::face::gen::passthrough::MPI_File_read_ordered(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_ordered", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_ordered(fh, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_ordered(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_ordered", c_int, crate::face::gen::passthrough::MPI_File_read_ordered(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_ordered", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_ordered(fh, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_ordered_begin(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_read_ordered_begin", c_int, crate::face::gen::passthrough::MPI_File_read_ordered_begin(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_read_ordered_begin", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_ordered_begin(fh, buf, count, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_ordered_begin(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_read_ordered_begin", c_int, crate::face::gen::passthrough::MPI_File_read_ordered_begin(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_read_ordered_begin", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_ordered_begin(fh, buf, count, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_ordered_begin_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_read_ordered_begin_c", c_int, crate::face::gen::passthrough::MPI_File_read_ordered_begin_c(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_read_ordered_begin_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_ordered_begin_c(fh, buf, count, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_ordered_begin_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_read_ordered_begin_c", c_int, crate::face::gen::passthrough::MPI_File_read_ordered_begin_c(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_read_ordered_begin_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_ordered_begin_c(fh, buf, count, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_ordered_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_ordered_c", c_int, crate::face::gen::passthrough::MPI_File_read_ordered_c(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_ordered_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_ordered_c(fh, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_ordered_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_ordered_c", c_int, crate::face::gen::passthrough::MPI_File_read_ordered_c(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_ordered_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_ordered_c(fh, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_ordered_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_ordered_end", c_int, crate::face::gen::passthrough::MPI_File_read_ordered_end(fh, buf, status))
+    ffi_boundary!("MPI_File_read_ordered_end", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_ordered_end(fh, buf, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_ordered_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_ordered_end", c_int, crate::face::gen::passthrough::MPI_File_read_ordered_end(fh, buf, status))
+    ffi_boundary!("MPI_File_read_ordered_end", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_ordered_end(fh, buf, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_shared(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_shared", c_int, crate::face::gen::passthrough::MPI_File_read_shared(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_shared", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_shared(fh, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_shared(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_shared", c_int, crate::face::gen::passthrough::MPI_File_read_shared(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_shared", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_shared(fh, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_shared_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_shared_c", c_int, crate::face::gen::passthrough::MPI_File_read_shared_c(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_shared_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_shared_c(fh, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_shared_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_shared_c", c_int, crate::face::gen::passthrough::MPI_File_read_shared_c(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_shared_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_shared_c(fh, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_seek(fh: MPI_File, offset: MPI_Offset, whence: c_int) -> c_int {
-    ffi_boundary!("MPI_File_seek", c_int, crate::face::gen::passthrough::MPI_File_seek(fh, offset, whence))
+    ffi_boundary!("MPI_File_seek", c_int, mpicr_shim::face::gen::passthrough::MPI_File_seek(fh, offset, whence))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_seek(fh: MPI_File, offset: MPI_Offset, whence: c_int) -> c_int {
-    ffi_boundary!("MPI_File_seek", c_int, crate::face::gen::passthrough::MPI_File_seek(fh, offset, whence))
+    ffi_boundary!("MPI_File_seek", c_int, mpicr_shim::face::gen::passthrough::MPI_File_seek(fh, offset, whence))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_seek_shared(fh: MPI_File, offset: MPI_Offset, whence: c_int) -> c_int {
-    ffi_boundary!("MPI_File_seek_shared", c_int, crate::face::gen::passthrough::MPI_File_seek_shared(fh, offset, whence))
+    ffi_boundary!("MPI_File_seek_shared", c_int, mpicr_shim::face::gen::passthrough::MPI_File_seek_shared(fh, offset, whence))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_seek_shared(fh: MPI_File, offset: MPI_Offset, whence: c_int) -> c_int {
-    ffi_boundary!("MPI_File_seek_shared", c_int, crate::face::gen::passthrough::MPI_File_seek_shared(fh, offset, whence))
+    ffi_boundary!("MPI_File_seek_shared", c_int, mpicr_shim::face::gen::passthrough::MPI_File_seek_shared(fh, offset, whence))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_set_atomicity(fh: MPI_File, flag: c_int) -> c_int {
-    ffi_boundary!("MPI_File_set_atomicity", c_int, crate::face::gen::passthrough::MPI_File_set_atomicity(fh, flag))
+    ffi_boundary!("MPI_File_set_atomicity", c_int, mpicr_shim::face::gen::passthrough::MPI_File_set_atomicity(fh, flag))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_set_atomicity(fh: MPI_File, flag: c_int) -> c_int {
-    ffi_boundary!("MPI_File_set_atomicity", c_int, crate::face::gen::passthrough::MPI_File_set_atomicity(fh, flag))
+    ffi_boundary!("MPI_File_set_atomicity", c_int, mpicr_shim::face::gen::passthrough::MPI_File_set_atomicity(fh, flag))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_set_errhandler(file: MPI_File, errhandler: MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_File_set_errhandler", c_int, crate::face::api::MPI_File_set_errhandler(file, errhandler))
+    ffi_boundary!("MPI_File_set_errhandler", c_int, mpicr_shim::face::api::MPI_File_set_errhandler(file, errhandler))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_set_errhandler(file: MPI_File, errhandler: MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_File_set_errhandler", c_int, crate::face::api::MPI_File_set_errhandler(file, errhandler))
+    ffi_boundary!("MPI_File_set_errhandler", c_int, mpicr_shim::face::api::MPI_File_set_errhandler(file, errhandler))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_set_info(fh: MPI_File, info: MPI_Info) -> c_int {
-    ffi_boundary!("MPI_File_set_info", c_int, crate::face::gen::passthrough::MPI_File_set_info(fh, info))
+    ffi_boundary!("MPI_File_set_info", c_int, mpicr_shim::face::gen::passthrough::MPI_File_set_info(fh, info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_set_info(fh: MPI_File, info: MPI_Info) -> c_int {
-    ffi_boundary!("MPI_File_set_info", c_int, crate::face::gen::passthrough::MPI_File_set_info(fh, info))
+    ffi_boundary!("MPI_File_set_info", c_int, mpicr_shim::face::gen::passthrough::MPI_File_set_info(fh, info))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_set_size(fh: MPI_File, size: MPI_Offset) -> c_int {
-    ffi_boundary!("MPI_File_set_size", c_int, crate::face::gen::passthrough::MPI_File_set_size(fh, size))
+    ffi_boundary!("MPI_File_set_size", c_int, mpicr_shim::face::gen::passthrough::MPI_File_set_size(fh, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_set_size(fh: MPI_File, size: MPI_Offset) -> c_int {
-    ffi_boundary!("MPI_File_set_size", c_int, crate::face::gen::passthrough::MPI_File_set_size(fh, size))
+    ffi_boundary!("MPI_File_set_size", c_int, mpicr_shim::face::gen::passthrough::MPI_File_set_size(fh, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_set_view(fh: MPI_File, disp: MPI_Offset, etype: MPI_Datatype, filetype: MPI_Datatype, datarep: *const c_char, info: MPI_Info) -> c_int {
-    ffi_boundary!("MPI_File_set_view", c_int, crate::face::gen::passthrough::MPI_File_set_view(fh, disp, etype, filetype, datarep, info))
+    ffi_boundary!("MPI_File_set_view", c_int, mpicr_shim::face::gen::passthrough::MPI_File_set_view(fh, disp, etype, filetype, datarep, info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_set_view(fh: MPI_File, disp: MPI_Offset, etype: MPI_Datatype, filetype: MPI_Datatype, datarep: *const c_char, info: MPI_Info) -> c_int {
-    ffi_boundary!("MPI_File_set_view", c_int, crate::face::gen::passthrough::MPI_File_set_view(fh, disp, etype, filetype, datarep, info))
+    ffi_boundary!("MPI_File_set_view", c_int, mpicr_shim::face::gen::passthrough::MPI_File_set_view(fh, disp, etype, filetype, datarep, info))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_sync(fh: MPI_File) -> c_int {
-    ffi_boundary!("MPI_File_sync", c_int, crate::face::gen::passthrough::MPI_File_sync(fh))
+    ffi_boundary!("MPI_File_sync", c_int, mpicr_shim::face::gen::passthrough::MPI_File_sync(fh))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_sync(fh: MPI_File) -> c_int {
-    ffi_boundary!("MPI_File_sync", c_int, crate::face::gen::passthrough::MPI_File_sync(fh))
+    ffi_boundary!("MPI_File_sync", c_int, mpicr_shim::face::gen::passthrough::MPI_File_sync(fh))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_toint(file: MPI_File) -> c_int {
-    ffi_boundary!("MPI_File_toint", c_int, crate::face::api::MPI_File_toint(file))
+    ffi_boundary!("MPI_File_toint", c_int, mpicr_shim::face::api::MPI_File_toint(file))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_toint(file: MPI_File) -> c_int {
-    ffi_boundary!("MPI_File_toint", c_int, crate::face::api::MPI_File_toint(file))
+    ffi_boundary!("MPI_File_toint", c_int, mpicr_shim::face::api::MPI_File_toint(file))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write", c_int, crate::face::gen::passthrough::MPI_File_write(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write(fh, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write", c_int, crate::face::gen::passthrough::MPI_File_write(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write(fh, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_all(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_all", c_int, crate::face::gen::passthrough::MPI_File_write_all(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_all", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_all(fh, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_all(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_all", c_int, crate::face::gen::passthrough::MPI_File_write_all(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_all", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_all(fh, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_all_begin(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_write_all_begin", c_int, crate::face::gen::passthrough::MPI_File_write_all_begin(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_write_all_begin", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_all_begin(fh, buf, count, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_all_begin(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_write_all_begin", c_int, crate::face::gen::passthrough::MPI_File_write_all_begin(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_write_all_begin", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_all_begin(fh, buf, count, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_all_begin_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_write_all_begin_c", c_int, crate::face::gen::passthrough::MPI_File_write_all_begin_c(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_write_all_begin_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_all_begin_c(fh, buf, count, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_all_begin_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_write_all_begin_c", c_int, crate::face::gen::passthrough::MPI_File_write_all_begin_c(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_write_all_begin_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_all_begin_c(fh, buf, count, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_all_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_all_c", c_int, crate::face::gen::passthrough::MPI_File_write_all_c(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_all_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_all_c(fh, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_all_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_all_c", c_int, crate::face::gen::passthrough::MPI_File_write_all_c(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_all_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_all_c(fh, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_all_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_all_end", c_int, crate::face::gen::passthrough::MPI_File_write_all_end(fh, buf, status))
+    ffi_boundary!("MPI_File_write_all_end", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_all_end(fh, buf, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_all_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_all_end", c_int, crate::face::gen::passthrough::MPI_File_write_all_end(fh, buf, status))
+    ffi_boundary!("MPI_File_write_all_end", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_all_end(fh, buf, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_at(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_at", c_int, crate::face::gen::passthrough::MPI_File_write_at(fh, offset, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_at", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_at(fh, offset, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_at(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_at", c_int, crate::face::gen::passthrough::MPI_File_write_at(fh, offset, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_at", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_at(fh, offset, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_at_all(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_at_all", c_int, crate::face::gen::passthrough::MPI_File_write_at_all(fh, offset, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_at_all", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_at_all(fh, offset, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_at_all(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_at_all", c_int, crate::face::gen::passthrough::MPI_File_write_at_all(fh, offset, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_at_all", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_at_all(fh, offset, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_at_all_begin(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_write_at_all_begin", c_int, crate::face::gen::passthrough::MPI_File_write_at_all_begin(fh, offset, buf, count, datatype))
+    ffi_boundary!("MPI_File_write_at_all_begin", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_at_all_begin(fh, offset, buf, count, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_at_all_begin(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_write_at_all_begin", c_int, crate::face::gen::passthrough::MPI_File_write_at_all_begin(fh, offset, buf, count, datatype))
+    ffi_boundary!("MPI_File_write_at_all_begin", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_at_all_begin(fh, offset, buf, count, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_at_all_begin_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_write_at_all_begin_c", c_int, crate::face::gen::passthrough::MPI_File_write_at_all_begin_c(fh, offset, buf, count, datatype))
+    ffi_boundary!("MPI_File_write_at_all_begin_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_at_all_begin_c(fh, offset, buf, count, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_at_all_begin_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_write_at_all_begin_c", c_int, crate::face::gen::passthrough::MPI_File_write_at_all_begin_c(fh, offset, buf, count, datatype))
+    ffi_boundary!("MPI_File_write_at_all_begin_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_at_all_begin_c(fh, offset, buf, count, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_at_all_c", c_int, crate::face::gen::passthrough::MPI_File_write_at_all_c(fh, offset, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_at_all_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_at_all_c(fh, offset, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_at_all_c", c_int, crate::face::gen::passthrough::MPI_File_write_at_all_c(fh, offset, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_at_all_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_at_all_c(fh, offset, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_at_all_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_at_all_end", c_int, crate::face::gen::passthrough::MPI_File_write_at_all_end(fh, buf, status))
+    ffi_boundary!("MPI_File_write_at_all_end", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_at_all_end(fh, buf, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_at_all_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_at_all_end", c_int, crate::face::gen::passthrough::MPI_File_write_at_all_end(fh, buf, status))
+    ffi_boundary!("MPI_File_write_at_all_end", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_at_all_end(fh, buf, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_at_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_at_c", c_int, crate::face::gen::passthrough::MPI_File_write_at_c(fh, offset, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_at_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_at_c(fh, offset, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_at_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_at_c", c_int, crate::face::gen::passthrough::MPI_File_write_at_c(fh, offset, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_at_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_at_c(fh, offset, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_c", c_int, crate::face::gen::passthrough::MPI_File_write_c(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_c(fh, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_c", c_int, crate::face::gen::passthrough::MPI_File_write_c(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_c(fh, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_ordered(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_ordered", c_int, crate::face::gen::passthrough::MPI_File_write_ordered(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_ordered", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_ordered(fh, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_ordered(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_ordered", c_int, crate::face::gen::passthrough::MPI_File_write_ordered(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_ordered", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_ordered(fh, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_ordered_begin(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_write_ordered_begin", c_int, crate::face::gen::passthrough::MPI_File_write_ordered_begin(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_write_ordered_begin", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_ordered_begin(fh, buf, count, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_ordered_begin(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_write_ordered_begin", c_int, crate::face::gen::passthrough::MPI_File_write_ordered_begin(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_write_ordered_begin", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_ordered_begin(fh, buf, count, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_ordered_begin_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_write_ordered_begin_c", c_int, crate::face::gen::passthrough::MPI_File_write_ordered_begin_c(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_write_ordered_begin_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_ordered_begin_c(fh, buf, count, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_ordered_begin_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_write_ordered_begin_c", c_int, crate::face::gen::passthrough::MPI_File_write_ordered_begin_c(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_write_ordered_begin_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_ordered_begin_c(fh, buf, count, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_ordered_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_ordered_c", c_int, crate::face::gen::passthrough::MPI_File_write_ordered_c(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_ordered_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_ordered_c(fh, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_ordered_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_ordered_c", c_int, crate::face::gen::passthrough::MPI_File_write_ordered_c(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_ordered_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_ordered_c(fh, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_ordered_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_ordered_end", c_int, crate::face::gen::passthrough::MPI_File_write_ordered_end(fh, buf, status))
+    ffi_boundary!("MPI_File_write_ordered_end", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_ordered_end(fh, buf, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_ordered_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_ordered_end", c_int, crate::face::gen::passthrough::MPI_File_write_ordered_end(fh, buf, status))
+    ffi_boundary!("MPI_File_write_ordered_end", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_ordered_end(fh, buf, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_shared(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_shared", c_int, crate::face::gen::passthrough::MPI_File_write_shared(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_shared", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_shared(fh, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_shared(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_shared", c_int, crate::face::gen::passthrough::MPI_File_write_shared(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_shared", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_shared(fh, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_shared_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_shared_c", c_int, crate::face::gen::passthrough::MPI_File_write_shared_c(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_shared_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_shared_c(fh, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_shared_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_shared_c", c_int, crate::face::gen::passthrough::MPI_File_write_shared_c(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_shared_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_shared_c(fh, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Finalize() -> c_int {
-    ffi_boundary!("MPI_Finalize", c_int, crate::face::api::MPI_Finalize())
+    ffi_boundary!("MPI_Finalize", c_int, mpicr_shim::face::api::MPI_Finalize())
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Finalize() -> c_int {
-    ffi_boundary!("MPI_Finalize", c_int, crate::face::api::MPI_Finalize())
+    ffi_boundary!("MPI_Finalize", c_int, mpicr_shim::face::api::MPI_Finalize())
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Finalized(flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Finalized", c_int, crate::face::api::MPI_Finalized(flag))
+    ffi_boundary!("MPI_Finalized", c_int, mpicr_shim::face::api::MPI_Finalized(flag))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Finalized(flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Finalized", c_int, crate::face::api::MPI_Finalized(flag))
+    ffi_boundary!("MPI_Finalized", c_int, mpicr_shim::face::api::MPI_Finalized(flag))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Free_mem(base: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Free_mem", c_int, crate::face::api::MPI_Free_mem(base))
+    ffi_boundary!("MPI_Free_mem", c_int, mpicr_shim::face::api::MPI_Free_mem(base))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Free_mem(base: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Free_mem", c_int, crate::face::api::MPI_Free_mem(base))
+    ffi_boundary!("MPI_Free_mem", c_int, mpicr_shim::face::api::MPI_Free_mem(base))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Gather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Gather", c_int, crate::face::gen::collectives::MPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm))
+    ffi_boundary!("MPI_Gather", c_int, mpicr_shim::face::gen::collectives::MPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Gather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Gather", c_int, crate::face::gen::collectives::MPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm))
+    ffi_boundary!("MPI_Gather", c_int, mpicr_shim::face::gen::collectives::MPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Gather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Gather_c", c_int, crate::face::gen::collectives::MPI_Gather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm))
+    ffi_boundary!("MPI_Gather_c", c_int, mpicr_shim::face::gen::collectives::MPI_Gather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Gather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Gather_c", c_int, crate::face::gen::collectives::MPI_Gather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm))
+    ffi_boundary!("MPI_Gather_c", c_int, mpicr_shim::face::gen::collectives::MPI_Gather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Gather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Gather_init", c_int, crate::face::gen::collectives::MPI_Gather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request))
+    ffi_boundary!("MPI_Gather_init", c_int, mpicr_shim::face::gen::collectives::MPI_Gather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Gather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Gather_init", c_int, crate::face::gen::collectives::MPI_Gather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request))
+    ffi_boundary!("MPI_Gather_init", c_int, mpicr_shim::face::gen::collectives::MPI_Gather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Gather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Gather_init_c", c_int, crate::face::gen::collectives::MPI_Gather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request))
+    ffi_boundary!("MPI_Gather_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Gather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Gather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Gather_init_c", c_int, crate::face::gen::collectives::MPI_Gather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request))
+    ffi_boundary!("MPI_Gather_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Gather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Gatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Gatherv", c_int, crate::face::gen::collectives::MPI_Gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm))
+    ffi_boundary!("MPI_Gatherv", c_int, mpicr_shim::face::gen::collectives::MPI_Gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Gatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Gatherv", c_int, crate::face::gen::collectives::MPI_Gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm))
+    ffi_boundary!("MPI_Gatherv", c_int, mpicr_shim::face::gen::collectives::MPI_Gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Gatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Gatherv_c", c_int, crate::face::gen::collectives::MPI_Gatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm))
+    ffi_boundary!("MPI_Gatherv_c", c_int, mpicr_shim::face::gen::collectives::MPI_Gatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Gatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Gatherv_c", c_int, crate::face::gen::collectives::MPI_Gatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm))
+    ffi_boundary!("MPI_Gatherv_c", c_int, mpicr_shim::face::gen::collectives::MPI_Gatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Gatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Gatherv_init", c_int, crate::face::gen::collectives::MPI_Gatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, info, request))
+    ffi_boundary!("MPI_Gatherv_init", c_int, mpicr_shim::face::gen::collectives::MPI_Gatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Gatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Gatherv_init", c_int, crate::face::gen::collectives::MPI_Gatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, info, request))
+    ffi_boundary!("MPI_Gatherv_init", c_int, mpicr_shim::face::gen::collectives::MPI_Gatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Gatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Gatherv_init_c", c_int, crate::face::gen::collectives::MPI_Gatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, info, request))
+    ffi_boundary!("MPI_Gatherv_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Gatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Gatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Gatherv_init_c", c_int, crate::face::gen::collectives::MPI_Gatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, info, request))
+    ffi_boundary!("MPI_Gatherv_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Gatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get(origin_addr: *mut c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Get", c_int, crate::face::gen::passthrough::MPI_Get(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win))
+    ffi_boundary!("MPI_Get", c_int, mpicr_shim::face::gen::passthrough::MPI_Get(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get(origin_addr: *mut c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Get", c_int, crate::face::gen::passthrough::MPI_Get(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win))
+    ffi_boundary!("MPI_Get", c_int, mpicr_shim::face::gen::passthrough::MPI_Get(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_accumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, result_addr: *mut c_void, result_count: c_int, result_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Get_accumulate", c_int, crate::face::gen::passthrough::MPI_Get_accumulate(origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, op, win))
+    ffi_boundary!("MPI_Get_accumulate", c_int, mpicr_shim::face::gen::passthrough::MPI_Get_accumulate(origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, op, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_accumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, result_addr: *mut c_void, result_count: c_int, result_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Get_accumulate", c_int, crate::face::gen::passthrough::MPI_Get_accumulate(origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, op, win))
+    ffi_boundary!("MPI_Get_accumulate", c_int, mpicr_shim::face::gen::passthrough::MPI_Get_accumulate(origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, op, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_accumulate_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, result_addr: *mut c_void, result_count: MPI_Count, result_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Get_accumulate_c", c_int, crate::face::gen::passthrough::MPI_Get_accumulate_c(origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, op, win))
+    ffi_boundary!("MPI_Get_accumulate_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Get_accumulate_c(origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, op, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_accumulate_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, result_addr: *mut c_void, result_count: MPI_Count, result_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Get_accumulate_c", c_int, crate::face::gen::passthrough::MPI_Get_accumulate_c(origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, op, win))
+    ffi_boundary!("MPI_Get_accumulate_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Get_accumulate_c(origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, op, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_address(location: *const c_void, address: *mut MPI_Aint) -> c_int {
-    ffi_boundary!("MPI_Get_address", c_int, crate::face::gen::passthrough::MPI_Get_address(location, address))
+    ffi_boundary!("MPI_Get_address", c_int, mpicr_shim::face::gen::passthrough::MPI_Get_address(location, address))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_address(location: *const c_void, address: *mut MPI_Aint) -> c_int {
-    ffi_boundary!("MPI_Get_address", c_int, crate::face::gen::passthrough::MPI_Get_address(location, address))
+    ffi_boundary!("MPI_Get_address", c_int, mpicr_shim::face::gen::passthrough::MPI_Get_address(location, address))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_c(origin_addr: *mut c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Get_c", c_int, crate::face::gen::passthrough::MPI_Get_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win))
+    ffi_boundary!("MPI_Get_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Get_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_c(origin_addr: *mut c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Get_c", c_int, crate::face::gen::passthrough::MPI_Get_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win))
+    ffi_boundary!("MPI_Get_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Get_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_count(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Get_count", c_int, crate::face::gen::passthrough::MPI_Get_count(status, datatype, count))
+    ffi_boundary!("MPI_Get_count", c_int, mpicr_shim::face::gen::passthrough::MPI_Get_count(status, datatype, count))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_count(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Get_count", c_int, crate::face::gen::passthrough::MPI_Get_count(status, datatype, count))
+    ffi_boundary!("MPI_Get_count", c_int, mpicr_shim::face::gen::passthrough::MPI_Get_count(status, datatype, count))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_count_c(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Get_count_c", c_int, crate::face::gen::passthrough::MPI_Get_count_c(status, datatype, count))
+    ffi_boundary!("MPI_Get_count_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Get_count_c(status, datatype, count))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_count_c(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Get_count_c", c_int, crate::face::gen::passthrough::MPI_Get_count_c(status, datatype, count))
+    ffi_boundary!("MPI_Get_count_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Get_count_c(status, datatype, count))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_elements(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Get_elements", c_int, crate::face::gen::passthrough::MPI_Get_elements(status, datatype, count))
+    ffi_boundary!("MPI_Get_elements", c_int, mpicr_shim::face::gen::passthrough::MPI_Get_elements(status, datatype, count))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_elements(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Get_elements", c_int, crate::face::gen::passthrough::MPI_Get_elements(status, datatype, count))
+    ffi_boundary!("MPI_Get_elements", c_int, mpicr_shim::face::gen::passthrough::MPI_Get_elements(status, datatype, count))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_elements_c(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Get_elements_c", c_int, crate::face::gen::passthrough::MPI_Get_elements_c(status, datatype, count))
+    ffi_boundary!("MPI_Get_elements_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Get_elements_c(status, datatype, count))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_elements_c(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Get_elements_c", c_int, crate::face::gen::passthrough::MPI_Get_elements_c(status, datatype, count))
+    ffi_boundary!("MPI_Get_elements_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Get_elements_c(status, datatype, count))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_elements_x(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Get_elements_x", c_int, crate::face::gen::passthrough::MPI_Get_elements_x(status, datatype, count))
+    ffi_boundary!("MPI_Get_elements_x", c_int, mpicr_shim::face::gen::passthrough::MPI_Get_elements_x(status, datatype, count))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_elements_x(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Get_elements_x", c_int, crate::face::gen::passthrough::MPI_Get_elements_x(status, datatype, count))
+    ffi_boundary!("MPI_Get_elements_x", c_int, mpicr_shim::face::gen::passthrough::MPI_Get_elements_x(status, datatype, count))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_hw_resource_info(hw_info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Get_hw_resource_info", c_int, crate::face::gen::create::MPI_Get_hw_resource_info(hw_info))
+    ffi_boundary!("MPI_Get_hw_resource_info", c_int, mpicr_shim::face::gen::create::MPI_Get_hw_resource_info(hw_info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_hw_resource_info(hw_info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Get_hw_resource_info", c_int, crate::face::gen::create::MPI_Get_hw_resource_info(hw_info))
+    ffi_boundary!("MPI_Get_hw_resource_info", c_int, mpicr_shim::face::gen::create::MPI_Get_hw_resource_info(hw_info))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_library_version(version: *mut c_char, resultlen: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Get_library_version", c_int, crate::face::gen::passthrough::MPI_Get_library_version(version, resultlen))
+    ffi_boundary!("MPI_Get_library_version", c_int, mpicr_shim::face::gen::passthrough::MPI_Get_library_version(version, resultlen))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_library_version(version: *mut c_char, resultlen: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Get_library_version", c_int, crate::face::gen::passthrough::MPI_Get_library_version(version, resultlen))
+    ffi_boundary!("MPI_Get_library_version", c_int, mpicr_shim::face::gen::passthrough::MPI_Get_library_version(version, resultlen))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_processor_name(name: *mut c_char, resultlen: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Get_processor_name", c_int, crate::face::gen::passthrough::MPI_Get_processor_name(name, resultlen))
+    ffi_boundary!("MPI_Get_processor_name", c_int, mpicr_shim::face::gen::passthrough::MPI_Get_processor_name(name, resultlen))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_processor_name(name: *mut c_char, resultlen: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Get_processor_name", c_int, crate::face::gen::passthrough::MPI_Get_processor_name(name, resultlen))
+    ffi_boundary!("MPI_Get_processor_name", c_int, mpicr_shim::face::gen::passthrough::MPI_Get_processor_name(name, resultlen))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_version(version: *mut c_int, subversion: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Get_version", c_int, crate::face::gen::passthrough::MPI_Get_version(version, subversion))
+    ffi_boundary!("MPI_Get_version", c_int, mpicr_shim::face::gen::passthrough::MPI_Get_version(version, subversion))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_version(version: *mut c_int, subversion: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Get_version", c_int, crate::face::gen::passthrough::MPI_Get_version(version, subversion))
+    ffi_boundary!("MPI_Get_version", c_int, mpicr_shim::face::gen::passthrough::MPI_Get_version(version, subversion))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Graph_create(comm_old: MPI_Comm, nnodes: c_int, indx: *const c_int, edges: *const c_int, reorder: c_int, comm_graph: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Graph_create", c_int, crate::face::gen::create::MPI_Graph_create(comm_old, nnodes, indx, edges, reorder, comm_graph))
+    ffi_boundary!("MPI_Graph_create", c_int, mpicr_shim::face::gen::create::MPI_Graph_create(comm_old, nnodes, indx, edges, reorder, comm_graph))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Graph_create(comm_old: MPI_Comm, nnodes: c_int, indx: *const c_int, edges: *const c_int, reorder: c_int, comm_graph: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Graph_create", c_int, crate::face::gen::create::MPI_Graph_create(comm_old, nnodes, indx, edges, reorder, comm_graph))
+    ffi_boundary!("MPI_Graph_create", c_int, mpicr_shim::face::gen::create::MPI_Graph_create(comm_old, nnodes, indx, edges, reorder, comm_graph))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Graph_get(comm: MPI_Comm, maxindex: c_int, maxedges: c_int, indx: *mut c_int, edges: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Graph_get", c_int, crate::face::gen::passthrough::MPI_Graph_get(comm, maxindex, maxedges, indx, edges))
+    ffi_boundary!("MPI_Graph_get", c_int, mpicr_shim::face::gen::passthrough::MPI_Graph_get(comm, maxindex, maxedges, indx, edges))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Graph_get(comm: MPI_Comm, maxindex: c_int, maxedges: c_int, indx: *mut c_int, edges: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Graph_get", c_int, crate::face::gen::passthrough::MPI_Graph_get(comm, maxindex, maxedges, indx, edges))
+    ffi_boundary!("MPI_Graph_get", c_int, mpicr_shim::face::gen::passthrough::MPI_Graph_get(comm, maxindex, maxedges, indx, edges))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Graph_map(comm: MPI_Comm, nnodes: c_int, indx: *const c_int, edges: *const c_int, newrank: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Graph_map", c_int, crate::face::gen::passthrough::MPI_Graph_map(comm, nnodes, indx, edges, newrank))
+    ffi_boundary!("MPI_Graph_map", c_int, mpicr_shim::face::gen::passthrough::MPI_Graph_map(comm, nnodes, indx, edges, newrank))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Graph_map(comm: MPI_Comm, nnodes: c_int, indx: *const c_int, edges: *const c_int, newrank: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Graph_map", c_int, crate::face::gen::passthrough::MPI_Graph_map(comm, nnodes, indx, edges, newrank))
+    ffi_boundary!("MPI_Graph_map", c_int, mpicr_shim::face::gen::passthrough::MPI_Graph_map(comm, nnodes, indx, edges, newrank))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Graph_neighbors(comm: MPI_Comm, rank: c_int, maxneighbors: c_int, neighbors: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Graph_neighbors", c_int, crate::face::gen::passthrough::MPI_Graph_neighbors(comm, rank, maxneighbors, neighbors))
+    ffi_boundary!("MPI_Graph_neighbors", c_int, mpicr_shim::face::gen::passthrough::MPI_Graph_neighbors(comm, rank, maxneighbors, neighbors))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Graph_neighbors(comm: MPI_Comm, rank: c_int, maxneighbors: c_int, neighbors: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Graph_neighbors", c_int, crate::face::gen::passthrough::MPI_Graph_neighbors(comm, rank, maxneighbors, neighbors))
+    ffi_boundary!("MPI_Graph_neighbors", c_int, mpicr_shim::face::gen::passthrough::MPI_Graph_neighbors(comm, rank, maxneighbors, neighbors))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Graph_neighbors_count(comm: MPI_Comm, rank: c_int, nneighbors: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Graph_neighbors_count", c_int, crate::face::gen::passthrough::MPI_Graph_neighbors_count(comm, rank, nneighbors))
+    ffi_boundary!("MPI_Graph_neighbors_count", c_int, mpicr_shim::face::gen::passthrough::MPI_Graph_neighbors_count(comm, rank, nneighbors))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Graph_neighbors_count(comm: MPI_Comm, rank: c_int, nneighbors: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Graph_neighbors_count", c_int, crate::face::gen::passthrough::MPI_Graph_neighbors_count(comm, rank, nneighbors))
+    ffi_boundary!("MPI_Graph_neighbors_count", c_int, mpicr_shim::face::gen::passthrough::MPI_Graph_neighbors_count(comm, rank, nneighbors))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Graphdims_get(comm: MPI_Comm, nnodes: *mut c_int, nedges: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Graphdims_get", c_int, crate::face::gen::passthrough::MPI_Graphdims_get(comm, nnodes, nedges))
+    ffi_boundary!("MPI_Graphdims_get", c_int, mpicr_shim::face::gen::passthrough::MPI_Graphdims_get(comm, nnodes, nedges))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Graphdims_get(comm: MPI_Comm, nnodes: *mut c_int, nedges: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Graphdims_get", c_int, crate::face::gen::passthrough::MPI_Graphdims_get(comm, nnodes, nedges))
+    ffi_boundary!("MPI_Graphdims_get", c_int, mpicr_shim::face::gen::passthrough::MPI_Graphdims_get(comm, nnodes, nedges))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Grequest_complete(request: MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Grequest_complete", c_int, crate::face::api::MPI_Grequest_complete(request))
+    ffi_boundary!("MPI_Grequest_complete", c_int, mpicr_shim::face::api::MPI_Grequest_complete(request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Grequest_complete(request: MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Grequest_complete", c_int, crate::face::api::MPI_Grequest_complete(request))
+    ffi_boundary!("MPI_Grequest_complete", c_int, mpicr_shim::face::api::MPI_Grequest_complete(request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Grequest_start(query_fn: *mut c_void, free_fn: *mut c_void, cancel_fn: *mut c_void, extra_state: *mut c_void, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Grequest_start", c_int, crate::face::api::MPI_Grequest_start(query_fn, free_fn, cancel_fn, extra_state, request))
+    ffi_boundary!("MPI_Grequest_start", c_int, mpicr_shim::face::api::MPI_Grequest_start(query_fn, free_fn, cancel_fn, extra_state, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Grequest_start(query_fn: *mut c_void, free_fn: *mut c_void, cancel_fn: *mut c_void, extra_state: *mut c_void, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Grequest_start", c_int, crate::face::api::MPI_Grequest_start(query_fn, free_fn, cancel_fn, extra_state, request))
+    ffi_boundary!("MPI_Grequest_start", c_int, mpicr_shim::face::api::MPI_Grequest_start(query_fn, free_fn, cancel_fn, extra_state, request))
 }
 
 #[no_mangle]
@@ -2375,29 +2375,29 @@ pub unsafe extern "C" fn PMPI_Group_c2f(group: MPI_Group) -> MPI_Fint {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_compare(group1: MPI_Group, group2: MPI_Group, result: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Group_compare", c_int, crate::face::gen::passthrough::MPI_Group_compare(group1, group2, result))
+    ffi_boundary!("MPI_Group_compare", c_int, mpicr_shim::face::gen::passthrough::MPI_Group_compare(group1, group2, result))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_compare(group1: MPI_Group, group2: MPI_Group, result: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Group_compare", c_int, crate::face::gen::passthrough::MPI_Group_compare(group1, group2, result))
+    ffi_boundary!("MPI_Group_compare", c_int, mpicr_shim::face::gen::passthrough::MPI_Group_compare(group1, group2, result))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_difference(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_difference", c_int, crate::face::gen::create::MPI_Group_difference(group1, group2, newgroup))
+    ffi_boundary!("MPI_Group_difference", c_int, mpicr_shim::face::gen::create::MPI_Group_difference(group1, group2, newgroup))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_difference(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_difference", c_int, crate::face::gen::create::MPI_Group_difference(group1, group2, newgroup))
+    ffi_boundary!("MPI_Group_difference", c_int, mpicr_shim::face::gen::create::MPI_Group_difference(group1, group2, newgroup))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_excl(group: MPI_Group, n: c_int, ranks: *const c_int, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_excl", c_int, crate::face::gen::create::MPI_Group_excl(group, n, ranks, newgroup))
+    ffi_boundary!("MPI_Group_excl", c_int, mpicr_shim::face::gen::create::MPI_Group_excl(group, n, ranks, newgroup))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_excl(group: MPI_Group, n: c_int, ranks: *const c_int, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_excl", c_int, crate::face::gen::create::MPI_Group_excl(group, n, ranks, newgroup))
+    ffi_boundary!("MPI_Group_excl", c_int, mpicr_shim::face::gen::create::MPI_Group_excl(group, n, ranks, newgroup))
 }
 
 #[no_mangle]
@@ -2411,20 +2411,20 @@ pub unsafe extern "C" fn PMPI_Group_f2c(group: MPI_Fint) -> MPI_Group {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_free(group: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_free", c_int, crate::face::api::MPI_Group_free(group))
+    ffi_boundary!("MPI_Group_free", c_int, mpicr_shim::face::api::MPI_Group_free(group))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_free(group: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_free", c_int, crate::face::api::MPI_Group_free(group))
+    ffi_boundary!("MPI_Group_free", c_int, mpicr_shim::face::api::MPI_Group_free(group))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_from_session_pset(session: MPI_Session, pset_name: *const c_char, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_from_session_pset", c_int, crate::face::gen::create::MPI_Group_from_session_pset(session, pset_name, newgroup))
+    ffi_boundary!("MPI_Group_from_session_pset", c_int, mpicr_shim::face::gen::create::MPI_Group_from_session_pset(session, pset_name, newgroup))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_from_session_pset(session: MPI_Session, pset_name: *const c_char, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_from_session_pset", c_int, crate::face::gen::create::MPI_Group_from_session_pset(session, pset_name, newgroup))
+    ffi_boundary!("MPI_Group_from_session_pset", c_int, mpicr_shim::face::gen::create::MPI_Group_from_session_pset(session, pset_name, newgroup))
 }
 
 #[no_mangle]
@@ -2438,56 +2438,56 @@ pub unsafe extern "C" fn PMPI_Group_fromint(group: c_int) -> MPI_Group {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_incl(group: MPI_Group, n: c_int, ranks: *const c_int, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_incl", c_int, crate::face::gen::create::MPI_Group_incl(group, n, ranks, newgroup))
+    ffi_boundary!("MPI_Group_incl", c_int, mpicr_shim::face::gen::create::MPI_Group_incl(group, n, ranks, newgroup))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_incl(group: MPI_Group, n: c_int, ranks: *const c_int, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_incl", c_int, crate::face::gen::create::MPI_Group_incl(group, n, ranks, newgroup))
+    ffi_boundary!("MPI_Group_incl", c_int, mpicr_shim::face::gen::create::MPI_Group_incl(group, n, ranks, newgroup))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_intersection(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_intersection", c_int, crate::face::gen::create::MPI_Group_intersection(group1, group2, newgroup))
+    ffi_boundary!("MPI_Group_intersection", c_int, mpicr_shim::face::gen::create::MPI_Group_intersection(group1, group2, newgroup))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_intersection(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_intersection", c_int, crate::face::gen::create::MPI_Group_intersection(group1, group2, newgroup))
+    ffi_boundary!("MPI_Group_intersection", c_int, mpicr_shim::face::gen::create::MPI_Group_intersection(group1, group2, newgroup))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_range_excl(group: MPI_Group, n: c_int, ranges: *mut c_int, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_range_excl", c_int, crate::face::gen::create::MPI_Group_range_excl(group, n, ranges, newgroup))
+    ffi_boundary!("MPI_Group_range_excl", c_int, mpicr_shim::face::gen::create::MPI_Group_range_excl(group, n, ranges, newgroup))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_range_excl(group: MPI_Group, n: c_int, ranges: *mut c_int, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_range_excl", c_int, crate::face::gen::create::MPI_Group_range_excl(group, n, ranges, newgroup))
+    ffi_boundary!("MPI_Group_range_excl", c_int, mpicr_shim::face::gen::create::MPI_Group_range_excl(group, n, ranges, newgroup))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_range_incl(group: MPI_Group, n: c_int, ranges: *mut c_int, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_range_incl", c_int, crate::face::gen::create::MPI_Group_range_incl(group, n, ranges, newgroup))
+    ffi_boundary!("MPI_Group_range_incl", c_int, mpicr_shim::face::gen::create::MPI_Group_range_incl(group, n, ranges, newgroup))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_range_incl(group: MPI_Group, n: c_int, ranges: *mut c_int, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_range_incl", c_int, crate::face::gen::create::MPI_Group_range_incl(group, n, ranges, newgroup))
+    ffi_boundary!("MPI_Group_range_incl", c_int, mpicr_shim::face::gen::create::MPI_Group_range_incl(group, n, ranges, newgroup))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_rank(group: MPI_Group, rank: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Group_rank", c_int, crate::face::gen::passthrough::MPI_Group_rank(group, rank))
+    ffi_boundary!("MPI_Group_rank", c_int, mpicr_shim::face::gen::passthrough::MPI_Group_rank(group, rank))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_rank(group: MPI_Group, rank: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Group_rank", c_int, crate::face::gen::passthrough::MPI_Group_rank(group, rank))
+    ffi_boundary!("MPI_Group_rank", c_int, mpicr_shim::face::gen::passthrough::MPI_Group_rank(group, rank))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_size(group: MPI_Group, size: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Group_size", c_int, crate::face::gen::passthrough::MPI_Group_size(group, size))
+    ffi_boundary!("MPI_Group_size", c_int, mpicr_shim::face::gen::passthrough::MPI_Group_size(group, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_size(group: MPI_Group, size: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Group_size", c_int, crate::face::gen::passthrough::MPI_Group_size(group, size))
+    ffi_boundary!("MPI_Group_size", c_int, mpicr_shim::face::gen::passthrough::MPI_Group_size(group, size))
 }
 
 #[no_mangle]
@@ -2501,344 +2501,344 @@ pub unsafe extern "C" fn PMPI_Group_toint(group: MPI_Group) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_translate_ranks(group1: MPI_Group, n: c_int, ranks1: *const c_int, group2: MPI_Group, ranks2: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Group_translate_ranks", c_int, crate::face::gen::passthrough::MPI_Group_translate_ranks(group1, n, ranks1, group2, ranks2))
+    ffi_boundary!("MPI_Group_translate_ranks", c_int, mpicr_shim::face::gen::passthrough::MPI_Group_translate_ranks(group1, n, ranks1, group2, ranks2))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_translate_ranks(group1: MPI_Group, n: c_int, ranks1: *const c_int, group2: MPI_Group, ranks2: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Group_translate_ranks", c_int, crate::face::gen::passthrough::MPI_Group_translate_ranks(group1, n, ranks1, group2, ranks2))
+    ffi_boundary!("MPI_Group_translate_ranks", c_int, mpicr_shim::face::gen::passthrough::MPI_Group_translate_ranks(group1, n, ranks1, group2, ranks2))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_union(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_union", c_int, crate::face::gen::create::MPI_Group_union(group1, group2, newgroup))
+    ffi_boundary!("MPI_Group_union", c_int, mpicr_shim::face::gen::create::MPI_Group_union(group1, group2, newgroup))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_union(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Group_union", c_int, crate::face::gen::create::MPI_Group_union(group1, group2, newgroup))
+    ffi_boundary!("MPI_Group_union", c_int, mpicr_shim::face::gen::create::MPI_Group_union(group1, group2, newgroup))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iallgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iallgather", c_int, crate::face::gen::collectives::MPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
+    ffi_boundary!("MPI_Iallgather", c_int, mpicr_shim::face::gen::collectives::MPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iallgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iallgather", c_int, crate::face::gen::collectives::MPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
+    ffi_boundary!("MPI_Iallgather", c_int, mpicr_shim::face::gen::collectives::MPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iallgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iallgather_c", c_int, crate::face::gen::collectives::MPI_Iallgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
+    ffi_boundary!("MPI_Iallgather_c", c_int, mpicr_shim::face::gen::collectives::MPI_Iallgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iallgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iallgather_c", c_int, crate::face::gen::collectives::MPI_Iallgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
+    ffi_boundary!("MPI_Iallgather_c", c_int, mpicr_shim::face::gen::collectives::MPI_Iallgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iallgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iallgatherv", c_int, crate::face::gen::collectives::MPI_Iallgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request))
+    ffi_boundary!("MPI_Iallgatherv", c_int, mpicr_shim::face::gen::collectives::MPI_Iallgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iallgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iallgatherv", c_int, crate::face::gen::collectives::MPI_Iallgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request))
+    ffi_boundary!("MPI_Iallgatherv", c_int, mpicr_shim::face::gen::collectives::MPI_Iallgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iallgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iallgatherv_c", c_int, crate::face::gen::collectives::MPI_Iallgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request))
+    ffi_boundary!("MPI_Iallgatherv_c", c_int, mpicr_shim::face::gen::collectives::MPI_Iallgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iallgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iallgatherv_c", c_int, crate::face::gen::collectives::MPI_Iallgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request))
+    ffi_boundary!("MPI_Iallgatherv_c", c_int, mpicr_shim::face::gen::collectives::MPI_Iallgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iallreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iallreduce", c_int, crate::face::gen::collectives::MPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request))
+    ffi_boundary!("MPI_Iallreduce", c_int, mpicr_shim::face::gen::collectives::MPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iallreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iallreduce", c_int, crate::face::gen::collectives::MPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request))
+    ffi_boundary!("MPI_Iallreduce", c_int, mpicr_shim::face::gen::collectives::MPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iallreduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iallreduce_c", c_int, crate::face::gen::collectives::MPI_Iallreduce_c(sendbuf, recvbuf, count, datatype, op, comm, request))
+    ffi_boundary!("MPI_Iallreduce_c", c_int, mpicr_shim::face::gen::collectives::MPI_Iallreduce_c(sendbuf, recvbuf, count, datatype, op, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iallreduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iallreduce_c", c_int, crate::face::gen::collectives::MPI_Iallreduce_c(sendbuf, recvbuf, count, datatype, op, comm, request))
+    ffi_boundary!("MPI_Iallreduce_c", c_int, mpicr_shim::face::gen::collectives::MPI_Iallreduce_c(sendbuf, recvbuf, count, datatype, op, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ialltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ialltoall", c_int, crate::face::gen::collectives::MPI_Ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
+    ffi_boundary!("MPI_Ialltoall", c_int, mpicr_shim::face::gen::collectives::MPI_Ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ialltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ialltoall", c_int, crate::face::gen::collectives::MPI_Ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
+    ffi_boundary!("MPI_Ialltoall", c_int, mpicr_shim::face::gen::collectives::MPI_Ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ialltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ialltoall_c", c_int, crate::face::gen::collectives::MPI_Ialltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
+    ffi_boundary!("MPI_Ialltoall_c", c_int, mpicr_shim::face::gen::collectives::MPI_Ialltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ialltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ialltoall_c", c_int, crate::face::gen::collectives::MPI_Ialltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
+    ffi_boundary!("MPI_Ialltoall_c", c_int, mpicr_shim::face::gen::collectives::MPI_Ialltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ialltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ialltoallv", c_int, crate::face::gen::collectives::MPI_Ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request))
+    ffi_boundary!("MPI_Ialltoallv", c_int, mpicr_shim::face::gen::collectives::MPI_Ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ialltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ialltoallv", c_int, crate::face::gen::collectives::MPI_Ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request))
+    ffi_boundary!("MPI_Ialltoallv", c_int, mpicr_shim::face::gen::collectives::MPI_Ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ialltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ialltoallv_c", c_int, crate::face::gen::collectives::MPI_Ialltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request))
+    ffi_boundary!("MPI_Ialltoallv_c", c_int, mpicr_shim::face::gen::collectives::MPI_Ialltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ialltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ialltoallv_c", c_int, crate::face::gen::collectives::MPI_Ialltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request))
+    ffi_boundary!("MPI_Ialltoallv_c", c_int, mpicr_shim::face::gen::collectives::MPI_Ialltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ialltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ialltoallw", c_int, crate::face::gen::collectives::MPI_Ialltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request))
+    ffi_boundary!("MPI_Ialltoallw", c_int, mpicr_shim::face::gen::collectives::MPI_Ialltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ialltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ialltoallw", c_int, crate::face::gen::collectives::MPI_Ialltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request))
+    ffi_boundary!("MPI_Ialltoallw", c_int, mpicr_shim::face::gen::collectives::MPI_Ialltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ialltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ialltoallw_c", c_int, crate::face::gen::collectives::MPI_Ialltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request))
+    ffi_boundary!("MPI_Ialltoallw_c", c_int, mpicr_shim::face::gen::collectives::MPI_Ialltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ialltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ialltoallw_c", c_int, crate::face::gen::collectives::MPI_Ialltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request))
+    ffi_boundary!("MPI_Ialltoallw_c", c_int, mpicr_shim::face::gen::collectives::MPI_Ialltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ibarrier(comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ibarrier", c_int, crate::face::gen::collectives::MPI_Ibarrier(comm, request))
+    ffi_boundary!("MPI_Ibarrier", c_int, mpicr_shim::face::gen::collectives::MPI_Ibarrier(comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ibarrier(comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ibarrier", c_int, crate::face::gen::collectives::MPI_Ibarrier(comm, request))
+    ffi_boundary!("MPI_Ibarrier", c_int, mpicr_shim::face::gen::collectives::MPI_Ibarrier(comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ibcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ibcast", c_int, crate::face::gen::collectives::MPI_Ibcast(buffer, count, datatype, root, comm, request))
+    ffi_boundary!("MPI_Ibcast", c_int, mpicr_shim::face::gen::collectives::MPI_Ibcast(buffer, count, datatype, root, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ibcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ibcast", c_int, crate::face::gen::collectives::MPI_Ibcast(buffer, count, datatype, root, comm, request))
+    ffi_boundary!("MPI_Ibcast", c_int, mpicr_shim::face::gen::collectives::MPI_Ibcast(buffer, count, datatype, root, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ibcast_c(buffer: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ibcast_c", c_int, crate::face::gen::collectives::MPI_Ibcast_c(buffer, count, datatype, root, comm, request))
+    ffi_boundary!("MPI_Ibcast_c", c_int, mpicr_shim::face::gen::collectives::MPI_Ibcast_c(buffer, count, datatype, root, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ibcast_c(buffer: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ibcast_c", c_int, crate::face::gen::collectives::MPI_Ibcast_c(buffer, count, datatype, root, comm, request))
+    ffi_boundary!("MPI_Ibcast_c", c_int, mpicr_shim::face::gen::collectives::MPI_Ibcast_c(buffer, count, datatype, root, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ibsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ibsend", c_int, crate::face::api::MPI_Ibsend(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Ibsend", c_int, mpicr_shim::face::api::MPI_Ibsend(buf, count, datatype, dest, tag, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ibsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ibsend", c_int, crate::face::api::MPI_Ibsend(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Ibsend", c_int, mpicr_shim::face::api::MPI_Ibsend(buf, count, datatype, dest, tag, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ibsend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ibsend_c", c_int, crate::face::api::MPI_Ibsend_c(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Ibsend_c", c_int, mpicr_shim::face::api::MPI_Ibsend_c(buf, count, datatype, dest, tag, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ibsend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ibsend_c", c_int, crate::face::api::MPI_Ibsend_c(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Ibsend_c", c_int, mpicr_shim::face::api::MPI_Ibsend_c(buf, count, datatype, dest, tag, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iexscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iexscan", c_int, crate::face::gen::collectives::MPI_Iexscan(sendbuf, recvbuf, count, datatype, op, comm, request))
+    ffi_boundary!("MPI_Iexscan", c_int, mpicr_shim::face::gen::collectives::MPI_Iexscan(sendbuf, recvbuf, count, datatype, op, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iexscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iexscan", c_int, crate::face::gen::collectives::MPI_Iexscan(sendbuf, recvbuf, count, datatype, op, comm, request))
+    ffi_boundary!("MPI_Iexscan", c_int, mpicr_shim::face::gen::collectives::MPI_Iexscan(sendbuf, recvbuf, count, datatype, op, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iexscan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iexscan_c", c_int, crate::face::gen::collectives::MPI_Iexscan_c(sendbuf, recvbuf, count, datatype, op, comm, request))
+    ffi_boundary!("MPI_Iexscan_c", c_int, mpicr_shim::face::gen::collectives::MPI_Iexscan_c(sendbuf, recvbuf, count, datatype, op, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iexscan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iexscan_c", c_int, crate::face::gen::collectives::MPI_Iexscan_c(sendbuf, recvbuf, count, datatype, op, comm, request))
+    ffi_boundary!("MPI_Iexscan_c", c_int, mpicr_shim::face::gen::collectives::MPI_Iexscan_c(sendbuf, recvbuf, count, datatype, op, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Igather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Igather", c_int, crate::face::gen::collectives::MPI_Igather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request))
+    ffi_boundary!("MPI_Igather", c_int, mpicr_shim::face::gen::collectives::MPI_Igather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Igather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Igather", c_int, crate::face::gen::collectives::MPI_Igather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request))
+    ffi_boundary!("MPI_Igather", c_int, mpicr_shim::face::gen::collectives::MPI_Igather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Igather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Igather_c", c_int, crate::face::gen::collectives::MPI_Igather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request))
+    ffi_boundary!("MPI_Igather_c", c_int, mpicr_shim::face::gen::collectives::MPI_Igather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Igather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Igather_c", c_int, crate::face::gen::collectives::MPI_Igather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request))
+    ffi_boundary!("MPI_Igather_c", c_int, mpicr_shim::face::gen::collectives::MPI_Igather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Igatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Igatherv", c_int, crate::face::gen::collectives::MPI_Igatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, request))
+    ffi_boundary!("MPI_Igatherv", c_int, mpicr_shim::face::gen::collectives::MPI_Igatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Igatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Igatherv", c_int, crate::face::gen::collectives::MPI_Igatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, request))
+    ffi_boundary!("MPI_Igatherv", c_int, mpicr_shim::face::gen::collectives::MPI_Igatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Igatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Igatherv_c", c_int, crate::face::gen::collectives::MPI_Igatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, request))
+    ffi_boundary!("MPI_Igatherv_c", c_int, mpicr_shim::face::gen::collectives::MPI_Igatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Igatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Igatherv_c", c_int, crate::face::gen::collectives::MPI_Igatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, request))
+    ffi_boundary!("MPI_Igatherv_c", c_int, mpicr_shim::face::gen::collectives::MPI_Igatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Improbe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Improbe", c_int, crate::face::api::MPI_Improbe(source, tag, comm, flag, message, status))
+    ffi_boundary!("MPI_Improbe", c_int, mpicr_shim::face::api::MPI_Improbe(source, tag, comm, flag, message, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Improbe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Improbe", c_int, crate::face::api::MPI_Improbe(source, tag, comm, flag, message, status))
+    ffi_boundary!("MPI_Improbe", c_int, mpicr_shim::face::api::MPI_Improbe(source, tag, comm, flag, message, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Imrecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, message: *mut MPI_Message, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Imrecv", c_int, crate::face::api::MPI_Imrecv(buf, count, datatype, message, request))
+    ffi_boundary!("MPI_Imrecv", c_int, mpicr_shim::face::api::MPI_Imrecv(buf, count, datatype, message, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Imrecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, message: *mut MPI_Message, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Imrecv", c_int, crate::face::api::MPI_Imrecv(buf, count, datatype, message, request))
+    ffi_boundary!("MPI_Imrecv", c_int, mpicr_shim::face::api::MPI_Imrecv(buf, count, datatype, message, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Imrecv_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, message: *mut MPI_Message, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Imrecv_c", c_int, crate::face::api::MPI_Imrecv_c(buf, count, datatype, message, request))
+    ffi_boundary!("MPI_Imrecv_c", c_int, mpicr_shim::face::api::MPI_Imrecv_c(buf, count, datatype, message, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Imrecv_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, message: *mut MPI_Message, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Imrecv_c", c_int, crate::face::api::MPI_Imrecv_c(buf, count, datatype, message, request))
+    ffi_boundary!("MPI_Imrecv_c", c_int, mpicr_shim::face::api::MPI_Imrecv_c(buf, count, datatype, message, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ineighbor_allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ineighbor_allgather", c_int, crate::face::gen::collectives::MPI_Ineighbor_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
+    ffi_boundary!("MPI_Ineighbor_allgather", c_int, mpicr_shim::face::gen::collectives::MPI_Ineighbor_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ineighbor_allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ineighbor_allgather", c_int, crate::face::gen::collectives::MPI_Ineighbor_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
+    ffi_boundary!("MPI_Ineighbor_allgather", c_int, mpicr_shim::face::gen::collectives::MPI_Ineighbor_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ineighbor_allgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ineighbor_allgather_c", c_int, crate::face::gen::collectives::MPI_Ineighbor_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
+    ffi_boundary!("MPI_Ineighbor_allgather_c", c_int, mpicr_shim::face::gen::collectives::MPI_Ineighbor_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ineighbor_allgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ineighbor_allgather_c", c_int, crate::face::gen::collectives::MPI_Ineighbor_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
+    ffi_boundary!("MPI_Ineighbor_allgather_c", c_int, mpicr_shim::face::gen::collectives::MPI_Ineighbor_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ineighbor_allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ineighbor_allgatherv", c_int, crate::face::gen::collectives::MPI_Ineighbor_allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request))
+    ffi_boundary!("MPI_Ineighbor_allgatherv", c_int, mpicr_shim::face::gen::collectives::MPI_Ineighbor_allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ineighbor_allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ineighbor_allgatherv", c_int, crate::face::gen::collectives::MPI_Ineighbor_allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request))
+    ffi_boundary!("MPI_Ineighbor_allgatherv", c_int, mpicr_shim::face::gen::collectives::MPI_Ineighbor_allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ineighbor_allgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ineighbor_allgatherv_c", c_int, crate::face::gen::collectives::MPI_Ineighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request))
+    ffi_boundary!("MPI_Ineighbor_allgatherv_c", c_int, mpicr_shim::face::gen::collectives::MPI_Ineighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ineighbor_allgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ineighbor_allgatherv_c", c_int, crate::face::gen::collectives::MPI_Ineighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request))
+    ffi_boundary!("MPI_Ineighbor_allgatherv_c", c_int, mpicr_shim::face::gen::collectives::MPI_Ineighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ineighbor_alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ineighbor_alltoall", c_int, crate::face::gen::collectives::MPI_Ineighbor_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
+    ffi_boundary!("MPI_Ineighbor_alltoall", c_int, mpicr_shim::face::gen::collectives::MPI_Ineighbor_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ineighbor_alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ineighbor_alltoall", c_int, crate::face::gen::collectives::MPI_Ineighbor_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
+    ffi_boundary!("MPI_Ineighbor_alltoall", c_int, mpicr_shim::face::gen::collectives::MPI_Ineighbor_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ineighbor_alltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ineighbor_alltoall_c", c_int, crate::face::gen::collectives::MPI_Ineighbor_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
+    ffi_boundary!("MPI_Ineighbor_alltoall_c", c_int, mpicr_shim::face::gen::collectives::MPI_Ineighbor_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ineighbor_alltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ineighbor_alltoall_c", c_int, crate::face::gen::collectives::MPI_Ineighbor_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
+    ffi_boundary!("MPI_Ineighbor_alltoall_c", c_int, mpicr_shim::face::gen::collectives::MPI_Ineighbor_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ineighbor_alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ineighbor_alltoallv", c_int, crate::face::gen::collectives::MPI_Ineighbor_alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request))
+    ffi_boundary!("MPI_Ineighbor_alltoallv", c_int, mpicr_shim::face::gen::collectives::MPI_Ineighbor_alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ineighbor_alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ineighbor_alltoallv", c_int, crate::face::gen::collectives::MPI_Ineighbor_alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request))
+    ffi_boundary!("MPI_Ineighbor_alltoallv", c_int, mpicr_shim::face::gen::collectives::MPI_Ineighbor_alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ineighbor_alltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ineighbor_alltoallv_c", c_int, crate::face::gen::collectives::MPI_Ineighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request))
+    ffi_boundary!("MPI_Ineighbor_alltoallv_c", c_int, mpicr_shim::face::gen::collectives::MPI_Ineighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ineighbor_alltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ineighbor_alltoallv_c", c_int, crate::face::gen::collectives::MPI_Ineighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request))
+    ffi_boundary!("MPI_Ineighbor_alltoallv_c", c_int, mpicr_shim::face::gen::collectives::MPI_Ineighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ineighbor_alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ineighbor_alltoallw", c_int, crate::face::gen::collectives::MPI_Ineighbor_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request))
+    ffi_boundary!("MPI_Ineighbor_alltoallw", c_int, mpicr_shim::face::gen::collectives::MPI_Ineighbor_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ineighbor_alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ineighbor_alltoallw", c_int, crate::face::gen::collectives::MPI_Ineighbor_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request))
+    ffi_boundary!("MPI_Ineighbor_alltoallw", c_int, mpicr_shim::face::gen::collectives::MPI_Ineighbor_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ineighbor_alltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ineighbor_alltoallw_c", c_int, crate::face::gen::collectives::MPI_Ineighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request))
+    ffi_boundary!("MPI_Ineighbor_alltoallw_c", c_int, mpicr_shim::face::gen::collectives::MPI_Ineighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ineighbor_alltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ineighbor_alltoallw_c", c_int, crate::face::gen::collectives::MPI_Ineighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request))
+    ffi_boundary!("MPI_Ineighbor_alltoallw_c", c_int, mpicr_shim::face::gen::collectives::MPI_Ineighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request))
 }
 
 #[no_mangle]
@@ -2852,38 +2852,38 @@ pub unsafe extern "C" fn PMPI_Info_c2f(info: MPI_Info) -> MPI_Fint {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_create(info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Info_create", c_int, crate::face::gen::create::MPI_Info_create(info))
+    ffi_boundary!("MPI_Info_create", c_int, mpicr_shim::face::gen::create::MPI_Info_create(info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_create(info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Info_create", c_int, crate::face::gen::create::MPI_Info_create(info))
+    ffi_boundary!("MPI_Info_create", c_int, mpicr_shim::face::gen::create::MPI_Info_create(info))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_create_env(argc: c_int, argv: *mut *mut c_char, info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Info_create_env", c_int, crate::face::gen::create::MPI_Info_create_env(argc, argv, info))
+    ffi_boundary!("MPI_Info_create_env", c_int, mpicr_shim::face::gen::create::MPI_Info_create_env(argc, argv, info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_create_env(argc: c_int, argv: *mut *mut c_char, info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Info_create_env", c_int, crate::face::gen::create::MPI_Info_create_env(argc, argv, info))
+    ffi_boundary!("MPI_Info_create_env", c_int, mpicr_shim::face::gen::create::MPI_Info_create_env(argc, argv, info))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_delete(info: MPI_Info, key: *const c_char) -> c_int {
-    ffi_boundary!("MPI_Info_delete", c_int, crate::face::gen::passthrough::MPI_Info_delete(info, key))
+    ffi_boundary!("MPI_Info_delete", c_int, mpicr_shim::face::gen::passthrough::MPI_Info_delete(info, key))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_delete(info: MPI_Info, key: *const c_char) -> c_int {
-    ffi_boundary!("MPI_Info_delete", c_int, crate::face::gen::passthrough::MPI_Info_delete(info, key))
+    ffi_boundary!("MPI_Info_delete", c_int, mpicr_shim::face::gen::passthrough::MPI_Info_delete(info, key))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_dup(info: MPI_Info, newinfo: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Info_dup", c_int, crate::face::gen::create::MPI_Info_dup(info, newinfo))
+    ffi_boundary!("MPI_Info_dup", c_int, mpicr_shim::face::gen::create::MPI_Info_dup(info, newinfo))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_dup(info: MPI_Info, newinfo: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Info_dup", c_int, crate::face::gen::create::MPI_Info_dup(info, newinfo))
+    ffi_boundary!("MPI_Info_dup", c_int, mpicr_shim::face::gen::create::MPI_Info_dup(info, newinfo))
 }
 
 #[no_mangle]
@@ -2897,11 +2897,11 @@ pub unsafe extern "C" fn PMPI_Info_f2c(info: MPI_Fint) -> MPI_Info {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_free(info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Info_free", c_int, crate::face::api::MPI_Info_free(info))
+    ffi_boundary!("MPI_Info_free", c_int, mpicr_shim::face::api::MPI_Info_free(info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_free(info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Info_free", c_int, crate::face::api::MPI_Info_free(info))
+    ffi_boundary!("MPI_Info_free", c_int, mpicr_shim::face::api::MPI_Info_free(info))
 }
 
 #[no_mangle]
@@ -2915,56 +2915,56 @@ pub unsafe extern "C" fn PMPI_Info_fromint(info: c_int) -> MPI_Info {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_get(info: MPI_Info, key: *const c_char, valuelen: c_int, value: *mut c_char, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Info_get", c_int, crate::face::gen::passthrough::MPI_Info_get(info, key, valuelen, value, flag))
+    ffi_boundary!("MPI_Info_get", c_int, mpicr_shim::face::gen::passthrough::MPI_Info_get(info, key, valuelen, value, flag))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_get(info: MPI_Info, key: *const c_char, valuelen: c_int, value: *mut c_char, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Info_get", c_int, crate::face::gen::passthrough::MPI_Info_get(info, key, valuelen, value, flag))
+    ffi_boundary!("MPI_Info_get", c_int, mpicr_shim::face::gen::passthrough::MPI_Info_get(info, key, valuelen, value, flag))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_get_nkeys(info: MPI_Info, nkeys: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Info_get_nkeys", c_int, crate::face::gen::passthrough::MPI_Info_get_nkeys(info, nkeys))
+    ffi_boundary!("MPI_Info_get_nkeys", c_int, mpicr_shim::face::gen::passthrough::MPI_Info_get_nkeys(info, nkeys))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_get_nkeys(info: MPI_Info, nkeys: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Info_get_nkeys", c_int, crate::face::gen::passthrough::MPI_Info_get_nkeys(info, nkeys))
+    ffi_boundary!("MPI_Info_get_nkeys", c_int, mpicr_shim::face::gen::passthrough::MPI_Info_get_nkeys(info, nkeys))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_get_nthkey(info: MPI_Info, n: c_int, key: *mut c_char) -> c_int {
-    ffi_boundary!("MPI_Info_get_nthkey", c_int, crate::face::gen::passthrough::MPI_Info_get_nthkey(info, n, key))
+    ffi_boundary!("MPI_Info_get_nthkey", c_int, mpicr_shim::face::gen::passthrough::MPI_Info_get_nthkey(info, n, key))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_get_nthkey(info: MPI_Info, n: c_int, key: *mut c_char) -> c_int {
-    ffi_boundary!("MPI_Info_get_nthkey", c_int, crate::face::gen::passthrough::MPI_Info_get_nthkey(info, n, key))
+    ffi_boundary!("MPI_Info_get_nthkey", c_int, mpicr_shim::face::gen::passthrough::MPI_Info_get_nthkey(info, n, key))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_get_string(info: MPI_Info, key: *const c_char, buflen: *mut c_int, value: *mut c_char, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Info_get_string", c_int, crate::face::gen::passthrough::MPI_Info_get_string(info, key, buflen, value, flag))
+    ffi_boundary!("MPI_Info_get_string", c_int, mpicr_shim::face::gen::passthrough::MPI_Info_get_string(info, key, buflen, value, flag))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_get_string(info: MPI_Info, key: *const c_char, buflen: *mut c_int, value: *mut c_char, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Info_get_string", c_int, crate::face::gen::passthrough::MPI_Info_get_string(info, key, buflen, value, flag))
+    ffi_boundary!("MPI_Info_get_string", c_int, mpicr_shim::face::gen::passthrough::MPI_Info_get_string(info, key, buflen, value, flag))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_get_valuelen(info: MPI_Info, key: *const c_char, valuelen: *mut c_int, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Info_get_valuelen", c_int, crate::face::gen::passthrough::MPI_Info_get_valuelen(info, key, valuelen, flag))
+    ffi_boundary!("MPI_Info_get_valuelen", c_int, mpicr_shim::face::gen::passthrough::MPI_Info_get_valuelen(info, key, valuelen, flag))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_get_valuelen(info: MPI_Info, key: *const c_char, valuelen: *mut c_int, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Info_get_valuelen", c_int, crate::face::gen::passthrough::MPI_Info_get_valuelen(info, key, valuelen, flag))
+    ffi_boundary!("MPI_Info_get_valuelen", c_int, mpicr_shim::face::gen::passthrough::MPI_Info_get_valuelen(info, key, valuelen, flag))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_set(info: MPI_Info, key: *const c_char, value: *const c_char) -> c_int {
-    ffi_boundary!("MPI_Info_set", c_int, crate::face::gen::passthrough::MPI_Info_set(info, key, value))
+    ffi_boundary!("MPI_Info_set", c_int, mpicr_shim::face::gen::passthrough::MPI_Info_set(info, key, value))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_set(info: MPI_Info, key: *const c_char, value: *const c_char) -> c_int {
-    ffi_boundary!("MPI_Info_set", c_int, crate::face::gen::passthrough::MPI_Info_set(info, key, value))
+    ffi_boundary!("MPI_Info_set", c_int, mpicr_shim::face::gen::passthrough::MPI_Info_set(info, key, value))
 }
 
 #[no_mangle]
@@ -2978,317 +2978,317 @@ pub unsafe extern "C" fn PMPI_Info_toint(info: MPI_Info) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
-    ffi_boundary!("MPI_Init", c_int, crate::face::api::MPI_Init(argc, argv))
+    ffi_boundary!("MPI_Init", c_int, mpicr_shim::face::api::MPI_Init(argc, argv))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
-    ffi_boundary!("MPI_Init", c_int, crate::face::api::MPI_Init(argc, argv))
+    ffi_boundary!("MPI_Init", c_int, mpicr_shim::face::api::MPI_Init(argc, argv))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Init_thread(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, provided: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Init_thread", c_int, crate::face::api::MPI_Init_thread(argc, argv, required, provided))
+    ffi_boundary!("MPI_Init_thread", c_int, mpicr_shim::face::api::MPI_Init_thread(argc, argv, required, provided))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Init_thread(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, provided: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Init_thread", c_int, crate::face::api::MPI_Init_thread(argc, argv, required, provided))
+    ffi_boundary!("MPI_Init_thread", c_int, mpicr_shim::face::api::MPI_Init_thread(argc, argv, required, provided))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Initialized(flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Initialized", c_int, crate::face::api::MPI_Initialized(flag))
+    ffi_boundary!("MPI_Initialized", c_int, mpicr_shim::face::api::MPI_Initialized(flag))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Initialized(flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Initialized", c_int, crate::face::api::MPI_Initialized(flag))
+    ffi_boundary!("MPI_Initialized", c_int, mpicr_shim::face::api::MPI_Initialized(flag))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Intercomm_create(local_comm: MPI_Comm, local_leader: c_int, peer_comm: MPI_Comm, remote_leader: c_int, tag: c_int, newintercomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Intercomm_create", c_int, crate::face::api::MPI_Intercomm_create(local_comm, local_leader, peer_comm, remote_leader, tag, newintercomm))
+    ffi_boundary!("MPI_Intercomm_create", c_int, mpicr_shim::face::api::MPI_Intercomm_create(local_comm, local_leader, peer_comm, remote_leader, tag, newintercomm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Intercomm_create(local_comm: MPI_Comm, local_leader: c_int, peer_comm: MPI_Comm, remote_leader: c_int, tag: c_int, newintercomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Intercomm_create", c_int, crate::face::api::MPI_Intercomm_create(local_comm, local_leader, peer_comm, remote_leader, tag, newintercomm))
+    ffi_boundary!("MPI_Intercomm_create", c_int, mpicr_shim::face::api::MPI_Intercomm_create(local_comm, local_leader, peer_comm, remote_leader, tag, newintercomm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Intercomm_create_from_groups(local_group: MPI_Group, local_leader: c_int, remote_group: MPI_Group, remote_leader: c_int, stringtag: *const c_char, info: MPI_Info, errhandler: MPI_Errhandler, newintercomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Intercomm_create_from_groups", c_int, crate::face::api::MPI_Intercomm_create_from_groups(local_group, local_leader, remote_group, remote_leader, stringtag, info, errhandler, newintercomm))
+    ffi_boundary!("MPI_Intercomm_create_from_groups", c_int, mpicr_shim::face::api::MPI_Intercomm_create_from_groups(local_group, local_leader, remote_group, remote_leader, stringtag, info, errhandler, newintercomm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Intercomm_create_from_groups(local_group: MPI_Group, local_leader: c_int, remote_group: MPI_Group, remote_leader: c_int, stringtag: *const c_char, info: MPI_Info, errhandler: MPI_Errhandler, newintercomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Intercomm_create_from_groups", c_int, crate::face::api::MPI_Intercomm_create_from_groups(local_group, local_leader, remote_group, remote_leader, stringtag, info, errhandler, newintercomm))
+    ffi_boundary!("MPI_Intercomm_create_from_groups", c_int, mpicr_shim::face::api::MPI_Intercomm_create_from_groups(local_group, local_leader, remote_group, remote_leader, stringtag, info, errhandler, newintercomm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Intercomm_merge(intercomm: MPI_Comm, high: c_int, newintracomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Intercomm_merge", c_int, crate::face::gen::create::MPI_Intercomm_merge(intercomm, high, newintracomm))
+    ffi_boundary!("MPI_Intercomm_merge", c_int, mpicr_shim::face::gen::create::MPI_Intercomm_merge(intercomm, high, newintracomm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Intercomm_merge(intercomm: MPI_Comm, high: c_int, newintracomm: *mut MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Intercomm_merge", c_int, crate::face::gen::create::MPI_Intercomm_merge(intercomm, high, newintracomm))
+    ffi_boundary!("MPI_Intercomm_merge", c_int, mpicr_shim::face::gen::create::MPI_Intercomm_merge(intercomm, high, newintracomm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iprobe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Iprobe", c_int, crate::face::api::MPI_Iprobe(source, tag, comm, flag, status))
+    ffi_boundary!("MPI_Iprobe", c_int, mpicr_shim::face::api::MPI_Iprobe(source, tag, comm, flag, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iprobe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Iprobe", c_int, crate::face::api::MPI_Iprobe(source, tag, comm, flag, status))
+    ffi_boundary!("MPI_Iprobe", c_int, mpicr_shim::face::api::MPI_Iprobe(source, tag, comm, flag, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Irecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Irecv", c_int, crate::face::api::MPI_Irecv(buf, count, datatype, source, tag, comm, request))
+    ffi_boundary!("MPI_Irecv", c_int, mpicr_shim::face::api::MPI_Irecv(buf, count, datatype, source, tag, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Irecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Irecv", c_int, crate::face::api::MPI_Irecv(buf, count, datatype, source, tag, comm, request))
+    ffi_boundary!("MPI_Irecv", c_int, mpicr_shim::face::api::MPI_Irecv(buf, count, datatype, source, tag, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Irecv_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Irecv_c", c_int, crate::face::api::MPI_Irecv_c(buf, count, datatype, source, tag, comm, request))
+    ffi_boundary!("MPI_Irecv_c", c_int, mpicr_shim::face::api::MPI_Irecv_c(buf, count, datatype, source, tag, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Irecv_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Irecv_c", c_int, crate::face::api::MPI_Irecv_c(buf, count, datatype, source, tag, comm, request))
+    ffi_boundary!("MPI_Irecv_c", c_int, mpicr_shim::face::api::MPI_Irecv_c(buf, count, datatype, source, tag, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ireduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ireduce", c_int, crate::face::gen::collectives::MPI_Ireduce(sendbuf, recvbuf, count, datatype, op, root, comm, request))
+    ffi_boundary!("MPI_Ireduce", c_int, mpicr_shim::face::gen::collectives::MPI_Ireduce(sendbuf, recvbuf, count, datatype, op, root, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ireduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ireduce", c_int, crate::face::gen::collectives::MPI_Ireduce(sendbuf, recvbuf, count, datatype, op, root, comm, request))
+    ffi_boundary!("MPI_Ireduce", c_int, mpicr_shim::face::gen::collectives::MPI_Ireduce(sendbuf, recvbuf, count, datatype, op, root, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ireduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ireduce_c", c_int, crate::face::gen::collectives::MPI_Ireduce_c(sendbuf, recvbuf, count, datatype, op, root, comm, request))
+    ffi_boundary!("MPI_Ireduce_c", c_int, mpicr_shim::face::gen::collectives::MPI_Ireduce_c(sendbuf, recvbuf, count, datatype, op, root, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ireduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ireduce_c", c_int, crate::face::gen::collectives::MPI_Ireduce_c(sendbuf, recvbuf, count, datatype, op, root, comm, request))
+    ffi_boundary!("MPI_Ireduce_c", c_int, mpicr_shim::face::gen::collectives::MPI_Ireduce_c(sendbuf, recvbuf, count, datatype, op, root, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ireduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ireduce_scatter", c_int, crate::face::gen::collectives::MPI_Ireduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm, request))
+    ffi_boundary!("MPI_Ireduce_scatter", c_int, mpicr_shim::face::gen::collectives::MPI_Ireduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ireduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ireduce_scatter", c_int, crate::face::gen::collectives::MPI_Ireduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm, request))
+    ffi_boundary!("MPI_Ireduce_scatter", c_int, mpicr_shim::face::gen::collectives::MPI_Ireduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ireduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ireduce_scatter_block", c_int, crate::face::gen::collectives::MPI_Ireduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm, request))
+    ffi_boundary!("MPI_Ireduce_scatter_block", c_int, mpicr_shim::face::gen::collectives::MPI_Ireduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ireduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ireduce_scatter_block", c_int, crate::face::gen::collectives::MPI_Ireduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm, request))
+    ffi_boundary!("MPI_Ireduce_scatter_block", c_int, mpicr_shim::face::gen::collectives::MPI_Ireduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ireduce_scatter_block_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ireduce_scatter_block_c", c_int, crate::face::gen::collectives::MPI_Ireduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm, request))
+    ffi_boundary!("MPI_Ireduce_scatter_block_c", c_int, mpicr_shim::face::gen::collectives::MPI_Ireduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ireduce_scatter_block_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ireduce_scatter_block_c", c_int, crate::face::gen::collectives::MPI_Ireduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm, request))
+    ffi_boundary!("MPI_Ireduce_scatter_block_c", c_int, mpicr_shim::face::gen::collectives::MPI_Ireduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ireduce_scatter_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ireduce_scatter_c", c_int, crate::face::gen::collectives::MPI_Ireduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, request))
+    ffi_boundary!("MPI_Ireduce_scatter_c", c_int, mpicr_shim::face::gen::collectives::MPI_Ireduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ireduce_scatter_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ireduce_scatter_c", c_int, crate::face::gen::collectives::MPI_Ireduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, request))
+    ffi_boundary!("MPI_Ireduce_scatter_c", c_int, mpicr_shim::face::gen::collectives::MPI_Ireduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Irsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Irsend", c_int, crate::face::api::MPI_Irsend(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Irsend", c_int, mpicr_shim::face::api::MPI_Irsend(buf, count, datatype, dest, tag, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Irsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Irsend", c_int, crate::face::api::MPI_Irsend(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Irsend", c_int, mpicr_shim::face::api::MPI_Irsend(buf, count, datatype, dest, tag, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Irsend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Irsend_c", c_int, crate::face::api::MPI_Irsend_c(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Irsend_c", c_int, mpicr_shim::face::api::MPI_Irsend_c(buf, count, datatype, dest, tag, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Irsend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Irsend_c", c_int, crate::face::api::MPI_Irsend_c(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Irsend_c", c_int, mpicr_shim::face::api::MPI_Irsend_c(buf, count, datatype, dest, tag, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Is_thread_main(flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Is_thread_main", c_int, crate::face::api::MPI_Is_thread_main(flag))
+    ffi_boundary!("MPI_Is_thread_main", c_int, mpicr_shim::face::api::MPI_Is_thread_main(flag))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Is_thread_main(flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Is_thread_main", c_int, crate::face::api::MPI_Is_thread_main(flag))
+    ffi_boundary!("MPI_Is_thread_main", c_int, mpicr_shim::face::api::MPI_Is_thread_main(flag))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iscan", c_int, crate::face::gen::collectives::MPI_Iscan(sendbuf, recvbuf, count, datatype, op, comm, request))
+    ffi_boundary!("MPI_Iscan", c_int, mpicr_shim::face::gen::collectives::MPI_Iscan(sendbuf, recvbuf, count, datatype, op, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iscan", c_int, crate::face::gen::collectives::MPI_Iscan(sendbuf, recvbuf, count, datatype, op, comm, request))
+    ffi_boundary!("MPI_Iscan", c_int, mpicr_shim::face::gen::collectives::MPI_Iscan(sendbuf, recvbuf, count, datatype, op, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iscan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iscan_c", c_int, crate::face::gen::collectives::MPI_Iscan_c(sendbuf, recvbuf, count, datatype, op, comm, request))
+    ffi_boundary!("MPI_Iscan_c", c_int, mpicr_shim::face::gen::collectives::MPI_Iscan_c(sendbuf, recvbuf, count, datatype, op, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iscan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iscan_c", c_int, crate::face::gen::collectives::MPI_Iscan_c(sendbuf, recvbuf, count, datatype, op, comm, request))
+    ffi_boundary!("MPI_Iscan_c", c_int, mpicr_shim::face::gen::collectives::MPI_Iscan_c(sendbuf, recvbuf, count, datatype, op, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iscatter(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iscatter", c_int, crate::face::gen::collectives::MPI_Iscatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request))
+    ffi_boundary!("MPI_Iscatter", c_int, mpicr_shim::face::gen::collectives::MPI_Iscatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iscatter(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iscatter", c_int, crate::face::gen::collectives::MPI_Iscatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request))
+    ffi_boundary!("MPI_Iscatter", c_int, mpicr_shim::face::gen::collectives::MPI_Iscatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iscatter_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iscatter_c", c_int, crate::face::gen::collectives::MPI_Iscatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request))
+    ffi_boundary!("MPI_Iscatter_c", c_int, mpicr_shim::face::gen::collectives::MPI_Iscatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iscatter_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iscatter_c", c_int, crate::face::gen::collectives::MPI_Iscatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request))
+    ffi_boundary!("MPI_Iscatter_c", c_int, mpicr_shim::face::gen::collectives::MPI_Iscatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iscatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iscatterv", c_int, crate::face::gen::collectives::MPI_Iscatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, request))
+    ffi_boundary!("MPI_Iscatterv", c_int, mpicr_shim::face::gen::collectives::MPI_Iscatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iscatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iscatterv", c_int, crate::face::gen::collectives::MPI_Iscatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, request))
+    ffi_boundary!("MPI_Iscatterv", c_int, mpicr_shim::face::gen::collectives::MPI_Iscatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iscatterv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, displs: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iscatterv_c", c_int, crate::face::gen::collectives::MPI_Iscatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, request))
+    ffi_boundary!("MPI_Iscatterv_c", c_int, mpicr_shim::face::gen::collectives::MPI_Iscatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iscatterv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, displs: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Iscatterv_c", c_int, crate::face::gen::collectives::MPI_Iscatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, request))
+    ffi_boundary!("MPI_Iscatterv_c", c_int, mpicr_shim::face::gen::collectives::MPI_Iscatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Isend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Isend", c_int, crate::face::api::MPI_Isend(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Isend", c_int, mpicr_shim::face::api::MPI_Isend(buf, count, datatype, dest, tag, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Isend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Isend", c_int, crate::face::api::MPI_Isend(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Isend", c_int, mpicr_shim::face::api::MPI_Isend(buf, count, datatype, dest, tag, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Isend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Isend_c", c_int, crate::face::api::MPI_Isend_c(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Isend_c", c_int, mpicr_shim::face::api::MPI_Isend_c(buf, count, datatype, dest, tag, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Isend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Isend_c", c_int, crate::face::api::MPI_Isend_c(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Isend_c", c_int, mpicr_shim::face::api::MPI_Isend_c(buf, count, datatype, dest, tag, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Isendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Isendrecv", c_int, crate::face::api::MPI_Isendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, request))
+    ffi_boundary!("MPI_Isendrecv", c_int, mpicr_shim::face::api::MPI_Isendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Isendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Isendrecv", c_int, crate::face::api::MPI_Isendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, request))
+    ffi_boundary!("MPI_Isendrecv", c_int, mpicr_shim::face::api::MPI_Isendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Isendrecv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Isendrecv_c", c_int, crate::face::api::MPI_Isendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, request))
+    ffi_boundary!("MPI_Isendrecv_c", c_int, mpicr_shim::face::api::MPI_Isendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Isendrecv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Isendrecv_c", c_int, crate::face::api::MPI_Isendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, request))
+    ffi_boundary!("MPI_Isendrecv_c", c_int, mpicr_shim::face::api::MPI_Isendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Isendrecv_replace(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Isendrecv_replace", c_int, crate::face::api::MPI_Isendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm, request))
+    ffi_boundary!("MPI_Isendrecv_replace", c_int, mpicr_shim::face::api::MPI_Isendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Isendrecv_replace(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Isendrecv_replace", c_int, crate::face::api::MPI_Isendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm, request))
+    ffi_boundary!("MPI_Isendrecv_replace", c_int, mpicr_shim::face::api::MPI_Isendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Isendrecv_replace_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Isendrecv_replace_c", c_int, crate::face::api::MPI_Isendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag, comm, request))
+    ffi_boundary!("MPI_Isendrecv_replace_c", c_int, mpicr_shim::face::api::MPI_Isendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Isendrecv_replace_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Isendrecv_replace_c", c_int, crate::face::api::MPI_Isendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag, comm, request))
+    ffi_boundary!("MPI_Isendrecv_replace_c", c_int, mpicr_shim::face::api::MPI_Isendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Issend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Issend", c_int, crate::face::api::MPI_Issend(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Issend", c_int, mpicr_shim::face::api::MPI_Issend(buf, count, datatype, dest, tag, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Issend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Issend", c_int, crate::face::api::MPI_Issend(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Issend", c_int, mpicr_shim::face::api::MPI_Issend(buf, count, datatype, dest, tag, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Issend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Issend_c", c_int, crate::face::api::MPI_Issend_c(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Issend_c", c_int, mpicr_shim::face::api::MPI_Issend_c(buf, count, datatype, dest, tag, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Issend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Issend_c", c_int, crate::face::api::MPI_Issend_c(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Issend_c", c_int, mpicr_shim::face::api::MPI_Issend_c(buf, count, datatype, dest, tag, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Keyval_create(copy_fn: *mut c_void, delete_fn: *mut c_void, keyval: *mut c_int, extra_state: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Keyval_create", c_int, crate::face::api::MPI_Keyval_create(copy_fn, delete_fn, keyval, extra_state))
+    ffi_boundary!("MPI_Keyval_create", c_int, mpicr_shim::face::api::MPI_Keyval_create(copy_fn, delete_fn, keyval, extra_state))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Keyval_create(copy_fn: *mut c_void, delete_fn: *mut c_void, keyval: *mut c_int, extra_state: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Keyval_create", c_int, crate::face::api::MPI_Keyval_create(copy_fn, delete_fn, keyval, extra_state))
+    ffi_boundary!("MPI_Keyval_create", c_int, mpicr_shim::face::api::MPI_Keyval_create(copy_fn, delete_fn, keyval, extra_state))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Keyval_free(keyval: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Keyval_free", c_int, crate::face::api::MPI_Keyval_free(keyval))
+    ffi_boundary!("MPI_Keyval_free", c_int, mpicr_shim::face::api::MPI_Keyval_free(keyval))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Keyval_free(keyval: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Keyval_free", c_int, crate::face::api::MPI_Keyval_free(keyval))
+    ffi_boundary!("MPI_Keyval_free", c_int, mpicr_shim::face::api::MPI_Keyval_free(keyval))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Lookup_name(service_name: *const c_char, info: MPI_Info, port_name: *mut c_char) -> c_int {
-    ffi_boundary!("MPI_Lookup_name", c_int, crate::face::gen::passthrough::MPI_Lookup_name(service_name, info, port_name))
+    ffi_boundary!("MPI_Lookup_name", c_int, mpicr_shim::face::gen::passthrough::MPI_Lookup_name(service_name, info, port_name))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Lookup_name(service_name: *const c_char, info: MPI_Info, port_name: *mut c_char) -> c_int {
-    ffi_boundary!("MPI_Lookup_name", c_int, crate::face::gen::passthrough::MPI_Lookup_name(service_name, info, port_name))
+    ffi_boundary!("MPI_Lookup_name", c_int, mpicr_shim::face::gen::passthrough::MPI_Lookup_name(service_name, info, port_name))
 }
 
 #[no_mangle]
@@ -3329,209 +3329,209 @@ pub unsafe extern "C" fn PMPI_Message_toint(message: MPI_Message) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Mprobe(source: c_int, tag: c_int, comm: MPI_Comm, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Mprobe", c_int, crate::face::api::MPI_Mprobe(source, tag, comm, message, status))
+    ffi_boundary!("MPI_Mprobe", c_int, mpicr_shim::face::api::MPI_Mprobe(source, tag, comm, message, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Mprobe(source: c_int, tag: c_int, comm: MPI_Comm, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Mprobe", c_int, crate::face::api::MPI_Mprobe(source, tag, comm, message, status))
+    ffi_boundary!("MPI_Mprobe", c_int, mpicr_shim::face::api::MPI_Mprobe(source, tag, comm, message, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Mrecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Mrecv", c_int, crate::face::api::MPI_Mrecv(buf, count, datatype, message, status))
+    ffi_boundary!("MPI_Mrecv", c_int, mpicr_shim::face::api::MPI_Mrecv(buf, count, datatype, message, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Mrecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Mrecv", c_int, crate::face::api::MPI_Mrecv(buf, count, datatype, message, status))
+    ffi_boundary!("MPI_Mrecv", c_int, mpicr_shim::face::api::MPI_Mrecv(buf, count, datatype, message, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Mrecv_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Mrecv_c", c_int, crate::face::api::MPI_Mrecv_c(buf, count, datatype, message, status))
+    ffi_boundary!("MPI_Mrecv_c", c_int, mpicr_shim::face::api::MPI_Mrecv_c(buf, count, datatype, message, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Mrecv_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Mrecv_c", c_int, crate::face::api::MPI_Mrecv_c(buf, count, datatype, message, status))
+    ffi_boundary!("MPI_Mrecv_c", c_int, mpicr_shim::face::api::MPI_Mrecv_c(buf, count, datatype, message, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Neighbor_allgather", c_int, crate::face::gen::collectives::MPI_Neighbor_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
+    ffi_boundary!("MPI_Neighbor_allgather", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Neighbor_allgather", c_int, crate::face::gen::collectives::MPI_Neighbor_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
+    ffi_boundary!("MPI_Neighbor_allgather", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_allgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Neighbor_allgather_c", c_int, crate::face::gen::collectives::MPI_Neighbor_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
+    ffi_boundary!("MPI_Neighbor_allgather_c", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_allgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Neighbor_allgather_c", c_int, crate::face::gen::collectives::MPI_Neighbor_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
+    ffi_boundary!("MPI_Neighbor_allgather_c", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_allgather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Neighbor_allgather_init", c_int, crate::face::gen::collectives::MPI_Neighbor_allgather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Neighbor_allgather_init", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_allgather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_allgather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Neighbor_allgather_init", c_int, crate::face::gen::collectives::MPI_Neighbor_allgather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Neighbor_allgather_init", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_allgather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_allgather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Neighbor_allgather_init_c", c_int, crate::face::gen::collectives::MPI_Neighbor_allgather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Neighbor_allgather_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_allgather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_allgather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Neighbor_allgather_init_c", c_int, crate::face::gen::collectives::MPI_Neighbor_allgather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Neighbor_allgather_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_allgather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Neighbor_allgatherv", c_int, crate::face::gen::collectives::MPI_Neighbor_allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm))
+    ffi_boundary!("MPI_Neighbor_allgatherv", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Neighbor_allgatherv", c_int, crate::face::gen::collectives::MPI_Neighbor_allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm))
+    ffi_boundary!("MPI_Neighbor_allgatherv", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_allgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Neighbor_allgatherv_c", c_int, crate::face::gen::collectives::MPI_Neighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm))
+    ffi_boundary!("MPI_Neighbor_allgatherv_c", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_allgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Neighbor_allgatherv_c", c_int, crate::face::gen::collectives::MPI_Neighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm))
+    ffi_boundary!("MPI_Neighbor_allgatherv_c", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Neighbor_allgatherv_init", c_int, crate::face::gen::collectives::MPI_Neighbor_allgatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Neighbor_allgatherv_init", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_allgatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Neighbor_allgatherv_init", c_int, crate::face::gen::collectives::MPI_Neighbor_allgatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Neighbor_allgatherv_init", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_allgatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_allgatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Neighbor_allgatherv_init_c", c_int, crate::face::gen::collectives::MPI_Neighbor_allgatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Neighbor_allgatherv_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_allgatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_allgatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Neighbor_allgatherv_init_c", c_int, crate::face::gen::collectives::MPI_Neighbor_allgatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Neighbor_allgatherv_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_allgatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Neighbor_alltoall", c_int, crate::face::gen::collectives::MPI_Neighbor_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
+    ffi_boundary!("MPI_Neighbor_alltoall", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Neighbor_alltoall", c_int, crate::face::gen::collectives::MPI_Neighbor_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
+    ffi_boundary!("MPI_Neighbor_alltoall", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Neighbor_alltoall_c", c_int, crate::face::gen::collectives::MPI_Neighbor_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
+    ffi_boundary!("MPI_Neighbor_alltoall_c", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Neighbor_alltoall_c", c_int, crate::face::gen::collectives::MPI_Neighbor_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
+    ffi_boundary!("MPI_Neighbor_alltoall_c", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Neighbor_alltoall_init", c_int, crate::face::gen::collectives::MPI_Neighbor_alltoall_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Neighbor_alltoall_init", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoall_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Neighbor_alltoall_init", c_int, crate::face::gen::collectives::MPI_Neighbor_alltoall_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Neighbor_alltoall_init", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoall_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoall_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Neighbor_alltoall_init_c", c_int, crate::face::gen::collectives::MPI_Neighbor_alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Neighbor_alltoall_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoall_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Neighbor_alltoall_init_c", c_int, crate::face::gen::collectives::MPI_Neighbor_alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Neighbor_alltoall_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Neighbor_alltoallv", c_int, crate::face::gen::collectives::MPI_Neighbor_alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm))
+    ffi_boundary!("MPI_Neighbor_alltoallv", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Neighbor_alltoallv", c_int, crate::face::gen::collectives::MPI_Neighbor_alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm))
+    ffi_boundary!("MPI_Neighbor_alltoallv", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Neighbor_alltoallv_c", c_int, crate::face::gen::collectives::MPI_Neighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm))
+    ffi_boundary!("MPI_Neighbor_alltoallv_c", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Neighbor_alltoallv_c", c_int, crate::face::gen::collectives::MPI_Neighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm))
+    ffi_boundary!("MPI_Neighbor_alltoallv_c", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Neighbor_alltoallv_init", c_int, crate::face::gen::collectives::MPI_Neighbor_alltoallv_init(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Neighbor_alltoallv_init", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoallv_init(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Neighbor_alltoallv_init", c_int, crate::face::gen::collectives::MPI_Neighbor_alltoallv_init(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Neighbor_alltoallv_init", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoallv_init(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoallv_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Neighbor_alltoallv_init_c", c_int, crate::face::gen::collectives::MPI_Neighbor_alltoallv_init_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Neighbor_alltoallv_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoallv_init_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoallv_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Neighbor_alltoallv_init_c", c_int, crate::face::gen::collectives::MPI_Neighbor_alltoallv_init_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request))
+    ffi_boundary!("MPI_Neighbor_alltoallv_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoallv_init_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Neighbor_alltoallw", c_int, crate::face::gen::collectives::MPI_Neighbor_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm))
+    ffi_boundary!("MPI_Neighbor_alltoallw", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Neighbor_alltoallw", c_int, crate::face::gen::collectives::MPI_Neighbor_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm))
+    ffi_boundary!("MPI_Neighbor_alltoallw", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Neighbor_alltoallw_c", c_int, crate::face::gen::collectives::MPI_Neighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm))
+    ffi_boundary!("MPI_Neighbor_alltoallw_c", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Neighbor_alltoallw_c", c_int, crate::face::gen::collectives::MPI_Neighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm))
+    ffi_boundary!("MPI_Neighbor_alltoallw_c", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Neighbor_alltoallw_init", c_int, crate::face::gen::collectives::MPI_Neighbor_alltoallw_init(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request))
+    ffi_boundary!("MPI_Neighbor_alltoallw_init", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoallw_init(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Neighbor_alltoallw_init", c_int, crate::face::gen::collectives::MPI_Neighbor_alltoallw_init(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request))
+    ffi_boundary!("MPI_Neighbor_alltoallw_init", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoallw_init(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoallw_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Neighbor_alltoallw_init_c", c_int, crate::face::gen::collectives::MPI_Neighbor_alltoallw_init_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request))
+    ffi_boundary!("MPI_Neighbor_alltoallw_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoallw_init_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoallw_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Neighbor_alltoallw_init_c", c_int, crate::face::gen::collectives::MPI_Neighbor_alltoallw_init_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request))
+    ffi_boundary!("MPI_Neighbor_alltoallw_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoallw_init_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request))
 }
 
 #[no_mangle]
@@ -3545,29 +3545,29 @@ pub unsafe extern "C" fn PMPI_Op_c2f(op: MPI_Op) -> MPI_Fint {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Op_commutative(op: MPI_Op, commute: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Op_commutative", c_int, crate::face::gen::passthrough::MPI_Op_commutative(op, commute))
+    ffi_boundary!("MPI_Op_commutative", c_int, mpicr_shim::face::gen::passthrough::MPI_Op_commutative(op, commute))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Op_commutative(op: MPI_Op, commute: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Op_commutative", c_int, crate::face::gen::passthrough::MPI_Op_commutative(op, commute))
+    ffi_boundary!("MPI_Op_commutative", c_int, mpicr_shim::face::gen::passthrough::MPI_Op_commutative(op, commute))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Op_create(user_fn: *mut c_void, commute: c_int, op: *mut MPI_Op) -> c_int {
-    ffi_boundary!("MPI_Op_create", c_int, crate::face::api::MPI_Op_create(user_fn, commute, op))
+    ffi_boundary!("MPI_Op_create", c_int, mpicr_shim::face::api::MPI_Op_create(user_fn, commute, op))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Op_create(user_fn: *mut c_void, commute: c_int, op: *mut MPI_Op) -> c_int {
-    ffi_boundary!("MPI_Op_create", c_int, crate::face::api::MPI_Op_create(user_fn, commute, op))
+    ffi_boundary!("MPI_Op_create", c_int, mpicr_shim::face::api::MPI_Op_create(user_fn, commute, op))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Op_create_c(user_fn: *mut c_void, commute: c_int, op: *mut MPI_Op) -> c_int {
-    ffi_boundary!("MPI_Op_create_c", c_int, crate::face::api::MPI_Op_create_c(user_fn, commute, op))
+    ffi_boundary!("MPI_Op_create_c", c_int, mpicr_shim::face::api::MPI_Op_create_c(user_fn, commute, op))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Op_create_c(user_fn: *mut c_void, commute: c_int, op: *mut MPI_Op) -> c_int {
-    ffi_boundary!("MPI_Op_create_c", c_int, crate::face::api::MPI_Op_create_c(user_fn, commute, op))
+    ffi_boundary!("MPI_Op_create_c", c_int, mpicr_shim::face::api::MPI_Op_create_c(user_fn, commute, op))
 }
 
 #[no_mangle]
@@ -3581,11 +3581,11 @@ pub unsafe extern "C" fn PMPI_Op_f2c(op: MPI_Fint) -> MPI_Op {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Op_free(op: *mut MPI_Op) -> c_int {
-    ffi_boundary!("MPI_Op_free", c_int, crate::face::api::MPI_Op_free(op))
+    ffi_boundary!("MPI_Op_free", c_int, mpicr_shim::face::api::MPI_Op_free(op))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Op_free(op: *mut MPI_Op) -> c_int {
-    ffi_boundary!("MPI_Op_free", c_int, crate::face::api::MPI_Op_free(op))
+    ffi_boundary!("MPI_Op_free", c_int, mpicr_shim::face::api::MPI_Op_free(op))
 }
 
 #[no_mangle]
@@ -3608,416 +3608,416 @@ pub unsafe extern "C" fn PMPI_Op_toint(op: MPI_Op) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Open_port(info: MPI_Info, port_name: *mut c_char) -> c_int {
-    ffi_boundary!("MPI_Open_port", c_int, crate::face::gen::passthrough::MPI_Open_port(info, port_name))
+    ffi_boundary!("MPI_Open_port", c_int, mpicr_shim::face::gen::passthrough::MPI_Open_port(info, port_name))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Open_port(info: MPI_Info, port_name: *mut c_char) -> c_int {
-    ffi_boundary!("MPI_Open_port", c_int, crate::face::gen::passthrough::MPI_Open_port(info, port_name))
+    ffi_boundary!("MPI_Open_port", c_int, mpicr_shim::face::gen::passthrough::MPI_Open_port(info, port_name))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pack(inbuf: *const c_void, incount: c_int, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: c_int, position: *mut c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Pack", c_int, crate::face::gen::passthrough::MPI_Pack(inbuf, incount, datatype, outbuf, outsize, position, comm))
+    ffi_boundary!("MPI_Pack", c_int, mpicr_shim::face::gen::passthrough::MPI_Pack(inbuf, incount, datatype, outbuf, outsize, position, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pack(inbuf: *const c_void, incount: c_int, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: c_int, position: *mut c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Pack", c_int, crate::face::gen::passthrough::MPI_Pack(inbuf, incount, datatype, outbuf, outsize, position, comm))
+    ffi_boundary!("MPI_Pack", c_int, mpicr_shim::face::gen::passthrough::MPI_Pack(inbuf, incount, datatype, outbuf, outsize, position, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pack_c(inbuf: *const c_void, incount: MPI_Count, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: MPI_Count, position: *mut MPI_Count, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Pack_c", c_int, crate::face::gen::passthrough::MPI_Pack_c(inbuf, incount, datatype, outbuf, outsize, position, comm))
+    ffi_boundary!("MPI_Pack_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Pack_c(inbuf, incount, datatype, outbuf, outsize, position, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pack_c(inbuf: *const c_void, incount: MPI_Count, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: MPI_Count, position: *mut MPI_Count, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Pack_c", c_int, crate::face::gen::passthrough::MPI_Pack_c(inbuf, incount, datatype, outbuf, outsize, position, comm))
+    ffi_boundary!("MPI_Pack_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Pack_c(inbuf, incount, datatype, outbuf, outsize, position, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pack_external(datarep: *const c_char, inbuf: *const c_void, incount: c_int, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: MPI_Aint, position: *mut MPI_Aint) -> c_int {
-    ffi_boundary!("MPI_Pack_external", c_int, crate::face::gen::passthrough::MPI_Pack_external(datarep, inbuf, incount, datatype, outbuf, outsize, position))
+    ffi_boundary!("MPI_Pack_external", c_int, mpicr_shim::face::gen::passthrough::MPI_Pack_external(datarep, inbuf, incount, datatype, outbuf, outsize, position))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pack_external(datarep: *const c_char, inbuf: *const c_void, incount: c_int, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: MPI_Aint, position: *mut MPI_Aint) -> c_int {
-    ffi_boundary!("MPI_Pack_external", c_int, crate::face::gen::passthrough::MPI_Pack_external(datarep, inbuf, incount, datatype, outbuf, outsize, position))
+    ffi_boundary!("MPI_Pack_external", c_int, mpicr_shim::face::gen::passthrough::MPI_Pack_external(datarep, inbuf, incount, datatype, outbuf, outsize, position))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pack_external_c(datarep: *const c_char, inbuf: *const c_void, incount: MPI_Count, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: MPI_Count, position: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Pack_external_c", c_int, crate::face::gen::passthrough::MPI_Pack_external_c(datarep, inbuf, incount, datatype, outbuf, outsize, position))
+    ffi_boundary!("MPI_Pack_external_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Pack_external_c(datarep, inbuf, incount, datatype, outbuf, outsize, position))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pack_external_c(datarep: *const c_char, inbuf: *const c_void, incount: MPI_Count, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: MPI_Count, position: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Pack_external_c", c_int, crate::face::gen::passthrough::MPI_Pack_external_c(datarep, inbuf, incount, datatype, outbuf, outsize, position))
+    ffi_boundary!("MPI_Pack_external_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Pack_external_c(datarep, inbuf, incount, datatype, outbuf, outsize, position))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pack_external_size(datarep: *const c_char, incount: c_int, datatype: MPI_Datatype, size: *mut MPI_Aint) -> c_int {
-    ffi_boundary!("MPI_Pack_external_size", c_int, crate::face::gen::passthrough::MPI_Pack_external_size(datarep, incount, datatype, size))
+    ffi_boundary!("MPI_Pack_external_size", c_int, mpicr_shim::face::gen::passthrough::MPI_Pack_external_size(datarep, incount, datatype, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pack_external_size(datarep: *const c_char, incount: c_int, datatype: MPI_Datatype, size: *mut MPI_Aint) -> c_int {
-    ffi_boundary!("MPI_Pack_external_size", c_int, crate::face::gen::passthrough::MPI_Pack_external_size(datarep, incount, datatype, size))
+    ffi_boundary!("MPI_Pack_external_size", c_int, mpicr_shim::face::gen::passthrough::MPI_Pack_external_size(datarep, incount, datatype, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pack_external_size_c(datarep: *const c_char, incount: MPI_Count, datatype: MPI_Datatype, size: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Pack_external_size_c", c_int, crate::face::gen::passthrough::MPI_Pack_external_size_c(datarep, incount, datatype, size))
+    ffi_boundary!("MPI_Pack_external_size_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Pack_external_size_c(datarep, incount, datatype, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pack_external_size_c(datarep: *const c_char, incount: MPI_Count, datatype: MPI_Datatype, size: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Pack_external_size_c", c_int, crate::face::gen::passthrough::MPI_Pack_external_size_c(datarep, incount, datatype, size))
+    ffi_boundary!("MPI_Pack_external_size_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Pack_external_size_c(datarep, incount, datatype, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pack_size(incount: c_int, datatype: MPI_Datatype, comm: MPI_Comm, size: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Pack_size", c_int, crate::face::gen::passthrough::MPI_Pack_size(incount, datatype, comm, size))
+    ffi_boundary!("MPI_Pack_size", c_int, mpicr_shim::face::gen::passthrough::MPI_Pack_size(incount, datatype, comm, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pack_size(incount: c_int, datatype: MPI_Datatype, comm: MPI_Comm, size: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Pack_size", c_int, crate::face::gen::passthrough::MPI_Pack_size(incount, datatype, comm, size))
+    ffi_boundary!("MPI_Pack_size", c_int, mpicr_shim::face::gen::passthrough::MPI_Pack_size(incount, datatype, comm, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pack_size_c(incount: MPI_Count, datatype: MPI_Datatype, comm: MPI_Comm, size: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Pack_size_c", c_int, crate::face::gen::passthrough::MPI_Pack_size_c(incount, datatype, comm, size))
+    ffi_boundary!("MPI_Pack_size_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Pack_size_c(incount, datatype, comm, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pack_size_c(incount: MPI_Count, datatype: MPI_Datatype, comm: MPI_Comm, size: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Pack_size_c", c_int, crate::face::gen::passthrough::MPI_Pack_size_c(incount, datatype, comm, size))
+    ffi_boundary!("MPI_Pack_size_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Pack_size_c(incount, datatype, comm, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Parrived(request: MPI_Request, partition: c_int, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Parrived", c_int, crate::face::api::MPI_Parrived(request, partition, flag))
+    ffi_boundary!("MPI_Parrived", c_int, mpicr_shim::face::api::MPI_Parrived(request, partition, flag))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Parrived(request: MPI_Request, partition: c_int, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Parrived", c_int, crate::face::api::MPI_Parrived(request, partition, flag))
+    ffi_boundary!("MPI_Parrived", c_int, mpicr_shim::face::api::MPI_Parrived(request, partition, flag))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pcontrol(level: c_int) -> c_int {
-    ffi_boundary!("MPI_Pcontrol", c_int, crate::face::gen::passthrough::MPI_Pcontrol(level))
+    ffi_boundary!("MPI_Pcontrol", c_int, mpicr_shim::face::gen::passthrough::MPI_Pcontrol(level))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pcontrol(level: c_int) -> c_int {
-    ffi_boundary!("MPI_Pcontrol", c_int, crate::face::gen::passthrough::MPI_Pcontrol(level))
+    ffi_boundary!("MPI_Pcontrol", c_int, mpicr_shim::face::gen::passthrough::MPI_Pcontrol(level))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pready(partition: c_int, request: MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Pready", c_int, crate::face::api::MPI_Pready(partition, request))
+    ffi_boundary!("MPI_Pready", c_int, mpicr_shim::face::api::MPI_Pready(partition, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pready(partition: c_int, request: MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Pready", c_int, crate::face::api::MPI_Pready(partition, request))
+    ffi_boundary!("MPI_Pready", c_int, mpicr_shim::face::api::MPI_Pready(partition, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pready_list(length: c_int, array_of_partitions: *mut c_int, request: MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Pready_list", c_int, crate::face::api::MPI_Pready_list(length, array_of_partitions, request))
+    ffi_boundary!("MPI_Pready_list", c_int, mpicr_shim::face::api::MPI_Pready_list(length, array_of_partitions, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pready_list(length: c_int, array_of_partitions: *mut c_int, request: MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Pready_list", c_int, crate::face::api::MPI_Pready_list(length, array_of_partitions, request))
+    ffi_boundary!("MPI_Pready_list", c_int, mpicr_shim::face::api::MPI_Pready_list(length, array_of_partitions, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pready_range(partition_low: c_int, partition_high: c_int, request: MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Pready_range", c_int, crate::face::api::MPI_Pready_range(partition_low, partition_high, request))
+    ffi_boundary!("MPI_Pready_range", c_int, mpicr_shim::face::api::MPI_Pready_range(partition_low, partition_high, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pready_range(partition_low: c_int, partition_high: c_int, request: MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Pready_range", c_int, crate::face::api::MPI_Pready_range(partition_low, partition_high, request))
+    ffi_boundary!("MPI_Pready_range", c_int, mpicr_shim::face::api::MPI_Pready_range(partition_low, partition_high, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Precv_init(buf: *mut c_void, partitions: c_int, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Precv_init", c_int, crate::face::api::MPI_Precv_init(buf, partitions, count, datatype, dest, tag, comm, info, request))
+    ffi_boundary!("MPI_Precv_init", c_int, mpicr_shim::face::api::MPI_Precv_init(buf, partitions, count, datatype, dest, tag, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Precv_init(buf: *mut c_void, partitions: c_int, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Precv_init", c_int, crate::face::api::MPI_Precv_init(buf, partitions, count, datatype, dest, tag, comm, info, request))
+    ffi_boundary!("MPI_Precv_init", c_int, mpicr_shim::face::api::MPI_Precv_init(buf, partitions, count, datatype, dest, tag, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Probe(source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Probe", c_int, crate::face::api::MPI_Probe(source, tag, comm, status))
+    ffi_boundary!("MPI_Probe", c_int, mpicr_shim::face::api::MPI_Probe(source, tag, comm, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Probe(source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Probe", c_int, crate::face::api::MPI_Probe(source, tag, comm, status))
+    ffi_boundary!("MPI_Probe", c_int, mpicr_shim::face::api::MPI_Probe(source, tag, comm, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Psend_init(buf: *const c_void, partitions: c_int, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Psend_init", c_int, crate::face::api::MPI_Psend_init(buf, partitions, count, datatype, dest, tag, comm, info, request))
+    ffi_boundary!("MPI_Psend_init", c_int, mpicr_shim::face::api::MPI_Psend_init(buf, partitions, count, datatype, dest, tag, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Psend_init(buf: *const c_void, partitions: c_int, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Psend_init", c_int, crate::face::api::MPI_Psend_init(buf, partitions, count, datatype, dest, tag, comm, info, request))
+    ffi_boundary!("MPI_Psend_init", c_int, mpicr_shim::face::api::MPI_Psend_init(buf, partitions, count, datatype, dest, tag, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Publish_name(service_name: *const c_char, info: MPI_Info, port_name: *const c_char) -> c_int {
-    ffi_boundary!("MPI_Publish_name", c_int, crate::face::gen::passthrough::MPI_Publish_name(service_name, info, port_name))
+    ffi_boundary!("MPI_Publish_name", c_int, mpicr_shim::face::gen::passthrough::MPI_Publish_name(service_name, info, port_name))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Publish_name(service_name: *const c_char, info: MPI_Info, port_name: *const c_char) -> c_int {
-    ffi_boundary!("MPI_Publish_name", c_int, crate::face::gen::passthrough::MPI_Publish_name(service_name, info, port_name))
+    ffi_boundary!("MPI_Publish_name", c_int, mpicr_shim::face::gen::passthrough::MPI_Publish_name(service_name, info, port_name))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Put(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Put", c_int, crate::face::gen::passthrough::MPI_Put(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win))
+    ffi_boundary!("MPI_Put", c_int, mpicr_shim::face::gen::passthrough::MPI_Put(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Put(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Put", c_int, crate::face::gen::passthrough::MPI_Put(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win))
+    ffi_boundary!("MPI_Put", c_int, mpicr_shim::face::gen::passthrough::MPI_Put(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Put_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Put_c", c_int, crate::face::gen::passthrough::MPI_Put_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win))
+    ffi_boundary!("MPI_Put_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Put_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Put_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Put_c", c_int, crate::face::gen::passthrough::MPI_Put_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win))
+    ffi_boundary!("MPI_Put_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Put_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Query_thread(provided: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Query_thread", c_int, crate::face::api::MPI_Query_thread(provided))
+    ffi_boundary!("MPI_Query_thread", c_int, mpicr_shim::face::api::MPI_Query_thread(provided))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Query_thread(provided: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Query_thread", c_int, crate::face::api::MPI_Query_thread(provided))
+    ffi_boundary!("MPI_Query_thread", c_int, mpicr_shim::face::api::MPI_Query_thread(provided))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Raccumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Raccumulate", c_int, crate::face::api::MPI_Raccumulate(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, op, win, request))
+    ffi_boundary!("MPI_Raccumulate", c_int, mpicr_shim::face::api::MPI_Raccumulate(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, op, win, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Raccumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Raccumulate", c_int, crate::face::api::MPI_Raccumulate(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, op, win, request))
+    ffi_boundary!("MPI_Raccumulate", c_int, mpicr_shim::face::api::MPI_Raccumulate(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, op, win, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Raccumulate_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Raccumulate_c", c_int, crate::face::api::MPI_Raccumulate_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, op, win, request))
+    ffi_boundary!("MPI_Raccumulate_c", c_int, mpicr_shim::face::api::MPI_Raccumulate_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, op, win, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Raccumulate_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Raccumulate_c", c_int, crate::face::api::MPI_Raccumulate_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, op, win, request))
+    ffi_boundary!("MPI_Raccumulate_c", c_int, mpicr_shim::face::api::MPI_Raccumulate_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, op, win, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Recv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Recv", c_int, crate::face::api::MPI_Recv(buf, count, datatype, source, tag, comm, status))
+    ffi_boundary!("MPI_Recv", c_int, mpicr_shim::face::api::MPI_Recv(buf, count, datatype, source, tag, comm, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Recv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Recv", c_int, crate::face::api::MPI_Recv(buf, count, datatype, source, tag, comm, status))
+    ffi_boundary!("MPI_Recv", c_int, mpicr_shim::face::api::MPI_Recv(buf, count, datatype, source, tag, comm, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Recv_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Recv_c", c_int, crate::face::api::MPI_Recv_c(buf, count, datatype, source, tag, comm, status))
+    ffi_boundary!("MPI_Recv_c", c_int, mpicr_shim::face::api::MPI_Recv_c(buf, count, datatype, source, tag, comm, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Recv_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Recv_c", c_int, crate::face::api::MPI_Recv_c(buf, count, datatype, source, tag, comm, status))
+    ffi_boundary!("MPI_Recv_c", c_int, mpicr_shim::face::api::MPI_Recv_c(buf, count, datatype, source, tag, comm, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Recv_init(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Recv_init", c_int, crate::face::api::MPI_Recv_init(buf, count, datatype, source, tag, comm, request))
+    ffi_boundary!("MPI_Recv_init", c_int, mpicr_shim::face::api::MPI_Recv_init(buf, count, datatype, source, tag, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Recv_init(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Recv_init", c_int, crate::face::api::MPI_Recv_init(buf, count, datatype, source, tag, comm, request))
+    ffi_boundary!("MPI_Recv_init", c_int, mpicr_shim::face::api::MPI_Recv_init(buf, count, datatype, source, tag, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Recv_init_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Recv_init_c", c_int, crate::face::api::MPI_Recv_init_c(buf, count, datatype, source, tag, comm, request))
+    ffi_boundary!("MPI_Recv_init_c", c_int, mpicr_shim::face::api::MPI_Recv_init_c(buf, count, datatype, source, tag, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Recv_init_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Recv_init_c", c_int, crate::face::api::MPI_Recv_init_c(buf, count, datatype, source, tag, comm, request))
+    ffi_boundary!("MPI_Recv_init_c", c_int, mpicr_shim::face::api::MPI_Recv_init_c(buf, count, datatype, source, tag, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Reduce", c_int, crate::face::gen::collectives::MPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm))
+    ffi_boundary!("MPI_Reduce", c_int, mpicr_shim::face::gen::collectives::MPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Reduce", c_int, crate::face::gen::collectives::MPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm))
+    ffi_boundary!("MPI_Reduce", c_int, mpicr_shim::face::gen::collectives::MPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Reduce_c", c_int, crate::face::gen::collectives::MPI_Reduce_c(sendbuf, recvbuf, count, datatype, op, root, comm))
+    ffi_boundary!("MPI_Reduce_c", c_int, mpicr_shim::face::gen::collectives::MPI_Reduce_c(sendbuf, recvbuf, count, datatype, op, root, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Reduce_c", c_int, crate::face::gen::collectives::MPI_Reduce_c(sendbuf, recvbuf, count, datatype, op, root, comm))
+    ffi_boundary!("MPI_Reduce_c", c_int, mpicr_shim::face::gen::collectives::MPI_Reduce_c(sendbuf, recvbuf, count, datatype, op, root, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Reduce_init", c_int, crate::face::gen::collectives::MPI_Reduce_init(sendbuf, recvbuf, count, datatype, op, root, comm, info, request))
+    ffi_boundary!("MPI_Reduce_init", c_int, mpicr_shim::face::gen::collectives::MPI_Reduce_init(sendbuf, recvbuf, count, datatype, op, root, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Reduce_init", c_int, crate::face::gen::collectives::MPI_Reduce_init(sendbuf, recvbuf, count, datatype, op, root, comm, info, request))
+    ffi_boundary!("MPI_Reduce_init", c_int, mpicr_shim::face::gen::collectives::MPI_Reduce_init(sendbuf, recvbuf, count, datatype, op, root, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Reduce_init_c", c_int, crate::face::gen::collectives::MPI_Reduce_init_c(sendbuf, recvbuf, count, datatype, op, root, comm, info, request))
+    ffi_boundary!("MPI_Reduce_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Reduce_init_c(sendbuf, recvbuf, count, datatype, op, root, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Reduce_init_c", c_int, crate::face::gen::collectives::MPI_Reduce_init_c(sendbuf, recvbuf, count, datatype, op, root, comm, info, request))
+    ffi_boundary!("MPI_Reduce_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Reduce_init_c(sendbuf, recvbuf, count, datatype, op, root, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op) -> c_int {
-    ffi_boundary!("MPI_Reduce_local", c_int, crate::face::gen::passthrough::MPI_Reduce_local(inbuf, inoutbuf, count, datatype, op))
+    ffi_boundary!("MPI_Reduce_local", c_int, mpicr_shim::face::gen::passthrough::MPI_Reduce_local(inbuf, inoutbuf, count, datatype, op))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op) -> c_int {
-    ffi_boundary!("MPI_Reduce_local", c_int, crate::face::gen::passthrough::MPI_Reduce_local(inbuf, inoutbuf, count, datatype, op))
+    ffi_boundary!("MPI_Reduce_local", c_int, mpicr_shim::face::gen::passthrough::MPI_Reduce_local(inbuf, inoutbuf, count, datatype, op))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_local_c(inbuf: *const c_void, inoutbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op) -> c_int {
-    ffi_boundary!("MPI_Reduce_local_c", c_int, crate::face::gen::passthrough::MPI_Reduce_local_c(inbuf, inoutbuf, count, datatype, op))
+    ffi_boundary!("MPI_Reduce_local_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Reduce_local_c(inbuf, inoutbuf, count, datatype, op))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce_local_c(inbuf: *const c_void, inoutbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op) -> c_int {
-    ffi_boundary!("MPI_Reduce_local_c", c_int, crate::face::gen::passthrough::MPI_Reduce_local_c(inbuf, inoutbuf, count, datatype, op))
+    ffi_boundary!("MPI_Reduce_local_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Reduce_local_c(inbuf, inoutbuf, count, datatype, op))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Reduce_scatter", c_int, crate::face::gen::collectives::MPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm))
+    ffi_boundary!("MPI_Reduce_scatter", c_int, mpicr_shim::face::gen::collectives::MPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Reduce_scatter", c_int, crate::face::gen::collectives::MPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm))
+    ffi_boundary!("MPI_Reduce_scatter", c_int, mpicr_shim::face::gen::collectives::MPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Reduce_scatter_block", c_int, crate::face::gen::collectives::MPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm))
+    ffi_boundary!("MPI_Reduce_scatter_block", c_int, mpicr_shim::face::gen::collectives::MPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Reduce_scatter_block", c_int, crate::face::gen::collectives::MPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm))
+    ffi_boundary!("MPI_Reduce_scatter_block", c_int, mpicr_shim::face::gen::collectives::MPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_scatter_block_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Reduce_scatter_block_c", c_int, crate::face::gen::collectives::MPI_Reduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm))
+    ffi_boundary!("MPI_Reduce_scatter_block_c", c_int, mpicr_shim::face::gen::collectives::MPI_Reduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce_scatter_block_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Reduce_scatter_block_c", c_int, crate::face::gen::collectives::MPI_Reduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm))
+    ffi_boundary!("MPI_Reduce_scatter_block_c", c_int, mpicr_shim::face::gen::collectives::MPI_Reduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_scatter_block_init(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Reduce_scatter_block_init", c_int, crate::face::gen::collectives::MPI_Reduce_scatter_block_init(sendbuf, recvbuf, recvcount, datatype, op, comm, info, request))
+    ffi_boundary!("MPI_Reduce_scatter_block_init", c_int, mpicr_shim::face::gen::collectives::MPI_Reduce_scatter_block_init(sendbuf, recvbuf, recvcount, datatype, op, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce_scatter_block_init(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Reduce_scatter_block_init", c_int, crate::face::gen::collectives::MPI_Reduce_scatter_block_init(sendbuf, recvbuf, recvcount, datatype, op, comm, info, request))
+    ffi_boundary!("MPI_Reduce_scatter_block_init", c_int, mpicr_shim::face::gen::collectives::MPI_Reduce_scatter_block_init(sendbuf, recvbuf, recvcount, datatype, op, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_scatter_block_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Reduce_scatter_block_init_c", c_int, crate::face::gen::collectives::MPI_Reduce_scatter_block_init_c(sendbuf, recvbuf, recvcount, datatype, op, comm, info, request))
+    ffi_boundary!("MPI_Reduce_scatter_block_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Reduce_scatter_block_init_c(sendbuf, recvbuf, recvcount, datatype, op, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce_scatter_block_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Reduce_scatter_block_init_c", c_int, crate::face::gen::collectives::MPI_Reduce_scatter_block_init_c(sendbuf, recvbuf, recvcount, datatype, op, comm, info, request))
+    ffi_boundary!("MPI_Reduce_scatter_block_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Reduce_scatter_block_init_c(sendbuf, recvbuf, recvcount, datatype, op, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_scatter_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Reduce_scatter_c", c_int, crate::face::gen::collectives::MPI_Reduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm))
+    ffi_boundary!("MPI_Reduce_scatter_c", c_int, mpicr_shim::face::gen::collectives::MPI_Reduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce_scatter_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Reduce_scatter_c", c_int, crate::face::gen::collectives::MPI_Reduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm))
+    ffi_boundary!("MPI_Reduce_scatter_c", c_int, mpicr_shim::face::gen::collectives::MPI_Reduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_scatter_init(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Reduce_scatter_init", c_int, crate::face::gen::collectives::MPI_Reduce_scatter_init(sendbuf, recvbuf, recvcounts, datatype, op, comm, info, request))
+    ffi_boundary!("MPI_Reduce_scatter_init", c_int, mpicr_shim::face::gen::collectives::MPI_Reduce_scatter_init(sendbuf, recvbuf, recvcounts, datatype, op, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce_scatter_init(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Reduce_scatter_init", c_int, crate::face::gen::collectives::MPI_Reduce_scatter_init(sendbuf, recvbuf, recvcounts, datatype, op, comm, info, request))
+    ffi_boundary!("MPI_Reduce_scatter_init", c_int, mpicr_shim::face::gen::collectives::MPI_Reduce_scatter_init(sendbuf, recvbuf, recvcounts, datatype, op, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_scatter_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Reduce_scatter_init_c", c_int, crate::face::gen::collectives::MPI_Reduce_scatter_init_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, info, request))
+    ffi_boundary!("MPI_Reduce_scatter_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Reduce_scatter_init_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce_scatter_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Reduce_scatter_init_c", c_int, crate::face::gen::collectives::MPI_Reduce_scatter_init_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, info, request))
+    ffi_boundary!("MPI_Reduce_scatter_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Reduce_scatter_init_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Register_datarep(datarep: *const c_char, read_conversion_fn: *mut c_void, write_conversion_fn: *mut c_void, dtype_file_extent_fn: *mut c_void, extra_state: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Register_datarep", c_int, crate::face::api::MPI_Register_datarep(datarep, read_conversion_fn, write_conversion_fn, dtype_file_extent_fn, extra_state))
+    ffi_boundary!("MPI_Register_datarep", c_int, mpicr_shim::face::api::MPI_Register_datarep(datarep, read_conversion_fn, write_conversion_fn, dtype_file_extent_fn, extra_state))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Register_datarep(datarep: *const c_char, read_conversion_fn: *mut c_void, write_conversion_fn: *mut c_void, dtype_file_extent_fn: *mut c_void, extra_state: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Register_datarep", c_int, crate::face::api::MPI_Register_datarep(datarep, read_conversion_fn, write_conversion_fn, dtype_file_extent_fn, extra_state))
+    ffi_boundary!("MPI_Register_datarep", c_int, mpicr_shim::face::api::MPI_Register_datarep(datarep, read_conversion_fn, write_conversion_fn, dtype_file_extent_fn, extra_state))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Register_datarep_c(datarep: *const c_char, read_conversion_fn: *mut c_void, write_conversion_fn: *mut c_void, dtype_file_extent_fn: *mut c_void, extra_state: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Register_datarep_c", c_int, crate::face::api::MPI_Register_datarep_c(datarep, read_conversion_fn, write_conversion_fn, dtype_file_extent_fn, extra_state))
+    ffi_boundary!("MPI_Register_datarep_c", c_int, mpicr_shim::face::api::MPI_Register_datarep_c(datarep, read_conversion_fn, write_conversion_fn, dtype_file_extent_fn, extra_state))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Register_datarep_c(datarep: *const c_char, read_conversion_fn: *mut c_void, write_conversion_fn: *mut c_void, dtype_file_extent_fn: *mut c_void, extra_state: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Register_datarep_c", c_int, crate::face::api::MPI_Register_datarep_c(datarep, read_conversion_fn, write_conversion_fn, dtype_file_extent_fn, extra_state))
+    ffi_boundary!("MPI_Register_datarep_c", c_int, mpicr_shim::face::api::MPI_Register_datarep_c(datarep, read_conversion_fn, write_conversion_fn, dtype_file_extent_fn, extra_state))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Remove_error_class(errorclass: c_int) -> c_int {
-    ffi_boundary!("MPI_Remove_error_class", c_int, crate::face::gen::passthrough::MPI_Remove_error_class(errorclass))
+    ffi_boundary!("MPI_Remove_error_class", c_int, mpicr_shim::face::gen::passthrough::MPI_Remove_error_class(errorclass))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Remove_error_class(errorclass: c_int) -> c_int {
-    ffi_boundary!("MPI_Remove_error_class", c_int, crate::face::gen::passthrough::MPI_Remove_error_class(errorclass))
+    ffi_boundary!("MPI_Remove_error_class", c_int, mpicr_shim::face::gen::passthrough::MPI_Remove_error_class(errorclass))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Remove_error_code(errorcode: c_int) -> c_int {
-    ffi_boundary!("MPI_Remove_error_code", c_int, crate::face::gen::passthrough::MPI_Remove_error_code(errorcode))
+    ffi_boundary!("MPI_Remove_error_code", c_int, mpicr_shim::face::gen::passthrough::MPI_Remove_error_code(errorcode))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Remove_error_code(errorcode: c_int) -> c_int {
-    ffi_boundary!("MPI_Remove_error_code", c_int, crate::face::gen::passthrough::MPI_Remove_error_code(errorcode))
+    ffi_boundary!("MPI_Remove_error_code", c_int, mpicr_shim::face::gen::passthrough::MPI_Remove_error_code(errorcode))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Remove_error_string(errorcode: c_int) -> c_int {
-    ffi_boundary!("MPI_Remove_error_string", c_int, crate::face::gen::passthrough::MPI_Remove_error_string(errorcode))
+    ffi_boundary!("MPI_Remove_error_string", c_int, mpicr_shim::face::gen::passthrough::MPI_Remove_error_string(errorcode))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Remove_error_string(errorcode: c_int) -> c_int {
-    ffi_boundary!("MPI_Remove_error_string", c_int, crate::face::gen::passthrough::MPI_Remove_error_string(errorcode))
+    ffi_boundary!("MPI_Remove_error_string", c_int, mpicr_shim::face::gen::passthrough::MPI_Remove_error_string(errorcode))
 }
 
 #[no_mangle]
@@ -4040,11 +4040,11 @@ pub unsafe extern "C" fn PMPI_Request_f2c(request: MPI_Fint) -> MPI_Request {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Request_free", c_int, crate::face::api::MPI_Request_free(request))
+    ffi_boundary!("MPI_Request_free", c_int, mpicr_shim::face::api::MPI_Request_free(request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Request_free(request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Request_free", c_int, crate::face::api::MPI_Request_free(request))
+    ffi_boundary!("MPI_Request_free", c_int, mpicr_shim::face::api::MPI_Request_free(request))
 }
 
 #[no_mangle]
@@ -4058,38 +4058,38 @@ pub unsafe extern "C" fn PMPI_Request_fromint(request: c_int) -> MPI_Request {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Request_get_status(request: MPI_Request, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Request_get_status", c_int, crate::face::api::MPI_Request_get_status(request, flag, status))
+    ffi_boundary!("MPI_Request_get_status", c_int, mpicr_shim::face::api::MPI_Request_get_status(request, flag, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Request_get_status(request: MPI_Request, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Request_get_status", c_int, crate::face::api::MPI_Request_get_status(request, flag, status))
+    ffi_boundary!("MPI_Request_get_status", c_int, mpicr_shim::face::api::MPI_Request_get_status(request, flag, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Request_get_status_all(count: c_int, array_of_requests: *const MPI_Request, flag: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Request_get_status_all", c_int, crate::face::api::MPI_Request_get_status_all(count, array_of_requests, flag, array_of_statuses))
+    ffi_boundary!("MPI_Request_get_status_all", c_int, mpicr_shim::face::api::MPI_Request_get_status_all(count, array_of_requests, flag, array_of_statuses))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Request_get_status_all(count: c_int, array_of_requests: *const MPI_Request, flag: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Request_get_status_all", c_int, crate::face::api::MPI_Request_get_status_all(count, array_of_requests, flag, array_of_statuses))
+    ffi_boundary!("MPI_Request_get_status_all", c_int, mpicr_shim::face::api::MPI_Request_get_status_all(count, array_of_requests, flag, array_of_statuses))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Request_get_status_any(count: c_int, array_of_requests: *const MPI_Request, indx: *mut c_int, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Request_get_status_any", c_int, crate::face::api::MPI_Request_get_status_any(count, array_of_requests, indx, flag, status))
+    ffi_boundary!("MPI_Request_get_status_any", c_int, mpicr_shim::face::api::MPI_Request_get_status_any(count, array_of_requests, indx, flag, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Request_get_status_any(count: c_int, array_of_requests: *const MPI_Request, indx: *mut c_int, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Request_get_status_any", c_int, crate::face::api::MPI_Request_get_status_any(count, array_of_requests, indx, flag, status))
+    ffi_boundary!("MPI_Request_get_status_any", c_int, mpicr_shim::face::api::MPI_Request_get_status_any(count, array_of_requests, indx, flag, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Request_get_status_some(incount: c_int, array_of_requests: *const MPI_Request, outcount: *mut c_int, array_of_indices: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Request_get_status_some", c_int, crate::face::api::MPI_Request_get_status_some(incount, array_of_requests, outcount, array_of_indices, array_of_statuses))
+    ffi_boundary!("MPI_Request_get_status_some", c_int, mpicr_shim::face::api::MPI_Request_get_status_some(incount, array_of_requests, outcount, array_of_indices, array_of_statuses))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Request_get_status_some(incount: c_int, array_of_requests: *const MPI_Request, outcount: *mut c_int, array_of_indices: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Request_get_status_some", c_int, crate::face::api::MPI_Request_get_status_some(incount, array_of_requests, outcount, array_of_indices, array_of_statuses))
+    ffi_boundary!("MPI_Request_get_status_some", c_int, mpicr_shim::face::api::MPI_Request_get_status_some(incount, array_of_requests, outcount, array_of_indices, array_of_statuses))
 }
 
 #[no_mangle]
@@ -4103,290 +4103,290 @@ pub unsafe extern "C" fn PMPI_Request_toint(request: MPI_Request) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Rget(origin_addr: *mut c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Rget", c_int, crate::face::api::MPI_Rget(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win, request))
+    ffi_boundary!("MPI_Rget", c_int, mpicr_shim::face::api::MPI_Rget(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Rget(origin_addr: *mut c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Rget", c_int, crate::face::api::MPI_Rget(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win, request))
+    ffi_boundary!("MPI_Rget", c_int, mpicr_shim::face::api::MPI_Rget(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Rget_accumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, result_addr: *mut c_void, result_count: c_int, result_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Rget_accumulate", c_int, crate::face::api::MPI_Rget_accumulate(origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, op, win, request))
+    ffi_boundary!("MPI_Rget_accumulate", c_int, mpicr_shim::face::api::MPI_Rget_accumulate(origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, op, win, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Rget_accumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, result_addr: *mut c_void, result_count: c_int, result_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Rget_accumulate", c_int, crate::face::api::MPI_Rget_accumulate(origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, op, win, request))
+    ffi_boundary!("MPI_Rget_accumulate", c_int, mpicr_shim::face::api::MPI_Rget_accumulate(origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, op, win, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Rget_accumulate_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, result_addr: *mut c_void, result_count: MPI_Count, result_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Rget_accumulate_c", c_int, crate::face::api::MPI_Rget_accumulate_c(origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, op, win, request))
+    ffi_boundary!("MPI_Rget_accumulate_c", c_int, mpicr_shim::face::api::MPI_Rget_accumulate_c(origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, op, win, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Rget_accumulate_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, result_addr: *mut c_void, result_count: MPI_Count, result_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Rget_accumulate_c", c_int, crate::face::api::MPI_Rget_accumulate_c(origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, op, win, request))
+    ffi_boundary!("MPI_Rget_accumulate_c", c_int, mpicr_shim::face::api::MPI_Rget_accumulate_c(origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, op, win, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Rget_c(origin_addr: *mut c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Rget_c", c_int, crate::face::api::MPI_Rget_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win, request))
+    ffi_boundary!("MPI_Rget_c", c_int, mpicr_shim::face::api::MPI_Rget_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Rget_c(origin_addr: *mut c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Rget_c", c_int, crate::face::api::MPI_Rget_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win, request))
+    ffi_boundary!("MPI_Rget_c", c_int, mpicr_shim::face::api::MPI_Rget_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Rput(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Rput", c_int, crate::face::api::MPI_Rput(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win, request))
+    ffi_boundary!("MPI_Rput", c_int, mpicr_shim::face::api::MPI_Rput(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Rput(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Rput", c_int, crate::face::api::MPI_Rput(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win, request))
+    ffi_boundary!("MPI_Rput", c_int, mpicr_shim::face::api::MPI_Rput(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Rput_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Rput_c", c_int, crate::face::api::MPI_Rput_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win, request))
+    ffi_boundary!("MPI_Rput_c", c_int, mpicr_shim::face::api::MPI_Rput_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Rput_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Rput_c", c_int, crate::face::api::MPI_Rput_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win, request))
+    ffi_boundary!("MPI_Rput_c", c_int, mpicr_shim::face::api::MPI_Rput_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Rsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Rsend", c_int, crate::face::api::MPI_Rsend(buf, count, datatype, dest, tag, comm))
+    ffi_boundary!("MPI_Rsend", c_int, mpicr_shim::face::api::MPI_Rsend(buf, count, datatype, dest, tag, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Rsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Rsend", c_int, crate::face::api::MPI_Rsend(buf, count, datatype, dest, tag, comm))
+    ffi_boundary!("MPI_Rsend", c_int, mpicr_shim::face::api::MPI_Rsend(buf, count, datatype, dest, tag, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Rsend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Rsend_c", c_int, crate::face::api::MPI_Rsend_c(buf, count, datatype, dest, tag, comm))
+    ffi_boundary!("MPI_Rsend_c", c_int, mpicr_shim::face::api::MPI_Rsend_c(buf, count, datatype, dest, tag, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Rsend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Rsend_c", c_int, crate::face::api::MPI_Rsend_c(buf, count, datatype, dest, tag, comm))
+    ffi_boundary!("MPI_Rsend_c", c_int, mpicr_shim::face::api::MPI_Rsend_c(buf, count, datatype, dest, tag, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Rsend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Rsend_init", c_int, crate::face::api::MPI_Rsend_init(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Rsend_init", c_int, mpicr_shim::face::api::MPI_Rsend_init(buf, count, datatype, dest, tag, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Rsend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Rsend_init", c_int, crate::face::api::MPI_Rsend_init(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Rsend_init", c_int, mpicr_shim::face::api::MPI_Rsend_init(buf, count, datatype, dest, tag, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Rsend_init_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Rsend_init_c", c_int, crate::face::api::MPI_Rsend_init_c(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Rsend_init_c", c_int, mpicr_shim::face::api::MPI_Rsend_init_c(buf, count, datatype, dest, tag, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Rsend_init_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Rsend_init_c", c_int, crate::face::api::MPI_Rsend_init_c(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Rsend_init_c", c_int, mpicr_shim::face::api::MPI_Rsend_init_c(buf, count, datatype, dest, tag, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Scan", c_int, crate::face::gen::collectives::MPI_Scan(sendbuf, recvbuf, count, datatype, op, comm))
+    ffi_boundary!("MPI_Scan", c_int, mpicr_shim::face::gen::collectives::MPI_Scan(sendbuf, recvbuf, count, datatype, op, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Scan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Scan", c_int, crate::face::gen::collectives::MPI_Scan(sendbuf, recvbuf, count, datatype, op, comm))
+    ffi_boundary!("MPI_Scan", c_int, mpicr_shim::face::gen::collectives::MPI_Scan(sendbuf, recvbuf, count, datatype, op, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Scan_c", c_int, crate::face::gen::collectives::MPI_Scan_c(sendbuf, recvbuf, count, datatype, op, comm))
+    ffi_boundary!("MPI_Scan_c", c_int, mpicr_shim::face::gen::collectives::MPI_Scan_c(sendbuf, recvbuf, count, datatype, op, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Scan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Scan_c", c_int, crate::face::gen::collectives::MPI_Scan_c(sendbuf, recvbuf, count, datatype, op, comm))
+    ffi_boundary!("MPI_Scan_c", c_int, mpicr_shim::face::gen::collectives::MPI_Scan_c(sendbuf, recvbuf, count, datatype, op, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Scan_init", c_int, crate::face::gen::collectives::MPI_Scan_init(sendbuf, recvbuf, count, datatype, op, comm, info, request))
+    ffi_boundary!("MPI_Scan_init", c_int, mpicr_shim::face::gen::collectives::MPI_Scan_init(sendbuf, recvbuf, count, datatype, op, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Scan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Scan_init", c_int, crate::face::gen::collectives::MPI_Scan_init(sendbuf, recvbuf, count, datatype, op, comm, info, request))
+    ffi_boundary!("MPI_Scan_init", c_int, mpicr_shim::face::gen::collectives::MPI_Scan_init(sendbuf, recvbuf, count, datatype, op, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Scan_init_c", c_int, crate::face::gen::collectives::MPI_Scan_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request))
+    ffi_boundary!("MPI_Scan_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Scan_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Scan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Scan_init_c", c_int, crate::face::gen::collectives::MPI_Scan_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request))
+    ffi_boundary!("MPI_Scan_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Scan_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scatter(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Scatter", c_int, crate::face::gen::collectives::MPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm))
+    ffi_boundary!("MPI_Scatter", c_int, mpicr_shim::face::gen::collectives::MPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Scatter(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Scatter", c_int, crate::face::gen::collectives::MPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm))
+    ffi_boundary!("MPI_Scatter", c_int, mpicr_shim::face::gen::collectives::MPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scatter_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Scatter_c", c_int, crate::face::gen::collectives::MPI_Scatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm))
+    ffi_boundary!("MPI_Scatter_c", c_int, mpicr_shim::face::gen::collectives::MPI_Scatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Scatter_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Scatter_c", c_int, crate::face::gen::collectives::MPI_Scatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm))
+    ffi_boundary!("MPI_Scatter_c", c_int, mpicr_shim::face::gen::collectives::MPI_Scatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scatter_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Scatter_init", c_int, crate::face::gen::collectives::MPI_Scatter_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request))
+    ffi_boundary!("MPI_Scatter_init", c_int, mpicr_shim::face::gen::collectives::MPI_Scatter_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Scatter_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Scatter_init", c_int, crate::face::gen::collectives::MPI_Scatter_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request))
+    ffi_boundary!("MPI_Scatter_init", c_int, mpicr_shim::face::gen::collectives::MPI_Scatter_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scatter_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Scatter_init_c", c_int, crate::face::gen::collectives::MPI_Scatter_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request))
+    ffi_boundary!("MPI_Scatter_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Scatter_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Scatter_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Scatter_init_c", c_int, crate::face::gen::collectives::MPI_Scatter_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request))
+    ffi_boundary!("MPI_Scatter_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Scatter_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Scatterv", c_int, crate::face::gen::collectives::MPI_Scatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm))
+    ffi_boundary!("MPI_Scatterv", c_int, mpicr_shim::face::gen::collectives::MPI_Scatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Scatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Scatterv", c_int, crate::face::gen::collectives::MPI_Scatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm))
+    ffi_boundary!("MPI_Scatterv", c_int, mpicr_shim::face::gen::collectives::MPI_Scatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scatterv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, displs: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Scatterv_c", c_int, crate::face::gen::collectives::MPI_Scatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm))
+    ffi_boundary!("MPI_Scatterv_c", c_int, mpicr_shim::face::gen::collectives::MPI_Scatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Scatterv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, displs: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Scatterv_c", c_int, crate::face::gen::collectives::MPI_Scatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm))
+    ffi_boundary!("MPI_Scatterv_c", c_int, mpicr_shim::face::gen::collectives::MPI_Scatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scatterv_init(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Scatterv_init", c_int, crate::face::gen::collectives::MPI_Scatterv_init(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request))
+    ffi_boundary!("MPI_Scatterv_init", c_int, mpicr_shim::face::gen::collectives::MPI_Scatterv_init(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Scatterv_init(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Scatterv_init", c_int, crate::face::gen::collectives::MPI_Scatterv_init(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request))
+    ffi_boundary!("MPI_Scatterv_init", c_int, mpicr_shim::face::gen::collectives::MPI_Scatterv_init(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scatterv_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, displs: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Scatterv_init_c", c_int, crate::face::gen::collectives::MPI_Scatterv_init_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request))
+    ffi_boundary!("MPI_Scatterv_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Scatterv_init_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Scatterv_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, displs: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Scatterv_init_c", c_int, crate::face::gen::collectives::MPI_Scatterv_init_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request))
+    ffi_boundary!("MPI_Scatterv_init_c", c_int, mpicr_shim::face::gen::collectives::MPI_Scatterv_init_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Send(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Send", c_int, crate::face::api::MPI_Send(buf, count, datatype, dest, tag, comm))
+    ffi_boundary!("MPI_Send", c_int, mpicr_shim::face::api::MPI_Send(buf, count, datatype, dest, tag, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Send(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Send", c_int, crate::face::api::MPI_Send(buf, count, datatype, dest, tag, comm))
+    ffi_boundary!("MPI_Send", c_int, mpicr_shim::face::api::MPI_Send(buf, count, datatype, dest, tag, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Send_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Send_c", c_int, crate::face::api::MPI_Send_c(buf, count, datatype, dest, tag, comm))
+    ffi_boundary!("MPI_Send_c", c_int, mpicr_shim::face::api::MPI_Send_c(buf, count, datatype, dest, tag, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Send_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Send_c", c_int, crate::face::api::MPI_Send_c(buf, count, datatype, dest, tag, comm))
+    ffi_boundary!("MPI_Send_c", c_int, mpicr_shim::face::api::MPI_Send_c(buf, count, datatype, dest, tag, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Send_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Send_init", c_int, crate::face::api::MPI_Send_init(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Send_init", c_int, mpicr_shim::face::api::MPI_Send_init(buf, count, datatype, dest, tag, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Send_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Send_init", c_int, crate::face::api::MPI_Send_init(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Send_init", c_int, mpicr_shim::face::api::MPI_Send_init(buf, count, datatype, dest, tag, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Send_init_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Send_init_c", c_int, crate::face::api::MPI_Send_init_c(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Send_init_c", c_int, mpicr_shim::face::api::MPI_Send_init_c(buf, count, datatype, dest, tag, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Send_init_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Send_init_c", c_int, crate::face::api::MPI_Send_init_c(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Send_init_c", c_int, mpicr_shim::face::api::MPI_Send_init_c(buf, count, datatype, dest, tag, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Sendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, source: c_int, recvtag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Sendrecv", c_int, crate::face::api::MPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, status))
+    ffi_boundary!("MPI_Sendrecv", c_int, mpicr_shim::face::api::MPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Sendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, source: c_int, recvtag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Sendrecv", c_int, crate::face::api::MPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, status))
+    ffi_boundary!("MPI_Sendrecv", c_int, mpicr_shim::face::api::MPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Sendrecv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, source: c_int, recvtag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Sendrecv_c", c_int, crate::face::api::MPI_Sendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, status))
+    ffi_boundary!("MPI_Sendrecv_c", c_int, mpicr_shim::face::api::MPI_Sendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Sendrecv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, source: c_int, recvtag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Sendrecv_c", c_int, crate::face::api::MPI_Sendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, status))
+    ffi_boundary!("MPI_Sendrecv_c", c_int, mpicr_shim::face::api::MPI_Sendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Sendrecv_replace(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Sendrecv_replace", c_int, crate::face::api::MPI_Sendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm, status))
+    ffi_boundary!("MPI_Sendrecv_replace", c_int, mpicr_shim::face::api::MPI_Sendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Sendrecv_replace(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Sendrecv_replace", c_int, crate::face::api::MPI_Sendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm, status))
+    ffi_boundary!("MPI_Sendrecv_replace", c_int, mpicr_shim::face::api::MPI_Sendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Sendrecv_replace_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Sendrecv_replace_c", c_int, crate::face::api::MPI_Sendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag, comm, status))
+    ffi_boundary!("MPI_Sendrecv_replace_c", c_int, mpicr_shim::face::api::MPI_Sendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag, comm, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Sendrecv_replace_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Sendrecv_replace_c", c_int, crate::face::api::MPI_Sendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag, comm, status))
+    ffi_boundary!("MPI_Sendrecv_replace_c", c_int, mpicr_shim::face::api::MPI_Sendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag, comm, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_attach_buffer(session: MPI_Session, buffer: *mut c_void, size: c_int) -> c_int {
-    ffi_boundary!("MPI_Session_attach_buffer", c_int, crate::face::gen::passthrough::MPI_Session_attach_buffer(session, buffer, size))
+    ffi_boundary!("MPI_Session_attach_buffer", c_int, mpicr_shim::face::gen::passthrough::MPI_Session_attach_buffer(session, buffer, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_attach_buffer(session: MPI_Session, buffer: *mut c_void, size: c_int) -> c_int {
-    ffi_boundary!("MPI_Session_attach_buffer", c_int, crate::face::gen::passthrough::MPI_Session_attach_buffer(session, buffer, size))
+    ffi_boundary!("MPI_Session_attach_buffer", c_int, mpicr_shim::face::gen::passthrough::MPI_Session_attach_buffer(session, buffer, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_attach_buffer_c(session: MPI_Session, buffer: *mut c_void, size: MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Session_attach_buffer_c", c_int, crate::face::gen::passthrough::MPI_Session_attach_buffer_c(session, buffer, size))
+    ffi_boundary!("MPI_Session_attach_buffer_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Session_attach_buffer_c(session, buffer, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_attach_buffer_c(session: MPI_Session, buffer: *mut c_void, size: MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Session_attach_buffer_c", c_int, crate::face::gen::passthrough::MPI_Session_attach_buffer_c(session, buffer, size))
+    ffi_boundary!("MPI_Session_attach_buffer_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Session_attach_buffer_c(session, buffer, size))
 }
 
 #[no_mangle]
@@ -4400,38 +4400,38 @@ pub unsafe extern "C" fn PMPI_Session_c2f(session: MPI_Session) -> MPI_Fint {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_call_errhandler(session: MPI_Session, errorcode: c_int) -> c_int {
-    ffi_boundary!("MPI_Session_call_errhandler", c_int, crate::face::api::MPI_Session_call_errhandler(session, errorcode))
+    ffi_boundary!("MPI_Session_call_errhandler", c_int, mpicr_shim::face::api::MPI_Session_call_errhandler(session, errorcode))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_call_errhandler(session: MPI_Session, errorcode: c_int) -> c_int {
-    ffi_boundary!("MPI_Session_call_errhandler", c_int, crate::face::api::MPI_Session_call_errhandler(session, errorcode))
+    ffi_boundary!("MPI_Session_call_errhandler", c_int, mpicr_shim::face::api::MPI_Session_call_errhandler(session, errorcode))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_create_errhandler(session_errhandler_fn: *mut c_void, errhandler: *mut MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Session_create_errhandler", c_int, crate::face::api::MPI_Session_create_errhandler(session_errhandler_fn, errhandler))
+    ffi_boundary!("MPI_Session_create_errhandler", c_int, mpicr_shim::face::api::MPI_Session_create_errhandler(session_errhandler_fn, errhandler))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_create_errhandler(session_errhandler_fn: *mut c_void, errhandler: *mut MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Session_create_errhandler", c_int, crate::face::api::MPI_Session_create_errhandler(session_errhandler_fn, errhandler))
+    ffi_boundary!("MPI_Session_create_errhandler", c_int, mpicr_shim::face::api::MPI_Session_create_errhandler(session_errhandler_fn, errhandler))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_detach_buffer(session: MPI_Session, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Session_detach_buffer", c_int, crate::face::gen::passthrough::MPI_Session_detach_buffer(session, buffer_addr, size))
+    ffi_boundary!("MPI_Session_detach_buffer", c_int, mpicr_shim::face::gen::passthrough::MPI_Session_detach_buffer(session, buffer_addr, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_detach_buffer(session: MPI_Session, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Session_detach_buffer", c_int, crate::face::gen::passthrough::MPI_Session_detach_buffer(session, buffer_addr, size))
+    ffi_boundary!("MPI_Session_detach_buffer", c_int, mpicr_shim::face::gen::passthrough::MPI_Session_detach_buffer(session, buffer_addr, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_detach_buffer_c(session: MPI_Session, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Session_detach_buffer_c", c_int, crate::face::gen::passthrough::MPI_Session_detach_buffer_c(session, buffer_addr, size))
+    ffi_boundary!("MPI_Session_detach_buffer_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Session_detach_buffer_c(session, buffer_addr, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_detach_buffer_c(session: MPI_Session, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Session_detach_buffer_c", c_int, crate::face::gen::passthrough::MPI_Session_detach_buffer_c(session, buffer_addr, size))
+    ffi_boundary!("MPI_Session_detach_buffer_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Session_detach_buffer_c(session, buffer_addr, size))
 }
 
 #[no_mangle]
@@ -4445,20 +4445,20 @@ pub unsafe extern "C" fn PMPI_Session_f2c(session: MPI_Fint) -> MPI_Session {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_finalize(session: *mut MPI_Session) -> c_int {
-    ffi_boundary!("MPI_Session_finalize", c_int, crate::face::api::MPI_Session_finalize(session))
+    ffi_boundary!("MPI_Session_finalize", c_int, mpicr_shim::face::api::MPI_Session_finalize(session))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_finalize(session: *mut MPI_Session) -> c_int {
-    ffi_boundary!("MPI_Session_finalize", c_int, crate::face::api::MPI_Session_finalize(session))
+    ffi_boundary!("MPI_Session_finalize", c_int, mpicr_shim::face::api::MPI_Session_finalize(session))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_flush_buffer(session: MPI_Session) -> c_int {
-    ffi_boundary!("MPI_Session_flush_buffer", c_int, crate::face::gen::passthrough::MPI_Session_flush_buffer(session))
+    ffi_boundary!("MPI_Session_flush_buffer", c_int, mpicr_shim::face::gen::passthrough::MPI_Session_flush_buffer(session))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_flush_buffer(session: MPI_Session) -> c_int {
-    ffi_boundary!("MPI_Session_flush_buffer", c_int, crate::face::gen::passthrough::MPI_Session_flush_buffer(session))
+    ffi_boundary!("MPI_Session_flush_buffer", c_int, mpicr_shim::face::gen::passthrough::MPI_Session_flush_buffer(session))
 }
 
 #[no_mangle]
@@ -4472,74 +4472,74 @@ pub unsafe extern "C" fn PMPI_Session_fromint(session: c_int) -> MPI_Session {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_get_errhandler(session: MPI_Session, errhandler: *mut MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Session_get_errhandler", c_int, crate::face::api::MPI_Session_get_errhandler(session, errhandler))
+    ffi_boundary!("MPI_Session_get_errhandler", c_int, mpicr_shim::face::api::MPI_Session_get_errhandler(session, errhandler))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_get_errhandler(session: MPI_Session, errhandler: *mut MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Session_get_errhandler", c_int, crate::face::api::MPI_Session_get_errhandler(session, errhandler))
+    ffi_boundary!("MPI_Session_get_errhandler", c_int, mpicr_shim::face::api::MPI_Session_get_errhandler(session, errhandler))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_get_info(session: MPI_Session, info_used: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Session_get_info", c_int, crate::face::gen::create::MPI_Session_get_info(session, info_used))
+    ffi_boundary!("MPI_Session_get_info", c_int, mpicr_shim::face::gen::create::MPI_Session_get_info(session, info_used))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_get_info(session: MPI_Session, info_used: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Session_get_info", c_int, crate::face::gen::create::MPI_Session_get_info(session, info_used))
+    ffi_boundary!("MPI_Session_get_info", c_int, mpicr_shim::face::gen::create::MPI_Session_get_info(session, info_used))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_get_nth_pset(session: MPI_Session, info: MPI_Info, n: c_int, pset_len: *mut c_int, pset_name: *mut c_char) -> c_int {
-    ffi_boundary!("MPI_Session_get_nth_pset", c_int, crate::face::gen::passthrough::MPI_Session_get_nth_pset(session, info, n, pset_len, pset_name))
+    ffi_boundary!("MPI_Session_get_nth_pset", c_int, mpicr_shim::face::gen::passthrough::MPI_Session_get_nth_pset(session, info, n, pset_len, pset_name))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_get_nth_pset(session: MPI_Session, info: MPI_Info, n: c_int, pset_len: *mut c_int, pset_name: *mut c_char) -> c_int {
-    ffi_boundary!("MPI_Session_get_nth_pset", c_int, crate::face::gen::passthrough::MPI_Session_get_nth_pset(session, info, n, pset_len, pset_name))
+    ffi_boundary!("MPI_Session_get_nth_pset", c_int, mpicr_shim::face::gen::passthrough::MPI_Session_get_nth_pset(session, info, n, pset_len, pset_name))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_get_num_psets(session: MPI_Session, info: MPI_Info, npset_names: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Session_get_num_psets", c_int, crate::face::gen::passthrough::MPI_Session_get_num_psets(session, info, npset_names))
+    ffi_boundary!("MPI_Session_get_num_psets", c_int, mpicr_shim::face::gen::passthrough::MPI_Session_get_num_psets(session, info, npset_names))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_get_num_psets(session: MPI_Session, info: MPI_Info, npset_names: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Session_get_num_psets", c_int, crate::face::gen::passthrough::MPI_Session_get_num_psets(session, info, npset_names))
+    ffi_boundary!("MPI_Session_get_num_psets", c_int, mpicr_shim::face::gen::passthrough::MPI_Session_get_num_psets(session, info, npset_names))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_get_pset_info(session: MPI_Session, pset_name: *const c_char, info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Session_get_pset_info", c_int, crate::face::gen::create::MPI_Session_get_pset_info(session, pset_name, info))
+    ffi_boundary!("MPI_Session_get_pset_info", c_int, mpicr_shim::face::gen::create::MPI_Session_get_pset_info(session, pset_name, info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_get_pset_info(session: MPI_Session, pset_name: *const c_char, info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Session_get_pset_info", c_int, crate::face::gen::create::MPI_Session_get_pset_info(session, pset_name, info))
+    ffi_boundary!("MPI_Session_get_pset_info", c_int, mpicr_shim::face::gen::create::MPI_Session_get_pset_info(session, pset_name, info))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_iflush_buffer(session: MPI_Session, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Session_iflush_buffer", c_int, crate::face::api::MPI_Session_iflush_buffer(session, request))
+    ffi_boundary!("MPI_Session_iflush_buffer", c_int, mpicr_shim::face::api::MPI_Session_iflush_buffer(session, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_iflush_buffer(session: MPI_Session, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Session_iflush_buffer", c_int, crate::face::api::MPI_Session_iflush_buffer(session, request))
+    ffi_boundary!("MPI_Session_iflush_buffer", c_int, mpicr_shim::face::api::MPI_Session_iflush_buffer(session, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_init(info: MPI_Info, errhandler: MPI_Errhandler, session: *mut MPI_Session) -> c_int {
-    ffi_boundary!("MPI_Session_init", c_int, crate::face::api::MPI_Session_init(info, errhandler, session))
+    ffi_boundary!("MPI_Session_init", c_int, mpicr_shim::face::api::MPI_Session_init(info, errhandler, session))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_init(info: MPI_Info, errhandler: MPI_Errhandler, session: *mut MPI_Session) -> c_int {
-    ffi_boundary!("MPI_Session_init", c_int, crate::face::api::MPI_Session_init(info, errhandler, session))
+    ffi_boundary!("MPI_Session_init", c_int, mpicr_shim::face::api::MPI_Session_init(info, errhandler, session))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_set_errhandler(session: MPI_Session, errhandler: MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Session_set_errhandler", c_int, crate::face::api::MPI_Session_set_errhandler(session, errhandler))
+    ffi_boundary!("MPI_Session_set_errhandler", c_int, mpicr_shim::face::api::MPI_Session_set_errhandler(session, errhandler))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_set_errhandler(session: MPI_Session, errhandler: MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Session_set_errhandler", c_int, crate::face::api::MPI_Session_set_errhandler(session, errhandler))
+    ffi_boundary!("MPI_Session_set_errhandler", c_int, mpicr_shim::face::api::MPI_Session_set_errhandler(session, errhandler))
 }
 
 #[no_mangle]
@@ -4553,713 +4553,713 @@ pub unsafe extern "C" fn PMPI_Session_toint(session: MPI_Session) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ssend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Ssend", c_int, crate::face::api::MPI_Ssend(buf, count, datatype, dest, tag, comm))
+    ffi_boundary!("MPI_Ssend", c_int, mpicr_shim::face::api::MPI_Ssend(buf, count, datatype, dest, tag, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ssend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Ssend", c_int, crate::face::api::MPI_Ssend(buf, count, datatype, dest, tag, comm))
+    ffi_boundary!("MPI_Ssend", c_int, mpicr_shim::face::api::MPI_Ssend(buf, count, datatype, dest, tag, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ssend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Ssend_c", c_int, crate::face::api::MPI_Ssend_c(buf, count, datatype, dest, tag, comm))
+    ffi_boundary!("MPI_Ssend_c", c_int, mpicr_shim::face::api::MPI_Ssend_c(buf, count, datatype, dest, tag, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ssend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Ssend_c", c_int, crate::face::api::MPI_Ssend_c(buf, count, datatype, dest, tag, comm))
+    ffi_boundary!("MPI_Ssend_c", c_int, mpicr_shim::face::api::MPI_Ssend_c(buf, count, datatype, dest, tag, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ssend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ssend_init", c_int, crate::face::api::MPI_Ssend_init(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Ssend_init", c_int, mpicr_shim::face::api::MPI_Ssend_init(buf, count, datatype, dest, tag, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ssend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ssend_init", c_int, crate::face::api::MPI_Ssend_init(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Ssend_init", c_int, mpicr_shim::face::api::MPI_Ssend_init(buf, count, datatype, dest, tag, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ssend_init_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ssend_init_c", c_int, crate::face::api::MPI_Ssend_init_c(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Ssend_init_c", c_int, mpicr_shim::face::api::MPI_Ssend_init_c(buf, count, datatype, dest, tag, comm, request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ssend_init_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Ssend_init_c", c_int, crate::face::api::MPI_Ssend_init_c(buf, count, datatype, dest, tag, comm, request))
+    ffi_boundary!("MPI_Ssend_init_c", c_int, mpicr_shim::face::api::MPI_Ssend_init_c(buf, count, datatype, dest, tag, comm, request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Start(request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Start", c_int, crate::face::api::MPI_Start(request))
+    ffi_boundary!("MPI_Start", c_int, mpicr_shim::face::api::MPI_Start(request))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Start(request: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Start", c_int, crate::face::api::MPI_Start(request))
+    ffi_boundary!("MPI_Start", c_int, mpicr_shim::face::api::MPI_Start(request))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Startall(count: c_int, array_of_requests: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Startall", c_int, crate::face::api::MPI_Startall(count, array_of_requests))
+    ffi_boundary!("MPI_Startall", c_int, mpicr_shim::face::api::MPI_Startall(count, array_of_requests))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Startall(count: c_int, array_of_requests: *mut MPI_Request) -> c_int {
-    ffi_boundary!("MPI_Startall", c_int, crate::face::api::MPI_Startall(count, array_of_requests))
+    ffi_boundary!("MPI_Startall", c_int, mpicr_shim::face::api::MPI_Startall(count, array_of_requests))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_c2f(c_status: *const MPI_Status, f_status: *mut MPI_Fint) -> c_int {
-    ffi_boundary!("MPI_Status_c2f", c_int, crate::face::gen::passthrough::MPI_Status_c2f(c_status, f_status))
+    ffi_boundary!("MPI_Status_c2f", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_c2f(c_status, f_status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_c2f(c_status: *const MPI_Status, f_status: *mut MPI_Fint) -> c_int {
-    ffi_boundary!("MPI_Status_c2f", c_int, crate::face::gen::passthrough::MPI_Status_c2f(c_status, f_status))
+    ffi_boundary!("MPI_Status_c2f", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_c2f(c_status, f_status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_c2f08(c_status: *const MPI_Status, f08_status: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Status_c2f08", c_int, crate::face::gen::passthrough::MPI_Status_c2f08(c_status, f08_status))
+    ffi_boundary!("MPI_Status_c2f08", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_c2f08(c_status, f08_status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_c2f08(c_status: *const MPI_Status, f08_status: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Status_c2f08", c_int, crate::face::gen::passthrough::MPI_Status_c2f08(c_status, f08_status))
+    ffi_boundary!("MPI_Status_c2f08", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_c2f08(c_status, f08_status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_f082c(f08_status: *const c_void, c_status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Status_f082c", c_int, crate::face::gen::passthrough::MPI_Status_f082c(f08_status, c_status))
+    ffi_boundary!("MPI_Status_f082c", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_f082c(f08_status, c_status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_f082c(f08_status: *const c_void, c_status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Status_f082c", c_int, crate::face::gen::passthrough::MPI_Status_f082c(f08_status, c_status))
+    ffi_boundary!("MPI_Status_f082c", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_f082c(f08_status, c_status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_f082f(f08_status: *const c_void, f_status: *mut MPI_Fint) -> c_int {
-    ffi_boundary!("MPI_Status_f082f", c_int, crate::face::gen::passthrough::MPI_Status_f082f(f08_status, f_status))
+    ffi_boundary!("MPI_Status_f082f", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_f082f(f08_status, f_status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_f082f(f08_status: *const c_void, f_status: *mut MPI_Fint) -> c_int {
-    ffi_boundary!("MPI_Status_f082f", c_int, crate::face::gen::passthrough::MPI_Status_f082f(f08_status, f_status))
+    ffi_boundary!("MPI_Status_f082f", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_f082f(f08_status, f_status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_f2c(f_status: *const MPI_Fint, c_status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Status_f2c", c_int, crate::face::gen::passthrough::MPI_Status_f2c(f_status, c_status))
+    ffi_boundary!("MPI_Status_f2c", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_f2c(f_status, c_status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_f2c(f_status: *const MPI_Fint, c_status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Status_f2c", c_int, crate::face::gen::passthrough::MPI_Status_f2c(f_status, c_status))
+    ffi_boundary!("MPI_Status_f2c", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_f2c(f_status, c_status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_f2f08(f_status: *const MPI_Fint, f08_status: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Status_f2f08", c_int, crate::face::gen::passthrough::MPI_Status_f2f08(f_status, f08_status))
+    ffi_boundary!("MPI_Status_f2f08", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_f2f08(f_status, f08_status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_f2f08(f_status: *const MPI_Fint, f08_status: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Status_f2f08", c_int, crate::face::gen::passthrough::MPI_Status_f2f08(f_status, f08_status))
+    ffi_boundary!("MPI_Status_f2f08", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_f2f08(f_status, f08_status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_get_error(status: *const MPI_Status, error: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Status_get_error", c_int, crate::face::gen::passthrough::MPI_Status_get_error(status, error))
+    ffi_boundary!("MPI_Status_get_error", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_get_error(status, error))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_get_error(status: *const MPI_Status, error: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Status_get_error", c_int, crate::face::gen::passthrough::MPI_Status_get_error(status, error))
+    ffi_boundary!("MPI_Status_get_error", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_get_error(status, error))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_get_source(status: *const MPI_Status, source: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Status_get_source", c_int, crate::face::gen::passthrough::MPI_Status_get_source(status, source))
+    ffi_boundary!("MPI_Status_get_source", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_get_source(status, source))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_get_source(status: *const MPI_Status, source: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Status_get_source", c_int, crate::face::gen::passthrough::MPI_Status_get_source(status, source))
+    ffi_boundary!("MPI_Status_get_source", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_get_source(status, source))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_get_tag(status: *const MPI_Status, tag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Status_get_tag", c_int, crate::face::gen::passthrough::MPI_Status_get_tag(status, tag))
+    ffi_boundary!("MPI_Status_get_tag", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_get_tag(status, tag))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_get_tag(status: *const MPI_Status, tag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Status_get_tag", c_int, crate::face::gen::passthrough::MPI_Status_get_tag(status, tag))
+    ffi_boundary!("MPI_Status_get_tag", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_get_tag(status, tag))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_set_cancelled(status: *mut MPI_Status, flag: c_int) -> c_int {
-    ffi_boundary!("MPI_Status_set_cancelled", c_int, crate::face::gen::passthrough::MPI_Status_set_cancelled(status, flag))
+    ffi_boundary!("MPI_Status_set_cancelled", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_set_cancelled(status, flag))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_set_cancelled(status: *mut MPI_Status, flag: c_int) -> c_int {
-    ffi_boundary!("MPI_Status_set_cancelled", c_int, crate::face::gen::passthrough::MPI_Status_set_cancelled(status, flag))
+    ffi_boundary!("MPI_Status_set_cancelled", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_set_cancelled(status, flag))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_set_elements(status: *mut MPI_Status, datatype: MPI_Datatype, count: c_int) -> c_int {
-    ffi_boundary!("MPI_Status_set_elements", c_int, crate::face::gen::passthrough::MPI_Status_set_elements(status, datatype, count))
+    ffi_boundary!("MPI_Status_set_elements", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_set_elements(status, datatype, count))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_set_elements(status: *mut MPI_Status, datatype: MPI_Datatype, count: c_int) -> c_int {
-    ffi_boundary!("MPI_Status_set_elements", c_int, crate::face::gen::passthrough::MPI_Status_set_elements(status, datatype, count))
+    ffi_boundary!("MPI_Status_set_elements", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_set_elements(status, datatype, count))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_set_elements_c(status: *mut MPI_Status, datatype: MPI_Datatype, count: MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Status_set_elements_c", c_int, crate::face::gen::passthrough::MPI_Status_set_elements_c(status, datatype, count))
+    ffi_boundary!("MPI_Status_set_elements_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_set_elements_c(status, datatype, count))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_set_elements_c(status: *mut MPI_Status, datatype: MPI_Datatype, count: MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Status_set_elements_c", c_int, crate::face::gen::passthrough::MPI_Status_set_elements_c(status, datatype, count))
+    ffi_boundary!("MPI_Status_set_elements_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_set_elements_c(status, datatype, count))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_set_elements_x(status: *mut MPI_Status, datatype: MPI_Datatype, count: MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Status_set_elements_x", c_int, crate::face::gen::passthrough::MPI_Status_set_elements_x(status, datatype, count))
+    ffi_boundary!("MPI_Status_set_elements_x", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_set_elements_x(status, datatype, count))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_set_elements_x(status: *mut MPI_Status, datatype: MPI_Datatype, count: MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Status_set_elements_x", c_int, crate::face::gen::passthrough::MPI_Status_set_elements_x(status, datatype, count))
+    ffi_boundary!("MPI_Status_set_elements_x", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_set_elements_x(status, datatype, count))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_set_error(status: *mut MPI_Status, error: c_int) -> c_int {
-    ffi_boundary!("MPI_Status_set_error", c_int, crate::face::gen::passthrough::MPI_Status_set_error(status, error))
+    ffi_boundary!("MPI_Status_set_error", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_set_error(status, error))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_set_error(status: *mut MPI_Status, error: c_int) -> c_int {
-    ffi_boundary!("MPI_Status_set_error", c_int, crate::face::gen::passthrough::MPI_Status_set_error(status, error))
+    ffi_boundary!("MPI_Status_set_error", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_set_error(status, error))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_set_source(status: *mut MPI_Status, source: c_int) -> c_int {
-    ffi_boundary!("MPI_Status_set_source", c_int, crate::face::gen::passthrough::MPI_Status_set_source(status, source))
+    ffi_boundary!("MPI_Status_set_source", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_set_source(status, source))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_set_source(status: *mut MPI_Status, source: c_int) -> c_int {
-    ffi_boundary!("MPI_Status_set_source", c_int, crate::face::gen::passthrough::MPI_Status_set_source(status, source))
+    ffi_boundary!("MPI_Status_set_source", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_set_source(status, source))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_set_tag(status: *mut MPI_Status, tag: c_int) -> c_int {
-    ffi_boundary!("MPI_Status_set_tag", c_int, crate::face::gen::passthrough::MPI_Status_set_tag(status, tag))
+    ffi_boundary!("MPI_Status_set_tag", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_set_tag(status, tag))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_set_tag(status: *mut MPI_Status, tag: c_int) -> c_int {
-    ffi_boundary!("MPI_Status_set_tag", c_int, crate::face::gen::passthrough::MPI_Status_set_tag(status, tag))
+    ffi_boundary!("MPI_Status_set_tag", c_int, mpicr_shim::face::gen::passthrough::MPI_Status_set_tag(status, tag))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_category_changed(update_number: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_category_changed", c_int, crate::face::gen::passthrough::MPI_T_category_changed(update_number))
+    ffi_boundary!("MPI_T_category_changed", c_int, mpicr_shim::face::gen::passthrough::MPI_T_category_changed(update_number))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_category_changed(update_number: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_category_changed", c_int, crate::face::gen::passthrough::MPI_T_category_changed(update_number))
+    ffi_boundary!("MPI_T_category_changed", c_int, mpicr_shim::face::gen::passthrough::MPI_T_category_changed(update_number))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_category_get_categories(cat_index: c_int, len: c_int, indices: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_category_get_categories", c_int, crate::face::gen::passthrough::MPI_T_category_get_categories(cat_index, len, indices))
+    ffi_boundary!("MPI_T_category_get_categories", c_int, mpicr_shim::face::gen::passthrough::MPI_T_category_get_categories(cat_index, len, indices))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_category_get_categories(cat_index: c_int, len: c_int, indices: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_category_get_categories", c_int, crate::face::gen::passthrough::MPI_T_category_get_categories(cat_index, len, indices))
+    ffi_boundary!("MPI_T_category_get_categories", c_int, mpicr_shim::face::gen::passthrough::MPI_T_category_get_categories(cat_index, len, indices))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_category_get_cvars(cat_index: c_int, len: c_int, indices: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_category_get_cvars", c_int, crate::face::gen::passthrough::MPI_T_category_get_cvars(cat_index, len, indices))
+    ffi_boundary!("MPI_T_category_get_cvars", c_int, mpicr_shim::face::gen::passthrough::MPI_T_category_get_cvars(cat_index, len, indices))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_category_get_cvars(cat_index: c_int, len: c_int, indices: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_category_get_cvars", c_int, crate::face::gen::passthrough::MPI_T_category_get_cvars(cat_index, len, indices))
+    ffi_boundary!("MPI_T_category_get_cvars", c_int, mpicr_shim::face::gen::passthrough::MPI_T_category_get_cvars(cat_index, len, indices))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_category_get_events(cat_index: c_int, len: c_int, indices: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_category_get_events", c_int, crate::face::gen::passthrough::MPI_T_category_get_events(cat_index, len, indices))
+    ffi_boundary!("MPI_T_category_get_events", c_int, mpicr_shim::face::gen::passthrough::MPI_T_category_get_events(cat_index, len, indices))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_category_get_events(cat_index: c_int, len: c_int, indices: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_category_get_events", c_int, crate::face::gen::passthrough::MPI_T_category_get_events(cat_index, len, indices))
+    ffi_boundary!("MPI_T_category_get_events", c_int, mpicr_shim::face::gen::passthrough::MPI_T_category_get_events(cat_index, len, indices))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_category_get_index(name: *const c_char, cat_index: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_category_get_index", c_int, crate::face::gen::passthrough::MPI_T_category_get_index(name, cat_index))
+    ffi_boundary!("MPI_T_category_get_index", c_int, mpicr_shim::face::gen::passthrough::MPI_T_category_get_index(name, cat_index))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_category_get_index(name: *const c_char, cat_index: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_category_get_index", c_int, crate::face::gen::passthrough::MPI_T_category_get_index(name, cat_index))
+    ffi_boundary!("MPI_T_category_get_index", c_int, mpicr_shim::face::gen::passthrough::MPI_T_category_get_index(name, cat_index))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_category_get_info(cat_index: c_int, name: *mut c_char, name_len: *mut c_int, desc: *mut c_char, desc_len: *mut c_int, num_cvars: *mut c_int, num_pvars: *mut c_int, num_categories: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_category_get_info", c_int, crate::face::gen::passthrough::MPI_T_category_get_info(cat_index, name, name_len, desc, desc_len, num_cvars, num_pvars, num_categories))
+    ffi_boundary!("MPI_T_category_get_info", c_int, mpicr_shim::face::gen::passthrough::MPI_T_category_get_info(cat_index, name, name_len, desc, desc_len, num_cvars, num_pvars, num_categories))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_category_get_info(cat_index: c_int, name: *mut c_char, name_len: *mut c_int, desc: *mut c_char, desc_len: *mut c_int, num_cvars: *mut c_int, num_pvars: *mut c_int, num_categories: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_category_get_info", c_int, crate::face::gen::passthrough::MPI_T_category_get_info(cat_index, name, name_len, desc, desc_len, num_cvars, num_pvars, num_categories))
+    ffi_boundary!("MPI_T_category_get_info", c_int, mpicr_shim::face::gen::passthrough::MPI_T_category_get_info(cat_index, name, name_len, desc, desc_len, num_cvars, num_pvars, num_categories))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_category_get_num(num_cat: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_category_get_num", c_int, crate::face::gen::passthrough::MPI_T_category_get_num(num_cat))
+    ffi_boundary!("MPI_T_category_get_num", c_int, mpicr_shim::face::gen::passthrough::MPI_T_category_get_num(num_cat))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_category_get_num(num_cat: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_category_get_num", c_int, crate::face::gen::passthrough::MPI_T_category_get_num(num_cat))
+    ffi_boundary!("MPI_T_category_get_num", c_int, mpicr_shim::face::gen::passthrough::MPI_T_category_get_num(num_cat))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_category_get_num_events(cat_index: c_int, num_events: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_category_get_num_events", c_int, crate::face::gen::passthrough::MPI_T_category_get_num_events(cat_index, num_events))
+    ffi_boundary!("MPI_T_category_get_num_events", c_int, mpicr_shim::face::gen::passthrough::MPI_T_category_get_num_events(cat_index, num_events))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_category_get_num_events(cat_index: c_int, num_events: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_category_get_num_events", c_int, crate::face::gen::passthrough::MPI_T_category_get_num_events(cat_index, num_events))
+    ffi_boundary!("MPI_T_category_get_num_events", c_int, mpicr_shim::face::gen::passthrough::MPI_T_category_get_num_events(cat_index, num_events))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_category_get_pvars(cat_index: c_int, len: c_int, indices: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_category_get_pvars", c_int, crate::face::gen::passthrough::MPI_T_category_get_pvars(cat_index, len, indices))
+    ffi_boundary!("MPI_T_category_get_pvars", c_int, mpicr_shim::face::gen::passthrough::MPI_T_category_get_pvars(cat_index, len, indices))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_category_get_pvars(cat_index: c_int, len: c_int, indices: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_category_get_pvars", c_int, crate::face::gen::passthrough::MPI_T_category_get_pvars(cat_index, len, indices))
+    ffi_boundary!("MPI_T_category_get_pvars", c_int, mpicr_shim::face::gen::passthrough::MPI_T_category_get_pvars(cat_index, len, indices))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_cvar_get_index(name: *const c_char, cvar_index: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_cvar_get_index", c_int, crate::face::gen::passthrough::MPI_T_cvar_get_index(name, cvar_index))
+    ffi_boundary!("MPI_T_cvar_get_index", c_int, mpicr_shim::face::gen::passthrough::MPI_T_cvar_get_index(name, cvar_index))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_cvar_get_index(name: *const c_char, cvar_index: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_cvar_get_index", c_int, crate::face::gen::passthrough::MPI_T_cvar_get_index(name, cvar_index))
+    ffi_boundary!("MPI_T_cvar_get_index", c_int, mpicr_shim::face::gen::passthrough::MPI_T_cvar_get_index(name, cvar_index))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_cvar_get_info(cvar_index: c_int, name: *mut c_char, name_len: *mut c_int, verbosity: *mut c_int, datatype: *mut MPI_Datatype, enumtype: *mut *mut c_void, desc: *mut c_char, desc_len: *mut c_int, bind: *mut c_int, scope: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_cvar_get_info", c_int, crate::face::gen::passthrough::MPI_T_cvar_get_info(cvar_index, name, name_len, verbosity, datatype, enumtype, desc, desc_len, bind, scope))
+    ffi_boundary!("MPI_T_cvar_get_info", c_int, mpicr_shim::face::gen::passthrough::MPI_T_cvar_get_info(cvar_index, name, name_len, verbosity, datatype, enumtype, desc, desc_len, bind, scope))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_cvar_get_info(cvar_index: c_int, name: *mut c_char, name_len: *mut c_int, verbosity: *mut c_int, datatype: *mut MPI_Datatype, enumtype: *mut *mut c_void, desc: *mut c_char, desc_len: *mut c_int, bind: *mut c_int, scope: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_cvar_get_info", c_int, crate::face::gen::passthrough::MPI_T_cvar_get_info(cvar_index, name, name_len, verbosity, datatype, enumtype, desc, desc_len, bind, scope))
+    ffi_boundary!("MPI_T_cvar_get_info", c_int, mpicr_shim::face::gen::passthrough::MPI_T_cvar_get_info(cvar_index, name, name_len, verbosity, datatype, enumtype, desc, desc_len, bind, scope))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_cvar_get_num(num_cvar: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_cvar_get_num", c_int, crate::face::gen::passthrough::MPI_T_cvar_get_num(num_cvar))
+    ffi_boundary!("MPI_T_cvar_get_num", c_int, mpicr_shim::face::gen::passthrough::MPI_T_cvar_get_num(num_cvar))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_cvar_get_num(num_cvar: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_cvar_get_num", c_int, crate::face::gen::passthrough::MPI_T_cvar_get_num(num_cvar))
+    ffi_boundary!("MPI_T_cvar_get_num", c_int, mpicr_shim::face::gen::passthrough::MPI_T_cvar_get_num(num_cvar))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_cvar_handle_alloc(cvar_index: c_int, obj_handle: *mut c_void, handle: *mut *mut c_void, count: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_cvar_handle_alloc", c_int, crate::face::gen::passthrough::MPI_T_cvar_handle_alloc(cvar_index, obj_handle, handle, count))
+    ffi_boundary!("MPI_T_cvar_handle_alloc", c_int, mpicr_shim::face::gen::passthrough::MPI_T_cvar_handle_alloc(cvar_index, obj_handle, handle, count))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_cvar_handle_alloc(cvar_index: c_int, obj_handle: *mut c_void, handle: *mut *mut c_void, count: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_cvar_handle_alloc", c_int, crate::face::gen::passthrough::MPI_T_cvar_handle_alloc(cvar_index, obj_handle, handle, count))
+    ffi_boundary!("MPI_T_cvar_handle_alloc", c_int, mpicr_shim::face::gen::passthrough::MPI_T_cvar_handle_alloc(cvar_index, obj_handle, handle, count))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_cvar_handle_free(handle: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_cvar_handle_free", c_int, crate::face::gen::passthrough::MPI_T_cvar_handle_free(handle))
+    ffi_boundary!("MPI_T_cvar_handle_free", c_int, mpicr_shim::face::gen::passthrough::MPI_T_cvar_handle_free(handle))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_cvar_handle_free(handle: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_cvar_handle_free", c_int, crate::face::gen::passthrough::MPI_T_cvar_handle_free(handle))
+    ffi_boundary!("MPI_T_cvar_handle_free", c_int, mpicr_shim::face::gen::passthrough::MPI_T_cvar_handle_free(handle))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_cvar_read(handle: *mut c_void, buf: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_cvar_read", c_int, crate::face::gen::passthrough::MPI_T_cvar_read(handle, buf))
+    ffi_boundary!("MPI_T_cvar_read", c_int, mpicr_shim::face::gen::passthrough::MPI_T_cvar_read(handle, buf))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_cvar_read(handle: *mut c_void, buf: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_cvar_read", c_int, crate::face::gen::passthrough::MPI_T_cvar_read(handle, buf))
+    ffi_boundary!("MPI_T_cvar_read", c_int, mpicr_shim::face::gen::passthrough::MPI_T_cvar_read(handle, buf))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_cvar_write(handle: *mut c_void, buf: *const c_void) -> c_int {
-    ffi_boundary!("MPI_T_cvar_write", c_int, crate::face::gen::passthrough::MPI_T_cvar_write(handle, buf))
+    ffi_boundary!("MPI_T_cvar_write", c_int, mpicr_shim::face::gen::passthrough::MPI_T_cvar_write(handle, buf))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_cvar_write(handle: *mut c_void, buf: *const c_void) -> c_int {
-    ffi_boundary!("MPI_T_cvar_write", c_int, crate::face::gen::passthrough::MPI_T_cvar_write(handle, buf))
+    ffi_boundary!("MPI_T_cvar_write", c_int, mpicr_shim::face::gen::passthrough::MPI_T_cvar_write(handle, buf))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_enum_get_info(enumtype: *mut c_void, num: *mut c_int, name: *mut c_char, name_len: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_enum_get_info", c_int, crate::face::gen::passthrough::MPI_T_enum_get_info(enumtype, num, name, name_len))
+    ffi_boundary!("MPI_T_enum_get_info", c_int, mpicr_shim::face::gen::passthrough::MPI_T_enum_get_info(enumtype, num, name, name_len))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_enum_get_info(enumtype: *mut c_void, num: *mut c_int, name: *mut c_char, name_len: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_enum_get_info", c_int, crate::face::gen::passthrough::MPI_T_enum_get_info(enumtype, num, name, name_len))
+    ffi_boundary!("MPI_T_enum_get_info", c_int, mpicr_shim::face::gen::passthrough::MPI_T_enum_get_info(enumtype, num, name, name_len))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_enum_get_item(enumtype: *mut c_void, indx: c_int, value: *mut c_int, name: *mut c_char, name_len: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_enum_get_item", c_int, crate::face::gen::passthrough::MPI_T_enum_get_item(enumtype, indx, value, name, name_len))
+    ffi_boundary!("MPI_T_enum_get_item", c_int, mpicr_shim::face::gen::passthrough::MPI_T_enum_get_item(enumtype, indx, value, name, name_len))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_enum_get_item(enumtype: *mut c_void, indx: c_int, value: *mut c_int, name: *mut c_char, name_len: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_enum_get_item", c_int, crate::face::gen::passthrough::MPI_T_enum_get_item(enumtype, indx, value, name, name_len))
+    ffi_boundary!("MPI_T_enum_get_item", c_int, mpicr_shim::face::gen::passthrough::MPI_T_enum_get_item(enumtype, indx, value, name, name_len))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_event_callback_get_info(event_registration: *mut c_void, cb_safety: c_int, info_used: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_T_event_callback_get_info", c_int, crate::face::gen::passthrough::MPI_T_event_callback_get_info(event_registration, cb_safety, info_used))
+    ffi_boundary!("MPI_T_event_callback_get_info", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_callback_get_info(event_registration, cb_safety, info_used))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_event_callback_get_info(event_registration: *mut c_void, cb_safety: c_int, info_used: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_T_event_callback_get_info", c_int, crate::face::gen::passthrough::MPI_T_event_callback_get_info(event_registration, cb_safety, info_used))
+    ffi_boundary!("MPI_T_event_callback_get_info", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_callback_get_info(event_registration, cb_safety, info_used))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_event_callback_set_info(event_registration: *mut c_void, cb_safety: c_int, info: MPI_Info) -> c_int {
-    ffi_boundary!("MPI_T_event_callback_set_info", c_int, crate::face::gen::passthrough::MPI_T_event_callback_set_info(event_registration, cb_safety, info))
+    ffi_boundary!("MPI_T_event_callback_set_info", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_callback_set_info(event_registration, cb_safety, info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_event_callback_set_info(event_registration: *mut c_void, cb_safety: c_int, info: MPI_Info) -> c_int {
-    ffi_boundary!("MPI_T_event_callback_set_info", c_int, crate::face::gen::passthrough::MPI_T_event_callback_set_info(event_registration, cb_safety, info))
+    ffi_boundary!("MPI_T_event_callback_set_info", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_callback_set_info(event_registration, cb_safety, info))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_event_copy(event_instance: *mut c_void, buffer: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_event_copy", c_int, crate::face::gen::passthrough::MPI_T_event_copy(event_instance, buffer))
+    ffi_boundary!("MPI_T_event_copy", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_copy(event_instance, buffer))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_event_copy(event_instance: *mut c_void, buffer: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_event_copy", c_int, crate::face::gen::passthrough::MPI_T_event_copy(event_instance, buffer))
+    ffi_boundary!("MPI_T_event_copy", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_copy(event_instance, buffer))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_event_get_index(name: *const c_char, event_index: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_event_get_index", c_int, crate::face::gen::passthrough::MPI_T_event_get_index(name, event_index))
+    ffi_boundary!("MPI_T_event_get_index", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_get_index(name, event_index))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_event_get_index(name: *const c_char, event_index: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_event_get_index", c_int, crate::face::gen::passthrough::MPI_T_event_get_index(name, event_index))
+    ffi_boundary!("MPI_T_event_get_index", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_get_index(name, event_index))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_event_get_info(event_index: c_int, name: *mut c_char, name_len: *mut c_int, verbosity: *mut c_int, array_of_datatypes: *mut MPI_Datatype, array_of_displacements: *mut MPI_Aint, num_elements: *mut c_int, enumtype: *mut *mut c_void, info: *mut MPI_Info, desc: *mut c_char, desc_len: *mut c_int, bind: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_event_get_info", c_int, crate::face::gen::passthrough::MPI_T_event_get_info(event_index, name, name_len, verbosity, array_of_datatypes, array_of_displacements, num_elements, enumtype, info, desc, desc_len, bind))
+    ffi_boundary!("MPI_T_event_get_info", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_get_info(event_index, name, name_len, verbosity, array_of_datatypes, array_of_displacements, num_elements, enumtype, info, desc, desc_len, bind))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_event_get_info(event_index: c_int, name: *mut c_char, name_len: *mut c_int, verbosity: *mut c_int, array_of_datatypes: *mut MPI_Datatype, array_of_displacements: *mut MPI_Aint, num_elements: *mut c_int, enumtype: *mut *mut c_void, info: *mut MPI_Info, desc: *mut c_char, desc_len: *mut c_int, bind: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_event_get_info", c_int, crate::face::gen::passthrough::MPI_T_event_get_info(event_index, name, name_len, verbosity, array_of_datatypes, array_of_displacements, num_elements, enumtype, info, desc, desc_len, bind))
+    ffi_boundary!("MPI_T_event_get_info", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_get_info(event_index, name, name_len, verbosity, array_of_datatypes, array_of_displacements, num_elements, enumtype, info, desc, desc_len, bind))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_event_get_num(num_events: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_event_get_num", c_int, crate::face::gen::passthrough::MPI_T_event_get_num(num_events))
+    ffi_boundary!("MPI_T_event_get_num", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_get_num(num_events))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_event_get_num(num_events: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_event_get_num", c_int, crate::face::gen::passthrough::MPI_T_event_get_num(num_events))
+    ffi_boundary!("MPI_T_event_get_num", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_get_num(num_events))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_event_get_source(event_instance: *mut c_void, source_index: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_event_get_source", c_int, crate::face::gen::passthrough::MPI_T_event_get_source(event_instance, source_index))
+    ffi_boundary!("MPI_T_event_get_source", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_get_source(event_instance, source_index))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_event_get_source(event_instance: *mut c_void, source_index: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_event_get_source", c_int, crate::face::gen::passthrough::MPI_T_event_get_source(event_instance, source_index))
+    ffi_boundary!("MPI_T_event_get_source", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_get_source(event_instance, source_index))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_event_get_timestamp(event_instance: *mut c_void, event_timestamp: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_T_event_get_timestamp", c_int, crate::face::gen::passthrough::MPI_T_event_get_timestamp(event_instance, event_timestamp))
+    ffi_boundary!("MPI_T_event_get_timestamp", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_get_timestamp(event_instance, event_timestamp))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_event_get_timestamp(event_instance: *mut c_void, event_timestamp: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_T_event_get_timestamp", c_int, crate::face::gen::passthrough::MPI_T_event_get_timestamp(event_instance, event_timestamp))
+    ffi_boundary!("MPI_T_event_get_timestamp", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_get_timestamp(event_instance, event_timestamp))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_event_handle_alloc(event_index: c_int, obj_handle: *mut c_void, info: MPI_Info, event_registration: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_event_handle_alloc", c_int, crate::face::gen::passthrough::MPI_T_event_handle_alloc(event_index, obj_handle, info, event_registration))
+    ffi_boundary!("MPI_T_event_handle_alloc", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_handle_alloc(event_index, obj_handle, info, event_registration))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_event_handle_alloc(event_index: c_int, obj_handle: *mut c_void, info: MPI_Info, event_registration: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_event_handle_alloc", c_int, crate::face::gen::passthrough::MPI_T_event_handle_alloc(event_index, obj_handle, info, event_registration))
+    ffi_boundary!("MPI_T_event_handle_alloc", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_handle_alloc(event_index, obj_handle, info, event_registration))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_event_handle_free(event_registration: *mut c_void, user_data: *mut c_void, free_cb_function: c_void) -> c_int {
-    ffi_boundary!("MPI_T_event_handle_free", c_int, crate::face::gen::passthrough::MPI_T_event_handle_free(event_registration, user_data, free_cb_function))
+    ffi_boundary!("MPI_T_event_handle_free", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_handle_free(event_registration, user_data, free_cb_function))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_event_handle_free(event_registration: *mut c_void, user_data: *mut c_void, free_cb_function: c_void) -> c_int {
-    ffi_boundary!("MPI_T_event_handle_free", c_int, crate::face::gen::passthrough::MPI_T_event_handle_free(event_registration, user_data, free_cb_function))
+    ffi_boundary!("MPI_T_event_handle_free", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_handle_free(event_registration, user_data, free_cb_function))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_event_handle_get_info(event_registration: *mut c_void, info_used: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_T_event_handle_get_info", c_int, crate::face::gen::passthrough::MPI_T_event_handle_get_info(event_registration, info_used))
+    ffi_boundary!("MPI_T_event_handle_get_info", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_handle_get_info(event_registration, info_used))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_event_handle_get_info(event_registration: *mut c_void, info_used: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_T_event_handle_get_info", c_int, crate::face::gen::passthrough::MPI_T_event_handle_get_info(event_registration, info_used))
+    ffi_boundary!("MPI_T_event_handle_get_info", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_handle_get_info(event_registration, info_used))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_event_handle_set_info(event_registration: *mut c_void, info: MPI_Info) -> c_int {
-    ffi_boundary!("MPI_T_event_handle_set_info", c_int, crate::face::gen::passthrough::MPI_T_event_handle_set_info(event_registration, info))
+    ffi_boundary!("MPI_T_event_handle_set_info", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_handle_set_info(event_registration, info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_event_handle_set_info(event_registration: *mut c_void, info: MPI_Info) -> c_int {
-    ffi_boundary!("MPI_T_event_handle_set_info", c_int, crate::face::gen::passthrough::MPI_T_event_handle_set_info(event_registration, info))
+    ffi_boundary!("MPI_T_event_handle_set_info", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_handle_set_info(event_registration, info))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_event_read(event_instance: *mut c_void, element_index: c_int, buffer: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_event_read", c_int, crate::face::gen::passthrough::MPI_T_event_read(event_instance, element_index, buffer))
+    ffi_boundary!("MPI_T_event_read", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_read(event_instance, element_index, buffer))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_event_read(event_instance: *mut c_void, element_index: c_int, buffer: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_event_read", c_int, crate::face::gen::passthrough::MPI_T_event_read(event_instance, element_index, buffer))
+    ffi_boundary!("MPI_T_event_read", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_read(event_instance, element_index, buffer))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_event_register_callback(event_registration: *mut c_void, cb_safety: c_int, info: MPI_Info, user_data: *mut c_void, event_cb_function: c_void) -> c_int {
-    ffi_boundary!("MPI_T_event_register_callback", c_int, crate::face::gen::passthrough::MPI_T_event_register_callback(event_registration, cb_safety, info, user_data, event_cb_function))
+    ffi_boundary!("MPI_T_event_register_callback", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_register_callback(event_registration, cb_safety, info, user_data, event_cb_function))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_event_register_callback(event_registration: *mut c_void, cb_safety: c_int, info: MPI_Info, user_data: *mut c_void, event_cb_function: c_void) -> c_int {
-    ffi_boundary!("MPI_T_event_register_callback", c_int, crate::face::gen::passthrough::MPI_T_event_register_callback(event_registration, cb_safety, info, user_data, event_cb_function))
+    ffi_boundary!("MPI_T_event_register_callback", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_register_callback(event_registration, cb_safety, info, user_data, event_cb_function))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_event_set_dropped_handler(event_registration: *mut c_void, dropped_cb_function: c_void) -> c_int {
-    ffi_boundary!("MPI_T_event_set_dropped_handler", c_int, crate::face::gen::passthrough::MPI_T_event_set_dropped_handler(event_registration, dropped_cb_function))
+    ffi_boundary!("MPI_T_event_set_dropped_handler", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_set_dropped_handler(event_registration, dropped_cb_function))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_event_set_dropped_handler(event_registration: *mut c_void, dropped_cb_function: c_void) -> c_int {
-    ffi_boundary!("MPI_T_event_set_dropped_handler", c_int, crate::face::gen::passthrough::MPI_T_event_set_dropped_handler(event_registration, dropped_cb_function))
+    ffi_boundary!("MPI_T_event_set_dropped_handler", c_int, mpicr_shim::face::gen::passthrough::MPI_T_event_set_dropped_handler(event_registration, dropped_cb_function))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_finalize() -> c_int {
-    ffi_boundary!("MPI_T_finalize", c_int, crate::face::gen::passthrough::MPI_T_finalize())
+    ffi_boundary!("MPI_T_finalize", c_int, mpicr_shim::face::gen::passthrough::MPI_T_finalize())
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_finalize() -> c_int {
-    ffi_boundary!("MPI_T_finalize", c_int, crate::face::gen::passthrough::MPI_T_finalize())
+    ffi_boundary!("MPI_T_finalize", c_int, mpicr_shim::face::gen::passthrough::MPI_T_finalize())
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_init_thread(required: c_int, provided: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_init_thread", c_int, crate::face::gen::passthrough::MPI_T_init_thread(required, provided))
+    ffi_boundary!("MPI_T_init_thread", c_int, mpicr_shim::face::gen::passthrough::MPI_T_init_thread(required, provided))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_init_thread(required: c_int, provided: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_init_thread", c_int, crate::face::gen::passthrough::MPI_T_init_thread(required, provided))
+    ffi_boundary!("MPI_T_init_thread", c_int, mpicr_shim::face::gen::passthrough::MPI_T_init_thread(required, provided))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_pvar_get_index(name: *const c_char, var_class: c_int, pvar_index: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_pvar_get_index", c_int, crate::face::gen::passthrough::MPI_T_pvar_get_index(name, var_class, pvar_index))
+    ffi_boundary!("MPI_T_pvar_get_index", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_get_index(name, var_class, pvar_index))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_pvar_get_index(name: *const c_char, var_class: c_int, pvar_index: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_pvar_get_index", c_int, crate::face::gen::passthrough::MPI_T_pvar_get_index(name, var_class, pvar_index))
+    ffi_boundary!("MPI_T_pvar_get_index", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_get_index(name, var_class, pvar_index))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_pvar_get_info(pvar_index: c_int, name: *mut c_char, name_len: *mut c_int, verbosity: *mut c_int, var_class: *mut c_int, datatype: *mut MPI_Datatype, enumtype: *mut *mut c_void, desc: *mut c_char, desc_len: *mut c_int, bind: *mut c_int, readonly: *mut c_int, continuous: *mut c_int, atomic: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_pvar_get_info", c_int, crate::face::gen::passthrough::MPI_T_pvar_get_info(pvar_index, name, name_len, verbosity, var_class, datatype, enumtype, desc, desc_len, bind, readonly, continuous, atomic))
+    ffi_boundary!("MPI_T_pvar_get_info", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_get_info(pvar_index, name, name_len, verbosity, var_class, datatype, enumtype, desc, desc_len, bind, readonly, continuous, atomic))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_pvar_get_info(pvar_index: c_int, name: *mut c_char, name_len: *mut c_int, verbosity: *mut c_int, var_class: *mut c_int, datatype: *mut MPI_Datatype, enumtype: *mut *mut c_void, desc: *mut c_char, desc_len: *mut c_int, bind: *mut c_int, readonly: *mut c_int, continuous: *mut c_int, atomic: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_pvar_get_info", c_int, crate::face::gen::passthrough::MPI_T_pvar_get_info(pvar_index, name, name_len, verbosity, var_class, datatype, enumtype, desc, desc_len, bind, readonly, continuous, atomic))
+    ffi_boundary!("MPI_T_pvar_get_info", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_get_info(pvar_index, name, name_len, verbosity, var_class, datatype, enumtype, desc, desc_len, bind, readonly, continuous, atomic))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_pvar_get_num(num_pvar: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_pvar_get_num", c_int, crate::face::gen::passthrough::MPI_T_pvar_get_num(num_pvar))
+    ffi_boundary!("MPI_T_pvar_get_num", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_get_num(num_pvar))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_pvar_get_num(num_pvar: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_pvar_get_num", c_int, crate::face::gen::passthrough::MPI_T_pvar_get_num(num_pvar))
+    ffi_boundary!("MPI_T_pvar_get_num", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_get_num(num_pvar))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_pvar_handle_alloc(session: *mut c_void, pvar_index: c_int, obj_handle: *mut c_void, handle: *mut *mut c_void, count: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_pvar_handle_alloc", c_int, crate::face::gen::passthrough::MPI_T_pvar_handle_alloc(session, pvar_index, obj_handle, handle, count))
+    ffi_boundary!("MPI_T_pvar_handle_alloc", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_handle_alloc(session, pvar_index, obj_handle, handle, count))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_pvar_handle_alloc(session: *mut c_void, pvar_index: c_int, obj_handle: *mut c_void, handle: *mut *mut c_void, count: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_pvar_handle_alloc", c_int, crate::face::gen::passthrough::MPI_T_pvar_handle_alloc(session, pvar_index, obj_handle, handle, count))
+    ffi_boundary!("MPI_T_pvar_handle_alloc", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_handle_alloc(session, pvar_index, obj_handle, handle, count))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_pvar_handle_free(session: *mut c_void, handle: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_pvar_handle_free", c_int, crate::face::gen::passthrough::MPI_T_pvar_handle_free(session, handle))
+    ffi_boundary!("MPI_T_pvar_handle_free", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_handle_free(session, handle))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_pvar_handle_free(session: *mut c_void, handle: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_pvar_handle_free", c_int, crate::face::gen::passthrough::MPI_T_pvar_handle_free(session, handle))
+    ffi_boundary!("MPI_T_pvar_handle_free", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_handle_free(session, handle))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_pvar_read(session: *mut c_void, handle: *mut c_void, buf: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_pvar_read", c_int, crate::face::gen::passthrough::MPI_T_pvar_read(session, handle, buf))
+    ffi_boundary!("MPI_T_pvar_read", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_read(session, handle, buf))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_pvar_read(session: *mut c_void, handle: *mut c_void, buf: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_pvar_read", c_int, crate::face::gen::passthrough::MPI_T_pvar_read(session, handle, buf))
+    ffi_boundary!("MPI_T_pvar_read", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_read(session, handle, buf))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_pvar_readreset(session: *mut c_void, handle: *mut c_void, buf: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_pvar_readreset", c_int, crate::face::gen::passthrough::MPI_T_pvar_readreset(session, handle, buf))
+    ffi_boundary!("MPI_T_pvar_readreset", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_readreset(session, handle, buf))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_pvar_readreset(session: *mut c_void, handle: *mut c_void, buf: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_pvar_readreset", c_int, crate::face::gen::passthrough::MPI_T_pvar_readreset(session, handle, buf))
+    ffi_boundary!("MPI_T_pvar_readreset", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_readreset(session, handle, buf))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_pvar_reset(session: *mut c_void, handle: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_pvar_reset", c_int, crate::face::gen::passthrough::MPI_T_pvar_reset(session, handle))
+    ffi_boundary!("MPI_T_pvar_reset", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_reset(session, handle))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_pvar_reset(session: *mut c_void, handle: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_pvar_reset", c_int, crate::face::gen::passthrough::MPI_T_pvar_reset(session, handle))
+    ffi_boundary!("MPI_T_pvar_reset", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_reset(session, handle))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_pvar_session_create(session: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_pvar_session_create", c_int, crate::face::gen::passthrough::MPI_T_pvar_session_create(session))
+    ffi_boundary!("MPI_T_pvar_session_create", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_session_create(session))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_pvar_session_create(session: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_pvar_session_create", c_int, crate::face::gen::passthrough::MPI_T_pvar_session_create(session))
+    ffi_boundary!("MPI_T_pvar_session_create", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_session_create(session))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_pvar_session_free(session: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_pvar_session_free", c_int, crate::face::gen::passthrough::MPI_T_pvar_session_free(session))
+    ffi_boundary!("MPI_T_pvar_session_free", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_session_free(session))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_pvar_session_free(session: *mut *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_pvar_session_free", c_int, crate::face::gen::passthrough::MPI_T_pvar_session_free(session))
+    ffi_boundary!("MPI_T_pvar_session_free", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_session_free(session))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_pvar_start(session: *mut c_void, handle: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_pvar_start", c_int, crate::face::gen::passthrough::MPI_T_pvar_start(session, handle))
+    ffi_boundary!("MPI_T_pvar_start", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_start(session, handle))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_pvar_start(session: *mut c_void, handle: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_pvar_start", c_int, crate::face::gen::passthrough::MPI_T_pvar_start(session, handle))
+    ffi_boundary!("MPI_T_pvar_start", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_start(session, handle))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_pvar_stop(session: *mut c_void, handle: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_pvar_stop", c_int, crate::face::gen::passthrough::MPI_T_pvar_stop(session, handle))
+    ffi_boundary!("MPI_T_pvar_stop", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_stop(session, handle))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_pvar_stop(session: *mut c_void, handle: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_pvar_stop", c_int, crate::face::gen::passthrough::MPI_T_pvar_stop(session, handle))
+    ffi_boundary!("MPI_T_pvar_stop", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_stop(session, handle))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_pvar_write(session: *mut c_void, handle: *mut c_void, buf: *const c_void) -> c_int {
-    ffi_boundary!("MPI_T_pvar_write", c_int, crate::face::gen::passthrough::MPI_T_pvar_write(session, handle, buf))
+    ffi_boundary!("MPI_T_pvar_write", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_write(session, handle, buf))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_pvar_write(session: *mut c_void, handle: *mut c_void, buf: *const c_void) -> c_int {
-    ffi_boundary!("MPI_T_pvar_write", c_int, crate::face::gen::passthrough::MPI_T_pvar_write(session, handle, buf))
+    ffi_boundary!("MPI_T_pvar_write", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_write(session, handle, buf))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_source_get_info(source_index: c_int, name: *mut c_char, name_len: *mut c_int, desc: *mut c_char, desc_len: *mut c_int, ordering: *mut c_int, ticks_per_second: *mut MPI_Count, max_ticks: *mut MPI_Count, info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_T_source_get_info", c_int, crate::face::gen::passthrough::MPI_T_source_get_info(source_index, name, name_len, desc, desc_len, ordering, ticks_per_second, max_ticks, info))
+    ffi_boundary!("MPI_T_source_get_info", c_int, mpicr_shim::face::gen::passthrough::MPI_T_source_get_info(source_index, name, name_len, desc, desc_len, ordering, ticks_per_second, max_ticks, info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_source_get_info(source_index: c_int, name: *mut c_char, name_len: *mut c_int, desc: *mut c_char, desc_len: *mut c_int, ordering: *mut c_int, ticks_per_second: *mut MPI_Count, max_ticks: *mut MPI_Count, info: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_T_source_get_info", c_int, crate::face::gen::passthrough::MPI_T_source_get_info(source_index, name, name_len, desc, desc_len, ordering, ticks_per_second, max_ticks, info))
+    ffi_boundary!("MPI_T_source_get_info", c_int, mpicr_shim::face::gen::passthrough::MPI_T_source_get_info(source_index, name, name_len, desc, desc_len, ordering, ticks_per_second, max_ticks, info))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_source_get_num(num_sources: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_source_get_num", c_int, crate::face::gen::passthrough::MPI_T_source_get_num(num_sources))
+    ffi_boundary!("MPI_T_source_get_num", c_int, mpicr_shim::face::gen::passthrough::MPI_T_source_get_num(num_sources))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_source_get_num(num_sources: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_T_source_get_num", c_int, crate::face::gen::passthrough::MPI_T_source_get_num(num_sources))
+    ffi_boundary!("MPI_T_source_get_num", c_int, mpicr_shim::face::gen::passthrough::MPI_T_source_get_num(num_sources))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_source_get_timestamp(source_index: c_int, timestamp: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_T_source_get_timestamp", c_int, crate::face::gen::passthrough::MPI_T_source_get_timestamp(source_index, timestamp))
+    ffi_boundary!("MPI_T_source_get_timestamp", c_int, mpicr_shim::face::gen::passthrough::MPI_T_source_get_timestamp(source_index, timestamp))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_source_get_timestamp(source_index: c_int, timestamp: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_T_source_get_timestamp", c_int, crate::face::gen::passthrough::MPI_T_source_get_timestamp(source_index, timestamp))
+    ffi_boundary!("MPI_T_source_get_timestamp", c_int, mpicr_shim::face::gen::passthrough::MPI_T_source_get_timestamp(source_index, timestamp))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Test(request: *mut MPI_Request, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Test", c_int, crate::face::api::MPI_Test(request, flag, status))
+    ffi_boundary!("MPI_Test", c_int, mpicr_shim::face::api::MPI_Test(request, flag, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Test(request: *mut MPI_Request, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Test", c_int, crate::face::api::MPI_Test(request, flag, status))
+    ffi_boundary!("MPI_Test", c_int, mpicr_shim::face::api::MPI_Test(request, flag, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Test_cancelled(status: *const MPI_Status, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Test_cancelled", c_int, crate::face::gen::passthrough::MPI_Test_cancelled(status, flag))
+    ffi_boundary!("MPI_Test_cancelled", c_int, mpicr_shim::face::gen::passthrough::MPI_Test_cancelled(status, flag))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Test_cancelled(status: *const MPI_Status, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Test_cancelled", c_int, crate::face::gen::passthrough::MPI_Test_cancelled(status, flag))
+    ffi_boundary!("MPI_Test_cancelled", c_int, mpicr_shim::face::gen::passthrough::MPI_Test_cancelled(status, flag))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Testall(count: c_int, array_of_requests: *mut MPI_Request, flag: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Testall", c_int, crate::face::api::MPI_Testall(count, array_of_requests, flag, array_of_statuses))
+    ffi_boundary!("MPI_Testall", c_int, mpicr_shim::face::api::MPI_Testall(count, array_of_requests, flag, array_of_statuses))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Testall(count: c_int, array_of_requests: *mut MPI_Request, flag: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Testall", c_int, crate::face::api::MPI_Testall(count, array_of_requests, flag, array_of_statuses))
+    ffi_boundary!("MPI_Testall", c_int, mpicr_shim::face::api::MPI_Testall(count, array_of_requests, flag, array_of_statuses))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Testany(count: c_int, array_of_requests: *mut MPI_Request, indx: *mut c_int, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Testany", c_int, crate::face::api::MPI_Testany(count, array_of_requests, indx, flag, status))
+    ffi_boundary!("MPI_Testany", c_int, mpicr_shim::face::api::MPI_Testany(count, array_of_requests, indx, flag, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Testany(count: c_int, array_of_requests: *mut MPI_Request, indx: *mut c_int, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Testany", c_int, crate::face::api::MPI_Testany(count, array_of_requests, indx, flag, status))
+    ffi_boundary!("MPI_Testany", c_int, mpicr_shim::face::api::MPI_Testany(count, array_of_requests, indx, flag, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Testsome(incount: c_int, array_of_requests: *mut MPI_Request, outcount: *mut c_int, array_of_indices: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Testsome", c_int, crate::face::api::MPI_Testsome(incount, array_of_requests, outcount, array_of_indices, array_of_statuses))
+    ffi_boundary!("MPI_Testsome", c_int, mpicr_shim::face::api::MPI_Testsome(incount, array_of_requests, outcount, array_of_indices, array_of_statuses))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Testsome(incount: c_int, array_of_requests: *mut MPI_Request, outcount: *mut c_int, array_of_indices: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Testsome", c_int, crate::face::api::MPI_Testsome(incount, array_of_requests, outcount, array_of_indices, array_of_statuses))
+    ffi_boundary!("MPI_Testsome", c_int, mpicr_shim::face::api::MPI_Testsome(incount, array_of_requests, outcount, array_of_indices, array_of_statuses))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Topo_test(comm: MPI_Comm, status: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Topo_test", c_int, crate::face::gen::passthrough::MPI_Topo_test(comm, status))
+    ffi_boundary!("MPI_Topo_test", c_int, mpicr_shim::face::gen::passthrough::MPI_Topo_test(comm, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Topo_test(comm: MPI_Comm, status: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Topo_test", c_int, crate::face::gen::passthrough::MPI_Topo_test(comm, status))
+    ffi_boundary!("MPI_Topo_test", c_int, mpicr_shim::face::gen::passthrough::MPI_Topo_test(comm, status))
 }
 
 #[no_mangle]
@@ -5273,236 +5273,236 @@ pub unsafe extern "C" fn PMPI_Type_c2f(datatype: MPI_Datatype) -> MPI_Fint {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_commit(datatype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_commit", c_int, crate::face::api::MPI_Type_commit(datatype))
+    ffi_boundary!("MPI_Type_commit", c_int, mpicr_shim::face::api::MPI_Type_commit(datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_commit(datatype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_commit", c_int, crate::face::api::MPI_Type_commit(datatype))
+    ffi_boundary!("MPI_Type_commit", c_int, mpicr_shim::face::api::MPI_Type_commit(datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_contiguous(count: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_contiguous", c_int, crate::face::gen::create::MPI_Type_contiguous(count, oldtype, newtype))
+    ffi_boundary!("MPI_Type_contiguous", c_int, mpicr_shim::face::gen::create::MPI_Type_contiguous(count, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_contiguous(count: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_contiguous", c_int, crate::face::gen::create::MPI_Type_contiguous(count, oldtype, newtype))
+    ffi_boundary!("MPI_Type_contiguous", c_int, mpicr_shim::face::gen::create::MPI_Type_contiguous(count, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_contiguous_c(count: MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_contiguous_c", c_int, crate::face::gen::create::MPI_Type_contiguous_c(count, oldtype, newtype))
+    ffi_boundary!("MPI_Type_contiguous_c", c_int, mpicr_shim::face::gen::create::MPI_Type_contiguous_c(count, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_contiguous_c(count: MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_contiguous_c", c_int, crate::face::gen::create::MPI_Type_contiguous_c(count, oldtype, newtype))
+    ffi_boundary!("MPI_Type_contiguous_c", c_int, mpicr_shim::face::gen::create::MPI_Type_contiguous_c(count, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_darray(size: c_int, rank: c_int, ndims: c_int, array_of_gsizes: *const c_int, array_of_distribs: *const c_int, array_of_dargs: *const c_int, array_of_psizes: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_darray", c_int, crate::face::gen::create::MPI_Type_create_darray(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_darray", c_int, mpicr_shim::face::gen::create::MPI_Type_create_darray(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_darray(size: c_int, rank: c_int, ndims: c_int, array_of_gsizes: *const c_int, array_of_distribs: *const c_int, array_of_dargs: *const c_int, array_of_psizes: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_darray", c_int, crate::face::gen::create::MPI_Type_create_darray(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_darray", c_int, mpicr_shim::face::gen::create::MPI_Type_create_darray(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_darray_c(size: c_int, rank: c_int, ndims: c_int, array_of_gsizes: *const MPI_Count, array_of_distribs: *const c_int, array_of_dargs: *const c_int, array_of_psizes: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_darray_c", c_int, crate::face::gen::create::MPI_Type_create_darray_c(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_darray_c", c_int, mpicr_shim::face::gen::create::MPI_Type_create_darray_c(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_darray_c(size: c_int, rank: c_int, ndims: c_int, array_of_gsizes: *const MPI_Count, array_of_distribs: *const c_int, array_of_dargs: *const c_int, array_of_psizes: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_darray_c", c_int, crate::face::gen::create::MPI_Type_create_darray_c(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_darray_c", c_int, mpicr_shim::face::gen::create::MPI_Type_create_darray_c(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_f90_complex(p: c_int, r: c_int, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_f90_complex", c_int, crate::face::gen::create::MPI_Type_create_f90_complex(p, r, newtype))
+    ffi_boundary!("MPI_Type_create_f90_complex", c_int, mpicr_shim::face::gen::create::MPI_Type_create_f90_complex(p, r, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_f90_complex(p: c_int, r: c_int, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_f90_complex", c_int, crate::face::gen::create::MPI_Type_create_f90_complex(p, r, newtype))
+    ffi_boundary!("MPI_Type_create_f90_complex", c_int, mpicr_shim::face::gen::create::MPI_Type_create_f90_complex(p, r, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_f90_integer(r: c_int, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_f90_integer", c_int, crate::face::gen::create::MPI_Type_create_f90_integer(r, newtype))
+    ffi_boundary!("MPI_Type_create_f90_integer", c_int, mpicr_shim::face::gen::create::MPI_Type_create_f90_integer(r, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_f90_integer(r: c_int, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_f90_integer", c_int, crate::face::gen::create::MPI_Type_create_f90_integer(r, newtype))
+    ffi_boundary!("MPI_Type_create_f90_integer", c_int, mpicr_shim::face::gen::create::MPI_Type_create_f90_integer(r, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_f90_real(p: c_int, r: c_int, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_f90_real", c_int, crate::face::gen::create::MPI_Type_create_f90_real(p, r, newtype))
+    ffi_boundary!("MPI_Type_create_f90_real", c_int, mpicr_shim::face::gen::create::MPI_Type_create_f90_real(p, r, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_f90_real(p: c_int, r: c_int, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_f90_real", c_int, crate::face::gen::create::MPI_Type_create_f90_real(p, r, newtype))
+    ffi_boundary!("MPI_Type_create_f90_real", c_int, mpicr_shim::face::gen::create::MPI_Type_create_f90_real(p, r, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_hindexed(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_hindexed", c_int, crate::face::gen::create::MPI_Type_create_hindexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_hindexed", c_int, mpicr_shim::face::gen::create::MPI_Type_create_hindexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_hindexed(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_hindexed", c_int, crate::face::gen::create::MPI_Type_create_hindexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_hindexed", c_int, mpicr_shim::face::gen::create::MPI_Type_create_hindexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_hindexed_block(count: c_int, blocklength: c_int, array_of_displacements: *const MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_hindexed_block", c_int, crate::face::gen::create::MPI_Type_create_hindexed_block(count, blocklength, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_hindexed_block", c_int, mpicr_shim::face::gen::create::MPI_Type_create_hindexed_block(count, blocklength, array_of_displacements, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_hindexed_block(count: c_int, blocklength: c_int, array_of_displacements: *const MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_hindexed_block", c_int, crate::face::gen::create::MPI_Type_create_hindexed_block(count, blocklength, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_hindexed_block", c_int, mpicr_shim::face::gen::create::MPI_Type_create_hindexed_block(count, blocklength, array_of_displacements, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_hindexed_block_c(count: MPI_Count, blocklength: MPI_Count, array_of_displacements: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_hindexed_block_c", c_int, crate::face::gen::create::MPI_Type_create_hindexed_block_c(count, blocklength, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_hindexed_block_c", c_int, mpicr_shim::face::gen::create::MPI_Type_create_hindexed_block_c(count, blocklength, array_of_displacements, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_hindexed_block_c(count: MPI_Count, blocklength: MPI_Count, array_of_displacements: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_hindexed_block_c", c_int, crate::face::gen::create::MPI_Type_create_hindexed_block_c(count, blocklength, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_hindexed_block_c", c_int, mpicr_shim::face::gen::create::MPI_Type_create_hindexed_block_c(count, blocklength, array_of_displacements, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_hindexed_c(count: MPI_Count, array_of_blocklengths: *const MPI_Count, array_of_displacements: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_hindexed_c", c_int, crate::face::gen::create::MPI_Type_create_hindexed_c(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_hindexed_c", c_int, mpicr_shim::face::gen::create::MPI_Type_create_hindexed_c(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_hindexed_c(count: MPI_Count, array_of_blocklengths: *const MPI_Count, array_of_displacements: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_hindexed_c", c_int, crate::face::gen::create::MPI_Type_create_hindexed_c(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_hindexed_c", c_int, mpicr_shim::face::gen::create::MPI_Type_create_hindexed_c(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_hvector(count: c_int, blocklength: c_int, stride: MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_hvector", c_int, crate::face::gen::create::MPI_Type_create_hvector(count, blocklength, stride, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_hvector", c_int, mpicr_shim::face::gen::create::MPI_Type_create_hvector(count, blocklength, stride, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_hvector(count: c_int, blocklength: c_int, stride: MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_hvector", c_int, crate::face::gen::create::MPI_Type_create_hvector(count, blocklength, stride, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_hvector", c_int, mpicr_shim::face::gen::create::MPI_Type_create_hvector(count, blocklength, stride, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_hvector_c(count: MPI_Count, blocklength: MPI_Count, stride: MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_hvector_c", c_int, crate::face::gen::create::MPI_Type_create_hvector_c(count, blocklength, stride, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_hvector_c", c_int, mpicr_shim::face::gen::create::MPI_Type_create_hvector_c(count, blocklength, stride, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_hvector_c(count: MPI_Count, blocklength: MPI_Count, stride: MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_hvector_c", c_int, crate::face::gen::create::MPI_Type_create_hvector_c(count, blocklength, stride, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_hvector_c", c_int, mpicr_shim::face::gen::create::MPI_Type_create_hvector_c(count, blocklength, stride, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_indexed_block(count: c_int, blocklength: c_int, array_of_displacements: *const c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_indexed_block", c_int, crate::face::gen::create::MPI_Type_create_indexed_block(count, blocklength, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_indexed_block", c_int, mpicr_shim::face::gen::create::MPI_Type_create_indexed_block(count, blocklength, array_of_displacements, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_indexed_block(count: c_int, blocklength: c_int, array_of_displacements: *const c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_indexed_block", c_int, crate::face::gen::create::MPI_Type_create_indexed_block(count, blocklength, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_indexed_block", c_int, mpicr_shim::face::gen::create::MPI_Type_create_indexed_block(count, blocklength, array_of_displacements, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_indexed_block_c(count: MPI_Count, blocklength: MPI_Count, array_of_displacements: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_indexed_block_c", c_int, crate::face::gen::create::MPI_Type_create_indexed_block_c(count, blocklength, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_indexed_block_c", c_int, mpicr_shim::face::gen::create::MPI_Type_create_indexed_block_c(count, blocklength, array_of_displacements, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_indexed_block_c(count: MPI_Count, blocklength: MPI_Count, array_of_displacements: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_indexed_block_c", c_int, crate::face::gen::create::MPI_Type_create_indexed_block_c(count, blocklength, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_indexed_block_c", c_int, mpicr_shim::face::gen::create::MPI_Type_create_indexed_block_c(count, blocklength, array_of_displacements, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_keyval(type_copy_attr_fn: *mut c_void, type_delete_attr_fn: *mut c_void, type_keyval: *mut c_int, extra_state: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Type_create_keyval", c_int, crate::face::api::MPI_Type_create_keyval(type_copy_attr_fn, type_delete_attr_fn, type_keyval, extra_state))
+    ffi_boundary!("MPI_Type_create_keyval", c_int, mpicr_shim::face::api::MPI_Type_create_keyval(type_copy_attr_fn, type_delete_attr_fn, type_keyval, extra_state))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_keyval(type_copy_attr_fn: *mut c_void, type_delete_attr_fn: *mut c_void, type_keyval: *mut c_int, extra_state: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Type_create_keyval", c_int, crate::face::api::MPI_Type_create_keyval(type_copy_attr_fn, type_delete_attr_fn, type_keyval, extra_state))
+    ffi_boundary!("MPI_Type_create_keyval", c_int, mpicr_shim::face::api::MPI_Type_create_keyval(type_copy_attr_fn, type_delete_attr_fn, type_keyval, extra_state))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_resized(oldtype: MPI_Datatype, lb: MPI_Aint, extent: MPI_Aint, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_resized", c_int, crate::face::gen::create::MPI_Type_create_resized(oldtype, lb, extent, newtype))
+    ffi_boundary!("MPI_Type_create_resized", c_int, mpicr_shim::face::gen::create::MPI_Type_create_resized(oldtype, lb, extent, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_resized(oldtype: MPI_Datatype, lb: MPI_Aint, extent: MPI_Aint, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_resized", c_int, crate::face::gen::create::MPI_Type_create_resized(oldtype, lb, extent, newtype))
+    ffi_boundary!("MPI_Type_create_resized", c_int, mpicr_shim::face::gen::create::MPI_Type_create_resized(oldtype, lb, extent, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_resized_c(oldtype: MPI_Datatype, lb: MPI_Count, extent: MPI_Count, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_resized_c", c_int, crate::face::gen::create::MPI_Type_create_resized_c(oldtype, lb, extent, newtype))
+    ffi_boundary!("MPI_Type_create_resized_c", c_int, mpicr_shim::face::gen::create::MPI_Type_create_resized_c(oldtype, lb, extent, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_resized_c(oldtype: MPI_Datatype, lb: MPI_Count, extent: MPI_Count, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_resized_c", c_int, crate::face::gen::create::MPI_Type_create_resized_c(oldtype, lb, extent, newtype))
+    ffi_boundary!("MPI_Type_create_resized_c", c_int, mpicr_shim::face::gen::create::MPI_Type_create_resized_c(oldtype, lb, extent, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_struct(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const MPI_Aint, array_of_types: *const MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_struct", c_int, crate::face::gen::create::MPI_Type_create_struct(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype))
+    ffi_boundary!("MPI_Type_create_struct", c_int, mpicr_shim::face::gen::create::MPI_Type_create_struct(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_struct(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const MPI_Aint, array_of_types: *const MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_struct", c_int, crate::face::gen::create::MPI_Type_create_struct(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype))
+    ffi_boundary!("MPI_Type_create_struct", c_int, mpicr_shim::face::gen::create::MPI_Type_create_struct(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_struct_c(count: MPI_Count, array_of_blocklengths: *const MPI_Count, array_of_displacements: *const MPI_Count, array_of_types: *const MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_struct_c", c_int, crate::face::gen::create::MPI_Type_create_struct_c(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype))
+    ffi_boundary!("MPI_Type_create_struct_c", c_int, mpicr_shim::face::gen::create::MPI_Type_create_struct_c(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_struct_c(count: MPI_Count, array_of_blocklengths: *const MPI_Count, array_of_displacements: *const MPI_Count, array_of_types: *const MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_struct_c", c_int, crate::face::gen::create::MPI_Type_create_struct_c(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype))
+    ffi_boundary!("MPI_Type_create_struct_c", c_int, mpicr_shim::face::gen::create::MPI_Type_create_struct_c(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_subarray(ndims: c_int, array_of_sizes: *const c_int, array_of_subsizes: *const c_int, array_of_starts: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_subarray", c_int, crate::face::gen::create::MPI_Type_create_subarray(ndims, array_of_sizes, array_of_subsizes, array_of_starts, order, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_subarray", c_int, mpicr_shim::face::gen::create::MPI_Type_create_subarray(ndims, array_of_sizes, array_of_subsizes, array_of_starts, order, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_subarray(ndims: c_int, array_of_sizes: *const c_int, array_of_subsizes: *const c_int, array_of_starts: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_subarray", c_int, crate::face::gen::create::MPI_Type_create_subarray(ndims, array_of_sizes, array_of_subsizes, array_of_starts, order, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_subarray", c_int, mpicr_shim::face::gen::create::MPI_Type_create_subarray(ndims, array_of_sizes, array_of_subsizes, array_of_starts, order, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_subarray_c(ndims: c_int, array_of_sizes: *const MPI_Count, array_of_subsizes: *const MPI_Count, array_of_starts: *const MPI_Count, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_subarray_c", c_int, crate::face::gen::create::MPI_Type_create_subarray_c(ndims, array_of_sizes, array_of_subsizes, array_of_starts, order, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_subarray_c", c_int, mpicr_shim::face::gen::create::MPI_Type_create_subarray_c(ndims, array_of_sizes, array_of_subsizes, array_of_starts, order, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_subarray_c(ndims: c_int, array_of_sizes: *const MPI_Count, array_of_subsizes: *const MPI_Count, array_of_starts: *const MPI_Count, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_create_subarray_c", c_int, crate::face::gen::create::MPI_Type_create_subarray_c(ndims, array_of_sizes, array_of_subsizes, array_of_starts, order, oldtype, newtype))
+    ffi_boundary!("MPI_Type_create_subarray_c", c_int, mpicr_shim::face::gen::create::MPI_Type_create_subarray_c(ndims, array_of_sizes, array_of_subsizes, array_of_starts, order, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_delete_attr(datatype: MPI_Datatype, type_keyval: c_int) -> c_int {
-    ffi_boundary!("MPI_Type_delete_attr", c_int, crate::face::api::MPI_Type_delete_attr(datatype, type_keyval))
+    ffi_boundary!("MPI_Type_delete_attr", c_int, mpicr_shim::face::api::MPI_Type_delete_attr(datatype, type_keyval))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_delete_attr(datatype: MPI_Datatype, type_keyval: c_int) -> c_int {
-    ffi_boundary!("MPI_Type_delete_attr", c_int, crate::face::api::MPI_Type_delete_attr(datatype, type_keyval))
+    ffi_boundary!("MPI_Type_delete_attr", c_int, mpicr_shim::face::api::MPI_Type_delete_attr(datatype, type_keyval))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_dup(oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_dup", c_int, crate::face::api::MPI_Type_dup(oldtype, newtype))
+    ffi_boundary!("MPI_Type_dup", c_int, mpicr_shim::face::api::MPI_Type_dup(oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_dup(oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_dup", c_int, crate::face::api::MPI_Type_dup(oldtype, newtype))
+    ffi_boundary!("MPI_Type_dup", c_int, mpicr_shim::face::api::MPI_Type_dup(oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_extent(datatype: MPI_Datatype, extent: *mut MPI_Aint) -> c_int {
-    ffi_boundary!("MPI_Type_extent", c_int, crate::face::gen::passthrough::MPI_Type_extent(datatype, extent))
+    ffi_boundary!("MPI_Type_extent", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_extent(datatype, extent))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_extent(datatype: MPI_Datatype, extent: *mut MPI_Aint) -> c_int {
-    ffi_boundary!("MPI_Type_extent", c_int, crate::face::gen::passthrough::MPI_Type_extent(datatype, extent))
+    ffi_boundary!("MPI_Type_extent", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_extent(datatype, extent))
 }
 
 #[no_mangle]
@@ -5516,20 +5516,20 @@ pub unsafe extern "C" fn PMPI_Type_f2c(datatype: MPI_Fint) -> MPI_Datatype {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_free(datatype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_free", c_int, crate::face::api::MPI_Type_free(datatype))
+    ffi_boundary!("MPI_Type_free", c_int, mpicr_shim::face::api::MPI_Type_free(datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_free(datatype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_free", c_int, crate::face::api::MPI_Type_free(datatype))
+    ffi_boundary!("MPI_Type_free", c_int, mpicr_shim::face::api::MPI_Type_free(datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_free_keyval(type_keyval: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Type_free_keyval", c_int, crate::face::api::MPI_Type_free_keyval(type_keyval))
+    ffi_boundary!("MPI_Type_free_keyval", c_int, mpicr_shim::face::api::MPI_Type_free_keyval(type_keyval))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_free_keyval(type_keyval: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Type_free_keyval", c_int, crate::face::api::MPI_Type_free_keyval(type_keyval))
+    ffi_boundary!("MPI_Type_free_keyval", c_int, mpicr_shim::face::api::MPI_Type_free_keyval(type_keyval))
 }
 
 #[no_mangle]
@@ -5543,227 +5543,227 @@ pub unsafe extern "C" fn PMPI_Type_fromint(datatype: c_int) -> MPI_Datatype {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_attr(datatype: MPI_Datatype, type_keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Type_get_attr", c_int, crate::face::api::MPI_Type_get_attr(datatype, type_keyval, attribute_val, flag))
+    ffi_boundary!("MPI_Type_get_attr", c_int, mpicr_shim::face::api::MPI_Type_get_attr(datatype, type_keyval, attribute_val, flag))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_attr(datatype: MPI_Datatype, type_keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Type_get_attr", c_int, crate::face::api::MPI_Type_get_attr(datatype, type_keyval, attribute_val, flag))
+    ffi_boundary!("MPI_Type_get_attr", c_int, mpicr_shim::face::api::MPI_Type_get_attr(datatype, type_keyval, attribute_val, flag))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_contents(datatype: MPI_Datatype, max_integers: c_int, max_addresses: c_int, max_datatypes: c_int, array_of_integers: *mut c_int, array_of_addresses: *mut MPI_Aint, array_of_datatypes: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_get_contents", c_int, crate::face::api::MPI_Type_get_contents(datatype, max_integers, max_addresses, max_datatypes, array_of_integers, array_of_addresses, array_of_datatypes))
+    ffi_boundary!("MPI_Type_get_contents", c_int, mpicr_shim::face::api::MPI_Type_get_contents(datatype, max_integers, max_addresses, max_datatypes, array_of_integers, array_of_addresses, array_of_datatypes))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_contents(datatype: MPI_Datatype, max_integers: c_int, max_addresses: c_int, max_datatypes: c_int, array_of_integers: *mut c_int, array_of_addresses: *mut MPI_Aint, array_of_datatypes: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_get_contents", c_int, crate::face::api::MPI_Type_get_contents(datatype, max_integers, max_addresses, max_datatypes, array_of_integers, array_of_addresses, array_of_datatypes))
+    ffi_boundary!("MPI_Type_get_contents", c_int, mpicr_shim::face::api::MPI_Type_get_contents(datatype, max_integers, max_addresses, max_datatypes, array_of_integers, array_of_addresses, array_of_datatypes))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_contents_c(datatype: MPI_Datatype, max_integers: MPI_Count, max_addresses: MPI_Count, max_large_counts: MPI_Count, max_datatypes: MPI_Count, array_of_integers: *mut c_int, array_of_addresses: *mut MPI_Aint, array_of_large_counts: *mut MPI_Count, array_of_datatypes: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_get_contents_c", c_int, crate::face::api::MPI_Type_get_contents_c(datatype, max_integers, max_addresses, max_large_counts, max_datatypes, array_of_integers, array_of_addresses, array_of_large_counts, array_of_datatypes))
+    ffi_boundary!("MPI_Type_get_contents_c", c_int, mpicr_shim::face::api::MPI_Type_get_contents_c(datatype, max_integers, max_addresses, max_large_counts, max_datatypes, array_of_integers, array_of_addresses, array_of_large_counts, array_of_datatypes))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_contents_c(datatype: MPI_Datatype, max_integers: MPI_Count, max_addresses: MPI_Count, max_large_counts: MPI_Count, max_datatypes: MPI_Count, array_of_integers: *mut c_int, array_of_addresses: *mut MPI_Aint, array_of_large_counts: *mut MPI_Count, array_of_datatypes: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_get_contents_c", c_int, crate::face::api::MPI_Type_get_contents_c(datatype, max_integers, max_addresses, max_large_counts, max_datatypes, array_of_integers, array_of_addresses, array_of_large_counts, array_of_datatypes))
+    ffi_boundary!("MPI_Type_get_contents_c", c_int, mpicr_shim::face::api::MPI_Type_get_contents_c(datatype, max_integers, max_addresses, max_large_counts, max_datatypes, array_of_integers, array_of_addresses, array_of_large_counts, array_of_datatypes))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_envelope(datatype: MPI_Datatype, num_integers: *mut c_int, num_addresses: *mut c_int, num_datatypes: *mut c_int, combiner: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Type_get_envelope", c_int, crate::face::gen::passthrough::MPI_Type_get_envelope(datatype, num_integers, num_addresses, num_datatypes, combiner))
+    ffi_boundary!("MPI_Type_get_envelope", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_get_envelope(datatype, num_integers, num_addresses, num_datatypes, combiner))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_envelope(datatype: MPI_Datatype, num_integers: *mut c_int, num_addresses: *mut c_int, num_datatypes: *mut c_int, combiner: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Type_get_envelope", c_int, crate::face::gen::passthrough::MPI_Type_get_envelope(datatype, num_integers, num_addresses, num_datatypes, combiner))
+    ffi_boundary!("MPI_Type_get_envelope", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_get_envelope(datatype, num_integers, num_addresses, num_datatypes, combiner))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_envelope_c(datatype: MPI_Datatype, num_integers: *mut MPI_Count, num_addresses: *mut MPI_Count, num_large_counts: *mut MPI_Count, num_datatypes: *mut MPI_Count, combiner: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Type_get_envelope_c", c_int, crate::face::gen::passthrough::MPI_Type_get_envelope_c(datatype, num_integers, num_addresses, num_large_counts, num_datatypes, combiner))
+    ffi_boundary!("MPI_Type_get_envelope_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_get_envelope_c(datatype, num_integers, num_addresses, num_large_counts, num_datatypes, combiner))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_envelope_c(datatype: MPI_Datatype, num_integers: *mut MPI_Count, num_addresses: *mut MPI_Count, num_large_counts: *mut MPI_Count, num_datatypes: *mut MPI_Count, combiner: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Type_get_envelope_c", c_int, crate::face::gen::passthrough::MPI_Type_get_envelope_c(datatype, num_integers, num_addresses, num_large_counts, num_datatypes, combiner))
+    ffi_boundary!("MPI_Type_get_envelope_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_get_envelope_c(datatype, num_integers, num_addresses, num_large_counts, num_datatypes, combiner))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_extent(datatype: MPI_Datatype, lb: *mut MPI_Aint, extent: *mut MPI_Aint) -> c_int {
-    ffi_boundary!("MPI_Type_get_extent", c_int, crate::face::gen::passthrough::MPI_Type_get_extent(datatype, lb, extent))
+    ffi_boundary!("MPI_Type_get_extent", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_get_extent(datatype, lb, extent))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_extent(datatype: MPI_Datatype, lb: *mut MPI_Aint, extent: *mut MPI_Aint) -> c_int {
-    ffi_boundary!("MPI_Type_get_extent", c_int, crate::face::gen::passthrough::MPI_Type_get_extent(datatype, lb, extent))
+    ffi_boundary!("MPI_Type_get_extent", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_get_extent(datatype, lb, extent))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_extent_c(datatype: MPI_Datatype, lb: *mut MPI_Count, extent: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Type_get_extent_c", c_int, crate::face::gen::passthrough::MPI_Type_get_extent_c(datatype, lb, extent))
+    ffi_boundary!("MPI_Type_get_extent_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_get_extent_c(datatype, lb, extent))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_extent_c(datatype: MPI_Datatype, lb: *mut MPI_Count, extent: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Type_get_extent_c", c_int, crate::face::gen::passthrough::MPI_Type_get_extent_c(datatype, lb, extent))
+    ffi_boundary!("MPI_Type_get_extent_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_get_extent_c(datatype, lb, extent))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_extent_x(datatype: MPI_Datatype, lb: *mut MPI_Count, extent: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Type_get_extent_x", c_int, crate::face::gen::passthrough::MPI_Type_get_extent_x(datatype, lb, extent))
+    ffi_boundary!("MPI_Type_get_extent_x", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_get_extent_x(datatype, lb, extent))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_extent_x(datatype: MPI_Datatype, lb: *mut MPI_Count, extent: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Type_get_extent_x", c_int, crate::face::gen::passthrough::MPI_Type_get_extent_x(datatype, lb, extent))
+    ffi_boundary!("MPI_Type_get_extent_x", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_get_extent_x(datatype, lb, extent))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_name(datatype: MPI_Datatype, type_name: *mut c_char, resultlen: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Type_get_name", c_int, crate::face::gen::passthrough::MPI_Type_get_name(datatype, type_name, resultlen))
+    ffi_boundary!("MPI_Type_get_name", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_get_name(datatype, type_name, resultlen))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_name(datatype: MPI_Datatype, type_name: *mut c_char, resultlen: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Type_get_name", c_int, crate::face::gen::passthrough::MPI_Type_get_name(datatype, type_name, resultlen))
+    ffi_boundary!("MPI_Type_get_name", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_get_name(datatype, type_name, resultlen))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_true_extent(datatype: MPI_Datatype, true_lb: *mut MPI_Aint, true_extent: *mut MPI_Aint) -> c_int {
-    ffi_boundary!("MPI_Type_get_true_extent", c_int, crate::face::gen::passthrough::MPI_Type_get_true_extent(datatype, true_lb, true_extent))
+    ffi_boundary!("MPI_Type_get_true_extent", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_get_true_extent(datatype, true_lb, true_extent))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_true_extent(datatype: MPI_Datatype, true_lb: *mut MPI_Aint, true_extent: *mut MPI_Aint) -> c_int {
-    ffi_boundary!("MPI_Type_get_true_extent", c_int, crate::face::gen::passthrough::MPI_Type_get_true_extent(datatype, true_lb, true_extent))
+    ffi_boundary!("MPI_Type_get_true_extent", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_get_true_extent(datatype, true_lb, true_extent))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_true_extent_c(datatype: MPI_Datatype, true_lb: *mut MPI_Count, true_extent: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Type_get_true_extent_c", c_int, crate::face::gen::passthrough::MPI_Type_get_true_extent_c(datatype, true_lb, true_extent))
+    ffi_boundary!("MPI_Type_get_true_extent_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_get_true_extent_c(datatype, true_lb, true_extent))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_true_extent_c(datatype: MPI_Datatype, true_lb: *mut MPI_Count, true_extent: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Type_get_true_extent_c", c_int, crate::face::gen::passthrough::MPI_Type_get_true_extent_c(datatype, true_lb, true_extent))
+    ffi_boundary!("MPI_Type_get_true_extent_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_get_true_extent_c(datatype, true_lb, true_extent))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_true_extent_x(datatype: MPI_Datatype, true_lb: *mut MPI_Count, true_extent: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Type_get_true_extent_x", c_int, crate::face::gen::passthrough::MPI_Type_get_true_extent_x(datatype, true_lb, true_extent))
+    ffi_boundary!("MPI_Type_get_true_extent_x", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_get_true_extent_x(datatype, true_lb, true_extent))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_true_extent_x(datatype: MPI_Datatype, true_lb: *mut MPI_Count, true_extent: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Type_get_true_extent_x", c_int, crate::face::gen::passthrough::MPI_Type_get_true_extent_x(datatype, true_lb, true_extent))
+    ffi_boundary!("MPI_Type_get_true_extent_x", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_get_true_extent_x(datatype, true_lb, true_extent))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_value_index(value_type: MPI_Datatype, index_type: MPI_Datatype, pair_type: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_get_value_index", c_int, crate::face::api::MPI_Type_get_value_index(value_type, index_type, pair_type))
+    ffi_boundary!("MPI_Type_get_value_index", c_int, mpicr_shim::face::api::MPI_Type_get_value_index(value_type, index_type, pair_type))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_value_index(value_type: MPI_Datatype, index_type: MPI_Datatype, pair_type: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_get_value_index", c_int, crate::face::api::MPI_Type_get_value_index(value_type, index_type, pair_type))
+    ffi_boundary!("MPI_Type_get_value_index", c_int, mpicr_shim::face::api::MPI_Type_get_value_index(value_type, index_type, pair_type))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_hindexed(count: c_int, array_of_blocklengths: *mut c_int, array_of_displacements: *mut MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_hindexed", c_int, crate::face::gen::create::MPI_Type_hindexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_hindexed", c_int, mpicr_shim::face::gen::create::MPI_Type_hindexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_hindexed(count: c_int, array_of_blocklengths: *mut c_int, array_of_displacements: *mut MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_hindexed", c_int, crate::face::gen::create::MPI_Type_hindexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_hindexed", c_int, mpicr_shim::face::gen::create::MPI_Type_hindexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_hvector(count: c_int, blocklength: c_int, stride: MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_hvector", c_int, crate::face::gen::create::MPI_Type_hvector(count, blocklength, stride, oldtype, newtype))
+    ffi_boundary!("MPI_Type_hvector", c_int, mpicr_shim::face::gen::create::MPI_Type_hvector(count, blocklength, stride, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_hvector(count: c_int, blocklength: c_int, stride: MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_hvector", c_int, crate::face::gen::create::MPI_Type_hvector(count, blocklength, stride, oldtype, newtype))
+    ffi_boundary!("MPI_Type_hvector", c_int, mpicr_shim::face::gen::create::MPI_Type_hvector(count, blocklength, stride, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_indexed(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_indexed", c_int, crate::face::gen::create::MPI_Type_indexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_indexed", c_int, mpicr_shim::face::gen::create::MPI_Type_indexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_indexed(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_indexed", c_int, crate::face::gen::create::MPI_Type_indexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_indexed", c_int, mpicr_shim::face::gen::create::MPI_Type_indexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_indexed_c(count: MPI_Count, array_of_blocklengths: *const MPI_Count, array_of_displacements: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_indexed_c", c_int, crate::face::gen::create::MPI_Type_indexed_c(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_indexed_c", c_int, mpicr_shim::face::gen::create::MPI_Type_indexed_c(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_indexed_c(count: MPI_Count, array_of_blocklengths: *const MPI_Count, array_of_displacements: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_indexed_c", c_int, crate::face::gen::create::MPI_Type_indexed_c(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
+    ffi_boundary!("MPI_Type_indexed_c", c_int, mpicr_shim::face::gen::create::MPI_Type_indexed_c(count, array_of_blocklengths, array_of_displacements, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_lb(datatype: MPI_Datatype, displacement: *mut MPI_Aint) -> c_int {
-    ffi_boundary!("MPI_Type_lb", c_int, crate::face::gen::passthrough::MPI_Type_lb(datatype, displacement))
+    ffi_boundary!("MPI_Type_lb", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_lb(datatype, displacement))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_lb(datatype: MPI_Datatype, displacement: *mut MPI_Aint) -> c_int {
-    ffi_boundary!("MPI_Type_lb", c_int, crate::face::gen::passthrough::MPI_Type_lb(datatype, displacement))
+    ffi_boundary!("MPI_Type_lb", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_lb(datatype, displacement))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_match_size(typeclass: c_int, size: c_int, datatype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_match_size", c_int, crate::face::gen::create::MPI_Type_match_size(typeclass, size, datatype))
+    ffi_boundary!("MPI_Type_match_size", c_int, mpicr_shim::face::gen::create::MPI_Type_match_size(typeclass, size, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_match_size(typeclass: c_int, size: c_int, datatype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_match_size", c_int, crate::face::gen::create::MPI_Type_match_size(typeclass, size, datatype))
+    ffi_boundary!("MPI_Type_match_size", c_int, mpicr_shim::face::gen::create::MPI_Type_match_size(typeclass, size, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_set_attr(datatype: MPI_Datatype, type_keyval: c_int, attribute_val: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Type_set_attr", c_int, crate::face::api::MPI_Type_set_attr(datatype, type_keyval, attribute_val))
+    ffi_boundary!("MPI_Type_set_attr", c_int, mpicr_shim::face::api::MPI_Type_set_attr(datatype, type_keyval, attribute_val))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_set_attr(datatype: MPI_Datatype, type_keyval: c_int, attribute_val: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Type_set_attr", c_int, crate::face::api::MPI_Type_set_attr(datatype, type_keyval, attribute_val))
+    ffi_boundary!("MPI_Type_set_attr", c_int, mpicr_shim::face::api::MPI_Type_set_attr(datatype, type_keyval, attribute_val))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_set_name(datatype: MPI_Datatype, type_name: *const c_char) -> c_int {
-    ffi_boundary!("MPI_Type_set_name", c_int, crate::face::gen::passthrough::MPI_Type_set_name(datatype, type_name))
+    ffi_boundary!("MPI_Type_set_name", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_set_name(datatype, type_name))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_set_name(datatype: MPI_Datatype, type_name: *const c_char) -> c_int {
-    ffi_boundary!("MPI_Type_set_name", c_int, crate::face::gen::passthrough::MPI_Type_set_name(datatype, type_name))
+    ffi_boundary!("MPI_Type_set_name", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_set_name(datatype, type_name))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_size(datatype: MPI_Datatype, size: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Type_size", c_int, crate::face::gen::passthrough::MPI_Type_size(datatype, size))
+    ffi_boundary!("MPI_Type_size", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_size(datatype, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_size(datatype: MPI_Datatype, size: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Type_size", c_int, crate::face::gen::passthrough::MPI_Type_size(datatype, size))
+    ffi_boundary!("MPI_Type_size", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_size(datatype, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_size_c(datatype: MPI_Datatype, size: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Type_size_c", c_int, crate::face::gen::passthrough::MPI_Type_size_c(datatype, size))
+    ffi_boundary!("MPI_Type_size_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_size_c(datatype, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_size_c(datatype: MPI_Datatype, size: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Type_size_c", c_int, crate::face::gen::passthrough::MPI_Type_size_c(datatype, size))
+    ffi_boundary!("MPI_Type_size_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_size_c(datatype, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_size_x(datatype: MPI_Datatype, size: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Type_size_x", c_int, crate::face::gen::passthrough::MPI_Type_size_x(datatype, size))
+    ffi_boundary!("MPI_Type_size_x", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_size_x(datatype, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_size_x(datatype: MPI_Datatype, size: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Type_size_x", c_int, crate::face::gen::passthrough::MPI_Type_size_x(datatype, size))
+    ffi_boundary!("MPI_Type_size_x", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_size_x(datatype, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_struct(count: c_int, array_of_blocklengths: *mut c_int, array_of_displacements: *mut MPI_Aint, array_of_types: *mut MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_struct", c_int, crate::face::gen::create::MPI_Type_struct(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype))
+    ffi_boundary!("MPI_Type_struct", c_int, mpicr_shim::face::gen::create::MPI_Type_struct(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_struct(count: c_int, array_of_blocklengths: *mut c_int, array_of_displacements: *mut MPI_Aint, array_of_types: *mut MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_struct", c_int, crate::face::gen::create::MPI_Type_struct(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype))
+    ffi_boundary!("MPI_Type_struct", c_int, mpicr_shim::face::gen::create::MPI_Type_struct(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype))
 }
 
 #[no_mangle]
@@ -5777,155 +5777,155 @@ pub unsafe extern "C" fn PMPI_Type_toint(datatype: MPI_Datatype) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_ub(datatype: MPI_Datatype, displacement: *mut MPI_Aint) -> c_int {
-    ffi_boundary!("MPI_Type_ub", c_int, crate::face::gen::passthrough::MPI_Type_ub(datatype, displacement))
+    ffi_boundary!("MPI_Type_ub", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_ub(datatype, displacement))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_ub(datatype: MPI_Datatype, displacement: *mut MPI_Aint) -> c_int {
-    ffi_boundary!("MPI_Type_ub", c_int, crate::face::gen::passthrough::MPI_Type_ub(datatype, displacement))
+    ffi_boundary!("MPI_Type_ub", c_int, mpicr_shim::face::gen::passthrough::MPI_Type_ub(datatype, displacement))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_vector(count: c_int, blocklength: c_int, stride: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_vector", c_int, crate::face::gen::create::MPI_Type_vector(count, blocklength, stride, oldtype, newtype))
+    ffi_boundary!("MPI_Type_vector", c_int, mpicr_shim::face::gen::create::MPI_Type_vector(count, blocklength, stride, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_vector(count: c_int, blocklength: c_int, stride: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_vector", c_int, crate::face::gen::create::MPI_Type_vector(count, blocklength, stride, oldtype, newtype))
+    ffi_boundary!("MPI_Type_vector", c_int, mpicr_shim::face::gen::create::MPI_Type_vector(count, blocklength, stride, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_vector_c(count: MPI_Count, blocklength: MPI_Count, stride: MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_vector_c", c_int, crate::face::gen::create::MPI_Type_vector_c(count, blocklength, stride, oldtype, newtype))
+    ffi_boundary!("MPI_Type_vector_c", c_int, mpicr_shim::face::gen::create::MPI_Type_vector_c(count, blocklength, stride, oldtype, newtype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_vector_c(count: MPI_Count, blocklength: MPI_Count, stride: MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Type_vector_c", c_int, crate::face::gen::create::MPI_Type_vector_c(count, blocklength, stride, oldtype, newtype))
+    ffi_boundary!("MPI_Type_vector_c", c_int, mpicr_shim::face::gen::create::MPI_Type_vector_c(count, blocklength, stride, oldtype, newtype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Unpack(inbuf: *const c_void, insize: c_int, position: *mut c_int, outbuf: *mut c_void, outcount: c_int, datatype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Unpack", c_int, crate::face::gen::passthrough::MPI_Unpack(inbuf, insize, position, outbuf, outcount, datatype, comm))
+    ffi_boundary!("MPI_Unpack", c_int, mpicr_shim::face::gen::passthrough::MPI_Unpack(inbuf, insize, position, outbuf, outcount, datatype, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Unpack(inbuf: *const c_void, insize: c_int, position: *mut c_int, outbuf: *mut c_void, outcount: c_int, datatype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Unpack", c_int, crate::face::gen::passthrough::MPI_Unpack(inbuf, insize, position, outbuf, outcount, datatype, comm))
+    ffi_boundary!("MPI_Unpack", c_int, mpicr_shim::face::gen::passthrough::MPI_Unpack(inbuf, insize, position, outbuf, outcount, datatype, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Unpack_c(inbuf: *const c_void, insize: MPI_Count, position: *mut MPI_Count, outbuf: *mut c_void, outcount: MPI_Count, datatype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Unpack_c", c_int, crate::face::gen::passthrough::MPI_Unpack_c(inbuf, insize, position, outbuf, outcount, datatype, comm))
+    ffi_boundary!("MPI_Unpack_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Unpack_c(inbuf, insize, position, outbuf, outcount, datatype, comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Unpack_c(inbuf: *const c_void, insize: MPI_Count, position: *mut MPI_Count, outbuf: *mut c_void, outcount: MPI_Count, datatype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Unpack_c", c_int, crate::face::gen::passthrough::MPI_Unpack_c(inbuf, insize, position, outbuf, outcount, datatype, comm))
+    ffi_boundary!("MPI_Unpack_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Unpack_c(inbuf, insize, position, outbuf, outcount, datatype, comm))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Unpack_external(datarep: *const c_char, inbuf: *const c_void, insize: MPI_Aint, position: *mut MPI_Aint, outbuf: *mut c_void, outcount: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Unpack_external", c_int, crate::face::gen::passthrough::MPI_Unpack_external(datarep, inbuf, insize, position, outbuf, outcount, datatype))
+    ffi_boundary!("MPI_Unpack_external", c_int, mpicr_shim::face::gen::passthrough::MPI_Unpack_external(datarep, inbuf, insize, position, outbuf, outcount, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Unpack_external(datarep: *const c_char, inbuf: *const c_void, insize: MPI_Aint, position: *mut MPI_Aint, outbuf: *mut c_void, outcount: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Unpack_external", c_int, crate::face::gen::passthrough::MPI_Unpack_external(datarep, inbuf, insize, position, outbuf, outcount, datatype))
+    ffi_boundary!("MPI_Unpack_external", c_int, mpicr_shim::face::gen::passthrough::MPI_Unpack_external(datarep, inbuf, insize, position, outbuf, outcount, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Unpack_external_c(datarep: *const c_char, inbuf: *const c_void, insize: MPI_Count, position: *mut MPI_Count, outbuf: *mut c_void, outcount: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Unpack_external_c", c_int, crate::face::gen::passthrough::MPI_Unpack_external_c(datarep, inbuf, insize, position, outbuf, outcount, datatype))
+    ffi_boundary!("MPI_Unpack_external_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Unpack_external_c(datarep, inbuf, insize, position, outbuf, outcount, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Unpack_external_c(datarep: *const c_char, inbuf: *const c_void, insize: MPI_Count, position: *mut MPI_Count, outbuf: *mut c_void, outcount: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_Unpack_external_c", c_int, crate::face::gen::passthrough::MPI_Unpack_external_c(datarep, inbuf, insize, position, outbuf, outcount, datatype))
+    ffi_boundary!("MPI_Unpack_external_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Unpack_external_c(datarep, inbuf, insize, position, outbuf, outcount, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Unpublish_name(service_name: *const c_char, info: MPI_Info, port_name: *const c_char) -> c_int {
-    ffi_boundary!("MPI_Unpublish_name", c_int, crate::face::gen::passthrough::MPI_Unpublish_name(service_name, info, port_name))
+    ffi_boundary!("MPI_Unpublish_name", c_int, mpicr_shim::face::gen::passthrough::MPI_Unpublish_name(service_name, info, port_name))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Unpublish_name(service_name: *const c_char, info: MPI_Info, port_name: *const c_char) -> c_int {
-    ffi_boundary!("MPI_Unpublish_name", c_int, crate::face::gen::passthrough::MPI_Unpublish_name(service_name, info, port_name))
+    ffi_boundary!("MPI_Unpublish_name", c_int, mpicr_shim::face::gen::passthrough::MPI_Unpublish_name(service_name, info, port_name))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Wait(request: *mut MPI_Request, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Wait", c_int, crate::face::api::MPI_Wait(request, status))
+    ffi_boundary!("MPI_Wait", c_int, mpicr_shim::face::api::MPI_Wait(request, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Wait(request: *mut MPI_Request, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Wait", c_int, crate::face::api::MPI_Wait(request, status))
+    ffi_boundary!("MPI_Wait", c_int, mpicr_shim::face::api::MPI_Wait(request, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Waitall(count: c_int, array_of_requests: *mut MPI_Request, array_of_statuses: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Waitall", c_int, crate::face::api::MPI_Waitall(count, array_of_requests, array_of_statuses))
+    ffi_boundary!("MPI_Waitall", c_int, mpicr_shim::face::api::MPI_Waitall(count, array_of_requests, array_of_statuses))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Waitall(count: c_int, array_of_requests: *mut MPI_Request, array_of_statuses: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Waitall", c_int, crate::face::api::MPI_Waitall(count, array_of_requests, array_of_statuses))
+    ffi_boundary!("MPI_Waitall", c_int, mpicr_shim::face::api::MPI_Waitall(count, array_of_requests, array_of_statuses))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Waitany(count: c_int, array_of_requests: *mut MPI_Request, indx: *mut c_int, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Waitany", c_int, crate::face::api::MPI_Waitany(count, array_of_requests, indx, status))
+    ffi_boundary!("MPI_Waitany", c_int, mpicr_shim::face::api::MPI_Waitany(count, array_of_requests, indx, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Waitany(count: c_int, array_of_requests: *mut MPI_Request, indx: *mut c_int, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Waitany", c_int, crate::face::api::MPI_Waitany(count, array_of_requests, indx, status))
+    ffi_boundary!("MPI_Waitany", c_int, mpicr_shim::face::api::MPI_Waitany(count, array_of_requests, indx, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Waitsome(incount: c_int, array_of_requests: *mut MPI_Request, outcount: *mut c_int, array_of_indices: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Waitsome", c_int, crate::face::api::MPI_Waitsome(incount, array_of_requests, outcount, array_of_indices, array_of_statuses))
+    ffi_boundary!("MPI_Waitsome", c_int, mpicr_shim::face::api::MPI_Waitsome(incount, array_of_requests, outcount, array_of_indices, array_of_statuses))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Waitsome(incount: c_int, array_of_requests: *mut MPI_Request, outcount: *mut c_int, array_of_indices: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_Waitsome", c_int, crate::face::api::MPI_Waitsome(incount, array_of_requests, outcount, array_of_indices, array_of_statuses))
+    ffi_boundary!("MPI_Waitsome", c_int, mpicr_shim::face::api::MPI_Waitsome(incount, array_of_requests, outcount, array_of_indices, array_of_statuses))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_allocate(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_allocate", c_int, crate::face::gen::create::MPI_Win_allocate(size, disp_unit, info, comm, baseptr, win))
+    ffi_boundary!("MPI_Win_allocate", c_int, mpicr_shim::face::gen::create::MPI_Win_allocate(size, disp_unit, info, comm, baseptr, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_allocate(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_allocate", c_int, crate::face::gen::create::MPI_Win_allocate(size, disp_unit, info, comm, baseptr, win))
+    ffi_boundary!("MPI_Win_allocate", c_int, mpicr_shim::face::gen::create::MPI_Win_allocate(size, disp_unit, info, comm, baseptr, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_allocate_c(size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_allocate_c", c_int, crate::face::gen::create::MPI_Win_allocate_c(size, disp_unit, info, comm, baseptr, win))
+    ffi_boundary!("MPI_Win_allocate_c", c_int, mpicr_shim::face::gen::create::MPI_Win_allocate_c(size, disp_unit, info, comm, baseptr, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_allocate_c(size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_allocate_c", c_int, crate::face::gen::create::MPI_Win_allocate_c(size, disp_unit, info, comm, baseptr, win))
+    ffi_boundary!("MPI_Win_allocate_c", c_int, mpicr_shim::face::gen::create::MPI_Win_allocate_c(size, disp_unit, info, comm, baseptr, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_allocate_shared(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_allocate_shared", c_int, crate::face::gen::create::MPI_Win_allocate_shared(size, disp_unit, info, comm, baseptr, win))
+    ffi_boundary!("MPI_Win_allocate_shared", c_int, mpicr_shim::face::gen::create::MPI_Win_allocate_shared(size, disp_unit, info, comm, baseptr, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_allocate_shared(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_allocate_shared", c_int, crate::face::gen::create::MPI_Win_allocate_shared(size, disp_unit, info, comm, baseptr, win))
+    ffi_boundary!("MPI_Win_allocate_shared", c_int, mpicr_shim::face::gen::create::MPI_Win_allocate_shared(size, disp_unit, info, comm, baseptr, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_allocate_shared_c(size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_allocate_shared_c", c_int, crate::face::gen::create::MPI_Win_allocate_shared_c(size, disp_unit, info, comm, baseptr, win))
+    ffi_boundary!("MPI_Win_allocate_shared_c", c_int, mpicr_shim::face::gen::create::MPI_Win_allocate_shared_c(size, disp_unit, info, comm, baseptr, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_allocate_shared_c(size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_allocate_shared_c", c_int, crate::face::gen::create::MPI_Win_allocate_shared_c(size, disp_unit, info, comm, baseptr, win))
+    ffi_boundary!("MPI_Win_allocate_shared_c", c_int, mpicr_shim::face::gen::create::MPI_Win_allocate_shared_c(size, disp_unit, info, comm, baseptr, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_attach(win: MPI_Win, base: *mut c_void, size: MPI_Aint) -> c_int {
-    ffi_boundary!("MPI_Win_attach", c_int, crate::face::gen::passthrough::MPI_Win_attach(win, base, size))
+    ffi_boundary!("MPI_Win_attach", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_attach(win, base, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_attach(win: MPI_Win, base: *mut c_void, size: MPI_Aint) -> c_int {
-    ffi_boundary!("MPI_Win_attach", c_int, crate::face::gen::passthrough::MPI_Win_attach(win, base, size))
+    ffi_boundary!("MPI_Win_attach", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_attach(win, base, size))
 }
 
 #[no_mangle]
@@ -5939,83 +5939,83 @@ pub unsafe extern "C" fn PMPI_Win_c2f(win: MPI_Win) -> MPI_Fint {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_call_errhandler(win: MPI_Win, errorcode: c_int) -> c_int {
-    ffi_boundary!("MPI_Win_call_errhandler", c_int, crate::face::api::MPI_Win_call_errhandler(win, errorcode))
+    ffi_boundary!("MPI_Win_call_errhandler", c_int, mpicr_shim::face::api::MPI_Win_call_errhandler(win, errorcode))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_call_errhandler(win: MPI_Win, errorcode: c_int) -> c_int {
-    ffi_boundary!("MPI_Win_call_errhandler", c_int, crate::face::api::MPI_Win_call_errhandler(win, errorcode))
+    ffi_boundary!("MPI_Win_call_errhandler", c_int, mpicr_shim::face::api::MPI_Win_call_errhandler(win, errorcode))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_complete(win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_complete", c_int, crate::face::gen::passthrough::MPI_Win_complete(win))
+    ffi_boundary!("MPI_Win_complete", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_complete(win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_complete(win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_complete", c_int, crate::face::gen::passthrough::MPI_Win_complete(win))
+    ffi_boundary!("MPI_Win_complete", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_complete(win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_create(base: *mut c_void, size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_create", c_int, crate::face::gen::create::MPI_Win_create(base, size, disp_unit, info, comm, win))
+    ffi_boundary!("MPI_Win_create", c_int, mpicr_shim::face::gen::create::MPI_Win_create(base, size, disp_unit, info, comm, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_create(base: *mut c_void, size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_create", c_int, crate::face::gen::create::MPI_Win_create(base, size, disp_unit, info, comm, win))
+    ffi_boundary!("MPI_Win_create", c_int, mpicr_shim::face::gen::create::MPI_Win_create(base, size, disp_unit, info, comm, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_create_c(base: *mut c_void, size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_create_c", c_int, crate::face::gen::create::MPI_Win_create_c(base, size, disp_unit, info, comm, win))
+    ffi_boundary!("MPI_Win_create_c", c_int, mpicr_shim::face::gen::create::MPI_Win_create_c(base, size, disp_unit, info, comm, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_create_c(base: *mut c_void, size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_create_c", c_int, crate::face::gen::create::MPI_Win_create_c(base, size, disp_unit, info, comm, win))
+    ffi_boundary!("MPI_Win_create_c", c_int, mpicr_shim::face::gen::create::MPI_Win_create_c(base, size, disp_unit, info, comm, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_create_dynamic(info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_create_dynamic", c_int, crate::face::gen::create::MPI_Win_create_dynamic(info, comm, win))
+    ffi_boundary!("MPI_Win_create_dynamic", c_int, mpicr_shim::face::gen::create::MPI_Win_create_dynamic(info, comm, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_create_dynamic(info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_create_dynamic", c_int, crate::face::gen::create::MPI_Win_create_dynamic(info, comm, win))
+    ffi_boundary!("MPI_Win_create_dynamic", c_int, mpicr_shim::face::gen::create::MPI_Win_create_dynamic(info, comm, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_create_errhandler(win_errhandler_fn: *mut c_void, errhandler: *mut MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Win_create_errhandler", c_int, crate::face::api::MPI_Win_create_errhandler(win_errhandler_fn, errhandler))
+    ffi_boundary!("MPI_Win_create_errhandler", c_int, mpicr_shim::face::api::MPI_Win_create_errhandler(win_errhandler_fn, errhandler))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_create_errhandler(win_errhandler_fn: *mut c_void, errhandler: *mut MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Win_create_errhandler", c_int, crate::face::api::MPI_Win_create_errhandler(win_errhandler_fn, errhandler))
+    ffi_boundary!("MPI_Win_create_errhandler", c_int, mpicr_shim::face::api::MPI_Win_create_errhandler(win_errhandler_fn, errhandler))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_create_keyval(win_copy_attr_fn: *mut c_void, win_delete_attr_fn: *mut c_void, win_keyval: *mut c_int, extra_state: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Win_create_keyval", c_int, crate::face::api::MPI_Win_create_keyval(win_copy_attr_fn, win_delete_attr_fn, win_keyval, extra_state))
+    ffi_boundary!("MPI_Win_create_keyval", c_int, mpicr_shim::face::api::MPI_Win_create_keyval(win_copy_attr_fn, win_delete_attr_fn, win_keyval, extra_state))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_create_keyval(win_copy_attr_fn: *mut c_void, win_delete_attr_fn: *mut c_void, win_keyval: *mut c_int, extra_state: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Win_create_keyval", c_int, crate::face::api::MPI_Win_create_keyval(win_copy_attr_fn, win_delete_attr_fn, win_keyval, extra_state))
+    ffi_boundary!("MPI_Win_create_keyval", c_int, mpicr_shim::face::api::MPI_Win_create_keyval(win_copy_attr_fn, win_delete_attr_fn, win_keyval, extra_state))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_delete_attr(win: MPI_Win, win_keyval: c_int) -> c_int {
-    ffi_boundary!("MPI_Win_delete_attr", c_int, crate::face::api::MPI_Win_delete_attr(win, win_keyval))
+    ffi_boundary!("MPI_Win_delete_attr", c_int, mpicr_shim::face::api::MPI_Win_delete_attr(win, win_keyval))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_delete_attr(win: MPI_Win, win_keyval: c_int) -> c_int {
-    ffi_boundary!("MPI_Win_delete_attr", c_int, crate::face::api::MPI_Win_delete_attr(win, win_keyval))
+    ffi_boundary!("MPI_Win_delete_attr", c_int, mpicr_shim::face::api::MPI_Win_delete_attr(win, win_keyval))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_detach(win: MPI_Win, base: *const c_void) -> c_int {
-    ffi_boundary!("MPI_Win_detach", c_int, crate::face::gen::passthrough::MPI_Win_detach(win, base))
+    ffi_boundary!("MPI_Win_detach", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_detach(win, base))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_detach(win: MPI_Win, base: *const c_void) -> c_int {
-    ffi_boundary!("MPI_Win_detach", c_int, crate::face::gen::passthrough::MPI_Win_detach(win, base))
+    ffi_boundary!("MPI_Win_detach", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_detach(win, base))
 }
 
 #[no_mangle]
@@ -6029,65 +6029,65 @@ pub unsafe extern "C" fn PMPI_Win_f2c(win: MPI_Fint) -> MPI_Win {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_fence(assert: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_fence", c_int, crate::face::gen::passthrough::MPI_Win_fence(assert, win))
+    ffi_boundary!("MPI_Win_fence", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_fence(assert, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_fence(assert: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_fence", c_int, crate::face::gen::passthrough::MPI_Win_fence(assert, win))
+    ffi_boundary!("MPI_Win_fence", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_fence(assert, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_flush(rank: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_flush", c_int, crate::face::gen::passthrough::MPI_Win_flush(rank, win))
+    ffi_boundary!("MPI_Win_flush", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_flush(rank, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_flush(rank: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_flush", c_int, crate::face::gen::passthrough::MPI_Win_flush(rank, win))
+    ffi_boundary!("MPI_Win_flush", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_flush(rank, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_flush_all(win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_flush_all", c_int, crate::face::gen::passthrough::MPI_Win_flush_all(win))
+    ffi_boundary!("MPI_Win_flush_all", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_flush_all(win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_flush_all(win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_flush_all", c_int, crate::face::gen::passthrough::MPI_Win_flush_all(win))
+    ffi_boundary!("MPI_Win_flush_all", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_flush_all(win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_flush_local(rank: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_flush_local", c_int, crate::face::gen::passthrough::MPI_Win_flush_local(rank, win))
+    ffi_boundary!("MPI_Win_flush_local", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_flush_local(rank, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_flush_local(rank: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_flush_local", c_int, crate::face::gen::passthrough::MPI_Win_flush_local(rank, win))
+    ffi_boundary!("MPI_Win_flush_local", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_flush_local(rank, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_flush_local_all(win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_flush_local_all", c_int, crate::face::gen::passthrough::MPI_Win_flush_local_all(win))
+    ffi_boundary!("MPI_Win_flush_local_all", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_flush_local_all(win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_flush_local_all(win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_flush_local_all", c_int, crate::face::gen::passthrough::MPI_Win_flush_local_all(win))
+    ffi_boundary!("MPI_Win_flush_local_all", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_flush_local_all(win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_free(win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_free", c_int, crate::face::api::MPI_Win_free(win))
+    ffi_boundary!("MPI_Win_free", c_int, mpicr_shim::face::api::MPI_Win_free(win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_free(win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_free", c_int, crate::face::api::MPI_Win_free(win))
+    ffi_boundary!("MPI_Win_free", c_int, mpicr_shim::face::api::MPI_Win_free(win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_free_keyval(win_keyval: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Win_free_keyval", c_int, crate::face::api::MPI_Win_free_keyval(win_keyval))
+    ffi_boundary!("MPI_Win_free_keyval", c_int, mpicr_shim::face::api::MPI_Win_free_keyval(win_keyval))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_free_keyval(win_keyval: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Win_free_keyval", c_int, crate::face::api::MPI_Win_free_keyval(win_keyval))
+    ffi_boundary!("MPI_Win_free_keyval", c_int, mpicr_shim::face::api::MPI_Win_free_keyval(win_keyval))
 }
 
 #[no_mangle]
@@ -6101,155 +6101,155 @@ pub unsafe extern "C" fn PMPI_Win_fromint(win: c_int) -> MPI_Win {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_get_attr(win: MPI_Win, win_keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Win_get_attr", c_int, crate::face::api::MPI_Win_get_attr(win, win_keyval, attribute_val, flag))
+    ffi_boundary!("MPI_Win_get_attr", c_int, mpicr_shim::face::api::MPI_Win_get_attr(win, win_keyval, attribute_val, flag))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_get_attr(win: MPI_Win, win_keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Win_get_attr", c_int, crate::face::api::MPI_Win_get_attr(win, win_keyval, attribute_val, flag))
+    ffi_boundary!("MPI_Win_get_attr", c_int, mpicr_shim::face::api::MPI_Win_get_attr(win, win_keyval, attribute_val, flag))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_get_errhandler(win: MPI_Win, errhandler: *mut MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Win_get_errhandler", c_int, crate::face::api::MPI_Win_get_errhandler(win, errhandler))
+    ffi_boundary!("MPI_Win_get_errhandler", c_int, mpicr_shim::face::api::MPI_Win_get_errhandler(win, errhandler))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_get_errhandler(win: MPI_Win, errhandler: *mut MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Win_get_errhandler", c_int, crate::face::api::MPI_Win_get_errhandler(win, errhandler))
+    ffi_boundary!("MPI_Win_get_errhandler", c_int, mpicr_shim::face::api::MPI_Win_get_errhandler(win, errhandler))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_get_group(win: MPI_Win, group: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Win_get_group", c_int, crate::face::gen::create::MPI_Win_get_group(win, group))
+    ffi_boundary!("MPI_Win_get_group", c_int, mpicr_shim::face::gen::create::MPI_Win_get_group(win, group))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_get_group(win: MPI_Win, group: *mut MPI_Group) -> c_int {
-    ffi_boundary!("MPI_Win_get_group", c_int, crate::face::gen::create::MPI_Win_get_group(win, group))
+    ffi_boundary!("MPI_Win_get_group", c_int, mpicr_shim::face::gen::create::MPI_Win_get_group(win, group))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_get_info(win: MPI_Win, info_used: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Win_get_info", c_int, crate::face::gen::create::MPI_Win_get_info(win, info_used))
+    ffi_boundary!("MPI_Win_get_info", c_int, mpicr_shim::face::gen::create::MPI_Win_get_info(win, info_used))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_get_info(win: MPI_Win, info_used: *mut MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Win_get_info", c_int, crate::face::gen::create::MPI_Win_get_info(win, info_used))
+    ffi_boundary!("MPI_Win_get_info", c_int, mpicr_shim::face::gen::create::MPI_Win_get_info(win, info_used))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_get_name(win: MPI_Win, win_name: *mut c_char, resultlen: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Win_get_name", c_int, crate::face::gen::passthrough::MPI_Win_get_name(win, win_name, resultlen))
+    ffi_boundary!("MPI_Win_get_name", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_get_name(win, win_name, resultlen))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_get_name(win: MPI_Win, win_name: *mut c_char, resultlen: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Win_get_name", c_int, crate::face::gen::passthrough::MPI_Win_get_name(win, win_name, resultlen))
+    ffi_boundary!("MPI_Win_get_name", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_get_name(win, win_name, resultlen))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_lock(lock_type: c_int, rank: c_int, assert: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_lock", c_int, crate::face::gen::passthrough::MPI_Win_lock(lock_type, rank, assert, win))
+    ffi_boundary!("MPI_Win_lock", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_lock(lock_type, rank, assert, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_lock(lock_type: c_int, rank: c_int, assert: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_lock", c_int, crate::face::gen::passthrough::MPI_Win_lock(lock_type, rank, assert, win))
+    ffi_boundary!("MPI_Win_lock", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_lock(lock_type, rank, assert, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_lock_all(assert: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_lock_all", c_int, crate::face::gen::passthrough::MPI_Win_lock_all(assert, win))
+    ffi_boundary!("MPI_Win_lock_all", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_lock_all(assert, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_lock_all(assert: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_lock_all", c_int, crate::face::gen::passthrough::MPI_Win_lock_all(assert, win))
+    ffi_boundary!("MPI_Win_lock_all", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_lock_all(assert, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_post(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_post", c_int, crate::face::gen::passthrough::MPI_Win_post(group, assert, win))
+    ffi_boundary!("MPI_Win_post", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_post(group, assert, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_post(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_post", c_int, crate::face::gen::passthrough::MPI_Win_post(group, assert, win))
+    ffi_boundary!("MPI_Win_post", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_post(group, assert, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_set_attr(win: MPI_Win, win_keyval: c_int, attribute_val: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Win_set_attr", c_int, crate::face::api::MPI_Win_set_attr(win, win_keyval, attribute_val))
+    ffi_boundary!("MPI_Win_set_attr", c_int, mpicr_shim::face::api::MPI_Win_set_attr(win, win_keyval, attribute_val))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_set_attr(win: MPI_Win, win_keyval: c_int, attribute_val: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Win_set_attr", c_int, crate::face::api::MPI_Win_set_attr(win, win_keyval, attribute_val))
+    ffi_boundary!("MPI_Win_set_attr", c_int, mpicr_shim::face::api::MPI_Win_set_attr(win, win_keyval, attribute_val))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_set_errhandler(win: MPI_Win, errhandler: MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Win_set_errhandler", c_int, crate::face::api::MPI_Win_set_errhandler(win, errhandler))
+    ffi_boundary!("MPI_Win_set_errhandler", c_int, mpicr_shim::face::api::MPI_Win_set_errhandler(win, errhandler))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_set_errhandler(win: MPI_Win, errhandler: MPI_Errhandler) -> c_int {
-    ffi_boundary!("MPI_Win_set_errhandler", c_int, crate::face::api::MPI_Win_set_errhandler(win, errhandler))
+    ffi_boundary!("MPI_Win_set_errhandler", c_int, mpicr_shim::face::api::MPI_Win_set_errhandler(win, errhandler))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_set_info(win: MPI_Win, info: MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Win_set_info", c_int, crate::face::gen::passthrough::MPI_Win_set_info(win, info))
+    ffi_boundary!("MPI_Win_set_info", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_set_info(win, info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_set_info(win: MPI_Win, info: MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Win_set_info", c_int, crate::face::gen::passthrough::MPI_Win_set_info(win, info))
+    ffi_boundary!("MPI_Win_set_info", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_set_info(win, info))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_set_name(win: MPI_Win, win_name: *const c_char) -> c_int {
-    ffi_boundary!("MPI_Win_set_name", c_int, crate::face::gen::passthrough::MPI_Win_set_name(win, win_name))
+    ffi_boundary!("MPI_Win_set_name", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_set_name(win, win_name))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_set_name(win: MPI_Win, win_name: *const c_char) -> c_int {
-    ffi_boundary!("MPI_Win_set_name", c_int, crate::face::gen::passthrough::MPI_Win_set_name(win, win_name))
+    ffi_boundary!("MPI_Win_set_name", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_set_name(win, win_name))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_shared_query(win: MPI_Win, rank: c_int, size: *mut MPI_Aint, disp_unit: *mut c_int, baseptr: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Win_shared_query", c_int, crate::face::gen::passthrough::MPI_Win_shared_query(win, rank, size, disp_unit, baseptr))
+    ffi_boundary!("MPI_Win_shared_query", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_shared_query(win, rank, size, disp_unit, baseptr))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_shared_query(win: MPI_Win, rank: c_int, size: *mut MPI_Aint, disp_unit: *mut c_int, baseptr: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Win_shared_query", c_int, crate::face::gen::passthrough::MPI_Win_shared_query(win, rank, size, disp_unit, baseptr))
+    ffi_boundary!("MPI_Win_shared_query", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_shared_query(win, rank, size, disp_unit, baseptr))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_shared_query_c(win: MPI_Win, rank: c_int, size: *mut MPI_Aint, disp_unit: *mut MPI_Aint, baseptr: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Win_shared_query_c", c_int, crate::face::gen::passthrough::MPI_Win_shared_query_c(win, rank, size, disp_unit, baseptr))
+    ffi_boundary!("MPI_Win_shared_query_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_shared_query_c(win, rank, size, disp_unit, baseptr))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_shared_query_c(win: MPI_Win, rank: c_int, size: *mut MPI_Aint, disp_unit: *mut MPI_Aint, baseptr: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Win_shared_query_c", c_int, crate::face::gen::passthrough::MPI_Win_shared_query_c(win, rank, size, disp_unit, baseptr))
+    ffi_boundary!("MPI_Win_shared_query_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_shared_query_c(win, rank, size, disp_unit, baseptr))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_start(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_start", c_int, crate::face::gen::passthrough::MPI_Win_start(group, assert, win))
+    ffi_boundary!("MPI_Win_start", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_start(group, assert, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_start(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_start", c_int, crate::face::gen::passthrough::MPI_Win_start(group, assert, win))
+    ffi_boundary!("MPI_Win_start", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_start(group, assert, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_sync(win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_sync", c_int, crate::face::gen::passthrough::MPI_Win_sync(win))
+    ffi_boundary!("MPI_Win_sync", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_sync(win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_sync(win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_sync", c_int, crate::face::gen::passthrough::MPI_Win_sync(win))
+    ffi_boundary!("MPI_Win_sync", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_sync(win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_test(win: MPI_Win, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Win_test", c_int, crate::face::gen::passthrough::MPI_Win_test(win, flag))
+    ffi_boundary!("MPI_Win_test", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_test(win, flag))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_test(win: MPI_Win, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Win_test", c_int, crate::face::gen::passthrough::MPI_Win_test(win, flag))
+    ffi_boundary!("MPI_Win_test", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_test(win, flag))
 }
 
 #[no_mangle]
@@ -6263,45 +6263,45 @@ pub unsafe extern "C" fn PMPI_Win_toint(win: MPI_Win) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_unlock(rank: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_unlock", c_int, crate::face::gen::passthrough::MPI_Win_unlock(rank, win))
+    ffi_boundary!("MPI_Win_unlock", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_unlock(rank, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_unlock(rank: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_unlock", c_int, crate::face::gen::passthrough::MPI_Win_unlock(rank, win))
+    ffi_boundary!("MPI_Win_unlock", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_unlock(rank, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_unlock_all(win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_unlock_all", c_int, crate::face::gen::passthrough::MPI_Win_unlock_all(win))
+    ffi_boundary!("MPI_Win_unlock_all", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_unlock_all(win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_unlock_all(win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_unlock_all", c_int, crate::face::gen::passthrough::MPI_Win_unlock_all(win))
+    ffi_boundary!("MPI_Win_unlock_all", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_unlock_all(win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_wait(win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_wait", c_int, crate::face::gen::passthrough::MPI_Win_wait(win))
+    ffi_boundary!("MPI_Win_wait", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_wait(win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_wait(win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_wait", c_int, crate::face::gen::passthrough::MPI_Win_wait(win))
+    ffi_boundary!("MPI_Win_wait", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_wait(win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Wtick() -> f64 {
-    ffi_boundary!("MPI_Wtick", f64, crate::face::gen::passthrough::MPI_Wtick())
+    ffi_boundary!("MPI_Wtick", f64, mpicr_shim::face::gen::passthrough::MPI_Wtick())
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Wtick() -> f64 {
-    ffi_boundary!("MPI_Wtick", f64, crate::face::gen::passthrough::MPI_Wtick())
+    ffi_boundary!("MPI_Wtick", f64, mpicr_shim::face::gen::passthrough::MPI_Wtick())
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Wtime() -> f64 {
-    ffi_boundary!("MPI_Wtime", f64, crate::face::gen::passthrough::MPI_Wtime())
+    ffi_boundary!("MPI_Wtime", f64, mpicr_shim::face::gen::passthrough::MPI_Wtime())
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Wtime() -> f64 {
-    ffi_boundary!("MPI_Wtime", f64, crate::face::gen::passthrough::MPI_Wtime())
+    ffi_boundary!("MPI_Wtime", f64, mpicr_shim::face::gen::passthrough::MPI_Wtime())
 }

@@ -1,0 +1,435 @@
+//! Hand-written translations (tools/gen_ompi.py's `HAND`): functions that take the program's
+//! callbacks, which must be called with Open MPI's handles and codes, and calls whose pointer
+//! or attribute values carry constants. Each returns the MPICH face's code (the export
+//! converts it).
+//!
+//! Callbacks without a user-data argument (reduction ops, error handlers) go through a fixed
+//! pool of trampolines, one slot per created object, kept for the process's life (an image
+//! restores the same addresses); the others carry their state in a leaked box passed as the
+//! MPICH face's `extra_state`.
+#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
+
+use crate::conv::{self, OHandle, OStatus};
+use crate::gen::tables::{mpich, ompi};
+use mpicr_shim::face::abi as m;
+use mpicr_shim::face::api as f;
+use mpicr_virtid::Kind;
+use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+const SLOTS: usize = 32;
+
+/// Takes a free slot of `pool` for `func`; None when the pool is exhausted.
+fn take_slot(pool: &[AtomicUsize; SLOTS], func: usize) -> Option<usize> {
+    pool.iter().position(|s| s.compare_exchange(0, func, Ordering::AcqRel, Ordering::Acquire).is_ok())
+}
+
+fn exhausted(what: &str) -> c_int {
+    eprintln!("mpicr: the Open MPI face holds at most {SLOTS} {what}; this one is refused");
+    m::MPI_ERR_INTERN
+}
+
+// ---- reduction ops -------------------------------------------------------------------------
+
+type OUserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut OHandle);
+static OPS: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+
+unsafe fn op_call(slot: usize, a: *mut c_void, b: *mut c_void, len: *mut c_int, dt: *mut c_int) {
+    let mut odt = conv::h_out(Kind::Datatype, if dt.is_null() { 0 } else {
+        // SAFETY: MPICH passes a pointer to the datatype.
+        unsafe { *dt }
+    });
+    // SAFETY: the slot holds an MPI_User_function the program gave MPI_Op_create.
+    unsafe { std::mem::transmute::<usize, OUserFn>(OPS[slot].load(Ordering::Acquire))(a, b, len, &mut odt) };
+}
+
+/// The pool's trampolines, one per slot: `fn::<0>`, `fn::<1>`, ...
+macro_rules! pool {
+    ($f:ident: $t:ty) => {
+        [$f::<0> as $t, $f::<1>, $f::<2>, $f::<3>, $f::<4>, $f::<5>, $f::<6>, $f::<7>, $f::<8>, $f::<9>, $f::<10>,
+         $f::<11>, $f::<12>, $f::<13>, $f::<14>, $f::<15>, $f::<16>, $f::<17>, $f::<18>, $f::<19>, $f::<20>, $f::<21>,
+         $f::<22>, $f::<23>, $f::<24>, $f::<25>, $f::<26>, $f::<27>, $f::<28>, $f::<29>, $f::<30>, $f::<31>]
+    };
+}
+
+unsafe extern "C" fn op_tramp<const I: usize>(a: *mut c_void, b: *mut c_void, len: *mut c_int, dt: *mut c_int) {
+    // SAFETY: called by the MPICH face with MPI_User_function's arguments.
+    unsafe { op_call(I, a, b, len, dt) }
+}
+type MUserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut c_int);
+static OP_TRAMPS: [MUserFn; SLOTS] = pool!(op_tramp: MUserFn);
+
+pub unsafe fn MPI_Op_create(user_fn: *mut c_void, commute: c_int, op: *mut OHandle) -> c_int {
+    let Some(slot) = take_slot(&OPS, user_fn as usize) else { return exhausted("user reduction ops") };
+    let mut v = 0;
+    // SAFETY: the trampoline has MPI_User_function's MPICH signature; `v` is a local.
+    let rc = unsafe { f::MPI_Op_create(OP_TRAMPS[slot] as *mut c_void, commute, &mut v) };
+    if rc == 0 && !op.is_null() {
+        // SAFETY: the program's out-parameter.
+        unsafe { *op = conv::h_out(Kind::Op, v) };
+    }
+    rc
+}
+
+// ---- error handlers ------------------------------------------------------------------------
+
+type OErrFn = unsafe extern "C" fn(*mut OHandle, *mut c_int);
+static COMM_EH: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+static WIN_EH: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+static FILE_EH: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+
+unsafe fn eh_call(pool: &[AtomicUsize; SLOTS], slot: usize, h: OHandle, code: *mut c_int) {
+    let mut oh = h;
+    // SAFETY: MPICH passes a pointer to the error code.
+    let mut oc = conv::err_out(unsafe { *code });
+    // SAFETY: the slot holds an error handler function the program gave.
+    unsafe { std::mem::transmute::<usize, OErrFn>(pool[slot].load(Ordering::Acquire))(&mut oh, &mut oc) };
+}
+
+unsafe fn comm_eh(slot: usize, c: *mut c_int, code: *mut c_int) {
+    // SAFETY: MPICH passes pointers to the handle and the code.
+    unsafe { eh_call(&COMM_EH, slot, conv::h_out(Kind::Comm, *c), code) }
+}
+unsafe fn win_eh(slot: usize, w: *mut c_int, code: *mut c_int) {
+    // SAFETY: as above.
+    unsafe { eh_call(&WIN_EH, slot, conv::h_out(Kind::Win, *w), code) }
+}
+unsafe fn file_eh(slot: usize, fh: *mut m::MPI_File, code: *mut c_int) {
+    // SAFETY: as above.
+    unsafe { eh_call(&FILE_EH, slot, conv::file_out(*fh), code) }
+}
+
+unsafe extern "C" fn comm_eh_tramp<const I: usize>(c: *mut c_int, code: *mut c_int) {
+    // SAFETY: called by the MPICH face with the handler's arguments.
+    unsafe { comm_eh(I, c, code) }
+}
+unsafe extern "C" fn win_eh_tramp<const I: usize>(c: *mut c_int, code: *mut c_int) {
+    // SAFETY: as above.
+    unsafe { win_eh(I, c, code) }
+}
+unsafe extern "C" fn file_eh_tramp<const I: usize>(c: *mut m::MPI_File, code: *mut c_int) {
+    // SAFETY: as above.
+    unsafe { file_eh(I, c, code) }
+}
+type MErrFn = unsafe extern "C" fn(*mut c_int, *mut c_int);
+type MFileErrFn = unsafe extern "C" fn(*mut m::MPI_File, *mut c_int);
+static COMM_EH_TRAMPS: [MErrFn; SLOTS] = pool!(comm_eh_tramp: MErrFn);
+static WIN_EH_TRAMPS: [MErrFn; SLOTS] = pool!(win_eh_tramp: MErrFn);
+static FILE_EH_TRAMPS: [MFileErrFn; SLOTS] = pool!(file_eh_tramp: MFileErrFn);
+
+unsafe fn create_eh(
+    pool: &[AtomicUsize; SLOTS], tramp: *mut c_void, func: *mut c_void, eh: *mut OHandle,
+    make: unsafe fn(*mut c_void, *mut c_int) -> c_int,
+) -> c_int {
+    let _ = func;
+    let mut v = 0;
+    // SAFETY: the trampoline has the MPICH handler signature; `v` is a local.
+    let rc = unsafe { make(tramp, &mut v) };
+    if rc == 0 && !eh.is_null() {
+        // SAFETY: the program's out-parameter.
+        unsafe { *eh = conv::h_out(Kind::Errhandler, v) };
+    }
+    let _ = pool;
+    rc
+}
+
+pub unsafe fn MPI_Comm_create_errhandler(func: *mut c_void, eh: *mut OHandle) -> c_int {
+    let Some(slot) = take_slot(&COMM_EH, func as usize) else { return exhausted("communicator error handlers") };
+    // SAFETY: forwarded to the MPICH face.
+    unsafe { create_eh(&COMM_EH, COMM_EH_TRAMPS[slot] as *mut c_void, func, eh, f::MPI_Comm_create_errhandler) }
+}
+pub unsafe fn MPI_Errhandler_create(func: *mut c_void, eh: *mut OHandle) -> c_int {
+    // SAFETY: the same call under its MPI-1 name.
+    unsafe { MPI_Comm_create_errhandler(func, eh) }
+}
+pub unsafe fn MPI_Win_create_errhandler(func: *mut c_void, eh: *mut OHandle) -> c_int {
+    let Some(slot) = take_slot(&WIN_EH, func as usize) else { return exhausted("window error handlers") };
+    // SAFETY: forwarded to the MPICH face.
+    unsafe { create_eh(&WIN_EH, WIN_EH_TRAMPS[slot] as *mut c_void, func, eh, f::MPI_Win_create_errhandler) }
+}
+pub unsafe fn MPI_File_create_errhandler(func: *mut c_void, eh: *mut OHandle) -> c_int {
+    let Some(slot) = take_slot(&FILE_EH, func as usize) else { return exhausted("file error handlers") };
+    // SAFETY: forwarded to the MPICH face.
+    unsafe { create_eh(&FILE_EH, FILE_EH_TRAMPS[slot] as *mut c_void, func, eh, f::MPI_File_create_errhandler) }
+}
+
+// ---- attribute keyvals ---------------------------------------------------------------------
+
+type OCopyFn = unsafe extern "C" fn(OHandle, c_int, *mut c_void, *mut c_void, *mut c_void, *mut c_int) -> c_int;
+type ODeleteFn = unsafe extern "C" fn(OHandle, c_int, *mut c_void, *mut c_void) -> c_int;
+
+/// What a keyval made here carries as the MPICH face's extra_state.
+struct KeyvalCb {
+    kind: Kind,
+    copy: usize,
+    delete: usize,
+    extra: *mut c_void,
+}
+
+fn obj_out(kind: Kind, h: c_int) -> OHandle {
+    conv::h_out(kind, h)
+}
+
+unsafe extern "C" fn copy_tramp(h: c_int, kv: c_int, extra: *mut c_void, a_in: *mut c_void, a_out: *mut c_void, flag: *mut c_int) -> c_int {
+    // SAFETY: `extra` is the leaked KeyvalCb of this keyval.
+    let cb = unsafe { &*(extra as *const KeyvalCb) };
+    if cb.copy == 0 {
+        // SAFETY: MPICH's out-parameter.
+        unsafe { *flag = 0 };
+        return 0;
+    }
+    // SAFETY: the program's copy function with Open MPI's handle.
+    let rc = unsafe { std::mem::transmute::<usize, OCopyFn>(cb.copy)(obj_out(cb.kind, h), kv, cb.extra, a_in, a_out, flag) };
+    conv::err_in(rc)
+}
+
+unsafe extern "C" fn delete_tramp(h: c_int, kv: c_int, a: *mut c_void, extra: *mut c_void) -> c_int {
+    // SAFETY: `extra` is the leaked KeyvalCb of this keyval.
+    let cb = unsafe { &*(extra as *const KeyvalCb) };
+    if cb.delete == 0 {
+        return 0;
+    }
+    // SAFETY: the program's delete function with Open MPI's handle.
+    let rc = unsafe { std::mem::transmute::<usize, ODeleteFn>(cb.delete)(obj_out(cb.kind, h), kv, a, cb.extra) };
+    conv::err_in(rc)
+}
+
+unsafe fn create_keyval(
+    kind: Kind, copy: *mut c_void, delete: *mut c_void, keyval: *mut c_int, extra: *mut c_void,
+    make: unsafe fn(*mut c_void, *mut c_void, *mut c_int, *mut c_void) -> c_int,
+) -> c_int {
+    let cb = Box::into_raw(Box::new(KeyvalCb { kind, copy: copy as usize, delete: delete as usize, extra }));
+    // SAFETY: the trampolines have the MPICH callback signatures; `cb` lives for the process.
+    unsafe { make(copy_tramp as *mut c_void, delete_tramp as *mut c_void, keyval, cb as *mut c_void) }
+}
+
+pub unsafe fn MPI_Comm_create_keyval(copy: *mut c_void, delete: *mut c_void, keyval: *mut c_int, extra: *mut c_void) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { create_keyval(Kind::Comm, copy, delete, keyval, extra, f::MPI_Comm_create_keyval) }
+}
+pub unsafe fn MPI_Keyval_create(copy: *mut c_void, delete: *mut c_void, keyval: *mut c_int, extra: *mut c_void) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { create_keyval(Kind::Comm, copy, delete, keyval, extra, f::MPI_Keyval_create) }
+}
+pub unsafe fn MPI_Type_create_keyval(copy: *mut c_void, delete: *mut c_void, keyval: *mut c_int, extra: *mut c_void) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { create_keyval(Kind::Datatype, copy, delete, keyval, extra, f::MPI_Type_create_keyval) }
+}
+pub unsafe fn MPI_Win_create_keyval(copy: *mut c_void, delete: *mut c_void, keyval: *mut c_int, extra: *mut c_void) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { create_keyval(Kind::Win, copy, delete, keyval, extra, f::MPI_Win_create_keyval) }
+}
+
+// The predefined copy/delete functions mpi.h names (MPI_COMM_DUP_FN is OMPI_C_MPI_COMM_DUP_FN):
+// called through the trampolines above like the program's own.
+macro_rules! null_copy {
+    ($($name:ident),*) => {$(
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(_h: OHandle, _kv: c_int, _x: *mut c_void, _i: *mut c_void, _o: *mut c_void, flag: *mut c_int) -> c_int {
+            // SAFETY: MPI's out-parameter.
+            unsafe { *flag = 0 };
+            ompi::MPI_SUCCESS
+        }
+    )*};
+}
+macro_rules! dup_copy {
+    ($($name:ident),*) => {$(
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(_h: OHandle, _kv: c_int, _x: *mut c_void, i: *mut c_void, o: *mut c_void, flag: *mut c_int) -> c_int {
+            // SAFETY: MPI's out-parameters: the attribute value is copied as is.
+            unsafe {
+                *(o as *mut *mut c_void) = i;
+                *flag = 1;
+            }
+            ompi::MPI_SUCCESS
+        }
+    )*};
+}
+macro_rules! null_delete {
+    ($($name:ident),*) => {$(
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(_h: OHandle, _kv: c_int, _a: *mut c_void, _x: *mut c_void) -> c_int {
+            ompi::MPI_SUCCESS
+        }
+    )*};
+}
+null_copy!(OMPI_C_MPI_COMM_NULL_COPY_FN, OMPI_C_MPI_TYPE_NULL_COPY_FN, OMPI_C_MPI_WIN_NULL_COPY_FN, OMPI_C_MPI_NULL_COPY_FN);
+dup_copy!(OMPI_C_MPI_COMM_DUP_FN, OMPI_C_MPI_TYPE_DUP_FN, OMPI_C_MPI_WIN_DUP_FN, OMPI_C_MPI_DUP_FN);
+null_delete!(OMPI_C_MPI_COMM_NULL_DELETE_FN, OMPI_C_MPI_TYPE_NULL_DELETE_FN, OMPI_C_MPI_WIN_NULL_DELETE_FN, OMPI_C_MPI_NULL_DELETE_FN);
+
+// ---- attribute values carrying constants ---------------------------------------------------
+
+/// Values of predefined attributes whose constants differ, rewritten in Open MPI's numbering
+/// (the attribute value is a pointer to an int the library owns: ours live here).
+static HOST: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+static APPNUM: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+static WIN_MODEL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+unsafe fn fix_attr(keyval: c_int, value: *mut c_void, flag: *mut c_int) {
+    // SAFETY: MPI's out-parameters, written by the call that just succeeded.
+    unsafe {
+        if flag.is_null() || *flag == 0 || value.is_null() {
+            return;
+        }
+        let slot = match keyval {
+            ompi::MPI_HOST => &HOST,
+            ompi::MPI_APPNUM => &APPNUM,
+            ompi::MPI_WIN_MODEL => &WIN_MODEL,
+            _ => return,
+        };
+        let p = *(value as *mut *mut c_int);
+        if p.is_null() {
+            return;
+        }
+        let v = *p;
+        let v = if keyval == ompi::MPI_WIN_MODEL {
+            if v == mpich::MPI_WIN_UNIFIED { ompi::MPI_WIN_UNIFIED } else { ompi::MPI_WIN_SEPARATE }
+        } else {
+            conv::rank_out(v)
+        };
+        slot.store(v, Ordering::Relaxed);
+        *(value as *mut *mut c_int) = slot.as_ptr();
+    }
+}
+
+pub unsafe fn MPI_Comm_get_attr(comm: OHandle, keyval: c_int, value: *mut c_void, flag: *mut c_int) -> c_int {
+    // SAFETY: converted arguments, forwarded.
+    let rc = unsafe { f::MPI_Comm_get_attr(conv::h_in(Kind::Comm, comm), conv::keyval_in(keyval), value, flag) };
+    // SAFETY: the call's out-parameters.
+    unsafe { fix_attr(keyval, value, flag) };
+    rc
+}
+pub unsafe fn MPI_Attr_get(comm: OHandle, keyval: c_int, value: *mut c_void, flag: *mut c_int) -> c_int {
+    // SAFETY: converted arguments, forwarded.
+    let rc = unsafe { f::MPI_Attr_get(conv::h_in(Kind::Comm, comm), conv::keyval_in(keyval), value, flag) };
+    // SAFETY: the call's out-parameters.
+    unsafe { fix_attr(keyval, value, flag) };
+    rc
+}
+pub unsafe fn MPI_Win_get_attr(win: OHandle, keyval: c_int, value: *mut c_void, flag: *mut c_int) -> c_int {
+    // SAFETY: converted arguments, forwarded.
+    let rc = unsafe { f::MPI_Win_get_attr(conv::h_in(Kind::Win, win), conv::keyval_in(keyval), value, flag) };
+    // SAFETY: the call's out-parameters.
+    unsafe { fix_attr(keyval, value, flag) };
+    rc
+}
+
+// ---- graph weights -------------------------------------------------------------------------
+
+/// Open MPI's MPI_UNWEIGHTED is (int *)2, MPI_WEIGHTS_EMPTY (int *)3; MPICH's are the
+/// addresses of the MPICH face's data symbols.
+fn weights_in(p: *const c_int) -> *const c_int {
+    // SAFETY: reading the MPICH face's own pointer statics.
+    unsafe {
+        match p as usize {
+            2 => f::MPI_UNWEIGHTED,
+            3 => f::MPI_WEIGHTS_EMPTY,
+            _ => p,
+        }
+    }
+}
+
+pub unsafe fn MPI_Dist_graph_create(
+    comm_old: OHandle, n: c_int, sources: *const c_int, degrees: *const c_int, destinations: *const c_int,
+    weights: *const c_int, info: OHandle, reorder: c_int, comm_dist_graph: *mut OHandle,
+) -> c_int {
+    let mut v = 0;
+    // SAFETY: converted arguments; `v` is a local.
+    let rc = unsafe {
+        mpicr_shim::face::gen::create::MPI_Dist_graph_create(
+            conv::h_in(Kind::Comm, comm_old), n, sources, degrees, destinations, weights_in(weights),
+            conv::h_in(Kind::Info, info), reorder, &mut v,
+        )
+    };
+    if !comm_dist_graph.is_null() {
+        // SAFETY: the program's out-parameter.
+        unsafe { *comm_dist_graph = conv::h_out(Kind::Comm, v) };
+    }
+    rc
+}
+
+pub unsafe fn MPI_Dist_graph_create_adjacent(
+    comm_old: OHandle, indegree: c_int, sources: *const c_int, sourceweights: *const c_int, outdegree: c_int,
+    destinations: *const c_int, destweights: *const c_int, info: OHandle, reorder: c_int, comm_dist_graph: *mut OHandle,
+) -> c_int {
+    let mut v = 0;
+    // SAFETY: converted arguments; `v` is a local.
+    let rc = unsafe {
+        mpicr_shim::face::gen::create::MPI_Dist_graph_create_adjacent(
+            conv::h_in(Kind::Comm, comm_old), indegree, sources, weights_in(sourceweights), outdegree, destinations,
+            weights_in(destweights), conv::h_in(Kind::Info, info), reorder, &mut v,
+        )
+    };
+    if !comm_dist_graph.is_null() {
+        // SAFETY: the program's out-parameter.
+        unsafe { *comm_dist_graph = conv::h_out(Kind::Comm, v) };
+    }
+    rc
+}
+
+pub unsafe fn MPI_Dist_graph_neighbors(
+    comm: OHandle, maxindegree: c_int, sources: *mut c_int, sourceweights: *mut c_int, maxoutdegree: c_int,
+    destinations: *mut c_int, destweights: *mut c_int,
+) -> c_int {
+    // SAFETY: converted arguments, forwarded.
+    unsafe {
+        mpicr_shim::face::gen::passthrough::MPI_Dist_graph_neighbors(
+            conv::h_in(Kind::Comm, comm), maxindegree, sources, weights_in(sourceweights) as *mut c_int, maxoutdegree,
+            destinations, weights_in(destweights) as *mut c_int,
+        )
+    }
+}
+
+// ---- generalized requests ------------------------------------------------------------------
+
+type OQueryFn = unsafe extern "C" fn(*mut c_void, *mut OStatus) -> c_int;
+type OFreeFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+type OCancelFn = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
+
+struct Greq {
+    query: usize,
+    free: usize,
+    cancel: usize,
+    extra: *mut c_void,
+}
+
+unsafe extern "C" fn greq_query(extra: *mut c_void, status: *mut m::MPI_Status) -> c_int {
+    // SAFETY: `extra` is this request's Greq.
+    let g = unsafe { &*(extra as *const Greq) };
+    let mut os = OStatus::default();
+    // SAFETY: the program's query function; `os` is a local.
+    let rc = unsafe { std::mem::transmute::<usize, OQueryFn>(g.query)(g.extra, &mut os) };
+    // SAFETY: `os` is a local; `status` is MPICH's out-parameter.
+    unsafe { *status = conv::status_in(&os) };
+    conv::err_in(rc)
+}
+
+unsafe extern "C" fn greq_free(extra: *mut c_void) -> c_int {
+    // SAFETY: `extra` is this request's Greq, freed once here (MPI calls free_fn once).
+    let g = unsafe { Box::from_raw(extra as *mut Greq) };
+    // SAFETY: the program's free function.
+    conv::err_in(unsafe { std::mem::transmute::<usize, OFreeFn>(g.free)(g.extra) })
+}
+
+unsafe extern "C" fn greq_cancel(extra: *mut c_void, complete: c_int) -> c_int {
+    // SAFETY: `extra` is this request's Greq.
+    let g = unsafe { &*(extra as *const Greq) };
+    // SAFETY: the program's cancel function.
+    conv::err_in(unsafe { std::mem::transmute::<usize, OCancelFn>(g.cancel)(g.extra, complete) })
+}
+
+pub unsafe fn MPI_Grequest_start(
+    query_fn: *mut c_void, free_fn: *mut c_void, cancel_fn: *mut c_void, extra_state: *mut c_void, request: *mut OHandle,
+) -> c_int {
+    let g = Box::into_raw(Box::new(Greq { query: query_fn as usize, free: free_fn as usize, cancel: cancel_fn as usize, extra: extra_state }));
+    let mut v = 0;
+    // SAFETY: the trampolines have the MPICH callback signatures; `v` is a local.
+    let rc = unsafe {
+        f::MPI_Grequest_start(greq_query as *mut c_void, greq_free as *mut c_void, greq_cancel as *mut c_void, g as *mut c_void, &mut v)
+    };
+    if rc == 0 && !request.is_null() {
+        // SAFETY: the program's out-parameter.
+        unsafe { *request = conv::h_out(Kind::Request, v) };
+    }
+    rc
+}
