@@ -37,7 +37,7 @@ if [ ! -x "$src/configure" ]; then
     exit 2
 fi
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
-    cargo build --release -q -p mpicr-shim -p mpicr-cli --bin mpicr
+    cargo build --release -q -p mpicr-face-mpich -p mpicr-cli --bin mpicr
 fi
 
 # Configure the suite for each build (once; again when the compiler wrapper changes).

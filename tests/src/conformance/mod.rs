@@ -428,6 +428,7 @@ fn run_one(
             }
         },
         ranks: t.entry.ranks,
+        launcher: job::Launcher::Hydra,
         wrapper: Vec::new(),
         program: program.clone(),
         args: t.entry.args.clone(),
@@ -438,7 +439,7 @@ fn run_one(
     let (native_verdict, native_out) = judged(t.entry.judge, &native, &mut |r| note("native", r));
     t.results.native = Some((native_verdict.clone(), took));
     if o.shim {
-        let shim = match h.shim_library() {
+        let shim = match h.shim_library(flavor) {
             Ok(s) => s,
             Err(e) => {
                 t.results.shim = Some((Verdict::Fail(e), Duration::ZERO));
