@@ -7,7 +7,7 @@ use crate::lower::handles::RealRequest;
 use crate::face::abi::*;
 use crate::face::api::{begin_collective, put_status, put_status_error};
 use crate::core::kinds::comm::count_send;
-use crate::core::kinds::request::{poll, take_drained_into, RequestEntry};
+use crate::core::kinds::request::{is_file_io, poll, take_drained_into, wait_blocking, RequestEntry};
 use crate::core::state::OBJ;
 use crate::face::{conv, errors};
 use crate::core::gate;
@@ -274,6 +274,19 @@ fn raise(reqs: &[MPI_Request], rc: c_int, name: &str) -> c_int {
 /// # Safety
 /// As for [`test_many`].
 unsafe fn wait_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: Mode) -> Tested {
+    if mode.all() {
+        // MPI-IO requests complete one after the other through the library's own wait, in the
+        // array's order, as in MPICH's MPI_Waitall (see `is_file_io`).
+        for &v in reqs.iter() {
+            let g = gate::enter();
+            if let Slot::Real(idx, r) = classify(v) {
+                if is_file_io(idx) {
+                    wait_blocking(idx, r);
+                }
+            }
+            drop(g);
+        }
+    }
     let mut spins = 0u32;
     loop {
         let g = gate::enter();
