@@ -369,10 +369,10 @@ pub fn last_release() -> Option<ReleaseReport> {
 /// points until [`load_generation`] brings the next.
 /// The current generation's own C streams (the libc copy in its namespace) sent to /dev/null
 /// while it finalizes for a release; dropping the guard puts them back and closes /dev/null.
-/// What a released generation says as it goes (MPICH 5's yaksa counts the objects that
-/// MPICH's cancellation of a receive with a derived datatype leaks: "[WARNING] yaksa: N leaked
-/// handle pool objects") is about the shim's use of it, never the program's, and must not reach
-/// the program's output. The program's own streams (the base namespace's libc) are untouched.
+/// What a released generation says as it goes (MPICH 5 leaks an object of its datatype engine
+/// for every receive with a derived datatype that is cancelled, as the drain does, and yaksa
+/// counts them at finalize: "[WARNING] yaksa: N leaked handle pool objects") is about the
+/// shim's use of it, never the program's, and must not reach the program's output. The program's own streams (the base namespace's libc) are untouched.
 pub struct MutedStdio {
     streams: [*mut *mut c_void; 2],
     saved: [*mut c_void; 2],
