@@ -605,6 +605,10 @@ def gen_create(fn, spec):
             if spec.get("copy_attrs"):
                 lines.append("    // After the gate: attribute copy callbacks may call MPI.")
                 lines.append("    if let Err(rc) = derived_attrs(%s, v, \"%s\") {" % (parent, name))
+                lines += comment("        // SAFETY:", "        //", [
+                    "`%s` is the caller's out-pointer for the new handle, null or valid for a write" % out,
+                    "as MPI requires (this function's safety contract)."])
+                lines.append("        unsafe { put(%s, MPI_COMM_NULL) };" % out)
                 lines.append("        return rc;")
                 lines.append("    }")
             lines += comment("    // SAFETY:", "    //", [

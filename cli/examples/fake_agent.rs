@@ -164,6 +164,12 @@ fn main() {
     let lh = Arc::new(Mutex::new(LowerHalf { rank, size, pmi_fd, close_pmi, gen: 0, live: false, pmi_open: pmi_fd.is_some() }));
     let gate = Arc::new(Gate { open: Mutex::new(true), cv: Condvar::new() });
     lh.lock().unwrap().init(0);
+    // `--hello-after-ms MS [--hello-rank R]`: the program initialises MPI late (on rank R only).
+    if let Some(ms) = opt("--hello-after-ms") {
+        if opt("--hello-rank").is_none_or(|r| r == rank as u64) {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
+    }
     let hello = Hello {
         rank,
         size,

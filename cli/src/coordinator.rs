@@ -278,6 +278,21 @@ struct Coordinator {
     fault: Option<Fault>,
     /// The hook made the coordinator vanish: the event loop ends.
     vanished: bool,
+    /// A checkpoint asked for before every rank's program initialised MPI under mpicr: it starts
+    /// as soon as they have, within its own timeout.
+    waiting: Option<WaitingRequest>,
+    /// Ranks that joined at some time: a rank missing now that had joined has ended, and a
+    /// request does not wait for it.
+    ever_joined: BTreeSet<i32>,
+}
+
+/// A checkpoint request parked until every rank has an agent (see [`Coordinator::waiting`]).
+struct WaitingRequest {
+    stop: bool,
+    requester: Requester,
+    /// The request's deadline: the wait and the checkpoint together stay within its timeout.
+    until: Instant,
+    timeout: Duration,
 }
 
 /// A fault the tests inject (`MPICR_TEST_COORD_FAULT=stall:MSG` or `vanish:MSG`, MSG one of
@@ -300,7 +315,17 @@ impl Fault {
 impl Coordinator {
     fn new(cfg: Config) -> Coordinator {
         let restart_pending = cfg.restart_epoch.map(|e| (e, Instant::now() + RESTART_TIMEOUT));
-        Coordinator { cfg, ranks: BTreeMap::new(), ckpt: None, restart_pending, job_updated: false, fault: Fault::from_env(), vanished: false }
+        Coordinator {
+            cfg,
+            ranks: BTreeMap::new(),
+            ckpt: None,
+            restart_pending,
+            job_updated: false,
+            fault: Fault::from_env(),
+            vanished: false,
+            waiting: None,
+            ever_joined: BTreeSet::new(),
+        }
     }
 
     fn size(&self) -> i32 {
@@ -313,7 +338,8 @@ impl Coordinator {
 
     fn run(mut self, rx: Receiver<Event>) {
         loop {
-            let deadline = [self.ckpt.as_ref().map(|c| c.deadline), self.restart_pending.map(|(_, d)| d)]
+            let deadline =
+                [self.ckpt.as_ref().map(|c| c.deadline), self.restart_pending.map(|(_, d)| d), self.waiting.as_ref().map(|w| w.until)]
                 .into_iter()
                 .flatten()
                 .min();
@@ -365,6 +391,13 @@ impl Coordinator {
                 self.restart_pending = None;
             }
         }
+        if self.waiting.as_ref().is_some_and(|w| now >= w.until) {
+            if let Some(w) = self.waiting.take() {
+                let reason = self.not_ready().unwrap_or_default();
+                let msg = format!("cannot checkpoint: {reason} after waiting {}s", w.timeout.as_secs());
+                self.answer_error(w.requester, msg);
+            }
+        }
         if let Some(c) = &self.ckpt {
             if now >= c.deadline {
                 let waiting = self.waiting_for();
@@ -409,6 +442,8 @@ impl Coordinator {
             Event::KeeperGone { conn } => {
                 if let Some(r) = self.rank_of(conn) {
                     self.ranks.remove(&r);
+                    // A waiting request no longer waits for a rank that ended: it fails now.
+                    self.start_waiting();
                     if self.ckpt.is_some() {
                         self.abort(format!("rank {r} left the job"));
                     }
@@ -435,7 +470,7 @@ impl Coordinator {
                 }
             },
             Event::Tick => {
-                if self.ckpt.is_none() {
+                if self.ckpt.is_none() && self.waiting.is_none() {
                     self.request(false, Requester::Internal("periodic"), DEFAULT_CKPT_TIMEOUT);
                 }
             }
@@ -481,6 +516,8 @@ impl Coordinator {
         }
         let rank = hello.rank;
         self.ranks.insert(rank, Rank { conn, writer, hello, agent: None, restored: false });
+        self.ever_joined.insert(rank);
+        self.start_waiting();
     }
 
     fn on_keeper(&mut self, r: i32, msg: ToCoord) {
@@ -491,10 +528,11 @@ impl Coordinator {
                 if let Some(k) = self.ranks.get_mut(&r) {
                     k.agent = Some(info);
                 }
+                self.start_waiting();
             }
             ToCoord::Request { stop } => {
                 let why = if stop { "requested (stop)" } else { "requested" };
-                if self.ckpt.is_none() {
+                if self.ckpt.is_none() && self.waiting.is_none() {
                     self.request(stop, Requester::Internal(why), DEFAULT_CKPT_TIMEOUT);
                 }
             }
@@ -550,8 +588,68 @@ impl Coordinator {
         self.cfg.job = job;
     }
 
-    /// Starts a checkpoint, or tells the requester why not.
+    /// Starts a checkpoint, or tells the requester why not. Before every rank's program has
+    /// initialised MPI under mpicr (a checkpoint asked for right after the job started), the
+    /// request waits for them, within its timeout.
     fn request(&mut self, stop: bool, requester: Requester, timeout: Duration) {
+        if self.ckpt.is_none() && self.restart_pending.is_none() && self.not_ready().is_some() {
+            if self.waiting.is_some() {
+                let msg = "cannot checkpoint: another checkpoint request is already waiting for the program to initialise MPI".to_string();
+                return self.answer_error(requester, msg);
+            }
+            if self.cfg.verbose {
+                self.log(&format!("coordinator: checkpoint request waits: {}", self.not_ready().unwrap_or_default()));
+            }
+            let until = Instant::now().checked_add(timeout).unwrap_or(Instant::now() + crate::args::MAX_TIMEOUT);
+            self.waiting = Some(WaitingRequest { stop, requester, until, timeout });
+            return;
+        }
+        self.start(stop, requester, timeout);
+    }
+
+    /// Starts the waiting request once nothing is missing any more.
+    fn start_waiting(&mut self) {
+        if self.waiting.is_none() || self.not_ready().is_some() || self.ckpt.is_some() {
+            return;
+        }
+        if let Some(w) = self.waiting.take() {
+            let left = w.until.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
+            self.start(w.stop, w.requester, left);
+        }
+    }
+
+    /// Why a checkpoint cannot start yet although it may soon: a rank that has not joined yet,
+    /// or a program that has not initialised MPI under mpicr yet. `None` when nothing is
+    /// missing, or when what is missing will not come (a rank that ended).
+    fn not_ready(&self) -> Option<String> {
+        let missing: Vec<i32> = (0..self.size()).filter(|r| !self.ranks.contains_key(r)).collect();
+        if missing.iter().any(|r| self.ever_joined.contains(r)) {
+            return None;
+        }
+        if !missing.is_empty() {
+            let list: Vec<String> = missing.iter().map(|r| r.to_string()).collect();
+            return Some(format!("rank(s) {} of the job have not joined yet", list.join(", ")));
+        }
+        if self.ranks.values().all(|k| k.hello.mode == Mode::NoMpi) || self.ranks.values().any(|k| k.hello.mode == Mode::NoShim) {
+            return None;
+        }
+        let no_agent: Vec<String> = self.ranks.iter().filter(|(_, k)| k.agent.is_none()).map(|(r, _)| r.to_string()).collect();
+        if no_agent.is_empty() {
+            return None;
+        }
+        Some(format!("the program has not initialised MPI under mpicr on rank(s) {} (no agent)", no_agent.join(", ")))
+    }
+
+    fn answer_error(&self, requester: Requester, msg: String) {
+        match requester {
+            Requester::Client(mut s) => {
+                let _ = coord_wire::send(&mut s, &ToClient::Error(msg));
+            }
+            Requester::Internal(why) => self.log(&format!("{why} checkpoint: {msg}")),
+        }
+    }
+
+    fn start(&mut self, stop: bool, requester: Requester, timeout: Duration) {
         match self.begin(stop, timeout) {
             Ok(epoch) => {
                 if let Some(c) = self.ckpt.as_mut() {
@@ -561,15 +659,7 @@ impl Coordinator {
                     self.log(&format!("coordinator: checkpoint {epoch} started"));
                 }
             }
-            Err(e) => {
-                let msg = format!("cannot checkpoint: {e:#}");
-                match requester {
-                    Requester::Client(mut s) => {
-                        let _ = coord_wire::send(&mut s, &ToClient::Error(msg));
-                    }
-                    Requester::Internal(why) => self.log(&format!("{why} checkpoint: {msg}")),
-                }
-            }
+            Err(e) => self.answer_error(requester, format!("cannot checkpoint: {e:#}")),
         }
     }
 

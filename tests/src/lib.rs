@@ -686,6 +686,19 @@ pub fn check_self_verdict(name: &str, out: &JobOutput) -> Result<(), String> {
 
 /// None when `actual` matches `expected` (success, per-rank stdout, files left behind); else a
 /// report whose first line summarises the first difference.
+/// A warning of the MPI library underneath (MPICH's `MPICH: ...` lines, its datatype engine's
+/// `[WARNING] yaksa: ...`) in `actual` that `expected` does not have: under the shim or through
+/// a checkpoint, nothing may show up in a program's output that a native run does not print
+/// (e.g. "freeing inactive persistent request" when a released generation still held one).
+pub fn new_library_warning(expected: &[u8], actual: &[u8]) -> Option<String> {
+    let native = String::from_utf8_lossy(expected);
+    String::from_utf8_lossy(actual)
+        .lines()
+        .map(str::trim)
+        .find(|l| (l.starts_with("[WARNING]") || l.starts_with("MPICH:")) && !native.lines().any(|n| n.trim() == *l))
+        .map(str::to_string)
+}
+
 pub fn compare(expected: &JobOutput, actual: &JobOutput) -> Option<String> {
     let mut summary = Vec::new();
     let mut details = String::new();
@@ -707,6 +720,11 @@ pub fn compare(expected: &JobOutput, actual: &JobOutput) -> Option<String> {
                 summary.push(first_difference(rank, e, a));
             }
             details += &format!("rank {rank} stdout (- expected, + actual):\n{d}");
+        }
+    }
+    for (rank, (e, a)) in expected.stderr.iter().zip(&actual.stderr).enumerate() {
+        if let Some(line) = new_library_warning(e, a) {
+            summary.push(format!("rank {rank} printed a library warning the native run did not: {line}"));
         }
     }
     if summary.is_empty() {
@@ -737,5 +755,21 @@ fn first_difference(rank: usize, expected: &[u8], actual: &[u8]) -> String {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod warning_tests {
+    use super::new_library_warning;
+
+    #[test]
+    fn a_library_warning_absent_natively_is_reported() {
+        let native = b"PASS x\n";
+        let shim = b"[WARNING] yaksa: 2 leaked handle pool objects\n";
+        assert_eq!(new_library_warning(native, shim).as_deref(), Some("[WARNING] yaksa: 2 leaked handle pool objects"));
+        assert_eq!(new_library_warning(shim, shim), None);
+        assert_eq!(new_library_warning(native, b"other text\n"), None);
+        let freeing = b"MPICH: freeing inactive persistent request ac000000 on communicator 44000000.\n";
+        assert!(new_library_warning(native, freeing).is_some());
     }
 }

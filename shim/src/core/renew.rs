@@ -235,6 +235,16 @@ fn open_session(level: c_int) -> Result<(c_int, c_int, c_int), c_int> {
 
 /// Ends the lower half for the program's MPI_Finalize.
 pub fn finalize_lower() -> c_int {
+    // A session must be empty when finalized; the world model's MPI_Finalize cleans up itself
+    // (what the program left is the program's, as natively).
+    if strategy() == Strategy::Sessions && !IN_WORLD_MODEL.load(Ordering::Acquire) {
+        free_real_objects();
+    }
+    finalize_generation()
+}
+
+/// Finalizes the current generation of the library (its world model, or its session).
+fn finalize_generation() -> c_int {
     let f = lower::fns();
     match strategy() {
         // SAFETY: the program finalizes; nothing is pending.
@@ -246,7 +256,6 @@ pub fn finalize_lower() -> c_int {
             unsafe { f.MPI_Finalize.map_or(MPI_ERR_OTHER, |g| g()) }
         }
         Strategy::Sessions => {
-            free_real_objects();
             let mut s = SESSION.swap(MPI_SESSION_NULL, Ordering::AcqRel);
             // SAFETY: the session opened by `open_session`.
             unsafe { f.MPI_Session_finalize.map_or(MPI_ERR_OTHER, |g| g(&mut s)) }
@@ -296,10 +305,18 @@ pub fn remember_level(level: c_int) {
 
 /// Releases the real library: nothing of it (sockets, shared memory) may be in the image.
 pub fn release() -> Result<(), RenewError> {
+    // Every real object of this generation is freed first: the rebuild makes new ones from the
+    // recipes, and whatever is left at the finalize the library reports on the program's stderr
+    // (MPICH: "freeing inactive persistent request", yaksa: "N leaked handle pool objects"),
+    // which a native run never prints.
+    free_real_objects();
     for kind in RENEWAL_ORDER {
         kind.forget();
     }
-    let rc = finalize_lower();
+    // What the discarded copy still prints as it finalizes goes nowhere (see `MutedStdio`).
+    let muted = if strategy() == Strategy::Namespace { lower::mute_current_stdio() } else { None };
+    let rc = finalize_generation();
+    drop(muted);
     if rc != MPI_SUCCESS {
         return Err(RenewError::Finalize { strategy: strategy().name(), reason: lower::error_string(rc) });
     }

@@ -42,6 +42,11 @@ pub fn cases() -> Vec<CaseFn> {
             run: barrier,
         },
         CaseFn {
+            name: "agent-late-init",
+            cases: &["agent-late-init-waits", "agent-late-init-times-out"],
+            run: late_init,
+        },
+        CaseFn {
             name: "agent-coord-lost-before-release",
             cases: &["agent-coord-lost-before-release"],
             run: |t| coord_lost(t, "release", "not released", 0),
@@ -210,4 +215,48 @@ fn fake_job(t: &T, ver: u32, n: u32, d: &std::path::Path, args: &[&str]) -> std:
     let mut c = t.mpi(ver, n);
     c.arg(&t.env.m).args(["run", "--ckpt-dir"]).arg(d).arg("--").arg(&t.env.fake).args(args);
     c
+}
+
+/// `mpicr checkpoint` asked before a rank's program initialised MPI under mpicr (its agent says
+/// hello 3 s late; the stand-in programs do not wait for each other, so each runs longer than
+/// the delay): the request waits for it and the checkpoint is taken; with a timeout shorter than
+/// the delay it fails saying what it waited for, and the job goes on.
+fn late_init(t: &mut T) {
+    if !t.require(&[t.env.criu_ok, t.env.have4], "needs MPICH 4 and criu") {
+        return;
+    }
+    t.export("MPICR_SHIM", "none");
+    // Asks until the job's coordinator answers at all (the job may not have started yet).
+    let first_answer = |t: &T, d: &std::path::Path, extra: &[&str]| -> (i32, String) {
+        let mut last = (1, String::new());
+        for _ in 0..300 {
+            let mut c = t.m(["checkpoint"]);
+            c.args(extra).arg(d);
+            last = t.out(c, LIMIT);
+            let not_up = ["does not exist", "no job is running", "does not answer", "has no coordinator.json"];
+            if !not_up.iter().any(|s| last.1.contains(s)) {
+                return last;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        last
+    };
+    let d = t.p("late");
+    let c = fake_job(t, 4, 2, &d, &["120", "--hello-after-ms", "3000", "--hello-rank", "1"]);
+    let mut job = t.spawn(c, Some(&t.p("l.out")), Some(&t.p("l.err")));
+    let (r1, o1) = first_answer(t, &d, &[]);
+    let rc = job.wait(LIMIT);
+    let good = r1 == 0 && grep("^epoch: *1", &o1) && rc == 0 && complete(&cat(&[&t.p("l.out")]), 2, 120).is_ok();
+    t.check("agent-late-init-waits", good, |t| format!("r1={r1} rc={rc}: {o1}{}", tails(t, &["l.err"])));
+
+    let d = t.p("late2");
+    let c = fake_job(t, 4, 2, &d, &["160", "--hello-after-ms", "5000", "--hello-rank", "1"]);
+    let mut job = t.spawn(c, Some(&t.p("m.out")), Some(&t.p("m.err")));
+    let (r2, o2) = first_answer(t, &d, &["--timeout", "2s"]);
+    let rc = job.wait(LIMIT);
+    let good = r2 != 0
+        && o2.contains("has not initialised MPI under mpicr on rank(s) 1 (no agent) after waiting 2s")
+        && rc == 0
+        && complete(&cat(&[&t.p("m.out")]), 2, 160).is_ok();
+    t.check("agent-late-init-times-out", good, |t| format!("r2={r2} rc={rc}: {o2}{}", tails(t, &["m.err"])));
 }

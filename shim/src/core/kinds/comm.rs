@@ -258,6 +258,11 @@ impl Renewable for Renew {
     fn free_real(&self) {
         let f = lower::fns();
         for (_, r, _) in OBJ.comms.snapshot() {
+            // World and self are the library's own in the world model (not to be freed); the
+            // `sessions` strategy made its own.
+            if [MPI_COMM_WORLD, MPI_COMM_SELF, MPI_COMM_NULL].contains(&r.raw()) {
+                continue;
+            }
             let mut r = r.raw();
             // SAFETY: a live real communicator of the current generation, freed once.
             unsafe { f.MPI_Comm_free.map(|g| g(&mut r)) };

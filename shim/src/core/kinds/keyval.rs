@@ -10,6 +10,10 @@ pub struct KeyvalEntry {
     pub recipe: KeyvalRecipe,
     /// Objects still holding an attribute with this key (+1 while the program has not freed it).
     pub refs: u32,
+    /// The program freed the keyval: it lives on while attributes use it (their callbacks run,
+    /// they can be read and deleted), and freeing it again is no error (MPI 4.1, section 7.7.2;
+    /// MPICH counts one free only).
+    pub freed: bool,
 }
 
 /// The keyval kind around a checkpoint.

@@ -30,8 +30,9 @@ pub trait Renewable: Sync {
     fn snapshot(&self) {}
     /// Drops what the kind caches about the real handles of the generation being released.
     fn forget(&self) {}
-    /// Frees the real objects of the current generation (`sessions` strategy, before its
-    /// session is finalized).
+    /// Frees the real objects of the current generation: before a release (the library would
+    /// report what is left at its finalize, on the program's stderr), and with the `sessions`
+    /// strategy before its session is finalized.
     fn free_real(&self) {}
     /// Rebuilds every real object from its recipe on the renewed library.
     fn rebuild(&self) -> Result<(), String> {

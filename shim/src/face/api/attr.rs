@@ -91,7 +91,7 @@ fn release_keyval(i: u32) {
 
 fn create_keyval(object: KeyvalObject, copy: *mut c_void, delete: *mut c_void, out: *mut c_int, extra: *mut c_void, legacy: bool) -> c_int {
     let recipe = KeyvalRecipe { object, copy_fn: copy as u64, delete_fn: delete as u64, extra_state: extra as u64, legacy };
-    match OBJ.keyvals.insert(crate::lower::handles::NoReal, KeyvalEntry { recipe, refs: 1 }) {
+    match OBJ.keyvals.insert(crate::lower::handles::NoReal, KeyvalEntry { recipe, refs: 1, freed: false }) {
         Ok(i) => {
             unsafe { put(out, conv::handle(Kind::Keyval, i)) };
             MPI_SUCCESS
@@ -106,7 +106,12 @@ fn free_keyval(k: *mut c_int, name: &str) -> c_int {
     }
     match lookup_keyval(unsafe { *k }) {
         Some((i, _)) => {
-            release_keyval(i);
+            // Only the first free drops the program's reference; the others (through copies of
+            // the handle, while attributes still hold the keyval) change nothing.
+            let first = OBJ.keyvals.with(i, |e| !std::mem::replace(&mut e.freed, true)).unwrap_or(false);
+            if first {
+                release_keyval(i);
+            }
             unsafe { *k = MPI_KEYVAL_INVALID };
             MPI_SUCCESS
         }
@@ -181,24 +186,55 @@ fn get_attr(obj: Option<Obj>, k: c_int, out: *mut c_void, flag: *mut c_int, name
     MPI_SUCCESS
 }
 
-/// Deletes every attribute of an object being freed (callbacks in order of setting).
+impl Obj {
+    /// MPICH keeps a communicator's attributes newest first and those of datatypes and windows
+    /// in order of setting; copy and delete callbacks run in that order (MPI 4.1, section 11.2.4,
+    /// requires newest first for MPI_COMM_SELF at MPI_Finalize). `Attrs` is in order of setting.
+    fn newest_first(self) -> bool {
+        matches!(self, Obj::Comm(..))
+    }
+}
+
+/// Deletes every attribute of an object being freed, in the order MPICH does; all are removed
+/// even if a delete callback fails, whose error is returned (the first one).
 fn delete_all(obj: Obj) -> c_int {
-    let attrs = obj.attrs(std::mem::take).unwrap_or_default();
+    let mut attrs = obj.attrs(std::mem::take).unwrap_or_default();
+    if obj.newest_first() {
+        attrs.reverse();
+    }
+    let mut rc = MPI_SUCCESS;
     for (k, v) in attrs {
         if let Some((ki, r)) = lookup_keyval(k) {
-            let rc = call_delete(obj, k, &r, v);
-            if rc != MPI_SUCCESS {
-                return rc;
+            let this = call_delete(obj, k, &r, v);
+            if rc == MPI_SUCCESS {
+                rc = this;
             }
             release_keyval(ki);
         }
     }
-    MPI_SUCCESS
+    rc
 }
 
-/// Copies attributes to a duplicate through the program's copy callbacks.
+/// Removes the attributes of an object that is discarded before the program saw it (a
+/// duplicate whose copy callback failed): no delete callbacks, as MPICH never made them.
+fn discard_all(obj: Obj) {
+    for (k, _) in obj.attrs(std::mem::take).unwrap_or_default() {
+        if let Some((ki, _)) = lookup_keyval(k) {
+            release_keyval(ki);
+        }
+    }
+}
+
+/// Copies attributes to a duplicate through the program's copy callbacks, in the order MPICH
+/// does; the duplicate's attributes keep the original's order. On a failing callback its error
+/// is returned and the attributes copied so far stay on `to` (see [`discard_all`]).
 fn copy_all(from: Obj, to: Obj) -> c_int {
-    let attrs = from.attrs(|a| a.clone()).unwrap_or_default();
+    let mut attrs = from.attrs(|a| a.clone()).unwrap_or_default();
+    if from.newest_first() {
+        attrs.reverse();
+    }
+    let mut copied = Vec::new();
+    let mut rc = MPI_SUCCESS;
     for (k, v) in attrs {
         let Some((ki, r)) = lookup_keyval(k) else { continue };
         if r.copy_fn == 0 {
@@ -207,20 +243,24 @@ fn copy_all(from: Obj, to: Obj) -> c_int {
         let mut out: usize = 0;
         let mut flag: c_int = 0;
         // SAFETY: the program registered this function with the copy-callback signature.
-        let rc = unsafe {
+        rc = unsafe {
             std::mem::transmute::<u64, CopyFn>(r.copy_fn)(
                 from.handle(), k, r.extra_state as *mut c_void, v as *mut c_void, &mut out as *mut usize as *mut c_void, &mut flag,
             )
         };
         if rc != MPI_SUCCESS {
-            return rc;
+            break;
         }
         if flag != 0 {
-            to.attrs(|a| a.push((k, out)));
+            copied.push((k, out));
             OBJ.keyvals.with(ki, |e| e.refs += 1);
         }
     }
-    MPI_SUCCESS
+    if to.newest_first() {
+        copied.reverse();
+    }
+    to.attrs(|a| a.extend(copied));
+    rc
 }
 
 pub fn copy_comm_attrs(from: MPI_Comm, to: MPI_Comm) -> c_int {
@@ -237,6 +277,20 @@ pub fn copy_type_attrs(from: MPI_Datatype, to: MPI_Datatype) -> c_int {
     }
 }
 
+/// Drops the attributes of a duplicate being discarded, without callbacks.
+pub fn discard_comm_attrs(c: MPI_Comm) {
+    if let Some(o) = Obj::comm(c) {
+        discard_all(o);
+    }
+}
+
+/// Drops the attributes of a duplicate being discarded, without callbacks.
+pub fn discard_type_attrs(t: MPI_Datatype) {
+    if let Some(o) = Obj::datatype(t) {
+        discard_all(o);
+    }
+}
+
 pub fn delete_all_comm_attrs(c: MPI_Comm) -> c_int {
     Obj::comm(c).map_or(MPI_SUCCESS, delete_all)
 }
@@ -249,7 +303,8 @@ pub fn delete_all_win_attrs(w: MPI_Win) -> c_int {
     Obj::win(w).map_or(MPI_SUCCESS, delete_all)
 }
 
-/// MPI_Finalize first deletes the attributes of MPI_COMM_SELF (MPI 4.0, section 11.2.4).
+/// MPI_Finalize first deletes the attributes of MPI_COMM_SELF, newest first, while MPI is
+/// still usable (MPI 4.1, section 11.2.4).
 pub fn delete_self_attrs_at_finalize() {
     if OBJ.comms.real(SELF_INDEX).is_some() {
         let _ = delete_all(Obj::Comm(MPI_COMM_SELF, SELF_INDEX));

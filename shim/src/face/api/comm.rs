@@ -170,15 +170,36 @@ pub fn register_derived(real: c_int, name: &str, parent: MPI_Comm, seq: u64) -> 
 }
 
 /// Copies the attributes of `parent` to its duplicate `v`, after the gate is left (copy
-/// callbacks may call MPI); a failure is raised on `parent`.
+/// callbacks may call MPI). When a copy callback fails, the duplicate is freed again (the
+/// program gets MPI_COMM_NULL, as from MPICH, which copies before it creates) and the
+/// callback's error is raised on `parent`.
 pub fn derived_attrs(parent: MPI_Comm, v: MPI_Comm, name: &str) -> Result<(), c_int> {
     if v == MPI_COMM_NULL {
         return Ok(());
     }
     match attr::copy_comm_attrs(parent, v) {
         MPI_SUCCESS => Ok(()),
-        rc => Err(errors::raise_comm(parent, rc, name)),
+        rc => {
+            discard_comm(v);
+            Err(errors::raise_comm(parent, rc, name))
+        }
     }
+}
+
+/// Frees a communicator the program never saw, without running delete callbacks.
+fn discard_comm(v: MPI_Comm) {
+    attr::discard_comm_attrs(v);
+    let Some(idx) = conv::index(v, Kind::Comm) else { return };
+    let g = gate::enter();
+    let mut real = conv::comm(v);
+    if let Some(free) = lower::fns().MPI_Comm_free {
+        // SAFETY: the real library's MPI_Comm_free on the live real communicator made for `v`,
+        // translated inside the gate. A failure would leave a real communicator behind, nothing
+        // the program could act on.
+        let _ = unsafe { free(&mut real) };
+    }
+    OBJ.comms.remove(idx);
+    drop(g);
 }
 
 /// Per-process counters that make ids of repeated, otherwise identical creations differ.

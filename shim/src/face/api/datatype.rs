@@ -53,8 +53,17 @@ pub unsafe fn MPI_Type_dup(oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) ->
     });
     if rc == MPI_SUCCESS {
         // SAFETY: `newtype` is the caller's valid pointer, which `make` has just written.
-        let rc = crate::face::api::attr::copy_type_attrs(oldtype, unsafe { *newtype });
+        let v = unsafe { *newtype };
+        let rc = crate::face::api::attr::copy_type_attrs(oldtype, v);
         if rc != MPI_SUCCESS {
+            // A failed copy callback: the duplicate is freed again and the program gets
+            // MPI_DATATYPE_NULL with the callback's error, as from MPICH.
+            crate::face::api::attr::discard_type_attrs(v);
+            let mut gone = v;
+            // SAFETY: a local handle the shim has just made.
+            let _ = unsafe { MPI_Type_free(&mut gone) };
+            // SAFETY: `newtype` is the caller's valid pointer, which `make` has just written.
+            unsafe { *newtype = MPI_DATATYPE_NULL };
             return errors::raise_default(rc, "MPI_Type_dup");
         }
         // A duplicate of a committed type is committed.

@@ -5,7 +5,7 @@
 use crate::lower::handles::RealMessage;
 use crate::face::abi::*;
 use crate::face::api::request::{register_done, register_request, wait_internal};
-use crate::face::api::{put, put_status};
+use crate::face::api::{library_status_in, put, put_library_status, put_status};
 use crate::core::kinds::comm::{comm_gid, count_recv, count_send};
 use crate::core::kinds::message::{MessageEntry, CLAIMED};
 use crate::core::kinds::request::{take_drained_into, unpack};
@@ -446,7 +446,8 @@ pub unsafe fn MPI_Improbe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut 
         }
     };
     let mut real_msg = MPI_MESSAGE_NULL;
-    let mut st = MPI_Status::default();
+    // SAFETY: `status` is the caller's, MPI_STATUS_IGNORE or a status (MPI_Improbe's contract).
+    let mut st = unsafe { library_status_in(status) };
     let mut f = 0;
     let rc = real!(MPI_Improbe(source, tag, c, &mut f, &mut real_msg, &mut st));
     if rc == MPI_SUCCESS && f != 0 {
@@ -461,7 +462,7 @@ pub unsafe fn MPI_Improbe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut 
         // SAFETY: as above: the caller's `message` and `status`.
         unsafe {
             put(message, v);
-            put_status(status, &st);
+            put_library_status(status, &st);
         }
     }
     drop(g);

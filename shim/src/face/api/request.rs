@@ -5,9 +5,9 @@
 
 use crate::lower::handles::RealRequest;
 use crate::face::abi::*;
-use crate::face::api::{begin_collective, put_status};
+use crate::face::api::{begin_collective, put_status, put_status_error};
 use crate::core::kinds::comm::count_send;
-use crate::core::kinds::request::{poll, take_drained_into, RequestEntry};
+use crate::core::kinds::request::{is_file_io, poll, take_drained_into, wait_blocking, RequestEntry};
 use crate::core::state::OBJ;
 use crate::face::{conv, errors};
 use crate::core::gate;
@@ -115,8 +115,18 @@ fn classify(v: MPI_Request) -> Slot {
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
     All,
+    /// As `All`, for MPI_Waitall: MPICH's MPI_Waitall (4.0.2 and 5) also sets MPI_ERROR to
+    /// MPI_SUCCESS in the status of every request it completes, which the shim reproduces so
+    /// that programs see what the library underneath would give them.
+    WaitAll,
     Any,
     Some,
+}
+
+impl Mode {
+    fn all(self) -> bool {
+        matches!(self, Mode::All | Mode::WaitAll)
+    }
 }
 
 /// Outcome of a test call, already applied to the program's arrays.
@@ -156,7 +166,7 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
         return Tested { flag: false, indices: vec![], rc: if rc == MPI_SUCCESS { MPI_ERR_REQUEST } else { rc } };
     }
     if slots.iter().all(|s| matches!(s, Slot::Inert)) {
-        if mode == Mode::All {
+        if mode.all() {
             for i in 0..n {
                 // SAFETY: `status_at` gives MPI_STATUS_IGNORE or an element of the caller's array
                 // (contract above).
@@ -164,7 +174,7 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
             }
         }
         let none = match mode {
-            Mode::All => vec![],
+            Mode::All | Mode::WaitAll => vec![],
             Mode::Any => vec![MPI_UNDEFINED as usize],
             Mode::Some => vec![usize::MAX],
         };
@@ -182,45 +192,67 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
         }
     }
     let done: Vec<usize> = (0..n).filter(|&i| matches!(slots[i], Slot::Done(..))).collect();
-    let errored = done.iter().any(|&i| matches!(slots[i], Slot::Done(_, st) if st.MPI_ERROR != MPI_SUCCESS));
+    let first_error = done.iter().copied().find(|&i| matches!(slots[i], Slot::Done(_, st) if st.MPI_ERROR != MPI_SUCCESS));
     let pending = slots.iter().any(|s| matches!(s, Slot::Real(..)));
-    let take: Vec<usize> = match mode {
+    let take: Vec<usize> = match (mode, first_error) {
         // Testall hands over everything only when everything completed, or stops at an error.
-        Mode::All if pending && !errored => return Tested { flag: false, indices: vec![], rc: MPI_SUCCESS },
-        Mode::All | Mode::Some => done,
-        Mode::Any => done.into_iter().take(1).collect(),
+        (Mode::All | Mode::WaitAll, None) if pending => return Tested { flag: false, indices: vec![], rc: MPI_SUCCESS },
+        // At a failed request, Waitall and Testall hand over it and the completed requests
+        // before it; those after it stay with the program, pending (as MPICH does).
+        (Mode::All | Mode::WaitAll, Some(e)) => done.into_iter().filter(|&i| i <= e).collect(),
+        (Mode::All | Mode::WaitAll | Mode::Some, _) => done,
+        (Mode::Any, _) => done.into_iter().take(1).collect(),
     };
     if take.is_empty() {
         return Tested { flag: false, indices: vec![], rc: MPI_SUCCESS };
     }
-    let mut rc = MPI_SUCCESS;
+    // One request's failure is the call's error; among several (Waitall, Waitsome, ...) it is
+    // MPI_ERR_IN_STATUS, and only then are the statuses' MPI_ERROR fields written (MPI 4.1,
+    // section 3.2.5): the other completions leave that field as the program set it.
+    let failed = take.iter().find_map(|&i| match slots[i] {
+        Slot::Done(_, st) if st.MPI_ERROR != MPI_SUCCESS => Some(st.MPI_ERROR),
+        _ => None,
+    });
+    let rc = match failed {
+        None => MPI_SUCCESS,
+        Some(e) if n == 1 || mode == Mode::Any => e,
+        Some(_) => MPI_ERR_IN_STATUS,
+    };
+    let in_status = rc == MPI_ERR_IN_STATUS;
     for (k, &i) in take.iter().enumerate() {
         let Slot::Done(idx, st) = slots[i] else { continue };
-        if st.MPI_ERROR != MPI_SUCCESS {
-            rc = if n == 1 { st.MPI_ERROR } else { MPI_ERR_IN_STATUS };
-        }
         reqs[i] = finish(reqs[i], idx);
         let out = match mode {
-            Mode::All => status_at(i),
+            Mode::All | Mode::WaitAll => status_at(i),
             Mode::Some => status_at(k),
             Mode::Any => statuses,
         };
         // SAFETY: `out` is MPI_STATUS_IGNORE or an element of the caller's array (contract above).
-        unsafe { put_status(out, &st) };
+        unsafe {
+            put_status(out, &st);
+            if in_status || mode == Mode::WaitAll {
+                put_status_error(out, st.MPI_ERROR);
+            }
+        }
     }
-    if mode == Mode::All {
+    if mode.all() {
         for i in 0..n {
+            let out = status_at(i);
+            // SAFETY (both arms): `status_at` gives MPI_STATUS_IGNORE or an element of the
+            // caller's array (contract above).
             match slots[i] {
-                // SAFETY: `status_at` gives MPI_STATUS_IGNORE or an element of the caller's array
-                // (contract above).
-                Slot::Inert => unsafe { put_status(status_at(i), &empty_status()) },
-                Slot::Real(..) => {
-                    let st = MPI_Status { MPI_ERROR: MPI_ERR_PENDING, ..Default::default() };
-                    // SAFETY: `status_at` gives MPI_STATUS_IGNORE or an element of the caller's
-                    // array (contract above).
-                    unsafe { put_status(status_at(i), &st) }
+                Slot::Inert => unsafe {
+                    put_status(out, &empty_status());
+                    if in_status {
+                        put_status_error(out, MPI_SUCCESS);
+                    }
+                },
+                _ if take.contains(&i) => {}
+                _ => {
+                    if in_status {
+                        unsafe { put_status_error(out, MPI_ERR_PENDING) }
+                    }
                 }
-                _ => {}
             }
         }
     }
@@ -242,6 +274,19 @@ fn raise(reqs: &[MPI_Request], rc: c_int, name: &str) -> c_int {
 /// # Safety
 /// As for [`test_many`].
 unsafe fn wait_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: Mode) -> Tested {
+    if mode.all() {
+        // MPI-IO requests complete one after the other through the library's own wait, in the
+        // array's order, as in MPICH's MPI_Waitall (see `is_file_io`).
+        for &v in reqs.iter() {
+            let g = gate::enter();
+            if let Slot::Real(idx, r) = classify(v) {
+                if is_file_io(idx) {
+                    wait_blocking(idx, r);
+                }
+            }
+            drop(g);
+        }
+    }
     let mut spins = 0u32;
     loop {
         let g = gate::enter();
@@ -341,7 +386,7 @@ pub unsafe fn MPI_Waitall(count: c_int, reqs: *mut MPI_Request, statuses: *mut M
     let reqs = unsafe { as_slice(reqs, count) };
     // SAFETY: `statuses` is the caller's: ignored, or room for a status per request, as `wait_many`
     // requires.
-    let t = unsafe { wait_many(reqs, statuses, Mode::All) };
+    let t = unsafe { wait_many(reqs, statuses, Mode::WaitAll) };
     if t.rc != MPI_SUCCESS {
         return raise(reqs, t.rc, "MPI_Waitall");
     }

@@ -70,11 +70,57 @@ pub unsafe fn put<T>(p: *mut T, v: T) {
     }
 }
 
-/// Writes a status unless the program passed MPI_STATUS_IGNORE.
+/// Writes a status the shim completed unless the program passed MPI_STATUS_IGNORE, leaving its
+/// MPI_ERROR field as the program set it: MPI updates that field only in the calls that complete
+/// several requests, and only when they return MPI_ERR_IN_STATUS ([`put_status_error`]).
 ///
 /// # Safety
 /// `p` must be MPI_STATUS_IGNORE, null, or valid for a write.
 pub unsafe fn put_status(p: *mut MPI_Status, s: &MPI_Status) {
+    if !p.is_null() && p != MPI_STATUS_IGNORE {
+        // SAFETY: guaranteed by the caller; each field is written on its own so that MPI_ERROR
+        // is never touched.
+        unsafe {
+            (*p).count_lo = s.count_lo;
+            (*p).count_hi_and_cancelled = s.count_hi_and_cancelled;
+            (*p).MPI_SOURCE = s.MPI_SOURCE;
+            (*p).MPI_TAG = s.MPI_TAG;
+        }
+    }
+}
+
+/// Sets the MPI_ERROR field of one status of a multiple completion that returns
+/// MPI_ERR_IN_STATUS.
+///
+/// # Safety
+/// As for [`put_status`].
+pub unsafe fn put_status_error(p: *mut MPI_Status, error: c_int) {
+    if !p.is_null() && p != MPI_STATUS_IGNORE {
+        // SAFETY: guaranteed by the caller.
+        unsafe { (*p).MPI_ERROR = error };
+    }
+}
+
+/// The program's status as the real library would find it, for a call the shim makes into a
+/// local on the program's behalf: the library then leaves (or sets) MPI_ERROR exactly as it
+/// would in the program's own status, and [`put_library_status`] hands the result back whole.
+///
+/// # Safety
+/// As for [`put_status`] (read instead of written).
+pub unsafe fn library_status_in(p: *const MPI_Status) -> MPI_Status {
+    if p.is_null() || p == MPI_STATUS_IGNORE as *const MPI_Status {
+        return MPI_Status::default();
+    }
+    // SAFETY: guaranteed by the caller. The program may not have initialised it: a status is
+    // plain integers, any bit pattern is a value.
+    unsafe { p.read() }
+}
+
+/// Writes back a status that the real library filled in from [`library_status_in`].
+///
+/// # Safety
+/// As for [`put_status`].
+pub unsafe fn put_library_status(p: *mut MPI_Status, s: &MPI_Status) {
     if !p.is_null() && p != MPI_STATUS_IGNORE {
         // SAFETY: guaranteed by the caller.
         unsafe { p.write(*s) }

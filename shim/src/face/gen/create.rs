@@ -134,6 +134,9 @@ pub unsafe fn MPI_Comm_dup(comm: MPI_Comm, newcomm: *mut MPI_Comm) -> c_int {
     let Some(v) = made else { return rc };
     // After the gate: attribute copy callbacks may call MPI.
     if let Err(rc) = derived_attrs(comm, v, "MPI_Comm_dup") {
+        // SAFETY: `newcomm` is the caller's out-pointer for the new handle, null or valid for a
+        // write as MPI requires (this function's safety contract).
+        unsafe { put(newcomm, MPI_COMM_NULL) };
         return rc;
     }
     // SAFETY: `newcomm` is the caller's out-pointer for the new handle, null or valid for a write
@@ -161,6 +164,9 @@ pub unsafe fn MPI_Comm_dup_with_info(comm: MPI_Comm, info: MPI_Info, newcomm: *m
     let Some(v) = made else { return rc };
     // After the gate: attribute copy callbacks may call MPI.
     if let Err(rc) = derived_attrs(comm, v, "MPI_Comm_dup_with_info") {
+        // SAFETY: `newcomm` is the caller's out-pointer for the new handle, null or valid for a
+        // write as MPI requires (this function's safety contract).
+        unsafe { put(newcomm, MPI_COMM_NULL) };
         return rc;
     }
     // SAFETY: `newcomm` is the caller's out-pointer for the new handle, null or valid for a write
