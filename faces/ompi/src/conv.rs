@@ -230,12 +230,23 @@ pub fn status_ptr(s: &mut m::MPI_Status, ignore: bool) -> *mut m::MPI_Status {
     }
 }
 
+/// The Open MPI status the call leaves: `s` converted, except an `MPI_ERROR` the call did not
+/// touch (MPI leaves it alone in most completions), which keeps the program's own value even
+/// where that is no error code (a conversion there and back is not the identity).
+fn status_back(s: &m::MPI_Status, before: &OStatus) -> OStatus {
+    let mut out = status_to_ompi(s);
+    if s.MPI_ERROR == err_in(before.error) {
+        out.error = before.error;
+    }
+    out
+}
+
 /// # Safety
-/// `p` is null or points to a writable status.
+/// `p` is null or points to a writable status (readable too: it is what [`status_in`] read).
 pub unsafe fn status_out(s: &m::MPI_Status, p: *mut OStatus) {
     if !p.is_null() {
         // SAFETY: the caller's contract.
-        unsafe { *p = status_to_ompi(s) };
+        unsafe { *p = status_back(s, &*p) };
     }
 }
 
@@ -265,7 +276,7 @@ pub unsafe fn statuses_out(v: &[m::MPI_Status], p: *mut OStatus) {
     }
     for (i, s) in v.iter().enumerate() {
         // SAFETY: the caller's contract.
-        unsafe { *p.add(i) = status_to_ompi(s) };
+        unsafe { *p.add(i) = status_back(s, &*p.add(i)) };
     }
 }
 
