@@ -206,14 +206,11 @@ fn run(mut cmd: Command, what: &str, log: &Path, timeout: Duration, fds: Vec<(Ow
         .context("duplicating descriptors for criu")?;
     let parked_pairs: Vec<(RawFd, RawFd)> = parked.iter().map(|p| p.as_raw_fd()).zip(pairs.iter().map(|p| p.1)).collect();
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-    // SAFETY: only umask, prctl and dup2 (async-signal-safe) on integers computed before fork.
+    // SAFETY: only umask and dup2 (async-signal-safe) on integers computed before fork.
     unsafe {
         cmd.pre_exec(move || {
             // Images hold the program's memory: nothing CRIU creates may be readable by others.
             crate::sys::child_umask(0o077)?;
-            // A CRIU whose keeper died (killed mid-checkpoint) has nobody to report to: it ends
-            // with it rather than outlive the job. (This thread waits for CRIU below.)
-            crate::sys::child_set_pdeathsig()?;
             for &(from, to) in &parked_pairs {
                 crate::sys::child_dup2(from, to)?;
             }
