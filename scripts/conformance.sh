@@ -40,7 +40,8 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
     cargo build --release -q -p mpicr-face-mpich -p mpicr-cli --bin mpicr
 fi
 
-# Configure the suite for each build (once; again when the compiler wrapper changes).
+# Configure the suite for each build (once; again when the compiler wrapper or the source's path
+# changes).
 flavors=${MPICR_TEST_FLAVORS:-mpich4,mpich5}
 for flavor in ${flavors//,/ }; do
     case $flavor in
@@ -55,7 +56,8 @@ for flavor in ${flavors//,/ }; do
     # (through the real path, so that every worktree sharing .deps agrees on the stamp)
     cc=$(readlink -f "$cc"); mpiexec=$(readlink -f "$mpiexec")
     build=$root/.deps/mpich-tests/$flavor
-    want="mpich-src $(cat "$root/.deps/mpich-src/VERSION") cc $cc: $("$cc" -show)"
+    # (the source's path too: configure writes it into every Makefile)
+    want="mpich-src $(cat "$root/.deps/mpich-src/VERSION") at $src cc $cc: $("$cc" -show)"
     if [ "$(cat "$build/.configured" 2>/dev/null)" != "$want" ]; then
         echo "conformance: configuring MPICH's test suite for $flavor in .deps/mpich-tests/$flavor (about a minute)"
         rm -rf "$build"

@@ -757,10 +757,12 @@ pub unsafe fn MPI_Request_get_status_any(count: c_int, reqs: *const MPI_Request,
         },
         // SAFETY: `flag` and `status` are the caller's out-pointers, valid for a write (or
         // MPI_STATUS_IGNORE).
+        // No active request: the empty status, MPI_ERROR included, as MPICH writes it.
         None if !(0..reqs.len()).any(live) => unsafe {
             crate::face::api::put(flag, 1);
             crate::face::api::put(index, MPI_UNDEFINED);
             put_status(status, &empty_status());
+            crate::face::api::util::put_status_error(status, MPI_SUCCESS);
         },
         None => unsafe { crate::face::api::put(flag, 0) },
     }
