@@ -502,9 +502,12 @@ pub unsafe fn MPI_Request_get_status(request: MPI_Request, flag: *mut c_int, sta
         Slot::Inert => {
             // SAFETY: `flag` and `status` are the caller's out-pointers, valid for a write (or
             // MPI_STATUS_IGNORE).
+            // A null or inactive request gets the empty status whole, MPI_ERROR included, as
+            // MPICH writes it (MPICH's pt2pt/rqstatus checks it).
             unsafe {
                 crate::face::api::put(flag, 1);
                 put_status(status, &empty_status());
+                crate::face::api::util::put_status_error(status, MPI_SUCCESS);
             }
             MPI_SUCCESS
         }
