@@ -47,10 +47,27 @@ pub fn poll(idx: u32, real: c_int) -> Option<MPI_Status> {
 /// other in the array's order, and ROMIO's nonblocking collective I/O relies on it (tested in
 /// turns, two MPI_File_iwrite_all in flight interleave their exchanges differently on different
 /// ranks: MPICH 4.0.2 hangs, MPICH 5 fails an assertion unpacking a message of the other one).
+///
+/// Only asked once the program started one ([`file_io_started`]): every MPI_Wait would pay a
+/// table lookup per request otherwise.
 pub fn is_file_io(idx: u32) -> bool {
     OBJ.requests
         .with(idx, |e| matches!(&e.recipe, RequestRecipe::Other { function } if function.starts_with("MPI_File_i")))
         .unwrap_or(false)
+}
+
+/// Set when the program starts its first nonblocking MPI-IO request ([`note_file_io`]).
+static FILE_IO_STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The program started a nonblocking MPI-IO request.
+pub fn note_file_io() {
+    FILE_IO_STARTED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Has the program ever started a nonblocking MPI-IO request (so that [`is_file_io`] may hold)?
+#[inline]
+pub fn file_io_started() -> bool {
+    FILE_IO_STARTED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Completes one pending real request with the library's blocking MPI_Wait (for the MPI-IO

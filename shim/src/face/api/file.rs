@@ -89,6 +89,7 @@ macro_rules! file_io {
                 let (f, t) = (call::File(fh).to_real()?, call::Datatype(datatype).to_real()?);
                 let mut r = MPI_REQUEST_NULL;
                 call::ok(real!($name(f, $($off,)? buf, count, t, &mut r)))?;
+                crate::core::kinds::request::note_file_io();
                 let v = register_request(r, RequestRecipe::Other { function: stringify!($name).into() }, MPI_COMM_NULL, false);
                 // SAFETY: `request` is the caller's out-pointer, null or valid for a write as MPI
                 // requires (this function's safety contract).

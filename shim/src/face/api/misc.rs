@@ -53,9 +53,9 @@ pub fn wait_buffered_sends() -> Result<(), c_int> {
     let mut idle_rounds = 0u32;
     loop {
         let g = gate::enter();
-        let idle = crate::core::bsend::idle();
+        let left = crate::core::bsend::in_flight();
         drop(g);
-        if idle? {
+        if left? == 0 {
             return Ok(());
         }
         idle_rounds = idle_rounds.saturating_add(1);
@@ -67,18 +67,20 @@ pub fn wait_buffered_sends() -> Result<(), c_int> {
     }
 }
 
-pub unsafe fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
+/// Detaches once every buffered message is sent (waited for outside the gate).
+fn detach_call(name: &str, real_call: impl FnOnce() -> c_int) -> c_int {
     if let Err(rc) = wait_buffered_sends() {
-        return errors::raise_default(rc, "MPI_Buffer_detach");
+        return errors::raise_default(rc, name);
     }
-    buffer_call("MPI_Buffer_detach", None, || real!(MPI_Buffer_detach(buffer_addr, size)))
+    buffer_call(name, None, real_call)
+}
+
+pub unsafe fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
+    detach_call("MPI_Buffer_detach", || real!(MPI_Buffer_detach(buffer_addr, size)))
 }
 
 pub unsafe fn MPI_Buffer_detach_c(buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
-    if let Err(rc) = wait_buffered_sends() {
-        return errors::raise_default(rc, "MPI_Buffer_detach_c");
-    }
-    buffer_call("MPI_Buffer_detach_c", None, || real!(MPI_Buffer_detach_c(buffer_addr, size)))
+    detach_call("MPI_Buffer_detach_c", || real!(MPI_Buffer_detach_c(buffer_addr, size)))
 }
 
 pub unsafe fn MPI_Add_error_class(errorclass: *mut c_int) -> c_int {

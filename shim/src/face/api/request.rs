@@ -7,7 +7,7 @@ use crate::lower::handles::RealRequest;
 use crate::face::abi::*;
 use crate::face::api::{begin_collective, put_status, put_status_error};
 use crate::core::kinds::comm::count_send;
-use crate::core::kinds::request::{is_file_io, poll, take_drained_into, wait_blocking, RequestEntry};
+use crate::core::kinds::request::{file_io_started, is_file_io, poll, take_drained_into, wait_blocking, RequestEntry};
 use crate::core::state::OBJ;
 use crate::face::{conv, errors};
 use crate::core::gate;
@@ -74,6 +74,19 @@ fn stale_or_raw(v: MPI_Request) -> MPI_Request {
 /// Status of an inactive or null request.
 fn empty_status() -> MPI_Status {
     MPI_Status { MPI_SOURCE: MPI_ANY_SOURCE, MPI_TAG: MPI_ANY_TAG, ..Default::default() }
+}
+
+/// The empty status MPI_Request_get_status(_any) gives for a null or inactive request: written
+/// whole, MPI_ERROR included, as MPICH writes it (the completions leave MPI_ERROR alone).
+///
+/// # Safety
+/// As for [`put_status`].
+unsafe fn put_whole_empty_status(p: *mut MPI_Status) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        put_status(p, &empty_status());
+        crate::face::api::util::put_status_error(p, MPI_SUCCESS);
+    }
 }
 
 /// What a request is, as seen by one completion attempt.
@@ -274,7 +287,7 @@ fn raise(reqs: &[MPI_Request], rc: c_int, name: &str) -> c_int {
 /// # Safety
 /// As for [`test_many`].
 unsafe fn wait_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: Mode) -> Tested {
-    if mode.all() {
+    if mode.all() && file_io_started() {
         // MPI-IO requests complete one after the other through the library's own wait, in the
         // array's order, as in MPICH's MPI_Waitall (see `is_file_io`).
         for &v in reqs.iter() {
@@ -502,12 +515,10 @@ pub unsafe fn MPI_Request_get_status(request: MPI_Request, flag: *mut c_int, sta
         Slot::Inert => {
             // SAFETY: `flag` and `status` are the caller's out-pointers, valid for a write (or
             // MPI_STATUS_IGNORE).
-            // A null or inactive request gets the empty status whole, MPI_ERROR included, as
-            // MPICH writes it (MPICH's pt2pt/rqstatus checks it).
+            // (MPICH's pt2pt/rqstatus checks the MPI_ERROR of this status.)
             unsafe {
                 crate::face::api::put(flag, 1);
-                put_status(status, &empty_status());
-                crate::face::api::util::put_status_error(status, MPI_SUCCESS);
+                put_whole_empty_status(status);
             }
             MPI_SUCCESS
         }
@@ -760,12 +771,10 @@ pub unsafe fn MPI_Request_get_status_any(count: c_int, reqs: *const MPI_Request,
         },
         // SAFETY: `flag` and `status` are the caller's out-pointers, valid for a write (or
         // MPI_STATUS_IGNORE).
-        // No active request: the empty status, MPI_ERROR included, as MPICH writes it.
         None if !(0..reqs.len()).any(live) => unsafe {
             crate::face::api::put(flag, 1);
             crate::face::api::put(index, MPI_UNDEFINED);
-            put_status(status, &empty_status());
-            crate::face::api::util::put_status_error(status, MPI_SUCCESS);
+            put_whole_empty_status(status);
         },
         None => unsafe { crate::face::api::put(flag, 0) },
     }
