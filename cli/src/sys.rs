@@ -131,6 +131,73 @@ pub fn child_reset_signals() -> io::Result<()> {
     Ok(())
 }
 
+/// For `pre_exec` hooks: puts the child in a process group of its own (led by itself), so
+/// that it and every process it forks can be killed together (see [`GroupGuard`]).
+pub fn child_own_process_group() -> io::Result<()> {
+    // SAFETY: setpgid with integer arguments only; async-signal-safe.
+    cvt(unsafe { libc::setpgid(0, 0) })?;
+    Ok(())
+}
+
+/// A forked watcher that kills the process group `pgid` with SIGKILL when this process dies
+/// before the guard is dropped. CRIU forks helpers of its own: a parent-death signal on CRIU
+/// alone would leave them orphaned when a keeper is killed mid-dump, and the whole group must
+/// go. The watcher holds only the read end of a pipe whose write end this process holds:
+/// end-of-file without a byte means this process died. Dropping the guard writes the byte
+/// ("done, leave it alone") and reaps the watcher.
+pub struct GroupGuard {
+    done: Option<OwnedFd>,
+    watcher: i32,
+}
+
+impl GroupGuard {
+    pub fn spawn(pgid: i32) -> io::Result<GroupGuard> {
+        let (rx, tx) = pipe()?;
+        let rfd = rx.as_raw_fd();
+        // SAFETY: the child of this (multithreaded) process runs only async-signal-safe calls
+        // (close_range, read, kill, _exit) on integers computed before the fork, and never
+        // returns into Rust code.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if pid == 0 {
+            // SAFETY: see above; `byte` is a local the read writes into.
+            unsafe {
+                // Hold nothing of the keeper's (its sockets and the launcher's pipes must close
+                // when it dies), and not the write end, so that its death is an end-of-file.
+                if rfd > 0 {
+                    libc::syscall(libc::SYS_close_range, 0u32, (rfd - 1) as u32, 0u32);
+                }
+                libc::syscall(libc::SYS_close_range, (rfd + 1) as u32, u32::MAX, 0u32);
+                let mut byte = 0u8;
+                let n = loop {
+                    let n = libc::read(rfd, (&mut byte as *mut u8).cast(), 1);
+                    if n < 0 && *libc::__errno_location() == libc::EINTR {
+                        continue;
+                    }
+                    break n;
+                };
+                if n <= 0 {
+                    libc::kill(-pgid, libc::SIGKILL);
+                }
+                libc::_exit(0);
+            }
+        }
+        drop(rx);
+        Ok(GroupGuard { done: Some(tx), watcher: pid })
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(tx) = self.done.take() {
+            let _ = io::Write::write_all(&mut std::fs::File::from(tx), &[1]);
+        }
+        let _ = wait_pid(self.watcher);
+    }
+}
+
 /// Makes this process the reaper of its orphaned descendants (a restored program, whose
 /// parent CRIU exits after `restore -d`, becomes our child).
 pub fn set_child_subreaper() -> io::Result<()> {
