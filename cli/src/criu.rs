@@ -54,7 +54,7 @@ impl Criu {
         let mut cmd = Command::new(&self.bin);
         cmd.arg("dump").arg("-t").arg(pid.to_string()).arg("-D").arg(dir).arg("-o").arg("dump.log").arg("-v4");
         cmd.args(dump_flags(external_unix, leave_stopped, unprivileged()));
-        run(cmd, "dump", &dir.join("dump.log"), timeout, Vec::new(), Group::Guarded)
+        run(cmd, "dump", &dir.join("dump.log"), timeout, Vec::new())
     }
 
     /// Restores the image in `dir` detached (`restore -d`); `inherit` maps resources of the image
@@ -75,8 +75,7 @@ impl Criu {
             fds.push((fd, next));
         }
         cmd.args(restore_flags(unprivileged()));
-        // Not guarded: the restored program would inherit CRIU's process group.
-        run(cmd, "restore", &dir.join("restore.log"), timeout, fds, Group::Inherited)?;
+        run(cmd, "restore", &dir.join("restore.log"), timeout, fds)?;
         let text = std::fs::read_to_string(&pidfile).with_context(|| format!("criu restore wrote no {}", pidfile.display()))?;
         let _ = std::fs::remove_file(&pidfile);
         text.trim().parse().with_context(|| format!("criu restore wrote a bad pid file: {text:?}"))
@@ -196,18 +195,8 @@ pub fn restore_inherit_flag(fd: RawFd, resource: &str) -> Vec<String> {
     vec!["--inherit-fd".into(), format!("fd[{fd}]:{resource}")]
 }
 
-/// Which process group CRIU runs in.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Group {
-    /// The keeper's.
-    Inherited,
-    /// One of its own, killed whole (CRIU and the helpers it forks) when the keeper dies before
-    /// CRIU ends or when CRIU overruns its time (a dump must not outlive a killed keeper).
-    Guarded,
-}
-
 /// Runs CRIU with `fds` placed at the given numbers, bounded by `timeout`.
-fn run(mut cmd: Command, what: &str, log: &Path, timeout: Duration, fds: Vec<(OwnedFd, RawFd)>, group: Group) -> Result<()> {
+fn run(mut cmd: Command, what: &str, log: &Path, timeout: Duration, fds: Vec<(OwnedFd, RawFd)>) -> Result<()> {
     let pairs: Vec<(RawFd, RawFd)> = fds.iter().map(|(fd, n)| (fd.as_raw_fd(), *n)).collect();
     // Park sources above the target numbers first.
     let parked: Vec<OwnedFd> = fds
@@ -217,14 +206,11 @@ fn run(mut cmd: Command, what: &str, log: &Path, timeout: Duration, fds: Vec<(Ow
         .context("duplicating descriptors for criu")?;
     let parked_pairs: Vec<(RawFd, RawFd)> = parked.iter().map(|p| p.as_raw_fd()).zip(pairs.iter().map(|p| p.1)).collect();
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-    // SAFETY: only umask, setpgid and dup2 (async-signal-safe) on integers computed before fork.
+    // SAFETY: only umask and dup2 (async-signal-safe) on integers computed before fork.
     unsafe {
         cmd.pre_exec(move || {
             // Images hold the program's memory: nothing CRIU creates may be readable by others.
             crate::sys::child_umask(0o077)?;
-            if group == Group::Guarded {
-                crate::sys::child_own_process_group()?;
-            }
             for &(from, to) in &parked_pairs {
                 crate::sys::child_dup2(from, to)?;
             }
@@ -237,19 +223,6 @@ fn run(mut cmd: Command, what: &str, log: &Path, timeout: Duration, fds: Vec<(Ow
     let stderr = child.stderr.take();
     let (tx, rx) = std::sync::mpsc::channel();
     let pid = child.id() as i32;
-    let _guard = match group {
-        Group::Guarded => match crate::sys::GroupGuard::spawn(pid) {
-            Ok(g) => Some(g),
-            Err(e) => {
-                let _ = crate::sys::kill(-pid, libc::SIGKILL);
-                let _ = child.wait();
-                bail!("criu {what}: starting the watcher of its process group: {e}");
-            }
-        },
-        Group::Inherited => None,
-    };
-    // The whole group when CRIU has one (its helpers too), else CRIU alone.
-    let target = if group == Group::Guarded { -pid } else { pid };
     std::thread::spawn(move || {
         let _ = tx.send(child.wait());
     });
@@ -272,7 +245,7 @@ fn run(mut cmd: Command, what: &str, log: &Path, timeout: Duration, fds: Vec<(Ow
                 bail!("criu {what} failed ({status}){}", describe_failure(&err_text, log));
             }
             Err(_) => {
-                let _ = crate::sys::kill(target, libc::SIGKILL);
+                let _ = crate::sys::kill(pid, libc::SIGKILL);
                 let _ = rx.recv_timeout(Duration::from_secs(10));
                 bail!("criu {what} did not finish within {}s and was killed{}", timeout.as_secs(), describe_failure(&err_text, log));
             }
