@@ -10,40 +10,51 @@ pub const CKPT_DIR_ENV: &str = "MPICR_CKPT_DIR";
 /// Durations are capped here (a year): longer ones mean "no limit" and must not overflow clocks.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 86400);
 
-const AFTER_HELP: &str = "\
-Typical session:
+/// The sections of `mpicr --help`'s closing text; the man page (`docs.rs`) renders each as a
+/// section of its own.
+pub const EXAMPLES: &str = "\
   mpiexec -n 4 mpicr run --ckpt-dir ckpt -- ./sim input.dat
+  srun --mpi=pmi2 -n 4 mpicr run --ckpt-dir ckpt -- ./sim input.dat
   mpicr checkpoint ckpt            # from another shell: checkpoint, the job continues
   mpicr checkpoint --stop ckpt     # checkpoint, then end the job (exit status 0)
   mpiexec -n 4 mpicr restart ckpt  # resume from the latest complete epoch
   mpicr status ckpt
 
-The checkpoint directory defaults to $MPICR_CKPT_DIR, else ./mpicr-ckpt.
-Signals to a keeper: SIGUSR1 takes a checkpoint (the job continues), SIGUSR2 takes one and
-ends the job; SIGTERM, SIGINT, SIGHUP and SIGQUIT are passed on to the program.
+The checkpoint directory defaults to $MPICR_CKPT_DIR, else ./mpicr-ckpt.";
 
-Environment:
+pub const SIGNALS: &str = "\
+Signals to a keeper: SIGUSR1 takes a checkpoint (the job continues), SIGUSR2 takes one and
+ends the job; SIGTERM, SIGINT, SIGHUP and SIGQUIT are passed on to the program.";
+
+pub const ENVIRONMENT: &str = "\
   MPICR_CKPT_DIR    default checkpoint directory
-  MPICR_SHIM        path of libmpicr.so (default: next to the mpicr binary); `none`: no
-                    preload, the program carries the agent itself. Open MPI programs get
-                    libmpicr_ompi.so from the same directory
+  MPICR_SHIM        path of libmpicr.so (default: next to the mpicr binary, else in
+                    ../lib of an install prefix); `none`: no preload, the program carries
+                    the agent itself. Open MPI programs get libmpicr_ompi.so from the same
+                    directory. A program linked to libmpicr.so (mpicrcc) gets no preload
   MPICR_FACE        `mpich` or `ompi`: the ABI the program speaks (default: from the MPI
                     library it is linked to; libmpi.so.40 is Open MPI's, which runs on an
                     MPICH-ABI library underneath)
-  MPICR_CRIU        path of the criu binary (default: .deps/criu/criu of the source tree
-                    the binary was built in, else criu on PATH)
+  MPICR_CRIU        path of the criu binary (default: PREFIX/libexec/mpicr/criu of the
+                    install prefix, else .deps/criu/criu of the source tree the binary was
+                    built in, else criu on PATH)
   MPICR_LOG         diagnostics on stderr (tracing filter directives), e.g. `debug`,
                     `pmi=trace` (every relayed PMI message), `keeper=debug,coordinator=debug`
   MPICR_DEBUG_PMI   1: same as MPICR_LOG=pmi=trace
   MPICR_PIDNS       0: run the program without a PID namespace of its own (a restart then
                     needs its old process ids free on the node)
   MPICR_COORD_BIND  address the coordinator listens on (default: 127.0.0.1 when every
-                    rank runs on this host, else this host's address)
+                    rank runs on this host, else this host's address)";
 
-Exit status: `run` and `restart` exit with the program's status (a program killed by a
+pub const EXIT_STATUS: &str = "\
+`run` and `restart` exit with the program's status (a program killed by a
 signal makes the keeper die by the same signal); 125 when mpicr itself fails, 126 when the
 program cannot be executed, 127 when it is not found. `checkpoint --stop` makes the job exit
 with 0. Other commands: 0 on success, 1 on error, 2 on a usage error.";
+
+fn after_help() -> String {
+    format!("Typical session:\n{EXAMPLES}\n\n{SIGNALS}\n\nEnvironment:\n{ENVIRONMENT}\n\nExit status: {EXIT_STATUS}")
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -55,7 +66,7 @@ with 0. Other commands: 0 on success, 1 on error, 2 on a usage error.";
         launcher) that relays the program's PMI traffic, its standard output and error, and \
         drives CRIU. The rank-0 keeper hosts the job's coordinator; `mpicr checkpoint` asks it \
         for a checkpoint.",
-    after_help = AFTER_HELP
+    after_help = after_help()
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -72,6 +83,28 @@ pub enum Command {
     Restart(RestartArgs),
     /// Show the job and the epochs of a checkpoint directory
     Status(StatusArgs),
+    /// Print the completion script of a shell (bash, zsh, fish, elvish, powershell)
+    Completions(CompletionsArgs),
+    /// Write the man pages and the shell completions (for `make install`)
+    #[command(hide = true)]
+    GenDocs(GenDocsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Args)]
+pub struct GenDocsArgs {
+    /// Write mpicr.1 and one page per subcommand (mpicr-run.1, ...) into DIR
+    #[arg(long, value_name = "DIR")]
+    pub man: Option<PathBuf>,
+    /// Write bash/mpicr, zsh/_mpicr and fish/mpicr.fish under DIR
+    #[arg(long, value_name = "DIR")]
+    pub completions: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -276,7 +276,15 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     crate::criu::preflight()?;
     let program = spawn::resolve_program(&args.program[0]).map_err(anyhow::Error::new)?;
     // The face library for the program's ABI (MPICH's, or Open MPI's over an MPICH library).
-    let shim = if mode == Mode::Agent { crate::paths::shim(crate::mpilib::program_face(&program)?)? } else { None };
+    // A program linked to its face (`mpicrcc`, `-lmpicr`) carries it: nothing to preload.
+    let linked = if mode == Mode::Agent { crate::paths::linked_face(&program) } else { None };
+    let shim = match (&mode, &linked) {
+        (Mode::Agent, None) => crate::paths::shim(crate::mpilib::program_face(&program)?)?,
+        _ => None,
+    };
+    if let (true, Some(lib)) = (args.verbose, &linked) {
+        crate::elog!("mpicr[{}]: the program is linked to {lib}: no preload", l.rank);
+    }
     // A library chosen by hand (`MPICR_MPI_LIB`, which the shim loads) passes the checks of a
     // restart on another library before the job starts.
     if mode == Mode::Agent {

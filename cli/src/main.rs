@@ -7,6 +7,7 @@ mod coord_wire;
 mod coordinator;
 mod criu;
 mod ctl;
+mod docs;
 #[cfg(test)]
 mod fuzz;
 mod images;
@@ -95,5 +96,7 @@ fn run(cli: Cli) -> anyhow::Result<keeper::Outcome> {
         Command::Restart(a) => restart::restart(a),
         Command::Checkpoint(a) => client::checkpoint(a).map(|()| keeper::Outcome::Exit(0)),
         Command::Status(a) => status::status(&images::CkptDir::new(a.dir.resolve())).map(|()| keeper::Outcome::Exit(0)),
+        Command::Completions(a) => docs::completions(a.shell, &mut std::io::stdout()).map(|()| keeper::Outcome::Exit(0)),
+        Command::GenDocs(a) => docs::generate(&a).map(|()| keeper::Outcome::Exit(0)),
     }
 }

@@ -20,7 +20,9 @@
 mod criu;
 mod errors;
 mod hangs;
+mod install;
 mod nonroot;
+mod paused;
 mod pidns;
 mod protocol;
 mod relay;
@@ -107,6 +109,7 @@ pub fn all() -> Vec<CaseFn> {
     v.extend(hangs::cases_faults());
     v.extend(nonroot::cases());
     v.extend(xlib::cases());
+    v.extend(install::cases());
     v.push(CaseFn {
         name: "no-strays",
         cases: &["no-stray-processes"],
