@@ -47,10 +47,35 @@ pub const ENVIRONMENT: &str = "\
                     rank runs on this host, else this host's address)";
 
 pub const EXIT_STATUS: &str = "\
-`run` and `restart` exit with the program's status (a program killed by a
-signal makes the keeper die by the same signal); 125 when mpicr itself fails, 126 when the
-program cannot be executed, 127 when it is not found. `checkpoint --stop` makes the job exit
-with 0. Other commands: 0 on success, 1 on error, 2 on a usage error.";
+run, restart: the program's status (a program killed by a signal makes the keeper die by
+  the same signal); 125 when mpicr itself fails, 126 when the program cannot be executed,
+  127 when it is not found. A job ended by `checkpoint --stop` exits with 0.
+checkpoint: 0 committed (with --no-wait: begun, or queued); 3 no job runs on DIR;
+  4 the checkpoint was refused or failed (the job goes on, the previous epoch stays);
+  5 no answer within --timeout (or, with --stop --wait, the job did not end within it).
+status, list, prune, completions: 0 on success, 1 on error.
+Every command: 2 on a usage error.";
+
+/// Exit codes of `mpicr checkpoint` (and of any command for a usage error: clap's 2).
+pub mod exit {
+    pub const NO_JOB: i32 = 3;
+    pub const CKPT_FAILED: i32 = 4;
+    pub const TIMED_OUT: i32 = 5;
+}
+
+/// An error with its own exit code (see `EXIT_STATUS`).
+#[derive(Debug, thiserror::Error)]
+#[error("{msg}")]
+pub struct Failure {
+    pub code: i32,
+    pub msg: String,
+}
+
+impl Failure {
+    pub fn new(code: i32, msg: impl Into<String>) -> anyhow::Error {
+        anyhow::Error::new(Failure { code, msg: msg.into() })
+    }
+}
 
 fn after_help() -> String {
     format!("Typical session:\n{EXAMPLES}\n\n{SIGNALS}\n\nEnvironment:\n{ENVIRONMENT}\n\nExit status: {EXIT_STATUS}")
@@ -83,6 +108,10 @@ pub enum Command {
     Restart(RestartArgs),
     /// Show the job and the epochs of a checkpoint directory
     Status(StatusArgs),
+    /// List this user's running jobs that have a keeper on this node
+    List(ListArgs),
+    /// Remove old epochs, keeping the newest N complete ones (never the latest complete one)
+    Prune(PruneArgs),
     /// Print the completion script of a shell (bash, zsh, fish, elvish, powershell)
     Completions(CompletionsArgs),
     /// Write the man pages and the shell completions (for `make install`)
@@ -153,12 +182,27 @@ pub struct RunArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "Without --no-wait the command returns once the epoch is committed: written, \
+    checksummed and signed, the `latest` link updated (the default; --wait says so). With --stop \
+    --wait it also waits until the job has ended (its coordinator is gone), so that a script can \
+    restart or requeue it at once. --no-wait returns as soon as the coordinator has begun the \
+    checkpoint (printing its epoch) or queued it until every rank's program has initialised MPI; \
+    `mpicr status` shows how it went.")]
 pub struct CheckpointArgs {
     /// Checkpoint, then end the job (the job exits with status 0)
     #[arg(long)]
     pub stop: bool,
 
-    /// Give up when the checkpoint is not committed within DURATION
+    /// Return once the epoch is committed (the default); with --stop, once the job has ended
+    #[arg(long, conflicts_with = "no_wait")]
+    pub wait: bool,
+
+    /// Return as soon as the checkpoint has begun (or is queued)
+    #[arg(long)]
+    pub no_wait: bool,
+
+    /// Give up when the checkpoint is not committed within DURATION (with --stop --wait: when
+    /// the job has not ended within it)
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10m")]
     pub timeout: Duration,
 
@@ -191,6 +235,32 @@ pub struct RestartArgs {
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
+    #[command(flatten)]
+    pub dir: DirArg,
+
+    /// Print the status as one JSON object
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Print the jobs as a JSON array
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// How many complete epochs to keep, the newest (at least 1: the latest complete epoch is
+    /// never removed)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub keep: u64,
+
+    /// Say what would be removed, remove nothing
+    #[arg(long)]
+    pub dry_run: bool,
+
     #[command(flatten)]
     pub dir: DirArg,
 }

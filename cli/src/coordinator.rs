@@ -597,8 +597,13 @@ impl Coordinator {
                 let msg = "cannot checkpoint: another checkpoint request is already waiting for the program to initialise MPI".to_string();
                 return self.answer_error(requester, msg);
             }
+            let why = self.not_ready().unwrap_or_default();
             if self.cfg.verbose {
-                self.log(&format!("coordinator: checkpoint request waits: {}", self.not_ready().unwrap_or_default()));
+                self.log(&format!("coordinator: checkpoint request waits: {why}"));
+            }
+            let mut requester = requester;
+            if let Requester::Client(s) = &mut requester {
+                let _ = coord_wire::send(s, &ToClient::Queued(why));
             }
             let until = Instant::now().checked_add(timeout).unwrap_or(Instant::now() + crate::args::MAX_TIMEOUT);
             self.waiting = Some(WaitingRequest { stop, requester, until, timeout });
@@ -649,9 +654,12 @@ impl Coordinator {
         }
     }
 
-    fn start(&mut self, stop: bool, requester: Requester, timeout: Duration) {
+    fn start(&mut self, stop: bool, mut requester: Requester, timeout: Duration) {
         match self.begin(stop, timeout) {
             Ok(epoch) => {
+                if let Requester::Client(s) = &mut requester {
+                    let _ = coord_wire::send(s, &ToClient::Started { epoch });
+                }
                 if let Some(c) = self.ckpt.as_mut() {
                     c.requester = requester;
                 }

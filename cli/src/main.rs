@@ -11,6 +11,7 @@ mod docs;
 #[cfg(test)]
 mod fuzz;
 mod images;
+mod jobs;
 mod keeper;
 mod keeper_state;
 mod log;
@@ -63,6 +64,9 @@ fn main() {
                 // drop output it has not read yet: give it a moment to forward the message.
                 std::thread::sleep(std::time::Duration::from_millis(300));
             }
+            if let Some(f) = e.downcast_ref::<args::Failure>() {
+                std::process::exit(f.code);
+            }
             match e.downcast_ref::<spawn::SpawnError>() {
                 Some(spawn::SpawnError::NotFound(_)) => EXIT_NOT_FOUND,
                 Some(spawn::SpawnError::NotExecutable(_)) => EXIT_NOT_EXECUTABLE,
@@ -95,7 +99,9 @@ fn run(cli: Cli) -> anyhow::Result<keeper::Outcome> {
         Command::Run(a) => keeper::run(a),
         Command::Restart(a) => restart::restart(a),
         Command::Checkpoint(a) => client::checkpoint(a).map(|()| keeper::Outcome::Exit(0)),
-        Command::Status(a) => status::status(&images::CkptDir::new(a.dir.resolve())).map(|()| keeper::Outcome::Exit(0)),
+        Command::Status(a) => status::status(&images::CkptDir::new(a.dir.resolve()), a.json).map(|()| keeper::Outcome::Exit(0)),
+        Command::List(a) => jobs::list(a.json).map(|()| keeper::Outcome::Exit(0)),
+        Command::Prune(a) => jobs::prune(&a).map(|()| keeper::Outcome::Exit(0)),
         Command::Completions(a) => docs::completions(a.shell, &mut std::io::stdout()).map(|()| keeper::Outcome::Exit(0)),
         Command::GenDocs(a) => docs::generate(&a).map(|()| keeper::Outcome::Exit(0)),
     }

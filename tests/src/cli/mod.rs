@@ -17,6 +17,7 @@
 //! scratch directory of its own, removed at the end (`MPICR_TEST_KEEP=1` keeps them). Processes
 //! found alive at the end of a function are reported by the last case, `no-stray-processes`.
 
+mod commands;
 mod criu;
 mod errors;
 mod hangs;
@@ -110,6 +111,7 @@ pub fn all() -> Vec<CaseFn> {
     v.extend(nonroot::cases());
     v.extend(xlib::cases());
     v.extend(install::cases());
+    v.extend(commands::cases());
     v.push(CaseFn {
         name: "no-strays",
         cases: &["no-stray-processes"],
@@ -419,6 +421,15 @@ impl Bg {
         };
         self.status = Some(s);
         s
+    }
+    /// Its exit status if it has ended, without waiting.
+    pub fn try_status(&mut self) -> Option<i32> {
+        if self.status.is_none() {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                self.status = Some(shell_status(st));
+            }
+        }
+        self.status
     }
     /// Signals the process itself (`kill -SIG $pid`), while it is not reaped.
     pub fn signal(&mut self, sig: libc::c_int) {
