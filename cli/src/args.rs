@@ -164,6 +164,17 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub interval: Option<Duration>,
 
+    /// When the checkpoint directory holds a complete epoch, restart from the latest one
+    /// instead of starting PROGRAM (`mpicr restart`); when its job already ran to its end, exit
+    /// with its status. For batch scripts that are requeued or resubmitted as they are
+    #[arg(long)]
+    pub resume_if_any: bool,
+
+    /// Checkpoint and stop the job DURATION before its time limit: Slurm's (squeue's time left
+    /// of $SLURM_JOB_ID), or $MPICR_END_TIME (unix seconds)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub stop_before: Option<Duration>,
+
     /// Print what the keeper does on stderr
     #[arg(short, long)]
     pub verbose: bool,
@@ -222,6 +233,10 @@ pub struct RestartArgs {
     /// Take a checkpoint every DURATION after the restart (e.g. 10m)
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub interval: Option<Duration>,
+
+    /// Checkpoint and stop the job DURATION before its time limit (see `mpicr run`)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub stop_before: Option<Duration>,
 
     /// Restart on this MPI library (same ABI) instead of the one checkpointed on; later
     /// renewals keep it. Default: $MPICR_MPI_LIB, else the checkpointed one

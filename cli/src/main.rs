@@ -21,6 +21,7 @@ mod pmi;
 mod pidns;
 mod pmi_relay;
 mod restart;
+mod slurm;
 mod sockdiag;
 mod spawn;
 mod status;

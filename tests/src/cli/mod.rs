@@ -28,6 +28,7 @@ mod pidns;
 mod protocol;
 mod relay;
 mod security;
+mod slurm;
 mod xlib;
 
 use crate::job::{kill_each, scan_procs, MARKER_VAR};
@@ -112,6 +113,7 @@ pub fn all() -> Vec<CaseFn> {
     v.extend(xlib::cases());
     v.extend(install::cases());
     v.extend(commands::cases());
+    v.extend(slurm::cases());
     v.push(CaseFn {
         name: "no-strays",
         cases: &["no-stray-processes"],
