@@ -297,20 +297,15 @@ mod tests {
     use super::*;
     use std::io::BufRead;
 
-    /// A launcher that answers `init` and `get_my_kvsname`, for as long as the keeper talks.
-    fn fake_launcher() -> Launcher {
+    /// A launcher that answers each line the keeper sends with `answer(line)` (nothing for
+    /// `None`), for as long as the keeper talks.
+    fn scripted_launcher(answer: impl Fn(&str) -> Option<&'static str> + Send + 'static) -> Launcher {
         let (ours, theirs) = UnixStream::pair().unwrap();
         std::thread::spawn(move || {
             let mut w = theirs.try_clone().unwrap();
             for line in io::BufReader::new(theirs).lines() {
                 let Ok(line) = line else { break };
-                let reply = if line.contains("cmd=init") {
-                    "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n"
-                } else if line.contains("cmd=get_my_kvsname") {
-                    "cmd=my_kvsname kvsname=kvs_1_0 rc=0\n"
-                } else {
-                    "cmd=finalize_ack rc=0\n"
-                };
+                let Some(reply) = answer(&line) else { continue };
                 if w.write_all(reply.as_bytes()).is_err() {
                     break;
                 }
@@ -318,6 +313,19 @@ mod tests {
         });
         let fd = std::os::fd::IntoRawFd::into_raw_fd(ours);
         Launcher::connect(PmiEnv { fd, rank: 0, size: 1 }).unwrap()
+    }
+
+    /// A launcher that answers `init` and `get_my_kvsname`, for as long as the keeper talks.
+    fn fake_launcher() -> Launcher {
+        scripted_launcher(|line| {
+            Some(if line.contains("cmd=init") {
+                "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n"
+            } else if line.contains("cmd=get_my_kvsname") {
+                "cmd=my_kvsname kvsname=kvs_1_0 rc=0\n"
+            } else {
+                "cmd=finalize_ack rc=0\n"
+            })
+        })
     }
 
     /// Sends `line` on the program's connection and waits for the answer.
@@ -332,29 +340,17 @@ mod tests {
     /// one is refused without an answer (it would hang the program).
     #[test]
     fn the_programs_init_is_answered_by_the_keeper() {
-        let (ours, theirs) = UnixStream::pair().unwrap();
         let inits = Arc::new(std::sync::atomic::AtomicU32::new(0));
         let seen = Arc::clone(&inits);
-        std::thread::spawn(move || {
-            let mut w = theirs.try_clone().unwrap();
-            for line in io::BufReader::new(theirs).lines() {
-                let Ok(line) = line else { break };
-                let reply = if line.starts_with("cmd=init") {
-                    if seen.fetch_add(1, Ordering::SeqCst) > 0 {
-                        continue;
-                    }
-                    "cmd=response_to_init rc=0 pmi_version=1 pmi_subversion=1\n"
-                } else if line.contains("cmd=get_my_kvsname") {
-                    "cmd=my_kvsname rc=0 kvsname=17.0\n"
-                } else {
-                    "cmd=barrier_out rc=0\n"
-                };
-                if w.write_all(reply.as_bytes()).is_err() {
-                    break;
-                }
+        let l = scripted_launcher(move |line| {
+            if line.starts_with("cmd=init") {
+                (seen.fetch_add(1, Ordering::SeqCst) == 0).then_some("cmd=response_to_init rc=0 pmi_version=1 pmi_subversion=1\n")
+            } else if line.contains("cmd=get_my_kvsname") {
+                Some("cmd=my_kvsname rc=0 kvsname=17.0\n")
+            } else {
+                Some("cmd=barrier_out rc=0\n")
             }
         });
-        let l = Launcher::connect(PmiEnv { fd: std::os::fd::IntoRawFd::into_raw_fd(ours), rank: 0, size: 1 }).unwrap();
         let relay = Relay::new(Arc::new(l), "kvs_9_0".into(), 0);
         let (mut prog, end) = UnixStream::pair().unwrap();
         prog.set_read_timeout(Some(Duration::from_secs(10))).unwrap();

@@ -108,33 +108,11 @@ pub fn report(dir: &CkptDir) -> Result<Report> {
                     note: None,
                 }
             }
-            EpochState::Incomplete(why) => EpochReport {
-                epoch: e.epoch,
-                state: "incomplete",
-                bytes: dir_size(&e.dir),
-                stop_time_us: None,
-                created_unix: None,
-                stop: false,
-                timings: Vec::new(),
-                library: None,
-                renewals_left: None,
-                note: Some(match why {
-                    Some(w) => format!("failed: {}", w.lines().next().unwrap_or("")),
-                    None => "no manifest (in progress, or interrupted)".into(),
-                }),
-            },
-            EpochState::Corrupt(err) => EpochReport {
-                epoch: e.epoch,
-                state: "corrupt",
-                bytes: dir_size(&e.dir),
-                stop_time_us: None,
-                created_unix: None,
-                stop: false,
-                timings: Vec::new(),
-                library: None,
-                renewals_left: None,
-                note: Some(format!("manifest unreadable: {err}")),
-            },
+            EpochState::Incomplete(why) => unfinished(&e, "incomplete", match why {
+                Some(w) => format!("failed: {}", w.lines().next().unwrap_or("")),
+                None => "no manifest (in progress, or interrupted)".into(),
+            }),
+            EpochState::Corrupt(err) => unfinished(&e, "corrupt", format!("manifest unreadable: {err}")),
         };
         epochs.push(r);
     }
@@ -148,6 +126,22 @@ pub fn report(dir: &CkptDir) -> Result<Report> {
         renewals_left: restart.and_then(|r| r.2),
         job,
     })
+}
+
+/// An epoch without a valid manifest: its size on disk and why.
+fn unfinished(e: &crate::images::EpochEntry, state: &'static str, note: String) -> EpochReport {
+    EpochReport {
+        epoch: e.epoch,
+        state,
+        bytes: dir_size(&e.dir),
+        stop_time_us: None,
+        created_unix: None,
+        stop: false,
+        timings: Vec::new(),
+        library: None,
+        renewals_left: None,
+        note: Some(note),
+    }
 }
 
 pub fn status(dir: &CkptDir, json: bool) -> Result<()> {

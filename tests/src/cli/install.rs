@@ -6,9 +6,9 @@
 //! a program built by `mpicrcc` (libmpicr.so before libmpich.so.12, an rpath to PREFIX/lib) runs
 //! plainly under mpiexec and, under `mpicr run` without LD_PRELOAD, checkpoints and continues.
 
-use super::paused::{native, pids_of, same_output, Pause, ITERS};
+use super::paused::{pids_of, ring_with_oracle, same_output, start, Pause, ITERS};
 use super::xlib::build_with;
-use super::{CaseFn, LIMIT, T};
+use super::{Bg, CaseFn, LIMIT, T};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -141,12 +141,8 @@ fn install(t: &mut T) {
     );
 
     let ring_src = t.env.root.join("c-tests/ckpt_ring.c");
-    let plain = match super::xlib::build(t, 4, &ring_src, "ring_plain") {
-        Ok(p) => p,
-        Err(e) => return t.skip_rest(&e),
-    };
-    let oracle = match native(t, &plain) {
-        Ok(o) => o,
+    let (plain, oracle) = match ring_with_oracle(t, "ring_plain") {
+        Ok(x) => x,
         Err(e) => return t.skip_rest(&e),
     };
     ckpt_restart(t, &prefix, &plain, &oracle);
@@ -159,29 +155,28 @@ fn maps_name(pid: u32, lib: &Path) -> bool {
         .is_ok_and(|m| m.contains(&lib.display().to_string()))
 }
 
+/// `mpiexec -n 2 PREFIX/bin/mpicr run --ckpt-dir D -- PROG`, once it has paused at 20.
+fn run_paused(t: &T, prefix: &Path, pause: &Pause, d: &Path, prog: &Path, name: &str) -> Result<(Bg, PathBuf, PathBuf), String> {
+    let c = installed(t, prefix, t.mpi(4, 2));
+    let args = ["run".as_ref(), "--ckpt-dir".as_ref(), d.as_os_str(), "--".as_ref(), prog.as_os_str(), ITERS.as_ref()];
+    let (mut job, o, e) = start(t, c, pause, "20", &prefix.join("bin/mpicr"), &args, name);
+    if !pause.wait() {
+        job.wait(Duration::from_secs(1));
+        return Err(format!("the job never paused: {}", super::tail(&e, 5)));
+    }
+    Ok((job, o, e))
+}
+
 /// `mpiexec -n 2 PREFIX/bin/mpicr run`, paused at 20: stop, restart with the installed mpicr.
 fn ckpt_restart(t: &mut T, prefix: &Path, prog: &Path, oracle: &str) {
     let name = "install-ckpt-restart";
     let m = prefix.join("bin/mpicr");
     let d = t.p("ck-installed");
     let pause = Pause::new(t, "installed");
-    let mut c = installed(t, prefix, t.mpi(4, 2));
-    pause.arm(&mut c, "20");
-    c.arg(&m)
-        .args(["run", "--ckpt-dir"])
-        .arg(&d)
-        .arg("--")
-        .arg(prog)
-        .arg(ITERS);
-    let (o1, e1) = (t.p("inst-1.out"), t.p("inst-1.err"));
-    let mut job = t.spawn(c, Some(&o1), Some(&e1));
-    if !pause.wait() {
-        job.wait(Duration::from_secs(1));
-        return t.bad(
-            name,
-            format!("the job never paused: {}", super::tail(&e1, 5)),
-        );
-    }
+    let (mut job, o1, e1) = match run_paused(t, prefix, &pause, &d, prog, "inst-1") {
+        Ok(x) => x,
+        Err(why) => return t.bad(name, why),
+    };
     let lib = prefix.join("lib/libmpicr.so");
     let pids = pids_of(prog);
     let from_prefix = pids.len() == 2 && pids.iter().all(|&p| maps_name(p, &lib));
@@ -274,23 +269,10 @@ fn wrapper(t: &mut T, prefix: &Path, src: &Path, oracle: &str) {
     let name = "install-wrapper-ckpt-no-preload";
     let d = t.p("ck-wrapper");
     let pause = Pause::new(t, "wrapper");
-    let mut c = installed(t, prefix, t.mpi(4, 2));
-    pause.arm(&mut c, "20");
-    c.arg(prefix.join("bin/mpicr"))
-        .args(["run", "--ckpt-dir"])
-        .arg(&d)
-        .arg("--")
-        .arg(&prog)
-        .arg(ITERS);
-    let (o1, e1) = (t.p("wrap.out"), t.p("wrap.err"));
-    let mut job = t.spawn(c, Some(&o1), Some(&e1));
-    if !pause.wait() {
-        job.wait(Duration::from_secs(1));
-        return t.bad(
-            name,
-            format!("the job never paused: {}", super::tail(&e1, 5)),
-        );
-    }
+    let (mut job, o1, e1) = match run_paused(t, prefix, &pause, &d, &prog, "wrap") {
+        Ok(x) => x,
+        Err(why) => return t.bad(name, why),
+    };
     let pids = pids_of(&prog);
     let no_preload = pids.len() == 2
         && pids.iter().all(|p| {

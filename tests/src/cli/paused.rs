@@ -3,7 +3,8 @@
 //! known iteration under some launcher and compare its output with the native run's.
 
 use super::xlib::{sorted, wait_for};
-use super::{LIMIT, T};
+use super::{Bg, LIMIT, T};
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -71,4 +72,21 @@ pub fn pids_of(exe: &Path) -> Vec<u32> {
         })
         .map(|p| p.pid)
         .collect()
+}
+
+/// `c-tests/ckpt_ring.c` built by `mpicc.mpich` into `bin/OUT`, and its native output.
+pub fn ring_with_oracle(t: &T, out: &str) -> Result<(PathBuf, String), String> {
+    let prog = super::xlib::build(t, 4, &t.env.root.join("c-tests/ckpt_ring.c"), out)?;
+    let oracle = native(t, &prog)?;
+    Ok((prog, oracle))
+}
+
+/// Starts `LAUNCHER MPICR ARGS` (the launcher command `c`, `mpicr` at `m`) in the background,
+/// armed to pause at `at`; stdout and stderr to `NAME.out` and `NAME.err`.
+pub fn start(t: &T, mut c: Command, pause: &Pause, at: &str, m: &Path, args: &[&OsStr], name: &str) -> (Bg, PathBuf, PathBuf) {
+    pause.arm(&mut c, at);
+    c.arg(m).args(args);
+    let (o, e) = (t.p(&format!("{name}.out")), t.p(&format!("{name}.err")));
+    let job = t.spawn(c, Some(&o), Some(&e));
+    (job, o, e)
 }

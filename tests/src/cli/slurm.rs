@@ -8,7 +8,7 @@
 //! has ended) runs to the end across allocations. Every output equals the native run's. Skipped,
 //! with the reason, where Slurm is not installed or cannot start.
 
-use super::paused::{native, same_output, Pause, ITERS};
+use super::paused::{self, ring_with_oracle, same_output, Pause, ITERS};
 use super::xlib::wait_for;
 use super::{CaseFn, LIMIT, T};
 use std::path::{Path, PathBuf};
@@ -81,13 +81,8 @@ fn slurm(t: &mut T) {
     let conf = std::env::var("MPICR_SLURM_DIR").unwrap_or_else(|_| "/tmp/mpicr-slurm".into());
     t.export("SLURM_CONF", &format!("{conf}/slurm.conf"));
 
-    let ring = t.env.root.join("c-tests/ckpt_ring.c");
-    let prog = match super::xlib::build(t, 4, &ring, "ring_slurm") {
-        Ok(p) => p,
-        Err(e) => return t.skip_rest(&e),
-    };
-    let oracle = match native(t, &prog) {
-        Ok(o) => o,
+    let (prog, oracle) = match ring_with_oracle(t, "ring_slurm") {
+        Ok(x) => x,
         Err(e) => return t.skip_rest(&e),
     };
     let m = t.env.m.clone();
@@ -106,11 +101,8 @@ fn slurm(t: &mut T) {
     // Checkpoint and continue.
     let d1 = t.p("ck-continue");
     let pause = Pause::new(t, "continue");
-    let mut c = srun(t);
-    pause.arm(&mut c, "20");
-    c.arg(&m).args(["run", "--ckpt-dir"]).arg(&d1).arg("--").arg(&prog).arg(ITERS);
-    let (o, e) = (t.p("cont.out"), t.p("cont.err"));
-    let mut job = t.spawn(c, Some(&o), Some(&e));
+    let args = ["run".as_ref(), "--ckpt-dir".as_ref(), d1.as_os_str(), "--".as_ref(), prog.as_os_str(), ITERS.as_ref()];
+    let (mut job, o, e) = start(t, srun(t), &pause, "20", &args, "cont");
     let (rcc, ck) = if pause.wait() { t.ckpt(&d1, &[]) } else { (1, "the job never paused".into()) };
     let resumed = pause.resume();
     let rc = job.wait(LIMIT);
@@ -125,13 +117,9 @@ fn slurm(t: &mut T) {
     drop(cluster);
 }
 
-/// Starts `launcher ... mpicr ARGS` in the background, paused where `at` says.
-fn start(t: &T, mut c: Command, pause: &Pause, at: &str, args: &[&std::ffi::OsStr], out: &str) -> (super::Bg, PathBuf, PathBuf) {
-    pause.arm(&mut c, at);
-    c.arg(&t.env.m).args(args);
-    let (o, e) = (t.p(&format!("{out}.out")), t.p(&format!("{out}.err")));
-    let job = t.spawn(c, Some(&o), Some(&e));
-    (job, o, e)
+/// `paused::start` with the mpicr under test.
+fn start(t: &T, c: Command, pause: &Pause, at: &str, args: &[&std::ffi::OsStr], out: &str) -> (super::Bg, PathBuf, PathBuf) {
+    paused::start(t, c, pause, at, &t.env.m, args, out)
 }
 
 /// srun run, stopped at 20; srun restart (another Slurm job), stopped at 40; Hydra restart to
