@@ -38,8 +38,16 @@ pub fn checkpoint(args: CheckpointArgs) -> Result<()> {
     coord_wire::send(&mut tx, &Hello::Client(ClientRequest::Checkpoint { stop: args.stop, timeout_ms }))?;
     // The coordinator enforces the timeout itself; allow it time to report.
     s.stream().set_read_timeout(Some(timeout + Duration::from_secs(30)))?;
+    let progress = Progress::start(&dir);
     let r = loop {
-        match coord_wire::recv::<ToClient>(&mut s) {
+        let msg = coord_wire::recv::<ToClient>(&mut s);
+        if let Ok(Some(ToClient::Started { epoch })) = &msg {
+            progress.begun(*epoch);
+        }
+        if !matches!(msg, Ok(Some(ToClient::Started { .. } | ToClient::Queued(_)))) {
+            progress.end();
+        }
+        match msg {
             Ok(Some(ToClient::Done(r))) => break r,
             Ok(Some(ToClient::Started { epoch })) if args.no_wait => {
                 println!("epoch:         {epoch} (begun; `mpicr status {}` tells how it ends)", dir.root.display());
@@ -76,6 +84,70 @@ pub fn checkpoint(args: CheckpointArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A progress line on stderr while a checkpoint is written, when stderr is a terminal: the
+/// epoch, the time since the request, and what the epoch's directory holds so far (CRIU's
+/// images grow there as the ranks dump). Nothing otherwise (logs and scripts stay clean).
+struct Progress {
+    epoch: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::cell::RefCell<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Progress {
+    fn start(dir: &CkptDir) -> Progress {
+        use std::io::IsTerminal;
+        use std::sync::atomic::Ordering;
+        let p = Progress { epoch: Default::default(), done: Default::default(), thread: Default::default() };
+        if !std::io::stderr().is_terminal() {
+            return p;
+        }
+        let (epoch, done, dir) = (p.epoch.clone(), p.done.clone(), dir.clone());
+        let t0 = Instant::now();
+        let h = std::thread::Builder::new().name("progress".into()).spawn(move || {
+            let mut shown = false;
+            while !done.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(250));
+                if done.load(Ordering::SeqCst) || t0.elapsed() < Duration::from_secs(1) {
+                    continue;
+                }
+                let line = match epoch.load(Ordering::SeqCst) {
+                    0 => format!("mpicr: checkpoint waiting to begin, {}", format_duration(t0.elapsed())),
+                    e => format!(
+                        "mpicr: checkpoint {e}: {} written, {}",
+                        human_bytes(crate::status::dir_size(&dir.epoch_dir(e))),
+                        format_duration(t0.elapsed())
+                    ),
+                };
+                crate::elog_raw(&format!("\r\x1b[K{line}"));
+                shown = true;
+            }
+            if shown {
+                crate::elog_raw("\r\x1b[K");
+            }
+        });
+        *p.thread.borrow_mut() = h.ok();
+        p
+    }
+
+    fn begun(&self, epoch: u64) {
+        self.epoch.store(epoch, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Clears the line (before anything else is printed).
+    fn end(&self) {
+        self.done.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(h) = self.thread.borrow_mut().take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.end();
+    }
 }
 
 /// Waits (at most `limit`) until the stopped job's coordinator is gone: its `coordinator.json`

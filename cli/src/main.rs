@@ -40,6 +40,13 @@ macro_rules! elog {
         let _ = std::io::stderr().lock().write_all(line.as_bytes());
     }};
 }
+/// Writes `s` to stderr as it is, in one write, without a newline (progress lines).
+pub fn elog_raw(s: &str) {
+    use std::io::Write as _;
+    let mut e = std::io::stderr().lock();
+    let _ = e.write_all(s.as_bytes());
+    let _ = e.flush();
+}
 use clap::Parser;
 
 /// Exit code when mpicr itself fails while wrapping a program (as `env` and `timeout` do).

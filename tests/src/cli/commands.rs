@@ -1,10 +1,10 @@
 //! The command line around a running job (issue 11, item 6), on one plain-CRIU job (`run
 //! --no-mpi` of the counter, no MPI needed): `checkpoint`'s exit codes (4 refused while another
 //! checkpoint is in progress, 5 timed out, with the coordinator's test hook stalling the first
-//! dump; 3, no job, is in `errors`), `--no-wait` (returns once begun) and `--wait`, `mpicr list`
-//! (text and JSON), `status --json`, `prune --keep 1` (the latest complete epoch stays, the
-//! failed one goes; `--keep 0` is a usage error), `checkpoint --stop --wait` (returns once the
-//! job has ended).
+//! dump; 3, no job, is in `errors`), its progress line on a terminal (script(1) gives it one),
+//! `--no-wait` (returns once begun) and `--wait`, `mpicr list` (text and JSON), `status
+//! --json`, `prune --keep 1` (the latest complete epoch stays, the failed one goes; `--keep 0`
+//! is a usage error), `checkpoint --stop --wait` (returns once the job has ended).
 
 use super::{grep, json_num, CaseFn, LIMIT, T};
 use std::time::{Duration, Instant};
@@ -15,6 +15,7 @@ pub fn cases() -> Vec<CaseFn> {
         cases: &[
             "checkpoint-exit-refused",
             "checkpoint-exit-timed-out",
+            "checkpoint-progress-on-terminal",
             "checkpoint-no-wait",
             "checkpoint-wait",
             "list-running-job",
@@ -39,8 +40,18 @@ fn commands(t: &mut T) {
     let (o, e) = (t.p("job.out"), t.p("job.err"));
     let mut job = t.spawn(c, Some(&o), Some(&e));
     t.wait_coordinator(&d, true);
-    let mut c = t.m(["checkpoint", "--timeout", "3s"]);
-    c.arg(&d);
+    // On a terminal (script(1) gives it one) it shows its progress meanwhile.
+    let tty = super::find_in_path("script");
+    let line = format!("{} checkpoint --timeout 3s {}", t.env.m.display(), d.display());
+    let c = if tty {
+        let mut c = t.cmd("script");
+        c.args(["-qec", &line, "/dev/null"]);
+        c
+    } else {
+        let mut c = t.m(["checkpoint", "--timeout", "3s"]);
+        c.arg(&d);
+        c
+    };
     let (po, pe) = (t.p("first.out"), t.p("first.err"));
     let mut first = t.spawn(c, Some(&po), Some(&pe));
     let began = super::xlib::wait_for(|| d.join("epoch-000001").exists(), Duration::from_secs(10));
@@ -51,8 +62,15 @@ fn commands(t: &mut T) {
         format!("began: {began}; rc={rc2}: {out2}")
     });
     let rc1 = first.wait(Duration::from_secs(40));
-    let err1 = super::cat(&[&pe]);
+    let err1 = super::cat(&[&po, &pe]);
     t.check("checkpoint-exit-timed-out", rc1 == 5 && err1.contains("timed out"), |_| format!("rc={rc1}: {err1}"));
+    if tty {
+        t.check("checkpoint-progress-on-terminal", err1.contains("\r\x1b[Kmpicr: checkpoint 1: ") && err1.contains(" written, "), |_| {
+            format!("{err1:?}")
+        });
+    } else {
+        t.skip("checkpoint-progress-on-terminal", "no script(1) to give the command a terminal");
+    }
 
     let mut c = t.m(["checkpoint", "--no-wait"]);
     c.arg(&d);

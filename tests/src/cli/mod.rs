@@ -735,7 +735,7 @@ fn compile(env: &Env, cc: &OsStr, extra_env: Option<(&str, &OsStr)>, src: &str, 
     }
 }
 
-fn find_in_path(name: &str) -> bool {
+pub(super) fn find_in_path(name: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
 }

@@ -44,10 +44,6 @@ impl Drop for Cluster {
     }
 }
 
-fn in_path(name: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
-}
-
 /// `srun --mpi=pmi2 -n 2 -t 5`.
 fn srun(t: &T) -> Command {
     let mut c = t.cmd("srun");
@@ -59,7 +55,7 @@ fn slurm(t: &mut T) {
     if !t.require(&[t.env.criu_ok, t.env.have4, t.env.is_root, t.env.shim_built], "needs MPICH 4, criu, root and libmpicr.so") {
         return;
     }
-    if !(in_path("srun") && in_path("sbatch") && in_path("slurmd") && in_path("slurmctld") && in_path("munged")) {
+    if !["srun", "sbatch", "slurmd", "slurmctld", "munged"].iter().all(|b| super::find_in_path(b)) {
         return t.skip_rest("Slurm is not installed (make deps installs slurm-wlm and munge)");
     }
     let script = t.env.root.join("scripts/slurm-local.sh");
