@@ -40,6 +40,18 @@ alive() { # pidfile
     [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
 }
 
+# Waits (bounded) until a daemon that forked into the background has written its pid file and
+# runs; a daemon's pid file may appear a moment after the command that started it returned.
+wait_pidfile() { # pidfile name log
+    local i
+    for i in $(seq $((wait_s * 10))); do
+        alive "$1" && return 0
+        sleep 0.1
+    done
+    down quiet
+    die "$2 did not start (no live pid in $1 after ${wait_s} s): $(tail -n 5 "$3" 2>/dev/null)"
+}
+
 stop_pidfile() { # pidfile name
     local pid i
     pid=$(cat "$1" 2>/dev/null) || return 0
@@ -132,12 +144,15 @@ up() {
     munged --force --socket="$dir/munge/munge.socket" --key-file="$dir/munge/munge.key" \
         --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" \
         --seed-file="$dir/munge/munged.seed" 2>"$dir/munge/start.err" \
-        || die "munged did not start: $(tail -n 3 "$dir/munge/start.err" "$dir/munge/munged.log" 2>/dev/null)"
+        || { down quiet; die "munged did not start: $(tail -n 3 "$dir/munge/start.err" "$dir/munge/munged.log" 2>/dev/null)"; }
+    wait_pidfile "$dir/munge/munged.pid" munged "$dir/munge/munged.log"
     # slurmctld and slurmd daemonise and write their pid files.
     SLURM_CONF=$conf slurmctld -f "$conf" 2>"$dir/slurmctld.start.err" \
-        || die "slurmctld did not start: $(tail -n 5 "$dir/slurmctld.start.err" "$dir/slurmctld.log" 2>/dev/null)"
+        || { down quiet; die "slurmctld did not start: $(tail -n 5 "$dir/slurmctld.start.err" "$dir/slurmctld.log" 2>/dev/null)"; }
+    wait_pidfile "$dir/slurmctld.pid" slurmctld "$dir/slurmctld.log"
     SLURM_CONF=$conf slurmd -f "$conf" -N "$node" 2>"$dir/slurmd.start.err" \
-        || die "slurmd did not start: $(tail -n 5 "$dir/slurmd.start.err" "$dir/slurmd.log" 2>/dev/null)"
+        || { down quiet; die "slurmd did not start: $(tail -n 5 "$dir/slurmd.start.err" "$dir/slurmd.log" 2>/dev/null)"; }
+    wait_pidfile "$dir/slurmd.pid" slurmd "$dir/slurmd.log"
     local i state=""
     for i in $(seq $((wait_s * 2))); do
         state=$(SLURM_CONF=$conf timeout 10 sinfo -h -n "$node" -o %T 2>/dev/null || true)
@@ -145,8 +160,8 @@ up() {
             idle*|mixed*|allocated*) break ;;
             drain*|down*) SLURM_CONF=$conf scontrol update nodename="$node" state=resume >/dev/null 2>&1 || true ;;
         esac
-        alive "$dir/slurmctld.pid" || die "slurmctld died: $(tail -n 5 "$dir/slurmctld.log" 2>/dev/null)"
-        alive "$dir/slurmd.pid" || die "slurmd died: $(tail -n 5 "$dir/slurmd.log" 2>/dev/null)"
+        alive "$dir/slurmctld.pid" || { down quiet; die "slurmctld died: $(tail -n 5 "$dir/slurmctld.log" 2>/dev/null)"; }
+        alive "$dir/slurmd.pid" || { down quiet; die "slurmd died: $(tail -n 5 "$dir/slurmd.log" 2>/dev/null)"; }
         sleep 0.5
     done
     case $state in
