@@ -70,7 +70,8 @@ fn slurm(t: &mut T) {
         let (rc, out) = t.out(c, Duration::from_secs(120));
         cluster.started = true;
         if rc != 0 {
-            let why = out.lines().last().unwrap_or("").to_string();
+            // The script's own line says what failed (the daemons' log lines follow it).
+            let why = out.lines().find(|l| l.starts_with("slurm-local:")).or(out.lines().last()).unwrap_or("").to_string();
             return t.skip_rest(&format!("the local Slurm cannot start: {why}"));
         }
     }
