@@ -40,9 +40,9 @@ impl Pause {
     }
 }
 
-/// The output of `prog ITERS` natively under `mpiexec.mpich -n 2`.
-pub fn native(t: &T, prog: &Path) -> Result<String, String> {
-    let mut c = t.mpi(4, 2);
+/// The output of `prog ITERS` natively under MPICH `ver`'s `mpiexec -n 2`.
+pub fn native_on(t: &T, ver: u32, prog: &Path) -> Result<String, String> {
+    let mut c = t.mpi(ver, 2);
     c.arg(prog).arg(ITERS);
     let (rc, out, err) = t.out2(c, LIMIT);
     if rc != 0 {
@@ -76,8 +76,13 @@ pub fn pids_of(exe: &Path) -> Vec<u32> {
 
 /// `c-tests/ckpt_ring.c` built by `mpicc.mpich` into `bin/OUT`, and its native output.
 pub fn ring_with_oracle(t: &T, out: &str) -> Result<(PathBuf, String), String> {
-    let prog = super::xlib::build(t, 4, &t.env.root.join("c-tests/ckpt_ring.c"), out)?;
-    let oracle = native(t, &prog)?;
+    ring_with_oracle_on(t, 4, out)
+}
+
+/// `ring_with_oracle` built and run by MPICH `ver` (4: Debian's 4.0.2, 5: the wheel).
+pub fn ring_with_oracle_on(t: &T, ver: u32, out: &str) -> Result<(PathBuf, String), String> {
+    let prog = super::xlib::build(t, ver, &t.env.root.join("c-tests/ckpt_ring.c"), out)?;
+    let oracle = native_on(t, ver, &prog)?;
     Ok((prog, oracle))
 }
 

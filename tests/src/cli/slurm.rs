@@ -2,7 +2,7 @@
 //! (started here when it is not running, and stopped again at the end): a 2-rank
 //! `c-tests/ckpt_ring.c` on Debian's MPICH 4.0.2 launched by `srun --mpi=pmi2` (PMI-1 on
 //! `PMI_FD`, served by Slurm's pmi2 plugin, relayed by each keeper) runs, checkpoints and
-//! continues, stops and restarts under a new srun job; a job stopped under srun restarts under
+//! continues (so does the MPICH 5 wheel's), stops and restarts under a new srun job; a job stopped under srun restarts under
 //! Hydra and one stopped under Hydra restarts under srun; and a batch job with a 1-minute limit
 //! (`mpicr run --resume-if-any --stop-before 45s`, the script resubmitting itself until the job
 //! has ended) runs to the end across allocations. Every output equals the native run's. Skipped,
@@ -21,6 +21,7 @@ pub fn cases() -> Vec<CaseFn> {
         cases: &[
             "srun-run",
             "srun-continue",
+            "srun-mpich5-continue",
             "srun-stop-restart-srun",
             "srun-to-hydra",
             "hydra-to-srun",
@@ -108,6 +109,7 @@ fn slurm(t: &mut T) {
         format!("checkpoint rc={rcc} {ck}; job rc={rc}; {}; {}", same.clone().err().unwrap_or_default(), super::tail(&e, 8))
     });
 
+    mpich5_continue(t);
     chain_srun_srun_hydra(t, &prog, &oracle);
     hydra_to_srun(t, &prog, &oracle);
     batch(t, &prog, &oracle);
@@ -117,6 +119,29 @@ fn slurm(t: &mut T) {
 /// `paused::start` with the mpicr under test.
 fn start(t: &T, c: Command, pause: &Pause, at: &str, args: &[&std::ffi::OsStr], out: &str) -> (super::Bg, PathBuf, PathBuf) {
     paused::start(t, c, pause, at, &t.env.m, args, out)
+}
+
+/// The MPICH 5 wheel (PMI-1 on PMI_FD too, by default) under srun: checkpoint and continue.
+fn mpich5_continue(t: &mut T) {
+    let name = "srun-mpich5-continue";
+    if !t.env.have5 {
+        return t.skip(name, "the MPICH 5 wheel is not installed (.deps/mpich5)");
+    }
+    let (prog, oracle) = match paused::ring_with_oracle_on(t, 5, "ring_slurm5") {
+        Ok(x) => x,
+        Err(e) => return t.skip(name, e),
+    };
+    let d = t.p("ck-mpich5");
+    let pause = Pause::new(t, "mpich5");
+    let args = ["run".as_ref(), "--ckpt-dir".as_ref(), d.as_os_str(), "--".as_ref(), prog.as_os_str(), ITERS.as_ref()];
+    let (mut job, o, e) = start(t, srun(t), &pause, "20", &args, "mpich5");
+    let (rcc, ck) = if pause.wait() { t.ckpt(&d, &[]) } else { (1, "the job never paused".into()) };
+    let resumed = pause.resume();
+    let rc = job.wait(LIMIT);
+    let same = same_output(&[&o], &oracle);
+    t.check(name, rcc == 0 && resumed && rc == 0 && same.is_ok(), |_| {
+        format!("checkpoint rc={rcc} {ck}; job rc={rc}; {}; {}", same.clone().err().unwrap_or_default(), super::tail(&e, 8))
+    });
 }
 
 /// srun run, stopped at 20; srun restart (another Slurm job), stopped at 40; Hydra restart to
