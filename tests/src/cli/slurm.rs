@@ -96,19 +96,7 @@ fn slurm(t: &mut T) {
         format!("rc={rc}; {}; {}", same.clone().err().unwrap_or_default(), super::tail(&e, 8))
     });
 
-    // Checkpoint and continue.
-    let d1 = t.p("ck-continue");
-    let pause = Pause::new(t, "continue");
-    let args = ["run".as_ref(), "--ckpt-dir".as_ref(), d1.as_os_str(), "--".as_ref(), prog.as_os_str(), ITERS.as_ref()];
-    let (mut job, o, e) = start(t, srun(t), &pause, "20", &args, "cont");
-    let (rcc, ck) = if pause.wait() { t.ckpt(&d1, &[]) } else { (1, "the job never paused".into()) };
-    let resumed = pause.resume();
-    let rc = job.wait(LIMIT);
-    let same = same_output(&[&o], &oracle);
-    t.check("srun-continue", rcc == 0 && resumed && rc == 0 && same.is_ok() && t.epochs_complete(&d1) == 1, |_| {
-        format!("checkpoint rc={rcc} {ck}; job rc={rc}; {}; {}", same.clone().err().unwrap_or_default(), super::tail(&e, 8))
-    });
-
+    srun_continue(t, "srun-continue", &prog, &oracle, "continue");
     mpich5_continue(t);
     chain_srun_srun_hydra(t, &prog, &oracle);
     hydra_to_srun(t, &prog, &oracle);
@@ -131,15 +119,20 @@ fn mpich5_continue(t: &mut T) {
         Ok(x) => x,
         Err(e) => return t.skip(name, e),
     };
-    let d = t.p("ck-mpich5");
-    let pause = Pause::new(t, "mpich5");
+    srun_continue(t, name, &prog, &oracle, "mpich5");
+}
+
+/// Under srun, paused at 20: `mpicr checkpoint`, then on to the end (one epoch, native output).
+fn srun_continue(t: &mut T, name: &str, prog: &Path, oracle: &str, tag: &str) {
+    let d = t.p(&format!("ck-{tag}"));
+    let pause = Pause::new(t, tag);
     let args = ["run".as_ref(), "--ckpt-dir".as_ref(), d.as_os_str(), "--".as_ref(), prog.as_os_str(), ITERS.as_ref()];
-    let (mut job, o, e) = start(t, srun(t), &pause, "20", &args, "mpich5");
+    let (mut job, o, e) = start(t, srun(t), &pause, "20", &args, tag);
     let (rcc, ck) = if pause.wait() { t.ckpt(&d, &[]) } else { (1, "the job never paused".into()) };
     let resumed = pause.resume();
     let rc = job.wait(LIMIT);
-    let same = same_output(&[&o], &oracle);
-    t.check(name, rcc == 0 && resumed && rc == 0 && same.is_ok(), |_| {
+    let same = same_output(&[&o], oracle);
+    t.check(name, rcc == 0 && resumed && rc == 0 && same.is_ok() && t.epochs_complete(&d) == 1, |_| {
         format!("checkpoint rc={rcc} {ck}; job rc={rc}; {}; {}", same.clone().err().unwrap_or_default(), super::tail(&e, 8))
     });
 }
