@@ -17,7 +17,8 @@ build:
 # Installs mpicr under PREFIX (default /usr/local; DESTDIR for staged installs): bin/mpicr and
 # the wrapper compilers, lib/libmpicr.so and libmpicr_ompi.so, include/mpicr.h, the pkg-config
 # file, mpicr's CRIU in libexec/mpicr, man pages, completions and a module file
-# (scripts/install.sh lists every file). `make deps build` first.
+# (scripts/install.sh lists every file). `make deps build` first. CRIU=/path/to/criu installs
+# that CRIU binary instead of .deps/criu's, CRIU=none none.
 PREFIX ?= /usr/local
 install:
 	PREFIX=$(PREFIX) DESTDIR=$(DESTDIR) scripts/install.sh
