@@ -97,6 +97,8 @@ pub struct Config {
     pub key: Vec<u8>,
     /// The address to listen on (see `keeper::coordinator_bind`).
     pub bind: String,
+    /// `--stop-before`: when to checkpoint and stop the job (its time limit comes).
+    pub stop_at: Option<Instant>,
 }
 
 /// Binds the coordinator's port and starts its threads. Returns what keepers need to connect.
@@ -126,6 +128,16 @@ pub fn start(cfg: Config, secret: Vec<u8>) -> Result<coord_wire::CoordInfo> {
             }
         })?;
     }
+    if let Some(at) = cfg.stop_at {
+        let tx = tx.clone();
+        // Until the stop begins: a checkpoint in progress at that instant delays it.
+        std::thread::Builder::new().name("coord-limit".into()).spawn(move || {
+            std::thread::sleep(at.saturating_duration_since(Instant::now()));
+            while tx.send(Event::TimeLimit).is_ok() {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        })?;
+    }
     std::thread::Builder::new().name("coordinator".into()).spawn(move || Coordinator::new(cfg).run(rx))?;
     Ok(info)
 }
@@ -136,6 +148,8 @@ enum Event {
     KeeperGone { conn: u64 },
     Client { req: ClientRequest, stream: SecureTx },
     Tick,
+    /// `--stop-before`: the job's time limit is near.
+    TimeLimit,
 }
 
 /// Counts a connection that has not authenticated yet, until dropped.
@@ -284,6 +298,8 @@ struct Coordinator {
     /// Ranks that joined at some time: a rank missing now that had joined has ended, and a
     /// request does not wait for it.
     ever_joined: BTreeSet<i32>,
+    /// The `--stop-before` checkpoint was asked for (once).
+    limit_stop: bool,
 }
 
 /// A checkpoint request parked until every rank has an agent (see [`Coordinator::waiting`]).
@@ -325,6 +341,7 @@ impl Coordinator {
             vanished: false,
             waiting: None,
             ever_joined: BTreeSet::new(),
+            limit_stop: false,
         }
     }
 
@@ -474,6 +491,13 @@ impl Coordinator {
                     self.request(false, Requester::Internal("periodic"), DEFAULT_CKPT_TIMEOUT);
                 }
             }
+            Event::TimeLimit => {
+                if !self.limit_stop && self.ckpt.is_none() && self.waiting.is_none() && self.restart_pending.is_none() {
+                    self.log("the job's time limit is near (--stop-before): checkpoint and stop");
+                    self.limit_stop = true;
+                    self.request(true, Requester::Internal("time-limit"), DEFAULT_CKPT_TIMEOUT);
+                }
+            }
         }
     }
 
@@ -597,8 +621,13 @@ impl Coordinator {
                 let msg = "cannot checkpoint: another checkpoint request is already waiting for the program to initialise MPI".to_string();
                 return self.answer_error(requester, msg);
             }
+            let why = self.not_ready().unwrap_or_default();
             if self.cfg.verbose {
-                self.log(&format!("coordinator: checkpoint request waits: {}", self.not_ready().unwrap_or_default()));
+                self.log(&format!("coordinator: checkpoint request waits: {why}"));
+            }
+            let mut requester = requester;
+            if let Requester::Client(s) = &mut requester {
+                let _ = coord_wire::send(s, &ToClient::Queued(why));
             }
             let until = Instant::now().checked_add(timeout).unwrap_or(Instant::now() + crate::args::MAX_TIMEOUT);
             self.waiting = Some(WaitingRequest { stop, requester, until, timeout });
@@ -649,9 +678,12 @@ impl Coordinator {
         }
     }
 
-    fn start(&mut self, stop: bool, requester: Requester, timeout: Duration) {
+    fn start(&mut self, stop: bool, mut requester: Requester, timeout: Duration) {
         match self.begin(stop, timeout) {
             Ok(epoch) => {
+                if let Requester::Client(s) = &mut requester {
+                    let _ = coord_wire::send(s, &ToClient::Started { epoch });
+                }
                 if let Some(c) = self.ckpt.as_mut() {
                     c.requester = requester;
                 }
@@ -974,7 +1006,13 @@ impl Coordinator {
             Requester::Client(mut s) => {
                 let _ = coord_wire::send(&mut s, &ToClient::Error(msg));
             }
-            Requester::Internal(_) => self.log(&msg),
+            Requester::Internal(why) => {
+                self.log(&msg);
+                // The time limit still comes: try again (`Event::TimeLimit` repeats).
+                if why == "time-limit" {
+                    self.limit_stop = false;
+                }
+            }
         }
     }
 }
