@@ -337,7 +337,15 @@ TO_REAL = {"comm": "Comm", "group": "Group", "datatype": "Datatype", "op": "Op",
 ON = {"comm": "Comm", "win": "Win", "file": "File", "session": "Session"}
 
 
+# File operations without a file handle: their failures go to the error handler of
+# MPI_FILE_NULL (MPI_ERRORS_RETURN unless the program set another), not MPI_COMM_WORLD's: MPI
+# 4.0 section 14.7 (and ROMIO's MPIO_Err_return_file(MPI_FILE_NULL, ...)).
+ON_FILE_NULL = ("MPI_File_delete",)
+
+
 def on_clause(fn):
+    if fn["name"] in ON_FILE_NULL:
+        return "On::File(std::ptr::null_mut())"
     kind, obj = error_object(fn)
     return "On::%s(%s)" % (ON[kind], obj) if kind else "On::Default"
 

@@ -106,16 +106,17 @@ pub unsafe fn MPI_Add_error_string(errorcode: c_int, string: *const c_char) -> c
 }
 
 /// Data representations: the conversion callbacks go to the library as they are (they see only
-/// buffers, counts and datatypes of the file view).
+/// buffers, counts and datatypes of the file view). Failures go to MPI_FILE_NULL's handler, as
+/// ROMIO raises them.
 pub unsafe fn MPI_Register_datarep(datarep: *const c_char, r: *mut c_void, w: *mut c_void, e: *mut c_void, extra: *mut c_void) -> c_int {
-    if let Err(rc) = call::try_run("MPI_Register_datarep", On::Default, || call::ok(real!(MPI_Register_datarep(datarep, r, w, e, extra)))) {
+    if let Err(rc) = call::try_run("MPI_Register_datarep", On::File(std::ptr::null_mut()), || call::ok(real!(MPI_Register_datarep(datarep, r, w, e, extra)))) {
         return rc;
     }
     MPI_SUCCESS
 }
 
 pub unsafe fn MPI_Register_datarep_c(datarep: *const c_char, r: *mut c_void, w: *mut c_void, e: *mut c_void, extra: *mut c_void) -> c_int {
-    if let Err(rc) = call::try_run("MPI_Register_datarep_c", On::Default, || call::ok(real!(MPI_Register_datarep_c(datarep, r, w, e, extra)))) {
+    if let Err(rc) = call::try_run("MPI_Register_datarep_c", On::File(std::ptr::null_mut()), || call::ok(real!(MPI_Register_datarep_c(datarep, r, w, e, extra)))) {
         return rc;
     }
     MPI_SUCCESS
