@@ -1860,36 +1860,6 @@ pub unsafe fn MPI_Reduce_local_c(inbuf: *const c_void, inoutbuf: *mut c_void, co
     })
 }
 
-pub unsafe fn MPI_Remove_error_class(errorclass: c_int) -> c_int {
-    call::run("MPI_Remove_error_class", On::Default, || {
-        let Some(f) = lower::fns().MPI_Remove_error_class else { return call::missing("MPI_Remove_error_class") };
-        // SAFETY: `f` is the real library's MPI_Remove_error_class, resolved under the C signature
-        // of the ABI table that this wrapper's signature is generated from; every other argument is
-        // a plain value.
-        call::ok(unsafe { f(errorclass) })
-    })
-}
-
-pub unsafe fn MPI_Remove_error_code(errorcode: c_int) -> c_int {
-    call::run("MPI_Remove_error_code", On::Default, || {
-        let Some(f) = lower::fns().MPI_Remove_error_code else { return call::missing("MPI_Remove_error_code") };
-        // SAFETY: `f` is the real library's MPI_Remove_error_code, resolved under the C signature
-        // of the ABI table that this wrapper's signature is generated from; every other argument is
-        // a plain value.
-        call::ok(unsafe { f(errorcode) })
-    })
-}
-
-pub unsafe fn MPI_Remove_error_string(errorcode: c_int) -> c_int {
-    call::run("MPI_Remove_error_string", On::Default, || {
-        let Some(f) = lower::fns().MPI_Remove_error_string else { return call::missing("MPI_Remove_error_string") };
-        // SAFETY: `f` is the real library's MPI_Remove_error_string, resolved under the C signature
-        // of the ABI table that this wrapper's signature is generated from; every other argument is
-        // a plain value.
-        call::ok(unsafe { f(errorcode) })
-    })
-}
-
 pub unsafe fn MPI_Session_attach_buffer(session: MPI_Session, buffer: *mut c_void, size: c_int) -> c_int {
     call::run("MPI_Session_attach_buffer", On::Session(session), || {
         let session_r = Session(session).to_real()?;
