@@ -337,7 +337,26 @@ TO_REAL = {"comm": "Comm", "group": "Group", "datatype": "Datatype", "op": "Op",
 ON = {"comm": "Comm", "win": "Win", "file": "File", "session": "Session"}
 
 
+# MPICH 4.0's extensions that became MPI functions later, exported under both names (with their
+# PMPIX_ forms) and implemented by the MPI function's wrapper: without an export, a program's
+# call would bypass the shim into its own copy of the library, never initialised ("Attempting
+# to use an MPI routine ... before initializing"). MPIX name -> MPI function of the table.
+MPIX_ALIASES = {
+    "MPIX_Delete_error_class": "MPI_Remove_error_class",
+    "MPIX_Delete_error_code": "MPI_Remove_error_code",
+    "MPIX_Delete_error_string": "MPI_Remove_error_string",
+}
+
+
+# File operations without a file handle: their failures go to the error handler of
+# MPI_FILE_NULL (MPI_ERRORS_RETURN unless the program set another), not MPI_COMM_WORLD's: MPI
+# 4.0 section 14.7 (and ROMIO's MPIO_Err_return_file(MPI_FILE_NULL, ...)).
+ON_FILE_NULL = ("MPI_File_delete",)
+
+
 def on_clause(fn):
+    if fn["name"] in ON_FILE_NULL:
+        return "On::File(std::ptr::null_mut())"
     kind, obj = error_object(fn)
     return "On::%s(%s)" % (ON[kind], obj) if kind else "On::Default"
 
@@ -785,7 +804,10 @@ def generate():
             co.append("")
     write(os.path.join(FACE_GEN_DIR, "collectives.rs"), "\n".join(co))
 
-    # exports.rs: MPI_* and PMPI_* for everything
+    # exports.rs: MPI_* and PMPI_* for everything, and the MPIX_ aliases
+    aliases = {}
+    for mpix, n in MPIX_ALIASES.items():
+        aliases.setdefault(n, []).append(mpix)
     ex = [HEADER, "#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]",
           "use mpicr_shim::face::abi::*;", "use mpicr_shim::ffi_boundary;", "use std::os::raw::{c_char, c_int, c_void};", ""]
     for fn in fns:
@@ -813,9 +835,9 @@ def generate():
             body = args
         else:
             body = "mpicr_shim::face::api::%s(%s)" % (n, args)
-        for prefix in ("", "P"):
+        for prefix, name in [(p, m) for m in [n] + aliases.get(n, []) for p in ("", "P")]:
             ex.append("#[no_mangle]")
-            ex.append("pub unsafe extern \"C\" fn %s%s(%s) -> %s {" % (prefix, n, sig, ret))
+            ex.append("pub unsafe extern \"C\" fn %s%s(%s) -> %s {" % (prefix, name, sig, ret))
             if reason == "handle conversion":
                 ex.append("    %s" % body)
             else:
@@ -828,6 +850,8 @@ def generate():
     names_out = []
     for fn in fns:
         names_out += [fn["name"], "P" + fn["name"]]
+    for mpix in MPIX_ALIASES:
+        names_out += [mpix, "P" + mpix]
     names_out += doc["data"]
     write(os.path.join(ROOT, "shim", "api", "exports.txt"), "\n".join(sorted(names_out)) + "\n")
 

@@ -843,7 +843,17 @@ impl<'a> Driver<'a> {
                     Err(_) => break None,
                 }
             };
+            let text = fs::read_to_string(&out).unwrap_or_default();
+            let plain = self.plan.front().is_some_and(|p| p.fault == Fault::None);
             match status {
+                // the job ended while the command was asking it (no coordinator any more, or
+                // not ready yet): the checkpoint was not taken, which is said below
+                Some(s) if !s.success() && plain && NOT_READY.iter().any(|m| text.contains(m)) => {
+                    self.note(format!(
+                        "`mpicr checkpoint` found no job to checkpoint any more: {}",
+                        one_line(&text)
+                    ));
+                }
                 Some(s) => {
                     let _ = self.answered(work, false, s, &out, MAX_ASKS.max(asks));
                 }

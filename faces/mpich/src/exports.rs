@@ -3995,29 +3995,53 @@ pub unsafe extern "C" fn PMPI_Register_datarep_c(datarep: *const c_char, read_co
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Remove_error_class(errorclass: c_int) -> c_int {
-    ffi_boundary!("MPI_Remove_error_class", c_int, mpicr_shim::face::gen::passthrough::MPI_Remove_error_class(errorclass))
+    ffi_boundary!("MPI_Remove_error_class", c_int, mpicr_shim::face::api::MPI_Remove_error_class(errorclass))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Remove_error_class(errorclass: c_int) -> c_int {
-    ffi_boundary!("MPI_Remove_error_class", c_int, mpicr_shim::face::gen::passthrough::MPI_Remove_error_class(errorclass))
+    ffi_boundary!("MPI_Remove_error_class", c_int, mpicr_shim::face::api::MPI_Remove_error_class(errorclass))
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Delete_error_class(errorclass: c_int) -> c_int {
+    ffi_boundary!("MPI_Remove_error_class", c_int, mpicr_shim::face::api::MPI_Remove_error_class(errorclass))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPIX_Delete_error_class(errorclass: c_int) -> c_int {
+    ffi_boundary!("MPI_Remove_error_class", c_int, mpicr_shim::face::api::MPI_Remove_error_class(errorclass))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Remove_error_code(errorcode: c_int) -> c_int {
-    ffi_boundary!("MPI_Remove_error_code", c_int, mpicr_shim::face::gen::passthrough::MPI_Remove_error_code(errorcode))
+    ffi_boundary!("MPI_Remove_error_code", c_int, mpicr_shim::face::api::MPI_Remove_error_code(errorcode))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Remove_error_code(errorcode: c_int) -> c_int {
-    ffi_boundary!("MPI_Remove_error_code", c_int, mpicr_shim::face::gen::passthrough::MPI_Remove_error_code(errorcode))
+    ffi_boundary!("MPI_Remove_error_code", c_int, mpicr_shim::face::api::MPI_Remove_error_code(errorcode))
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Delete_error_code(errorcode: c_int) -> c_int {
+    ffi_boundary!("MPI_Remove_error_code", c_int, mpicr_shim::face::api::MPI_Remove_error_code(errorcode))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPIX_Delete_error_code(errorcode: c_int) -> c_int {
+    ffi_boundary!("MPI_Remove_error_code", c_int, mpicr_shim::face::api::MPI_Remove_error_code(errorcode))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Remove_error_string(errorcode: c_int) -> c_int {
-    ffi_boundary!("MPI_Remove_error_string", c_int, mpicr_shim::face::gen::passthrough::MPI_Remove_error_string(errorcode))
+    ffi_boundary!("MPI_Remove_error_string", c_int, mpicr_shim::face::api::MPI_Remove_error_string(errorcode))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Remove_error_string(errorcode: c_int) -> c_int {
-    ffi_boundary!("MPI_Remove_error_string", c_int, mpicr_shim::face::gen::passthrough::MPI_Remove_error_string(errorcode))
+    ffi_boundary!("MPI_Remove_error_string", c_int, mpicr_shim::face::api::MPI_Remove_error_string(errorcode))
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Delete_error_string(errorcode: c_int) -> c_int {
+    ffi_boundary!("MPI_Remove_error_string", c_int, mpicr_shim::face::api::MPI_Remove_error_string(errorcode))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPIX_Delete_error_string(errorcode: c_int) -> c_int {
+    ffi_boundary!("MPI_Remove_error_string", c_int, mpicr_shim::face::api::MPI_Remove_error_string(errorcode))
 }
 
 #[no_mangle]

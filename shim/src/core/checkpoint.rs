@@ -260,6 +260,12 @@ fn phases(
         }
         *stage = Stage::GateClosed;
         check_aligned()?;
+        // Asked again now that no program thread runs: aligning let this rank run on into
+        // the collectives other ranks had entered, and those may have made what cannot be
+        // carried (MPI_Win_create, MPI_File_open), which the first asking could not see.
+        if let Some(why) = refusal() {
+            return Err(CheckpointError::Other(why));
+        }
         test_panic("align");
         let comms = CommIndex::build();
         agent::send(&FromAgent::SendCounts { round, sent: comms.sent_counts() })?;

@@ -462,7 +462,7 @@ pub unsafe fn MPI_Fetch_and_op(origin_addr: *const c_void, result_addr: *mut c_v
 }
 
 pub unsafe fn MPI_File_delete(filename: *const c_char, info: MPI_Info) -> c_int {
-    call::run("MPI_File_delete", On::Default, || {
+    call::run("MPI_File_delete", On::File(std::ptr::null_mut()), || {
         let info_r = Info(info).to_real()?;
         let Some(f) = lower::fns().MPI_File_delete else { return call::missing("MPI_File_delete") };
         // SAFETY: `f` is the real library's MPI_File_delete, resolved under the C signature of the
@@ -1857,36 +1857,6 @@ pub unsafe fn MPI_Reduce_local_c(inbuf: *const c_void, inoutbuf: *mut c_void, co
         // are the caller's, valid as MPI requires (this function's safety contract) and passed on
         // unchanged.
         call::ok(unsafe { f(inbuf, inoutbuf, count, datatype_r, op_r) })
-    })
-}
-
-pub unsafe fn MPI_Remove_error_class(errorclass: c_int) -> c_int {
-    call::run("MPI_Remove_error_class", On::Default, || {
-        let Some(f) = lower::fns().MPI_Remove_error_class else { return call::missing("MPI_Remove_error_class") };
-        // SAFETY: `f` is the real library's MPI_Remove_error_class, resolved under the C signature
-        // of the ABI table that this wrapper's signature is generated from; every other argument is
-        // a plain value.
-        call::ok(unsafe { f(errorclass) })
-    })
-}
-
-pub unsafe fn MPI_Remove_error_code(errorcode: c_int) -> c_int {
-    call::run("MPI_Remove_error_code", On::Default, || {
-        let Some(f) = lower::fns().MPI_Remove_error_code else { return call::missing("MPI_Remove_error_code") };
-        // SAFETY: `f` is the real library's MPI_Remove_error_code, resolved under the C signature
-        // of the ABI table that this wrapper's signature is generated from; every other argument is
-        // a plain value.
-        call::ok(unsafe { f(errorcode) })
-    })
-}
-
-pub unsafe fn MPI_Remove_error_string(errorcode: c_int) -> c_int {
-    call::run("MPI_Remove_error_string", On::Default, || {
-        let Some(f) = lower::fns().MPI_Remove_error_string else { return call::missing("MPI_Remove_error_string") };
-        // SAFETY: `f` is the real library's MPI_Remove_error_string, resolved under the C signature
-        // of the ABI table that this wrapper's signature is generated from; every other argument is
-        // a plain value.
-        call::ok(unsafe { f(errorcode) })
     })
 }
 
