@@ -199,7 +199,10 @@ pub enum RequestRecipe {
     /// A request whose operation the shim already finished (e.g. a receive satisfied from the
     /// drained-message buffer); holds the status to report.
     Completed { status: [i32; 5] },
-    /// Requests of RMA and MPI-IO operations: not restorable.
+    /// Nonblocking MPI-IO (`MPI_File_i*`): completed by a checkpoint's drain, one after the other
+    /// in the order this process started them (`seq`), as ROMIO's collective ones need.
+    FileIo { function: String, seq: u64 },
+    /// Requests of RMA operations (and matched receives): not restorable.
     Other { function: String },
 }
 

@@ -634,6 +634,7 @@ pub struct StateFile {
     pub requests: Vec<(u32, u64, crate::core::kinds::request::RequestEntry)>,
     pub keyvals: Vec<(u32, u64, crate::core::kinds::keyval::KeyvalEntry)>,
     pub errhandlers: Vec<(u32, u64, mpicr_virtid::ErrhandlerRecipe)>,
+    pub files: Vec<(u32, u64, crate::core::kinds::file::FileEntry)>,
     pub drained: mpicr_drain::Buffer,
     pub user_errors: Vec<UserError>,
 }
@@ -645,7 +646,7 @@ fn bits<R: RealHandle, E>(items: Vec<(u32, R, E)>) -> Vec<(u32, u64, E)> {
 
 fn write_state(path: &str, epoch: u64) -> Result<u64, CheckpointError> {
     let s = StateFile {
-        format: 1,
+        format: 2,
         epoch,
         world_rank: world_rank(),
         world_size: world_size(),
@@ -658,6 +659,7 @@ fn write_state(path: &str, epoch: u64) -> Result<u64, CheckpointError> {
         requests: bits(OBJ.requests.snapshot()),
         keyvals: bits(OBJ.keyvals.snapshot()),
         errhandlers: bits(OBJ.errhandlers.snapshot()),
+        files: bits(OBJ.files.snapshot()),
         drained: drained::snapshot(),
         user_errors: user_errors(),
     };

@@ -108,6 +108,37 @@ pub fn build(recipe: &TypeRecipe) -> Result<c_int, c_int> {
     if rc == MPI_SUCCESS { Ok(out) } else { Err(rc) }
 }
 
+/// A datatype a recipe refers to, on the current lower half, for as long as it is in use: a
+/// predefined one stands for itself; a derived one is built, committed, and freed on drop.
+pub struct Built {
+    pub real: c_int,
+    owned: bool,
+}
+
+impl Built {
+    pub fn of(t: &TypeRef) -> Result<Built, c_int> {
+        match t {
+            TypeRef::Predefined(h) => Ok(Built { real: handles::datatype(*h), owned: false }),
+            TypeRef::Derived(r) => {
+                let mut real = build(r)?;
+                // SAFETY: a datatype just built.
+                let rc = unsafe { lower::fns().MPI_Type_commit.map_or(MPI_ERR_OTHER, |h| h(&mut real)) };
+                let b = Built { real, owned: true };
+                if rc == MPI_SUCCESS { Ok(b) } else { Err(rc) }
+            }
+        }
+    }
+}
+
+impl Drop for Built {
+    fn drop(&mut self) {
+        if self.owned {
+            // SAFETY: a datatype built by `of`, freed once.
+            unsafe { lower::fns().MPI_Type_free.map(|g| g(&mut self.real)) };
+        }
+    }
+}
+
 /// The datatype kind around a checkpoint.
 pub struct Renew;
 
