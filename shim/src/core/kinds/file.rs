@@ -215,7 +215,9 @@ impl Renewable for Renew {
     /// file pointers, atomicity and size are read back.
     fn snapshot(&self) {
         let f = lower::fns();
-        for (idx, real, e) in ordered() {
+        let (t, files) = (std::time::Instant::now(), ordered());
+        let n = files.len();
+        for (idx, real, e) in files {
             let r = real.raw();
             let mut s = Saved::default();
             let (mut atomic, mut shared) = (0, 0);
@@ -235,12 +237,17 @@ impl Renewable for Renew {
             s.atomic = atomic != 0;
             OBJ.files.with(idx, |x| x.saved = Some(s));
         }
+        if n > 0 {
+            tracing::debug!(target: "renew", files = n, us = t.elapsed().as_micros() as u64, "synced the MPI files and read back their pointers");
+        }
     }
 
     /// Closes every real file (collective, in the same order on every rank).
     fn free_real(&self) {
         let f = lower::fns();
-        for (idx, real, _) in ordered() {
+        let (t, files) = (std::time::Instant::now(), ordered());
+        let n = files.len();
+        for (idx, real, _) in files {
             let mut r = real.raw();
             if r.is_null() {
                 continue;
@@ -248,6 +255,9 @@ impl Renewable for Renew {
             // SAFETY: a live real file of the current generation, closed once.
             unsafe { f.MPI_File_close.map(|g| g(&mut r)) };
             OBJ.files.set_real(idx, RealFile(std::ptr::null_mut()));
+        }
+        if n > 0 {
+            tracing::debug!(target: "renew", files = n, us = t.elapsed().as_micros() as u64, "closed the MPI files");
         }
     }
 
@@ -281,7 +291,9 @@ impl Renewable for Renew {
 
     fn rebuild(&self) -> Result<(), String> {
         let f = lower::fns();
-        for (idx, _, e) in ordered() {
+        let (t, files) = (std::time::Instant::now(), ordered());
+        let n = files.len();
+        for (idx, _, e) in files {
             let name = std::ffi::CString::new(e.name.as_str()).map_err(|_| format!("the MPI file name {:?} holds a NUL", e.name))?;
             let hints = info::build(&e.open_hints)?;
             let mut r: MPI_File = std::ptr::null_mut();
@@ -292,6 +304,9 @@ impl Renewable for Renew {
             check(rc, &format!("opening the MPI file {} again", e.name))?;
             OBJ.files.set_real(idx, RealFile(r));
             restore(r, &e).map_err(|why| format!("the MPI file {}: {why}", e.name))?;
+        }
+        if n > 0 {
+            tracing::debug!(target: "renew", files = n, us = t.elapsed().as_micros() as u64, "opened the MPI files again");
         }
         Ok(())
     }
