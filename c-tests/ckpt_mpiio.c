@@ -107,7 +107,7 @@ int main(int argc, char **argv)
     CHECK_MPI(MPI_Type_free(&filetype));
     CHECK_MPI(MPI_Type_free(&block));
 
-    /* the log file of each pair of ranks, on a sub-communicator freed once it is open */
+    /* the log file of each pair of ranks, on a sub-communicator */
     MPI_Comm pair;
     CHECK_MPI(MPI_Comm_split(MPI_COMM_WORLD, color, t_rank, &pair));
     int prank;

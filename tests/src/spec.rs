@@ -186,6 +186,12 @@ pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, String> 
             return Err(format!("{name}: `ckpt-ranks` needs `long-args`"));
         }
     }
+    if !spec.ckpt_files.is_empty() && spec.ckpt_ranks.is_empty() {
+        return Err(format!("{name}: `ckpt-files` needs `ckpt-ranks`"));
+    }
+    if let Some(f) = spec.ckpt_files.iter().find(|f| f.contains('/') || f.starts_with('.')) {
+        return Err(format!("{name}: `ckpt-files` names `{f}`, not a plain file name in the scratch directory"));
+    }
     match ckpt_modes {
         Some(_) if spec.ckpt_ranks.is_empty() => {
             return Err(format!("{name}: `ckpt-modes` needs `ckpt-ranks`"))
@@ -304,6 +310,12 @@ mod tests {
             (DEFAULT_CKPT_PACE_US, 9000)
         );
         assert!(p("/* mpicr-test: ranks=4 long-args=400 ckpt-ranks=4 ckpt-pace.x=1 */").is_err());
+        let s = p("/* mpicr-test: ranks=2 long-args=400 ckpt-ranks=2 ckpt-files=a.dat,b */").unwrap();
+        assert_eq!(s.ckpt_files, vec!["a.dat", "b"]);
+        assert!(p("/* mpicr-test: ranks=2 ckpt-files=a.dat */")
+            .unwrap_err()
+            .contains("needs `ckpt-ranks`"));
+        assert!(p("/* mpicr-test: ranks=2 long-args=400 ckpt-ranks=2 ckpt-files=d/a */").is_err());
     }
 
     #[test]
