@@ -356,14 +356,17 @@ fn wait_aligned(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, Check
         if agent::finalizing() {
             return Err(CheckpointError::Finalizing);
         }
-        if check_aligned().is_ok() {
-            return Ok(None);
-        }
         let wants: Vec<(u64, u64)> = agent::wants_past_targets().into_iter().filter(|w| !asked.contains(w)).collect();
         if !wants.is_empty() {
             tracing::debug!(target: "agent", ?wants, "asking for collective targets to rise");
             agent::send(&FromAgent::Wants { comms: wants.clone() })?;
             asked.extend(wants);
+        }
+        // Aligned, unless a program thread waits for a target this rank does not know: of a
+        // communicator it made after reporting its counters, which its peers may have reported
+        // and already be using (the coordinator answers with a round that tells it).
+        if asked.is_empty() && check_aligned().is_ok() {
+            return Ok(None);
         }
         match inbox.next_within(&mut budget)? {
             Some(Event::Keeper(ToAgent::Targets { round, comms })) => {
