@@ -17,7 +17,7 @@
  * wrote, their sizes and FNV checksums printed (so that the oracle covers their bytes), and
  * deleted; the DELETE_ON_CLOSE file must be gone. Arguments: the step count, the directory.
  * Pause point for checkpoint tests: $MPICR_TEST_PAUSE_AT=<step> (common.h).
- * mpicr-test: ranks=1,2,4 args=24,{tmpdir} long-args=300,{tmpdir} long-args.4=60,{tmpdir} ckpt-ranks=2,4 ckpt-pace=8000 ckpt-pace.4=40000 ckpt-modes=continue,stop-restart,older-epoch,restart-errors ckpt-files=ckpt_mpiio.dat
+ * mpicr-test: ranks=1,2,4 args=24,{tmpdir} long-args=300,{tmpdir} long-args.4=60,{tmpdir} ckpt-ranks=2,4 ckpt-pace=8000 ckpt-pace.4=40000 ckpt-modes=continue,stop-restart,older-epoch,restart-errors,renewals ckpt-files=ckpt_mpiio.dat
  */
 #include "common.h"
 
