@@ -854,7 +854,7 @@ def generate():
           "| bucket | meaning | functions |", "|---|---|---|"]
     meaning = {"pass": "pass-through with handle translation (generated)",
                "create": "creates an object and records its recipe (generated from `CREATE` in tools/gen_api.py)",
-               "coll": "collective, counted for checkpoint alignment (generated)",
+               "coll": "collective, counted for checkpoint alignment (generated); a collective on a file is counted on the file's own communicator",
                "hand": "hand-written: p2p, requests, callbacks, shim-owned state, creators whose recording is special",
                "unsupported": "returns MPI_ERR_UNSUPPORTED_OPERATION naming the function"}
     for b in BUCKETS:
