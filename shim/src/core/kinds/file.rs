@@ -190,20 +190,20 @@ impl Renewable for Renew {
         let (_, _, first) = files.first()?;
         if crate::core::renew::strategy() == crate::core::renew::Strategy::Sessions {
             return Some(format!(
-                "an MPI file is open ({}): ROMIO needs MPI_Init's world model, which MPICR_RENEW=sessions does not bring back; use the default renewal (namespace)",
+                "an MPI file is open ({}): it cannot be checkpointed yet with MPICR_RENEW=sessions (ROMIO needs MPI_Init's world model, which a session does not bring back); use the default renewal (namespace)",
                 first.name
             ));
         }
         for (_, _, e) in &files {
             if e.amode & MPI_MODE_SEQUENTIAL != 0 {
                 return Some(format!(
-                    "the MPI file {} is open with MPI_MODE_SEQUENTIAL: its shared file pointer cannot be put back (MPI_File_seek_shared is erroneous there); close it before checkpointing",
+                    "the MPI file {}, open with MPI_MODE_SEQUENTIAL, cannot be checkpointed yet: its shared file pointer cannot be put back (MPI_File_seek_shared is erroneous there); close it before checkpointing",
                     e.name
                 ));
             }
             if let Some(v) = e.view.as_ref().filter(|v| !KNOWN_DATAREPS.contains(&v.datarep.as_str())) {
                 return Some(format!(
-                    "the MPI file {} has a view in the data representation {} of MPI_Register_datarep, which is not registered again after a checkpoint",
+                    "the MPI file {} cannot be checkpointed yet: its view is in the data representation {} of MPI_Register_datarep, which is not registered again after a checkpoint",
                     e.name, v.datarep
                 ));
             }
