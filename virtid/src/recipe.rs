@@ -202,7 +202,8 @@ pub enum RequestRecipe {
     /// Nonblocking MPI-IO (`MPI_File_i*`): completed by a checkpoint's drain, one after the other
     /// in the order this process started them (`seq`), as ROMIO's collective ones need.
     FileIo { function: String, seq: u64 },
-    /// Requests of RMA operations (and matched receives): not restorable.
+    /// Anything else: requests of RMA operations, buffer flushes, `MPI_Isendrecv`, matched
+    /// receives; not restorable while pending.
     Other { function: String },
 }
 

@@ -1,7 +1,8 @@
 //! Requests: the recipe of every nonblocking operation the program started (enough to post
 //! it again), its state (completed by the shim, to be reposted), and what the drain and the
 //! renewal do with them: pending receives are cancelled and posted again, persistent requests
-//! are created again, receives may be satisfied from the drained-message buffer.
+//! are created again, receives may be satisfied from the drained-message buffer; nonblocking
+//! MPI-IO completes in the drain, in the order it was started ([`is_file_io`]).
 
 use crate::lower::handles::RealRequest;
 use super::{check, Renewable};
