@@ -81,7 +81,7 @@ unsafe fn classic(recipe: &TypeRecipe, inputs: &[c_int], out: &mut c_int) -> Opt
     let int = |v: i64| c_int::try_from(v).ok();
     let ints = |v: &[i64]| v.iter().map(|&x| c_int::try_from(x).ok()).collect::<Option<Vec<c_int>>>();
     let aints = |v: &[i64]| v.iter().map(|&x| x as MPI_Aint).collect::<Vec<MPI_Aint>>();
-    // SAFETY (every call): as for this function, with arrays of the lengths passed.
+    // SAFETY: every call is as this function requires, with arrays of the lengths passed.
     let rc = unsafe {
         match recipe {
             Contiguous { count, .. } => {
@@ -141,7 +141,7 @@ unsafe fn large(recipe: &TypeRecipe, inputs: &[c_int], out: &mut c_int) -> c_int
     use TypeRecipe::*;
     let f = lower::fns();
     let old = inputs.first().copied().unwrap_or(MPI_DATATYPE_NULL);
-    // SAFETY (every call): as for this function, with arrays of the lengths passed.
+    // SAFETY: every call is as this function requires, with arrays of the lengths passed.
     unsafe {
         match recipe {
             Contiguous { count, .. } => f.MPI_Type_contiguous_c.map_or(MISSING, |g| g(*count, old, out)),

@@ -317,7 +317,7 @@ fn restore(r: MPI_File, e: &FileEntry) -> Result<(), String> {
     let f = lower::fns();
     let s = e.saved.clone().unwrap_or_default();
     let built = |t: &TypeRef| Built::of(t).map_err(|rc| format!("rebuilding a datatype of its view: {}", lower::error_string(rc)));
-    // SAFETY (every call below): `r` is the live real file just opened; the info objects and
+    // SAFETY: for every call below, `r` is the live real file just opened; the info objects and
     // datatypes are live until freed after their use; strings are NUL-terminated.
     unsafe {
         f.MPI_File_set_errhandler.map(|g| g(r, MPI_ERRORS_RETURN));
