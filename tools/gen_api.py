@@ -21,8 +21,9 @@ Policy buckets (shim/api/policy.txt, one function per line, `bucket name [reason
            whose arguments convert mechanically)
   create   creates an object and records its recipe: generated here from the function's entry in
            CREATE (which argument is the new object, how it is registered, its recipe)
-  coll     collective (blocking, nonblocking, persistent: the note says which): generated here,
-           counted for checkpoint alignment
+  coll     collective (blocking, nonblocking, persistent, on a file: the note says which):
+           generated here, counted for checkpoint alignment (on the file's own communicator for
+           a collective on a file)
   hand     hand-written in shim/src/face/api/ (p2p, requests, callbacks, state the shim owns,
            creators whose recording is special: the note says why)
   unsupported  returns MPI_ERR_UNSUPPORTED_OPERATION naming the function
@@ -367,7 +368,9 @@ def translate_handle(lines, n, p):
     return n + "_r"
 
 
-def gen_passthrough(fn):
+def gen_passthrough(fn, on_file=False):
+    """A pass-through wrapper; `on_file`: a collective on a file, counted on the file's
+    communicator for checkpoint alignment (`face::api::file::begin_file_collective`)."""
     params = rust_params(fn)
     sig = ", ".join("%s: %s" % (n, t) for n, t, _ in params)
     ret = ret_type(fn["ret"])
@@ -393,7 +396,11 @@ def gen_passthrough(fn):
         lines.append("}")
         return "\n".join(lines)
     # Translate inside the gate: a renewal may rewrite real handles while the gate is closed.
-    lines.append("    call::run(\"%s\", %s, || {" % (name, on_clause(fn)))
+    if on_file:
+        lines.append("    let g = crate::face::api::file::begin_file_collective(fh);")
+        lines.append("    call::run_in(g, \"%s\", %s, || {" % (name, on_clause(fn)))
+    else:
+        lines.append("    call::run(\"%s\", %s, || {" % (name, on_clause(fn)))
     args = []
     for n, t, p in params:
         if p["base"] in HANDLE_KINDS and p["ptr"] == 0 and not name.startswith("MPI_T_"):
@@ -648,7 +655,7 @@ def gen_create(fn, spec):
     return "\n".join(lines)
 
 
-COLL_NOTES = ("blocking collective", "nonblocking collective", "persistent collective")
+COLL_NOTES = ("blocking collective", "nonblocking collective", "persistent collective", "collective on a file")
 
 
 def gen_collective(fn, note):
@@ -725,6 +732,8 @@ def generate():
             problems.append("%s has an entry in CREATE but is listed as %s" % (name, bucket))
         if bucket == "coll" and reason not in COLL_NOTES:
             problems.append("%s: a coll note is one of %s" % (name, ", ".join(COLL_NOTES)))
+        if bucket == "coll" and reason == "collective on a file" and not (ok and fn["params"] and fn["params"][0]["name"] == "fh"):
+            problems.append("%s: a collective on a file takes the file first and converts mechanically" % name)
         buckets[name] = (bucket, reason)
     if problems:
         raise SystemExit("gen_api:\n  " + "\n  ".join(problems))
@@ -795,13 +804,17 @@ def generate():
     write(os.path.join(FACE_GEN_DIR, "create.rs"), "\n".join(cr))
 
     co = [HEADER, "#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]",
-          "use crate::face::abi::*;", "use crate::face::{conv, errors};", "use crate::lower;",
+          "use crate::face::abi::*;", None, "use crate::face::{conv, errors};", "use crate::lower;",
           "use std::os::raw::{c_int, c_void};", ""]
     for fn in fns:
         b, r = buckets[fn["name"]]
-        if b == "coll":
+        if b == "coll" and r == "collective on a file":
+            co.append(gen_passthrough(fn, on_file=True))
+            co.append("")
+        elif b == "coll":
             co.append(gen_collective(fn, r))
             co.append("")
+    co[co.index(None)] = call_imports(co)
     write(os.path.join(FACE_GEN_DIR, "collectives.rs"), "\n".join(co))
 
     # exports.rs: MPI_* and PMPI_* for everything, and the MPIX_ aliases
@@ -865,7 +878,7 @@ def generate():
           "| bucket | meaning | functions |", "|---|---|---|"]
     meaning = {"pass": "pass-through with handle translation (generated)",
                "create": "creates an object and records its recipe (generated from `CREATE` in tools/gen_api.py)",
-               "coll": "collective, counted for checkpoint alignment (generated)",
+               "coll": "collective, counted for checkpoint alignment (generated); a collective on a file is counted on the file's own communicator",
                "hand": "hand-written: p2p, requests, callbacks, shim-owned state, creators whose recording is special",
                "unsupported": "returns MPI_ERR_UNSUPPORTED_OPERATION naming the function"}
     for b in BUCKETS:

@@ -71,6 +71,17 @@ pub fn raise_targets(targets: &mut HashMap<CommGid, u64>, wants: &[(CommGid, u64
     raised.into_iter().collect()
 }
 
+/// The targets a rank waits for without knowing them: of communicators it made after reporting
+/// its counters (`known` is false), which other ranks' counts already set as far as it wants to
+/// go. It waits at the first collective of one (MPI_File_open's communicator, say, followed at
+/// once by MPI_File_set_view), and its peers may already be inside that collective.
+pub fn untold_targets(targets: &HashMap<CommGid, u64>, wants: &[(CommGid, u64)], known: impl Fn(CommGid) -> bool) -> Vec<(CommGid, u64)> {
+    wants
+        .iter()
+        .filter_map(|&(g, n)| targets.get(&g).filter(|&&t| t >= n && !known(g)).map(|&t| (g, t)))
+        .collect()
+}
+
 /// Transposes per-sender `(comm, destination, count)` into per-receiver `(comm, source, count)`.
 /// Every rank of `0..size` gets an entry (possibly empty).
 pub fn transpose(sent: &PeerCounts, size: i32) -> Result<PeerCounts> {
@@ -260,6 +271,8 @@ struct Ckpt {
     /// The collective targets sent so far (every round's), and the current round.
     targets: HashMap<CommGid, u64>,
     round: u32,
+    /// Communicators whose targets went to every rank in a later round.
+    told: BTreeSet<CommGid>,
     /// Send counts of the current round.
     sent: BTreeMap<i32, Vec<(CommGid, i32, u64)>>,
     drained: BTreeSet<i32>,
@@ -737,6 +750,7 @@ impl Coordinator {
             counters: BTreeMap::new(),
             targets: HashMap::new(),
             round: 0,
+            told: BTreeSet::new(),
             sent: BTreeMap::new(),
             drained: BTreeSet::new(),
             ready: BTreeMap::new(),
@@ -797,7 +811,12 @@ impl Coordinator {
                     }
                 }
                 ToCoord::Wants { comms, .. } => {
-                    let raised = raise_targets(&mut c.targets, &comms);
+                    let mut raised: BTreeMap<CommGid, u64> = raise_targets(&mut c.targets, &comms).into_iter().collect();
+                    let reported = c.counters.get(&r);
+                    let known = |g: CommGid| c.told.contains(&g) || reported.is_some_and(|l| l.iter().any(|&(x, _)| x == g));
+                    raised.extend(untold_targets(&c.targets, &comms, known));
+                    let raised: Vec<(CommGid, u64)> = raised.into_iter().collect();
+                    c.told.extend(raised.iter().map(|&(g, _)| g));
                     if raised.is_empty() {
                         Next::Nothing
                     } else {
@@ -1042,6 +1061,15 @@ mod tests {
         assert_eq!(t[&20], 6);
         assert_eq!(t[&30], 1, "a communicator made during the alignment starts from 0");
         assert_eq!(t[&10], 5);
+    }
+
+    #[test]
+    fn targets_reach_a_rank_that_made_the_communicator_after_its_counters() {
+        let t: HashMap<CommGid, u64> = [(10, 5), (20, 4)].into_iter().collect();
+        let reported = |g: CommGid| g == 10;
+        assert_eq!(untold_targets(&t, &[(10, 6), (20, 1), (30, 1)], reported), vec![(20, 4)]);
+        assert_eq!(untold_targets(&t, &[(20, 5)], reported), vec![], "past the target: raised instead");
+        assert_eq!(untold_targets(&t, &[(10, 5)], reported), vec![], "a reported target is known");
     }
 
     #[test]

@@ -362,14 +362,17 @@ fn wait_aligned(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, Check
         if agent::finalizing() {
             return Err(CheckpointError::Finalizing);
         }
-        if check_aligned().is_ok() {
-            return Ok(None);
-        }
         let wants: Vec<(u64, u64)> = agent::wants_past_targets().into_iter().filter(|w| !asked.contains(w)).collect();
         if !wants.is_empty() {
             tracing::debug!(target: "agent", ?wants, "asking for collective targets to rise");
             agent::send(&FromAgent::Wants { comms: wants.clone() })?;
             asked.extend(wants);
+        }
+        // Aligned, unless a program thread waits for a target this rank does not know: of a
+        // communicator it made after reporting its counters, which its peers may have reported
+        // and already be using (the coordinator answers with a round that tells it).
+        if asked.is_empty() && check_aligned().is_ok() {
+            return Ok(None);
         }
         match wait_aligning(inbox, &mut budget)? {
             Woke::Raised(round) => return Ok(Some(round)),
@@ -655,6 +658,7 @@ pub struct StateFile {
     pub requests: Vec<(u32, u64, crate::core::kinds::request::RequestEntry)>,
     pub keyvals: Vec<(u32, u64, crate::core::kinds::keyval::KeyvalEntry)>,
     pub errhandlers: Vec<(u32, u64, mpicr_virtid::ErrhandlerRecipe)>,
+    pub files: Vec<(u32, u64, crate::core::kinds::file::FileEntry)>,
     pub drained: mpicr_drain::Buffer,
     pub user_errors: Vec<UserError>,
 }
@@ -666,7 +670,7 @@ fn bits<R: RealHandle, E>(items: Vec<(u32, R, E)>) -> Vec<(u32, u64, E)> {
 
 fn write_state(path: &str, epoch: u64) -> Result<u64, CheckpointError> {
     let s = StateFile {
-        format: 1,
+        format: 2,
         epoch,
         world_rank: world_rank(),
         world_size: world_size(),
@@ -679,6 +683,7 @@ fn write_state(path: &str, epoch: u64) -> Result<u64, CheckpointError> {
         requests: bits(OBJ.requests.snapshot()),
         keyvals: bits(OBJ.keyvals.snapshot()),
         errhandlers: bits(OBJ.errhandlers.snapshot()),
+        files: bits(OBJ.files.snapshot()),
         drained: drained::snapshot(),
         user_errors: user_errors(),
     };

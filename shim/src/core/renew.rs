@@ -376,6 +376,9 @@ pub fn renew(restarted: bool, size: Option<i32>) -> Result<(), RenewError> {
             return Err(RenewError::Size { image: world_size(), job: size });
         }
     }
+    for kind in RENEWAL_ORDER {
+        kind.before_renewal().map_err(RenewError::Rebuild)?;
+    }
     let generation = match strategy() {
         Strategy::Namespace => {
             // The same library, or the one a restart named (`mpicr restart --mpi-lib`).

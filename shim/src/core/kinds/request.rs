@@ -1,7 +1,8 @@
 //! Requests: the recipe of every nonblocking operation the program started (enough to post
 //! it again), its state (completed by the shim, to be reposted), and what the drain and the
 //! renewal do with them: pending receives are cancelled and posted again, persistent requests
-//! are created again, receives may be satisfied from the drained-message buffer.
+//! are created again, receives may be satisfied from the drained-message buffer; nonblocking
+//! MPI-IO completes in the drain, in the order it was started ([`is_file_io`]).
 
 use crate::lower::handles::RealRequest;
 use super::{check, Renewable};
@@ -69,46 +70,32 @@ fn complete_without_progress(r: &mut c_int, st: &mut MPI_Status) -> Option<c_int
     (flag != 0).then(|| unsafe { wait(r, st) })
 }
 
-/// Is this a nonblocking MPI-IO request? MPICH makes them generalized requests with a wait
-/// function of ROMIO's: its MPI_Wait and MPI_Waitall run that function, one request after the
-/// other in the array's order, and ROMIO's nonblocking collective I/O relies on it (tested in
-/// turns, two MPI_File_iwrite_all in flight interleave their exchanges differently on different
-/// ranks: MPICH 4.0.2 hangs, MPICH 5 fails an assertion unpacking a message of the other one).
+/// Is this a nonblocking MPI-IO request? MPICH makes them generalized requests whose progress
+/// functions are ROMIO's, and ROMIO's nonblocking collective I/O needs every rank to progress
+/// them in the same order: tested in turns, two MPI_File_iwrite_all in flight interleave their
+/// exchanges differently on different ranks (MPICH 4.0.2 hangs, MPICH 5 fails an assertion
+/// unpacking a message of the other one). So the program's waits and the drain complete them
+/// one after the other, in the order they were started (MPICH's own MPI_Waitall runs their wait
+/// functions in the array's order).
 ///
 /// Only asked once the program started one ([`file_io_started`]): every MPI_Wait would pay a
 /// table lookup per request otherwise.
 pub fn is_file_io(idx: u32) -> bool {
-    OBJ.requests
-        .with(idx, |e| matches!(&e.recipe, RequestRecipe::Other { function } if function.starts_with("MPI_File_i")))
-        .unwrap_or(false)
+    OBJ.requests.with(idx, |e| matches!(&e.recipe, RequestRecipe::FileIo { .. })).unwrap_or(false)
 }
 
-/// Set when the program starts its first nonblocking MPI-IO request ([`note_file_io`]).
-static FILE_IO_STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Nonblocking MPI-IO requests started so far by this process (their `seq`).
+static FILE_IO_STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// The program started a nonblocking MPI-IO request.
-pub fn note_file_io() {
-    FILE_IO_STARTED.store(true, std::sync::atomic::Ordering::Relaxed);
+/// The program starts a nonblocking MPI-IO request: its number in start order.
+pub fn next_file_io() -> u64 {
+    FILE_IO_STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Has the program ever started a nonblocking MPI-IO request (so that [`is_file_io`] may hold)?
 #[inline]
 pub fn file_io_started() -> bool {
-    FILE_IO_STARTED.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// Completes one pending real request with the library's blocking MPI_Wait (for the MPI-IO
-/// requests of [`is_file_io`], which cannot be carried through a checkpoint anyway: a rank
-/// with an open file refuses one), recording it like [`poll`].
-pub fn wait_blocking(idx: u32, real: c_int) -> MPI_Status {
-    let mut r = real;
-    let mut st = MPI_Status::default();
-    let rc = match lower::fns().MPI_Wait {
-        // SAFETY: a live real request of the current lower half; the out-pointer is a local.
-        Some(w) => unsafe { w(&mut r, &mut st) },
-        None => MPI_ERR_OTHER,
-    };
-    record(idx, rc, 1, st).unwrap_or(st)
+    FILE_IO_STARTED.load(std::sync::atomic::Ordering::Relaxed) != 0
 }
 
 fn record(idx: u32, rc: c_int, flag: c_int, mut st: MPI_Status) -> Option<MPI_Status> {
@@ -173,8 +160,21 @@ pub(crate) fn unpack(data: &[u8], buf: *mut c_void, count: i64, dt: MPI_Datatype
 /// still pending.
 pub fn test_pending(mut received: impl FnMut(MPI_Comm, c_int)) -> usize {
     let mut pending = 0;
-    for (idx, real, e) in OBJ.requests.snapshot() {
+    let requests = OBJ.requests.snapshot();
+    // Nonblocking MPI-IO: only the first pending one in start order (see `is_file_io`).
+    let first_io = requests
+        .iter()
+        .filter_map(|(_, _, e)| match &e.recipe {
+            RequestRecipe::FileIo { seq, .. } if e.done.is_none() => Some(*seq),
+            _ => None,
+        })
+        .min();
+    for (idx, real, e) in requests {
         if e.done.is_some() || e.repost || !active(&e.recipe) {
+            continue;
+        }
+        if matches!(&e.recipe, RequestRecipe::FileIo { seq, .. } if Some(*seq) != first_io) {
+            pending += 1;
             continue;
         }
         let Some(st) = poll(idx, real.raw()) else {

@@ -7,7 +7,7 @@ use crate::lower::handles::RealRequest;
 use crate::face::abi::*;
 use crate::face::api::{begin_collective, put_status, put_status_error};
 use crate::core::kinds::comm::count_send;
-use crate::core::kinds::request::{file_io_started, is_file_io, poll, take_drained_into, wait_blocking, RequestEntry};
+use crate::core::kinds::request::{file_io_started, is_file_io, poll, take_drained_into, RequestEntry};
 use crate::core::state::OBJ;
 use crate::face::{conv, errors};
 use crate::core::gate;
@@ -288,16 +288,27 @@ fn raise(reqs: &[MPI_Request], rc: c_int, name: &str) -> c_int {
 /// As for [`test_many`].
 unsafe fn wait_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: Mode) -> Tested {
     if mode.all() && file_io_started() {
-        // MPI-IO requests complete one after the other through the library's own wait, in the
-        // array's order, as in MPICH's MPI_Waitall (see `is_file_io`).
+        // MPI-IO requests complete one after the other, in the array's order, as in MPICH's
+        // MPI_Waitall (see `is_file_io`): each is tested alone until it completes, one gated test
+        // at a time, so that a checkpoint can stop this thread meanwhile (a collective one waits
+        // for the other ranks, which a checkpoint may have stopped; its drain completes it).
         for &v in reqs.iter() {
-            let g = gate::enter();
-            if let Slot::Real(idx, r) = classify(v) {
-                if is_file_io(idx) {
-                    wait_blocking(idx, r);
+            let mut spins = 0u32;
+            loop {
+                let g = gate::enter();
+                let pending = match classify(v) {
+                    Slot::Real(idx, r) if is_file_io(idx) => poll(idx, r).is_none(),
+                    _ => false,
+                };
+                drop(g);
+                if !pending {
+                    break;
+                }
+                spins = spins.wrapping_add(1);
+                if spins % 64 == 0 {
+                    std::thread::yield_now();
                 }
             }
-            drop(g);
         }
     }
     let mut spins = 0u32;
