@@ -27,6 +27,10 @@ pub struct RequestEntry {
     pub done: Option<[i32; 5]>,
     /// A receive cancelled by a checkpoint, to be posted again on the renewed library.
     pub repost: bool,
+    /// The program freed the communicator this request uses while it was pending (or, for a
+    /// persistent one, live): a renewal could not post it again.
+    #[serde(default)]
+    pub comm_freed: bool,
 }
 
 /// Tests one pending real request. On completion the status is recorded in the entry
@@ -117,6 +121,17 @@ fn record(idx: u32, rc: c_int, flag: c_int, mut st: MPI_Status) -> Option<MPI_St
         }
     }
     Some(st)
+}
+
+/// The program freed communicator `comm`: its requests still pending, or persistent, are
+/// marked (see [`RequestEntry::comm_freed`]); the handle's slot may serve another
+/// communicator from now on.
+pub fn note_comm_freed(comm: MPI_Comm) {
+    for (idx, _, e) in OBJ.requests.snapshot() {
+        if e.comm == comm && (e.done.is_none() || e.recipe.is_persistent()) {
+            OBJ.requests.with(idx, |x| x.comm_freed = true);
+        }
+    }
 }
 
 /// Satisfies a receive from the drained-message buffer, if a message matches.
@@ -258,6 +273,12 @@ impl Renewable for Renew {
                 }
                 RequestRecipe::Other { function } if r.done.is_none() && !function.contains("Mrecv") => {
                     return Some(format!("a pending {function} request cannot be checkpointed yet"));
+                }
+                // (a renewal would post it again, on a communicator the program no longer has)
+                RequestRecipe::Recv { .. } | RequestRecipe::PersistentRecv { .. } | RequestRecipe::PersistentSend { .. }
+                    if r.comm_freed && (r.done.is_none() || r.recipe.is_persistent()) =>
+                {
+                    return Some("a receive or persistent request is pending on a communicator the program freed (MPI_Comm_free); it cannot be checkpointed yet".into());
                 }
                 _ => {}
             }

@@ -16,7 +16,7 @@ use std::os::raw::c_int;
 
 /// Registers a real request under a virtual handle.
 pub fn register_request(real: c_int, recipe: RequestRecipe, comm: MPI_Comm, counts_recv: bool) -> MPI_Request {
-    let e = RequestEntry { recipe, comm, counts_recv, done: None, repost: false };
+    let e = RequestEntry { recipe, comm, counts_recv, done: None, repost: false, comm_freed: false };
     match OBJ.requests.insert(RealRequest(real), e) {
         Ok(i) => conv::handle(Kind::Request, i),
         Err(_) => errors::fatal("too many live requests"),
@@ -25,7 +25,7 @@ pub fn register_request(real: c_int, recipe: RequestRecipe, comm: MPI_Comm, coun
 
 /// A request the shim completed itself, reporting `status`.
 pub fn register_done(recipe: RequestRecipe, comm: MPI_Comm, status: &MPI_Status) -> MPI_Request {
-    let e = RequestEntry { recipe, comm, counts_recv: false, done: Some(status.as_array()), repost: false };
+    let e = RequestEntry { recipe, comm, counts_recv: false, done: Some(status.as_array()), repost: false, comm_freed: false };
     match OBJ.requests.insert(RealRequest(MPI_REQUEST_NULL), e) {
         Ok(i) => conv::handle(Kind::Request, i),
         Err(_) => errors::fatal("too many live requests"),
