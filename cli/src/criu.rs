@@ -221,13 +221,22 @@ fn run(mut cmd: Command, what: &str, log: &Path, timeout: Duration, fds: Vec<(Ow
             Ok(())
         });
     }
+    // Registered before another thread can end the keeper (see `end_running`).
+    let mut running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
     let mut child = cmd.spawn().with_context(|| format!("starting {}", cmd.get_program().to_string_lossy()))?;
+    let pid = child.id() as i32;
+    running.push(pid);
+    drop(running);
     drop(fds);
     drop(parked);
     let stderr = child.stderr.take();
     let (tx, rx) = std::sync::mpsc::channel();
-    let pid = child.id() as i32;
     std::thread::spawn(move || {
+        // Waited for without reaping, then reaped under the lock: `end_running` never signals
+        // a pid that was reaped (and could be reused) meanwhile.
+        crate::sys::wait_exited_no_reap(pid);
+        let mut running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+        running.retain(|&p| p != pid);
         let _ = tx.send(child.wait());
     });
     let mut err_text = String::new();
@@ -249,13 +258,34 @@ fn run(mut cmd: Command, what: &str, log: &Path, timeout: Duration, fds: Vec<(Ow
                 bail!("criu {what} failed ({status}){}", describe_failure(&err_text, log));
             }
             Err(_) => {
-                let _ = crate::sys::kill(pid, libc::SIGKILL);
+                kill_running(pid);
                 let _ = rx.recv_timeout(Duration::from_secs(10));
                 bail!("criu {what} did not finish within {}s and was killed{}", timeout.as_secs(), describe_failure(&err_text, log));
             }
         }
     }
     bail!("criu {what}: no stderr pipe")
+}
+
+/// CRIU processes started and not yet reaped.
+static RUNNING: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+
+/// Ends every CRIU this process started that still runs, with the helpers it forked. Called
+/// before the keeper exits, on every path: a dump still running when its program died (or its
+/// job ended) would otherwise outlive the keeper and the launcher.
+pub fn end_running() {
+    let running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+    for &pid in running.iter() {
+        crate::sys::kill_tree(pid);
+    }
+}
+
+/// Ends one CRIU (a deadline passed) and its helpers, if it was not reaped yet.
+fn kill_running(pid: i32) {
+    let running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+    if running.contains(&pid) {
+        crate::sys::kill_tree(pid);
+    }
 }
 
 fn describe_failure(stderr: &str, log: &Path) -> String {

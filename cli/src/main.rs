@@ -62,7 +62,9 @@ fn main() {
     let cli = Cli::parse();
     log::init();
     let wrapper = matches!(cli.command, Command::Run(_) | Command::Restart(_));
-    let code = match run(cli) {
+    let result = run(cli);
+    criu::end_running();
+    let code = match result {
         Ok(keeper::Outcome::Exit(code)) => code,
         Ok(keeper::Outcome::Signal(sig)) => sys::die_by_signal(sig),
         Err(e) => {

@@ -236,6 +236,68 @@ pub fn die_by_signal(sig: i32) -> ! {
     std::process::exit(128 + sig)
 }
 
+/// Blocks until `pid` (a child) has ended, leaving it to be reaped by a later wait.
+pub fn wait_exited_no_reap(pid: i32) {
+    loop {
+        // SAFETY: waitid writes only into the zeroed siginfo it is given.
+        let r = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOWAIT)
+        };
+        if r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
+        }
+    }
+}
+
+/// The parent pid of `pid`, from /proc.
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces and parentheses: fields follow its last ')'.
+    stat[stat.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Every live process whose ancestry leads to `root` (root excluded).
+fn descendants(root: i32) -> Vec<i32> {
+    let Ok(rd) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let parents: Vec<(i32, i32)> = rd
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|p| Some((p, parent_of(p)?)))
+        .collect();
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(parents.iter().filter(|&&(_, pp)| pp == p).map(|&(c, _)| c));
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// Kills `root` and every process it forked. Each is stopped first, so none forks another
+/// while the tree is collected; the main process is killed last (its helpers are its children
+/// and would be reparented away from the tree once it is gone).
+pub fn kill_tree(root: i32) {
+    let _ = kill(root, libc::SIGSTOP);
+    let mut tree: Vec<i32> = Vec::new();
+    loop {
+        let now = descendants(root);
+        let new: Vec<i32> = now.into_iter().filter(|p| !tree.contains(p)).collect();
+        if new.is_empty() {
+            break;
+        }
+        for &p in &new {
+            let _ = kill(p, libc::SIGSTOP);
+        }
+        tree.extend(new);
+    }
+    for &p in tree.iter().rev() {
+        let _ = kill(p, libc::SIGKILL);
+    }
+    let _ = kill(root, libc::SIGKILL);
+}
+
 /// Whether a process or thread with this id exists.
 pub fn pid_exists(pid: i32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()

@@ -248,6 +248,7 @@ fn phases(
         }
         other => return Err(unexpected(other, "while aligning")),
     };
+    let aligning_since = Instant::now();
     let expected = loop {
         tracing::debug!(target: "agent", epoch, round, "aligning collectives");
         if let Some(r) = wait_aligned(inbox, limits.align)? {
@@ -259,7 +260,18 @@ fn phases(
             continue;
         }
         *stage = Stage::GateClosed;
-        check_aligned()?;
+        // A thread still inside the gate while it closed may have made a communicator (the
+        // private one of MPI_File_open, say) that its peers had already reported and used: its
+        // target is beyond it. The thread can reach it only with the gate open: align again.
+        if let Err(e) = check_aligned() {
+            if aligning_since.elapsed() > limits.align {
+                return Err(e);
+            }
+            tracing::debug!(target: "agent", epoch, %e, "a communicator made while the gate closed: aligning again");
+            gate::open();
+            *stage = Stage::Aligning;
+            continue;
+        }
         // Asked again now that no program thread runs: aligning let this rank run on into
         // the collectives other ranks had entered, and those may have made what cannot be
         // carried (MPI_Win_create, MPI_File_open), which the first asking could not see.
