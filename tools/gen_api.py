@@ -34,11 +34,15 @@ the gate, convert the program's handles (`face::call::ToReal`, so `?` works), ca
 function, register what it created, leave the gate, and only then raise a failure through the
 error handler of the call's communicator, window, file or session (MPI_COMM_WORLD's otherwise).
 """
+
 import json
 import os
 import re
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import checkpointable  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLE = os.path.join(ROOT, "shim", "api", "mpich-abi.json")
@@ -887,12 +891,28 @@ def generate():
     md.append("")
     md.append("Data symbols exported as well: %s." % ", ".join("`%s`" % d for d in doc["data"]))
     md.append("")
-    md.append("| function | bucket | note |")
-    md.append("|---|---|---|")
+    not_ckpt = {fn["name"]: checkpointable.refused(fn["name"]) for fn in fns}
+    n_ckpt = sum(1 for v in not_ckpt.values() if v is None)
+    md.append("**Checkpointable: %d of %d functions (%.1f %%).** A program that uses the others can run, but a "
+              "checkpoint is refused, with a message naming the state, while what they made or started is live "
+              "(`tools/checkpointable.py`)." % (n_ckpt, len(fns), 100.0 * n_ckpt / len(fns)))
+    md.append("")
+    md.append("| function | bucket | checkpointable | note |")
+    md.append("|---|---|---|---|")
     for fn in fns:
         b, r = buckets[fn["name"]]
-        md.append("| `%s` | %s | %s |" % (fn["name"], b, r))
+        why = not_ckpt[fn["name"]]
+        md.append("| `%s` | %s | %s | %s |" % (fn["name"], b, "yes" if why is None else "no: " + why, r))
     write(DOC, "\n".join(md) + "\n")
+    # The README quotes the count between markers.
+    readme = os.path.join(ROOT, "README.md")
+    with open(readme) as f:
+        text = f.read()
+    marked = re.sub(r"(<!-- checkpointable: make gen -->)[^<]*(<!-- /checkpointable -->)",
+                    lambda m: "%s%d of the %d%s" % (m.group(1), n_ckpt, len(fns), m.group(2)), text)
+    if OUT == ROOT and marked != text:
+        with open(readme, "w") as f:
+            f.write(marked)
     print("gen_api: %s" % ", ".join("%s %d" % (b, counts.get(b, 0)) for b in BUCKETS))
 
 
