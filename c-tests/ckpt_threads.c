@@ -11,7 +11,7 @@
  * by the main thread after joining them (the output does not depend on thread timing). Each
  * thread sleeps $MPICR_TEST_PACE_US per iteration, as the main loop does (t_pace).
  * Argument: the iteration count.
- * mpicr-test: ranks=1,2,4 args=40 long-args=600 long-args.4=150 ckpt-ranks=2,4 ckpt-pace=5000 ckpt-pace.4=20000
+ * mpicr-test: ranks=1,2,4 args=40 long-args=600 long-args.4=150 ckpt-ranks=2,4 ckpt-pace=5000 ckpt-pace.4=20000 ckpt-modes=continue,stop-restart,restart-twice
  */
 #include "common.h"
 
