@@ -70,6 +70,13 @@ impl Generation {
         unsafe { libc::dlsym(self.lib, sym.as_ptr()) }
     }
 
+    /// How many PMIx fences Open MPI's generation took to meet before its MPI_Init (see
+    /// anchor.c; more than 1: a fence completed short and was repeated). 0 for other libraries.
+    pub fn pmix_fences(&self) -> u32 {
+        // SAFETY: reads a counter of the anchor's, while the namespace is loaded.
+        self.anchor_fns.map_or(0, |a| unsafe { (a.pmix_fences)() }.max(0) as u32)
+    }
+
     /// What stands in for a generation after its release: every entry point is absent, so a
     /// stray call gets MPI_ERR_UNSUPPORTED_OPERATION instead of jumping into unmapped code.
     fn released(number: u32, path: PathBuf) -> Generation {
@@ -184,6 +191,45 @@ fn namespace_of(handle: *mut c_void) -> Result<libc::Lmid_t, LoadError> {
     Ok(lmid)
 }
 
+/// The anchor that needs placeholder libraries (built by build.rs): see [`anchor_needing`].
+static ANCHOR_NEEDS_SO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libmpicr_anchor_needs.so"));
+/// The placeholders' names in that image's DT_NEEDED: this prefix, the slot's digit, then 'x'
+/// up to `PLACEHOLDER_LEN` bytes (build.rs `placeholder_name`).
+const PLACEHOLDER_PREFIX: &[u8] = b"mpicr-lower-library-";
+const PLACEHOLDER_LEN: usize = 512;
+const PLACEHOLDERS: usize = 4;
+
+/// A copy of the anchor that needs the objects at `paths` (at most [`PLACEHOLDERS`], in that
+/// order): its DT_NEEDED placeholder names overwritten with the paths, unused slots with the
+/// last path again (a name needed twice loads once). Loaded first into a new namespace, the
+/// anchor's search list (itself, the stand-ins, the library and their dependencies) becomes the
+/// namespace's global scope, so the modules the library opens later find its symbols there, as
+/// they would had it been loaded with RTLD_GLOBAL (which the anchor must strip: see anchor.c).
+/// Open MPI 4.1's components need that: they do not link to the libraries whose symbols they use.
+fn anchor_needing(paths: &[String]) -> Result<Vec<u8>, LoadError> {
+    let mut image = ANCHOR_NEEDS_SO.to_vec();
+    let last = paths.last().ok_or_else(|| LoadError::LibraryPath(String::new()))?;
+    if paths.len() > PLACEHOLDERS {
+        return Err(LoadError::TooManyStandIns(paths.len() - 1));
+    }
+    for slot in 0..PLACEHOLDERS {
+        let path = paths.get(slot).unwrap_or(last);
+        let mut name = PLACEHOLDER_PREFIX.to_vec();
+        name.push(b'0' + slot as u8);
+        let at = image
+            .windows(name.len())
+            .position(|w| w == name.as_slice())
+            .ok_or_else(|| LoadError::NoAnchorSymbol("placeholder library name".into()))?;
+        if path.len() >= PLACEHOLDER_LEN || !path.starts_with('/') {
+            return Err(LoadError::LibraryPath(path.to_string()));
+        }
+        let bytes = &mut image[at..at + PLACEHOLDER_LEN];
+        bytes.fill(0);
+        bytes[..path.len()].copy_from_slice(path.as_bytes());
+    }
+    Ok(image)
+}
+
 /// Loads a fresh copy of the library at `path` into a new namespace and makes it current.
 pub fn load_generation(path: &Path) -> Result<&'static Generation, LoadError> {
     let _l = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
@@ -196,7 +242,23 @@ fn load_locked(path: &Path) -> Result<&'static Generation, LoadError> {
     let path_str = path.to_str().ok_or_else(|| LoadError::NotUtf8(path.display().to_string()))?;
     // Open until the namespace is loaded (see `dlmopen_bytes`); the mappings outlive them.
     let mut images = Vec::new();
-    let (anchor, image) = dlmopen_bytes(libc::LM_ID_NEWLM, "mpicr-anchor", ANCHOR_SO)?;
+    let family = family(path);
+    let (anchor, image) = match family {
+        Family::Mpich => dlmopen_bytes(libc::LM_ID_NEWLM, "mpicr-anchor", ANCHOR_SO)?,
+        // The stand-ins and the library come in with the anchor, as its dependencies (see
+        // `anchor_needing`).
+        Family::OpenMpi => {
+            let mut needed = Vec::new();
+            for (name, bytes) in nodelete_stand_ins(path) {
+                use std::os::fd::AsRawFd;
+                let f = memfd_with(&name, &bytes)?;
+                needed.push(format!("/proc/self/fd/{}", f.as_raw_fd()));
+                images.push(f);
+            }
+            needed.push(path_str.to_string());
+            dlmopen_bytes(libc::LM_ID_NEWLM, "mpicr-anchor", &anchor_needing(&needed)?)?
+        }
+    };
     images.push(image);
     let unload_partial = |handles: &[*mut c_void]| {
         for &h in handles.iter().rev() {
@@ -207,8 +269,15 @@ fn load_locked(path: &Path) -> Result<&'static Generation, LoadError> {
     let lmid = namespace_of(anchor).inspect_err(|_| unload_partial(&[anchor]))?;
     let anchor_fns = AnchorFns::resolve(anchor).inspect_err(|_| unload_partial(&[anchor]))?;
     anchor_fns.mark_namespace_threaded().inspect_err(|_| unload_partial(&[anchor]))?;
+    anchor_fns.private_environ(anchor, &family_environment(path)).inspect_err(|_| unload_partial(&[anchor]))?;
+    if family == Family::OpenMpi {
+        // SAFETY: sets a flag of the anchor's; no code of the namespace runs yet.
+        unsafe { (anchor_fns.meet_in_pmix)(1) };
+    }
     let mut stand_ins = Vec::new();
-    for (name, bytes) in nodelete_stand_ins(path) {
+    // (Open MPI's came in with the anchor.)
+    let stand_in_images = if family == Family::Mpich { nodelete_stand_ins(path) } else { Vec::new() };
+    for (name, bytes) in stand_in_images {
         match dlmopen_bytes(lmid, &name, &bytes) {
             Ok((h, image)) => {
                 stand_ins.push(h);
@@ -261,6 +330,37 @@ fn load_locked(path: &Path) -> Result<&'static Generation, LoadError> {
     Ok(g)
 }
 
+/// The family of an MPI library, by its file name: what the lower half must do differently.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// MPICH's ABI (`libmpich.so.12`, `libmpi.so.12`): MPICH, Intel MPI.
+    Mpich,
+    /// Open MPI (`libmpi.so.40`): pointer handles, driven through the ABI adapter.
+    OpenMpi,
+}
+
+/// The family of the library at `path` (by its file name; MPICH's unless it is `libmpi.so.40`).
+pub fn family(path: &Path) -> Family {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if name.starts_with("libmpi.so.40") { Family::OpenMpi } else { Family::Mpich }
+}
+
+/// Variables set in a generation's own environment only (see `AnchorFns::private_environ`),
+/// unless the user set them:
+/// - Open MPI 5's PMIx keeps its job data in a shared-memory store mapped at a fixed address
+///   (`gds=shmem2`), which can collide with a restored image; the hash store is private memory.
+/// - hwloc's plugins (Debian's: GL, OpenCL, PCI, libxml2) bring libstdc++ into the namespace,
+///   whose unique symbols make glibc keep it, and with it everything it was bound to, the
+///   anchor and the whole namespace, loaded for good (measured: Open MPI 4.1.4 at 3 and 4
+///   ranks on 2 cores, where its runtime lets the process discover the topology itself; the
+///   12th generation could not be loaded). Without them hwloc still knows the CPUs and caches.
+fn family_environment(path: &Path) -> Vec<(&'static str, &'static str)> {
+    match family(path) {
+        Family::Mpich => Vec::new(),
+        Family::OpenMpi => vec![("PMIX_MCA_gds", "hash"), ("HWLOC_PLUGINS_PATH", "/nonexistent/mpicr-no-hwloc-plugins")],
+    }
+}
+
 /// Makes the program's own libc know that the process has threads, before the library's
 /// copy of libc creates any. glibc skips the atomic lock and the futex wake in its mutexes
 /// while the libc that owns them has never created a thread, and the loader's locks are the
@@ -284,6 +384,10 @@ struct AnchorFns {
     mark_threaded: unsafe extern "C" fn() -> c_int,
     close_all: unsafe extern "C" fn() -> c_int,
     regions: unsafe extern "C" fn(*mut usize, usize) -> usize,
+    private_environ: unsafe extern "C" fn() -> c_int,
+    delete_keys: unsafe extern "C" fn() -> c_int,
+    meet_in_pmix: unsafe extern "C" fn(c_int),
+    pmix_fences: unsafe extern "C" fn() -> c_int,
 }
 
 impl AnchorFns {
@@ -306,6 +410,14 @@ impl AnchorFns {
                 regions: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut usize, usize) -> usize>(get(
                     c"mpicr_anchor_regions",
                 )?),
+                private_environ: std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> c_int>(get(
+                    c"mpicr_anchor_private_environ",
+                )?),
+                delete_keys: std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> c_int>(get(
+                    c"mpicr_anchor_delete_keys",
+                )?),
+                meet_in_pmix: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int)>(get(c"mpicr_anchor_meet_in_pmix")?),
+                pmix_fences: std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> c_int>(get(c"mpicr_anchor_pmix_fences")?),
             })
         }
     }
@@ -318,6 +430,43 @@ impl AnchorFns {
             0 => Ok(()),
             e => Err(LoadError::NamespaceThread(std::io::Error::from_raw_os_error(e))),
         }
+    }
+
+    /// Gives the namespace's libc a copy of the environment of its own (see anchor.c), then
+    /// sets `extra` there only: settings the library underneath needs that the program must
+    /// not see (nor pass on to what it starts).
+    fn private_environ(&self, anchor: *mut c_void, extra: &[(&str, &str)]) -> Result<(), LoadError> {
+        // SAFETY: copies `environ` within the namespace; no thread of the namespace runs yet.
+        match unsafe { (self.private_environ)() } {
+            0 => {}
+            e => return Err(LoadError::Environment(std::io::Error::from_raw_os_error(e))),
+        }
+        if extra.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: symbol lookup in a live handle: `setenv` and `getenv` of the namespace's libc.
+        let (setenv, getenv) = unsafe { (libc::dlsym(anchor, c"setenv".as_ptr()), libc::dlsym(anchor, c"getenv".as_ptr())) };
+        if setenv.is_null() || getenv.is_null() {
+            return Err(LoadError::NoAnchorSymbol("setenv".into()));
+        }
+        // SAFETY: the C signatures of setenv and getenv.
+        let (setenv, getenv) = unsafe {
+            (
+                std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_char, *const c_char, c_int) -> c_int>(setenv),
+                std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_char) -> *mut c_char>(getenv),
+            )
+        };
+        for (k, v) in extra {
+            let (Ok(k), Ok(v)) = (CString::new(*k), CString::new(*v)) else { continue };
+            // SAFETY: NUL-terminated strings; the user's own setting wins (overwrite = 0 and a
+            // getenv first, since an empty value also counts as set).
+            unsafe {
+                if getenv(k.as_ptr()).is_null() && setenv(k.as_ptr(), v.as_ptr(), 0) != 0 {
+                    return Err(LoadError::Environment(std::io::Error::last_os_error()));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The mappings the anchor recorded, as (start, end) pairs flattened.
@@ -458,6 +607,11 @@ pub fn release_current() -> ReleaseReport {
     // SAFETY: the library was finalized; its handle is closed once, then what it opened and
     // never closed, then the stand-ins and the anchor itself.
     unsafe {
+        if let Some(a) = g.anchor_fns {
+            // The thread-specific keys the namespace made (see anchor.c) go first: their
+            // values and destructors belong to the namespace.
+            (a.delete_keys)();
+        }
         libc::dlclose(g.lib);
         if let Some(a) = g.anchor_fns {
             (a.close_all)();
