@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build deps demo test bench soak gen clean conformance
+.PHONY: all build deps demo test bench soak gen clean conformance install
 
 all: build
 
@@ -14,6 +14,15 @@ build:
 
 # Regenerates the code made from the checked-in signature tables (see tools/gen_api.py and,
 # for the Open MPI face, tools/gen_ompi.py).
+# Installs mpicr under PREFIX (default /usr/local; DESTDIR for staged installs): bin/mpicr and
+# the wrapper compilers, lib/libmpicr.so and libmpicr_ompi.so, include/mpicr.h, the pkg-config
+# file, mpicr's CRIU in libexec/mpicr, man pages, completions and a module file
+# (scripts/install.sh lists every file). `make deps build` first. CRIU=/path/to/criu installs
+# that CRIU binary instead of .deps/criu's, CRIU=none none.
+PREFIX ?= /usr/local
+install:
+	PREFIX=$(PREFIX) DESTDIR=$(DESTDIR) scripts/install.sh
+
 gen:
 	python3 tools/gen_api.py
 	python3 tools/gen_ompi.py

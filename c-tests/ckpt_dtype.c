@@ -6,7 +6,9 @@
  * checked. Every 8th iteration a new hindexed type (displacements depend on the iteration) is
  * made, committed, used in a Bcast from a rotating root and freed; every 16th a struct array is
  * packed with MPI_Pack and unpacked by the receiver. A digest of everything received is printed
- * every twentieth of the run. Argument: the iteration count.
+ * every twentieth of the run. And a user error class, code and string made at the start (with
+ * MPI 4.1, one more class made and removed), which must still be the library's after the run:
+ * a renewal makes them again with the same values. Argument: the iteration count.
  * Pause point for checkpoint tests: $MPICR_TEST_PAUSE_AT=<iteration> (common.h).
  * mpicr-test: ranks=1,2,4 args=64 long-args=2000 long-args.4=200 ckpt-ranks=2,4 ckpt-pace.4=10000
  */
@@ -78,6 +80,20 @@ int main(int argc, char **argv)
     int sz;
     CHECK_MPI(MPI_Type_size(hv, &sz));
     printf("types made; hvector size %d, rec size %d\n", sz, (int)sizeof(struct rec));
+
+    /* user errors: replayed by every renewal, each class and code with its value */
+    int uclass, ucode;
+    static const char ustring[] = "ckpt_dtype's own error";
+    CHECK_MPI(MPI_Add_error_class(&uclass));
+    CHECK_MPI(MPI_Add_error_code(uclass, &ucode));
+    CHECK_MPI(MPI_Add_error_string(ucode, ustring));
+#if MPI_VERSION > 4 || (MPI_VERSION == 4 && MPI_SUBVERSION >= 1)
+    {
+        int gone;
+        CHECK_MPI(MPI_Add_error_class(&gone));
+        CHECK_MPI(MPI_Remove_error_class(gone));
+    }
+#endif
 
     uint64_t digest = 14695981039346656037ULL;
 #define FOLD(p, n) (digest = (digest ^ t_fnv((p), (n))) * 1099511628211ULL)
@@ -198,6 +214,15 @@ int main(int argc, char **argv)
             printf("iteration %ld digest %016llx\n", it, (unsigned long long)digest);
     }
     printf("short-lived types %ld, packed exchanges %ld\n", made, packed);
+    {
+        int cls, len;
+        char text[MPI_MAX_ERROR_STRING];
+        CHECK_MPI(MPI_Error_class(ucode, &cls));
+        CHECK_EQ(cls, uclass);
+        CHECK_MPI(MPI_Error_string(ucode, text, &len));
+        CHECK_MSG(strcmp(text, ustring) == 0, "user error string: %s", text);
+        printf("user error class, code and string kept\n");
+    }
     CHECK_MPI(MPI_Type_free(&vec));
     CHECK_MPI(MPI_Type_free(&idx));
     CHECK_MPI(MPI_Type_free(&idx_dup));

@@ -5,7 +5,9 @@
  * (MAX) to a rotating root on the row and Scan on the duplicate; every 16th a Barrier on the
  * column; every 100th a communicator split from the duplicate is made, used for an Allreduce
  * and freed. Every result is checked against a closed form; a digest of all results is printed
- * every twentieth of the run. Argument: the iteration count.
+ * every twentieth of the run. And one more duplicate that rank 0 frees at once and the others
+ * only at the end (MPI_Comm_free is local in MPICH): a checkpoint in between must make it again
+ * on every member for the others' sake. Argument: the iteration count.
  * Pause point for checkpoint tests: $MPICR_TEST_PAUSE_AT=<iteration> (common.h).
  * mpicr-test: ranks=1,2,4 args=64 long-args=2000 long-args.4=200 ckpt-ranks=2,4 ckpt-pace.4=10000
  */
@@ -29,6 +31,10 @@ int main(int argc, char **argv)
     CHECK_MPI(MPI_Comm_split(MPI_COMM_WORLD, t_rank / 2, t_rank, &row));
     CHECK_MPI(MPI_Comm_split(MPI_COMM_WORLD, t_rank % 2, -t_rank, &col));
     CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &wdup));
+    MPI_Comm late; /* freed by rank 0 now, by the others at the end */
+    CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &late));
+    if (t_rank == 0)
+        CHECK_MPI(MPI_Comm_free(&late));
     int rrank, rsize, crank, csize;
     CHECK_MPI(MPI_Comm_rank(row, &rrank));
     CHECK_MPI(MPI_Comm_size(row, &rsize));
@@ -133,5 +139,11 @@ int main(int argc, char **argv)
     CHECK_MPI(MPI_Comm_free(&row));
     CHECK_MPI(MPI_Comm_free(&col));
     CHECK_MPI(MPI_Comm_free(&wdup));
+    if (t_rank != 0) {
+        int lsize;
+        CHECK_MPI(MPI_Comm_size(late, &lsize));
+        CHECK_EQ(lsize, t_size);
+        CHECK_MPI(MPI_Comm_free(&late));
+    }
     return t_finish();
 }

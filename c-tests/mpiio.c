@@ -3,7 +3,8 @@
  * set_view with an interleaving vector filetype and collective write_all/read_all,
  * File_get_view, seek + read with the individual file pointer, iwrite_at/iread_at requests,
  * write_ordered with the shared file pointer, File_get_amode, the default file error handler
- * returning an error for a missing file, MPI_MODE_DELETE_ON_CLOSE, and File_delete at the end.
+ * returning an error for a missing file (File_open and File_delete), MPI_MODE_DELETE_ON_CLOSE,
+ * and File_delete at the end.
  * mpicr-test: ranks=1,2,4 args={tmpdir}
  */
 #include "common.h"
@@ -25,6 +26,9 @@ int main(int argc, char **argv)
         snprintf(missing, sizeof missing, "%s.missing", path);
         int rc = MPI_File_open(MPI_COMM_WORLD, missing, MPI_MODE_RDONLY, MPI_INFO_NULL, &fh);
         t_print_error("open of a missing file", rc);
+        /* (File_delete has no file handle either: MPI_FILE_NULL's handler, not the world's) */
+        rc = MPI_File_delete(missing, MPI_INFO_NULL);
+        t_print_error("delete of a missing file", rc);
     }
 
     CHECK_MPI(MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_CREATE | MPI_MODE_RDWR, MPI_INFO_NULL, &fh));

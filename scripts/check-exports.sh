@@ -15,18 +15,22 @@ mpich=$(gcc -print-file-name=libmpich.so.12)
 [ -f "$mpich" ] || { echo "check-exports: Debian's libmpich.so.12 not found (run make deps)" >&2; exit 1; }
 wheel=.deps/mpich5/lib/libmpi.so.12
 [ -f "$wheel" ] || { echo "check-exports: $wheel not found (run make deps)" >&2; exit 1; }
-ours=$(nm -D --defined-only "$shim" | awk '{print $3}' | sort -u)
-status=0
-for lib in "$mpich" "$wheel"; do
-    theirs=$(nm -D --defined-only "$lib" | awk '{print $3}' | grep -E '^P?MPI_' | sort -u)
+# covers SHIM LIB LABEL: does SHIM export every MPI_/PMPI_ name LIB exports?
+covers() {
+    local ours theirs missing
+    ours=$(nm -D --defined-only "$1" | awk '{print $3}' | sort -u)
+    theirs=$(nm -D --defined-only "$2" | awk '{print $3}' | grep -E '^P?MPI_' | sort -u)
     missing=$(comm -23 <(echo "$theirs") <(echo "$ours"))
     if [ -n "$missing" ]; then
-        echo "check-exports: libmpicr.so lacks $(echo "$missing" | wc -l) names of $lib:" >&2
+        echo "check-exports: $(basename "$1") lacks $(echo "$missing" | wc -l) names of $2:" >&2
         echo "$missing" | head -20 >&2
-        status=1
-    else
-        echo "check-exports: all $(echo "$theirs" | wc -l) MPI_/PMPI_ names of $(basename "$(dirname "$lib")")/$(basename "$lib") are exported by libmpicr.so"
+        return 1
     fi
+    echo "check-exports: all $(echo "$theirs" | wc -l) MPI_/PMPI_ names of $3 are exported by $(basename "$1")"
+}
+status=0
+for lib in "$mpich" "$wheel"; do
+    covers "$shim" "$lib" "$(basename "$(dirname "$lib")")/$(basename "$lib")" || status=1
 done
 ompi_shim=target/release/libmpicr_ompi.so
 ompi=$(ldconfig -p | awk '/libmpi.so.40 /{print $NF; exit}')
@@ -37,16 +41,7 @@ elif [ -z "$ompi" ] || [ ! -f "$ompi" ]; then
     echo "check-exports: Open MPI's libmpi.so.40 not found (run make deps)" >&2
     status=1
 else
-    ours=$(nm -D --defined-only "$ompi_shim" | awk '{print $3}' | sort -u)
-    theirs=$(nm -D --defined-only "$ompi" | awk '{print $3}' | grep -E '^P?MPI_' | sort -u)
-    missing=$(comm -23 <(echo "$theirs") <(echo "$ours"))
-    if [ -n "$missing" ]; then
-        echo "check-exports: libmpicr_ompi.so lacks $(echo "$missing" | wc -l) names of $ompi:" >&2
-        echo "$missing" | head -20 >&2
-        status=1
-    else
-        echo "check-exports: all $(echo "$theirs" | wc -l) MPI_/PMPI_ names of libmpi.so.40 are exported by libmpicr_ompi.so"
-    fi
+    covers "$ompi_shim" "$ompi" libmpi.so.40 || status=1
     # name size, for the data symbols of the table, in both libraries
     sizes() { readelf -W --dyn-syms "$1" | awk '$4 == "OBJECT" && $7 != "UND" {sub(/@.*/, "", $8); print $8, $3}' | sort -u; }
     wanted=$(python3 -c 'import json,sys; [print(d["name"]) for d in json.load(open(sys.argv[1]))["data"]]' shim/api/ompi-abi.json | sort -u)

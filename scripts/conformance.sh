@@ -25,7 +25,8 @@
 # failing the run), ci.txt (the selection). Results: target/conformance/results.tsv (every
 # run) and failures.txt (the full report of every failure).
 # Exit status: 0 when no test that passes natively fails under the shim or through a
-# checkpoint (beyond known-issue14.txt), 1 when one does, 2 on a setup problem.
+# checkpoint (beyond known-issue14.txt), 1 when one does, 2 on a setup problem and when
+# nothing was compared (no test chosen, or none built or passed natively).
 # SKIP_BUILD=1 uses the existing target/release/{mpicr,libmpicr.so}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +37,9 @@ if [ ! -x "$src/configure" ]; then
     echo "conformance: MPICH's test suite is not in .deps/mpich-src: run scripts/deps.sh (make deps)" >&2
     exit 2
 fi
+# (its real path: worktrees that share .deps through a link then agree on the build's stamp
+# below, instead of configuring the shared build tree again for each other)
+src=$(readlink -f "$src")
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
     cargo build --release -q -p mpicr-face-mpich -p mpicr-cli --bin mpicr
 fi

@@ -9,6 +9,9 @@
 #   - a private CRIU 4.1 from Debian 13 (trixie), unpacked under .deps/criu, never installed
 #     system-wide (it needs glibc 2.38; the host keeps its own libc), with the file capabilities
 #     a non-root user's checkpoints need (setcap from libcap2-bin; patchelf makes it exec'able)
+#   - Debian's Slurm (slurm-wlm: slurmctld, slurmd, srun, sbatch) and munge, for the srun and
+#     batch tests (scripts/slurm-local.sh starts a private one-node cluster; nothing is started
+#     here: a policy-rc.d keeps the packages' init scripts from starting the system's daemons)
 #   - MPICH's own test suite, test/mpi of Debian's `mpich` source package (the version of the
 #     installed mpich), unpacked into .deps/mpich-src (scripts/conformance.sh builds and runs
 #     it); apt gets a deb-src entry for this machine's Debian release for that
@@ -28,6 +31,25 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     echo "deps: apt-get install ${need_apt[*]}"
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+# --- Slurm and munge ---------------------------------------------------------------------------
+need_slurm=()
+for p in slurm-wlm munge; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || need_slurm+=("$p")
+done
+if [ ${#need_slurm[@]} -gt 0 ]; then
+    echo "deps: apt-get install ${need_slurm[*]}"
+    [ ${#need_apt[@]} -gt 0 ] || apt-get update -qq
+    policy=/usr/sbin/policy-rc.d
+    own_policy=
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod 755 "$policy" && own_policy=1
+    fi
+    rc=0
+    apt-get install -y -qq --no-install-recommends "${need_slurm[@]}" >/dev/null || rc=$?
+    [ -z "$own_policy" ] || rm -f "$policy"
+    [ "$rc" -eq 0 ] || { echo "deps: apt-get install ${need_slurm[*]} failed" >&2; exit 1; }
 fi
 
 # --- MPICH 5.x wheel in a venv -----------------------------------------------------------

@@ -18,32 +18,15 @@ dest=$PWD/.deps/criu
 bin=$dest/criu
 lib=$dest/root/usr/lib/x86_64-linux-gnu
 
-# The capabilities the binary needs on this machine (see above).
-caps=cap_checkpoint_restore
-bnd=$(awk '/^CapBnd:/ {print $2}' /proc/self/status)
-last=$(cat /proc/sys/kernel/cap_last_cap)
-if [ "$((16#$bnd))" -ne "$(( (1 << (last + 1)) - 1 ))" ]; then caps=$caps,cap_setpcap; fi
-
-has_caps() {
-    local have
-    have=$(getcap "$bin" 2>/dev/null) || return 1
-    local c
-    for c in ${caps//,/ }; do
-        [[ $have == *"$c"* ]] || return 1
-    done
-    [[ $have == *"=ep"* || $have == *"+ep"* || $have == *"=eip"* ]]
-}
+# The capabilities the binary needs on this machine (see above): criu_caps, criu_has_caps,
+# criu_grant.
+. scripts/criu-caps.sh
+has_caps() { criu_has_caps "$bin"; }
 is_elf() { [ "$(head -c 4 "$1" 2>/dev/null | od -An -c | tr -d ' ')" = '177ELF' ]; }
 
 if [ -x "$bin" ] && is_elf "$bin" && "$bin" --version >/dev/null 2>&1 && has_caps; then exit 0; fi
 
-grant() {
-    setcap "$caps+ep" "$bin" || {
-        echo "deps: setcap $caps+ep on .deps/criu/criu failed (run \`make deps\` as root, on a file system with extended attributes): mpicr works for root only" >&2
-        return 0
-    }
-    echo "deps: .deps/criu/criu has $caps (for checkpoints by non-root users)"
-}
+grant() { criu_grant "$bin" .deps/criu/criu "deps: "; }
 
 # The tree is unpacked already (an older layout ran it through a shell wrapper): only the
 # directly runnable binary and its capabilities are missing.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checkpoint/restart tests under Hydra: the C programs that opt in (`ckpt-ranks` in their
 # metadata line: a ring of Sendrecv, the 2-D halo exchange, the master/worker farm, collectives
-# on split communicators, derived datatypes, persistent requests, and the overlapped
+# on split communicators, derived datatypes, persistent requests, MPI-IO files, and the overlapped
 # nonblocking collectives at 4 ranks) x {mpich4, mpich5, impi, ompi-on-mpich4} x their checkpoint
 # rank counts x the checkpoint modes of the harness (tests/src/ckpt.rs):
 #   continue        `mpicr checkpoint` at a random instant; the job goes on; output = native
@@ -11,7 +11,8 @@
 #                   its output = the native output after the first cut
 #   restart-twice   --stop at a pause point, two restarts from it, each = native after the cut
 #   restart-errors  restarts with the wrong rank count, a missing epoch, a missing or foreign
-#                   directory fail fast with a clear message; a good restart still works
+#                   directory, and (ckpt_mpiio) an MPI file of the program removed or truncated
+#                   fail fast with a clear message; a good restart still works
 #   faults          (ckpt_ring at 2 ranks; MPICH 5: kill-program only) a good epoch 1, then the
 #                   program, a keeper, the coordinator SIGKILLed mid-checkpoint, ENOSPC on a
 #                   tmpfs, another user's `mpicr status`, a directory owned by nobody, a held

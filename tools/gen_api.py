@@ -21,8 +21,9 @@ Policy buckets (shim/api/policy.txt, one function per line, `bucket name [reason
            whose arguments convert mechanically)
   create   creates an object and records its recipe: generated here from the function's entry in
            CREATE (which argument is the new object, how it is registered, its recipe)
-  coll     collective (blocking, nonblocking, persistent: the note says which): generated here,
-           counted for checkpoint alignment
+  coll     collective (blocking, nonblocking, persistent, on a file: the note says which):
+           generated here, counted for checkpoint alignment (on the file's own communicator for
+           a collective on a file)
   hand     hand-written in shim/src/face/api/ (p2p, requests, callbacks, state the shim owns,
            creators whose recording is special: the note says why)
   unsupported  returns MPI_ERR_UNSUPPORTED_OPERATION naming the function
@@ -337,7 +338,26 @@ TO_REAL = {"comm": "Comm", "group": "Group", "datatype": "Datatype", "op": "Op",
 ON = {"comm": "Comm", "win": "Win", "file": "File", "session": "Session"}
 
 
+# MPICH 4.0's extensions that became MPI functions later, exported under both names (with their
+# PMPIX_ forms) and implemented by the MPI function's wrapper: without an export, a program's
+# call would bypass the shim into its own copy of the library, never initialised ("Attempting
+# to use an MPI routine ... before initializing"). MPIX name -> MPI function of the table.
+MPIX_ALIASES = {
+    "MPIX_Delete_error_class": "MPI_Remove_error_class",
+    "MPIX_Delete_error_code": "MPI_Remove_error_code",
+    "MPIX_Delete_error_string": "MPI_Remove_error_string",
+}
+
+
+# File operations without a file handle: their failures go to the error handler of
+# MPI_FILE_NULL (MPI_ERRORS_RETURN unless the program set another), not MPI_COMM_WORLD's: MPI
+# 4.0 section 14.7 (and ROMIO's MPIO_Err_return_file(MPI_FILE_NULL, ...)).
+ON_FILE_NULL = ("MPI_File_delete",)
+
+
 def on_clause(fn):
+    if fn["name"] in ON_FILE_NULL:
+        return "On::File(std::ptr::null_mut())"
     kind, obj = error_object(fn)
     return "On::%s(%s)" % (ON[kind], obj) if kind else "On::Default"
 
@@ -348,7 +368,9 @@ def translate_handle(lines, n, p):
     return n + "_r"
 
 
-def gen_passthrough(fn):
+def gen_passthrough(fn, on_file=False):
+    """A pass-through wrapper; `on_file`: a collective on a file, counted on the file's
+    communicator for checkpoint alignment (`face::api::file::begin_file_collective`)."""
     params = rust_params(fn)
     sig = ", ".join("%s: %s" % (n, t) for n, t, _ in params)
     ret = ret_type(fn["ret"])
@@ -374,7 +396,11 @@ def gen_passthrough(fn):
         lines.append("}")
         return "\n".join(lines)
     # Translate inside the gate: a renewal may rewrite real handles while the gate is closed.
-    lines.append("    call::run(\"%s\", %s, || {" % (name, on_clause(fn)))
+    if on_file:
+        lines.append("    let g = crate::face::api::file::begin_file_collective(fh);")
+        lines.append("    call::run_in(g, \"%s\", %s, || {" % (name, on_clause(fn)))
+    else:
+        lines.append("    call::run(\"%s\", %s, || {" % (name, on_clause(fn)))
     args = []
     for n, t, p in params:
         if p["base"] in HANDLE_KINDS and p["ptr"] == 0 and not name.startswith("MPI_T_"):
@@ -629,7 +655,7 @@ def gen_create(fn, spec):
     return "\n".join(lines)
 
 
-COLL_NOTES = ("blocking collective", "nonblocking collective", "persistent collective")
+COLL_NOTES = ("blocking collective", "nonblocking collective", "persistent collective", "collective on a file")
 
 
 def gen_collective(fn, note):
@@ -706,6 +732,8 @@ def generate():
             problems.append("%s has an entry in CREATE but is listed as %s" % (name, bucket))
         if bucket == "coll" and reason not in COLL_NOTES:
             problems.append("%s: a coll note is one of %s" % (name, ", ".join(COLL_NOTES)))
+        if bucket == "coll" and reason == "collective on a file" and not (ok and fn["params"] and fn["params"][0]["name"] == "fh"):
+            problems.append("%s: a collective on a file takes the file first and converts mechanically" % name)
         buckets[name] = (bucket, reason)
     if problems:
         raise SystemExit("gen_api:\n  " + "\n  ".join(problems))
@@ -776,16 +804,23 @@ def generate():
     write(os.path.join(FACE_GEN_DIR, "create.rs"), "\n".join(cr))
 
     co = [HEADER, "#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]",
-          "use crate::face::abi::*;", "use crate::face::{conv, errors};", "use crate::lower;",
+          "use crate::face::abi::*;", None, "use crate::face::{conv, errors};", "use crate::lower;",
           "use std::os::raw::{c_int, c_void};", ""]
     for fn in fns:
         b, r = buckets[fn["name"]]
-        if b == "coll":
+        if b == "coll" and r == "collective on a file":
+            co.append(gen_passthrough(fn, on_file=True))
+            co.append("")
+        elif b == "coll":
             co.append(gen_collective(fn, r))
             co.append("")
+    co[co.index(None)] = call_imports(co)
     write(os.path.join(FACE_GEN_DIR, "collectives.rs"), "\n".join(co))
 
-    # exports.rs: MPI_* and PMPI_* for everything
+    # exports.rs: MPI_* and PMPI_* for everything, and the MPIX_ aliases
+    aliases = {}
+    for mpix, n in MPIX_ALIASES.items():
+        aliases.setdefault(n, []).append(mpix)
     ex = [HEADER, "#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]",
           "use mpicr_shim::face::abi::*;", "use mpicr_shim::ffi_boundary;", "use std::os::raw::{c_char, c_int, c_void};", ""]
     for fn in fns:
@@ -813,9 +848,9 @@ def generate():
             body = args
         else:
             body = "mpicr_shim::face::api::%s(%s)" % (n, args)
-        for prefix in ("", "P"):
+        for prefix, name in [(p, m) for m in [n] + aliases.get(n, []) for p in ("", "P")]:
             ex.append("#[no_mangle]")
-            ex.append("pub unsafe extern \"C\" fn %s%s(%s) -> %s {" % (prefix, n, sig, ret))
+            ex.append("pub unsafe extern \"C\" fn %s%s(%s) -> %s {" % (prefix, name, sig, ret))
             if reason == "handle conversion":
                 ex.append("    %s" % body)
             else:
@@ -828,6 +863,8 @@ def generate():
     names_out = []
     for fn in fns:
         names_out += [fn["name"], "P" + fn["name"]]
+    for mpix in MPIX_ALIASES:
+        names_out += [mpix, "P" + mpix]
     names_out += doc["data"]
     write(os.path.join(ROOT, "shim", "api", "exports.txt"), "\n".join(sorted(names_out)) + "\n")
 
@@ -841,7 +878,7 @@ def generate():
           "| bucket | meaning | functions |", "|---|---|---|"]
     meaning = {"pass": "pass-through with handle translation (generated)",
                "create": "creates an object and records its recipe (generated from `CREATE` in tools/gen_api.py)",
-               "coll": "collective, counted for checkpoint alignment (generated)",
+               "coll": "collective, counted for checkpoint alignment (generated); a collective on a file is counted on the file's own communicator",
                "hand": "hand-written: p2p, requests, callbacks, shim-owned state, creators whose recording is special",
                "unsupported": "returns MPI_ERR_UNSUPPORTED_OPERATION naming the function"}
     for b in BUCKETS:

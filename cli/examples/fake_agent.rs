@@ -53,7 +53,7 @@ struct LowerHalf {
 }
 
 fn die(msg: &str) -> ! {
-    eprintln!("fake_agent: {msg}");
+    say(&format!("fake_agent: {msg}"));
     std::process::exit(1)
 }
 
@@ -279,13 +279,13 @@ fn agent(ctl: UnixStream, lh: Arc<Mutex<LowerHalf>>, gate: Arc<Gate>, rank: i32,
                 }
                 l.init(gen);
                 drop(l);
-                eprintln!("fake_agent[{rank}]: resumed (restarted={restarted}, epoch {e}, generation {gen})");
+                say(&format!("fake_agent[{rank}]: resumed (restarted={restarted}, epoch {e}, generation {gen})"));
                 gate.set(true);
                 send(FromAgent::Resumed { timings: Timings { phases_us: vec![("renew".into(), t.elapsed().as_micros() as u64)] } });
             }
             ToAgent::Abort { reason } => {
                 let mut l = lh.lock().unwrap();
-                eprintln!("fake_agent[{rank}]: checkpoint aborted ({}): {reason}", if l.live { "not released" } else { "released: renewing" });
+                say(&format!("fake_agent[{rank}]: checkpoint aborted ({}): {reason}", if l.live { "not released" } else { "released: renewing" }));
                 if !l.live {
                     let gen = l.gen + 1;
                     if !l.pmi_open {
@@ -298,4 +298,11 @@ fn agent(ctl: UnixStream, lh: Arc<Mutex<LowerHalf>>, gate: Arc<Gate>, rank: i32,
             }
         }
     }
+}
+
+/// One line on stderr in one write: the ranks share the file, and `eprintln!` writes a line in
+/// pieces, which another rank's line could split (the tests grep these lines).
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }

@@ -10,40 +10,76 @@ pub const CKPT_DIR_ENV: &str = "MPICR_CKPT_DIR";
 /// Durations are capped here (a year): longer ones mean "no limit" and must not overflow clocks.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 86400);
 
-const AFTER_HELP: &str = "\
-Typical session:
+/// The sections of `mpicr --help`'s closing text; the man page (`docs.rs`) renders each as a
+/// section of its own.
+pub const EXAMPLES: &str = "\
   mpiexec -n 4 mpicr run --ckpt-dir ckpt -- ./sim input.dat
+  srun --mpi=pmi2 -n 4 mpicr run --ckpt-dir ckpt -- ./sim input.dat
   mpicr checkpoint ckpt            # from another shell: checkpoint, the job continues
   mpicr checkpoint --stop ckpt     # checkpoint, then end the job (exit status 0)
   mpiexec -n 4 mpicr restart ckpt  # resume from the latest complete epoch
   mpicr status ckpt
 
-The checkpoint directory defaults to $MPICR_CKPT_DIR, else ./mpicr-ckpt.
-Signals to a keeper: SIGUSR1 takes a checkpoint (the job continues), SIGUSR2 takes one and
-ends the job; SIGTERM, SIGINT, SIGHUP and SIGQUIT are passed on to the program.
+The checkpoint directory defaults to $MPICR_CKPT_DIR, else ./mpicr-ckpt.";
 
-Environment:
+pub const SIGNALS: &str = "\
+Signals to a keeper: SIGUSR1 takes a checkpoint (the job continues), SIGUSR2 takes one and
+ends the job; SIGTERM, SIGINT, SIGHUP and SIGQUIT are passed on to the program.";
+
+pub const ENVIRONMENT: &str = "\
   MPICR_CKPT_DIR    default checkpoint directory
-  MPICR_SHIM        path of libmpicr.so (default: next to the mpicr binary); `none`: no
-                    preload, the program carries the agent itself. Open MPI programs get
-                    libmpicr_ompi.so from the same directory
+  MPICR_SHIM        path of libmpicr.so (default: next to the mpicr binary, else in
+                    ../lib of an install prefix); `none`: no preload, the program carries
+                    the agent itself. Open MPI programs get libmpicr_ompi.so from the same
+                    directory. A program linked to libmpicr.so (mpicrcc) gets no preload
   MPICR_FACE        `mpich` or `ompi`: the ABI the program speaks (default: from the MPI
                     library it is linked to; libmpi.so.40 is Open MPI's, which runs on an
                     MPICH-ABI library underneath)
-  MPICR_CRIU        path of the criu binary (default: .deps/criu/criu of the source tree
-                    the binary was built in, else criu on PATH)
+  MPICR_CRIU        path of the criu binary (default: PREFIX/libexec/mpicr/criu of the
+                    install prefix, else .deps/criu/criu of the source tree the binary was
+                    built in, else criu on PATH)
   MPICR_LOG         diagnostics on stderr (tracing filter directives), e.g. `debug`,
                     `pmi=trace` (every relayed PMI message), `keeper=debug,coordinator=debug`
   MPICR_DEBUG_PMI   1: same as MPICR_LOG=pmi=trace
   MPICR_PIDNS       0: run the program without a PID namespace of its own (a restart then
                     needs its old process ids free on the node)
   MPICR_COORD_BIND  address the coordinator listens on (default: 127.0.0.1 when every
-                    rank runs on this host, else this host's address)
+                    rank runs on this host, else this host's address)";
 
-Exit status: `run` and `restart` exit with the program's status (a program killed by a
-signal makes the keeper die by the same signal); 125 when mpicr itself fails, 126 when the
-program cannot be executed, 127 when it is not found. `checkpoint --stop` makes the job exit
-with 0. Other commands: 0 on success, 1 on error, 2 on a usage error.";
+pub const EXIT_STATUS: &str = "\
+run, restart: the program's status (a program killed by a signal makes the keeper die by
+  the same signal); 125 when mpicr itself fails, 126 when the program cannot be executed,
+  127 when it is not found. A job ended by `checkpoint --stop` exits with 0.
+checkpoint: 0 committed (with --no-wait: begun, or queued); 3 no job runs on DIR;
+  4 the checkpoint was refused or failed (the job goes on, the previous epoch stays);
+  5 no answer within --timeout (or, with --stop --wait, the job did not end within it).
+status, list, prune, completions: 0 on success, 1 on error.
+Every command: 2 on a usage error.";
+
+/// Exit codes of `mpicr checkpoint` (and of any command for a usage error: clap's 2).
+pub mod exit {
+    pub const NO_JOB: i32 = 3;
+    pub const CKPT_FAILED: i32 = 4;
+    pub const TIMED_OUT: i32 = 5;
+}
+
+/// An error with its own exit code (see `EXIT_STATUS`).
+#[derive(Debug, thiserror::Error)]
+#[error("{msg}")]
+pub struct Failure {
+    pub code: i32,
+    pub msg: String,
+}
+
+impl Failure {
+    pub fn new(code: i32, msg: impl Into<String>) -> anyhow::Error {
+        anyhow::Error::new(Failure { code, msg: msg.into() })
+    }
+}
+
+fn after_help() -> String {
+    format!("Typical session:\n{EXAMPLES}\n\n{SIGNALS}\n\nEnvironment:\n{ENVIRONMENT}\n\nExit status: {EXIT_STATUS}")
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -55,7 +91,7 @@ with 0. Other commands: 0 on success, 1 on error, 2 on a usage error.";
         launcher) that relays the program's PMI traffic, its standard output and error, and \
         drives CRIU. The rank-0 keeper hosts the job's coordinator; `mpicr checkpoint` asks it \
         for a checkpoint.",
-    after_help = AFTER_HELP
+    after_help = after_help()
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -72,6 +108,32 @@ pub enum Command {
     Restart(RestartArgs),
     /// Show the job and the epochs of a checkpoint directory
     Status(StatusArgs),
+    /// List this user's running jobs that have a keeper on this node
+    List(ListArgs),
+    /// Remove old epochs, keeping the newest N complete ones (never the latest complete one)
+    Prune(PruneArgs),
+    /// Print the completion script of a shell (bash, zsh, fish, elvish, powershell)
+    Completions(CompletionsArgs),
+    /// Write the man pages and the shell completions (for `make install`)
+    #[command(hide = true)]
+    GenDocs(GenDocsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Args)]
+pub struct GenDocsArgs {
+    /// Write mpicr.1 and one page per subcommand (mpicr-run.1, ...) into DIR
+    #[arg(long, value_name = "DIR")]
+    pub man: Option<PathBuf>,
+    /// Write bash/mpicr, zsh/_mpicr and fish/mpicr.fish under DIR
+    #[arg(long, value_name = "DIR")]
+    pub completions: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -102,6 +164,17 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub interval: Option<Duration>,
 
+    /// When the checkpoint directory holds a complete epoch, restart from the latest one
+    /// instead of starting PROGRAM (`mpicr restart`); when its job already ran to its end, exit
+    /// with its status. For batch scripts that are requeued or resubmitted as they are
+    #[arg(long)]
+    pub resume_if_any: bool,
+
+    /// Checkpoint and stop the job DURATION before its time limit: Slurm's (squeue's time left
+    /// of $SLURM_JOB_ID), or $MPICR_END_TIME (unix seconds)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub stop_before: Option<Duration>,
+
     /// Print what the keeper does on stderr
     #[arg(short, long)]
     pub verbose: bool,
@@ -120,12 +193,27 @@ pub struct RunArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "Without --no-wait the command returns once the epoch is committed: written, \
+    checksummed and signed, the `latest` link updated (the default; --wait says so). With --stop \
+    --wait it also waits until the job has ended (its coordinator is gone), so that a script can \
+    restart or requeue it at once. --no-wait returns as soon as the coordinator has begun the \
+    checkpoint (printing its epoch) or queued it until every rank's program has initialised MPI; \
+    `mpicr status` shows how it went.")]
 pub struct CheckpointArgs {
     /// Checkpoint, then end the job (the job exits with status 0)
     #[arg(long)]
     pub stop: bool,
 
-    /// Give up when the checkpoint is not committed within DURATION
+    /// Return once the epoch is committed (the default); with --stop, once the job has ended
+    #[arg(long, conflicts_with = "no_wait")]
+    pub wait: bool,
+
+    /// Return as soon as the checkpoint has begun (or is queued)
+    #[arg(long)]
+    pub no_wait: bool,
+
+    /// Give up when the checkpoint is not committed within DURATION (with --stop --wait: when
+    /// the job has not ended within it)
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10m")]
     pub timeout: Duration,
 
@@ -146,6 +234,10 @@ pub struct RestartArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub interval: Option<Duration>,
 
+    /// Checkpoint and stop the job DURATION before its time limit (see `mpicr run`)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub stop_before: Option<Duration>,
+
     /// Restart on this MPI library (same ABI) instead of the one checkpointed on; later
     /// renewals keep it. Default: $MPICR_MPI_LIB, else the checkpointed one
     #[arg(long, value_name = "PATH")]
@@ -158,6 +250,32 @@ pub struct RestartArgs {
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
+    #[command(flatten)]
+    pub dir: DirArg,
+
+    /// Print the status as one JSON object
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Print the jobs as a JSON array
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// How many complete epochs to keep, the newest (at least 1: the latest complete epoch is
+    /// never removed)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub keep: u64,
+
+    /// Say what would be removed, remove nothing
+    #[arg(long)]
+    pub dry_run: bool,
+
     #[command(flatten)]
     pub dir: DirArg,
 }

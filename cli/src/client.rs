@@ -1,13 +1,16 @@
 //! `mpicr checkpoint`: asks the running job's coordinator for a checkpoint and prints the result.
 
-use crate::args::{format_duration, CheckpointArgs};
+use crate::args::{exit, format_duration, CheckpointArgs, Failure};
 use crate::coord_wire::{self, ClientRequest, CoordInfo, Hello, LiveStatus, ToClient};
 use crate::images::{human_bytes, CkptDir};
 use anyhow::{bail, Context, Result};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub fn checkpoint(args: CheckpointArgs) -> Result<()> {
     let dir = CkptDir::new(args.dir.resolve());
+    if !dir.root.exists() {
+        return Err(Failure::new(exit::NO_JOB, format!("no job is running on {}: it does not exist", dir.root.display())));
+    }
     // coordinator.json says where to connect: only from a directory nobody else controls.
     dir.secure(false)?;
     // The keepers checked their CRIU when the job started; this node's, if it has one, is
@@ -15,39 +18,154 @@ pub fn checkpoint(args: CheckpointArgs) -> Result<()> {
     if crate::criu::unprivileged() && crate::criu::Criu::locate().is_ok() {
         crate::criu::preflight()?;
     }
-    let info = CoordInfo::read(&dir)?;
+    let info = CoordInfo::read(&dir).map_err(|e| Failure::new(exit::NO_JOB, format!("{e:#}")))?;
     if info.is_stale() {
-        bail!(
-            "no job is running on {}: job {} ended without cleaning up (its coordinator, pid {}, is gone)",
-            dir.root.display(),
-            info.job_id,
-            info.pid
-        );
+        return Err(Failure::new(
+            exit::NO_JOB,
+            format!(
+                "no job is running on {}: job {} ended without cleaning up (its coordinator, pid {}, is gone)",
+                dir.root.display(),
+                info.job_id,
+                info.pid
+            ),
+        ));
     }
     let (mut tx, mut s) = coord_wire::connect(&info, Duration::from_secs(10))
-        .with_context(|| format!("job {} does not answer (has it ended?)", info.job_id))?;
+        .map_err(|e| Failure::new(exit::NO_JOB, format!("job {} does not answer (has it ended?): {e:#}", info.job_id)))?;
     let timeout = args.timeout.min(crate::args::MAX_TIMEOUT);
+    let started = Instant::now();
     let timeout_ms = timeout.as_millis() as u64;
     coord_wire::send(&mut tx, &Hello::Client(ClientRequest::Checkpoint { stop: args.stop, timeout_ms }))?;
     // The coordinator enforces the timeout itself; allow it time to report.
     s.stream().set_read_timeout(Some(timeout + Duration::from_secs(30)))?;
-    match coord_wire::recv::<ToClient>(&mut s) {
-        Ok(Some(ToClient::Done(r))) => {
-            println!("epoch:         {}", r.epoch);
-            println!("stop time:     {}", format_duration(Duration::from_micros(r.stop_time_us)));
-            println!("bytes written: {} ({})", r.bytes, human_bytes(r.bytes));
-            if r.stopped {
-                println!("job stopped:   restart with `mpiexec -n {} mpicr restart {}`", r.ranks, dir.root.display());
+    let progress = Progress::start(&dir);
+    let r = loop {
+        let msg = coord_wire::recv::<ToClient>(&mut s);
+        if let Ok(Some(ToClient::Started { epoch })) = &msg {
+            progress.begun(*epoch);
+        }
+        if !matches!(msg, Ok(Some(ToClient::Started { .. } | ToClient::Queued(_)))) {
+            progress.end();
+        }
+        match msg {
+            Ok(Some(ToClient::Done(r))) => break r,
+            Ok(Some(ToClient::Started { epoch })) if args.no_wait => {
+                println!("epoch:         {epoch} (begun; `mpicr status {}` tells how it ends)", dir.root.display());
+                return Ok(());
             }
-            Ok(())
+            Ok(Some(ToClient::Queued(why))) if args.no_wait => {
+                println!("queued:        {why}; the checkpoint begins once they are ready");
+                return Ok(());
+            }
+            Ok(Some(ToClient::Started { .. } | ToClient::Queued(_))) => {}
+            Ok(Some(ToClient::Error(e))) => {
+                let code = if e.contains("timed out") { exit::TIMED_OUT } else { exit::CKPT_FAILED };
+                return Err(Failure::new(code, e));
+            }
+            Ok(Some(other)) => bail!("unexpected answer from the coordinator: {other:?}"),
+            Ok(None) => {
+                return Err(Failure::new(exit::CKPT_FAILED, "the coordinator closed the connection before answering (did the job end?)"))
+            }
+            Err(e) if e.is_timeout() => {
+                return Err(Failure::new(exit::TIMED_OUT, format!("no answer from the coordinator within {}", format_duration(args.timeout))))
+            }
+            Err(e) => return Err(e).context("reading the coordinator's answer"),
         }
-        Ok(Some(ToClient::Error(e))) => bail!("{e}"),
-        Ok(Some(other)) => bail!("unexpected answer from the coordinator: {other:?}"),
-        Ok(None) => bail!("the coordinator closed the connection before answering (did the job end?)"),
-        Err(e) if e.is_timeout() => {
-            bail!("no answer from the coordinator within {}", format_duration(args.timeout))
+    };
+    println!("epoch:         {}", r.epoch);
+    println!("stop time:     {}", format_duration(Duration::from_micros(r.stop_time_us)));
+    println!("bytes written: {} ({})", r.bytes, human_bytes(r.bytes));
+    if r.stopped {
+        if args.wait {
+            wait_job_end(&dir, &info, timeout.saturating_sub(started.elapsed()))?;
+            println!("job ended:     restart with `mpiexec -n {} mpicr restart {}` (or srun)", r.ranks, dir.root.display());
+        } else {
+            println!("job stopped:   restart with `mpiexec -n {} mpicr restart {}`", r.ranks, dir.root.display());
         }
-        Err(e) => Err(e).context("reading the coordinator's answer"),
+    }
+    Ok(())
+}
+
+/// A progress line on stderr while a checkpoint is written, when stderr is a terminal: the
+/// epoch, the time since the request, and what the epoch's directory holds so far (CRIU's
+/// images grow there as the ranks dump). Nothing otherwise (logs and scripts stay clean).
+struct Progress {
+    epoch: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::cell::RefCell<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Progress {
+    fn start(dir: &CkptDir) -> Progress {
+        use std::io::IsTerminal;
+        use std::sync::atomic::Ordering;
+        let p = Progress { epoch: Default::default(), done: Default::default(), thread: Default::default() };
+        if !std::io::stderr().is_terminal() {
+            return p;
+        }
+        let (epoch, done, dir) = (p.epoch.clone(), p.done.clone(), dir.clone());
+        let t0 = Instant::now();
+        let h = std::thread::Builder::new().name("progress".into()).spawn(move || {
+            let mut shown = false;
+            while !done.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(250));
+                if done.load(Ordering::SeqCst) || t0.elapsed() < Duration::from_secs(1) {
+                    continue;
+                }
+                let line = match epoch.load(Ordering::SeqCst) {
+                    0 => format!("mpicr: checkpoint waiting to begin, {}", format_duration(t0.elapsed())),
+                    e => format!(
+                        "mpicr: checkpoint {e}: {} written, {}",
+                        human_bytes(crate::status::dir_size(&dir.epoch_dir(e))),
+                        format_duration(t0.elapsed())
+                    ),
+                };
+                crate::elog_raw(&format!("\r\x1b[K{line}"));
+                shown = true;
+            }
+            if shown {
+                crate::elog_raw("\r\x1b[K");
+            }
+        });
+        *p.thread.borrow_mut() = h.ok();
+        p
+    }
+
+    fn begun(&self, epoch: u64) {
+        self.epoch.store(epoch, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Clears the line (before anything else is printed).
+    fn end(&self) {
+        self.done.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(h) = self.thread.borrow_mut().take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+/// Waits (at most `limit`) until the stopped job's coordinator is gone: its `coordinator.json`
+/// removed, or (on this host) its process ended.
+fn wait_job_end(dir: &CkptDir, info: &CoordInfo, limit: Duration) -> Result<()> {
+    let t = Instant::now();
+    loop {
+        let same = CoordInfo::read(dir).is_ok_and(|now| now.job_id == info.job_id && now.pid == info.pid);
+        if !same || info.is_stale() {
+            return Ok(());
+        }
+        if t.elapsed() >= limit {
+            return Err(Failure::new(
+                exit::TIMED_OUT,
+                format!("epoch committed, but job {} has not ended within the timeout (its coordinator, pid {} on {}, still runs)", info.job_id, info.pid, info.host),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

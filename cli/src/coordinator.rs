@@ -71,6 +71,17 @@ pub fn raise_targets(targets: &mut HashMap<CommGid, u64>, wants: &[(CommGid, u64
     raised.into_iter().collect()
 }
 
+/// The targets a rank waits for without knowing them: of communicators it made after reporting
+/// its counters (`known` is false), which other ranks' counts already set as far as it wants to
+/// go. It waits at the first collective of one (MPI_File_open's communicator, say, followed at
+/// once by MPI_File_set_view), and its peers may already be inside that collective.
+pub fn untold_targets(targets: &HashMap<CommGid, u64>, wants: &[(CommGid, u64)], known: impl Fn(CommGid) -> bool) -> Vec<(CommGid, u64)> {
+    wants
+        .iter()
+        .filter_map(|&(g, n)| targets.get(&g).filter(|&&t| t >= n && !known(g)).map(|&t| (g, t)))
+        .collect()
+}
+
 /// Transposes per-sender `(comm, destination, count)` into per-receiver `(comm, source, count)`.
 /// Every rank of `0..size` gets an entry (possibly empty).
 pub fn transpose(sent: &PeerCounts, size: i32) -> Result<PeerCounts> {
@@ -97,6 +108,8 @@ pub struct Config {
     pub key: Vec<u8>,
     /// The address to listen on (see `keeper::coordinator_bind`).
     pub bind: String,
+    /// `--stop-before`: when to checkpoint and stop the job (its time limit comes).
+    pub stop_at: Option<Instant>,
 }
 
 /// Binds the coordinator's port and starts its threads. Returns what keepers need to connect.
@@ -126,6 +139,16 @@ pub fn start(cfg: Config, secret: Vec<u8>) -> Result<coord_wire::CoordInfo> {
             }
         })?;
     }
+    if let Some(at) = cfg.stop_at {
+        let tx = tx.clone();
+        // Until the stop begins: a checkpoint in progress at that instant delays it.
+        std::thread::Builder::new().name("coord-limit".into()).spawn(move || {
+            std::thread::sleep(at.saturating_duration_since(Instant::now()));
+            while tx.send(Event::TimeLimit).is_ok() {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        })?;
+    }
     std::thread::Builder::new().name("coordinator".into()).spawn(move || Coordinator::new(cfg).run(rx))?;
     Ok(info)
 }
@@ -136,6 +159,8 @@ enum Event {
     KeeperGone { conn: u64 },
     Client { req: ClientRequest, stream: SecureTx },
     Tick,
+    /// `--stop-before`: the job's time limit is near.
+    TimeLimit,
 }
 
 /// Counts a connection that has not authenticated yet, until dropped.
@@ -246,6 +271,8 @@ struct Ckpt {
     /// The collective targets sent so far (every round's), and the current round.
     targets: HashMap<CommGid, u64>,
     round: u32,
+    /// Communicators whose targets went to every rank in a later round.
+    told: BTreeSet<CommGid>,
     /// Send counts of the current round.
     sent: BTreeMap<i32, Vec<(CommGid, i32, u64)>>,
     drained: BTreeSet<i32>,
@@ -284,6 +311,8 @@ struct Coordinator {
     /// Ranks that joined at some time: a rank missing now that had joined has ended, and a
     /// request does not wait for it.
     ever_joined: BTreeSet<i32>,
+    /// The `--stop-before` checkpoint was asked for (once).
+    limit_stop: bool,
 }
 
 /// A checkpoint request parked until every rank has an agent (see [`Coordinator::waiting`]).
@@ -325,6 +354,7 @@ impl Coordinator {
             vanished: false,
             waiting: None,
             ever_joined: BTreeSet::new(),
+            limit_stop: false,
         }
     }
 
@@ -474,6 +504,13 @@ impl Coordinator {
                     self.request(false, Requester::Internal("periodic"), DEFAULT_CKPT_TIMEOUT);
                 }
             }
+            Event::TimeLimit => {
+                if !self.limit_stop && self.ckpt.is_none() && self.waiting.is_none() && self.restart_pending.is_none() {
+                    self.log("the job's time limit is near (--stop-before): checkpoint and stop");
+                    self.limit_stop = true;
+                    self.request(true, Requester::Internal("time-limit"), DEFAULT_CKPT_TIMEOUT);
+                }
+            }
         }
     }
 
@@ -597,8 +634,13 @@ impl Coordinator {
                 let msg = "cannot checkpoint: another checkpoint request is already waiting for the program to initialise MPI".to_string();
                 return self.answer_error(requester, msg);
             }
+            let why = self.not_ready().unwrap_or_default();
             if self.cfg.verbose {
-                self.log(&format!("coordinator: checkpoint request waits: {}", self.not_ready().unwrap_or_default()));
+                self.log(&format!("coordinator: checkpoint request waits: {why}"));
+            }
+            let mut requester = requester;
+            if let Requester::Client(s) = &mut requester {
+                let _ = coord_wire::send(s, &ToClient::Queued(why));
             }
             let until = Instant::now().checked_add(timeout).unwrap_or(Instant::now() + crate::args::MAX_TIMEOUT);
             self.waiting = Some(WaitingRequest { stop, requester, until, timeout });
@@ -649,9 +691,12 @@ impl Coordinator {
         }
     }
 
-    fn start(&mut self, stop: bool, requester: Requester, timeout: Duration) {
+    fn start(&mut self, stop: bool, mut requester: Requester, timeout: Duration) {
         match self.begin(stop, timeout) {
             Ok(epoch) => {
+                if let Requester::Client(s) = &mut requester {
+                    let _ = coord_wire::send(s, &ToClient::Started { epoch });
+                }
                 if let Some(c) = self.ckpt.as_mut() {
                     c.requester = requester;
                 }
@@ -705,6 +750,7 @@ impl Coordinator {
             counters: BTreeMap::new(),
             targets: HashMap::new(),
             round: 0,
+            told: BTreeSet::new(),
             sent: BTreeMap::new(),
             drained: BTreeSet::new(),
             ready: BTreeMap::new(),
@@ -765,7 +811,12 @@ impl Coordinator {
                     }
                 }
                 ToCoord::Wants { comms, .. } => {
-                    let raised = raise_targets(&mut c.targets, &comms);
+                    let mut raised: BTreeMap<CommGid, u64> = raise_targets(&mut c.targets, &comms).into_iter().collect();
+                    let reported = c.counters.get(&r);
+                    let known = |g: CommGid| c.told.contains(&g) || reported.is_some_and(|l| l.iter().any(|&(x, _)| x == g));
+                    raised.extend(untold_targets(&c.targets, &comms, known));
+                    let raised: Vec<(CommGid, u64)> = raised.into_iter().collect();
+                    c.told.extend(raised.iter().map(|&(g, _)| g));
                     if raised.is_empty() {
                         Next::Nothing
                     } else {
@@ -974,7 +1025,13 @@ impl Coordinator {
             Requester::Client(mut s) => {
                 let _ = coord_wire::send(&mut s, &ToClient::Error(msg));
             }
-            Requester::Internal(_) => self.log(&msg),
+            Requester::Internal(why) => {
+                self.log(&msg);
+                // The time limit still comes: try again (`Event::TimeLimit` repeats).
+                if why == "time-limit" {
+                    self.limit_stop = false;
+                }
+            }
         }
     }
 }
@@ -1004,6 +1061,15 @@ mod tests {
         assert_eq!(t[&20], 6);
         assert_eq!(t[&30], 1, "a communicator made during the alignment starts from 0");
         assert_eq!(t[&10], 5);
+    }
+
+    #[test]
+    fn targets_reach_a_rank_that_made_the_communicator_after_its_counters() {
+        let t: HashMap<CommGid, u64> = [(10, 5), (20, 4)].into_iter().collect();
+        let reported = |g: CommGid| g == 10;
+        assert_eq!(untold_targets(&t, &[(10, 6), (20, 1), (30, 1)], reported), vec![(20, 4)]);
+        assert_eq!(untold_targets(&t, &[(20, 5)], reported), vec![], "past the target: raised instead");
+        assert_eq!(untold_targets(&t, &[(10, 5)], reported), vec![], "a reported target is known");
     }
 
     #[test]

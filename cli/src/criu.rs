@@ -18,8 +18,9 @@ pub struct Criu {
 }
 
 impl Criu {
-    /// `$MPICR_CRIU`, else `.deps/criu/criu` of the source tree the mpicr binary was built in
-    /// (`target/release/../../.deps/criu/criu`), else `criu` on PATH.
+    /// `$MPICR_CRIU`, else the install prefix's (`PREFIX/libexec/mpicr/criu` for
+    /// `PREFIX/bin/mpicr`), else `.deps/criu/criu` of the source tree the mpicr binary was
+    /// built in (`target/release/../../.deps/criu/criu`), else `criu` on PATH.
     pub fn locate() -> Result<Criu> {
         if let Some(p) = std::env::var_os("MPICR_CRIU").filter(|v| !v.is_empty()) {
             let p = PathBuf::from(p);
@@ -27,6 +28,9 @@ impl Criu {
                 bail!("MPICR_CRIU names {}, which is not an executable file", p.display());
             }
             return Ok(Criu { bin: p });
+        }
+        if let Some(c) = crate::paths::installed_criu().filter(|c| crate::sys::is_executable(c)) {
+            return Ok(Criu { bin: c.canonicalize().unwrap_or(c) });
         }
         if let Some(dir) = crate::paths::exe_dir() {
             for rel in ["../../.deps/criu/criu", "../../../.deps/criu/criu"] {
@@ -43,7 +47,7 @@ impl Criu {
                 return Ok(Criu { bin: c });
             }
         }
-        bail!("criu not found: set MPICR_CRIU, or install it (scripts/deps.sh puts one in .deps/criu)")
+        bail!("criu not found: set MPICR_CRIU, or install it (scripts/deps.sh puts one in .deps/criu, `make install` one in PREFIX/libexec/mpicr)")
     }
 
     /// Dumps the process tree rooted at `pid` into `dir` (log: `dir/dump.log`). The tree is left

@@ -153,6 +153,8 @@ fn coord_plain() -> Vec<Sealer> {
         sealed(ToCoord::Drained { epoch: 2 }),
         sealed(ToClient::Done(CkptResult { epoch: 1, stop_time_us: 2, bytes: 3, ranks: 4, stopped: true })),
         sealed(ToClient::Error("e".into())),
+        sealed(ToClient::Started { epoch: 7 }),
+        sealed(ToClient::Queued("q".into())),
     ];
     out.push(sealed(ToClient::Status(LiveStatus {
         job_id: "j".into(),

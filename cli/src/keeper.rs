@@ -257,8 +257,56 @@ fn pmi_fd_number() -> RawFd {
     if sys::nofile_limit() > PROGRAM_PMI_FD as u64 + 1 { PROGRAM_PMI_FD } else { 4 }
 }
 
+/// `DIR/ENDED`: the job ran to its end (not stopped by a checkpoint), with this status; written
+/// by the rank-0 keeper. `run --resume-if-any` then has nothing to resume.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Ended {
+    pub(crate) job_id: String,
+    /// `Exit`'s text (`exit status 0`, `killed by signal 9`).
+    pub(crate) status: String,
+    pub(crate) code: Option<i32>,
+    pub(crate) unix: u64,
+}
+
+pub(crate) fn ended_path(dir: &CkptDir) -> PathBuf {
+    dir.root.join("ENDED")
+}
+
+/// `run --resume-if-any`: `Some` when the directory holds a job to resume (a restart) or one
+/// that already ran to its end (its status); `None`: start the program.
+fn resume_if_any(args: &RunArgs) -> Result<Option<Outcome>> {
+    let dir = CkptDir::new(crate::args::resolve_dir(args.ckpt_dir.clone()));
+    if !dir.job_path().exists() {
+        return Ok(None);
+    }
+    let job = dir.read_job()?;
+    if let Ok(e) = images::read_json::<Ended>(&ended_path(&dir)) {
+        if e.job_id == job.job_id {
+            crate::elog!("mpicr: job {} in {} already ran to its end ({}): nothing to resume", e.job_id, dir.root.display(), e.status);
+            return Ok(Some(Outcome::Exit(e.code.unwrap_or(1))));
+        }
+    }
+    if !dir.epochs()?.iter().any(|e| matches!(e.state, images::EpochState::Complete(_))) {
+        return Ok(None);
+    }
+    let a = crate::args::RestartArgs {
+        dir: crate::args::DirArg { dir: Some(dir.root.clone()) },
+        epoch: None,
+        interval: args.interval,
+        stop_before: args.stop_before,
+        mpi_lib: None,
+        verbose: args.verbose,
+    };
+    crate::restart::restart(a).map(Some)
+}
+
 /// `mpicr run`.
 pub fn run(args: RunArgs) -> Result<Outcome> {
+    if args.resume_if_any {
+        if let Some(out) = resume_if_any(&args)? {
+            return Ok(out);
+        }
+    }
     let mode = if args.no_mpi {
         Mode::NoMpi
     } else if args.no_shim {
@@ -276,7 +324,15 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     crate::criu::preflight()?;
     let program = spawn::resolve_program(&args.program[0]).map_err(anyhow::Error::new)?;
     // The face library for the program's ABI (MPICH's, or Open MPI's over an MPICH library).
-    let shim = if mode == Mode::Agent { crate::paths::shim(crate::mpilib::program_face(&program)?)? } else { None };
+    // A program linked to its face (`mpicrcc`, `-lmpicr`) carries it: nothing to preload.
+    let linked = if mode == Mode::Agent { crate::paths::linked_face(&program) } else { None };
+    let shim = match (&mode, &linked) {
+        (Mode::Agent, None) => crate::paths::shim(crate::mpilib::program_face(&program)?)?,
+        _ => None,
+    };
+    if let (true, Some(lib)) = (args.verbose, &linked) {
+        crate::elog!("mpicr[{}]: the program is linked to {lib}: no preload", l.rank);
+    }
     // A library chosen by hand (`MPICR_MPI_LIB`, which the shim loads) passes the checks of a
     // restart on another library before the job starts.
     if mode == Mode::Agent {
@@ -312,7 +368,17 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         };
         dir.write_job(&job)?;
         let key = dir.new_key()?;
-        let cfg = coordinator::Config { dir: dir.clone(), job, interval: args.interval, restart_epoch: None, verbose: args.verbose, key, bind: coordinator_bind(&l) };
+        let stop_at = args.stop_before.map(crate::slurm::stop_at).transpose()?;
+        let cfg = coordinator::Config {
+            dir: dir.clone(),
+            job,
+            interval: args.interval,
+            restart_epoch: None,
+            verbose: args.verbose,
+            key,
+            bind: coordinator_bind(&l),
+            stop_at,
+        };
         let info = coordinator::start(cfg, new_secret()?)?;
         info.write(&dir)?;
         Some(info)
@@ -913,6 +979,16 @@ impl Keeper {
             }
         }
         if let Some(info) = self.coord_info.take() {
+            if !self.state.is_stopping() {
+                let code = match exit {
+                    Exit::Code(c) => Some(c),
+                    Exit::Signal(_) => None,
+                };
+                let ended = Ended { job_id: info.job_id.clone(), status: exit.to_string(), code, unix: images::now_unix() };
+                if let Err(e) = images::write_json_atomic(&ended_path(&self.dir), &ended) {
+                    tracing::warn!(target: "keeper", "mpicr: cannot record the job's end: {e:#}");
+                }
+            }
             if self.state.is_stopping() {
                 // Let the other keepers receive `Stop` before this process (and its coordinator) ends.
                 std::thread::sleep(Duration::from_millis(200));

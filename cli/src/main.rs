@@ -7,9 +7,11 @@ mod coord_wire;
 mod coordinator;
 mod criu;
 mod ctl;
+mod docs;
 #[cfg(test)]
 mod fuzz;
 mod images;
+mod jobs;
 mod keeper;
 mod keeper_state;
 mod log;
@@ -19,6 +21,7 @@ mod pmi;
 mod pidns;
 mod pmi_relay;
 mod restart;
+mod slurm;
 mod sockdiag;
 mod spawn;
 mod status;
@@ -36,6 +39,13 @@ macro_rules! elog {
         line.push('\n');
         let _ = std::io::stderr().lock().write_all(line.as_bytes());
     }};
+}
+/// Writes `s` to stderr as it is, in one write, without a newline (progress lines).
+pub fn elog_raw(s: &str) {
+    use std::io::Write as _;
+    let mut e = std::io::stderr().lock();
+    let _ = e.write_all(s.as_bytes());
+    let _ = e.flush();
 }
 use clap::Parser;
 
@@ -61,6 +71,9 @@ fn main() {
                 // The launcher ends the job as soon as this rank's PMI connection closes and may
                 // drop output it has not read yet: give it a moment to forward the message.
                 std::thread::sleep(std::time::Duration::from_millis(300));
+            }
+            if let Some(f) = e.downcast_ref::<args::Failure>() {
+                std::process::exit(f.code);
             }
             match e.downcast_ref::<spawn::SpawnError>() {
                 Some(spawn::SpawnError::NotFound(_)) => EXIT_NOT_FOUND,
@@ -94,6 +107,10 @@ fn run(cli: Cli) -> anyhow::Result<keeper::Outcome> {
         Command::Run(a) => keeper::run(a),
         Command::Restart(a) => restart::restart(a),
         Command::Checkpoint(a) => client::checkpoint(a).map(|()| keeper::Outcome::Exit(0)),
-        Command::Status(a) => status::status(&images::CkptDir::new(a.dir.resolve())).map(|()| keeper::Outcome::Exit(0)),
+        Command::Status(a) => status::status(&images::CkptDir::new(a.dir.resolve()), a.json).map(|()| keeper::Outcome::Exit(0)),
+        Command::List(a) => jobs::list(a.json).map(|()| keeper::Outcome::Exit(0)),
+        Command::Prune(a) => jobs::prune(&a).map(|()| keeper::Outcome::Exit(0)),
+        Command::Completions(a) => docs::completions(a.shell, &mut std::io::stdout()).map(|()| keeper::Outcome::Exit(0)),
+        Command::GenDocs(a) => docs::generate(&a).map(|()| keeper::Outcome::Exit(0)),
     }
 }

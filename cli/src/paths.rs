@@ -9,6 +9,29 @@ pub fn exe_dir() -> Option<PathBuf> {
     std::env::current_exe().ok()?.canonicalize().ok()?.parent().map(PathBuf::from)
 }
 
+/// Where mpicr's libraries are, relative to its binary: next to it (a build tree,
+/// `target/release`), then `../lib` (an install prefix: `PREFIX/bin/mpicr`,
+/// `PREFIX/lib/libmpicr.so`).
+pub fn lib_dirs() -> Vec<PathBuf> {
+    exe_dir().map(|d| vec![d.clone(), d.join("../lib")]).unwrap_or_default()
+}
+
+/// mpicr's CRIU in an install prefix: `PREFIX/libexec/mpicr/criu` (`make install` puts it
+/// there, with the libraries it runs on).
+pub fn installed_criu() -> Option<PathBuf> {
+    exe_dir().map(|d| d.join("../libexec/mpicr/criu"))
+}
+
+/// The libraries mpicr preloads (faces), by file name.
+pub const FACE_LIBS: [&str; 2] = ["libmpicr.so", "libmpicr_ompi.so"];
+
+/// Whether `program` is linked to a face library itself (built by `mpicrcc`, or with
+/// `-lmpicr`): then it needs no preload, and gets none.
+pub fn linked_face(program: &std::path::Path) -> Option<String> {
+    let d = mpicr_elf::read_file(program).ok()?;
+    d.needed.into_iter().find(|n| FACE_LIBS.contains(&n.as_str()))
+}
+
 /// The face library for a program of `face`: `$MPICR_SHIM`, else `libmpicr.so` next to the
 /// mpicr binary; for an Open MPI program `libmpicr_ompi.so` in the same directory as that.
 /// `MPICR_SHIM=none`: no preload, the program carries the agent itself (linked with libmpicr,
@@ -34,13 +57,15 @@ pub fn shim(face: Face) -> Result<Option<PathBuf>> {
         }
         return Ok(Some(q));
     }
-    let Some(dir) = exe_dir() else { bail!("cannot locate the mpicr binary to find {name} next to it; set MPICR_SHIM") };
-    let p = dir.join(name);
-    if !p.is_file() {
-        bail!(
-            "{name} not found next to mpicr ({}): build it (cargo build --release -p {package}), set MPICR_SHIM, or run with --no-shim",
-            p.display()
-        );
+    let dirs = lib_dirs();
+    if dirs.is_empty() {
+        bail!("cannot locate the mpicr binary to find {name} next to it; set MPICR_SHIM");
     }
-    Ok(Some(p))
+    match dirs.iter().map(|d| d.join(name)).find(|p| p.is_file()) {
+        Some(p) => Ok(Some(p.canonicalize().unwrap_or(p))),
+        None => bail!(
+            "{name} not found next to mpicr nor in ../lib ({}): build it (cargo build --release -p {package}), set MPICR_SHIM, or run with --no-shim",
+            dirs[0].display()
+        ),
+    }
 }

@@ -25,7 +25,7 @@ impl PmiEnv {
         let get = |k: &str| std::env::var(k).ok();
         let Some(fd) = get("PMI_FD") else {
             if get("PMI_PORT").is_some() {
-                bail!("PMI_PORT is set but PMI_FD is not: this launcher's PMI mode is not supported (use Hydra's mpiexec)");
+                bail!("PMI_PORT is set but PMI_FD is not: this launcher's PMI mode is not supported (use Hydra's mpiexec, or srun --mpi=pmi2)");
             }
             return Ok(None);
         };
@@ -87,6 +87,8 @@ pub struct Launcher {
     pub kvsname: String,
     finalized: AtomicBool,
     tag: String,
+    /// The launcher's answer to the keeper's own `init` (PMI 1.1).
+    init_reply: Msg,
 }
 
 impl Launcher {
@@ -99,13 +101,24 @@ impl Launcher {
         let mut up = Upstream { sock, buf: Vec::new() };
         let tag = format!("mpicr[{}] pmi", env.rank);
         let init = Msg::new(Wire::V1, "init").with("pmi_version", 1).with("pmi_subversion", 1);
-        let r = up.exchange(&init, true).context("PMI init with the launcher")?.unwrap();
-        check_rc(&r, "init")?;
+        let init_reply = up.exchange(&init, true).context("PMI init with the launcher")?.unwrap();
+        check_rc(&init_reply, "init")?;
         let r = up.exchange(&Msg::new(Wire::V1, "get_my_kvsname"), true).context("PMI get_my_kvsname")?.unwrap();
         check_rc(&r, "get_my_kvsname")?;
         let kvsname = r.get("kvsname").context("the launcher's my_kvsname reply has no kvsname")?.to_string();
         tracing::debug!(target: "pmi", "{tag}: launcher session {kvsname}, rank {} of {}", env.rank, env.size);
-        Ok(Launcher { up: Mutex::new(up), kvsname, finalized: AtomicBool::new(false), tag })
+        Ok(Launcher { up: Mutex::new(up), kvsname, finalized: AtomicBool::new(false), tag, init_reply })
+    }
+
+    /// The answer to a program's `init`, when it asks for the version the keeper initialised
+    /// with: the launcher's own answer to the keeper. A PMI server takes one `init` per
+    /// connection: Slurm's pmi2 plugin reads the first message of a task's `PMI_FD` as its
+    /// `init` and rejects any later one without answering; Hydra answers every one alike.
+    /// `None`: another version, for the launcher to answer.
+    fn init_answer(&self, req: &Msg) -> Option<Msg> {
+        let asks = |k: &str| req.get(k).and_then(|v| v.trim().parse::<u32>().ok());
+        (matches!(req, Msg::Cmd { wire: Wire::V1, .. }) && asks("pmi_version") == Some(1) && asks("pmi_subversion") == Some(1))
+            .then(|| self.init_reply.clone())
     }
 
     fn call(&self, req: &Msg) -> Result<Msg> {
@@ -249,7 +262,10 @@ impl Relay {
                 g.finalized = false;
                 g.releasing = false;
             }
-            let action = self.rules.request(&msg, generation);
+            let action = match (msg.cmd(), self.launcher.init_answer(&msg)) {
+                ("init", Some(r)) => Action::Reply(r),
+                _ => self.rules.request(&msg, generation),
+            };
             let reply = match action {
                 Action::Reply(r) => {
                     if msg.cmd() == "finalize" {
@@ -281,20 +297,15 @@ mod tests {
     use super::*;
     use std::io::BufRead;
 
-    /// A launcher that answers `init` and `get_my_kvsname`, for as long as the keeper talks.
-    fn fake_launcher() -> Launcher {
+    /// A launcher that answers each line the keeper sends with `answer(line)` (nothing for
+    /// `None`), for as long as the keeper talks.
+    fn scripted_launcher(answer: impl Fn(&str) -> Option<&'static str> + Send + 'static) -> Launcher {
         let (ours, theirs) = UnixStream::pair().unwrap();
         std::thread::spawn(move || {
             let mut w = theirs.try_clone().unwrap();
             for line in io::BufReader::new(theirs).lines() {
                 let Ok(line) = line else { break };
-                let reply = if line.contains("cmd=init") {
-                    "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n"
-                } else if line.contains("cmd=get_my_kvsname") {
-                    "cmd=my_kvsname kvsname=kvs_1_0 rc=0\n"
-                } else {
-                    "cmd=finalize_ack rc=0\n"
-                };
+                let Some(reply) = answer(&line) else { continue };
                 if w.write_all(reply.as_bytes()).is_err() {
                     break;
                 }
@@ -304,12 +315,52 @@ mod tests {
         Launcher::connect(PmiEnv { fd, rank: 0, size: 1 }).unwrap()
     }
 
+    /// A launcher that answers `init` and `get_my_kvsname`, for as long as the keeper talks.
+    fn fake_launcher() -> Launcher {
+        scripted_launcher(|line| {
+            Some(if line.contains("cmd=init") {
+                "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n"
+            } else if line.contains("cmd=get_my_kvsname") {
+                "cmd=my_kvsname kvsname=kvs_1_0 rc=0\n"
+            } else {
+                "cmd=finalize_ack rc=0\n"
+            })
+        })
+    }
+
     /// Sends `line` on the program's connection and waits for the answer.
     fn ask(conn: &mut UnixStream, line: &str) -> String {
         conn.write_all(line.as_bytes()).unwrap();
         let mut buf = [0u8; 512];
         let n = conn.read(&mut buf).unwrap();
         String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+
+    /// Like Slurm's pmi2 plugin: `init` only as the first message of the connection; any later
+    /// one is refused without an answer (it would hang the program).
+    #[test]
+    fn the_programs_init_is_answered_by_the_keeper() {
+        let inits = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let seen = Arc::clone(&inits);
+        let l = scripted_launcher(move |line| {
+            if line.starts_with("cmd=init") {
+                (seen.fetch_add(1, Ordering::SeqCst) == 0).then_some("cmd=response_to_init rc=0 pmi_version=1 pmi_subversion=1\n")
+            } else if line.contains("cmd=get_my_kvsname") {
+                Some("cmd=my_kvsname rc=0 kvsname=17.0\n")
+            } else {
+                Some("cmd=barrier_out rc=0\n")
+            }
+        });
+        let relay = Relay::new(Arc::new(l), "kvs_9_0".into(), 0);
+        let (mut prog, end) = UnixStream::pair().unwrap();
+        prog.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        relay.serve(end, None).unwrap();
+        for _ in 0..2 {
+            assert!(ask(&mut prog, "cmd=init pmi_version=1 pmi_subversion=1\n").contains("response_to_init rc=0"));
+            assert!(ask(&mut prog, "cmd=get_my_kvsname\n").contains("kvsname=kvs_9_0"));
+            assert!(ask(&mut prog, "cmd=barrier_in\n").contains("barrier_out"));
+        }
+        assert_eq!(inits.load(Ordering::SeqCst), 1, "the launcher saw the keeper's init only");
     }
 
     #[test]

@@ -104,6 +104,7 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
 
     let mine = if rank == 0 {
         let key = dir.read_key()?;
+        let stop_at = args.stop_before.map(crate::slurm::stop_at).transpose()?;
         let cfg = coordinator::Config {
             dir: dir.clone(),
             job: job.clone(),
@@ -112,7 +113,10 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
             verbose: args.verbose,
             key,
             bind: crate::keeper::coordinator_bind(&l),
+            stop_at,
         };
+        // The job runs again: an earlier end of it is history.
+        let _ = std::fs::remove_file(crate::keeper::ended_path(&dir));
         let info = coordinator::start(cfg, new_secret()?)?;
         info.write(&dir)?;
         Some(info)

@@ -187,6 +187,11 @@ pub enum ToClient {
     Done(CkptResult),
     Error(String),
     Status(LiveStatus),
+    /// The requested checkpoint began, as this epoch (`Done` or `Error` follows).
+    Started { epoch: u64 },
+    /// The request waits for what is named (ranks joining, programs initialising MPI) before it
+    /// begins, within its timeout.
+    Queued(String),
 }
 fn mac(secret: &[u8], role: &[u8], a: &[u8], b: &[u8]) -> Hmac<Sha256> {
     let mut m = <Hmac<Sha256> as Mac>::new_from_slice(secret).expect("HMAC takes any key length");

@@ -19,7 +19,7 @@ fn sample() -> Vec<u8> {
     drained.push(mpicr_drain::Message { comm: 7, source: 1, tag: 3, data: vec![1, 2, 3, 4] });
     drained.push(mpicr_drain::Message { comm: u64::MAX, source: -1, tag: 0, data: vec![] });
     let s = StateFile {
-        format: 1,
+        format: 2,
         epoch: 4,
         world_rank: 1,
         world_size: 2,
@@ -32,6 +32,11 @@ fn sample() -> Vec<u8> {
         requests: vec![],
         keyvals: vec![],
         errhandlers: vec![],
+        files: vec![(
+            0,
+            0,
+            mpicr_shim::core::kinds::file::FileEntry::new(0, "/tmp/f", 9, 3, 42, vec![("cb_nodes".into(), "1".into())]),
+        )],
         drained,
         user_errors: vec![],
     };

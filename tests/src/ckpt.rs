@@ -843,7 +843,17 @@ impl<'a> Driver<'a> {
                     Err(_) => break None,
                 }
             };
+            let text = fs::read_to_string(&out).unwrap_or_default();
+            let plain = self.plan.front().is_some_and(|p| p.fault == Fault::None);
             match status {
+                // the job ended while the command was asking it (no coordinator any more, or
+                // not ready yet): the checkpoint was not taken, which is said below
+                Some(s) if !s.success() && plain && NOT_READY.iter().any(|m| text.contains(m)) => {
+                    self.note(format!(
+                        "`mpicr checkpoint` found no job to checkpoint any more: {}",
+                        one_line(&text)
+                    ));
+                }
                 Some(s) => {
                     let _ = self.answered(work, false, s, &out, MAX_ASKS.max(asks));
                 }
@@ -1393,9 +1403,57 @@ impl<'a> Ctx<'a> {
             self.bad_restart(&label, ranks, &dir, epoch, &want)?;
         }
         let _ = fs::remove_dir(&empty);
+        for name in self.case.test.ckpt_files.clone() {
+            self.file_errors(&name)?;
+        }
         // the checkpoint is intact: a good restart still works
         let after = self.restart("restart", None, Resume::First)?;
         self.check_remainder("restart after the bad ones", &cut, &after)
+    }
+
+    /// An MPI file the program had open at the checkpoint (`ckpt-files`), removed and then
+    /// truncated before a restart: each restart must fail naming it, with its size at the
+    /// checkpoint; the file is put back afterwards.
+    fn file_errors(&mut self, name: &str) -> Result<(), String> {
+        let path = self.scratch.work().join(name);
+        let aside = self.scratch.root().join(format!("{name}.saved"));
+        let io = |e: std::io::Error| format!("{name}: {e}");
+        let size = fs::metadata(&path).map_err(io)?.len();
+        fs::copy(&path, &aside).map_err(io)?;
+        fs::remove_file(&path).map_err(io)?;
+        let (n, ckdir) = (self.ranks(), self.ckdir.clone());
+        let removed = self.bad_restart(
+            &format!("{name}-removed"),
+            n,
+            &ckdir,
+            None,
+            &format!(
+                "the MPI file {}, open in the program at the checkpoint ({size} bytes then), cannot be opened again",
+                path.display()
+            ),
+        );
+        let put_back = || fs::copy(&aside, &path).map(|_| ()).map_err(io);
+        put_back()?;
+        removed?;
+        let short = size / 2;
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_len(short))
+            .map_err(io)?;
+        let truncated = self.bad_restart(
+            &format!("{name}-truncated"),
+            n,
+            &ckdir,
+            None,
+            &format!(
+                "the MPI file {}, open in the program at the checkpoint, has {short} bytes, fewer than the {size} it had then",
+                path.display()
+            ),
+        );
+        put_back()?;
+        let _ = fs::remove_file(&aside);
+        truncated.map(|_| ())
     }
 
     /// A restart that must fail, restoring nothing, with an error containing `want` (on a

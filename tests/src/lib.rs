@@ -200,7 +200,8 @@ pub enum Mode {
     /// output after the cut.
     RestartTwice,
     /// Bad restarts of a stopped job (wrong rank count, an epoch that does not exist, a missing
-    /// directory) fail fast with a clear message; then a good restart still works.
+    /// directory; for a test with `ckpt-files`, each such file removed, then truncated) fail
+    /// fast with a clear message; then a good restart still works.
     RestartErrors,
     /// Many checkpoints of one job (continue) while it is paused, `--stop`, a restart, and many
     /// more: every renewal of the MPI library must succeed, the output must equal the native

@@ -17,7 +17,8 @@
 //! run lasts at least steps x pace, and the random instants of the checkpoint modes fall within
 //! 10-60 % of that, so the pace should dominate a step's duration. (4 busy-polling ranks on 2
 //! cores make some steps 10-50 ms long natively: fewer, longer-paced steps at 4 ranks keep the
-//! native oracle short.)
+//! native oracle short.) `ckpt-files=a,b` names the files (relative to the scratch directory)
+//! the program keeps open through checkpoints, for the restart-errors mode.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -51,6 +52,10 @@ pub struct TestSpec {
     pub ckpt_pace_us: u64,
     /// `ckpt-pace.N`: the pace for N ranks, where it differs.
     pub ckpt_pace_for: BTreeMap<u32, u64>,
+    /// `ckpt-files`: files the program keeps open through checkpoints, named relative to its
+    /// scratch directory: the restart-errors mode also removes and truncates each before a
+    /// restart, which must then fail naming it.
+    pub ckpt_files: Vec<String>,
 }
 
 impl TestSpec {
@@ -97,6 +102,7 @@ pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, String> 
         ckpt_modes: Vec::new(),
         ckpt_pace_us: DEFAULT_CKPT_PACE_US,
         ckpt_pace_for: BTreeMap::new(),
+        ckpt_files: Vec::new(),
     };
     let mut ckpt_modes = None;
     for field in line.split_whitespace() {
@@ -123,6 +129,7 @@ pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, String> 
             "ranks" => spec.ranks = ranks()?,
             "ckpt-ranks" => spec.ckpt_ranks = ranks()?,
             "ckpt-modes" => ckpt_modes = Some(list()),
+            "ckpt-files" => spec.ckpt_files = list(),
             k if k == "ckpt-pace" || k.starts_with("ckpt-pace.") => {
                 let us = match value.parse() {
                     Ok(us) if us > 0 => us,
@@ -178,6 +185,12 @@ pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, String> 
         if spec.long_args.is_none() {
             return Err(format!("{name}: `ckpt-ranks` needs `long-args`"));
         }
+    }
+    if !spec.ckpt_files.is_empty() && spec.ckpt_ranks.is_empty() {
+        return Err(format!("{name}: `ckpt-files` needs `ckpt-ranks`"));
+    }
+    if let Some(f) = spec.ckpt_files.iter().find(|f| f.contains('/') || f.starts_with('.')) {
+        return Err(format!("{name}: `ckpt-files` names `{f}`, not a plain file name in the scratch directory"));
     }
     match ckpt_modes {
         Some(_) if spec.ckpt_ranks.is_empty() => {
@@ -297,6 +310,12 @@ mod tests {
             (DEFAULT_CKPT_PACE_US, 9000)
         );
         assert!(p("/* mpicr-test: ranks=4 long-args=400 ckpt-ranks=4 ckpt-pace.x=1 */").is_err());
+        let s = p("/* mpicr-test: ranks=2 long-args=400 ckpt-ranks=2 ckpt-files=a.dat,b */").unwrap();
+        assert_eq!(s.ckpt_files, vec!["a.dat", "b"]);
+        assert!(p("/* mpicr-test: ranks=2 ckpt-files=a.dat */")
+            .unwrap_err()
+            .contains("needs `ckpt-ranks`"));
+        assert!(p("/* mpicr-test: ranks=2 long-args=400 ckpt-ranks=2 ckpt-files=d/a */").is_err());
     }
 
     #[test]

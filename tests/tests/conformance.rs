@@ -98,8 +98,9 @@ fn run() -> Result<bool, String> {
             }
             "--timeout" => o.timeout_cap = secs(value()?)?,
             "--ckpt-min" => o.ckpt_min = secs(value()?)?,
-            "--out" => o.out_dir = value()?.into(),
-            "--rejudge" => o.rejudge = Some(value()?.into()),
+            // (relative to the workspace root: cargo runs this from the package's directory)
+            "--out" => o.out_dir = root.join(value()?),
+            "--rejudge" => o.rejudge = Some(root.join(value()?)),
             // what cargo or libtest may pass
             "--color" | "--format" | "--logfile" | "--test-threads" => {
                 value()?;

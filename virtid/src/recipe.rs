@@ -199,7 +199,11 @@ pub enum RequestRecipe {
     /// A request whose operation the shim already finished (e.g. a receive satisfied from the
     /// drained-message buffer); holds the status to report.
     Completed { status: [i32; 5] },
-    /// Requests of RMA and MPI-IO operations: not restorable.
+    /// Nonblocking MPI-IO (`MPI_File_i*`): completed by a checkpoint's drain, one after the other
+    /// in the order this process started them (`seq`), as ROMIO's collective ones need.
+    FileIo { function: String, seq: u64 },
+    /// Anything else: requests of RMA operations, buffer flushes, `MPI_Isendrecv`, matched
+    /// receives; not restorable while pending.
     Other { function: String },
 }
 

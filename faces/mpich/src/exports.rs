@@ -1304,11 +1304,11 @@ pub unsafe extern "C" fn PMPI_File_fromint(file: c_int) -> MPI_File {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_amode(fh: MPI_File, amode: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_File_get_amode", c_int, mpicr_shim::face::gen::passthrough::MPI_File_get_amode(fh, amode))
+    ffi_boundary!("MPI_File_get_amode", c_int, mpicr_shim::face::api::MPI_File_get_amode(fh, amode))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_amode(fh: MPI_File, amode: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_File_get_amode", c_int, mpicr_shim::face::gen::passthrough::MPI_File_get_amode(fh, amode))
+    ffi_boundary!("MPI_File_get_amode", c_int, mpicr_shim::face::api::MPI_File_get_amode(fh, amode))
 }
 
 #[no_mangle]
@@ -1601,11 +1601,11 @@ pub unsafe extern "C" fn PMPI_File_open(comm: MPI_Comm, filename: *const c_char,
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_preallocate(fh: MPI_File, size: MPI_Offset) -> c_int {
-    ffi_boundary!("MPI_File_preallocate", c_int, mpicr_shim::face::gen::passthrough::MPI_File_preallocate(fh, size))
+    ffi_boundary!("MPI_File_preallocate", c_int, mpicr_shim::face::gen::collectives::MPI_File_preallocate(fh, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_preallocate(fh: MPI_File, size: MPI_Offset) -> c_int {
-    ffi_boundary!("MPI_File_preallocate", c_int, mpicr_shim::face::gen::passthrough::MPI_File_preallocate(fh, size))
+    ffi_boundary!("MPI_File_preallocate", c_int, mpicr_shim::face::gen::collectives::MPI_File_preallocate(fh, size))
 }
 
 #[no_mangle]
@@ -1619,47 +1619,47 @@ pub unsafe extern "C" fn PMPI_File_read(fh: MPI_File, buf: *mut c_void, count: c
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_all(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_all", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_all(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_all", c_int, mpicr_shim::face::gen::collectives::MPI_File_read_all(fh, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_all(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_all", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_all(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_all", c_int, mpicr_shim::face::gen::collectives::MPI_File_read_all(fh, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_all_begin(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_read_all_begin", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_all_begin(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_read_all_begin", c_int, mpicr_shim::face::api::MPI_File_read_all_begin(fh, buf, count, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_all_begin(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_read_all_begin", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_all_begin(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_read_all_begin", c_int, mpicr_shim::face::api::MPI_File_read_all_begin(fh, buf, count, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_all_begin_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_read_all_begin_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_all_begin_c(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_read_all_begin_c", c_int, mpicr_shim::face::api::MPI_File_read_all_begin_c(fh, buf, count, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_all_begin_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_read_all_begin_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_all_begin_c(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_read_all_begin_c", c_int, mpicr_shim::face::api::MPI_File_read_all_begin_c(fh, buf, count, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_all_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_all_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_all_c(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_all_c", c_int, mpicr_shim::face::gen::collectives::MPI_File_read_all_c(fh, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_all_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_all_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_all_c(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_all_c", c_int, mpicr_shim::face::gen::collectives::MPI_File_read_all_c(fh, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_all_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_all_end", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_all_end(fh, buf, status))
+    ffi_boundary!("MPI_File_read_all_end", c_int, mpicr_shim::face::api::MPI_File_read_all_end(fh, buf, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_all_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_all_end", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_all_end(fh, buf, status))
+    ffi_boundary!("MPI_File_read_all_end", c_int, mpicr_shim::face::api::MPI_File_read_all_end(fh, buf, status))
 }
 
 #[no_mangle]
@@ -1673,47 +1673,47 @@ pub unsafe extern "C" fn PMPI_File_read_at(fh: MPI_File, offset: MPI_Offset, buf
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_at_all(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_at_all", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_at_all(fh, offset, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_at_all", c_int, mpicr_shim::face::gen::collectives::MPI_File_read_at_all(fh, offset, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_at_all(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_at_all", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_at_all(fh, offset, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_at_all", c_int, mpicr_shim::face::gen::collectives::MPI_File_read_at_all(fh, offset, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_at_all_begin(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_read_at_all_begin", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_at_all_begin(fh, offset, buf, count, datatype))
+    ffi_boundary!("MPI_File_read_at_all_begin", c_int, mpicr_shim::face::api::MPI_File_read_at_all_begin(fh, offset, buf, count, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_at_all_begin(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_read_at_all_begin", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_at_all_begin(fh, offset, buf, count, datatype))
+    ffi_boundary!("MPI_File_read_at_all_begin", c_int, mpicr_shim::face::api::MPI_File_read_at_all_begin(fh, offset, buf, count, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_at_all_begin_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_read_at_all_begin_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_at_all_begin_c(fh, offset, buf, count, datatype))
+    ffi_boundary!("MPI_File_read_at_all_begin_c", c_int, mpicr_shim::face::api::MPI_File_read_at_all_begin_c(fh, offset, buf, count, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_at_all_begin_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_read_at_all_begin_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_at_all_begin_c(fh, offset, buf, count, datatype))
+    ffi_boundary!("MPI_File_read_at_all_begin_c", c_int, mpicr_shim::face::api::MPI_File_read_at_all_begin_c(fh, offset, buf, count, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_at_all_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_at_all_c(fh, offset, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_at_all_c", c_int, mpicr_shim::face::gen::collectives::MPI_File_read_at_all_c(fh, offset, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_at_all_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_at_all_c(fh, offset, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_at_all_c", c_int, mpicr_shim::face::gen::collectives::MPI_File_read_at_all_c(fh, offset, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_at_all_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_at_all_end", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_at_all_end(fh, buf, status))
+    ffi_boundary!("MPI_File_read_at_all_end", c_int, mpicr_shim::face::api::MPI_File_read_at_all_end(fh, buf, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_at_all_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_at_all_end", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_at_all_end(fh, buf, status))
+    ffi_boundary!("MPI_File_read_at_all_end", c_int, mpicr_shim::face::api::MPI_File_read_at_all_end(fh, buf, status))
 }
 
 #[no_mangle]
@@ -1736,47 +1736,47 @@ pub unsafe extern "C" fn PMPI_File_read_c(fh: MPI_File, buf: *mut c_void, count:
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_ordered(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_ordered", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_ordered(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_ordered", c_int, mpicr_shim::face::gen::collectives::MPI_File_read_ordered(fh, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_ordered(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_ordered", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_ordered(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_ordered", c_int, mpicr_shim::face::gen::collectives::MPI_File_read_ordered(fh, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_ordered_begin(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_read_ordered_begin", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_ordered_begin(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_read_ordered_begin", c_int, mpicr_shim::face::api::MPI_File_read_ordered_begin(fh, buf, count, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_ordered_begin(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_read_ordered_begin", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_ordered_begin(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_read_ordered_begin", c_int, mpicr_shim::face::api::MPI_File_read_ordered_begin(fh, buf, count, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_ordered_begin_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_read_ordered_begin_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_ordered_begin_c(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_read_ordered_begin_c", c_int, mpicr_shim::face::api::MPI_File_read_ordered_begin_c(fh, buf, count, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_ordered_begin_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_read_ordered_begin_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_ordered_begin_c(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_read_ordered_begin_c", c_int, mpicr_shim::face::api::MPI_File_read_ordered_begin_c(fh, buf, count, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_ordered_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_ordered_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_ordered_c(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_ordered_c", c_int, mpicr_shim::face::gen::collectives::MPI_File_read_ordered_c(fh, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_ordered_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_ordered_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_ordered_c(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_read_ordered_c", c_int, mpicr_shim::face::gen::collectives::MPI_File_read_ordered_c(fh, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_ordered_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_ordered_end", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_ordered_end(fh, buf, status))
+    ffi_boundary!("MPI_File_read_ordered_end", c_int, mpicr_shim::face::api::MPI_File_read_ordered_end(fh, buf, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_ordered_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_read_ordered_end", c_int, mpicr_shim::face::gen::passthrough::MPI_File_read_ordered_end(fh, buf, status))
+    ffi_boundary!("MPI_File_read_ordered_end", c_int, mpicr_shim::face::api::MPI_File_read_ordered_end(fh, buf, status))
 }
 
 #[no_mangle]
@@ -1808,20 +1808,20 @@ pub unsafe extern "C" fn PMPI_File_seek(fh: MPI_File, offset: MPI_Offset, whence
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_seek_shared(fh: MPI_File, offset: MPI_Offset, whence: c_int) -> c_int {
-    ffi_boundary!("MPI_File_seek_shared", c_int, mpicr_shim::face::gen::passthrough::MPI_File_seek_shared(fh, offset, whence))
+    ffi_boundary!("MPI_File_seek_shared", c_int, mpicr_shim::face::gen::collectives::MPI_File_seek_shared(fh, offset, whence))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_seek_shared(fh: MPI_File, offset: MPI_Offset, whence: c_int) -> c_int {
-    ffi_boundary!("MPI_File_seek_shared", c_int, mpicr_shim::face::gen::passthrough::MPI_File_seek_shared(fh, offset, whence))
+    ffi_boundary!("MPI_File_seek_shared", c_int, mpicr_shim::face::gen::collectives::MPI_File_seek_shared(fh, offset, whence))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_set_atomicity(fh: MPI_File, flag: c_int) -> c_int {
-    ffi_boundary!("MPI_File_set_atomicity", c_int, mpicr_shim::face::gen::passthrough::MPI_File_set_atomicity(fh, flag))
+    ffi_boundary!("MPI_File_set_atomicity", c_int, mpicr_shim::face::gen::collectives::MPI_File_set_atomicity(fh, flag))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_set_atomicity(fh: MPI_File, flag: c_int) -> c_int {
-    ffi_boundary!("MPI_File_set_atomicity", c_int, mpicr_shim::face::gen::passthrough::MPI_File_set_atomicity(fh, flag))
+    ffi_boundary!("MPI_File_set_atomicity", c_int, mpicr_shim::face::gen::collectives::MPI_File_set_atomicity(fh, flag))
 }
 
 #[no_mangle]
@@ -1835,38 +1835,38 @@ pub unsafe extern "C" fn PMPI_File_set_errhandler(file: MPI_File, errhandler: MP
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_set_info(fh: MPI_File, info: MPI_Info) -> c_int {
-    ffi_boundary!("MPI_File_set_info", c_int, mpicr_shim::face::gen::passthrough::MPI_File_set_info(fh, info))
+    ffi_boundary!("MPI_File_set_info", c_int, mpicr_shim::face::api::MPI_File_set_info(fh, info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_set_info(fh: MPI_File, info: MPI_Info) -> c_int {
-    ffi_boundary!("MPI_File_set_info", c_int, mpicr_shim::face::gen::passthrough::MPI_File_set_info(fh, info))
+    ffi_boundary!("MPI_File_set_info", c_int, mpicr_shim::face::api::MPI_File_set_info(fh, info))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_set_size(fh: MPI_File, size: MPI_Offset) -> c_int {
-    ffi_boundary!("MPI_File_set_size", c_int, mpicr_shim::face::gen::passthrough::MPI_File_set_size(fh, size))
+    ffi_boundary!("MPI_File_set_size", c_int, mpicr_shim::face::gen::collectives::MPI_File_set_size(fh, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_set_size(fh: MPI_File, size: MPI_Offset) -> c_int {
-    ffi_boundary!("MPI_File_set_size", c_int, mpicr_shim::face::gen::passthrough::MPI_File_set_size(fh, size))
+    ffi_boundary!("MPI_File_set_size", c_int, mpicr_shim::face::gen::collectives::MPI_File_set_size(fh, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_set_view(fh: MPI_File, disp: MPI_Offset, etype: MPI_Datatype, filetype: MPI_Datatype, datarep: *const c_char, info: MPI_Info) -> c_int {
-    ffi_boundary!("MPI_File_set_view", c_int, mpicr_shim::face::gen::passthrough::MPI_File_set_view(fh, disp, etype, filetype, datarep, info))
+    ffi_boundary!("MPI_File_set_view", c_int, mpicr_shim::face::api::MPI_File_set_view(fh, disp, etype, filetype, datarep, info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_set_view(fh: MPI_File, disp: MPI_Offset, etype: MPI_Datatype, filetype: MPI_Datatype, datarep: *const c_char, info: MPI_Info) -> c_int {
-    ffi_boundary!("MPI_File_set_view", c_int, mpicr_shim::face::gen::passthrough::MPI_File_set_view(fh, disp, etype, filetype, datarep, info))
+    ffi_boundary!("MPI_File_set_view", c_int, mpicr_shim::face::api::MPI_File_set_view(fh, disp, etype, filetype, datarep, info))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_sync(fh: MPI_File) -> c_int {
-    ffi_boundary!("MPI_File_sync", c_int, mpicr_shim::face::gen::passthrough::MPI_File_sync(fh))
+    ffi_boundary!("MPI_File_sync", c_int, mpicr_shim::face::gen::collectives::MPI_File_sync(fh))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_sync(fh: MPI_File) -> c_int {
-    ffi_boundary!("MPI_File_sync", c_int, mpicr_shim::face::gen::passthrough::MPI_File_sync(fh))
+    ffi_boundary!("MPI_File_sync", c_int, mpicr_shim::face::gen::collectives::MPI_File_sync(fh))
 }
 
 #[no_mangle]
@@ -1889,47 +1889,47 @@ pub unsafe extern "C" fn PMPI_File_write(fh: MPI_File, buf: *const c_void, count
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_all(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_all", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_all(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_all", c_int, mpicr_shim::face::gen::collectives::MPI_File_write_all(fh, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_all(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_all", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_all(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_all", c_int, mpicr_shim::face::gen::collectives::MPI_File_write_all(fh, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_all_begin(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_write_all_begin", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_all_begin(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_write_all_begin", c_int, mpicr_shim::face::api::MPI_File_write_all_begin(fh, buf, count, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_all_begin(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_write_all_begin", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_all_begin(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_write_all_begin", c_int, mpicr_shim::face::api::MPI_File_write_all_begin(fh, buf, count, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_all_begin_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_write_all_begin_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_all_begin_c(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_write_all_begin_c", c_int, mpicr_shim::face::api::MPI_File_write_all_begin_c(fh, buf, count, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_all_begin_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_write_all_begin_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_all_begin_c(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_write_all_begin_c", c_int, mpicr_shim::face::api::MPI_File_write_all_begin_c(fh, buf, count, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_all_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_all_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_all_c(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_all_c", c_int, mpicr_shim::face::gen::collectives::MPI_File_write_all_c(fh, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_all_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_all_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_all_c(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_all_c", c_int, mpicr_shim::face::gen::collectives::MPI_File_write_all_c(fh, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_all_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_all_end", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_all_end(fh, buf, status))
+    ffi_boundary!("MPI_File_write_all_end", c_int, mpicr_shim::face::api::MPI_File_write_all_end(fh, buf, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_all_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_all_end", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_all_end(fh, buf, status))
+    ffi_boundary!("MPI_File_write_all_end", c_int, mpicr_shim::face::api::MPI_File_write_all_end(fh, buf, status))
 }
 
 #[no_mangle]
@@ -1943,47 +1943,47 @@ pub unsafe extern "C" fn PMPI_File_write_at(fh: MPI_File, offset: MPI_Offset, bu
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_at_all(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_at_all", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_at_all(fh, offset, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_at_all", c_int, mpicr_shim::face::gen::collectives::MPI_File_write_at_all(fh, offset, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_at_all(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_at_all", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_at_all(fh, offset, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_at_all", c_int, mpicr_shim::face::gen::collectives::MPI_File_write_at_all(fh, offset, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_at_all_begin(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_write_at_all_begin", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_at_all_begin(fh, offset, buf, count, datatype))
+    ffi_boundary!("MPI_File_write_at_all_begin", c_int, mpicr_shim::face::api::MPI_File_write_at_all_begin(fh, offset, buf, count, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_at_all_begin(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_write_at_all_begin", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_at_all_begin(fh, offset, buf, count, datatype))
+    ffi_boundary!("MPI_File_write_at_all_begin", c_int, mpicr_shim::face::api::MPI_File_write_at_all_begin(fh, offset, buf, count, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_at_all_begin_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_write_at_all_begin_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_at_all_begin_c(fh, offset, buf, count, datatype))
+    ffi_boundary!("MPI_File_write_at_all_begin_c", c_int, mpicr_shim::face::api::MPI_File_write_at_all_begin_c(fh, offset, buf, count, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_at_all_begin_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_write_at_all_begin_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_at_all_begin_c(fh, offset, buf, count, datatype))
+    ffi_boundary!("MPI_File_write_at_all_begin_c", c_int, mpicr_shim::face::api::MPI_File_write_at_all_begin_c(fh, offset, buf, count, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_at_all_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_at_all_c(fh, offset, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_at_all_c", c_int, mpicr_shim::face::gen::collectives::MPI_File_write_at_all_c(fh, offset, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_at_all_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_at_all_c(fh, offset, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_at_all_c", c_int, mpicr_shim::face::gen::collectives::MPI_File_write_at_all_c(fh, offset, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_at_all_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_at_all_end", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_at_all_end(fh, buf, status))
+    ffi_boundary!("MPI_File_write_at_all_end", c_int, mpicr_shim::face::api::MPI_File_write_at_all_end(fh, buf, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_at_all_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_at_all_end", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_at_all_end(fh, buf, status))
+    ffi_boundary!("MPI_File_write_at_all_end", c_int, mpicr_shim::face::api::MPI_File_write_at_all_end(fh, buf, status))
 }
 
 #[no_mangle]
@@ -2006,47 +2006,47 @@ pub unsafe extern "C" fn PMPI_File_write_c(fh: MPI_File, buf: *const c_void, cou
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_ordered(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_ordered", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_ordered(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_ordered", c_int, mpicr_shim::face::gen::collectives::MPI_File_write_ordered(fh, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_ordered(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_ordered", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_ordered(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_ordered", c_int, mpicr_shim::face::gen::collectives::MPI_File_write_ordered(fh, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_ordered_begin(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_write_ordered_begin", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_ordered_begin(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_write_ordered_begin", c_int, mpicr_shim::face::api::MPI_File_write_ordered_begin(fh, buf, count, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_ordered_begin(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_write_ordered_begin", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_ordered_begin(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_write_ordered_begin", c_int, mpicr_shim::face::api::MPI_File_write_ordered_begin(fh, buf, count, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_ordered_begin_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_write_ordered_begin_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_ordered_begin_c(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_write_ordered_begin_c", c_int, mpicr_shim::face::api::MPI_File_write_ordered_begin_c(fh, buf, count, datatype))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_ordered_begin_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    ffi_boundary!("MPI_File_write_ordered_begin_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_ordered_begin_c(fh, buf, count, datatype))
+    ffi_boundary!("MPI_File_write_ordered_begin_c", c_int, mpicr_shim::face::api::MPI_File_write_ordered_begin_c(fh, buf, count, datatype))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_ordered_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_ordered_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_ordered_c(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_ordered_c", c_int, mpicr_shim::face::gen::collectives::MPI_File_write_ordered_c(fh, buf, count, datatype, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_ordered_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_ordered_c", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_ordered_c(fh, buf, count, datatype, status))
+    ffi_boundary!("MPI_File_write_ordered_c", c_int, mpicr_shim::face::gen::collectives::MPI_File_write_ordered_c(fh, buf, count, datatype, status))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_ordered_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_ordered_end", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_ordered_end(fh, buf, status))
+    ffi_boundary!("MPI_File_write_ordered_end", c_int, mpicr_shim::face::api::MPI_File_write_ordered_end(fh, buf, status))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_ordered_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
-    ffi_boundary!("MPI_File_write_ordered_end", c_int, mpicr_shim::face::gen::passthrough::MPI_File_write_ordered_end(fh, buf, status))
+    ffi_boundary!("MPI_File_write_ordered_end", c_int, mpicr_shim::face::api::MPI_File_write_ordered_end(fh, buf, status))
 }
 
 #[no_mangle]
@@ -3995,29 +3995,53 @@ pub unsafe extern "C" fn PMPI_Register_datarep_c(datarep: *const c_char, read_co
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Remove_error_class(errorclass: c_int) -> c_int {
-    ffi_boundary!("MPI_Remove_error_class", c_int, mpicr_shim::face::gen::passthrough::MPI_Remove_error_class(errorclass))
+    ffi_boundary!("MPI_Remove_error_class", c_int, mpicr_shim::face::api::MPI_Remove_error_class(errorclass))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Remove_error_class(errorclass: c_int) -> c_int {
-    ffi_boundary!("MPI_Remove_error_class", c_int, mpicr_shim::face::gen::passthrough::MPI_Remove_error_class(errorclass))
+    ffi_boundary!("MPI_Remove_error_class", c_int, mpicr_shim::face::api::MPI_Remove_error_class(errorclass))
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Delete_error_class(errorclass: c_int) -> c_int {
+    ffi_boundary!("MPI_Remove_error_class", c_int, mpicr_shim::face::api::MPI_Remove_error_class(errorclass))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPIX_Delete_error_class(errorclass: c_int) -> c_int {
+    ffi_boundary!("MPI_Remove_error_class", c_int, mpicr_shim::face::api::MPI_Remove_error_class(errorclass))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Remove_error_code(errorcode: c_int) -> c_int {
-    ffi_boundary!("MPI_Remove_error_code", c_int, mpicr_shim::face::gen::passthrough::MPI_Remove_error_code(errorcode))
+    ffi_boundary!("MPI_Remove_error_code", c_int, mpicr_shim::face::api::MPI_Remove_error_code(errorcode))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Remove_error_code(errorcode: c_int) -> c_int {
-    ffi_boundary!("MPI_Remove_error_code", c_int, mpicr_shim::face::gen::passthrough::MPI_Remove_error_code(errorcode))
+    ffi_boundary!("MPI_Remove_error_code", c_int, mpicr_shim::face::api::MPI_Remove_error_code(errorcode))
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Delete_error_code(errorcode: c_int) -> c_int {
+    ffi_boundary!("MPI_Remove_error_code", c_int, mpicr_shim::face::api::MPI_Remove_error_code(errorcode))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPIX_Delete_error_code(errorcode: c_int) -> c_int {
+    ffi_boundary!("MPI_Remove_error_code", c_int, mpicr_shim::face::api::MPI_Remove_error_code(errorcode))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Remove_error_string(errorcode: c_int) -> c_int {
-    ffi_boundary!("MPI_Remove_error_string", c_int, mpicr_shim::face::gen::passthrough::MPI_Remove_error_string(errorcode))
+    ffi_boundary!("MPI_Remove_error_string", c_int, mpicr_shim::face::api::MPI_Remove_error_string(errorcode))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Remove_error_string(errorcode: c_int) -> c_int {
-    ffi_boundary!("MPI_Remove_error_string", c_int, mpicr_shim::face::gen::passthrough::MPI_Remove_error_string(errorcode))
+    ffi_boundary!("MPI_Remove_error_string", c_int, mpicr_shim::face::api::MPI_Remove_error_string(errorcode))
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Delete_error_string(errorcode: c_int) -> c_int {
+    ffi_boundary!("MPI_Remove_error_string", c_int, mpicr_shim::face::api::MPI_Remove_error_string(errorcode))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPIX_Delete_error_string(errorcode: c_int) -> c_int {
+    ffi_boundary!("MPI_Remove_error_string", c_int, mpicr_shim::face::api::MPI_Remove_error_string(errorcode))
 }
 
 #[no_mangle]

@@ -5,7 +5,7 @@
 //! `MPI_Buffer_detach`: the library's own waits *inside* the library until every buffered
 //! message is delivered, which may need a checkpoint's drain on the receiving side, while the
 //! checkpoint waits for the thread to leave the library. With the messages here, detach waits
-//! outside the gate ([`idle`]).
+//! outside the gate ([`in_flight`]).
 //!
 //! A checkpoint's drain receives every counted message, so after it the sends here are
 //! delivered: the release forgets them ([`forget`]).
@@ -84,19 +84,13 @@ pub unsafe fn send(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype,
     Ok(())
 }
 
-/// Has every buffered message been sent? (Drives the library's progress.)
-pub fn idle() -> Result<bool, c_int> {
+/// How many buffered messages the library is still sending (drives its progress). Detach and
+/// finalize wait for none; a checkpoint's drain waits for them as for the program's own sends,
+/// since a receiver draining a large one needs this rank's progress to get it.
+pub fn in_flight() -> Result<usize, c_int> {
     let mut pending = PENDING.lock();
-    Ok(reap(&mut pending)? == 0 && pending.is_empty())
-}
-
-/// How many buffered messages the library is still sending (drives its progress): a checkpoint's
-/// drain waits for them as for the program's own sends, since a receiver draining a large one
-/// needs this rank's progress to get it.
-pub fn in_flight() -> usize {
-    let mut pending = PENDING.lock();
-    let _ = reap(&mut pending);
-    pending.len()
+    reap(&mut pending)?;
+    Ok(pending.len())
 }
 
 /// The library is released: every buffered message was delivered (the drain received it).

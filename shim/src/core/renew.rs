@@ -291,6 +291,11 @@ pub static STAGE: AtomicI32 = AtomicI32::new(0);
 pub const INITIALIZED: c_int = 1;
 pub const FINALIZED: c_int = 2;
 
+/// Is the program between MPI_Init and MPI_Finalize (not a program of MPI sessions only)?
+pub fn world_initialized() -> bool {
+    STAGE.load(Ordering::Acquire) == INITIALIZED
+}
+
 /// Has the program called MPI_Finalize?
 pub fn program_finalized() -> bool {
     STAGE.load(Ordering::Acquire) == FINALIZED
@@ -370,6 +375,9 @@ pub fn renew(restarted: bool, size: Option<i32>) -> Result<(), RenewError> {
         if restarted && size != world_size() {
             return Err(RenewError::Size { image: world_size(), job: size });
         }
+    }
+    for kind in RENEWAL_ORDER {
+        kind.before_renewal().map_err(RenewError::Rebuild)?;
     }
     let generation = match strategy() {
         Strategy::Namespace => {

@@ -72,6 +72,7 @@ pub const MPI_ERR_PENDING: c_int = 18;
 pub const MPI_ERR_REQUEST: c_int = 19;
 pub const MPI_ERR_FILE: c_int = 27;
 pub const MPI_ERR_INFO: c_int = 28;
+pub const MPI_ERR_IO: c_int = 32;
 pub const MPI_ERR_NO_MEM: c_int = 34;
 pub const MPI_ERR_UNSUPPORTED_OPERATION: c_int = 44;
 pub const MPI_ERR_WIN: c_int = 45;
@@ -117,7 +118,16 @@ pub const MPI_THREAD_SINGLE: c_int = 0;
 pub const MPI_THREAD_SERIALIZED: c_int = 2;
 pub const MPI_THREAD_MULTIPLE: c_int = 3;
 
+/// MPI-IO access modes (ROMIO's values, the same in Open MPI) and whence of seeks.
+pub const MPI_MODE_CREATE: c_int = 1;
+pub const MPI_MODE_RDONLY: c_int = 2;
+pub const MPI_MODE_DELETE_ON_CLOSE: c_int = 16;
+pub const MPI_MODE_EXCL: c_int = 64;
+pub const MPI_MODE_SEQUENTIAL: c_int = 256;
+pub const MPI_SEEK_SET: c_int = 600;
+
 pub const MPI_MAX_ERROR_STRING: usize = 512;
+
 pub const MPI_MAX_INFO_KEY: usize = 255;
 pub const MPI_MAX_INFO_VAL: usize = 1024;
 

@@ -82,6 +82,7 @@ pub fn checkpoint_foreign(h: &Harness, f: &Foreign, oracle: &JobOutput) -> Forei
             ckpt_modes: Vec::new(),
             ckpt_pace_us: 0,
             ckpt_pace_for: BTreeMap::new(),
+            ckpt_files: Vec::new(),
         }),
         flavor: f.flavor,
         ranks: f.ranks,

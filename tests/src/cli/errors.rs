@@ -23,9 +23,10 @@ fn ckpt_errors(t: &mut T) {
     let mut c = t.m(["checkpoint"]);
     c.arg(t.p("nowhere"));
     let (rc, out) = t.out(c, LIMIT);
+    // exit 3: no job runs on DIR (mpicr-checkpoint(1))
     t.check(
         "ckpt-missing-dir",
-        rc == 1 && out.contains("does not exist"),
+        rc == 3 && out.contains("does not exist"),
         |_| out.clone(),
     );
 
@@ -37,7 +38,7 @@ fn ckpt_errors(t: &mut T) {
     let (rc, out) = t.out(c, LIMIT);
     t.check(
         "ckpt-no-job",
-        rc == 1 && out.contains("no job is running"),
+        rc == 3 && out.contains("no job is running"),
         |_| out.clone(),
     );
 

@@ -17,14 +17,18 @@
 //! scratch directory of its own, removed at the end (`MPICR_TEST_KEEP=1` keeps them). Processes
 //! found alive at the end of a function are reported by the last case, `no-stray-processes`.
 
+mod commands;
 mod criu;
 mod errors;
 mod hangs;
+mod install;
 mod nonroot;
+mod paused;
 mod pidns;
 mod protocol;
 mod relay;
 mod security;
+mod slurm;
 mod xlib;
 
 use crate::job::{kill_each, scan_procs, MARKER_VAR};
@@ -107,6 +111,9 @@ pub fn all() -> Vec<CaseFn> {
     v.extend(hangs::cases_faults());
     v.extend(nonroot::cases());
     v.extend(xlib::cases());
+    v.extend(install::cases());
+    v.extend(commands::cases());
+    v.extend(slurm::cases());
     v.push(CaseFn {
         name: "no-strays",
         cases: &["no-stray-processes"],
@@ -417,6 +424,15 @@ impl Bg {
         self.status = Some(s);
         s
     }
+    /// Its exit status if it has ended, without waiting.
+    pub fn try_status(&mut self) -> Option<i32> {
+        if self.status.is_none() {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                self.status = Some(shell_status(st));
+            }
+        }
+        self.status
+    }
     /// Signals the process itself (`kill -SIG $pid`), while it is not reaped.
     pub fn signal(&mut self, sig: libc::c_int) {
         if self.status.is_none() && matches!(self.child.try_wait(), Ok(None)) {
@@ -719,7 +735,7 @@ fn compile(env: &Env, cc: &OsStr, extra_env: Option<(&str, &OsStr)>, src: &str, 
     }
 }
 
-fn find_in_path(name: &str) -> bool {
+pub(super) fn find_in_path(name: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
 }

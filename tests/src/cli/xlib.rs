@@ -76,7 +76,7 @@ fn launcher(t: &T, ver: u32, n: u32) -> Command {
 }
 
 /// The MPI compiler wrapper of MPICH `ver` (MPICH 5's bin first on PATH, as it needs).
-fn mpicc(t: &T, ver: u32) -> Command {
+pub(super) fn mpicc(t: &T, ver: u32) -> Command {
     if ver == OMPI {
         t.cmd("mpicc.openmpi")
     } else if ver == 4 {
@@ -92,9 +92,13 @@ fn mpicc(t: &T, ver: u32) -> Command {
 }
 
 /// Compiles `src` with MPICH `ver`'s wrapper into `bin/OUT` (c-tests' common.h on the path).
-fn build(t: &T, ver: u32, src: &Path, out: &str) -> Result<PathBuf, String> {
+pub(super) fn build(t: &T, ver: u32, src: &Path, out: &str) -> Result<PathBuf, String> {
+    build_with(t, mpicc(t, ver), src, out)
+}
+
+/// Compiles `src` with the compiler command `c` into `bin/OUT` (c-tests' common.h on the path).
+pub(super) fn build_with(t: &T, mut c: Command, src: &Path, out: &str) -> Result<PathBuf, String> {
     let bin = t.env.bin(out);
-    let mut c = mpicc(t, ver);
     c.args(["-std=gnu11", "-O2", "-I"])
         .arg(t.env.root.join("c-tests"))
         .arg("-o")
@@ -145,7 +149,7 @@ fn lib_of(t: &T, ver: u32) -> Option<PathBuf> {
     }
 }
 
-fn wait_for(cond: impl Fn() -> bool, limit: Duration) -> bool {
+pub(super) fn wait_for(cond: impl Fn() -> bool, limit: Duration) -> bool {
     let t = Instant::now();
     while t.elapsed() < limit {
         if cond() {
@@ -157,7 +161,7 @@ fn wait_for(cond: impl Fn() -> bool, limit: Duration) -> bool {
 }
 
 /// Lines sorted (ranks' lines interleave differently from run to run).
-fn sorted(s: &str) -> Vec<String> {
+pub(super) fn sorted(s: &str) -> Vec<String> {
     let mut v: Vec<String> = s.lines().map(str::to_string).collect();
     v.sort();
     v

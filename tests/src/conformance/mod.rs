@@ -294,7 +294,44 @@ pub fn run(h: &Harness, o: &Options) -> Result<bool, String> {
         println!("interrupted: the remaining tests were not run");
         return Ok(false);
     }
+    nothing_compared(&all)?;
     Ok(new == 0)
+}
+
+/// An error when the run compared nothing: no test was run (the filters or the selection
+/// chose none, or all were excluded), or none passed natively (none built, say): a run
+/// that checked nothing must not pass.
+fn nothing_compared(all: &[Tested]) -> Result<(), String> {
+    let ran: Vec<&Tested> = all.iter().filter(|t| t.excluded.is_none()).collect();
+    if all.is_empty() {
+        return Err("no test was chosen: check the filters, --dirs and --select".into());
+    }
+    if ran.is_empty() {
+        return Err(format!(
+            "no test was run: the {} chosen are all excluded (exclude.txt)",
+            all.len()
+        ));
+    }
+    if ran.iter().any(|t| passed(&t.results.native)) {
+        return Ok(());
+    }
+    let unbuilt = ran
+        .iter()
+        .filter(|t| {
+            matches!(&t.results.native, Some((Verdict::Fail(w), _)) if w.starts_with(DOES_NOT_BUILD))
+        })
+        .count();
+    Err(if unbuilt == ran.len() {
+        format!(
+            "none of the {} tests built (see failures.txt and make-FLAVOR.log): nothing was compared",
+            ran.len()
+        )
+    } else {
+        format!(
+            "none of the {} tests passed natively ({unbuilt} did not build): nothing was compared",
+            ran.len()
+        )
+    })
 }
 
 fn passed(r: &Option<(Verdict, Duration)>) -> bool {
@@ -599,6 +636,9 @@ fn prebuild<'a>(build: &Path, entries: impl Iterator<Item = &'a Entry>, log: &Pa
     );
 }
 
+/// How the failure of a program that did not build begins.
+const DOES_NOT_BUILD: &str = "does not build";
+
 /// `make PROGRAM` in the entry's directory of the build tree (quick when it is built).
 fn make(build: &Path, e: &Entry) -> Result<PathBuf, String> {
     let dir = build.join(&e.dir);
@@ -616,7 +656,7 @@ fn make(build: &Path, e: &Entry) -> Result<PathBuf, String> {
             .find(|l| l.contains("error"))
             .unwrap_or_else(|| text.lines().next().unwrap_or(""));
         return Err(format!(
-            "does not build: {first}\n{}",
+            "{DOES_NOT_BUILD}: {first}\n{}",
             text.lines().take(30).collect::<Vec<_>>().join("\n")
         ));
     }
@@ -844,5 +884,39 @@ mod tests {
         assert_eq!(checkpoint_failure(late), Verdict::Missed);
         let timeout = "run: ...: timed out in phase SendCounts waiting for rank(s) 0";
         assert!(matches!(checkpoint_failure(timeout), Verdict::Fail(_)));
+    }
+
+    #[test]
+    fn a_run_that_compared_nothing_fails() {
+        let tested = |native: Option<Verdict>, excluded: bool| Tested {
+            flavor: Flavor::Mpich4,
+            entry: testlist::parse_line("attr", "attrt 2").unwrap(),
+            excluded: excluded.then(|| "slow".to_string()),
+            results: Results {
+                native: native.map(|v| (v, Duration::ZERO)),
+                ..Results::default()
+            },
+        };
+        let unbuilt = || Some(Verdict::Fail(format!("{DOES_NOT_BUILD}: attrt.c:1: error")));
+        // nothing chosen, or everything excluded
+        assert!(nothing_compared(&[])
+            .unwrap_err()
+            .contains("no test was chosen"));
+        let e = nothing_compared(&[tested(None, true)]);
+        assert!(e.unwrap_err().contains("all excluded"));
+        // nothing built
+        let e = nothing_compared(&[tested(unbuilt(), false), tested(unbuilt(), false)]);
+        assert!(e.unwrap_err().contains("none of the 2 tests built"));
+        // built, but nothing passed natively
+        let e = nothing_compared(&[
+            tested(unbuilt(), false),
+            tested(Some(Verdict::Fail("x".into())), false),
+        ]);
+        assert!(e.unwrap_err().contains("(1 did not build)"));
+        // one native pass is enough
+        assert!(
+            nothing_compared(&[tested(unbuilt(), false), tested(Some(Verdict::Pass), false)])
+                .is_ok()
+        );
     }
 }

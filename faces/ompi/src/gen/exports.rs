@@ -1483,7 +1483,7 @@ unsafe fn imp_MPI_File_get_amode(fh: OHandle, amode: *mut c_int) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_File_get_amode(conv::file_in(fh), amode)
+        mpicr_shim::face::api::MPI_File_get_amode(conv::file_in(fh), amode)
     }
 }
 #[no_mangle]
@@ -1882,7 +1882,7 @@ unsafe fn imp_MPI_File_preallocate(fh: OHandle, size: MPI_Offset) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_File_preallocate(conv::file_in(fh), size)
+        mpicr_shim::face::gen::collectives::MPI_File_preallocate(conv::file_in(fh), size)
     }
 }
 #[no_mangle]
@@ -1918,7 +1918,7 @@ unsafe fn imp_MPI_File_read_all(fh: OHandle, buf: *mut c_void, count: c_int, dat
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let mut l_status = conv::status_in(status);
-        let r = mpicr_shim::face::gen::passthrough::MPI_File_read_all(conv::file_in(fh), conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::status_ptr(&mut l_status, status.is_null()));
+        let r = mpicr_shim::face::gen::collectives::MPI_File_read_all(conv::file_in(fh), conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::status_ptr(&mut l_status, status.is_null()));
         conv::status_out(&l_status, status);
         r
     }
@@ -1936,7 +1936,7 @@ unsafe fn imp_MPI_File_read_all_begin(fh: OHandle, buf: *mut c_void, count: c_in
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_File_read_all_begin(conv::file_in(fh), conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype))
+        mpicr_shim::face::api::MPI_File_read_all_begin(conv::file_in(fh), conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype))
     }
 }
 #[no_mangle]
@@ -1953,7 +1953,7 @@ unsafe fn imp_MPI_File_read_all_end(fh: OHandle, buf: *mut c_void, status: *mut 
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let mut l_status = conv::status_in(status);
-        let r = mpicr_shim::face::gen::passthrough::MPI_File_read_all_end(conv::file_in(fh), conv::buf_in(buf), conv::status_ptr(&mut l_status, status.is_null()));
+        let r = mpicr_shim::face::api::MPI_File_read_all_end(conv::file_in(fh), conv::buf_in(buf), conv::status_ptr(&mut l_status, status.is_null()));
         conv::status_out(&l_status, status);
         r
     }
@@ -1991,7 +1991,7 @@ unsafe fn imp_MPI_File_read_at_all(fh: OHandle, offset: MPI_Offset, buf: *mut c_
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let mut l_status = conv::status_in(status);
-        let r = mpicr_shim::face::gen::passthrough::MPI_File_read_at_all(conv::file_in(fh), offset, conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::status_ptr(&mut l_status, status.is_null()));
+        let r = mpicr_shim::face::gen::collectives::MPI_File_read_at_all(conv::file_in(fh), offset, conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::status_ptr(&mut l_status, status.is_null()));
         conv::status_out(&l_status, status);
         r
     }
@@ -2009,7 +2009,7 @@ unsafe fn imp_MPI_File_read_at_all_begin(fh: OHandle, offset: MPI_Offset, buf: *
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_File_read_at_all_begin(conv::file_in(fh), offset, conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype))
+        mpicr_shim::face::api::MPI_File_read_at_all_begin(conv::file_in(fh), offset, conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype))
     }
 }
 #[no_mangle]
@@ -2026,7 +2026,7 @@ unsafe fn imp_MPI_File_read_at_all_end(fh: OHandle, buf: *mut c_void, status: *m
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let mut l_status = conv::status_in(status);
-        let r = mpicr_shim::face::gen::passthrough::MPI_File_read_at_all_end(conv::file_in(fh), conv::buf_in(buf), conv::status_ptr(&mut l_status, status.is_null()));
+        let r = mpicr_shim::face::api::MPI_File_read_at_all_end(conv::file_in(fh), conv::buf_in(buf), conv::status_ptr(&mut l_status, status.is_null()));
         conv::status_out(&l_status, status);
         r
     }
@@ -2045,7 +2045,7 @@ unsafe fn imp_MPI_File_read_ordered(fh: OHandle, buf: *mut c_void, count: c_int,
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let mut l_status = conv::status_in(status);
-        let r = mpicr_shim::face::gen::passthrough::MPI_File_read_ordered(conv::file_in(fh), conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::status_ptr(&mut l_status, status.is_null()));
+        let r = mpicr_shim::face::gen::collectives::MPI_File_read_ordered(conv::file_in(fh), conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::status_ptr(&mut l_status, status.is_null()));
         conv::status_out(&l_status, status);
         r
     }
@@ -2063,7 +2063,7 @@ unsafe fn imp_MPI_File_read_ordered_begin(fh: OHandle, buf: *mut c_void, count: 
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_File_read_ordered_begin(conv::file_in(fh), conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype))
+        mpicr_shim::face::api::MPI_File_read_ordered_begin(conv::file_in(fh), conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype))
     }
 }
 #[no_mangle]
@@ -2080,7 +2080,7 @@ unsafe fn imp_MPI_File_read_ordered_end(fh: OHandle, buf: *mut c_void, status: *
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let mut l_status = conv::status_in(status);
-        let r = mpicr_shim::face::gen::passthrough::MPI_File_read_ordered_end(conv::file_in(fh), conv::buf_in(buf), conv::status_ptr(&mut l_status, status.is_null()));
+        let r = mpicr_shim::face::api::MPI_File_read_ordered_end(conv::file_in(fh), conv::buf_in(buf), conv::status_ptr(&mut l_status, status.is_null()));
         conv::status_out(&l_status, status);
         r
     }
@@ -2133,7 +2133,7 @@ unsafe fn imp_MPI_File_seek_shared(fh: OHandle, offset: MPI_Offset, whence: c_in
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_File_seek_shared(conv::file_in(fh), offset, whence)
+        mpicr_shim::face::gen::collectives::MPI_File_seek_shared(conv::file_in(fh), offset, whence)
     }
 }
 #[no_mangle]
@@ -2149,7 +2149,7 @@ unsafe fn imp_MPI_File_set_atomicity(fh: OHandle, flag: c_int) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_File_set_atomicity(conv::file_in(fh), flag)
+        mpicr_shim::face::gen::collectives::MPI_File_set_atomicity(conv::file_in(fh), flag)
     }
 }
 #[no_mangle]
@@ -2181,7 +2181,7 @@ unsafe fn imp_MPI_File_set_info(fh: OHandle, info: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_File_set_info(conv::file_in(fh), conv::h_in(Kind::Info, info))
+        mpicr_shim::face::api::MPI_File_set_info(conv::file_in(fh), conv::h_in(Kind::Info, info))
     }
 }
 #[no_mangle]
@@ -2197,7 +2197,7 @@ unsafe fn imp_MPI_File_set_size(fh: OHandle, size: MPI_Offset) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_File_set_size(conv::file_in(fh), size)
+        mpicr_shim::face::gen::collectives::MPI_File_set_size(conv::file_in(fh), size)
     }
 }
 #[no_mangle]
@@ -2213,7 +2213,7 @@ unsafe fn imp_MPI_File_set_view(fh: OHandle, disp: MPI_Offset, etype: OHandle, f
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_File_set_view(conv::file_in(fh), disp, conv::h_in(Kind::Datatype, etype), conv::h_in(Kind::Datatype, filetype), datarep, conv::h_in(Kind::Info, info))
+        mpicr_shim::face::api::MPI_File_set_view(conv::file_in(fh), disp, conv::h_in(Kind::Datatype, etype), conv::h_in(Kind::Datatype, filetype), datarep, conv::h_in(Kind::Info, info))
     }
 }
 #[no_mangle]
@@ -2229,7 +2229,7 @@ unsafe fn imp_MPI_File_sync(fh: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_File_sync(conv::file_in(fh))
+        mpicr_shim::face::gen::collectives::MPI_File_sync(conv::file_in(fh))
     }
 }
 #[no_mangle]
@@ -2265,7 +2265,7 @@ unsafe fn imp_MPI_File_write_all(fh: OHandle, buf: *const c_void, count: c_int, 
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let mut l_status = conv::status_in(status);
-        let r = mpicr_shim::face::gen::passthrough::MPI_File_write_all(conv::file_in(fh), conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::status_ptr(&mut l_status, status.is_null()));
+        let r = mpicr_shim::face::gen::collectives::MPI_File_write_all(conv::file_in(fh), conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::status_ptr(&mut l_status, status.is_null()));
         conv::status_out(&l_status, status);
         r
     }
@@ -2283,7 +2283,7 @@ unsafe fn imp_MPI_File_write_all_begin(fh: OHandle, buf: *const c_void, count: c
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_File_write_all_begin(conv::file_in(fh), conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype))
+        mpicr_shim::face::api::MPI_File_write_all_begin(conv::file_in(fh), conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype))
     }
 }
 #[no_mangle]
@@ -2300,7 +2300,7 @@ unsafe fn imp_MPI_File_write_all_end(fh: OHandle, buf: *const c_void, status: *m
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let mut l_status = conv::status_in(status);
-        let r = mpicr_shim::face::gen::passthrough::MPI_File_write_all_end(conv::file_in(fh), conv::buf_in(buf), conv::status_ptr(&mut l_status, status.is_null()));
+        let r = mpicr_shim::face::api::MPI_File_write_all_end(conv::file_in(fh), conv::buf_in(buf), conv::status_ptr(&mut l_status, status.is_null()));
         conv::status_out(&l_status, status);
         r
     }
@@ -2338,7 +2338,7 @@ unsafe fn imp_MPI_File_write_at_all(fh: OHandle, offset: MPI_Offset, buf: *const
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let mut l_status = conv::status_in(status);
-        let r = mpicr_shim::face::gen::passthrough::MPI_File_write_at_all(conv::file_in(fh), offset, conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::status_ptr(&mut l_status, status.is_null()));
+        let r = mpicr_shim::face::gen::collectives::MPI_File_write_at_all(conv::file_in(fh), offset, conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::status_ptr(&mut l_status, status.is_null()));
         conv::status_out(&l_status, status);
         r
     }
@@ -2356,7 +2356,7 @@ unsafe fn imp_MPI_File_write_at_all_begin(fh: OHandle, offset: MPI_Offset, buf: 
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_File_write_at_all_begin(conv::file_in(fh), offset, conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype))
+        mpicr_shim::face::api::MPI_File_write_at_all_begin(conv::file_in(fh), offset, conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype))
     }
 }
 #[no_mangle]
@@ -2373,7 +2373,7 @@ unsafe fn imp_MPI_File_write_at_all_end(fh: OHandle, buf: *const c_void, status:
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let mut l_status = conv::status_in(status);
-        let r = mpicr_shim::face::gen::passthrough::MPI_File_write_at_all_end(conv::file_in(fh), conv::buf_in(buf), conv::status_ptr(&mut l_status, status.is_null()));
+        let r = mpicr_shim::face::api::MPI_File_write_at_all_end(conv::file_in(fh), conv::buf_in(buf), conv::status_ptr(&mut l_status, status.is_null()));
         conv::status_out(&l_status, status);
         r
     }
@@ -2392,7 +2392,7 @@ unsafe fn imp_MPI_File_write_ordered(fh: OHandle, buf: *const c_void, count: c_i
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let mut l_status = conv::status_in(status);
-        let r = mpicr_shim::face::gen::passthrough::MPI_File_write_ordered(conv::file_in(fh), conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::status_ptr(&mut l_status, status.is_null()));
+        let r = mpicr_shim::face::gen::collectives::MPI_File_write_ordered(conv::file_in(fh), conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::status_ptr(&mut l_status, status.is_null()));
         conv::status_out(&l_status, status);
         r
     }
@@ -2410,7 +2410,7 @@ unsafe fn imp_MPI_File_write_ordered_begin(fh: OHandle, buf: *const c_void, coun
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_File_write_ordered_begin(conv::file_in(fh), conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype))
+        mpicr_shim::face::api::MPI_File_write_ordered_begin(conv::file_in(fh), conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype))
     }
 }
 #[no_mangle]
@@ -2427,7 +2427,7 @@ unsafe fn imp_MPI_File_write_ordered_end(fh: OHandle, buf: *const c_void, status
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let mut l_status = conv::status_in(status);
-        let r = mpicr_shim::face::gen::passthrough::MPI_File_write_ordered_end(conv::file_in(fh), conv::buf_in(buf), conv::status_ptr(&mut l_status, status.is_null()));
+        let r = mpicr_shim::face::api::MPI_File_write_ordered_end(conv::file_in(fh), conv::buf_in(buf), conv::status_ptr(&mut l_status, status.is_null()));
         conv::status_out(&l_status, status);
         r
     }

@@ -237,6 +237,52 @@ pub(super) fn restore_name(set: Option<unsafe extern "C" fn(c_int, *const c_char
     }
 }
 
+/// Recipes of the communicators this rank freed that other members may still hold. MPICH
+/// frees a communicator locally, so at a checkpoint some members may have freed one that the
+/// others still use; its rebuild is collective over all its members, so the members that freed
+/// it make it again too (and free it at once). A recipe goes once no rank holds its
+/// communicator any more (the renewal asks, see [`held_anywhere`]); until then, one per
+/// communicator freed since the last checkpoint.
+static FREED: parking_lot::Mutex<Vec<CommRecipe>> = parking_lot::Mutex::new(Vec::new());
+
+/// Notes a communicator the program freed (see [`FREED`]).
+pub fn note_freed(e: &CommEntry) {
+    if !e.alone() {
+        FREED.lock().push(e.recipe.clone());
+    }
+}
+
+/// The ids of the communicators some rank of the job still holds, `mine` being this rank's:
+/// an exchange over the renewed library's world (every rank renews at once).
+fn held_anywhere(mine: &[u64]) -> Result<std::collections::HashSet<u64>, String> {
+    let f = lower::fns();
+    let n = world_size().max(1) as usize;
+    let mut counts = vec![0 as c_int; n];
+    let my_bytes = (mine.len() * 8) as c_int;
+    // SAFETY: one int out of each rank into `counts` (world size ints).
+    let rc = unsafe {
+        f.MPI_Allgather.map_or(MPI_ERR_OTHER, |h| {
+            h((&my_bytes as *const c_int).cast(), 1, MPI_INT, counts.as_mut_ptr().cast(), 1, MPI_INT, real_world())
+        })
+    };
+    check(rc, "MPI_Allgather (communicators held)")?;
+    let mut displs = Vec::with_capacity(n);
+    let mut total = 0;
+    for &c in &counts {
+        displs.push(total);
+        total += c;
+    }
+    let mut all = vec![0u64; total as usize / 8];
+    // SAFETY: `mine` has `my_bytes` bytes; `all` has room for every rank's, at `displs`.
+    let rc = unsafe {
+        f.MPI_Allgatherv.map_or(MPI_ERR_OTHER, |h| {
+            h(mine.as_ptr().cast(), my_bytes, MPI_BYTE, all.as_mut_ptr().cast(), counts.as_ptr(), displs.as_ptr(), MPI_BYTE, real_world())
+        })
+    };
+    check(rc, "MPI_Allgatherv (communicators held)")?;
+    Ok(all.into_iter().collect())
+}
+
 /// The communicator kind around a checkpoint.
 pub struct Renew;
 
@@ -275,10 +321,25 @@ impl Renewable for Renew {
     fn rebuild(&self) -> Result<(), String> {
         let f = lower::fns();
         let wg = world_group()?;
-        let mut comms: Vec<_> = OBJ.comms.snapshot().into_iter().filter(|(i, _, _)| *i != WORLD_INDEX && *i != SELF_INDEX).collect();
-        comms.sort_by_key(|(_, _, c)| c.recipe.gid);
-        for (idx, _, c) in comms {
-            let r = &c.recipe;
+        // The program's communicators, and those it freed that another rank still holds
+        // (`None`: made again only for the others' sake, and freed), in id order.
+        let mut comms: Vec<(Option<u32>, CommRecipe)> = OBJ
+            .comms
+            .snapshot()
+            .into_iter()
+            .filter(|(i, _, _)| *i != WORLD_INDEX && *i != SELF_INDEX)
+            .map(|(i, _, c)| (Some(i), c.recipe))
+            .collect();
+        let mine: Vec<u64> = comms.iter().map(|(_, r)| r.gid).collect();
+        let held = held_anywhere(&mine)?;
+        let freed = {
+            let mut f = FREED.lock();
+            f.retain(|r| held.contains(&r.gid));
+            f.clone()
+        };
+        comms.extend(freed.into_iter().map(|r| (None, r)));
+        comms.sort_by_key(|(_, r)| r.gid);
+        for (idx, r) in comms {
             let tag = ((r.gid >> 17) & 0x3fff) as c_int;
             let local = comm_of_ranks(wg, &r.world_ranks, tag)?;
             let mut comm = local;
@@ -293,7 +354,15 @@ impl Renewable for Renew {
                 comm = inter;
             }
             comm = apply_topology(comm, &r.topology)?;
-            OBJ.comms.set_real(idx, RealComm(comm));
+            match idx {
+                Some(idx) => {
+                    OBJ.comms.set_real(idx, RealComm(comm));
+                }
+                // SAFETY: the communicator just made, freed once (a local operation in MPICH).
+                None => unsafe {
+                    f.MPI_Comm_free.map(|h| h(&mut comm));
+                },
+            }
         }
         // SAFETY: freeing the world group made above.
         unsafe { f.MPI_Group_free.map(|h| h(&mut { wg })) };

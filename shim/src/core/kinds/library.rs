@@ -7,23 +7,85 @@ use crate::lower;
 use parking_lot::Mutex;
 use std::os::raw::{c_int, c_void};
 
-/// A user error class, code or string, as made by MPI_Add_error_*.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+/// A user error class, code or string, as made by MPI_Add_error_*, with the value the library
+/// gave the class or code.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum UserError {
-    Class,
-    Code { class: c_int },
+    Class { value: c_int },
+    Code { class: c_int, value: c_int },
     String { code: c_int, text: String },
 }
 
-static USER_ERRORS: Mutex<Vec<UserError>> = Mutex::new(Vec::new());
+impl UserError {
+    /// The class or code this makes (None: a string).
+    fn made(&self) -> Option<c_int> {
+        match *self {
+            UserError::Class { value } | UserError::Code { value, .. } => Some(value),
+            UserError::String { .. } => None,
+        }
+    }
+}
+
+/// What MPI_Remove_error_* (MPIX_Delete_error_* in MPICH 4.0) removed.
+#[derive(Debug, Clone, Copy)]
+pub enum Removed {
+    Class(c_int),
+    Code(c_int),
+    String(c_int),
+}
+
+/// The user errors the program has, in the order made (what a renewal replays), and the values
+/// of the classes and codes this generation of the library made before any was removed: the
+/// values a fresh library gives, in order, so a replay reproduces the live ones only when they
+/// are those values in that order.
+struct UserErrors {
+    live: Vec<UserError>,
+    fresh: Vec<c_int>,
+    removed_any: bool,
+}
+
+static USER_ERRORS: Mutex<UserErrors> =
+    Mutex::new(UserErrors { live: Vec::new(), fresh: Vec::new(), removed_any: false });
 
 /// Records a user error class, code or string the library accepted.
 pub fn add_user_error(e: UserError) {
-    USER_ERRORS.lock().push(e);
+    let mut u = USER_ERRORS.lock();
+    if let (Some(v), false) = (e.made(), u.removed_any) {
+        u.fresh.push(v);
+    }
+    u.live.push(e);
+}
+
+/// Forgets what the library removed: the class, code or string, and the strings of a removed
+/// class or code.
+pub fn remove_user_error(r: Removed) {
+    let mut u = USER_ERRORS.lock();
+    u.removed_any = true;
+    u.live.retain(|e| match (r, e) {
+        (Removed::Class(c), UserError::Class { value }) => *value != c,
+        (Removed::Code(c), UserError::Code { value, .. }) => *value != c,
+        (Removed::Class(c) | Removed::Code(c) | Removed::String(c), UserError::String { code, .. }) => *code != c,
+        _ => true,
+    });
 }
 
 pub fn user_errors() -> Vec<UserError> {
-    USER_ERRORS.lock().clone()
+    USER_ERRORS.lock().live.clone()
+}
+
+/// Why a renewed library would not give the live classes and codes their values again: some
+/// were removed and others made since, which a replay in order cannot reproduce.
+fn unreproducible(u: &UserErrors) -> Option<String> {
+    let made: Vec<c_int> = u.live.iter().filter_map(UserError::made).collect();
+    if u.fresh.starts_with(&made) {
+        return None;
+    }
+    Some(format!(
+        "user error classes or codes were removed (MPI_Remove_error_*, MPIX_Delete_error_*) and \
+         others made since ({} live): a renewed MPI library would not give them the same \
+         values, so they cannot be checkpointed yet",
+        made.len()
+    ))
 }
 
 /// The buffer attached for buffered sends (address, size), replayed after a renewal.
@@ -42,32 +104,71 @@ pub fn set_attached_buffer(attached: Option<(usize, i64)>) {
 pub struct Renew;
 
 impl Renewable for Renew {
+    fn refusal(&self) -> Option<String> {
+        unreproducible(&USER_ERRORS.lock())
+    }
+
     /// Buffered messages in flight were delivered by the drain.
     fn forget(&self) {
         crate::core::bsend::forget();
     }
 
-    /// Replays user error classes/codes/strings and attaches the buffered-send buffer again.
+    /// Replays user error classes/codes/strings (each class and code must come back with its
+    /// value) and attaches the buffered-send buffer again.
     fn rebuild(&self) -> Result<(), String> {
         let f = lower::fns();
         for e in user_errors() {
             let mut out = 0;
             // SAFETY: out-pointers are locals; strings are NUL-terminated.
-            unsafe {
-                match e {
-                    UserError::Class => f.MPI_Add_error_class.map(|h| h(&mut out)),
-                    UserError::Code { class } => f.MPI_Add_error_code.map(|h| h(class, &mut out)),
+            let rc = unsafe {
+                match &e {
+                    UserError::Class { .. } => f.MPI_Add_error_class.map(|h| h(&mut out)),
+                    UserError::Code { class, .. } => f.MPI_Add_error_code.map(|h| h(*class, &mut out)),
                     UserError::String { code, text } => {
-                        let t = std::ffi::CString::new(text).unwrap_or_default();
-                        f.MPI_Add_error_string.map(|h| h(code, t.as_ptr()))
+                        let t = std::ffi::CString::new(text.as_str()).unwrap_or_default();
+                        f.MPI_Add_error_string.map(|h| h(*code, t.as_ptr()))
                     }
-                };
+                }
+            };
+            super::check(rc.unwrap_or(lower::abi::MPI_ERR_OTHER), &format!("replaying {e:?}"))?;
+            if let Some(v) = e.made().filter(|&v| v != out) {
+                return Err(format!("replaying {e:?}: the renewed library gave {out}, not {v}"));
             }
         }
+        // the renewed library made them from fresh, in this order
+        let mut u = USER_ERRORS.lock();
+        u.fresh = u.live.iter().filter_map(UserError::made).collect();
+        u.removed_any = false;
+        drop(u);
         if let Some((buf, size)) = attached_buffer() {
             // SAFETY: the program's buffer, still attached from its point of view.
             unsafe { f.MPI_Buffer_attach_c.map(|h| h(buf as *mut c_void, size)) };
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn errors(live: Vec<UserError>, fresh: Vec<c_int>) -> UserErrors {
+        UserErrors { live, fresh, removed_any: true }
+    }
+
+    #[test]
+    fn replays_reproduce_only_fresh_values_in_order() {
+        let class = |value| UserError::Class { value };
+        let code = |class, value| UserError::Code { class, value };
+        // nothing removed, or only the last made: a replay gives the same values
+        assert!(unreproducible(&errors(vec![class(1), code(1, 2)], vec![1, 2])).is_none());
+        assert!(unreproducible(&errors(vec![class(1)], vec![1, 2])).is_none());
+        assert!(unreproducible(&errors(vec![], vec![1, 2])).is_none());
+        // every one removed, then made again with the values a fresh library gives
+        assert!(unreproducible(&errors(vec![class(1), code(1, 2)], vec![1, 2, 3])).is_none());
+        // the first removed: the second would come back with the first's value
+        assert!(unreproducible(&errors(vec![class(2)], vec![1, 2])).is_some());
+        // made after a removal, beyond what is known of a fresh library
+        assert!(unreproducible(&errors(vec![class(1), class(7)], vec![1])).is_some());
     }
 }

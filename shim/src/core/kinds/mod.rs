@@ -34,6 +34,11 @@ pub trait Renewable: Sync {
     /// report what is left at its finalize, on the program's stderr), and with the `sessions`
     /// strategy before its session is finalized.
     fn free_real(&self) {}
+    /// What a renewal needs from outside the process, checked before the library is loaded
+    /// (files still on disk after a restart): the one-line error of a renewal that cannot be.
+    fn before_renewal(&self) -> Result<(), String> {
+        Ok(())
+    }
     /// Rebuilds every real object from its recipe on the renewed library.
     fn rebuild(&self) -> Result<(), String> {
         Ok(())
@@ -50,19 +55,21 @@ pub static RENEWAL_ORDER: &[&dyn Renewable] = &[
     &op::Renew,
     &info::Renew,
     &library::Renew,
+    &file::Renew,
     &request::Renew,
     &message::Renew,
     &errhandler::Renew,
     &keyval::Renew,
 ];
 
-/// The order real objects are freed in: requests before what they use.
+/// The order real objects are freed in: requests before what they use, files before their
+/// communicators.
 pub static FREE_ORDER: &[&dyn Renewable] =
-    &[&request::Renew, &comm::Renew, &group::Renew, &datatype::Renew, &op::Renew, &info::Renew];
+    &[&request::Renew, &file::Renew, &comm::Renew, &group::Renew, &datatype::Renew, &op::Renew, &info::Renew];
 
 /// The order checkpoints are refused in (the first refusal is the one reported).
 pub static REFUSAL_ORDER: &[&dyn Renewable] =
-    &[&win::Renew, &file::Renew, &session::Renew, &comm::Renew, &request::Renew];
+    &[&win::Renew, &file::Renew, &session::Renew, &comm::Renew, &request::Renew, &library::Renew];
 
 /// A return code of the real library as a `Result` naming the call.
 pub(crate) fn check(rc: std::os::raw::c_int, what: &str) -> Result<(), String> {

@@ -1,7 +1,8 @@
 //! Requests: the recipe of every nonblocking operation the program started (enough to post
 //! it again), its state (completed by the shim, to be reposted), and what the drain and the
 //! renewal do with them: pending receives are cancelled and posted again, persistent requests
-//! are created again, receives may be satisfied from the drained-message buffer.
+//! are created again, receives may be satisfied from the drained-message buffer; nonblocking
+//! MPI-IO completes in the drain, in the order it was started ([`is_file_io`]).
 
 use crate::lower::handles::RealRequest;
 use super::{check, Renewable};
@@ -26,6 +27,10 @@ pub struct RequestEntry {
     pub done: Option<[i32; 5]>,
     /// A receive cancelled by a checkpoint, to be posted again on the renewed library.
     pub repost: bool,
+    /// The program freed the communicator this request uses while it was pending (or, for a
+    /// persistent one, live): a renewal could not post it again.
+    #[serde(default)]
+    pub comm_freed: bool,
 }
 
 /// Tests one pending real request. On completion the status is recorded in the entry
@@ -34,6 +39,11 @@ pub struct RequestEntry {
 pub fn poll(idx: u32, real: c_int) -> Option<MPI_Status> {
     let mut r = real;
     let (mut flag, mut st) = (0, MPI_Status::default());
+    if !crate::core::renew::world_initialized() {
+        if let Some(rc) = complete_without_progress(&mut r, &mut st) {
+            return record(idx, rc, 1, st);
+        }
+    }
     let rc = match lower::fns().MPI_Test {
         // SAFETY: a live real request of the current lower half; out-pointers are locals.
         Some(t) => unsafe { t(&mut r, &mut flag, &mut st) },
@@ -42,29 +52,54 @@ pub fn poll(idx: u32, real: c_int) -> Option<MPI_Status> {
     record(idx, rc, flag, st)
 }
 
-/// Is this a nonblocking MPI-IO request? MPICH makes them generalized requests with a wait
-/// function of ROMIO's: its MPI_Wait and MPI_Waitall run that function, one request after the
-/// other in the array's order, and ROMIO's nonblocking collective I/O relies on it (tested in
-/// turns, two MPI_File_iwrite_all in flight interleave their exchanges differently on different
-/// ranks: MPICH 4.0.2 hangs, MPICH 5 fails an assertion unpacking a message of the other one).
-pub fn is_file_io(idx: u32) -> bool {
-    OBJ.requests
-        .with(idx, |e| matches!(&e.recipe, RequestRecipe::Other { function } if function.starts_with("MPI_File_i")))
-        .unwrap_or(false)
+/// Completes `r` with MPI_Wait when MPI_Request_get_status says it is complete, or says None.
+///
+/// For programs of MPI sessions only (no MPI_Init): MPICH 4.0.2's MPI_Test runs the progress
+/// engine even for a complete request, and in a process that used only the `mpi://self` process
+/// set that engine faults (its network was never brought up: natively too, MPI_Test there dies
+/// of SIGSEGV). A program's blocking call on a complete request never gets there natively
+/// (MPI_Wait of a complete request does not progress), and the shim's blocking calls are
+/// tests in a loop, so a complete request is found and completed without progress. Checkpoints
+/// are refused while a session is open, so this path never meets a drain.
+fn complete_without_progress(r: &mut c_int, st: &mut MPI_Status) -> Option<c_int> {
+    let f = lower::fns();
+    let (get_status, wait) = (f.MPI_Request_get_status?, f.MPI_Wait?);
+    let mut flag = 0;
+    // SAFETY: a live real request of the current lower half; out-pointers are locals.
+    let rc = unsafe { get_status(*r, &mut flag, st) };
+    if rc != MPI_SUCCESS {
+        return Some(rc);
+    }
+    // SAFETY: as above; the request is complete, so the wait returns at once.
+    (flag != 0).then(|| unsafe { wait(r, st) })
 }
 
-/// Completes one pending real request with the library's blocking MPI_Wait (for the MPI-IO
-/// requests of [`is_file_io`], which cannot be carried through a checkpoint anyway: a rank
-/// with an open file refuses one), recording it like [`poll`].
-pub fn wait_blocking(idx: u32, real: c_int) -> MPI_Status {
-    let mut r = real;
-    let mut st = MPI_Status::default();
-    let rc = match lower::fns().MPI_Wait {
-        // SAFETY: a live real request of the current lower half; the out-pointer is a local.
-        Some(w) => unsafe { w(&mut r, &mut st) },
-        None => MPI_ERR_OTHER,
-    };
-    record(idx, rc, 1, st).unwrap_or(st)
+/// Is this a nonblocking MPI-IO request? MPICH makes them generalized requests whose progress
+/// functions are ROMIO's, and ROMIO's nonblocking collective I/O needs every rank to progress
+/// them in the same order: tested in turns, two MPI_File_iwrite_all in flight interleave their
+/// exchanges differently on different ranks (MPICH 4.0.2 hangs, MPICH 5 fails an assertion
+/// unpacking a message of the other one). So the program's waits and the drain complete them
+/// one after the other, in the order they were started (MPICH's own MPI_Waitall runs their wait
+/// functions in the array's order).
+///
+/// Only asked once the program started one ([`file_io_started`]): every MPI_Wait would pay a
+/// table lookup per request otherwise.
+pub fn is_file_io(idx: u32) -> bool {
+    OBJ.requests.with(idx, |e| matches!(&e.recipe, RequestRecipe::FileIo { .. })).unwrap_or(false)
+}
+
+/// Nonblocking MPI-IO requests started so far by this process (their `seq`).
+static FILE_IO_STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The program starts a nonblocking MPI-IO request: its number in start order.
+pub fn next_file_io() -> u64 {
+    FILE_IO_STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Has the program ever started a nonblocking MPI-IO request (so that [`is_file_io`] may hold)?
+#[inline]
+pub fn file_io_started() -> bool {
+    FILE_IO_STARTED.load(std::sync::atomic::Ordering::Relaxed) != 0
 }
 
 fn record(idx: u32, rc: c_int, flag: c_int, mut st: MPI_Status) -> Option<MPI_Status> {
@@ -86,6 +121,17 @@ fn record(idx: u32, rc: c_int, flag: c_int, mut st: MPI_Status) -> Option<MPI_St
         }
     }
     Some(st)
+}
+
+/// The program freed communicator `comm`: its requests still pending, or persistent, are
+/// marked (see [`RequestEntry::comm_freed`]); the handle's slot may serve another
+/// communicator from now on.
+pub fn note_comm_freed(comm: MPI_Comm) {
+    for (idx, _, e) in OBJ.requests.snapshot() {
+        if e.comm == comm && (e.done.is_none() || e.recipe.is_persistent()) {
+            OBJ.requests.with(idx, |x| x.comm_freed = true);
+        }
+    }
 }
 
 /// Satisfies a receive from the drained-message buffer, if a message matches.
@@ -129,8 +175,21 @@ pub(crate) fn unpack(data: &[u8], buf: *mut c_void, count: i64, dt: MPI_Datatype
 /// still pending.
 pub fn test_pending(mut received: impl FnMut(MPI_Comm, c_int)) -> usize {
     let mut pending = 0;
-    for (idx, real, e) in OBJ.requests.snapshot() {
+    let requests = OBJ.requests.snapshot();
+    // Nonblocking MPI-IO: only the first pending one in start order (see `is_file_io`).
+    let first_io = requests
+        .iter()
+        .filter_map(|(_, _, e)| match &e.recipe {
+            RequestRecipe::FileIo { seq, .. } if e.done.is_none() => Some(*seq),
+            _ => None,
+        })
+        .min();
+    for (idx, real, e) in requests {
         if e.done.is_some() || e.repost || !active(&e.recipe) {
+            continue;
+        }
+        if matches!(&e.recipe, RequestRecipe::FileIo { seq, .. } if Some(*seq) != first_io) {
+            pending += 1;
             continue;
         }
         let Some(st) = poll(idx, real.raw()) else {
@@ -214,6 +273,12 @@ impl Renewable for Renew {
                 }
                 RequestRecipe::Other { function } if r.done.is_none() && !function.contains("Mrecv") => {
                     return Some(format!("a pending {function} request cannot be checkpointed yet"));
+                }
+                // (a renewal would post it again, on a communicator the program no longer has)
+                RequestRecipe::Recv { .. } | RequestRecipe::PersistentRecv { .. } | RequestRecipe::PersistentSend { .. }
+                    if r.comm_freed && (r.done.is_none() || r.recipe.is_persistent()) =>
+                {
+                    return Some("a receive or persistent request is pending on a communicator the program freed (MPI_Comm_free); it cannot be checkpointed yet".into());
                 }
                 _ => {}
             }

@@ -394,7 +394,11 @@ unsafe fn free_comm(comm: *mut MPI_Comm, name: &'static str) -> c_int {
         drop(g);
         return errors::raise_comm(v, rc, name);
     }
-    OBJ.comms.remove(idx);
+    if let Some(e) = OBJ.comms.remove(idx) {
+        // other members may still hold it at a checkpoint: its rebuild needs this rank too
+        crate::core::kinds::comm::note_freed(&e);
+    }
+    crate::core::kinds::request::note_comm_freed(v);
     drop(g);
     unsafe { *comm = MPI_COMM_NULL };
     MPI_SUCCESS

@@ -6,7 +6,7 @@ use crate::face::api::put;
 use crate::face::{conv, errors};
 use crate::core::gate;
 use crate::lower;
-use crate::core::kinds::library::{add_user_error, set_attached_buffer, UserError};
+use crate::core::kinds::library::{add_user_error, remove_user_error, set_attached_buffer, Removed, UserError};
 use std::os::raw::{c_char, c_int, c_void};
 
 /// Memory from MPI_Alloc_mem comes from the program's own allocator, so it stays valid across
@@ -53,9 +53,9 @@ pub fn wait_buffered_sends() -> Result<(), c_int> {
     let mut idle_rounds = 0u32;
     loop {
         let g = gate::enter();
-        let idle = crate::core::bsend::idle();
+        let left = crate::core::bsend::in_flight();
         drop(g);
-        if idle? {
+        if left? == 0 {
             return Ok(());
         }
         idle_rounds = idle_rounds.saturating_add(1);
@@ -67,25 +67,28 @@ pub fn wait_buffered_sends() -> Result<(), c_int> {
     }
 }
 
-pub unsafe fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
+/// Detaches once every buffered message is sent (waited for outside the gate).
+fn detach_call(name: &str, real_call: impl FnOnce() -> c_int) -> c_int {
     if let Err(rc) = wait_buffered_sends() {
-        return errors::raise_default(rc, "MPI_Buffer_detach");
+        return errors::raise_default(rc, name);
     }
-    buffer_call("MPI_Buffer_detach", None, || real!(MPI_Buffer_detach(buffer_addr, size)))
+    buffer_call(name, None, real_call)
+}
+
+pub unsafe fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
+    detach_call("MPI_Buffer_detach", || real!(MPI_Buffer_detach(buffer_addr, size)))
 }
 
 pub unsafe fn MPI_Buffer_detach_c(buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
-    if let Err(rc) = wait_buffered_sends() {
-        return errors::raise_default(rc, "MPI_Buffer_detach_c");
-    }
-    buffer_call("MPI_Buffer_detach_c", None, || real!(MPI_Buffer_detach_c(buffer_addr, size)))
+    detach_call("MPI_Buffer_detach_c", || real!(MPI_Buffer_detach_c(buffer_addr, size)))
 }
 
 pub unsafe fn MPI_Add_error_class(errorclass: *mut c_int) -> c_int {
     if let Err(rc) = call::try_run("MPI_Add_error_class", On::Default, || call::ok(real!(MPI_Add_error_class(errorclass)))) {
         return rc;
     }
-    add_user_error(UserError::Class);
+    // SAFETY: the library wrote the new class there (MPI's contract of this call).
+    add_user_error(UserError::Class { value: unsafe { *errorclass } });
     MPI_SUCCESS
 }
 
@@ -93,7 +96,8 @@ pub unsafe fn MPI_Add_error_code(errorclass: c_int, errorcode: *mut c_int) -> c_
     if let Err(rc) = call::try_run("MPI_Add_error_code", On::Default, || call::ok(real!(MPI_Add_error_code(errorclass, errorcode)))) {
         return rc;
     }
-    add_user_error(UserError::Code { class: errorclass });
+    // SAFETY: as above.
+    add_user_error(UserError::Code { class: errorclass, value: unsafe { *errorcode } });
     MPI_SUCCESS
 }
 
@@ -105,17 +109,60 @@ pub unsafe fn MPI_Add_error_string(errorcode: c_int, string: *const c_char) -> c
     MPI_SUCCESS
 }
 
+type RemoveFn = unsafe extern "C" fn(c_int) -> c_int;
+
+/// Removes a user error class, code or string: with the library's MPI 4.1 function, or
+/// MPICH 4.0's `MPIX_Delete_error_*` where it has only that (`mpix`), and forgets it so that no
+/// renewal makes it again.
+fn remove_error(name: &'static str, mpi41: Option<RemoveFn>, mpix: &str, value: c_int, removed: Removed) -> c_int {
+    if let Err(rc) = call::try_run(name, On::Default, || {
+        let f = match mpi41 {
+            Some(f) => f,
+            None => {
+                let p = lower::current().data(mpix);
+                if p.is_null() {
+                    return call::missing(name);
+                }
+                // SAFETY: MPICH 4.0's MPIX_Delete_error_{class,code,string}(int) -> int.
+                unsafe { std::mem::transmute::<*mut c_void, RemoveFn>(p) }
+            }
+        };
+        // SAFETY: the real library's function of that signature; `value` is a plain integer.
+        call::ok(unsafe { f(value) })
+    }) {
+        return rc;
+    }
+    remove_user_error(removed);
+    MPI_SUCCESS
+}
+
+pub unsafe fn MPI_Remove_error_class(errorclass: c_int) -> c_int {
+    let f = lower::fns().MPI_Remove_error_class;
+    remove_error("MPI_Remove_error_class", f, "MPIX_Delete_error_class", errorclass, Removed::Class(errorclass))
+}
+
+pub unsafe fn MPI_Remove_error_code(errorcode: c_int) -> c_int {
+    let f = lower::fns().MPI_Remove_error_code;
+    remove_error("MPI_Remove_error_code", f, "MPIX_Delete_error_code", errorcode, Removed::Code(errorcode))
+}
+
+pub unsafe fn MPI_Remove_error_string(errorcode: c_int) -> c_int {
+    let f = lower::fns().MPI_Remove_error_string;
+    remove_error("MPI_Remove_error_string", f, "MPIX_Delete_error_string", errorcode, Removed::String(errorcode))
+}
+
 /// Data representations: the conversion callbacks go to the library as they are (they see only
-/// buffers, counts and datatypes of the file view).
+/// buffers, counts and datatypes of the file view). Failures go to MPI_FILE_NULL's handler, as
+/// ROMIO raises them.
 pub unsafe fn MPI_Register_datarep(datarep: *const c_char, r: *mut c_void, w: *mut c_void, e: *mut c_void, extra: *mut c_void) -> c_int {
-    if let Err(rc) = call::try_run("MPI_Register_datarep", On::Default, || call::ok(real!(MPI_Register_datarep(datarep, r, w, e, extra)))) {
+    if let Err(rc) = call::try_run("MPI_Register_datarep", On::File(std::ptr::null_mut()), || call::ok(real!(MPI_Register_datarep(datarep, r, w, e, extra)))) {
         return rc;
     }
     MPI_SUCCESS
 }
 
 pub unsafe fn MPI_Register_datarep_c(datarep: *const c_char, r: *mut c_void, w: *mut c_void, e: *mut c_void, extra: *mut c_void) -> c_int {
-    if let Err(rc) = call::try_run("MPI_Register_datarep_c", On::Default, || call::ok(real!(MPI_Register_datarep_c(datarep, r, w, e, extra)))) {
+    if let Err(rc) = call::try_run("MPI_Register_datarep_c", On::File(std::ptr::null_mut()), || call::ok(real!(MPI_Register_datarep_c(datarep, r, w, e, extra)))) {
         return rc;
     }
     MPI_SUCCESS

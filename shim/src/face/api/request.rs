@@ -7,7 +7,7 @@ use crate::lower::handles::RealRequest;
 use crate::face::abi::*;
 use crate::face::api::{begin_collective, put_status, put_status_error};
 use crate::core::kinds::comm::count_send;
-use crate::core::kinds::request::{is_file_io, poll, take_drained_into, wait_blocking, RequestEntry};
+use crate::core::kinds::request::{file_io_started, is_file_io, poll, take_drained_into, RequestEntry};
 use crate::core::state::OBJ;
 use crate::face::{conv, errors};
 use crate::core::gate;
@@ -16,7 +16,7 @@ use std::os::raw::c_int;
 
 /// Registers a real request under a virtual handle.
 pub fn register_request(real: c_int, recipe: RequestRecipe, comm: MPI_Comm, counts_recv: bool) -> MPI_Request {
-    let e = RequestEntry { recipe, comm, counts_recv, done: None, repost: false };
+    let e = RequestEntry { recipe, comm, counts_recv, done: None, repost: false, comm_freed: false };
     match OBJ.requests.insert(RealRequest(real), e) {
         Ok(i) => conv::handle(Kind::Request, i),
         Err(_) => errors::fatal("too many live requests"),
@@ -25,7 +25,7 @@ pub fn register_request(real: c_int, recipe: RequestRecipe, comm: MPI_Comm, coun
 
 /// A request the shim completed itself, reporting `status`.
 pub fn register_done(recipe: RequestRecipe, comm: MPI_Comm, status: &MPI_Status) -> MPI_Request {
-    let e = RequestEntry { recipe, comm, counts_recv: false, done: Some(status.as_array()), repost: false };
+    let e = RequestEntry { recipe, comm, counts_recv: false, done: Some(status.as_array()), repost: false, comm_freed: false };
     match OBJ.requests.insert(RealRequest(MPI_REQUEST_NULL), e) {
         Ok(i) => conv::handle(Kind::Request, i),
         Err(_) => errors::fatal("too many live requests"),
@@ -74,6 +74,19 @@ fn stale_or_raw(v: MPI_Request) -> MPI_Request {
 /// Status of an inactive or null request.
 fn empty_status() -> MPI_Status {
     MPI_Status { MPI_SOURCE: MPI_ANY_SOURCE, MPI_TAG: MPI_ANY_TAG, ..Default::default() }
+}
+
+/// The empty status MPI_Request_get_status(_any) gives for a null or inactive request: written
+/// whole, MPI_ERROR included, as MPICH writes it (the completions leave MPI_ERROR alone).
+///
+/// # Safety
+/// As for [`put_status`].
+unsafe fn put_whole_empty_status(p: *mut MPI_Status) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        put_status(p, &empty_status());
+        crate::face::api::util::put_status_error(p, MPI_SUCCESS);
+    }
 }
 
 /// What a request is, as seen by one completion attempt.
@@ -274,17 +287,28 @@ fn raise(reqs: &[MPI_Request], rc: c_int, name: &str) -> c_int {
 /// # Safety
 /// As for [`test_many`].
 unsafe fn wait_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: Mode) -> Tested {
-    if mode.all() {
-        // MPI-IO requests complete one after the other through the library's own wait, in the
-        // array's order, as in MPICH's MPI_Waitall (see `is_file_io`).
+    if mode.all() && file_io_started() {
+        // MPI-IO requests complete one after the other, in the array's order, as in MPICH's
+        // MPI_Waitall (see `is_file_io`): each is tested alone until it completes, one gated test
+        // at a time, so that a checkpoint can stop this thread meanwhile (a collective one waits
+        // for the other ranks, which a checkpoint may have stopped; its drain completes it).
         for &v in reqs.iter() {
-            let g = gate::enter();
-            if let Slot::Real(idx, r) = classify(v) {
-                if is_file_io(idx) {
-                    wait_blocking(idx, r);
+            let mut spins = 0u32;
+            loop {
+                let g = gate::enter();
+                let pending = match classify(v) {
+                    Slot::Real(idx, r) if is_file_io(idx) => poll(idx, r).is_none(),
+                    _ => false,
+                };
+                drop(g);
+                if !pending {
+                    break;
+                }
+                spins = spins.wrapping_add(1);
+                if spins % 64 == 0 {
+                    std::thread::yield_now();
                 }
             }
-            drop(g);
         }
     }
     let mut spins = 0u32;
@@ -502,12 +526,10 @@ pub unsafe fn MPI_Request_get_status(request: MPI_Request, flag: *mut c_int, sta
         Slot::Inert => {
             // SAFETY: `flag` and `status` are the caller's out-pointers, valid for a write (or
             // MPI_STATUS_IGNORE).
-            // A null or inactive request gets the empty status whole, MPI_ERROR included, as
-            // MPICH writes it (MPICH's pt2pt/rqstatus checks it).
+            // (MPICH's pt2pt/rqstatus checks the MPI_ERROR of this status.)
             unsafe {
                 crate::face::api::put(flag, 1);
-                put_status(status, &empty_status());
-                crate::face::api::util::put_status_error(status, MPI_SUCCESS);
+                put_whole_empty_status(status);
             }
             MPI_SUCCESS
         }
@@ -760,12 +782,10 @@ pub unsafe fn MPI_Request_get_status_any(count: c_int, reqs: *const MPI_Request,
         },
         // SAFETY: `flag` and `status` are the caller's out-pointers, valid for a write (or
         // MPI_STATUS_IGNORE).
-        // No active request: the empty status, MPI_ERROR included, as MPICH writes it.
         None if !(0..reqs.len()).any(live) => unsafe {
             crate::face::api::put(flag, 1);
             crate::face::api::put(index, MPI_UNDEFINED);
-            put_status(status, &empty_status());
-            crate::face::api::util::put_status_error(status, MPI_SUCCESS);
+            put_whole_empty_status(status);
         },
         None => unsafe { crate::face::api::put(flag, 0) },
     }

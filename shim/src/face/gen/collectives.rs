@@ -3,6 +3,7 @@
 
 #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 use crate::face::abi::*;
+use crate::face::call::{self, On, ToReal, Datatype, File};
 use crate::face::{conv, errors};
 use crate::lower;
 use std::os::raw::{c_int, c_void};
@@ -822,6 +823,250 @@ pub unsafe fn MPI_Exscan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, co
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Exscan_init_c"); }
     rc
+}
+
+pub unsafe fn MPI_File_preallocate(fh: MPI_File, size: MPI_Offset) -> c_int {
+    let g = crate::face::api::file::begin_file_collective(fh);
+    call::run_in(g, "MPI_File_preallocate", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let Some(f) = lower::fns().MPI_File_preallocate else { return call::missing("MPI_File_preallocate") };
+        // SAFETY: `f` is the real library's MPI_File_preallocate, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; every other argument is a plain
+        // value.
+        call::ok(unsafe { f(fh_r, size) })
+    })
+}
+
+pub unsafe fn MPI_File_read_all(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    let g = crate::face::api::file::begin_file_collective(fh);
+    call::run_in(g, "MPI_File_read_all", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_all else { return call::missing("MPI_File_read_all") };
+        // SAFETY: `f` is the real library's MPI_File_read_all, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
+    })
+}
+
+pub unsafe fn MPI_File_read_all_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    let g = crate::face::api::file::begin_file_collective(fh);
+    call::run_in(g, "MPI_File_read_all_c", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_all_c else { return call::missing("MPI_File_read_all_c") };
+        // SAFETY: `f` is the real library's MPI_File_read_all_c, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
+    })
+}
+
+pub unsafe fn MPI_File_read_at_all(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    let g = crate::face::api::file::begin_file_collective(fh);
+    call::run_in(g, "MPI_File_read_at_all", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_at_all else { return call::missing("MPI_File_read_at_all") };
+        // SAFETY: `f` is the real library's MPI_File_read_at_all, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r, status) })
+    })
+}
+
+pub unsafe fn MPI_File_read_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    let g = crate::face::api::file::begin_file_collective(fh);
+    call::run_in(g, "MPI_File_read_at_all_c", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_at_all_c else { return call::missing("MPI_File_read_at_all_c") };
+        // SAFETY: `f` is the real library's MPI_File_read_at_all_c, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r, status) })
+    })
+}
+
+pub unsafe fn MPI_File_read_ordered(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    let g = crate::face::api::file::begin_file_collective(fh);
+    call::run_in(g, "MPI_File_read_ordered", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_ordered else { return call::missing("MPI_File_read_ordered") };
+        // SAFETY: `f` is the real library's MPI_File_read_ordered, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
+    })
+}
+
+pub unsafe fn MPI_File_read_ordered_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    let g = crate::face::api::file::begin_file_collective(fh);
+    call::run_in(g, "MPI_File_read_ordered_c", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_read_ordered_c else { return call::missing("MPI_File_read_ordered_c") };
+        // SAFETY: `f` is the real library's MPI_File_read_ordered_c, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
+    })
+}
+
+pub unsafe fn MPI_File_seek_shared(fh: MPI_File, offset: MPI_Offset, whence: c_int) -> c_int {
+    let g = crate::face::api::file::begin_file_collective(fh);
+    call::run_in(g, "MPI_File_seek_shared", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let Some(f) = lower::fns().MPI_File_seek_shared else { return call::missing("MPI_File_seek_shared") };
+        // SAFETY: `f` is the real library's MPI_File_seek_shared, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; every other argument is a plain
+        // value.
+        call::ok(unsafe { f(fh_r, offset, whence) })
+    })
+}
+
+pub unsafe fn MPI_File_set_atomicity(fh: MPI_File, flag: c_int) -> c_int {
+    let g = crate::face::api::file::begin_file_collective(fh);
+    call::run_in(g, "MPI_File_set_atomicity", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let Some(f) = lower::fns().MPI_File_set_atomicity else { return call::missing("MPI_File_set_atomicity") };
+        // SAFETY: `f` is the real library's MPI_File_set_atomicity, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; every other argument is a plain
+        // value.
+        call::ok(unsafe { f(fh_r, flag) })
+    })
+}
+
+pub unsafe fn MPI_File_set_size(fh: MPI_File, size: MPI_Offset) -> c_int {
+    let g = crate::face::api::file::begin_file_collective(fh);
+    call::run_in(g, "MPI_File_set_size", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let Some(f) = lower::fns().MPI_File_set_size else { return call::missing("MPI_File_set_size") };
+        // SAFETY: `f` is the real library's MPI_File_set_size, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; every other argument is a plain
+        // value.
+        call::ok(unsafe { f(fh_r, size) })
+    })
+}
+
+pub unsafe fn MPI_File_sync(fh: MPI_File) -> c_int {
+    let g = crate::face::api::file::begin_file_collective(fh);
+    call::run_in(g, "MPI_File_sync", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let Some(f) = lower::fns().MPI_File_sync else { return call::missing("MPI_File_sync") };
+        // SAFETY: `f` is the real library's MPI_File_sync, resolved under the C signature of the
+        // ABI table that this wrapper's signature is generated from; handles were translated inside
+        // the gate, so no renewal replaced them since; every other argument is a plain value.
+        call::ok(unsafe { f(fh_r) })
+    })
+}
+
+pub unsafe fn MPI_File_write_all(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    let g = crate::face::api::file::begin_file_collective(fh);
+    call::run_in(g, "MPI_File_write_all", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_all else { return call::missing("MPI_File_write_all") };
+        // SAFETY: `f` is the real library's MPI_File_write_all, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
+    })
+}
+
+pub unsafe fn MPI_File_write_all_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    let g = crate::face::api::file::begin_file_collective(fh);
+    call::run_in(g, "MPI_File_write_all_c", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_all_c else { return call::missing("MPI_File_write_all_c") };
+        // SAFETY: `f` is the real library's MPI_File_write_all_c, resolved under the C signature of
+        // the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
+    })
+}
+
+pub unsafe fn MPI_File_write_at_all(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    let g = crate::face::api::file::begin_file_collective(fh);
+    call::run_in(g, "MPI_File_write_at_all", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_at_all else { return call::missing("MPI_File_write_at_all") };
+        // SAFETY: `f` is the real library's MPI_File_write_at_all, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r, status) })
+    })
+}
+
+pub unsafe fn MPI_File_write_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    let g = crate::face::api::file::begin_file_collective(fh);
+    call::run_in(g, "MPI_File_write_at_all_c", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_at_all_c else { return call::missing("MPI_File_write_at_all_c") };
+        // SAFETY: `f` is the real library's MPI_File_write_at_all_c, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r, status) })
+    })
+}
+
+pub unsafe fn MPI_File_write_ordered(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    let g = crate::face::api::file::begin_file_collective(fh);
+    call::run_in(g, "MPI_File_write_ordered", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_ordered else { return call::missing("MPI_File_write_ordered") };
+        // SAFETY: `f` is the real library's MPI_File_write_ordered, resolved under the C signature
+        // of the ABI table that this wrapper's signature is generated from; handles were translated
+        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
+        // the caller's, valid as MPI requires (this function's safety contract) and passed on
+        // unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
+    })
+}
+
+pub unsafe fn MPI_File_write_ordered_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    let g = crate::face::api::file::begin_file_collective(fh);
+    call::run_in(g, "MPI_File_write_ordered_c", On::File(fh), || {
+        let fh_r = File(fh).to_real()?;
+        let datatype_r = Datatype(datatype).to_real()?;
+        let Some(f) = lower::fns().MPI_File_write_ordered_c else { return call::missing("MPI_File_write_ordered_c") };
+        // SAFETY: `f` is the real library's MPI_File_write_ordered_c, resolved under the C
+        // signature of the ABI table that this wrapper's signature is generated from; handles were
+        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`,
+        // `status`) are the caller's, valid as MPI requires (this function's safety contract) and
+        // passed on unchanged.
+        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
+    })
 }
 
 pub unsafe fn MPI_Gather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {

@@ -462,7 +462,7 @@ pub unsafe fn MPI_Fetch_and_op(origin_addr: *const c_void, result_addr: *mut c_v
 }
 
 pub unsafe fn MPI_File_delete(filename: *const c_char, info: MPI_Info) -> c_int {
-    call::run("MPI_File_delete", On::Default, || {
+    call::run("MPI_File_delete", On::File(std::ptr::null_mut()), || {
         let info_r = Info(info).to_real()?;
         let Some(f) = lower::fns().MPI_File_delete else { return call::missing("MPI_File_delete") };
         // SAFETY: `f` is the real library's MPI_File_delete, resolved under the C signature of the
@@ -470,19 +470,6 @@ pub unsafe fn MPI_File_delete(filename: *const c_char, info: MPI_Info) -> c_int 
         // the gate, so no renewal replaced them since; the pointers (`filename`) are the caller's,
         // valid as MPI requires (this function's safety contract) and passed on unchanged.
         call::ok(unsafe { f(filename, info_r) })
-    })
-}
-
-pub unsafe fn MPI_File_get_amode(fh: MPI_File, amode: *mut c_int) -> c_int {
-    call::run("MPI_File_get_amode", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let Some(f) = lower::fns().MPI_File_get_amode else { return call::missing("MPI_File_get_amode") };
-        // SAFETY: `f` is the real library's MPI_File_get_amode, resolved under the C signature of
-        // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; the pointers (`amode`) are the
-        // caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, amode) })
     })
 }
 
@@ -579,18 +566,6 @@ pub unsafe fn MPI_File_get_type_extent_c(fh: MPI_File, datatype: MPI_Datatype, e
     })
 }
 
-pub unsafe fn MPI_File_preallocate(fh: MPI_File, size: MPI_Offset) -> c_int {
-    call::run("MPI_File_preallocate", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let Some(f) = lower::fns().MPI_File_preallocate else { return call::missing("MPI_File_preallocate") };
-        // SAFETY: `f` is the real library's MPI_File_preallocate, resolved under the C signature of
-        // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; every other argument is a plain
-        // value.
-        call::ok(unsafe { f(fh_r, size) })
-    })
-}
-
 pub unsafe fn MPI_File_read(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
     call::run("MPI_File_read", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
@@ -605,75 +580,6 @@ pub unsafe fn MPI_File_read(fh: MPI_File, buf: *mut c_void, count: c_int, dataty
     })
 }
 
-pub unsafe fn MPI_File_read_all(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    call::run("MPI_File_read_all", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let datatype_r = Datatype(datatype).to_real()?;
-        let Some(f) = lower::fns().MPI_File_read_all else { return call::missing("MPI_File_read_all") };
-        // SAFETY: `f` is the real library's MPI_File_read_all, resolved under the C signature of
-        // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
-    })
-}
-
-pub unsafe fn MPI_File_read_all_begin(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    call::run("MPI_File_read_all_begin", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let datatype_r = Datatype(datatype).to_real()?;
-        let Some(f) = lower::fns().MPI_File_read_all_begin else { return call::missing("MPI_File_read_all_begin") };
-        // SAFETY: `f` is the real library's MPI_File_read_all_begin, resolved under the C signature
-        // of the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; the pointers (`buf`) are the
-        // caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, buf, count, datatype_r) })
-    })
-}
-
-pub unsafe fn MPI_File_read_all_begin_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    call::run("MPI_File_read_all_begin_c", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let datatype_r = Datatype(datatype).to_real()?;
-        let Some(f) = lower::fns().MPI_File_read_all_begin_c else { return call::missing("MPI_File_read_all_begin_c") };
-        // SAFETY: `f` is the real library's MPI_File_read_all_begin_c, resolved under the C
-        // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, buf, count, datatype_r) })
-    })
-}
-
-pub unsafe fn MPI_File_read_all_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    call::run("MPI_File_read_all_c", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let datatype_r = Datatype(datatype).to_real()?;
-        let Some(f) = lower::fns().MPI_File_read_all_c else { return call::missing("MPI_File_read_all_c") };
-        // SAFETY: `f` is the real library's MPI_File_read_all_c, resolved under the C signature of
-        // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
-    })
-}
-
-pub unsafe fn MPI_File_read_all_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
-    call::run("MPI_File_read_all_end", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let Some(f) = lower::fns().MPI_File_read_all_end else { return call::missing("MPI_File_read_all_end") };
-        // SAFETY: `f` is the real library's MPI_File_read_all_end, resolved under the C signature
-        // of the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, buf, status) })
-    })
-}
-
 pub unsafe fn MPI_File_read_at(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
     call::run("MPI_File_read_at", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
@@ -685,75 +591,6 @@ pub unsafe fn MPI_File_read_at(fh: MPI_File, offset: MPI_Offset, buf: *mut c_voi
         // caller's, valid as MPI requires (this function's safety contract) and passed on
         // unchanged.
         call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r, status) })
-    })
-}
-
-pub unsafe fn MPI_File_read_at_all(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    call::run("MPI_File_read_at_all", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let datatype_r = Datatype(datatype).to_real()?;
-        let Some(f) = lower::fns().MPI_File_read_at_all else { return call::missing("MPI_File_read_at_all") };
-        // SAFETY: `f` is the real library's MPI_File_read_at_all, resolved under the C signature of
-        // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r, status) })
-    })
-}
-
-pub unsafe fn MPI_File_read_at_all_begin(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    call::run("MPI_File_read_at_all_begin", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let datatype_r = Datatype(datatype).to_real()?;
-        let Some(f) = lower::fns().MPI_File_read_at_all_begin else { return call::missing("MPI_File_read_at_all_begin") };
-        // SAFETY: `f` is the real library's MPI_File_read_at_all_begin, resolved under the C
-        // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r) })
-    })
-}
-
-pub unsafe fn MPI_File_read_at_all_begin_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    call::run("MPI_File_read_at_all_begin_c", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let datatype_r = Datatype(datatype).to_real()?;
-        let Some(f) = lower::fns().MPI_File_read_at_all_begin_c else { return call::missing("MPI_File_read_at_all_begin_c") };
-        // SAFETY: `f` is the real library's MPI_File_read_at_all_begin_c, resolved under the C
-        // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r) })
-    })
-}
-
-pub unsafe fn MPI_File_read_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    call::run("MPI_File_read_at_all_c", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let datatype_r = Datatype(datatype).to_real()?;
-        let Some(f) = lower::fns().MPI_File_read_at_all_c else { return call::missing("MPI_File_read_at_all_c") };
-        // SAFETY: `f` is the real library's MPI_File_read_at_all_c, resolved under the C signature
-        // of the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r, status) })
-    })
-}
-
-pub unsafe fn MPI_File_read_at_all_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
-    call::run("MPI_File_read_at_all_end", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let Some(f) = lower::fns().MPI_File_read_at_all_end else { return call::missing("MPI_File_read_at_all_end") };
-        // SAFETY: `f` is the real library's MPI_File_read_at_all_end, resolved under the C
-        // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`,
-        // `status`) are the caller's, valid as MPI requires (this function's safety contract) and
-        // passed on unchanged.
-        call::ok(unsafe { f(fh_r, buf, status) })
     })
 }
 
@@ -782,75 +619,6 @@ pub unsafe fn MPI_File_read_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, 
         // caller's, valid as MPI requires (this function's safety contract) and passed on
         // unchanged.
         call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
-    })
-}
-
-pub unsafe fn MPI_File_read_ordered(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    call::run("MPI_File_read_ordered", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let datatype_r = Datatype(datatype).to_real()?;
-        let Some(f) = lower::fns().MPI_File_read_ordered else { return call::missing("MPI_File_read_ordered") };
-        // SAFETY: `f` is the real library's MPI_File_read_ordered, resolved under the C signature
-        // of the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
-    })
-}
-
-pub unsafe fn MPI_File_read_ordered_begin(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    call::run("MPI_File_read_ordered_begin", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let datatype_r = Datatype(datatype).to_real()?;
-        let Some(f) = lower::fns().MPI_File_read_ordered_begin else { return call::missing("MPI_File_read_ordered_begin") };
-        // SAFETY: `f` is the real library's MPI_File_read_ordered_begin, resolved under the C
-        // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, buf, count, datatype_r) })
-    })
-}
-
-pub unsafe fn MPI_File_read_ordered_begin_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    call::run("MPI_File_read_ordered_begin_c", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let datatype_r = Datatype(datatype).to_real()?;
-        let Some(f) = lower::fns().MPI_File_read_ordered_begin_c else { return call::missing("MPI_File_read_ordered_begin_c") };
-        // SAFETY: `f` is the real library's MPI_File_read_ordered_begin_c, resolved under the C
-        // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, buf, count, datatype_r) })
-    })
-}
-
-pub unsafe fn MPI_File_read_ordered_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    call::run("MPI_File_read_ordered_c", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let datatype_r = Datatype(datatype).to_real()?;
-        let Some(f) = lower::fns().MPI_File_read_ordered_c else { return call::missing("MPI_File_read_ordered_c") };
-        // SAFETY: `f` is the real library's MPI_File_read_ordered_c, resolved under the C signature
-        // of the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
-    })
-}
-
-pub unsafe fn MPI_File_read_ordered_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
-    call::run("MPI_File_read_ordered_end", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let Some(f) = lower::fns().MPI_File_read_ordered_end else { return call::missing("MPI_File_read_ordered_end") };
-        // SAFETY: `f` is the real library's MPI_File_read_ordered_end, resolved under the C
-        // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`,
-        // `status`) are the caller's, valid as MPI requires (this function's safety contract) and
-        // passed on unchanged.
-        call::ok(unsafe { f(fh_r, buf, status) })
     })
 }
 
@@ -893,82 +661,6 @@ pub unsafe fn MPI_File_seek(fh: MPI_File, offset: MPI_Offset, whence: c_int) -> 
     })
 }
 
-pub unsafe fn MPI_File_seek_shared(fh: MPI_File, offset: MPI_Offset, whence: c_int) -> c_int {
-    call::run("MPI_File_seek_shared", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let Some(f) = lower::fns().MPI_File_seek_shared else { return call::missing("MPI_File_seek_shared") };
-        // SAFETY: `f` is the real library's MPI_File_seek_shared, resolved under the C signature of
-        // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; every other argument is a plain
-        // value.
-        call::ok(unsafe { f(fh_r, offset, whence) })
-    })
-}
-
-pub unsafe fn MPI_File_set_atomicity(fh: MPI_File, flag: c_int) -> c_int {
-    call::run("MPI_File_set_atomicity", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let Some(f) = lower::fns().MPI_File_set_atomicity else { return call::missing("MPI_File_set_atomicity") };
-        // SAFETY: `f` is the real library's MPI_File_set_atomicity, resolved under the C signature
-        // of the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; every other argument is a plain
-        // value.
-        call::ok(unsafe { f(fh_r, flag) })
-    })
-}
-
-pub unsafe fn MPI_File_set_info(fh: MPI_File, info: MPI_Info) -> c_int {
-    call::run("MPI_File_set_info", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let info_r = Info(info).to_real()?;
-        let Some(f) = lower::fns().MPI_File_set_info else { return call::missing("MPI_File_set_info") };
-        // SAFETY: `f` is the real library's MPI_File_set_info, resolved under the C signature of
-        // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; every other argument is a plain
-        // value.
-        call::ok(unsafe { f(fh_r, info_r) })
-    })
-}
-
-pub unsafe fn MPI_File_set_size(fh: MPI_File, size: MPI_Offset) -> c_int {
-    call::run("MPI_File_set_size", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let Some(f) = lower::fns().MPI_File_set_size else { return call::missing("MPI_File_set_size") };
-        // SAFETY: `f` is the real library's MPI_File_set_size, resolved under the C signature of
-        // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; every other argument is a plain
-        // value.
-        call::ok(unsafe { f(fh_r, size) })
-    })
-}
-
-pub unsafe fn MPI_File_set_view(fh: MPI_File, disp: MPI_Offset, etype: MPI_Datatype, filetype: MPI_Datatype, datarep: *const c_char, info: MPI_Info) -> c_int {
-    call::run("MPI_File_set_view", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let etype_r = Datatype(etype).to_real()?;
-        let filetype_r = Datatype(filetype).to_real()?;
-        let info_r = Info(info).to_real()?;
-        let Some(f) = lower::fns().MPI_File_set_view else { return call::missing("MPI_File_set_view") };
-        // SAFETY: `f` is the real library's MPI_File_set_view, resolved under the C signature of
-        // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; the pointers (`datarep`) are the
-        // caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, disp, etype_r, filetype_r, datarep, info_r) })
-    })
-}
-
-pub unsafe fn MPI_File_sync(fh: MPI_File) -> c_int {
-    call::run("MPI_File_sync", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let Some(f) = lower::fns().MPI_File_sync else { return call::missing("MPI_File_sync") };
-        // SAFETY: `f` is the real library's MPI_File_sync, resolved under the C signature of the
-        // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; every other argument is a plain value.
-        call::ok(unsafe { f(fh_r) })
-    })
-}
-
 pub unsafe fn MPI_File_write(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
     call::run("MPI_File_write", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
@@ -983,75 +675,6 @@ pub unsafe fn MPI_File_write(fh: MPI_File, buf: *const c_void, count: c_int, dat
     })
 }
 
-pub unsafe fn MPI_File_write_all(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    call::run("MPI_File_write_all", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let datatype_r = Datatype(datatype).to_real()?;
-        let Some(f) = lower::fns().MPI_File_write_all else { return call::missing("MPI_File_write_all") };
-        // SAFETY: `f` is the real library's MPI_File_write_all, resolved under the C signature of
-        // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
-    })
-}
-
-pub unsafe fn MPI_File_write_all_begin(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    call::run("MPI_File_write_all_begin", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let datatype_r = Datatype(datatype).to_real()?;
-        let Some(f) = lower::fns().MPI_File_write_all_begin else { return call::missing("MPI_File_write_all_begin") };
-        // SAFETY: `f` is the real library's MPI_File_write_all_begin, resolved under the C
-        // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, buf, count, datatype_r) })
-    })
-}
-
-pub unsafe fn MPI_File_write_all_begin_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    call::run("MPI_File_write_all_begin_c", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let datatype_r = Datatype(datatype).to_real()?;
-        let Some(f) = lower::fns().MPI_File_write_all_begin_c else { return call::missing("MPI_File_write_all_begin_c") };
-        // SAFETY: `f` is the real library's MPI_File_write_all_begin_c, resolved under the C
-        // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, buf, count, datatype_r) })
-    })
-}
-
-pub unsafe fn MPI_File_write_all_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    call::run("MPI_File_write_all_c", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let datatype_r = Datatype(datatype).to_real()?;
-        let Some(f) = lower::fns().MPI_File_write_all_c else { return call::missing("MPI_File_write_all_c") };
-        // SAFETY: `f` is the real library's MPI_File_write_all_c, resolved under the C signature of
-        // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
-    })
-}
-
-pub unsafe fn MPI_File_write_all_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
-    call::run("MPI_File_write_all_end", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let Some(f) = lower::fns().MPI_File_write_all_end else { return call::missing("MPI_File_write_all_end") };
-        // SAFETY: `f` is the real library's MPI_File_write_all_end, resolved under the C signature
-        // of the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, buf, status) })
-    })
-}
-
 pub unsafe fn MPI_File_write_at(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
     call::run("MPI_File_write_at", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
@@ -1063,75 +686,6 @@ pub unsafe fn MPI_File_write_at(fh: MPI_File, offset: MPI_Offset, buf: *const c_
         // the caller's, valid as MPI requires (this function's safety contract) and passed on
         // unchanged.
         call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r, status) })
-    })
-}
-
-pub unsafe fn MPI_File_write_at_all(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    call::run("MPI_File_write_at_all", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let datatype_r = Datatype(datatype).to_real()?;
-        let Some(f) = lower::fns().MPI_File_write_at_all else { return call::missing("MPI_File_write_at_all") };
-        // SAFETY: `f` is the real library's MPI_File_write_at_all, resolved under the C signature
-        // of the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r, status) })
-    })
-}
-
-pub unsafe fn MPI_File_write_at_all_begin(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    call::run("MPI_File_write_at_all_begin", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let datatype_r = Datatype(datatype).to_real()?;
-        let Some(f) = lower::fns().MPI_File_write_at_all_begin else { return call::missing("MPI_File_write_at_all_begin") };
-        // SAFETY: `f` is the real library's MPI_File_write_at_all_begin, resolved under the C
-        // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r) })
-    })
-}
-
-pub unsafe fn MPI_File_write_at_all_begin_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    call::run("MPI_File_write_at_all_begin_c", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let datatype_r = Datatype(datatype).to_real()?;
-        let Some(f) = lower::fns().MPI_File_write_at_all_begin_c else { return call::missing("MPI_File_write_at_all_begin_c") };
-        // SAFETY: `f` is the real library's MPI_File_write_at_all_begin_c, resolved under the C
-        // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r) })
-    })
-}
-
-pub unsafe fn MPI_File_write_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    call::run("MPI_File_write_at_all_c", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let datatype_r = Datatype(datatype).to_real()?;
-        let Some(f) = lower::fns().MPI_File_write_at_all_c else { return call::missing("MPI_File_write_at_all_c") };
-        // SAFETY: `f` is the real library's MPI_File_write_at_all_c, resolved under the C signature
-        // of the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, offset, buf, count, datatype_r, status) })
-    })
-}
-
-pub unsafe fn MPI_File_write_at_all_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
-    call::run("MPI_File_write_at_all_end", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let Some(f) = lower::fns().MPI_File_write_at_all_end else { return call::missing("MPI_File_write_at_all_end") };
-        // SAFETY: `f` is the real library's MPI_File_write_at_all_end, resolved under the C
-        // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`,
-        // `status`) are the caller's, valid as MPI requires (this function's safety contract) and
-        // passed on unchanged.
-        call::ok(unsafe { f(fh_r, buf, status) })
     })
 }
 
@@ -1160,75 +714,6 @@ pub unsafe fn MPI_File_write_c(fh: MPI_File, buf: *const c_void, count: MPI_Coun
         // caller's, valid as MPI requires (this function's safety contract) and passed on
         // unchanged.
         call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
-    })
-}
-
-pub unsafe fn MPI_File_write_ordered(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    call::run("MPI_File_write_ordered", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let datatype_r = Datatype(datatype).to_real()?;
-        let Some(f) = lower::fns().MPI_File_write_ordered else { return call::missing("MPI_File_write_ordered") };
-        // SAFETY: `f` is the real library's MPI_File_write_ordered, resolved under the C signature
-        // of the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; the pointers (`buf`, `status`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
-    })
-}
-
-pub unsafe fn MPI_File_write_ordered_begin(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    call::run("MPI_File_write_ordered_begin", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let datatype_r = Datatype(datatype).to_real()?;
-        let Some(f) = lower::fns().MPI_File_write_ordered_begin else { return call::missing("MPI_File_write_ordered_begin") };
-        // SAFETY: `f` is the real library's MPI_File_write_ordered_begin, resolved under the C
-        // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, buf, count, datatype_r) })
-    })
-}
-
-pub unsafe fn MPI_File_write_ordered_begin_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    call::run("MPI_File_write_ordered_begin_c", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let datatype_r = Datatype(datatype).to_real()?;
-        let Some(f) = lower::fns().MPI_File_write_ordered_begin_c else { return call::missing("MPI_File_write_ordered_begin_c") };
-        // SAFETY: `f` is the real library's MPI_File_write_ordered_begin_c, resolved under the C
-        // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`) are
-        // the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(fh_r, buf, count, datatype_r) })
-    })
-}
-
-pub unsafe fn MPI_File_write_ordered_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    call::run("MPI_File_write_ordered_c", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let datatype_r = Datatype(datatype).to_real()?;
-        let Some(f) = lower::fns().MPI_File_write_ordered_c else { return call::missing("MPI_File_write_ordered_c") };
-        // SAFETY: `f` is the real library's MPI_File_write_ordered_c, resolved under the C
-        // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`,
-        // `status`) are the caller's, valid as MPI requires (this function's safety contract) and
-        // passed on unchanged.
-        call::ok(unsafe { f(fh_r, buf, count, datatype_r, status) })
-    })
-}
-
-pub unsafe fn MPI_File_write_ordered_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
-    call::run("MPI_File_write_ordered_end", On::File(fh), || {
-        let fh_r = File(fh).to_real()?;
-        let Some(f) = lower::fns().MPI_File_write_ordered_end else { return call::missing("MPI_File_write_ordered_end") };
-        // SAFETY: `f` is the real library's MPI_File_write_ordered_end, resolved under the C
-        // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; the pointers (`buf`,
-        // `status`) are the caller's, valid as MPI requires (this function's safety contract) and
-        // passed on unchanged.
-        call::ok(unsafe { f(fh_r, buf, status) })
     })
 }
 
@@ -1857,36 +1342,6 @@ pub unsafe fn MPI_Reduce_local_c(inbuf: *const c_void, inoutbuf: *mut c_void, co
         // are the caller's, valid as MPI requires (this function's safety contract) and passed on
         // unchanged.
         call::ok(unsafe { f(inbuf, inoutbuf, count, datatype_r, op_r) })
-    })
-}
-
-pub unsafe fn MPI_Remove_error_class(errorclass: c_int) -> c_int {
-    call::run("MPI_Remove_error_class", On::Default, || {
-        let Some(f) = lower::fns().MPI_Remove_error_class else { return call::missing("MPI_Remove_error_class") };
-        // SAFETY: `f` is the real library's MPI_Remove_error_class, resolved under the C signature
-        // of the ABI table that this wrapper's signature is generated from; every other argument is
-        // a plain value.
-        call::ok(unsafe { f(errorclass) })
-    })
-}
-
-pub unsafe fn MPI_Remove_error_code(errorcode: c_int) -> c_int {
-    call::run("MPI_Remove_error_code", On::Default, || {
-        let Some(f) = lower::fns().MPI_Remove_error_code else { return call::missing("MPI_Remove_error_code") };
-        // SAFETY: `f` is the real library's MPI_Remove_error_code, resolved under the C signature
-        // of the ABI table that this wrapper's signature is generated from; every other argument is
-        // a plain value.
-        call::ok(unsafe { f(errorcode) })
-    })
-}
-
-pub unsafe fn MPI_Remove_error_string(errorcode: c_int) -> c_int {
-    call::run("MPI_Remove_error_string", On::Default, || {
-        let Some(f) = lower::fns().MPI_Remove_error_string else { return call::missing("MPI_Remove_error_string") };
-        // SAFETY: `f` is the real library's MPI_Remove_error_string, resolved under the C signature
-        // of the ABI table that this wrapper's signature is generated from; every other argument is
-        // a plain value.
-        call::ok(unsafe { f(errorcode) })
     })
 }
 
