@@ -301,8 +301,17 @@ fn load_locked(path: &Path) -> Result<&'static Generation, LoadError> {
         // SAFETY: symbol lookup in a live handle.
         unsafe { libc::dlsym(lib, name.as_ptr() as *const c_char) }
     };
-    let fns = RealFns::resolve(&sym);
-    if fns.MPI_Init.is_none() || fns.MPI_Comm_rank.is_none() {
+    // Open MPI's functions take its own ABI (pointer handles, its status and constants): the
+    // core's MPICH-ABI calls must not reach them untranslated. No entry point is adapted yet.
+    let fns = match family {
+        Family::Mpich => RealFns::resolve(&sym),
+        Family::OpenMpi => RealFns::resolve(&|_| std::ptr::null_mut()),
+    };
+    let is_mpi = match family {
+        Family::Mpich => fns.MPI_Init.is_some() && fns.MPI_Comm_rank.is_some(),
+        Family::OpenMpi => !sym("MPI_Init\0").is_null() && !sym("MPI_Comm_rank\0").is_null(),
+    };
+    if !is_mpi {
         unload_partial(&[&[anchor][..], &stand_ins, &[lib]].concat());
         return Err(LoadError::NotMpi(path.display().to_string()));
     }
