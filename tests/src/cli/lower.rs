@@ -14,7 +14,7 @@ use std::time::Duration;
 pub fn cases() -> Vec<CaseFn> {
     vec![CaseFn {
         name: "lower-ompi5",
-        cases: &["lower-ompi5-raw-cycles"],
+        cases: &["lower-ompi5-raw-cycles", "lower-ompi5-adapter-cycles"],
         run: ompi5_cycles,
     }]
 }
@@ -33,7 +33,7 @@ fn ompi5_cycles(t: &mut T) {
     if !harness.is_file() {
         return t.skip_rest("mpicr-lower-harness is not built (cargo build --release)");
     }
-    for (name, raw) in [("lower-ompi5-raw-cycles", true)] {
+    for (name, raw) in [("lower-ompi5-raw-cycles", true), ("lower-ompi5-adapter-cycles", false)] {
         let mut c = t.cmd(&prterun);
         // As root, prterun must be told it may run; 2 ranks on a loaded 2-core machine need
         // --oversubscribe.
