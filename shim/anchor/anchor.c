@@ -351,6 +351,176 @@ EXPORT int mpicr_anchor_mark_threaded(void) {
     return pthread_join(t, NULL);
 }
 
+/* ---- the environment: the namespace's own copy ----
+ * At load, the namespace's libc gets the program's `environ` array itself. Its setenv then
+ * builds a new array from its own heap, but unsetenv and putenv change the shared one in place
+ * (Open MPI and PMIx set and unset their variables as they initialise and finalize), and the
+ * base namespace's setenv may free what this copy still points to. A deep copy in the anchor's
+ * heap, made before the library loads, keeps each side to its own. */
+extern char **environ;
+
+EXPORT int mpicr_anchor_private_environ(void) {
+    size_t n = 0;
+    char **old = environ;
+    while (old && old[n]) n++;
+    char **copy = malloc((n + 1) * sizeof(char *));
+    if (!copy) return ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(old[i]) + 1;
+        copy[i] = malloc(len);
+        if (!copy[i]) return ENOMEM; /* what was copied stays in the heap the release unmaps */
+        memcpy(copy[i], old[i], len);
+    }
+    copy[n] = NULL;
+    environ = copy;
+    return 0;
+}
+
+/* ---- thread-specific data: the program's libc's keys ----
+ * A key is an index into the thread's own table of values (in its `struct pthread`, which
+ * every libc copy of the process shares), but each libc copy hands out indices from a table of
+ * its own. The namespace's libc would give out the indices the program's libc gives out (the
+ * two would overwrite each other's values), and each generation's libc gives out the same
+ * indices again, with the same sequence numbers, so a new generation reads the values the last
+ * one left, pointers into memory that was unmapped at its release (measured: Open MPI 5.0.11
+ * and 4.1.4 faulted in snprintf and inet_ntop inside MPI_Init, on buffers found that way, from
+ * the second to the twentieth generation depending on the environment's size). So the
+ * namespace's keys are made by the program's libc, recorded, and deleted at release
+ * (mpicr_anchor_delete_keys): a later key at the same index has a new sequence number, and
+ * stale values read as NULL. */
+static int (*real_dlclose(void))(void *);
+
+struct base_keys {
+    int (*create)(pthread_key_t *, void (*)(void *));
+    int (*delete)(pthread_key_t);
+    void *(*get)(pthread_key_t);
+    int (*set)(pthread_key_t, const void *);
+};
+
+static pthread_mutex_t keys_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct base_keys base_keys;
+static pthread_key_t made_keys[1024];
+static size_t nmade_keys;
+
+/* The program's libc's key functions, looked up once (also from the libraries' constructors,
+   which run before the anchor's own). */
+static const struct base_keys *keys_of_base(void) {
+    static struct base_keys *ready;
+    if (__atomic_load_n(&ready, __ATOMIC_ACQUIRE)) return ready;
+    pthread_mutex_lock(&keys_lock);
+    if (!ready) {
+        void *libc = dlmopen(LM_ID_BASE, "libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+        if (libc) {
+            base_keys.create = (int (*)(pthread_key_t *, void (*)(void *)))dlsym(libc, "pthread_key_create");
+            base_keys.delete = (int (*)(pthread_key_t))dlsym(libc, "pthread_key_delete");
+            base_keys.get = (void *(*)(pthread_key_t))dlsym(libc, "pthread_getspecific");
+            base_keys.set = (int (*)(pthread_key_t, const void *))dlsym(libc, "pthread_setspecific");
+            real_dlclose()(libc); /* the base libc stays: the program runs on it */
+        }
+        if (!base_keys.create || !base_keys.delete || !base_keys.get || !base_keys.set) {
+            /* Never expected; the namespace's own functions are then the lesser evil. */
+            base_keys.create = (int (*)(pthread_key_t *, void (*)(void *)))dlsym(RTLD_NEXT, "pthread_key_create");
+            base_keys.delete = (int (*)(pthread_key_t))dlsym(RTLD_NEXT, "pthread_key_delete");
+            base_keys.get = (void *(*)(pthread_key_t))dlsym(RTLD_NEXT, "pthread_getspecific");
+            base_keys.set = (int (*)(pthread_key_t, const void *))dlsym(RTLD_NEXT, "pthread_setspecific");
+        }
+        __atomic_store_n(&ready, &base_keys, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&keys_lock);
+    return ready;
+}
+
+EXPORT int pthread_key_create(pthread_key_t *key, void (*destructor)(void *)) {
+    int r = keys_of_base()->create(key, destructor);
+    if (r == 0) {
+        pthread_mutex_lock(&keys_lock);
+        if (nmade_keys < sizeof made_keys / sizeof made_keys[0]) made_keys[nmade_keys++] = *key;
+        pthread_mutex_unlock(&keys_lock);
+    }
+    return r;
+}
+
+EXPORT int pthread_key_delete(pthread_key_t key) {
+    pthread_mutex_lock(&keys_lock);
+    for (size_t i = 0; i < nmade_keys; i++) {
+        if (made_keys[i] == key) {
+            made_keys[i] = made_keys[--nmade_keys];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&keys_lock);
+    return keys_of_base()->delete(key);
+}
+
+EXPORT void *pthread_getspecific(pthread_key_t key) { return keys_of_base()->get(key); }
+
+EXPORT int pthread_setspecific(pthread_key_t key, const void *value) { return keys_of_base()->set(key, value); }
+
+/* Deletes every key the namespace made and kept: called at release, after MPI_Finalize, when no
+   code of the namespace runs any more (their destructors are the namespace's code, and are
+   not called). Returns how many. */
+EXPORT int mpicr_anchor_delete_keys(void) {
+    int n = 0;
+    pthread_mutex_lock(&keys_lock);
+    while (nmade_keys > 0) {
+        keys_of_base()->delete(made_keys[--nmade_keys]);
+        n++;
+    }
+    pthread_mutex_unlock(&keys_lock);
+    return n;
+}
+
+/* ---- Open MPI's generations meet in PMIx before its MPI_Init fences ----
+ * Each generation of Open MPI initialises PMIx anew against the same server (the launcher's),
+ * under the same name (namespace and rank). The PMIx servers of Open MPI 5.0 and 4.1 lose track
+ * of such a client between its PMIx_Finalize and its next PMIx_Init: a fence that a faster rank
+ * opens meanwhile leaves it out (it counts as finalized, or its old connection's late close
+ * prunes it), completes short, and from then on the ranks' fences are one apart: a rank waits
+ * in MPI_Init's barrier for ever while the others have moved on (measured: Open MPI 5.0.11 and
+ * 4.1.4, 2 and 4 ranks on 2 loaded cores, within tens of back-to-back generations; upstream:
+ * openpmix issues 3931 and 4113). So when the lower half asks (mpicr_anchor_meet_in_pmix), the
+ * first PMIx_Init of the namespace is followed by fences until one completes whole: a short one
+ * reports an error (PMIX_ERR_PARTIAL_SUCCESS) and is repeated, and the one that succeeds had
+ * every rank connected, so the library's own fences that follow find them all. The library's
+ * calls resolve here first: the anchor heads the namespace's global scope (Open MPI 4.1's PMIx
+ * component, opened later, too). */
+static int meet_in_pmix, met_in_pmix, pmix_fences;
+
+EXPORT void mpicr_anchor_meet_in_pmix(int on) { meet_in_pmix = on; }
+
+/* How many fences the meeting took (0: none yet). */
+EXPORT int mpicr_anchor_pmix_fences(void) { return __atomic_load_n(&pmix_fences, __ATOMIC_ACQUIRE); }
+
+/* The real PMIx function `name`: next in the global scope (Open MPI 5), else in the system's
+   libpmix, which Open MPI 4.1's component loaded. */
+static void *pmix_symbol(const char *name) {
+    void *f = dlsym(RTLD_NEXT, name);
+    if (f) return f;
+    void *h = dlopen("libpmix.so.2", RTLD_LAZY | RTLD_NOLOAD);
+    if (!h) return NULL;
+    f = dlsym(h, name);
+    real_dlclose()(h); /* (not the wrapper: this reference was never recorded) */
+    return f;
+}
+
+EXPORT int PMIx_Init(void *proc, void *info, size_t ninfo) {
+    int (*real)(void *, void *, size_t) = (int (*)(void *, void *, size_t))pmix_symbol("PMIx_Init");
+    if (!real) return -1; /* PMIX_ERROR */
+    int rc = real(proc, info, ninfo);
+    if (rc != 0 || !meet_in_pmix || __atomic_exchange_n(&met_in_pmix, 1, __ATOMIC_ACQ_REL)) return rc;
+    int (*fence)(const void *, size_t, const void *, size_t) =
+        (int (*)(const void *, size_t, const void *, size_t))pmix_symbol("PMIx_Fence");
+    if (!fence) return rc;
+    /* All the namespace's procs, no info; about 300 s of retries before the library's own
+       fences are left to fail. */
+    for (int tries = 0; tries < 15000; tries++) {
+        __atomic_add_fetch(&pmix_fences, 1, __ATOMIC_ACQ_REL);
+        if (fence(NULL, 0, NULL, 0) == 0) break;
+        usleep(20000);
+    }
+    return rc;
+}
+
 /* ---- dlopen: nothing pins itself, and everything opened can be closed ---- */
 
 static pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -360,7 +530,11 @@ static size_t nhandles, caphandles;
 EXPORT void *dlopen(const char *file, int flags) {
     static void *(*real)(const char *, int);
     if (!real) real = (void *(*)(const char *, int))dlsym(RTLD_NEXT, "dlopen");
-    void *h = real(file, flags & ~RTLD_NODELETE);
+    /* RTLD_GLOBAL too: glibc 2.36 adds a global object of a namespace made by dlmopen to that
+       namespace's global scope, which it never allocated, and faults inside ld.so (measured:
+       Open MPI 4.1's component loader, libltdl, opens every mca_*.so with it). Everything
+       here is loaded for one library, so its own scope is enough. */
+    void *h = real(file, flags & ~(RTLD_NODELETE | RTLD_GLOBAL));
     if (h && file && !(flags & RTLD_NOLOAD)) {
         pthread_mutex_lock(&handles_lock);
         if (nhandles == caphandles) {
@@ -385,6 +559,29 @@ EXPORT void *dlopen(const char *file, int flags) {
     return h;
 }
 
+static int (*real_dlclose(void))(void *) {
+    static int (*real)(void *);
+    if (!real) real = (int (*)(void *))dlsym(RTLD_NEXT, "dlclose");
+    return real;
+}
+
+/* A handle the library closes itself leaves the record (one entry per dlopen): closing it
+   again at release would hand ld.so a handle of an object already unloaded (measured: Open
+   MPI 4.1 closes its components at MPI_Finalize, and the fourth generation's release then
+   faulted inside ld.so's error path). */
+EXPORT int dlclose(void *h) {
+    pthread_mutex_lock(&handles_lock);
+    for (size_t i = nhandles; i > 0; i--) {
+        if (handles[i - 1] == h) {
+            memmove(&handles[i - 1], &handles[i], (nhandles - i) * sizeof(void *));
+            nhandles--;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&handles_lock);
+    return real_dlclose()(h);
+}
+
 /* Closes every handle the namespace's libraries opened and never closed (newest first).
    Returns how many were closed. */
 EXPORT int mpicr_anchor_close_all(void) {
@@ -393,7 +590,7 @@ EXPORT int mpicr_anchor_close_all(void) {
     while (nhandles > 0) {
         void *h = handles[--nhandles];
         pthread_mutex_unlock(&handles_lock);
-        dlclose(h);
+        real_dlclose()(h);
         n++;
         pthread_mutex_lock(&handles_lock);
     }

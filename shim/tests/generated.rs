@@ -42,7 +42,7 @@ fn generated_files_are_current() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
     let scratch = Scratch(std::env::temp_dir().join(format!("mpicr-gen-{}-{nanos}", std::process::id())));
-    for tool in ["tools/gen_api.py", "tools/gen_ompi.py"] {
+    for tool in ["tools/gen_api.py", "tools/gen_ompi.py", "tools/gen_ompi_lower.py"] {
         let out = Command::new("python3")
             .arg(root.join(tool))
             .arg("--out-dir")

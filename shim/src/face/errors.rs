@@ -17,7 +17,12 @@ type FileErrFn = unsafe extern "C" fn(*mut MPI_File, *mut c_int);
 #[cold]
 pub fn missing(name: &str) -> c_int {
     let lib = lower::current().path.display().to_string();
-    raise_default(MPI_ERR_UNSUPPORTED_OPERATION, &format!("{name} (not provided by {lib})"))
+    // Under Open MPI, a function may be in the library and not adapted to its ABI yet.
+    let what = match lower::ompi::not_adapted(name).filter(|_| lower::family(&lower::current().path) == lower::Family::OpenMpi) {
+        Some(why) => format!("{name} (not adapted to Open MPI underneath yet: {why}; {lib})"),
+        None => format!("{name} (not provided by {lib})"),
+    };
+    raise_default(MPI_ERR_UNSUPPORTED_OPERATION, &what)
 }
 
 thread_local! {

@@ -89,6 +89,7 @@ pub const MPI_BYTE: MPI_Datatype = 0x4c00_010d;
 pub const MPI_PACKED: MPI_Datatype = 0x4c00_010f;
 pub const MPI_INT: MPI_Datatype = 0x4c00_0405;
 pub const MPI_OP_NULL: MPI_Op = 0x1800_0000;
+pub const MPI_SUM: MPI_Op = 0x5800_0003;
 pub const MPI_ERRHANDLER_NULL: MPI_Errhandler = 0x1400_0000;
 pub const MPI_ERRORS_ARE_FATAL: MPI_Errhandler = 0x5400_0000;
 pub const MPI_ERRORS_RETURN: MPI_Errhandler = 0x5400_0001;

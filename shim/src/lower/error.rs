@@ -23,6 +23,12 @@ pub enum LoadError {
     NoAnchorSymbol(String),
     #[error("cannot start a thread in the lower half's namespace: {0}")]
     NamespaceThread(io::Error),
+    #[error("{0}: the MPI library underneath must be named by an absolute path of less than 512 bytes")]
+    LibraryPath(String),
+    #[error("the MPI library needs {0} NODELETE-free stand-ins, more than the anchor has room for (3)")]
+    TooManyStandIns(usize),
+    #[error("cannot give the lower half's namespace an environment of its own: {0}")]
+    Environment(io::Error),
     #[error("{0} does not look like an MPI library (no MPI_Init)")]
     NotMpi(String),
 }

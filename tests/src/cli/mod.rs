@@ -22,6 +22,7 @@ mod criu;
 mod errors;
 mod hangs;
 mod install;
+mod lower;
 mod nonroot;
 mod paused;
 mod pidns;
@@ -111,6 +112,7 @@ pub fn all() -> Vec<CaseFn> {
     v.extend(hangs::cases_faults());
     v.extend(nonroot::cases());
     v.extend(xlib::cases());
+    v.extend(lower::cases());
     v.extend(install::cases());
     v.extend(commands::cases());
     v.extend(slurm::cases());
