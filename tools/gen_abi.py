@@ -128,6 +128,9 @@ HAND = {**gen_ompi.HAND, **{
     "MPI_Abi_set_fortran_booleans": "kept for MPI_Abi_get_fortran_booleans",
 }}
 UNSUPPORTED = dict(gen_ompi.UNSUPPORTED)
+# The standard ABI is MPI 5.0's (mpi_abi.h's MPI_VERSION): a program built against it is told so,
+# whatever MPI version the MPICH-ABI library underneath reports.
+POST = {**gen_ompi.POST, "MPI_Get_version": "if !version.is_null() { *version = abi::MPI_VERSION; } if !subversion.is_null() { *subversion = abi::MPI_SUBVERSION; }"}
 # MPI_Comm_toint & co.: the standard ABI's integer handles (c2f's successors).
 SPECIAL = {}
 for kind, typ in [("Comm", "Comm"), ("Errhandler", "Errhandler"), ("Group", "Group"), ("Info", "Info"),
@@ -144,7 +147,7 @@ ABI = gen_ompi.Profile(
     header=HEADER, consts="abi", whose="the standard ABI's", family="MPI-5 standard ABI", h="mpi_abi.h",
     lib="libmpi_abi.so.1", cdylib="libmpicr_abi.so", conv_path="faces/abi/src/conv.rs",
     int_in=INT_IN, int_out=INT_OUT, strings=STRINGS, tag_in={"tag", "sendtag", "recvtag"},
-    hand=HAND, unsupported=UNSUPPORTED, special=SPECIAL,
+    hand=HAND, unsupported=UNSUPPORTED, special=SPECIAL, post=POST,
     cast_mut={("MPI_Pready_list", "array_of_partitions")}, abi_types="MPI_Aint, MPI_Count, MPI_Offset",
     noproto="removed from MPI (no prototype in mpi_abi.h)",
     fortran_handles="integer handles: predefined ones are their ABI values, others the MPICH face's integers",

@@ -200,6 +200,7 @@ INT_IN = {
     ("MPI_Comm_get_attr", "comm_keyval"): "keyval_in", ("MPI_Attr_get", "keyval"): "keyval_in",
     ("MPI_Win_get_attr", "win_keyval"): "keyval_in",
     ("MPI_Type_create_subarray", "order"): "order_in", ("MPI_Type_create_darray", "order"): "order_in",
+    ("MPI_Type_create_subarray_c", "order"): "order_in", ("MPI_Type_create_darray_c", "order"): "order_in",
     ("MPI_Win_lock", "lock_type"): "lock_in",
     ("MPI_Type_match_size", "typeclass"): "typeclass_in",
     ("MPI_Win_lock", "assert"): "mode_in", ("MPI_Win_lock_all", "assert"): "mode_in",
@@ -210,6 +211,11 @@ INT_IN = {
 INT_ARRAY_IN = {
     ("MPI_Type_create_darray", "distrib_array"): ("ndims", "distrib_in"),
     ("MPI_Type_create_darray", "darg_array"): ("ndims", "darg_in"),
+    # mpi_abi.h's names of the same arguments, and its large-count variant.
+    ("MPI_Type_create_darray", "array_of_distribs"): ("ndims", "distrib_in"),
+    ("MPI_Type_create_darray", "array_of_dargs"): ("ndims", "darg_in"),
+    ("MPI_Type_create_darray_c", "array_of_distribs"): ("ndims", "distrib_in"),
+    ("MPI_Type_create_darray_c", "array_of_dargs"): ("ndims", "darg_in"),
 }
 # Fix-ups after a call, function -> a Rust statement over its arguments.
 POST = {
@@ -298,7 +304,7 @@ OMPI = Profile(
     consts="ompi", whose="Open MPI's", family="Open MPI", h="mpi.h", lib="libmpi.so.40",
     cdylib="libmpicr_ompi.so", conv_path="faces/ompi/src/conv.rs",
     int_in=INT_IN, int_out=INT_OUT, strings=STRINGS, tag_in=set(), hand=HAND, unsupported=UNSUPPORTED,
-    special={}, cast_mut=set(), abi_types="MPI_Aint, MPI_Count, MPI_Fint, MPI_Offset", noproto="a Fortran binding, not part of the C ABI mpicr translates", fortran_handles="Fortran handles are the MPICH face's integers",
+    special={}, post=POST, cast_mut=set(), abi_types="MPI_Aint, MPI_Count, MPI_Fint, MPI_Offset", noproto="a Fortran binding, not part of the C ABI mpicr translates", fortran_handles="Fortran handles are the MPICH face's integers",
     also=lambda doc: "Also exported: %d data symbols with `libmpi.so.40`'s sizes, the predefined callbacks %s, and the Fortran bindings without a C prototype (refused if called): %s." % (
         len(doc["data"]), ", ".join("`%s`" % c for c in doc["callbacks"]), ", ".join("`%s`" % f for f in doc["functions_without_prototype"])),
 )
@@ -423,9 +429,11 @@ def gen_wrapper(fn, target, P):
             args.append("%s as *mut _" % a)
         else:
             args.append(a)
-    if n in POST:
+    POST = P.post
+    if n in POST and "l_datatype_in" in POST[n]:
         # The fix-up may need the call's converted datatype.
         pre.append("let l_datatype_in = conv::h_in(Kind::Datatype, %s);" % gen_api.rust_ident(fn["params"][0]["name"]))
+    if n in POST:
         post.append(POST[n])
     ret = fn["ret"].strip()
     call = "%s(%s)" % (target, ", ".join(args))

@@ -4146,7 +4146,9 @@ unsafe fn imp_MPI_Get_version(version: *mut c_int, subversion: *mut c_int) -> c_
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Get_version(version, subversion)
+        let r = mpicr_shim::face::gen::passthrough::MPI_Get_version(version, subversion);
+        if !version.is_null() { *version = abi::MPI_VERSION; } if !subversion.is_null() { *subversion = abi::MPI_SUBVERSION; }
+        r
     }
 }
 #[no_mangle]
@@ -9283,8 +9285,10 @@ unsafe fn imp_MPI_Type_create_darray(size: c_int, rank: c_int, ndims: c_int, arr
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
+        let l_array_of_distribs = conv::ints_in(array_of_distribs, (ndims).max(0) as usize, conv::distrib_in);
+        let l_array_of_dargs = conv::ints_in(array_of_dargs, (ndims).max(0) as usize, conv::darg_in);
         let mut l_newtype = if newtype.is_null() { 0 } else { conv::h_in(Kind::Datatype, *newtype) };
-        let r = mpicr_shim::face::gen::create::MPI_Type_create_darray(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, conv::order_in(order), conv::h_in(Kind::Datatype, oldtype), if newtype.is_null() { std::ptr::null_mut() } else { &mut l_newtype });
+        let r = mpicr_shim::face::gen::create::MPI_Type_create_darray(size, rank, ndims, array_of_gsizes, if array_of_distribs.is_null() { std::ptr::null() } else { l_array_of_distribs.as_ptr() }, if array_of_dargs.is_null() { std::ptr::null() } else { l_array_of_dargs.as_ptr() }, array_of_psizes, conv::order_in(order), conv::h_in(Kind::Datatype, oldtype), if newtype.is_null() { std::ptr::null_mut() } else { &mut l_newtype });
         if !newtype.is_null() { *newtype = conv::h_out(Kind::Datatype, l_newtype); }
         r
     }
@@ -9302,8 +9306,10 @@ unsafe fn imp_MPI_Type_create_darray_c(size: c_int, rank: c_int, ndims: c_int, a
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
+        let l_array_of_distribs = conv::ints_in(array_of_distribs, (ndims).max(0) as usize, conv::distrib_in);
+        let l_array_of_dargs = conv::ints_in(array_of_dargs, (ndims).max(0) as usize, conv::darg_in);
         let mut l_newtype = if newtype.is_null() { 0 } else { conv::h_in(Kind::Datatype, *newtype) };
-        let r = mpicr_shim::face::gen::create::MPI_Type_create_darray_c(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, conv::h_in(Kind::Datatype, oldtype), if newtype.is_null() { std::ptr::null_mut() } else { &mut l_newtype });
+        let r = mpicr_shim::face::gen::create::MPI_Type_create_darray_c(size, rank, ndims, array_of_gsizes, if array_of_distribs.is_null() { std::ptr::null() } else { l_array_of_distribs.as_ptr() }, if array_of_dargs.is_null() { std::ptr::null() } else { l_array_of_dargs.as_ptr() }, array_of_psizes, conv::order_in(order), conv::h_in(Kind::Datatype, oldtype), if newtype.is_null() { std::ptr::null_mut() } else { &mut l_newtype });
         if !newtype.is_null() { *newtype = conv::h_out(Kind::Datatype, l_newtype); }
         r
     }
@@ -9639,7 +9645,7 @@ unsafe fn imp_MPI_Type_create_subarray_c(ndims: c_int, array_of_sizes: *const MP
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let mut l_newtype = if newtype.is_null() { 0 } else { conv::h_in(Kind::Datatype, *newtype) };
-        let r = mpicr_shim::face::gen::create::MPI_Type_create_subarray_c(ndims, array_of_sizes, array_of_subsizes, array_of_starts, order, conv::h_in(Kind::Datatype, oldtype), if newtype.is_null() { std::ptr::null_mut() } else { &mut l_newtype });
+        let r = mpicr_shim::face::gen::create::MPI_Type_create_subarray_c(ndims, array_of_sizes, array_of_subsizes, array_of_starts, conv::order_in(order), conv::h_in(Kind::Datatype, oldtype), if newtype.is_null() { std::ptr::null_mut() } else { &mut l_newtype });
         if !newtype.is_null() { *newtype = conv::h_out(Kind::Datatype, l_newtype); }
         r
     }
