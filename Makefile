@@ -13,7 +13,8 @@ build:
 	$(CARGO) build --release --workspace
 
 # Regenerates the code made from the checked-in signature tables (see tools/gen_api.py and,
-# for the Open MPI face, tools/gen_ompi.py; for Open MPI underneath, tools/gen_ompi_lower.py).
+# for the Open MPI face, tools/gen_ompi.py; for the standard-ABI face, tools/gen_abi.py; for
+# Open MPI underneath, tools/gen_ompi_lower.py).
 # Installs mpicr under PREFIX (default /usr/local; DESTDIR for staged installs): bin/mpicr and
 # the wrapper compilers, lib/libmpicr.so and libmpicr_ompi.so, include/mpicr.h, the pkg-config
 # file, mpicr's CRIU in libexec/mpicr, man pages, completions and a module file
@@ -26,6 +27,7 @@ install:
 gen:
 	python3 tools/gen_api.py
 	python3 tools/gen_ompi.py
+	python3 tools/gen_abi.py
 	python3 tools/gen_ompi_lower.py
 
 test: deps build

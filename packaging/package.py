@@ -42,7 +42,7 @@ class Mpicr(MakefilePackage):
     depends_on("c", type="build")  # the shim's anchor library (shim/anchor/anchor.c)
     # The MPI library underneath is found at run time: the one the program is linked to, or
     # MPICR_MPI_LIB; it must be an MPICH-ABI one (MPICH 4/5, Intel MPI). Open MPI programs
-    # run on it through libmpicr_ompi.so.
+    # run on it through libmpicr_ompi.so, standard-ABI programs through libmpicr_abi.so.
     depends_on("mpich@4:", type="run")
 
     build_targets = ["build"]

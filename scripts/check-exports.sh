@@ -5,7 +5,8 @@
 # Likewise every MPI_/PMPI_ name of Open MPI's libmpi.so.40 must be exported by
 # libmpicr_ompi.so, and every data symbol of its table (shim/api/ompi-abi.json: the predefined
 # handles and sentinels mpi.h names) with the very size libmpi.so.40 gives it: a non-PIE program
-# copy-relocates those, and a smaller one would be cut.
+# copy-relocates those, and a smaller one would be cut. And every MPI_/PMPI_ name of the MPICH 5
+# wheel's libmpi_abi.so.1 must be exported by libmpicr_abi.so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 shim=target/release/libmpicr.so
@@ -57,5 +58,18 @@ else
     else
         echo "check-exports: all $(echo "$wanted" | wc -l) data symbols of Open MPI's mpi.h are exported by libmpicr_ompi.so with libmpi.so.40's sizes"
     fi
+fi
+# The standard-ABI face: every MPI_/PMPI_ name of the MPICH 5 wheel's libmpi_abi.so.1 (it has no
+# data symbols: its predefined handles are integer constants).
+abi_shim=target/release/libmpicr_abi.so
+abi=.deps/mpich5/lib/libmpi_abi.so.1
+if [ ! -f "$abi_shim" ]; then
+    echo "check-exports: $abi_shim is missing (run make build)" >&2
+    status=1
+elif [ ! -f "$abi" ]; then
+    echo "check-exports: $abi not found (run make deps)" >&2
+    status=1
+else
+    covers "$abi_shim" "$abi" libmpi_abi.so.1 || status=1
 fi
 exit $status

@@ -5,6 +5,7 @@
 #   PREFIX/bin/mpicrcc, mpicrcxx, mpicrfort  wrapper compilers (libmpicr.so linked first)
 #   PREFIX/lib/libmpicr.so                 the shim, MPICH ABI
 #   PREFIX/lib/libmpicr_ompi.so            the shim's Open MPI face
+#   PREFIX/lib/libmpicr_abi.so             the shim's MPI-5 standard-ABI face
 #   PREFIX/lib/pkgconfig/mpicr.pc
 #   PREFIX/include/mpicr.h                 the C API
 #   PREFIX/libexec/mpicr/criu              mpicr's private CRIU, with the libraries it runs on in
@@ -34,7 +35,7 @@ target=${TARGET_DIR:-$root/target/release}
 criu_tree=${CRIU_TREE:-$root/.deps/criu}
 criu_bin=${CRIU:-}
 
-for f in mpicr libmpicr.so libmpicr_ompi.so; do
+for f in mpicr libmpicr.so libmpicr_ompi.so libmpicr_abi.so; do
     [ -f "$target/$f" ] || { echo "install: $target/$f is missing: run \`make build\` first" >&2; exit 1; }
 done
 version=$("$target/mpicr" --version | awk '{print $2}')
@@ -47,7 +48,7 @@ d "$dest/bin" "$dest/lib/pkgconfig" "$dest/include" "$dest/libexec/mpicr" "$dest
     "$dest/share/fish/vendor_completions.d" "$dest/share/modulefiles/mpicr" "$dest/share/doc/mpicr"
 
 install -m 755 "$target/mpicr" "$dest/bin/mpicr"
-install -m 755 "$target/libmpicr.so" "$target/libmpicr_ompi.so" "$dest/lib/"
+install -m 755 "$target/libmpicr.so" "$target/libmpicr_ompi.so" "$target/libmpicr_abi.so" "$dest/lib/"
 install -m 644 include/mpicr.h "$dest/include/"
 install -m 755 scripts/mpicrcc "$dest/bin/mpicrcc"
 ln -sf mpicrcc "$dest/bin/mpicrcxx"

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Runs the C test matrix: every program in c-tests/ x {mpich4, mpich5, impi, ompi-on-mpich4} x
+# Runs the C test matrix: every program in c-tests/ x {mpich4, mpich5, impi, ompi-on-mpich4,
+# abi-on-mpich4 (built by the MPICH 5 wheel's mpicc_abi, natively on its libmpi_abi.so.1, under
+# mpicr with libmpicr_abi.so over MPICH 4.0.2)} x
 # its rank counts x {native, shim}, comparing each shim run's per-rank output with the native
 # run's byte for byte (harness: tests/, crate mpicr-tests). ompi-on-mpich4: the programs built
 # with mpicc.openmpi, natively under mpirun.openmpi, under mpicr with libmpicr_ompi.so over

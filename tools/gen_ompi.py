@@ -147,7 +147,7 @@ def extract():
     ver = re.search(r"#define OMPI_MAJOR_VERSION (\d+).*?#define OMPI_MINOR_VERSION (\d+).*?#define OMPI_RELEASE_VERSION (\d+)", text, re.S)
     doc = {
         "source": "Open MPI's mpi.h (prototypes, predefined handles, constants), the dynamic symbols of its libmpi.so.40 (functions, data symbols and their sizes); each constant valued by a C program compiled with mpicc.openmpi and with mpicc.mpich",
-        "ompi_version": ".".join(ver.groups()) if ver else "",
+        "version": ".".join(ver.groups()) if ver else "",
         "functions": [table[n] for n in sorted(table)],
         "functions_without_prototype": missing,
         "handles": handles,
@@ -200,6 +200,7 @@ INT_IN = {
     ("MPI_Comm_get_attr", "comm_keyval"): "keyval_in", ("MPI_Attr_get", "keyval"): "keyval_in",
     ("MPI_Win_get_attr", "win_keyval"): "keyval_in",
     ("MPI_Type_create_subarray", "order"): "order_in", ("MPI_Type_create_darray", "order"): "order_in",
+    ("MPI_Type_create_subarray_c", "order"): "order_in", ("MPI_Type_create_darray_c", "order"): "order_in",
     ("MPI_Win_lock", "lock_type"): "lock_in",
     ("MPI_Type_match_size", "typeclass"): "typeclass_in",
     ("MPI_Win_lock", "assert"): "mode_in", ("MPI_Win_lock_all", "assert"): "mode_in",
@@ -210,6 +211,11 @@ INT_IN = {
 INT_ARRAY_IN = {
     ("MPI_Type_create_darray", "distrib_array"): ("ndims", "distrib_in"),
     ("MPI_Type_create_darray", "darg_array"): ("ndims", "darg_in"),
+    # mpi_abi.h's names of the same arguments, and its large-count variant.
+    ("MPI_Type_create_darray", "array_of_distribs"): ("ndims", "distrib_in"),
+    ("MPI_Type_create_darray", "array_of_dargs"): ("ndims", "darg_in"),
+    ("MPI_Type_create_darray_c", "array_of_distribs"): ("ndims", "distrib_in"),
+    ("MPI_Type_create_darray_c", "array_of_dargs"): ("ndims", "darg_in"),
 }
 # Fix-ups after a call, function -> a Rust statement over its arguments.
 POST = {
@@ -225,15 +231,25 @@ ARRAYS = {
     ("MPI_Testsome", "array_of_requests"): "incount", ("MPI_Testsome", "array_of_statuses"): "incount",
     ("MPI_Startall", "array_of_requests"): "count",
     ("MPI_Type_create_struct", "array_of_types"): "count",
-    ("MPI_Type_struct", "array_of_types"): "count",
+    ("MPI_Type_struct", "array_of_types"): "count", ("MPI_Type_create_struct_c", "array_of_types"): "count",
     ("MPI_Type_get_contents", "array_of_datatypes"): "max_datatypes",
     ("MPI_Alltoallw", "sendtypes"): "conv::comm_size_for(comm)", ("MPI_Alltoallw", "recvtypes"): "conv::comm_size_for(comm)",
     ("MPI_Ialltoallw", "sendtypes"): "conv::comm_size_for(comm)", ("MPI_Ialltoallw", "recvtypes"): "conv::comm_size_for(comm)",
     ("MPI_Neighbor_alltoallw", "sendtypes"): "conv::out_degree(comm)", ("MPI_Neighbor_alltoallw", "recvtypes"): "conv::in_degree(comm)",
     ("MPI_Ineighbor_alltoallw", "sendtypes"): "conv::out_degree(comm)", ("MPI_Ineighbor_alltoallw", "recvtypes"): "conv::in_degree(comm)",
+    ("MPI_Request_get_status_all", "array_of_requests"): "count", ("MPI_Request_get_status_all", "array_of_statuses"): "count",
+    ("MPI_Request_get_status_any", "array_of_requests"): "count",
+    ("MPI_Request_get_status_some", "array_of_requests"): "incount", ("MPI_Request_get_status_some", "array_of_statuses"): "incount",
     ("MPI_Group_translate_ranks", "ranks1"): "n", ("MPI_Group_translate_ranks", "ranks2"): "n",
     ("MPI_Comm_spawn_multiple", "array_of_info"): "count",
 }
+# The large-count and persistent variants of the alltoallw collectives take the same arrays.
+for _n in ["MPI_Alltoallw", "MPI_Ialltoallw", "MPI_Neighbor_alltoallw", "MPI_Ineighbor_alltoallw"]:
+    for _v in ["_c", "_init", "_init_c"]:
+        if (_n + _v).startswith("MPI_I") and "init" in _v:
+            continue
+        for _p in ["sendtypes", "recvtypes"]:
+            ARRAYS[(_n + _v, _p)] = ARRAYS[(_n, _p)]
 # The Open MPI program's string buffers are sized by Open MPI's MPI_MAX_*; MPICH's can be
 # larger: the call writes into a buffer of MPICH's size and the result is cut to Open MPI's.
 STRINGS = {
@@ -276,6 +292,24 @@ SHIM_DEFINES = {"MPI_F_STATUS_IGNORE": 8, "MPI_F_STATUSES_IGNORE": 8}
 T_REASON = "the tool interface (MPI_T_*) is not translated: its enumerations and variables are the library's own"
 
 
+class Profile:
+    """What differs between the faces this generator makes (Open MPI's here, the standard ABI's
+    in tools/gen_abi.py): paths, names, and the arguments that convert by name."""
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+OMPI = Profile(
+    tool="tools/gen_ompi.py", table=TABLE, gen_dir=GEN_DIR, exports=EXPORTS, doc=DOC, header=HEADER,
+    consts="ompi", whose="Open MPI's", family="Open MPI", h="mpi.h", lib="libmpi.so.40",
+    cdylib="libmpicr_ompi.so", conv_path="faces/ompi/src/conv.rs",
+    int_in=INT_IN, int_out=INT_OUT, strings=STRINGS, tag_in=set(), hand=HAND, unsupported=UNSUPPORTED,
+    special={}, post=POST, cast_mut=set(), abi_types="MPI_Aint, MPI_Count, MPI_Fint, MPI_Offset", noproto="a Fortran binding, not part of the C ABI mpicr translates", fortran_handles="Fortran handles are the MPICH face's integers",
+    also=lambda doc: "Also exported: %d data symbols with `libmpi.so.40`'s sizes, the predefined callbacks %s, and the Fortran bindings without a C prototype (refused if called): %s." % (
+        len(doc["data"]), ", ".join("`%s`" % c for c in doc["callbacks"]), ", ".join("`%s`" % f for f in doc["functions_without_prototype"])),
+)
+
+
 def mpich_target(name, buckets):
     b, r = buckets[name]
     if b == "pass":
@@ -310,9 +344,10 @@ def o_ret(r):
     return "OHandle" if r in HANDLES else gen_api.ret_type(r)
 
 
-def gen_wrapper(fn, target):
-    """The body translating one call: returns (lines, unsupported_reason)."""
+def gen_wrapper(fn, target, P):
+    """The body translating one call under face profile `P`: returns (lines, unsupported_reason)."""
     n = fn["name"]
+    INT_IN, INT_OUT, STRINGS = P.int_in, P.int_out, P.strings
     pre, args, post = [], [], []
     for i, p in enumerate(fn["params"]):
         if p["base"] == "...":
@@ -363,6 +398,8 @@ def gen_wrapper(fn, target):
             args.append("conv::%s(%s)" % (INT_IN[key], a))
         elif base == "int" and ptr == 0 and p["name"] in RANK_IN:
             args.append("conv::rank_in(%s)" % a)
+        elif base == "int" and ptr == 0 and p["name"] in P.tag_in:
+            args.append("conv::tag_in(%s)" % a)
         elif base == "int" and ptr == 1 and key in INT_OUT:
             args.append(a)
             post.append("if !%s.is_null() { *%s = conv::%s(*%s); }" % (a, a, INT_OUT[key], a))
@@ -377,7 +414,7 @@ def gen_wrapper(fn, target):
             args.append(a)
             post.append("conv::ranks_out(%s, (%s).max(0) as usize);" % (a, ARRAYS[key]))
         elif base == "char" and ptr == 1 and key in STRINGS:
-            pre.append("let mut l_%s = conv::StrOut::new(%s, ompi::%s);" % (a, a, STRINGS[key]))
+            pre.append("let mut l_%s = conv::StrOut::new(%s, %s::%s);" % (a, a, P.consts, STRINGS[key]))
             args.append("l_%s.ptr()" % a)
             if any(q["name"] == "resultlen" for q in fn["params"]):
                 # The length said is the length written.
@@ -387,11 +424,16 @@ def gen_wrapper(fn, target):
                 post.append("l_%s.finish();" % a)
         elif base == "void" and ptr == 1 and p["name"] in BUFFERS:
             args.append("conv::buf_in(%s)" % a)
+        elif key in P.cast_mut:
+            # const in this face's header, not in MPICH's; the MPICH face only reads it.
+            args.append("%s as *mut _" % a)
         else:
             args.append(a)
-    if n in POST:
+    POST = P.post
+    if n in POST and "l_datatype_in" in POST[n]:
         # The fix-up may need the call's converted datatype.
         pre.append("let l_datatype_in = conv::h_in(Kind::Datatype, %s);" % gen_api.rust_ident(fn["params"][0]["name"]))
+    if n in POST:
         post.append(POST[n])
     ret = fn["ret"].strip()
     call = "%s(%s)" % (target, ", ".join(args))
@@ -411,22 +453,24 @@ def gen_wrapper(fn, target):
     return lines, None
 
 
-def generate():
-    with open(TABLE) as f:
-        doc = json.load(f)
+def mpich_buckets():
     with open(gen_api.TABLE) as f:
         mpich = {fn["name"]: fn for fn in json.load(f)["functions"]}
     policy = gen_api.load_policy()
-    buckets = {n: policy[n] for n in mpich if n in policy}
-    consts = {c["name"]: c for c in doc["constants"]}
+    return {n: policy[n] for n in mpich if n in policy}
 
-    # tables.rs: constants, predefined handles, data symbols.
-    t = [HEADER, "#![allow(non_upper_case_globals, dead_code, clippy::unreadable_literal)]",
+
+def const_tables(doc, P):
+    """tables.rs's first part, the same for every face: the program's integer constants, MPICH's
+    values of the same names, and the pairs that differ by kind (error classes, combiners, ...)."""
+    t = [P.header, "#![allow(non_upper_case_globals, dead_code, clippy::unreadable_literal)]",
          "use mpicr_virtid::Kind;", "",
-         "/// Open MPI's integer constants (mpi.h).", "pub mod ompi {", "    use std::os::raw::c_int;"]
+         "/// %s integer constants (%s)." % (P.whose, P.h), "pub mod %s {" % P.consts, "    use std::os::raw::c_int;"]
     for c in doc["constants"]:
-        t.append("    pub const %s: c_int = %d;" % (c["name"], c["ompi"]))
+        t.append("    pub const %s: c_int = %d;" % (c["name"], c[P.consts]))
     t.append("}")
+    t.append("/// The program's constants, under one name for the code both faces share.")
+    t.append("pub use self::%s as face;" % P.consts)
     t.append("")
     t.append("/// MPICH's values of the same constants, where MPICH has them.")
     t.append("pub mod mpich {")
@@ -438,18 +482,18 @@ def generate():
     t.append("")
     errs = [c for c in doc["constants"] if (c["name"].startswith("MPI_ERR_") or c["name"].startswith("MPI_T_ERR_") or c["name"] == "MPI_SUCCESS")
             and c["name"] not in ("MPI_ERR_LASTCODE",) and c["mpich"] is not None]
-    t.append("/// Error classes: (MPICH's, Open MPI's), by name.")
+    t.append("/// Error classes: (MPICH's, %s), by name." % P.whose)
     t.append("pub const ERROR_CLASSES: [(i32, i32); %d] = [" % len(errs))
     for c in errs:
-        t.append("    (%d, %d), // %s" % (c["mpich"], c["ompi"], c["name"]))
+        t.append("    (%d, %d), // %s" % (c["mpich"], c[P.consts], c["name"]))
     t.append("];")
     t.append("")
     def pairs(prefix, name, extra=()):
         cs = [c for c in doc["constants"] if (c["name"].startswith(prefix) or c["name"] in extra) and c["mpich"] is not None]
-        t.append("/// %s: (MPICH's, Open MPI's), by name." % name)
+        t.append("/// %s: (MPICH's, %s), by name." % (name, P.whose))
         t.append("pub const %s: [(i32, i32); %d] = [" % (name, len(cs)))
         for c in cs:
-            t.append("    (%d, %d), // %s" % (c["mpich"], c["ompi"], c["name"]))
+            t.append("    (%d, %d), // %s" % (c["mpich"], c[P.consts], c["name"]))
         t.append("];")
         t.append("")
     pairs("MPI_COMBINER_", "COMBINERS")
@@ -463,6 +507,13 @@ def generate():
     pairs("MPI_TYPECLASS_", "TYPECLASSES")
     pairs("MPI_LOCK_", "LOCKS")
     pairs("MPI_MODE_NO", "RMA_MODES")
+    return t
+
+
+def generate():
+    with open(TABLE) as f:
+        doc = json.load(f)
+    t = const_tables(doc, OMPI)
     hs = [h for h in doc["handles"] if h["type"] != "MPI_File"]
     t.append("/// Predefined handles: Open MPI's data symbol, the kind, MPICH's value (0 where MPICH has")
     t.append("/// no such handle: the MPICH face rejects it as invalid).")
@@ -488,10 +539,15 @@ def generate():
             raise SystemExit("gen_ompi: %s is %d bytes in Open MPI, %d in the shim" % (d["name"], d["size"], SHIM_DEFINES[d["name"]]))
     gen_api.write(os.path.join(GEN_DIR, "tables.rs"), "\n".join(t) + "\n")
 
-    # exports.rs
-    ex = [HEADER, "#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]",
-          "use crate::conv::{self, OHandle, OStatus};", "use crate::gen::tables::ompi;", "use mpicr_shim::ffi_boundary;",
-          "use mpicr_shim::face::abi::{MPI_Aint, MPI_Count, MPI_Fint, MPI_Offset};", "use mpicr_virtid::Kind;", "use std::os::raw::{c_char, c_int, c_void};", ""]
+    write_exports(doc, mpich_buckets(), OMPI)
+
+
+def write_exports(doc, buckets, P):
+    """exports.rs, the version script's names and the face's doc, for face profile `P`."""
+    HAND, UNSUPPORTED = P.hand, P.unsupported
+    ex = [P.header, "#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]",
+          "use crate::conv::{self, OHandle, OStatus};", "use crate::gen::tables::%s;" % P.consts, "use mpicr_shim::ffi_boundary;",
+          "use mpicr_shim::face::abi::{%s};" % P.abi_types, "use mpicr_virtid::Kind;", "use std::os::raw::{c_char, c_int, c_void};", ""]
     names = []
     counts = {"translated": 0, "hand": 0, "unsupported": 0, "handle conversion": 0}
     rows = []
@@ -509,6 +565,10 @@ def generate():
         elif n in HAND:
             body = "crate::hand::%s(%s)" % (n, argn)
             counts["hand"] += 1
+        elif n in P.special:
+            # MPI_Comm_toint & co. (the standard ABI's Fortran handles): one conversion.
+            body = P.special[n] % argn
+            counts["handle conversion"] += 1
         elif n not in buckets:
             why = "not in the MPICH ABI table"
         else:
@@ -526,7 +586,7 @@ def generate():
                     body = "conv::h_out(Kind::%s, %s)" % (KIND[rk], argn) if rk != "file" else "conv::file_f2c(%s)" % argn
                 inner = None
             else:
-                lines, why = gen_wrapper(fn, target)
+                lines, why = gen_wrapper(fn, target, P)
                 if lines is not None:
                     counts["translated"] += 1
                     inner = lines
@@ -535,7 +595,7 @@ def generate():
         elif n in HAND:
             rows.append((n, "hand", HAND[n]))
         elif inner is None:
-            rows.append((n, "handle conversion", "Fortran handles are the MPICH face's integers"))
+            rows.append((n, "handle conversion", P.fortran_handles))
         else:
             rows.append((n, "translated", "-> `%s`" % mpich_target(n, buckets).replace("mpicr_shim::", "")))
         if why is not None:
@@ -562,41 +622,36 @@ def generate():
             ex.append("}")
             names.append(prefix + n)
         ex.append("")
-    # Names libmpi.so.40 exports without a C prototype (Fortran bindings such as MPI_WTIME_F90,
-    # MPI_COMM_DUP_FN): exported too, so that nothing reaches the uninitialised Open MPI, and
+    # Names the library exports without a C prototype (Open MPI's Fortran bindings such as
+    # MPI_WTIME_F90): exported too, so that nothing reaches the uninitialised library, and
     # refused if ever called.
-    ex.append("// Fortran bindings libmpi.so.40 exports without a C prototype in mpi.h.")
+    ex.append("// Fortran bindings %s exports without a C prototype in %s." % (P.lib, P.h))
     for n in doc["functions_without_prototype"]:
         ex.append("#[no_mangle]")
         ex.append("pub extern \"C\" fn %s() -> c_int {" % n)
-        ex.append("    conv::unsupported(\"%s\", \"a Fortran binding, not part of the C ABI mpicr translates\")" % n)
+        ex.append("    conv::unsupported(\"%s\", \"%s\")" % (n, P.noproto))
         ex.append("}")
         names.append(n)
     ex.append("")
-    gen_api.write(os.path.join(GEN_DIR, "exports.rs"), "\n".join(ex))
-    names += [d["name"] for d in doc["data"]] + doc["callbacks"]
-    for n in doc["functions_without_prototype"]:
-        if n.startswith("MPI_") and n.endswith("_FN") or n == "MPI_CONVERSION_FN_NULL":
-            pass
-    gen_api.write(EXPORTS, "\n".join(sorted(set(names))) + "\n")
-    md = ["<!-- @generated by tools/gen_ompi.py; run `make gen` -->",
-          "# Open MPI functions and how libmpicr_ompi.so translates them", "",
-          "Source: `shim/api/ompi-abi.json` (Open MPI %s: %s)." % (doc["ompi_version"], doc["source"]),
+    gen_api.write(os.path.join(P.gen_dir, "exports.rs"), "\n".join(ex))
+    names += [d["name"] for d in doc.get("data", [])] + doc.get("callbacks", [])
+    gen_api.write(P.exports, "\n".join(sorted(set(names))) + "\n")
+    md = ["<!-- @generated by %s; run `make gen` -->" % P.tool,
+          "# %s functions and how %s translates them" % (P.family, P.cdylib), "",
+          "Source: `%s` (%s %s: %s)." % (os.path.relpath(P.table, ROOT), P.family, doc["version"], doc["source"]),
           "Each function is exported under its `MPI_` and `PMPI_` names; every call converts its arguments",
-          "(`faces/ompi/src/conv.rs`) and calls the MPICH face's implementation named here.", "",
+          "(`%s`) and calls the MPICH" % P.conv_path + " face's implementation named here.", "",
           "| kind | meaning | functions |", "|---|---|---|",
           "| translated | arguments and results converted by type and name (generated) | %d |" % counts["translated"],
-          "| hand | hand-written in `faces/ompi/src/hand.rs` (callbacks, pointer constants) | %d |" % counts["hand"],
+          "| hand | hand-written in `faces/shared/hand.rs` (callbacks, pointer constants) | %d |" % counts["hand"],
           "| handle conversion | `MPI_*_c2f`/`MPI_*_f2c` | %d |" % counts["handle conversion"],
-          "| unsupported | Open MPI's MPI_ERR_UNSUPPORTED_OPERATION, named once on stderr | %d |" % counts["unsupported"],
+          "| unsupported | %s MPI_ERR_UNSUPPORTED_OPERATION, named once on stderr | %d |" % (P.whose, counts["unsupported"]),
           "| **total** | | **%d** |" % len(doc["functions"]), "",
-          "Also exported: %d data symbols with `libmpi.so.40`'s sizes, the predefined callbacks %s, and the Fortran bindings without a C prototype (refused if called): %s." % (
-              len(doc["data"]), ", ".join("`%s`" % c for c in doc["callbacks"]), ", ".join("`%s`" % f for f in doc["functions_without_prototype"])),
-          "", "| function | kind | how |", "|---|---|---|"]
+          P.also(doc), "", "| function | kind | how |", "|---|---|---|"]
     for n, k, how in rows:
         md.append("| `%s` | %s | %s |" % (n, k, how))
-    gen_api.write(DOC, "\n".join(md) + "\n")
-    print("gen_ompi: %s" % ", ".join("%s %d" % kv for kv in counts.items()))
+    gen_api.write(P.doc, "\n".join(md) + "\n")
+    print("%s: %s" % (os.path.basename(P.tool)[:-3], ", ".join("%s %d" % kv for kv in counts.items())))
 
 
 WORK = None

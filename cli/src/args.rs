@@ -30,11 +30,12 @@ pub const ENVIRONMENT: &str = "\
   MPICR_CKPT_DIR    default checkpoint directory
   MPICR_SHIM        path of libmpicr.so (default: next to the mpicr binary, else in
                     ../lib of an install prefix); `none`: no preload, the program carries
-                    the agent itself. Open MPI programs get libmpicr_ompi.so from the same
-                    directory. A program linked to libmpicr.so (mpicrcc) gets no preload
-  MPICR_FACE        `mpich` or `ompi`: the ABI the program speaks (default: from the MPI
-                    library it is linked to; libmpi.so.40 is Open MPI's, which runs on an
-                    MPICH-ABI library underneath)
+                    the agent itself. Open MPI programs get libmpicr_ompi.so, standard-ABI
+                    programs libmpicr_abi.so, from the same directory. A program linked to
+                    libmpicr.so (mpicrcc) gets no preload
+  MPICR_FACE        `mpich`, `ompi` or `abi`: the ABI the program speaks (default: from the
+                    MPI library it is linked to; libmpi.so.40 is Open MPI's, libmpi_abi.so.1
+                    the MPI-5 standard ABI; both run on an MPICH-ABI library underneath)
   MPICR_CRIU        path of the criu binary (default: PREFIX/libexec/mpicr/criu of the
                     install prefix, else .deps/criu/criu of the source tree the binary was
                     built in, else criu on PATH)

@@ -48,25 +48,52 @@ impl Face {
         match self {
             Face::Mpich => Some("libmpicr.so"),
             Face::OpenMpi => Some("libmpicr_ompi.so"),
-            Face::StandardAbi => None,
+            Face::StandardAbi => Some("libmpicr_abi.so"),
         }
     }
 }
 
-/// The ABI `program` speaks: `MPICR_FACE` (`mpich`, `ompi`), else Open MPI's when the program
-/// is linked to `libmpi.so.40`, else the MPICH ABI (also for programs that name no MPI library,
-/// such as a Python interpreter that loads mpi4py later).
+/// The ABI `program` speaks: `MPICR_FACE` (`mpich`, `ompi`, `abi`), else the one of the MPI
+/// library in its `DT_NEEDED` (`libmpi.so.40`: Open MPI's, `libmpi_abi.so.1`: the standard
+/// ABI), else the MPICH ABI (also for programs that name no MPI library, such as a Python
+/// interpreter that loads mpi4py later). A program linked to an MPI library of another family
+/// is refused in one line naming it and the faces mpicr has.
 pub fn program_face(program: &Path) -> Result<Face> {
     if let Some(v) = std::env::var_os(FACE_ENV).filter(|v| !v.is_empty()) {
         return match v.to_str() {
             Some("mpich") => Ok(Face::Mpich),
             Some("ompi") => Ok(Face::OpenMpi),
-            _ => bail!("{FACE_ENV}={}: unknown face (mpich or ompi)", v.to_string_lossy()),
+            Some("abi") => Ok(Face::StandardAbi),
+            _ => bail!("{FACE_ENV}={}: unknown face (mpich, ompi or abi)", v.to_string_lossy()),
         };
     }
     let Ok(d) = mpicr_elf::read_file(program) else { return Ok(Face::Mpich) };
-    if d.needed.iter().any(|n| n.starts_with("libmpi.so.40")) {
-        return Ok(Face::OpenMpi);
+    face_of_needed(&d.needed).map_err(|lib| {
+        anyhow::anyhow!(
+            "{} is linked to {lib}, an MPI library mpicr has no face for; mpicr runs programs of {} (set {FACE_ENV} if the program really speaks one of them)",
+            program.display(),
+            KNOWN_FACES
+        )
+    })
+}
+
+/// The faces mpicr has, with the libraries that mark them, for messages.
+pub const KNOWN_FACES: &str =
+    "the MPICH ABI (libmpich.so.12, libmpi.so.12: MPICH, Intel MPI), Open MPI's (libmpi.so.40) and the MPI-5 standard ABI (libmpi_abi.so.1)";
+
+/// The face a program's `DT_NEEDED` names; Err(the library) for an MPI library of an unknown
+/// family (`libmpi.so.N`, `libmpich.so.N`, `libmpi_abi.so.N` of other versions).
+pub fn face_of_needed(needed: &[String]) -> Result<Face, String> {
+    for n in needed {
+        let (stem, version) = n.split_once(".so").map(|(s, v)| (s, v.trim_start_matches('.'))).unwrap_or((n.as_str(), ""));
+        let major = version.split('.').next().unwrap_or("");
+        match (stem, major) {
+            ("libmpi", "40") => return Ok(Face::OpenMpi),
+            ("libmpi_abi", "1") => return Ok(Face::StandardAbi),
+            ("libmpi", "12") | ("libmpich", "12") => return Ok(Face::Mpich),
+            ("libmpi" | "libmpich" | "libmpi_abi", _) => return Err(n.clone()),
+            _ => {}
+        }
     }
     Ok(Face::Mpich)
 }
@@ -160,7 +187,11 @@ pub fn check(lib: &Path, from: &str, restart: bool, program: &Path, old: Option<
     // The program's own MPI imports (a program that reaches MPI through libraries it loads
     // later, e.g. Python's mpi4py, is checked by the shim when the library is loaded).
     if let Ok(p) = mpicr_elf::read_file(program) {
-        let missing = d.missing(&p.mpi_imports());
+        // A foreign face translates the program's calls: only names the MPICH ABI has reach
+        // the library (the standard ABI's MPI_*_toint/fromint and MPI_Abi_* are the face's own).
+        let foreign = face_of_needed(&p.needed).map_or(false, |f| f != Face::Mpich);
+        let imports: Vec<String> = p.mpi_imports().into_iter().filter(|n| !(foreign && face_only(n))).collect();
+        let missing = d.missing(&imports);
         if !missing.is_empty() {
             bail!(
                 "{shown}: it lacks {} the program uses: {}",
@@ -170,6 +201,12 @@ pub fn check(lib: &Path, from: &str, restart: bool, program: &Path, old: Option<
         }
     }
     Ok(abs)
+}
+
+/// Functions a foreign face answers itself, which an MPICH-ABI library does not have.
+pub fn face_only(name: &str) -> bool {
+    let n = name.strip_prefix('P').unwrap_or(name);
+    n.starts_with("MPI_Abi_") || n.ends_with("_toint") || n.ends_with("_fromint")
 }
 
 #[cfg(test)]
@@ -191,6 +228,13 @@ mod tests {
         assert_eq!(face_of(&lib("libmpi.so.12", &["PMPI_Init"])), Some(Face::Mpich));
         assert_eq!(face_of(&lib("libmpi.so.40", &["MPI_Init", "ompi_mpi_comm_world"])), Some(Face::OpenMpi));
         assert_eq!(face_of(&lib("libmpi_abi.so.0", &["MPI_Init"])), Some(Face::StandardAbi));
+        let needed = |v: &[&str]| face_of_needed(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(needed(&["libc.so.6", "libmpi_abi.so.1"]), Ok(Face::StandardAbi));
+        assert_eq!(needed(&["libmpi.so.40"]), Ok(Face::OpenMpi));
+        assert_eq!(needed(&["libmpich.so.12"]), Ok(Face::Mpich));
+        assert_eq!(needed(&["libmpicr.so", "libc.so.6"]), Ok(Face::Mpich));
+        assert_eq!(needed(&["libmpi.so.20"]), Err("libmpi.so.20".to_string()));
+        assert!(face_only("PMPI_Comm_toint") && face_only("MPI_Abi_get_info") && !face_only("MPI_Send"));
         assert_eq!(face_of(&lib("libz.so.1", &["deflate"])), None);
     }
 

@@ -23,7 +23,7 @@ pub fn installed_criu() -> Option<PathBuf> {
 }
 
 /// The libraries mpicr preloads (faces), by file name.
-pub const FACE_LIBS: [&str; 2] = ["libmpicr.so", "libmpicr_ompi.so"];
+pub const FACE_LIBS: [&str; 3] = ["libmpicr.so", "libmpicr_ompi.so", "libmpicr_abi.so"];
 
 /// Whether `program` is linked to a face library itself (built by `mpicrcc`, or with
 /// `-lmpicr`): then it needs no preload, and gets none.
@@ -33,12 +33,17 @@ pub fn linked_face(program: &std::path::Path) -> Option<String> {
 }
 
 /// The face library for a program of `face`: `$MPICR_SHIM`, else `libmpicr.so` next to the
-/// mpicr binary; for an Open MPI program `libmpicr_ompi.so` in the same directory as that.
+/// mpicr binary; for an Open MPI program `libmpicr_ompi.so`, for a standard-ABI program
+/// `libmpicr_abi.so`, in the same directory as that.
 /// `MPICR_SHIM=none`: no preload, the program carries the agent itself (linked with libmpicr,
 /// or a test agent); `Ok(None)`.
 pub fn shim(face: Face) -> Result<Option<PathBuf>> {
     let Some(name) = face.shim_name() else { bail!("mpicr has no face for programs of {} yet", face.name()) };
-    let package = if face == Face::OpenMpi { "mpicr-face-ompi" } else { "mpicr-face-mpich" };
+    let package = match face {
+        Face::OpenMpi => "mpicr-face-ompi",
+        Face::StandardAbi => "mpicr-face-abi",
+        Face::Mpich => "mpicr-face-mpich",
+    };
     if let Some(p) = std::env::var_os("MPICR_SHIM").filter(|v| !v.is_empty()) {
         if p == "none" {
             return Ok(None);

@@ -1,14 +1,15 @@
 //! The checked-in generated files (`shim/src/face/gen/`, `shim/src/lower/gen/`,
 //! `faces/mpich/src/exports.rs`, `shim/api/exports.txt`, `docs/api-buckets.md`, and the Open MPI
-//! face's `faces/ompi/src/gen/` and `faces/ompi/exports.txt`) must be what `tools/gen_api.py` and
-//! `tools/gen_ompi.py` make of the signature tables and the policy: the generators run into a
+//! face's `faces/ompi/src/gen/` and `faces/ompi/exports.txt`, the standard-ABI face's
+//! `faces/abi/src/gen/` and `faces/abi/exports.txt`) must be what `tools/gen_api.py`,
+//! `tools/gen_ompi.py` and `tools/gen_abi.py` make of the signature tables and the policy: the generators run into a
 //! temporary directory and every file they write, and every file of the `gen/` directories,
 //! must match.
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Where the generator writes code: the face's wrappers and exports, the lower half's table.
-const GEN_DIRS: [&str; 3] = ["shim/src/face/gen", "shim/src/lower/gen", "faces/ompi/src/gen"];
+const GEN_DIRS: [&str; 4] = ["shim/src/face/gen", "shim/src/lower/gen", "faces/ompi/src/gen", "faces/abi/src/gen"];
 
 /// A scratch directory removed on drop (also when the test fails).
 struct Scratch(PathBuf);
@@ -42,7 +43,7 @@ fn generated_files_are_current() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
     let scratch = Scratch(std::env::temp_dir().join(format!("mpicr-gen-{}-{nanos}", std::process::id())));
-    for tool in ["tools/gen_api.py", "tools/gen_ompi.py", "tools/gen_ompi_lower.py"] {
+    for tool in ["tools/gen_api.py", "tools/gen_ompi.py", "tools/gen_abi.py", "tools/gen_ompi_lower.py"] {
         let out = Command::new("python3")
             .arg(root.join(tool))
             .arg("--out-dir")
@@ -77,5 +78,5 @@ fn generated_files_are_current() {
             }
         }
     }
-    assert!(stale.is_empty(), "generated files differ from tools/gen_api.py's and tools/gen_ompi.py's output: {}; run `make gen` and commit the result", stale.join(", "));
+    assert!(stale.is_empty(), "generated files differ from tools/gen_api.py's, tools/gen_ompi.py's and tools/gen_abi.py's output: {}; run `make gen` and commit the result", stale.join(", "));
 }

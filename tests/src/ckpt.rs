@@ -151,6 +151,10 @@ impl Harness {
                     fs::copy(&self.shim_ompi, copy.dir.join("libmpicr_ompi.so"))
                         .map_err(|e| format!("cannot copy libmpicr_ompi.so: {e}"))?;
                 }
+                if self.shim_abi.is_file() {
+                    fs::copy(&self.shim_abi, copy.dir.join("libmpicr_abi.so"))
+                        .map_err(|e| format!("cannot copy libmpicr_abi.so: {e}"))?;
+                }
                 Ok(copy)
             })
             .as_ref()

@@ -7,6 +7,7 @@
 //! Callbacks the program gives are called through [`hand`]'s trampolines, with Open MPI's handles.
 
 pub mod conv;
+#[path = "../../shared/hand.rs"]
 pub mod hand;
 
 pub mod gen {

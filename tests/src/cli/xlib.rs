@@ -7,6 +7,9 @@
 //! function the program uses (MPI 4.1's `MPI_Status_set_source`, in MPICH 5, not in 4.0.2).
 //! And an Open MPI program (`mpicc.openmpi`, under libmpicr_ompi.so) run on MPICH 4.0.2 and
 //! restarted on the MPICH 5 wheel, with the output of its native run under `mpirun.openmpi`.
+//! And a standard-ABI program (`mpicc_abi`, under libmpicr_abi.so) run on MPICH 4.0.2 and
+//! restarted on the MPICH 5 wheel, with the output of its native run on the wheel's
+//! `libmpi_abi.so.1`: one binary, checkpointed over one library, restarted over another.
 
 use super::hangs::tails;
 use super::{cat, CaseFn, LIMIT, T};
@@ -44,6 +47,11 @@ pub fn cases() -> Vec<CaseFn> {
             run: ompi_four_to_five,
         },
         CaseFn {
+            name: "xlib-abi-mpich4-to-mpich5",
+            cases: &["xlib-abi-mpich4-to-mpich5"],
+            run: abi_four_to_five,
+        },
+        CaseFn {
             name: "xlib-missing-function",
             cases: &["xlib-refuse-missing-function", "xlib-shim-backstop"],
             run: missing_function,
@@ -57,6 +65,9 @@ const IMPI: u32 = 0;
 /// An Open MPI program (built by `mpicc.openmpi`, native under `mpirun.openmpi`) run under
 /// mpicr on MPICH 4.0.2 and its `mpiexec.mpich`, in place of an MPICH version.
 const OMPI: u32 = 40;
+/// A standard-ABI program (built by the MPICH 5 wheel's `mpicc_abi`, native on its
+/// `libmpi_abi.so.1` under its `mpiexec`) run under mpicr on MPICH 4.0.2 and `mpiexec.mpich`.
+const ABI: u32 = 1;
 
 fn impi_dir(t: &T) -> PathBuf {
     t.env.root.join(".deps/impi")
@@ -64,7 +75,7 @@ fn impi_dir(t: &T) -> PathBuf {
 
 /// `mpiexec -n N` of MPICH `ver`, or of Intel MPI (its libraries found through `I_MPI_ROOT`).
 fn launcher(t: &T, ver: u32, n: u32) -> Command {
-    if ver == OMPI {
+    if ver == OMPI || ver == ABI {
         return t.mpi(4, n);
     }
     if ver != IMPI {
@@ -79,6 +90,8 @@ fn launcher(t: &T, ver: u32, n: u32) -> Command {
 pub(super) fn mpicc(t: &T, ver: u32) -> Command {
     if ver == OMPI {
         t.cmd("mpicc.openmpi")
+    } else if ver == ABI {
+        t.cmd(t.env.mpich5.join("mpicc_abi"))
     } else if ver == 4 {
         t.cmd("mpicc.mpich")
     } else {
@@ -142,7 +155,7 @@ fn mpich5_lib(t: &T) -> PathBuf {
 fn lib_of(t: &T, ver: u32) -> Option<PathBuf> {
     if ver == IMPI {
         Some(impi_dir(t).join("lib/libmpi.so.12")).filter(|p| p.is_file() && impi_dir(t).join("bin/mpiexec").is_file())
-    } else if ver == 4 || ver == OMPI {
+    } else if ver == 4 || ver == OMPI || ver == ABI {
         mpich4_lib()
     } else {
         Some(mpich5_lib(t)).filter(|p| p.is_file())
@@ -196,6 +209,9 @@ fn cross(t: &mut T, from: u32, to: u32, name: &str, refusals: bool) {
         let mut c = t.cmd("mpirun.openmpi");
         c.args(["--oversubscribe", "--allow-run-as-root", "-n", "2"]);
         c
+    } else if from == ABI {
+        // The wheel's own launcher and libmpi_abi.so.1 (the program's RUNPATH) for the oracle.
+        t.mpi(5, 2)
     } else {
         t.mpi(from, 2)
     };
@@ -307,6 +323,14 @@ fn four_to_impi(t: &mut T) {
 
 /// The Open MPI program's face (libmpicr_ompi.so, which `mpicr run` preloads for it from next to
 /// `mpicr`) does not change at the restart; the MPICH library under it does.
+fn abi_four_to_five(t: &mut T) {
+    let have = t.env.mpich5.join("mpicc_abi").is_file() && t.env.m.with_file_name("libmpicr_abi.so").is_file();
+    if !t.require(&[have], "needs the MPICH 5 wheel's mpicc_abi and libmpicr_abi.so next to mpicr") {
+        return;
+    }
+    cross(t, ABI, 5, "xlib-abi-mpich4-to-mpich5", false);
+}
+
 fn ompi_four_to_five(t: &mut T) {
     let have = Command::new("mpicc.openmpi").arg("--showme:version").output().is_ok_and(|o| o.status.success())
         && t.env.m.with_file_name("libmpicr_ompi.so").is_file();

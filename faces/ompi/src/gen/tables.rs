@@ -212,6 +212,8 @@ pub mod ompi {
     pub const MPI_WIN_UNIFIED: c_int = 0;
     pub const MPI_WTIME_IS_GLOBAL: c_int = 3;
 }
+/// The program's constants, under one name for the code both faces share.
+pub use self::ompi as face;
 
 /// MPICH's values of the same constants, where MPICH has them.
 pub mod mpich {

@@ -1,6 +1,7 @@
-//! Hand-written translations (tools/gen_ompi.py's `HAND`): functions that take the program's
-//! callbacks, which must be called with Open MPI's handles and codes, and calls whose pointer
-//! or attribute values carry constants. Each returns the MPICH face's code (the export
+//! Hand-written translations (tools/gen_ompi.py's `HAND`), shared by the foreign faces (Open
+//! MPI's and the standard ABI's, each compiles this file over its own `conv`): functions that
+//! take the program's callbacks, which must be called with the program's handles and codes, and
+//! calls whose pointer or attribute values carry constants. Each returns the MPICH face's code (the export
 //! converts it).
 //!
 //! Callbacks without a user-data argument (reduction ops, error handlers) go through a fixed
@@ -10,7 +11,7 @@
 #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 
 use crate::conv::{self, OHandle, OStatus};
-use crate::gen::tables::{mpich, ompi};
+use crate::gen::tables::{face, mpich};
 use mpicr_shim::face::abi as m;
 use mpicr_shim::face::api as f;
 use mpicr_virtid::Kind;
@@ -25,7 +26,7 @@ fn take_slot(pool: &[AtomicUsize; SLOTS], func: usize) -> Option<usize> {
 }
 
 fn exhausted(what: &str) -> c_int {
-    eprintln!("mpicr: the Open MPI face holds at most {SLOTS} {what}; this one is refused");
+    eprintln!("mpicr: the {} holds at most {SLOTS} {what}; this one is refused", conv::FACE);
     m::MPI_ERR_INTERN
 }
 
@@ -198,7 +199,10 @@ unsafe fn create_keyval(
     kind: Kind, copy: *mut c_void, delete: *mut c_void, keyval: *mut c_int, extra: *mut c_void,
     make: unsafe fn(*mut c_void, *mut c_void, *mut c_int, *mut c_void) -> c_int,
 ) -> c_int {
-    let cb = Box::into_raw(Box::new(KeyvalCb { kind, copy: copy as usize, delete: delete as usize, extra }));
+    // A face whose mpi.h defines MPI_*_DUP_FN as a pointer constant (the standard ABI's 1)
+    // gets the dup function here; a null pointer is a null copy/delete function in both.
+    let copy = if Some(copy as usize) == conv::DUP_FN { dup_fn as *const () as usize } else { copy as usize };
+    let cb = Box::into_raw(Box::new(KeyvalCb { kind, copy, delete: delete as usize, extra }));
     // SAFETY: the trampolines have the MPICH callback signatures; `cb` lives for the process.
     unsafe { make(copy_tramp as *mut c_void, delete_tramp as *mut c_void, keyval, cb as *mut c_void) }
 }
@@ -228,7 +232,7 @@ macro_rules! null_copy {
         pub unsafe extern "C" fn $name(_h: OHandle, _kv: c_int, _x: *mut c_void, _i: *mut c_void, _o: *mut c_void, flag: *mut c_int) -> c_int {
             // SAFETY: MPI's out-parameter.
             unsafe { *flag = 0 };
-            ompi::MPI_SUCCESS
+            face::MPI_SUCCESS
         }
     )*};
 }
@@ -241,7 +245,7 @@ macro_rules! dup_copy {
                 *(o as *mut *mut c_void) = i;
                 *flag = 1;
             }
-            ompi::MPI_SUCCESS
+            face::MPI_SUCCESS
         }
     )*};
 }
@@ -249,10 +253,20 @@ macro_rules! null_delete {
     ($($name:ident),*) => {$(
         #[no_mangle]
         pub unsafe extern "C" fn $name(_h: OHandle, _kv: c_int, _a: *mut c_void, _x: *mut c_void) -> c_int {
-            ompi::MPI_SUCCESS
+            face::MPI_SUCCESS
         }
     )*};
 }
+/// The dup function a pointer constant stands for (`conv::DUP_FN`).
+unsafe extern "C" fn dup_fn(_h: OHandle, _kv: c_int, _x: *mut c_void, i: *mut c_void, o: *mut c_void, flag: *mut c_int) -> c_int {
+    // SAFETY: MPI's out-parameters: the attribute value is copied as is.
+    unsafe {
+        *(o as *mut *mut c_void) = i;
+        *flag = 1;
+    }
+    face::MPI_SUCCESS
+}
+
 null_copy!(OMPI_C_MPI_COMM_NULL_COPY_FN, OMPI_C_MPI_TYPE_NULL_COPY_FN, OMPI_C_MPI_WIN_NULL_COPY_FN, OMPI_C_MPI_NULL_COPY_FN);
 dup_copy!(OMPI_C_MPI_COMM_DUP_FN, OMPI_C_MPI_TYPE_DUP_FN, OMPI_C_MPI_WIN_DUP_FN, OMPI_C_MPI_DUP_FN);
 null_delete!(OMPI_C_MPI_COMM_NULL_DELETE_FN, OMPI_C_MPI_TYPE_NULL_DELETE_FN, OMPI_C_MPI_WIN_NULL_DELETE_FN, OMPI_C_MPI_NULL_DELETE_FN);
@@ -264,6 +278,7 @@ null_delete!(OMPI_C_MPI_COMM_NULL_DELETE_FN, OMPI_C_MPI_TYPE_NULL_DELETE_FN, OMP
 static HOST: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 static APPNUM: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 static WIN_MODEL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+static WIN_FLAVOR: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
 unsafe fn fix_attr(keyval: c_int, value: *mut c_void, flag: *mut c_int) {
     // SAFETY: MPI's out-parameters, written by the call that just succeeded.
@@ -272,9 +287,10 @@ unsafe fn fix_attr(keyval: c_int, value: *mut c_void, flag: *mut c_int) {
             return;
         }
         let slot = match keyval {
-            ompi::MPI_HOST => &HOST,
-            ompi::MPI_APPNUM => &APPNUM,
-            ompi::MPI_WIN_MODEL => &WIN_MODEL,
+            face::MPI_HOST => &HOST,
+            face::MPI_APPNUM => &APPNUM,
+            face::MPI_WIN_MODEL => &WIN_MODEL,
+            face::MPI_WIN_CREATE_FLAVOR => &WIN_FLAVOR,
             _ => return,
         };
         let p = *(value as *mut *mut c_int);
@@ -282,8 +298,10 @@ unsafe fn fix_attr(keyval: c_int, value: *mut c_void, flag: *mut c_int) {
             return;
         }
         let v = *p;
-        let v = if keyval == ompi::MPI_WIN_MODEL {
-            if v == mpich::MPI_WIN_UNIFIED { ompi::MPI_WIN_UNIFIED } else { ompi::MPI_WIN_SEPARATE }
+        let v = if keyval == face::MPI_WIN_MODEL {
+            if v == mpich::MPI_WIN_UNIFIED { face::MPI_WIN_UNIFIED } else { face::MPI_WIN_SEPARATE }
+        } else if keyval == face::MPI_WIN_CREATE_FLAVOR {
+            conv::flavor_out(v)
         } else {
             conv::rank_out(v)
         };
@@ -316,14 +334,15 @@ pub unsafe fn MPI_Win_get_attr(win: OHandle, keyval: c_int, value: *mut c_void, 
 
 // ---- graph weights -------------------------------------------------------------------------
 
-/// Open MPI's MPI_UNWEIGHTED is (int *)2, MPI_WEIGHTS_EMPTY (int *)3; MPICH's are the
-/// addresses of the MPICH face's data symbols.
+/// The face's MPI_UNWEIGHTED and MPI_WEIGHTS_EMPTY are small pointer constants
+/// (`conv::UNWEIGHTED`, `conv::WEIGHTS_EMPTY`); MPICH's are the addresses of the MPICH face's
+/// data symbols.
 fn weights_in(p: *const c_int) -> *const c_int {
     // SAFETY: reading the MPICH face's own pointer statics.
     unsafe {
         match p as usize {
-            2 => f::MPI_UNWEIGHTED,
-            3 => f::MPI_WEIGHTS_EMPTY,
+            a if a == conv::UNWEIGHTED => f::MPI_UNWEIGHTED,
+            a if a == conv::WEIGHTS_EMPTY => f::MPI_WEIGHTS_EMPTY,
             _ => p,
         }
     }
