@@ -410,9 +410,16 @@ fn alias_segment(e: &WinEntry, w: MPI_Win, new_base: usize) -> Result<(), String
     // SAFETY: `start..start+len` is the library's shared mapping of the new segment; old size 0
     // asks for a second mapping of the same pages, placed over the reservation made by
     // `before_renewal` (which only the shim uses).
-    let p = unsafe { libc::mremap(start as *mut c_void, 0, len, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, s.start as *mut c_void) };
+    // (The system call itself: glibc's variadic wrapper was seen to return null here.)
+    let p = unsafe { libc::syscall(libc::SYS_mremap, start, 0usize, len, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, s.start) } as usize as *mut c_void;
     if p as usize != s.start {
-        return Err(format!("its new shared segment cannot be mapped at {:#x}: {}", s.start, std::io::Error::last_os_error()));
+        let err = std::io::Error::last_os_error();
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        let seg = maps.lines().filter(|l| {
+            let a = l.split('-').next().and_then(|a| usize::from_str_radix(a, 16).ok()).unwrap_or(0);
+            a <= start + len && a + (1 << 24) >= start
+        }).collect::<Vec<_>>().join(" | ");
+        return Err(format!("its new shared segment ({start:#x}, {len} bytes) cannot be mapped at {:#x}: {err} (got {p:?}; maps: {seg})", s.start));
     }
     if !s.saved.is_empty() {
         // SAFETY: this rank's part of the segment, now mapped at its old address, is as large
