@@ -13,7 +13,7 @@
  * Every value read is checked, checksums are printed every twentieth of the run, and at the end
  * the counter, the flavors and the name. Argument: the step count.
  * Pause point for checkpoint tests: $MPICR_TEST_PAUSE_AT=<step> (common.h).
- * mpicr-test: ranks=1,2,4 args=24 long-args=400 long-args.4=100 ckpt-ranks=2,4 ckpt-pace=8000 ckpt-pace.4=30000 ckpt-modes=continue,stop-restart,older-epoch,restart-twice
+ * mpicr-test: ranks=1,2,4 args=12 long-args=60 long-args.4=24 ckpt-ranks=2,4 ckpt-pace=8000 ckpt-pace.4=20000 ckpt-modes=continue,stop-restart,older-epoch,restart-twice
  */
 #include "common.h"
 
