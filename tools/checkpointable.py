@@ -15,8 +15,6 @@ REFUSED = [
     (r"MPI_Grequest_(start|complete)$",
      "while the generalized request is pending: the program's own callbacks complete it"),
     (r"MPI_(Isendrecv(_replace)?(_c)?|Buffer_iflush|Comm_iflush_buffer)$", "while the request is pending"),
-    (r"MPI_(Win_\w+|R?[Pp]ut(_c)?|R?[Gg]et(_c)?|R?[Aa]ccumulate(_c)?|R?[Gg]et_accumulate(_c)?|Fetch_and_op|Compare_and_swap)$",
-     "while an MPI window exists"),
     (r"MPI_(Allgather|Allgatherv|Allreduce|Alltoall|Alltoallv|Alltoallw|Barrier|Bcast|Exscan|Gather|Gatherv|"
      r"Neighbor_\w+|Reduce|Reduce_scatter|Reduce_scatter_block|Scan|Scatter|Scatterv)_init(_c)?$",
      "while the persistent collective request exists"),

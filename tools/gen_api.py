@@ -448,7 +448,6 @@ REGISTER = {
     "info": ("MPI_INFO_NULL", "register_info({r})"),
     "datatype": ("MPI_DATATYPE_NULL", "register_type({r}, {recipe})"),
     "comm": ("MPI_COMM_NULL", "register_derived({r}, \"{name}\", {parent}, seq)"),
-    "win": ("MPI_WIN_NULL", "register_win({r}, \"{name}\")"),
 }
 
 GROUP_NOTE = "registers the new group (recipe: its world ranks)"
@@ -510,12 +509,7 @@ DERIVED = {
     "MPI_Intercomm_merge": {},
 }
 
-WIN_NOTE = "a collective on the communicator: registers the window (refused at checkpoint time)"
-
 CREATE = {
-    **{f: {"collective": True, "note": WIN_NOTE} for f in (
-        "MPI_Win_create", "MPI_Win_create_c", "MPI_Win_allocate", "MPI_Win_allocate_c",
-        "MPI_Win_allocate_shared", "MPI_Win_allocate_shared_c", "MPI_Win_create_dynamic")},
     **{f: {"derive": True, "note": COMM_NOTE + (" (attributes copied)" if v.get("copy_attrs") else ""), **v}
        for f, v in DERIVED.items()},
     **{f: {"note": GROUP_NOTE} for f in (
@@ -796,10 +790,9 @@ def generate():
           "use crate::face::api::datatype::{register_type, typeref, widen, widen_aint};",
           "use crate::face::api::comm::{derived_attrs, register_derived};",
           "use crate::face::api::coll::begin_collective;", "use crate::face::api::misc::weights_in;",
-          "use crate::face::api::rma::register_win;",
           None,
           "use crate::face::conv;", "use crate::lower;", "use mpicr_virtid::TypeRecipe;",
-          "use std::os::raw::{c_char, c_int, c_void};", ""]
+          "use std::os::raw::{c_char, c_int};", ""]
     for fn in fns:
         if buckets[fn["name"]][0] == "create":
             cr.append(gen_create(fn, CREATE[fn["name"]]))

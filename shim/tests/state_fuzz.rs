@@ -37,6 +37,7 @@ fn sample() -> Vec<u8> {
             0,
             mpicr_shim::core::kinds::file::FileEntry::new(0, "/tmp/f", 9, 3, 42, vec![("cb_nodes".into(), "1".into())]),
         )],
+        wins: vec![],
         drained,
         user_errors: vec![],
     };

@@ -5909,47 +5909,47 @@ pub unsafe extern "C" fn PMPI_Waitsome(incount: c_int, array_of_requests: *mut M
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_allocate(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_allocate", c_int, mpicr_shim::face::gen::create::MPI_Win_allocate(size, disp_unit, info, comm, baseptr, win))
+    ffi_boundary!("MPI_Win_allocate", c_int, mpicr_shim::face::api::MPI_Win_allocate(size, disp_unit, info, comm, baseptr, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_allocate(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_allocate", c_int, mpicr_shim::face::gen::create::MPI_Win_allocate(size, disp_unit, info, comm, baseptr, win))
+    ffi_boundary!("MPI_Win_allocate", c_int, mpicr_shim::face::api::MPI_Win_allocate(size, disp_unit, info, comm, baseptr, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_allocate_c(size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_allocate_c", c_int, mpicr_shim::face::gen::create::MPI_Win_allocate_c(size, disp_unit, info, comm, baseptr, win))
+    ffi_boundary!("MPI_Win_allocate_c", c_int, mpicr_shim::face::api::MPI_Win_allocate_c(size, disp_unit, info, comm, baseptr, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_allocate_c(size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_allocate_c", c_int, mpicr_shim::face::gen::create::MPI_Win_allocate_c(size, disp_unit, info, comm, baseptr, win))
+    ffi_boundary!("MPI_Win_allocate_c", c_int, mpicr_shim::face::api::MPI_Win_allocate_c(size, disp_unit, info, comm, baseptr, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_allocate_shared(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_allocate_shared", c_int, mpicr_shim::face::gen::create::MPI_Win_allocate_shared(size, disp_unit, info, comm, baseptr, win))
+    ffi_boundary!("MPI_Win_allocate_shared", c_int, mpicr_shim::face::api::MPI_Win_allocate_shared(size, disp_unit, info, comm, baseptr, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_allocate_shared(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_allocate_shared", c_int, mpicr_shim::face::gen::create::MPI_Win_allocate_shared(size, disp_unit, info, comm, baseptr, win))
+    ffi_boundary!("MPI_Win_allocate_shared", c_int, mpicr_shim::face::api::MPI_Win_allocate_shared(size, disp_unit, info, comm, baseptr, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_allocate_shared_c(size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_allocate_shared_c", c_int, mpicr_shim::face::gen::create::MPI_Win_allocate_shared_c(size, disp_unit, info, comm, baseptr, win))
+    ffi_boundary!("MPI_Win_allocate_shared_c", c_int, mpicr_shim::face::api::MPI_Win_allocate_shared_c(size, disp_unit, info, comm, baseptr, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_allocate_shared_c(size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_allocate_shared_c", c_int, mpicr_shim::face::gen::create::MPI_Win_allocate_shared_c(size, disp_unit, info, comm, baseptr, win))
+    ffi_boundary!("MPI_Win_allocate_shared_c", c_int, mpicr_shim::face::api::MPI_Win_allocate_shared_c(size, disp_unit, info, comm, baseptr, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_attach(win: MPI_Win, base: *mut c_void, size: MPI_Aint) -> c_int {
-    ffi_boundary!("MPI_Win_attach", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_attach(win, base, size))
+    ffi_boundary!("MPI_Win_attach", c_int, mpicr_shim::face::api::MPI_Win_attach(win, base, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_attach(win: MPI_Win, base: *mut c_void, size: MPI_Aint) -> c_int {
-    ffi_boundary!("MPI_Win_attach", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_attach(win, base, size))
+    ffi_boundary!("MPI_Win_attach", c_int, mpicr_shim::face::api::MPI_Win_attach(win, base, size))
 }
 
 #[no_mangle]
@@ -5972,38 +5972,38 @@ pub unsafe extern "C" fn PMPI_Win_call_errhandler(win: MPI_Win, errorcode: c_int
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_complete(win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_complete", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_complete(win))
+    ffi_boundary!("MPI_Win_complete", c_int, mpicr_shim::face::api::MPI_Win_complete(win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_complete(win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_complete", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_complete(win))
+    ffi_boundary!("MPI_Win_complete", c_int, mpicr_shim::face::api::MPI_Win_complete(win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_create(base: *mut c_void, size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_create", c_int, mpicr_shim::face::gen::create::MPI_Win_create(base, size, disp_unit, info, comm, win))
+    ffi_boundary!("MPI_Win_create", c_int, mpicr_shim::face::api::MPI_Win_create(base, size, disp_unit, info, comm, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_create(base: *mut c_void, size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_create", c_int, mpicr_shim::face::gen::create::MPI_Win_create(base, size, disp_unit, info, comm, win))
+    ffi_boundary!("MPI_Win_create", c_int, mpicr_shim::face::api::MPI_Win_create(base, size, disp_unit, info, comm, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_create_c(base: *mut c_void, size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_create_c", c_int, mpicr_shim::face::gen::create::MPI_Win_create_c(base, size, disp_unit, info, comm, win))
+    ffi_boundary!("MPI_Win_create_c", c_int, mpicr_shim::face::api::MPI_Win_create_c(base, size, disp_unit, info, comm, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_create_c(base: *mut c_void, size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_create_c", c_int, mpicr_shim::face::gen::create::MPI_Win_create_c(base, size, disp_unit, info, comm, win))
+    ffi_boundary!("MPI_Win_create_c", c_int, mpicr_shim::face::api::MPI_Win_create_c(base, size, disp_unit, info, comm, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_create_dynamic(info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_create_dynamic", c_int, mpicr_shim::face::gen::create::MPI_Win_create_dynamic(info, comm, win))
+    ffi_boundary!("MPI_Win_create_dynamic", c_int, mpicr_shim::face::api::MPI_Win_create_dynamic(info, comm, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_create_dynamic(info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_create_dynamic", c_int, mpicr_shim::face::gen::create::MPI_Win_create_dynamic(info, comm, win))
+    ffi_boundary!("MPI_Win_create_dynamic", c_int, mpicr_shim::face::api::MPI_Win_create_dynamic(info, comm, win))
 }
 
 #[no_mangle]
@@ -6035,11 +6035,11 @@ pub unsafe extern "C" fn PMPI_Win_delete_attr(win: MPI_Win, win_keyval: c_int) -
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_detach(win: MPI_Win, base: *const c_void) -> c_int {
-    ffi_boundary!("MPI_Win_detach", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_detach(win, base))
+    ffi_boundary!("MPI_Win_detach", c_int, mpicr_shim::face::api::MPI_Win_detach(win, base))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_detach(win: MPI_Win, base: *const c_void) -> c_int {
-    ffi_boundary!("MPI_Win_detach", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_detach(win, base))
+    ffi_boundary!("MPI_Win_detach", c_int, mpicr_shim::face::api::MPI_Win_detach(win, base))
 }
 
 #[no_mangle]
@@ -6053,11 +6053,11 @@ pub unsafe extern "C" fn PMPI_Win_f2c(win: MPI_Fint) -> MPI_Win {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_fence(assert: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_fence", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_fence(assert, win))
+    ffi_boundary!("MPI_Win_fence", c_int, mpicr_shim::face::api::MPI_Win_fence(assert, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_fence(assert: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_fence", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_fence(assert, win))
+    ffi_boundary!("MPI_Win_fence", c_int, mpicr_shim::face::api::MPI_Win_fence(assert, win))
 }
 
 #[no_mangle]
@@ -6170,29 +6170,29 @@ pub unsafe extern "C" fn PMPI_Win_get_name(win: MPI_Win, win_name: *mut c_char, 
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_lock(lock_type: c_int, rank: c_int, assert: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_lock", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_lock(lock_type, rank, assert, win))
+    ffi_boundary!("MPI_Win_lock", c_int, mpicr_shim::face::api::MPI_Win_lock(lock_type, rank, assert, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_lock(lock_type: c_int, rank: c_int, assert: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_lock", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_lock(lock_type, rank, assert, win))
+    ffi_boundary!("MPI_Win_lock", c_int, mpicr_shim::face::api::MPI_Win_lock(lock_type, rank, assert, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_lock_all(assert: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_lock_all", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_lock_all(assert, win))
+    ffi_boundary!("MPI_Win_lock_all", c_int, mpicr_shim::face::api::MPI_Win_lock_all(assert, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_lock_all(assert: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_lock_all", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_lock_all(assert, win))
+    ffi_boundary!("MPI_Win_lock_all", c_int, mpicr_shim::face::api::MPI_Win_lock_all(assert, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_post(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_post", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_post(group, assert, win))
+    ffi_boundary!("MPI_Win_post", c_int, mpicr_shim::face::api::MPI_Win_post(group, assert, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_post(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_post", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_post(group, assert, win))
+    ffi_boundary!("MPI_Win_post", c_int, mpicr_shim::face::api::MPI_Win_post(group, assert, win))
 }
 
 #[no_mangle]
@@ -6215,11 +6215,11 @@ pub unsafe extern "C" fn PMPI_Win_set_errhandler(win: MPI_Win, errhandler: MPI_E
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_set_info(win: MPI_Win, info: MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Win_set_info", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_set_info(win, info))
+    ffi_boundary!("MPI_Win_set_info", c_int, mpicr_shim::face::api::MPI_Win_set_info(win, info))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_set_info(win: MPI_Win, info: MPI_Info) -> c_int {
-    ffi_boundary!("MPI_Win_set_info", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_set_info(win, info))
+    ffi_boundary!("MPI_Win_set_info", c_int, mpicr_shim::face::api::MPI_Win_set_info(win, info))
 }
 
 #[no_mangle]
@@ -6233,29 +6233,29 @@ pub unsafe extern "C" fn PMPI_Win_set_name(win: MPI_Win, win_name: *const c_char
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_shared_query(win: MPI_Win, rank: c_int, size: *mut MPI_Aint, disp_unit: *mut c_int, baseptr: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Win_shared_query", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_shared_query(win, rank, size, disp_unit, baseptr))
+    ffi_boundary!("MPI_Win_shared_query", c_int, mpicr_shim::face::api::MPI_Win_shared_query(win, rank, size, disp_unit, baseptr))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_shared_query(win: MPI_Win, rank: c_int, size: *mut MPI_Aint, disp_unit: *mut c_int, baseptr: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Win_shared_query", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_shared_query(win, rank, size, disp_unit, baseptr))
+    ffi_boundary!("MPI_Win_shared_query", c_int, mpicr_shim::face::api::MPI_Win_shared_query(win, rank, size, disp_unit, baseptr))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_shared_query_c(win: MPI_Win, rank: c_int, size: *mut MPI_Aint, disp_unit: *mut MPI_Aint, baseptr: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Win_shared_query_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_shared_query_c(win, rank, size, disp_unit, baseptr))
+    ffi_boundary!("MPI_Win_shared_query_c", c_int, mpicr_shim::face::api::MPI_Win_shared_query_c(win, rank, size, disp_unit, baseptr))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_shared_query_c(win: MPI_Win, rank: c_int, size: *mut MPI_Aint, disp_unit: *mut MPI_Aint, baseptr: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_Win_shared_query_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_shared_query_c(win, rank, size, disp_unit, baseptr))
+    ffi_boundary!("MPI_Win_shared_query_c", c_int, mpicr_shim::face::api::MPI_Win_shared_query_c(win, rank, size, disp_unit, baseptr))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_start(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_start", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_start(group, assert, win))
+    ffi_boundary!("MPI_Win_start", c_int, mpicr_shim::face::api::MPI_Win_start(group, assert, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_start(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_start", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_start(group, assert, win))
+    ffi_boundary!("MPI_Win_start", c_int, mpicr_shim::face::api::MPI_Win_start(group, assert, win))
 }
 
 #[no_mangle]
@@ -6269,11 +6269,11 @@ pub unsafe extern "C" fn PMPI_Win_sync(win: MPI_Win) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_test(win: MPI_Win, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Win_test", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_test(win, flag))
+    ffi_boundary!("MPI_Win_test", c_int, mpicr_shim::face::api::MPI_Win_test(win, flag))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_test(win: MPI_Win, flag: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Win_test", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_test(win, flag))
+    ffi_boundary!("MPI_Win_test", c_int, mpicr_shim::face::api::MPI_Win_test(win, flag))
 }
 
 #[no_mangle]
@@ -6287,29 +6287,29 @@ pub unsafe extern "C" fn PMPI_Win_toint(win: MPI_Win) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_unlock(rank: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_unlock", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_unlock(rank, win))
+    ffi_boundary!("MPI_Win_unlock", c_int, mpicr_shim::face::api::MPI_Win_unlock(rank, win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_unlock(rank: c_int, win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_unlock", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_unlock(rank, win))
+    ffi_boundary!("MPI_Win_unlock", c_int, mpicr_shim::face::api::MPI_Win_unlock(rank, win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_unlock_all(win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_unlock_all", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_unlock_all(win))
+    ffi_boundary!("MPI_Win_unlock_all", c_int, mpicr_shim::face::api::MPI_Win_unlock_all(win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_unlock_all(win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_unlock_all", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_unlock_all(win))
+    ffi_boundary!("MPI_Win_unlock_all", c_int, mpicr_shim::face::api::MPI_Win_unlock_all(win))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_wait(win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_wait", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_wait(win))
+    ffi_boundary!("MPI_Win_wait", c_int, mpicr_shim::face::api::MPI_Win_wait(win))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_wait(win: MPI_Win) -> c_int {
-    ffi_boundary!("MPI_Win_wait", c_int, mpicr_shim::face::gen::passthrough::MPI_Win_wait(win))
+    ffi_boundary!("MPI_Win_wait", c_int, mpicr_shim::face::api::MPI_Win_wait(win))
 }
 
 #[no_mangle]

@@ -12,7 +12,7 @@
 
 use crate::core::kinds::comm::{count_recv, peers, world_rank, world_size, CommEntry};
 use crate::core::kinds::library::{user_errors, UserError};
-use crate::core::kinds::{message, request, REFUSAL_ORDER, RENEWAL_ORDER};
+use crate::core::kinds::{message, request, win, REFUSAL_ORDER, RENEWAL_ORDER};
 use crate::core::state::OBJ;
 use crate::core::agent::{self, AgentError, Budget, Event, Inbox};
 use crate::core::{drained, gate, handles, renew};
@@ -274,7 +274,7 @@ fn phases(
         }
         // Asked again now that no program thread runs: aligning let this rank run on into
         // the collectives other ranks had entered, and those may have made what cannot be
-        // carried (MPI_Win_create, MPI_File_open), which the first asking could not see.
+        // carried, which the first asking could not see.
         if let Some(why) = refusal() {
             return Err(CheckpointError::Other(why));
         }
@@ -282,7 +282,7 @@ fn phases(
         let comms = CommIndex::build();
         agent::send(&FromAgent::SendCounts { round, sent: comms.sent_counts() })?;
         // Every rank aligns and closes its gate within its own deadlines (twice `align`).
-        match expect(inbox, with_grace(2 * limits.align), "expected receives")? {
+        match expect_progressing(inbox, with_grace(2 * limits.align), "expected receives")? {
             ToAgent::ExpectedRecvs { expect } => break (comms, expect),
             ToAgent::Targets { round: r, comms } => {
                 gate::open();
@@ -354,6 +354,24 @@ fn phases(
     Ok(())
 }
 
+/// [`expect`], making the library progress meanwhile where windows exist: this rank's gate is
+/// closed and empty, and other ranks may still be ending RMA epochs that target it.
+fn expect_progressing(inbox: &mut Inbox, limit: Duration, what: &'static str) -> Result<ToAgent, CheckpointError> {
+    if OBJ.wins.is_empty() {
+        return expect(inbox, limit, what);
+    }
+    let deadline = Instant::now() + limit;
+    loop {
+        win::progress();
+        match inbox.recv_within(Duration::from_millis(1))? {
+            Some(ToAgent::Abort { reason }) => return Err(CheckpointError::Aborted(reason)),
+            Some(m) => return Ok(m),
+            None if Instant::now() > deadline => return Err(CheckpointError::NoReply { what, secs: limit.as_secs() }),
+            None => {}
+        }
+    }
+}
+
 /// State that cannot be carried through a checkpoint, with the error the user sees.
 fn refusal() -> Option<String> {
     REFUSAL_ORDER.iter().find_map(|kind| kind.refusal())
@@ -422,7 +440,37 @@ fn wait_aligning(inbox: &mut Inbox, budget: &mut Budget) -> Result<Woke, Checkpo
 /// Closes the gate and waits until no thread is inside (woken by the last one out), for at most
 /// `limit` or until the coordinator aborts; on failure the gate opens again. Targets raised
 /// meanwhile (another rank's wants) open it again too: `Some(round)`, align once more.
+/// While an RMA epoch other than a fence's is open on this rank (`kinds::win::open_epoch`), the
+/// gate opens again for it to end, new epochs held where none is open.
 fn close_gate(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, CheckpointError> {
+    let deadline = Instant::now() + limit;
+    let r = loop {
+        match close_gate_once(inbox, limit) {
+            Ok(None) => match win::open_epoch() {
+                None => break Ok(None),
+                Some(why) if Instant::now() > deadline => {
+                    gate::open();
+                    break Err(CheckpointError::Other(format!("{why}: it did not end within {} s", limit.as_secs())));
+                }
+                Some(_) => {
+                    gate::open();
+                    win::hold_epochs(true);
+                    let mut pause = Budget::new(Duration::from_millis(2));
+                    match wait_aligning(inbox, &mut pause) {
+                        Ok(Woke::Raised(round)) => break Ok(Some(round)),
+                        Err(e) => break Err(e),
+                        Ok(_) => {}
+                    }
+                }
+            },
+            other => break other,
+        }
+    };
+    win::hold_epochs(false);
+    r
+}
+
+fn close_gate_once(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, CheckpointError> {
     gate::close();
     let mut budget = Budget::new(limit);
     let mut wait = || -> Result<Option<u32>, CheckpointError> {
@@ -671,6 +719,7 @@ pub struct StateFile {
     pub keyvals: Vec<(u32, u64, crate::core::kinds::keyval::KeyvalEntry)>,
     pub errhandlers: Vec<(u32, u64, mpicr_virtid::ErrhandlerRecipe)>,
     pub files: Vec<(u32, u64, crate::core::kinds::file::FileEntry)>,
+    pub wins: Vec<(u32, u64, crate::core::kinds::win::WinEntry)>,
     pub drained: mpicr_drain::Buffer,
     pub user_errors: Vec<UserError>,
 }
@@ -696,6 +745,7 @@ fn write_state(path: &str, epoch: u64) -> Result<u64, CheckpointError> {
         keyvals: bits(OBJ.keyvals.snapshot()),
         errhandlers: bits(OBJ.errhandlers.snapshot()),
         files: bits(OBJ.files.snapshot()),
+        wins: bits(OBJ.wins.snapshot()),
         drained: drained::snapshot(),
         user_errors: user_errors(),
     };

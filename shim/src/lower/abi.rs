@@ -126,6 +126,17 @@ pub const MPI_MODE_EXCL: c_int = 64;
 pub const MPI_MODE_SEQUENTIAL: c_int = 256;
 pub const MPI_SEEK_SET: c_int = 600;
 
+/// One-sided synchronisation asserts and lock types, and window flavors.
+pub const MPI_MODE_NOPRECEDE: c_int = 8192;
+pub const MPI_MODE_NOSUCCEED: c_int = 16384;
+pub const MPI_LOCK_EXCLUSIVE: c_int = 234;
+pub const MPI_LOCK_SHARED: c_int = 235;
+pub const MPI_WIN_FLAVOR_CREATE: c_int = 1;
+pub const MPI_WIN_FLAVOR_ALLOCATE: c_int = 2;
+pub const MPI_WIN_FLAVOR_DYNAMIC: c_int = 3;
+pub const MPI_WIN_FLAVOR_SHARED: c_int = 4;
+pub const MPI_MAX_OBJECT_NAME: c_int = 128;
+
 pub const MPI_MAX_ERROR_STRING: usize = 512;
 
 pub const MPI_MAX_INFO_KEY: usize = 255;

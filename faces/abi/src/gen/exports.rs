@@ -10313,7 +10313,7 @@ unsafe fn imp_MPI_Win_allocate(size: MPI_Aint, disp_unit: c_int, info: OHandle, 
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let mut l_win = if win.is_null() { 0 } else { conv::h_in(Kind::Win, *win) };
-        let r = mpicr_shim::face::gen::create::MPI_Win_allocate(size, disp_unit, conv::h_in(Kind::Info, info), conv::h_in(Kind::Comm, comm), baseptr, if win.is_null() { std::ptr::null_mut() } else { &mut l_win });
+        let r = mpicr_shim::face::api::MPI_Win_allocate(size, disp_unit, conv::h_in(Kind::Info, info), conv::h_in(Kind::Comm, comm), baseptr, if win.is_null() { std::ptr::null_mut() } else { &mut l_win });
         if !win.is_null() { *win = conv::h_out(Kind::Win, l_win); }
         r
     }
@@ -10332,7 +10332,7 @@ unsafe fn imp_MPI_Win_allocate_c(size: MPI_Aint, disp_unit: MPI_Aint, info: OHan
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let mut l_win = if win.is_null() { 0 } else { conv::h_in(Kind::Win, *win) };
-        let r = mpicr_shim::face::gen::create::MPI_Win_allocate_c(size, disp_unit, conv::h_in(Kind::Info, info), conv::h_in(Kind::Comm, comm), baseptr, if win.is_null() { std::ptr::null_mut() } else { &mut l_win });
+        let r = mpicr_shim::face::api::MPI_Win_allocate_c(size, disp_unit, conv::h_in(Kind::Info, info), conv::h_in(Kind::Comm, comm), baseptr, if win.is_null() { std::ptr::null_mut() } else { &mut l_win });
         if !win.is_null() { *win = conv::h_out(Kind::Win, l_win); }
         r
     }
@@ -10351,7 +10351,7 @@ unsafe fn imp_MPI_Win_allocate_shared(size: MPI_Aint, disp_unit: c_int, info: OH
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let mut l_win = if win.is_null() { 0 } else { conv::h_in(Kind::Win, *win) };
-        let r = mpicr_shim::face::gen::create::MPI_Win_allocate_shared(size, disp_unit, conv::h_in(Kind::Info, info), conv::h_in(Kind::Comm, comm), baseptr, if win.is_null() { std::ptr::null_mut() } else { &mut l_win });
+        let r = mpicr_shim::face::api::MPI_Win_allocate_shared(size, disp_unit, conv::h_in(Kind::Info, info), conv::h_in(Kind::Comm, comm), baseptr, if win.is_null() { std::ptr::null_mut() } else { &mut l_win });
         if !win.is_null() { *win = conv::h_out(Kind::Win, l_win); }
         r
     }
@@ -10370,7 +10370,7 @@ unsafe fn imp_MPI_Win_allocate_shared_c(size: MPI_Aint, disp_unit: MPI_Aint, inf
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let mut l_win = if win.is_null() { 0 } else { conv::h_in(Kind::Win, *win) };
-        let r = mpicr_shim::face::gen::create::MPI_Win_allocate_shared_c(size, disp_unit, conv::h_in(Kind::Info, info), conv::h_in(Kind::Comm, comm), baseptr, if win.is_null() { std::ptr::null_mut() } else { &mut l_win });
+        let r = mpicr_shim::face::api::MPI_Win_allocate_shared_c(size, disp_unit, conv::h_in(Kind::Info, info), conv::h_in(Kind::Comm, comm), baseptr, if win.is_null() { std::ptr::null_mut() } else { &mut l_win });
         if !win.is_null() { *win = conv::h_out(Kind::Win, l_win); }
         r
     }
@@ -10388,7 +10388,7 @@ unsafe fn imp_MPI_Win_attach(win: OHandle, base: *mut c_void, size: MPI_Aint) ->
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_attach(conv::h_in(Kind::Win, win), base, size)
+        mpicr_shim::face::api::MPI_Win_attach(conv::h_in(Kind::Win, win), base, size)
     }
 }
 #[no_mangle]
@@ -10420,7 +10420,7 @@ unsafe fn imp_MPI_Win_complete(win: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_complete(conv::h_in(Kind::Win, win))
+        mpicr_shim::face::api::MPI_Win_complete(conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]
@@ -10437,7 +10437,7 @@ unsafe fn imp_MPI_Win_create(base: *mut c_void, size: MPI_Aint, disp_unit: c_int
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let mut l_win = if win.is_null() { 0 } else { conv::h_in(Kind::Win, *win) };
-        let r = mpicr_shim::face::gen::create::MPI_Win_create(base, size, disp_unit, conv::h_in(Kind::Info, info), conv::h_in(Kind::Comm, comm), if win.is_null() { std::ptr::null_mut() } else { &mut l_win });
+        let r = mpicr_shim::face::api::MPI_Win_create(base, size, disp_unit, conv::h_in(Kind::Info, info), conv::h_in(Kind::Comm, comm), if win.is_null() { std::ptr::null_mut() } else { &mut l_win });
         if !win.is_null() { *win = conv::h_out(Kind::Win, l_win); }
         r
     }
@@ -10456,7 +10456,7 @@ unsafe fn imp_MPI_Win_create_c(base: *mut c_void, size: MPI_Aint, disp_unit: MPI
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let mut l_win = if win.is_null() { 0 } else { conv::h_in(Kind::Win, *win) };
-        let r = mpicr_shim::face::gen::create::MPI_Win_create_c(base, size, disp_unit, conv::h_in(Kind::Info, info), conv::h_in(Kind::Comm, comm), if win.is_null() { std::ptr::null_mut() } else { &mut l_win });
+        let r = mpicr_shim::face::api::MPI_Win_create_c(base, size, disp_unit, conv::h_in(Kind::Info, info), conv::h_in(Kind::Comm, comm), if win.is_null() { std::ptr::null_mut() } else { &mut l_win });
         if !win.is_null() { *win = conv::h_out(Kind::Win, l_win); }
         r
     }
@@ -10475,7 +10475,7 @@ unsafe fn imp_MPI_Win_create_dynamic(info: OHandle, comm: OHandle, win: *mut OHa
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let mut l_win = if win.is_null() { 0 } else { conv::h_in(Kind::Win, *win) };
-        let r = mpicr_shim::face::gen::create::MPI_Win_create_dynamic(conv::h_in(Kind::Info, info), conv::h_in(Kind::Comm, comm), if win.is_null() { std::ptr::null_mut() } else { &mut l_win });
+        let r = mpicr_shim::face::api::MPI_Win_create_dynamic(conv::h_in(Kind::Info, info), conv::h_in(Kind::Comm, comm), if win.is_null() { std::ptr::null_mut() } else { &mut l_win });
         if !win.is_null() { *win = conv::h_out(Kind::Win, l_win); }
         r
     }
@@ -10527,7 +10527,7 @@ unsafe fn imp_MPI_Win_detach(win: OHandle, base: *const c_void) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_detach(conv::h_in(Kind::Win, win), base)
+        mpicr_shim::face::api::MPI_Win_detach(conv::h_in(Kind::Win, win), base)
     }
 }
 #[no_mangle]
@@ -10543,7 +10543,7 @@ unsafe fn imp_MPI_Win_fence(assert: c_int, win: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_fence(conv::mode_in(assert), conv::h_in(Kind::Win, win))
+        mpicr_shim::face::api::MPI_Win_fence(conv::mode_in(assert), conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]
@@ -10755,7 +10755,7 @@ unsafe fn imp_MPI_Win_lock(lock_type: c_int, rank: c_int, assert: c_int, win: OH
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_lock(conv::lock_in(lock_type), rank, conv::mode_in(assert), conv::h_in(Kind::Win, win))
+        mpicr_shim::face::api::MPI_Win_lock(conv::lock_in(lock_type), rank, conv::mode_in(assert), conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]
@@ -10771,7 +10771,7 @@ unsafe fn imp_MPI_Win_lock_all(assert: c_int, win: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_lock_all(conv::mode_in(assert), conv::h_in(Kind::Win, win))
+        mpicr_shim::face::api::MPI_Win_lock_all(conv::mode_in(assert), conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]
@@ -10787,7 +10787,7 @@ unsafe fn imp_MPI_Win_post(group: OHandle, assert: c_int, win: OHandle) -> c_int
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_post(conv::h_in(Kind::Group, group), conv::mode_in(assert), conv::h_in(Kind::Win, win))
+        mpicr_shim::face::api::MPI_Win_post(conv::h_in(Kind::Group, group), conv::mode_in(assert), conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]
@@ -10835,7 +10835,7 @@ unsafe fn imp_MPI_Win_set_info(win: OHandle, info: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_set_info(conv::h_in(Kind::Win, win), conv::h_in(Kind::Info, info))
+        mpicr_shim::face::api::MPI_Win_set_info(conv::h_in(Kind::Win, win), conv::h_in(Kind::Info, info))
     }
 }
 #[no_mangle]
@@ -10867,7 +10867,7 @@ unsafe fn imp_MPI_Win_shared_query(win: OHandle, rank: c_int, size: *mut MPI_Ain
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_shared_query(conv::h_in(Kind::Win, win), rank, size, disp_unit, baseptr)
+        mpicr_shim::face::api::MPI_Win_shared_query(conv::h_in(Kind::Win, win), rank, size, disp_unit, baseptr)
     }
 }
 #[no_mangle]
@@ -10883,7 +10883,7 @@ unsafe fn imp_MPI_Win_shared_query_c(win: OHandle, rank: c_int, size: *mut MPI_A
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_shared_query_c(conv::h_in(Kind::Win, win), rank, size, disp_unit, baseptr)
+        mpicr_shim::face::api::MPI_Win_shared_query_c(conv::h_in(Kind::Win, win), rank, size, disp_unit, baseptr)
     }
 }
 #[no_mangle]
@@ -10899,7 +10899,7 @@ unsafe fn imp_MPI_Win_start(group: OHandle, assert: c_int, win: OHandle) -> c_in
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_start(conv::h_in(Kind::Group, group), conv::mode_in(assert), conv::h_in(Kind::Win, win))
+        mpicr_shim::face::api::MPI_Win_start(conv::h_in(Kind::Group, group), conv::mode_in(assert), conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]
@@ -10931,7 +10931,7 @@ unsafe fn imp_MPI_Win_test(win: OHandle, flag: *mut c_int) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_test(conv::h_in(Kind::Win, win), flag)
+        mpicr_shim::face::api::MPI_Win_test(conv::h_in(Kind::Win, win), flag)
     }
 }
 #[no_mangle]
@@ -10956,7 +10956,7 @@ unsafe fn imp_MPI_Win_unlock(rank: c_int, win: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_unlock(rank, conv::h_in(Kind::Win, win))
+        mpicr_shim::face::api::MPI_Win_unlock(rank, conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]
@@ -10972,7 +10972,7 @@ unsafe fn imp_MPI_Win_unlock_all(win: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_unlock_all(conv::h_in(Kind::Win, win))
+        mpicr_shim::face::api::MPI_Win_unlock_all(conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]
@@ -10988,7 +10988,7 @@ unsafe fn imp_MPI_Win_wait(win: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_wait(conv::h_in(Kind::Win, win))
+        mpicr_shim::face::api::MPI_Win_wait(conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]

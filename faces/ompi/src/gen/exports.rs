@@ -6170,7 +6170,7 @@ unsafe fn imp_MPI_Win_allocate(size: MPI_Aint, disp_unit: c_int, info: OHandle, 
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let mut l_win = if win.is_null() { 0 } else { conv::h_in(Kind::Win, *win) };
-        let r = mpicr_shim::face::gen::create::MPI_Win_allocate(size, disp_unit, conv::h_in(Kind::Info, info), conv::h_in(Kind::Comm, comm), baseptr, if win.is_null() { std::ptr::null_mut() } else { &mut l_win });
+        let r = mpicr_shim::face::api::MPI_Win_allocate(size, disp_unit, conv::h_in(Kind::Info, info), conv::h_in(Kind::Comm, comm), baseptr, if win.is_null() { std::ptr::null_mut() } else { &mut l_win });
         if !win.is_null() { *win = conv::h_out(Kind::Win, l_win); }
         r
     }
@@ -6189,7 +6189,7 @@ unsafe fn imp_MPI_Win_allocate_shared(size: MPI_Aint, disp_unit: c_int, info: OH
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let mut l_win = if win.is_null() { 0 } else { conv::h_in(Kind::Win, *win) };
-        let r = mpicr_shim::face::gen::create::MPI_Win_allocate_shared(size, disp_unit, conv::h_in(Kind::Info, info), conv::h_in(Kind::Comm, comm), baseptr, if win.is_null() { std::ptr::null_mut() } else { &mut l_win });
+        let r = mpicr_shim::face::api::MPI_Win_allocate_shared(size, disp_unit, conv::h_in(Kind::Info, info), conv::h_in(Kind::Comm, comm), baseptr, if win.is_null() { std::ptr::null_mut() } else { &mut l_win });
         if !win.is_null() { *win = conv::h_out(Kind::Win, l_win); }
         r
     }
@@ -6207,7 +6207,7 @@ unsafe fn imp_MPI_Win_attach(win: OHandle, base: *mut c_void, size: MPI_Aint) ->
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_attach(conv::h_in(Kind::Win, win), base, size)
+        mpicr_shim::face::api::MPI_Win_attach(conv::h_in(Kind::Win, win), base, size)
     }
 }
 #[no_mangle]
@@ -6248,7 +6248,7 @@ unsafe fn imp_MPI_Win_complete(win: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_complete(conv::h_in(Kind::Win, win))
+        mpicr_shim::face::api::MPI_Win_complete(conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]
@@ -6265,7 +6265,7 @@ unsafe fn imp_MPI_Win_create(base: *mut c_void, size: MPI_Aint, disp_unit: c_int
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let mut l_win = if win.is_null() { 0 } else { conv::h_in(Kind::Win, *win) };
-        let r = mpicr_shim::face::gen::create::MPI_Win_create(base, size, disp_unit, conv::h_in(Kind::Info, info), conv::h_in(Kind::Comm, comm), if win.is_null() { std::ptr::null_mut() } else { &mut l_win });
+        let r = mpicr_shim::face::api::MPI_Win_create(base, size, disp_unit, conv::h_in(Kind::Info, info), conv::h_in(Kind::Comm, comm), if win.is_null() { std::ptr::null_mut() } else { &mut l_win });
         if !win.is_null() { *win = conv::h_out(Kind::Win, l_win); }
         r
     }
@@ -6284,7 +6284,7 @@ unsafe fn imp_MPI_Win_create_dynamic(info: OHandle, comm: OHandle, win: *mut OHa
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let mut l_win = if win.is_null() { 0 } else { conv::h_in(Kind::Win, *win) };
-        let r = mpicr_shim::face::gen::create::MPI_Win_create_dynamic(conv::h_in(Kind::Info, info), conv::h_in(Kind::Comm, comm), if win.is_null() { std::ptr::null_mut() } else { &mut l_win });
+        let r = mpicr_shim::face::api::MPI_Win_create_dynamic(conv::h_in(Kind::Info, info), conv::h_in(Kind::Comm, comm), if win.is_null() { std::ptr::null_mut() } else { &mut l_win });
         if !win.is_null() { *win = conv::h_out(Kind::Win, l_win); }
         r
     }
@@ -6336,7 +6336,7 @@ unsafe fn imp_MPI_Win_detach(win: OHandle, base: *const c_void) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_detach(conv::h_in(Kind::Win, win), base)
+        mpicr_shim::face::api::MPI_Win_detach(conv::h_in(Kind::Win, win), base)
     }
 }
 #[no_mangle]
@@ -6361,7 +6361,7 @@ unsafe fn imp_MPI_Win_fence(assert: c_int, win: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_fence(conv::mode_in(assert), conv::h_in(Kind::Win, win))
+        mpicr_shim::face::api::MPI_Win_fence(conv::mode_in(assert), conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]
@@ -6564,7 +6564,7 @@ unsafe fn imp_MPI_Win_lock(lock_type: c_int, rank: c_int, assert: c_int, win: OH
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_lock(conv::lock_in(lock_type), rank, conv::mode_in(assert), conv::h_in(Kind::Win, win))
+        mpicr_shim::face::api::MPI_Win_lock(conv::lock_in(lock_type), rank, conv::mode_in(assert), conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]
@@ -6580,7 +6580,7 @@ unsafe fn imp_MPI_Win_lock_all(assert: c_int, win: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_lock_all(conv::mode_in(assert), conv::h_in(Kind::Win, win))
+        mpicr_shim::face::api::MPI_Win_lock_all(conv::mode_in(assert), conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]
@@ -6596,7 +6596,7 @@ unsafe fn imp_MPI_Win_post(group: OHandle, assert: c_int, win: OHandle) -> c_int
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_post(conv::h_in(Kind::Group, group), conv::mode_in(assert), conv::h_in(Kind::Win, win))
+        mpicr_shim::face::api::MPI_Win_post(conv::h_in(Kind::Group, group), conv::mode_in(assert), conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]
@@ -6644,7 +6644,7 @@ unsafe fn imp_MPI_Win_set_info(win: OHandle, info: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_set_info(conv::h_in(Kind::Win, win), conv::h_in(Kind::Info, info))
+        mpicr_shim::face::api::MPI_Win_set_info(conv::h_in(Kind::Win, win), conv::h_in(Kind::Info, info))
     }
 }
 #[no_mangle]
@@ -6676,7 +6676,7 @@ unsafe fn imp_MPI_Win_shared_query(win: OHandle, rank: c_int, size: *mut MPI_Ain
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_shared_query(conv::h_in(Kind::Win, win), rank, size, disp_unit, baseptr)
+        mpicr_shim::face::api::MPI_Win_shared_query(conv::h_in(Kind::Win, win), rank, size, disp_unit, baseptr)
     }
 }
 #[no_mangle]
@@ -6692,7 +6692,7 @@ unsafe fn imp_MPI_Win_start(group: OHandle, assert: c_int, win: OHandle) -> c_in
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_start(conv::h_in(Kind::Group, group), conv::mode_in(assert), conv::h_in(Kind::Win, win))
+        mpicr_shim::face::api::MPI_Win_start(conv::h_in(Kind::Group, group), conv::mode_in(assert), conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]
@@ -6724,7 +6724,7 @@ unsafe fn imp_MPI_Win_test(win: OHandle, flag: *mut c_int) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_test(conv::h_in(Kind::Win, win), flag)
+        mpicr_shim::face::api::MPI_Win_test(conv::h_in(Kind::Win, win), flag)
     }
 }
 #[no_mangle]
@@ -6740,7 +6740,7 @@ unsafe fn imp_MPI_Win_unlock(rank: c_int, win: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_unlock(rank, conv::h_in(Kind::Win, win))
+        mpicr_shim::face::api::MPI_Win_unlock(rank, conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]
@@ -6756,7 +6756,7 @@ unsafe fn imp_MPI_Win_unlock_all(win: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_unlock_all(conv::h_in(Kind::Win, win))
+        mpicr_shim::face::api::MPI_Win_unlock_all(conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]
@@ -6772,7 +6772,7 @@ unsafe fn imp_MPI_Win_wait(win: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_wait(conv::h_in(Kind::Win, win))
+        mpicr_shim::face::api::MPI_Win_wait(conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]

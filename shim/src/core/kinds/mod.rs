@@ -56,20 +56,21 @@ pub static RENEWAL_ORDER: &[&dyn Renewable] = &[
     &info::Renew,
     &library::Renew,
     &file::Renew,
+    &win::Renew,
     &request::Renew,
     &message::Renew,
     &errhandler::Renew,
     &keyval::Renew,
 ];
 
-/// The order real objects are freed in: requests before what they use, files before their
-/// communicators.
+/// The order real objects are freed in: requests before what they use, files and windows
+/// before their communicators.
 pub static FREE_ORDER: &[&dyn Renewable] =
-    &[&request::Renew, &file::Renew, &comm::Renew, &group::Renew, &datatype::Renew, &op::Renew, &info::Renew];
+    &[&request::Renew, &file::Renew, &win::Renew, &comm::Renew, &group::Renew, &datatype::Renew, &op::Renew, &info::Renew];
 
 /// The order checkpoints are refused in (the first refusal is the one reported).
 pub static REFUSAL_ORDER: &[&dyn Renewable] =
-    &[&win::Renew, &file::Renew, &session::Renew, &comm::Renew, &request::Renew, &library::Renew];
+    &[&file::Renew, &session::Renew, &comm::Renew, &request::Renew, &library::Renew];
 
 /// A return code of the real library as a `Result` naming the call.
 pub(crate) fn check(rc: std::os::raw::c_int, what: &str) -> Result<(), String> {

@@ -247,6 +247,11 @@ fn active(r: &RequestRecipe) -> bool {
     }
 }
 
+/// `MPI_Rput`, `MPI_Rget`, `MPI_Raccumulate`, `MPI_Rget_accumulate` and their `_c` variants.
+fn is_rma(function: &str) -> bool {
+    ["MPI_Rput", "MPI_Rget", "MPI_Raccumulate"].iter().any(|f| function.starts_with(f))
+}
+
 fn is_recv(r: &RequestRecipe) -> bool {
     matches!(r, RequestRecipe::Recv { .. } | RequestRecipe::PersistentRecv { .. })
 }
@@ -271,7 +276,8 @@ impl Renewable for Renew {
                 RequestRecipe::Generalized { .. } if r.done.is_none() => {
                     return Some("a generalized request (MPI_Grequest_start) is pending".into());
                 }
-                RequestRecipe::Other { function } if r.done.is_none() && !function.contains("Mrecv") => {
+                // Request-based RMA completes in the drain (tested with the sends).
+                RequestRecipe::Other { function } if r.done.is_none() && !function.contains("Mrecv") && !is_rma(function) => {
                     return Some(format!("a pending {function} request cannot be checkpointed yet"));
                 }
                 // (a renewal would post it again, on a communicator the program no longer has)

@@ -1,25 +1,468 @@
-//! Windows: refused at checkpoints for now (one-sided state is not carried); the entry keeps
-//! the program's error handler, attributes and the call that made it.
+//! Windows: what a checkpoint needs to make every RMA window again on a renewed library, over
+//! the same memory and in the same synchronisation state.
+//!
+//! - Every window is made on a private duplicate of the program's communicator, registered
+//!   among the communicators (`comm`) like a file's: the communicator kind rebuilds it, and
+//!   `MPI_Win_fence` and `MPI_Win_free` are counted on it as collectives for the alignment.
+//! - Memory: `MPI_Win_create` windows are made again over the program's memory;
+//!   `MPI_Win_allocate` memory is mapped by the shim (so it is in the CRIU image and stays at
+//!   its address) and the real window is an `MPI_Win_create` over it; dynamic windows get their
+//!   attachments again; `MPI_Win_allocate_shared` segments are the library's: a checkpoint saves
+//!   this rank's part, and the renewal allocates a new segment on the same ranks and maps it
+//!   again at the old segment's address (`mremap` of a shared mapping with old size 0 aliases
+//!   the same pages), so that every address the program holds (its base, `MPI_Win_shared_query`
+//!   answers) stays valid.
+//! - Epochs: the gate closes only while this rank has no passive-target or PSCW epoch open
+//!   ([`open_epoch`], asked by the checkpoint); a fence epoch may be open (fences are aligned
+//!   like collectives): operations issued since the last fence are completed by one more fence
+//!   in [`Renew::snapshot`], and the renewal opens a fence epoch again with `MPI_MODE_NOPRECEDE`.
+//!
+//! Windows are walked in the order of their communicators' job-wide ids, the same on every
+//! rank: fences, frees and creations are collective.
 
-use super::Renewable;
-use crate::core::state::OBJ;
-use crate::lower::abi::MPI_Errhandler;
-use crate::core::state::Attrs;
+use super::{check, info, Renewable};
+use crate::core::handles;
+use crate::core::state::{Attrs, OBJ};
+use crate::lower;
+use crate::lower::abi::*;
+use crate::lower::handles::RealWin;
 use serde::{Deserialize, Serialize};
+use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// How the window's memory came to be (`MPI_WIN_FLAVOR_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Flavor {
+    Create,
+    Allocate,
+    Dynamic,
+    Shared,
+}
+
+impl Flavor {
+    pub fn attr(self) -> c_int {
+        match self {
+            Flavor::Create => MPI_WIN_FLAVOR_CREATE,
+            Flavor::Allocate => MPI_WIN_FLAVOR_ALLOCATE,
+            Flavor::Dynamic => MPI_WIN_FLAVOR_DYNAMIC,
+            Flavor::Shared => MPI_WIN_FLAVOR_SHARED,
+        }
+    }
+}
+
+/// A shared window's segment as this process maps it: page-aligned, every rank's part in it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Segment {
+    pub start: usize,
+    pub len: usize,
+    /// Where the library mapped the current generation's segment (the renewal aliases it at
+    /// `start`); `start` itself before the first renewal.
+    pub real_start: usize,
+    /// This rank's part, saved at the checkpoint (its bytes are not in the image otherwise).
+    pub saved: Vec<u8>,
+}
+
+/// The synchronisation state of the window on this rank.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Epoch {
+    /// A fence epoch is open: the last fence lacked `MPI_MODE_NOSUCCEED`.
+    pub fence: bool,
+    /// `MPI_Win_lock`s held: (lock type, target rank).
+    pub locks: Vec<(c_int, c_int)>,
+    pub lock_all: bool,
+    /// An exposure epoch (`MPI_Win_post`) not yet waited for, and an access epoch
+    /// (`MPI_Win_start`) not yet completed.
+    pub post: bool,
+    pub start: bool,
+}
+
+impl Epoch {
+    /// The passive-target or PSCW epoch open, named as the user sees it.
+    pub fn open(&self) -> Option<&'static str> {
+        if !self.locks.is_empty() {
+            Some("an MPI_Win_lock epoch")
+        } else if self.lock_all {
+            Some("an MPI_Win_lock_all epoch")
+        } else if self.start {
+            Some("an MPI_Win_start access epoch")
+        } else if self.post {
+            Some("an MPI_Win_post exposure epoch")
+        } else {
+            None
+        }
+    }
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WinEntry {
     pub errhandler: MPI_Errhandler,
     pub attrs: Attrs,
     pub made_by: String,
+    pub flavor: Flavor,
+    /// The base the program was given (or gave), its size in bytes and displacement unit.
+    pub base: usize,
+    pub size: MPI_Aint,
+    pub disp_unit: MPI_Aint,
+    /// The private communicator the real window is made on (virtual handle), and its job-wide id.
+    pub comm: MPI_Comm,
+    pub gid: u64,
+    /// Hints given at the creation and by `MPI_Win_set_info`.
+    pub hints: Vec<(String, String)>,
+    /// The name read back at the checkpoint (`MPI_Win_set_name`).
+    pub name: Option<String>,
+    /// Memory attached to a dynamic window: (base, size).
+    pub attached: Vec<(usize, MPI_Aint)>,
+    pub segment: Option<Segment>,
+    pub epoch: Epoch,
 }
 
-/// The win kind around a checkpoint.
+impl WinEntry {
+    pub fn new(made_by: &str, flavor: Flavor, base: usize, size: MPI_Aint, disp_unit: MPI_Aint, comm: MPI_Comm, gid: u64, hints: Vec<(String, String)>) -> Self {
+        WinEntry {
+            errhandler: MPI_ERRORS_ARE_FATAL,
+            attrs: Vec::new(),
+            made_by: made_by.into(),
+            flavor,
+            base,
+            size,
+            disp_unit,
+            comm,
+            gid,
+            hints,
+            name: None,
+            attached: Vec::new(),
+            segment: None,
+            epoch: Epoch::default(),
+        }
+    }
+
+    /// An address the current generation's library gave for this shared window, as the
+    /// program sees it (the segment aliased at its first address).
+    pub fn program_address(&self, real: usize) -> usize {
+        match &self.segment {
+            Some(s) if real >= s.real_start && real < s.real_start + s.len => real - s.real_start + s.start,
+            _ => real,
+        }
+    }
+}
+
+fn page() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize
+}
+
+/// Memory for `MPI_Win_allocate`, mapped by the shim: private, so in the CRIU image, and at an
+/// address no renewal touches. Null for zero bytes.
+pub fn map_owned(size: MPI_Aint) -> Option<usize> {
+    if size <= 0 {
+        return Some(0);
+    }
+    let len = (size as usize).div_ceil(page()) * page();
+    // SAFETY: a fresh anonymous mapping; no existing memory is affected.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+    (p != libc::MAP_FAILED).then_some(p as usize)
+}
+
+/// Unmaps memory of [`map_owned`] (at the program's `MPI_Win_free`).
+pub fn unmap_owned(base: usize, size: MPI_Aint) {
+    if base != 0 && size > 0 {
+        let len = (size as usize).div_ceil(page()) * page();
+        // SAFETY: the mapping made by `map_owned` for a window the program freed.
+        unsafe { libc::munmap(base as *mut c_void, len) };
+    }
+}
+
+/// The page-aligned extent of a shared window's segment: every rank's part, as
+/// `MPI_Win_shared_query` reports it on the real window `w` of `n` ranks.
+pub fn segment_of(w: MPI_Win, n: c_int) -> Option<(usize, usize)> {
+    let f = lower::fns();
+    let (mut lo, mut hi) = (usize::MAX, 0usize);
+    for r in 0..n {
+        let (mut size, mut du, mut base): (MPI_Aint, c_int, *mut c_void) = (0, 0, std::ptr::null_mut());
+        // SAFETY: a live real shared window; out-pointers are locals (the base is written to a
+        // pointer-sized local, as MPI's `void *baseptr` of this call is).
+        let rc = unsafe { f.MPI_Win_shared_query?(w, r, &mut size, &mut du, (&mut base as *mut *mut c_void).cast()) };
+        if rc != MPI_SUCCESS {
+            return None;
+        }
+        if size > 0 && !base.is_null() {
+            lo = lo.min(base as usize);
+            hi = hi.max(base as usize + size as usize);
+        }
+    }
+    if lo >= hi {
+        return None;
+    }
+    let p = page();
+    let start = lo / p * p;
+    Some((start, hi.div_ceil(p) * p - start))
+}
+
+/// The passive-target or PSCW epoch open on this rank, if any, named for the user: the
+/// checkpoint closes its gate only when there is none (operations of such an epoch cannot be
+/// completed by the shim alone, and a peer may wait for its end).
+pub fn open_epoch() -> Option<String> {
+    OBJ.wins.snapshot().into_iter().find_map(|(_, _, w)| {
+        w.epoch.open().map(|what| format!("{what} is open on the window from {} ({})", w.made_by, w.name.as_deref().unwrap_or("unnamed")))
+    })
+}
+
+/// Does this rank hold any window epoch other than a fence's? New locks wait while a
+/// checkpoint closes the gate only where this is false (nobody can wait for this rank then).
+pub fn any_epoch_open() -> bool {
+    OBJ.wins.snapshot().iter().any(|(_, _, w)| w.epoch.open().is_some())
+}
+
+/// Set by the checkpoint while it waits for this rank's epochs to end (see [`open_epoch`]).
+static HOLDING: AtomicBool = AtomicBool::new(false);
+
+/// Holds new passive-target epochs of a rank that has none open, or lets them go again.
+pub fn hold_epochs(on: bool) {
+    HOLDING.store(on, Ordering::SeqCst);
+}
+
+pub fn holding_epochs() -> bool {
+    HOLDING.load(Ordering::SeqCst)
+}
+
+/// Waits (outside the gate) a moment for the checkpoint to stop holding new epochs.
+pub fn wait_while_holding() {
+    std::thread::sleep(std::time::Duration::from_millis(1));
+}
+
+/// Makes the library progress (one probe on the world communicator): called by the agent while
+/// this rank's gate is closed and other ranks may still be finishing RMA epochs that target it
+/// (MPICH grants locks and completes one-sided operations only when the target progresses).
+pub fn progress() {
+    if OBJ.wins.is_empty() {
+        return;
+    }
+    let Some(world) = OBJ.comms.real(crate::core::state::WORLD_INDEX) else { return };
+    let (mut flag, mut st) = (0, MPI_Status::default());
+    // SAFETY: a probe of a live real communicator into locals, with no program thread inside
+    // the library (the caller's contract: the gate is closed and empty).
+    unsafe { lower::fns().MPI_Iprobe.map(|p| p(MPI_ANY_SOURCE, MPI_ANY_TAG, world.raw(), &mut flag, &mut st)) };
+}
+
+/// Called by a program thread (inside the gate) that waits to start a collective past its
+/// target: makes the library progress where windows exist, and says so (the caller then waits
+/// a short while instead of sleeping on the alignment's condition).
+pub fn progress_while_waiting() -> bool {
+    if OBJ.wins.is_empty() {
+        return false;
+    }
+    progress();
+    true
+}
+
+/// Windows in the order every rank walks them (their communicators' job-wide ids).
+fn ordered() -> Vec<(u32, RealWin, WinEntry)> {
+    let mut w = OBJ.wins.snapshot();
+    w.sort_by_key(|(_, _, e)| e.gid);
+    w
+}
+
+/// The window kind around a checkpoint.
 pub struct Renew;
 
 impl Renewable for Renew {
-    fn refusal(&self) -> Option<String> {
-        let (_, _, w) = OBJ.wins.snapshot().into_iter().next()?;
-        Some(format!("an MPI window is open ({}): one-sided communication cannot be checkpointed yet; free windows first", w.made_by))
+    /// Every rank drained and no passive-target or PSCW epoch is open: fence epochs are
+    /// completed, names read back and shared segments saved.
+    fn snapshot(&self) {
+        let f = lower::fns();
+        let t = std::time::Instant::now();
+        let wins = ordered();
+        for (idx, real, e) in &wins {
+            let w = real.raw();
+            let mut name = [0 as std::os::raw::c_char; MPI_MAX_OBJECT_NAME as usize];
+            let mut len = 0;
+            // SAFETY: a live real window of the current generation; the name buffer holds
+            // MPI_MAX_OBJECT_NAME characters.
+            unsafe {
+                if e.epoch.fence {
+                    // Collective, in the same order on every rank (fences are aligned).
+                    f.MPI_Win_fence.map(|g| g(MPI_MODE_NOSUCCEED, w));
+                }
+                f.MPI_Win_get_name.map(|g| g(w, name.as_mut_ptr(), &mut len));
+            }
+            // SAFETY: MPI wrote a NUL-terminated name into the buffer.
+            let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
+            let saved = (e.flavor == Flavor::Shared && e.size > 0).then(|| {
+                // SAFETY: this rank's part of the live shared segment, `size` bytes at `base`.
+                unsafe { std::slice::from_raw_parts(e.base as *const u8, e.size as usize) }.to_vec()
+            });
+            OBJ.wins.with(*idx, |x| {
+                x.name = (!name.is_empty()).then_some(name);
+                if let (Some(s), Some(b)) = (x.segment.as_mut(), saved) {
+                    s.saved = b;
+                }
+            });
+        }
+        if !wins.is_empty() {
+            tracing::debug!(target: "renew", windows = wins.len(), us = t.elapsed().as_micros() as u64, "completed fence epochs and saved the windows");
+        }
     }
+
+    /// Frees every real window (collective, in the same order on every rank).
+    fn free_real(&self) {
+        let f = lower::fns();
+        for (idx, real, _) in ordered() {
+            let mut w = real.raw();
+            if w == MPI_WIN_NULL {
+                continue;
+            }
+            // SAFETY: a live real window of the current generation, freed once.
+            unsafe { f.MPI_Win_free.map(|g| g(&mut w)) };
+            OBJ.wins.set_real(idx, RealWin(MPI_WIN_NULL));
+            if let Some(s) = OBJ.wins.with(idx, |e| e.segment.clone()).flatten() {
+                // The program's view of the segment goes with it (its part was saved): the
+                // renewal maps the new one there.
+                // SAFETY: the segment's range, which only the freed window used.
+                unsafe { libc::munmap(s.start as *mut c_void, s.len) };
+            }
+        }
+    }
+
+    /// Shared segments: their old ranges are reserved before the library maps anything, so
+    /// that the renewal can map the new segments there.
+    fn before_renewal(&self) -> Result<(), String> {
+        for (_, _, e) in ordered() {
+            let Some(s) = &e.segment else { continue };
+            // SAFETY: a new inaccessible mapping where nothing may be mapped (NOREPLACE).
+            let p = unsafe {
+                libc::mmap(s.start as *mut c_void, s.len, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE, -1, 0)
+            };
+            if p as usize != s.start {
+                return Err(format!(
+                    "the shared window from {} cannot be mapped again at {:#x} ({} bytes): {}",
+                    e.made_by,
+                    s.start,
+                    s.len,
+                    std::io::Error::last_os_error()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn rebuild(&self) -> Result<(), String> {
+        let t = std::time::Instant::now();
+        let wins = ordered();
+        for (idx, _, e) in &wins {
+            let w = make(e).map_err(|why| format!("the window from {}: {why}", e.made_by))?;
+            OBJ.wins.set_real(*idx, RealWin(w));
+            restore(w, *idx, e).map_err(|why| format!("the window from {}: {why}", e.made_by))?;
+        }
+        if !wins.is_empty() {
+            tracing::debug!(target: "renew", windows = wins.len(), us = t.elapsed().as_micros() as u64, "made the windows again");
+        }
+        Ok(())
+    }
+}
+
+/// Makes the real window of `e` on the renewed library (collective on its communicator).
+fn make(e: &WinEntry) -> Result<MPI_Win, String> {
+    let f = lower::fns();
+    let comm = handles::comm(e.comm);
+    let hints = info::build(&e.hints)?;
+    let mut w = MPI_WIN_NULL;
+    let du = e.disp_unit;
+    // SAFETY: a live real communicator (rebuilt by the communicator kind), a live info object,
+    // local out-pointers; the memory is the program's (create), the shim's own mapping
+    // (allocate), or the library's (shared), valid for `size` bytes.
+    let rc = unsafe {
+        match e.flavor {
+            Flavor::Create | Flavor::Allocate => match c_int::try_from(du) {
+                Ok(du) => f.MPI_Win_create.map_or(MPI_ERR_OTHER, |g| g(e.base as *mut c_void, e.size, du, hints, comm, &mut w)),
+                Err(_) => f.MPI_Win_create_c.map_or(MPI_ERR_OTHER, |g| g(e.base as *mut c_void, e.size, du, hints, comm, &mut w)),
+            },
+            Flavor::Dynamic => f.MPI_Win_create_dynamic.map_or(MPI_ERR_OTHER, |g| g(hints, comm, &mut w)),
+            Flavor::Shared => {
+                let mut base: *mut c_void = std::ptr::null_mut();
+                let out = (&mut base as *mut *mut c_void).cast();
+                let rc = match c_int::try_from(du) {
+                    Ok(du) => f.MPI_Win_allocate_shared.map_or(MPI_ERR_OTHER, |g| g(e.size, du, hints, comm, out, &mut w)),
+                    Err(_) => f.MPI_Win_allocate_shared_c.map_or(MPI_ERR_OTHER, |g| g(e.size, du, hints, comm, out, &mut w)),
+                };
+                if rc == MPI_SUCCESS {
+                    info::free(hints);
+                    return alias_segment(e, w, base as usize).map(|_| w);
+                }
+                rc
+            }
+        }
+    };
+    info::free(hints);
+    check(rc, "making the window again")?;
+    Ok(w)
+}
+
+/// Maps the renewed shared segment at the old one's address and puts this rank's part back.
+fn alias_segment(e: &WinEntry, w: MPI_Win, new_base: usize) -> Result<(), String> {
+    let Some(s) = &e.segment else { return Ok(()) };
+    let mut n = 0;
+    // SAFETY: a live real communicator and a local out-pointer.
+    unsafe { lower::fns().MPI_Comm_size.map(|g| g(handles::comm(e.comm), &mut n)) };
+    let (start, len) = segment_of(w, n).ok_or("its new shared segment cannot be queried")?;
+    if len != s.len || new_base.wrapping_sub(start) != e.base.wrapping_sub(s.start) {
+        return Err(format!("its new shared segment has another layout ({len} bytes, this rank's part at {:#x}) than before ({} bytes)", new_base - start, s.len));
+    }
+    // SAFETY: `start..start+len` is the library's shared mapping of the new segment; old size 0
+    // asks for a second mapping of the same pages, placed over the reservation made by
+    // `before_renewal` (which only the shim uses).
+    // (The system call itself: glibc's variadic wrapper was seen to return null here.)
+    let p = unsafe { libc::syscall(libc::SYS_mremap, start, 0usize, len, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, s.start) } as usize as *mut c_void;
+    if p as usize != s.start {
+        let err = std::io::Error::last_os_error();
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        let seg = maps.lines().filter(|l| {
+            let a = l.split('-').next().and_then(|a| usize::from_str_radix(a, 16).ok()).unwrap_or(0);
+            a <= start + len && a + (1 << 24) >= start
+        }).collect::<Vec<_>>().join(" | ");
+        return Err(format!("its new shared segment ({start:#x}, {len} bytes) cannot be mapped at {:#x}: {err} (got {p:?}; maps: {seg})", s.start));
+    }
+    if !s.saved.is_empty() {
+        // SAFETY: this rank's part of the segment, now mapped at its old address, is as large
+        // as what was saved from it.
+        unsafe { std::ptr::copy_nonoverlapping(s.saved.as_ptr(), e.base as *mut u8, s.saved.len()) };
+    }
+    Ok(())
+}
+
+/// Gives a renewed real window what the program had set and the state it was in.
+fn restore(w: MPI_Win, idx: u32, e: &WinEntry) -> Result<(), String> {
+    let f = lower::fns();
+    // SAFETY: for every call below, `w` is the live real window just made; the attached memory
+    // is the program's, still attached in its view; strings are NUL-terminated.
+    unsafe {
+        f.MPI_Win_set_errhandler.map(|g| g(w, MPI_ERRORS_RETURN));
+        for &(base, size) in &e.attached {
+            check(f.MPI_Win_attach.map_or(MPI_ERR_OTHER, |g| g(w, base as *mut c_void, size)), "MPI_Win_attach")?;
+        }
+        if let Some(name) = e.name.as_ref().and_then(|n| std::ffi::CString::new(n.as_str()).ok()) {
+            f.MPI_Win_set_name.map(|g| g(w, name.as_ptr()));
+        }
+        if let Some(s) = &e.segment {
+            // Every rank's part is back before any rank's program reads it.
+            check(f.MPI_Barrier.map_or(MPI_ERR_OTHER, |g| g(handles::comm(e.comm))), "MPI_Barrier")?;
+            let start = segment_of(w, comm_size(e.comm)).map_or(s.start, |(st, _)| st);
+            OBJ.wins.with(idx, |x| {
+                if let Some(seg) = x.segment.as_mut() {
+                    seg.real_start = start;
+                    seg.saved = Vec::new();
+                }
+            });
+        }
+        if e.epoch.fence {
+            check(f.MPI_Win_fence.map_or(MPI_ERR_OTHER, |g| g(MPI_MODE_NOPRECEDE, w)), "MPI_Win_fence")?;
+        }
+    }
+    Ok(())
+}
+
+fn comm_size(comm: MPI_Comm) -> c_int {
+    let mut n = 0;
+    // SAFETY: a live real communicator and a local out-pointer.
+    unsafe { lower::fns().MPI_Comm_size.map(|g| g(handles::comm(comm), &mut n)) };
+    n
 }

@@ -412,6 +412,15 @@ pub unsafe fn MPI_Win_set_attr(win: MPI_Win, keyval: c_int, value: *mut c_void) 
 }
 pub unsafe fn MPI_Win_get_attr(win: MPI_Win, keyval: c_int, value: *mut c_void, flag: *mut c_int) -> c_int {
     if is_predefined_win_key(keyval) {
+        if let Some(v) = crate::face::api::rma::predefined_attr(win, keyval) {
+            // SAFETY: `value` and `flag` are the caller's out-pointers (a `void *` and an int),
+            // null or valid for a write as MPI requires.
+            unsafe {
+                put(value as *mut usize, v);
+                put(flag, 1);
+            }
+            return MPI_SUCCESS;
+        }
         let g = gate::enter();
         let rc = real!(MPI_Win_get_attr(conv::win(win), keyval, value, flag));
         drop(g);

@@ -20,6 +20,13 @@ pub fn begin_collective(comm: MPI_Comm) -> (gate::Guard, u64) {
         match agent::try_start_collective(c) {
             Some(seq) => return (g, seq),
             None => {
+                // Where windows exist, other ranks' one-sided operations may need this rank's
+                // progress to reach their own targets (MPICH's targets progress them).
+                if crate::core::kinds::win::progress_while_waiting() {
+                    drop(g);
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    continue;
+                }
                 drop(g);
                 agent::wait_until_collectives_may_start();
             }

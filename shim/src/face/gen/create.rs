@@ -8,12 +8,11 @@ use crate::face::api::datatype::{register_type, typeref, widen, widen_aint};
 use crate::face::api::comm::{derived_attrs, register_derived};
 use crate::face::api::coll::begin_collective;
 use crate::face::api::misc::weights_in;
-use crate::face::api::rma::register_win;
 use crate::face::call::{self, On, ToReal, Comm, Datatype, File, Group, Info, Session, Win};
 use crate::face::conv;
 use crate::lower;
 use mpicr_virtid::TypeRecipe;
-use std::os::raw::{c_char, c_int, c_void};
+use std::os::raw::{c_char, c_int};
 
 pub unsafe fn MPI_Abi_get_fortran_info(info: *mut MPI_Info) -> c_int {
     call::run("MPI_Abi_get_fortran_info", On::Default, || {
@@ -1242,152 +1241,6 @@ pub unsafe fn MPI_Type_vector_c(count: MPI_Count, blocklength: MPI_Count, stride
         // SAFETY: `newtype` is the caller's out-pointer for the new handle, null or valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { put(newtype, v) };
-        Ok(())
-    })
-}
-
-pub unsafe fn MPI_Win_allocate(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    let (g, _) = begin_collective(comm);
-    call::run_in(g, "MPI_Win_allocate", On::Comm(comm), || {
-        let info_r = Info(info).to_real()?;
-        let comm_r = Comm(comm).to_real()?;
-        let mut win_r = MPI_WIN_NULL;
-        let Some(f) = lower::fns().MPI_Win_allocate else { return call::missing("MPI_Win_allocate") };
-        // SAFETY: `f` is the real library's MPI_Win_allocate, resolved under the C signature of the
-        // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; `win` stands for a local of this body; the
-        // pointers (`baseptr`) are the caller's, valid as MPI requires (this function's safety
-        // contract) and passed on unchanged.
-        call::ok(unsafe { f(size, disp_unit, info_r, comm_r, baseptr, &mut win_r) })?;
-        let v = register_win(win_r, "MPI_Win_allocate");
-        // SAFETY: `win` is the caller's out-pointer for the new handle, null or valid for a write
-        // as MPI requires (this function's safety contract).
-        unsafe { put(win, v) };
-        Ok(())
-    })
-}
-
-pub unsafe fn MPI_Win_allocate_c(size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    let (g, _) = begin_collective(comm);
-    call::run_in(g, "MPI_Win_allocate_c", On::Comm(comm), || {
-        let info_r = Info(info).to_real()?;
-        let comm_r = Comm(comm).to_real()?;
-        let mut win_r = MPI_WIN_NULL;
-        let Some(f) = lower::fns().MPI_Win_allocate_c else { return call::missing("MPI_Win_allocate_c") };
-        // SAFETY: `f` is the real library's MPI_Win_allocate_c, resolved under the C signature of
-        // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `win` stands for a local of this
-        // body; the pointers (`baseptr`) are the caller's, valid as MPI requires (this function's
-        // safety contract) and passed on unchanged.
-        call::ok(unsafe { f(size, disp_unit, info_r, comm_r, baseptr, &mut win_r) })?;
-        let v = register_win(win_r, "MPI_Win_allocate_c");
-        // SAFETY: `win` is the caller's out-pointer for the new handle, null or valid for a write
-        // as MPI requires (this function's safety contract).
-        unsafe { put(win, v) };
-        Ok(())
-    })
-}
-
-pub unsafe fn MPI_Win_allocate_shared(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    let (g, _) = begin_collective(comm);
-    call::run_in(g, "MPI_Win_allocate_shared", On::Comm(comm), || {
-        let info_r = Info(info).to_real()?;
-        let comm_r = Comm(comm).to_real()?;
-        let mut win_r = MPI_WIN_NULL;
-        let Some(f) = lower::fns().MPI_Win_allocate_shared else { return call::missing("MPI_Win_allocate_shared") };
-        // SAFETY: `f` is the real library's MPI_Win_allocate_shared, resolved under the C signature
-        // of the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `win` stands for a local of this
-        // body; the pointers (`baseptr`) are the caller's, valid as MPI requires (this function's
-        // safety contract) and passed on unchanged.
-        call::ok(unsafe { f(size, disp_unit, info_r, comm_r, baseptr, &mut win_r) })?;
-        let v = register_win(win_r, "MPI_Win_allocate_shared");
-        // SAFETY: `win` is the caller's out-pointer for the new handle, null or valid for a write
-        // as MPI requires (this function's safety contract).
-        unsafe { put(win, v) };
-        Ok(())
-    })
-}
-
-pub unsafe fn MPI_Win_allocate_shared_c(size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    let (g, _) = begin_collective(comm);
-    call::run_in(g, "MPI_Win_allocate_shared_c", On::Comm(comm), || {
-        let info_r = Info(info).to_real()?;
-        let comm_r = Comm(comm).to_real()?;
-        let mut win_r = MPI_WIN_NULL;
-        let Some(f) = lower::fns().MPI_Win_allocate_shared_c else { return call::missing("MPI_Win_allocate_shared_c") };
-        // SAFETY: `f` is the real library's MPI_Win_allocate_shared_c, resolved under the C
-        // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; `win` stands for a local
-        // of this body; the pointers (`baseptr`) are the caller's, valid as MPI requires (this
-        // function's safety contract) and passed on unchanged.
-        call::ok(unsafe { f(size, disp_unit, info_r, comm_r, baseptr, &mut win_r) })?;
-        let v = register_win(win_r, "MPI_Win_allocate_shared_c");
-        // SAFETY: `win` is the caller's out-pointer for the new handle, null or valid for a write
-        // as MPI requires (this function's safety contract).
-        unsafe { put(win, v) };
-        Ok(())
-    })
-}
-
-pub unsafe fn MPI_Win_create(base: *mut c_void, size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    let (g, _) = begin_collective(comm);
-    call::run_in(g, "MPI_Win_create", On::Comm(comm), || {
-        let info_r = Info(info).to_real()?;
-        let comm_r = Comm(comm).to_real()?;
-        let mut win_r = MPI_WIN_NULL;
-        let Some(f) = lower::fns().MPI_Win_create else { return call::missing("MPI_Win_create") };
-        // SAFETY: `f` is the real library's MPI_Win_create, resolved under the C signature of the
-        // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; `win` stands for a local of this body; the
-        // pointers (`base`) are the caller's, valid as MPI requires (this function's safety
-        // contract) and passed on unchanged.
-        call::ok(unsafe { f(base, size, disp_unit, info_r, comm_r, &mut win_r) })?;
-        let v = register_win(win_r, "MPI_Win_create");
-        // SAFETY: `win` is the caller's out-pointer for the new handle, null or valid for a write
-        // as MPI requires (this function's safety contract).
-        unsafe { put(win, v) };
-        Ok(())
-    })
-}
-
-pub unsafe fn MPI_Win_create_c(base: *mut c_void, size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    let (g, _) = begin_collective(comm);
-    call::run_in(g, "MPI_Win_create_c", On::Comm(comm), || {
-        let info_r = Info(info).to_real()?;
-        let comm_r = Comm(comm).to_real()?;
-        let mut win_r = MPI_WIN_NULL;
-        let Some(f) = lower::fns().MPI_Win_create_c else { return call::missing("MPI_Win_create_c") };
-        // SAFETY: `f` is the real library's MPI_Win_create_c, resolved under the C signature of the
-        // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; `win` stands for a local of this body; the
-        // pointers (`base`) are the caller's, valid as MPI requires (this function's safety
-        // contract) and passed on unchanged.
-        call::ok(unsafe { f(base, size, disp_unit, info_r, comm_r, &mut win_r) })?;
-        let v = register_win(win_r, "MPI_Win_create_c");
-        // SAFETY: `win` is the caller's out-pointer for the new handle, null or valid for a write
-        // as MPI requires (this function's safety contract).
-        unsafe { put(win, v) };
-        Ok(())
-    })
-}
-
-pub unsafe fn MPI_Win_create_dynamic(info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    let (g, _) = begin_collective(comm);
-    call::run_in(g, "MPI_Win_create_dynamic", On::Comm(comm), || {
-        let info_r = Info(info).to_real()?;
-        let comm_r = Comm(comm).to_real()?;
-        let mut win_r = MPI_WIN_NULL;
-        let Some(f) = lower::fns().MPI_Win_create_dynamic else { return call::missing("MPI_Win_create_dynamic") };
-        // SAFETY: `f` is the real library's MPI_Win_create_dynamic, resolved under the C signature
-        // of the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; `win` stands for a local of this
-        // body; every other argument is a plain value.
-        call::ok(unsafe { f(info_r, comm_r, &mut win_r) })?;
-        let v = register_win(win_r, "MPI_Win_create_dynamic");
-        // SAFETY: `win` is the caller's out-pointer for the new handle, null or valid for a write
-        // as MPI requires (this function's safety contract).
-        unsafe { put(win, v) };
         Ok(())
     })
 }

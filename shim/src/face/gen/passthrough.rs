@@ -2476,52 +2476,6 @@ pub unsafe fn MPI_Unpublish_name(service_name: *const c_char, info: MPI_Info, po
     })
 }
 
-pub unsafe fn MPI_Win_attach(win: MPI_Win, base: *mut c_void, size: MPI_Aint) -> c_int {
-    call::run("MPI_Win_attach", On::Win(win), || {
-        let win_r = CheckedWin(win).to_real()?;
-        let Some(f) = lower::fns().MPI_Win_attach else { return call::missing("MPI_Win_attach") };
-        // SAFETY: `f` is the real library's MPI_Win_attach, resolved under the C signature of the
-        // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; the pointers (`base`) are the caller's,
-        // valid as MPI requires (this function's safety contract) and passed on unchanged.
-        call::ok(unsafe { f(win_r, base, size) })
-    })
-}
-
-pub unsafe fn MPI_Win_complete(win: MPI_Win) -> c_int {
-    call::run("MPI_Win_complete", On::Win(win), || {
-        let win_r = CheckedWin(win).to_real()?;
-        let Some(f) = lower::fns().MPI_Win_complete else { return call::missing("MPI_Win_complete") };
-        // SAFETY: `f` is the real library's MPI_Win_complete, resolved under the C signature of the
-        // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; every other argument is a plain value.
-        call::ok(unsafe { f(win_r) })
-    })
-}
-
-pub unsafe fn MPI_Win_detach(win: MPI_Win, base: *const c_void) -> c_int {
-    call::run("MPI_Win_detach", On::Win(win), || {
-        let win_r = CheckedWin(win).to_real()?;
-        let Some(f) = lower::fns().MPI_Win_detach else { return call::missing("MPI_Win_detach") };
-        // SAFETY: `f` is the real library's MPI_Win_detach, resolved under the C signature of the
-        // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; the pointers (`base`) are the caller's,
-        // valid as MPI requires (this function's safety contract) and passed on unchanged.
-        call::ok(unsafe { f(win_r, base) })
-    })
-}
-
-pub unsafe fn MPI_Win_fence(assert: c_int, win: MPI_Win) -> c_int {
-    call::run("MPI_Win_fence", On::Win(win), || {
-        let win_r = CheckedWin(win).to_real()?;
-        let Some(f) = lower::fns().MPI_Win_fence else { return call::missing("MPI_Win_fence") };
-        // SAFETY: `f` is the real library's MPI_Win_fence, resolved under the C signature of the
-        // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; every other argument is a plain value.
-        call::ok(unsafe { f(assert, win_r) })
-    })
-}
-
 pub unsafe fn MPI_Win_flush(rank: c_int, win: MPI_Win) -> c_int {
     call::run("MPI_Win_flush", On::Win(win), || {
         let win_r = CheckedWin(win).to_real()?;
@@ -2582,52 +2536,6 @@ pub unsafe fn MPI_Win_get_name(win: MPI_Win, win_name: *mut c_char, resultlen: *
     })
 }
 
-pub unsafe fn MPI_Win_lock(lock_type: c_int, rank: c_int, assert: c_int, win: MPI_Win) -> c_int {
-    call::run("MPI_Win_lock", On::Win(win), || {
-        let win_r = CheckedWin(win).to_real()?;
-        let Some(f) = lower::fns().MPI_Win_lock else { return call::missing("MPI_Win_lock") };
-        // SAFETY: `f` is the real library's MPI_Win_lock, resolved under the C signature of the ABI
-        // table that this wrapper's signature is generated from; handles were translated inside the
-        // gate, so no renewal replaced them since; every other argument is a plain value.
-        call::ok(unsafe { f(lock_type, rank, assert, win_r) })
-    })
-}
-
-pub unsafe fn MPI_Win_lock_all(assert: c_int, win: MPI_Win) -> c_int {
-    call::run("MPI_Win_lock_all", On::Win(win), || {
-        let win_r = CheckedWin(win).to_real()?;
-        let Some(f) = lower::fns().MPI_Win_lock_all else { return call::missing("MPI_Win_lock_all") };
-        // SAFETY: `f` is the real library's MPI_Win_lock_all, resolved under the C signature of the
-        // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; every other argument is a plain value.
-        call::ok(unsafe { f(assert, win_r) })
-    })
-}
-
-pub unsafe fn MPI_Win_post(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
-    call::run("MPI_Win_post", On::Win(win), || {
-        let group_r = Group(group).to_real()?;
-        let win_r = CheckedWin(win).to_real()?;
-        let Some(f) = lower::fns().MPI_Win_post else { return call::missing("MPI_Win_post") };
-        // SAFETY: `f` is the real library's MPI_Win_post, resolved under the C signature of the ABI
-        // table that this wrapper's signature is generated from; handles were translated inside the
-        // gate, so no renewal replaced them since; every other argument is a plain value.
-        call::ok(unsafe { f(group_r, assert, win_r) })
-    })
-}
-
-pub unsafe fn MPI_Win_set_info(win: MPI_Win, info: MPI_Info) -> c_int {
-    call::run("MPI_Win_set_info", On::Win(win), || {
-        let win_r = CheckedWin(win).to_real()?;
-        let info_r = Info(info).to_real()?;
-        let Some(f) = lower::fns().MPI_Win_set_info else { return call::missing("MPI_Win_set_info") };
-        // SAFETY: `f` is the real library's MPI_Win_set_info, resolved under the C signature of the
-        // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; every other argument is a plain value.
-        call::ok(unsafe { f(win_r, info_r) })
-    })
-}
-
 pub unsafe fn MPI_Win_set_name(win: MPI_Win, win_name: *const c_char) -> c_int {
     call::run("MPI_Win_set_name", On::Win(win), || {
         let win_r = CheckedWin(win).to_real()?;
@@ -2640,95 +2548,11 @@ pub unsafe fn MPI_Win_set_name(win: MPI_Win, win_name: *const c_char) -> c_int {
     })
 }
 
-pub unsafe fn MPI_Win_shared_query(win: MPI_Win, rank: c_int, size: *mut MPI_Aint, disp_unit: *mut c_int, baseptr: *mut c_void) -> c_int {
-    call::run("MPI_Win_shared_query", On::Win(win), || {
-        let win_r = CheckedWin(win).to_real()?;
-        let Some(f) = lower::fns().MPI_Win_shared_query else { return call::missing("MPI_Win_shared_query") };
-        // SAFETY: `f` is the real library's MPI_Win_shared_query, resolved under the C signature of
-        // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; the pointers (`size`, `disp_unit`,
-        // `baseptr`) are the caller's, valid as MPI requires (this function's safety contract) and
-        // passed on unchanged.
-        call::ok(unsafe { f(win_r, rank, size, disp_unit, baseptr) })
-    })
-}
-
-pub unsafe fn MPI_Win_shared_query_c(win: MPI_Win, rank: c_int, size: *mut MPI_Aint, disp_unit: *mut MPI_Aint, baseptr: *mut c_void) -> c_int {
-    call::run("MPI_Win_shared_query_c", On::Win(win), || {
-        let win_r = CheckedWin(win).to_real()?;
-        let Some(f) = lower::fns().MPI_Win_shared_query_c else { return call::missing("MPI_Win_shared_query_c") };
-        // SAFETY: `f` is the real library's MPI_Win_shared_query_c, resolved under the C signature
-        // of the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; the pointers (`size`, `disp_unit`,
-        // `baseptr`) are the caller's, valid as MPI requires (this function's safety contract) and
-        // passed on unchanged.
-        call::ok(unsafe { f(win_r, rank, size, disp_unit, baseptr) })
-    })
-}
-
-pub unsafe fn MPI_Win_start(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
-    call::run("MPI_Win_start", On::Win(win), || {
-        let group_r = Group(group).to_real()?;
-        let win_r = CheckedWin(win).to_real()?;
-        let Some(f) = lower::fns().MPI_Win_start else { return call::missing("MPI_Win_start") };
-        // SAFETY: `f` is the real library's MPI_Win_start, resolved under the C signature of the
-        // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; every other argument is a plain value.
-        call::ok(unsafe { f(group_r, assert, win_r) })
-    })
-}
-
 pub unsafe fn MPI_Win_sync(win: MPI_Win) -> c_int {
     call::run("MPI_Win_sync", On::Win(win), || {
         let win_r = CheckedWin(win).to_real()?;
         let Some(f) = lower::fns().MPI_Win_sync else { return call::missing("MPI_Win_sync") };
         // SAFETY: `f` is the real library's MPI_Win_sync, resolved under the C signature of the ABI
-        // table that this wrapper's signature is generated from; handles were translated inside the
-        // gate, so no renewal replaced them since; every other argument is a plain value.
-        call::ok(unsafe { f(win_r) })
-    })
-}
-
-pub unsafe fn MPI_Win_test(win: MPI_Win, flag: *mut c_int) -> c_int {
-    call::run("MPI_Win_test", On::Win(win), || {
-        let win_r = CheckedWin(win).to_real()?;
-        let Some(f) = lower::fns().MPI_Win_test else { return call::missing("MPI_Win_test") };
-        // SAFETY: `f` is the real library's MPI_Win_test, resolved under the C signature of the ABI
-        // table that this wrapper's signature is generated from; handles were translated inside the
-        // gate, so no renewal replaced them since; the pointers (`flag`) are the caller's, valid as
-        // MPI requires (this function's safety contract) and passed on unchanged.
-        call::ok(unsafe { f(win_r, flag) })
-    })
-}
-
-pub unsafe fn MPI_Win_unlock(rank: c_int, win: MPI_Win) -> c_int {
-    call::run("MPI_Win_unlock", On::Win(win), || {
-        let win_r = CheckedWin(win).to_real()?;
-        let Some(f) = lower::fns().MPI_Win_unlock else { return call::missing("MPI_Win_unlock") };
-        // SAFETY: `f` is the real library's MPI_Win_unlock, resolved under the C signature of the
-        // ABI table that this wrapper's signature is generated from; handles were translated inside
-        // the gate, so no renewal replaced them since; every other argument is a plain value.
-        call::ok(unsafe { f(rank, win_r) })
-    })
-}
-
-pub unsafe fn MPI_Win_unlock_all(win: MPI_Win) -> c_int {
-    call::run("MPI_Win_unlock_all", On::Win(win), || {
-        let win_r = CheckedWin(win).to_real()?;
-        let Some(f) = lower::fns().MPI_Win_unlock_all else { return call::missing("MPI_Win_unlock_all") };
-        // SAFETY: `f` is the real library's MPI_Win_unlock_all, resolved under the C signature of
-        // the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; every other argument is a plain
-        // value.
-        call::ok(unsafe { f(win_r) })
-    })
-}
-
-pub unsafe fn MPI_Win_wait(win: MPI_Win) -> c_int {
-    call::run("MPI_Win_wait", On::Win(win), || {
-        let win_r = CheckedWin(win).to_real()?;
-        let Some(f) = lower::fns().MPI_Win_wait else { return call::missing("MPI_Win_wait") };
-        // SAFETY: `f` is the real library's MPI_Win_wait, resolved under the C signature of the ABI
         // table that this wrapper's signature is generated from; handles were translated inside the
         // gate, so no renewal replaced them since; every other argument is a plain value.
         call::ok(unsafe { f(win_r) })
