@@ -259,7 +259,14 @@ fn phases(
             continue;
         }
         *stage = Stage::GateClosed;
-        check_aligned()?;
+        // A communicator whose constructor (a collective its parent's target allowed) returned
+        // while the gate closed was not there when `wait_aligned` judged this rank aligned, and
+        // its peers may already have reported collectives on it: align again with the gate open.
+        if check_aligned().is_err() {
+            gate::open();
+            *stage = Stage::Aligning;
+            continue;
+        }
         // Asked again now that no program thread runs: aligning let this rank run on into
         // the collectives other ranks had entered, and those may have made what cannot be
         // carried (MPI_Win_create, MPI_File_open), which the first asking could not see.
