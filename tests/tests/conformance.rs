@@ -3,7 +3,7 @@
 //!
 //! `cargo test --release -p mpicr-tests --test conformance -- [FILTER...] [--select ci]
 //! [--dirs attr,coll,...] [--flavors mpich4,mpich5] [--modes native,shim,checkpoint]
-//! [--max-ranks N] [--timeout S] [--ckpt-min S] [--out DIR] [--rejudge RESULTS.tsv]`. A filter keeps the tests whose id
+//! [--max-ranks N] [--timeout S] [--ckpt-min S] [--out DIR] [--rejudge RESULTS.tsv[,RESULTS.tsv...]]`. A filter keeps the tests whose id
 //! (`dir/program/npN[/args]`) contains it. Exit status: 0 when no test that passes natively
 //! fails under the shim or through a checkpoint (unless `known-issue14.txt` lists it), 1 when
 //! one does, 2 on a setup problem. `MPICR_TEST_SEED`, `MPICR_TEST_KEEP`, `MPICR_SHIM` and
@@ -51,7 +51,7 @@ fn run() -> Result<bool, String> {
         builds: root.join(".deps/mpich-tests"),
         source: root.join(".deps/mpich-src/mpich-4.0.2/test/mpi"),
         out_dir: root.join("target/conformance"),
-        rejudge: None,
+        rejudge: Vec::new(),
     };
     if let Ok(f) = std::env::var("MPICR_TEST_FLAVORS") {
         if !f.is_empty() {
@@ -100,7 +100,8 @@ fn run() -> Result<bool, String> {
             "--ckpt-min" => o.ckpt_min = secs(value()?)?,
             // (relative to the workspace root: cargo runs this from the package's directory)
             "--out" => o.out_dir = root.join(value()?),
-            "--rejudge" => o.rejudge = Some(root.join(value()?)),
+            // (several, comma-separated: later files' results replace earlier ones')
+            "--rejudge" => o.rejudge.extend(value()?.split(',').map(|p| root.join(p))),
             // what cargo or libtest may pass
             "--color" | "--format" | "--logfile" | "--test-threads" => {
                 value()?;

@@ -70,9 +70,11 @@ pub struct Options {
     pub source: PathBuf,
     /// Where the per-run results (TSV) and the failures' full reports are written.
     pub out_dir: PathBuf,
-    /// Run nothing: take the results of this `results.tsv` of an earlier run, judge them
-    /// against the current lists and print the summary (tests it lacks count as not run).
-    pub rejudge: Option<PathBuf>,
+    /// Run nothing: take the results of these `results.tsv` files of earlier runs (a run in
+    /// chunks, then reruns: a later file's result of a test and mode replaces an earlier one's),
+    /// judge them against the current lists and print the summary (tests they lack count as
+    /// not run). Empty: run the tests.
+    pub rejudge: Vec<PathBuf>,
 }
 
 /// The outcome of one run.
@@ -158,9 +160,15 @@ pub struct Difference {
 
 /// Runs the suite; true when no new difference was found.
 pub fn run(h: &Harness, o: &Options) -> Result<bool, String> {
-    let earlier = match &o.rejudge {
-        Some(p) => Some(read_results(p)?),
-        None => None,
+    let earlier = match o.rejudge.is_empty() {
+        true => None,
+        false => {
+            let mut all = Recorded::new();
+            for p in &o.rejudge {
+                merge(&mut all, read_results(p)?);
+            }
+            Some(all)
+        }
     };
     let out_dir = if earlier.is_some() {
         // nothing is written over the results being judged
@@ -270,12 +278,12 @@ pub fn run(h: &Harness, o: &Options) -> Result<bool, String> {
         let _ = fs::remove_dir_all(&out_dir);
         skipped_note.push(format!(
             "judged again from {} ({not_run} tests of the lists have no result there)",
-            o.rejudge.as_deref().unwrap_or(Path::new("")).display()
+            o.rejudge.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
         ));
     }
     let diffs = differences(&all, &o.known);
     print_summary(o, &all, &diffs, &skipped_note);
-    if o.rejudge.is_none() {
+    if o.rejudge.is_empty() {
         println!(
             "\nper-run results: {}\nfull reports of failures: {}\ntotal {:.0} s",
             tsv_path.display(),
@@ -382,6 +390,18 @@ fn read_results(path: &Path) -> Result<Recorded, String> {
         *slot = Some((v, took));
     }
     Ok(out)
+}
+
+/// Takes `later`'s result of each test and mode over `into`'s (a rerun's over the first run's).
+fn merge(into: &mut Recorded, later: Recorded) {
+    for (key, r) in later {
+        let e = into.entry(key).or_default();
+        for (slot, new) in [(&mut e.native, r.native), (&mut e.shim, r.shim), (&mut e.cont, r.cont), (&mut e.stop, r.stop)] {
+            if new.is_some() {
+                *slot = new;
+            }
+        }
+    }
 }
 
 /// `entry` as an earlier run recorded it, under the current exclusions; None when that run
