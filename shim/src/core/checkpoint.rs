@@ -261,8 +261,9 @@ fn phases(
         }
         *stage = Stage::GateClosed;
         // A thread still inside the gate while it closed may have made a communicator (the
-        // private one of MPI_File_open, MPI_Dist_graph_create_adjacent's, say) that its peers had already reported and used: its
-        // target is beyond it. The thread can reach it only with the gate open: align again.
+        // private one of MPI_File_open, or MPI_Dist_graph_create_adjacent's) that its peers had
+        // already reported and used: its target is beyond it, and the thread can reach it only
+        // with the gate open. Align again.
         if let Err(e) = check_aligned() {
             if aligning_since.elapsed() > limits.align {
                 return Err(e);
