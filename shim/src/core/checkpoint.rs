@@ -12,7 +12,7 @@
 
 use crate::core::kinds::comm::{count_recv, peers, world_rank, world_size, CommEntry};
 use crate::core::kinds::library::{user_errors, UserError};
-use crate::core::kinds::{message, request, REFUSAL_ORDER, RENEWAL_ORDER};
+use crate::core::kinds::{message, part, request, REFUSAL_ORDER, RENEWAL_ORDER};
 use crate::core::state::OBJ;
 use crate::core::agent::{self, AgentError, Budget, Event, Inbox};
 use crate::core::{drained, gate, handles, renew};
@@ -239,7 +239,8 @@ fn phases(
     //    rank's gate closed and its counts sent, unless a later round (another rank needed a
     //    target raised) reopens the gate first.
     agent::begin_alignment();
-    let counters: Vec<(u64, u64)> = OBJ.comms.snapshot().into_iter().map(|(_, _, c)| (c.recipe.gid, c.coll_seq)).collect();
+    let mut counters: Vec<(u64, u64)> = OBJ.comms.snapshot().into_iter().map(|(_, _, c)| (c.recipe.gid, c.coll_seq)).collect();
+    counters.extend(part::start_counts());
     agent::send(&FromAgent::Counters { comms: counters })?;
     let mut round = match expect(inbox, limits.align, "collective targets")? {
         ToAgent::Targets { round, comms } => {
@@ -508,7 +509,7 @@ fn check_aligned() -> Result<(), CheckpointError> {
             return Err(CheckpointError::NotAligned { made_by: c.recipe.made_by.to_string(), at: c.coll_seq, target: t });
         }
     }
-    Ok(())
+    part::not_aligned(&targets).map_or(Ok(()), |why| Err(CheckpointError::Other(why)))
 }
 
 /// Communicators by table index, with their real handles and peers as world ranks.
