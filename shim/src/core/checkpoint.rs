@@ -249,6 +249,7 @@ fn phases(
         }
         other => return Err(unexpected(other, "while aligning")),
     };
+    let mut part_retries = 0;
     let expected = loop {
         tracing::debug!(target: "agent", epoch, round, "aligning collectives");
         if let Some(r) = wait_aligned(inbox, limits.align)? {
@@ -260,7 +261,17 @@ fn phases(
             continue;
         }
         *stage = Stage::GateClosed;
-        check_aligned()?;
+        if let Err(e) = check_aligned() {
+            // A partitioned start counted but not yet recorded as started when this rank looked
+            // aligned (its send's partitions are not all ready): the program runs on, align again.
+            if matches!(e, CheckpointError::Other(_)) && part_retries < 1000 {
+                part_retries += 1;
+                gate::open();
+                *stage = Stage::Aligning;
+                continue;
+            }
+            return Err(e);
+        }
         // Asked again now that no program thread runs: aligning let this rank run on into
         // the collectives other ranks had entered, and those may have made what cannot be
         // carried (MPI_Win_create, MPI_File_open), which the first asking could not see.
@@ -363,7 +374,14 @@ fn wait_aligned(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, Check
         if agent::finalizing() {
             return Err(CheckpointError::Finalizing);
         }
-        let wants: Vec<(u64, u64)> = agent::wants_past_targets().into_iter().filter(|w| !asked.contains(w)).collect();
+        // Only what this rank needs: when it is aligned, a start past a known target just waits
+        // (asking would have every rank chase the next one, e.g. in MPI_Startall).
+        let aligned = check_aligned().is_ok();
+        let known = agent::targets();
+        let wants: Vec<(u64, u64)> = agent::wants_past_targets()
+            .into_iter()
+            .filter(|w| !asked.contains(w) && (!aligned || !known.contains_key(&w.0)))
+            .collect();
         if !wants.is_empty() {
             tracing::debug!(target: "agent", ?wants, "asking for collective targets to rise");
             agent::send(&FromAgent::Wants { comms: wants.clone() })?;

@@ -30,8 +30,9 @@ use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Start counters per pair id (kept while the process lives: a few words per pair).
-static COUNTERS: Mutex<Option<HashMap<u64, Arc<CommCounters>>>> = Mutex::new(None);
+/// Start counters per pair id and side (send: true), kept while the process lives (a few words
+/// per pair); both sides are here when a process sends to itself.
+static COUNTERS: Mutex<Option<HashMap<(u64, bool), Arc<CommCounters>>>> = Mutex::new(None);
 /// Partitioned inits of this process so far (`PartInit::order`).
 static INITS: AtomicU64 = AtomicU64::new(0);
 /// Inits per (communicator, sender, receiver, tag) on this side, for [`pair_id`].
@@ -43,7 +44,7 @@ const PAIR_SALT: u64 = 0x5041_5254; // "PART"
 /// The job-wide id of the send/receive pair an init of this side belongs to: the n-th
 /// `MPI_Psend_init` from A to B with tag T on a communicator matches the n-th `MPI_Precv_init`
 /// of B from A with tag T (partitioned receives take no wildcards).
-fn pair_id(comm: c_int, peer: c_int, tag: c_int, send: bool) -> Option<(u64, bool)> {
+fn pair_id(comm: c_int, peer: c_int, tag: c_int, send: bool) -> Option<u64> {
     let idx = handles::comm_index(comm)?;
     let c = OBJ.comms.get(idx)?;
     let peer_world = *peers(&c).get(usize::try_from(peer).ok()?)?;
@@ -58,7 +59,7 @@ fn pair_id(comm: c_int, peer: c_int, tag: c_int, send: bool) -> Option<(u64, boo
     };
     let mut h = mix(mix(PAIR_SALT, c.recipe.gid), from as u64);
     h = mix(mix(mix(h, to as u64), tag as u64), n);
-    Some((h.max(3), from == to))
+    Some(h.max(3))
 }
 
 /// The recipe of a partitioned request just made by the program.
@@ -69,8 +70,10 @@ pub fn recipe(
 ) -> RequestRecipe {
     let order = INITS.fetch_add(1, Ordering::Relaxed);
     let pair = match pair_id(comm, peer, tag, send) {
-        Some((id, alone)) => {
-            COUNTERS.lock().get_or_insert_with(HashMap::new).insert(id, Arc::new(CommCounters::detached(id, alone)));
+        // Never "alone", even from a process to itself: its send and receive are two counters
+        // under one id, aligned like any pair (started unaligned, the send could not complete).
+        Some(id) => {
+            COUNTERS.lock().get_or_insert_with(HashMap::new).insert((id, send), Arc::new(CommCounters::detached(id, false)));
             id
         }
         // (MPI_PROC_NULL, or a communicator that is not ours: nothing to align)
@@ -80,9 +83,9 @@ pub fn recipe(
     RequestRecipe::Partitioned { init: Box::new(init), active: false, ready: Vec::new() }
 }
 
-/// The start counter of a pair (None: nothing to align).
-pub fn counters(pair: u64) -> Option<Arc<CommCounters>> {
-    COUNTERS.lock().as_ref()?.get(&pair).cloned()
+/// The start counter of one side of a pair (None: nothing to align).
+pub fn counters(init: &PartInit) -> Option<Arc<CommCounters>> {
+    COUNTERS.lock().as_ref()?.get(&(init.pair, init.send)).cloned()
 }
 
 /// Records partitions `parts` of request `idx` as ready; wakes a checkpoint that waits for them.
@@ -106,12 +109,13 @@ fn all_ready(init: &PartInit, ready: &[u64]) -> bool {
     (0..n).all(|p| ready.get(p / 64).is_some_and(|w| w & (1 << (p % 64)) != 0))
 }
 
-/// The counters of every live pair involving another process: (id, starts), for alignment.
+/// The counters of every live pair: (id, starts), for alignment (both sides of a pair within
+/// this process report under the same id).
 pub fn start_counts() -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     for (_, _, e) in OBJ.requests.snapshot() {
         if let RequestRecipe::Partitioned { init, .. } = &e.recipe {
-            if let Some(c) = counters(init.pair).filter(|c| !c.alone()) {
+            if let Some(c) = counters(init) {
                 out.push((init.pair, c.collectives()));
             }
         }
@@ -124,7 +128,7 @@ pub fn start_counts() -> Vec<(u64, u64)> {
 pub fn not_aligned(targets: &HashMap<u64, u64>) -> Option<String> {
     for (_, _, e) in OBJ.requests.snapshot() {
         let RequestRecipe::Partitioned { init, active, ready } = &e.recipe else { continue };
-        if let Some(c) = counters(init.pair).filter(|c| !c.alone()) {
+        if let Some(c) = counters(init) {
             let t = targets.get(&init.pair).copied().unwrap_or(0);
             if c.collectives() < t {
                 let f = if init.send { "MPI_Psend_init" } else { "MPI_Precv_init" };

@@ -672,7 +672,7 @@ unsafe fn start_one(v: MPI_Request) -> c_int {
     let g = match &entry.recipe {
         RequestRecipe::Collective { comm, .. } => begin_collective(*comm).0,
         // Aligned like a collective of the send/receive pair (see `core::kinds::part`).
-        RequestRecipe::Partitioned { init, .. } => match part::counters(init.pair) {
+        RequestRecipe::Partitioned { init, .. } => match part::counters(init) {
             Some(c) => begin_counted(&c),
             None => gate::enter(),
         },
