@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checkpoint/restart tests under Hydra: the C programs that opt in (`ckpt-ranks` in their
 # metadata line: a ring of Sendrecv, the 2-D halo exchange, the master/worker farm, collectives
-# on split communicators, derived datatypes, persistent requests, MPI-IO files, RMA windows, and the overlapped
+# on split communicators, derived datatypes, persistent requests, persistent collectives,
+# partitioned requests, MPI-IO files, RMA windows, threads inside MPI, and the overlapped
 # nonblocking collectives at 4 ranks) x {mpich4, mpich5, impi, ompi-on-mpich4} x their checkpoint
 # rank counts x the checkpoint modes of the harness (tests/src/ckpt.rs):
 #   continue        `mpicr checkpoint` at a random instant; the job goes on; output = native

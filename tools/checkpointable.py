@@ -15,11 +15,6 @@ REFUSED = [
     (r"MPI_Grequest_(start|complete)$",
      "while the generalized request is pending: the program's own callbacks complete it"),
     (r"MPI_(Isendrecv(_replace)?(_c)?|Buffer_iflush|Comm_iflush_buffer)$", "while the request is pending"),
-    (r"MPI_(Allgather|Allgatherv|Allreduce|Alltoall|Alltoallv|Alltoallw|Barrier|Bcast|Exscan|Gather|Gatherv|"
-     r"Neighbor_\w+|Reduce|Reduce_scatter|Reduce_scatter_block|Scan|Scatter|Scatterv)_init(_c)?$",
-     "while the persistent collective request exists"),
-    (r"MPI_(Psend_init|Precv_init|Pready|Pready_list|Pready_range|Parrived)$",
-     "while the partitioned request exists"),
     (r"MPI_Session_\w+$", "while the program holds an MPI session"),
     (r"MPI_Register_datarep(_c)?$", "while a file view uses the representation"),
 ]

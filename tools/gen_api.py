@@ -689,19 +689,67 @@ def gen_collective(fn, note):
     lines += real_call_safety(fn, [(n, t, p) for n, t, p in params if not (p["base"] in ("MPI_Datatype", "MPI_Request") and p["ptr"] == 1)], True)
     lines.append("    let rc = unsafe { f(%s) };" % ", ".join(args))
     reqs = [n for n, t, p in params if p["base"] == "MPI_Request" and p["ptr"] == 1]
-    if reqs:
+    if reqs and note == "persistent collective":
+        r = reqs[0]
+        lines.append("    if rc == MPI_SUCCESS {")
+        init = coll_init_args(params, neighbor)
+        if "coll_" in init:
+            lines.append("        // SAFETY: the arrays are the caller's, holding what MPI requires of this call")
+            lines.append("        // (this function's safety contract), which is what the recipe copies.")
+            lines.append("        let init = unsafe { %s };" % init)
+        else:
+            lines.append("        let init = %s;" % init)
+        lines.append("        // SAFETY: `%s` is the caller's out-pointer for the new request, valid for a" % r)
+        lines.append("        // write as MPI requires (this function's safety contract).")
+        lines.append("        unsafe { %s.write(crate::face::api::register_persistent_collective(%s_r, comm, \"%s\", _seq, init)) };" % (
+            r, r, name))
+        lines.append("    }")
+    elif reqs:
         r = reqs[0]
         lines.append("    if rc == MPI_SUCCESS {")
         lines.append("        // SAFETY: `%s` is the caller's out-pointer for the new request, valid for a" % r)
         lines.append("        // write as MPI requires (this function's safety contract).")
-        lines.append("        unsafe { %s.write(crate::face::api::register_collective(%s_r, comm, \"%s\", %s)) };" % (
-            r, r, name, "true" if note == "persistent collective" else "false"))
+        lines.append("        unsafe { %s.write(crate::face::api::register_collective(%s_r, comm, \"%s\", false)) };" % (
+            r, r, name))
         lines.append("    }")
     lines.append("    drop(_g);")
     lines.append("    if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, \"%s\"); }" % name)
     lines.append("    rc")
     lines.append("}")
     return "\n".join(lines)
+
+
+def coll_init_args(params, neighbor):
+    """The recipe of a persistent collective: its arguments in order (the request excepted), as
+    `CollArg`s; per-peer arrays are copied (their length: the peers or neighbours of `comm` on
+    the array's side)."""
+    names = [n for n, t, p in params]
+    out = []
+    for n, t, p in params:
+        b, ptr = p["base"], p["ptr"]
+        if b == "MPI_Request":
+            continue
+        side = "Send" if n.startswith("s") or (n == "displs" and "recvcounts" not in names) else "Recv"
+        arr = "comm, crate::face::api::Side::%s, %s" % (side, "true" if neighbor else "false")
+        if b == "void":
+            out.append("CollArg::Buf(%s as u64)" % n)
+        elif ptr == 0 and b == "int":
+            out.append("CollArg::Int(%s)" % n)
+        elif ptr == 0 and b in ("MPI_Count", "MPI_Aint"):
+            out.append("CollArg::Count(%s as i64)" % n)
+        elif ptr == 1 and b == "int":
+            out.append("CollArg::Ints(crate::face::api::coll_ints(%s, %s))" % (n, arr))
+        elif ptr == 1 and b in ("MPI_Count", "MPI_Aint"):
+            out.append("CollArg::Counts(crate::face::api::coll_counts(%s, %s))" % (n, arr))
+        elif ptr == 0 and b == "MPI_Datatype":
+            out.append("CollArg::Type(crate::face::api::datatype::typeref(%s))" % n)
+        elif ptr == 1 and b == "MPI_Datatype":
+            out.append("CollArg::Types(crate::face::api::coll_typerefs(%s, %s))" % (n, arr))
+        elif ptr == 0 and b in ("MPI_Op", "MPI_Comm", "MPI_Info"):
+            out.append("CollArg::%s(%s)" % (b[4:], n))
+        else:
+            raise SystemExit("gen_api: no recipe for argument %s (%s)" % (n, b))
+    return "vec![%s]" % ", ".join(out)
 
 
 def generate():
@@ -802,7 +850,7 @@ def generate():
 
     co = [HEADER, "#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]",
           "use crate::face::abi::*;", None, "use crate::face::{conv, errors};", "use crate::lower;",
-          "use std::os::raw::{c_int, c_void};", ""]
+          "use mpicr_virtid::CollArg;", "use std::os::raw::{c_int, c_void};", ""]
     for fn in fns:
         b, r = buckets[fn["name"]]
         if b == "coll" and r == "collective on a file":

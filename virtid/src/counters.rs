@@ -52,6 +52,14 @@ impl CommCounters {
         }
     }
 
+    /// Counters of no communicator's slot: collective-like starts of something else that must
+    /// be aligned between processes (a partitioned send/receive pair), under id `gid`.
+    pub fn detached(gid: u64, alone: bool) -> Self {
+        let c = Self::new(0);
+        c.reset(gid, alone);
+        c
+    }
+
     fn reset(&self, gid: u64, alone: bool) {
         self.gid.store(gid, Ordering::Relaxed);
         self.alone.store(alone, Ordering::Relaxed);

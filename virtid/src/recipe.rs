@@ -193,7 +193,12 @@ pub enum RequestRecipe {
     PersistentSend { mode: SendMode, args: P2pArgs, active: bool },
     PersistentRecv { args: P2pArgs, active: bool },
     /// Nonblocking or persistent collective, or anything else the library completes itself.
-    Collective { function: String, comm: Handle, persistent: bool, active: bool },
+    /// A persistent collective keeps the arguments of its `MPI_*_init` (`init`), to be made
+    /// again on a renewed library.
+    Collective { function: String, comm: Handle, persistent: bool, active: bool, init: Option<Box<CollInit>> },
+    /// Partitioned point-to-point (`MPI_Psend_init` / `MPI_Precv_init`): persistent, made again
+    /// from `init`; `ready` marks the partitions a started send made ready (`MPI_Pready*`).
+    Partitioned { init: Box<PartInit>, active: bool, ready: Vec<u64> },
     /// Generalized request: completed by the program through `MPI_Grequest_complete`.
     Generalized { query_fn: u64, free_fn: u64, cancel_fn: u64, extra_state: u64 },
     /// A request whose operation the shim already finished (e.g. a receive satisfied from the
@@ -214,8 +219,60 @@ impl RequestRecipe {
             RequestRecipe::PersistentSend { .. }
                 | RequestRecipe::PersistentRecv { .. }
                 | RequestRecipe::Collective { persistent: true, .. }
+                | RequestRecipe::Partitioned { .. }
         )
     }
+}
+
+/// One argument of a persistent collective's `MPI_*_init`, in the C signature's order (the
+/// request excepted): buffers as addresses, per-peer arrays copied, handles as the program's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CollArg {
+    /// A buffer (its address; `MPI_IN_PLACE` and `MPI_BOTTOM` included).
+    Buf(u64),
+    /// An `int` (count, root).
+    Int(i32),
+    /// An `MPI_Count` or `MPI_Aint`.
+    Count(i64),
+    /// An `int` array (counts, displacements), copied; `None` for a null pointer.
+    Ints(Option<Vec<i32>>),
+    /// An `MPI_Count` or `MPI_Aint` array, copied.
+    Counts(Option<Vec<i64>>),
+    Type(TypeRef),
+    /// Per-peer datatypes (`*w` variants), copied.
+    Types(Option<Vec<TypeRef>>),
+    Op(Handle),
+    Comm(Handle),
+    Info(Handle),
+}
+
+/// How a persistent collective was made: the function, its arguments, and its number among
+/// the collectives of its communicator (`seq`), which orders the remaking the same on every
+/// member.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CollInit {
+    pub function: String,
+    pub comm_gid: CommGid,
+    pub seq: u64,
+    pub args: Vec<CollArg>,
+}
+
+/// How a partitioned request was made. `order` is this process's count of partitioned inits
+/// before it (they are made again in that order, so sends and receives match as before);
+/// `pair` identifies the send/receive pair job-wide (both sides compute it alike).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartInit {
+    pub send: bool,
+    pub buf: u64,
+    pub partitions: i32,
+    pub count: i64,
+    pub datatype: TypeRef,
+    pub peer: i32,
+    pub tag: i32,
+    pub comm: Handle,
+    pub info: Handle,
+    pub order: u64,
+    pub pair: u64,
 }
 
 /// A user error handler kept by the shim (real objects always use MPI_ERRORS_RETURN).

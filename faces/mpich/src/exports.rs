@@ -5153,11 +5153,11 @@ pub unsafe extern "C" fn PMPI_T_pvar_readreset(session: *mut c_void, handle: *mu
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_pvar_reset(session: *mut c_void, handle: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_pvar_reset", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_reset(session, handle))
+    ffi_boundary!("MPI_T_pvar_reset", c_int, mpicr_shim::face::api::MPI_T_pvar_reset(session, handle))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_pvar_reset(session: *mut c_void, handle: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_pvar_reset", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_reset(session, handle))
+    ffi_boundary!("MPI_T_pvar_reset", c_int, mpicr_shim::face::api::MPI_T_pvar_reset(session, handle))
 }
 
 #[no_mangle]
@@ -5180,20 +5180,20 @@ pub unsafe extern "C" fn PMPI_T_pvar_session_free(session: *mut *mut c_void) -> 
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_pvar_start(session: *mut c_void, handle: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_pvar_start", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_start(session, handle))
+    ffi_boundary!("MPI_T_pvar_start", c_int, mpicr_shim::face::api::MPI_T_pvar_start(session, handle))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_pvar_start(session: *mut c_void, handle: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_pvar_start", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_start(session, handle))
+    ffi_boundary!("MPI_T_pvar_start", c_int, mpicr_shim::face::api::MPI_T_pvar_start(session, handle))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_T_pvar_stop(session: *mut c_void, handle: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_pvar_stop", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_stop(session, handle))
+    ffi_boundary!("MPI_T_pvar_stop", c_int, mpicr_shim::face::api::MPI_T_pvar_stop(session, handle))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_pvar_stop(session: *mut c_void, handle: *mut c_void) -> c_int {
-    ffi_boundary!("MPI_T_pvar_stop", c_int, mpicr_shim::face::gen::passthrough::MPI_T_pvar_stop(session, handle))
+    ffi_boundary!("MPI_T_pvar_stop", c_int, mpicr_shim::face::api::MPI_T_pvar_stop(session, handle))
 }
 
 #[no_mangle]

@@ -12,7 +12,7 @@
 
 use crate::core::kinds::comm::{count_recv, peers, world_rank, world_size, CommEntry};
 use crate::core::kinds::library::{user_errors, UserError};
-use crate::core::kinds::{message, request, win, REFUSAL_ORDER, RENEWAL_ORDER};
+use crate::core::kinds::{message, part, request, win, REFUSAL_ORDER, RENEWAL_ORDER};
 use crate::core::state::OBJ;
 use crate::core::agent::{self, AgentError, Budget, Event, Inbox};
 use crate::core::{drained, gate, handles, renew};
@@ -239,7 +239,8 @@ fn phases(
     //    rank's gate closed and its counts sent, unless a later round (another rank needed a
     //    target raised) reopens the gate first.
     agent::begin_alignment();
-    let counters: Vec<(u64, u64)> = OBJ.comms.snapshot().into_iter().map(|(_, _, c)| (c.recipe.gid, c.coll_seq)).collect();
+    let mut counters: Vec<(u64, u64)> = OBJ.comms.snapshot().into_iter().map(|(_, _, c)| (c.recipe.gid, c.coll_seq)).collect();
+    counters.extend(part::start_counts());
     agent::send(&FromAgent::Counters { comms: counters })?;
     let mut round = match expect(inbox, limits.align, "collective targets")? {
         ToAgent::Targets { round, comms } => {
@@ -263,12 +264,14 @@ fn phases(
         // A thread still inside the gate while it closed may have made a communicator (the
         // private one of MPI_File_open, or MPI_Dist_graph_create_adjacent's) that its peers had
         // already reported and used: its target is beyond it, and the thread can reach it only
-        // with the gate open. Align again.
+        // with the gate open. Likewise a partitioned start counted but not yet recorded as
+        // started when this rank looked aligned (its send's partitions not all ready). Align
+        // again, within the alignment's limit.
         if let Err(e) = check_aligned() {
             if aligning_since.elapsed() > limits.align {
                 return Err(e);
             }
-            tracing::debug!(target: "agent", epoch, %e, "a communicator made while the gate closed: aligning again");
+            tracing::debug!(target: "agent", epoch, %e, "not aligned once the gate closed: aligning again");
             gate::open();
             *stage = Stage::Aligning;
             continue;
@@ -393,7 +396,14 @@ fn wait_aligned(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, Check
         if agent::finalizing() {
             return Err(CheckpointError::Finalizing);
         }
-        let wants: Vec<(u64, u64)> = agent::wants_past_targets().into_iter().filter(|w| !asked.contains(w)).collect();
+        // Only what this rank needs: when it is aligned, a start past a known target just waits
+        // (asking would have every rank chase the next one, e.g. in MPI_Startall).
+        let aligned = check_aligned().is_ok();
+        let known = agent::targets();
+        let wants: Vec<(u64, u64)> = agent::wants_past_targets()
+            .into_iter()
+            .filter(|w| !asked.contains(w) && (!aligned || !known.contains_key(&w.0)))
+            .collect();
         if !wants.is_empty() {
             tracing::debug!(target: "agent", ?wants, "asking for collective targets to rise");
             agent::send(&FromAgent::Wants { comms: wants.clone() })?;
@@ -569,7 +579,7 @@ fn check_aligned() -> Result<(), CheckpointError> {
             return Err(CheckpointError::NotAligned { made_by: c.recipe.made_by.to_string(), at: c.coll_seq, target: t });
         }
     }
-    Ok(())
+    part::not_aligned(&targets).map_or(Ok(()), |why| Err(CheckpointError::Other(why)))
 }
 
 /// Communicators by table index, with their real handles and peers as world ranks.

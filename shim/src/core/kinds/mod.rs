@@ -13,6 +13,8 @@ pub mod keyval;
 pub mod library;
 pub mod message;
 pub mod op;
+pub mod part;
+pub mod pcoll;
 pub mod request;
 pub mod session;
 pub mod win;

@@ -9,6 +9,7 @@ use super::{check, Renewable};
 use crate::core::drained;
 use crate::core::handles;
 use crate::core::kinds::comm::{comm_gid, count_recv};
+use crate::core::kinds::datatype::Built;
 use crate::core::state::OBJ;
 use crate::lower;
 use crate::lower::abi::*;
@@ -141,15 +142,20 @@ pub fn take_drained_into(a: &P2pArgs) -> Option<MPI_Status> {
         return None;
     }
     let gid = comm_gid(a.comm)?;
+    // (a type the program freed, see `note_type_freed`, is built for the copy)
+    let ty = Built::of(&a.datatype).ok()?;
     let m = drained::take(gid, a.peer, a.tag)?;
-    let TypeRef::Predefined(dt) = a.datatype else { return None };
-    Some(unpack(&m.data, a.buf as *mut c_void, a.count, dt, a.comm, m.source, m.tag))
+    Some(unpack_real(&m.data, a.buf as *mut c_void, a.count, ty.real, a.comm, m.source, m.tag))
 }
 
 /// Copies a drained message (packed bytes) into the program's typed buffer.
 pub(crate) fn unpack(data: &[u8], buf: *mut c_void, count: i64, dt: MPI_Datatype, comm: MPI_Comm, source: c_int, tag: c_int) -> MPI_Status {
+    unpack_real(data, buf, count, handles::datatype(dt), comm, source, tag)
+}
+
+/// As [`unpack`], with the real datatype.
+fn unpack_real(data: &[u8], buf: *mut c_void, count: i64, rdt: c_int, comm: MPI_Comm, source: c_int, tag: c_int) -> MPI_Status {
     let f = lower::fns();
-    let rdt = handles::datatype(dt);
     let mut size: MPI_Count = 0;
     // SAFETY: out-pointer is a local.
     unsafe { f.MPI_Type_size_c.map(|g| g(rdt, &mut size)) };
@@ -242,7 +248,10 @@ pub fn cancel_receives(deadline: std::time::Instant) -> Result<(), String> {
 /// Is the request started (persistent ones only when active)?
 fn active(r: &RequestRecipe) -> bool {
     match r {
-        RequestRecipe::PersistentSend { active, .. } | RequestRecipe::PersistentRecv { active, .. } | RequestRecipe::Collective { active, .. } => *active,
+        RequestRecipe::PersistentSend { active, .. }
+        | RequestRecipe::PersistentRecv { active, .. }
+        | RequestRecipe::Collective { active, .. }
+        | RequestRecipe::Partitioned { active, .. } => *active,
         _ => true,
     }
 }
@@ -256,10 +265,25 @@ fn is_recv(r: &RequestRecipe) -> bool {
     matches!(r, RequestRecipe::Recv { .. } | RequestRecipe::PersistentRecv { .. })
 }
 
-fn dt(t: &TypeRef) -> c_int {
-    match t {
-        TypeRef::Predefined(h) => handles::datatype(*h),
-        TypeRef::Derived(_) => MPI_DATATYPE_NULL,
+/// The program frees datatype `v` (`recipe`: its recipe, None for a predefined one): requests
+/// that may still be posted again (pending receives, persistent ones) keep the type's recipe
+/// instead of its handle, whose slot may serve another type from now on.
+pub fn note_type_freed(v: MPI_Datatype, recipe: &mpicr_virtid::TypeRecipe) {
+    let uses = |a: &P2pArgs| a.datatype == TypeRef::Predefined(v);
+    for (idx, _, e) in OBJ.requests.snapshot() {
+        let hit = match &e.recipe {
+            RequestRecipe::Recv { args } => e.done.is_none() && uses(args),
+            RequestRecipe::PersistentRecv { args, .. } | RequestRecipe::PersistentSend { args, .. } => uses(args),
+            _ => false,
+        };
+        if hit {
+            OBJ.requests.with(idx, |x| match &mut x.recipe {
+                RequestRecipe::Recv { args } | RequestRecipe::PersistentRecv { args, .. } | RequestRecipe::PersistentSend { args, .. } => {
+                    args.datatype = TypeRef::Derived(Box::new(recipe.clone()))
+                }
+                _ => {}
+            });
+        }
     }
 }
 
@@ -270,8 +294,8 @@ impl Renewable for Renew {
     fn refusal(&self) -> Option<String> {
         for (_, _, r) in OBJ.requests.snapshot() {
             match &r.recipe {
-                RequestRecipe::Collective { persistent: true, function, .. } => {
-                    return Some(format!("a persistent collective request ({function}) is live; free it before checkpointing"));
+                RequestRecipe::Collective { persistent: true, init: None, function, .. } => {
+                    return Some(format!("a persistent collective request ({function}) has no recipe; free it before checkpointing"));
                 }
                 RequestRecipe::Generalized { .. } if r.done.is_none() => {
                     return Some("a generalized request (MPI_Grequest_start) is pending".into());
@@ -281,7 +305,11 @@ impl Renewable for Renew {
                     return Some(format!("a pending {function} request cannot be checkpointed yet"));
                 }
                 // (a renewal would post it again, on a communicator the program no longer has)
-                RequestRecipe::Recv { .. } | RequestRecipe::PersistentRecv { .. } | RequestRecipe::PersistentSend { .. }
+                RequestRecipe::Recv { .. }
+                | RequestRecipe::PersistentRecv { .. }
+                | RequestRecipe::PersistentSend { .. }
+                | RequestRecipe::Collective { persistent: true, .. }
+                | RequestRecipe::Partitioned { .. }
                     if r.comm_freed && (r.done.is_none() || r.recipe.is_persistent()) =>
                 {
                     return Some("a receive or persistent request is pending on a communicator the program freed (MPI_Comm_free); it cannot be checkpointed yet".into());
@@ -305,11 +333,24 @@ impl Renewable for Renew {
     }
 
     /// Posts cancelled receives again (or completes them from the drained messages) and
-    /// re-creates persistent requests.
+    /// re-creates persistent requests: point-to-point ones here, collective and partitioned
+    /// ones in their own orders (`pcoll`, `part`).
     fn rebuild(&self) -> Result<(), String> {
         let f = lower::fns();
         for (idx, _, e) in OBJ.requests.snapshot() {
+            if matches!(e.recipe, RequestRecipe::Collective { init: Some(_), .. } | RequestRecipe::Partitioned { .. }) {
+                continue;
+            }
             let mut r = MPI_REQUEST_NULL;
+            // The datatype, built from its recipe when the program freed it meanwhile.
+            let ty = match &e.recipe {
+                RequestRecipe::Recv { args } if e.repost => Some(Built::of(&args.datatype).map_err(|rc| format!("rebuilding a request's datatype: {}", lower::error_string(rc)))?),
+                RequestRecipe::PersistentRecv { args, .. } | RequestRecipe::PersistentSend { args, .. } => {
+                    Some(Built::of(&args.datatype).map_err(|rc| format!("rebuilding a request's datatype: {}", lower::error_string(rc)))?)
+                }
+                _ => None,
+            };
+            let dt = |_: &TypeRef| ty.as_ref().map_or(MPI_DATATYPE_NULL, |b| b.real);
             // SAFETY: the program's buffers and live translated handles.
             let rc = unsafe {
                 match &e.recipe {
@@ -352,6 +393,7 @@ impl Renewable for Renew {
             OBJ.requests.set_real(idx, RealRequest(r));
             OBJ.requests.with(idx, |x| x.repost = false);
         }
-        Ok(())
+        super::pcoll::rebuild()?;
+        super::part::rebuild()
     }
 }

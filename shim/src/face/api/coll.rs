@@ -34,6 +34,18 @@ pub fn begin_collective(comm: MPI_Comm) -> (gate::Guard, u64) {
     }
 }
 
+/// As [`begin_collective`], for starts counted on counters of their own (a partitioned pair).
+pub fn begin_counted(c: &mpicr_virtid::CommCounters) -> gate::Guard {
+    loop {
+        let g = gate::enter();
+        if agent::try_start_collective(c).is_some() {
+            return g;
+        }
+        drop(g);
+        agent::wait_until_collectives_may_start();
+    }
+}
+
 /// Which side of a `*w` collective a datatype array describes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Side {
@@ -84,4 +96,60 @@ pub fn neighbor_degrees(real_comm: c_int) -> (c_int, c_int) {
             _ => (0, 0),
         }
     }
+}
+
+/// How many entries a per-peer array of a collective on `comm` holds (`side`: whose peers).
+fn per_peer(comm: MPI_Comm, side: Side, neighbor: bool) -> usize {
+    let real = conv::comm(comm);
+    let n = if neighbor {
+        let (indeg, outdeg) = neighbor_degrees(real);
+        if side == Side::Send { outdeg } else { indeg }
+    } else {
+        crate::face::api::peer_count(real)
+    };
+    n.max(0) as usize
+}
+
+/// A copy of a per-peer `int` array of a persistent collective's init, for its recipe.
+///
+/// # Safety
+/// `p` is null or holds one entry per peer of `comm` on `side`.
+pub unsafe fn coll_ints(p: *const c_int, comm: MPI_Comm, side: Side, neighbor: bool) -> Option<Vec<i32>> {
+    // SAFETY: this function's contract.
+    (!p.is_null()).then(|| unsafe { std::slice::from_raw_parts(p, per_peer(comm, side, neighbor)) }.to_vec())
+}
+
+/// A copy of a per-peer `MPI_Count` or `MPI_Aint` array (both 64-bit here), for a recipe.
+///
+/// # Safety
+/// As for [`coll_ints`], with 8-byte entries.
+pub unsafe fn coll_counts<T: Wide>(p: *const T, comm: MPI_Comm, side: Side, neighbor: bool) -> Option<Vec<i64>> {
+    // SAFETY: this function's contract.
+    (!p.is_null()).then(|| unsafe { std::slice::from_raw_parts(p, per_peer(comm, side, neighbor)) }.iter().map(|&v| v.wide()).collect())
+}
+
+/// `MPI_Count` and `MPI_Aint` entries, widened for a recipe.
+pub trait Wide: Copy {
+    fn wide(self) -> i64;
+}
+impl Wide for MPI_Count {
+    fn wide(self) -> i64 {
+        self
+    }
+}
+impl Wide for MPI_Aint {
+    fn wide(self) -> i64 {
+        self as i64
+    }
+}
+
+/// The per-peer datatypes of a `*w` persistent collective, as recipe references.
+///
+/// # Safety
+/// As for [`coll_ints`].
+pub unsafe fn coll_typerefs(p: *const MPI_Datatype, comm: MPI_Comm, side: Side, neighbor: bool) -> Option<Vec<mpicr_virtid::TypeRef>> {
+    // SAFETY: this function's contract.
+    (!p.is_null()).then(|| {
+        unsafe { std::slice::from_raw_parts(p, per_peer(comm, side, neighbor)) }.iter().map(|&t| crate::face::api::datatype::typeref(t)).collect()
+    })
 }

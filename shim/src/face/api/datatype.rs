@@ -112,6 +112,12 @@ pub unsafe fn MPI_Type_free(datatype: *mut MPI_Datatype) -> c_int {
     let real0 = conv::datatype(v);
     let mut r = real0;
     let rc = real!(MPI_Type_free(&mut r));
+    if rc == MPI_SUCCESS {
+        // Pending receives and persistent requests keep its recipe (their handle goes stale).
+        if let Some(recipe) = idx.and_then(|i| OBJ.datatypes.with(i, |e| e.dt.recipe.clone())) {
+            crate::core::kinds::request::note_type_freed(v, &recipe);
+        }
+    }
     drop(g);
     if rc != MPI_SUCCESS {
         return errors::raise_default(rc, "MPI_Type_free");

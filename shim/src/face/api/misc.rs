@@ -189,8 +189,36 @@ pub static mut MPI_F_STATUSES_IGNORE: *mut c_int = &raw mut F_STATUSES_IGNORE_DU
 pub static mut MPI_F08_STATUS_IGNORE: *mut c_int = &raw mut F08_STATUS_IGNORE_DUMMY as *mut c_int;
 #[no_mangle]
 pub static mut MPI_F08_STATUSES_IGNORE: *mut c_int = &raw mut F08_STATUSES_IGNORE_DUMMY as *mut c_int;
+static mut PVAR_ALL_HANDLES_DUMMY: c_int = 0;
+/// A distinct address of the shim's (MPICH's value is its own), swapped for the real library's
+/// value by the calls that accept it ([`pvar_handle`]).
 #[no_mangle]
-pub static mut MPI_T_PVAR_ALL_HANDLES: *mut c_void = std::ptr::null_mut();
+pub static mut MPI_T_PVAR_ALL_HANDLES: *mut c_void = &raw mut PVAR_ALL_HANDLES_DUMMY as *mut c_void;
+
+/// A performance-variable handle on its way down: `MPI_T_PVAR_ALL_HANDLES` becomes the real
+/// library's.
+fn pvar_handle(h: *mut c_void) -> *mut c_void {
+    // SAFETY: reading our own static's value.
+    if h == unsafe { MPI_T_PVAR_ALL_HANDLES } { lower::real_sentinel("MPI_T_PVAR_ALL_HANDLES").cast() } else { h }
+}
+
+macro_rules! pvar_call {
+    ($name:ident) => {
+        pub unsafe fn $name(session: *mut c_void, handle: *mut c_void) -> c_int {
+            let h = pvar_handle(handle);
+            crate::face::call::run(stringify!($name), crate::face::call::On::Default, || {
+                let Some(f) = lower::fns().$name else { return crate::face::call::missing(stringify!($name)) };
+                // SAFETY: the real function of that name; the session is the caller's, the handle
+                // the caller's or the real library's own MPI_T_PVAR_ALL_HANDLES.
+                crate::face::call::ok(unsafe { f(session, h) })
+            })
+        }
+    };
+}
+
+pvar_call!(MPI_T_pvar_start);
+pvar_call!(MPI_T_pvar_stop);
+pvar_call!(MPI_T_pvar_reset);
 
 /// Translates a weights argument of the graph constructors.
 pub fn weights_in(p: *const c_int) -> *const c_int {

@@ -8,6 +8,7 @@ use crate::face::api::request::{register_done, register_request, wait_internal};
 use crate::face::api::{library_status_in, put, put_library_status, put_status};
 use crate::core::kinds::comm::{comm_gid, count_recv, count_send};
 use crate::core::kinds::message::{MessageEntry, CLAIMED};
+use crate::core::kinds::part;
 use crate::core::kinds::request::{take_drained_into, unpack};
 use crate::core::state::OBJ;
 use crate::face::{conv, errors};
@@ -642,67 +643,123 @@ macro_rules! recv_init {
 recv_init!(MPI_Recv_init, c_int);
 recv_init!(MPI_Recv_init_c, MPI_Count);
 
-/// Registers the request of a partitioned operation (persistent, not restorable).
+/// Registers the request of a partitioned operation, with the recipe a renewal makes it again
+/// from (`core::kinds::part`).
 ///
 /// # Safety
 /// `request` must be valid for a write.
-unsafe fn partitioned_init(name: &str, comm: MPI_Comm, request: *mut MPI_Request, call: impl FnOnce(c_int, &mut c_int) -> c_int) -> c_int {
+unsafe fn partitioned_init(
+    name: &str, send: bool, a: &P2pArgs, partitions: c_int, info: MPI_Info, request: *mut MPI_Request,
+    call: impl FnOnce(c_int, c_int, &mut c_int) -> c_int,
+) -> c_int {
     let g = gate::enter();
     let mut r = MPI_REQUEST_NULL;
-    let rc = call(conv::comm(comm), &mut r);
+    let rc = call(conv::comm(a.comm), conv::datatype(dtype_of(a)), &mut r);
     if rc == MPI_SUCCESS {
-        let recipe = RequestRecipe::Collective { function: name.into(), comm, persistent: true, active: false };
+        let TypeRef::Predefined(dt) = a.datatype else { unreachable!("args() keeps handles") };
+        let ty = crate::face::api::datatype::typeref(dt);
+        let recipe = part::recipe(send, a.buf, partitions, a.count, ty, a.peer, a.tag, a.comm, info);
         // SAFETY: this function's contract.
-        unsafe { put(request, register_request(r, recipe, comm, false)) };
+        unsafe { put(request, register_request(r, recipe, a.comm, false)) };
     }
     drop(g);
     if rc != MPI_SUCCESS {
-        return errors::raise_comm(comm, rc, name);
+        return errors::raise_comm(a.comm, rc, name);
     }
     MPI_SUCCESS
+}
+
+fn dtype_of(a: &P2pArgs) -> MPI_Datatype {
+    match a.datatype {
+        TypeRef::Predefined(h) => h,
+        TypeRef::Derived(_) => MPI_DATATYPE_NULL,
+    }
 }
 
 pub unsafe fn MPI_Psend_init(
     buf: *const c_void, partitions: c_int, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm,
     info: MPI_Info, request: *mut MPI_Request,
 ) -> c_int {
-    let (d, i) = (conv::datatype(datatype), conv::info(info));
+    let a = args(buf, count, datatype, dest, tag, comm);
+    let i = conv::info(info);
     // SAFETY: `request` is the caller's out-pointer; `buf` goes to the library as the caller passed
     // it.
-    unsafe { partitioned_init("MPI_Psend_init", comm, request, |c, r| real!(MPI_Psend_init(buf, partitions, count, d, dest, tag, c, i, r))) }
+    unsafe {
+        partitioned_init("MPI_Psend_init", true, &a, partitions, info, request, |c, d, r| {
+            real!(MPI_Psend_init(buf, partitions, count, d, dest, tag, c, i, r))
+        })
+    }
 }
 
 pub unsafe fn MPI_Precv_init(
     buf: *mut c_void, partitions: c_int, count: MPI_Count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm,
     info: MPI_Info, request: *mut MPI_Request,
 ) -> c_int {
-    let (d, i) = (conv::datatype(datatype), conv::info(info));
+    let a = args(buf, count, datatype, source, tag, comm);
+    let i = conv::info(info);
     // SAFETY: `request` is the caller's out-pointer; `buf` goes to the library as the caller passed
     // it.
-    unsafe { partitioned_init("MPI_Precv_init", comm, request, |c, r| real!(MPI_Precv_init(buf, partitions, count, d, source, tag, c, i, r))) }
+    unsafe {
+        partitioned_init("MPI_Precv_init", false, &a, partitions, info, request, |c, d, r| {
+            real!(MPI_Precv_init(buf, partitions, count, d, source, tag, c, i, r))
+        })
+    }
 }
 
-/// A partitioned-communication call on an existing request. Safe itself: what reaches the
-/// library goes through `call`.
-fn on_request(name: &str, request: MPI_Request, call: impl FnOnce(c_int) -> c_int) -> c_int {
+/// A partitioned-communication call on an existing request; `ready`: the partitions it makes
+/// ready, recorded when it succeeds. Safe itself: what reaches the library goes through `call`.
+fn on_request(name: &str, request: MPI_Request, ready: impl Iterator<Item = c_int>, call: impl FnOnce(c_int) -> c_int) -> c_int {
     let g = gate::enter();
     let rc = call(conv::request(request));
+    if rc == MPI_SUCCESS {
+        if let Some(idx) = conv::index(request, Kind::Request) {
+            part::mark_ready(idx, ready);
+        }
+    }
     drop(g);
     if rc != MPI_SUCCESS { errors::raise_default(rc, name) } else { rc }
 }
 
 pub unsafe fn MPI_Pready(partition: c_int, request: MPI_Request) -> c_int {
-    on_request("MPI_Pready", request, |r| real!(MPI_Pready(partition, r)))
+    on_request("MPI_Pready", request, std::iter::once(partition), |r| real!(MPI_Pready(partition, r)))
 }
 
 pub unsafe fn MPI_Pready_range(lo: c_int, hi: c_int, request: MPI_Request) -> c_int {
-    on_request("MPI_Pready_range", request, |r| real!(MPI_Pready_range(lo, hi, r)))
+    on_request("MPI_Pready_range", request, lo..=hi, |r| real!(MPI_Pready_range(lo, hi, r)))
 }
 
 pub unsafe fn MPI_Pready_list(length: c_int, list: *mut c_int, request: MPI_Request) -> c_int {
-    on_request("MPI_Pready_list", request, |r| real!(MPI_Pready_list(length, list, r)))
+    let parts: Vec<c_int> = if list.is_null() || length <= 0 {
+        Vec::new()
+    } else {
+        // SAFETY: MPI requires `list` to hold `length` partition numbers.
+        unsafe { std::slice::from_raw_parts(list, length as usize) }.to_vec()
+    };
+    on_request("MPI_Pready_list", request, parts.into_iter(), |r| real!(MPI_Pready_list(length, list, r)))
 }
 
 pub unsafe fn MPI_Parrived(request: MPI_Request, partition: c_int, flag: *mut c_int) -> c_int {
-    on_request("MPI_Parrived", request, |r| real!(MPI_Parrived(r, partition, flag)))
+    // A receive a checkpoint's drain completed: every partition arrived (the renewed library's
+    // request is not started).
+    let done = conv::index(request, Kind::Request).and_then(|i| OBJ.requests.with(i, |e| e.done.is_some())).unwrap_or(false);
+    if done {
+        // SAFETY: `flag` is the caller's out-pointer, valid for a write.
+        unsafe { put(flag, 1) };
+        return MPI_SUCCESS;
+    }
+    let active = conv::index(request, Kind::Request)
+        .and_then(|i| OBJ.requests.with(i, |e| matches!(e.recipe, RequestRecipe::Partitioned { active: true, init: ref i, .. } if !i.send)))
+        .unwrap_or(false);
+    on_request("MPI_Parrived", request, std::iter::empty(), |r| {
+        let rc = real!(MPI_Parrived(r, partition, flag));
+        // A receive made again by a renewal and started before its sender's init reached it:
+        // MPICH 4.0.2 calls it "invalid or inactive" (seen right after restarts, where ranks
+        // resume at different times). Nothing has arrived yet, which is what the program hears.
+        if rc != MPI_SUCCESS && active && lower::generations_loaded() > 1 {
+            // SAFETY: `flag` is the caller's out-pointer, valid for a write.
+            unsafe { put(flag, 0) };
+            return MPI_SUCCESS;
+        }
+        rc
+    })
 }

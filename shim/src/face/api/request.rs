@@ -5,13 +5,14 @@
 
 use crate::lower::handles::RealRequest;
 use crate::face::abi::*;
-use crate::face::api::{begin_collective, put_status, put_status_error};
+use crate::face::api::{begin_collective, begin_counted, put_status, put_status_error};
+use crate::core::kinds::part;
 use crate::core::kinds::comm::count_send;
 use crate::core::kinds::request::{file_io_started, is_file_io, poll, take_drained_into, RequestEntry};
 use crate::core::state::OBJ;
 use crate::face::{conv, errors};
 use crate::core::gate;
-use mpicr_virtid::{Kind, RequestRecipe};
+use mpicr_virtid::{CollArg, CollInit, Kind, RequestRecipe};
 use std::os::raw::c_int;
 
 /// Registers a real request under a virtual handle.
@@ -38,7 +39,18 @@ pub fn register_collective(real: c_int, comm: MPI_Comm, function: &str, persiste
         comm,
         persistent,
         active: !persistent,
+        init: None,
     };
+    register_request(real, recipe, comm, false)
+}
+
+/// A persistent collective just made by `function` (collective number `seq` on `comm`), with
+/// its arguments: the recipe a renewal makes it again from.
+pub fn register_persistent_collective(real: c_int, comm: MPI_Comm, function: &str, seq: u64, args: Vec<CollArg>) -> MPI_Request {
+    let function = function.trim_start_matches('P').to_string();
+    let comm_gid = crate::core::kinds::comm::comm_gid(comm).unwrap_or(0);
+    let init = CollInit { function: function.clone(), comm_gid, seq, args };
+    let recipe = RequestRecipe::Collective { function, comm, persistent: true, active: false, init: Some(Box::new(init)) };
     register_request(real, recipe, comm, false)
 }
 
@@ -52,6 +64,10 @@ fn finish(v: MPI_Request, idx: u32) -> MPI_Request {
             RequestRecipe::PersistentSend { active, .. }
             | RequestRecipe::PersistentRecv { active, .. }
             | RequestRecipe::Collective { active, .. } => *active = false,
+            RequestRecipe::Partitioned { active, ready, .. } => {
+                *active = false;
+                ready.clear();
+            }
             _ => {}
         }
         e.recipe.is_persistent()
@@ -113,6 +129,7 @@ fn classify(v: MPI_Request) -> Slot {
             RequestRecipe::PersistentSend { active: false, .. }
                 | RequestRecipe::PersistentRecv { active: false, .. }
                 | RequestRecipe::Collective { persistent: true, active: false, .. }
+                | RequestRecipe::Partitioned { active: false, .. }
         );
         (inactive, e.done)
     });
@@ -654,6 +671,11 @@ unsafe fn start_one(v: MPI_Request) -> c_int {
     let Some(entry) = OBJ.requests.get(idx) else { return errors::raise_default(MPI_ERR_REQUEST, "MPI_Start") };
     let g = match &entry.recipe {
         RequestRecipe::Collective { comm, .. } => begin_collective(*comm).0,
+        // Aligned like a collective of the send/receive pair (see `core::kinds::part`).
+        RequestRecipe::Partitioned { init, .. } => match part::counters(init) {
+            Some(c) => begin_counted(&c),
+            None => gate::enter(),
+        },
         _ => gate::enter(),
     };
     if let RequestRecipe::PersistentRecv { args, .. } = &entry.recipe {
@@ -676,6 +698,10 @@ unsafe fn start_one(v: MPI_Request) -> c_int {
                 count_send(args.comm, args.peer);
             }
             RequestRecipe::PersistentRecv { active, .. } | RequestRecipe::Collective { active, .. } => *active = true,
+            RequestRecipe::Partitioned { active, ready, .. } => {
+                *active = true;
+                ready.clear();
+            }
             _ => {}
         });
     }

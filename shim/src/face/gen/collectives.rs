@@ -6,6 +6,7 @@ use crate::face::abi::*;
 use crate::face::call::{self, On, ToReal, Datatype, File};
 use crate::face::{conv, errors};
 use crate::lower;
+use mpicr_virtid::CollArg;
 use std::os::raw::{c_int, c_void};
 
 pub unsafe fn MPI_Allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
@@ -66,9 +67,10 @@ pub unsafe fn MPI_Allgather_init(sendbuf: *const c_void, sendcount: c_int, sendt
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Allgather_init", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Allgather_init", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Allgather_init"); }
@@ -93,9 +95,10 @@ pub unsafe fn MPI_Allgather_init_c(sendbuf: *const c_void, sendcount: MPI_Count,
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount as i64), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Allgather_init_c", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Allgather_init_c", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Allgather_init_c"); }
@@ -163,9 +166,12 @@ pub unsafe fn MPI_Allgatherv_init(sendbuf: *const c_void, sendcount: c_int, send
     // passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcounts, displs, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        // SAFETY: the arrays are the caller's, holding what MPI requires of this call
+        // (this function's safety contract), which is what the recipe copies.
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Ints(crate::face::api::coll_ints(displs, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Allgatherv_init", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Allgatherv_init", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Allgatherv_init"); }
@@ -191,9 +197,12 @@ pub unsafe fn MPI_Allgatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count
     // contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcounts, displs, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        // SAFETY: the arrays are the caller's, holding what MPI requires of this call
+        // (this function's safety contract), which is what the recipe copies.
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Counts(crate::face::api::coll_counts(displs, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Allgatherv_init_c", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Allgatherv_init_c", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Allgatherv_init_c"); }
@@ -258,9 +267,10 @@ pub unsafe fn MPI_Allreduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, c
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Int(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Allreduce_init", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Allreduce_init", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Allreduce_init"); }
@@ -285,9 +295,10 @@ pub unsafe fn MPI_Allreduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void,
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count as i64), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Allreduce_init_c", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Allreduce_init_c", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Allreduce_init_c"); }
@@ -352,9 +363,10 @@ pub unsafe fn MPI_Alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendty
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Alltoall_init", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Alltoall_init", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Alltoall_init"); }
@@ -379,9 +391,10 @@ pub unsafe fn MPI_Alltoall_init_c(sendbuf: *const c_void, sendcount: MPI_Count, 
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount as i64), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Alltoall_init_c", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Alltoall_init_c", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Alltoall_init_c"); }
@@ -449,9 +462,12 @@ pub unsafe fn MPI_Alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_in
     // safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcounts, sdispls, sendtype_r, recvbuf, recvcounts, rdispls, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        // SAFETY: the arrays are the caller's, holding what MPI requires of this call
+        // (this function's safety contract), which is what the recipe copies.
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Ints(crate::face::api::coll_ints(sendcounts, comm, crate::face::api::Side::Send, false)), CollArg::Ints(crate::face::api::coll_ints(sdispls, comm, crate::face::api::Side::Send, false)), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Ints(crate::face::api::coll_ints(rdispls, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Alltoallv_init", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Alltoallv_init", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Alltoallv_init"); }
@@ -477,9 +493,12 @@ pub unsafe fn MPI_Alltoallv_init_c(sendbuf: *const c_void, sendcounts: *const MP
     // safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcounts, sdispls, sendtype_r, recvbuf, recvcounts, rdispls, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        // SAFETY: the arrays are the caller's, holding what MPI requires of this call
+        // (this function's safety contract), which is what the recipe copies.
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Counts(crate::face::api::coll_counts(sendcounts, comm, crate::face::api::Side::Send, false)), CollArg::Counts(crate::face::api::coll_counts(sdispls, comm, crate::face::api::Side::Send, false)), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Counts(crate::face::api::coll_counts(rdispls, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Alltoallv_init_c", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Alltoallv_init_c", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Alltoallv_init_c"); }
@@ -559,9 +578,12 @@ pub unsafe fn MPI_Alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_in
     // safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcounts, sdispls, sendtypes_v.as_ptr(), recvbuf, recvcounts, rdispls, recvtypes_v.as_ptr(), comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        // SAFETY: the arrays are the caller's, holding what MPI requires of this call
+        // (this function's safety contract), which is what the recipe copies.
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Ints(crate::face::api::coll_ints(sendcounts, comm, crate::face::api::Side::Send, false)), CollArg::Ints(crate::face::api::coll_ints(sdispls, comm, crate::face::api::Side::Send, false)), CollArg::Types(crate::face::api::coll_typerefs(sendtypes, comm, crate::face::api::Side::Send, false)), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Ints(crate::face::api::coll_ints(rdispls, comm, crate::face::api::Side::Recv, false)), CollArg::Types(crate::face::api::coll_typerefs(recvtypes, comm, crate::face::api::Side::Recv, false)), CollArg::Comm(comm), CollArg::Info(info)] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Alltoallw_init", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Alltoallw_init", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Alltoallw_init"); }
@@ -591,9 +613,12 @@ pub unsafe fn MPI_Alltoallw_init_c(sendbuf: *const c_void, sendcounts: *const MP
     // safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcounts, sdispls, sendtypes_v.as_ptr(), recvbuf, recvcounts, rdispls, recvtypes_v.as_ptr(), comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        // SAFETY: the arrays are the caller's, holding what MPI requires of this call
+        // (this function's safety contract), which is what the recipe copies.
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Counts(crate::face::api::coll_counts(sendcounts, comm, crate::face::api::Side::Send, false)), CollArg::Counts(crate::face::api::coll_counts(sdispls, comm, crate::face::api::Side::Send, false)), CollArg::Types(crate::face::api::coll_typerefs(sendtypes, comm, crate::face::api::Side::Send, false)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Counts(crate::face::api::coll_counts(rdispls, comm, crate::face::api::Side::Recv, false)), CollArg::Types(crate::face::api::coll_typerefs(recvtypes, comm, crate::face::api::Side::Recv, false)), CollArg::Comm(comm), CollArg::Info(info)] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Alltoallw_init_c", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Alltoallw_init_c", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Alltoallw_init_c"); }
@@ -632,9 +657,10 @@ pub unsafe fn MPI_Barrier_init(comm: MPI_Comm, info: MPI_Info, request: *mut MPI
     // gate, so no renewal replaced them since; every other argument is a plain value.
     let rc = unsafe { f(comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        let init = vec![CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Barrier_init", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Barrier_init", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Barrier_init"); }
@@ -696,9 +722,10 @@ pub unsafe fn MPI_Bcast_init(buffer: *mut c_void, count: c_int, datatype: MPI_Da
     // MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(buffer, count, datatype_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        let init = vec![CollArg::Buf(buffer as u64), CollArg::Int(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Bcast_init", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Bcast_init", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Bcast_init"); }
@@ -722,9 +749,10 @@ pub unsafe fn MPI_Bcast_init_c(buffer: *mut c_void, count: MPI_Count, datatype: 
     // MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(buffer, count, datatype_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        let init = vec![CollArg::Buf(buffer as u64), CollArg::Count(count as i64), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Bcast_init_c", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Bcast_init_c", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Bcast_init_c"); }
@@ -789,9 +817,10 @@ pub unsafe fn MPI_Exscan_init(sendbuf: *const c_void, recvbuf: *mut c_void, coun
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Int(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Exscan_init", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Exscan_init", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Exscan_init"); }
@@ -816,9 +845,10 @@ pub unsafe fn MPI_Exscan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, co
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count as i64), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Exscan_init_c", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Exscan_init_c", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Exscan_init_c"); }
@@ -1127,9 +1157,10 @@ pub unsafe fn MPI_Gather_init(sendbuf: *const c_void, sendcount: c_int, sendtype
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Gather_init", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Gather_init", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Gather_init"); }
@@ -1154,9 +1185,10 @@ pub unsafe fn MPI_Gather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, se
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount as i64), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Gather_init_c", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Gather_init_c", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Gather_init_c"); }
@@ -1224,9 +1256,12 @@ pub unsafe fn MPI_Gatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtyp
     // passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcounts, displs, recvtype_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        // SAFETY: the arrays are the caller's, holding what MPI requires of this call
+        // (this function's safety contract), which is what the recipe copies.
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Ints(crate::face::api::coll_ints(displs, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Gatherv_init", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Gatherv_init", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Gatherv_init"); }
@@ -1252,9 +1287,12 @@ pub unsafe fn MPI_Gatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, s
     // passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcounts, displs, recvtype_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        // SAFETY: the arrays are the caller's, holding what MPI requires of this call
+        // (this function's safety contract), which is what the recipe copies.
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Counts(crate::face::api::coll_counts(displs, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Gatherv_init_c", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Gatherv_init_c", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Gatherv_init_c"); }
@@ -2470,9 +2508,10 @@ pub unsafe fn MPI_Neighbor_allgather_init(sendbuf: *const c_void, sendcount: c_i
     // unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Neighbor_allgather_init", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Neighbor_allgather_init", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Neighbor_allgather_init"); }
@@ -2498,9 +2537,10 @@ pub unsafe fn MPI_Neighbor_allgather_init_c(sendbuf: *const c_void, sendcount: M
     // passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount as i64), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Neighbor_allgather_init_c", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Neighbor_allgather_init_c", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Neighbor_allgather_init_c"); }
@@ -2568,9 +2608,12 @@ pub unsafe fn MPI_Neighbor_allgatherv_init(sendbuf: *const c_void, sendcount: c_
     // safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcounts, displs, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        // SAFETY: the arrays are the caller's, holding what MPI requires of this call
+        // (this function's safety contract), which is what the recipe copies.
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, true)), CollArg::Ints(crate::face::api::coll_ints(displs, comm, crate::face::api::Side::Recv, true)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Neighbor_allgatherv_init", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Neighbor_allgatherv_init", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Neighbor_allgatherv_init"); }
@@ -2596,9 +2639,12 @@ pub unsafe fn MPI_Neighbor_allgatherv_init_c(sendbuf: *const c_void, sendcount: 
     // safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcounts, displs, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        // SAFETY: the arrays are the caller's, holding what MPI requires of this call
+        // (this function's safety contract), which is what the recipe copies.
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, true)), CollArg::Counts(crate::face::api::coll_counts(displs, comm, crate::face::api::Side::Recv, true)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Neighbor_allgatherv_init_c", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Neighbor_allgatherv_init_c", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Neighbor_allgatherv_init_c"); }
@@ -2664,9 +2710,10 @@ pub unsafe fn MPI_Neighbor_alltoall_init(sendbuf: *const c_void, sendcount: c_in
     // unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Neighbor_alltoall_init", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Neighbor_alltoall_init", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Neighbor_alltoall_init"); }
@@ -2692,9 +2739,10 @@ pub unsafe fn MPI_Neighbor_alltoall_init_c(sendbuf: *const c_void, sendcount: MP
     // passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount as i64), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Neighbor_alltoall_init_c", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Neighbor_alltoall_init_c", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Neighbor_alltoall_init_c"); }
@@ -2762,9 +2810,12 @@ pub unsafe fn MPI_Neighbor_alltoallv_init(sendbuf: *const c_void, sendcounts: *c
     // function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcounts, sdispls, sendtype_r, recvbuf, recvcounts, rdispls, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        // SAFETY: the arrays are the caller's, holding what MPI requires of this call
+        // (this function's safety contract), which is what the recipe copies.
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Ints(crate::face::api::coll_ints(sendcounts, comm, crate::face::api::Side::Send, true)), CollArg::Ints(crate::face::api::coll_ints(sdispls, comm, crate::face::api::Side::Send, true)), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, true)), CollArg::Ints(crate::face::api::coll_ints(rdispls, comm, crate::face::api::Side::Recv, true)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Neighbor_alltoallv_init", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Neighbor_alltoallv_init", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Neighbor_alltoallv_init"); }
@@ -2790,9 +2841,12 @@ pub unsafe fn MPI_Neighbor_alltoallv_init_c(sendbuf: *const c_void, sendcounts: 
     // requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcounts, sdispls, sendtype_r, recvbuf, recvcounts, rdispls, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        // SAFETY: the arrays are the caller's, holding what MPI requires of this call
+        // (this function's safety contract), which is what the recipe copies.
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Counts(crate::face::api::coll_counts(sendcounts, comm, crate::face::api::Side::Send, true)), CollArg::Counts(crate::face::api::coll_counts(sdispls, comm, crate::face::api::Side::Send, true)), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, true)), CollArg::Counts(crate::face::api::coll_counts(rdispls, comm, crate::face::api::Side::Recv, true)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Neighbor_alltoallv_init_c", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Neighbor_alltoallv_init_c", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Neighbor_alltoallv_init_c"); }
@@ -2872,9 +2926,12 @@ pub unsafe fn MPI_Neighbor_alltoallw_init(sendbuf: *const c_void, sendcounts: *c
     // function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcounts, sdispls, sendtypes_v.as_ptr(), recvbuf, recvcounts, rdispls, recvtypes_v.as_ptr(), comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        // SAFETY: the arrays are the caller's, holding what MPI requires of this call
+        // (this function's safety contract), which is what the recipe copies.
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Ints(crate::face::api::coll_ints(sendcounts, comm, crate::face::api::Side::Send, true)), CollArg::Counts(crate::face::api::coll_counts(sdispls, comm, crate::face::api::Side::Send, true)), CollArg::Types(crate::face::api::coll_typerefs(sendtypes, comm, crate::face::api::Side::Send, true)), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, true)), CollArg::Counts(crate::face::api::coll_counts(rdispls, comm, crate::face::api::Side::Recv, true)), CollArg::Types(crate::face::api::coll_typerefs(recvtypes, comm, crate::face::api::Side::Recv, true)), CollArg::Comm(comm), CollArg::Info(info)] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Neighbor_alltoallw_init", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Neighbor_alltoallw_init", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Neighbor_alltoallw_init"); }
@@ -2904,9 +2961,12 @@ pub unsafe fn MPI_Neighbor_alltoallw_init_c(sendbuf: *const c_void, sendcounts: 
     // requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcounts, sdispls, sendtypes_v.as_ptr(), recvbuf, recvcounts, rdispls, recvtypes_v.as_ptr(), comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        // SAFETY: the arrays are the caller's, holding what MPI requires of this call
+        // (this function's safety contract), which is what the recipe copies.
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Counts(crate::face::api::coll_counts(sendcounts, comm, crate::face::api::Side::Send, true)), CollArg::Counts(crate::face::api::coll_counts(sdispls, comm, crate::face::api::Side::Send, true)), CollArg::Types(crate::face::api::coll_typerefs(sendtypes, comm, crate::face::api::Side::Send, true)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, true)), CollArg::Counts(crate::face::api::coll_counts(rdispls, comm, crate::face::api::Side::Recv, true)), CollArg::Types(crate::face::api::coll_typerefs(recvtypes, comm, crate::face::api::Side::Recv, true)), CollArg::Comm(comm), CollArg::Info(info)] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Neighbor_alltoallw_init_c", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Neighbor_alltoallw_init_c", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Neighbor_alltoallw_init_c"); }
@@ -2971,9 +3031,10 @@ pub unsafe fn MPI_Reduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, coun
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Int(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Reduce_init", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Reduce_init", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Reduce_init"); }
@@ -2998,9 +3059,10 @@ pub unsafe fn MPI_Reduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, co
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count as i64), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Reduce_init_c", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Reduce_init_c", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Reduce_init_c"); }
@@ -3088,9 +3150,10 @@ pub unsafe fn MPI_Reduce_scatter_block_init(sendbuf: *const c_void, recvbuf: *mu
     // passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, recvcount, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Reduce_scatter_block_init", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Reduce_scatter_block_init", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Reduce_scatter_block_init"); }
@@ -3116,9 +3179,10 @@ pub unsafe fn MPI_Reduce_scatter_block_init_c(sendbuf: *const c_void, recvbuf: *
     // passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, recvcount, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount as i64), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Reduce_scatter_block_init_c", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Reduce_scatter_block_init_c", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Reduce_scatter_block_init_c"); }
@@ -3165,9 +3229,12 @@ pub unsafe fn MPI_Reduce_scatter_init(sendbuf: *const c_void, recvbuf: *mut c_vo
     // passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, recvcounts, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        // SAFETY: the arrays are the caller's, holding what MPI requires of this call
+        // (this function's safety contract), which is what the recipe copies.
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Reduce_scatter_init", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Reduce_scatter_init", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Reduce_scatter_init"); }
@@ -3193,9 +3260,12 @@ pub unsafe fn MPI_Reduce_scatter_init_c(sendbuf: *const c_void, recvbuf: *mut c_
     // passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, recvcounts, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        // SAFETY: the arrays are the caller's, holding what MPI requires of this call
+        // (this function's safety contract), which is what the recipe copies.
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Reduce_scatter_init_c", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Reduce_scatter_init_c", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Reduce_scatter_init_c"); }
@@ -3260,9 +3330,10 @@ pub unsafe fn MPI_Scan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count:
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Int(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Scan_init", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Scan_init", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Scan_init"); }
@@ -3287,9 +3358,10 @@ pub unsafe fn MPI_Scan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, coun
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count as i64), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Scan_init_c", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Scan_init_c", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Scan_init_c"); }
@@ -3354,9 +3426,10 @@ pub unsafe fn MPI_Scatter_init(sendbuf: *const c_void, sendcount: c_int, sendtyp
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Scatter_init", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Scatter_init", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Scatter_init"); }
@@ -3381,9 +3454,10 @@ pub unsafe fn MPI_Scatter_init_c(sendbuf: *const c_void, sendcount: MPI_Count, s
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount as i64), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Scatter_init_c", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Scatter_init_c", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Scatter_init_c"); }
@@ -3451,9 +3525,12 @@ pub unsafe fn MPI_Scatterv_init(sendbuf: *const c_void, sendcounts: *const c_int
     // passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcounts, displs, sendtype_r, recvbuf, recvcount, recvtype_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        // SAFETY: the arrays are the caller's, holding what MPI requires of this call
+        // (this function's safety contract), which is what the recipe copies.
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Ints(crate::face::api::coll_ints(sendcounts, comm, crate::face::api::Side::Send, false)), CollArg::Ints(crate::face::api::coll_ints(displs, comm, crate::face::api::Side::Send, false)), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Scatterv_init", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Scatterv_init", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Scatterv_init"); }
@@ -3479,9 +3556,12 @@ pub unsafe fn MPI_Scatterv_init_c(sendbuf: *const c_void, sendcounts: *const MPI
     // passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcounts, displs, sendtype_r, recvbuf, recvcount, recvtype_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
+        // SAFETY: the arrays are the caller's, holding what MPI requires of this call
+        // (this function's safety contract), which is what the recipe copies.
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Counts(crate::face::api::coll_counts(sendcounts, comm, crate::face::api::Side::Send, false)), CollArg::Counts(crate::face::api::coll_counts(displs, comm, crate::face::api::Side::Send, false)), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount as i64), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
-        unsafe { request.write(crate::face::api::register_collective(request_r, comm, "MPI_Scatterv_init_c", true)) };
+        unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Scatterv_init_c", _seq, init)) };
     }
     drop(_g);
     if rc != MPI_SUCCESS { return errors::raise_comm(comm, rc, "MPI_Scatterv_init_c"); }

@@ -2084,17 +2084,6 @@ pub unsafe fn MPI_T_pvar_readreset(session: *mut c_void, handle: *mut c_void, bu
     })
 }
 
-pub unsafe fn MPI_T_pvar_reset(session: *mut c_void, handle: *mut c_void) -> c_int {
-    call::run("MPI_T_pvar_reset", On::Default, || {
-        let Some(f) = lower::fns().MPI_T_pvar_reset else { return call::missing("MPI_T_pvar_reset") };
-        // SAFETY: `f` is the real library's MPI_T_pvar_reset, resolved under the C signature of the
-        // ABI table that this wrapper's signature is generated from; the pointers (`session`,
-        // `handle`) are the caller's, valid as MPI requires (this function's safety contract) and
-        // passed on unchanged.
-        call::ok(unsafe { f(session, handle) })
-    })
-}
-
 pub unsafe fn MPI_T_pvar_session_create(session: *mut *mut c_void) -> c_int {
     call::run("MPI_T_pvar_session_create", On::Default, || {
         let Some(f) = lower::fns().MPI_T_pvar_session_create else { return call::missing("MPI_T_pvar_session_create") };
@@ -2114,28 +2103,6 @@ pub unsafe fn MPI_T_pvar_session_free(session: *mut *mut c_void) -> c_int {
         // (`session`) are the caller's, valid as MPI requires (this function's safety contract) and
         // passed on unchanged.
         call::ok(unsafe { f(session) })
-    })
-}
-
-pub unsafe fn MPI_T_pvar_start(session: *mut c_void, handle: *mut c_void) -> c_int {
-    call::run("MPI_T_pvar_start", On::Default, || {
-        let Some(f) = lower::fns().MPI_T_pvar_start else { return call::missing("MPI_T_pvar_start") };
-        // SAFETY: `f` is the real library's MPI_T_pvar_start, resolved under the C signature of the
-        // ABI table that this wrapper's signature is generated from; the pointers (`session`,
-        // `handle`) are the caller's, valid as MPI requires (this function's safety contract) and
-        // passed on unchanged.
-        call::ok(unsafe { f(session, handle) })
-    })
-}
-
-pub unsafe fn MPI_T_pvar_stop(session: *mut c_void, handle: *mut c_void) -> c_int {
-    call::run("MPI_T_pvar_stop", On::Default, || {
-        let Some(f) = lower::fns().MPI_T_pvar_stop else { return call::missing("MPI_T_pvar_stop") };
-        // SAFETY: `f` is the real library's MPI_T_pvar_stop, resolved under the C signature of the
-        // ABI table that this wrapper's signature is generated from; the pointers (`session`,
-        // `handle`) are the caller's, valid as MPI requires (this function's safety contract) and
-        // passed on unchanged.
-        call::ok(unsafe { f(session, handle) })
     })
 }
 
