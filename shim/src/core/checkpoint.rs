@@ -251,6 +251,7 @@ fn phases(
     } else {
         limits.align
     };
+    let app_deadline = app::enabled().then(|| Instant::now() + align_limit);
     // 1. Align collectives, and 2. exchange send counts: each round of targets ends with this
     //    rank's gate closed and its counts sent, unless a later round (another rank needed a
     //    target raised) reopens the gate first.
@@ -266,7 +267,16 @@ fn phases(
     };
     let expected = loop {
         tracing::debug!(target: "agent", epoch, round, "aligning collectives");
-        if let Some(r) = wait_aligned(inbox, align_limit)? {
+        // One deadline for an app-mode rank's safe point, across rounds: its wants raise the
+        // targets round after round while it runs on without ever reaching one.
+        let limit = match app_deadline {
+            Some(d) => d.saturating_duration_since(Instant::now()),
+            None => align_limit,
+        };
+        if let Some(r) = wait_aligned(inbox, limit).map_err(|e| match (app_deadline, e) {
+            (Some(_), CheckpointError::Waited(inner, _)) => CheckpointError::Waited(inner, align_limit.as_secs()),
+            (_, e) => e,
+        })? {
             round = r;
             continue;
         }

@@ -7,7 +7,9 @@
 //! build: every time the output equals the uninterrupted native run's. A job of app-mode ranks
 //! only, with `MPICR_CRIU` naming no file (CRIU is never used). And the errors: a rank that
 //! never reaches a safe point (its timeout, a line naming the rank), a save that fails (the job
-//! goes on, a later checkpoint commits), nothing registered, a restore that fails.
+//! goes on, a later checkpoint commits), nothing registered, a restore that fails. And the
+//! Python module (with mpi4py) and the Fortran module (`bindings/`), each in a 2-rank job of one
+//! app-mode and one transparent rank through a stop and a restart.
 
 use super::hangs::tails;
 use super::xlib::{build, sorted, wait_for};
@@ -29,6 +31,7 @@ pub fn cases() -> Vec<CaseFn> {
             run: mixed5,
         },
         CaseFn { name: "app-only", cases: &["app-only-no-criu"], run: app_only },
+        CaseFn { name: "app-bindings", cases: &["app-python", "app-fortran"], run: bindings },
         CaseFn {
             name: "app-errors",
             cases: &["app-no-safe-point", "app-save-fails", "app-nothing-registered", "app-restore-fails"],
@@ -188,8 +191,8 @@ fn hooked(t: &T, d: &Path, prog: &Path, hook: &str, env: &[(&str, &str)]) -> Com
     for (k, v) in env {
         c.env(k, v);
     }
-    c.arg(&t.env.m).args(["run", "--mode", "app", "--ckpt-dir"]).arg(d).arg("--").arg(prog).args(["150", PACE_US, "1", hook]);
-    c.args([":", "-n", "1"]).arg(&t.env.m).args(["run", "--ckpt-dir"]).arg(d).arg("--").arg(prog).args(["150", PACE_US, "1", hook]);
+    c.arg(&t.env.m).args(["run", "--mode", "app", "--ckpt-dir"]).arg(d).arg("--").arg(prog).args(["400", PACE_US, "1", hook]);
+    c.args([":", "-n", "1"]).arg(&t.env.m).args(["run", "--ckpt-dir"]).arg(d).arg("--").arg(prog).args(["400", PACE_US, "1", hook]);
     c
 }
 
@@ -239,4 +242,68 @@ fn errors(t: &mut T) {
     let _ = std::fs::remove_file(t.p("app-restore-fail"));
     let good = ck.0 == 0 && rc1 == 0 && rc2 != 0 && out.contains("restore function returned 7");
     t.check("app-restore-fails", good, |_| format!("checkpoint {ck:?}, rc {rc1}/{rc2}: {out}"));
+}
+
+/// `bindings/*/tests/app_ring.*` on MPICH 4.0.2: rank 0 in app mode, rank 1 transparent, stopped
+/// and restarted; the output equals the native run's.
+fn bindings(t: &mut T) {
+    if !t.require(&[t.env.have4, t.env.shim_built, t.env.criu_ok, t.env.is_root], "needs MPICH 4, libmpicr.so, criu and root") {
+        return;
+    }
+    let py = t.env.root.join(".deps/mpi4py-mpich4/bin/python");
+    if py.is_file() {
+        let prog = vec![py.into_os_string(), t.env.root.join("bindings/python/tests/app_ring.py").into_os_string()];
+        binding(t, "app-python", &prog);
+    } else {
+        t.skip("app-python", "no mpi4py build in .deps/mpi4py-mpich4 (scripts/mpi4py-tests.sh builds it)");
+    }
+    let bin = t.env.bin("app_ring_f");
+    let built = t
+        .cmd("mpif90.mpich")
+        .args(["-O2", "-J"])
+        .arg(&t.dir)
+        .arg("-o")
+        .arg(&bin)
+        .arg(t.env.root.join("bindings/fortran/mpicr.f90"))
+        .arg(t.env.root.join("bindings/fortran/tests/app_ring.f90"))
+        .status()
+        .is_ok_and(|s| s.success());
+    if built {
+        binding(t, "app-fortran", &[bin.into_os_string()]);
+    } else {
+        t.skip("app-fortran", "mpif90.mpich failed or is missing");
+    }
+}
+
+fn binding(t: &mut T, name: &str, prog: &[std::ffi::OsString]) {
+    let args = ["200", "0", "1"];
+    let mut c = t.mpi(4, 2);
+    c.args(prog).args(args);
+    let (rc0, oracle, err0) = t.out2(c, LIMIT);
+    if rc0 != 0 {
+        return t.bad(name, format!("native run failed ({rc0}): {err0}"));
+    }
+    let paced = match prog.len() {
+        2 => ["200", "0.02", "1"],
+        _ => ["200", "20000", "1"],
+    };
+    let d = t.p(&format!("ck-{name}"));
+    let mut c = t.mpi(4, 1);
+    c.arg(&t.env.m).args(["run", "--mode", "app", "--ckpt-dir"]).arg(&d).arg("--").args(prog).args(paced);
+    c.args([":", "-n", "1"]).arg(&t.env.m).args(["run", "--ckpt-dir"]).arg(&d).arg("--").args(prog).args(paced);
+    let (o1, e1, o2, e2) = (t.p(&format!("{name}1.out")), format!("{name}1.err"), t.p(&format!("{name}2.out")), format!("{name}2.err"));
+    let mut job = t.spawn(c, Some(&o1), Some(&t.p(&e1)));
+    let ck = if wait_for(|| std::fs::read_to_string(&o1).is_ok_and(|s| s.lines().count() >= 3), LIMIT) {
+        t.ckpt(&d, &["--stop"])
+    } else {
+        (1, "never started".into())
+    };
+    let rc1 = job.wait(LIMIT);
+    let mut c = t.mpi(4, 2);
+    c.arg(&t.env.m).arg("restart").arg(&d);
+    let rc2 = t.to(c, Some(&o2), Some(&t.p(&e2)), LIMIT * 2);
+    let got = cat(&[&o1, &o2]);
+    t.check(name, ck.0 == 0 && rc1 == 0 && rc2 == 0 && same(&got, &oracle), |t| {
+        format!("checkpoint {ck:?}, rc {rc1}/{rc2}; same output: {}{}", same(&got, &oracle), tails(t, &[&e1, &e2], 10))
+    });
 }
