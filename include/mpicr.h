@@ -14,6 +14,20 @@
 // restored from an image, 0 when the job simply continued.
 typedef void (*mpicr_resume_fn)(int restarted, void *arg);
 
+// The program's own save of its data, for application-level checkpoints (`mpicr run --mode
+// app`): write everything needed to continue into the directory `dir` (it exists, is empty and
+// private to this rank, inside the checkpoint's epoch; every file in it is checksummed with the
+// epoch). Return 0 on success; any other value fails the checkpoint (the job goes on and the
+// previous epoch stays restorable). Called on the thread parked in `mpicr_safe_point()`; no MPI
+// calls inside.
+typedef int (*mpicr_save_fn)(const char *dir, void *arg);
+
+// The program's own restore of its data from the directory its `save` wrote: called once in a
+// process restarted from an epoch, from inside `MPI_Init` (or from `mpicr_app_register` when
+// the program registers after `MPI_Init`), after every MPI object was rebuilt. Return 0 on
+// success; any other value ends the restart with a message naming the rank.
+typedef int (*mpicr_restore_fn)(const char *dir, void *arg);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -33,6 +47,26 @@ int mpicr_generation(void);
 // Registers `cb(restarted, arg)`, called on the agent thread after every checkpoint once the
 // job runs again. Returns 0, or -1 for a null callback.
 int mpicr_on_resume(mpicr_resume_fn cb, void *arg);
+
+// Registers the save and restore functions of an application-level rank, with `arg` passed to
+// both. Call it before `MPI_Init`. Under `mpicr run --mode app` a checkpoint then waits for this
+// rank to reach `mpicr_safe_point()`, and a restart starts the program again (same arguments,
+// environment and working directory): its `MPI_Init` gives back every MPI object under its
+// old handle value and calls `restore`. Returns 0, or -1 for a null function. (Outside app mode
+// the functions are kept but never called.)
+int mpicr_app_register(mpicr_save_fn save, mpicr_restore_fn restore, void *arg);
+
+// A point where this rank may be checkpointed (typically the top of the main loop, with no
+// MPI request pending and no buffer attached). Under app mode, a checkpoint waits for every
+// app-mode rank to call it; the call then returns once the checkpoint is taken (or failed), with
+// the program's data saved. Messages sent to this rank and not yet received are kept and
+// delivered to its receives, after a restart too. Cheap when no checkpoint is in progress;
+// returns 0 (also outside app mode, where it does nothing).
+int mpicr_safe_point(void);
+
+// 1 in a process restarted from an epoch under app mode (then `MPI_Init` already rebuilt every
+// MPI object and called `restore`: skip the setup and continue from the restored data), else 0.
+int mpicr_restarted(void);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -1,6 +1,6 @@
 //! Command-line interface (clap derive) and the small parsers it needs.
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -155,6 +155,13 @@ pub fn resolve_dir(dir: Option<PathBuf>) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(DEFAULT_CKPT_DIR))
 }
 
+/// `mpicr run --mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RankMode {
+    Criu,
+    App,
+}
+
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Checkpoint directory [default: $MPICR_CKPT_DIR, else ./mpicr-ckpt]
@@ -175,6 +182,12 @@ pub struct RunArgs {
     /// of $SLURM_JOB_ID), or $MPICR_END_TIME (unix seconds)
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub stop_before: Option<Duration>,
+
+    /// How this rank is checkpointed: `criu` (transparent: CRIU images of the whole process) or
+    /// `app` (the program saves and restores its own data at `mpicr_safe_point()`, see
+    /// include/mpicr.h; a restart starts it afresh; no CRIU). Ranks of one job may differ (MPMD)
+    #[arg(long, value_enum, default_value_t = RankMode::Criu)]
+    pub mode: RankMode,
 
     /// Print what the keeper does on stderr
     #[arg(short, long)]

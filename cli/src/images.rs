@@ -137,7 +137,7 @@ impl Manifest {
                 return Err(ManifestError::BadRank(r.rank));
             }
             for f in &r.files {
-                if !is_plain_file_name(&f.name) {
+                if !is_listed_name(&f.name) {
                     return Err(ManifestError::BadFileName(r.rank, f.name.clone()));
                 }
             }
@@ -184,6 +184,9 @@ pub struct RankMeta {
     /// What the agent said in its `Hello` (a restored agent does not repeat it).
     #[serde(default)]
     pub agent_hello: Option<mpicr_proto::Hello>,
+    /// An app-mode rank (`mpicr run --mode app`): no CRIU image; how to start it again.
+    #[serde(default)]
+    pub app: Option<crate::app::AppLaunch>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -693,24 +696,47 @@ pub fn sha256_file(path: &Path) -> Result<(u64, String)> {
 /// Checksums of every file in a rank directory except logs, sorted by name.
 pub fn checksum_dir(dir: &Path) -> Result<Vec<FileSum>> {
     let mut out = Vec::new();
+    checksum_into(dir, "", &mut out)?;
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// The data an app-mode program saved (`app/`, any depth) is listed as `app/...` names.
+fn checksum_into(dir: &Path, prefix: &str, out: &mut Vec<FileSum>) -> Result<()> {
     for entry in fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if !entry.file_type()?.is_file() || name.ends_with(".log") || name.starts_with('.') {
+        let t = entry.file_type()?;
+        if t.is_dir() && (name == APP_DATA_DIR || !prefix.is_empty()) {
+            checksum_into(&entry.path(), &format!("{prefix}{name}/"), out)?;
+            continue;
+        }
+        if !t.is_file() || (prefix.is_empty() && (name.ends_with(".log") || name.starts_with('.'))) {
             continue;
         }
         let (bytes, sha256) = sha256_file(&entry.path())?;
-        out.push(FileSum { name, bytes, sha256 });
+        out.push(FileSum { name: format!("{prefix}{name}"), bytes, sha256 });
     }
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(out)
+    Ok(())
+}
+
+/// The directory of a rank's epoch that an app-mode program saves its data into.
+pub const APP_DATA_DIR: &str = "app";
+
+/// A name of the manifest: a plain file name, or a path under `app/` of plain components.
+fn is_listed_name(name: &str) -> bool {
+    match name.split_once('/') {
+        Some((APP_DATA_DIR, rest)) => rest.split('/').all(is_plain_file_name),
+        Some(_) => false,
+        None => is_plain_file_name(name),
+    }
 }
 
 /// Checks a rank directory against its manifest entry; the error names the first bad file.
 /// Each listed name must be a plain name of a regular file.
 pub fn verify_rank_dir(dir: &Path, expected: &[FileSum]) -> Result<()> {
     for f in expected {
-        if !is_plain_file_name(&f.name) {
+        if !is_listed_name(&f.name) {
             bail!("the manifest lists an invalid image file name {:?} for {}", f.name, dir.display());
         }
         let p = dir.join(&f.name);

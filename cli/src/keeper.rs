@@ -253,7 +253,7 @@ pub(crate) fn join_coordinator(info: &CoordInfo, hello: KeeperHello, tx: Sender<
 }
 
 /// The descriptor number for PMI in the program: high, unless the descriptor limit is low.
-fn pmi_fd_number() -> RawFd {
+pub(crate) fn pmi_fd_number() -> RawFd {
     if sys::nofile_limit() > PROGRAM_PMI_FD as u64 + 1 { PROGRAM_PMI_FD } else { 4 }
 }
 
@@ -314,15 +314,23 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     } else {
         Mode::Agent
     };
+    let app = args.mode == crate::args::RankMode::App;
     let dir = CkptDir::new(crate::args::resolve_dir(args.ckpt_dir.clone()));
     // PMI first: once this rank is known to the launcher, any error exit below (no finalize)
     // makes the launcher end the whole job instead of leaving the others in a barrier.
     let (tx, rx) = mpsc::channel();
     start_signal_thread(tx.clone())?;
     let l = launch()?;
-    // A non-root user's CRIU must be able to checkpoint before the job runs for hours.
-    crate::criu::preflight()?;
+    if app && mode != Mode::Agent {
+        bail!("--mode app needs the shim and MPI (not --no-shim or --no-mpi)");
+    }
+    // A non-root user's CRIU must be able to checkpoint before the job runs for hours (app-mode
+    // ranks never use CRIU).
+    if !app {
+        crate::criu::preflight()?;
+    }
     let program = spawn::resolve_program(&args.program[0]).map_err(anyhow::Error::new)?;
+    let app_launch = if app { Some(crate::app::AppLaunch::capture(&program, &args.program)?) } else { None };
     // The face library for the program's ABI (MPICH's, or Open MPI's over an MPICH library).
     // A program linked to its face (`mpicrcc`, `-lmpicr`) carries it: nothing to preload.
     let linked = if mode == Mode::Agent { crate::paths::linked_face(&program) } else { None };
@@ -421,8 +429,11 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         }
         set_env.push(("LD_PRELOAD".into(), v));
     }
-    let pidns = crate::pidns::wanted() && crate::pidns::available();
-    if args.verbose && !pidns {
+    if app {
+        set_env.push((crate::app::APP_MODE_ENV.into(), "1".into()));
+    }
+    let pidns = !app && crate::pidns::wanted() && crate::pidns::available();
+    if args.verbose && !pidns && !app {
         crate::elog!("mpicr[{}]: the program runs without a PID namespace of its own (a restart needs its process ids free)", l.rank);
     }
     let mut lower_env = Vec::new();
@@ -438,7 +449,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     } else {
         None
     };
-    let spawned = spawn::spawn(Plan { program, argv: args.program.clone(), set_env, remove_env, fds, pidns: init_dir.clone() }).map_err(anyhow::Error::new)?;
+    let spawned = spawn::spawn(Plan { program: program.clone(), argv: args.program.clone(), set_env, remove_env, fds, pidns: init_dir.clone(), cwd: None, no_aslr: app }).map_err(anyhow::Error::new)?;
     let pid = spawned.pid;
     PROGRAM_PID.store(pid, Ordering::SeqCst);
     let guard = ProgramGuard(pid);
@@ -486,6 +497,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         state: State::Running,
         relays,
         coord_info: mine,
+        app: app_launch,
     };
     let out = k.event_loop(rx);
     if out.is_ok() {
@@ -560,6 +572,8 @@ pub(crate) struct Keeper {
     pub(crate) relays: Vec<std::thread::JoinHandle<()>>,
     /// Set on rank 0: the coordinator it hosts.
     pub(crate) coord_info: Option<CoordInfo>,
+    /// An app-mode rank: how its program was started (never dumped by CRIU).
+    pub(crate) app: Option<crate::app::AppLaunch>,
 }
 
 impl Keeper {
@@ -770,6 +784,9 @@ impl Keeper {
                         self.fail_ckpt(epoch, "the program has no agent".into());
                     }
                     _ => {
+                        // An app-mode program may work elsewhere than the keeper (restarted in
+                        // its own directory): it gets an absolute path.
+                        let rdir = if self.app.is_some() { std::path::absolute(&rdir).unwrap_or(rdir) } else { rdir };
                         let state_path = rdir.join("shim.state").display().to_string();
                         if let Err(e) = self.tell_agent(ToAgent::Checkpoint { epoch, stop, state_path }) {
                             self.state.end_ckpt();
@@ -888,6 +905,9 @@ impl Keeper {
         let t = Instant::now();
         let rdir = self.dir.rank_dir(epoch, self.rank);
         images::private_dir_all(&rdir)?;
+        if let Some(launch) = self.app.clone() {
+            return self.app_dump(epoch, &rdir, &launch, leave_stopped, t);
+        }
         let peers = crate::sockdiag::unix_peers().context("listing unix socket peers (sock_diag)")?;
         let mut sockets: BTreeMap<u64, ExternalSocket> = BTreeMap::new();
         let mut pipes: BTreeMap<u64, ExternalPipe> = BTreeMap::new();
@@ -942,6 +962,7 @@ impl Keeper {
             next_generation: self.relay.as_ref().map_or(0, |r| r.next_generation()),
             agent: self.mode == Mode::Agent,
             agent_hello: self.agent.clone(),
+            app: None,
         };
         images::write_json_atomic(&rdir.join("rank.json"), &meta)?;
         // CRIU and the shim created files under their own umask: make everything private, and
@@ -962,6 +983,37 @@ impl Keeper {
             dump_us: t.elapsed().as_micros() as u64,
             agent_timings: vec![],
         })
+    }
+
+    /// An app-mode rank's part of a checkpoint: the program already saved its data and the
+    /// shim its state; record how to start it again, and let it run on unless the job stops.
+    fn app_dump(&mut self, epoch: u64, rdir: &std::path::Path, launch: &crate::app::AppLaunch, leave_stopped: bool, t: Instant) -> Result<RankManifest> {
+        if !leave_stopped {
+            self.tell_agent(ToAgent::Resume { restarted: false, epoch, size: self.size, env: Vec::new() })?;
+            if let Some(c) = self.state.ckpt_mut() {
+                c.resumed = true;
+            }
+        }
+        let meta = RankMeta {
+            format: images::FORMAT,
+            job_id: self.job_id.clone(),
+            epoch,
+            rank: self.rank,
+            size: self.size,
+            host: sys::hostname(),
+            pid: self.pid,
+            tids: Vec::new(),
+            pidns: false,
+            init_dir: None,
+            lower_env: Vec::new(),
+            sockets: Vec::new(),
+            pipes: Vec::new(),
+            next_generation: self.relay.as_ref().map_or(0, |r| r.next_generation()),
+            agent: true,
+            agent_hello: self.agent.clone(),
+            app: None,
+        };
+        crate::app::record(rdir, meta, launch, t)
     }
 
     /// The program ended: tell the launcher the right thing and hand back its status.

@@ -1,6 +1,7 @@
 //! `mpicr`: transparent checkpoint/restart for unmodified MPI programs. See `mpicr --help` and
 //! DESIGN.md (sections 1, 2, 5, 6, 7) for the architecture.
 
+mod app;
 mod args;
 mod client;
 mod coord_wire;

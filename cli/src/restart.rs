@@ -63,7 +63,7 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     }
     // Without a PID namespace of its own the program comes back under its old ids, which must
     // be free on this node; with one, CRIU makes a new namespace and the ids are its own.
-    let busy = if meta.pidns { Vec::new() } else { busy_ids(&meta) };
+    let busy = if meta.pidns || meta.app.is_some() { Vec::new() } else { busy_ids(&meta) };
     if !busy.is_empty() {
         bail!(
             "cannot restore rank {rank}: its process ids are in use by live processes: {} (restored processes keep their ids; is the checkpointed job still running?)",
@@ -84,7 +84,7 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
             &lib,
             from,
             true,
-            std::path::Path::new(&job.program),
+            meta.app.as_ref().map_or(std::path::Path::new(&job.program), |a| a.program.as_path()),
             meta.agent_hello.as_ref().map(|h| std::path::Path::new(h.library.as_str())),
         )?),
         Some((_, from)) => bail!("{from}: the job ran in mode {} (no shim), so there is no library to change", job.mode),
@@ -99,8 +99,14 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     if rank == 0 {
         check_not_running(&dir)?;
     }
-    crate::criu::preflight()?;
-    let criu = Criu::locate()?;
+    // App-mode ranks start afresh: no CRIU on their nodes.
+    let criu = match meta.app {
+        None => {
+            crate::criu::preflight()?;
+            Some(Criu::locate()?)
+        }
+        Some(_) => None,
+    };
 
     let mine = if rank == 0 {
         let key = dir.read_key()?;
@@ -132,6 +138,11 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     let presented = job.kvsname.clone().unwrap_or_else(|| l.launcher.as_ref().map(|p| p.kvsname.clone()).unwrap_or_default());
     let relay = l.launcher.as_ref().filter(|_| mode != Mode::NoMpi).map(|p| Relay::new(Arc::clone(p), presented, meta.next_generation));
 
+    if let Some(launch) = meta.app.clone() {
+        let fresh = Fresh { rank, size, epoch, job_id: job.job_id.clone(), dir, rdir, relay, info, mine, mpi_lib, verbose: args.verbose, mode, launcher: l.launcher.clone() };
+        return restart_app(fresh, &launch, meta, tx, rx);
+    }
+    let criu = criu.context("internal error: no CRIU for a rank restored by CRIU")?;
     let mut inherit: Vec<(OwnedFd, String)> = Vec::new();
     let mut keeper_socks = HashMap::new();
     let mut k_ctl = None;
@@ -243,6 +254,7 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
         state: crate::keeper_state::State::AwaitingGo { epoch },
         relays,
         coord_info: mine,
+        app: None,
     };
     let out = k.event_loop(rx);
     if out.is_ok() {
@@ -251,6 +263,97 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     out
 }
 
+
+/// What `restart` settled for a rank, before it is brought back.
+struct Fresh {
+    rank: i32,
+    size: i32,
+    epoch: u64,
+    job_id: String,
+    dir: CkptDir,
+    rdir: PathBuf,
+    relay: Option<Arc<Relay>>,
+    info: crate::coord_wire::CoordInfo,
+    mine: Option<crate::coord_wire::CoordInfo>,
+    mpi_lib: Option<PathBuf>,
+    verbose: bool,
+    mode: Mode,
+    launcher: Option<Arc<crate::pmi_relay::Launcher>>,
+}
+
+/// Restart of an app-mode rank: its program starts afresh as it was first started; its
+/// `MPI_Init` waits for `Resume` (sent at `Go`, as to a restored agent), rebuilds the MPI state
+/// of the rank directory and calls the program's `restore`.
+fn restart_app(f: Fresh, launch: &crate::app::AppLaunch, meta: RankMeta, tx: mpsc::Sender<crate::keeper::Ev>, rx: mpsc::Receiver<crate::keeper::Ev>) -> Result<Outcome> {
+    let Fresh { rank, size, epoch, job_id, dir, rdir, relay, info, mine, mpi_lib, verbose, mode, launcher } = f;
+    let rdir = std::path::absolute(&rdir).unwrap_or(rdir);
+    let shim = match crate::paths::linked_face(&launch.program) {
+        Some(_) => None,
+        None => crate::paths::shim(crate::mpilib::program_face(&launch.program)?)?,
+    };
+    let mut extra: Vec<(String, std::ffi::OsString)> = Vec::new();
+    if let Some(lib) = &mpi_lib {
+        extra.push((crate::mpilib::MPI_LIB_ENV.to_string(), lib.clone().into_os_string()));
+    }
+    let pmi_fd = relay.as_ref().map(|_| crate::keeper::pmi_fd_number());
+    let t = Instant::now();
+    let fresh = crate::app::start_fresh(launch, &rdir, shim, pmi_fd, extra)?;
+    let pid = fresh.spawned.pid;
+    PROGRAM_PID.store(pid, Ordering::SeqCst);
+    let guard = ProgramGuard(pid);
+    let stdout_ino = sys::inode(fresh.spawned.stdout.as_fd())?;
+    let stderr_ino = sys::inode(fresh.spawned.stderr.as_fd())?;
+    let relays = vec![spawn::relay_output(fresh.spawned.stdout, 1, "stdout")?, spawn::relay_output(fresh.spawned.stderr, 2, "stderr")?];
+    start_waiter(pid, None, tx.clone())?;
+    let k_ctl = UnixStream::from(fresh.ctl);
+    let mut keeper_socks = HashMap::new();
+    keeper_socks.insert(sys::inode(k_ctl.as_fd())?, "ctl".to_string());
+    start_ctl_reader(k_ctl.try_clone()?, tx.clone())?;
+    if let (Some(relay), Some(k)) = (&relay, fresh.pmi) {
+        keeper_socks.insert(sys::inode(k.as_fd())?, "pmi".to_string());
+        relay.serve(UnixStream::from(k), None)?;
+    }
+    let hello = KeeperHello { rank, size, job_id: job_id.clone(), host: sys::hostname(), keeper_pid: std::process::id(), program_pid: pid, mode: mode.clone(), restart_epoch: Some(epoch) };
+    let mut coord = join_coordinator(&info, hello, tx.clone())?;
+    if let Some(h) = &meta.agent_hello {
+        let info = AgentInfo { library: h.library.clone(), renew_strategy: h.renew_strategy.clone(), renewals_left: h.renewals_left };
+        coord_wire::send(&mut coord, &ToCoord::AgentHello(info))?;
+    }
+    coord_wire::send(&mut coord, &ToCoord::Restored { epoch })?;
+    if verbose {
+        crate::elog!("mpicr[{rank}]: started the app-mode program afresh for epoch {epoch} as pid {pid} in {}", crate::args::format_duration(t.elapsed()));
+    }
+    let mut k = Keeper {
+        rank,
+        size,
+        mode,
+        dir,
+        job_id,
+        verbose,
+        pid,
+        ctl: k_ctl,
+        keeper_socks,
+        stdout_ino,
+        stderr_ino,
+        status_ino: 0,
+        init_dir: None,
+        lower_env: Vec::new(),
+        resume_env: Vec::new(),
+        launcher,
+        relay,
+        coord: Some(coord),
+        agent: meta.agent_hello.clone(),
+        state: crate::keeper_state::State::AwaitingGo { epoch },
+        relays,
+        coord_info: mine,
+        app: Some(launch.clone()),
+    };
+    let out = k.event_loop(rx);
+    if out.is_ok() {
+        guard.disarm();
+    }
+    out
+}
 
 /// The ids of the image's processes and threads that live processes of this node hold now.
 fn busy_ids(meta: &RankMeta) -> Vec<String> {

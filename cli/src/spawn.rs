@@ -72,6 +72,11 @@ pub struct Plan {
     /// Start the program under an init in a PID namespace of its own (see `pidns`), working in
     /// this directory.
     pub pidns: Option<PathBuf>,
+    /// Working directory of the program (`None`: the keeper's).
+    pub cwd: Option<PathBuf>,
+    /// Start the program without address-space randomisation (app mode: a restarted process
+    /// then has the program's functions at the addresses the saved MPI objects name).
+    pub no_aslr: bool,
 }
 
 /// The started program and the keeper's ends of its stdio.
@@ -131,13 +136,20 @@ pub fn spawn(plan: Plan) -> Result<Spawned, SpawnError> {
         cmd.env(k, v);
     }
     cmd.stdin(Stdio::null()).stdout(Stdio::from(out_w)).stderr(Stdio::from(err_w));
+    if let Some(d) = &plan.cwd {
+        cmd.current_dir(d);
+    }
+    let no_aslr = plan.no_aslr;
     // SAFETY: the hook runs between fork and exec and only makes async-signal-safe system calls
-    // (sigprocmask, signal, setsid, dup2, close_range) on plain integers computed before fork.
+    // (sigprocmask, signal, setsid, prctl, personality, dup2, close_range) on plain integers computed before fork.
     unsafe {
         cmd.pre_exec(move || {
             sys::child_reset_signals()?;
             sys::child_setsid()?;
             sys::child_set_pdeathsig()?;
+            if no_aslr {
+                sys::child_no_aslr()?;
+            }
             for &(from, to) in &pairs {
                 sys::child_dup2(from, to)?;
             }

@@ -117,6 +117,16 @@ pub fn child_set_pdeathsig() -> io::Result<()> {
     Ok(())
 }
 
+/// For `pre_exec` hooks: the program starts without address-space randomisation.
+pub fn child_no_aslr() -> io::Result<()> {
+    // SAFETY: personality with an integer argument; async-signal-safe.
+    let cur = unsafe { libc::personality(0xffff_ffff) };
+    cvt(cur)?;
+    // SAFETY: as above.
+    cvt(unsafe { libc::personality((cur as libc::c_ulong) | libc::ADDR_NO_RANDOMIZE as libc::c_ulong) })?;
+    Ok(())
+}
+
 /// For `pre_exec` hooks: resets the signal mask and dispositions the keeper changed.
 pub fn child_reset_signals() -> io::Result<()> {
     // SAFETY: sigset manipulation on a local set, sigprocmask and signal are async-signal-safe.

@@ -126,6 +126,17 @@ impl CommCounters {
         }
     }
 
+    /// Sets every counter from a copy (a process restarted from saved state).
+    pub fn load(&self, c: &CountsSnapshot) {
+        self.collectives.store(c.collectives, Ordering::SeqCst);
+        for (n, v) in self.sent.iter().zip(&c.sent) {
+            n.store(*v, Ordering::Relaxed);
+        }
+        for (n, v) in self.recvd.iter().zip(&c.recvd) {
+            n.store(*v, Ordering::Relaxed);
+        }
+    }
+
     /// A copy of every counter.
     pub fn snapshot(&self) -> CountsSnapshot {
         let load = |v: &[AtomicU64]| v.iter().map(|n| n.load(Ordering::Relaxed)).collect();

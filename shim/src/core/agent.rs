@@ -67,6 +67,11 @@ pub fn may_start_collective(gid: u64, next: u64) -> bool {
     }
 }
 
+/// Is a checkpoint aligning collectives on this rank?
+pub(crate) fn aligning() -> bool {
+    ALIGNING.load(Ordering::SeqCst)
+}
+
 /// Blocks a program thread until the checkpoint in progress changes what may start.
 pub fn wait_until_collectives_may_start() {
     let mut t = TARGETS.lock();
@@ -127,6 +132,7 @@ pub(crate) fn begin_alignment() {
 pub(crate) fn set_targets(t: HashMap<u64, u64>) {
     *TARGETS.lock() = Some(t);
     CHANGED.notify_all();
+    crate::core::app::poke();
 }
 
 /// A later round: targets the coordinator raised because some rank needed them.
@@ -138,6 +144,7 @@ pub(crate) fn raise_targets(raised: &[(u64, u64)]) {
         *cur = (*cur).max(n);
     }
     CHANGED.notify_all();
+    crate::core::app::poke();
 }
 
 pub(crate) fn targets() -> HashMap<u64, u64> {
@@ -169,9 +176,20 @@ pub fn supervised() -> bool {
 
 /// Starts the agent when the program runs under `mpicr run` (a control fd in the environment).
 pub fn start_if_supervised() {
-    let Some(fd) = std::env::var(CTL_FD_ENV).ok().and_then(|v| v.parse::<i32>().ok()) else { return };
-    if CTL.get().is_some() {
+    let Some(reader) = connect() else { return };
+    if let Err(e) = send_hello() {
+        eprintln!("mpicr: cannot reach the keeper: {e}; checkpoints are disabled");
         return;
+    }
+    start_thread(reader);
+}
+
+/// Takes the control connection the keeper passed (`CTL_FD_ENV`): its writing half becomes
+/// `CTL`, the reading half is returned (`None`: not supervised, or unusable).
+fn connect() -> Option<UnixStream> {
+    let fd = std::env::var(CTL_FD_ENV).ok().and_then(|v| v.parse::<i32>().ok())?;
+    if CTL.get().is_some() {
+        return None;
     }
     // The control socket is for this process only: the program's children must inherit neither
     // the descriptor nor its number. (Removing the variable races only with a program thread
@@ -191,21 +209,59 @@ pub fn start_if_supervised() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("mpicr: control socket (fd {fd}) unusable: {e}; checkpoints are disabled");
-            return;
+            return None;
         }
     };
-    if CTL.set(Mutex::new(sock)).is_err() {
-        return;
-    }
-    if let Err(e) = send_hello() {
-        eprintln!("mpicr: cannot reach the keeper: {e}; checkpoints are disabled");
-        return;
-    }
+    CTL.set(Mutex::new(sock)).ok()?;
+    Some(reader)
+}
+
+fn start_thread(reader: UnixStream) {
     quiet_agent_panics();
     let spawned = std::thread::Builder::new().name(AGENT_THREAD.into()).spawn(move || serve(reader));
     if let Err(e) = spawned {
         eprintln!("mpicr: cannot start the agent thread: {e}; checkpoints are disabled");
     }
+}
+
+/// A restarted app-mode process (`core::app`), in its `MPI_Init`: takes the control connection
+/// and waits for the keeper's `Resume` (every rank restored), applying its settings; returns the
+/// job's size. The agent thread starts later ([`start_after_restart`]).
+pub(crate) fn await_restart() -> Result<i32, String> {
+    let mut reader = connect().ok_or("not running under `mpicr restart` (no control connection)")?;
+    loop {
+        match mpicr_proto::recv(&mut reader) {
+            Ok(Some(ToAgent::Resume { restarted: true, size, env, .. })) => {
+                for (k, v) in env {
+                    match v {
+                        Some(v) => std::env::set_var(k, v),
+                        None => std::env::remove_var(k),
+                    }
+                }
+                *RESTART_READER.lock() = Some(reader);
+                return Ok(size);
+            }
+            Ok(Some(ToAgent::Abort { reason })) => return Err(reason),
+            Ok(Some(_)) => {}
+            Ok(None) => return Err("the keeper closed the control connection".into()),
+            Err(e) => return Err(format!("control connection: {e}")),
+        }
+    }
+}
+
+static RESTART_READER: Mutex<Option<UnixStream>> = Mutex::new(None);
+
+/// Tells the keeper why this process cannot go on (a restart that failed), if it listens.
+pub fn report_failure(reason: &str) {
+    let _ = send(&FromAgent::Failed { reason: reason.to_string() });
+}
+
+/// After [`await_restart`] and the rebuild: hello, `Resumed`, and the agent thread.
+pub(crate) fn start_after_restart(timings: mpicr_proto::Timings) {
+    let Some(reader) = RESTART_READER.lock().take() else { return };
+    let _ = send_hello();
+    let _ = send(&FromAgent::Resumed { timings });
+    start_thread(reader);
 }
 
 /// Tells the keeper who this rank is and how many renewals it has left (again after each one).

@@ -15,7 +15,7 @@ use crate::core::kinds::library::{user_errors, UserError};
 use crate::core::kinds::{message, part, request, win, REFUSAL_ORDER, RENEWAL_ORDER};
 use crate::core::state::OBJ;
 use crate::core::agent::{self, AgentError, Budget, Event, Inbox};
-use crate::core::{drained, gate, handles, renew};
+use crate::core::{app, drained, gate, handles, renew};
 use crate::lower;
 use crate::lower::abi::*;
 use mpicr_drain::{Counts, Message, Progress};
@@ -113,11 +113,16 @@ struct Limits {
     /// `MPICR_RESUME_TIMEOUT` (default 1800): from `ReadyToDump` to `Resume`, covering the other
     /// ranks' release and every dump. Time frozen by CRIU does not count (`agent::recv_within`).
     resume: Duration,
+    /// `MPICR_SAFE_POINT_TIMEOUT` (app mode; default that of the alignment): for the program to
+    /// reach `mpicr_safe_point()`.
+    safe_point: Duration,
 }
 
 impl Limits {
     fn from_env() -> Limits {
+        let align = timeout("MPICR_ALIGN_TIMEOUT", 120);
         Limits {
+            safe_point: timeout("MPICR_SAFE_POINT_TIMEOUT", align.as_secs()),
             align: timeout("MPICR_ALIGN_TIMEOUT", 120),
             drain: timeout("MPICR_DRAIN_TIMEOUT", 120),
             resume: timeout("MPICR_RESUME_TIMEOUT", 1800),
@@ -196,6 +201,7 @@ pub(crate) fn run(inbox: &mut Inbox, epoch: u64, stop: bool, state_path: &str) {
     }))
     .unwrap_or_else(|p| Err(CheckpointError::Panic(agent::panic_message(&*p))));
     let Err(reason) = result else {
+        app::release();
         agent::clear_pending_sigpipe();
         return;
     };
@@ -217,6 +223,7 @@ pub(crate) fn run(inbox: &mut Inbox, epoch: u64, stop: bool, state_path: &str) {
         gate::open();
     }
     agent::end_alignment();
+    app::release();
 }
 
 fn phases(
@@ -235,6 +242,16 @@ fn phases(
         return Err(CheckpointError::Other(why));
     }
     renew::check_renewal()?;
+    // An app-mode rank is taken only at a safe point: its program runs on until it parks there,
+    // aligned (see `core::app`); its collectives past the targets are asked for as on any rank,
+    // so the transparent ranks, held at their targets, never keep it from its safe point.
+    let align_limit = if app::enabled() {
+        app::want();
+        limits.safe_point
+    } else {
+        limits.align
+    };
+    let app_deadline = app::enabled().then(|| Instant::now() + align_limit);
     // 1. Align collectives, and 2. exchange send counts: each round of targets ends with this
     //    rank's gate closed and its counts sent, unless a later round (another rank needed a
     //    target raised) reopens the gate first.
@@ -252,7 +269,16 @@ fn phases(
     let aligning_since = Instant::now();
     let expected = loop {
         tracing::debug!(target: "agent", epoch, round, "aligning collectives");
-        if let Some(r) = wait_aligned(inbox, limits.align)? {
+        // One deadline for an app-mode rank's safe point, across rounds: its wants raise the
+        // targets round after round while it runs on without ever reaching one.
+        let limit = match app_deadline {
+            Some(d) => d.saturating_duration_since(Instant::now()),
+            None => align_limit,
+        };
+        if let Some(r) = wait_aligned(inbox, limit).map_err(|e| match (app_deadline, e) {
+            (Some(_), CheckpointError::Waited(inner, _)) => CheckpointError::Waited(inner, align_limit.as_secs()),
+            (_, e) => e,
+        })? {
             round = r;
             continue;
         }
@@ -320,7 +346,14 @@ fn phases(
     renew::release()?;
     test_panic("release");
     clock.lap("release");
-    let state_bytes = write_state(state_path, epoch)?;
+    let mut state_bytes = write_state(state_path, epoch)?;
+    if app::enabled() {
+        let rank_dir = std::path::Path::new(state_path).parent().unwrap_or(std::path::Path::new("."));
+        let dir = app::data_dir(rank_dir);
+        app::save(dir.clone(), limits.resume).map_err(|e| CheckpointError::Other(format!("app-mode rank {}: {e}", world_rank())))?;
+        state_bytes += dir_bytes(&dir);
+        clock.lap("save");
+    }
     let (msgs, bytes) = drained::stats();
     tracing::debug!(target: "agent", epoch, drained_msgs = msgs, drained_bytes = bytes, state_bytes, "ready to dump");
     agent::send(&FromAgent::ReadyToDump { drained_msgs: msgs, drained_bytes: bytes, state_bytes, timings: clock.timings() })?;
@@ -378,7 +411,57 @@ fn expect_progressing(inbox: &mut Inbox, limit: Duration, what: &'static str) ->
 
 /// State that cannot be carried through a checkpoint, with the error the user sees.
 fn refusal() -> Option<String> {
-    REFUSAL_ORDER.iter().find_map(|kind| kind.refusal())
+    REFUSAL_ORDER.iter().find_map(|kind| kind.refusal()).or_else(app_refusal)
+}
+
+/// What an app-mode rank cannot carry: a restarted process has none of the old one's memory,
+/// so nothing that points into it may be pending (receive buffers, an attached buffer).
+fn app_refusal() -> Option<String> {
+    if !app::enabled() {
+        return None;
+    }
+    let rank = world_rank();
+    if !app::registered() {
+        return Some(format!(
+            "rank {rank} runs in app mode (mpicr run --mode app) but registered no save and restore functions: call mpicr_app_register() before MPI_Init"
+        ));
+    }
+    // Checked once parked (the second asking, gate closed): the program's own state then.
+    if !app::parked() {
+        return None;
+    }
+    let pending = OBJ.requests.len();
+    if pending > 0 {
+        return Some(format!(
+            "app-mode rank {rank} holds {pending} MPI request(s) at its safe point: complete or free them before mpicr_safe_point() (their buffers are not in the saved data)"
+        ));
+    }
+    if crate::core::kinds::library::attached_buffer().is_some() {
+        return Some(format!("app-mode rank {rank} has a buffer attached for buffered sends at its safe point: detach it first"));
+    }
+    None
+}
+
+/// The error of an app-mode rank that never reached a safe point.
+fn not_at_safe_point() -> CheckpointError {
+    CheckpointError::Other(format!("app-mode rank {} did not reach mpicr_safe_point()", world_rank()))
+}
+
+/// Does this rank still have collectives to run before the current targets? (An app-mode rank
+/// parks at a safe point only when it has none.)
+pub(crate) fn behind_targets() -> bool {
+    check_aligned().is_err()
+}
+
+/// Bytes of the files under `dir` (the program's saved data, for the epoch's statistics).
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    let Ok(rd) = std::fs::read_dir(dir) else { return 0 };
+    rd.flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_bytes(&e.path()),
+            _ => e.metadata().map(|m| m.len()).unwrap_or(0),
+        })
+        .sum()
 }
 
 /// Waits until every communicator reached its collective target (or the coordinator aborts).
@@ -412,7 +495,7 @@ fn wait_aligned(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, Check
         // Aligned, unless a program thread waits for a target this rank does not know: of a
         // communicator it made after reporting its counters, which its peers may have reported
         // and already be using (the coordinator answers with a round that tells it).
-        if asked.is_empty() && check_aligned().is_ok() {
+        if asked.is_empty() && check_aligned().is_ok() && (!app::enabled() || app::parked()) {
             return Ok(None);
         }
         match wait_aligning(inbox, &mut budget)? {
@@ -420,7 +503,11 @@ fn wait_aligned(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, Check
             Woke::Progress => {}
             // Checked again: the collectives may have arrived since the check above.
             Woke::TimedOut => {
-                return check_aligned().map(|_| None).map_err(|e| CheckpointError::Waited(Box::new(e), limit.as_secs()))
+                check_aligned().map_err(|e| CheckpointError::Waited(Box::new(e), limit.as_secs()))?;
+                if app::enabled() && !app::parked() {
+                    return Err(CheckpointError::Waited(Box::new(not_at_safe_point()), limit.as_secs()));
+                }
+                return Ok(None);
             }
         }
     }

@@ -8,6 +8,7 @@
 //! which calls into it (`shim/tests/layers.rs` checks this).
 
 pub mod agent;
+pub mod app;
 pub mod bsend;
 pub mod checkpoint;
 pub mod drained;

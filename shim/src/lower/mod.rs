@@ -868,6 +868,12 @@ pub fn generations_loaded() -> u32 {
     GENERATIONS.load(Ordering::Acquire)
 }
 
+/// A restarted app-mode process continues the job's numbering of generations: the next one
+/// loaded gets `next`.
+pub fn continue_numbering(next: u32) {
+    GENERATIONS.fetch_max(next, Ordering::AcqRel);
+}
+
 /// Counts a new generation of the same loaded copy (`sessions` strategy) and returns its number.
 pub fn bump_generation() -> u32 {
     GENERATIONS.fetch_add(1, Ordering::AcqRel)

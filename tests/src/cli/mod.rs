@@ -17,6 +17,7 @@
 //! scratch directory of its own, removed at the end (`MPICR_TEST_KEEP=1` keeps them). Processes
 //! found alive at the end of a function are reported by the last case, `no-stray-processes`.
 
+mod app;
 mod commands;
 mod criu;
 mod errors;
@@ -113,6 +114,7 @@ pub fn all() -> Vec<CaseFn> {
     v.extend(nonroot::cases());
     v.extend(xlib::cases());
     v.extend(lower::cases());
+    v.extend(app::cases());
     v.extend(install::cases());
     v.extend(commands::cases());
     v.extend(slurm::cases());

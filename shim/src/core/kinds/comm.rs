@@ -89,6 +89,28 @@ impl Comms {
         })
     }
 
+    /// Replaces every communicator with saved ones, counters included (a restarted app-mode
+    /// process, `core::app`).
+    pub fn restore_all(&self, items: Vec<(u32, RealComm, CommEntry)>) {
+        for (i, _, _) in self.table.snapshot() {
+            self.remove(i);
+        }
+        let counts: Vec<(u32, u64, bool, usize, CountsSnapshot)> = items
+            .iter()
+            .map(|(i, _, e)| {
+                let c = CountsSnapshot { collectives: e.coll_seq, sent: e.sent.clone(), recvd: e.recvd.clone() };
+                (*i, e.recipe.gid, e.alone(), CommEntry::peers_of(&e.recipe), c)
+            })
+            .collect();
+        self.table.restore(items);
+        for (i, gid, alone, peers, c) in counts {
+            self.counters.attach(i, gid, alone, peers);
+            if let Some(block) = self.counters.get(i) {
+                block.load(&c);
+            }
+        }
+    }
+
     /// Removes a communicator and its counters.
     pub fn remove(&self, index: u32) -> Option<CommEntry> {
         self.table.remove_and(index, |i, _| self.counters.detach(i))

@@ -69,6 +69,14 @@ pub fn remove_user_error(r: Removed) {
     });
 }
 
+/// A restarted app-mode process: the user errors of `shim.state`, as if made in that order.
+pub fn restore_user_errors(live: Vec<UserError>) {
+    let mut u = USER_ERRORS.lock();
+    u.fresh = live.iter().filter_map(UserError::made).collect();
+    u.live = live;
+    u.removed_any = false;
+}
+
 pub fn user_errors() -> Vec<UserError> {
     USER_ERRORS.lock().live.clone()
 }

@@ -77,6 +77,19 @@ pub fn claim_slot(function: u64) -> Option<usize> {
     Some(slot)
 }
 
+/// A restarted app-mode process (`core::app`): the restored ops hold their trampoline slots
+/// again, pointing at the program's functions (the keeper starts app-mode programs without
+/// address-space randomisation, so a fresh process has them at the same addresses).
+pub fn restore_slots() {
+    let mut used = USED.lock();
+    for (_, _, op) in OBJ.ops.snapshot() {
+        if let Some(u) = used.get_mut(op.slot) {
+            *u = true;
+            FUNCS[op.slot].store(op.recipe.function, Ordering::Release);
+        }
+    }
+}
+
 pub fn release_slot(slot: usize) {
     USED.lock()[slot] = false;
 }

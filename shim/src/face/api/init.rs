@@ -36,6 +36,17 @@ unsafe fn init(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, p
         return crate::face::errors::raise_default(if rc == MPI_SUCCESS { MPI_ERR_OTHER } else { rc }, name);
     }
     let level = required.max(MPI_THREAD_SERIALIZED).min(MPI_THREAD_MULTIPLE);
+    if let Some(dir) = crate::core::app::take_restore_dir() {
+        // SAFETY: as below.
+        let provided_now = unsafe { restore_app(&dir, argc, argv, level) };
+        *provided = required.clamp(MPI_THREAD_SINGLE, provided_now.max(MPI_THREAD_SINGLE));
+        PROVIDED.store(*provided, Ordering::Release);
+        MAIN_THREAD.store(thread_id(), Ordering::Release);
+        STAGE.store(INITIALIZED, Ordering::Release);
+        drop(g);
+        crate::core::agent::start_after_restart(mpicr_proto::Timings { phases_us: vec![] });
+        return MPI_SUCCESS;
+    }
     let (world, selfc, real_provided) = // SAFETY: the program's argc/argv, as its MPI_Init call passed them.
     match unsafe { crate::core::renew::init_lower(argc, argv, level) } {
         Ok(x) => x,
@@ -56,6 +67,19 @@ unsafe fn init(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, p
     }
     crate::core::agent::start_if_supervised();
     MPI_SUCCESS
+}
+
+/// `MPI_Init` of a restarted app-mode process (`core::app`): a failure ends it with its
+/// message, which the keeper hears first (the restart stops there).
+unsafe fn restore_app(dir: &str, argc: *mut c_int, argv: *mut *mut *mut c_char, level: c_int) -> c_int {
+    // SAFETY: the program's argc/argv, passed through.
+    match unsafe { crate::core::app::restore_at_init(dir, argc, argv, level) } {
+        Ok(p) => p,
+        Err(e) => {
+            crate::core::agent::report_failure(&e);
+            crate::lower::fatal(&e)
+        }
+    }
 }
 
 static MAIN_THREAD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

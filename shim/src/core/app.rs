@@ -1,0 +1,277 @@
+//! Application-level ranks (`mpicr run --mode app`): the program saves and restores its own
+//! data (`mpicr_app_register`), and a checkpoint takes such a rank only where the program says
+//! it may (`mpicr_safe_point`). Everything MPI holds is carried by the shim as for a transparent
+//! rank (alignment, drain, `shim.state`); instead of a CRIU image the keeper keeps the program's
+//! command line, and a restart starts the program afresh: its `MPI_Init` rebuilds every object
+//! under its old virtual handle from `shim.state` ([`restore_at_init`]) and calls `restore`.
+//!
+//! A checkpoint on an app rank aligns as on any rank, and counts the rank aligned only once its
+//! program thread parked at a safe point at the targets: while behind a target (a transparent
+//! rank ran ahead through a broadcast it could finish alone, or the rank had not reached its
+//! safe point yet), the thread runs on to its next safe point, and collectives it needs past the
+//! targets wait and are asked for (`Wants`), as on any rank. After the release the parked thread runs `save` into the
+//! rank's `app/` directory of the epoch ([`save`]).
+
+use crate::core::checkpoint::StateFile;
+use crate::core::kinds::{op, RENEWAL_ORDER};
+use crate::core::state::{OBJ, SELF_INDEX, WORLD_INDEX};
+use crate::core::{agent, drained, renew};
+use crate::lower;
+use crate::lower::handles::RealComm;
+use parking_lot::{Condvar, Mutex};
+use std::os::raw::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// Set by the keeper for an app-mode program.
+pub const APP_MODE_ENV: &str = "MPICR_APP_MODE";
+/// Set by the keeper when it restarts an app-mode program: the rank's directory of the epoch.
+pub const APP_RESTORE_ENV: &str = "MPICR_APP_RESTORE";
+
+pub type SaveFn = unsafe extern "C" fn(*const c_char, *mut c_void) -> c_int;
+
+/// Is this process an app-mode rank? (Read once: the keeper sets it at the start.)
+pub fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var(APP_MODE_ENV).is_ok_and(|v| v == "1"))
+}
+
+struct Registered {
+    save: SaveFn,
+    restore: SaveFn,
+    arg: usize,
+}
+static REGISTERED: Mutex<Option<Registered>> = Mutex::new(None);
+/// The restart's rank directory, until `restore` ran (it runs at registration when the program
+/// registers after `MPI_Init`).
+static RESTORE_PENDING: Mutex<Option<String>> = Mutex::new(None);
+static RESTARTED: AtomicBool = AtomicBool::new(false);
+
+/// `mpicr_app_register`. Returns the result of `restore` when it ran now (a restarted process
+/// that registered after `MPI_Init`), else 0.
+pub fn register(save: SaveFn, restore: SaveFn, arg: usize) -> c_int {
+    *REGISTERED.lock() = Some(Registered { save, restore, arg });
+    match RESTORE_PENDING.lock().take() {
+        Some(dir) => match call_restore(&dir) {
+            Ok(()) => 0,
+            Err(e) => lower::fatal(&e),
+        },
+        None => 0,
+    }
+}
+
+pub fn registered() -> bool {
+    REGISTERED.lock().is_some()
+}
+
+pub fn restarted() -> bool {
+    RESTARTED.load(Ordering::Acquire)
+}
+
+/// The program's data directory inside a rank directory of an epoch.
+pub fn data_dir(rank_dir: &std::path::Path) -> std::path::PathBuf {
+    rank_dir.join("app")
+}
+
+fn call(which: &str, dir: &std::path::Path) -> Result<(), String> {
+    let (f, arg) = {
+        let r = REGISTERED.lock();
+        let Some(r) = r.as_ref() else { return Err(format!("nothing registered to {which} (mpicr_app_register)")) };
+        (if which == "save" { r.save } else { r.restore }, r.arg)
+    };
+    let c = std::ffi::CString::new(dir.display().to_string()).map_err(|e| e.to_string())?;
+    // SAFETY: a function the program registered with this signature, and its own argument.
+    let rc = unsafe { f(c.as_ptr(), arg as *mut c_void) };
+    if rc != 0 {
+        return Err(format!("the program's {which} function returned {rc} for {}", dir.display()));
+    }
+    Ok(())
+}
+
+fn call_restore(rank_dir: &str) -> Result<(), String> {
+    let rank = crate::core::kinds::comm::world_rank();
+    call("restore", &data_dir(std::path::Path::new(rank_dir))).map_err(|e| format!("restart of app-mode rank {rank} failed: {e}"))
+}
+
+// --- Safe points -------------------------------------------------------------------------
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Park {
+    /// No checkpoint wants this rank.
+    Idle,
+    /// A checkpoint waits for the program to reach a safe point.
+    Wanted,
+    /// The program thread waits in `mpicr_safe_point`.
+    Parked,
+}
+
+struct Safe {
+    park: Park,
+    /// A save the agent asked the parked thread for, and its outcome.
+    save_dir: Option<std::path::PathBuf>,
+    saved: Option<Result<(), String>>,
+}
+static SAFE: Mutex<Safe> = Mutex::new(Safe { park: Park::Idle, save_dir: None, saved: None });
+static SAFE_CHANGED: Condvar = Condvar::new();
+/// Fast path of `mpicr_safe_point`: false unless a checkpoint wants this rank.
+static WANTED: AtomicBool = AtomicBool::new(false);
+
+/// `mpicr_safe_point`: parks the calling thread while a checkpoint takes this rank. Returns
+/// at once when none does, or when this rank must run on to reach its collective targets.
+pub fn safe_point() -> c_int {
+    if !WANTED.load(Ordering::Acquire) {
+        return 0;
+    }
+    let mut s = SAFE.lock();
+    loop {
+        match s.park {
+            Park::Idle => return 0,
+            Park::Wanted | Park::Parked => {}
+        }
+        if let Some(dir) = s.save_dir.take() {
+            drop(s);
+            let r = std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display())).and_then(|_| call("save", &dir));
+            s = SAFE.lock();
+            s.saved = Some(r);
+            SAFE_CHANGED.notify_all();
+            continue;
+        }
+        // While aligning, park only at the targets: behind them, the rank runs on.
+        let behind = agent::aligning() && crate::core::checkpoint::behind_targets();
+        if behind {
+            if s.park == Park::Parked {
+                s.park = Park::Wanted;
+            }
+            return 0;
+        }
+        if s.park != Park::Parked {
+            s.park = Park::Parked;
+            agent::notify_progress();
+        }
+        SAFE_CHANGED.wait_for(&mut s, Duration::from_millis(50));
+    }
+}
+
+/// Wakes a parked thread to look again (targets changed).
+pub fn poke() {
+    if WANTED.load(Ordering::Acquire) {
+        SAFE_CHANGED.notify_all();
+    }
+}
+
+/// The agent: a checkpoint wants this rank at a safe point.
+pub(crate) fn want() {
+    let mut s = SAFE.lock();
+    s.park = Park::Wanted;
+    s.save_dir = None;
+    s.saved = None;
+    WANTED.store(true, Ordering::Release);
+}
+
+pub(crate) fn parked() -> bool {
+    SAFE.lock().park == Park::Parked
+}
+
+/// The agent: the checkpoint ended (taken or failed); a parked thread returns.
+pub(crate) fn release() {
+    let mut s = SAFE.lock();
+    s.park = Park::Idle;
+    s.save_dir = None;
+    WANTED.store(false, Ordering::Release);
+    SAFE_CHANGED.notify_all();
+}
+
+/// The agent, after the release: the parked thread runs the program's `save` into `dir`.
+pub(crate) fn save(dir: std::path::PathBuf, limit: Duration) -> Result<(), String> {
+    let mut s = SAFE.lock();
+    s.save_dir = Some(dir);
+    s.saved = None;
+    SAFE_CHANGED.notify_all();
+    let deadline = std::time::Instant::now() + limit;
+    while s.saved.is_none() {
+        if SAFE_CHANGED.wait_until(&mut s, deadline).timed_out() && s.saved.is_none() {
+            return Err(format!("the program's save function did not return within {} s", limit.as_secs()));
+        }
+    }
+    s.saved.take().unwrap_or(Ok(()))
+}
+
+// --- Restart -----------------------------------------------------------------------------
+
+/// The rank directory a restarted app-mode process restores from (taken once).
+pub fn take_restore_dir() -> Option<String> {
+    let d = std::env::var(APP_RESTORE_ENV).ok().filter(|d| !d.is_empty())?;
+    std::env::remove_var(APP_RESTORE_ENV);
+    Some(d)
+}
+
+fn read_state(rank_dir: &str) -> Result<StateFile, String> {
+    let path = std::path::Path::new(rank_dir).join("shim.state");
+    let bytes = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    postcard::from_bytes(&bytes).map_err(|e| format!("decoding {}: {e}", path.display()))
+}
+
+fn typed<R: mpicr_virtid::RealHandle, E>(items: Vec<(u32, u64, E)>) -> Vec<(u32, R, E)> {
+    items.into_iter().map(|(i, b, e)| (i, R::from_bits(b), e)).collect()
+}
+
+/// Puts every table back as the checkpoint left it (real handles are stale until rebuilt).
+fn install(s: StateFile) {
+    OBJ.comms.restore_all(typed(s.comms));
+    OBJ.groups.restore(typed(s.groups));
+    OBJ.datatypes.restore(typed(s.datatypes));
+    OBJ.ops.restore(typed(s.ops));
+    OBJ.infos.restore(typed(s.infos));
+    OBJ.requests.restore(typed(s.requests));
+    OBJ.keyvals.restore(typed(s.keyvals));
+    OBJ.errhandlers.restore(typed(s.errhandlers));
+    OBJ.files.restore(typed(s.files));
+    op::restore_slots();
+    crate::core::kinds::library::restore_user_errors(s.user_errors);
+    drained::replace(s.drained);
+}
+
+/// `MPI_Init` of a restarted app-mode process: waits for the keeper's word that every rank
+/// restored (`Resume`), initialises the library, rebuilds every object of `shim.state` under
+/// its old virtual handle, and calls the program's `restore` (now, or at registration).
+/// Returns the thread level the library provides.
+///
+/// # Safety
+/// `argc` and `argv` are null or the program's, as MPI_Init_thread requires.
+pub unsafe fn restore_at_init(rank_dir: &str, argc: *mut c_int, argv: *mut *mut *mut c_char, level: c_int) -> Result<c_int, String> {
+    let size = agent::await_restart().map_err(|e| format!("restart of an app-mode rank: {e}"))?;
+    if renew::strategy() != renew::Strategy::Namespace {
+        return Err("app mode needs the namespace renewal (unset MPICR_RENEW)".into());
+    }
+    let state = read_state(rank_dir)?;
+    if state.world_size != size {
+        return Err(format!("the image has {} ranks but the job has {size}", state.world_size));
+    }
+    let generation = state.generation;
+    install(state);
+    for kind in RENEWAL_ORDER {
+        kind.forget();
+    }
+    for kind in RENEWAL_ORDER {
+        kind.before_renewal()?;
+    }
+    // SAFETY: passed through from the program's MPI_Init.
+    let (world, selfc, provided) = unsafe { renew::init_lower(argc, argv, level) }.map_err(|rc| format!("MPI_Init: {}", lower::error_string(rc)))?;
+    crate::core::kinds::comm::errors_return_on(world);
+    crate::core::kinds::comm::errors_return_on(selfc);
+    OBJ.comms.set_real(WORLD_INDEX, RealComm(world));
+    OBJ.comms.set_real(SELF_INDEX, RealComm(selfc));
+    for kind in RENEWAL_ORDER {
+        kind.rebuild()?;
+    }
+    // The launcher's PMI relay numbered this library generation + 1 (as for the restored
+    // ranks); the next renewal must announce the one after.
+    lower::continue_numbering(generation + 2);
+    RESTARTED.store(true, Ordering::Release);
+    if registered() {
+        call_restore(rank_dir)?;
+    } else {
+        *RESTORE_PENDING.lock() = Some(rank_dir.to_string());
+    }
+    Ok(provided)
+}
