@@ -60,23 +60,7 @@ fn restart_env(saved: &[(String, String)]) -> Vec<(String, OsString)> {
 /// `shim.state` beside it) and checksums the directory.
 pub fn record(rdir: &Path, mut meta: RankMeta, launch: &AppLaunch, started: std::time::Instant) -> Result<RankManifest> {
     meta.app = Some(launch.clone());
-    images::write_json_atomic(&rdir.join("rank.json"), &meta)?;
-    images::tighten_tree(rdir)?;
-    sys::syncfs(rdir).with_context(|| format!("syncing {}", rdir.display()))?;
-    let files = images::checksum_dir(rdir)?;
-    Ok(RankManifest {
-        rank: meta.rank,
-        host: meta.host,
-        pid: meta.pid,
-        bytes: files.iter().map(|f| f.bytes).sum(),
-        files,
-        renewals_left: meta.agent_hello.as_ref().and_then(|h| h.renewals_left),
-        drained_msgs: 0,
-        drained_bytes: 0,
-        state_bytes: 0,
-        dump_us: started.elapsed().as_micros() as u64,
-        agent_timings: vec![],
-    })
+    images::seal_rank_dir(rdir, &meta, started)
 }
 
 /// What a restarted app-mode program is started with.

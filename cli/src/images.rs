@@ -694,6 +694,29 @@ pub fn sha256_file(path: &Path) -> Result<(u64, String)> {
 }
 
 /// Checksums of every file in a rank directory except logs, sorted by name.
+/// Completes a rank's directory of an epoch: writes its `rank.json`, makes everything in it
+/// private (CRIU and the shim wrote under their own umask) and on stable storage before the
+/// coordinator commits the manifest, and returns the rank's manifest entry with the checksums.
+pub fn seal_rank_dir(rdir: &Path, meta: &RankMeta, started: std::time::Instant) -> Result<RankManifest> {
+    write_json_atomic(&rdir.join("rank.json"), meta)?;
+    tighten_tree(rdir)?;
+    crate::sys::syncfs(rdir).with_context(|| format!("syncing the images in {}", rdir.display()))?;
+    let files = checksum_dir(rdir)?;
+    Ok(RankManifest {
+        rank: meta.rank,
+        host: meta.host.clone(),
+        pid: meta.pid,
+        bytes: files.iter().map(|f| f.bytes).sum(),
+        files,
+        renewals_left: meta.agent_hello.as_ref().and_then(|h| h.renewals_left),
+        drained_msgs: 0,
+        drained_bytes: 0,
+        state_bytes: 0,
+        dump_us: started.elapsed().as_micros() as u64,
+        agent_timings: vec![],
+    })
+}
+
 pub fn checksum_dir(dir: &Path) -> Result<Vec<FileSum>> {
     let mut out = Vec::new();
     checksum_into(dir, "", &mut out)?;

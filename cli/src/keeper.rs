@@ -940,10 +940,7 @@ impl Keeper {
         // checksums and the commit follow without stopping it. (The renewal inside is
         // collective, so it waits for the ranks still dumping.)
         if !leave_stopped && self.mode == Mode::Agent {
-            self.tell_agent(ToAgent::Resume { restarted: false, epoch, size: self.size, env: Vec::new() })?;
-            if let Some(c) = self.state.ckpt_mut() {
-                c.resumed = true;
-            }
+            self.resume_after_dump(epoch)?;
         }
         let meta = RankMeta {
             format: images::FORMAT,
@@ -964,35 +961,23 @@ impl Keeper {
             agent_hello: self.agent.clone(),
             app: None,
         };
-        images::write_json_atomic(&rdir.join("rank.json"), &meta)?;
-        // CRIU and the shim created files under their own umask: make everything private, and
-        // on stable storage before the coordinator commits the manifest.
-        images::tighten_tree(&rdir)?;
-        sys::syncfs(&rdir).with_context(|| format!("syncing the images in {}", rdir.display()))?;
-        let files = images::checksum_dir(&rdir)?;
-        Ok(RankManifest {
-            rank: self.rank,
-            host: meta.host,
-            pid: self.pid,
-            bytes: files.iter().map(|f| f.bytes).sum(),
-            files,
-            renewals_left: self.agent.as_ref().and_then(|h| h.renewals_left),
-            drained_msgs: 0,
-            drained_bytes: 0,
-            state_bytes: 0,
-            dump_us: t.elapsed().as_micros() as u64,
-            agent_timings: vec![],
-        })
+        images::seal_rank_dir(&rdir, &meta, t)
+    }
+
+    /// Lets the program run on right after its image (or an app-mode rank's save) is complete.
+    fn resume_after_dump(&mut self, epoch: u64) -> Result<()> {
+        self.tell_agent(ToAgent::Resume { restarted: false, epoch, size: self.size, env: Vec::new() })?;
+        if let Some(c) = self.state.ckpt_mut() {
+            c.resumed = true;
+        }
+        Ok(())
     }
 
     /// An app-mode rank's part of a checkpoint: the program already saved its data and the
     /// shim its state; record how to start it again, and let it run on unless the job stops.
     fn app_dump(&mut self, epoch: u64, rdir: &std::path::Path, launch: &crate::app::AppLaunch, leave_stopped: bool, t: Instant) -> Result<RankManifest> {
         if !leave_stopped {
-            self.tell_agent(ToAgent::Resume { restarted: false, epoch, size: self.size, env: Vec::new() })?;
-            if let Some(c) = self.state.ckpt_mut() {
-                c.resumed = true;
-            }
+            self.resume_after_dump(epoch)?;
         }
         let meta = RankMeta {
             format: images::FORMAT,

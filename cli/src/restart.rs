@@ -3,7 +3,7 @@
 //! then the job-wide handshake (same job, same epoch) before the agent is told to resume.
 
 use crate::args::RestartArgs;
-use crate::coord_wire::{self, AgentInfo, KeeperHello, Mode, ToCoord};
+use crate::coord_wire::{self, AgentInfo, KeeperHello, Mode, SecureTx, ToCoord};
 use crate::coordinator;
 use crate::criu::Criu;
 use crate::images::{self, CkptDir, RankMeta};
@@ -223,11 +223,7 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
         restart_epoch: Some(epoch),
     };
     let mut coord = join_coordinator(&info, hello, tx.clone())?;
-    if let Some(h) = &meta.agent_hello {
-        let info = AgentInfo { library: h.library.clone(), renew_strategy: h.renew_strategy.clone(), renewals_left: h.renewals_left };
-        coord_wire::send(&mut coord, &ToCoord::AgentHello(info))?;
-    }
-    coord_wire::send(&mut coord, &ToCoord::Restored { epoch })?;
+    announce_restored(&mut coord, &meta, epoch)?;
     if args.verbose {
         crate::elog!("mpicr[{rank}]: restored epoch {epoch} as pid {pid} in {}", crate::args::format_duration(t.elapsed()));
     }
@@ -315,11 +311,7 @@ fn restart_app(f: Fresh, launch: &crate::app::AppLaunch, meta: RankMeta, tx: mps
     }
     let hello = KeeperHello { rank, size, job_id: job_id.clone(), host: sys::hostname(), keeper_pid: std::process::id(), program_pid: pid, mode: mode.clone(), restart_epoch: Some(epoch) };
     let mut coord = join_coordinator(&info, hello, tx.clone())?;
-    if let Some(h) = &meta.agent_hello {
-        let info = AgentInfo { library: h.library.clone(), renew_strategy: h.renew_strategy.clone(), renewals_left: h.renewals_left };
-        coord_wire::send(&mut coord, &ToCoord::AgentHello(info))?;
-    }
-    coord_wire::send(&mut coord, &ToCoord::Restored { epoch })?;
+    announce_restored(&mut coord, &meta, epoch)?;
     if verbose {
         crate::elog!("mpicr[{rank}]: started the app-mode program afresh for epoch {epoch} as pid {pid} in {}", crate::args::format_duration(t.elapsed()));
     }
@@ -368,4 +360,14 @@ fn busy_ids(meta: &RankMeta) -> Vec<String> {
             format!("{t} ({})", comm.trim())
         })
         .collect()
+}
+
+/// Tells the coordinator this rank is back at `epoch`, with its agent's library as recorded.
+fn announce_restored(coord: &mut SecureTx, meta: &RankMeta, epoch: u64) -> Result<()> {
+    if let Some(h) = &meta.agent_hello {
+        let info = AgentInfo { library: h.library.clone(), renew_strategy: h.renew_strategy.clone(), renewals_left: h.renewals_left };
+        coord_wire::send(coord, &ToCoord::AgentHello(info))?;
+    }
+    coord_wire::send(coord, &ToCoord::Restored { epoch })?;
+    Ok(())
 }
