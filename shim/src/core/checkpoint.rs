@@ -480,8 +480,10 @@ fn wait_aligned(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, Check
             return Err(CheckpointError::Finalizing);
         }
         // Only what this rank needs: when it is aligned, a start past a known target just waits
-        // (asking would have every rank chase the next one, e.g. in MPI_Startall).
-        let aligned = check_aligned().is_ok();
+        // (asking would have every rank chase the next one, e.g. in MPI_Startall). An app-mode
+        // rank is not done before it parks at its safe point: until then it needs every
+        // collective on its way there.
+        let aligned = check_aligned().is_ok() && (!app::enabled() || app::parked());
         let known = agent::targets();
         let wants: Vec<(u64, u64)> = agent::wants_past_targets()
             .into_iter()
