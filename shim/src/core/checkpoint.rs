@@ -123,7 +123,7 @@ impl Limits {
         let align = timeout("MPICR_ALIGN_TIMEOUT", 120);
         Limits {
             safe_point: timeout("MPICR_SAFE_POINT_TIMEOUT", align.as_secs()),
-            align: timeout("MPICR_ALIGN_TIMEOUT", 120),
+            align,
             drain: timeout("MPICR_DRAIN_TIMEOUT", 120),
             resume: timeout("MPICR_RESUME_TIMEOUT", 1800),
         }

@@ -19,17 +19,7 @@ pub fn begin_collective(comm: MPI_Comm) -> (gate::Guard, u64) {
         let Some(c) = conv::comm_index(comm).and_then(|i| OBJ.comms.counters(i)) else { return (g, 0) };
         match agent::try_start_collective(c) {
             Some(seq) => return (g, seq),
-            None => {
-                // Where windows exist, other ranks' one-sided operations may need this rank's
-                // progress to reach their own targets (MPICH's targets progress them).
-                if crate::core::kinds::win::progress_while_waiting() {
-                    drop(g);
-                    std::thread::sleep(std::time::Duration::from_millis(1));
-                    continue;
-                }
-                drop(g);
-                agent::wait_until_collectives_may_start();
-            }
+            None => wait_to_start(g),
         }
     }
 }
@@ -41,7 +31,20 @@ pub fn begin_counted(c: &mpicr_virtid::CommCounters) -> gate::Guard {
         if agent::try_start_collective(c).is_some() {
             return g;
         }
-        drop(g);
+        wait_to_start(g);
+    }
+}
+
+/// A start past its checkpoint target: leaves the gate and waits until starts may be tried
+/// again. Where windows exist it drives the library once (inside the gate) and polls instead,
+/// since other ranks' one-sided operations may need this rank's progress to reach their own
+/// targets (MPICH's targets progress them).
+fn wait_to_start(g: gate::Guard) {
+    let windows = crate::core::kinds::win::progress_while_waiting();
+    drop(g);
+    if windows {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    } else {
         agent::wait_until_collectives_may_start();
     }
 }
