@@ -41,7 +41,9 @@ fi
 # below, instead of configuring the shared build tree again for each other)
 src=$(readlink -f "$src")
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
-    cargo build --release -q -p mpicr-face-mpich -p mpicr-cli --bin mpicr
+    # (two commands: `--bin` would restrict the first to the CLI, leaving the face unbuilt)
+    cargo build --release -q -p mpicr-face-mpich
+    cargo build --release -q -p mpicr-cli --bin mpicr
 fi
 
 # Configure the suite for each build (once; again when the compiler wrapper or the source's path

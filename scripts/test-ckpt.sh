@@ -43,7 +43,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
-    cargo build --release -q -p mpicr-face-mpich -p mpicr-face-ompi -p mpicr-cli --bin mpicr
+    # (two commands: `--bin` would restrict the first to the CLI, leaving the faces unbuilt)
+    cargo build --release -q -p mpicr-face-mpich -p mpicr-face-ompi -p mpicr-face-abi
+    cargo build --release -q -p mpicr-cli --bin mpicr
 fi
 if [ -z "${MPICR_CRIU:-}" ] && [ ! -x .deps/criu/criu ] && ! command -v criu >/dev/null; then
     echo "test-ckpt: no criu (run scripts/deps.sh, or set MPICR_CRIU)" >&2

@@ -243,7 +243,7 @@ fn agent(ctl: UnixStream, lh: Arc<Mutex<LowerHalf>>, gate: Arc<Gate>, rank: i32,
                     continue;
                 }
                 let sent = (0..size).filter(|&d| d != rank).map(|d| (7u64, d, epoch * 100 + rank as u64)).collect();
-                send(FromAgent::SendCounts { round, sent });
+                send(FromAgent::SendCounts { round, sent, untold: Vec::new() });
             }
             ToAgent::ExpectedRecvs { expect } => {
                 let want: Vec<(u64, i32, u64)> = (0..size).filter(|&s| s != rank).map(|s| (7u64, s, epoch * 100 + s as u64)).collect();

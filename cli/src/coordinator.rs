@@ -82,6 +82,13 @@ pub fn untold_targets(targets: &HashMap<CommGid, u64>, wants: &[(CommGid, u64)],
         .collect()
 }
 
+/// Of the communicators a rank made without being given a target (`untold`: its counts), those
+/// it is behind on, with their targets: other ranks reported or asked for more collectives on
+/// them than it started.
+pub fn behind_targets(targets: &HashMap<CommGid, u64>, untold: &[(CommGid, u64)]) -> Vec<(CommGid, u64)> {
+    untold.iter().filter_map(|&(g, n)| targets.get(&g).filter(|&&t| t > n).map(|&t| (g, t))).collect()
+}
+
 /// Transposes per-sender `(comm, destination, count)` into per-receiver `(comm, source, count)`.
 /// Every rank of `0..size` gets an entry (possibly empty).
 pub fn transpose(sent: &PeerCounts, size: i32) -> Result<PeerCounts> {
@@ -828,19 +835,29 @@ impl Coordinator {
                 }
                 // Counts of an earlier round come from a rank that has not seen the raise yet.
                 ToCoord::SendCounts { round, .. } if round != c.round => Next::Nothing,
-                ToCoord::SendCounts { sent, .. } => {
-                    c.sent.insert(r, sent);
-                    if c.sent.len() == size {
-                        c.mark("align");
-                        match transpose(&c.sent, size as i32) {
-                            Ok(exp) => {
-                                c.phase = Phase::Drain;
-                                Next::Expected(exp)
-                            }
-                            Err(e) => Next::Abort(format!("{e:#}")),
-                        }
+                ToCoord::SendCounts { sent, untold, .. } => {
+                    let behind = behind_targets(&c.targets, &untold);
+                    if !behind.is_empty() {
+                        // This rank closed its gate on a communicator it was given no target
+                        // for, and its peers are further on it: every rank aligns again.
+                        c.told.extend(behind.iter().map(|&(g, _)| g));
+                        c.round += 1;
+                        c.sent.clear();
+                        Next::Raised(c.round, behind)
                     } else {
-                        Next::Nothing
+                        c.sent.insert(r, sent);
+                        if c.sent.len() == size {
+                            c.mark("align");
+                            match transpose(&c.sent, size as i32) {
+                                Ok(exp) => {
+                                    c.phase = Phase::Drain;
+                                    Next::Expected(exp)
+                                }
+                                Err(e) => Next::Abort(format!("{e:#}")),
+                            }
+                        } else {
+                            Next::Nothing
+                        }
                     }
                 }
                 ToCoord::Drained { .. } => {
@@ -1070,6 +1087,14 @@ mod tests {
         assert_eq!(untold_targets(&t, &[(10, 6), (20, 1), (30, 1)], reported), vec![(20, 4)]);
         assert_eq!(untold_targets(&t, &[(20, 5)], reported), vec![], "past the target: raised instead");
         assert_eq!(untold_targets(&t, &[(10, 5)], reported), vec![], "a reported target is known");
+    }
+
+    #[test]
+    fn a_rank_that_closed_its_gate_behind_on_an_untold_communicator_gets_its_target() {
+        let t: HashMap<CommGid, u64> = [(10, 5), (20, 1)].into_iter().collect();
+        assert_eq!(behind_targets(&t, &[(20, 0), (30, 0)]), vec![(20, 1)], "peers are inside collective 1 of 20");
+        assert_eq!(behind_targets(&t, &[(20, 1)]), vec![], "as far as its peers");
+        assert_eq!(behind_targets(&t, &[(30, 2)]), vec![], "nobody else reported it");
     }
 
     #[test]

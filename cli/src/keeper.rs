@@ -711,9 +711,9 @@ impl Keeper {
                 Some(epoch) => self.tell_coord(ToCoord::Counters { epoch, comms }),
                 None => self.say("agent sent Counters outside a checkpoint; ignored"),
             },
-            FromAgent::SendCounts { round, sent } => {
+            FromAgent::SendCounts { round, sent, untold } => {
                 if let Some(epoch) = epoch {
-                    self.tell_coord(ToCoord::SendCounts { epoch, round, sent });
+                    self.tell_coord(ToCoord::SendCounts { epoch, round, sent, untold });
                 }
             }
             FromAgent::Wants { comms } => {

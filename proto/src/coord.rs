@@ -128,7 +128,7 @@ pub enum ToCoord {
     /// The program (C API) or a signal asked for a checkpoint.
     Request { stop: bool },
     Counters { epoch: u64, comms: Vec<(CommGid, u64)> },
-    SendCounts { epoch: u64, round: u32, sent: Vec<(CommGid, i32, u64)> },
+    SendCounts { epoch: u64, round: u32, sent: Vec<(CommGid, i32, u64)>, untold: Vec<(CommGid, u64)> },
     /// The agent needs these collective targets raised (`FromAgent::Wants`).
     Wants { epoch: u64, comms: Vec<(CommGid, u64)> },
     ReadyToDump { epoch: u64, drained_msgs: u64, drained_bytes: u64, state_bytes: u64, timings: Vec<(String, u64)> },

@@ -16,8 +16,11 @@
 //! A->K Wants                      (while not aligned) collectives past a target that a
 //!                                 program thread waits to start; the coordinator raises
 //!                                 those targets: K->A Targets{round+1} to every rank
-//! A->K SendCounts{round}          gates closed, collectives aligned: messages sent per peer
-//!                                 (a later Targets reopens the gate: align again, resend)
+//! A->K SendCounts{round}          gates closed, collectives aligned: messages sent per peer,
+//!                                 and the counts of communicators made without a target
+//!                                 (a later Targets reopens the gate: align again, resend;
+//!                                 the coordinator sends one when a rank is behind on such a
+//!                                 communicator)
 //! K->A ExpectedRecvs              what every peer sent to this rank
 //! A->K Drained                    in-flight messages drained; the library is still running
 //! K->A Release                    every rank drained (job-wide barrier)
@@ -109,8 +112,10 @@ pub enum FromAgent {
     /// Collectives started so far, per communicator.
     Counters { comms: Vec<(CommGid, u64)> },
     /// Gates closed at the aligned cut of targets `round`; messages sent per communicator and
-    /// destination world rank.
-    SendCounts { round: u32, sent: Vec<(CommGid, i32, u64)> },
+    /// destination world rank. `untold`: the collective counts of the communicators this rank
+    /// made after reporting its counters and was given no target for (its peers may be further
+    /// on them: the coordinator then raises them, a new round).
+    SendCounts { round: u32, sent: Vec<(CommGid, i32, u64)>, untold: Vec<(CommGid, u64)> },
     /// Not aligned yet, and a program thread waits to start collective number `n` on `comm`,
     /// past its target: this rank cannot reach its targets without it (one rank ran ahead
     /// through collectives it could finish alone, such as a broadcast's root).

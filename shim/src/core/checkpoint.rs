@@ -310,7 +310,7 @@ fn phases(
         }
         test_panic("align");
         let comms = CommIndex::build();
-        agent::send(&FromAgent::SendCounts { round, sent: comms.sent_counts() })?;
+        agent::send(&FromAgent::SendCounts { round, sent: comms.sent_counts(), untold: untold_counts() })?;
         // Every rank aligns and closes its gate within its own deadlines (twice `align`).
         match expect_progressing(inbox, with_grace(2 * limits.align), "expected receives")? {
             ToAgent::ExpectedRecvs { expect } => break (comms, expect),
@@ -669,6 +669,21 @@ fn check_aligned() -> Result<(), CheckpointError> {
         }
     }
     part::not_aligned(&targets).map_or(Ok(()), |why| Err(CheckpointError::Other(why)))
+}
+
+/// The collective counts of the communicators this rank has no target for: made after it
+/// reported its counters. Its program may have made one just before the gate closed and be
+/// held at the gate on its way into the first collective on it, before it could ask for a
+/// target, while its peers, further on, wait inside that collective; the coordinator compares
+/// these counts with what its peers reported or asked for.
+fn untold_counts() -> Vec<(u64, u64)> {
+    let targets = agent::targets();
+    OBJ.comms
+        .snapshot()
+        .into_iter()
+        .filter(|(_, _, c)| !targets.contains_key(&c.recipe.gid))
+        .map(|(_, _, c)| (c.recipe.gid, c.coll_seq))
+        .collect()
 }
 
 /// Communicators by table index, with their real handles and peers as world ranks.
