@@ -210,9 +210,12 @@ fn run(mut cmd: Command, what: &str, log: &Path, timeout: Duration, fds: Vec<(Ow
         .context("duplicating descriptors for criu")?;
     let parked_pairs: Vec<(RawFd, RawFd)> = parked.iter().map(|p| p.as_raw_fd()).zip(pairs.iter().map(|p| p.1)).collect();
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-    // SAFETY: only umask and dup2 (async-signal-safe) on integers computed before fork.
+    let keeper = std::process::id() as libc::pid_t;
+    // SAFETY: only umask, prctl, getppid and dup2 (async-signal-safe) on integers computed before fork.
     unsafe {
         cmd.pre_exec(move || {
+            // A SIGKILLed keeper cannot run `end_running`: its CRIU must not outlive it.
+            crate::sys::child_set_pdeathsig(keeper)?;
             // Images hold the program's memory: nothing CRIU creates may be readable by others.
             crate::sys::child_umask(0o077)?;
             for &(from, to) in &parked_pairs {

@@ -140,13 +140,14 @@ pub fn spawn(plan: Plan) -> Result<Spawned, SpawnError> {
         cmd.current_dir(d);
     }
     let no_aslr = plan.no_aslr;
+    let keeper = std::process::id() as libc::pid_t;
     // SAFETY: the hook runs between fork and exec and only makes async-signal-safe system calls
     // (sigprocmask, signal, setsid, prctl, personality, dup2, close_range) on plain integers computed before fork.
     unsafe {
         cmd.pre_exec(move || {
             sys::child_reset_signals()?;
             sys::child_setsid()?;
-            sys::child_set_pdeathsig()?;
+            sys::child_set_pdeathsig(keeper)?;
             if no_aslr {
                 sys::child_no_aslr()?;
             }

@@ -108,12 +108,20 @@ pub fn child_setsid() -> io::Result<()> {
     Ok(())
 }
 
-/// For `pre_exec` hooks: the program is killed when the keeper dies (a launcher that kills the
-/// keeper with SIGKILL must not leave the program behind). CRIU keeps this setting in the image;
-/// restoring with `--restore-sibling` makes the keeper the restored program's parent again.
-pub fn child_set_pdeathsig() -> io::Result<()> {
+/// For `pre_exec` hooks: the child is killed when the keeper (`parent`, its pid taken before
+/// fork) dies: a launcher that kills the keeper with SIGKILL must leave neither the program nor
+/// a CRIU behind. A keeper that died before the setting took effect ends the child here. CRIU
+/// keeps this setting in the image; restoring with `--restore-sibling` makes the keeper the
+/// restored program's parent again.
+pub fn child_set_pdeathsig(parent: libc::pid_t) -> io::Result<()> {
     // SAFETY: prctl with integer arguments only; async-signal-safe.
     cvt(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) })?;
+    // SAFETY: getppid has no memory effects.
+    let now = unsafe { libc::getppid() };
+    // 0: the child is the first of a new PID namespace, its parent outside (no check possible).
+    if now != parent && now != 0 {
+        return Err(io::Error::new(io::ErrorKind::Other, "the keeper died before its child could start"));
+    }
     Ok(())
 }
 
