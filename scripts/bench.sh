@@ -3,10 +3,11 @@
 # but fails (non-zero, with the reason and the log tail) when a run fails or a needed file is
 # missing.
 #
-#   Section 1, interposition overhead: bench/mpibench.c on 2 ranks (ping-pong latency 0 B..1 MiB,
-#     windowed Isend/Irecv bandwidth, ns per MPI_Iprobe / MPI_Comm_rank), natively and with
-#     LD_PRELOAD=target/release/libmpicr.so on every rank, on Debian's MPICH 4 and the MPICH 5
-#     wheel. Native and shim runs alternate (ABBA order) and the table shows medians.
+#   Section 1, interposition overhead: bench/mpibench.c on 2 ranks bound to cores (ping-pong
+#     latency 0 B..1 MiB, windowed Isend/Irecv bandwidth, an MPI_Allreduce loop on split
+#     communicators, ns per cheap call), natively and with LD_PRELOAD=target/release/libmpicr.so
+#     on every rank, on Debian's MPICH 4 and the MPICH 5 wheel. Native and shim runs alternate
+#     (ABBA order); ratios are medians of the per-pair ratios, with their min..max.
 #   Section 2, checkpoint cost: 4 processes holding 64 MiB and 512 MiB each.
 #     - reference: bench/mem_hold.c (no MPI) dumped by bare CRIU, 4 dumps at once
 #       (ckpt_reference_criu);
@@ -20,7 +21,8 @@
 #   --native-only  section 1 without the shim (libmpicr.so is otherwise required)
 #   --section N    run only section N
 # environment (optional):
-#   BENCH_REPS=5          section 1 runs per flavor and mode
+#   BENCH_REPS=8          section 1 runs per flavor and mode (an even number: ABBA pairs)
+#   BENCH_BIND=core       section 1 rank binding (mpiexec -bind-to; "none": unbound)
 #   BENCH_SCALE=1         section 1 block length factor (mpibench SCALE)
 #   BENCH_FLAVORS="mpich4 mpich5"
 #   BENCH_CKPT_SIZES="64 512"   MiB per process
@@ -51,10 +53,11 @@ if [ $quick = 1 ]; then
     reps=${BENCH_REPS:-1} scale=${BENCH_SCALE:-0.1}
     ckpt_sizes=${BENCH_CKPT_SIZES:-64} ckpt_reps=${BENCH_CKPT_REPS:-1}
 else
-    reps=${BENCH_REPS:-5} scale=${BENCH_SCALE:-1}
+    reps=${BENCH_REPS:-8} scale=${BENCH_SCALE:-1}
     ckpt_sizes=${BENCH_CKPT_SIZES:-"64 512"} ckpt_reps=${BENCH_CKPT_REPS:-3}
 fi
 flavors=${BENCH_FLAVORS:-"mpich4 mpich5"}
+bind=${BENCH_BIND:-core}
 ckpt_flavors=${BENCH_CKPT_FLAVORS:-"mpich4 mpich5"}
 shim_so=${MPICR_SO:-$root/target/release/libmpicr.so}
 mpicr=${MPICR:-$root/target/release/mpicr}
@@ -216,6 +219,7 @@ run_mpibench() {
     local f=$1 mode=$2 rep=$3 log rc t0 preload=()
     log=$scratch/mpibench-$f-$mode-$rep.log
     [ "$mode" = shim ] && preload=(-genv LD_PRELOAD "$shim_so")
+    [ "$bind" = none ] || preload+=(-bind-to "$bind")
     t0=$(now)
     rc=0
     start_job "$T_MPIBENCH" "$log" "$(flavor_mpiexec "$f")" -n 2 "${preload[@]}" "$out/$f/mpibench" "$scale"
@@ -243,6 +247,7 @@ section1() {
         echo "meta shim ${shim_so#"$root"/} ($(stat -c %s "$shim_so") bytes, $(date -r "$shim_so" '+%F %T'))" >> "$raw"
     fi
     echo "meta reps $reps" >> "$raw"
+    echo "meta bind $bind" >> "$raw"
     for rep in $(seq "$reps"); do
         for f in $flavors; do
             # ABBA: odd runs measure native first, even runs the shim first.
