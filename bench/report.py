@@ -9,6 +9,9 @@ RAW_FILE holds one measurement per line (whitespace-separated; written by script
   s2 WHO MIB REP FIELD VALUE               WHO is "criu" (bare CRIU) or "mpicr-FLAVOR";
                                            FIELD: stop_ms dump_ms bytes restore_ms ckpt_ms
   s2na WHO MIB TEXT...                     a row that could not be measured, and why
+                                           (s2 FIELDs also: init_ms restore_criu_ms lazy_restore_ms
+                                           lazy_done_ms)
+  s3 WHO NxMIB REP FIELD VALUE, s3na ...   section 3 (scaling): N processes of MIB MiB
 
 Every value in a table is the median over repetitions. Nothing here judges speed by failing:
 the goal column only says whether the stated goal is met.
@@ -20,6 +23,7 @@ from collections import defaultdict
 SMALL_LAT_GOAL = 1.03   # small messages within 3% of native
 CHEAP_CALLS = ("iprobe", "comm_rank")   # the calls the 40 ns goal is about
 CALL_GOAL_NS = 40.0     # cheap calls: under 40 ns added per call
+RESTART_GOAL = 1.2      # mpicr restart within 1.2x bare CRIU restore + one MPI_Init
 COLL_GOAL = 1.05        # the Allreduce loop on split communicators within 5% of native
 CALL_NAMES = {"iprobe": "MPI_Iprobe (empty)", "comm_rank": "MPI_Comm_rank",
               "send_self": "MPI_Send+Recv to self", "barrier_self": "MPI_Barrier(SELF)",
@@ -45,6 +49,96 @@ def fmt(v, digits=3):
     return f"{v:.{digits}g}" if abs(v) < 1 else f"{v:.2f}"
 
 
+def med(table, *key):
+    v = table.get(key)
+    return statistics.median(v) if v else None
+
+
+def restart_table(s2, rows, na):
+    """Restart: mpicr next to bare CRIU's restore of the same memory plus one MPI_Init."""
+    out = ["", f"  Restart, 4 ranks: reference = bare CRIU restore (above) + one MPI_Init of the same job "
+               f"(launch to initialized); goal mpicr/reference <= {RESTART_GOAL}",
+           "  keepers' CRIU = slowest `restored epoch ... in` of `mpicr restart -v` (CRIU restore and "
+           "rejoining the coordinator)",
+           f"  {'who':<14}{'MiB/proc':>9}{'CRIU rst':>10}{'MPI_Init':>10}{'reference':>11}{'mpicr':>9}"
+           f"{'ratio':>7}{'keepers CRIU':>14}  goal"]
+    lazy = []
+    for who, mib in rows:
+        if who == "criu":
+            lr, ld, r = med(s2, who, mib, "lazy_restore_ms"), med(s2, who, mib, "lazy_done_ms"), med(s2, who, mib, "restore_ms")
+            if lr is not None:
+                lazy.append(f"  {'bare CRIU':<14}{mib:>9}{fmt(r):>10}{fmt(lr):>12}{fmt(ld):>14}"
+                            f"{(lr / r if r else 0):>10.2f}{(ld / r if r else 0):>10.2f}")
+            continue
+        if (who, mib) in na:
+            continue
+        crst, init = med(s2, "criu", mib, "restore_ms"), med(s2, who, mib, "init_ms")
+        mp, part = med(s2, who, mib, "restore_ms"), med(s2, who, mib, "restore_criu_ms")
+        ref = crst + init if crst is not None and init is not None else None
+        ratio = mp / ref if ref and mp is not None else None
+        goal = "" if ratio is None else f"{'met' if ratio <= RESTART_GOAL else 'MISSED'} (<={RESTART_GOAL})"
+        out.append(f"  {who:<14}{mib:>9}{fmt(crst):>10}{fmt(init):>10}{fmt(ref):>11}{fmt(mp):>9}"
+                   f"{(f'{ratio:.2f}' if ratio is not None else '-'):>7}{fmt(part):>14}  {goal}")
+    if lazy:
+        out += ["", "  CRIU lazy pages (bare CRIU, same images): `criu restore --lazy-pages -d` with a `criu "
+                    "lazy-pages` daemon per process;", "  running = all restores returned; all in = all daemons "
+                    "done (every page copied in); ratios to the plain restore",
+                f"  {'who':<14}{'MiB/proc':>9}{'plain ms':>10}{'running ms':>12}{'all in ms':>14}"
+                f"{'running/':>10}{'all in/':>10}"] + lazy
+    return out
+
+
+def fit(xs, ys):
+    """Least-squares slope and intercept; None when fewer than 2 distinct x."""
+    if len(set(xs)) < 2:
+        return None
+    mx, my = statistics.mean(xs), statistics.mean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return b, my - b * mx
+
+
+def scaling_tables(s3, keys, na, meta):
+    reps = meta["scale_reps"][0][0] if meta.get("scale_reps") else "?"
+    out = [f"Section 3: scaling of the checkpoint (median of {reps} runs); bare CRIU dumps N plain processes "
+           "at once, mpicr checkpoints N ranks (continue)",
+           "  stop: longest frozen time (CRIU) / stop time printed by `mpicr checkpoint`; dump: wall time; "
+           "ms/GiB = dump ms per GiB written",
+           f"  {'who':<14}{'ranks':>6}{'MiB/proc':>9}{'stop ms':>9}{'dump ms':>9}{'MiB written':>12}"
+           f"{'ms/GiB':>8}{'stop/CRIU':>10}{'dump/CRIU':>10}"]
+    series = {}
+    for who in sorted(keys, key=lambda w: (w != "criu", w)):
+        for key in sorted(keys[who], key=lambda k: tuple(int(x) for x in k.split("x"))):
+            n, mib = (int(x) for x in key.split("x"))
+            label = "bare CRIU" if who == "criu" else who
+            if (who, key) in na:
+                out.append(f"  {label:<14}{n:>6}{mib:>9}  {na[(who, key)]}")
+                continue
+            stop, dump, nb = med(s3, who, key, "stop_ms"), med(s3, who, key, "dump_ms"), med(s3, who, key, "bytes")
+            cs, cd = med(s3, "criu", key, "stop_ms"), med(s3, "criu", key, "dump_ms")
+            per_gib = dump / (nb / 2**30) if dump and nb else None
+            r1 = stop / cs if who != "criu" and stop and cs else None
+            r2 = dump / cd if who != "criu" and dump and cd else None
+            out.append(f"  {label:<14}{n:>6}{mib:>9}{fmt(stop):>9}{fmt(dump):>9}"
+                       f"{fmt(nb / 2**20 if nb else None):>12}{fmt(per_gib):>8}"
+                       f"{(f'{r1:.2f}' if r1 else '-'):>10}{(f'{r2:.2f}' if r2 else '-'):>10}")
+            series.setdefault(who, []).append((n, mib, stop, dump, nb))
+    out += ["", "  slopes (least squares): per rank at 64 MiB/proc; per GiB/proc at 2 ranks; "
+                "per GiB written over all points"]
+    for who, pts in series.items():
+        label = "bare CRIU" if who == "criu" else who
+        parts = []
+        for what, idx in (("stop", 2), ("dump", 3)):
+            r = [(p[0], p[idx]) for p in pts if p[1] == 64 and p[idx] is not None]
+            m = [(p[1] / 1024, p[idx]) for p in pts if p[0] == 2 and p[idx] is not None]
+            w = [(p[4] / 2**30, p[idx]) for p in pts if p[4] and p[idx] is not None]
+            fr, fm, fw = fit(*zip(*r)) if r else None, fit(*zip(*m)) if m else None, fit(*zip(*w)) if w else None
+            parts.append(f"{what} {fmt(fr[0]) if fr else '-'} ms/rank, {fmt(fm[0]) if fm else '-'} ms/GiB, "
+                         f"{fmt(fw[0]) if fw else '-'} ms/GiB written")
+        out.append(f"  {label:<14}" + "; ".join(parts))
+    return out
+
+
 def main(path):
     meta = defaultdict(list)
     s1 = defaultdict(dict)            # (flavor, kind, key, mode) -> {rep: value}
@@ -52,6 +146,9 @@ def main(path):
     s2 = defaultdict(list)            # (who, mib, field) -> [values]
     s2_rows = []                      # (who, mib) in first-seen order
     s2_na = {}
+    s3 = defaultdict(list)            # (who, "NxMIB", field) -> [values]
+    s3_keys = {}                      # who -> ["NxMIB", ...] in first-seen order
+    s3_na = {}
     with open(path) as f:
         for line in f:
             p = line.split()
@@ -75,6 +172,17 @@ def main(path):
                 if (who, mib) not in s2_rows:
                     s2_rows.append((who, mib))
                 s2_na[(who, mib)] = " ".join(p[3:])
+            elif p[0] == "s3":
+                _, who, key, _rep, field, value = p
+                s3[(who, key, field)].append(float(value))
+                s3_keys.setdefault(who, [])
+                if key not in s3_keys[who]:
+                    s3_keys[who].append(key)
+            elif p[0] == "s3na":
+                s3_na[(p[1], p[2])] = " ".join(p[3:])
+                s3_keys.setdefault(p[1], [])
+                if p[2] not in s3_keys[p[1]]:
+                    s3_keys[p[1]].append(p[2])
 
     out = []
     names = {m[0]: " ".join(m[1:]) for m in meta.get("flavor", [])}
@@ -166,6 +274,11 @@ def main(path):
             mbps = nbytes / (dump / 1000.0) / 1e6 if nbytes and dump else None
             out.append(f"  {label:<22}{mib:>9}{fmt(stop):>10}{fmt(dump):>10}"
                        f"{fmt(nbytes / 2**20 if nbytes else None):>13}{fmt(mbps):>9}{fmt(restore):>12}")
+        out.extend(restart_table(s2, s2_rows, s2_na))
+    if s3_keys:
+        if out:
+            out.append("")
+        out.extend(scaling_tables(s3, s3_keys, s3_na, meta))
     if meta.get("load_start"):
         out.append("")
         start, end = " ".join(meta["load_start"][0]), " ".join(meta.get("load_end", [["?"]])[0])
