@@ -136,6 +136,19 @@ def scaling_tables(s3, keys, na, meta):
             parts.append(f"{what} {fmt(fr[0]) if fr else '-'} ms/rank, {fmt(fm[0]) if fm else '-'} ms/GiB, "
                          f"{fmt(fw[0]) if fw else '-'} ms/GiB written")
         out.append(f"  {label:<14}" + "; ".join(parts))
+    out += ["", "  faster than the bytes? dump ms per GiB written, smallest -> largest point of each series "
+                "(rising: something grows faster than the bytes)"]
+    for who, pts in series.items():
+        label = "bare CRIU" if who == "criu" else who
+        parts = []
+        for name, sel, order in (("ranks", lambda p: p[1] == 64, 0), ("memory", lambda p: p[0] == 2, 1)):
+            q = sorted((p for p in pts if sel(p) and p[3] and p[4]), key=lambda p: p[order])
+            if len(q) < 2:
+                continue
+            a, b = (p[3] / (p[4] / 2**30) for p in (q[0], q[-1]))
+            verdict = "yes" if b > 1.1 * a else "no"
+            parts.append(f"{name} {fmt(a)} -> {fmt(b)} ({verdict})")
+        out.append(f"  {label:<14}" + "; ".join(parts))
     return out
 
 

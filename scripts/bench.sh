@@ -520,7 +520,7 @@ ckpt_mpicr_once() {
     stop=$(grep -i 'stop' <<<"$line" | head -n 1 | to_ms)
     bytes=$(sed -n 's/^bytes written: *\([0-9][0-9]*\).*/\1/p' <<<"$line" | head -n 1)
     [ -n "$bytes" ] || bytes=$(grep -iE 'bytes|[KMG]i?B|written' <<<"$line" | head -n 1 | to_bytes)
-    say "section 2: mpicr checkpoint ($f, $mib MiB): $(tr '\n' ' ' <<<"$line")"
+    say "$tag: mpicr checkpoint ($f, $n x $mib MiB): $(tr '\n' ' ' <<<"$line")"
 
     # checkpoint and stop
     rc=0
