@@ -365,7 +365,7 @@ ckpt_reference_criu() {
         [ -z "$lazy_ms" ] || echo "$tag criu $key $rep lazy_restore_ms $lazy_ms"
         [ -z "$lazy_done_ms" ] || echo "$tag criu $key $rep lazy_done_ms $lazy_done_ms"
     } >> "$raw"
-    say "$tag: bare CRIU $n x $mib MiB run $rep/$ckpt_reps: stop ${stop} ms, dump ${dump_ms} ms, $((bytes >> 20)) MiB, restore ${restore_ms} ms${lazy_ms:+, lazy restore $lazy_ms ms (all pages in after $lazy_done_ms ms)}"
+    say "$tag: bare CRIU $n x $mib MiB run $rep/$(reps_of "$tag"): stop ${stop} ms, dump ${dump_ms} ms, $((bytes >> 20)) MiB, restore ${restore_ms} ms${lazy_ms:+, lazy restore $lazy_ms ms (all pages in after $lazy_done_ms ms)}"
 }
 
 # ckpt_reference_lazy: (inside ckpt_reference_criu, whose variables it uses) restores the same
@@ -414,6 +414,9 @@ ckpt_reference_lazy() {
     fi
     [ $ok = 1 ] || { lazy_ms="" lazy_done_ms=""; say "section 2: CRIU lazy-pages restore failed (shown above); not measured"; }
 }
+
+# reps_of TAG: the number of repetitions of section TAG (s2 or s3), for progress messages.
+reps_of() { if [ "$1" = s2 ]; then echo "$ckpt_reps"; else echo "$scale_reps"; fi; }
 
 # mpicr_has_checkpoint: whether the mpicr CLI exists and knows `checkpoint`.
 mpicr_has_checkpoint() {
@@ -575,7 +578,7 @@ ckpt_mpicr_once() {
         [ -z "$init_ms" ] || echo "$tag $who $key $rep init_ms $init_ms"
         [ -z "$criu_ms" ] || echo "$tag $who $key $rep restore_criu_ms $criu_ms"
     } >> "$raw"
-    say "$tag: mpicr ($f) $n x $mib MiB run $rep/$ckpt_reps: stop ${stop:-?} ms, checkpoint ${dump_ms} ms, restore ${restore_ms} ms (keepers' CRIU part ${criu_ms:-?} ms; MPI_Init alone ${init_ms:--} ms)"
+    say "$tag: mpicr ($f) $n x $mib MiB run $rep/$(reps_of "$tag"): stop ${stop:-?} ms, checkpoint ${dump_ms} ms, restore ${restore_ms} ms (keepers' CRIU part ${criu_ms:-?} ms; MPI_Init alone ${init_ms:--} ms)"
 }
 
 section2_prereq() {
