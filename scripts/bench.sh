@@ -37,7 +37,7 @@
 #   BENCH_CKPT_FLAVORS="mpich4 mpich5"   MPI libraries for the mpicr measurement
 #   BENCH_LAZY=1          section 2 also restores the bare-CRIU images with lazy pages
 #   BENCH_SCALE_RANKS="1 2 4 8"  BENCH_SCALE_MIBS="64 256 512"  BENCH_SCALE_REPS=2
-#   BENCH_SCALE_BIG="1024 2048"  opt-in: larger sizes added to the memory series (2 ranks hold
+#   BENCH_SCALE_BIG="1024 2048"  opt-in: larger sizes appended to the memory series (2 ranks hold
 #                         2 x 2 GiB, and twice that is written to disk: mind the machine)
 #   BENCH_SCALE_FLAVOR=mpich4    MPI library for section 3
 #   MPICR_SO, MPICR       other paths for libmpicr.so and the mpicr CLI (MPICR_SO is also
@@ -69,10 +69,11 @@ if [ $quick = 1 ]; then
 else
     reps=${BENCH_REPS:-8} scale=${BENCH_SCALE:-1}
     ckpt_sizes=${BENCH_CKPT_SIZES:-"64 512"} ckpt_reps=${BENCH_CKPT_REPS:-3}
-    scale_ranks=${BENCH_SCALE_RANKS:-"1 2 4 8"} scale_mibs=${BENCH_SCALE_MIBS:-"64 256 512 ${BENCH_SCALE_BIG:-}"}
+    scale_ranks=${BENCH_SCALE_RANKS:-"1 2 4 8"} scale_mibs=${BENCH_SCALE_MIBS:-"64 256 512"}
     scale_reps=${BENCH_SCALE_REPS:-2}
 fi
 scale_rank_mib=64
+scale_mibs="$scale_mibs ${BENCH_SCALE_BIG:-}"
 scale_flavor=${BENCH_SCALE_FLAVOR:-mpich4}
 lazy=${BENCH_LAZY:-1}
 flavors=${BENCH_FLAVORS:-"mpich4 mpich5"}
