@@ -24,7 +24,8 @@
 #     fitted slopes (ms per rank, ms per GiB) and ms per GiB written at each point.
 #
 # usage: scripts/bench.sh [--quick] [--native-only] [--section 1|2|3]
-#   --quick        small and fast (1 repetition, short blocks, 64 MiB only): for tests, not numbers
+#   --quick        small and fast (1 repetition, short blocks, 64 MiB only; section 3 at 1 and 2
+#                  ranks, 64 and 128 MiB): for tests, not numbers (about a minute)
 #   --native-only  section 1 without the shim (libmpicr.so is otherwise required)
 #   --section N    run only section N
 # environment (optional):
@@ -38,7 +39,7 @@
 #   BENCH_LAZY=1          section 2 also restores the bare-CRIU images with lazy pages
 #   BENCH_SCALE_RANKS="1 2 4 8"  BENCH_SCALE_MIBS="64 256 512"  BENCH_SCALE_REPS=2
 #   BENCH_SCALE_BIG="1024 2048"  opt-in: larger sizes appended to the memory series (2 ranks hold
-#                         2 x 2 GiB, and twice that is written to disk: mind the machine)
+#                         2 x 2 GiB, and as much goes to disk per dump: mind the machine)
 #   BENCH_SCALE_FLAVOR=mpich4    MPI library for section 3
 #   MPICR_SO, MPICR       other paths for libmpicr.so and the mpicr CLI (MPICR_SO is also
 #                         handed to mpicr as MPICR_SHIM)
