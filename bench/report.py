@@ -10,7 +10,7 @@ RAW_FILE holds one measurement per line (whitespace-separated; written by script
                                            FIELD: stop_ms dump_ms bytes restore_ms ckpt_ms
   s2na WHO MIB TEXT...                     a row that could not be measured, and why
                                            (s2 FIELDs also: init_ms init_mpicr_ms restore_criu_ms
-                                           lazy_restore_ms lazy_done_ms)
+                                           restore_verify_ms lazy_restore_ms lazy_done_ms)
   s3 WHO NxMIB REP FIELD VALUE, s3na ...   section 3 (scaling): N processes of MIB MiB
 
 Every value in a table is the median over repetitions. Nothing here judges speed by failing:
@@ -59,10 +59,12 @@ def restart_table(s2, rows, na):
     out = ["", f"  Restart, 4 ranks: reference = bare CRIU restore (above) + one MPI_Init of the same job "
                f"(launch to initialized); goal mpicr/reference <= {RESTART_GOAL}",
            "  keepers' CRIU = slowest `restored epoch ... in` of `mpicr restart -v` (CRIU restore and "
-           "rejoining the coordinator); rest = mpicr - keepers CRIU (launch, keepers, MPI library renewal);",
+           "rejoining the coordinator);",
+           "  verify = slowest 'verified the images ... in' (SHA-256 of the rank's images, before the restore); "
+           "rest = mpicr - verify - keepers CRIU (launch, keepers, MPI library renewal);",
            "  Init via mpicr = the same MPI_Init job launched under `mpicr run` (what any mpicr start pays)",
            f"  {'who':<14}{'MiB/proc':>9}{'CRIU rst':>10}{'MPI_Init':>10}{'reference':>11}{'mpicr':>9}"
-           f"{'ratio':>7}{'keepers CRIU':>14}{'rest':>8}{'Init via mpicr':>16}  goal"]
+           f"{'ratio':>7}{'verify':>8}{'keepers CRIU':>14}{'rest':>8}{'Init via mpicr':>16}  goal"]
     lazy = []
     for who, mib in rows:
         if who == "criu":
@@ -75,12 +77,14 @@ def restart_table(s2, rows, na):
             continue
         crst, init = med(s2, "criu", mib, "restore_ms"), med(s2, who, mib, "init_ms")
         mp, part = med(s2, who, mib, "restore_ms"), med(s2, who, mib, "restore_criu_ms")
+        ver = med(s2, who, mib, "restore_verify_ms")
         ref = crst + init if crst is not None and init is not None else None
         ratio = mp / ref if ref and mp is not None else None
         goal = "" if ratio is None else f"{'met' if ratio <= RESTART_GOAL else 'MISSED'} (<={RESTART_GOAL})"
         out.append(f"  {who:<14}{mib:>9}{fmt(crst):>10}{fmt(init):>10}{fmt(ref):>11}{fmt(mp):>9}"
-                   f"{(f'{ratio:.2f}' if ratio is not None else '-'):>7}{fmt(part):>14}"
-                   f"{fmt(mp - part if mp is not None and part is not None else None):>8}"
+                   f"{(f'{ratio:.2f}' if ratio is not None else '-'):>7}"
+                   f"{fmt(ver):>8}{fmt(part):>14}"
+                   f"{fmt(mp - part - (ver or 0) if mp is not None and part is not None else None):>8}"
                    f"{fmt(med(s2, who, mib, 'init_mpicr_ms')):>16}  {goal}")
     if lazy:
         out += ["", "  CRIU lazy pages (bare CRIU, same images): `criu restore --lazy-pages -d` with a `criu "

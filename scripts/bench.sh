@@ -497,7 +497,7 @@ ckpt_mpicr_once() {
     local f=$1 mib=$2 rep=$3 n=$4 tag=$5 who=mpicr-$1 mpiexec key=$2
     [ "$tag" = s2 ] || key=${n}x$mib
     mpiexec=$(flavor_mpiexec "$f")
-    local dir=$scratch/mpicr-$tag-$f-$key-$rep init_ms="" init_mpicr_ms="" criu_ms=""
+    local dir=$scratch/mpicr-$tag-$f-$key-$rep init_ms="" init_mpicr_ms="" criu_ms="" verify_ms=""
     local ck=$dir/ckpt stopf=$dir/stop runlog=$dir/run.log rstlog=$dir/restart.log
     local rc t0 line stop bytes dump_ms restore_ms at waited tries
     mkdir -p "$dir"
@@ -562,8 +562,9 @@ ckpt_mpicr_once() {
         init_mpicr_ms=$(awk -v a="$t0" -v b="$at" 'BEGIN { printf "%.1f", (b - a) * 1000 }')
     fi
     t0=$(now)
-    # -v: each keeper prints "restored epoch K as pid P in DURATION" (its CRIU restore and
-    # rejoining the coordinator), the CRIU part of the restart.
+    # -v: each keeper prints "verified the images of epoch K in DURATION" (the checksums of its
+    # images) and "restored epoch K as pid P in DURATION" (its CRIU restore and rejoining the
+    # coordinator), the parts of the restart measured inside mpicr.
     start_job "$T_MPICR" "$rstlog" "$mpiexec" -n "$n" "$mpicr" restart -v "$ck"
     waited=0
     until grep -q '^ckpt_mem: resumed' "$rstlog"; do
@@ -574,6 +575,8 @@ ckpt_mpicr_once() {
     at=$(sed -n 's/^ckpt_mem: resumed .*at=\([0-9.]*\).*/\1/p' "$rstlog" | tail -n 1)
     restore_ms=$(awk -v a="$t0" -v b="$at" 'BEGIN { printf "%.1f", (b - a) * 1000 }')
     criu_ms=$(grep -o 'restored epoch [0-9]* as pid [0-9]* in .*' "$rstlog" | sed 's/.* in //' |
+        while read -r d; do to_ms <<<"$d"; echo; done | sort -n | tail -n 1)
+    verify_ms=$(grep -o 'verified the images of epoch [0-9]* in .*' "$rstlog" | sed 's/.* in //' |
         while read -r d; do to_ms <<<"$d"; echo; done | sort -n | tail -n 1)
     touch "$stopf"
     rc=0
@@ -589,8 +592,9 @@ ckpt_mpicr_once() {
         [ -z "$init_ms" ] || echo "$tag $who $key $rep init_ms $init_ms"
         [ -z "$init_mpicr_ms" ] || echo "$tag $who $key $rep init_mpicr_ms $init_mpicr_ms"
         [ -z "$criu_ms" ] || echo "$tag $who $key $rep restore_criu_ms $criu_ms"
+        [ -z "$verify_ms" ] || echo "$tag $who $key $rep restore_verify_ms $verify_ms"
     } >> "$raw"
-    say "$tag: mpicr ($f) $n x $mib MiB run $rep/$(reps_of "$tag"): stop ${stop:-?} ms, checkpoint ${dump_ms} ms, restore ${restore_ms} ms (keepers' CRIU part ${criu_ms:-?} ms; MPI_Init alone ${init_ms:--} ms, under mpicr run ${init_mpicr_ms:--} ms)"
+    say "$tag: mpicr ($f) $n x $mib MiB run $rep/$(reps_of "$tag"): stop ${stop:-?} ms, checkpoint ${dump_ms} ms, restore ${restore_ms} ms (keepers' image checks ${verify_ms:-?} ms, CRIU part ${criu_ms:-?} ms; MPI_Init alone ${init_ms:--} ms, under mpicr run ${init_mpicr_ms:--} ms)"
 }
 
 section2_prereq() {
