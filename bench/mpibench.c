@@ -10,7 +10,11 @@
  *              pending (ANY_SOURCE, ANY_TAG), MPI_Comm_rank; and of the shortest paths through
  *              the shim's message and collective accounting: send_self (one MPI_Send of 0 B
  *              to this rank plus the MPI_Recv that takes it, ns per pair) and barrier_self
- *              (MPI_Barrier on MPI_COMM_SELF)
+ *              (MPI_Barrier on MPI_COMM_SELF); test_null (MPI_Test on MPI_REQUEST_NULL) and
+ *              allreduce_self (MPI_Allreduce of 1 int on MPI_COMM_SELF)
+ *   coll allreduce_split  a collective-heavy loop, microseconds per call: MPI_Allreduce of 1 double
+ *              round-robin over NSPLIT communicators made by MPI_Comm_split of MPI_COMM_WORLD
+ *              (both ranks in each, keys alternating), as a solver's sub-communicators are used
  *
  * Each measurement first doubles its repetition count until one block lasts about 20 ms (this
  * also warms up), then times BLOCKS blocks and reports the median block, so one descheduling on
@@ -21,6 +25,7 @@
  *   mpibench lat 0 0.412
  *   mpibench bw 1048576 5321.7
  *   mpibench call iprobe 61.3
+ *   mpibench coll allreduce_split 1.234
  *   mpibench shim no          (yes when libmpicr is mapped into rank 0: a check that the
  *   mpibench done              LD_PRELOAD really reached the ranks)
  * Timing uses clock_gettime(CLOCK_MONOTONIC) directly, so the timer itself never goes through
@@ -33,7 +38,7 @@
 #include <string.h>
 #include <time.h>
 
-enum { BLOCKS = 7, WINDOW = 64, TAG = 7, ACK_TAG = 8 };
+enum { BLOCKS = 7, WINDOW = 64, TAG = 7, ACK_TAG = 8, NSPLIT = 4 };
 
 static int rank;
 static double block_s = 0.02; /* target seconds per timed block; SCALE multiplies it */
@@ -64,8 +69,9 @@ static void check(int rc, const char *what) {
     }
 }
 
-enum kind { PINGPONG, STREAM, IPROBE, COMM_RANK, SEND_SELF, BARRIER_SELF };
+enum kind { PINGPONG, STREAM, IPROBE, COMM_RANK, SEND_SELF, BARRIER_SELF, TEST_NULL, ALLREDUCE_SELF, ALLREDUCE_SPLIT };
 static char *buf;
+static MPI_Comm split[NSPLIT];
 static volatile int sink;
 
 /* One block of n repetitions of `kind`; returns this rank's elapsed seconds. Both ranks call it
@@ -130,6 +136,28 @@ static double run(enum kind kind, int size, long n) {
     case BARRIER_SELF:
         for (long i = 0; i < n; i++) check(MPI_Barrier(MPI_COMM_SELF), "MPI_Barrier");
         break;
+    case TEST_NULL:
+        for (long i = 0; i < n; i++) {
+            MPI_Request r = MPI_REQUEST_NULL;
+            int flag;
+            MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+            sink += !flag;
+        }
+        break;
+    case ALLREDUCE_SELF:
+        for (long i = 0; i < n; i++) {
+            int in = (int)i, out;
+            check(MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_SUM, MPI_COMM_SELF), "MPI_Allreduce");
+            sink += out != in;
+        }
+        break;
+    case ALLREDUCE_SPLIT:
+        for (long i = 0; i < n; i++) {
+            double in = (double)rank, out;
+            check(MPI_Allreduce(&in, &out, 1, MPI_DOUBLE, MPI_SUM, split[i % NSPLIT]), "MPI_Allreduce");
+            sink += out != 1.0;
+        }
+        break;
     }
     return now() - t0;
 }
@@ -171,13 +199,19 @@ static int shim_loaded(void) {
     return found;
 }
 
+/* sink counts wrong answers from the IPROBE and later kinds; it is reset before each. */
 static void bench_call(enum kind kind, const char *name) {
+    sink = 0;
     double s = measure(kind, 0);
-    if (kind == IPROBE && sink != 0) {
-        fprintf(stderr, "mpibench: MPI_Iprobe found a message where none was sent\n");
+    if (kind != COMM_RANK && kind != SEND_SELF && kind != BARRIER_SELF && sink != 0) {
+        fprintf(stderr, "mpibench: %s gave a wrong result\n", name);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    if (rank == 0) printf("mpibench call %s %.3f\n", name, s * 1e9);
+    if (kind == ALLREDUCE_SPLIT) {
+        if (rank == 0) printf("mpibench coll %s %.4f\n", name, s * 1e6);
+    } else if (rank == 0) {
+        printf("mpibench call %s %.3f\n", name, s * 1e9);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -209,6 +243,12 @@ int main(int argc, char **argv) {
     bench_call(COMM_RANK, "comm_rank");
     bench_call(SEND_SELF, "send_self");
     bench_call(BARRIER_SELF, "barrier_self");
+    bench_call(TEST_NULL, "test_null");
+    bench_call(ALLREDUCE_SELF, "allreduce_self");
+    for (int i = 0; i < NSPLIT; i++)
+        check(MPI_Comm_split(MPI_COMM_WORLD, 0, i % 2 ? -rank : rank, &split[i]), "MPI_Comm_split");
+    bench_call(ALLREDUCE_SPLIT, "allreduce_split");
+    for (int i = 0; i < NSPLIT; i++) check(MPI_Comm_free(&split[i]), "MPI_Comm_free");
 
     check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
     if (rank == 0) {

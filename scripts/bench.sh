@@ -3,10 +3,11 @@
 # but fails (non-zero, with the reason and the log tail) when a run fails or a needed file is
 # missing.
 #
-#   Section 1, interposition overhead: bench/mpibench.c on 2 ranks (ping-pong latency 0 B..1 MiB,
-#     windowed Isend/Irecv bandwidth, ns per MPI_Iprobe / MPI_Comm_rank), natively and with
-#     LD_PRELOAD=target/release/libmpicr.so on every rank, on Debian's MPICH 4 and the MPICH 5
-#     wheel. Native and shim runs alternate (ABBA order) and the table shows medians.
+#   Section 1, interposition overhead: bench/mpibench.c on 2 ranks bound to cores (ping-pong
+#     latency 0 B..1 MiB, windowed Isend/Irecv bandwidth, an MPI_Allreduce loop on split
+#     communicators, ns per cheap call), natively and with LD_PRELOAD=target/release/libmpicr.so
+#     on every rank, on Debian's MPICH 4 and the MPICH 5 wheel. Native and shim runs alternate
+#     (ABBA order); ratios are medians of the per-pair ratios, with their min..max.
 #   Section 2, checkpoint cost: 4 processes holding 64 MiB and 512 MiB each.
 #     - reference: bench/mem_hold.c (no MPI) dumped by bare CRIU, 4 dumps at once
 #       (ckpt_reference_criu);
@@ -14,18 +15,32 @@
 #       (ckpt_mpicr), skipped with "not available yet" while target/release/mpicr has no
 #       `checkpoint` subcommand. A failing mpicr step is shown, marked FAILED in the table, and
 #       makes the script exit 1 after the tables are printed.
+#     - restart: `mpicr restart` (launch to running) next to bare CRIU's restore of the same
+#       memory plus one MPI_Init of the same job (bench/init_time.c), and the ratio; the bare
+#       images are also restored with CRIU lazy pages (`criu lazy-pages` daemons, userfaultfd)
+#       to show what that would win (BENCH_LAZY=0 skips it).
+#   Section 3, scaling: checkpoint cost at 1, 2, 4, 8 ranks (64 MiB each; 8 oversubscribes) and
+#     at 64..512 MiB per process (2 ranks), bare CRIU next to mpicr (one MPI flavor), with the
+#     fitted slopes (ms per rank, ms per GiB) and ms per GiB written at each point.
 #
-# usage: scripts/bench.sh [--quick] [--native-only] [--section 1|2]
-#   --quick        small and fast (1 repetition, short blocks, 64 MiB only): for tests, not numbers
+# usage: scripts/bench.sh [--quick] [--native-only] [--section 1|2|3]
+#   --quick        small and fast (1 repetition, short blocks, 64 MiB only; section 3 at 1 and 2
+#                  ranks, 64 and 128 MiB): for tests, not numbers (about a minute)
 #   --native-only  section 1 without the shim (libmpicr.so is otherwise required)
 #   --section N    run only section N
 # environment (optional):
-#   BENCH_REPS=5          section 1 runs per flavor and mode
+#   BENCH_REPS=8          section 1 runs per flavor and mode (an even number: ABBA pairs)
+#   BENCH_BIND=core       section 1 rank binding (mpiexec -bind-to; "none": unbound)
 #   BENCH_SCALE=1         section 1 block length factor (mpibench SCALE)
 #   BENCH_FLAVORS="mpich4 mpich5"
 #   BENCH_CKPT_SIZES="64 512"   MiB per process
 #   BENCH_CKPT_REPS=3     section 2 repetitions
 #   BENCH_CKPT_FLAVORS="mpich4 mpich5"   MPI libraries for the mpicr measurement
+#   BENCH_LAZY=1          section 2 also restores the bare-CRIU images with lazy pages
+#   BENCH_SCALE_RANKS="1 2 4 8"  BENCH_SCALE_MIBS="64 256 512"  BENCH_SCALE_REPS=2
+#   BENCH_SCALE_BIG="1024 2048"  opt-in: larger sizes appended to the memory series (2 ranks hold
+#                         2 x 2 GiB, and as much goes to disk per dump: mind the machine)
+#   BENCH_SCALE_FLAVOR=mpich4    MPI library for section 3
 #   MPICR_SO, MPICR       other paths for libmpicr.so and the mpicr CLI (MPICR_SO is also
 #                         handed to mpicr as MPICR_SHIM)
 # output: the tables on stdout and in target/bench/results.txt; raw numbers in target/bench/raw.txt.
@@ -45,16 +60,25 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-case $only_section in ""|1|2) ;; *) echo "bench: --section takes 1 or 2" >&2; exit 2 ;; esac
+case $only_section in ""|1|2|3) ;; *) echo "bench: --section takes 1, 2 or 3" >&2; exit 2 ;; esac
 
 if [ $quick = 1 ]; then
     reps=${BENCH_REPS:-1} scale=${BENCH_SCALE:-0.1}
     ckpt_sizes=${BENCH_CKPT_SIZES:-64} ckpt_reps=${BENCH_CKPT_REPS:-1}
+    scale_ranks=${BENCH_SCALE_RANKS:-"1 2"} scale_mibs=${BENCH_SCALE_MIBS:-"64 128"}
+    scale_reps=${BENCH_SCALE_REPS:-1}
 else
-    reps=${BENCH_REPS:-5} scale=${BENCH_SCALE:-1}
+    reps=${BENCH_REPS:-8} scale=${BENCH_SCALE:-1}
     ckpt_sizes=${BENCH_CKPT_SIZES:-"64 512"} ckpt_reps=${BENCH_CKPT_REPS:-3}
+    scale_ranks=${BENCH_SCALE_RANKS:-"1 2 4 8"} scale_mibs=${BENCH_SCALE_MIBS:-"64 256 512"}
+    scale_reps=${BENCH_SCALE_REPS:-2}
 fi
+scale_rank_mib=64
+scale_mibs="$scale_mibs ${BENCH_SCALE_BIG:-}"
+scale_flavor=${BENCH_SCALE_FLAVOR:-mpich4}
+lazy=${BENCH_LAZY:-1}
 flavors=${BENCH_FLAVORS:-"mpich4 mpich5"}
+bind=${BENCH_BIND:-core}
 ckpt_flavors=${BENCH_CKPT_FLAVORS:-"mpich4 mpich5"}
 shim_so=${MPICR_SO:-$root/target/release/libmpicr.so}
 mpicr=${MPICR:-$root/target/release/mpicr}
@@ -207,6 +231,7 @@ build_flavor() {
     mkdir -p "$out/$f"
     "$cc" -O2 -Wall -o "$out/$f/mpibench" bench/mpibench.c || die "$f: building bench/mpibench.c failed"
     "$cc" -O2 -Wall -o "$out/$f/ckpt_mem" bench/ckpt_mem.c || die "$f: building bench/ckpt_mem.c failed"
+    "$cc" -O2 -Wall -o "$out/$f/init_time" bench/init_time.c || die "$f: building bench/init_time.c failed"
 }
 
 # ============================== Section 1: interposition overhead ===========================
@@ -216,6 +241,7 @@ run_mpibench() {
     local f=$1 mode=$2 rep=$3 log rc t0 preload=()
     log=$scratch/mpibench-$f-$mode-$rep.log
     [ "$mode" = shim ] && preload=(-genv LD_PRELOAD "$shim_so")
+    [ "$bind" = none ] || preload+=(-bind-to "$bind")
     t0=$(now)
     rc=0
     start_job "$T_MPIBENCH" "$log" "$(flavor_mpiexec "$f")" -n 2 "${preload[@]}" "$out/$f/mpibench" "$scale"
@@ -243,6 +269,7 @@ section1() {
         echo "meta shim ${shim_so#"$root"/} ($(stat -c %s "$shim_so") bytes, $(date -r "$shim_so" '+%F %T'))" >> "$raw"
     fi
     echo "meta reps $reps" >> "$raw"
+    echo "meta bind $bind" >> "$raw"
     for rep in $(seq "$reps"); do
         for f in $flavors; do
             # ABBA: odd runs measure native first, even runs the shim first.
@@ -267,9 +294,11 @@ section1() {
 # concurrent restores) to the raw file. Restored processes keep their PIDs, hence the kill
 # first.
 ckpt_reference_criu() {
-    local mib=$1 rep=$2 n=${3:-4} i pid t0 dump_ms restore_ms stop bytes pagesz
+    local mib=$1 rep=$2 n=${3:-4} tag=${4:-s2} i pid t0 dump_ms restore_ms stop bytes pagesz key
     pagesz=$(getconf PAGESIZE)
-    local dir=$scratch/criu-$mib-$rep pids=() dpids=() waited fr pg
+    key=$mib
+    [ "$tag" = s2 ] || key=${n}x$mib
+    local dir=$scratch/criu-$tag-$key-$rep pids=() dpids=() waited fr pg lazy_ms="" lazy_done_ms=""
     mkdir -p "$dir"
     for i in $(seq 0 $((n - 1))); do
         mkdir -p "$dir/img$i"
@@ -280,7 +309,7 @@ ckpt_reference_criu() {
     for i in $(seq 0 $((n - 1))); do
         waited=0
         while [ ! -s "$dir/ready$i" ]; do
-            [ $waited -lt $((T_READY * 10)) ] || { tail_log "$dir/err$i"; die "section 2: mem_hold $i ($mib MiB) not ready after ${T_READY}s"; }
+            [ $waited -lt $((T_READY * 10)) ] || { tail_log "$dir/err$i"; die "$tag: mem_hold $i ($mib MiB) not ready after ${T_READY}s"; }
             sleep 0.1; waited=$((waited + 1))
         done
         pid=$(awk '{print $2}' "$dir/ready$i")
@@ -296,14 +325,14 @@ ckpt_reference_criu() {
         dpids+=("$job")
     done
     for i in $(seq 0 $((n - 1))); do
-        wait_group "${dpids[$i]}" || { tail_log "$dir/img$i/dump.log"; die "section 2: criu dump of mem_hold $i ($mib MiB) failed"; }
+        wait_group "${dpids[$i]}" || { tail_log "$dir/img$i/dump.log"; die "$tag: criu dump of mem_hold $i ($mib MiB) failed"; }
     done
     dump_ms=$(ms_since "$t0")
     stop=0 bytes=0
     for i in $(seq 0 $((n - 1))); do
         fr=$(awk -F': *' '/^Frozen time/ { print $2 + 0 }' "$dir/dstats$i")
         pg=$(awk -F': *' '/^Memory pages written/ { print $2 + 0 }' "$dir/dstats$i")
-        [ -n "$fr" ] && [ -n "$pg" ] || { cat "$dir/dstats$i" >&2; die "section 2: no dump statistics from criu"; }
+        [ -n "$fr" ] && [ -n "$pg" ] || { cat "$dir/dstats$i" >&2; die "$tag: no dump statistics from criu"; }
         stop=$(awk -v a="$stop" -v b="$fr" 'BEGIN { print (b / 1000 > a) ? b / 1000 : a }')
         bytes=$((bytes + pg * pagesz))
     done
@@ -319,22 +348,77 @@ ckpt_reference_criu() {
         dpids+=("$job")
     done
     for i in $(seq 0 $((n - 1))); do
-        wait_group "${dpids[$i]}" || { tail_log "$dir/img$i/restore.log"; die "section 2: criu restore of mem_hold $i ($mib MiB) failed"; }
+        wait_group "${dpids[$i]}" || { tail_log "$dir/img$i/restore.log"; die "$tag: criu restore of mem_hold $i ($mib MiB) failed"; }
     done
     restore_ms=$(ms_since "$t0")
     for pid in "${pids[@]}"; do
-        alive "$pid" || die "section 2: restored mem_hold $pid is not running"
+        alive "$pid" || die "$tag: restored mem_hold $pid is not running"
     done
+    for pid in "${pids[@]}"; do stop_pid "$pid"; done
+    for pid in "${pids[@]}"; do track "$pid"; done
+    if [ "$tag" = s2 ] && [ "$lazy" = 1 ]; then ckpt_reference_lazy; fi
     for pid in "${pids[@]}"; do stop_pid "$pid"; done
     rm -rf "$dir"
     {
-        echo "s2 criu $mib $rep stop_ms $stop"
-        echo "s2 criu $mib $rep dump_ms $dump_ms"
-        echo "s2 criu $mib $rep bytes $bytes"
-        echo "s2 criu $mib $rep restore_ms $restore_ms"
+        echo "$tag criu $key $rep stop_ms $stop"
+        echo "$tag criu $key $rep dump_ms $dump_ms"
+        echo "$tag criu $key $rep bytes $bytes"
+        echo "$tag criu $key $rep restore_ms $restore_ms"
+        [ -z "$lazy_ms" ] || echo "$tag criu $key $rep lazy_restore_ms $lazy_ms"
+        [ -z "$lazy_done_ms" ] || echo "$tag criu $key $rep lazy_done_ms $lazy_done_ms"
     } >> "$raw"
-    say "section 2: bare CRIU $n x $mib MiB run $rep/$ckpt_reps: stop ${stop} ms, dump ${dump_ms} ms, $((bytes >> 20)) MiB, restore ${restore_ms} ms"
+    say "$tag: bare CRIU $n x $mib MiB run $rep/$(reps_of "$tag"): stop ${stop} ms, dump ${dump_ms} ms, $((bytes >> 20)) MiB, restore ${restore_ms} ms${lazy_ms:+, lazy restore $lazy_ms ms (all pages in after $lazy_done_ms ms)}"
 }
+
+# ckpt_reference_lazy: (inside ckpt_reference_criu, whose variables it uses) restores the same
+# images again with CRIU lazy pages: one `criu lazy-pages` daemon per image directory serves the
+# memory through userfaultfd while the process runs. Sets lazy_ms (wall time until every
+# `criu restore --lazy-pages -d` returned: the processes run) and lazy_done_ms (until every
+# daemon exited: all pages are in). A failure is reported and leaves both empty, since lazy
+# pages are a measurement here, not something mpicr depends on.
+ckpt_reference_lazy() {
+    local i lpids=() rpids=() ok=1 t0
+    # The killed restored processes are init's children: their PIDs are free only once init has
+    # reaped them (a zombie still holds its PID, and CRIU restores the same PIDs).
+    for pid in "${pids[@]}"; do
+        for _ in $(seq 200); do [ -e "/proc/$pid" ] || break; sleep 0.05; done
+    done
+    for i in $(seq 0 $((n - 1))); do
+        start_job "$T_CRIU" "$dir/lazyd$i" "$criu" lazy-pages -D "$dir/img$i" -o lazy-pages.log
+        lpids+=("$job")
+    done
+    # The daemons listen on a socket in their image directories; wait until each exists.
+    for i in $(seq 0 $((n - 1))); do
+        for _ in $(seq 100); do
+            ls "$dir/img$i" | grep -q 'lazy-pages.socket' && break
+            sleep 0.05
+        done
+    done
+    t0=$(now)
+    for i in $(seq 0 $((n - 1))); do
+        start_job "$T_CRIU" "$dir/lrstats$i" "$criu" restore -d --lazy-pages -D "$dir/img$i" -o restore-lazy.log
+        rpids+=("$job")
+    done
+    for i in $(seq 0 $((n - 1))); do
+        wait_group "${rpids[$i]}" || { ok=0; tail_log "$dir/img$i/restore-lazy.log"; }
+    done
+    [ $ok = 1 ] && lazy_ms=$(ms_since "$t0")
+    for i in $(seq 0 $((n - 1))); do
+        if [ $ok = 1 ]; then
+            wait_group "${lpids[$i]}" || { ok=0; tail_log "$dir/img$i/lazy-pages.log"; }
+        else
+            stop_group "${lpids[$i]}"
+        fi
+    done
+    if [ $ok = 1 ]; then
+        lazy_done_ms=$(ms_since "$t0")
+        for pid in "${pids[@]}"; do alive "$pid" || { ok=0; say "lazy: restored mem_hold $pid is not running"; }; done
+    fi
+    [ $ok = 1 ] || { lazy_ms="" lazy_done_ms=""; say "section 2: CRIU lazy-pages restore failed (shown above); not measured"; }
+}
+
+# reps_of TAG: the number of repetitions of section TAG (s2 or s3), for progress messages.
+reps_of() { if [ "$1" = s2 ]; then echo "$ckpt_reps"; else echo "$scale_reps"; fi; }
 
 # mpicr_has_checkpoint: whether the mpicr CLI exists and knows `checkpoint`.
 mpicr_has_checkpoint() {
@@ -376,16 +460,17 @@ to_bytes() {
 # ---------------------------------------------------------------------------------------------
 declare -A mpicr_failed=()
 ckpt_mpicr() {
-    local f=$1 mib=$2 rep=$3 who=mpicr-$1
+    local f=$1 mib=$2 rep=$3 n=${4:-4} tag=${5:-s2} who=mpicr-$1 key=$2
+    [ "$tag" = s2 ] || key=${n}x$mib
     if ! mpicr_has_checkpoint; then
         if [ "$rep" = 1 ]; then
-            echo "s2na $who $mib not available yet (${mpicr#"$root"/} has no 'checkpoint' subcommand)" >> "$raw"
+            echo "${tag}na $who $key not available yet (${mpicr#"$root"/} has no 'checkpoint' subcommand)" >> "$raw"
             say "section 2: mpicr with $f: not available yet (no '${mpicr#"$root"/} checkpoint')"
         fi
         return 0
     fi
     # After a failure, the later repetitions of the same case are skipped.
-    [ -z "${mpicr_failed[$f-$mib]:-}" ] || return 0
+    [ -z "${mpicr_failed[$tag-$f-$key]:-}" ] || return 0
     # A repetition runs in a subshell with its own cleanup: when it fails, its processes end,
     # the failure is recorded and shown, the other measurements still run, and the script
     # exits non-zero after printing the tables.
@@ -396,32 +481,33 @@ ckpt_mpicr() {
         in_subshell=1
         declare -A own_pids=() own_groups=()
         trap cleanup EXIT
-        ckpt_mpicr_once "$f" "$mib" "$rep"
+        ckpt_mpicr_once "$f" "$mib" "$rep" "$n" "$tag"
     )
     rc=$?
     set -e
     if [ $rc -ne 0 ]; then
-        mpicr_failed[$f-$mib]=1
-        echo "s2na $who $mib FAILED (run $rep; the error is printed above the tables)" >> "$raw"
-        failures+=("section 2: mpicr with $f, $mib MiB, run $rep")
+        mpicr_failed[$tag-$f-$key]=1
+        echo "${tag}na $who $key FAILED (run $rep; the error is printed above the tables)" >> "$raw"
+        failures+=("$tag: mpicr with $f, $n x $mib MiB, run $rep")
     fi
 }
 
 # ckpt_mpicr_once FLAVOR MIB REP: one repetition of the mpicr measurement (see ckpt_mpicr).
 ckpt_mpicr_once() {
-    local f=$1 mib=$2 rep=$3 who=mpicr-$1 mpiexec
+    local f=$1 mib=$2 rep=$3 n=$4 tag=$5 who=mpicr-$1 mpiexec key=$2
+    [ "$tag" = s2 ] || key=${n}x$mib
     mpiexec=$(flavor_mpiexec "$f")
-    local dir=$scratch/mpicr-$f-$mib-$rep
+    local dir=$scratch/mpicr-$tag-$f-$key-$rep init_ms="" init_mpicr_ms="" criu_ms="" verify_ms=""
     local ck=$dir/ckpt stopf=$dir/stop runlog=$dir/run.log rstlog=$dir/restart.log
     local rc t0 line stop bytes dump_ms restore_ms at waited tries
     mkdir -p "$dir"
     # `timeout` puts the job in a process group of its own: cleanup can end all of it.
-    start_job "$T_MPICR" "$runlog" "$mpiexec" -n 4 "$mpicr" run --ckpt-dir "$ck" -- \
+    start_job "$T_MPICR" "$runlog" "$mpiexec" -n "$n" "$mpicr" run --ckpt-dir "$ck" -- \
         "$out/$f/ckpt_mem" "$mib" 120 "$stopf"
     waited=0
     until grep -q '^ckpt_mem: ready' "$runlog"; do
-        alive "$job" || { tail_log "$runlog"; die "section 2: mpicr run ($f, $mib MiB) ended before ready"; }
-        [ $waited -lt $((T_READY * 10)) ] || { tail_log "$runlog"; die "section 2: mpicr run ($f, $mib MiB) not ready after ${T_READY}s"; }
+        alive "$job" || { tail_log "$runlog"; die "$tag: mpicr run ($f, $mib MiB) ended before ready"; }
+        [ $waited -lt $((T_READY * 10)) ] || { tail_log "$runlog"; die "$tag: mpicr run ($f, $mib MiB) not ready after ${T_READY}s"; }
         sleep 0.1; waited=$((waited + 1))
     done
 
@@ -435,20 +521,20 @@ ckpt_mpicr_once() {
         sleep 0.5
     done
     echo "$line" > "$dir/checkpoint.out"
-    [ $rc -eq 0 ] || { tail_log "$dir/checkpoint.out"; tail_log "$runlog"; die "section 2: mpicr checkpoint ($f, $mib MiB) failed (exit status $rc)"; }
+    [ $rc -eq 0 ] || { tail_log "$dir/checkpoint.out"; tail_log "$runlog"; die "$tag: mpicr checkpoint ($f, $mib MiB) failed (exit status $rc)"; }
     stop=$(grep -i 'stop' <<<"$line" | head -n 1 | to_ms)
     bytes=$(sed -n 's/^bytes written: *\([0-9][0-9]*\).*/\1/p' <<<"$line" | head -n 1)
     [ -n "$bytes" ] || bytes=$(grep -iE 'bytes|[KMG]i?B|written' <<<"$line" | head -n 1 | to_bytes)
-    say "section 2: mpicr checkpoint ($f, $mib MiB): $(tr '\n' ' ' <<<"$line")"
+    say "$tag: mpicr checkpoint ($f, $n x $mib MiB): $(tr '\n' ' ' <<<"$line")"
 
     # checkpoint and stop
     rc=0
     timeout -k 5 "$T_MPICR" "$mpicr" checkpoint --stop "$ck" >"$dir/stop.out" 2>&1 || rc=$?
-    [ $rc -eq 0 ] || { tail_log "$dir/stop.out"; die "section 2: mpicr checkpoint --stop ($f, $mib MiB) failed (exit status $rc)"; }
+    [ $rc -eq 0 ] || { tail_log "$dir/stop.out"; die "$tag: mpicr checkpoint --stop ($f, $mib MiB) failed (exit status $rc)"; }
     rc=0
     wait_group "$job" || rc=$?
-    [ $rc -ne 124 ] || { tail_log "$runlog"; die "section 2: the job did not end after 'mpicr checkpoint --stop' ($f, $mib MiB)"; }
-    [ $rc -eq 0 ] || { tail_log "$runlog"; die "section 2: the job stopped by 'mpicr checkpoint --stop' exited with status $rc, not 0 ($f, $mib MiB)"; }
+    [ $rc -ne 124 ] || { tail_log "$runlog"; die "$tag: the job did not end after 'mpicr checkpoint --stop' ($f, $mib MiB)"; }
+    [ $rc -eq 0 ] || { tail_log "$runlog"; die "$tag: the job stopped by 'mpicr checkpoint --stop' exited with status $rc, not 0 ($f, $mib MiB)"; }
 
     # restart, once `mpicr status` no longer reports the job as running (bounded; a job that
     # is still reported running after that is left for `mpicr restart` to complain about)
@@ -456,35 +542,69 @@ ckpt_mpicr_once() {
         timeout 10 "$mpicr" status "$ck" 2>/dev/null | grep -q '^running: *no' && break
         sleep 0.2
     done
+    # The reference for the restart: one MPI_Init of the same job shape, launched the same way.
+    if [ "$tag" = s2 ]; then
+        t0=$(now)
+        start_job "$T_MPICR" "$dir/init.log" "$mpiexec" -n "$n" "$out/$f/init_time"
+        rc=0
+        wait_group "$job" || rc=$?
+        at=$(sed -n 's/^init_time: at=\([0-9.]*\).*/\1/p' "$dir/init.log" | tail -n 1)
+        [ $rc -eq 0 ] && [ -n "$at" ] || { tail_log "$dir/init.log"; die "$tag: init_time ($f) failed (exit status $rc)"; }
+        init_ms=$(awk -v a="$t0" -v b="$at" 'BEGIN { printf "%.1f", (b - a) * 1000 }')
+        # The same under `mpicr run` (keepers, coordinator, the lower half): what any job
+        # started through mpicr pays, restarted or not.
+        t0=$(now)
+        start_job "$T_MPICR" "$dir/init-mpicr.log" "$mpiexec" -n "$n" "$mpicr" run --ckpt-dir "$dir/init-ckpt" -- "$out/$f/init_time"
+        rc=0
+        wait_group "$job" || rc=$?
+        at=$(sed -n 's/^init_time: at=\([0-9.]*\).*/\1/p' "$dir/init-mpicr.log" | tail -n 1)
+        [ $rc -eq 0 ] && [ -n "$at" ] || { tail_log "$dir/init-mpicr.log"; die "$tag: init_time under mpicr run ($f) failed (exit status $rc)"; }
+        init_mpicr_ms=$(awk -v a="$t0" -v b="$at" 'BEGIN { printf "%.1f", (b - a) * 1000 }')
+    fi
     t0=$(now)
-    start_job "$T_MPICR" "$rstlog" "$mpiexec" -n 4 "$mpicr" restart "$ck"
+    # -v: each keeper prints "verified the images of epoch K in DURATION" (the checksums of its
+    # images) and "restored epoch K as pid P in DURATION" (its CRIU restore and rejoining the
+    # coordinator), the parts of the restart measured inside mpicr.
+    start_job "$T_MPICR" "$rstlog" "$mpiexec" -n "$n" "$mpicr" restart -v "$ck"
     waited=0
     until grep -q '^ckpt_mem: resumed' "$rstlog"; do
-        alive "$job" || { tail_log "$rstlog"; die "section 2: mpicr restart ($f, $mib MiB) ended before the program resumed"; }
-        [ $waited -lt $((T_RESUME * 10)) ] || { tail_log "$rstlog"; die "section 2: mpicr restart ($f, $mib MiB): no resume after ${T_RESUME}s"; }
+        alive "$job" || { tail_log "$rstlog"; die "$tag: mpicr restart ($f, $mib MiB) ended before the program resumed"; }
+        [ $waited -lt $((T_RESUME * 10)) ] || { tail_log "$rstlog"; die "$tag: mpicr restart ($f, $mib MiB): no resume after ${T_RESUME}s"; }
         sleep 0.1; waited=$((waited + 1))
     done
     at=$(sed -n 's/^ckpt_mem: resumed .*at=\([0-9.]*\).*/\1/p' "$rstlog" | tail -n 1)
     restore_ms=$(awk -v a="$t0" -v b="$at" 'BEGIN { printf "%.1f", (b - a) * 1000 }')
+    criu_ms=$(grep -o 'restored epoch [0-9]* as pid [0-9]* in .*' "$rstlog" | sed 's/.* in //' |
+        while read -r d; do to_ms <<<"$d"; echo; done | sort -n | tail -n 1)
+    verify_ms=$(grep -o 'verified the images of epoch [0-9]* in .*' "$rstlog" | sed 's/.* in //' |
+        while read -r d; do to_ms <<<"$d"; echo; done | sort -n | tail -n 1)
     touch "$stopf"
     rc=0
     wait_group "$job" || rc=$?
     grep -q '^ckpt_mem: done .*verify=ok' "$rstlog" && [ $rc -eq 0 ] || {
-        tail_log "$rstlog"; die "section 2: restarted job ($f, $mib MiB) did not finish cleanly (exit status $rc)"; }
+        tail_log "$rstlog"; die "$tag: restarted job ($f, $mib MiB) did not finish cleanly (exit status $rc)"; }
     rm -rf "$dir"
     {
-        [ -n "$stop" ] && echo "s2 $who $mib $rep stop_ms $stop"
-        [ -n "$bytes" ] && echo "s2 $who $mib $rep bytes $bytes"
-        echo "s2 $who $mib $rep dump_ms $dump_ms"
-        echo "s2 $who $mib $rep restore_ms $restore_ms"
+        [ -n "$stop" ] && echo "$tag $who $key $rep stop_ms $stop"
+        [ -n "$bytes" ] && echo "$tag $who $key $rep bytes $bytes"
+        echo "$tag $who $key $rep dump_ms $dump_ms"
+        echo "$tag $who $key $rep restore_ms $restore_ms"
+        [ -z "$init_ms" ] || echo "$tag $who $key $rep init_ms $init_ms"
+        [ -z "$init_mpicr_ms" ] || echo "$tag $who $key $rep init_mpicr_ms $init_mpicr_ms"
+        [ -z "$criu_ms" ] || echo "$tag $who $key $rep restore_criu_ms $criu_ms"
+        [ -z "$verify_ms" ] || echo "$tag $who $key $rep restore_verify_ms $verify_ms"
     } >> "$raw"
-    say "section 2: mpicr ($f) 4 x $mib MiB run $rep/$ckpt_reps: stop ${stop:-?} ms, checkpoint ${dump_ms} ms, restore ${restore_ms} ms"
+    say "$tag: mpicr ($f) $n x $mib MiB run $rep/$(reps_of "$tag"): stop ${stop:-?} ms, checkpoint ${dump_ms} ms, restore ${restore_ms} ms (keepers' image checks ${verify_ms:-?} ms, CRIU part ${criu_ms:-?} ms; MPI_Init alone ${init_ms:--} ms, under mpicr run ${init_mpicr_ms:--} ms)"
+}
+
+section2_prereq() {
+    [ -x "$criu" ] || die "CRIU wrapper .deps/criu/criu is missing (run: make deps)"
+    [ "$(id -u)" = 0 ] || die "sections 2 and 3 need root (CRIU)"
+    cc -O2 -Wall -o "$out/mem_hold" bench/mem_hold.c || die "building bench/mem_hold.c failed"
 }
 
 section2() {
-    [ -x "$criu" ] || die "CRIU wrapper .deps/criu/criu is missing (run: make deps)"
-    [ "$(id -u)" = 0 ] || die "section 2 needs root (CRIU)"
-    cc -O2 -Wall -o "$out/mem_hold" bench/mem_hold.c || die "building bench/mem_hold.c failed"
+    section2_prereq
     echo "meta ckpt_reps $ckpt_reps" >> "$raw"
     local mib f rep
     # Reference and mpicr repetitions alternate, so that both meet the same machine load.
@@ -496,10 +616,31 @@ section2() {
     done
 }
 
+# ============================== Section 3: scaling ==========================================
+
+# Checkpoint cost as ranks per node grow (64 MiB each; 8 ranks oversubscribe 2 cores) and as
+# memory per process grows (2 ranks), bare CRIU next to mpicr in each repetition. report.py
+# fits the slopes (ms per rank, ms per GiB) and prints ms per GiB written per point, which
+# stays flat when nothing grows faster than the bytes written.
+section3() {
+    local n mib rep f=$scale_flavor
+    for rep in $(seq "$scale_reps"); do
+        for n in $scale_ranks; do
+            ckpt_reference_criu "$scale_rank_mib" "$rep" "$n" s3
+            ckpt_mpicr "$f" "$scale_rank_mib" "$rep" "$n" s3
+        done
+        for mib in $scale_mibs; do
+            # the memory series shares its 2-rank point with the rank series
+            if [ "$mib" = "$scale_rank_mib" ] && grep -qw 2 <<<"$scale_ranks"; then continue; fi
+            ckpt_reference_criu "$mib" "$rep" 2 s3
+            ckpt_mpicr "$f" "$mib" "$rep" 2 s3
+        done
+    done
+}
+
 # ============================== main =========================================================
-run1=1 run2=1
-[ "$only_section" = 1 ] && run2=0
-[ "$only_section" = 2 ] && run1=0
+run1=1 run2=1 run3=1
+[ -n "$only_section" ] && { run1=0 run2=0 run3=0; eval "run$only_section=1"; }
 if [ $run1 = 1 ] && [ $native_only = 0 ] && [ ! -f "$shim_so" ]; then
     die "${shim_so#"$root"/} is missing: build it first (make build), or run scripts/bench.sh --native-only"
 fi
@@ -510,8 +651,14 @@ done
 if [ $run2 = 1 ]; then
     for f in $ckpt_flavors; do build_flavor "$f"; done
 fi
+if [ $run3 = 1 ]; then build_flavor "$scale_flavor"; fi
 if [ $run1 = 1 ]; then section1; fi
 if [ $run2 = 1 ]; then section2; fi
+if [ $run3 = 1 ]; then
+    [ $run2 = 1 ] || section2_prereq
+    echo "meta scale_reps $scale_reps" >> "$raw"
+    section3
+fi
 
 echo "meta load_start $load0" >> "$raw"
 echo "meta load_end $(cut -d' ' -f1-3 /proc/loadavg)" >> "$raw"

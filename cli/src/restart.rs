@@ -56,7 +56,12 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
         .iter()
         .find(|r| r.rank == rank)
         .with_context(|| format!("the manifest of epoch {epoch} has no entry for rank {rank}"))?;
+    let t_verify = Instant::now();
     images::verify_rank_dir(&rdir, &entry.files).with_context(|| format!("rank {rank} of epoch {epoch}"))?;
+    if args.verbose {
+        // scripts/bench.sh reads this: the checksums are a memory-sized cost of every restart.
+        crate::elog!("mpicr[{rank}]: verified the images of epoch {epoch} in {}", crate::args::format_duration(t_verify.elapsed()));
+    }
     let meta: RankMeta = images::read_json(&rdir.join("rank.json"))?;
     if meta.rank != rank || meta.epoch != epoch || meta.job_id != job.job_id {
         bail!("{} does not describe rank {rank} of epoch {epoch} of job {}", rdir.join("rank.json").display(), job.job_id);
