@@ -1,4 +1,5 @@
-//! The program's own MPI sessions (MPI-4). Virtualised; not checkpointable yet.
+//! The program's own MPI sessions (MPI-4), virtualised; the recipe (the info's entries) is
+//! recorded here, the renewal is `core::kinds::session`'s.
 
 use crate::lower::handles::RealSession;
 use crate::face::abi::*;
@@ -13,12 +14,14 @@ use std::os::raw::c_int;
 pub unsafe fn MPI_Session_init(info: MPI_Info, errhandler: MPI_Errhandler, session: *mut MPI_Session) -> c_int {
     let g = gate::enter();
     let mut r = MPI_SESSION_NULL;
-    let rc = real!(MPI_Session_init(conv::info(info), MPI_ERRORS_RETURN, &mut r));
+    let real_info = conv::info(info);
+    let rc = real!(MPI_Session_init(real_info, MPI_ERRORS_RETURN, &mut r));
+    let recipe = if rc == MPI_SUCCESS { crate::core::kinds::info::entries(real_info) } else { Vec::new() };
     drop(g);
     if rc != MPI_SUCCESS {
         return errors::raise_default(rc, "MPI_Session_init");
     }
-    match OBJ.sessions.insert(RealSession(r), SessionEntry { errhandler }) {
+    match OBJ.sessions.insert(RealSession(r), SessionEntry { errhandler, info: recipe }) {
         Ok(i) => {
             unsafe { put(session, conv::handle(Kind::Session, i)) };
             MPI_SUCCESS
