@@ -18,6 +18,10 @@ pub struct SessionEntry {
     /// The keys and values of the info given to `MPI_Session_init`.
     #[serde(default)]
     pub info: Vec<(String, String)>,
+    /// A buffer for buffered sends is attached to the session (`MPI_Session_attach_buffer`):
+    /// not carried, so checkpoints are refused meanwhile.
+    #[serde(default)]
+    pub buffer: bool,
 }
 
 /// Opens a real session with `info`'s entries, errors returned (the shim raises them).
@@ -44,6 +48,9 @@ impl Renewable for Renew {
         }
         if crate::core::renew::strategy() == crate::core::renew::Strategy::Sessions {
             return Some("the program holds an MPI session (MPI_Session_init), which is not carried under MPICR_RENEW=sessions yet (the default renewal carries it)".into());
+        }
+        if OBJ.sessions.snapshot().iter().any(|(_, _, s)| s.buffer) {
+            return Some("a buffer is attached to the program's MPI session (MPI_Session_attach_buffer), which is not carried through checkpoints yet: detach it first".into());
         }
         if crate::core::app::enabled() {
             return Some("an app-mode rank holds an MPI session (MPI_Session_init), which a restarted app-mode process does not get back yet: finalize it before mpicr_safe_point()".into());
