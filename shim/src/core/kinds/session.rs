@@ -24,6 +24,14 @@ pub struct SessionEntry {
     pub buffer: bool,
 }
 
+/// A group was made while the world model was not initialised (from a session's process set
+/// before MPI_Init): its recipe could not be expressed in world ranks.
+static GROUP_WITHOUT_WORLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn note_group_without_world() {
+    GROUP_WITHOUT_WORLD.store(true, std::sync::atomic::Ordering::Release);
+}
+
 /// Opens a real session with `info`'s entries, errors returned (the shim raises them).
 fn open(info: &[(String, String)]) -> Result<RealSession, String> {
     let f = lower::fns();
@@ -43,17 +51,20 @@ pub struct Renew;
 
 impl Renewable for Renew {
     fn refusal(&self) -> Option<String> {
+        if GROUP_WITHOUT_WORLD.load(std::sync::atomic::Ordering::Acquire) {
+            return Some("a group the program made from an MPI session's process set before MPI_Init (or after MPI_Finalize), whose world ranks mpicr cannot know, cannot be checkpointed yet".into());
+        }
         if OBJ.sessions.is_empty() {
             return None;
         }
         if crate::core::renew::strategy() == crate::core::renew::Strategy::Sessions {
-            return Some("the program holds an MPI session (MPI_Session_init), which is not carried under MPICR_RENEW=sessions yet (the default renewal carries it)".into());
+            return Some("the program's MPI session (MPI_Session_init) cannot be checkpointed yet with MPICR_RENEW=sessions; use the default renewal (namespace)".into());
         }
         if OBJ.sessions.snapshot().iter().any(|(_, _, s)| s.buffer) {
-            return Some("a buffer is attached to the program's MPI session (MPI_Session_attach_buffer), which is not carried through checkpoints yet: detach it first".into());
+            return Some("a buffer attached to the program's MPI session (MPI_Session_attach_buffer) cannot be checkpointed yet: detach it first".into());
         }
         if crate::core::app::enabled() {
-            return Some("an app-mode rank holds an MPI session (MPI_Session_init), which a restarted app-mode process does not get back yet: finalize it before mpicr_safe_point()".into());
+            return Some("an MPI session (MPI_Session_init) held by an app-mode rank cannot be checkpointed yet (a restarted app-mode process does not get it back): finalize it before mpicr_safe_point()".into());
         }
         None
     }
