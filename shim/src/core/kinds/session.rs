@@ -57,9 +57,6 @@ impl Renewable for Renew {
         if OBJ.sessions.is_empty() {
             return None;
         }
-        if crate::core::renew::strategy() == crate::core::renew::Strategy::Sessions {
-            return Some("the program's MPI session (MPI_Session_init) cannot be checkpointed yet with MPICR_RENEW=sessions; use the default renewal (namespace)".into());
-        }
         if OBJ.sessions.snapshot().iter().any(|(_, _, s)| s.buffer) {
             return Some("a buffer attached to the program's MPI session (MPI_Session_attach_buffer) cannot be checkpointed yet: detach it first".into());
         }
