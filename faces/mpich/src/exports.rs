@@ -4397,20 +4397,20 @@ pub unsafe extern "C" fn PMPI_Sendrecv_replace_c(buf: *mut c_void, count: MPI_Co
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_attach_buffer(session: MPI_Session, buffer: *mut c_void, size: c_int) -> c_int {
-    ffi_boundary!("MPI_Session_attach_buffer", c_int, mpicr_shim::face::gen::passthrough::MPI_Session_attach_buffer(session, buffer, size))
+    ffi_boundary!("MPI_Session_attach_buffer", c_int, mpicr_shim::face::api::MPI_Session_attach_buffer(session, buffer, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_attach_buffer(session: MPI_Session, buffer: *mut c_void, size: c_int) -> c_int {
-    ffi_boundary!("MPI_Session_attach_buffer", c_int, mpicr_shim::face::gen::passthrough::MPI_Session_attach_buffer(session, buffer, size))
+    ffi_boundary!("MPI_Session_attach_buffer", c_int, mpicr_shim::face::api::MPI_Session_attach_buffer(session, buffer, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_attach_buffer_c(session: MPI_Session, buffer: *mut c_void, size: MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Session_attach_buffer_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Session_attach_buffer_c(session, buffer, size))
+    ffi_boundary!("MPI_Session_attach_buffer_c", c_int, mpicr_shim::face::api::MPI_Session_attach_buffer_c(session, buffer, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_attach_buffer_c(session: MPI_Session, buffer: *mut c_void, size: MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Session_attach_buffer_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Session_attach_buffer_c(session, buffer, size))
+    ffi_boundary!("MPI_Session_attach_buffer_c", c_int, mpicr_shim::face::api::MPI_Session_attach_buffer_c(session, buffer, size))
 }
 
 #[no_mangle]
@@ -4442,20 +4442,20 @@ pub unsafe extern "C" fn PMPI_Session_create_errhandler(session_errhandler_fn: *
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_detach_buffer(session: MPI_Session, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Session_detach_buffer", c_int, mpicr_shim::face::gen::passthrough::MPI_Session_detach_buffer(session, buffer_addr, size))
+    ffi_boundary!("MPI_Session_detach_buffer", c_int, mpicr_shim::face::api::MPI_Session_detach_buffer(session, buffer_addr, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_detach_buffer(session: MPI_Session, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Session_detach_buffer", c_int, mpicr_shim::face::gen::passthrough::MPI_Session_detach_buffer(session, buffer_addr, size))
+    ffi_boundary!("MPI_Session_detach_buffer", c_int, mpicr_shim::face::api::MPI_Session_detach_buffer(session, buffer_addr, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_detach_buffer_c(session: MPI_Session, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Session_detach_buffer_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Session_detach_buffer_c(session, buffer_addr, size))
+    ffi_boundary!("MPI_Session_detach_buffer_c", c_int, mpicr_shim::face::api::MPI_Session_detach_buffer_c(session, buffer_addr, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_detach_buffer_c(session: MPI_Session, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Session_detach_buffer_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Session_detach_buffer_c(session, buffer_addr, size))
+    ffi_boundary!("MPI_Session_detach_buffer_c", c_int, mpicr_shim::face::api::MPI_Session_detach_buffer_c(session, buffer_addr, size))
 }
 
 #[no_mangle]

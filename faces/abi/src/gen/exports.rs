@@ -8068,7 +8068,7 @@ unsafe fn imp_MPI_Session_attach_buffer(session: OHandle, buffer: *mut c_void, s
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Session_attach_buffer(conv::h_in(Kind::Session, session), buffer, size)
+        mpicr_shim::face::api::MPI_Session_attach_buffer(conv::h_in(Kind::Session, session), buffer, size)
     }
 }
 #[no_mangle]
@@ -8084,7 +8084,7 @@ unsafe fn imp_MPI_Session_attach_buffer_c(session: OHandle, buffer: *mut c_void,
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Session_attach_buffer_c(conv::h_in(Kind::Session, session), buffer, size)
+        mpicr_shim::face::api::MPI_Session_attach_buffer_c(conv::h_in(Kind::Session, session), buffer, size)
     }
 }
 #[no_mangle]
@@ -8125,7 +8125,7 @@ unsafe fn imp_MPI_Session_detach_buffer(session: OHandle, buffer_addr: *mut c_vo
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Session_detach_buffer(conv::h_in(Kind::Session, session), buffer_addr, size)
+        mpicr_shim::face::api::MPI_Session_detach_buffer(conv::h_in(Kind::Session, session), buffer_addr, size)
     }
 }
 #[no_mangle]
@@ -8141,7 +8141,7 @@ unsafe fn imp_MPI_Session_detach_buffer_c(session: OHandle, buffer_addr: *mut c_
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Session_detach_buffer_c(conv::h_in(Kind::Session, session), buffer_addr, size)
+        mpicr_shim::face::api::MPI_Session_detach_buffer_c(conv::h_in(Kind::Session, session), buffer_addr, size)
     }
 }
 #[no_mangle]

@@ -43,7 +43,11 @@ pub fn world_ranks_of_group(real_group: c_int) -> Vec<i32> {
         if size(real_group, &mut n) != MPI_SUCCESS || n <= 0 {
             return Vec::new();
         }
-        let Some(world) = real_world_group() else { return (0..n).collect() };
+        let Some(world) = real_world_group() else {
+            // Before MPI_Init (a group from a session's process set): no world to translate to.
+            super::session::note_group_without_world();
+            return (0..n).collect();
+        };
         let ranks: Vec<c_int> = (0..n).collect();
         let mut out = vec![MPI_UNDEFINED; n as usize];
         if let Some(tr) = f.MPI_Group_translate_ranks {

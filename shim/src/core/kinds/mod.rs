@@ -56,6 +56,7 @@ pub static RENEWAL_ORDER: &[&dyn Renewable] = &[
     &datatype::Renew,
     &op::Renew,
     &info::Renew,
+    &session::Renew,
     &library::Renew,
     &file::Renew,
     &win::Renew,

@@ -1,14 +1,49 @@
-//! The program's own MPI sessions: refused at checkpoints for now; the entry keeps the
-//! program's error handler.
+//! The program's own MPI sessions (MPI-4 sessions model). The recipe is the info the program
+//! passed to `MPI_Session_init` (its keys and values; the error handler lives in the shim).
+//! A renewal opens a new real session with that info on the renewed library; what hangs off
+//! a session needs nothing of it there: groups from its process sets are recorded as world
+//! ranks (`group`), communicators made from them as world ranks and a job-wide id (`comm`),
+//! and both are rebuilt from the renewed library's world like any other.
 
-use super::Renewable;
+use super::{check, Renewable};
 use crate::core::state::OBJ;
-use crate::lower::abi::MPI_Errhandler;
+use crate::lower;
+use crate::lower::abi::*;
+use crate::lower::handles::RealSession;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SessionEntry {
     pub errhandler: MPI_Errhandler,
+    /// The keys and values of the info given to `MPI_Session_init`.
+    #[serde(default)]
+    pub info: Vec<(String, String)>,
+    /// A buffer for buffered sends is attached to the session (`MPI_Session_attach_buffer`):
+    /// not carried, so checkpoints are refused meanwhile.
+    #[serde(default)]
+    pub buffer: bool,
+}
+
+/// A group was made while the world model was not initialised (from a session's process set
+/// before MPI_Init): its recipe could not be expressed in world ranks.
+static GROUP_WITHOUT_WORLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn note_group_without_world() {
+    GROUP_WITHOUT_WORLD.store(true, std::sync::atomic::Ordering::Release);
+}
+
+/// Opens a real session with `info`'s entries, errors returned (the shim raises them).
+fn open(info: &[(String, String)]) -> Result<RealSession, String> {
+    let f = lower::fns();
+    let real_info = if info.is_empty() { MPI_INFO_NULL } else { super::info::build(info)? };
+    let mut s = MPI_SESSION_NULL;
+    // SAFETY: a live real info (or null) and a local out-pointer.
+    let rc = unsafe { f.MPI_Session_init.map_or(MPI_ERR_OTHER, |h| h(real_info, MPI_ERRORS_RETURN, &mut s)) };
+    if real_info != MPI_INFO_NULL {
+        super::info::free(real_info);
+    }
+    check(rc, "MPI_Session_init (the program's session)")?;
+    Ok(RealSession(s))
 }
 
 /// The session kind around a checkpoint.
@@ -16,6 +51,42 @@ pub struct Renew;
 
 impl Renewable for Renew {
     fn refusal(&self) -> Option<String> {
-        (!OBJ.sessions.is_empty()).then(|| "the program holds an MPI session (MPI_Session_init), which cannot be checkpointed yet".into())
+        if GROUP_WITHOUT_WORLD.load(std::sync::atomic::Ordering::Acquire) {
+            return Some("a group the program made from an MPI session's process set before MPI_Init (or after MPI_Finalize), whose world ranks mpicr cannot know, cannot be checkpointed yet".into());
+        }
+        if OBJ.sessions.is_empty() {
+            return None;
+        }
+        if OBJ.sessions.snapshot().iter().any(|(_, _, s)| s.buffer) {
+            return Some("a buffer attached to the program's MPI session (MPI_Session_attach_buffer) cannot be checkpointed yet: detach it first".into());
+        }
+        if crate::core::app::enabled() {
+            return Some("an MPI session (MPI_Session_init) held by an app-mode rank cannot be checkpointed yet (a restarted app-mode process does not get it back): finalize it before mpicr_safe_point()".into());
+        }
+        None
+    }
+
+    /// Finalizes the program's real sessions of the generation being released. Here and not
+    /// in `free_real`: that also runs when the `sessions` renewal ends a generation at the
+    /// program's MPI_Finalize, where the program's sessions stay open. Called after every
+    /// kind freed its real objects (`renew::release`), so no communicator or group of the
+    /// session is left.
+    fn forget(&self) {
+        let f = lower::fns();
+        for (idx, r, _) in OBJ.sessions.snapshot() {
+            let mut r = r.raw();
+            // SAFETY: a live real session of the current generation, finalized once.
+            let rc = unsafe { f.MPI_Session_finalize.map_or(MPI_ERR_OTHER, |g| g(&mut r)) };
+            if rc != MPI_SUCCESS {
+                tracing::debug!(target: "renew", session = idx, error = %lower::error_string(rc), "MPI_Session_finalize at release");
+            }
+        }
+    }
+
+    fn rebuild(&self) -> Result<(), String> {
+        for (idx, _, s) in OBJ.sessions.snapshot() {
+            OBJ.sessions.set_real(idx, open(&s.info)?);
+        }
+        Ok(())
     }
 }

@@ -1,4 +1,5 @@
-//! The program's own MPI sessions (MPI-4). Virtualised; not checkpointable yet.
+//! The program's own MPI sessions (MPI-4), virtualised; the recipe (the info's entries) is
+//! recorded here, the renewal is `core::kinds::session`'s.
 
 use crate::lower::handles::RealSession;
 use crate::face::abi::*;
@@ -8,17 +9,20 @@ use crate::core::state::OBJ;
 use crate::face::{conv, errors};
 use crate::core::gate;
 use mpicr_virtid::Kind;
-use std::os::raw::c_int;
+use crate::face::call;
+use std::os::raw::{c_int, c_void};
 
 pub unsafe fn MPI_Session_init(info: MPI_Info, errhandler: MPI_Errhandler, session: *mut MPI_Session) -> c_int {
     let g = gate::enter();
     let mut r = MPI_SESSION_NULL;
-    let rc = real!(MPI_Session_init(conv::info(info), MPI_ERRORS_RETURN, &mut r));
+    let real_info = conv::info(info);
+    let rc = real!(MPI_Session_init(real_info, MPI_ERRORS_RETURN, &mut r));
+    let recipe = if rc == MPI_SUCCESS { crate::core::kinds::info::entries(real_info) } else { Vec::new() };
     drop(g);
     if rc != MPI_SUCCESS {
         return errors::raise_default(rc, "MPI_Session_init");
     }
-    match OBJ.sessions.insert(RealSession(r), SessionEntry { errhandler }) {
+    match OBJ.sessions.insert(RealSession(r), SessionEntry { errhandler, info: recipe, buffer: false }) {
         Ok(i) => {
             unsafe { put(session, conv::handle(Kind::Session, i)) };
             MPI_SUCCESS
@@ -44,4 +48,32 @@ pub unsafe fn MPI_Session_finalize(session: *mut MPI_Session) -> c_int {
     }
     unsafe { *session = MPI_SESSION_NULL };
     MPI_SUCCESS
+}
+
+/// Attaching or detaching a session's buffer: passed through, and the session marked so that
+/// checkpoints are refused while a buffer is attached (`core::kinds::session`).
+fn buffer_call(name: &'static str, session: MPI_Session, attached: bool, real_call: impl FnOnce(c_int) -> c_int) -> c_int {
+    let rc = call::run(name, call::On::Session(session), || call::ok(real_call(call::ToReal::to_real(call::Session(session))?)));
+    if rc == MPI_SUCCESS {
+        if let Some(i) = conv::index(session, Kind::Session) {
+            OBJ.sessions.with(i, |e| e.buffer = attached);
+        }
+    }
+    rc
+}
+
+pub unsafe fn MPI_Session_attach_buffer(session: MPI_Session, buffer: *mut c_void, size: c_int) -> c_int {
+    buffer_call("MPI_Session_attach_buffer", session, true, |s| real!(MPI_Session_attach_buffer(s, buffer, size)))
+}
+
+pub unsafe fn MPI_Session_attach_buffer_c(session: MPI_Session, buffer: *mut c_void, size: MPI_Count) -> c_int {
+    buffer_call("MPI_Session_attach_buffer_c", session, true, |s| real!(MPI_Session_attach_buffer_c(s, buffer, size)))
+}
+
+pub unsafe fn MPI_Session_detach_buffer(session: MPI_Session, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
+    buffer_call("MPI_Session_detach_buffer", session, false, |s| real!(MPI_Session_detach_buffer(s, buffer_addr, size)))
+}
+
+pub unsafe fn MPI_Session_detach_buffer_c(session: MPI_Session, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
+    buffer_call("MPI_Session_detach_buffer_c", session, false, |s| real!(MPI_Session_detach_buffer_c(s, buffer_addr, size)))
 }

@@ -1345,58 +1345,6 @@ pub unsafe fn MPI_Reduce_local_c(inbuf: *const c_void, inoutbuf: *mut c_void, co
     })
 }
 
-pub unsafe fn MPI_Session_attach_buffer(session: MPI_Session, buffer: *mut c_void, size: c_int) -> c_int {
-    call::run("MPI_Session_attach_buffer", On::Session(session), || {
-        let session_r = Session(session).to_real()?;
-        let Some(f) = lower::fns().MPI_Session_attach_buffer else { return call::missing("MPI_Session_attach_buffer") };
-        // SAFETY: `f` is the real library's MPI_Session_attach_buffer, resolved under the C
-        // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; the pointers (`buffer`)
-        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(session_r, buffer, size) })
-    })
-}
-
-pub unsafe fn MPI_Session_attach_buffer_c(session: MPI_Session, buffer: *mut c_void, size: MPI_Count) -> c_int {
-    call::run("MPI_Session_attach_buffer_c", On::Session(session), || {
-        let session_r = Session(session).to_real()?;
-        let Some(f) = lower::fns().MPI_Session_attach_buffer_c else { return call::missing("MPI_Session_attach_buffer_c") };
-        // SAFETY: `f` is the real library's MPI_Session_attach_buffer_c, resolved under the C
-        // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; the pointers (`buffer`)
-        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(session_r, buffer, size) })
-    })
-}
-
-pub unsafe fn MPI_Session_detach_buffer(session: MPI_Session, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    call::run("MPI_Session_detach_buffer", On::Session(session), || {
-        let session_r = Session(session).to_real()?;
-        let Some(f) = lower::fns().MPI_Session_detach_buffer else { return call::missing("MPI_Session_detach_buffer") };
-        // SAFETY: `f` is the real library's MPI_Session_detach_buffer, resolved under the C
-        // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; the pointers
-        // (`buffer_addr`, `size`) are the caller's, valid as MPI requires (this function's safety
-        // contract) and passed on unchanged.
-        call::ok(unsafe { f(session_r, buffer_addr, size) })
-    })
-}
-
-pub unsafe fn MPI_Session_detach_buffer_c(session: MPI_Session, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
-    call::run("MPI_Session_detach_buffer_c", On::Session(session), || {
-        let session_r = Session(session).to_real()?;
-        let Some(f) = lower::fns().MPI_Session_detach_buffer_c else { return call::missing("MPI_Session_detach_buffer_c") };
-        // SAFETY: `f` is the real library's MPI_Session_detach_buffer_c, resolved under the C
-        // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; the pointers
-        // (`buffer_addr`, `size`) are the caller's, valid as MPI requires (this function's safety
-        // contract) and passed on unchanged.
-        call::ok(unsafe { f(session_r, buffer_addr, size) })
-    })
-}
-
 pub unsafe fn MPI_Session_flush_buffer(session: MPI_Session) -> c_int {
     call::run("MPI_Session_flush_buffer", On::Session(session), || {
         let session_r = Session(session).to_real()?;
