@@ -8,8 +8,8 @@
 //! only, with `MPICR_CRIU` naming no file (CRIU is never used). And the errors: a rank that
 //! never reaches a safe point (its timeout, a line naming the rank), a save that fails (the job
 //! goes on, a later checkpoint commits), nothing registered, a restore that fails. And the
-//! Python module (with mpi4py) and the Fortran module (`bindings/`), each in a 2-rank job of one
-//! app-mode and one transparent rank through a stop and a restart.
+//! Python module (with mpi4py, on both MPICH builds) and the Fortran module (`bindings/`), each in
+//! a 2-rank job of one app-mode and one transparent rank through a stop and a restart.
 
 use super::hangs::tails;
 use super::xlib::{build, sorted, wait_for};
@@ -31,7 +31,7 @@ pub fn cases() -> Vec<CaseFn> {
             run: mixed5,
         },
         CaseFn { name: "app-only", cases: &["app-only-no-criu"], run: app_only },
-        CaseFn { name: "app-bindings", cases: &["app-python", "app-fortran"], run: bindings },
+        CaseFn { name: "app-bindings", cases: &["app-python-mpich4", "app-python-mpich5", "app-fortran"], run: bindings },
         CaseFn {
             name: "app-errors",
             cases: &["app-no-safe-point", "app-save-fails", "app-nothing-registered", "app-restore-fails"],
@@ -244,23 +244,24 @@ fn errors(t: &mut T) {
     t.check("app-restore-fails", good, |_| format!("checkpoint {ck:?}, rc {rc1}/{rc2}: {out}"));
 }
 
-/// `bindings/*/tests/app_ring.*` on MPICH 4.0.2: rank 0 in app mode, rank 1 transparent, stopped
-/// and restarted; the output equals the native run's.
+/// `bindings/*/tests/app_ring.*`: rank 0 in app mode, rank 1 transparent, stopped and restarted;
+/// the output equals the native run's. Python (mpi4py built against each MPICH by
+/// `scripts/mpi4py-tests.sh`) on both MPICH builds, Fortran on MPICH 4.0.2.
 fn bindings(t: &mut T) {
     if !t.require(&[t.env.have4, t.env.shim_built, t.env.criu_ok, t.env.is_root], "needs MPICH 4, libmpicr.so, criu and root") {
         return;
     }
-    let py = t.env.root.join(".deps/mpi4py-mpich4/bin/python");
-    if std::env::var_os("MPICR_TEST_APP_PYTHON").is_none() {
-        // Known broken: the restarted Python rank (mpi4py) never gets past its restart (the
-        // transparent rank resumes, the job hangs); the checkpoint itself works. Run it with
-        // MPICR_TEST_APP_PYTHON=1 while fixing it.
-        t.skip("app-python", "known broken: the restart of the Python app-mode rank hangs (MPICR_TEST_APP_PYTHON=1 runs it)");
-    } else if py.is_file() {
-        let prog = vec![py.into_os_string(), t.env.root.join("bindings/python/tests/app_ring.py").into_os_string()];
-        binding(t, "app-python", &prog);
-    } else {
-        t.skip("app-python", "no mpi4py build in .deps/mpi4py-mpich4 (scripts/mpi4py-tests.sh builds it)");
+    for ver in [4, 5] {
+        let name = format!("app-python-mpich{ver}");
+        let py = t.env.root.join(format!(".deps/mpi4py-mpich{ver}/bin/python"));
+        if !t.env.have(ver) {
+            t.skip(&name, &format!("no MPICH {ver}"));
+        } else if py.is_file() {
+            let prog = vec![py.into_os_string(), t.env.root.join("bindings/python/tests/app_ring.py").into_os_string()];
+            binding(t, ver, &name, &prog);
+        } else {
+            t.skip(&name, &format!("no mpi4py build in .deps/mpi4py-mpich{ver} (scripts/mpi4py-tests.sh builds it)"));
+        }
     }
     let bin = t.env.bin("app_ring_f");
     let built = t
@@ -274,15 +275,15 @@ fn bindings(t: &mut T) {
         .status()
         .is_ok_and(|s| s.success());
     if built {
-        binding(t, "app-fortran", &[bin.into_os_string()]);
+        binding(t, 4, "app-fortran", &[bin.into_os_string()]);
     } else {
         t.skip("app-fortran", "mpif90.mpich failed or is missing");
     }
 }
 
-fn binding(t: &mut T, name: &str, prog: &[std::ffi::OsString]) {
+fn binding(t: &mut T, ver: u32, name: &str, prog: &[std::ffi::OsString]) {
     let args = ["200", "0", "1"];
-    let mut c = t.mpi(4, 2);
+    let mut c = t.mpi(ver, 2);
     c.args(prog).args(args);
     let (rc0, oracle, err0) = t.out2(c, LIMIT);
     if rc0 != 0 {
@@ -293,7 +294,7 @@ fn binding(t: &mut T, name: &str, prog: &[std::ffi::OsString]) {
         _ => ["200", "20000", "1"],
     };
     let d = t.p(&format!("ck-{name}"));
-    let mut c = t.mpi(4, 1);
+    let mut c = t.mpi(ver, 1);
     c.arg(&t.env.m).args(["run", "--mode", "app", "--ckpt-dir"]).arg(&d).arg("--").args(prog).args(paced);
     c.args([":", "-n", "1"]).arg(&t.env.m).args(["run", "--ckpt-dir"]).arg(&d).arg("--").args(prog).args(paced);
     let (o1, e1, o2, e2) = (t.p(&format!("{name}1.out")), format!("{name}1.err"), t.p(&format!("{name}2.out")), format!("{name}2.err"));
@@ -304,7 +305,7 @@ fn binding(t: &mut T, name: &str, prog: &[std::ffi::OsString]) {
         (1, "never started".into())
     };
     let rc1 = job.wait(LIMIT);
-    let mut c = t.mpi(4, 2);
+    let mut c = t.mpi(ver, 2);
     c.arg(&t.env.m).arg("restart").arg(&d);
     let rc2 = t.to(c, Some(&o2), Some(&t.p(&e2)), LIMIT * 2);
     let got = cat(&[&o1, &o2]);
