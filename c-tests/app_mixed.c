@@ -12,8 +12,13 @@
  * (MPI_Comm_split). Checksums every 8 iterations and at the end; nothing depends on timing.
  * Arguments: ITERS PACE_US NAPPLES [HOOK]. Test hooks of the error cases: HOOK `nosafe` (apples
  * never reach a safe point), `noreg` (nothing registered); a file `app-save-fail` in the working
- * directory makes the next save fail (once), `app-restore-fail` every restore. The mpicr_* calls are weak: natively they are absent and the
- * program runs as a plain MPI program.
+ * directory makes the next save fail (once), `app-restore-fail` every restore. HOOK `file`: every
+ * rank also writes its checksum of each iteration into a shared MPI file (`app_mixed.dat` in
+ * the working directory, MPI_File_write_at_all, the file open across every safe point) and
+ * prints a checksum of the whole file at the end; HOOK `win`: an RMA window over the state,
+ * fenced every iteration (app-mode ranks cannot carry windows: a checkpoint refuses it).
+ * The mpicr_* calls are weak: natively they are absent and the program runs as a plain MPI
+ * program.
  * mpicr-test: ranks=2,4 args=24,0,1
  */
 #include "common.h"
@@ -38,6 +43,8 @@ struct saved {
     MPI_Comm fruit;
     MPI_Datatype pair;
     MPI_Op op;
+    MPI_File fh;
+    MPI_Win win;
 };
 static struct saved st;
 
@@ -131,6 +138,10 @@ int main(int argc, char **argv)
         CHECK(MPI_Type_contiguous(2, MPI_UINT64_T, &st.pair) == MPI_SUCCESS);
         CHECK(MPI_Type_commit(&st.pair) == MPI_SUCCESS);
         CHECK(MPI_Op_create(add_op, 1, &st.op) == MPI_SUCCESS);
+        if (strcmp(hook, "file") == 0)
+            CHECK(MPI_File_open(MPI_COMM_WORLD, "app_mixed.dat", MPI_MODE_CREATE | MPI_MODE_RDWR, MPI_INFO_NULL, &st.fh) == MPI_SUCCESS);
+        if (strcmp(hook, "win") == 0)
+            CHECK(MPI_Win_create(st.s, sizeof st.s, sizeof st.s[0], MPI_INFO_NULL, MPI_COMM_WORLD, &st.win) == MPI_SUCCESS);
         /* The first AHEAD messages. */
         for (long a = 0; a < AHEAD && a < iters; a++) {
             uint64_t m[K];
@@ -175,12 +186,33 @@ int main(int argc, char **argv)
                 m[i] = msg_word(t_rank, it + AHEAD, i, st.s[i] & 0xff);
             MPI_Send(m, K, MPI_UINT64_T, right, (int)(it + AHEAD), MPI_COMM_WORLD);
         }
+        if (strcmp(hook, "file") == 0) {
+            uint64_t c = sum(st.s);
+            MPI_Offset at = (MPI_Offset)((it * t_size + t_rank) * (long)sizeof c);
+            CHECK(MPI_File_write_at_all(st.fh, at, &c, 1, MPI_UINT64_T, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+        }
+        if (strcmp(hook, "win") == 0)
+            CHECK(MPI_Win_fence(0, st.win) == MPI_SUCCESS);
         if (it % 8 == 7)
             printf("app_mixed: rank %d iteration %ld checksum %016llx\n", t_rank, it, (unsigned long long)sum(st.s));
     }
     uint64_t mine = sum(st.s), all = 0;
     MPI_Allreduce(&mine, &all, 1, MPI_UINT64_T, MPI_BXOR, MPI_COMM_WORLD);
     printf("app_mixed: rank %d final %016llx job %016llx\n", t_rank, (unsigned long long)mine, (unsigned long long)all);
+    if (strcmp(hook, "file") == 0) {
+        /* every rank reads the whole file: all ranks' checksums of every iteration */
+        const long n = iters * t_size;
+        uint64_t *all_c = calloc((size_t)n, sizeof *all_c), h = 0;
+        CHECK(all_c != NULL);
+        CHECK(MPI_File_read_at_all(st.fh, 0, all_c, (int)n, MPI_UINT64_T, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+        for (long i = 0; i < n; i++)
+            h = mix(h, all_c[i], i);
+        printf("app_mixed: rank %d file %016llx\n", t_rank, (unsigned long long)h);
+        free(all_c);
+        CHECK(MPI_File_close(&st.fh) == MPI_SUCCESS);
+    }
+    if (strcmp(hook, "win") == 0)
+        CHECK(MPI_Win_free(&st.win) == MPI_SUCCESS);
     MPI_Op_free(&st.op);
     MPI_Type_free(&st.pair);
     MPI_Comm_free(&st.fruit);

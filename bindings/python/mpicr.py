@@ -11,9 +11,29 @@ MPI handles to keep across a restart are saved as integers (`comm.py2f()`) and t
 `MPI.Comm.f2py(h)` (`MPI.Datatype.f2py`, ...): a restart gives every object its old value.
 Outside `mpicr run` (no libmpicr.so in the process) every call does nothing and `restarted()`
 is False, so the program runs as a plain MPI program.
+
+Importing this module turns off `mpi4py.rc.fast_reduce`: with it on, mpi4py's pickle-based
+`reduce`/`allreduce`/`scan`/`exscan` run over a private duplicate of the communicator and a tag
+counter that mpi4py keeps in its own C memory (an attribute), which a restarted app-mode process
+cannot get back: its first reduction would duplicate the communicator again, a collective the
+other ranks never join (the job hangs). Off, they are MPI collectives on the communicator itself,
+which mpicr carries. Every rank of the job must reduce alike, so transparent ranks import this
+module too (or set `mpi4py.rc.fast_reduce = False` before `from mpi4py import MPI`).
+`mpi4py.util.pkl5` keeps the same kind of private state and is not usable in app-mode ranks.
 """
 
 import ctypes
+import sys
+
+if "mpi4py.MPI" in sys.modules:
+    print("mpicr: import mpicr before `from mpi4py import MPI` (mpi4py.rc.fast_reduce must be "
+          "off before MPI_Init)", file=sys.stderr, flush=True)
+else:
+    try:
+        import mpi4py
+        mpi4py.rc.fast_reduce = False
+    except ImportError:
+        pass
 
 _FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
 _lib = ctypes.CDLL(None)
@@ -44,7 +64,6 @@ def _wrap(f):
             r = f(d.decode())
             return 0 if r is None else int(r)
         except Exception as e:  # a failed save fails the checkpoint, a failed restore the restart
-            import sys
             print(f"mpicr: {f.__name__}: {e!r}", file=sys.stderr, flush=True)
             return 1
     return _FN(call)

@@ -15,6 +15,12 @@ import mpicr  # noqa: E402
 st = {}
 
 
+def out(line):
+    """One write per line: print() may write the text and its newline apart, and mpiexec then
+    interleaves the ranks' lines."""
+    os.write(1, (line + "\n").encode())
+
+
 def save(d):
     with open(os.path.join(d, "state.json"), "w") as f:
         json.dump(st, f)
@@ -37,7 +43,7 @@ M = (1 << 61) - 1
 if mpicr.restarted():
     comm = MPI.Comm.f2py(st["comm"])
 else:
-    print(f"app_ring: rank {rank} of {size}, {'apple' if apple else 'orange'}", flush=True)
+    out(f"app_ring: rank {rank} of {size}, {'apple' if apple else 'orange'}")
     comm = world.Dup()
     st.update(it=0, s=rank * 1000003 + 7, comm=comm.py2f())
     comm.send(st["s"] % 9973, dest=right, tag=0)
@@ -54,7 +60,7 @@ while st["it"] < iters:
     if it + 1 < iters:
         comm.send(st["s"] % 9973, dest=right, tag=it + 1)
     if it % 10 == 9:
-        print(f"app_ring: rank {rank} iteration {it} state {st['s']}", flush=True)
+        out(f"app_ring: rank {rank} iteration {it} state {st['s']}")
     st["it"] = it + 1
-print(f"app_ring: rank {rank} final {st['s']}", flush=True)
+out(f"app_ring: rank {rank} final {st['s']}")
 comm.Free()

@@ -439,6 +439,14 @@ fn app_refusal() -> Option<String> {
     if crate::core::kinds::library::attached_buffer().is_some() {
         return Some(format!("app-mode rank {rank} has a buffer attached for buffered sends at its safe point: detach it first"));
     }
+    // A window's memory (the program's, or mapped by mpicr for MPI_Win_allocate) is not in a
+    // restarted process, which only gets what `save` wrote.
+    let wins = OBJ.wins.len();
+    if wins > 0 {
+        return Some(format!(
+            "app-mode rank {rank} holds {wins} RMA window(s) at its safe point: app-mode ranks cannot carry windows (their memory is not in the saved data); free them before mpicr_safe_point() or run the rank without --mode app"
+        ));
+    }
     None
 }
 

@@ -8,11 +8,11 @@
 //! only, with `MPICR_CRIU` naming no file (CRIU is never used). And the errors: a rank that
 //! never reaches a safe point (its timeout, a line naming the rank), a save that fails (the job
 //! goes on, a later checkpoint commits), nothing registered, a restore that fails. And the
-//! Python module (with mpi4py) and the Fortran module (`bindings/`), each in a 2-rank job of one
-//! app-mode and one transparent rank through a stop and a restart.
+//! Python module (with mpi4py, on both MPICH builds) and the Fortran module (`bindings/`), each in
+//! a 2-rank job of one app-mode and one transparent rank through a stop and a restart.
 
 use super::hangs::tails;
-use super::xlib::{build, sorted, wait_for};
+use super::xlib::{build, build_with, sorted, wait_for};
 use super::{cat, CaseFn, LIMIT, T};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -30,8 +30,14 @@ pub fn cases() -> Vec<CaseFn> {
             cases: &["app-mixed-mpich5-continue", "app-mixed-mpich5-stop-restart", "app-mixed-mpich5-restart-twice"],
             run: mixed5,
         },
+        CaseFn {
+            name: "app-mixed-impi",
+            cases: &["app-mixed-impi-continue", "app-mixed-impi-stop-restart", "app-mixed-impi-restart-twice"],
+            run: mixed_impi,
+        },
         CaseFn { name: "app-only", cases: &["app-only-no-criu"], run: app_only },
-        CaseFn { name: "app-bindings", cases: &["app-python", "app-fortran"], run: bindings },
+        CaseFn { name: "app-held", cases: &["app-file-stop-restart", "app-win-refused"], run: held },
+        CaseFn { name: "app-bindings", cases: &["app-python-mpich4", "app-python-mpich5", "app-fortran"], run: bindings },
         CaseFn {
             name: "app-errors",
             cases: &["app-no-safe-point", "app-save-fails", "app-nothing-registered", "app-restore-fails"],
@@ -44,18 +50,39 @@ const ITERS: &str = "300";
 const PACE_US: &str = "20000";
 const APPLES: u32 = 2;
 const ORANGES: u32 = 1;
+/// Intel MPI (`.deps/impi`, the `impi-rt` wheel) in place of an MPICH version.
+const IMPI: u32 = 0;
+
+/// `mpiexec -n N` of MPICH `ver`, or of Intel MPI (its libraries found through `I_MPI_ROOT`).
+fn launch(t: &T, ver: u32, n: u32) -> Command {
+    if ver != IMPI {
+        return t.mpi(ver, n);
+    }
+    let dir = t.env.root.join(".deps/impi");
+    let mut c = t.cmd(dir.join("bin/mpiexec"));
+    c.env("I_MPI_ROOT", &dir).arg("-n").arg(n.to_string());
+    c
+}
+
+fn flavor(ver: u32) -> String {
+    if ver == IMPI {
+        "impi".into()
+    } else {
+        format!("mpich{ver}")
+    }
+}
 
 /// `mpiexec` of MPICH `ver` with the MPMD lines: apples under `--mode app`, oranges plain.
 fn mixed_run(t: &T, ver: u32, d: &Path, prog: &Path, extra: &[&str]) -> Command {
-    let mut c = t.mpi(ver, APPLES);
+    let mut c = launch(t, ver, APPLES);
     c.arg(&t.env.m).args(["run", "--mode", "app", "--ckpt-dir"]).arg(d).arg("--").arg(prog).args([ITERS, PACE_US, "2"]).args(extra);
     c.args([":", "-n", &ORANGES.to_string()]).arg(&t.env.m).args(["run", "--ckpt-dir"]).arg(d).arg("--").arg(prog).args([ITERS, PACE_US, "2"]).args(extra);
     c
 }
 
-fn native(t: &T, ver: u32, prog: &Path) -> Result<String, String> {
-    let mut c = t.mpi(ver, APPLES + ORANGES);
-    c.arg(prog).args([ITERS, "0", "2"]);
+fn native(t: &T, ver: u32, prog: &Path, extra: &[&str]) -> Result<String, String> {
+    let mut c = launch(t, ver, APPLES + ORANGES);
+    c.arg(prog).args([ITERS, "0", "2"]).args(extra);
     let (rc, out, err) = t.out2(c, LIMIT);
     if rc != 0 {
         return Err(format!("the native run failed ({rc}): {err}"));
@@ -80,11 +107,26 @@ fn mixed5(t: &mut T) {
     mixed(t, 5);
 }
 
+fn mixed_impi(t: &mut T) {
+    mixed(t, IMPI);
+}
+
 fn prereq(t: &mut T, ver: u32, criu: bool) -> Option<PathBuf> {
-    if !t.require(&[t.env.have(ver), t.env.shim_built, !criu || (t.env.criu_ok && t.env.is_root)], "needs the MPICH build, libmpicr.so, criu and root") {
+    let impi = t.env.root.join(".deps/impi");
+    let have = if ver == IMPI { impi.join("bin/mpiexec").is_file() && impi.join("bin/mpicc").is_file() } else { t.env.have(ver) };
+    if !t.require(&[have, t.env.shim_built, !criu || (t.env.criu_ok && t.env.is_root)], "needs the MPI library (Intel MPI: scripts/deps.sh), libmpicr.so, criu and root") {
         return None;
     }
-    match build(t, ver, &t.env.root.join("c-tests/app_mixed.c"), &format!("app_mixed{ver}")) {
+    let src = t.env.root.join("c-tests/app_mixed.c");
+    let out = format!("app_mixed_{}", flavor(ver));
+    let built = if ver == IMPI {
+        let mut c = t.cmd(impi.join("bin/mpicc"));
+        c.env("I_MPI_ROOT", &impi);
+        build_with(t, c, &src, &out)
+    } else {
+        build(t, ver, &src, &out)
+    };
+    match built {
         Ok(p) => Some(p),
         Err(e) => {
             t.skip_rest(&e);
@@ -95,11 +137,11 @@ fn prereq(t: &mut T, ver: u32, criu: bool) -> Option<PathBuf> {
 
 fn mixed(t: &mut T, ver: u32) {
     let Some(prog) = prereq(t, ver, true) else { return };
-    let oracle = match native(t, ver, &prog) {
+    let oracle = match native(t, ver, &prog, &[]) {
         Ok(o) => o,
         Err(e) => return t.skip_rest(&e),
     };
-    let name = |c: &str| format!("app-mixed-mpich{ver}-{c}");
+    let name = |c: &str| format!("app-mixed-{}-{c}", flavor(ver));
 
     // Continue, twice.
     let d = t.p("ck-continue");
@@ -123,7 +165,7 @@ fn mixed(t: &mut T, ver: u32) {
     let ck = if started(&o1) { t.ckpt(&d, &["--stop"]) } else { (1, "never started".into()) };
     let rc1 = job.wait(LIMIT);
     let (o2, e2) = (t.p("stop2.out"), t.p("stop2.err"));
-    let mut c = t.mpi(ver, APPLES + ORANGES);
+    let mut c = launch(t, ver, APPLES + ORANGES);
     c.arg(&t.env.m).arg("restart").arg(&d);
     let rc2 = t.to(c, Some(&o2), Some(&e2), LIMIT * 3);
     let got = cat(&[&o1, &o2]);
@@ -131,6 +173,11 @@ fn mixed(t: &mut T, ver: u32) {
         format!("checkpoint {ck:?}, rc {rc1}/{rc2}; same output: {}{}", same(&got, &oracle), tails(t, &["stop1.err", "stop2.err"], 10))
     });
 
+    if ver == IMPI {
+        // The transparent rank renewed Intel MPI after its restart, and mpicr refuses to restore
+        // such an image (README, "Intel MPI": a restored process dies in the renewed MPI_Init).
+        return t.skip(&name("restart-twice"), "a restart of an Intel MPI image taken after a renewal is refused (README)");
+    }
     // Stop; restart under MPMD lines; stop again; restart again.
     let d = t.p("ck-twice");
     let outs: Vec<PathBuf> = (1..=3).map(|i| t.p(&format!("twice{i}.out"))).collect();
@@ -244,23 +291,24 @@ fn errors(t: &mut T) {
     t.check("app-restore-fails", good, |_| format!("checkpoint {ck:?}, rc {rc1}/{rc2}: {out}"));
 }
 
-/// `bindings/*/tests/app_ring.*` on MPICH 4.0.2: rank 0 in app mode, rank 1 transparent, stopped
-/// and restarted; the output equals the native run's.
+/// `bindings/*/tests/app_ring.*`: rank 0 in app mode, rank 1 transparent, stopped and restarted;
+/// the output equals the native run's. Python (mpi4py built against each MPICH by
+/// `scripts/mpi4py-tests.sh`) on both MPICH builds, Fortran on MPICH 4.0.2.
 fn bindings(t: &mut T) {
     if !t.require(&[t.env.have4, t.env.shim_built, t.env.criu_ok, t.env.is_root], "needs MPICH 4, libmpicr.so, criu and root") {
         return;
     }
-    let py = t.env.root.join(".deps/mpi4py-mpich4/bin/python");
-    if std::env::var_os("MPICR_TEST_APP_PYTHON").is_none() {
-        // Known broken: the restarted Python rank (mpi4py) never gets past its restart (the
-        // transparent rank resumes, the job hangs); the checkpoint itself works. Run it with
-        // MPICR_TEST_APP_PYTHON=1 while fixing it.
-        t.skip("app-python", "known broken: the restart of the Python app-mode rank hangs (MPICR_TEST_APP_PYTHON=1 runs it)");
-    } else if py.is_file() {
-        let prog = vec![py.into_os_string(), t.env.root.join("bindings/python/tests/app_ring.py").into_os_string()];
-        binding(t, "app-python", &prog);
-    } else {
-        t.skip("app-python", "no mpi4py build in .deps/mpi4py-mpich4 (scripts/mpi4py-tests.sh builds it)");
+    for ver in [4, 5] {
+        let name = format!("app-python-mpich{ver}");
+        let py = t.env.root.join(format!(".deps/mpi4py-mpich{ver}/bin/python"));
+        if !t.env.have(ver) {
+            t.skip(&name, &format!("no MPICH {ver}"));
+        } else if py.is_file() {
+            let prog = vec![py.into_os_string(), t.env.root.join("bindings/python/tests/app_ring.py").into_os_string()];
+            binding(t, ver, &name, &prog);
+        } else {
+            t.skip(&name, &format!("no mpi4py build in .deps/mpi4py-mpich{ver} (scripts/mpi4py-tests.sh builds it)"));
+        }
     }
     let bin = t.env.bin("app_ring_f");
     let built = t
@@ -274,15 +322,15 @@ fn bindings(t: &mut T) {
         .status()
         .is_ok_and(|s| s.success());
     if built {
-        binding(t, "app-fortran", &[bin.into_os_string()]);
+        binding(t, 4, "app-fortran", &[bin.into_os_string()]);
     } else {
         t.skip("app-fortran", "mpif90.mpich failed or is missing");
     }
 }
 
-fn binding(t: &mut T, name: &str, prog: &[std::ffi::OsString]) {
+fn binding(t: &mut T, ver: u32, name: &str, prog: &[std::ffi::OsString]) {
     let args = ["200", "0", "1"];
-    let mut c = t.mpi(4, 2);
+    let mut c = t.mpi(ver, 2);
     c.args(prog).args(args);
     let (rc0, oracle, err0) = t.out2(c, LIMIT);
     if rc0 != 0 {
@@ -293,7 +341,7 @@ fn binding(t: &mut T, name: &str, prog: &[std::ffi::OsString]) {
         _ => ["200", "20000", "1"],
     };
     let d = t.p(&format!("ck-{name}"));
-    let mut c = t.mpi(4, 1);
+    let mut c = t.mpi(ver, 1);
     c.arg(&t.env.m).args(["run", "--mode", "app", "--ckpt-dir"]).arg(&d).arg("--").args(prog).args(paced);
     c.args([":", "-n", "1"]).arg(&t.env.m).args(["run", "--ckpt-dir"]).arg(&d).arg("--").args(prog).args(paced);
     let (o1, e1, o2, e2) = (t.p(&format!("{name}1.out")), format!("{name}1.err"), t.p(&format!("{name}2.out")), format!("{name}2.err"));
@@ -304,11 +352,44 @@ fn binding(t: &mut T, name: &str, prog: &[std::ffi::OsString]) {
         (1, "never started".into())
     };
     let rc1 = job.wait(LIMIT);
-    let mut c = t.mpi(4, 2);
+    let mut c = t.mpi(ver, 2);
     c.arg(&t.env.m).arg("restart").arg(&d);
     let rc2 = t.to(c, Some(&o2), Some(&t.p(&e2)), LIMIT * 2);
     let got = cat(&[&o1, &o2]);
     t.check(name, ck.0 == 0 && rc1 == 0 && rc2 == 0 && same(&got, &oracle), |t| {
         format!("checkpoint {ck:?}, rc {rc1}/{rc2}; same output: {}{}", same(&got, &oracle), tails(t, &[&e1, &e2], 10))
     });
+}
+
+/// An MPI file open in every rank across the safe points (MPICH 4.0.2, 2 app-mode ranks and a
+/// transparent one: stop and restart, output and the file's checksum equal to the native
+/// run's); an RMA window in an app-mode rank: the checkpoint is refused in one line, the job
+/// goes on.
+fn held(t: &mut T) {
+    let Some(prog) = prereq(t, 4, true) else { return };
+    let oracle = match native(t, 4, &prog, &["file"]) {
+        Ok(o) => o,
+        Err(e) => return t.skip_rest(&e),
+    };
+    let d = t.p("ck-file");
+    let (o1, e1, o2, e2) = (t.p("file1.out"), t.p("file1.err"), t.p("file2.out"), t.p("file2.err"));
+    let mut job = t.spawn(mixed_run(t, 4, &d, &prog, &["file"]), Some(&o1), Some(&e1));
+    let ck = if started(&o1) { t.ckpt(&d, &["--stop"]) } else { (1, "never started".into()) };
+    let rc1 = job.wait(LIMIT);
+    let mut c = t.mpi(4, APPLES + ORANGES);
+    c.arg(&t.env.m).arg("restart").arg(&d);
+    let rc2 = t.to(c, Some(&o2), Some(&e2), LIMIT * 3);
+    let got = cat(&[&o1, &o2]);
+    let ok = ck.0 == 0 && rc1 == 0 && rc2 == 0 && same(&got, &oracle) && got.contains(" file ");
+    t.check("app-file-stop-restart", ok, |t| {
+        format!("checkpoint {ck:?}, rc {rc1}/{rc2}; same output: {}{}", same(&got, &oracle), tails(t, &["file1.err", "file2.err"], 10))
+    });
+
+    let d = t.p("ck-win");
+    let o = t.p("win.out");
+    let mut job = t.spawn(hooked(t, &d, &prog, "win", &[]), Some(&o), Some(&t.p("win.err")));
+    let ck = if started(&o) { t.ckpt(&d, &[]) } else { (1, "never started".into()) };
+    let rc = job.wait(LIMIT * 2);
+    let good = ck.0 != 0 && ck.1.contains("app-mode rank 0 holds 1 RMA window(s)") && rc == 0 && !d.join("latest").exists();
+    t.check("app-win-refused", good, |t| format!("checkpoint {ck:?}, job rc {rc}{}", tails(t, &["win.err"], 6)));
 }
