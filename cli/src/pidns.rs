@@ -169,6 +169,18 @@ extern "C" fn forward(sig: libc::c_int) {
     }
 }
 
+/// Gives the program, inside its namespace, the init's pid outside it (unique on the node)
+/// instead of 2 for every rank: Open MPI's shared memory takes a segment whose creator's pid
+/// is its own for its own segment and uses the creator's address (measured: SIGSEGV in
+/// `mca_btl_sm_sendi` at 2 ranks, each program pid 2). Best effort: without the privilege the
+/// program gets the next pid.
+fn distinct_program_pid() {
+    let Ok(me) = std::fs::read_link("/proc/self") else { return };
+    let Some(outer) = me.to_str().and_then(|s| s.parse::<u64>().ok()) else { return };
+    // The sysctl acts on the writer's own PID namespace: the next fork gets `outer`.
+    let _ = std::fs::write("/proc/sys/kernel/ns_last_pid", format!("{}", outer.saturating_sub(1)));
+}
+
 /// `mpicr __pidns-init STATUS_FD DIR PROGRAM ARGV...`: runs in place of `main`, never returns.
 /// The descriptor table is the program's already (the keeper set it up), plus the status pipe.
 pub fn init_main(args: &[OsString]) -> ! {
@@ -206,6 +218,7 @@ pub fn init_main(args: &[OsString]) -> ! {
             libc::sigaction(sig, &sa, std::ptr::null_mut());
         }
     }
+    distinct_program_pid();
     // SAFETY: this process is single-threaded (nothing started a thread before init_main).
     let pid = unsafe { libc::fork() };
     if pid < 0 {
