@@ -354,7 +354,14 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     // restart on another library before the job starts.
     if mode == Mode::Agent {
         if let Some((lib, from)) = crate::mpilib::requested(None) {
-            crate::mpilib::check(&lib, from, false, &program, None)?;
+            let abs = crate::mpilib::check(&lib, from, false, &program, None)?;
+            // Open MPI underneath talks PMIx to its own launcher; a PMI launcher cannot serve it.
+            if l.launcher.is_some() && crate::pmix::is_open_mpi(&abs) {
+                bail!(
+                    "{from} {}: it is Open MPI's ABI, which mpicr runs underneath only under Open MPI's launcher (prterun --personality ompi, or its mpirun); this launcher speaks PMI",
+                    lib.display()
+                );
+            }
         }
     }
     let ompi_lib = match (&mode, &l.pmix) {
@@ -528,8 +535,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
 fn open_mpi_underneath(program: &std::path::Path) -> Result<Option<PathBuf>> {
     use crate::mpilib::{self, Face};
     if let Some((lib, from)) = mpilib::requested(None) {
-        let d = mpicr_elf::read_file(&lib).map_err(|e| anyhow!("{from} {}: {e}", lib.display()))?;
-        if mpilib::face_of(&d) != Some(Face::OpenMpi) {
+        if !crate::pmix::is_open_mpi(&lib) {
             bail!("{from} {}: under Open MPI's launcher (PMIx) the library underneath must be Open MPI's libmpi.so.40", lib.display());
         }
         return Ok(None);

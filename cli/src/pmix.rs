@@ -106,3 +106,8 @@ pub fn program_library(program: &Path) -> Option<PathBuf> {
     let launcher = std::env::var_os("OMPI_LIBDIR_LOC").filter(|v| !v.is_empty()).map(PathBuf::from);
     env.into_iter().chain(own).chain(launcher).map(|d| d.join(NAME)).find(|p| p.is_file())
 }
+
+/// Whether the library at `path` is Open MPI's.
+pub fn is_open_mpi(path: &Path) -> bool {
+    mpicr_elf::read_file(path).is_ok_and(|d| crate::mpilib::face_of(&d) == Some(crate::mpilib::Face::OpenMpi))
+}
