@@ -111,3 +111,29 @@ pub fn program_library(program: &Path) -> Option<PathBuf> {
 pub fn is_open_mpi(path: &Path) -> bool {
     mpicr_elf::read_file(path).is_ok_and(|d| crate::mpilib::face_of(&d) == Some(crate::mpilib::Face::OpenMpi))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_meet_in_the_directory_of_their_own_launch() {
+        let root = std::env::temp_dir().join(format!("mpicr-pmix-meet-{}", std::process::id()));
+        std::fs::create_dir_all(&root).unwrap();
+        let dir = CkptDir::new(root.clone());
+        let env = |rank, ns: &str| PmixEnv { rank, size: 2, namespace: ns.into(), one_node: true };
+        let info = CoordInfo { job_id: "j1".into(), host: "h".into(), port: 7, secret: "00ff".into(), pid: 3, bind: None };
+        // A file of an earlier launch is not this launch's meeting point.
+        meet(&env(0, "old@1"), &dir, Some(&info)).unwrap();
+        let other = std::thread::spawn({
+            let dir = dir.clone();
+            move || meet(&env(1, "new@1"), &dir, None)
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        let mut mine = info.clone();
+        mine.port = 8;
+        meet(&env(0, "new@1"), &dir, Some(&mine)).unwrap();
+        assert_eq!(other.join().unwrap().unwrap(), mine);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}
