@@ -5,7 +5,7 @@
 //! the native run under prterun), `lower-ompi5-continue` (a checkpoint at iteration 20, the job
 //! goes on), `lower-ompi5-stop-restart` (`--stop` at iteration 40, `mpicr restart` under a new
 //! prterun: both runs' output = native), `lower-ompi5-image-clean` (no CRIU ghost file, Open
-//! MPI shared-memory segment or launcher session file in either epoch's images).
+//! MPI shared-memory segment, launcher session file, epoll or eventfd in either epoch's images).
 
 use super::xlib::{build_with, wait_for};
 use super::{cat, CaseFn, T};
@@ -63,6 +63,12 @@ fn leftovers(d: &Path) -> Vec<String> {
                 }
                 if name == "dump.log" {
                     let log = std::fs::read_to_string(f.path()).unwrap_or_default();
+                    // The released generation's event bases (the anchor closes them).
+                    for bad in ["eventfd: Dumping", "epoll: Dumping eventpoll"] {
+                        if log.contains(bad) {
+                            found.push(format!("{}: {bad}", f.path().display()));
+                        }
+                    }
                     for bad in ["/dev/shm/open_mpi", "sm_segment", "hwloc.sm"] {
                         if log.contains(&format!("[{bad}")) || log.lines().any(|l| l.contains("Dumping path") && l.contains(bad)) {
                             found.push(format!("{}: {bad}", f.path().display()));
