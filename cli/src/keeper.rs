@@ -61,6 +61,8 @@ pub(crate) struct Launch {
     pub(crate) rank: i32,
     pub(crate) size: i32,
     pub(crate) launcher: Option<Arc<Launcher>>,
+    /// Under Open MPI's launcher (PMIx, no PMI): the keepers meet in the checkpoint directory.
+    pub(crate) pmix: Option<crate::pmix::PmixEnv>,
 }
 
 /// Keeps the launcher connection open until the process exits, also on error paths: closing it
@@ -73,14 +75,21 @@ pub(crate) fn launch() -> Result<Launch> {
         Some(env) => {
             let l = Arc::new(Launcher::connect(env).context("connecting to the launcher's PMI")?);
             let _ = LAUNCHER.set(Arc::clone(&l));
-            Ok(Launch { rank: env.rank, size: env.size, launcher: Some(l) })
+            Ok(Launch { rank: env.rank, size: env.size, launcher: Some(l), pmix: None })
         }
-        None => Ok(Launch { rank: 0, size: 1, launcher: None }),
+        None => match crate::pmix::PmixEnv::from_env()? {
+            Some(p) => Ok(Launch { rank: p.rank, size: p.size, launcher: None, pmix: Some(p) }),
+            None => Ok(Launch { rank: 0, size: 1, launcher: None, pmix: None }),
+        },
     }
 }
 
-/// Rank 0 publishes the coordinator; everyone meets in a PMI barrier; the others read it.
-pub(crate) fn exchange_coordinator(l: &Launch, mine: Option<&CoordInfo>) -> Result<CoordInfo> {
+/// Rank 0 publishes the coordinator; everyone meets in a PMI barrier (under a PMIx launcher:
+/// in `dir`); the others read it.
+pub(crate) fn exchange_coordinator(l: &Launch, dir: &CkptDir, mine: Option<&CoordInfo>) -> Result<CoordInfo> {
+    if let Some(p) = &l.pmix {
+        return crate::pmix::meet(p, dir, mine);
+    }
     match (&l.launcher, mine) {
         (None, Some(info)) => Ok(info.clone()),
         (None, None) => bail!("internal error: no coordinator for a rank without launcher"),
@@ -104,7 +113,7 @@ pub(crate) fn coordinator_bind(l: &Launch) -> String {
         return b;
     }
     let one_node = match &l.launcher {
-        None => true,
+        None => l.pmix.as_ref().is_none_or(|p| p.one_node),
         Some(pmi) => pmi.get("PMI_process_mapping").ok().and_then(|m| nodes_in_mapping(&m)) == Some(1),
     };
     if one_node {
@@ -345,9 +354,20 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     // restart on another library before the job starts.
     if mode == Mode::Agent {
         if let Some((lib, from)) = crate::mpilib::requested(None) {
-            crate::mpilib::check(&lib, from, false, &program, None)?;
+            let abs = crate::mpilib::check(&lib, from, false, &program, None)?;
+            // Open MPI underneath talks PMIx to its own launcher; a PMI launcher cannot serve it.
+            if l.launcher.is_some() && crate::pmix::is_open_mpi(&abs) {
+                bail!(
+                    "{from} {}: it is Open MPI's ABI, which mpicr runs underneath only under Open MPI's launcher (prterun --personality ompi, or its mpirun); this launcher speaks PMI",
+                    lib.display()
+                );
+            }
         }
     }
+    let ompi_lib = match (&mode, &l.pmix) {
+        (Mode::Agent, Some(_)) => open_mpi_underneath(&program)?,
+        _ => None,
+    };
 
     let mine = if l.rank == 0 {
         dir.secure(true)?;
@@ -393,7 +413,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     } else {
         None
     };
-    let info = exchange_coordinator(&l, mine.as_ref())?;
+    let info = exchange_coordinator(&l, &dir, mine.as_ref())?;
     if l.rank != 0 {
         dir.secure(true)?;
     }
@@ -431,6 +451,9 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     }
     if app {
         set_env.push((crate::app::APP_MODE_ENV.into(), "1".into()));
+    }
+    if let Some(lib) = &ompi_lib {
+        set_env.push((crate::mpilib::MPI_LIB_ENV.into(), lib.as_os_str().to_owned()));
     }
     let pidns = !app && crate::pidns::wanted() && crate::pidns::available();
     if args.verbose && !pidns && !app {
@@ -504,6 +527,38 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         guard.disarm();
     }
     out
+}
+
+/// Under Open MPI's launcher only Open MPI can run underneath (the launcher speaks PMIx): for
+/// a program linked to Open MPI, the launcher's library unless `MPICR_MPI_LIB` names one; any
+/// other program needs `MPICR_MPI_LIB` to name it. `Some`: the library to hand the program.
+fn open_mpi_underneath(program: &std::path::Path) -> Result<Option<PathBuf>> {
+    use crate::mpilib::{self, Face};
+    if let Some((lib, from)) = mpilib::requested(None) {
+        if !crate::pmix::is_open_mpi(&lib) {
+            bail!("{from} {}: under Open MPI's launcher (PMIx) the library underneath must be Open MPI's libmpi.so.40", lib.display());
+        }
+        return Ok(None);
+    }
+    match mpilib::program_face(program)? {
+        Face::OpenMpi => match crate::pmix::program_library(program) {
+            Some(lib) => {
+                mpilib::check(&lib, "the program's", false, program, None)?;
+                Ok(Some(lib))
+            }
+            None => bail!(
+                "under Open MPI's launcher: the libmpi.so.40 {} is linked to was not found (LD_LIBRARY_PATH, its RUNPATH, OMPI_LIBDIR_LOC); set {} to the Open MPI library to run on",
+                program.display(),
+                mpilib::MPI_LIB_ENV
+            ),
+        },
+        f => bail!(
+            "{} speaks {}, but its launcher is Open MPI's (PMIx), which only Open MPI underneath can talk to: set {} to Open MPI's libmpi.so.40",
+            program.display(),
+            f.name(),
+            mpilib::MPI_LIB_ENV
+        ),
+    }
 }
 
 fn mode_name(m: &Mode) -> &'static str {

@@ -21,6 +21,7 @@ mod paths;
 mod pmi;
 mod pidns;
 mod pmi_relay;
+mod pmix;
 mod restart;
 mod slurm;
 mod sockdiag;

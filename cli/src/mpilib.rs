@@ -164,11 +164,17 @@ pub fn check(lib: &Path, from: &str, restart: bool, program: &Path, old: Option<
         );
     };
     // The library underneath speaks the MPICH ABI whatever the program's face (an Open MPI
-    // program's face translates its calls to it).
+    // program's face translates its calls to it), or is Open MPI itself, driven through the
+    // lower half's adapter (`lower/ompi`) for programs of the MPICH or Open MPI face.
     let want = old
         .and_then(|o| mpicr_elf::read_file(o).ok())
         .and_then(|od| face_of(&od))
         .unwrap_or(Face::Mpich);
+    let program_face = mpicr_elf::read_file(program).ok().and_then(|p| face_of_needed(&p.needed).ok()).unwrap_or(Face::Mpich);
+    // (Its imports are not checked: the adapter fails each function it lacks, naming it.)
+    if face == Face::OpenMpi && program_face != Face::StandardAbi && (!restart || want == Face::OpenMpi) {
+        return Ok(abs);
+    }
     if face != want {
         let soname = d.soname.as_deref().unwrap_or("none");
         if restart {

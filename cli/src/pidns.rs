@@ -169,6 +169,25 @@ extern "C" fn forward(sig: libc::c_int) {
     }
 }
 
+/// With Open MPI underneath (`MPICR_MPI_LIB` names a `libmpi.so.40`), gives the program, inside
+/// its namespace, the init's pid outside it (unique on the node) instead of 2 for every rank:
+/// Open MPI's shared memory takes a segment whose creator's pid is its own for its own segment
+/// and uses the creator's address (measured: SIGSEGV in `mca_btl_sm_sendi` at 2 ranks, each
+/// program pid 2). Not for MPICH: with distinct pids a job restarted on the MPICH 5 wheel failed
+/// in UCX's MPI_Init ("Endpoint timeout", CLI case xlib-mpich4-to-mpich5). Best effort: without
+/// the privilege the program gets the next pid.
+fn distinct_program_pid() {
+    let lib = std::env::var_os("MPICR_MPI_LIB").unwrap_or_default();
+    let open_mpi = std::path::Path::new(&lib).file_name().is_some_and(|n| n.as_bytes().starts_with(b"libmpi.so.40"));
+    if !open_mpi {
+        return;
+    }
+    let Ok(me) = std::fs::read_link("/proc/self") else { return };
+    let Some(outer) = me.to_str().and_then(|s| s.parse::<u64>().ok()) else { return };
+    // The sysctl acts on the writer's own PID namespace: the next fork gets `outer`.
+    let _ = std::fs::write("/proc/sys/kernel/ns_last_pid", format!("{}", outer.saturating_sub(1)));
+}
+
 /// `mpicr __pidns-init STATUS_FD DIR PROGRAM ARGV...`: runs in place of `main`, never returns.
 /// The descriptor table is the program's already (the keeper set it up), plus the status pipe.
 pub fn init_main(args: &[OsString]) -> ! {
@@ -206,6 +225,7 @@ pub fn init_main(args: &[OsString]) -> ! {
             libc::sigaction(sig, &sa, std::ptr::null_mut());
         }
     }
+    distinct_program_pid();
     // SAFETY: this process is single-threaded (nothing started a thread before init_main).
     let pid = unsafe { libc::fork() };
     if pid < 0 {

@@ -134,7 +134,7 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     } else {
         None
     };
-    let info = exchange_coordinator(&l, mine.as_ref())?;
+    let info = exchange_coordinator(&l, &dir, mine.as_ref())?;
     if info.job_id != job.job_id {
         bail!("rank 0 restores job {} but this rank found job {}", info.job_id, job.job_id);
     }
@@ -194,6 +194,11 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
         images::private_dir_all(d)?;
     }
     let (mut resume_env, lower_env) = crate::pidns::settings_at_restart(&meta.lower_env, crate::pidns::all_ranks_local());
+    // Under Open MPI's launcher the library underneath meets the new launcher through its
+    // PMIx variables: the agent sets them before the next generation loads.
+    if l.pmix.is_some() {
+        resume_env.extend(crate::pmix::PmixEnv::launcher_env());
+    }
     if let Some(lib) = &mpi_lib {
         resume_env.push((crate::mpilib::MPI_LIB_ENV.to_string(), Some(lib.display().to_string())));
         if args.verbose {

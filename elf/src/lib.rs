@@ -15,6 +15,8 @@ const ET_DYN: u16 = 3;
 const DT_NULL: u64 = 0;
 const DT_NEEDED: u64 = 1;
 const DT_SONAME: u64 = 14;
+const DT_RPATH: u64 = 15;
+const DT_RUNPATH: u64 = 29;
 const SHN_UNDEF: u16 = 0;
 const STB_GLOBAL: u8 = 1;
 const STB_WEAK: u8 = 2;
@@ -26,6 +28,8 @@ pub struct Dynamic {
     pub shared: bool,
     pub soname: Option<String>,
     pub needed: Vec<String>,
+    /// `DT_RUNPATH`, else `DT_RPATH` (as the dynamic linker prefers them), unexpanded.
+    pub search_path: Vec<String>,
     /// Global or weak symbols the object defines.
     pub defined: BTreeSet<String>,
     /// Symbols it needs from elsewhere.
@@ -125,6 +129,7 @@ pub fn read(image: &[u8]) -> Result<Dynamic, String> {
     let mut d = Dynamic { shared: u16_at(image, 0x10).ok_or_else(bad)? == ET_DYN, ..Dynamic::default() };
     let secs = sections(image).ok_or_else(bad)?;
     let mut has_dynsym = false;
+    let (mut runpath, mut rpath) = (None, None);
     for s in &secs {
         let Some(strtab) = secs.get(s.link) else { continue };
         match s.kind {
@@ -164,6 +169,8 @@ pub fn read(image: &[u8]) -> Result<Dynamic, String> {
                         DT_NULL => break,
                         DT_NEEDED => d.needed.extend(str_at(image, strtab.offset, strtab.size, val)),
                         DT_SONAME => d.soname = str_at(image, strtab.offset, strtab.size, val),
+                        DT_RUNPATH => runpath = str_at(image, strtab.offset, strtab.size, val),
+                        DT_RPATH => rpath = str_at(image, strtab.offset, strtab.size, val),
                         _ => {}
                     }
                     at += 16;
@@ -175,6 +182,7 @@ pub fn read(image: &[u8]) -> Result<Dynamic, String> {
     if !has_dynsym {
         return Err("an ELF file without dynamic symbols (not a shared library)".into());
     }
+    d.search_path = runpath.or(rpath).map(|p| p.split(':').filter(|s| !s.is_empty()).map(String::from).collect()).unwrap_or_default();
     Ok(d)
 }
 

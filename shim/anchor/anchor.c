@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -582,8 +583,88 @@ EXPORT int dlclose(void *h) {
     return real_dlclose()(h);
 }
 
-/* Closes every handle the namespace's libraries opened and never closed (newest first).
-   Returns how many were closed. */
+/* ---- descriptors the namespace's libraries make and never close ----
+ * Open MPI 5 leaves an epoll, an eventfd and a pipe per generation after MPI_Finalize (its
+ * event bases): restorable, but they belong to the released generation and pile up in every
+ * image. The anchor records those the namespace creates (with their inode, so that a number
+ * the library closed and the program reused is never touched) and closes them at release. */
+#define MAX_FDS 256
+static struct { int fd; dev_t dev; ino_t ino; } fds[MAX_FDS];
+static int nfds;
+static pthread_mutex_t fds_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int raw_fstat(int fd, struct stat *st) { return (int)syscall(SYS_fstat, fd, st); }
+
+static void fd_record(int fd) {
+    struct stat st;
+    if (fd < 0 || raw_fstat(fd, &st) != 0) return;
+    dev_t dev = st.st_dev;
+    ino_t ino = st.st_ino;
+    pthread_mutex_lock(&fds_lock);
+    if (nfds < MAX_FDS) {
+        fds[nfds].fd = fd;
+        fds[nfds].dev = dev;
+        fds[nfds].ino = ino;
+        nfds++;
+    }
+    pthread_mutex_unlock(&fds_lock);
+}
+
+static void *next_fn(const char *name) { return dlsym(RTLD_NEXT, name); }
+
+EXPORT int epoll_create(int size) {
+    int (*f)(int) = (int (*)(int))next_fn("epoll_create");
+    int fd = f ? f(size) : (errno = ENOSYS, -1);
+    fd_record(fd);
+    return fd;
+}
+
+EXPORT int epoll_create1(int flags) {
+    int (*f)(int) = (int (*)(int))next_fn("epoll_create1");
+    int fd = f ? f(flags) : (errno = ENOSYS, -1);
+    fd_record(fd);
+    return fd;
+}
+
+EXPORT int eventfd(unsigned int initval, int flags) {
+    int (*f)(unsigned int, int) = (int (*)(unsigned int, int))next_fn("eventfd");
+    int fd = f ? f(initval, flags) : (errno = ENOSYS, -1);
+    fd_record(fd);
+    return fd;
+}
+
+EXPORT int pipe(int p[2]) {
+    int (*f)(int *) = (int (*)(int *))next_fn("pipe");
+    int rc = f ? f(p) : (errno = ENOSYS, -1);
+    if (rc == 0) { fd_record(p[0]); fd_record(p[1]); }
+    return rc;
+}
+
+EXPORT int pipe2(int p[2], int flags) {
+    int (*f)(int *, int) = (int (*)(int *, int))next_fn("pipe2");
+    int rc = f ? f(p, flags) : (errno = ENOSYS, -1);
+    if (rc == 0) { fd_record(p[0]); fd_record(p[1]); }
+    return rc;
+}
+
+/* Closes the recorded descriptors that are still the ones the namespace made. */
+static int close_recorded_fds(void) {
+    int n = 0;
+    pthread_mutex_lock(&fds_lock);
+    for (int i = 0; i < nfds; i++) {
+        struct stat st;
+        if (raw_fstat(fds[i].fd, &st) == 0 && st.st_dev == fds[i].dev && st.st_ino == fds[i].ino) {
+            syscall(SYS_close, fds[i].fd);
+            n++;
+        }
+    }
+    nfds = 0;
+    pthread_mutex_unlock(&fds_lock);
+    return n;
+}
+
+/* Closes every handle the namespace's libraries opened and never closed (newest first), then
+   the descriptors they made and left open. Returns how many handles were closed. */
 EXPORT int mpicr_anchor_close_all(void) {
     int n = 0;
     pthread_mutex_lock(&handles_lock);
@@ -598,6 +679,7 @@ EXPORT int mpicr_anchor_close_all(void) {
     handles = NULL;
     caphandles = 0;
     pthread_mutex_unlock(&handles_lock);
+    close_recorded_fds();
     return n;
 }
 

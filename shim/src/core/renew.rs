@@ -333,12 +333,26 @@ pub fn release() -> Result<(), RenewError> {
     Ok(())
 }
 
-/// Shared-memory files of the MPI library and its transports (MPICH, UCX).
+/// Shared-memory files of the MPI library and its transports (MPICH, UCX, Open MPI's
+/// `open_mpi.NNNN`, `sm_segment.*`, `vader_segment.*`), and files of Open MPI's launcher
+/// session directory (`TMPDIR/ompi.PID/...`, `prte.*`, `prtrn.*`: the hwloc topology
+/// `hwloc.sm` Open MPI 5 keeps open after MPI_Finalize). That directory is gone when the
+/// launcher ends, so a restore could not reopen it; the next generation opens its own.
 fn is_library_shm(path: &str) -> bool {
-    path.strip_prefix("/dev/shm/").is_some_and(|name| name.starts_with("mpich") || name.starts_with("ucx"))
+    if let Some(name) = path.strip_prefix("/dev/shm/") {
+        return ["mpich", "ucx", "open_mpi.", "sm_segment.", "vader_segment."].iter().any(|p| name.starts_with(p));
+    }
+    let tmp = std::env::var("TMPDIR").ok().filter(|t| t.starts_with('/')).unwrap_or_else(|| "/tmp".into());
+    [tmp.as_str(), "/tmp"].iter().any(|t| {
+        path.strip_prefix(*t).and_then(|r| r.strip_prefix('/')).is_some_and(|r| {
+            let top = r.split('/').next().unwrap_or("");
+            r.contains('/') && ["ompi.", "prte.", "prtrn."].iter().any(|p| top.starts_with(p))
+        })
+    })
 }
 
-/// MPICH 5 leaves its (already unlinked) /dev/shm segments mapped and open after MPI_Finalize.
+/// MPICH 5 leaves its (already unlinked) /dev/shm segments mapped and open after MPI_Finalize
+/// (Open MPI 5 its `open_mpi.0000` and the launcher's `hwloc.sm`).
 /// In an image they become CRIU "ghost" files that every rank of a node would recreate under
 /// the same name at restore, so the released generation's mappings and descriptors are
 /// removed: nothing of that generation runs again.
@@ -444,4 +458,15 @@ fn connect_pmi(generation: u32) -> Result<(), RenewError> {
         return Err(RenewError::Dup2 { fd: pmi_fd, err: std::io::Error::last_os_error() });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn library_files() {
+        use super::is_library_shm as lib;
+        assert!(lib("/dev/shm/open_mpi.0000") && lib("/dev/shm/ucx_shm_posix_1") && lib("/dev/shm/sm_segment.vm.0.1.0"));
+        assert!(lib("/tmp/ompi.14369/hwloc.sm") && lib("/tmp/prtrn.21502/x"));
+        assert!(!lib("/tmp/ompi.14369") && !lib("/tmp/data/ompi.1/x") && !lib("/dev/shm/mine") && !lib("/tmp/out.txt"));
+    }
 }

@@ -24,6 +24,7 @@ mod errors;
 mod hangs;
 mod install;
 mod lower;
+mod ompi_run;
 mod nonroot;
 mod paused;
 mod pidns;
@@ -114,6 +115,7 @@ pub fn all() -> Vec<CaseFn> {
     v.extend(nonroot::cases());
     v.extend(xlib::cases());
     v.extend(lower::cases());
+    v.extend(ompi_run::cases());
     v.extend(app::cases());
     v.extend(install::cases());
     v.extend(commands::cases());

@@ -1,0 +1,139 @@
+//! Keepers under Open MPI's launcher (`prterun`, `mpirun` of Open MPI 5), which speaks PMIx
+//! only: the keeper is no PMIx client. Its rank and the job's size come from the launcher's
+//! variables, and the keepers meet in the checkpoint directory: rank 0 writes the coordinator's
+//! address there under the launcher's namespace name (`PMIX_NAMESPACE`, new for every launch),
+//! the others wait for it. The program's library talks PMIx to the launcher itself; nothing is
+//! relayed.
+
+use crate::coord_wire::CoordInfo;
+use crate::images::{self, CkptDir};
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How long the other keepers wait for rank 0's meeting file.
+const MEET_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// This rank under a PMIx launcher.
+#[derive(Debug, Clone)]
+pub struct PmixEnv {
+    pub rank: i32,
+    pub size: i32,
+    pub namespace: String,
+    /// Every rank runs on this node (`OMPI_COMM_WORLD_LOCAL_SIZE` = size).
+    pub one_node: bool,
+}
+
+/// Prefixes of the variables that tie a process to its launcher: a restart hands the new
+/// launcher's to the agent, so the next generation of Open MPI meets the new `prterun`.
+pub const LAUNCHER_PREFIXES: [&str; 3] = ["PMIX_", "OMPI_", "PRTE_"];
+
+impl PmixEnv {
+    /// `None` when `PMIX_RANK` is not set (not started by a PMIx launcher).
+    pub fn from_env() -> Result<Option<PmixEnv>> {
+        let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let Some(rank) = get("PMIX_RANK") else { return Ok(None) };
+        let num = |k: &str, v: &str| -> Result<i32> { v.trim().parse().with_context(|| format!("{k}={v} is not a number")) };
+        let rank = num("PMIX_RANK", &rank)?;
+        let namespace = get("PMIX_NAMESPACE").context("PMIX_RANK is set but PMIX_NAMESPACE is not")?;
+        let Some(size) = get("OMPI_COMM_WORLD_SIZE") else {
+            bail!(
+                "started by a PMIx launcher without OMPI_COMM_WORLD_SIZE: mpicr needs the job's size from the launcher (use Open MPI's mpirun/mpiexec, or prterun --personality ompi)"
+            );
+        };
+        let size = num("OMPI_COMM_WORLD_SIZE", &size)?;
+        if size < 1 || rank < 0 || rank >= size {
+            bail!("PMIX_RANK={rank} and OMPI_COMM_WORLD_SIZE={size} are inconsistent");
+        }
+        let local = get("OMPI_COMM_WORLD_LOCAL_SIZE").and_then(|v| v.trim().parse::<i32>().ok());
+        Ok(Some(PmixEnv { rank, size, namespace, one_node: local == Some(size) }))
+    }
+
+    /// The launcher's variables of this process, for the agent of a restored program.
+    pub fn launcher_env() -> Vec<(String, Option<String>)> {
+        std::env::vars().filter(|(k, _)| LAUNCHER_PREFIXES.iter().any(|p| k.starts_with(p))).map(|(k, v)| (k, Some(v))).collect()
+    }
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Meeting {
+    namespace: String,
+    coordinator: String,
+}
+
+fn meet_path(dir: &CkptDir) -> PathBuf {
+    dir.root.join("pmix-meet.json")
+}
+
+/// Rank 0 publishes `info` for this launch; the others wait (bounded) for rank 0's file of
+/// their own launch and read it. Stale files of earlier launches name another namespace.
+pub fn meet(env: &PmixEnv, dir: &CkptDir, mine: Option<&CoordInfo>) -> Result<CoordInfo> {
+    let path = meet_path(dir);
+    if let Some(info) = mine {
+        images::write_json_atomic(&path, &Meeting { namespace: env.namespace.clone(), coordinator: info.to_pmi_value() })?;
+        return Ok(info.clone());
+    }
+    let start = Instant::now();
+    loop {
+        if let Ok(m) = images::read_json::<Meeting>(&path) {
+            if m.namespace == env.namespace {
+                return CoordInfo::from_pmi_value(&m.coordinator);
+            }
+        }
+        if start.elapsed() > MEET_TIMEOUT {
+            bail!(
+                "rank 0 did not publish its coordinator for launch {} in {} within {} s",
+                env.namespace,
+                path.display(),
+                MEET_TIMEOUT.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The Open MPI library a program linked to Open MPI runs on underneath when its launcher is
+/// Open MPI's: the first `libmpi.so.40` in `LD_LIBRARY_PATH`, then in the program's
+/// `DT_RUNPATH`/`DT_RPATH` (`$ORIGIN` expanded), else the launcher's (`OMPI_LIBDIR_LOC`, set by
+/// `mpirun`).
+pub fn program_library(program: &Path) -> Option<PathBuf> {
+    const NAME: &str = "libmpi.so.40";
+    let d = mpicr_elf::read_file(program).ok()?;
+    let origin = program.parent().map(|p| p.display().to_string()).unwrap_or_default();
+    let own: Vec<PathBuf> = d.search_path.iter().map(|p| PathBuf::from(p.replace("$ORIGIN", &origin).replace("${ORIGIN}", &origin))).collect();
+    let env: Vec<PathBuf> = std::env::var_os("LD_LIBRARY_PATH").map(|v| std::env::split_paths(&v).filter(|p| !p.as_os_str().is_empty()).collect()).unwrap_or_default();
+    // As for DT_RUNPATH, what linkers write today (an old DT_RPATH would come first).
+    let launcher = std::env::var_os("OMPI_LIBDIR_LOC").filter(|v| !v.is_empty()).map(PathBuf::from);
+    env.into_iter().chain(own).chain(launcher).map(|d| d.join(NAME)).find(|p| p.is_file())
+}
+
+/// Whether the library at `path` is Open MPI's.
+pub fn is_open_mpi(path: &Path) -> bool {
+    mpicr_elf::read_file(path).is_ok_and(|d| crate::mpilib::face_of(&d) == Some(crate::mpilib::Face::OpenMpi))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_meet_in_the_directory_of_their_own_launch() {
+        let root = std::env::temp_dir().join(format!("mpicr-pmix-meet-{}", std::process::id()));
+        std::fs::create_dir_all(&root).unwrap();
+        let dir = CkptDir::new(root.clone());
+        let env = |rank, ns: &str| PmixEnv { rank, size: 2, namespace: ns.into(), one_node: true };
+        let info = CoordInfo { job_id: "j1".into(), host: "h".into(), port: 7, secret: "00ff".into(), pid: 3, bind: None };
+        // A file of an earlier launch is not this launch's meeting point.
+        meet(&env(0, "old@1"), &dir, Some(&info)).unwrap();
+        let other = std::thread::spawn({
+            let dir = dir.clone();
+            move || meet(&env(1, "new@1"), &dir, None)
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        let mut mine = info.clone();
+        mine.port = 8;
+        meet(&env(0, "new@1"), &dir, Some(&mine)).unwrap();
+        assert_eq!(other.join().unwrap().unwrap(), mine);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}
