@@ -251,6 +251,8 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
         relays,
         coord_info: mine,
         app: None,
+        events: tx.clone(),
+        sealing: None,
     };
     let out = k.event_loop(rx);
     if out.is_ok() {
@@ -339,6 +341,8 @@ fn restart_app(f: Fresh, launch: &crate::app::AppLaunch, meta: RankMeta, tx: mps
         relays,
         coord_info: mine,
         app: Some(launch.clone()),
+        events: tx.clone(),
+        sealing: None,
     };
     let out = k.event_loop(rx);
     if out.is_ok() {
