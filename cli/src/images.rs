@@ -705,8 +705,14 @@ pub fn sha256_file(path: &Path) -> Result<(u64, String)> {
 pub fn seal_rank_dir(rdir: &Path, meta: &RankMeta, started: std::time::Instant) -> Result<RankManifest> {
     write_json_atomic(&rdir.join("rank.json"), meta)?;
     tighten_tree(rdir)?;
-    crate::sys::syncfs(rdir).with_context(|| format!("syncing the images in {}", rdir.display()))?;
-    let files = checksum_dir(rdir)?;
+    // The writeback and the checksums (which read the page cache) overlap.
+    let (synced, files) = std::thread::scope(|s| {
+        let sync = s.spawn(|| crate::sys::syncfs(rdir));
+        let files = checksum_dir(rdir);
+        (sync.join().unwrap_or_else(|_| Err(std::io::Error::other("the syncing thread panicked"))), files)
+    });
+    synced.with_context(|| format!("syncing the images in {}", rdir.display()))?;
+    let files = files?;
     Ok(RankManifest {
         rank: meta.rank,
         host: meta.host.clone(),
