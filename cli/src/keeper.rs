@@ -1036,6 +1036,7 @@ impl Keeper {
     fn app_dump(&mut self, epoch: u64, rdir: &std::path::Path, launch: &crate::app::AppLaunch, leave_stopped: bool, t: Instant) -> Result<RankManifest> {
         if !leave_stopped {
             self.resume_after_dump(epoch)?;
+            self.tell_coord(ToCoord::Running { epoch });
         }
         let meta = RankMeta {
             format: images::FORMAT,
