@@ -7,15 +7,18 @@ use super::{cat, complete, grep, json_num, tail, CaseFn, LIMIT, T};
 use std::time::Duration;
 
 pub fn cases_shim() -> Vec<CaseFn> {
-    vec![CaseFn {
-        name: "shim-mpich4",
-        cases: &["shim-mpich4-checkpoint-restart"],
-        run: shim_mpich4,
-    }, CaseFn {
-        name: "shim-renew",
-        cases: &["shim-renew-after-running"],
-        run: renew_after_running,
-    }]
+    vec![
+        CaseFn {
+            name: "shim-mpich4",
+            cases: &["shim-mpich4-checkpoint-restart"],
+            run: shim_mpich4,
+        },
+        CaseFn {
+            name: "shim-renew",
+            cases: &["shim-renew-after-running"],
+            run: renew_after_running,
+        },
+    ]
 }
 
 /// Checkpoint-and-continue: the stop time ends when every rank's program runs again, before
