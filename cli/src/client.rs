@@ -74,6 +74,9 @@ pub fn checkpoint(args: CheckpointArgs) -> Result<()> {
     };
     println!("epoch:         {}", r.epoch);
     println!("stop time:     {}", format_duration(Duration::from_micros(r.stop_time_us)));
+    if let Some(us) = r.mpi_back_us {
+        println!("MPI back:      {} (the renewed MPI library; MPI calls waited until then)", format_duration(Duration::from_micros(us)));
+    }
     println!("bytes written: {} ({})", r.bytes, human_bytes(r.bytes));
     if r.stopped {
         if args.wait {

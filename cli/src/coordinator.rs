@@ -286,8 +286,14 @@ struct Ckpt {
     ready: BTreeMap<i32, ReadyInfo>,
     dumped: BTreeMap<i32, RankManifest>,
     resumed: BTreeSet<i32>,
-    /// When the last rank reported running again: the stop time the program saw ends there.
+    /// When the last rank reported its MPI library renewed (`Manifest::mpi_back_us`).
     last_resumed: Option<Instant>,
+    /// Each rank's renewal (microseconds), from its `Resumed`.
+    renew_us: BTreeMap<i32, u64>,
+    /// Ranks whose program runs again after their dump (checkpoint-and-continue).
+    running: BTreeSet<i32>,
+    /// When the last of them did: the stop time the program saw ends there.
+    last_running: Option<Instant>,
     marks: Vec<(String, u64)>,
     last_mark: Instant,
     manifest: Option<Manifest>,
@@ -764,6 +770,9 @@ impl Coordinator {
             dumped: BTreeMap::new(),
             resumed: BTreeSet::new(),
             last_resumed: None,
+            renew_us: BTreeMap::new(),
+            running: BTreeSet::new(),
+            last_running: None,
             marks: Vec::new(),
             last_mark: now,
             manifest: None,
@@ -794,6 +803,7 @@ impl Coordinator {
             ToCoord::ReadyToDump { epoch, .. } => (*epoch, Phase::Ready),
             ToCoord::Dumped { epoch, .. } => (*epoch, Phase::Dumping),
             ToCoord::Resumed { epoch, .. } => (*epoch, Phase::Resuming),
+            ToCoord::Running { epoch } => (*epoch, Phase::Dumping),
             _ => return,
         };
         if epoch != c.epoch {
@@ -889,7 +899,18 @@ impl Coordinator {
                         Next::Nothing
                     }
                 }
-                ToCoord::Resumed { .. } => {
+                ToCoord::Running { .. } => {
+                    c.running.insert(r);
+                    if c.running.len() == size {
+                        c.last_running = Some(Instant::now());
+                        c.mark("running");
+                    }
+                    Next::Nothing
+                }
+                ToCoord::Resumed { timings, .. } => {
+                    if let Some(&(_, us)) = timings.iter().find(|(n, _)| n == "renew") {
+                        c.renew_us.insert(r, us);
+                    }
                     c.resumed.insert(r);
                     if c.resumed.len() == size {
                         c.last_resumed = Some(Instant::now());
@@ -962,6 +983,7 @@ impl Coordinator {
             stop: c.stop,
             total_bytes: rank_info.iter().map(|r| r.bytes).sum(),
             stop_time_us: c.t0.elapsed().as_micros() as u64,
+            mpi_back_us: None,
             timings: c.marks.clone(),
             rank_info,
             mac: None,
@@ -1005,12 +1027,21 @@ impl Coordinator {
     fn finish(&mut self) {
         let Some(mut c) = self.ckpt.take() else { return };
         let Some(mut m) = c.manifest.take() else { return };
-        m.stop_time_us = c.last_resumed.unwrap_or_else(Instant::now).duration_since(c.t0).as_micros() as u64;
+        let since = |t: Instant| t.duration_since(c.t0).as_micros() as u64;
+        // The program computes again once every rank's dump is done; its MPI calls wait for the
+        // renewal (reported apart). A job that stopped stood still until now.
+        m.stop_time_us = since(c.last_running.or(c.last_resumed).unwrap_or_else(Instant::now));
+        m.mpi_back_us = if c.stop { None } else { c.last_resumed.map(since) };
+        for ri in &mut m.rank_info {
+            if let Some(&us) = c.renew_us.get(&ri.rank) {
+                ri.agent_timings.push(("renew".into(), us));
+            }
+        }
         m.timings = c.marks.clone();
         if let Err(e) = self.cfg.dir.write_manifest(&m, &self.cfg.key) {
             self.log(&format!("warning: cannot add the final timings to the manifest of epoch {}: {e:#}", m.epoch));
         }
-        let res = CkptResult { epoch: m.epoch, stop_time_us: m.stop_time_us, bytes: m.total_bytes, ranks: m.ranks, stopped: c.stop };
+        let res = CkptResult { epoch: m.epoch, stop_time_us: m.stop_time_us, mpi_back_us: m.mpi_back_us, bytes: m.total_bytes, ranks: m.ranks, stopped: c.stop };
         match c.requester {
             Requester::Client(mut s) => {
                 let _ = coord_wire::send(&mut s, &ToClient::Done(res));

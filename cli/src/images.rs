@@ -87,8 +87,13 @@ pub struct Manifest {
     /// Taken by `checkpoint --stop`.
     pub stop: bool,
     pub total_bytes: u64,
-    /// How long the program was held (request to resume, or to the end of the dump for --stop).
+    /// How long the program was held: request to the last rank's program running again after
+    /// its dump (checkpoint-and-continue), or to the end of the dump for --stop.
     pub stop_time_us: u64,
+    /// Request to the last rank's MPI library renewed (checkpoint-and-continue): the program's
+    /// MPI calls wait at the gate until then, its other work does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mpi_back_us: Option<u64>,
     /// Coordinator phases (microseconds), in protocol order.
     pub timings: Vec<(String, u64)>,
     pub rank_info: Vec<RankManifest>,
@@ -700,8 +705,14 @@ pub fn sha256_file(path: &Path) -> Result<(u64, String)> {
 pub fn seal_rank_dir(rdir: &Path, meta: &RankMeta, started: std::time::Instant) -> Result<RankManifest> {
     write_json_atomic(&rdir.join("rank.json"), meta)?;
     tighten_tree(rdir)?;
-    crate::sys::syncfs(rdir).with_context(|| format!("syncing the images in {}", rdir.display()))?;
-    let files = checksum_dir(rdir)?;
+    // The writeback and the checksums (which read the page cache) overlap.
+    let (synced, files) = std::thread::scope(|s| {
+        let sync = s.spawn(|| crate::sys::syncfs(rdir));
+        let files = checksum_dir(rdir);
+        (sync.join().unwrap_or_else(|_| Err(std::io::Error::other("the syncing thread panicked"))), files)
+    });
+    synced.with_context(|| format!("syncing the images in {}", rdir.display()))?;
+    let files = files?;
     Ok(RankManifest {
         rank: meta.rank,
         host: meta.host.clone(),
@@ -838,6 +849,7 @@ pub(crate) mod tests {
             stop: false,
             total_bytes: 10,
             stop_time_us: 5,
+            mpi_back_us: None,
             timings: vec![],
             rank_info: vec![],
             mac: None,

@@ -45,6 +45,8 @@ pub(crate) enum Ev {
     CoordClosed,
     Child(Result<Exit, WaitError>),
     Signal(i32),
+    /// The images of this epoch are synced and checksummed (`Keeper::sealing`).
+    Sealed(u64),
 }
 
 /// Why the keeper could not learn how the program ended.
@@ -521,6 +523,8 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         relays,
         coord_info: mine,
         app: app_launch,
+        events: tx.clone(),
+        sealing: None,
     };
     let out = k.event_loop(rx);
     if out.is_ok() {
@@ -629,6 +633,18 @@ pub(crate) struct Keeper {
     pub(crate) coord_info: Option<CoordInfo>,
     /// An app-mode rank: how its program was started (never dumped by CRIU).
     pub(crate) app: Option<crate::app::AppLaunch>,
+    /// The event loop's own channel (a sealing thread says `Sealed` on it).
+    pub(crate) events: Sender<Ev>,
+    /// The images of a dump being synced and checksummed (`seal_in_background`).
+    pub(crate) sealing: Option<Sealing>,
+}
+
+/// A rank directory being sealed off the event loop, so that the keeper keeps serving its
+/// program (the renewal's PMI connection) meanwhile.
+pub(crate) struct Sealing {
+    epoch: u64,
+    started: Instant,
+    thread: std::thread::JoinHandle<Result<RankManifest>>,
 }
 
 impl Keeper {
@@ -665,7 +681,14 @@ impl Keeper {
             match ev {
                 Ev::Child(r) => {
                     let exit = r?;
+                    // A dump that completed is still committed (its program ran on and ended).
+                    self.sealed(true);
                     return Ok(self.finish(exit));
+                }
+                Ev::Sealed(epoch) => {
+                    if self.sealing.as_ref().is_some_and(|s| s.epoch == epoch) {
+                        self.sealed(true);
+                    }
                 }
                 Ev::Signal(sig) => self.on_signal(sig),
                 Ev::Agent(frame) => self.on_agent(frame)?,
@@ -884,10 +907,8 @@ impl Keeper {
                         c.stopped = stop;
                     }
                     match self.dump(epoch, stop) {
-                        Ok(info) => {
-                            self.say(&format!("dumped {} in {}", images::human_bytes(info.bytes), crate::args::format_duration(t.elapsed())));
-                            self.tell_coord(ToCoord::Dumped { epoch, info });
-                        }
+                        Ok(Some(info)) => self.report_dumped(epoch, Ok(info), t),
+                        Ok(None) => {}
                         Err(e) => {
                             // A CRIU that failed midway may leave a process of the tree stopped
                             // (seen: the init of a PID namespace whose program was killed
@@ -954,14 +975,35 @@ impl Keeper {
         self.state.in_ckpt(epoch)
     }
 
+    /// Tells the coordinator this rank's part of `epoch` is on disk (or why not).
+    fn report_dumped(&mut self, epoch: u64, info: Result<RankManifest>, t: Instant) {
+        match info {
+            Ok(info) => {
+                self.say(&format!("dumped {} in {}", images::human_bytes(info.bytes), crate::args::format_duration(t.elapsed())));
+                self.tell_coord(ToCoord::Dumped { epoch, info });
+            }
+            Err(e) => self.fail_ckpt(epoch, format!("{e:#}")),
+        }
+    }
+
+    /// The sealing thread ended (or, `wait`, is waited for): reports its epoch. Sent even when
+    /// this keeper's checkpoint state already ended (the agent renewed and said `Resumed`
+    /// first): the coordinator ignores the words of an epoch it no longer runs.
+    fn sealed(&mut self, wait: bool) {
+        let Some(s) = self.sealing.take_if(|s| wait || s.thread.is_finished()) else { return };
+        let info = s.thread.join().unwrap_or_else(|p| Err(anyhow!("internal error while sealing the images: {}", panic_text(&*p))));
+        self.report_dumped(s.epoch, info, s.started);
+    }
+
     /// Dumps the program into this rank's directory of `epoch` (the program keeps running, or
-    /// stays stopped for `checkpoint --stop`).
-    fn dump(&mut self, epoch: u64, leave_stopped: bool) -> Result<RankManifest> {
+    /// stays stopped for `checkpoint --stop`). `None`: the images are being synced and
+    /// checksummed in a thread of their own, which says `Ev::Sealed` when done.
+    fn dump(&mut self, epoch: u64, leave_stopped: bool) -> Result<Option<RankManifest>> {
         let t = Instant::now();
         let rdir = self.dir.rank_dir(epoch, self.rank);
         images::private_dir_all(&rdir)?;
         if let Some(launch) = self.app.clone() {
-            return self.app_dump(epoch, &rdir, &launch, leave_stopped, t);
+            return self.app_dump(epoch, &rdir, &launch, leave_stopped, t).map(Some);
         }
         let peers = crate::sockdiag::unix_peers().context("listing unix socket peers (sock_diag)")?;
         let mut sockets: BTreeMap<u64, ExternalSocket> = BTreeMap::new();
@@ -997,6 +1039,9 @@ impl Keeper {
         if !leave_stopped && self.mode == Mode::Agent {
             self.resume_after_dump(epoch)?;
         }
+        if !leave_stopped {
+            self.tell_coord(ToCoord::Running { epoch });
+        }
         let meta = RankMeta {
             format: images::FORMAT,
             job_id: self.job_id.clone(),
@@ -1016,7 +1061,20 @@ impl Keeper {
             agent_hello: self.agent.clone(),
             app: None,
         };
-        images::seal_rank_dir(&rdir, &meta, t)
+        // Synced and checksummed off the event loop: the renewal of the resumed program needs
+        // this keeper (its PMI connection) while the checksums of a large image take seconds.
+        self.sealed(true);
+        let events = self.events.clone();
+        let thread = std::thread::Builder::new()
+            .name("mpicr-seal".into())
+            .spawn(move || {
+                let r = images::seal_rank_dir(&rdir, &meta, t);
+                let _ = events.send(Ev::Sealed(epoch));
+                r
+            })
+            .context("starting the thread that checksums the images")?;
+        self.sealing = Some(Sealing { epoch, started: t, thread });
+        Ok(None)
     }
 
     /// Lets the program run on right after its image (or an app-mode rank's save) is complete.
@@ -1033,6 +1091,7 @@ impl Keeper {
     fn app_dump(&mut self, epoch: u64, rdir: &std::path::Path, launch: &crate::app::AppLaunch, leave_stopped: bool, t: Instant) -> Result<RankManifest> {
         if !leave_stopped {
             self.resume_after_dump(epoch)?;
+            self.tell_coord(ToCoord::Running { epoch });
         }
         let meta = RankMeta {
             format: images::FORMAT,
@@ -1197,4 +1256,9 @@ mod tests {
         let me = std::process::id() as i32;
         assert!(program_tids(me).contains(&me));
     }
+}
+
+/// The message of a panic payload.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "a panic".into())
 }

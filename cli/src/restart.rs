@@ -261,6 +261,8 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
         relays,
         coord_info: mine,
         app: None,
+        events: tx.clone(),
+        sealing: None,
     };
     let out = k.event_loop(rx);
     if out.is_ok() {
@@ -349,6 +351,8 @@ fn restart_app(f: Fresh, launch: &crate::app::AppLaunch, meta: RankMeta, tx: mps
         relays,
         coord_info: mine,
         app: Some(launch.clone()),
+        events: tx.clone(),
+        sealing: None,
     };
     let out = k.event_loop(rx);
     if out.is_ok() {

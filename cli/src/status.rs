@@ -52,6 +52,10 @@ pub struct EpochReport {
     pub state: &'static str,
     pub bytes: u64,
     pub stop_time_us: Option<u64>,
+    /// Request to the last rank's renewed MPI library (checkpoint-and-continue).
+    pub mpi_back_us: Option<u64>,
+    /// The slowest rank's renewal of its MPI library.
+    pub renew_us: Option<u64>,
     pub created_unix: Option<u64>,
     pub stop: bool,
     /// Phase timings (name, microseconds).
@@ -100,6 +104,8 @@ pub fn report(dir: &CkptDir) -> Result<Report> {
                     state: "complete",
                     bytes: m.total_bytes,
                     stop_time_us: Some(m.stop_time_us),
+                    mpi_back_us: m.mpi_back_us,
+                    renew_us: m.rank_info.iter().flat_map(|r| r.agent_timings.iter().filter(|(n, _)| n == "renew").map(|&(_, us)| us)).max(),
                     created_unix: Some(m.created_unix),
                     stop: m.stop,
                     timings: m.timings.clone(),
@@ -135,6 +141,8 @@ fn unfinished(e: &crate::images::EpochEntry, state: &'static str, note: String) 
         state,
         bytes: dir_size(&e.dir),
         stop_time_us: None,
+        mpi_back_us: None,
+        renew_us: None,
         created_unix: None,
         stop: false,
         timings: Vec::new(),
@@ -201,6 +209,12 @@ fn text(r: &Report) -> Result<String> {
                         notes.push_str("stop; ");
                     }
                     notes.push_str(&phases.join(", "));
+                    if let Some(us) = e.mpi_back_us {
+                        let _ = write!(notes, "; MPI back at {}", format_duration(Duration::from_micros(us)));
+                    }
+                    if let Some(us) = e.renew_us {
+                        let _ = write!(notes, " (renewal {})", format_duration(Duration::from_micros(us)));
+                    }
                     if let Some(l) = &e.library {
                         let _ = write!(notes, "; library {l}");
                     }

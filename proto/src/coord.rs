@@ -134,6 +134,9 @@ pub enum ToCoord {
     ReadyToDump { epoch: u64, drained_msgs: u64, drained_bytes: u64, state_bytes: u64, timings: Vec<(String, u64)> },
     Dumped { epoch: u64, info: RankManifest },
     Resumed { epoch: u64, timings: Vec<(String, u64)> },
+    /// Checkpoint-and-continue: this rank's dump is complete and its program runs again (its
+    /// MPI calls wait at the gate until the renewal, which `Resumed` reports).
+    Running { epoch: u64 },
     Failed { epoch: u64, reason: String },
     /// Restart: this rank's image is restored and waits for `Go`.
     Restored { epoch: u64 },
@@ -166,6 +169,9 @@ pub enum FromCoord {
 pub struct CkptResult {
     pub epoch: u64,
     pub stop_time_us: u64,
+    /// Request to the last rank's MPI library renewed (`Manifest::mpi_back_us`).
+    #[serde(default)]
+    pub mpi_back_us: Option<u64>,
     pub bytes: u64,
     pub ranks: i32,
     pub stopped: bool,

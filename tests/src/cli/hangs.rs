@@ -3,15 +3,62 @@
 //! coordinator; test hooks `MPICR_TEST_AGENT_PANIC`, `MPICR_TEST_COORD_FAULT`) leaves the job
 //! running, and the next checkpoint works; the control socket is hidden from the program.
 
-use super::{cat, complete, grep, tail, CaseFn, LIMIT, T};
+use super::{cat, complete, grep, json_num, tail, CaseFn, LIMIT, T};
 use std::time::Duration;
 
 pub fn cases_shim() -> Vec<CaseFn> {
-    vec![CaseFn {
-        name: "shim-mpich4",
-        cases: &["shim-mpich4-checkpoint-restart"],
-        run: shim_mpich4,
-    }]
+    vec![
+        CaseFn {
+            name: "shim-mpich4",
+            cases: &["shim-mpich4-checkpoint-restart"],
+            run: shim_mpich4,
+        },
+        CaseFn {
+            name: "shim-renew",
+            cases: &["shim-renew-after-running"],
+            run: renew_after_running,
+        },
+    ]
+}
+
+/// Checkpoint-and-continue: the stop time ends when every rank's program runs again, before
+/// the renewed MPI library is back (`mpi_back_us`), which the manifest, `mpicr checkpoint` and
+/// `mpicr status` report apart, with each rank's renewal. Order only, never speed.
+fn renew_after_running(t: &mut T) {
+    let name = "shim-renew-after-running";
+    if !(t.env.criu_ok && t.env.have4 && t.env.shim_built) {
+        return t.skip(name, "needs MPICH 4, criu and libmpicr.so");
+    }
+    let d = t.p("renew");
+    let mut c = t.mpi(4, 2);
+    c.arg(&t.env.m).args(["run", "--ckpt-dir"]).arg(&d).arg("--").arg(t.env.bin("loop4")).arg("100");
+    let mut job = t.spawn(c, Some(&t.p("r.out")), Some(&t.p("r.err")));
+    let (r1, o1) = t.ckpt(&d, &[]);
+    let (r2, o2) = t.ckpt(&d, &[]);
+    let rc = job.wait(LIMIT);
+    let manifest = std::fs::read_to_string(d.join("epoch-000001/MANIFEST.json")).unwrap_or_default();
+    let mut st = t.m(["status", "--json"]);
+    st.arg(&d);
+    let (rcs, status) = t.out(st, LIMIT);
+    let stop = json_num(&manifest, "stop_time_us");
+    let back = json_num(&manifest, "mpi_back_us");
+    let good = r1 == 0
+        && r2 == 0
+        && rc == 0
+        && complete(&cat(&[&t.p("r.out")]), 2, 100).is_ok()
+        && o1.contains("MPI back:")
+        && matches!((stop, back), (Some(s), Some(b)) if s <= b)
+        && manifest.contains("\"running\"")
+        && manifest.matches("\"renew\"").count() == 2
+        && rcs == 0
+        && json_num(&status, "mpi_back_us").is_some()
+        && json_num(&status, "renew_us").is_some();
+    t.check(name, good, |t| {
+        format!(
+            "r={r1}/{r2} rc={rc} stop={stop:?} back={back:?}: {o1} / {o2}\n{manifest}\n{status}{}",
+            tails(t, &["r.err"], 8)
+        )
+    });
 }
 
 /// (name, environment of the job, what the first checkpoint must report, whether a second
