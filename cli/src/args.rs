@@ -183,6 +183,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub stop_before: Option<Duration>,
 
+    #[command(flatten)]
+    pub store: StoreArgs,
+
     /// How this rank is checkpointed: `criu` (transparent: CRIU images of the whole process) or
     /// `app` (the program saves and restores its own data at `mpicr_safe_point()`, see
     /// include/mpicr.h; a restart starts it afresh; no CRIU). Ranks of one job may differ (MPMD)
@@ -252,6 +255,9 @@ pub struct RestartArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub stop_before: Option<Duration>,
 
+    #[command(flatten)]
+    pub store: StoreArgs,
+
     /// Restart on this MPI library (same ABI) instead of the one checkpointed on; later
     /// renewals keep it. Default: $MPICR_MPI_LIB, else the checkpointed one
     #[arg(long, value_name = "PATH")]
@@ -260,6 +266,29 @@ pub struct RestartArgs {
     /// Print what the keeper does on stderr
     #[arg(short, long)]
     pub verbose: bool,
+}
+
+/// How checkpoints are written and kept (`run` and `restart`; a restart does not inherit them).
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Checkpoint storage")]
+pub struct StoreArgs {
+    /// Incremental checkpoints: CRIU tracks the program's memory (--track-mem) and each dump
+    /// writes only the pages dirtied since this process's previous dump, whose epoch it links
+    /// to (a restart follows the chain; retention keeps it). Needs the kernel's soft-dirty
+    /// tracking: without it, one line says so and every dump is full
+    #[arg(long)]
+    pub incremental: bool,
+
+    /// Dump into DIR (fast node-local storage, e.g. /dev/shm), let the program run on, then
+    /// copy the images into the checkpoint directory in the background, checksummed; the
+    /// epoch is committed only once every rank's copy is
+    #[arg(long, value_name = "DIR")]
+    pub stage_dir: Option<PathBuf>,
+
+    /// After each committed checkpoint, remove all but the newest N complete epochs (never
+    /// the latest one, nor an epoch that a kept incremental epoch needs)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub keep: Option<u64>,
 }
 
 #[derive(Debug, Args)]

@@ -117,6 +117,8 @@ pub struct Config {
     pub bind: String,
     /// `--stop-before`: when to checkpoint and stop the job (its time limit comes).
     pub stop_at: Option<Instant>,
+    /// `--keep N`: complete epochs kept after each commit.
+    pub keep: Option<u64>,
 }
 
 /// Binds the coordinator's port and starts its threads. Returns what keepers need to connect.
@@ -1009,6 +1011,11 @@ impl Coordinator {
         m.timings = c.marks.clone();
         if let Err(e) = self.cfg.dir.write_manifest(&m, &self.cfg.key) {
             self.log(&format!("warning: cannot add the final timings to the manifest of epoch {}: {e:#}", m.epoch));
+        }
+        if let Some(keep) = self.cfg.keep {
+            if let Err(e) = crate::jobs::retain(&self.cfg.dir, keep) {
+                self.log(&format!("warning: --keep {keep}: {e:#}"));
+            }
         }
         let res = CkptResult { epoch: m.epoch, stop_time_us: m.stop_time_us, bytes: m.total_bytes, ranks: m.ranks, stopped: c.stop };
         match c.requester {

@@ -187,6 +187,10 @@ pub struct RankMeta {
     /// An app-mode rank (`mpicr run --mode app`): no CRIU image; how to start it again.
     #[serde(default)]
     pub app: Option<crate::app::AppLaunch>,
+    /// An incremental dump: the epoch whose images hold the pages this one did not write
+    /// (`parent` links to its rank directory; see `incremental`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_epoch: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -825,6 +829,29 @@ pub(crate) mod tests {
             mpi_library: None,
             renew_strategy: None,
             mpicr_version: "0".into(),
+        }
+    }
+
+    pub fn rank_meta(epoch: u64) -> RankMeta {
+        RankMeta {
+            format: FORMAT,
+            job_id: "j1".into(),
+            epoch,
+            rank: 0,
+            size: 1,
+            host: "h".into(),
+            pid: 1,
+            tids: vec![],
+            pidns: false,
+            init_dir: None,
+            lower_env: vec![],
+            sockets: vec![],
+            pipes: vec![],
+            next_generation: 0,
+            agent: false,
+            agent_hello: None,
+            app: None,
+            parent_epoch: None,
         }
     }
 

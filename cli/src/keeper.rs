@@ -45,6 +45,8 @@ pub(crate) enum Ev {
     CoordClosed,
     Child(Result<Exit, WaitError>),
     Signal(i32),
+    /// This rank's images of an epoch are sealed (copied from the stage directory first).
+    Sealed { epoch: u64, result: std::result::Result<RankManifest, String> },
 }
 
 /// Why the keeper could not learn how the program ended.
@@ -296,6 +298,7 @@ fn resume_if_any(args: &RunArgs) -> Result<Option<Outcome>> {
         stop_before: args.stop_before,
         mpi_lib: None,
         verbose: args.verbose,
+        store: args.store.clone(),
     };
     crate::restart::restart(a).map(Some)
 }
@@ -329,6 +332,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     if !app {
         crate::criu::preflight()?;
     }
+    let criu_bin = if app || mode == Mode::NoShim { None } else { crate::criu::Criu::locate().ok().map(|c| c.bin) };
     let program = spawn::resolve_program(&args.program[0]).map_err(anyhow::Error::new)?;
     let app_launch = if app { Some(crate::app::AppLaunch::capture(&program, &args.program)?) } else { None };
     // The face library for the program's ABI (MPICH's, or Open MPI's over an MPICH library).
@@ -386,6 +390,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             key,
             bind: coordinator_bind(&l),
             stop_at,
+            keep: args.store.keep,
         };
         let info = coordinator::start(cfg, new_secret()?)?;
         info.write(&dir)?;
@@ -498,6 +503,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         relays,
         coord_info: mine,
         app: app_launch,
+        store: crate::stage::Store::new(tx.clone(), args.store.stage_dir.as_deref(), &info.job_id, l.rank, crate::incremental::Tracker::new(args.store.incremental, criu_bin.as_deref(), l.rank))?,
     };
     let out = k.event_loop(rx);
     if out.is_ok() {
@@ -574,6 +580,8 @@ pub(crate) struct Keeper {
     pub(crate) coord_info: Option<CoordInfo>,
     /// An app-mode rank: how its program was started (never dumped by CRIU).
     pub(crate) app: Option<crate::app::AppLaunch>,
+    /// Where dumps go (`--stage-dir`), incremental dumps (`--incremental`).
+    pub(crate) store: crate::stage::Store,
 }
 
 impl Keeper {
@@ -613,6 +621,7 @@ impl Keeper {
                     return Ok(self.finish(exit));
                 }
                 Ev::Signal(sig) => self.on_signal(sig),
+                Ev::Sealed { epoch, result } => self.on_sealed(epoch, result),
                 Ev::Agent(frame) => self.on_agent(frame)?,
                 Ev::AgentClosed(err) => {
                     if let Some(e) = err {
@@ -762,11 +771,13 @@ impl Keeper {
             FromCoord::Refused { reason } => bail!("the coordinator refused this rank: {reason}"),
             FromCoord::Begin { epoch, stop } => {
                 self.say(&format!("checkpoint {epoch} begins{}", if stop { " (stop)" } else { "" }));
-                let rdir = self.dir.rank_dir(epoch, self.rank);
-                if let Err(e) = images::private_dir_all(&rdir) {
-                    self.fail_ckpt(epoch, format!("{e:#}"));
-                    return Ok(());
-                }
+                let rdir = match self.store.prepare(&self.dir, epoch, self.app.is_some()) {
+                    Ok(t) => t.images,
+                    Err(e) => {
+                        self.fail_ckpt(epoch, format!("{e:#}"));
+                        return Ok(());
+                    }
+                };
                 if let Err(e) = self.state.begin(CkptState::new(epoch, stop)) {
                     self.fail_ckpt(epoch, e.to_string());
                     return Ok(());
@@ -829,10 +840,12 @@ impl Keeper {
                         c.stopped = stop;
                     }
                     match self.dump(epoch, stop) {
-                        Ok(info) => {
+                        Ok(Some(info)) => {
                             self.say(&format!("dumped {} in {}", images::human_bytes(info.bytes), crate::args::format_duration(t.elapsed())));
                             self.tell_coord(ToCoord::Dumped { epoch, info });
                         }
+                        // Sealing on its thread: `Ev::Sealed` follows.
+                        Ok(None) => self.say(&format!("dumped in {}; sealing", crate::args::format_duration(t.elapsed()))),
                         Err(e) => {
                             // A CRIU that failed midway may leave a process of the tree stopped
                             // (seen: the init of a PID namespace whose program was killed
@@ -901,13 +914,16 @@ impl Keeper {
 
     /// Dumps the program into this rank's directory of `epoch` (the program keeps running, or
     /// stays stopped for `checkpoint --stop`).
-    fn dump(&mut self, epoch: u64, leave_stopped: bool) -> Result<RankManifest> {
+    fn dump(&mut self, epoch: u64, leave_stopped: bool) -> Result<Option<RankManifest>> {
         let t = Instant::now();
-        let rdir = self.dir.rank_dir(epoch, self.rank);
-        images::private_dir_all(&rdir)?;
         if let Some(launch) = self.app.clone() {
-            return self.app_dump(epoch, &rdir, &launch, leave_stopped, t);
+            let rdir = self.dir.rank_dir(epoch, self.rank);
+            images::private_dir_all(&rdir)?;
+            return self.app_dump(epoch, &rdir, &launch, leave_stopped, t).map(Some);
         }
+        let target = self.store.target(&self.dir, epoch, false);
+        let rdir = target.images.clone();
+        images::private_dir_all(&rdir)?;
         let peers = crate::sockdiag::unix_peers().context("listing unix socket peers (sock_diag)")?;
         let mut sockets: BTreeMap<u64, ExternalSocket> = BTreeMap::new();
         let mut pipes: BTreeMap<u64, ExternalPipe> = BTreeMap::new();
@@ -935,7 +951,13 @@ impl Keeper {
         let tids = program_tids(self.pid);
         let ext: Vec<u64> = sockets.keys().copied().collect();
         let criu = Criu::locate()?;
-        criu.dump(self.pid, &rdir, &ext, leave_stopped, CRIU_TIMEOUT)?;
+        let parent = self.store.tracker.parent(&self.dir, self.rank);
+        let extra = self.store.tracker.flags(parent, self.rank);
+        criu.dump_with(self.pid, &rdir, &ext, leave_stopped, &extra, CRIU_TIMEOUT)?;
+        if self.store.tracker.on {
+            // The dirty bits were cleared: only this epoch's images can be the next parent.
+            self.store.tracker.last_dump = Some(epoch);
+        }
         // Checkpoint-and-continue: the image is complete, so the program runs again now;
         // checksums and the commit follow without stopping it. (The renewal inside is
         // collective, so it waits for the ranks still dumping.)
@@ -960,8 +982,23 @@ impl Keeper {
             agent: self.mode == Mode::Agent,
             agent_hello: self.agent.clone(),
             app: None,
+            parent_epoch: parent,
         };
-        images::seal_rank_dir(&rdir, &meta, t)
+        self.store.seal_in_background(target, meta, t);
+        Ok(None)
+    }
+
+    /// This rank's images of `epoch` are sealed (or could not be): the coordinator hears it.
+    /// The program may have resumed already (the checkpoint ended here): the coordinator
+    /// ignores what comes for an epoch it no longer runs.
+    fn on_sealed(&mut self, epoch: u64, result: std::result::Result<RankManifest, String>) {
+        match result {
+            Ok(info) => {
+                self.say(&format!("sealed {} of epoch {epoch}", images::human_bytes(info.bytes)));
+                self.tell_coord(ToCoord::Dumped { epoch, info });
+            }
+            Err(e) => self.fail_ckpt(epoch, e),
+        }
     }
 
     /// Lets the program run on right after its image (or an app-mode rank's save) is complete.
@@ -997,12 +1034,14 @@ impl Keeper {
             agent: true,
             agent_hello: self.agent.clone(),
             app: None,
+            parent_epoch: None,
         };
         crate::app::record(rdir, meta, launch, t)
     }
 
     /// The program ended: tell the launcher the right thing and hand back its status.
     fn finish(&mut self, exit: Exit) -> Outcome {
+        self.store.remove_staged();
         let clean = self.state.is_stopping() || exit == Exit::Code(0) || self.relay.as_ref().is_some_and(|r| r.program_finalized());
         self.say(&format!("program ended with {exit}{}", if self.state.is_stopping() { " (stopped after the checkpoint)" } else { "" }));
         self.tell_coord(ToCoord::Exiting { status: exit.to_string() });

@@ -12,6 +12,7 @@ mod docs;
 #[cfg(test)]
 mod fuzz;
 mod images;
+mod incremental;
 mod jobs;
 mod keeper;
 mod keeper_state;
@@ -24,6 +25,7 @@ mod pmi_relay;
 mod restart;
 mod slurm;
 mod sockdiag;
+mod stage;
 mod spawn;
 mod status;
 mod sys;
