@@ -285,6 +285,11 @@ pub struct StoreArgs {
     #[arg(long, value_name = "DIR")]
     pub stage_dir: Option<PathBuf>,
 
+    /// With --stage-dir: the memory pages reach the checkpoint directory compressed by the
+    /// zstd tool (level 1; a restart expands them next to the images, then removes them)
+    #[arg(long, requires = "stage_dir")]
+    pub compress: bool,
+
     /// After each committed checkpoint, remove all but the newest N complete epochs (never
     /// the latest one, nor an epoch that a kept incremental epoch needs)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]

@@ -503,7 +503,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         relays,
         coord_info: mine,
         app: app_launch,
-        store: crate::stage::Store::new(tx.clone(), args.store.stage_dir.as_deref(), &info.job_id, l.rank, crate::incremental::Tracker::new(args.store.incremental, criu_bin.as_deref(), l.rank))?,
+        store: crate::stage::Store::new(tx.clone(), &args.store, &info.job_id, l.rank, crate::incremental::Tracker::new(args.store.incremental, criu_bin.as_deref(), l.rank))?,
     };
     let out = k.event_loop(rx);
     if out.is_ok() {

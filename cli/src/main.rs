@@ -5,6 +5,7 @@ mod app;
 mod args;
 mod client;
 mod coord_wire;
+mod compress;
 mod coordinator;
 mod criu;
 mod ctl;

@@ -141,7 +141,7 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     let relay = l.launcher.as_ref().filter(|_| mode != Mode::NoMpi).map(|p| Relay::new(Arc::clone(p), presented, meta.next_generation));
 
     if let Some(launch) = meta.app.clone() {
-        let store = crate::stage::Store::new(tx.clone(), args.store.stage_dir.as_deref(), &job.job_id, rank, Default::default())?;
+        let store = crate::stage::Store::new(tx.clone(), &args.store, &job.job_id, rank, Default::default())?;
         let fresh = Fresh { rank, size, epoch, job_id: job.job_id.clone(), dir, rdir, relay, info, mine, mpi_lib, verbose: args.verbose, mode, launcher: l.launcher.clone(), store };
         return restart_app(fresh, &launch, meta, tx, rx);
     }
@@ -199,7 +199,11 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
         }
     }
     let t = Instant::now();
-    let pid = criu.restore(&rdir, inherit, CRIU_TIMEOUT).with_context(|| format!("restoring rank {rank} from {}", rdir.display()))?;
+    // Pages compressed on their way here (`--compress`) are expanded for CRIU, then removed.
+    let expanded = crate::compress::expand(&crate::compress::chain_dirs(&dir, &meta))?;
+    let restored = criu.restore(&rdir, inherit, CRIU_TIMEOUT);
+    crate::compress::remove(&expanded);
+    let pid = restored.with_context(|| format!("restoring rank {rank} from {}", rdir.display()))?;
     if !meta.pidns && pid != meta.pid {
         let _ = sys::kill(pid, libc::SIGKILL);
         bail!("criu restored pid {pid}, but the image is of pid {}", meta.pid);
@@ -254,7 +258,7 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
         relays,
         coord_info: mine,
         app: None,
-        store: crate::stage::Store::new(tx.clone(), args.store.stage_dir.as_deref(), &job.job_id, rank, crate::incremental::Tracker::new(args.store.incremental, Some(criu.bin.as_path()), rank))?,
+        store: crate::stage::Store::new(tx.clone(), &args.store, &job.job_id, rank, crate::incremental::Tracker::new(args.store.incremental, Some(criu.bin.as_path()), rank))?,
     };
     let out = k.event_loop(rx);
     if out.is_ok() {

@@ -33,6 +33,8 @@ pub struct Store {
     /// `STAGE/mpicr-JOB`, with `--stage-dir STAGE`.
     stage: Option<PathBuf>,
     rank: i32,
+    /// `--compress`: pages are compressed on their way to the checkpoint directory.
+    compress: bool,
     pub tracker: crate::incremental::Tracker,
 }
 
@@ -47,8 +49,11 @@ pub struct Target {
 impl Store {
     /// `stage_root`: `--stage-dir`. What an earlier keeper of this rank left in the stage
     /// directory (killed during a copy) is removed.
-    pub fn new(tx: Sender<Ev>, stage_root: Option<&Path>, job_id: &str, rank: i32, tracker: crate::incremental::Tracker) -> Result<Store> {
-        let stage = match stage_root {
+    pub fn new(tx: Sender<Ev>, args: &crate::args::StoreArgs, job_id: &str, rank: i32, tracker: crate::incremental::Tracker) -> Result<Store> {
+        if args.compress {
+            crate::compress::check_tool()?;
+        }
+        let stage = match args.stage_dir.as_deref() {
             None => None,
             Some(root) => {
                 let m = fs::metadata(root).with_context(|| format!("--stage-dir {}", root.display()))?;
@@ -60,7 +65,7 @@ impl Store {
                 Some(d)
             }
         };
-        let s = Store { tx, stage, rank, tracker };
+        let s = Store { tx, stage, rank, compress: args.compress, tracker };
         s.remove_staged();
         Ok(s)
     }
@@ -95,8 +100,9 @@ impl Store {
         let tx = self.tx.clone();
         let epoch = meta.epoch;
         let rank = self.rank;
+        let compress = self.compress;
         let spawned = std::thread::Builder::new().name("seal".into()).spawn(move || {
-            let result = seal(&t, &meta, started).map_err(|e| format!("{e:#}"));
+            let result = seal(&t, &meta, started, compress).map_err(|e| format!("{e:#}"));
             if t.images != t.fin {
                 let _ = fs::remove_dir_all(&t.images);
                 let _ = t.images.parent().map(fs::remove_dir);
@@ -123,14 +129,14 @@ impl Store {
     }
 }
 
-fn seal(t: &Target, meta: &RankMeta, started: Instant) -> Result<RankManifest> {
+fn seal(t: &Target, meta: &RankMeta, started: Instant, compress: bool) -> Result<RankManifest> {
     if t.images == t.fin {
         return images::seal_rank_dir(&t.fin, meta, started);
     }
     let marker = t.fin.join(STAGED);
     images::write_atomic(&marker, format!("{}\n", t.images.display()).as_bytes())?;
     test_delay(meta.epoch);
-    let copied = copy_tree(&t.images, &t.fin, meta)?;
+    let copied = copy_tree(&t.images, &t.fin, meta, compress)?;
     fs::remove_file(&marker).with_context(|| format!("removing {}", marker.display()))?;
     let m = images::seal_rank_dir(&t.fin, meta, started)?;
     // What reached the checkpoint directory is what was dumped.
@@ -154,9 +160,9 @@ fn test_delay(epoch: u64) {
 }
 
 /// Copies every regular file of a stage rank directory (app data excepted: never staged) into
-/// the checkpoint directory's, new files 0600; a `parent` link is made again, relative, from
+/// the checkpoint directory's, new files 0600 (pages compressed with `compress`); a `parent` link is made again, relative, from
 /// `meta.parent_epoch`. Returns `(name, bytes, sha256)` of each file as read from the stage.
-fn copy_tree(from: &Path, to: &Path, meta: &RankMeta) -> Result<Vec<(String, u64, String)>> {
+fn copy_tree(from: &Path, to: &Path, meta: &RankMeta, compress: bool) -> Result<Vec<(String, u64, String)>> {
     use sha2::Digest;
     let mut out = Vec::new();
     for e in fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
@@ -173,6 +179,11 @@ fn copy_tree(from: &Path, to: &Path, meta: &RankMeta) -> Result<Vec<(String, u64
             continue;
         }
         if !ty.is_file() {
+            continue;
+        }
+        if compress && crate::compress::compressible(&name) {
+            // Checksummed as compressed, once in the checkpoint directory (`seal_rank_dir`).
+            crate::compress::compress(&e.path(), &to.join(format!("{name}{}", crate::compress::SUFFIX)))?;
             continue;
         }
         let dst = to.join(&name);
@@ -227,7 +238,8 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let stage_root = base.join("shm");
         fs::create_dir(&stage_root).unwrap();
-        let s = Store::new(tx, Some(&stage_root), "j1", 0, Default::default()).unwrap();
+        let args = crate::args::StoreArgs { stage_dir: Some(stage_root.clone()), ..Default::default() };
+        let s = Store::new(tx, &args, "j1", 0, Default::default()).unwrap();
         let t = s.prepare(&dir, 3, false).unwrap();
         assert!(t.images.starts_with(&stage_root) && t.fin == dir.rank_dir(3, 0));
         fs::write(t.images.join("pages-1.img"), vec![7u8; 3 << 20]).unwrap();
