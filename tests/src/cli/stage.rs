@@ -2,7 +2,8 @@
 //! (`--keep N`) on a 2-rank MPI program under the shim: an epoch commits only once its copy
 //! from the stage directory is done, `status` shows it staged meanwhile, a job killed during
 //! the copy restarts from the previous epoch, `--keep 2` prunes but keeps every parent a kept
-//! incremental epoch needs, and a staged epoch restarts like any other. Where CRIU has no
+//! incremental epoch needs, and a staged epoch restarts like any other; `--compress` pages
+//! (zstd) restart too. Where CRIU has no
 //! dirty-memory tracking (this kernel), `--incremental` says so in one line and dumps in full.
 
 use super::{cat, CaseFn, LIMIT, T};
@@ -22,6 +23,7 @@ pub fn cases() -> Vec<CaseFn> {
             "incremental-fallback-or-chain",
             "stage-keep-prunes-with-chains",
             "stage-restart-from-staged-epoch",
+            "stage-compress-restart",
         ],
         run: stage,
     }]
@@ -171,4 +173,41 @@ fn stage(t: &mut T) {
     let both = cat(&[&t.p("b.out"), &t.p("c.out")]);
     let msg = continuous(&both, 2, TICKS);
     t.check("stage-restart-from-staged-epoch", rc == 0 && msg.is_ok(), |t| format!("rc={rc} {} {}", msg.clone().err().unwrap_or_default(), cat(&[&t.p("c.err")])));
+
+    if std::process::Command::new("zstd").arg("--version").stdout(std::process::Stdio::null()).status().is_ok_and(|s| s.success()) {
+        compressed(t, 200);
+    } else {
+        t.skip("stage-compress-restart", "no zstd tool");
+    }
+}
+
+/// `--compress`: the pages reach the checkpoint directory as `pages-*.img.zst`; a restart
+/// expands them for CRIU and leaves only the compressed ones.
+pub(super) fn compressed(t: &mut T, tick_count: u32) {
+    let d = t.p("ckz");
+    let m = t.env.m.clone();
+    let mut c = t.mpi(4, 2);
+    c.arg(&m).args(["run", "--stage-dir", "stage", "--compress", "--ckpt-dir"]).arg(&d).arg("--").arg(t.env.bin("loop4")).arg(tick_count.to_string());
+    let mut job = t.spawn(c, Some(&t.p("z1.out")), Some(&t.p("z1.err")));
+    t.wait_coordinator(&d, true);
+    let (rc, out) = t.ckpt(&d, &["--stop", "--wait"]);
+    let rc_a = job.wait(LIMIT);
+    let names = |e: &str| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d.join(e).join("rank-0"))
+            .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with("pages-")).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    let before = names("epoch-000001");
+    let mut c = t.mpi(4, 2);
+    c.arg(&m).arg("restart").arg(&d);
+    let rc_b = t.to(c, Some(&t.p("z2.out")), Some(&t.p("z2.err")), LIMIT);
+    let after = names("epoch-000001");
+    let msg = continuous(&cat(&[&t.p("z2.out")]), 2, tick_count);
+    let zst = !before.is_empty() && before.iter().all(|n| n.ends_with(".img.zst"));
+    let good = rc == 0 && rc_a == 0 && rc_b == 0 && zst && after == before && msg.is_ok();
+    t.check("stage-compress-restart", good, |t| {
+        format!("ckpt rc={rc} {out}; run {rc_a}, restart {rc_b}; pages {before:?} then {after:?}; {} {}", msg.clone().err().unwrap_or_default(), cat(&[&t.p("z1.err"), &t.p("z2.err")]))
+    });
 }
