@@ -183,9 +183,6 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub stop_before: Option<Duration>,
 
-    #[command(flatten)]
-    pub store: StoreArgs,
-
     /// How this rank is checkpointed: `criu` (transparent: CRIU images of the whole process) or
     /// `app` (the program saves and restores its own data at `mpicr_safe_point()`, see
     /// include/mpicr.h; a restart starts it afresh; no CRIU). Ranks of one job may differ (MPMD)
@@ -195,6 +192,9 @@ pub struct RunArgs {
     /// Print what the keeper does on stderr
     #[arg(short, long)]
     pub verbose: bool,
+
+    #[command(flatten)]
+    pub store: StoreArgs,
 
     /// Start the program without LD_PRELOAD of libmpicr.so (no checkpoints of MPI state)
     #[arg(long, help_heading = "Debugging")]
@@ -255,9 +255,6 @@ pub struct RestartArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub stop_before: Option<Duration>,
 
-    #[command(flatten)]
-    pub store: StoreArgs,
-
     /// Restart on this MPI library (same ABI) instead of the one checkpointed on; later
     /// renewals keep it. Default: $MPICR_MPI_LIB, else the checkpointed one
     #[arg(long, value_name = "PATH")]
@@ -266,6 +263,9 @@ pub struct RestartArgs {
     /// Print what the keeper does on stderr
     #[arg(short, long)]
     pub verbose: bool,
+
+    #[command(flatten)]
+    pub store: StoreArgs,
 }
 
 /// How checkpoints are written and kept (`run` and `restart`; a restart does not inherit them).

@@ -12,7 +12,9 @@
 //! 4. `Drained` from all, then `Release`: a job-wide barrier, since releasing the library (and
 //!    renewing it after an abort) is collective: either every rank releases or none does.
 //! 5. `ReadyToDump` from all, then `Dump`: each keeper runs CRIU (`--leave-running`).
-//! 6. `Dumped` from all: MANIFEST.json (atomic rename), then `latest`. The epoch now exists.
+//! 6. `Dumped` from all (each keeper sends it once its images are sealed, after the copy from
+//!    its `--stage-dir`): MANIFEST.json (atomic rename), then `latest`. The epoch now exists;
+//!    `--keep N` then removes older epochs (never a parent a kept incremental epoch needs).
 //! 7. `Resume` (or, for `--stop`, `Stop`: the keepers end their programs and exit 0).
 //!
 //! Keepers started with `--no-mpi` have no agent: they answer `Begin` with `ReadyToDump` at once.

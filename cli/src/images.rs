@@ -7,6 +7,8 @@
 //! DIR/epoch-000003/MANIFEST.json    written last (atomic rename): ranks, sizes, checksums, timings
 //! DIR/epoch-000003/FAILED           why an epoch was abandoned (it has no manifest)
 //! DIR/epoch-000003/rank-0/          CRIU images, rank.json (keeper metadata), shim.state, dump.log
+//! DIR/epoch-000003/rank-0/parent    (--incremental) -> ../../epoch-000002/rank-0, the parent dump
+//! DIR/epoch-000003/rank-0/STAGED    (--stage-dir) while the copy from the stage directory runs
 //! DIR/latest -> epoch-000003
 //! ```
 //! An epoch without a valid manifest does not exist for restart.
