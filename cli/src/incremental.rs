@@ -72,15 +72,20 @@ impl Tracker {
         (complete && dir.rank_dir(p, rank).join("rank.json").is_file()).then_some(p)
     }
 
-    /// CRIU's extra dump options for a dump with this parent (none when off).
-    pub fn flags(&self, parent: Option<u64>, rank: i32) -> Vec<String> {
+    /// CRIU's extra dump options for a dump with this parent (none when off). `staged`: the
+    /// dump goes to a stage directory (`--stage-dir`), where the relative link would lead
+    /// nowhere: the parent is named by its absolute path (the copy links it relatively again).
+    pub fn flags(&self, parent: Option<u64>, rank: i32, staged: Option<&CkptDir>) -> Vec<String> {
         if !self.on {
             return Vec::new();
         }
         let mut v = vec!["--track-mem".to_string()];
         if let Some(p) = parent {
             v.push("--prev-images-dir".into());
-            v.push(parent_link(p, rank));
+            match staged.map(|d| std::path::absolute(d.rank_dir(p, rank))) {
+                Some(Ok(abs)) => v.push(abs.display().to_string()),
+                _ => v.push(parent_link(p, rank)),
+            }
         }
         v
     }
@@ -222,15 +227,17 @@ mod tests {
         let (d, _) = chain_dir();
         let mut t = Tracker { on: true, last_dump: Some(4) };
         assert_eq!(t.parent(&d, 0), Some(4));
-        assert_eq!(t.flags(Some(4), 0), vec!["--track-mem", "--prev-images-dir", "../../epoch-000004/rank-0"]);
-        assert_eq!(t.flags(None, 0), vec!["--track-mem"]);
+        assert_eq!(t.flags(Some(4), 0, None), vec!["--track-mem", "--prev-images-dir", "../../epoch-000004/rank-0"]);
+        assert_eq!(t.flags(None, 0, None), vec!["--track-mem"]);
+        let staged = t.flags(Some(4), 0, Some(&d));
+        assert!(Path::new(&staged[2]).is_absolute() && staged[2].ends_with("epoch-000004/rank-0"), "{staged:?}");
         // The last dump's epoch failed (no manifest): full dump.
         t.last_dump = Some(5);
         assert_eq!(t.parent(&d, 0), None);
         t.on = false;
         t.last_dump = Some(4);
         assert_eq!(t.parent(&d, 0), None);
-        assert!(t.flags(Some(4), 0).is_empty());
+        assert!(t.flags(Some(4), 0, None).is_empty());
         std::fs::remove_dir_all(&d.root).unwrap();
     }
 }

@@ -952,7 +952,8 @@ impl Keeper {
         let ext: Vec<u64> = sockets.keys().copied().collect();
         let criu = Criu::locate()?;
         let parent = self.store.tracker.parent(&self.dir, self.rank);
-        let extra = self.store.tracker.flags(parent, self.rank);
+        let staged = (target.images != target.fin).then_some(&self.dir);
+        let extra = self.store.tracker.flags(parent, self.rank, staged);
         criu.dump_with(self.pid, &rdir, &ext, leave_stopped, &extra, CRIU_TIMEOUT)?;
         if self.store.tracker.on {
             // The dirty bits were cleared: only this epoch's images can be the next parent.
