@@ -193,6 +193,9 @@ pub struct RunArgs {
     #[arg(short, long)]
     pub verbose: bool,
 
+    #[command(flatten)]
+    pub store: StoreArgs,
+
     /// Start the program without LD_PRELOAD of libmpicr.so (no checkpoints of MPI state)
     #[arg(long, help_heading = "Debugging")]
     pub no_shim: bool,
@@ -260,6 +263,37 @@ pub struct RestartArgs {
     /// Print what the keeper does on stderr
     #[arg(short, long)]
     pub verbose: bool,
+
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// How checkpoints are written and kept (`run` and `restart`; a restart does not inherit them).
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Checkpoint storage")]
+pub struct StoreArgs {
+    /// Incremental checkpoints: CRIU tracks the program's memory (--track-mem) and each dump
+    /// writes only the pages dirtied since this process's previous dump, whose epoch it links
+    /// to (a restart follows the chain; retention keeps it). Needs the kernel's soft-dirty
+    /// tracking: without it, one line says so and every dump is full
+    #[arg(long)]
+    pub incremental: bool,
+
+    /// Dump into DIR (fast node-local storage, e.g. /dev/shm), let the program run on, then
+    /// copy the images into the checkpoint directory in the background, checksummed; the
+    /// epoch is committed only once every rank's copy is
+    #[arg(long, value_name = "DIR")]
+    pub stage_dir: Option<PathBuf>,
+
+    /// With --stage-dir: the memory pages reach the checkpoint directory compressed by the
+    /// zstd tool (level 1; a restart expands them next to the images, then removes them)
+    #[arg(long, requires = "stage_dir")]
+    pub compress: bool,
+
+    /// After each committed checkpoint, remove all but the newest N complete epochs (never
+    /// the latest one, nor an epoch that a kept incremental epoch needs)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub keep: Option<u64>,
 }
 
 #[derive(Debug, Args)]

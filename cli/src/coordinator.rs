@@ -12,7 +12,9 @@
 //! 4. `Drained` from all, then `Release`: a job-wide barrier, since releasing the library (and
 //!    renewing it after an abort) is collective: either every rank releases or none does.
 //! 5. `ReadyToDump` from all, then `Dump`: each keeper runs CRIU (`--leave-running`).
-//! 6. `Dumped` from all: MANIFEST.json (atomic rename), then `latest`. The epoch now exists.
+//! 6. `Dumped` from all (each keeper sends it once its images are sealed, after the copy from
+//!    its `--stage-dir`): MANIFEST.json (atomic rename), then `latest`. The epoch now exists;
+//!    `--keep N` then removes older epochs (never a parent a kept incremental epoch needs).
 //! 7. `Resume` (or, for `--stop`, `Stop`: the keepers end their programs and exit 0).
 //!
 //! Keepers started with `--no-mpi` have no agent: they answer `Begin` with `ReadyToDump` at once.
@@ -117,6 +119,8 @@ pub struct Config {
     pub bind: String,
     /// `--stop-before`: when to checkpoint and stop the job (its time limit comes).
     pub stop_at: Option<Instant>,
+    /// `--keep N`: complete epochs kept after each commit.
+    pub keep: Option<u64>,
 }
 
 /// Binds the coordinator's port and starts its threads. Returns what keepers need to connect.
@@ -1040,6 +1044,11 @@ impl Coordinator {
         m.timings = c.marks.clone();
         if let Err(e) = self.cfg.dir.write_manifest(&m, &self.cfg.key) {
             self.log(&format!("warning: cannot add the final timings to the manifest of epoch {}: {e:#}", m.epoch));
+        }
+        if let Some(keep) = self.cfg.keep {
+            if let Err(e) = crate::jobs::retain(&self.cfg.dir, keep) {
+                self.log(&format!("warning: --keep {keep}: {e:#}"));
+            }
         }
         let res = CkptResult { epoch: m.epoch, stop_time_us: m.stop_time_us, mpi_back_us: m.mpi_back_us, bytes: m.total_bytes, ranks: m.ranks, stopped: c.stop };
         match c.requester {

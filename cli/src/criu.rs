@@ -53,11 +53,13 @@ impl Criu {
     /// Dumps the process tree rooted at `pid` into `dir` (log: `dir/dump.log`). The tree is left
     /// running, or stopped (`leave_stopped`, for `checkpoint --stop`: nothing the program does
     /// after the dump may happen twice once it is restarted; SIGCONT undoes it on an abort).
-    pub fn dump(&self, pid: i32, dir: &Path, external_unix: &[u64], leave_stopped: bool, timeout: Duration) -> Result<()> {
+    /// `extra`: more options (`incremental`'s `--track-mem`, `--prev-images-dir`).
+    pub fn dump_with(&self, pid: i32, dir: &Path, external_unix: &[u64], leave_stopped: bool, extra: &[String], timeout: Duration) -> Result<()> {
         let dir = &dir.canonicalize().with_context(|| format!("resolving {}", dir.display()))?;
         let mut cmd = Command::new(&self.bin);
         cmd.arg("dump").arg("-t").arg(pid.to_string()).arg("-D").arg(dir).arg("-o").arg("dump.log").arg("-v4");
         cmd.args(dump_flags(external_unix, leave_stopped, unprivileged()));
+        cmd.args(extra);
         run(cmd, "dump", &dir.join("dump.log"), timeout, Vec::new())
     }
 

@@ -302,6 +302,7 @@ fn file_samples() -> Vec<Vec<u8>> {
         agent: true,
         agent_hello: None,
         app: None,
+        parent_epoch: None,
     };
     let coord = CoordInfo { job_id: "j".into(), host: "h".into(), port: 1, secret: "00".repeat(32), pid: 2, bind: Some("127.0.0.1".into()) };
     vec![

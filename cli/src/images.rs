@@ -7,6 +7,8 @@
 //! DIR/epoch-000003/MANIFEST.json    written last (atomic rename): ranks, sizes, checksums, timings
 //! DIR/epoch-000003/FAILED           why an epoch was abandoned (it has no manifest)
 //! DIR/epoch-000003/rank-0/          CRIU images, rank.json (keeper metadata), shim.state, dump.log
+//! DIR/epoch-000003/rank-0/parent    (--incremental) -> ../../epoch-000002/rank-0, the parent dump
+//! DIR/epoch-000003/rank-0/STAGED    (--stage-dir) while the copy from the stage directory runs
 //! DIR/latest -> epoch-000003
 //! ```
 //! An epoch without a valid manifest does not exist for restart.
@@ -192,6 +194,10 @@ pub struct RankMeta {
     /// An app-mode rank (`mpicr run --mode app`): no CRIU image; how to start it again.
     #[serde(default)]
     pub app: Option<crate::app::AppLaunch>,
+    /// An incremental dump: the epoch whose images hold the pages this one did not write
+    /// (`parent` links to its rank directory; see `incremental`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_epoch: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -836,6 +842,29 @@ pub(crate) mod tests {
             mpi_library: None,
             renew_strategy: None,
             mpicr_version: "0".into(),
+        }
+    }
+
+    pub fn rank_meta(epoch: u64) -> RankMeta {
+        RankMeta {
+            format: FORMAT,
+            job_id: "j1".into(),
+            epoch,
+            rank: 0,
+            size: 1,
+            host: "h".into(),
+            pid: 1,
+            tids: vec![],
+            pidns: false,
+            init_dir: None,
+            lower_env: vec![],
+            sockets: vec![],
+            pipes: vec![],
+            next_generation: 0,
+            agent: false,
+            agent_hello: None,
+            app: None,
+            parent_epoch: None,
         }
     }
 

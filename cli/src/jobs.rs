@@ -177,7 +177,8 @@ pub fn prune(a: &PruneArgs) -> Result<()> {
         println!("{}: no complete epoch, nothing removed", dir.root.display());
         return Ok(());
     }
-    let gone = to_prune(&list, a.keep);
+    let all: Vec<u64> = list.iter().map(|e| e.0).collect();
+    let gone = crate::incremental::spare_parents(&dir, &all, to_prune(&list, a.keep));
     let mut freed = 0;
     for e in epochs.iter().filter(|e| gone.contains(&e.epoch)) {
         let size = crate::status::dir_size(&e.dir);
@@ -202,6 +203,18 @@ pub fn prune(a: &PruneArgs) -> Result<()> {
         gone.len(),
         if kept.is_empty() { "none".into() } else { kept.join(", ") }
     );
+    Ok(())
+}
+
+/// `--keep N` of `run` and `restart`, after each commit: what `prune --keep N` removes, quietly.
+pub fn retain(dir: &CkptDir, keep: u64) -> Result<()> {
+    let epochs = dir.epochs()?;
+    let list: Vec<(u64, bool)> = epochs.iter().map(|e| (e.epoch, matches!(e.state, EpochState::Complete(_)))).collect();
+    let all: Vec<u64> = list.iter().map(|e| e.0).collect();
+    let gone = crate::incremental::spare_parents(dir, &all, to_prune(&list, keep));
+    for e in epochs.iter().filter(|e| gone.contains(&e.epoch)) {
+        remove_epoch(&e.dir)?;
+    }
     Ok(())
 }
 

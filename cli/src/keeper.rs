@@ -307,6 +307,7 @@ fn resume_if_any(args: &RunArgs) -> Result<Option<Outcome>> {
         stop_before: args.stop_before,
         mpi_lib: None,
         verbose: args.verbose,
+        store: args.store.clone(),
     };
     crate::restart::restart(a).map(Some)
 }
@@ -340,6 +341,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     if !app {
         crate::criu::preflight()?;
     }
+    let criu_bin = if app || mode == Mode::NoShim { None } else { crate::criu::Criu::locate().ok().map(|c| c.bin) };
     let program = spawn::resolve_program(&args.program[0]).map_err(anyhow::Error::new)?;
     let app_launch = if app { Some(crate::app::AppLaunch::capture(&program, &args.program)?) } else { None };
     // The face library for the program's ABI (MPICH's, or Open MPI's over an MPICH library).
@@ -408,6 +410,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             key,
             bind: coordinator_bind(&l),
             stop_at,
+            keep: args.store.keep,
         };
         let info = coordinator::start(cfg, new_secret()?)?;
         info.write(&dir)?;
@@ -523,8 +526,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         relays,
         coord_info: mine,
         app: app_launch,
-        events: tx.clone(),
-        sealing: None,
+        store: crate::stage::Store::new(tx.clone(), &args.store, &info.job_id, l.rank, crate::incremental::Tracker::new(args.store.incremental, criu_bin.as_deref(), l.rank))?,
     };
     let out = k.event_loop(rx);
     if out.is_ok() {
@@ -633,18 +635,9 @@ pub(crate) struct Keeper {
     pub(crate) coord_info: Option<CoordInfo>,
     /// An app-mode rank: how its program was started (never dumped by CRIU).
     pub(crate) app: Option<crate::app::AppLaunch>,
-    /// The event loop's own channel (a sealing thread says `Sealed` on it).
-    pub(crate) events: Sender<Ev>,
-    /// The images of a dump being synced and checksummed (`seal_in_background`).
-    pub(crate) sealing: Option<Sealing>,
-}
-
-/// A rank directory being sealed off the event loop, so that the keeper keeps serving its
-/// program (the renewal's PMI connection) meanwhile.
-pub(crate) struct Sealing {
-    epoch: u64,
-    started: Instant,
-    thread: std::thread::JoinHandle<Result<RankManifest>>,
+    /// Where dumps go (`--stage-dir`), incremental dumps (`--incremental`), and the images being
+    /// sealed off the event loop (`Ev::Sealed` says when).
+    pub(crate) store: crate::stage::Store,
 }
 
 impl Keeper {
@@ -686,7 +679,7 @@ impl Keeper {
                     return Ok(self.finish(exit));
                 }
                 Ev::Sealed(epoch) => {
-                    if self.sealing.as_ref().is_some_and(|s| s.epoch == epoch) {
+                    if self.store.sealing_epoch() == Some(epoch) {
                         self.sealed(true);
                     }
                 }
@@ -840,11 +833,13 @@ impl Keeper {
             FromCoord::Refused { reason } => bail!("the coordinator refused this rank: {reason}"),
             FromCoord::Begin { epoch, stop } => {
                 self.say(&format!("checkpoint {epoch} begins{}", if stop { " (stop)" } else { "" }));
-                let rdir = self.dir.rank_dir(epoch, self.rank);
-                if let Err(e) = images::private_dir_all(&rdir) {
-                    self.fail_ckpt(epoch, format!("{e:#}"));
-                    return Ok(());
-                }
+                let rdir = match self.store.prepare(&self.dir, epoch, self.app.is_some()) {
+                    Ok(t) => t.images,
+                    Err(e) => {
+                        self.fail_ckpt(epoch, format!("{e:#}"));
+                        return Ok(());
+                    }
+                };
                 if let Err(e) = self.state.begin(CkptState::new(epoch, stop)) {
                     self.fail_ckpt(epoch, e.to_string());
                     return Ok(());
@@ -990,9 +985,8 @@ impl Keeper {
     /// this keeper's checkpoint state already ended (the agent renewed and said `Resumed`
     /// first): the coordinator ignores the words of an epoch it no longer runs.
     fn sealed(&mut self, wait: bool) {
-        let Some(s) = self.sealing.take_if(|s| wait || s.thread.is_finished()) else { return };
-        let info = s.thread.join().unwrap_or_else(|p| Err(anyhow!("internal error while sealing the images: {}", panic_text(&*p))));
-        self.report_dumped(s.epoch, info, s.started);
+        let Some((epoch, info, started)) = self.store.take_sealed(wait) else { return };
+        self.report_dumped(epoch, info, started);
     }
 
     /// Dumps the program into this rank's directory of `epoch` (the program keeps running, or
@@ -1000,11 +994,14 @@ impl Keeper {
     /// checksummed in a thread of their own, which says `Ev::Sealed` when done.
     fn dump(&mut self, epoch: u64, leave_stopped: bool) -> Result<Option<RankManifest>> {
         let t = Instant::now();
-        let rdir = self.dir.rank_dir(epoch, self.rank);
-        images::private_dir_all(&rdir)?;
         if let Some(launch) = self.app.clone() {
+            let rdir = self.dir.rank_dir(epoch, self.rank);
+            images::private_dir_all(&rdir)?;
             return self.app_dump(epoch, &rdir, &launch, leave_stopped, t).map(Some);
         }
+        let target = self.store.target(&self.dir, epoch, false);
+        let rdir = target.images.clone();
+        images::private_dir_all(&rdir)?;
         let peers = crate::sockdiag::unix_peers().context("listing unix socket peers (sock_diag)")?;
         let mut sockets: BTreeMap<u64, ExternalSocket> = BTreeMap::new();
         let mut pipes: BTreeMap<u64, ExternalPipe> = BTreeMap::new();
@@ -1032,7 +1029,14 @@ impl Keeper {
         let tids = program_tids(self.pid);
         let ext: Vec<u64> = sockets.keys().copied().collect();
         let criu = Criu::locate()?;
-        criu.dump(self.pid, &rdir, &ext, leave_stopped, CRIU_TIMEOUT)?;
+        let parent = self.store.tracker.parent(&self.dir, self.rank);
+        let staged = (target.images != target.fin).then_some(&self.dir);
+        let extra = self.store.tracker.flags(parent, self.rank, staged);
+        criu.dump_with(self.pid, &rdir, &ext, leave_stopped, &extra, CRIU_TIMEOUT)?;
+        if self.store.tracker.on {
+            // The dirty bits were cleared: only this epoch's images can be the next parent.
+            self.store.tracker.last_dump = Some(epoch);
+        }
         // Checkpoint-and-continue: the image is complete, so the program runs again now;
         // checksums and the commit follow without stopping it. (The renewal inside is
         // collective, so it waits for the ranks still dumping.)
@@ -1060,20 +1064,12 @@ impl Keeper {
             agent: self.mode == Mode::Agent,
             agent_hello: self.agent.clone(),
             app: None,
+            parent_epoch: parent,
         };
         // Synced and checksummed off the event loop: the renewal of the resumed program needs
         // this keeper (its PMI connection) while the checksums of a large image take seconds.
         self.sealed(true);
-        let events = self.events.clone();
-        let thread = std::thread::Builder::new()
-            .name("mpicr-seal".into())
-            .spawn(move || {
-                let r = images::seal_rank_dir(&rdir, &meta, t);
-                let _ = events.send(Ev::Sealed(epoch));
-                r
-            })
-            .context("starting the thread that checksums the images")?;
-        self.sealing = Some(Sealing { epoch, started: t, thread });
+        self.store.seal_in_background(target, meta, t)?;
         Ok(None)
     }
 
@@ -1111,12 +1107,14 @@ impl Keeper {
             agent: true,
             agent_hello: self.agent.clone(),
             app: None,
+            parent_epoch: None,
         };
         crate::app::record(rdir, meta, launch, t)
     }
 
     /// The program ended: tell the launcher the right thing and hand back its status.
     fn finish(&mut self, exit: Exit) -> Outcome {
+        self.store.remove_staged();
         let clean = self.state.is_stopping() || exit == Exit::Code(0) || self.relay.as_ref().is_some_and(|r| r.program_finalized());
         self.say(&format!("program ended with {exit}{}", if self.state.is_stopping() { " (stopped after the checkpoint)" } else { "" }));
         self.tell_coord(ToCoord::Exiting { status: exit.to_string() });
@@ -1259,6 +1257,6 @@ mod tests {
 }
 
 /// The message of a panic payload.
-fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "a panic".into())
 }

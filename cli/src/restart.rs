@@ -66,6 +66,7 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     if meta.rank != rank || meta.epoch != epoch || meta.job_id != job.job_id {
         bail!("{} does not describe rank {rank} of epoch {epoch} of job {}", rdir.join("rank.json").display(), job.job_id);
     }
+    crate::incremental::verify_chain(&dir, &meta, rank)?;
     // Without a PID namespace of its own the program comes back under its old ids, which must
     // be free on this node; with one, CRIU makes a new namespace and the ids are its own.
     let busy = if meta.pidns || meta.app.is_some() { Vec::new() } else { busy_ids(&meta) };
@@ -125,6 +126,7 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
             key,
             bind: crate::keeper::coordinator_bind(&l),
             stop_at,
+            keep: args.store.keep,
         };
         // The job runs again: an earlier end of it is history.
         let _ = std::fs::remove_file(crate::keeper::ended_path(&dir));
@@ -144,7 +146,8 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     let relay = l.launcher.as_ref().filter(|_| mode != Mode::NoMpi).map(|p| Relay::new(Arc::clone(p), presented, meta.next_generation));
 
     if let Some(launch) = meta.app.clone() {
-        let fresh = Fresh { rank, size, epoch, job_id: job.job_id.clone(), dir, rdir, relay, info, mine, mpi_lib, verbose: args.verbose, mode, launcher: l.launcher.clone() };
+        let store = crate::stage::Store::new(tx.clone(), &args.store, &job.job_id, rank, Default::default())?;
+        let fresh = Fresh { rank, size, epoch, job_id: job.job_id.clone(), dir, rdir, relay, info, mine, mpi_lib, verbose: args.verbose, mode, launcher: l.launcher.clone(), store };
         return restart_app(fresh, &launch, meta, tx, rx);
     }
     let criu = criu.context("internal error: no CRIU for a rank restored by CRIU")?;
@@ -206,7 +209,11 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
         }
     }
     let t = Instant::now();
-    let pid = criu.restore(&rdir, inherit, CRIU_TIMEOUT).with_context(|| format!("restoring rank {rank} from {}", rdir.display()))?;
+    // Pages compressed on their way here (`--compress`) are expanded for CRIU, then removed.
+    let expanded = crate::compress::expand(&crate::compress::chain_dirs(&dir, &meta))?;
+    let restored = criu.restore(&rdir, inherit, CRIU_TIMEOUT);
+    crate::compress::remove(&expanded);
+    let pid = restored.with_context(|| format!("restoring rank {rank} from {}", rdir.display()))?;
     if !meta.pidns && pid != meta.pid {
         let _ = sys::kill(pid, libc::SIGKILL);
         bail!("criu restored pid {pid}, but the image is of pid {}", meta.pid);
@@ -261,8 +268,7 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
         relays,
         coord_info: mine,
         app: None,
-        events: tx.clone(),
-        sealing: None,
+        store: crate::stage::Store::new(tx.clone(), &args.store, &job.job_id, rank, crate::incremental::Tracker::new(args.store.incremental, Some(criu.bin.as_path()), rank))?,
     };
     let out = k.event_loop(rx);
     if out.is_ok() {
@@ -287,13 +293,14 @@ struct Fresh {
     verbose: bool,
     mode: Mode,
     launcher: Option<Arc<crate::pmi_relay::Launcher>>,
+    store: crate::stage::Store,
 }
 
 /// Restart of an app-mode rank: its program starts afresh as it was first started; its
 /// `MPI_Init` waits for `Resume` (sent at `Go`, as to a restored agent), rebuilds the MPI state
 /// of the rank directory and calls the program's `restore`.
 fn restart_app(f: Fresh, launch: &crate::app::AppLaunch, meta: RankMeta, tx: mpsc::Sender<crate::keeper::Ev>, rx: mpsc::Receiver<crate::keeper::Ev>) -> Result<Outcome> {
-    let Fresh { rank, size, epoch, job_id, dir, rdir, relay, info, mine, mpi_lib, verbose, mode, launcher } = f;
+    let Fresh { rank, size, epoch, job_id, dir, rdir, relay, info, mine, mpi_lib, verbose, mode, launcher, store } = f;
     let rdir = std::path::absolute(&rdir).unwrap_or(rdir);
     let shim = match crate::paths::linked_face(&launch.program) {
         Some(_) => None,
@@ -351,8 +358,7 @@ fn restart_app(f: Fresh, launch: &crate::app::AppLaunch, meta: RankMeta, tx: mps
         relays,
         coord_info: mine,
         app: Some(launch.clone()),
-        events: tx.clone(),
-        sealing: None,
+        store,
     };
     let out = k.event_loop(rx);
     if out.is_ok() {

@@ -48,7 +48,7 @@ pub enum Running {
 #[derive(Debug, Serialize)]
 pub struct EpochReport {
     pub epoch: u64,
-    /// `complete`, `incomplete` or `corrupt`.
+    /// `complete`, `incomplete`, `staged` (copy from `--stage-dir` not done) or `corrupt`.
     pub state: &'static str,
     pub bytes: u64,
     pub stop_time_us: Option<u64>,
@@ -113,6 +113,11 @@ pub fn report(dir: &CkptDir) -> Result<Report> {
                     renewals_left,
                     note: None,
                 }
+            }
+            EpochState::Incomplete(None) if !crate::stage::staged_ranks(&e.dir).is_empty() => {
+                let ranks: Vec<String> = crate::stage::staged_ranks(&e.dir).iter().map(i32::to_string).collect();
+                let how = if matches!(running, Running::No) { "interrupted" } else { "in progress" };
+                unfinished(&e, "staged", format!("dumped to the stage directory; copy of rank(s) {} to the checkpoint directory {how} (not restorable yet)", ranks.join(", ")))
             }
             EpochState::Incomplete(why) => unfinished(&e, "incomplete", match why {
                 Some(w) => format!("failed: {}", w.lines().next().unwrap_or("")),

@@ -32,6 +32,7 @@ mod protocol;
 mod relay;
 mod security;
 mod slurm;
+mod stage;
 mod xlib;
 
 use crate::job::{kill_each, scan_procs, MARKER_VAR};
@@ -119,6 +120,7 @@ pub fn all() -> Vec<CaseFn> {
     v.extend(app::cases());
     v.extend(install::cases());
     v.extend(commands::cases());
+    v.extend(stage::cases());
     v.extend(slurm::cases());
     v.push(CaseFn {
         name: "no-strays",

@@ -1,0 +1,243 @@
+//! Incremental checkpoints (`--incremental`): every dump runs CRIU with `--track-mem`, which
+//! clears the kernel's soft-dirty bits of the program's pages; the next dump of the same
+//! process names the last one as its parent (`--prev-images-dir`), and writes only the pages
+//! dirtied since. CRIU links each rank directory to its parent (`rank-N/parent`, relative:
+//! `../../epoch-K/rank-N`) and `rank.json` records `parent_epoch`; a restore follows the chain.
+//!
+//! Correctness rests on one rule: the parent is the epoch whose dump cleared the bits last, and
+//! only while it is complete. A dump that succeeded in an epoch that then failed cleared them
+//! too, but its images are gone: the next dump is full. So is the first after a restart (the
+//! restored memory's bits say nothing about the image it came from).
+//!
+//! Where the kernel lacks soft-dirty tracking (CONFIG_MEM_SOFT_DIRTY) CRIU cannot do this:
+//! `criu check --feature mem_dirty_track` says so, the keeper says it in one line and every
+//! dump is full.
+
+use crate::images::{self, CkptDir, EpochState, RankMeta};
+use anyhow::{bail, Context, Result};
+use std::collections::BTreeSet;
+use std::path::Path;
+
+/// Whether CRIU can track dirty memory here (asked once per process).
+pub fn dirty_tracking(criu: &Path) -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        std::process::Command::new(criu)
+            .args(["check", "--feature", "mem_dirty_track"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
+/// The one line said when `--incremental` cannot be honoured.
+pub fn unavailable_line(criu: &Path) -> String {
+    format!(
+        "mpicr: --incremental: {} reports no memory dirty tracking on this kernel (`criu check --feature mem_dirty_track`; needs CONFIG_MEM_SOFT_DIRTY): every checkpoint is a full dump",
+        criu.display()
+    )
+}
+
+/// What one rank's keeper knows for incremental dumps.
+#[derive(Debug, Default)]
+pub struct Tracker {
+    /// `--incremental` was asked for and CRIU can track memory.
+    pub on: bool,
+    /// The epoch whose dump of this process cleared the dirty bits last.
+    pub last_dump: Option<u64>,
+}
+
+impl Tracker {
+    /// `--incremental` given: on if CRIU can track memory, else the one line (rank 0 says it).
+    pub fn new(wanted: bool, criu: Option<&Path>, rank: i32) -> Tracker {
+        let on = match (wanted, criu) {
+            (true, Some(c)) => {
+                let ok = dirty_tracking(c);
+                if !ok && rank == 0 {
+                    crate::elog!("{}", unavailable_line(c));
+                }
+                ok
+            }
+            _ => false,
+        };
+        Tracker { on, last_dump: None }
+    }
+
+    /// The parent of this rank's dump of a new epoch: the last dump, while it is complete.
+    pub fn parent(&self, dir: &CkptDir, rank: i32) -> Option<u64> {
+        let p = self.last_dump.filter(|_| self.on)?;
+        let complete = dir.epochs().ok()?.into_iter().any(|e| e.epoch == p && matches!(e.state, EpochState::Complete(_)));
+        (complete && dir.rank_dir(p, rank).join("rank.json").is_file()).then_some(p)
+    }
+
+    /// CRIU's extra dump options for a dump with this parent (none when off). `staged`: the
+    /// dump goes to a stage directory (`--stage-dir`), where the relative link would lead
+    /// nowhere: the parent is named by its absolute path (the copy links it relatively again).
+    pub fn flags(&self, parent: Option<u64>, rank: i32, staged: Option<&CkptDir>) -> Vec<String> {
+        if !self.on {
+            return Vec::new();
+        }
+        let mut v = vec!["--track-mem".to_string()];
+        if let Some(p) = parent {
+            v.push("--prev-images-dir".into());
+            match staged.map(|d| std::path::absolute(d.rank_dir(p, rank))) {
+                Some(Ok(abs)) => v.push(abs.display().to_string()),
+                _ => v.push(parent_link(p, rank)),
+            }
+        }
+        v
+    }
+}
+
+/// The parent link of a rank directory, relative to it (CRIU's `--prev-images-dir` is relative
+/// to `-D`): the chain survives a moved checkpoint directory.
+pub fn parent_link(parent: u64, rank: i32) -> String {
+    format!("../../{}/rank-{rank}", images::epoch_name(parent))
+}
+
+/// Every epoch that `epoch`'s ranks need through their parent links (not `epoch` itself).
+pub fn ancestors(dir: &CkptDir, epoch: u64) -> BTreeSet<u64> {
+    let mut out = BTreeSet::new();
+    let mut todo = vec![epoch];
+    while let Some(e) = todo.pop() {
+        let Ok(rd) = std::fs::read_dir(dir.epoch_dir(e)) else { continue };
+        for r in rd.flatten() {
+            if !r.file_name().to_string_lossy().starts_with("rank-") {
+                continue;
+            }
+            let Ok(meta) = images::read_json::<RankMeta>(&r.path().join("rank.json")) else { continue };
+            if let Some(p) = meta.parent_epoch.filter(|&p| p < e) {
+                if out.insert(p) {
+                    todo.push(p);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `gone` less every epoch an epoch that stays needs (retention never breaks a chain).
+pub fn spare_parents(dir: &CkptDir, all: &[u64], gone: Vec<u64>) -> Vec<u64> {
+    let mut needed = BTreeSet::new();
+    for &e in all.iter().filter(|e| !gone.contains(e)) {
+        needed.extend(ancestors(dir, e));
+    }
+    gone.into_iter().filter(|e| !needed.contains(e)).collect()
+}
+
+/// Checks the chain under rank `rank` of an epoch before a restore: every parent epoch is
+/// complete, its rank directory matches its manifest, and the `parent` link leads there.
+pub fn verify_chain(dir: &CkptDir, meta: &RankMeta, rank: i32) -> Result<()> {
+    let mut child = meta.clone();
+    let mut seen = BTreeSet::new();
+    while let Some(p) = child.parent_epoch {
+        if p >= child.epoch || !seen.insert(p) {
+            bail!("rank {rank} of epoch {} names parent epoch {p}, which cannot be its parent", child.epoch);
+        }
+        let link = dir.rank_dir(child.epoch, rank).join("parent");
+        let target = std::fs::read_link(&link).with_context(|| format!("epoch {} is incremental, but its link {} is missing", child.epoch, link.display()))?;
+        if target != Path::new(&parent_link(p, rank)) {
+            bail!("{} leads to {}, not to epoch {p}", link.display(), target.display());
+        }
+        let m = dir
+            .select_epoch(Some(p))
+            .with_context(|| format!("epoch {} is incremental on epoch {p}, which is needed to restore it", child.epoch))?;
+        let entry = m.rank_info.iter().find(|r| r.rank == rank).with_context(|| format!("the manifest of epoch {p} has no entry for rank {rank}"))?;
+        let pdir = dir.rank_dir(p, rank);
+        images::verify_rank_dir(&pdir, &entry.files).with_context(|| format!("rank {rank} of epoch {p} (parent of epoch {})", child.epoch))?;
+        child = images::read_json(&pdir.join("rank.json"))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::images::tests::{job, tempdir};
+
+    fn meta(epoch: u64, parent: Option<u64>) -> RankMeta {
+        RankMeta { parent_epoch: parent, ..images::tests::rank_meta(epoch) }
+    }
+
+    /// Epochs 1..=4: 1 full, 2 on 1, 3 on 2, 4 full (a restart); all complete.
+    fn chain_dir() -> (CkptDir, Vec<u8>) {
+        let d = CkptDir::new(tempdir("chain"));
+        d.write_job(&job()).unwrap();
+        let key = d.new_key().unwrap();
+        for (e, p) in [(1, None), (2, Some(1)), (3, Some(2)), (4, None)] {
+            let r = d.rank_dir(e, 0);
+            images::private_dir_all(&r).unwrap();
+            images::write_json_atomic(&r.join("rank.json"), &meta(e, p)).unwrap();
+            std::fs::write(r.join("pages-1.img"), format!("pages {e}")).unwrap();
+            if let Some(p) = p {
+                std::os::unix::fs::symlink(parent_link(p, 0), r.join("parent")).unwrap();
+            }
+            let mut m = images::tests::manifest(e);
+            m.ranks = 1;
+            let files = images::checksum_dir(&r).unwrap();
+            m.rank_info.push(crate::images::RankManifest {
+                rank: 0,
+                host: "h".into(),
+                pid: 1,
+                bytes: 0,
+                files,
+                renewals_left: None,
+                drained_msgs: 0,
+                drained_bytes: 0,
+                state_bytes: 0,
+                dump_us: 0,
+                agent_timings: vec![],
+            });
+            d.commit(&m, &key).unwrap();
+        }
+        (d, key)
+    }
+
+    #[test]
+    fn retention_keeps_every_parent_a_kept_epoch_needs() {
+        let (d, _) = chain_dir();
+        assert_eq!(ancestors(&d, 3), [1, 2].into_iter().collect());
+        assert!(ancestors(&d, 4).is_empty());
+        // --keep 2 keeps 3 and 4; 3 needs 2 and 1.
+        assert_eq!(spare_parents(&d, &[1, 2, 3, 4], vec![1, 2]), Vec::<u64>::new());
+        // --keep 1 keeps 4 alone: the chain 1-2-3 may go.
+        assert_eq!(spare_parents(&d, &[1, 2, 3, 4], vec![1, 2, 3]), vec![1, 2, 3]);
+        std::fs::remove_dir_all(&d.root).unwrap();
+    }
+
+    #[test]
+    fn a_chain_is_verified_to_its_root() {
+        let (d, _) = chain_dir();
+        verify_chain(&d, &meta(3, Some(2)), 0).unwrap();
+        // A corrupt parent image breaks the restore of its children, with the epoch named.
+        std::fs::write(d.rank_dir(1, 0).join("pages-1.img"), "changed").unwrap();
+        let e = format!("{:#}", verify_chain(&d, &meta(3, Some(2)), 0).unwrap_err());
+        assert!(e.contains("epoch 1") && e.contains("corrupt"), "{e}");
+        // A parent gone.
+        std::fs::remove_file(d.manifest_path(2)).unwrap();
+        let e = format!("{:#}", verify_chain(&d, &meta(3, Some(2)), 0).unwrap_err());
+        assert!(e.contains("incremental on epoch 2") && e.contains("incomplete"), "{e}");
+        std::fs::remove_dir_all(&d.root).unwrap();
+    }
+
+    #[test]
+    fn the_parent_is_the_last_dump_while_it_is_complete() {
+        let (d, _) = chain_dir();
+        let mut t = Tracker { on: true, last_dump: Some(4) };
+        assert_eq!(t.parent(&d, 0), Some(4));
+        assert_eq!(t.flags(Some(4), 0, None), vec!["--track-mem", "--prev-images-dir", "../../epoch-000004/rank-0"]);
+        assert_eq!(t.flags(None, 0, None), vec!["--track-mem"]);
+        let staged = t.flags(Some(4), 0, Some(&d));
+        assert!(Path::new(&staged[2]).is_absolute() && staged[2].ends_with("epoch-000004/rank-0"), "{staged:?}");
+        // The last dump's epoch failed (no manifest): full dump.
+        t.last_dump = Some(5);
+        assert_eq!(t.parent(&d, 0), None);
+        t.on = false;
+        t.last_dump = Some(4);
+        assert_eq!(t.parent(&d, 0), None);
+        assert!(t.flags(Some(4), 0, None).is_empty());
+        std::fs::remove_dir_all(&d.root).unwrap();
+    }
+}
