@@ -72,7 +72,9 @@ pub struct Fresh {
 }
 
 /// Starts the program of `launch` afresh to restore rank directory `rdir` (absolute).
-pub fn start_fresh(launch: &AppLaunch, rdir: &Path, shim: Option<PathBuf>, pmi_fd: Option<RawFd>, extra: Vec<(String, OsString)>) -> Result<Fresh> {
+/// `pidns`: the working directory of the init of a PID namespace for the program (see
+/// `keeper::run`: app-mode ranks get one like their CRIU peers).
+pub fn start_fresh(launch: &AppLaunch, rdir: &Path, shim: Option<PathBuf>, pmi_fd: Option<RawFd>, extra: Vec<(String, OsString)>, pidns: Option<PathBuf>) -> Result<Fresh> {
     let (k_ctl, p_ctl) = sys::socketpair().context("creating the control socketpair")?;
     let mut fds: Vec<(OwnedFd, RawFd)> = vec![(p_ctl, PROGRAM_CTL_FD)];
     let mut set_env = restart_env(&launch.env);
@@ -110,7 +112,7 @@ pub fn start_fresh(launch: &AppLaunch, rdir: &Path, shim: Option<PathBuf>, pmi_f
         set_env,
         remove_env,
         fds,
-        pidns: None,
+        pidns,
         cwd: Some(launch.cwd.clone()),
         no_aslr: true,
     })

@@ -460,7 +460,11 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     if let Some(lib) = &ompi_lib {
         set_env.push((crate::mpilib::MPI_LIB_ENV.into(), lib.as_os_str().to_owned()));
     }
-    let pidns = !app && crate::pidns::wanted() && crate::pidns::available();
+    // App-mode ranks, never dumped, get a namespace all the same: UCX wires two ranks up
+    // differently when one is in a namespace and the other not, and aborts ("endpoint
+    // reconfiguration not supported yet", seen in MPI_Win_create between an app-mode rank and a
+    // CRIU one).
+    let pidns = crate::pidns::wanted() && crate::pidns::available();
     if args.verbose && !pidns && !app {
         crate::elog!("mpicr[{}]: the program runs without a PID namespace of its own (a restart needs its process ids free)", l.rank);
     }

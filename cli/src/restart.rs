@@ -307,19 +307,28 @@ fn restart_app(f: Fresh, launch: &crate::app::AppLaunch, meta: RankMeta, tx: mps
         None => crate::paths::shim(crate::mpilib::program_face(&launch.program)?)?,
     };
     let mut extra: Vec<(String, std::ffi::OsString)> = Vec::new();
+    // A namespace and its library settings, as at run (see `keeper::run`).
+    let pidns = if crate::pidns::wanted() && crate::pidns::available() {
+        extra.extend(crate::pidns::settings_at_run(crate::pidns::all_ranks_local()).0);
+        let d = dir.init_dir(rank);
+        images::private_dir_all(&d)?;
+        Some(d)
+    } else {
+        None
+    };
     if let Some(lib) = &mpi_lib {
         extra.push((crate::mpilib::MPI_LIB_ENV.to_string(), lib.clone().into_os_string()));
     }
     let pmi_fd = relay.as_ref().map(|_| crate::keeper::pmi_fd_number());
     let t = Instant::now();
-    let fresh = crate::app::start_fresh(launch, &rdir, shim, pmi_fd, extra)?;
+    let fresh = crate::app::start_fresh(launch, &rdir, shim, pmi_fd, extra, pidns)?;
     let pid = fresh.spawned.pid;
     PROGRAM_PID.store(pid, Ordering::SeqCst);
     let guard = ProgramGuard(pid);
     let stdout_ino = sys::inode(fresh.spawned.stdout.as_fd())?;
     let stderr_ino = sys::inode(fresh.spawned.stderr.as_fd())?;
     let relays = vec![spawn::relay_output(fresh.spawned.stdout, 1, "stdout")?, spawn::relay_output(fresh.spawned.stderr, 2, "stderr")?];
-    start_waiter(pid, None, tx.clone())?;
+    start_waiter(pid, fresh.spawned.status, tx.clone())?;
     let k_ctl = UnixStream::from(fresh.ctl);
     let mut keeper_socks = HashMap::new();
     keeper_socks.insert(sys::inode(k_ctl.as_fd())?, "ctl".to_string());

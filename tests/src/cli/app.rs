@@ -391,5 +391,5 @@ fn held(t: &mut T) {
     let ck = if started(&o) { t.ckpt(&d, &[]) } else { (1, "never started".into()) };
     let rc = job.wait(LIMIT * 2);
     let good = ck.0 != 0 && ck.1.contains("app-mode rank 0 holds 1 RMA window(s)") && rc == 0 && !d.join("latest").exists();
-    t.check("app-win-refused", good, |t| format!("checkpoint {ck:?}, job rc {rc}{}", tails(t, &["win.err"], 6)));
+    t.check("app-win-refused", good, |t| format!("checkpoint {ck:?}, job rc {rc}{}", tails(t, &["win.err"], 30)));
 }
