@@ -35,7 +35,7 @@ fi
 
 # --- Slurm and munge ---------------------------------------------------------------------------
 need_slurm=()
-for p in slurm-wlm munge; do
+for p in slurm-wlm munge libpmi2-0; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || need_slurm+=("$p")
 done
 if [ ${#need_slurm[@]} -gt 0 ]; then
