@@ -184,7 +184,7 @@ impl Launcher {
                     Ok(self.init_reply.clone())
                 } else {
                     Err(format!(
-                        "the program asks for PMI-{} but this keeper initialised PMI-{} with the launcher (chosen from the environment: MPIR_CVAR_PMI_VERSION, I_MPI_PMI, I_MPI_PMI_LIBRARY; or at a restart from job.json): give the keeper the program's PMI settings",
+                        "the program asks for PMI-{} but the keeper initialised PMI-{} with the launcher, as its environment says (MPIR_CVAR_PMI_VERSION, I_MPI_PMI, I_MPI_PMI_LIBRARY; job.json at a restart): refused",
                         asks.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
                         wire_version(self.wire)
                     ))
@@ -362,8 +362,8 @@ impl Relay {
                 Some(Err(why)) => {
                     crate::elog!("{}: {why}", self.launcher.tag);
                     let refuse = Msg::new(Wire::V1, "response_to_init").with("rc", -1).with("msg", "mpicr:PMI_version_mismatch");
-                    conn.write_all(&refuse.encode())?;
-                    return Err(io::Error::new(io::ErrorKind::InvalidData, why));
+                    // Said once above; the program's MPI_Init fails on the refusal.
+                    return conn.write_all(&refuse.encode());
                 }
                 None => self.rules.request(&msg, generation),
             };
