@@ -25,7 +25,12 @@ pub struct PmiEnv {
 /// `PMI_FD`). The keeper must initialise the launcher in that version before the program
 /// starts: Slurm's pmi2 plugin fixes a task's version by the first `init` it reads.
 pub fn program_wire() -> Wire {
-    let var = |k: &str| std::env::var(k).ok().map(|v| v.trim().to_ascii_lowercase()).filter(|v| !v.is_empty());
+    wire_from(|k| std::env::var(k).ok())
+}
+
+/// `program_wire` over the variables `get` finds.
+fn wire_from(get: impl Fn(&str) -> Option<String>) -> Wire {
+    let var = |k: &str| get(k).map(|v| v.trim().to_ascii_lowercase()).filter(|v| !v.is_empty());
     let mpich = ["MPIR_CVAR_PMI_VERSION", "MPIR_PARAM_PMI_VERSION", "MPICH_PMI_VERSION"].iter().find_map(|k| var(k));
     if let Some(v) = mpich {
         return if v == "2" { Wire::V2 } else { Wire::V1 };
@@ -479,6 +484,21 @@ mod tests {
         assert_eq!(seen.iter().filter(|m| m.contains("init")).count(), 2, "the keeper's init and fullinit only: {seen:?}");
         assert!(seen.iter().any(|m| m.contains("cmd=kvs-get;jobid=18.0;srcid=-1;key=g1-k;")), "{seen:?}");
         assert!(!seen.iter().any(|m| m.contains("finalize")), "{seen:?}");
+    }
+
+    #[test]
+    fn the_wire_follows_the_programs_pmi_settings() {
+        let with = |pairs: &'static [(&'static str, &'static str)]| {
+            wire_from(move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
+        };
+        assert_eq!(with(&[]), Wire::V1);
+        assert_eq!(with(&[("MPIR_CVAR_PMI_VERSION", "2")]), Wire::V2);
+        assert_eq!(with(&[("MPICH_PMI_VERSION", " 2 ")]), Wire::V2);
+        assert_eq!(with(&[("MPIR_CVAR_PMI_VERSION", "1"), ("I_MPI_PMI", "pmi2")]), Wire::V1);
+        assert_eq!(with(&[("I_MPI_PMI", "PMI2")]), Wire::V2);
+        assert_eq!(with(&[("I_MPI_PMI_LIBRARY", "/usr/lib/libpmi2.so.0")]), Wire::V2);
+        assert_eq!(with(&[("I_MPI_PMI_LIBRARY", "/opt/pmi2/lib/libpmi.so")]), Wire::V1);
+        assert_eq!(with(&[("I_MPI_PMI", "pmi1"), ("I_MPI_PMI_LIBRARY", "/usr/lib/libpmi2.so.0")]), Wire::V1);
     }
 
     /// A program that asks for another PMI version than the keeper's is refused at its `init`.
