@@ -2,7 +2,8 @@
 //! with Slurm's `libpmi2.so` (`I_MPI_PMI=pmi2 I_MPI_PMI_LIBRARY=...`), and only under srun: the
 //! MPICH 5 wheel is built without PMI-2 (`MPIR_CVAR_PMI_VERSION=2` fails in `MPI_Init` with no
 //! PMI traffic), Intel's Hydra ignores the library, and under MPICH 4.0.2's Hydra Intel MPI fails
-//! natively (that Hydra's PMI-2 `PMI_process_mapping` puts one rank on the node). So: a 2-rank
+//! natively (that Hydra's PMI-2 `PMI_process_mapping` puts one rank on the node), and so it does
+//! under the wheel's Hydra. So: a 2-rank
 //! `ckpt_ring` built by Intel MPI under `srun --mpi=pmi2` runs, checkpoints and continues, stops
 //! and restarts under a new srun job (the keeper told PMI-2 by job.json alone), each with the
 //! native srun output; under Hydra the keeper's own PMI-2 session (init, fullinit, job-getid,
