@@ -9,7 +9,8 @@
 #   - a private CRIU 4.1 from Debian 13 (trixie), unpacked under .deps/criu, never installed
 #     system-wide (it needs glibc 2.38; the host keeps its own libc), with the file capabilities
 #     a non-root user's checkpoints need (setcap from libcap2-bin; patchelf makes it exec'able)
-#   - Debian's Slurm (slurm-wlm: slurmctld, slurmd, srun, sbatch) and munge, for the srun and
+#   - Debian's Slurm (slurm-wlm: slurmctld, slurmd, srun, sbatch), munge and libpmi2-0 (Slurm's
+#     PMI-2 client library, through which Intel MPI speaks PMI-2 in the tests), for the srun and
 #     batch tests (scripts/slurm-local.sh starts a private one-node cluster; nothing is started
 #     here: a policy-rc.d keeps the packages' init scripts from starting the system's daemons)
 #   - MPICH's own test suite, test/mpi of Debian's `mpich` source package (the version of the
@@ -35,7 +36,7 @@ fi
 
 # --- Slurm and munge ---------------------------------------------------------------------------
 need_slurm=()
-for p in slurm-wlm munge; do
+for p in slurm-wlm munge libpmi2-0; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || need_slurm+=("$p")
 done
 if [ ${#need_slurm[@]} -gt 0 ]; then

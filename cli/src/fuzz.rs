@@ -256,6 +256,7 @@ fn job() -> JobInfo {
         created_unix: 1,
         mode: "mpi".into(),
         kvsname: Some("kvs_1".into()),
+        pmi_version: None,
         mpi_library: Some("/usr/lib/libmpich.so.12".into()),
         renew_strategy: Some("namespace".into()),
         mpicr_version: "0.1.0".into(),

@@ -52,6 +52,10 @@ pub struct JobInfo {
     pub mode: String,
     /// The launcher's kvsname at the first run; presented to the program ever after.
     pub kvsname: Option<String>,
+    /// The PMI version (1 or 2) the program speaks on the wire, which a restart's keeper
+    /// initialises with its launcher (absent: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pmi_version: Option<u32>,
     /// Real MPI library under the shim (from the agents' Hello).
     pub mpi_library: Option<String>,
     /// `sessions` or `namespace` (from the agents' Hello).
@@ -839,6 +843,7 @@ pub(crate) mod tests {
             created_unix: 0,
             mode: "mpi".into(),
             kvsname: None,
+            pmi_version: None,
             mpi_library: None,
             renew_strategy: None,
             mpicr_version: "0".into(),

@@ -71,11 +71,12 @@ pub(crate) struct Launch {
 /// early would make the launcher kill the job before this rank's error message is forwarded.
 static LAUNCHER: std::sync::OnceLock<Arc<Launcher>> = std::sync::OnceLock::new();
 
-pub(crate) fn launch() -> Result<Launch> {
+/// `wire`: the PMI version to initialise with the launcher, the one the program speaks.
+pub(crate) fn launch(wire: crate::pmi::Wire) -> Result<Launch> {
     sys::cloexec_inherited_fds().context("marking inherited descriptors close-on-exec")?;
     match PmiEnv::from_env()? {
         Some(env) => {
-            let l = Arc::new(Launcher::connect(env).context("connecting to the launcher's PMI")?);
+            let l = Arc::new(Launcher::connect(env, wire).context("connecting to the launcher's PMI")?);
             let _ = LAUNCHER.set(Arc::clone(&l));
             Ok(Launch { rank: env.rank, size: env.size, launcher: Some(l), pmix: None })
         }
@@ -332,7 +333,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     // makes the launcher end the whole job instead of leaving the others in a barrier.
     let (tx, rx) = mpsc::channel();
     start_signal_thread(tx.clone())?;
-    let l = launch()?;
+    let l = launch(crate::pmi_relay::program_wire())?;
     if app && mode != Mode::Agent {
         bail!("--mode app needs the shim and MPI (not --no-shim or --no-mpi)");
     }
@@ -394,6 +395,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             created_unix: images::now_unix(),
             mode: mode_name(&mode).into(),
             kvsname: l.launcher.as_ref().map(|p| p.kvsname.clone()),
+            pmi_version: l.launcher.as_ref().map(|p| crate::pmi_relay::wire_version(p.wire)),
             mpi_library: None,
             renew_strategy: None,
             mpicr_version: env!("CARGO_PKG_VERSION").into(),

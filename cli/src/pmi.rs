@@ -12,6 +12,10 @@
 //! answers 1.2 (`rc=0` first, `barrier_out tag=0`). Both use PMI-1 over `PMI_FD` unless the
 //! program selects PMI-2 (`MPIR_CVAR_PMI_VERSION=2` in MPICH >= 4.1). MPICH 4.0.2 shuts down
 //! and closes the PMI socket at `PMI_Finalize`; 5.0.2 keeps it open.
+//! Intel MPI over Slurm's `libpmi2.so` under `srun --mpi=pmi2` sends `cmd=init pmi_version=2
+//! pmi_subversion=0` (a PMI-1 line), then PMI-2 only: `fullinit;pmijobid=..;pmirank=..`,
+//! `job-getid`, `info-getjobattr` (`PMI_process_mapping`), `kvs-put`, `kvs-fence`, `kvs-get`,
+//! `info-putnodeattr`/`info-getnodeattr;wait=TRUE` (node-local broadcasts), `finalize`.
 //!
 //! Relay rules (per request, see [`Rules::request`]):
 //! - `finalize` is answered by the keeper itself (the launcher sees one finalize, from the keeper,

@@ -19,6 +19,47 @@ pub struct PmiEnv {
     pub size: i32,
 }
 
+/// The PMI wire protocol the program's library will speak, from its environment (the keeper's,
+/// which the program inherits): MPICH >= 4.1 reads `MPIR_CVAR_PMI_VERSION` (and its aliases),
+/// Intel MPI `I_MPI_PMI` and `I_MPI_PMI_LIBRARY` (Slurm's `libpmi2.so` speaks PMI-2 on
+/// `PMI_FD`). The keeper must initialise the launcher in that version before the program
+/// starts: Slurm's pmi2 plugin fixes a task's version by the first `init` it reads.
+pub fn program_wire() -> Wire {
+    wire_from(|k| std::env::var(k).ok())
+}
+
+/// `program_wire` over the variables `get` finds.
+fn wire_from(get: impl Fn(&str) -> Option<String>) -> Wire {
+    let var = |k: &str| get(k).map(|v| v.trim().to_ascii_lowercase()).filter(|v| !v.is_empty());
+    let mpich = ["MPIR_CVAR_PMI_VERSION", "MPIR_PARAM_PMI_VERSION", "MPICH_PMI_VERSION"].iter().find_map(|k| var(k));
+    if let Some(v) = mpich {
+        return if v == "2" { Wire::V2 } else { Wire::V1 };
+    }
+    let lib_is_pmi2 = var("I_MPI_PMI_LIBRARY").is_some_and(|l| l.rsplit('/').next().is_some_and(|f| f.contains("pmi2")));
+    match var("I_MPI_PMI").as_deref() {
+        Some("pmi2") => Wire::V2,
+        Some("pmi1") => Wire::V1,
+        _ if lib_is_pmi2 => Wire::V2,
+        _ => Wire::V1,
+    }
+}
+
+/// The PMI version number of a wire.
+pub fn wire_version(w: Wire) -> u32 {
+    match w {
+        Wire::V1 => 1,
+        Wire::V2 => 2,
+    }
+}
+
+pub fn wire_of_version(v: u32) -> Option<Wire> {
+    match v {
+        1 => Some(Wire::V1),
+        2 => Some(Wire::V2),
+        _ => None,
+    }
+}
+
 impl PmiEnv {
     /// `None` when not started by a PMI launcher.
     pub fn from_env() -> Result<Option<PmiEnv>> {
@@ -87,38 +128,76 @@ pub struct Launcher {
     pub kvsname: String,
     finalized: AtomicBool,
     tag: String,
-    /// The launcher's answer to the keeper's own `init` (PMI 1.1).
+    /// The launcher's answer to the keeper's own `init` (PMI 1.1, or 2.0).
     init_reply: Msg,
+    /// The wire the keeper speaks with the launcher (and relays).
+    pub wire: Wire,
+    /// PMI-2: the launcher's answer to the keeper's `fullinit`.
+    fullinit_reply: Option<Msg>,
 }
 
 impl Launcher {
-    /// Takes over the launcher's PMI fd and initialises PMI-1 on it.
-    pub fn connect(env: PmiEnv) -> Result<Launcher> {
+    /// Takes over the launcher's PMI fd and initialises PMI in `wire`'s version on it.
+    pub fn connect(env: PmiEnv, wire: Wire) -> Result<Launcher> {
         // SAFETY: PMI_FD names a descriptor the launcher opened for this process; nothing else
         // in the keeper owns it, so the keeper takes ownership here, once.
         let fd = unsafe { OwnedFd::from_raw_fd(env.fd) };
         let sock = UnixStream::from(fd);
         let mut up = Upstream { sock, buf: Vec::new() };
         let tag = format!("mpicr[{}] pmi", env.rank);
-        let init = Msg::new(Wire::V1, "init").with("pmi_version", 1).with("pmi_subversion", 1);
+        // Both versions start with a PMI-1 `init` line (PMI-2 then continues in its own wire).
+        let (v, sub) = match wire {
+            Wire::V1 => (1, 1),
+            Wire::V2 => (2, 0),
+        };
+        let init = Msg::new(Wire::V1, "init").with("pmi_version", v).with("pmi_subversion", sub);
         let init_reply = up.exchange(&init, true).context("PMI init with the launcher")?.unwrap();
         check_rc(&init_reply, "init")?;
-        let r = up.exchange(&Msg::new(Wire::V1, "get_my_kvsname"), true).context("PMI get_my_kvsname")?.unwrap();
-        check_rc(&r, "get_my_kvsname")?;
-        let kvsname = r.get("kvsname").context("the launcher's my_kvsname reply has no kvsname")?.to_string();
-        tracing::debug!(target: "pmi", "{tag}: launcher session {kvsname}, rank {} of {}", env.rank, env.size);
-        Ok(Launcher { up: Mutex::new(up), kvsname, finalized: AtomicBool::new(false), tag, init_reply })
+        let (kvsname, fullinit_reply) = match wire {
+            Wire::V1 => {
+                let r = up.exchange(&Msg::new(Wire::V1, "get_my_kvsname"), true).context("PMI get_my_kvsname")?.unwrap();
+                check_rc(&r, "get_my_kvsname")?;
+                (r.get("kvsname").context("the launcher's my_kvsname reply has no kvsname")?.to_string(), None)
+            }
+            Wire::V2 => {
+                let mut full = Msg::new(Wire::V2, "fullinit");
+                if let Ok(j) = std::env::var("PMI_JOBID") {
+                    full = full.with("pmijobid", j);
+                }
+                let full = full.with("pmirank", env.rank).with("threaded", "FALSE");
+                let fr = up.exchange(&full, true).context("PMI-2 fullinit with the launcher")?.unwrap();
+                check_rc(&fr, "fullinit")?;
+                let r = up.exchange(&Msg::new(Wire::V2, "job-getid"), true).context("PMI-2 job-getid")?.unwrap();
+                check_rc(&r, "job-getid")?;
+                (r.get("jobid").context("the launcher's job-getid reply has no jobid")?.to_string(), Some(fr))
+            }
+        };
+        tracing::debug!(target: "pmi", "{tag}: launcher session {kvsname} (PMI-{v}), rank {} of {}", env.rank, env.size);
+        Ok(Launcher { up: Mutex::new(up), kvsname, finalized: AtomicBool::new(false), tag, init_reply, wire, fullinit_reply })
     }
 
-    /// The answer to a program's `init`, when it asks for the version the keeper initialised
-    /// with: the launcher's own answer to the keeper. A PMI server takes one `init` per
-    /// connection: Slurm's pmi2 plugin reads the first message of a task's `PMI_FD` as its
-    /// `init` and rejects any later one without answering; Hydra answers every one alike.
-    /// `None`: another version, for the launcher to answer.
-    fn init_answer(&self, req: &Msg) -> Option<Msg> {
-        let asks = |k: &str| req.get(k).and_then(|v| v.trim().parse::<u32>().ok());
-        (matches!(req, Msg::Cmd { wire: Wire::V1, .. }) && asks("pmi_version") == Some(1) && asks("pmi_subversion") == Some(1))
-            .then(|| self.init_reply.clone())
+    /// The answer to a program's `init` (and PMI-2 `fullinit`), when it asks for the version the
+    /// keeper initialised with: the launcher's own answer to the keeper. A PMI server takes one
+    /// `init` per connection: Slurm's pmi2 plugin reads the first message of a task's `PMI_FD` as
+    /// its `init` and rejects any later one without answering; Hydra answers every one alike.
+    /// `Err`: the program asks for another version than the keeper's (it cannot be relayed).
+    fn init_answer(&self, req: &Msg) -> Option<Result<Msg, String>> {
+        match req.cmd() {
+            "init" => {
+                let asks = req.get("pmi_version").and_then(|v| v.trim().parse::<u32>().ok());
+                Some(if asks == Some(wire_version(self.wire)) {
+                    Ok(self.init_reply.clone())
+                } else {
+                    Err(format!(
+                        "the program asks for PMI-{} but the keeper initialised PMI-{} with the launcher, as its environment says (MPIR_CVAR_PMI_VERSION, I_MPI_PMI, I_MPI_PMI_LIBRARY; job.json at a restart): refused",
+                        asks.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
+                        wire_version(self.wire)
+                    ))
+                })
+            }
+            "fullinit" => self.fullinit_reply.clone().map(Ok),
+            _ => None,
+        }
     }
 
     fn call(&self, req: &Msg) -> Result<Msg> {
@@ -129,19 +208,35 @@ impl Launcher {
     }
 
     pub fn put(&self, key: &str, value: &str) -> Result<()> {
-        let req = Msg::new(Wire::V1, "put").with("kvsname", &self.kvsname).with("key", key).with("value", value);
+        let req = match self.wire {
+            Wire::V1 => Msg::new(Wire::V1, "put").with("kvsname", &self.kvsname).with("key", key).with("value", value),
+            Wire::V2 => Msg::new(Wire::V2, "kvs-put").with("key", key).with("value", value),
+        };
         self.call(&req).map(drop)
     }
 
+    /// A value of the job's key-value space; under PMI-2 the launcher's `PMI_*` attributes are
+    /// job attributes.
     pub fn get(&self, key: &str) -> Result<String> {
-        let req = Msg::new(Wire::V1, "get").with("kvsname", &self.kvsname).with("key", key);
+        let req = match self.wire {
+            Wire::V1 => Msg::new(Wire::V1, "get").with("kvsname", &self.kvsname).with("key", key),
+            Wire::V2 if key.starts_with("PMI_") => Msg::new(Wire::V2, "info-getjobattr").with("key", key),
+            Wire::V2 => Msg::new(Wire::V2, "kvs-get").with("jobid", &self.kvsname).with("srcid", -1).with("key", key),
+        };
         let r = self.call(&req)?;
+        if r.get("found").is_some_and(|f| !f.eq_ignore_ascii_case("true")) {
+            bail!("PMI get {key}: not found");
+        }
         Ok(r.get("value").with_context(|| format!("PMI get {key}: no value"))?.to_string())
     }
 
-    /// A barrier over every rank of the job.
+    /// A barrier over every rank of the job (PMI-2: a fence, which also commits the puts).
     pub fn barrier(&self) -> Result<()> {
-        self.call(&Msg::new(Wire::V1, "barrier_in")).map(drop)
+        let req = match self.wire {
+            Wire::V1 => Msg::new(Wire::V1, "barrier_in"),
+            Wire::V2 => Msg::new(Wire::V2, "kvs-fence"),
+        };
+        self.call(&req).map(drop)
     }
 
     /// Tells the launcher this rank ends cleanly. Gives up (returns false) when the connection is
@@ -151,7 +246,7 @@ impl Launcher {
             return true;
         }
         let Some(mut up) = self.up.try_lock_for(wait) else { return false };
-        let ok = up.exchange(&Msg::new(Wire::V1, "finalize"), true).is_ok();
+        let ok = up.exchange(&Msg::new(self.wire, "finalize"), true).is_ok();
         tracing::debug!(target: "pmi", "{}: finalize with the launcher: {}", self.tag, if ok { "ok" } else { "failed" });
         ok
     }
@@ -233,6 +328,7 @@ impl Relay {
     fn serve_conn(&self, mut conn: UnixStream, mut announced: Option<u32>) -> io::Result<()> {
         let mut buf = Vec::new();
         let mut generation = announced.unwrap_or_else(|| self.gens.lock().next.saturating_sub(1));
+        let mut after_init = false;
         loop {
             let (msg, n) = loop {
                 match pmi::split(&buf) {
@@ -252,7 +348,11 @@ impl Relay {
                 buf.extend_from_slice(&chunk[..n]);
             };
             buf.drain(..n);
-            if msg.cmd() == "init" {
+            // A PMI-2 client's `fullinit` follows its `init`; one without an `init` before it
+            // starts a generation itself.
+            let starts = msg.cmd() == "init" || (msg.cmd() == "fullinit" && !after_init);
+            after_init = msg.cmd() == "init";
+            if starts {
                 let mut g = self.gens.lock();
                 generation = match announced.take() {
                     Some(a) => a,
@@ -262,9 +362,15 @@ impl Relay {
                 g.finalized = false;
                 g.releasing = false;
             }
-            let action = match (msg.cmd(), self.launcher.init_answer(&msg)) {
-                ("init", Some(r)) => Action::Reply(r),
-                _ => self.rules.request(&msg, generation),
+            let action = match self.launcher.init_answer(&msg) {
+                Some(Ok(r)) => Action::Reply(r),
+                Some(Err(why)) => {
+                    crate::elog!("{}: {why}", self.launcher.tag);
+                    let refuse = Msg::new(Wire::V1, "response_to_init").with("rc", -1).with("msg", "mpicr:PMI_version_mismatch");
+                    // Said once above; the program's MPI_Init fails on the refusal.
+                    return conn.write_all(&refuse.encode());
+                }
+                None => self.rules.request(&msg, generation),
             };
             let reply = match action {
                 Action::Reply(r) => {
@@ -312,7 +418,97 @@ mod tests {
             }
         });
         let fd = std::os::fd::IntoRawFd::into_raw_fd(ours);
-        Launcher::connect(PmiEnv { fd, rank: 0, size: 1 }).unwrap()
+        Launcher::connect(PmiEnv { fd, rank: 0, size: 1 }, Wire::V1).unwrap()
+    }
+
+    /// Like Slurm's pmi2 plugin in PMI-2 mode: one `init` line, then length-prefixed PMI-2;
+    /// records every command it reads.
+    fn pmi2_launcher(seen: Arc<Mutex<Vec<String>>>) -> Launcher {
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            loop {
+                let (m, n) = match pmi::split(&buf) {
+                    Ok(Some(x)) => x,
+                    Ok(None) => {
+                        let mut chunk = [0u8; 4096];
+                        match theirs.read(&mut chunk) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                        continue;
+                    }
+                    Err(_) => return,
+                };
+                buf.drain(..n);
+                seen.lock().push(m.to_string());
+                let r = match m.cmd() {
+                    "init" => Msg::new(Wire::V1, "response_to_init").with("rc", 0).with("pmi_version", 2).with("pmi_subversion", 0),
+                    "fullinit" => Msg::new(Wire::V2, "fullinit-response").with("rc", 0).with("rank", 0).with("size", 1),
+                    "job-getid" => Msg::new(Wire::V2, "job-getid-response").with("rc", 0).with("jobid", "18.0"),
+                    "kvs-get" => Msg::new(Wire::V2, "kvs-get-response").with("rc", 0).with("found", "TRUE").with("value", "v"),
+                    c => Msg::new(Wire::V2, &format!("{c}-response")).with("rc", 0),
+                };
+                if theirs.write_all(&r.encode()).is_err() {
+                    return;
+                }
+            }
+        });
+        let fd = std::os::fd::IntoRawFd::into_raw_fd(ours);
+        Launcher::connect(PmiEnv { fd, rank: 0, size: 1 }, Wire::V2).unwrap()
+    }
+
+    fn v2(body: &str) -> String {
+        format!("{:>6}{body}", body.len())
+    }
+
+    /// A PMI-2 program after a restart under a new job: its `init` and `fullinit` are answered
+    /// by the keeper, its job id is the first one, requests naming it reach the launcher with
+    /// the new one, and keys of a later generation are prefixed.
+    #[test]
+    fn pmi2_is_relayed_with_the_first_job_id() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let l = pmi2_launcher(Arc::clone(&seen));
+        assert_eq!(l.kvsname, "18.0");
+        let relay = Relay::new(Arc::new(l), "7.0".into(), 1);
+        let (mut prog, end) = UnixStream::pair().unwrap();
+        prog.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        relay.serve(end, None).unwrap();
+        assert!(ask(&mut prog, "cmd=init pmi_version=2 pmi_subversion=0\n").contains("response_to_init"));
+        assert!(ask(&mut prog, &v2("cmd=fullinit;pmijobid=7.0;pmirank=0;threaded=FALSE;")).contains("fullinit-response;rc=0"));
+        assert!(ask(&mut prog, &v2("cmd=job-getid;")).contains("jobid=7.0;"));
+        assert!(ask(&mut prog, &v2("cmd=kvs-put;key=k;value=v;")).contains("kvs-put-response"));
+        assert!(ask(&mut prog, &v2("cmd=kvs-get;jobid=7.0;srcid=-1;key=k;")).contains("value=v;"));
+        assert!(ask(&mut prog, &v2("cmd=finalize;")).contains("finalize-response;rc=0"));
+        let seen = seen.lock().clone();
+        assert_eq!(seen.iter().filter(|m| m.contains("init")).count(), 2, "the keeper's init and fullinit only: {seen:?}");
+        assert!(seen.iter().any(|m| m.contains("cmd=kvs-get;jobid=18.0;srcid=-1;key=g1-k;")), "{seen:?}");
+        assert!(!seen.iter().any(|m| m.contains("finalize")), "{seen:?}");
+    }
+
+    #[test]
+    fn the_wire_follows_the_programs_pmi_settings() {
+        let with = |pairs: &'static [(&'static str, &'static str)]| {
+            wire_from(move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
+        };
+        assert_eq!(with(&[]), Wire::V1);
+        assert_eq!(with(&[("MPIR_CVAR_PMI_VERSION", "2")]), Wire::V2);
+        assert_eq!(with(&[("MPICH_PMI_VERSION", " 2 ")]), Wire::V2);
+        assert_eq!(with(&[("MPIR_CVAR_PMI_VERSION", "1"), ("I_MPI_PMI", "pmi2")]), Wire::V1);
+        assert_eq!(with(&[("I_MPI_PMI", "PMI2")]), Wire::V2);
+        assert_eq!(with(&[("I_MPI_PMI_LIBRARY", "/usr/lib/libpmi2.so.0")]), Wire::V2);
+        assert_eq!(with(&[("I_MPI_PMI_LIBRARY", "/opt/pmi2/lib/libpmi.so")]), Wire::V1);
+        assert_eq!(with(&[("I_MPI_PMI", "pmi1"), ("I_MPI_PMI_LIBRARY", "/usr/lib/libpmi2.so.0")]), Wire::V1);
+    }
+
+    /// A program that asks for another PMI version than the keeper's is refused at its `init`.
+    #[test]
+    fn another_pmi_version_is_refused() {
+        let relay = Relay::new(Arc::new(fake_launcher()), "kvs_1_0".into(), 0);
+        let (mut prog, end) = UnixStream::pair().unwrap();
+        prog.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        relay.serve(end, None).unwrap();
+        assert!(ask(&mut prog, "cmd=init pmi_version=2 pmi_subversion=0\n").contains("rc=-1"));
     }
 
     /// A launcher that answers `init` and `get_my_kvsname`, for as long as the keeper talks.

@@ -37,6 +37,13 @@ impl PmixEnv {
         let rank = num("PMIX_RANK", &rank)?;
         let namespace = get("PMIX_NAMESPACE").context("PMIX_RANK is set but PMIX_NAMESPACE is not")?;
         let Some(size) = get("OMPI_COMM_WORLD_SIZE") else {
+            // Slurm's pmix plugin (`srun --mpi=pmix`) starts tasks here, but the keepers neither
+            // relay PMIx nor learn the job's size from it: refused with what works instead.
+            if get("SLURM_MPI_TYPE").is_some_and(|t| t.starts_with("pmix")) {
+                bail!(
+                    "srun --mpi=pmix is not supported: under srun mpicr relays PMI-1 and PMI-2 (srun --mpi=pmi2); PMIx only under Open MPI's own launcher (mpirun, prterun --personality ompi)"
+                );
+            }
             bail!(
                 "started by a PMIx launcher without OMPI_COMM_WORLD_SIZE: mpicr needs the job's size from the launcher (use Open MPI's mpirun/mpiexec, or prterun --personality ompi)"
             );

@@ -31,7 +31,15 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     // mismatch gives the same clear error on every rank, and the launcher ends the job.
     let (tx, rx) = mpsc::channel();
     start_signal_thread(tx.clone())?;
-    let l = launch()?;
+    // The program in the images speaks the PMI version it spoke at the first run: the keeper
+    // initialises that one (an unreadable job.json is reported below, once PMI is up).
+    let wire = dir
+        .read_job()
+        .ok()
+        .and_then(|j| j.pmi_version)
+        .and_then(crate::pmi_relay::wire_of_version)
+        .unwrap_or(crate::pmi::Wire::V1);
+    let l = launch(wire)?;
     dir.secure(false)?;
     let job = dir.read_job()?;
     let manifest = dir.select_epoch(args.epoch)?;

@@ -31,6 +31,7 @@ mod pidns;
 mod protocol;
 mod relay;
 mod security;
+mod pmi2;
 mod slurm;
 mod stage;
 mod xlib;
@@ -122,6 +123,7 @@ pub fn all() -> Vec<CaseFn> {
     v.extend(commands::cases());
     v.extend(stage::cases());
     v.extend(slurm::cases());
+    v.extend(pmi2::cases());
     v.push(CaseFn {
         name: "no-strays",
         cases: &["no-stray-processes"],

@@ -31,8 +31,39 @@ pub fn cases() -> Vec<CaseFn> {
     }]
 }
 
+/// Starts the local Slurm unless it runs (stopped again when the guard is dropped, if started
+/// here) and exports its `SLURM_CONF`; `None` (every case left skipped with the reason) when
+/// Slurm is not installed or cannot start.
+pub(super) fn up(t: &mut T) -> Option<Cluster> {
+    if !["srun", "sbatch", "slurmd", "slurmctld", "munged"].iter().all(|b| super::find_in_path(b)) {
+        t.skip_rest("Slurm is not installed (make deps installs slurm-wlm and munge)");
+        return None;
+    }
+    let script = t.env.root.join("scripts/slurm-local.sh");
+    let mut cluster = Cluster { script: script.clone(), started: false };
+    let mut c = Command::new(&script);
+    c.arg("status").stdin(std::process::Stdio::null());
+    let up_already = c.output().is_ok_and(|o| o.status.success());
+    if !up_already {
+        let mut c = t.cmd(&script);
+        // The daemons outlive this command by design: not marked as this function's.
+        c.env_remove(crate::job::MARKER_VAR).arg("up");
+        let (rc, out) = t.out(c, Duration::from_secs(120));
+        cluster.started = true;
+        if rc != 0 {
+            // The script's own line says what failed (the daemons' log lines follow it).
+            let why = out.lines().find(|l| l.starts_with("slurm-local:")).or(out.lines().last()).unwrap_or("").to_string();
+            t.skip_rest(&format!("the local Slurm cannot start: {why}"));
+            return None;
+        }
+    }
+    let conf = std::env::var("MPICR_SLURM_DIR").unwrap_or_else(|_| "/tmp/mpicr-slurm".into());
+    t.export("SLURM_CONF", &format!("{conf}/slurm.conf"));
+    Some(cluster)
+}
+
 /// Stops the local Slurm at the end when this function started it.
-struct Cluster {
+pub(super) struct Cluster {
     script: PathBuf,
     started: bool,
 }
@@ -56,28 +87,7 @@ fn slurm(t: &mut T) {
     if !t.require(&[t.env.criu_ok, t.env.have4, t.env.is_root, t.env.shim_built], "needs MPICH 4, criu, root and libmpicr.so") {
         return;
     }
-    if !["srun", "sbatch", "slurmd", "slurmctld", "munged"].iter().all(|b| super::find_in_path(b)) {
-        return t.skip_rest("Slurm is not installed (make deps installs slurm-wlm and munge)");
-    }
-    let script = t.env.root.join("scripts/slurm-local.sh");
-    let mut cluster = Cluster { script: script.clone(), started: false };
-    let mut c = Command::new(&script);
-    c.arg("status").stdin(std::process::Stdio::null());
-    let up_already = c.output().is_ok_and(|o| o.status.success());
-    if !up_already {
-        let mut c = t.cmd(&script);
-        // The daemons outlive this command by design: not marked as this function's.
-        c.env_remove(crate::job::MARKER_VAR).arg("up");
-        let (rc, out) = t.out(c, Duration::from_secs(120));
-        cluster.started = true;
-        if rc != 0 {
-            // The script's own line says what failed (the daemons' log lines follow it).
-            let why = out.lines().find(|l| l.starts_with("slurm-local:")).or(out.lines().last()).unwrap_or("").to_string();
-            return t.skip_rest(&format!("the local Slurm cannot start: {why}"));
-        }
-    }
-    let conf = std::env::var("MPICR_SLURM_DIR").unwrap_or_else(|_| "/tmp/mpicr-slurm".into());
-    t.export("SLURM_CONF", &format!("{conf}/slurm.conf"));
+    let Some(cluster) = up(t) else { return };
 
     let (prog, oracle) = match ring_with_oracle(t, "ring_slurm") {
         Ok(x) => x,
