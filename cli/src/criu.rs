@@ -65,7 +65,8 @@ impl Criu {
 
     /// Restores the image in `dir` detached (`restore -d`); `inherit` maps resources of the image
     /// (`socket:[INO]`, `pipe:[INO]`) to descriptors of the keeper. Returns the restored pid.
-    pub fn restore(&self, dir: &Path, inherit: Vec<(OwnedFd, String)>, timeout: Duration) -> Result<i32> {
+    /// `leave_stopped`: the restored tree stays stopped (SIGCONT lets it run).
+    pub fn restore(&self, dir: &Path, inherit: Vec<(OwnedFd, String)>, leave_stopped: bool, timeout: Duration) -> Result<i32> {
         // CRIU changes directory: every path it gets must be absolute.
         let dir = &dir.canonicalize().with_context(|| format!("resolving {}", dir.display()))?;
         let pidfile = dir.join("restore.pid");
@@ -81,6 +82,9 @@ impl Criu {
             fds.push((fd, next));
         }
         cmd.args(restore_flags(unprivileged()));
+        if leave_stopped {
+            cmd.arg("--leave-stopped");
+        }
         run(cmd, "restore", &dir.join("restore.log"), timeout, fds)?;
         let text = std::fs::read_to_string(&pidfile).with_context(|| format!("criu restore wrote no {}", pidfile.display()))?;
         let _ = std::fs::remove_file(&pidfile);

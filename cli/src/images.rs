@@ -779,6 +779,16 @@ fn is_listed_name(name: &str) -> bool {
 /// Checks a rank directory against its manifest entry; the error names the first bad file.
 /// Each listed name must be a plain name of a regular file.
 pub fn verify_rank_dir(dir: &Path, expected: &[FileSum]) -> Result<()> {
+    let deferred = verify_rank_dir_but_pages(dir, expected)?;
+    verify_files(dir, &deferred)
+}
+
+/// `verify_rank_dir` for everything CRIU or mpicr parses (image metadata, `rank.json`, the
+/// shim's state, compressed pages): checked now. The raw page files (`pages-N.img`), which
+/// CRIU only copies into the restored memory, are checked to exist and returned: a restart
+/// checksums them while CRIU restores, and lets the program run only once they match.
+pub fn verify_rank_dir_but_pages(dir: &Path, expected: &[FileSum]) -> Result<Vec<FileSum>> {
+    let mut deferred = Vec::new();
     for f in expected {
         if !is_listed_name(&f.name) {
             bail!("the manifest lists an invalid image file name {:?} for {}", f.name, dir.display());
@@ -789,12 +799,30 @@ pub fn verify_rank_dir(dir: &Path, expected: &[FileSum]) -> Result<()> {
             Ok(_) => bail!("image file {} is not a regular file", p.display()),
             Err(_) => bail!("image file {} is missing", p.display()),
         }
+        if is_raw_pages(&f.name) {
+            deferred.push(f.clone());
+        } else {
+            verify_files(dir, std::slice::from_ref(f))?;
+        }
+    }
+    Ok(deferred)
+}
+
+/// Checksums the listed files of `dir` (checked to be regular files before).
+pub fn verify_files(dir: &Path, files: &[FileSum]) -> Result<()> {
+    for f in files {
+        let p = dir.join(&f.name);
         let (bytes, sum) = sha256_file(&p)?;
         if bytes != f.bytes || sum != f.sha256 {
             bail!("image file {} is corrupt (checksum mismatch)", p.display());
         }
     }
     Ok(())
+}
+
+/// CRIU's page contents: `pages-N.img`.
+fn is_raw_pages(name: &str) -> bool {
+    name.strip_prefix("pages-").and_then(|r| r.strip_suffix(".img")).is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 pub fn hex(bytes: &[u8]) -> String {
@@ -1157,6 +1185,8 @@ pub(crate) mod tests {
         assert_eq!(sums.len(), 1);
         assert_eq!(sums[0].sha256, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
         verify_rank_dir(&root, &sums).unwrap();
+        assert!(is_raw_pages("pages-1.img") && is_raw_pages("pages-12.img"));
+        assert!(!is_raw_pages("pages-.img") && !is_raw_pages("pages-1.img.zst") && !is_raw_pages("pagemap-1.img") && !is_raw_pages("pages-x.img"));
         fs::write(root.join("pages-1.img"), b"abd").unwrap();
         assert!(verify_rank_dir(&root, &sums).unwrap_err().to_string().contains("corrupt"));
         fs::remove_dir_all(&root).unwrap();

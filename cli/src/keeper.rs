@@ -598,12 +598,12 @@ impl Drop for ProgramGuard {
 
 /// Continues a program that CRIU left stopped (`--leave-stopped`): its whole process group (the
 /// init of its PID namespace and the program), and the program through the init.
-fn resume_stopped(pid: i32) {
+pub(crate) fn resume_stopped(pid: i32) {
     let _ = sys::kill(-pid, libc::SIGCONT);
     let _ = sys::kill(pid, libc::SIGCONT);
 }
 
-fn kill_program(pid: i32) {
+pub(crate) fn kill_program(pid: i32) {
     let _ = sys::kill(-pid, libc::SIGKILL);
     let _ = sys::kill(pid, libc::SIGKILL);
 }
