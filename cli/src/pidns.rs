@@ -59,8 +59,12 @@ pub fn available() -> bool {
 ///   ring messages hung there, 0 of 60 without rendezvous (large messages sent eagerly through
 ///   shared memory); after a checkpoint 1 of 8 persistent-request jobs still hung, 0 of 16
 ///   without TCP. So: no rendezvous, and no TCP at all when every rank runs on this node.
-fn library_settings(all_local: bool) -> [(&'static str, Option<&'static str>); 4] {
+/// - Open MPI 4.1's shared-memory transport (vader) copies large messages with CMA too, and
+///   prints "Read -1, expected N, errno = 3" (ESRCH) for each before it falls back: no single
+///   copy.
+fn library_settings(all_local: bool) -> [(&'static str, Option<&'static str>); 5] {
     [
+        ("OMPI_MCA_btl_vader_single_copy_mechanism", Some("none")),
         ("UCX_POSIX_USE_PROC_LINK", Some("n")),
         ("MPIR_CVAR_CH4_CMA_ENABLE", Some("0")),
         ("UCX_RNDV_THRESH", Some("inf")),

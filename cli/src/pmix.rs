@@ -101,8 +101,9 @@ pub fn meet(env: &PmixEnv, dir: &CkptDir, mine: Option<&CoordInfo>) -> Result<Co
 
 /// The Open MPI library a program linked to Open MPI runs on underneath when its launcher is
 /// Open MPI's: the first `libmpi.so.40` in `LD_LIBRARY_PATH`, then in the program's
-/// `DT_RUNPATH`/`DT_RPATH` (`$ORIGIN` expanded), else the launcher's (`OMPI_LIBDIR_LOC`, set by
-/// `mpirun`).
+/// `DT_RUNPATH`/`DT_RPATH` (`$ORIGIN` expanded), then the launcher's (`OMPI_LIBDIR_LOC`, set by
+/// Open MPI 5's `mpirun`), else where the dynamic loader finds it (a distribution's Open MPI in
+/// the system's directories, whose `mpirun` sets no `OMPI_LIBDIR_LOC`).
 pub fn program_library(program: &Path) -> Option<PathBuf> {
     const NAME: &str = "libmpi.so.40";
     let d = mpicr_elf::read_file(program).ok()?;
@@ -111,7 +112,30 @@ pub fn program_library(program: &Path) -> Option<PathBuf> {
     let env: Vec<PathBuf> = std::env::var_os("LD_LIBRARY_PATH").map(|v| std::env::split_paths(&v).filter(|p| !p.as_os_str().is_empty()).collect()).unwrap_or_default();
     // As for DT_RUNPATH, what linkers write today (an old DT_RPATH would come first).
     let launcher = std::env::var_os("OMPI_LIBDIR_LOC").filter(|v| !v.is_empty()).map(PathBuf::from);
-    env.into_iter().chain(own).chain(launcher).map(|d| d.join(NAME)).find(|p| p.is_file())
+    env.into_iter().chain(own).chain(launcher).map(|d| d.join(NAME)).find(|p| p.is_file()).or_else(|| loader_resolves(program, NAME))
+}
+
+/// Where the dynamic loader that runs this process would find `soname` for `program`
+/// (`ld.so --list`, which loads nothing of the program's own code).
+fn loader_resolves(program: &Path, soname: &str) -> Option<PathBuf> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let ldso = maps.lines().filter_map(|l| l.split_whitespace().nth(5)).find(|p| {
+        Path::new(p).file_name().and_then(|f| f.to_str()).is_some_and(|f| f.starts_with("ld-linux") || f.starts_with("ld64.so"))
+    })?;
+    let out = std::process::Command::new(ldso)
+        .arg("--list")
+        .arg(program)
+        .env_remove("LD_PRELOAD")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    // "\tlibmpi.so.40 => /path/libmpi.so.40 (0x...)"
+    String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+        let (name, rest) = l.trim().split_once(" => ")?;
+        let path = PathBuf::from(rest.rsplit_once(" (")?.0);
+        (name == soname && path.is_file()).then_some(path)
+    })
 }
 
 /// Whether the library at `path` is Open MPI's.

@@ -334,8 +334,8 @@ pub fn release() -> Result<(), RenewError> {
 }
 
 /// Shared-memory files of the MPI library and its transports (MPICH, UCX, Open MPI's
-/// `open_mpi.NNNN`, `sm_segment.*`, `vader_segment.*`), and files of Open MPI's launcher
-/// session directory (`TMPDIR/ompi.PID/...`, `prte.*`, `prtrn.*`: the hwloc topology
+/// `open_mpi.NNNN`, `sm_segment.*`, 4.1's `vader_segment.*`), and files of Open MPI's launcher
+/// session directory (`TMPDIR/ompi.PID/...`, 4.1's `ompi.HOST.UID/...`, `prte.*`, `prtrn.*`: the hwloc topology
 /// `hwloc.sm` Open MPI 5 keeps open after MPI_Finalize). That directory is gone when the
 /// launcher ends, so a restore could not reopen it; the next generation opens its own.
 fn is_library_shm(path: &str) -> bool {
@@ -467,6 +467,8 @@ mod tests {
         use super::is_library_shm as lib;
         assert!(lib("/dev/shm/open_mpi.0000") && lib("/dev/shm/ucx_shm_posix_1") && lib("/dev/shm/sm_segment.vm.0.1.0"));
         assert!(lib("/tmp/ompi.14369/hwloc.sm") && lib("/tmp/prtrn.21502/x"));
+        // Open MPI 4.1 (ORTE): vader's segments, the session directory `ompi.HOST.UID`.
+        assert!(lib("/dev/shm/vader_segment.vm.1a4f0001.0") && lib("/tmp/ompi.vm.0/pid.27995/pmix_dstor_ds21_27995/dstore_sm.lock"));
         assert!(!lib("/tmp/ompi.14369") && !lib("/tmp/data/ompi.1/x") && !lib("/dev/shm/mine") && !lib("/tmp/out.txt"));
     }
 }
