@@ -14,11 +14,25 @@ use std::os::raw::{c_int, c_void};
 
 pub unsafe fn MPI_Session_init(info: MPI_Info, errhandler: MPI_Errhandler, session: *mut MPI_Session) -> c_int {
     let g = gate::enter();
-    let mut r = MPI_SESSION_NULL;
     let real_info = conv::info(info);
+    // The first session of a program not (or no longer) in the world model brings up the
+    // lower half's world model: the agent and the renewal need it (`init::bring_up_lower`).
+    let brought_up = !crate::face::api::init::lower_up() && !crate::core::app::enabled();
+    if brought_up {
+        let level = session_thread_level(real_info).max(MPI_THREAD_SERIALIZED);
+        // SAFETY: null argc/argv are allowed.
+        if let Err(rc) = unsafe { crate::face::api::init::bring_up_lower(std::ptr::null_mut(), std::ptr::null_mut(), level) } {
+            drop(g);
+            return errors::raise_default(rc, "MPI_Session_init");
+        }
+    }
+    let mut r = MPI_SESSION_NULL;
     let rc = real!(MPI_Session_init(real_info, MPI_ERRORS_RETURN, &mut r));
     let recipe = if rc == MPI_SUCCESS { crate::core::kinds::info::entries(real_info) } else { Vec::new() };
     drop(g);
+    if brought_up {
+        crate::core::agent::start_if_supervised();
+    }
     if rc != MPI_SUCCESS {
         return errors::raise_default(rc, "MPI_Session_init");
     }
@@ -47,7 +61,22 @@ pub unsafe fn MPI_Session_finalize(session: *mut MPI_Session) -> c_int {
         OBJ.sessions.remove(i);
     }
     unsafe { *session = MPI_SESSION_NULL };
-    MPI_SUCCESS
+    // The last session of a program outside the world model ends the lower half.
+    crate::face::api::init::end_lower_if_unused("MPI_Session_finalize")
+}
+
+/// The thread level a session asks for in its info (`thread_level`, MPI-4), at least serialized
+/// once raised by the caller (funneled and single alike).
+fn session_thread_level(real_info: MPI_Info) -> c_int {
+    let level = crate::core::kinds::info::entries(real_info)
+        .into_iter()
+        .find(|(k, _)| k == "thread_level")
+        .map(|(_, v)| v);
+    match level.as_deref() {
+        Some("MPI_THREAD_MULTIPLE") => MPI_THREAD_MULTIPLE,
+        Some("MPI_THREAD_SERIALIZED") => MPI_THREAD_SERIALIZED,
+        _ => MPI_THREAD_SINGLE,
+    }
 }
 
 /// Attaching or detaching a session's buffer: passed through, and the session marked so that
