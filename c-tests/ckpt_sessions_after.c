@@ -1,13 +1,13 @@
 /* Checkpoint workload: an MPI session that outlives the world model (MPI-4 allows it). After
  * MPI_Init the program opens a session, makes a communicator from its mpi://WORLD group and
  * iterates: an Allreduce and a ring exchange on it, and an Allreduce on MPI_COMM_WORLD while the
- * world model is in use. Half way it calls MPI_Finalize and goes on with the session's
- * communicator alone (so checkpoints fall before and after the program's MPI_Finalize); at the
+ * world model is in use. A fifth of the way it calls MPI_Finalize and goes on with the session's
+ * communicator alone (the checkpoint modes, at 10-60 % of the run, mostly fall after it); at the
  * end it frees it and finalizes the session. MPI_Initialized and MPI_Finalized are printed
  * before and after MPI_Finalize and at the end. A digest is printed every twentieth of the run.
  * Argument: the iteration count.
  * Pause point for checkpoint tests: $MPICR_TEST_PAUSE_AT=<iteration> (common.h).
- * mpicr-test: ranks=1,2,4 args=40 long-args=2000 long-args.4=200 ckpt-ranks=2 ckpt-modes=continue,stop-restart
+ * mpicr-test: ranks=1,2,4 args=40 long-args=2000 long-args.4=200 ckpt-ranks=2 ckpt-modes=continue,stop-restart,older-epoch
  */
 #include "common.h"
 
@@ -41,7 +41,7 @@ int main(int argc, char **argv)
 #define FOLD(p, n) (digest = (digest ^ t_fnv((p), (n))) * 1099511628211ULL)
     for (long it = 1; it <= iters; it++) {
         t_pause_point(comm, it); /* for checkpoint tests: see common.h */
-        if (it == iters / 2 + 1) {
+        if (it == iters / 5 + 1) {
             CHECK_MPI(MPI_Finalize());
             in_world = 0;
             print_stage("after MPI_Finalize");
