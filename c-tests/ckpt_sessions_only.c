@@ -14,6 +14,10 @@
 static void print_stage(const char *when)
 {
     int init = -1, fin = -1;
+#ifdef I_MPI_VERSION
+    t_skip(when, "Intel MPI 2021 answers MPI_Initialized true in a program of sessions only");
+    return;
+#endif
     CHECK_MPI(MPI_Initialized(&init));
     CHECK_MPI(MPI_Finalized(&fin));
     printf("%s: initialized %d finalized %d\n", when, init, fin);
