@@ -106,3 +106,32 @@ pub unsafe fn MPI_Session_detach_buffer(session: MPI_Session, buffer_addr: *mut 
 pub unsafe fn MPI_Session_detach_buffer_c(session: MPI_Session, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
     buffer_call("MPI_Session_detach_buffer_c", session, false, |s| real!(MPI_Session_detach_buffer_c(s, buffer_addr, size)))
 }
+
+/// Attaching or detaching a communicator's buffer (MPI-4.1): as for a session's, passed through
+/// and the communicator marked, so that checkpoints are refused while a buffer is attached
+/// (`core::kinds::comm`).
+fn comm_buffer_call(name: &'static str, comm: MPI_Comm, attached: bool, real_call: impl FnOnce(c_int) -> c_int) -> c_int {
+    let rc = call::run(name, call::On::Comm(comm), || call::ok(real_call(call::ToReal::to_real(call::CheckedComm(comm))?)));
+    if rc == MPI_SUCCESS {
+        if let Some(i) = conv::comm_index(comm) {
+            OBJ.comms.with(i, |e| e.buffer = attached);
+        }
+    }
+    rc
+}
+
+pub unsafe fn MPI_Comm_attach_buffer(comm: MPI_Comm, buffer: *mut c_void, size: c_int) -> c_int {
+    comm_buffer_call("MPI_Comm_attach_buffer", comm, true, |c| real!(MPI_Comm_attach_buffer(c, buffer, size)))
+}
+
+pub unsafe fn MPI_Comm_attach_buffer_c(comm: MPI_Comm, buffer: *mut c_void, size: MPI_Count) -> c_int {
+    comm_buffer_call("MPI_Comm_attach_buffer_c", comm, true, |c| real!(MPI_Comm_attach_buffer_c(c, buffer, size)))
+}
+
+pub unsafe fn MPI_Comm_detach_buffer(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
+    comm_buffer_call("MPI_Comm_detach_buffer", comm, false, |c| real!(MPI_Comm_detach_buffer(c, buffer_addr, size)))
+}
+
+pub unsafe fn MPI_Comm_detach_buffer_c(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
+    comm_buffer_call("MPI_Comm_detach_buffer_c", comm, false, |c| real!(MPI_Comm_detach_buffer_c(c, buffer_addr, size)))
+}
