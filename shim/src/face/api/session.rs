@@ -15,9 +15,13 @@ use std::os::raw::{c_int, c_void};
 pub unsafe fn MPI_Session_init(info: MPI_Info, errhandler: MPI_Errhandler, session: *mut MPI_Session) -> c_int {
     let g = gate::enter();
     let real_info = conv::info(info);
-    // The first session of a program not (or no longer) in the world model brings up the
-    // lower half's world model: the agent and the renewal need it (`init::bring_up_lower`).
-    let brought_up = !crate::face::api::init::lower_up() && !crate::core::app::enabled();
+    // The first session of a program that has not called MPI_Init brings up the lower half's
+    // world model: the agent and the renewal need it (`init::bring_up_lower`). Not after the
+    // program's MPI_Finalize ended it (a library cannot be initialised again): such a session
+    // is the library's alone, and checkpoints stay over (the agent stopped at MPI_Finalize).
+    let brought_up = !crate::face::api::init::lower_up()
+        && crate::core::renew::STAGE.load(std::sync::atomic::Ordering::Acquire) == 0
+        && !crate::core::app::enabled();
     if brought_up {
         let level = session_thread_level(real_info).max(MPI_THREAD_SERIALIZED);
         // SAFETY: null argc/argv are allowed.
