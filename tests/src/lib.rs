@@ -98,7 +98,7 @@ impl Flavor {
             return None;
         }
         match test {
-            "coll_persistent" | "env_info" | "ckpt_pcoll" | "ckpt_part" | "ckpt_sessions" => Some("calls MPI 4.0 functions that Open MPI 4.1's mpi.h does not declare"),
+            "coll_persistent" | "env_info" | "ckpt_pcoll" | "ckpt_part" | "ckpt_sessions" | "ckpt_sessions_only" | "ckpt_sessions_after" => Some("calls MPI 4.0 functions that Open MPI 4.1's mpi.h does not declare"),
             "errhandlers" => Some("passes invented handles on purpose; Open MPI's handles are pointers it dereferences (the native run dies of SIGSEGV)"),
             "rma" | "ckpt_win" => Some("Debian's Open MPI 4.1.4 fails it natively on this machine kind (MPI_Win_create: MPI_ERR_WIN at 1 rank, SIGSEGV at 2), so there is no oracle"),
             "attr_lifecycle" => Some("Open MPI 4.1.4 fails it natively: freeing a keyval a second time while an attribute still uses it is MPI_ERR_OTHER there (MPI allows it), so there is no oracle"),

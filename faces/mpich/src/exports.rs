@@ -638,20 +638,20 @@ pub unsafe extern "C" fn PMPI_Comm_accept(port_name: *const c_char, info: MPI_In
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_attach_buffer(comm: MPI_Comm, buffer: *mut c_void, size: c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_attach_buffer", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_attach_buffer(comm, buffer, size))
+    ffi_boundary!("MPI_Comm_attach_buffer", c_int, mpicr_shim::face::api::MPI_Comm_attach_buffer(comm, buffer, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_attach_buffer(comm: MPI_Comm, buffer: *mut c_void, size: c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_attach_buffer", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_attach_buffer(comm, buffer, size))
+    ffi_boundary!("MPI_Comm_attach_buffer", c_int, mpicr_shim::face::api::MPI_Comm_attach_buffer(comm, buffer, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_attach_buffer_c(comm: MPI_Comm, buffer: *mut c_void, size: MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Comm_attach_buffer_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_attach_buffer_c(comm, buffer, size))
+    ffi_boundary!("MPI_Comm_attach_buffer_c", c_int, mpicr_shim::face::api::MPI_Comm_attach_buffer_c(comm, buffer, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_attach_buffer_c(comm: MPI_Comm, buffer: *mut c_void, size: MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Comm_attach_buffer_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_attach_buffer_c(comm, buffer, size))
+    ffi_boundary!("MPI_Comm_attach_buffer_c", c_int, mpicr_shim::face::api::MPI_Comm_attach_buffer_c(comm, buffer, size))
 }
 
 #[no_mangle]
@@ -746,20 +746,20 @@ pub unsafe extern "C" fn PMPI_Comm_delete_attr(comm: MPI_Comm, comm_keyval: c_in
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_detach_buffer(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_detach_buffer", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_detach_buffer(comm, buffer_addr, size))
+    ffi_boundary!("MPI_Comm_detach_buffer", c_int, mpicr_shim::face::api::MPI_Comm_detach_buffer(comm, buffer_addr, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_detach_buffer(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    ffi_boundary!("MPI_Comm_detach_buffer", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_detach_buffer(comm, buffer_addr, size))
+    ffi_boundary!("MPI_Comm_detach_buffer", c_int, mpicr_shim::face::api::MPI_Comm_detach_buffer(comm, buffer_addr, size))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_detach_buffer_c(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Comm_detach_buffer_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_detach_buffer_c(comm, buffer_addr, size))
+    ffi_boundary!("MPI_Comm_detach_buffer_c", c_int, mpicr_shim::face::api::MPI_Comm_detach_buffer_c(comm, buffer_addr, size))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_detach_buffer_c(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
-    ffi_boundary!("MPI_Comm_detach_buffer_c", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_detach_buffer_c(comm, buffer_addr, size))
+    ffi_boundary!("MPI_Comm_detach_buffer_c", c_int, mpicr_shim::face::api::MPI_Comm_detach_buffer_c(comm, buffer_addr, size))
 }
 
 #[no_mangle]

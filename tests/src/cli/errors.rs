@@ -1,19 +1,67 @@
 //! `checkpoint` and `status` errors: a missing directory, no running job, a job without the
-//! shim.
+//! shim; a checkpoint refused while a buffer is attached to a communicator (MPICH 5).
 
+use super::xlib::wait_for;
 use super::{CaseFn, LIMIT, T};
 
 pub fn cases() -> Vec<CaseFn> {
-    vec![CaseFn {
-        name: "ckpt-errors",
-        cases: &[
-            "ckpt-missing-dir",
-            "ckpt-no-job",
-            "ckpt-no-shim-refused",
-            "status-missing-dir",
-        ],
-        run: ckpt_errors,
-    }]
+    vec![
+        CaseFn {
+            name: "ckpt-errors",
+            cases: &[
+                "ckpt-missing-dir",
+                "ckpt-no-job",
+                "ckpt-no-shim-refused",
+                "status-missing-dir",
+            ],
+            run: ckpt_errors,
+        },
+        CaseFn {
+            name: "ckpt-refusals",
+            cases: &["ckpt-comm-buffer-refused"],
+            run: ckpt_refusals,
+        },
+    ]
+}
+
+/// A buffer attached to a communicator is not carried: the checkpoint is refused in one line
+/// naming it, no epoch is committed, and the job goes on to its end.
+fn ckpt_refusals(t: &mut T) {
+    if !t.require(
+        &[t.env.have5, t.env.shim_built],
+        "MPICH 5 or the shim missing",
+    ) {
+        return;
+    }
+    let (d, o) = (t.p("ck-commbuf"), t.p("commbuf.out"));
+    let mut c = t.mpi(5, 2);
+    c.arg(&t.env.m)
+        .args(["run", "--ckpt-dir"])
+        .arg(&d)
+        .arg("--")
+        .arg(t.env.bin("commbuf5"));
+    let mut job = t.spawn(c, Some(&o), Some(&t.p("commbuf.err")));
+    let up = wait_for(
+        || std::fs::read_to_string(&o).is_ok_and(|s| s.matches(" started").count() == 2),
+        LIMIT,
+    );
+    let ck = if up {
+        t.ckpt(&d, &[])
+    } else {
+        (1, "never started".into())
+    };
+    let rc = job.wait(LIMIT * 2);
+    let out = std::fs::read_to_string(&o).unwrap_or_default();
+    let good = ck.0 != 0
+        && ck
+            .1
+            .contains("a buffer attached to a communicator (MPI_Comm_attach_buffer")
+        && rc == 0
+        && out.matches("done: sum 44850").count() == 2
+        && !d.join("latest").exists();
+    t.check("ckpt-comm-buffer-refused", good, |_| {
+        format!("checkpoint {ck:?}, job rc {rc}, output {out:?}")
+    });
 }
 
 fn ckpt_errors(t: &mut T) {

@@ -806,6 +806,10 @@ pub fn setup(root: PathBuf) -> Result<Env, String> {
         let e = Some(("PATH", p.as_os_str()));
         env.have5 = compile(&env, cc.as_os_str(), e, "hello", "hello5")
             && compile(&env, cc.as_os_str(), e, "fds", "fds5");
+        if env.have5 {
+            // MPI 4.1 (MPICH 4.0.2 lacks it); its failure shows in the case using it
+            compile(&env, cc.as_os_str(), e, "commbuf", "commbuf5");
+        }
     }
     Ok(env)
 }

@@ -1155,7 +1155,7 @@ unsafe fn imp_MPI_Comm_attach_buffer(comm: OHandle, buffer: *mut c_void, size: c
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Comm_attach_buffer(conv::h_in(Kind::Comm, comm), buffer, size)
+        mpicr_shim::face::api::MPI_Comm_attach_buffer(conv::h_in(Kind::Comm, comm), buffer, size)
     }
 }
 #[no_mangle]
@@ -1171,7 +1171,7 @@ unsafe fn imp_MPI_Comm_attach_buffer_c(comm: OHandle, buffer: *mut c_void, size:
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Comm_attach_buffer_c(conv::h_in(Kind::Comm, comm), buffer, size)
+        mpicr_shim::face::api::MPI_Comm_attach_buffer_c(conv::h_in(Kind::Comm, comm), buffer, size)
     }
 }
 #[no_mangle]
@@ -1331,7 +1331,7 @@ unsafe fn imp_MPI_Comm_detach_buffer(comm: OHandle, buffer_addr: *mut c_void, si
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Comm_detach_buffer(conv::h_in(Kind::Comm, comm), buffer_addr, size)
+        mpicr_shim::face::api::MPI_Comm_detach_buffer(conv::h_in(Kind::Comm, comm), buffer_addr, size)
     }
 }
 #[no_mangle]
@@ -1347,7 +1347,7 @@ unsafe fn imp_MPI_Comm_detach_buffer_c(comm: OHandle, buffer_addr: *mut c_void, 
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Comm_detach_buffer_c(conv::h_in(Kind::Comm, comm), buffer_addr, size)
+        mpicr_shim::face::api::MPI_Comm_detach_buffer_c(conv::h_in(Kind::Comm, comm), buffer_addr, size)
     }
 }
 #[no_mangle]

@@ -12,8 +12,9 @@ use std::os::raw::c_int;
 static WORLD_GROUP: Mutex<Option<(u32, c_int)>> = Mutex::new(None);
 
 fn real_world_group() -> Option<c_int> {
-    if crate::core::renew::program_finalized() {
-        // Sessions used after MPI_Finalize: there is no world to translate to.
+    if !crate::face::api::init::lower_up() {
+        // No world model underneath (an app-mode rank's session before MPI_Init): no world to
+        // translate to.
         return None;
     }
     let gen = lower::current().number;
@@ -44,7 +45,7 @@ pub fn world_ranks_of_group(real_group: c_int) -> Vec<i32> {
             return Vec::new();
         }
         let Some(world) = real_world_group() else {
-            // Before MPI_Init (a group from a session's process set): no world to translate to.
+            // No world model underneath: no world to translate to.
             super::session::note_group_without_world();
             return (0..n).collect();
         };

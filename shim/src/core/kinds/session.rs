@@ -3,7 +3,8 @@
 //! A renewal opens a new real session with that info on the renewed library; what hangs off
 //! a session needs nothing of it there: groups from its process sets are recorded as world
 //! ranks (`group`), communicators made from them as world ranks and a job-wide id (`comm`),
-//! and both are rebuilt from the renewed library's world like any other.
+//! and both are rebuilt from the renewed library's world like any other. A program of sessions
+//! only gets that world underneath at its first session (`face::api::init::bring_up_lower`).
 
 use super::{check, Renewable};
 use crate::core::state::OBJ;
@@ -24,8 +25,9 @@ pub struct SessionEntry {
     pub buffer: bool,
 }
 
-/// A group was made while the world model was not initialised (from a session's process set
-/// before MPI_Init): its recipe could not be expressed in world ranks.
+/// A group was made while the lower half had no world model (a session's process set in an
+/// app-mode rank, whose sessions do not bring one up): its recipe could not be expressed in
+/// world ranks.
 static GROUP_WITHOUT_WORLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 pub fn note_group_without_world() {
@@ -52,7 +54,7 @@ pub struct Renew;
 impl Renewable for Renew {
     fn refusal(&self) -> Option<String> {
         if GROUP_WITHOUT_WORLD.load(std::sync::atomic::Ordering::Acquire) {
-            return Some("a group the program made from an MPI session's process set before MPI_Init (or after MPI_Finalize), whose world ranks mpicr cannot know, cannot be checkpointed yet".into());
+            return Some("a group the program made from an MPI session's process set while mpicr had no world model underneath (in an app-mode rank), whose world ranks mpicr cannot know, cannot be checkpointed yet".into());
         }
         if OBJ.sessions.is_empty() {
             return None;

@@ -8,7 +8,8 @@ use crate::face::conv;
 use crate::core::gate;
 
 use std::os::raw::{c_char, c_int};
-use std::sync::atomic::{AtomicI32, Ordering};
+use crate::core::state::OBJ;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// The thread level the program was told it got.
 static PROVIDED: AtomicI32 = AtomicI32::new(MPI_THREAD_SINGLE);
@@ -43,29 +44,79 @@ unsafe fn init(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, p
         PROVIDED.store(*provided, Ordering::Release);
         MAIN_THREAD.store(thread_id(), Ordering::Release);
         STAGE.store(INITIALIZED, Ordering::Release);
+        LOWER_UP.store(true, Ordering::Release);
         drop(g);
         crate::core::agent::start_after_restart(mpicr_proto::Timings { phases_us: vec![] });
         return MPI_SUCCESS;
     }
-    let (world, selfc, real_provided) = // SAFETY: the program's argc/argv, as its MPI_Init call passed them.
-    match unsafe { crate::core::renew::init_lower(argc, argv, level) } {
-        Ok(x) => x,
-        Err(rc) => {
+    let brought_up = !LOWER_UP.load(Ordering::Acquire);
+    if brought_up {
+        // SAFETY: the program's argc/argv, as its MPI_Init call passed them.
+        if let Err(rc) = unsafe { bring_up_lower(argc, argv, level) } {
             drop(g);
             return crate::face::errors::raise_default(rc, name);
         }
-    };
+    }
     // A program asking for less than the library gives is told what a native run would say.
-    *provided = required.clamp(MPI_THREAD_SINGLE, real_provided.max(MPI_THREAD_SINGLE));
+    *provided = required.clamp(MPI_THREAD_SINGLE, REAL_PROVIDED.load(Ordering::Acquire).max(MPI_THREAD_SINGLE));
     PROVIDED.store(*provided, Ordering::Release);
     MAIN_THREAD.store(thread_id(), Ordering::Release);
-    let rc = register_world_and_self(world, selfc);
     STAGE.store(INITIALIZED, Ordering::Release);
+    drop(g);
+    if brought_up {
+        crate::core::agent::start_if_supervised();
+    }
+    MPI_SUCCESS
+}
+
+/// The lower half's world model is up: initialised by the program's MPI_Init, or by mpicr at
+/// the program's first MPI_Session_init (a program of sessions only still gets a world model
+/// underneath, which the renewal needs and the program never sees). It ends when the program
+/// has neither the world model (MPI_Finalize) nor a session any more.
+static LOWER_UP: AtomicBool = AtomicBool::new(false);
+/// The thread level the lower half provided.
+static REAL_PROVIDED: AtomicI32 = AtomicI32::new(MPI_THREAD_SINGLE);
+
+pub fn lower_up() -> bool {
+    LOWER_UP.load(Ordering::Acquire)
+}
+
+/// Initialises the lower half and registers the world and self communicators. Called inside
+/// the gate; the caller starts the agent once out of it.
+///
+/// # Safety
+/// `argc` and `argv` are null or the program's, as MPI_Init_thread requires.
+pub unsafe fn bring_up_lower(argc: *mut c_int, argv: *mut *mut *mut c_char, level: c_int) -> Result<(), c_int> {
+    // SAFETY: passed through from the caller's contract.
+    let (world, selfc, real_provided) = unsafe { crate::core::renew::init_lower(argc, argv, level) }?;
+    REAL_PROVIDED.store(real_provided, Ordering::Release);
+    let rc = register_world_and_self(world, selfc);
+    LOWER_UP.store(true, Ordering::Release);
+    if rc != MPI_SUCCESS {
+        return Err(rc);
+    }
+    Ok(())
+}
+
+/// Ends the lower half once the program holds neither the world model nor a session: the
+/// agent stops (counted as a collective on the world, as MPI_Finalize) and the library is
+/// finalized. `name`: the program's call, for its errors.
+pub fn end_lower_if_unused(name: &str) -> c_int {
+    if !LOWER_UP.load(Ordering::Acquire) || STAGE.load(Ordering::Acquire) == INITIALIZED || !OBJ.sessions.is_empty() {
+        return MPI_SUCCESS;
+    }
+    {
+        let (_g, _) = crate::face::api::coll::begin_collective(MPI_COMM_WORLD);
+        crate::core::agent::stop();
+    }
+    crate::face::errors::flush_program_stdio();
+    let g = gate::enter();
+    let rc = crate::core::renew::finalize_lower();
+    LOWER_UP.store(false, Ordering::Release);
     drop(g);
     if rc != MPI_SUCCESS {
         return crate::face::errors::raise_default(rc, name);
     }
-    crate::core::agent::start_if_supervised();
     MPI_SUCCESS
 }
 
@@ -96,29 +147,27 @@ pub unsafe fn MPI_Finalize() -> c_int {
             return crate::face::errors::raise_default(rc, "MPI_Finalize");
         }
     }
-    // Inside the gate: a checkpoint in progress finishes first, none starts afterwards. Counted
-    // as a collective on MPI_COMM_WORLD (the library's finalize is one): while a checkpoint
-    // aligns, a rank past the cut waits here, outside the gate, and one that gets in makes the
-    // checkpoint give up instead of waiting for it to leave the library.
-    {
-        let (_g, _) = crate::face::api::coll::begin_collective(MPI_COMM_WORLD);
-        crate::core::agent::stop();
-    }
-    crate::face::errors::flush_program_stdio();
     if STAGE.load(Ordering::Acquire) != INITIALIZED {
+        crate::face::errors::flush_program_stdio();
         let _g = gate::enter();
         let rc = real!(MPI_Finalize());
         return crate::face::errors::raise_default(if rc == MPI_SUCCESS { MPI_ERR_OTHER } else { rc }, "MPI_Finalize");
     }
     crate::face::api::attr::delete_self_attrs_at_finalize();
-    let g = gate::enter();
-    let rc = crate::core::renew::finalize_lower();
-    STAGE.store(FINALIZED, Ordering::Release);
-    drop(g);
-    if rc != MPI_SUCCESS {
-        return crate::face::errors::raise_default(rc, "MPI_Finalize");
+    if !OBJ.sessions.is_empty() {
+        // Sessions stay open (MPI-4 allows it): the lower half and the agent go on, and end
+        // with the last session (`end_lower_if_unused`). Counted as a collective on the world
+        // all the same, as the library's finalize is one.
+        let (_g, _) = crate::face::api::coll::begin_collective(MPI_COMM_WORLD);
+        STAGE.store(FINALIZED, Ordering::Release);
+        return MPI_SUCCESS;
     }
-    rc
+    // Inside the gate: a checkpoint in progress finishes first, none starts afterwards. Counted
+    // as a collective on MPI_COMM_WORLD (the library's finalize is one): while a checkpoint
+    // aligns, a rank past the cut waits here, outside the gate, and one that gets in makes the
+    // checkpoint give up instead of waiting for it to leave the library.
+    STAGE.store(FINALIZED, Ordering::Release);
+    end_lower_if_unused("MPI_Finalize")
 }
 
 pub unsafe fn MPI_Initialized(flag: *mut c_int) -> c_int {

@@ -122,7 +122,19 @@ unsafe fn bsend(buf: *const c_void, count: i64, datatype: MPI_Datatype, dest: c_
     let a = args(buf, count, datatype, dest, tag, comm);
     let recipe = RequestRecipe::Send { mode: SendMode::Buffered, args: a };
     let done = MPI_Status { MPI_SOURCE: MPI_ANY_SOURCE, MPI_TAG: MPI_ANY_TAG, ..Default::default() };
-    if dest != MPI_PROC_NULL {
+    let comm_buffer = conv::comm_index(comm).and_then(|i| OBJ.comms.with(i, |e| e.buffer)).unwrap_or(false);
+    if dest != MPI_PROC_NULL && comm_buffer {
+        // A buffer attached to the communicator (MPI 4.1) is the library's: the send goes into
+        // it (checkpoints are refused while it is attached, `core::kinds::comm`).
+        let f = lower::fns().MPI_Bsend_c.ok_or(MPI_ERR_INTERN)?;
+        // SAFETY: `buf` is the caller's, readable for the message; handles are real ones of
+        // the current generation (inside the gate).
+        let rc = unsafe { f(buf, count, conv::datatype(datatype), dest, tag, c) };
+        if rc != MPI_SUCCESS {
+            return Err(rc);
+        }
+        count_send(comm, dest);
+    } else if dest != MPI_PROC_NULL {
         let capacity = crate::core::kinds::library::attached_buffer().map(|(_, size)| size);
         // SAFETY: `buf` is the caller's, readable for the message (MPI's contract of the call).
         unsafe { crate::core::bsend::send(buf, count, conv::datatype(datatype), dest, tag, c, capacity) }?;

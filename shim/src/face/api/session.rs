@@ -14,11 +14,29 @@ use std::os::raw::{c_int, c_void};
 
 pub unsafe fn MPI_Session_init(info: MPI_Info, errhandler: MPI_Errhandler, session: *mut MPI_Session) -> c_int {
     let g = gate::enter();
-    let mut r = MPI_SESSION_NULL;
     let real_info = conv::info(info);
+    // The first session of a program that has not called MPI_Init brings up the lower half's
+    // world model: the agent and the renewal need it (`init::bring_up_lower`). Not after the
+    // program's MPI_Finalize ended it (a library cannot be initialised again): such a session
+    // is the library's alone, and checkpoints stay over (the agent stopped at MPI_Finalize).
+    let brought_up = !crate::face::api::init::lower_up()
+        && crate::core::renew::STAGE.load(std::sync::atomic::Ordering::Acquire) == 0
+        && !crate::core::app::enabled();
+    if brought_up {
+        let level = session_thread_level(real_info).max(MPI_THREAD_SERIALIZED);
+        // SAFETY: null argc/argv are allowed.
+        if let Err(rc) = unsafe { crate::face::api::init::bring_up_lower(std::ptr::null_mut(), std::ptr::null_mut(), level) } {
+            drop(g);
+            return errors::raise_default(rc, "MPI_Session_init");
+        }
+    }
+    let mut r = MPI_SESSION_NULL;
     let rc = real!(MPI_Session_init(real_info, MPI_ERRORS_RETURN, &mut r));
     let recipe = if rc == MPI_SUCCESS { crate::core::kinds::info::entries(real_info) } else { Vec::new() };
     drop(g);
+    if brought_up {
+        crate::core::agent::start_if_supervised();
+    }
     if rc != MPI_SUCCESS {
         return errors::raise_default(rc, "MPI_Session_init");
     }
@@ -47,7 +65,22 @@ pub unsafe fn MPI_Session_finalize(session: *mut MPI_Session) -> c_int {
         OBJ.sessions.remove(i);
     }
     unsafe { *session = MPI_SESSION_NULL };
-    MPI_SUCCESS
+    // The last session of a program outside the world model ends the lower half.
+    crate::face::api::init::end_lower_if_unused("MPI_Session_finalize")
+}
+
+/// The thread level a session asks for in its info (`thread_level`, MPI-4), at least serialized
+/// once raised by the caller (funneled and single alike).
+fn session_thread_level(real_info: MPI_Info) -> c_int {
+    let level = crate::core::kinds::info::entries(real_info)
+        .into_iter()
+        .find(|(k, _)| k == "thread_level")
+        .map(|(_, v)| v);
+    match level.as_deref() {
+        Some("MPI_THREAD_MULTIPLE") => MPI_THREAD_MULTIPLE,
+        Some("MPI_THREAD_SERIALIZED") => MPI_THREAD_SERIALIZED,
+        _ => MPI_THREAD_SINGLE,
+    }
 }
 
 /// Attaching or detaching a session's buffer: passed through, and the session marked so that
@@ -76,4 +109,33 @@ pub unsafe fn MPI_Session_detach_buffer(session: MPI_Session, buffer_addr: *mut 
 
 pub unsafe fn MPI_Session_detach_buffer_c(session: MPI_Session, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
     buffer_call("MPI_Session_detach_buffer_c", session, false, |s| real!(MPI_Session_detach_buffer_c(s, buffer_addr, size)))
+}
+
+/// Attaching or detaching a communicator's buffer (MPI-4.1): as for a session's, passed through
+/// and the communicator marked, so that checkpoints are refused while a buffer is attached
+/// (`core::kinds::comm`).
+fn comm_buffer_call(name: &'static str, comm: MPI_Comm, attached: bool, real_call: impl FnOnce(c_int) -> c_int) -> c_int {
+    let rc = call::run(name, call::On::Comm(comm), || call::ok(real_call(call::ToReal::to_real(call::CheckedComm(comm))?)));
+    if rc == MPI_SUCCESS {
+        if let Some(i) = conv::comm_index(comm) {
+            OBJ.comms.with(i, |e| e.buffer = attached);
+        }
+    }
+    rc
+}
+
+pub unsafe fn MPI_Comm_attach_buffer(comm: MPI_Comm, buffer: *mut c_void, size: c_int) -> c_int {
+    comm_buffer_call("MPI_Comm_attach_buffer", comm, true, |c| real!(MPI_Comm_attach_buffer(c, buffer, size)))
+}
+
+pub unsafe fn MPI_Comm_attach_buffer_c(comm: MPI_Comm, buffer: *mut c_void, size: MPI_Count) -> c_int {
+    comm_buffer_call("MPI_Comm_attach_buffer_c", comm, true, |c| real!(MPI_Comm_attach_buffer_c(c, buffer, size)))
+}
+
+pub unsafe fn MPI_Comm_detach_buffer(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
+    comm_buffer_call("MPI_Comm_detach_buffer", comm, false, |c| real!(MPI_Comm_detach_buffer(c, buffer_addr, size)))
+}
+
+pub unsafe fn MPI_Comm_detach_buffer_c(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
+    comm_buffer_call("MPI_Comm_detach_buffer_c", comm, false, |c| real!(MPI_Comm_detach_buffer_c(c, buffer_addr, size)))
 }

@@ -207,32 +207,6 @@ pub unsafe fn MPI_Close_port(port_name: *const c_char) -> c_int {
     })
 }
 
-pub unsafe fn MPI_Comm_attach_buffer(comm: MPI_Comm, buffer: *mut c_void, size: c_int) -> c_int {
-    call::run("MPI_Comm_attach_buffer", On::Comm(comm), || {
-        let comm_r = CheckedComm(comm).to_real()?;
-        let Some(f) = lower::fns().MPI_Comm_attach_buffer else { return call::missing("MPI_Comm_attach_buffer") };
-        // SAFETY: `f` is the real library's MPI_Comm_attach_buffer, resolved under the C signature
-        // of the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; the pointers (`buffer`) are the
-        // caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(comm_r, buffer, size) })
-    })
-}
-
-pub unsafe fn MPI_Comm_attach_buffer_c(comm: MPI_Comm, buffer: *mut c_void, size: MPI_Count) -> c_int {
-    call::run("MPI_Comm_attach_buffer_c", On::Comm(comm), || {
-        let comm_r = CheckedComm(comm).to_real()?;
-        let Some(f) = lower::fns().MPI_Comm_attach_buffer_c else { return call::missing("MPI_Comm_attach_buffer_c") };
-        // SAFETY: `f` is the real library's MPI_Comm_attach_buffer_c, resolved under the C
-        // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; the pointers (`buffer`)
-        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(comm_r, buffer, size) })
-    })
-}
-
 pub unsafe fn MPI_Comm_compare(comm1: MPI_Comm, comm2: MPI_Comm, result: *mut c_int) -> c_int {
     call::run("MPI_Comm_compare", On::Comm(comm1), || {
         let comm1_r = CheckedComm(comm1).to_real()?;
@@ -243,32 +217,6 @@ pub unsafe fn MPI_Comm_compare(comm1: MPI_Comm, comm2: MPI_Comm, result: *mut c_
         // the gate, so no renewal replaced them since; the pointers (`result`) are the caller's,
         // valid as MPI requires (this function's safety contract) and passed on unchanged.
         call::ok(unsafe { f(comm1_r, comm2_r, result) })
-    })
-}
-
-pub unsafe fn MPI_Comm_detach_buffer(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    call::run("MPI_Comm_detach_buffer", On::Comm(comm), || {
-        let comm_r = CheckedComm(comm).to_real()?;
-        let Some(f) = lower::fns().MPI_Comm_detach_buffer else { return call::missing("MPI_Comm_detach_buffer") };
-        // SAFETY: `f` is the real library's MPI_Comm_detach_buffer, resolved under the C signature
-        // of the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; the pointers (`buffer_addr`, `size`)
-        // are the caller's, valid as MPI requires (this function's safety contract) and passed on
-        // unchanged.
-        call::ok(unsafe { f(comm_r, buffer_addr, size) })
-    })
-}
-
-pub unsafe fn MPI_Comm_detach_buffer_c(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
-    call::run("MPI_Comm_detach_buffer_c", On::Comm(comm), || {
-        let comm_r = CheckedComm(comm).to_real()?;
-        let Some(f) = lower::fns().MPI_Comm_detach_buffer_c else { return call::missing("MPI_Comm_detach_buffer_c") };
-        // SAFETY: `f` is the real library's MPI_Comm_detach_buffer_c, resolved under the C
-        // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; the pointers
-        // (`buffer_addr`, `size`) are the caller's, valid as MPI requires (this function's safety
-        // contract) and passed on unchanged.
-        call::ok(unsafe { f(comm_r, buffer_addr, size) })
     })
 }
 
