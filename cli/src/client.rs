@@ -79,11 +79,15 @@ pub fn checkpoint(args: CheckpointArgs) -> Result<()> {
     }
     println!("bytes written: {} ({})", r.bytes, human_bytes(r.bytes));
     if r.stopped {
+        // Open MPI's library underneath restarts under Open MPI's launcher only.
+        let ompi = dir.read_job().ok().and_then(|j| j.mpi_library).is_some_and(|l| l.contains("libmpi.so.40"));
+        let launcher = if ompi { "mpirun" } else { "mpiexec" };
         if args.wait {
             wait_job_end(&dir, &info, timeout.saturating_sub(started.elapsed()))?;
-            println!("job ended:     restart with `mpiexec -n {} mpicr restart {}` (or srun)", r.ranks, dir.root.display());
+            let or_srun = if ompi { "" } else { " (or srun)" };
+            println!("job ended:     restart with `{launcher} -n {} mpicr restart {}`{or_srun}", r.ranks, dir.root.display());
         } else {
-            println!("job stopped:   restart with `mpiexec -n {} mpicr restart {}`", r.ranks, dir.root.display());
+            println!("job stopped:   restart with `{launcher} -n {} mpicr restart {}`", r.ranks, dir.root.display());
         }
     }
     Ok(())
