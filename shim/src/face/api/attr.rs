@@ -89,10 +89,13 @@ fn release_keyval(i: u32) {
     }
 }
 
-fn create_keyval(object: KeyvalObject, copy: *mut c_void, delete: *mut c_void, out: *mut c_int, extra: *mut c_void, legacy: bool) -> c_int {
+/// # Safety
+/// `out` must be null or valid for a write.
+unsafe fn create_keyval(object: KeyvalObject, copy: *mut c_void, delete: *mut c_void, out: *mut c_int, extra: *mut c_void, legacy: bool) -> c_int {
     let recipe = KeyvalRecipe { object, copy_fn: copy as u64, delete_fn: delete as u64, extra_state: extra as u64, legacy };
     match OBJ.keyvals.insert(crate::lower::handles::NoReal, KeyvalEntry { recipe, refs: 1, freed: false }) {
         Ok(i) => {
+            // SAFETY: `out` is null or valid for a write (this function's contract).
             unsafe { put(out, conv::handle(Kind::Keyval, i)) };
             MPI_SUCCESS
         }
@@ -100,10 +103,13 @@ fn create_keyval(object: KeyvalObject, copy: *mut c_void, delete: *mut c_void, o
     }
 }
 
-fn free_keyval(k: *mut c_int, name: &str) -> c_int {
+/// # Safety
+/// `k` must be null or valid for a read and a write.
+unsafe fn free_keyval(k: *mut c_int, name: &str) -> c_int {
     if k.is_null() {
         return errors::raise_default(MPI_ERR_ARG, name);
     }
+    // SAFETY: `k` is non-null (checked above), so readable (this function's contract).
     match lookup_keyval(unsafe { *k }) {
         Some((i, _)) => {
             // Only the first free drops the program's reference; the others (through copies of
@@ -112,6 +118,7 @@ fn free_keyval(k: *mut c_int, name: &str) -> c_int {
             if first {
                 release_keyval(i);
             }
+            // SAFETY: `k` is non-null (checked above), so writable (this function's contract).
             unsafe { *k = MPI_KEYVAL_INVALID };
             MPI_SUCCESS
         }
@@ -171,12 +178,17 @@ fn delete_attr(obj: Option<Obj>, k: c_int, name: &str, bad_obj: c_int) -> c_int 
     MPI_SUCCESS
 }
 
-fn get_attr(obj: Option<Obj>, k: c_int, out: *mut c_void, flag: *mut c_int, name: &str, bad_obj: c_int) -> c_int {
+/// # Safety
+/// `flag` must be null or valid for a write of an int, `out` null or valid for a write of a
+/// pointer-sized value.
+unsafe fn get_attr(obj: Option<Obj>, k: c_int, out: *mut c_void, flag: *mut c_int, name: &str, bad_obj: c_int) -> c_int {
     let Some(obj) = obj else { return errors::raise_default(bad_obj, name) };
     if lookup_keyval(k).is_none() {
         return obj.raise(MPI_ERR_KEYVAL, name);
     }
     let v = obj.attrs(|a| a.iter().find(|(key, _)| *key == k).map(|x| x.1)).flatten();
+    // SAFETY: `flag` and `out` are null or writable for an int and a pointer-sized value (this
+    // function's contract); `put` skips null.
     unsafe {
         put(flag, v.is_some() as c_int);
         if let Some(v) = v {
@@ -332,28 +344,36 @@ fn is_predefined_win_key(k: c_int) -> bool {
 }
 
 pub unsafe fn MPI_Comm_create_keyval(copy: *mut c_void, delete: *mut c_void, keyval: *mut c_int, extra: *mut c_void) -> c_int {
-    create_keyval(KeyvalObject::Comm, copy, delete, keyval, extra, false)
+    // SAFETY: `keyval` is the program's out-pointer, null or writable (MPI's contract of this call).
+    unsafe { create_keyval(KeyvalObject::Comm, copy, delete, keyval, extra, false) }
 }
 pub unsafe fn MPI_Keyval_create(copy: *mut c_void, delete: *mut c_void, keyval: *mut c_int, extra: *mut c_void) -> c_int {
-    create_keyval(KeyvalObject::Comm, copy, delete, keyval, extra, true)
+    // SAFETY: `keyval` is the program's out-pointer, null or writable (MPI's contract of this call).
+    unsafe { create_keyval(KeyvalObject::Comm, copy, delete, keyval, extra, true) }
 }
 pub unsafe fn MPI_Type_create_keyval(copy: *mut c_void, delete: *mut c_void, keyval: *mut c_int, extra: *mut c_void) -> c_int {
-    create_keyval(KeyvalObject::Datatype, copy, delete, keyval, extra, false)
+    // SAFETY: `keyval` is the program's out-pointer, null or writable (MPI's contract of this call).
+    unsafe { create_keyval(KeyvalObject::Datatype, copy, delete, keyval, extra, false) }
 }
 pub unsafe fn MPI_Win_create_keyval(copy: *mut c_void, delete: *mut c_void, keyval: *mut c_int, extra: *mut c_void) -> c_int {
-    create_keyval(KeyvalObject::Win, copy, delete, keyval, extra, false)
+    // SAFETY: `keyval` is the program's out-pointer, null or writable (MPI's contract of this call).
+    unsafe { create_keyval(KeyvalObject::Win, copy, delete, keyval, extra, false) }
 }
 pub unsafe fn MPI_Comm_free_keyval(keyval: *mut c_int) -> c_int {
-    free_keyval(keyval, "MPI_Comm_free_keyval")
+    // SAFETY: `keyval` is the program's pointer, null or readable and writable (MPI's contract of this call).
+    unsafe { free_keyval(keyval, "MPI_Comm_free_keyval") }
 }
 pub unsafe fn MPI_Keyval_free(keyval: *mut c_int) -> c_int {
-    free_keyval(keyval, "MPI_Keyval_free")
+    // SAFETY: `keyval` is the program's pointer, null or readable and writable (MPI's contract of this call).
+    unsafe { free_keyval(keyval, "MPI_Keyval_free") }
 }
 pub unsafe fn MPI_Type_free_keyval(keyval: *mut c_int) -> c_int {
-    free_keyval(keyval, "MPI_Type_free_keyval")
+    // SAFETY: `keyval` is the program's pointer, null or readable and writable (MPI's contract of this call).
+    unsafe { free_keyval(keyval, "MPI_Type_free_keyval") }
 }
 pub unsafe fn MPI_Win_free_keyval(keyval: *mut c_int) -> c_int {
-    free_keyval(keyval, "MPI_Win_free_keyval")
+    // SAFETY: `keyval` is the program's pointer, null or readable and writable (MPI's contract of this call).
+    unsafe { free_keyval(keyval, "MPI_Win_free_keyval") }
 }
 
 pub unsafe fn MPI_Comm_set_attr(comm: MPI_Comm, keyval: c_int, value: *mut c_void) -> c_int {
@@ -363,6 +383,7 @@ pub unsafe fn MPI_Comm_set_attr(comm: MPI_Comm, keyval: c_int, value: *mut c_voi
     set_attr(Obj::comm(comm), keyval, value as usize, "MPI_Comm_set_attr", MPI_ERR_COMM)
 }
 pub unsafe fn MPI_Attr_put(comm: MPI_Comm, keyval: c_int, value: *mut c_void) -> c_int {
+    // SAFETY: the same arguments and contract as MPI_Comm_set_attr, of which this is the deprecated name.
     unsafe { MPI_Comm_set_attr(comm, keyval, value) }
 }
 
@@ -381,9 +402,12 @@ pub unsafe fn MPI_Comm_get_attr(comm: MPI_Comm, keyval: c_int, value: *mut c_voi
         }
         return MPI_SUCCESS;
     }
-    get_attr(Obj::comm(comm), keyval, value, flag, "MPI_Comm_get_attr", MPI_ERR_COMM)
+    // SAFETY: `value` (room for a pointer-sized attribute) and `flag` are the program's
+    // out-pointers, null or writable (MPI's contract of this call).
+    unsafe { get_attr(Obj::comm(comm), keyval, value, flag, "MPI_Comm_get_attr", MPI_ERR_COMM) }
 }
 pub unsafe fn MPI_Attr_get(comm: MPI_Comm, keyval: c_int, value: *mut c_void, flag: *mut c_int) -> c_int {
+    // SAFETY: the same arguments and contract as MPI_Comm_get_attr, of which this is the deprecated name.
     unsafe { MPI_Comm_get_attr(comm, keyval, value, flag) }
 }
 
@@ -398,7 +422,9 @@ pub unsafe fn MPI_Type_set_attr(t: MPI_Datatype, keyval: c_int, value: *mut c_vo
     set_attr(Obj::datatype(t), keyval, value as usize, "MPI_Type_set_attr", MPI_ERR_TYPE)
 }
 pub unsafe fn MPI_Type_get_attr(t: MPI_Datatype, keyval: c_int, value: *mut c_void, flag: *mut c_int) -> c_int {
-    get_attr(Obj::datatype(t), keyval, value, flag, "MPI_Type_get_attr", MPI_ERR_TYPE)
+    // SAFETY: `value` (room for a pointer-sized attribute) and `flag` are the program's
+    // out-pointers, null or writable (MPI's contract of this call).
+    unsafe { get_attr(Obj::datatype(t), keyval, value, flag, "MPI_Type_get_attr", MPI_ERR_TYPE) }
 }
 pub unsafe fn MPI_Type_delete_attr(t: MPI_Datatype, keyval: c_int) -> c_int {
     delete_attr(Obj::datatype(t), keyval, "MPI_Type_delete_attr", MPI_ERR_TYPE)
@@ -429,7 +455,9 @@ pub unsafe fn MPI_Win_get_attr(win: MPI_Win, keyval: c_int, value: *mut c_void, 
         }
         return MPI_SUCCESS;
     }
-    get_attr(Obj::win(win), keyval, value, flag, "MPI_Win_get_attr", MPI_ERR_WIN)
+    // SAFETY: `value` (room for a pointer-sized attribute) and `flag` are the program's
+    // out-pointers, null or writable (MPI's contract of this call).
+    unsafe { get_attr(Obj::win(win), keyval, value, flag, "MPI_Win_get_attr", MPI_ERR_WIN) }
 }
 pub unsafe fn MPI_Win_delete_attr(win: MPI_Win, keyval: c_int) -> c_int {
     delete_attr(Obj::win(win), keyval, "MPI_Win_delete_attr", MPI_ERR_WIN)

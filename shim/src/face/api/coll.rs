@@ -68,6 +68,8 @@ pub unsafe fn coll_types(types: *const MPI_Datatype, real_comm: c_int, side: Sid
         crate::face::api::peer_count(real_comm)
     };
     // MPI_Alltoallw with MPI_IN_PLACE ignores the send types, which may then be garbage.
+    // SAFETY: `types` holds one handle per peer (per neighbour), `n`, by this function's contract; null gives
+    // an empty Vec.
     unsafe { conv::datatypes(types, n.max(0) as usize) }
 }
 
@@ -151,8 +153,9 @@ impl Wide for MPI_Aint {
 /// # Safety
 /// As for [`coll_ints`].
 pub unsafe fn coll_typerefs(p: *const MPI_Datatype, comm: MPI_Comm, side: Side, neighbor: bool) -> Option<Vec<mpicr_virtid::TypeRef>> {
-    // SAFETY: this function's contract.
     (!p.is_null()).then(|| {
+        // SAFETY: `p` is non-null here and holds one handle per peer (per neighbour), the count
+        // `per_peer` gives (this function's contract).
         unsafe { std::slice::from_raw_parts(p, per_peer(comm, side, neighbor)) }.iter().map(|&t| crate::face::api::datatype::typeref(t)).collect()
     })
 }

@@ -50,7 +50,7 @@ pub fn register_world_and_self(world: c_int, selfc: c_int) -> c_int {
         made_by: "MPI_Init".into(),
         parent: None,
     };
-    if OBJ.comms.len() != 0 {
+    if !OBJ.comms.is_empty() {
         return MPI_ERR_OTHER;
     }
     let w = OBJ.comms.insert(RealComm(world), CommEntry::new(world_recipe, MPI_ERRORS_ARE_FATAL));
@@ -308,10 +308,14 @@ pub unsafe fn MPI_Comm_create_from_group(
 }
 
 pub unsafe fn MPI_Comm_idup(comm: MPI_Comm, newcomm: *mut MPI_Comm, request: *mut MPI_Request) -> c_int {
+    // SAFETY: `newcomm` and `request` are the caller's out-pointers, passed through under MPI's contract of
+    // MPI_Comm_idup.
     unsafe { idup(comm, MPI_INFO_NULL, newcomm, request, "MPI_Comm_idup") }
 }
 
 pub unsafe fn MPI_Comm_idup_with_info(comm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm, request: *mut MPI_Request) -> c_int {
+    // SAFETY: `newcomm` and `request` are the caller's out-pointers, passed through under MPI's contract of
+    // MPI_Comm_idup_with_info.
     unsafe { idup(comm, info, newcomm, request, "MPI_Comm_idup_with_info") }
 }
 
@@ -349,6 +353,8 @@ unsafe fn idup(comm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm, request: 
     let vr = crate::face::api::request::register_collective(rr, comm, name, false);
     drop(g);
     let rc = attr::copy_comm_attrs(comm, v);
+    // SAFETY: `newcomm` and `request` are the caller's out-pointers, null or valid for a write (MPI's
+    // contract of the idup calls).
     unsafe {
         put(newcomm, v);
         put(request, vr);
@@ -360,10 +366,12 @@ unsafe fn idup(comm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm, request: 
 }
 
 pub unsafe fn MPI_Comm_free(comm: *mut MPI_Comm) -> c_int {
+    // SAFETY: `comm` is the caller's pointer, passed through; `free_comm` handles null.
     unsafe { free_comm(comm, "MPI_Comm_free") }
 }
 
 pub unsafe fn MPI_Comm_disconnect(comm: *mut MPI_Comm) -> c_int {
+    // SAFETY: `comm` is the caller's pointer, passed through; `free_comm` handles null.
     unsafe { free_comm(comm, "MPI_Comm_disconnect") }
 }
 
@@ -373,6 +381,8 @@ unsafe fn free_comm(comm: *mut MPI_Comm, name: &'static str) -> c_int {
         let rc = if name == "MPI_Comm_free" { real!(MPI_Comm_free(comm)) } else { real!(MPI_Comm_disconnect(comm)) };
         return errors::raise_default(rc, name);
     }
+    // SAFETY: `comm` is non-null (checked above) and points to the program's communicator (MPI's contract of
+    // the free calls).
     let v = unsafe { *comm };
     let idx = conv::index(v, Kind::Comm).filter(|&i| OBJ.comms.real(i).is_some());
     let Some(idx) = idx else {
@@ -400,6 +410,7 @@ unsafe fn free_comm(comm: *mut MPI_Comm, name: &'static str) -> c_int {
     }
     crate::core::kinds::request::note_comm_freed(v);
     drop(g);
+    // SAFETY: `comm` is non-null (checked at entry) and writable (MPI's contract of the free calls).
     unsafe { *comm = MPI_COMM_NULL };
     MPI_SUCCESS
 }

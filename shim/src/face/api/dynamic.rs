@@ -33,6 +33,8 @@ pub unsafe fn MPI_Comm_spawn(
         drop(g);
         return errors::raise_comm(comm, rc, "MPI_Comm_spawn");
     }
+    // SAFETY: `intercomm` is the caller's out-pointer, null or valid for a write (MPI's contract of this
+    // call).
     unsafe { put(intercomm, wrap(r, "MPI_Comm_spawn")) };
     MPI_SUCCESS
 }
@@ -42,6 +44,8 @@ pub unsafe fn MPI_Comm_spawn_multiple(
     root: c_int, comm: MPI_Comm, intercomm: *mut MPI_Comm, errcodes: *mut c_int,
 ) -> c_int {
     let g = gate::enter();
+    // SAFETY: `infos` is null or the program's array of `count` info handles (MPI's contract of this call);
+    // `slice` handles null.
     let real_infos: Vec<MPI_Info> = unsafe { crate::face::api::slice(infos, count as i64) }.into_iter().map(conv::info).collect();
     let ip = if infos.is_null() { infos } else { real_infos.as_ptr() };
     let mut r = MPI_COMM_NULL;
@@ -50,6 +54,8 @@ pub unsafe fn MPI_Comm_spawn_multiple(
         drop(g);
         return errors::raise_comm(comm, rc, "MPI_Comm_spawn_multiple");
     }
+    // SAFETY: `intercomm` is the caller's out-pointer, null or valid for a write (MPI's contract of this
+    // call).
     unsafe { put(intercomm, wrap(r, "MPI_Comm_spawn_multiple")) };
     MPI_SUCCESS
 }
@@ -62,6 +68,7 @@ pub unsafe fn MPI_Comm_accept(port: *const c_char, info: MPI_Info, root: c_int, 
         drop(g);
         return errors::raise_comm(comm, rc, "MPI_Comm_accept");
     }
+    // SAFETY: `newcomm` is the caller's out-pointer, null or valid for a write (MPI's contract of this call).
     unsafe { put(newcomm, wrap(r, "MPI_Comm_accept")) };
     MPI_SUCCESS
 }
@@ -74,6 +81,7 @@ pub unsafe fn MPI_Comm_connect(port: *const c_char, info: MPI_Info, root: c_int,
         drop(g);
         return errors::raise_comm(comm, rc, "MPI_Comm_connect");
     }
+    // SAFETY: `newcomm` is the caller's out-pointer, null or valid for a write (MPI's contract of this call).
     unsafe { put(newcomm, wrap(r, "MPI_Comm_connect")) };
     MPI_SUCCESS
 }
@@ -86,6 +94,8 @@ pub unsafe fn MPI_Comm_join(fd: c_int, intercomm: *mut MPI_Comm) -> c_int {
         drop(g);
         return errors::raise_default(rc, "MPI_Comm_join");
     }
+    // SAFETY: `intercomm` is the caller's out-pointer, null or valid for a write (MPI's contract of this
+    // call).
     unsafe { put(intercomm, wrap(r, "MPI_Comm_join")) };
     MPI_SUCCESS
 }
@@ -114,6 +124,7 @@ pub unsafe fn MPI_Comm_get_parent(parent: *mut MPI_Comm) -> c_int {
             }
         }
     };
+    // SAFETY: `parent` is the caller's out-pointer, null or valid for a write (MPI's contract of this call).
     unsafe { put(parent, v) };
     MPI_SUCCESS
 }

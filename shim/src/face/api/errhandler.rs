@@ -17,9 +17,12 @@ pub fn file_null_errhandler() -> MPI_Errhandler {
     FILE_NULL_EH.load(Ordering::Acquire)
 }
 
-fn create(recipe: ErrhandlerRecipe, out: *mut MPI_Errhandler) -> c_int {
+/// # Safety
+/// `out` must be null or valid for a write.
+unsafe fn create(recipe: ErrhandlerRecipe, out: *mut MPI_Errhandler) -> c_int {
     match OBJ.errhandlers.insert(crate::lower::handles::NoReal, recipe) {
         Ok(i) => {
+            // SAFETY: `out` is null or valid for a write (this function's contract).
             unsafe { put(out, conv::handle(Kind::Errhandler, i)) };
             MPI_SUCCESS
         }
@@ -33,27 +36,35 @@ fn valid(eh: MPI_Errhandler) -> bool {
 }
 
 pub unsafe fn MPI_Comm_create_errhandler(f: *mut c_void, eh: *mut MPI_Errhandler) -> c_int {
-    create(ErrhandlerRecipe::Comm { function: f as u64 }, eh)
+    // SAFETY: `eh` is the program's out-pointer, null or writable (MPI's contract of this call).
+    unsafe { create(ErrhandlerRecipe::Comm { function: f as u64 }, eh) }
 }
 pub unsafe fn MPI_Errhandler_create(f: *mut c_void, eh: *mut MPI_Errhandler) -> c_int {
-    create(ErrhandlerRecipe::Comm { function: f as u64 }, eh)
+    // SAFETY: `eh` is the program's out-pointer, null or writable (MPI's contract of this call).
+    unsafe { create(ErrhandlerRecipe::Comm { function: f as u64 }, eh) }
 }
 pub unsafe fn MPI_Win_create_errhandler(f: *mut c_void, eh: *mut MPI_Errhandler) -> c_int {
-    create(ErrhandlerRecipe::Win { function: f as u64 }, eh)
+    // SAFETY: `eh` is the program's out-pointer, null or writable (MPI's contract of this call).
+    unsafe { create(ErrhandlerRecipe::Win { function: f as u64 }, eh) }
 }
 pub unsafe fn MPI_File_create_errhandler(f: *mut c_void, eh: *mut MPI_Errhandler) -> c_int {
-    create(ErrhandlerRecipe::File { function: f as u64 }, eh)
+    // SAFETY: `eh` is the program's out-pointer, null or writable (MPI's contract of this call).
+    unsafe { create(ErrhandlerRecipe::File { function: f as u64 }, eh) }
 }
 pub unsafe fn MPI_Session_create_errhandler(f: *mut c_void, eh: *mut MPI_Errhandler) -> c_int {
-    create(ErrhandlerRecipe::Session { function: f as u64 }, eh)
+    // SAFETY: `eh` is the program's out-pointer, null or writable (MPI's contract of this call).
+    unsafe { create(ErrhandlerRecipe::Session { function: f as u64 }, eh) }
 }
 
 pub unsafe fn MPI_Errhandler_free(eh: *mut MPI_Errhandler) -> c_int {
+    // SAFETY: `eh` is non-null (checked first, `||` short-circuits) and points to the program's handle (MPI's
+    // contract).
     if eh.is_null() || !valid(unsafe { *eh }) {
         return errors::raise_default(MPI_ERR_ARG, "MPI_Errhandler_free");
     }
     // Objects may still use the handler; the entry stays (it is small) and only the
     // program's handle is cleared, as MPI prescribes.
+    // SAFETY: `eh` is non-null (checked above) and writable (MPI's contract of this call).
     unsafe { *eh = MPI_ERRHANDLER_NULL };
     MPI_SUCCESS
 }
@@ -77,6 +88,8 @@ fn comm_errhandler(comm: MPI_Comm, set: Option<MPI_Errhandler>, name: &str) -> R
             let _g = gate::enter();
             let mut out = 0;
             let rc = match crate::lower::fns().MPI_Comm_get_errhandler {
+                // SAFETY: `f` is the real library's MPI_Comm_get_errhandler from the lower half's table; its
+                // arguments are a handle value and a local.
                 Some(f) => unsafe { f(comm, &mut out) },
                 None => MPI_ERR_COMM,
             };
@@ -95,6 +108,8 @@ pub unsafe fn MPI_Errhandler_set(comm: MPI_Comm, eh: MPI_Errhandler) -> c_int {
 pub unsafe fn MPI_Comm_get_errhandler(comm: MPI_Comm, eh: *mut MPI_Errhandler) -> c_int {
     match comm_errhandler(comm, None, "MPI_Comm_get_errhandler") {
         Ok(h) => {
+            // SAFETY: `eh` is the caller's out-pointer, null or valid for a write (MPI's contract of this
+            // call).
             unsafe { put(eh, h) };
             MPI_SUCCESS
         }
@@ -102,6 +117,8 @@ pub unsafe fn MPI_Comm_get_errhandler(comm: MPI_Comm, eh: *mut MPI_Errhandler) -
     }
 }
 pub unsafe fn MPI_Errhandler_get(comm: MPI_Comm, eh: *mut MPI_Errhandler) -> c_int {
+    // SAFETY: the same arguments and contract as MPI_Comm_get_errhandler, of which this is the deprecated
+    // name.
     unsafe { MPI_Comm_get_errhandler(comm, eh) }
 }
 
@@ -127,6 +144,7 @@ pub unsafe fn MPI_Win_set_errhandler(win: MPI_Win, eh: MPI_Errhandler) -> c_int 
 }
 pub unsafe fn MPI_Win_get_errhandler(win: MPI_Win, eh: *mut MPI_Errhandler) -> c_int {
     let Some(i) = win_index(win) else { return errors::raise_default(MPI_ERR_WIN, "MPI_Win_get_errhandler") };
+    // SAFETY: `eh` is the caller's out-pointer, null or valid for a write (MPI's contract of this call).
     unsafe { put(eh, OBJ.wins.with(i, |w| w.errhandler).unwrap_or(MPI_ERRORS_ARE_FATAL)) };
     MPI_SUCCESS
 }
@@ -156,11 +174,14 @@ pub unsafe fn MPI_File_set_errhandler(file: MPI_File, eh: MPI_Errhandler) -> c_i
 }
 pub unsafe fn MPI_File_get_errhandler(file: MPI_File, eh: *mut MPI_Errhandler) -> c_int {
     if file.is_null() {
+        // SAFETY: `eh` is the caller's out-pointer, null or valid for a write (MPI's contract of this call).
         unsafe { put(eh, file_null_errhandler()) };
         return MPI_SUCCESS;
     }
     match conv::file_index(file).and_then(|i| OBJ.files.with(i, |f| f.errhandler)) {
         Some(h) => {
+            // SAFETY: `eh` is the caller's out-pointer, null or valid for a write (MPI's contract of this
+            // call).
             unsafe { put(eh, h) };
             MPI_SUCCESS
         }
@@ -185,6 +206,8 @@ pub unsafe fn MPI_Session_set_errhandler(session: MPI_Session, eh: MPI_Errhandle
 pub unsafe fn MPI_Session_get_errhandler(session: MPI_Session, eh: *mut MPI_Errhandler) -> c_int {
     match conv::index(session, Kind::Session).and_then(|i| OBJ.sessions.with(i, |s| s.errhandler)) {
         Some(h) => {
+            // SAFETY: `eh` is the caller's out-pointer, null or valid for a write (MPI's contract of this
+            // call).
             unsafe { put(eh, h) };
             MPI_SUCCESS
         }

@@ -16,13 +16,18 @@ static PROVIDED: AtomicI32 = AtomicI32::new(MPI_THREAD_SINGLE);
 
 pub unsafe fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
     let mut provided = 0;
+    // SAFETY: `argc`/`argv` are the program's, passed through as MPI_Init allows (null or valid); `provided`
+    // is a local.
     unsafe { init(argc, argv, MPI_THREAD_SINGLE, &mut provided, "MPI_Init") }
 }
 
 pub unsafe fn MPI_Init_thread(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, provided: *mut c_int) -> c_int {
     let mut got = 0;
+    // SAFETY: `argc`/`argv` are the program's, passed through as MPI_Init_thread allows (null or valid);
+    // `got` is a local.
     let rc = unsafe { init(argc, argv, required, &mut got, "MPI_Init_thread") };
     if rc == MPI_SUCCESS {
+        // SAFETY: `provided` is the caller's out-pointer, null or valid for a write.
         unsafe { crate::face::api::put(provided, got) };
     }
     rc
@@ -36,7 +41,7 @@ unsafe fn init(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, p
         drop(g);
         return crate::face::errors::raise_default(if rc == MPI_SUCCESS { MPI_ERR_OTHER } else { rc }, name);
     }
-    let level = required.max(MPI_THREAD_SERIALIZED).min(MPI_THREAD_MULTIPLE);
+    let level = required.clamp(MPI_THREAD_SERIALIZED, MPI_THREAD_MULTIPLE);
     if let Some(dir) = crate::core::app::take_restore_dir() {
         // SAFETY: as below.
         let provided_now = unsafe { restore_app(&dir, argc, argv, level) };
@@ -171,11 +176,13 @@ pub unsafe fn MPI_Finalize() -> c_int {
 }
 
 pub unsafe fn MPI_Initialized(flag: *mut c_int) -> c_int {
+    // SAFETY: `flag` is the caller's out-pointer, null or valid for a write.
     unsafe { crate::face::api::put(flag, (STAGE.load(Ordering::Acquire) != 0) as c_int) };
     MPI_SUCCESS
 }
 
 pub unsafe fn MPI_Finalized(flag: *mut c_int) -> c_int {
+    // SAFETY: `flag` is the caller's out-pointer, null or valid for a write.
     unsafe { crate::face::api::put(flag, (STAGE.load(Ordering::Acquire) == FINALIZED) as c_int) };
     MPI_SUCCESS
 }
@@ -185,6 +192,7 @@ pub unsafe fn MPI_Query_thread(provided: *mut c_int) -> c_int {
         let _g = gate::enter();
         return real!(MPI_Query_thread(provided));
     }
+    // SAFETY: `provided` is the caller's out-pointer, null or valid for a write.
     unsafe { crate::face::api::put(provided, PROVIDED.load(Ordering::Acquire)) };
     MPI_SUCCESS
 }
@@ -194,6 +202,7 @@ pub unsafe fn MPI_Is_thread_main(flag: *mut c_int) -> c_int {
         let _g = gate::enter();
         return real!(MPI_Is_thread_main(flag));
     }
+    // SAFETY: `flag` is the caller's out-pointer, null or valid for a write.
     unsafe { crate::face::api::put(flag, (MAIN_THREAD.load(Ordering::Acquire) == thread_id()) as c_int) };
     MPI_SUCCESS
 }

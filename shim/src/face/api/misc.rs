@@ -20,6 +20,8 @@ pub unsafe fn MPI_Alloc_mem(size: MPI_Aint, _info: MPI_Info, baseptr: *mut c_voi
     if p.is_null() {
         return errors::raise_default(MPI_ERR_NO_MEM, "MPI_Alloc_mem");
     }
+    // SAFETY: `baseptr` is, by MPI's contract of MPI_Alloc_mem, the address of a pointer variable (null is
+    // skipped).
     unsafe { put(baseptr as *mut *mut c_void, p) };
     MPI_SUCCESS
 }
@@ -105,6 +107,8 @@ pub unsafe fn MPI_Add_error_string(errorcode: c_int, string: *const c_char) -> c
     if let Err(rc) = call::try_run("MPI_Add_error_string", On::Default, || call::ok(real!(MPI_Add_error_string(errorcode, string)))) {
         return rc;
     }
+    // SAFETY: `string` is null (read as empty) or the program's NUL-terminated string (MPI's contract); the
+    // real call above accepted it.
     add_user_error(UserError::String { code: errorcode, text: unsafe { crate::face::api::cstr(string) } });
     MPI_SUCCESS
 }
@@ -224,9 +228,9 @@ pvar_call!(MPI_T_pvar_reset);
 pub fn weights_in(p: *const c_int) -> *const c_int {
     // SAFETY: reading our own statics' values.
     unsafe {
-        if p == MPI_UNWEIGHTED as *const c_int {
+        if std::ptr::eq(p, MPI_UNWEIGHTED as *const c_int) {
             lower::real_sentinel("MPI_UNWEIGHTED")
-        } else if p == MPI_WEIGHTS_EMPTY as *const c_int {
+        } else if std::ptr::eq(p, MPI_WEIGHTS_EMPTY as *const c_int) {
             lower::real_sentinel("MPI_WEIGHTS_EMPTY")
         } else {
             p
@@ -254,16 +258,19 @@ unsafe fn flush_request(name: &str, comm: MPI_Comm, request: *mut MPI_Request, r
 }
 
 pub unsafe fn MPI_Buffer_iflush(request: *mut MPI_Request) -> c_int {
+    // SAFETY: `request` is the caller's out-pointer, passed through under MPI's contract of this call.
     unsafe { flush_request("MPI_Buffer_iflush", MPI_COMM_WORLD, request, |r| real!(MPI_Buffer_iflush(r))) }
 }
 
 pub unsafe fn MPI_Comm_iflush_buffer(comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     let c = conv::comm(comm);
+    // SAFETY: `request` is the caller's out-pointer, passed through under MPI's contract of this call.
     unsafe { flush_request("MPI_Comm_iflush_buffer", comm, request, |r| real!(MPI_Comm_iflush_buffer(c, r))) }
 }
 
 pub unsafe fn MPI_Session_iflush_buffer(session: MPI_Session, request: *mut MPI_Request) -> c_int {
     let s = conv::session(session);
+    // SAFETY: `request` is the caller's out-pointer, passed through under MPI's contract of this call.
     unsafe { flush_request("MPI_Session_iflush_buffer", MPI_COMM_WORLD, request, |r| real!(MPI_Session_iflush_buffer(s, r))) }
 }
 
@@ -279,6 +286,7 @@ pub unsafe fn MPI_Type_get_value_index(value_type: MPI_Datatype, index_type: MPI
 /// function altogether) answers -1/-1, as MPICH 5's non-ABI build does.
 pub unsafe fn MPI_Abi_get_version(major: *mut c_int, minor: *mut c_int) -> c_int {
     let Some(f) = lower::fns().MPI_Abi_get_version else {
+        // SAFETY: `major` and `minor` are the caller's out-pointers, null or valid for a write.
         unsafe {
             put(major, -1);
             put(minor, -1);

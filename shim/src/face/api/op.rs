@@ -28,6 +28,8 @@ unsafe fn create(function: *mut c_void, commute: c_int, op: *mut MPI_Op, large: 
                 Ok(i) => conv::handle(Kind::Op, i),
                 Err(_) => errors::fatal("too many live ops"),
             };
+            // SAFETY: `op` is the caller's out-pointer, null or valid for a write (MPI's contract of the op-
+            // creating calls).
             unsafe { put(op, v) };
             MPI_SUCCESS
         }
@@ -39,10 +41,12 @@ unsafe fn create(function: *mut c_void, commute: c_int, op: *mut MPI_Op, large: 
 }
 
 pub unsafe fn MPI_Op_create(user_fn: *mut c_void, commute: c_int, op: *mut MPI_Op) -> c_int {
+    // SAFETY: `user_fn` and `op` are the caller's, passed through under MPI's contract of MPI_Op_create.
     unsafe { create(user_fn, commute, op, false, "MPI_Op_create") }
 }
 
 pub unsafe fn MPI_Op_create_c(user_fn: *mut c_void, commute: c_int, op: *mut MPI_Op) -> c_int {
+    // SAFETY: `user_fn` and `op` are the caller's, passed through under MPI's contract of MPI_Op_create_c.
     unsafe { create(user_fn, commute, op, true, "MPI_Op_create_c") }
 }
 

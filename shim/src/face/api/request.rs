@@ -268,9 +268,9 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
     if mode.all() {
         for i in 0..n {
             let out = status_at(i);
-            // SAFETY (both arms): `status_at` gives MPI_STATUS_IGNORE or an element of the
-            // caller's array (contract above).
             match slots[i] {
+                // SAFETY: `out` is MPI_STATUS_IGNORE or an element of the caller's status array (`status_at`,
+                // contract above).
                 Slot::Inert => unsafe {
                     put_status(out, &empty_status());
                     if in_status {
@@ -280,6 +280,8 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
                 _ if take.contains(&i) => {}
                 _ => {
                     if in_status {
+                        // SAFETY: `out` is MPI_STATUS_IGNORE or an element of the caller's status array
+                        // (`status_at`, contract above).
                         unsafe { put_status_error(out, MPI_ERR_PENDING) }
                     }
                 }
@@ -579,6 +581,8 @@ pub unsafe fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
     if request.is_null() {
         return errors::raise_default(MPI_ERR_REQUEST, "MPI_Cancel");
     }
+    // SAFETY: `request` is non-null (checked above) and, by MPI's contract of this call, points to a readable
+    // request.
     let v = unsafe { *request };
     let g = gate::enter();
     let rc = match classify(v) {
@@ -600,6 +604,8 @@ pub unsafe fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
     if request.is_null() {
         return errors::raise_default(MPI_ERR_REQUEST, "MPI_Request_free");
     }
+    // SAFETY: `request` is non-null (checked above) and, by MPI's contract of this call, points to a readable
+    // request.
     let v = unsafe { *request };
     let g = gate::enter();
     let rc = match classify(v) {
@@ -636,6 +642,7 @@ pub unsafe fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
     if rc != MPI_SUCCESS {
         return errors::raise_comm(request_comm(v), rc, "MPI_Request_free");
     }
+    // SAFETY: `request` is non-null (checked at entry) and, by MPI's contract of this call, writable.
     unsafe { *request = MPI_REQUEST_NULL };
     MPI_SUCCESS
 }
@@ -644,6 +651,8 @@ pub unsafe fn MPI_Start(request: *mut MPI_Request) -> c_int {
     if request.is_null() {
         return errors::raise_default(MPI_ERR_REQUEST, "MPI_Start");
     }
+    // SAFETY: `request` is non-null (checked above) and readable (MPI's contract); `start_one` takes the
+    // handle by value and passes the library only locals.
     unsafe { start_one(*request) }
 }
 
@@ -651,6 +660,7 @@ pub unsafe fn MPI_Startall(count: c_int, reqs: *mut MPI_Request) -> c_int {
     // SAFETY: `reqs` is the caller's array of `count` requests, readable and writable (MPI's
     // contract of this call).
     for &v in unsafe { as_slice(reqs, count) }.iter() {
+        // SAFETY: `start_one` takes a handle value and passes the library only locals and translated handles.
         let rc = unsafe { start_one(v) };
         if rc != MPI_SUCCESS {
             return rc;
@@ -732,6 +742,7 @@ pub unsafe fn MPI_Grequest_start(
     };
     let v = register_request(r, recipe, MPI_COMM_WORLD, false);
     drop(g);
+    // SAFETY: `request` is the caller's out-pointer, null or valid for a write (MPI's contract of this call).
     unsafe { crate::face::api::put(request, v) };
     MPI_SUCCESS
 }
@@ -766,6 +777,8 @@ unsafe fn const_slice<'a>(p: *const MPI_Request, n: c_int) -> &'a [MPI_Request] 
     if p.is_null() || n <= 0 {
         return &[];
     }
+    // SAFETY: `p` is non-null and `n > 0` (checked above); the callers pass the program's array of `n`
+    // requests (MPI's contract of the get_status calls).
     unsafe { std::slice::from_raw_parts(p, n as usize) }
 }
 
@@ -776,15 +789,22 @@ fn status_slot(statuses: *mut MPI_Status, i: usize) -> *mut MPI_Status {
 }
 
 pub unsafe fn MPI_Request_get_status_all(count: c_int, reqs: *const MPI_Request, flag: *mut c_int, statuses: *mut MPI_Status) -> c_int {
+    // SAFETY: `reqs` is the program's array of `count` requests (MPI's contract of this call); null or `count
+    // <= 0` gives an empty slice.
     let reqs = unsafe { const_slice(reqs, count) };
     let g = gate::enter();
+    // SAFETY: `get_status_many` reads only the handle values in `reqs`; the library gets locals and
+    // translated handles.
     let r = unsafe { get_status_many(reqs) };
     drop(g);
     let Ok(sts) = r else { return errors::raise_default(MPI_ERR_REQUEST, "MPI_Request_get_status_all") };
     let all = sts.iter().all(|s| s.is_some());
+    // SAFETY: `flag` is the caller's out-pointer, null or valid for a write.
     unsafe { crate::face::api::put(flag, all as c_int) };
     if all {
         for (i, st) in sts.iter().enumerate() {
+            // SAFETY: `status_slot` gives MPI_STATUS_IGNORE or element `i < count` of the caller's status
+            // array (MPI: one status per request); `st` is Some since `all` holds.
             unsafe { put_status(status_slot(statuses, i), st.as_ref().unwrap()) };
         }
     }
@@ -792,8 +812,12 @@ pub unsafe fn MPI_Request_get_status_all(count: c_int, reqs: *const MPI_Request,
 }
 
 pub unsafe fn MPI_Request_get_status_any(count: c_int, reqs: *const MPI_Request, index: *mut c_int, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
+    // SAFETY: `reqs` is the program's array of `count` requests (MPI's contract of this call); null or `count
+    // <= 0` gives an empty slice.
     let reqs = unsafe { const_slice(reqs, count) };
     let g = gate::enter();
+    // SAFETY: `get_status_many` reads only the handle values in `reqs`; the library gets locals and
+    // translated handles.
     let r = unsafe { get_status_many(reqs) };
     drop(g);
     let Ok(sts) = r else { return errors::raise_default(MPI_ERR_REQUEST, "MPI_Request_get_status_any") };
@@ -813,6 +837,7 @@ pub unsafe fn MPI_Request_get_status_any(count: c_int, reqs: *const MPI_Request,
             crate::face::api::put(index, MPI_UNDEFINED);
             put_whole_empty_status(status);
         },
+        // SAFETY: `flag` is the caller's out-pointer, null or valid for a write.
         None => unsafe { crate::face::api::put(flag, 0) },
     }
     MPI_SUCCESS
@@ -821,8 +846,12 @@ pub unsafe fn MPI_Request_get_status_any(count: c_int, reqs: *const MPI_Request,
 pub unsafe fn MPI_Request_get_status_some(
     count: c_int, reqs: *const MPI_Request, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MPI_Status,
 ) -> c_int {
+    // SAFETY: `reqs` is the program's array of `count` requests (MPI's contract of this call); null or `count
+    // <= 0` gives an empty slice.
     let reqs = unsafe { const_slice(reqs, count) };
     let g = gate::enter();
+    // SAFETY: `get_status_many` reads only the handle values in `reqs`; the library gets locals and
+    // translated handles.
     let r = unsafe { get_status_many(reqs) };
     drop(g);
     let Ok(sts) = r else { return errors::raise_default(MPI_ERR_REQUEST, "MPI_Request_get_status_some") };
@@ -836,6 +865,8 @@ pub unsafe fn MPI_Request_get_status_some(
     // SAFETY: `outcount` is the caller's out-pointer (contract above).
     unsafe { crate::face::api::put(outcount, done.len() as c_int) };
     for (k, &i) in done.iter().enumerate() {
+        // SAFETY: `k < done.len() <= count`: `indices` (when non-null) and `statuses` (unless ignored) hold
+        // `count` elements by MPI's contract of this call.
         unsafe {
             if !indices.is_null() {
                 *indices.add(k) = i as c_int;

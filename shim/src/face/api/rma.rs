@@ -357,6 +357,8 @@ macro_rules! rput_like {
             $($buf: $bt,)* origin_count: $count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint,
             target_count: $count, target_datatype: MPI_Datatype, win: MPI_Win, request: *mut MPI_Request,
         ) -> c_int {
+            // SAFETY: the caller's buffers and `request` are passed through under MPI's contract of this
+            // call; the handles are translated.
             unsafe { rma_request(stringify!($name), win, request, |r| real!($name($($buf,)* origin_count, conv::datatype(origin_datatype), target_rank, target_disp, target_count,
                 conv::datatype(target_datatype), conv::win(win), r))) }
         }
@@ -374,6 +376,8 @@ macro_rules! raccumulate {
             origin_addr: *const c_void, origin_count: $count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint,
             target_count: $count, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win, request: *mut MPI_Request,
         ) -> c_int {
+            // SAFETY: the caller's buffer and `request` are passed through under MPI's contract of this call;
+            // the handles are translated.
             unsafe { rma_request(stringify!($name), win, request, |r| real!($name(origin_addr, origin_count, conv::datatype(origin_datatype), target_rank, target_disp, target_count,
                 conv::datatype(target_datatype), conv::op(op), conv::win(win), r))) }
         }
@@ -390,6 +394,8 @@ macro_rules! rget_accumulate {
             result_count: $count, result_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: $count,
             target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win, request: *mut MPI_Request,
         ) -> c_int {
+            // SAFETY: the caller's buffers and `request` are passed through under MPI's contract of this
+            // call; the handles are translated.
             unsafe { rma_request(stringify!($name), win, request, |r| real!($name(origin_addr, origin_count, conv::datatype(origin_datatype), result_addr, result_count,
                 conv::datatype(result_datatype), target_rank, target_disp, target_count, conv::datatype(target_datatype),
                 conv::op(op), conv::win(win), r))) }
