@@ -38,6 +38,16 @@ pub struct Objects {
     pub keyvals: Table<KeyvalEntry, NoReal>,
 }
 
+/// The lower half's world model is up: initialised by the program's MPI_Init, or by mpicr at
+/// the program's first MPI_Session_init (a program of sessions only still gets a world model
+/// underneath, which the renewal needs and the program never sees). It ends when the program
+/// has neither the world model (MPI_Finalize) nor a session any more.
+pub static LOWER_UP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn lower_up() -> bool {
+    LOWER_UP.load(std::sync::atomic::Ordering::Acquire)
+}
+
 pub static OBJ: LazyLock<Objects> = LazyLock::new(|| Objects {
     comms: Comms::default(),
     groups: Table::new(),

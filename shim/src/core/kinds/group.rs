@@ -12,7 +12,7 @@ use std::os::raw::c_int;
 static WORLD_GROUP: Mutex<Option<(u32, c_int)>> = Mutex::new(None);
 
 fn real_world_group() -> Option<c_int> {
-    if !crate::face::api::init::lower_up() {
+    if !crate::core::state::lower_up() {
         // No world model underneath (an app-mode rank's session before MPI_Init): no world to
         // translate to.
         return None;

@@ -9,7 +9,7 @@ use crate::core::gate;
 
 use std::os::raw::{c_char, c_int};
 use crate::core::state::OBJ;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 
 /// The thread level the program was told it got.
 static PROVIDED: AtomicI32 = AtomicI32::new(MPI_THREAD_SINGLE);
@@ -74,17 +74,11 @@ unsafe fn init(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, p
     MPI_SUCCESS
 }
 
-/// The lower half's world model is up: initialised by the program's MPI_Init, or by mpicr at
-/// the program's first MPI_Session_init (a program of sessions only still gets a world model
-/// underneath, which the renewal needs and the program never sees). It ends when the program
-/// has neither the world model (MPI_Finalize) nor a session any more.
-static LOWER_UP: AtomicBool = AtomicBool::new(false);
+use crate::core::state::LOWER_UP;
 /// The thread level the lower half provided.
 static REAL_PROVIDED: AtomicI32 = AtomicI32::new(MPI_THREAD_SINGLE);
 
-pub fn lower_up() -> bool {
-    LOWER_UP.load(Ordering::Acquire)
-}
+pub use crate::core::state::lower_up;
 
 /// Initialises the lower half and registers the world and self communicators. Called inside
 /// the gate; the caller starts the agent once out of it.
