@@ -10,7 +10,11 @@ use std::os::raw::{c_char, c_int, c_void};
 /// Open MPI's entry points the adapters call, with its C signatures.
 #[derive(Clone, Copy)]
 pub struct OmpiFns {
+    pub MPI_Abort: Option<unsafe extern "C" fn(P, c_int) -> c_int>,
     pub MPI_Accumulate: Option<unsafe extern "C" fn(*const c_void, c_int, P, c_int, MPI_Aint, c_int, P, P, P) -> c_int>,
+    pub MPI_Add_error_class: Option<unsafe extern "C" fn(*mut c_int) -> c_int>,
+    pub MPI_Add_error_code: Option<unsafe extern "C" fn(c_int, *mut c_int) -> c_int>,
+    pub MPI_Add_error_string: Option<unsafe extern "C" fn(c_int, *const c_char) -> c_int>,
     pub MPI_Address: Option<unsafe extern "C" fn(*mut c_void, *mut MPI_Aint) -> c_int>,
     pub MPI_Allgather: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, c_int, P, P) -> c_int>,
     pub MPI_Allgatherv: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, *const c_int, *const c_int, P, P) -> c_int>,
@@ -18,6 +22,9 @@ pub struct OmpiFns {
     pub MPI_Allreduce: Option<unsafe extern "C" fn(*const c_void, *mut c_void, c_int, P, P, P) -> c_int>,
     pub MPI_Alltoall: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, c_int, P, P) -> c_int>,
     pub MPI_Alltoallv: Option<unsafe extern "C" fn(*const c_void, *const c_int, *const c_int, P, *mut c_void, *const c_int, *const c_int, P, P) -> c_int>,
+    pub MPI_Attr_delete: Option<unsafe extern "C" fn(P, c_int) -> c_int>,
+    pub MPI_Attr_get: Option<unsafe extern "C" fn(P, c_int, *mut c_void, *mut c_int) -> c_int>,
+    pub MPI_Attr_put: Option<unsafe extern "C" fn(P, c_int, *mut c_void) -> c_int>,
     pub MPI_Barrier: Option<unsafe extern "C" fn(P) -> c_int>,
     pub MPI_Bcast: Option<unsafe extern "C" fn(*mut c_void, c_int, P, c_int, P) -> c_int>,
     pub MPI_Bsend: Option<unsafe extern "C" fn(*const c_void, c_int, P, c_int, c_int, P) -> c_int>,
@@ -30,18 +37,23 @@ pub struct OmpiFns {
     pub MPI_Cart_get: Option<unsafe extern "C" fn(P, c_int, *mut c_int, *mut c_int, *mut c_int) -> c_int>,
     pub MPI_Cart_map: Option<unsafe extern "C" fn(P, c_int, *const c_int, *const c_int, *mut c_int) -> c_int>,
     pub MPI_Cart_rank: Option<unsafe extern "C" fn(P, *const c_int, *mut c_int) -> c_int>,
+    pub MPI_Cart_shift: Option<unsafe extern "C" fn(P, c_int, c_int, *mut c_int, *mut c_int) -> c_int>,
     pub MPI_Cart_sub: Option<unsafe extern "C" fn(P, *const c_int, *mut P) -> c_int>,
     pub MPI_Cartdim_get: Option<unsafe extern "C" fn(P, *mut c_int) -> c_int>,
     pub MPI_Close_port: Option<unsafe extern "C" fn(*const c_char) -> c_int>,
     pub MPI_Comm_accept: Option<unsafe extern "C" fn(*const c_char, P, c_int, P, *mut P) -> c_int>,
+    pub MPI_Comm_call_errhandler: Option<unsafe extern "C" fn(P, c_int) -> c_int>,
     pub MPI_Comm_compare: Option<unsafe extern "C" fn(P, P, *mut c_int) -> c_int>,
     pub MPI_Comm_connect: Option<unsafe extern "C" fn(*const c_char, P, c_int, P, *mut P) -> c_int>,
     pub MPI_Comm_create: Option<unsafe extern "C" fn(P, P, *mut P) -> c_int>,
     pub MPI_Comm_create_group: Option<unsafe extern "C" fn(P, P, c_int, *mut P) -> c_int>,
+    pub MPI_Comm_delete_attr: Option<unsafe extern "C" fn(P, c_int) -> c_int>,
     pub MPI_Comm_disconnect: Option<unsafe extern "C" fn(*mut P) -> c_int>,
     pub MPI_Comm_dup: Option<unsafe extern "C" fn(P, *mut P) -> c_int>,
     pub MPI_Comm_dup_with_info: Option<unsafe extern "C" fn(P, P, *mut P) -> c_int>,
     pub MPI_Comm_free: Option<unsafe extern "C" fn(*mut P) -> c_int>,
+    pub MPI_Comm_free_keyval: Option<unsafe extern "C" fn(*mut c_int) -> c_int>,
+    pub MPI_Comm_get_attr: Option<unsafe extern "C" fn(P, c_int, *mut c_void, *mut c_int) -> c_int>,
     pub MPI_Comm_get_errhandler: Option<unsafe extern "C" fn(P, *mut P) -> c_int>,
     pub MPI_Comm_get_info: Option<unsafe extern "C" fn(P, *mut P) -> c_int>,
     pub MPI_Comm_get_name: Option<unsafe extern "C" fn(P, *mut c_char, *mut c_int) -> c_int>,
@@ -52,11 +64,13 @@ pub struct OmpiFns {
     pub MPI_Comm_rank: Option<unsafe extern "C" fn(P, *mut c_int) -> c_int>,
     pub MPI_Comm_remote_group: Option<unsafe extern "C" fn(P, *mut P) -> c_int>,
     pub MPI_Comm_remote_size: Option<unsafe extern "C" fn(P, *mut c_int) -> c_int>,
+    pub MPI_Comm_set_attr: Option<unsafe extern "C" fn(P, c_int, *mut c_void) -> c_int>,
     pub MPI_Comm_set_errhandler: Option<unsafe extern "C" fn(P, P) -> c_int>,
     pub MPI_Comm_set_info: Option<unsafe extern "C" fn(P, P) -> c_int>,
     pub MPI_Comm_set_name: Option<unsafe extern "C" fn(P, *const c_char) -> c_int>,
     pub MPI_Comm_size: Option<unsafe extern "C" fn(P, *mut c_int) -> c_int>,
     pub MPI_Comm_split: Option<unsafe extern "C" fn(P, c_int, c_int, *mut P) -> c_int>,
+    pub MPI_Comm_split_type: Option<unsafe extern "C" fn(P, c_int, c_int, P, *mut P) -> c_int>,
     pub MPI_Comm_test_inter: Option<unsafe extern "C" fn(P, *mut c_int) -> c_int>,
     pub MPI_Compare_and_swap: Option<unsafe extern "C" fn(*const c_void, *const c_void, *mut c_void, P, c_int, MPI_Aint, P) -> c_int>,
     pub MPI_Dims_create: Option<unsafe extern "C" fn(c_int, c_int, *mut c_int) -> c_int>,
@@ -64,8 +78,68 @@ pub struct OmpiFns {
     pub MPI_Errhandler_free: Option<unsafe extern "C" fn(*mut P) -> c_int>,
     pub MPI_Errhandler_get: Option<unsafe extern "C" fn(P, *mut P) -> c_int>,
     pub MPI_Errhandler_set: Option<unsafe extern "C" fn(P, P) -> c_int>,
+    pub MPI_Error_class: Option<unsafe extern "C" fn(c_int, *mut c_int) -> c_int>,
+    pub MPI_Error_string: Option<unsafe extern "C" fn(c_int, *mut c_char, *mut c_int) -> c_int>,
     pub MPI_Exscan: Option<unsafe extern "C" fn(*const c_void, *mut c_void, c_int, P, P, P) -> c_int>,
     pub MPI_Fetch_and_op: Option<unsafe extern "C" fn(*const c_void, *mut c_void, P, c_int, MPI_Aint, P, P) -> c_int>,
+    pub MPI_File_call_errhandler: Option<unsafe extern "C" fn(P, c_int) -> c_int>,
+    pub MPI_File_close: Option<unsafe extern "C" fn(*mut P) -> c_int>,
+    pub MPI_File_delete: Option<unsafe extern "C" fn(*const c_char, P) -> c_int>,
+    pub MPI_File_get_amode: Option<unsafe extern "C" fn(P, *mut c_int) -> c_int>,
+    pub MPI_File_get_atomicity: Option<unsafe extern "C" fn(P, *mut c_int) -> c_int>,
+    pub MPI_File_get_byte_offset: Option<unsafe extern "C" fn(P, MPI_Offset, *mut MPI_Offset) -> c_int>,
+    pub MPI_File_get_errhandler: Option<unsafe extern "C" fn(P, *mut P) -> c_int>,
+    pub MPI_File_get_group: Option<unsafe extern "C" fn(P, *mut P) -> c_int>,
+    pub MPI_File_get_info: Option<unsafe extern "C" fn(P, *mut P) -> c_int>,
+    pub MPI_File_get_position: Option<unsafe extern "C" fn(P, *mut MPI_Offset) -> c_int>,
+    pub MPI_File_get_position_shared: Option<unsafe extern "C" fn(P, *mut MPI_Offset) -> c_int>,
+    pub MPI_File_get_size: Option<unsafe extern "C" fn(P, *mut MPI_Offset) -> c_int>,
+    pub MPI_File_get_type_extent: Option<unsafe extern "C" fn(P, P, *mut MPI_Aint) -> c_int>,
+    pub MPI_File_get_view: Option<unsafe extern "C" fn(P, *mut MPI_Offset, *mut P, *mut P, *mut c_char) -> c_int>,
+    pub MPI_File_iread: Option<unsafe extern "C" fn(P, *mut c_void, c_int, P, *mut P) -> c_int>,
+    pub MPI_File_iread_all: Option<unsafe extern "C" fn(P, *mut c_void, c_int, P, *mut P) -> c_int>,
+    pub MPI_File_iread_at: Option<unsafe extern "C" fn(P, MPI_Offset, *mut c_void, c_int, P, *mut P) -> c_int>,
+    pub MPI_File_iread_at_all: Option<unsafe extern "C" fn(P, MPI_Offset, *mut c_void, c_int, P, *mut P) -> c_int>,
+    pub MPI_File_iread_shared: Option<unsafe extern "C" fn(P, *mut c_void, c_int, P, *mut P) -> c_int>,
+    pub MPI_File_iwrite: Option<unsafe extern "C" fn(P, *const c_void, c_int, P, *mut P) -> c_int>,
+    pub MPI_File_iwrite_all: Option<unsafe extern "C" fn(P, *const c_void, c_int, P, *mut P) -> c_int>,
+    pub MPI_File_iwrite_at: Option<unsafe extern "C" fn(P, MPI_Offset, *const c_void, c_int, P, *mut P) -> c_int>,
+    pub MPI_File_iwrite_at_all: Option<unsafe extern "C" fn(P, MPI_Offset, *const c_void, c_int, P, *mut P) -> c_int>,
+    pub MPI_File_iwrite_shared: Option<unsafe extern "C" fn(P, *const c_void, c_int, P, *mut P) -> c_int>,
+    pub MPI_File_open: Option<unsafe extern "C" fn(P, *const c_char, c_int, P, *mut P) -> c_int>,
+    pub MPI_File_preallocate: Option<unsafe extern "C" fn(P, MPI_Offset) -> c_int>,
+    pub MPI_File_read: Option<unsafe extern "C" fn(P, *mut c_void, c_int, P, *mut OStatus) -> c_int>,
+    pub MPI_File_read_all: Option<unsafe extern "C" fn(P, *mut c_void, c_int, P, *mut OStatus) -> c_int>,
+    pub MPI_File_read_all_begin: Option<unsafe extern "C" fn(P, *mut c_void, c_int, P) -> c_int>,
+    pub MPI_File_read_all_end: Option<unsafe extern "C" fn(P, *mut c_void, *mut OStatus) -> c_int>,
+    pub MPI_File_read_at: Option<unsafe extern "C" fn(P, MPI_Offset, *mut c_void, c_int, P, *mut OStatus) -> c_int>,
+    pub MPI_File_read_at_all: Option<unsafe extern "C" fn(P, MPI_Offset, *mut c_void, c_int, P, *mut OStatus) -> c_int>,
+    pub MPI_File_read_at_all_begin: Option<unsafe extern "C" fn(P, MPI_Offset, *mut c_void, c_int, P) -> c_int>,
+    pub MPI_File_read_at_all_end: Option<unsafe extern "C" fn(P, *mut c_void, *mut OStatus) -> c_int>,
+    pub MPI_File_read_ordered: Option<unsafe extern "C" fn(P, *mut c_void, c_int, P, *mut OStatus) -> c_int>,
+    pub MPI_File_read_ordered_begin: Option<unsafe extern "C" fn(P, *mut c_void, c_int, P) -> c_int>,
+    pub MPI_File_read_ordered_end: Option<unsafe extern "C" fn(P, *mut c_void, *mut OStatus) -> c_int>,
+    pub MPI_File_read_shared: Option<unsafe extern "C" fn(P, *mut c_void, c_int, P, *mut OStatus) -> c_int>,
+    pub MPI_File_seek: Option<unsafe extern "C" fn(P, MPI_Offset, c_int) -> c_int>,
+    pub MPI_File_seek_shared: Option<unsafe extern "C" fn(P, MPI_Offset, c_int) -> c_int>,
+    pub MPI_File_set_atomicity: Option<unsafe extern "C" fn(P, c_int) -> c_int>,
+    pub MPI_File_set_errhandler: Option<unsafe extern "C" fn(P, P) -> c_int>,
+    pub MPI_File_set_info: Option<unsafe extern "C" fn(P, P) -> c_int>,
+    pub MPI_File_set_size: Option<unsafe extern "C" fn(P, MPI_Offset) -> c_int>,
+    pub MPI_File_set_view: Option<unsafe extern "C" fn(P, MPI_Offset, P, P, *const c_char, P) -> c_int>,
+    pub MPI_File_sync: Option<unsafe extern "C" fn(P) -> c_int>,
+    pub MPI_File_write: Option<unsafe extern "C" fn(P, *const c_void, c_int, P, *mut OStatus) -> c_int>,
+    pub MPI_File_write_all: Option<unsafe extern "C" fn(P, *const c_void, c_int, P, *mut OStatus) -> c_int>,
+    pub MPI_File_write_all_begin: Option<unsafe extern "C" fn(P, *const c_void, c_int, P) -> c_int>,
+    pub MPI_File_write_all_end: Option<unsafe extern "C" fn(P, *const c_void, *mut OStatus) -> c_int>,
+    pub MPI_File_write_at: Option<unsafe extern "C" fn(P, MPI_Offset, *const c_void, c_int, P, *mut OStatus) -> c_int>,
+    pub MPI_File_write_at_all: Option<unsafe extern "C" fn(P, MPI_Offset, *const c_void, c_int, P, *mut OStatus) -> c_int>,
+    pub MPI_File_write_at_all_begin: Option<unsafe extern "C" fn(P, MPI_Offset, *const c_void, c_int, P) -> c_int>,
+    pub MPI_File_write_at_all_end: Option<unsafe extern "C" fn(P, *const c_void, *mut OStatus) -> c_int>,
+    pub MPI_File_write_ordered: Option<unsafe extern "C" fn(P, *const c_void, c_int, P, *mut OStatus) -> c_int>,
+    pub MPI_File_write_ordered_begin: Option<unsafe extern "C" fn(P, *const c_void, c_int, P) -> c_int>,
+    pub MPI_File_write_ordered_end: Option<unsafe extern "C" fn(P, *const c_void, *mut OStatus) -> c_int>,
+    pub MPI_File_write_shared: Option<unsafe extern "C" fn(P, *const c_void, c_int, P, *mut OStatus) -> c_int>,
     pub MPI_Finalize: Option<unsafe extern "C" fn() -> c_int>,
     pub MPI_Finalized: Option<unsafe extern "C" fn(*mut c_int) -> c_int>,
     pub MPI_Free_mem: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
@@ -142,6 +216,7 @@ pub struct OmpiFns {
     pub MPI_Iscatterv: Option<unsafe extern "C" fn(*const c_void, *const c_int, *const c_int, P, *mut c_void, c_int, P, c_int, P, *mut P) -> c_int>,
     pub MPI_Isend: Option<unsafe extern "C" fn(*const c_void, c_int, P, c_int, c_int, P, *mut P) -> c_int>,
     pub MPI_Issend: Option<unsafe extern "C" fn(*const c_void, c_int, P, c_int, c_int, P, *mut P) -> c_int>,
+    pub MPI_Keyval_free: Option<unsafe extern "C" fn(*mut c_int) -> c_int>,
     pub MPI_Lookup_name: Option<unsafe extern "C" fn(*const c_char, P, *mut c_char) -> c_int>,
     pub MPI_Mprobe: Option<unsafe extern "C" fn(c_int, c_int, P, *mut P, *mut OStatus) -> c_int>,
     pub MPI_Mrecv: Option<unsafe extern "C" fn(*mut c_void, c_int, P, *mut P, *mut OStatus) -> c_int>,
@@ -196,6 +271,7 @@ pub struct OmpiFns {
     pub MPI_Topo_test: Option<unsafe extern "C" fn(P, *mut c_int) -> c_int>,
     pub MPI_Type_commit: Option<unsafe extern "C" fn(*mut P) -> c_int>,
     pub MPI_Type_contiguous: Option<unsafe extern "C" fn(c_int, P, *mut P) -> c_int>,
+    pub MPI_Type_create_darray: Option<unsafe extern "C" fn(c_int, c_int, c_int, *const c_int, *const c_int, *const c_int, *const c_int, c_int, P, *mut P) -> c_int>,
     pub MPI_Type_create_f90_complex: Option<unsafe extern "C" fn(c_int, c_int, *mut P) -> c_int>,
     pub MPI_Type_create_f90_integer: Option<unsafe extern "C" fn(c_int, *mut P) -> c_int>,
     pub MPI_Type_create_f90_real: Option<unsafe extern "C" fn(c_int, c_int, *mut P) -> c_int>,
@@ -205,9 +281,11 @@ pub struct OmpiFns {
     pub MPI_Type_create_indexed_block: Option<unsafe extern "C" fn(c_int, c_int, *const c_int, P, *mut P) -> c_int>,
     pub MPI_Type_create_resized: Option<unsafe extern "C" fn(P, MPI_Aint, MPI_Aint, *mut P) -> c_int>,
     pub MPI_Type_create_struct: Option<unsafe extern "C" fn(c_int, *const c_int, *const MPI_Aint, *const P, *mut P) -> c_int>,
+    pub MPI_Type_create_subarray: Option<unsafe extern "C" fn(c_int, *const c_int, *const c_int, *const c_int, c_int, P, *mut P) -> c_int>,
     pub MPI_Type_dup: Option<unsafe extern "C" fn(P, *mut P) -> c_int>,
     pub MPI_Type_extent: Option<unsafe extern "C" fn(P, *mut MPI_Aint) -> c_int>,
     pub MPI_Type_free: Option<unsafe extern "C" fn(*mut P) -> c_int>,
+    pub MPI_Type_get_envelope: Option<unsafe extern "C" fn(P, *mut c_int, *mut c_int, *mut c_int, *mut c_int) -> c_int>,
     pub MPI_Type_get_extent: Option<unsafe extern "C" fn(P, *mut MPI_Aint, *mut MPI_Aint) -> c_int>,
     pub MPI_Type_get_extent_x: Option<unsafe extern "C" fn(P, *mut MPI_Count, *mut MPI_Count) -> c_int>,
     pub MPI_Type_get_name: Option<unsafe extern "C" fn(P, *mut c_char, *mut c_int) -> c_int>,
@@ -234,23 +312,33 @@ pub struct OmpiFns {
     pub MPI_Win_allocate: Option<unsafe extern "C" fn(MPI_Aint, c_int, P, P, *mut c_void, *mut P) -> c_int>,
     pub MPI_Win_allocate_shared: Option<unsafe extern "C" fn(MPI_Aint, c_int, P, P, *mut c_void, *mut P) -> c_int>,
     pub MPI_Win_attach: Option<unsafe extern "C" fn(P, *mut c_void, MPI_Aint) -> c_int>,
+    pub MPI_Win_call_errhandler: Option<unsafe extern "C" fn(P, c_int) -> c_int>,
     pub MPI_Win_complete: Option<unsafe extern "C" fn(P) -> c_int>,
     pub MPI_Win_create: Option<unsafe extern "C" fn(*mut c_void, MPI_Aint, c_int, P, P, *mut P) -> c_int>,
     pub MPI_Win_create_dynamic: Option<unsafe extern "C" fn(P, P, *mut P) -> c_int>,
+    pub MPI_Win_delete_attr: Option<unsafe extern "C" fn(P, c_int) -> c_int>,
     pub MPI_Win_detach: Option<unsafe extern "C" fn(P, *const c_void) -> c_int>,
+    pub MPI_Win_fence: Option<unsafe extern "C" fn(c_int, P) -> c_int>,
     pub MPI_Win_flush: Option<unsafe extern "C" fn(c_int, P) -> c_int>,
     pub MPI_Win_flush_all: Option<unsafe extern "C" fn(P) -> c_int>,
     pub MPI_Win_flush_local: Option<unsafe extern "C" fn(c_int, P) -> c_int>,
     pub MPI_Win_flush_local_all: Option<unsafe extern "C" fn(P) -> c_int>,
     pub MPI_Win_free: Option<unsafe extern "C" fn(*mut P) -> c_int>,
+    pub MPI_Win_free_keyval: Option<unsafe extern "C" fn(*mut c_int) -> c_int>,
+    pub MPI_Win_get_attr: Option<unsafe extern "C" fn(P, c_int, *mut c_void, *mut c_int) -> c_int>,
     pub MPI_Win_get_errhandler: Option<unsafe extern "C" fn(P, *mut P) -> c_int>,
     pub MPI_Win_get_group: Option<unsafe extern "C" fn(P, *mut P) -> c_int>,
     pub MPI_Win_get_info: Option<unsafe extern "C" fn(P, *mut P) -> c_int>,
     pub MPI_Win_get_name: Option<unsafe extern "C" fn(P, *mut c_char, *mut c_int) -> c_int>,
+    pub MPI_Win_lock: Option<unsafe extern "C" fn(c_int, c_int, c_int, P) -> c_int>,
+    pub MPI_Win_lock_all: Option<unsafe extern "C" fn(c_int, P) -> c_int>,
+    pub MPI_Win_post: Option<unsafe extern "C" fn(P, c_int, P) -> c_int>,
+    pub MPI_Win_set_attr: Option<unsafe extern "C" fn(P, c_int, *mut c_void) -> c_int>,
     pub MPI_Win_set_errhandler: Option<unsafe extern "C" fn(P, P) -> c_int>,
     pub MPI_Win_set_info: Option<unsafe extern "C" fn(P, P) -> c_int>,
     pub MPI_Win_set_name: Option<unsafe extern "C" fn(P, *const c_char) -> c_int>,
     pub MPI_Win_shared_query: Option<unsafe extern "C" fn(P, c_int, *mut MPI_Aint, *mut c_int, *mut c_void) -> c_int>,
+    pub MPI_Win_start: Option<unsafe extern "C" fn(P, c_int, P) -> c_int>,
     pub MPI_Win_sync: Option<unsafe extern "C" fn(P) -> c_int>,
     pub MPI_Win_test: Option<unsafe extern "C" fn(P, *mut c_int) -> c_int>,
     pub MPI_Win_unlock: Option<unsafe extern "C" fn(c_int, P) -> c_int>,
@@ -267,7 +355,11 @@ impl OmpiFns {
         // Open MPI's mpi.h (shim/api/ompi-abi.json).
         unsafe {
             OmpiFns {
+                MPI_Abort: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Abort\0", "MPI_Abort\0")),
                 MPI_Accumulate: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Accumulate\0", "MPI_Accumulate\0")),
+                MPI_Add_error_class: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Add_error_class\0", "MPI_Add_error_class\0")),
+                MPI_Add_error_code: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Add_error_code\0", "MPI_Add_error_code\0")),
+                MPI_Add_error_string: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Add_error_string\0", "MPI_Add_error_string\0")),
                 MPI_Address: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Address\0", "MPI_Address\0")),
                 MPI_Allgather: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Allgather\0", "MPI_Allgather\0")),
                 MPI_Allgatherv: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Allgatherv\0", "MPI_Allgatherv\0")),
@@ -275,6 +367,9 @@ impl OmpiFns {
                 MPI_Allreduce: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Allreduce\0", "MPI_Allreduce\0")),
                 MPI_Alltoall: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Alltoall\0", "MPI_Alltoall\0")),
                 MPI_Alltoallv: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Alltoallv\0", "MPI_Alltoallv\0")),
+                MPI_Attr_delete: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Attr_delete\0", "MPI_Attr_delete\0")),
+                MPI_Attr_get: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Attr_get\0", "MPI_Attr_get\0")),
+                MPI_Attr_put: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Attr_put\0", "MPI_Attr_put\0")),
                 MPI_Barrier: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Barrier\0", "MPI_Barrier\0")),
                 MPI_Bcast: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Bcast\0", "MPI_Bcast\0")),
                 MPI_Bsend: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Bsend\0", "MPI_Bsend\0")),
@@ -287,18 +382,23 @@ impl OmpiFns {
                 MPI_Cart_get: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Cart_get\0", "MPI_Cart_get\0")),
                 MPI_Cart_map: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Cart_map\0", "MPI_Cart_map\0")),
                 MPI_Cart_rank: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Cart_rank\0", "MPI_Cart_rank\0")),
+                MPI_Cart_shift: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Cart_shift\0", "MPI_Cart_shift\0")),
                 MPI_Cart_sub: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Cart_sub\0", "MPI_Cart_sub\0")),
                 MPI_Cartdim_get: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Cartdim_get\0", "MPI_Cartdim_get\0")),
                 MPI_Close_port: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Close_port\0", "MPI_Close_port\0")),
                 MPI_Comm_accept: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_accept\0", "MPI_Comm_accept\0")),
+                MPI_Comm_call_errhandler: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_call_errhandler\0", "MPI_Comm_call_errhandler\0")),
                 MPI_Comm_compare: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_compare\0", "MPI_Comm_compare\0")),
                 MPI_Comm_connect: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_connect\0", "MPI_Comm_connect\0")),
                 MPI_Comm_create: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_create\0", "MPI_Comm_create\0")),
                 MPI_Comm_create_group: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_create_group\0", "MPI_Comm_create_group\0")),
+                MPI_Comm_delete_attr: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_delete_attr\0", "MPI_Comm_delete_attr\0")),
                 MPI_Comm_disconnect: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_disconnect\0", "MPI_Comm_disconnect\0")),
                 MPI_Comm_dup: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_dup\0", "MPI_Comm_dup\0")),
                 MPI_Comm_dup_with_info: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_dup_with_info\0", "MPI_Comm_dup_with_info\0")),
                 MPI_Comm_free: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_free\0", "MPI_Comm_free\0")),
+                MPI_Comm_free_keyval: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_free_keyval\0", "MPI_Comm_free_keyval\0")),
+                MPI_Comm_get_attr: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_get_attr\0", "MPI_Comm_get_attr\0")),
                 MPI_Comm_get_errhandler: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_get_errhandler\0", "MPI_Comm_get_errhandler\0")),
                 MPI_Comm_get_info: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_get_info\0", "MPI_Comm_get_info\0")),
                 MPI_Comm_get_name: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_get_name\0", "MPI_Comm_get_name\0")),
@@ -309,11 +409,13 @@ impl OmpiFns {
                 MPI_Comm_rank: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_rank\0", "MPI_Comm_rank\0")),
                 MPI_Comm_remote_group: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_remote_group\0", "MPI_Comm_remote_group\0")),
                 MPI_Comm_remote_size: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_remote_size\0", "MPI_Comm_remote_size\0")),
+                MPI_Comm_set_attr: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_set_attr\0", "MPI_Comm_set_attr\0")),
                 MPI_Comm_set_errhandler: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_set_errhandler\0", "MPI_Comm_set_errhandler\0")),
                 MPI_Comm_set_info: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_set_info\0", "MPI_Comm_set_info\0")),
                 MPI_Comm_set_name: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_set_name\0", "MPI_Comm_set_name\0")),
                 MPI_Comm_size: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_size\0", "MPI_Comm_size\0")),
                 MPI_Comm_split: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_split\0", "MPI_Comm_split\0")),
+                MPI_Comm_split_type: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_split_type\0", "MPI_Comm_split_type\0")),
                 MPI_Comm_test_inter: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_test_inter\0", "MPI_Comm_test_inter\0")),
                 MPI_Compare_and_swap: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Compare_and_swap\0", "MPI_Compare_and_swap\0")),
                 MPI_Dims_create: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Dims_create\0", "MPI_Dims_create\0")),
@@ -321,8 +423,68 @@ impl OmpiFns {
                 MPI_Errhandler_free: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Errhandler_free\0", "MPI_Errhandler_free\0")),
                 MPI_Errhandler_get: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Errhandler_get\0", "MPI_Errhandler_get\0")),
                 MPI_Errhandler_set: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Errhandler_set\0", "MPI_Errhandler_set\0")),
+                MPI_Error_class: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Error_class\0", "MPI_Error_class\0")),
+                MPI_Error_string: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Error_string\0", "MPI_Error_string\0")),
                 MPI_Exscan: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Exscan\0", "MPI_Exscan\0")),
                 MPI_Fetch_and_op: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Fetch_and_op\0", "MPI_Fetch_and_op\0")),
+                MPI_File_call_errhandler: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_call_errhandler\0", "MPI_File_call_errhandler\0")),
+                MPI_File_close: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_close\0", "MPI_File_close\0")),
+                MPI_File_delete: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_delete\0", "MPI_File_delete\0")),
+                MPI_File_get_amode: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_get_amode\0", "MPI_File_get_amode\0")),
+                MPI_File_get_atomicity: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_get_atomicity\0", "MPI_File_get_atomicity\0")),
+                MPI_File_get_byte_offset: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_get_byte_offset\0", "MPI_File_get_byte_offset\0")),
+                MPI_File_get_errhandler: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_get_errhandler\0", "MPI_File_get_errhandler\0")),
+                MPI_File_get_group: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_get_group\0", "MPI_File_get_group\0")),
+                MPI_File_get_info: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_get_info\0", "MPI_File_get_info\0")),
+                MPI_File_get_position: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_get_position\0", "MPI_File_get_position\0")),
+                MPI_File_get_position_shared: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_get_position_shared\0", "MPI_File_get_position_shared\0")),
+                MPI_File_get_size: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_get_size\0", "MPI_File_get_size\0")),
+                MPI_File_get_type_extent: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_get_type_extent\0", "MPI_File_get_type_extent\0")),
+                MPI_File_get_view: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_get_view\0", "MPI_File_get_view\0")),
+                MPI_File_iread: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_iread\0", "MPI_File_iread\0")),
+                MPI_File_iread_all: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_iread_all\0", "MPI_File_iread_all\0")),
+                MPI_File_iread_at: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_iread_at\0", "MPI_File_iread_at\0")),
+                MPI_File_iread_at_all: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_iread_at_all\0", "MPI_File_iread_at_all\0")),
+                MPI_File_iread_shared: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_iread_shared\0", "MPI_File_iread_shared\0")),
+                MPI_File_iwrite: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_iwrite\0", "MPI_File_iwrite\0")),
+                MPI_File_iwrite_all: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_iwrite_all\0", "MPI_File_iwrite_all\0")),
+                MPI_File_iwrite_at: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_iwrite_at\0", "MPI_File_iwrite_at\0")),
+                MPI_File_iwrite_at_all: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_iwrite_at_all\0", "MPI_File_iwrite_at_all\0")),
+                MPI_File_iwrite_shared: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_iwrite_shared\0", "MPI_File_iwrite_shared\0")),
+                MPI_File_open: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_open\0", "MPI_File_open\0")),
+                MPI_File_preallocate: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_preallocate\0", "MPI_File_preallocate\0")),
+                MPI_File_read: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_read\0", "MPI_File_read\0")),
+                MPI_File_read_all: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_read_all\0", "MPI_File_read_all\0")),
+                MPI_File_read_all_begin: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_read_all_begin\0", "MPI_File_read_all_begin\0")),
+                MPI_File_read_all_end: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_read_all_end\0", "MPI_File_read_all_end\0")),
+                MPI_File_read_at: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_read_at\0", "MPI_File_read_at\0")),
+                MPI_File_read_at_all: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_read_at_all\0", "MPI_File_read_at_all\0")),
+                MPI_File_read_at_all_begin: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_read_at_all_begin\0", "MPI_File_read_at_all_begin\0")),
+                MPI_File_read_at_all_end: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_read_at_all_end\0", "MPI_File_read_at_all_end\0")),
+                MPI_File_read_ordered: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_read_ordered\0", "MPI_File_read_ordered\0")),
+                MPI_File_read_ordered_begin: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_read_ordered_begin\0", "MPI_File_read_ordered_begin\0")),
+                MPI_File_read_ordered_end: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_read_ordered_end\0", "MPI_File_read_ordered_end\0")),
+                MPI_File_read_shared: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_read_shared\0", "MPI_File_read_shared\0")),
+                MPI_File_seek: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_seek\0", "MPI_File_seek\0")),
+                MPI_File_seek_shared: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_seek_shared\0", "MPI_File_seek_shared\0")),
+                MPI_File_set_atomicity: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_set_atomicity\0", "MPI_File_set_atomicity\0")),
+                MPI_File_set_errhandler: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_set_errhandler\0", "MPI_File_set_errhandler\0")),
+                MPI_File_set_info: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_set_info\0", "MPI_File_set_info\0")),
+                MPI_File_set_size: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_set_size\0", "MPI_File_set_size\0")),
+                MPI_File_set_view: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_set_view\0", "MPI_File_set_view\0")),
+                MPI_File_sync: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_sync\0", "MPI_File_sync\0")),
+                MPI_File_write: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_write\0", "MPI_File_write\0")),
+                MPI_File_write_all: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_write_all\0", "MPI_File_write_all\0")),
+                MPI_File_write_all_begin: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_write_all_begin\0", "MPI_File_write_all_begin\0")),
+                MPI_File_write_all_end: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_write_all_end\0", "MPI_File_write_all_end\0")),
+                MPI_File_write_at: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_write_at\0", "MPI_File_write_at\0")),
+                MPI_File_write_at_all: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_write_at_all\0", "MPI_File_write_at_all\0")),
+                MPI_File_write_at_all_begin: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_write_at_all_begin\0", "MPI_File_write_at_all_begin\0")),
+                MPI_File_write_at_all_end: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_write_at_all_end\0", "MPI_File_write_at_all_end\0")),
+                MPI_File_write_ordered: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_write_ordered\0", "MPI_File_write_ordered\0")),
+                MPI_File_write_ordered_begin: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_write_ordered_begin\0", "MPI_File_write_ordered_begin\0")),
+                MPI_File_write_ordered_end: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_write_ordered_end\0", "MPI_File_write_ordered_end\0")),
+                MPI_File_write_shared: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_write_shared\0", "MPI_File_write_shared\0")),
                 MPI_Finalize: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Finalize\0", "MPI_Finalize\0")),
                 MPI_Finalized: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Finalized\0", "MPI_Finalized\0")),
                 MPI_Free_mem: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Free_mem\0", "MPI_Free_mem\0")),
@@ -399,6 +561,7 @@ impl OmpiFns {
                 MPI_Iscatterv: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Iscatterv\0", "MPI_Iscatterv\0")),
                 MPI_Isend: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Isend\0", "MPI_Isend\0")),
                 MPI_Issend: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Issend\0", "MPI_Issend\0")),
+                MPI_Keyval_free: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Keyval_free\0", "MPI_Keyval_free\0")),
                 MPI_Lookup_name: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Lookup_name\0", "MPI_Lookup_name\0")),
                 MPI_Mprobe: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Mprobe\0", "MPI_Mprobe\0")),
                 MPI_Mrecv: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Mrecv\0", "MPI_Mrecv\0")),
@@ -453,6 +616,7 @@ impl OmpiFns {
                 MPI_Topo_test: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Topo_test\0", "MPI_Topo_test\0")),
                 MPI_Type_commit: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Type_commit\0", "MPI_Type_commit\0")),
                 MPI_Type_contiguous: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Type_contiguous\0", "MPI_Type_contiguous\0")),
+                MPI_Type_create_darray: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Type_create_darray\0", "MPI_Type_create_darray\0")),
                 MPI_Type_create_f90_complex: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Type_create_f90_complex\0", "MPI_Type_create_f90_complex\0")),
                 MPI_Type_create_f90_integer: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Type_create_f90_integer\0", "MPI_Type_create_f90_integer\0")),
                 MPI_Type_create_f90_real: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Type_create_f90_real\0", "MPI_Type_create_f90_real\0")),
@@ -462,9 +626,11 @@ impl OmpiFns {
                 MPI_Type_create_indexed_block: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Type_create_indexed_block\0", "MPI_Type_create_indexed_block\0")),
                 MPI_Type_create_resized: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Type_create_resized\0", "MPI_Type_create_resized\0")),
                 MPI_Type_create_struct: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Type_create_struct\0", "MPI_Type_create_struct\0")),
+                MPI_Type_create_subarray: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Type_create_subarray\0", "MPI_Type_create_subarray\0")),
                 MPI_Type_dup: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Type_dup\0", "MPI_Type_dup\0")),
                 MPI_Type_extent: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Type_extent\0", "MPI_Type_extent\0")),
                 MPI_Type_free: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Type_free\0", "MPI_Type_free\0")),
+                MPI_Type_get_envelope: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Type_get_envelope\0", "MPI_Type_get_envelope\0")),
                 MPI_Type_get_extent: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Type_get_extent\0", "MPI_Type_get_extent\0")),
                 MPI_Type_get_extent_x: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Type_get_extent_x\0", "MPI_Type_get_extent_x\0")),
                 MPI_Type_get_name: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Type_get_name\0", "MPI_Type_get_name\0")),
@@ -491,23 +657,33 @@ impl OmpiFns {
                 MPI_Win_allocate: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_allocate\0", "MPI_Win_allocate\0")),
                 MPI_Win_allocate_shared: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_allocate_shared\0", "MPI_Win_allocate_shared\0")),
                 MPI_Win_attach: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_attach\0", "MPI_Win_attach\0")),
+                MPI_Win_call_errhandler: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_call_errhandler\0", "MPI_Win_call_errhandler\0")),
                 MPI_Win_complete: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_complete\0", "MPI_Win_complete\0")),
                 MPI_Win_create: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_create\0", "MPI_Win_create\0")),
                 MPI_Win_create_dynamic: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_create_dynamic\0", "MPI_Win_create_dynamic\0")),
+                MPI_Win_delete_attr: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_delete_attr\0", "MPI_Win_delete_attr\0")),
                 MPI_Win_detach: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_detach\0", "MPI_Win_detach\0")),
+                MPI_Win_fence: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_fence\0", "MPI_Win_fence\0")),
                 MPI_Win_flush: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_flush\0", "MPI_Win_flush\0")),
                 MPI_Win_flush_all: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_flush_all\0", "MPI_Win_flush_all\0")),
                 MPI_Win_flush_local: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_flush_local\0", "MPI_Win_flush_local\0")),
                 MPI_Win_flush_local_all: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_flush_local_all\0", "MPI_Win_flush_local_all\0")),
                 MPI_Win_free: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_free\0", "MPI_Win_free\0")),
+                MPI_Win_free_keyval: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_free_keyval\0", "MPI_Win_free_keyval\0")),
+                MPI_Win_get_attr: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_get_attr\0", "MPI_Win_get_attr\0")),
                 MPI_Win_get_errhandler: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_get_errhandler\0", "MPI_Win_get_errhandler\0")),
                 MPI_Win_get_group: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_get_group\0", "MPI_Win_get_group\0")),
                 MPI_Win_get_info: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_get_info\0", "MPI_Win_get_info\0")),
                 MPI_Win_get_name: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_get_name\0", "MPI_Win_get_name\0")),
+                MPI_Win_lock: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_lock\0", "MPI_Win_lock\0")),
+                MPI_Win_lock_all: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_lock_all\0", "MPI_Win_lock_all\0")),
+                MPI_Win_post: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_post\0", "MPI_Win_post\0")),
+                MPI_Win_set_attr: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_set_attr\0", "MPI_Win_set_attr\0")),
                 MPI_Win_set_errhandler: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_set_errhandler\0", "MPI_Win_set_errhandler\0")),
                 MPI_Win_set_info: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_set_info\0", "MPI_Win_set_info\0")),
                 MPI_Win_set_name: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_set_name\0", "MPI_Win_set_name\0")),
                 MPI_Win_shared_query: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_shared_query\0", "MPI_Win_shared_query\0")),
+                MPI_Win_start: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_start\0", "MPI_Win_start\0")),
                 MPI_Win_sync: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_sync\0", "MPI_Win_sync\0")),
                 MPI_Win_test: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_test\0", "MPI_Win_test\0")),
                 MPI_Win_unlock: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Win_unlock\0", "MPI_Win_unlock\0")),
@@ -529,7 +705,11 @@ fn pick(sym: &dyn Fn(&str) -> *mut c_void, a: &str, b: &str) -> *mut c_void {
 /// not adapted (listed in NOT_ADAPTED).
 pub fn adapters() -> RealFns {
     let mut r = RealFns::resolve(&|_| std::ptr::null_mut());
+    r.MPI_Abort = Some(MPI_Abort);
     r.MPI_Accumulate = Some(MPI_Accumulate);
+    r.MPI_Add_error_class = Some(MPI_Add_error_class);
+    r.MPI_Add_error_code = Some(MPI_Add_error_code);
+    r.MPI_Add_error_string = Some(MPI_Add_error_string);
     r.MPI_Address = Some(MPI_Address);
     r.MPI_Allgather = Some(MPI_Allgather);
     r.MPI_Allgatherv = Some(MPI_Allgatherv);
@@ -537,6 +717,9 @@ pub fn adapters() -> RealFns {
     r.MPI_Allreduce = Some(MPI_Allreduce);
     r.MPI_Alltoall = Some(MPI_Alltoall);
     r.MPI_Alltoallv = Some(MPI_Alltoallv);
+    r.MPI_Attr_delete = Some(MPI_Attr_delete);
+    r.MPI_Attr_get = Some(MPI_Attr_get);
+    r.MPI_Attr_put = Some(MPI_Attr_put);
     r.MPI_Barrier = Some(MPI_Barrier);
     r.MPI_Bcast = Some(MPI_Bcast);
     r.MPI_Bsend = Some(MPI_Bsend);
@@ -549,18 +732,23 @@ pub fn adapters() -> RealFns {
     r.MPI_Cart_get = Some(MPI_Cart_get);
     r.MPI_Cart_map = Some(MPI_Cart_map);
     r.MPI_Cart_rank = Some(MPI_Cart_rank);
+    r.MPI_Cart_shift = Some(MPI_Cart_shift);
     r.MPI_Cart_sub = Some(MPI_Cart_sub);
     r.MPI_Cartdim_get = Some(MPI_Cartdim_get);
     r.MPI_Close_port = Some(MPI_Close_port);
     r.MPI_Comm_accept = Some(MPI_Comm_accept);
+    r.MPI_Comm_call_errhandler = Some(MPI_Comm_call_errhandler);
     r.MPI_Comm_compare = Some(MPI_Comm_compare);
     r.MPI_Comm_connect = Some(MPI_Comm_connect);
     r.MPI_Comm_create = Some(MPI_Comm_create);
     r.MPI_Comm_create_group = Some(MPI_Comm_create_group);
+    r.MPI_Comm_delete_attr = Some(MPI_Comm_delete_attr);
     r.MPI_Comm_disconnect = Some(MPI_Comm_disconnect);
     r.MPI_Comm_dup = Some(MPI_Comm_dup);
     r.MPI_Comm_dup_with_info = Some(MPI_Comm_dup_with_info);
     r.MPI_Comm_free = Some(MPI_Comm_free);
+    r.MPI_Comm_free_keyval = Some(MPI_Comm_free_keyval);
+    r.MPI_Comm_get_attr = Some(MPI_Comm_get_attr);
     r.MPI_Comm_get_errhandler = Some(MPI_Comm_get_errhandler);
     r.MPI_Comm_get_info = Some(MPI_Comm_get_info);
     r.MPI_Comm_get_name = Some(MPI_Comm_get_name);
@@ -571,11 +759,13 @@ pub fn adapters() -> RealFns {
     r.MPI_Comm_rank = Some(MPI_Comm_rank);
     r.MPI_Comm_remote_group = Some(MPI_Comm_remote_group);
     r.MPI_Comm_remote_size = Some(MPI_Comm_remote_size);
+    r.MPI_Comm_set_attr = Some(MPI_Comm_set_attr);
     r.MPI_Comm_set_errhandler = Some(MPI_Comm_set_errhandler);
     r.MPI_Comm_set_info = Some(MPI_Comm_set_info);
     r.MPI_Comm_set_name = Some(MPI_Comm_set_name);
     r.MPI_Comm_size = Some(MPI_Comm_size);
     r.MPI_Comm_split = Some(MPI_Comm_split);
+    r.MPI_Comm_split_type = Some(MPI_Comm_split_type);
     r.MPI_Comm_test_inter = Some(MPI_Comm_test_inter);
     r.MPI_Compare_and_swap = Some(MPI_Compare_and_swap);
     r.MPI_Dims_create = Some(MPI_Dims_create);
@@ -583,8 +773,68 @@ pub fn adapters() -> RealFns {
     r.MPI_Errhandler_free = Some(MPI_Errhandler_free);
     r.MPI_Errhandler_get = Some(MPI_Errhandler_get);
     r.MPI_Errhandler_set = Some(MPI_Errhandler_set);
+    r.MPI_Error_class = Some(MPI_Error_class);
+    r.MPI_Error_string = Some(MPI_Error_string);
     r.MPI_Exscan = Some(MPI_Exscan);
     r.MPI_Fetch_and_op = Some(MPI_Fetch_and_op);
+    r.MPI_File_call_errhandler = Some(MPI_File_call_errhandler);
+    r.MPI_File_close = Some(MPI_File_close);
+    r.MPI_File_delete = Some(MPI_File_delete);
+    r.MPI_File_get_amode = Some(MPI_File_get_amode);
+    r.MPI_File_get_atomicity = Some(MPI_File_get_atomicity);
+    r.MPI_File_get_byte_offset = Some(MPI_File_get_byte_offset);
+    r.MPI_File_get_errhandler = Some(MPI_File_get_errhandler);
+    r.MPI_File_get_group = Some(MPI_File_get_group);
+    r.MPI_File_get_info = Some(MPI_File_get_info);
+    r.MPI_File_get_position = Some(MPI_File_get_position);
+    r.MPI_File_get_position_shared = Some(MPI_File_get_position_shared);
+    r.MPI_File_get_size = Some(MPI_File_get_size);
+    r.MPI_File_get_type_extent = Some(MPI_File_get_type_extent);
+    r.MPI_File_get_view = Some(MPI_File_get_view);
+    r.MPI_File_iread = Some(MPI_File_iread);
+    r.MPI_File_iread_all = Some(MPI_File_iread_all);
+    r.MPI_File_iread_at = Some(MPI_File_iread_at);
+    r.MPI_File_iread_at_all = Some(MPI_File_iread_at_all);
+    r.MPI_File_iread_shared = Some(MPI_File_iread_shared);
+    r.MPI_File_iwrite = Some(MPI_File_iwrite);
+    r.MPI_File_iwrite_all = Some(MPI_File_iwrite_all);
+    r.MPI_File_iwrite_at = Some(MPI_File_iwrite_at);
+    r.MPI_File_iwrite_at_all = Some(MPI_File_iwrite_at_all);
+    r.MPI_File_iwrite_shared = Some(MPI_File_iwrite_shared);
+    r.MPI_File_open = Some(MPI_File_open);
+    r.MPI_File_preallocate = Some(MPI_File_preallocate);
+    r.MPI_File_read = Some(MPI_File_read);
+    r.MPI_File_read_all = Some(MPI_File_read_all);
+    r.MPI_File_read_all_begin = Some(MPI_File_read_all_begin);
+    r.MPI_File_read_all_end = Some(MPI_File_read_all_end);
+    r.MPI_File_read_at = Some(MPI_File_read_at);
+    r.MPI_File_read_at_all = Some(MPI_File_read_at_all);
+    r.MPI_File_read_at_all_begin = Some(MPI_File_read_at_all_begin);
+    r.MPI_File_read_at_all_end = Some(MPI_File_read_at_all_end);
+    r.MPI_File_read_ordered = Some(MPI_File_read_ordered);
+    r.MPI_File_read_ordered_begin = Some(MPI_File_read_ordered_begin);
+    r.MPI_File_read_ordered_end = Some(MPI_File_read_ordered_end);
+    r.MPI_File_read_shared = Some(MPI_File_read_shared);
+    r.MPI_File_seek = Some(MPI_File_seek);
+    r.MPI_File_seek_shared = Some(MPI_File_seek_shared);
+    r.MPI_File_set_atomicity = Some(MPI_File_set_atomicity);
+    r.MPI_File_set_errhandler = Some(MPI_File_set_errhandler);
+    r.MPI_File_set_info = Some(MPI_File_set_info);
+    r.MPI_File_set_size = Some(MPI_File_set_size);
+    r.MPI_File_set_view = Some(MPI_File_set_view);
+    r.MPI_File_sync = Some(MPI_File_sync);
+    r.MPI_File_write = Some(MPI_File_write);
+    r.MPI_File_write_all = Some(MPI_File_write_all);
+    r.MPI_File_write_all_begin = Some(MPI_File_write_all_begin);
+    r.MPI_File_write_all_end = Some(MPI_File_write_all_end);
+    r.MPI_File_write_at = Some(MPI_File_write_at);
+    r.MPI_File_write_at_all = Some(MPI_File_write_at_all);
+    r.MPI_File_write_at_all_begin = Some(MPI_File_write_at_all_begin);
+    r.MPI_File_write_at_all_end = Some(MPI_File_write_at_all_end);
+    r.MPI_File_write_ordered = Some(MPI_File_write_ordered);
+    r.MPI_File_write_ordered_begin = Some(MPI_File_write_ordered_begin);
+    r.MPI_File_write_ordered_end = Some(MPI_File_write_ordered_end);
+    r.MPI_File_write_shared = Some(MPI_File_write_shared);
     r.MPI_Finalize = Some(MPI_Finalize);
     r.MPI_Finalized = Some(MPI_Finalized);
     r.MPI_Free_mem = Some(MPI_Free_mem);
@@ -661,6 +911,7 @@ pub fn adapters() -> RealFns {
     r.MPI_Iscatterv = Some(MPI_Iscatterv);
     r.MPI_Isend = Some(MPI_Isend);
     r.MPI_Issend = Some(MPI_Issend);
+    r.MPI_Keyval_free = Some(MPI_Keyval_free);
     r.MPI_Lookup_name = Some(MPI_Lookup_name);
     r.MPI_Mprobe = Some(MPI_Mprobe);
     r.MPI_Mrecv = Some(MPI_Mrecv);
@@ -715,6 +966,7 @@ pub fn adapters() -> RealFns {
     r.MPI_Topo_test = Some(MPI_Topo_test);
     r.MPI_Type_commit = Some(MPI_Type_commit);
     r.MPI_Type_contiguous = Some(MPI_Type_contiguous);
+    r.MPI_Type_create_darray = Some(MPI_Type_create_darray);
     r.MPI_Type_create_f90_complex = Some(MPI_Type_create_f90_complex);
     r.MPI_Type_create_f90_integer = Some(MPI_Type_create_f90_integer);
     r.MPI_Type_create_f90_real = Some(MPI_Type_create_f90_real);
@@ -724,9 +976,11 @@ pub fn adapters() -> RealFns {
     r.MPI_Type_create_indexed_block = Some(MPI_Type_create_indexed_block);
     r.MPI_Type_create_resized = Some(MPI_Type_create_resized);
     r.MPI_Type_create_struct = Some(MPI_Type_create_struct);
+    r.MPI_Type_create_subarray = Some(MPI_Type_create_subarray);
     r.MPI_Type_dup = Some(MPI_Type_dup);
     r.MPI_Type_extent = Some(MPI_Type_extent);
     r.MPI_Type_free = Some(MPI_Type_free);
+    r.MPI_Type_get_envelope = Some(MPI_Type_get_envelope);
     r.MPI_Type_get_extent = Some(MPI_Type_get_extent);
     r.MPI_Type_get_extent_x = Some(MPI_Type_get_extent_x);
     r.MPI_Type_get_name = Some(MPI_Type_get_name);
@@ -753,23 +1007,33 @@ pub fn adapters() -> RealFns {
     r.MPI_Win_allocate = Some(MPI_Win_allocate);
     r.MPI_Win_allocate_shared = Some(MPI_Win_allocate_shared);
     r.MPI_Win_attach = Some(MPI_Win_attach);
+    r.MPI_Win_call_errhandler = Some(MPI_Win_call_errhandler);
     r.MPI_Win_complete = Some(MPI_Win_complete);
     r.MPI_Win_create = Some(MPI_Win_create);
     r.MPI_Win_create_dynamic = Some(MPI_Win_create_dynamic);
+    r.MPI_Win_delete_attr = Some(MPI_Win_delete_attr);
     r.MPI_Win_detach = Some(MPI_Win_detach);
+    r.MPI_Win_fence = Some(MPI_Win_fence);
     r.MPI_Win_flush = Some(MPI_Win_flush);
     r.MPI_Win_flush_all = Some(MPI_Win_flush_all);
     r.MPI_Win_flush_local = Some(MPI_Win_flush_local);
     r.MPI_Win_flush_local_all = Some(MPI_Win_flush_local_all);
     r.MPI_Win_free = Some(MPI_Win_free);
+    r.MPI_Win_free_keyval = Some(MPI_Win_free_keyval);
+    r.MPI_Win_get_attr = Some(MPI_Win_get_attr);
     r.MPI_Win_get_errhandler = Some(MPI_Win_get_errhandler);
     r.MPI_Win_get_group = Some(MPI_Win_get_group);
     r.MPI_Win_get_info = Some(MPI_Win_get_info);
     r.MPI_Win_get_name = Some(MPI_Win_get_name);
+    r.MPI_Win_lock = Some(MPI_Win_lock);
+    r.MPI_Win_lock_all = Some(MPI_Win_lock_all);
+    r.MPI_Win_post = Some(MPI_Win_post);
+    r.MPI_Win_set_attr = Some(MPI_Win_set_attr);
     r.MPI_Win_set_errhandler = Some(MPI_Win_set_errhandler);
     r.MPI_Win_set_info = Some(MPI_Win_set_info);
     r.MPI_Win_set_name = Some(MPI_Win_set_name);
     r.MPI_Win_shared_query = Some(MPI_Win_shared_query);
+    r.MPI_Win_start = Some(MPI_Win_start);
     r.MPI_Win_sync = Some(MPI_Win_sync);
     r.MPI_Win_test = Some(MPI_Win_test);
     r.MPI_Win_unlock = Some(MPI_Win_unlock);
@@ -787,6 +1051,34 @@ pub fn adapters() -> RealFns {
     r.MPI_Buffer_attach_c = Some(MPI_Buffer_attach_c);
     r.MPI_Buffer_detach_c = Some(MPI_Buffer_detach_c);
     r.MPI_Exscan_c = Some(MPI_Exscan_c);
+    r.MPI_File_iread_all_c = Some(MPI_File_iread_all_c);
+    r.MPI_File_iread_at_all_c = Some(MPI_File_iread_at_all_c);
+    r.MPI_File_iread_at_c = Some(MPI_File_iread_at_c);
+    r.MPI_File_iread_c = Some(MPI_File_iread_c);
+    r.MPI_File_iread_shared_c = Some(MPI_File_iread_shared_c);
+    r.MPI_File_iwrite_all_c = Some(MPI_File_iwrite_all_c);
+    r.MPI_File_iwrite_at_all_c = Some(MPI_File_iwrite_at_all_c);
+    r.MPI_File_iwrite_at_c = Some(MPI_File_iwrite_at_c);
+    r.MPI_File_iwrite_c = Some(MPI_File_iwrite_c);
+    r.MPI_File_iwrite_shared_c = Some(MPI_File_iwrite_shared_c);
+    r.MPI_File_read_all_begin_c = Some(MPI_File_read_all_begin_c);
+    r.MPI_File_read_all_c = Some(MPI_File_read_all_c);
+    r.MPI_File_read_at_all_begin_c = Some(MPI_File_read_at_all_begin_c);
+    r.MPI_File_read_at_all_c = Some(MPI_File_read_at_all_c);
+    r.MPI_File_read_at_c = Some(MPI_File_read_at_c);
+    r.MPI_File_read_c = Some(MPI_File_read_c);
+    r.MPI_File_read_ordered_begin_c = Some(MPI_File_read_ordered_begin_c);
+    r.MPI_File_read_ordered_c = Some(MPI_File_read_ordered_c);
+    r.MPI_File_read_shared_c = Some(MPI_File_read_shared_c);
+    r.MPI_File_write_all_begin_c = Some(MPI_File_write_all_begin_c);
+    r.MPI_File_write_all_c = Some(MPI_File_write_all_c);
+    r.MPI_File_write_at_all_begin_c = Some(MPI_File_write_at_all_begin_c);
+    r.MPI_File_write_at_all_c = Some(MPI_File_write_at_all_c);
+    r.MPI_File_write_at_c = Some(MPI_File_write_at_c);
+    r.MPI_File_write_c = Some(MPI_File_write_c);
+    r.MPI_File_write_ordered_begin_c = Some(MPI_File_write_ordered_begin_c);
+    r.MPI_File_write_ordered_c = Some(MPI_File_write_ordered_c);
+    r.MPI_File_write_shared_c = Some(MPI_File_write_shared_c);
     r.MPI_Gather_c = Some(MPI_Gather_c);
     r.MPI_Get_accumulate_c = Some(MPI_Get_accumulate_c);
     r.MPI_Get_c = Some(MPI_Get_c);
@@ -851,10 +1143,6 @@ pub const NOT_ADAPTED: &[(&str, &str)] = &[
     ("MPI_Abi_get_version", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Abi_set_fortran_booleans", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Abi_set_fortran_info", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Abort", "errorcode (error codes) not translated yet"),
-    ("MPI_Add_error_class", "errorclass (error codes) not translated yet"),
-    ("MPI_Add_error_code", "errorclass (error codes) not translated yet"),
-    ("MPI_Add_error_string", "errorcode (error codes) not translated yet"),
     ("MPI_Aint_add", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Aint_diff", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Allgather_init", "not in Open MPI 4.1's mpi.h"),
@@ -873,36 +1161,26 @@ pub const NOT_ADAPTED: &[(&str, &str)] = &[
     ("MPI_Alltoallw_c", "large-count variant of a function not adapted"),
     ("MPI_Alltoallw_init", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Alltoallw_init_c", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Attr_delete", "keyval (attribute keys) not translated yet"),
-    ("MPI_Attr_get", "keyval (attribute keys) not translated yet"),
-    ("MPI_Attr_put", "keyval (attribute keys) not translated yet"),
     ("MPI_Barrier_init", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Bcast_init", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Bcast_init_c", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Buffer_flush", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Buffer_iflush", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Cart_shift", "rank_source (ranks out) not translated yet"),
     ("MPI_Comm_attach_buffer", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Comm_attach_buffer_c", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Comm_c2f", "Fortran or integer handle conversion"),
-    ("MPI_Comm_call_errhandler", "errorcode (error codes) not translated yet"),
     ("MPI_Comm_create_errhandler", "takes a callback (MPI_Comm_errhandler_function)"),
     ("MPI_Comm_create_from_group", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Comm_create_keyval", "takes a callback (MPI_Comm_copy_attr_function)"),
-    ("MPI_Comm_delete_attr", "comm_keyval (attribute keys) not translated yet"),
     ("MPI_Comm_detach_buffer", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Comm_detach_buffer_c", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Comm_f2c", "Fortran or integer handle conversion"),
     ("MPI_Comm_flush_buffer", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Comm_free_keyval", "comm_keyval (attribute keys) not translated yet"),
     ("MPI_Comm_fromint", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Comm_get_attr", "comm_keyval (attribute keys) not translated yet"),
     ("MPI_Comm_idup_with_info", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Comm_iflush_buffer", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Comm_set_attr", "comm_keyval (attribute keys) not translated yet"),
     ("MPI_Comm_spawn", "array_of_errcodes (error codes) not translated yet"),
     ("MPI_Comm_spawn_multiple", "array_of_errcodes (error codes) not translated yet"),
-    ("MPI_Comm_split_type", "split_type (split types) not translated yet"),
     ("MPI_Comm_toint", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Dist_graph_create", "weights (MPI_UNWEIGHTED) not translated yet"),
     ("MPI_Dist_graph_create_adjacent", "sourceweights (MPI_UNWEIGHTED) not translated yet"),
@@ -912,102 +1190,14 @@ pub const NOT_ADAPTED: &[(&str, &str)] = &[
     ("MPI_Errhandler_f2c", "Fortran or integer handle conversion"),
     ("MPI_Errhandler_fromint", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Errhandler_toint", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Error_class", "errorcode (error codes) not translated yet"),
-    ("MPI_Error_string", "errorcode (error codes) not translated yet"),
     ("MPI_Exscan_init", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Exscan_init_c", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_File_c2f", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_call_errhandler", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_close", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_create_errhandler", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_delete", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_f2c", "files: MPI_FILE_NULL and access modes not translated yet"),
+    ("MPI_File_c2f", "Fortran or integer handle conversion"),
+    ("MPI_File_create_errhandler", "takes a callback (MPI_File_errhandler_function)"),
+    ("MPI_File_f2c", "Fortran or integer handle conversion"),
     ("MPI_File_fromint", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_File_get_amode", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_get_atomicity", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_get_byte_offset", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_get_errhandler", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_get_group", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_get_info", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_get_position", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_get_position_shared", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_get_size", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_get_type_extent", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_get_type_extent_c", "large-count variant of a function not adapted"),
-    ("MPI_File_get_view", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_iread", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_iread_all", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_iread_all_c", "large-count variant of a function not adapted"),
-    ("MPI_File_iread_at", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_iread_at_all", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_iread_at_all_c", "large-count variant of a function not adapted"),
-    ("MPI_File_iread_at_c", "large-count variant of a function not adapted"),
-    ("MPI_File_iread_c", "large-count variant of a function not adapted"),
-    ("MPI_File_iread_shared", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_iread_shared_c", "large-count variant of a function not adapted"),
-    ("MPI_File_iwrite", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_iwrite_all", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_iwrite_all_c", "large-count variant of a function not adapted"),
-    ("MPI_File_iwrite_at", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_iwrite_at_all", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_iwrite_at_all_c", "large-count variant of a function not adapted"),
-    ("MPI_File_iwrite_at_c", "large-count variant of a function not adapted"),
-    ("MPI_File_iwrite_c", "large-count variant of a function not adapted"),
-    ("MPI_File_iwrite_shared", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_iwrite_shared_c", "large-count variant of a function not adapted"),
-    ("MPI_File_open", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_preallocate", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_read", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_read_all", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_read_all_begin", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_read_all_begin_c", "large-count variant of a function not adapted"),
-    ("MPI_File_read_all_c", "large-count variant of a function not adapted"),
-    ("MPI_File_read_all_end", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_read_at", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_read_at_all", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_read_at_all_begin", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_read_at_all_begin_c", "large-count variant of a function not adapted"),
-    ("MPI_File_read_at_all_c", "large-count variant of a function not adapted"),
-    ("MPI_File_read_at_all_end", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_read_at_c", "large-count variant of a function not adapted"),
-    ("MPI_File_read_c", "large-count variant of a function not adapted"),
-    ("MPI_File_read_ordered", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_read_ordered_begin", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_read_ordered_begin_c", "large-count variant of a function not adapted"),
-    ("MPI_File_read_ordered_c", "large-count variant of a function not adapted"),
-    ("MPI_File_read_ordered_end", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_read_shared", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_read_shared_c", "large-count variant of a function not adapted"),
-    ("MPI_File_seek", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_seek_shared", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_set_atomicity", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_set_errhandler", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_set_info", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_set_size", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_set_view", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_sync", "files: MPI_FILE_NULL and access modes not translated yet"),
+    ("MPI_File_get_type_extent_c", "large-count variant: extent is not a single count"),
     ("MPI_File_toint", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_File_write", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_write_all", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_write_all_begin", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_write_all_begin_c", "large-count variant of a function not adapted"),
-    ("MPI_File_write_all_c", "large-count variant of a function not adapted"),
-    ("MPI_File_write_all_end", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_write_at", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_write_at_all", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_write_at_all_begin", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_write_at_all_begin_c", "large-count variant of a function not adapted"),
-    ("MPI_File_write_at_all_c", "large-count variant of a function not adapted"),
-    ("MPI_File_write_at_all_end", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_write_at_c", "large-count variant of a function not adapted"),
-    ("MPI_File_write_c", "large-count variant of a function not adapted"),
-    ("MPI_File_write_ordered", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_write_ordered_begin", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_write_ordered_begin_c", "large-count variant of a function not adapted"),
-    ("MPI_File_write_ordered_c", "large-count variant of a function not adapted"),
-    ("MPI_File_write_ordered_end", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_write_shared", "files: MPI_FILE_NULL and access modes not translated yet"),
-    ("MPI_File_write_shared_c", "large-count variant of a function not adapted"),
     ("MPI_Gather_init", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Gather_init_c", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Gatherv_c", "large-count variant: recvcounts is not a single count"),
@@ -1043,7 +1233,6 @@ pub const NOT_ADAPTED: &[(&str, &str)] = &[
     ("MPI_Isendrecv_replace", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Isendrecv_replace_c", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Keyval_create", "takes a callback (MPI_Copy_function)"),
-    ("MPI_Keyval_free", "keyval (attribute keys) not translated yet"),
     ("MPI_Message_c2f", "Fortran or integer handle conversion"),
     ("MPI_Message_f2c", "Fortran or integer handle conversion"),
     ("MPI_Message_fromint", "not in Open MPI 4.1's mpi.h"),
@@ -1084,7 +1273,7 @@ pub const NOT_ADAPTED: &[(&str, &str)] = &[
     ("MPI_Reduce_scatter_c", "large-count variant: recvcounts is not a single count"),
     ("MPI_Reduce_scatter_init", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Reduce_scatter_init_c", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Register_datarep", "files: MPI_FILE_NULL and access modes not translated yet"),
+    ("MPI_Register_datarep", "takes a callback (MPI_Datarep_conversion_function)"),
     ("MPI_Register_datarep_c", "large-count variant of a function not adapted"),
     ("MPI_Remove_error_class", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Remove_error_code", "not in Open MPI 4.1's mpi.h"),
@@ -1187,8 +1376,7 @@ pub const NOT_ADAPTED: &[(&str, &str)] = &[
     ("MPI_T_source_get_num", "not in Open MPI 4.1's mpi.h"),
     ("MPI_T_source_get_timestamp", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Type_c2f", "Fortran or integer handle conversion"),
-    ("MPI_Type_create_darray", "array_of_distribs (distributions) not translated yet"),
-    ("MPI_Type_create_darray_c", "large-count variant of a function not adapted"),
+    ("MPI_Type_create_darray_c", "large-count variant: array_of_gsizes is not a single count"),
     ("MPI_Type_create_hindexed_block_c", "large-count variant: array_of_displacements is not a single count"),
     ("MPI_Type_create_hindexed_c", "large-count variant: array_of_blocklengths is not a single count"),
     ("MPI_Type_create_hvector_c", "large-count variant: stride is not a single count"),
@@ -1196,43 +1384,31 @@ pub const NOT_ADAPTED: &[(&str, &str)] = &[
     ("MPI_Type_create_keyval", "takes a callback (MPI_Type_copy_attr_function)"),
     ("MPI_Type_create_resized_c", "large-count variant: lb is not a single count"),
     ("MPI_Type_create_struct_c", "large-count variant: array_of_blocklengths is not a single count"),
-    ("MPI_Type_create_subarray", "order (array orders) not translated yet"),
-    ("MPI_Type_create_subarray_c", "large-count variant of a function not adapted"),
-    ("MPI_Type_delete_attr", "type_keyval (attribute keys) not translated yet"),
+    ("MPI_Type_create_subarray_c", "large-count variant: array_of_sizes is not a single count"),
+    ("MPI_Type_delete_attr", "type_keyval (attribute keys of datatypes) not translated yet"),
     ("MPI_Type_f2c", "Fortran or integer handle conversion"),
-    ("MPI_Type_free_keyval", "type_keyval (attribute keys) not translated yet"),
+    ("MPI_Type_free_keyval", "type_keyval (attribute keys of datatypes) not translated yet"),
     ("MPI_Type_fromint", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Type_get_attr", "type_keyval (attribute keys) not translated yet"),
+    ("MPI_Type_get_attr", "type_keyval (attribute keys of datatypes) not translated yet"),
     ("MPI_Type_get_contents", "array of MPI_Datatype without a count"),
     ("MPI_Type_get_contents_c", "large-count variant of a function not adapted"),
-    ("MPI_Type_get_envelope", "combiner (combiners) not translated yet"),
-    ("MPI_Type_get_envelope_c", "large-count variant of a function not adapted"),
+    ("MPI_Type_get_envelope_c", "large-count variant: parameters differ from MPI_Type_get_envelope"),
     ("MPI_Type_get_extent_c", "large-count variant: lb is not a single count"),
     ("MPI_Type_get_true_extent_c", "large-count variant: true_lb is not a single count"),
     ("MPI_Type_get_value_index", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Type_indexed_c", "large-count variant: array_of_blocklengths is not a single count"),
-    ("MPI_Type_set_attr", "type_keyval (attribute keys) not translated yet"),
+    ("MPI_Type_set_attr", "type_keyval (attribute keys of datatypes) not translated yet"),
     ("MPI_Type_toint", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Unpack_external_c", "large-count variant: insize is not a single count"),
     ("MPI_Win_allocate_c", "large-count variant: disp_unit is not a single count"),
     ("MPI_Win_allocate_shared_c", "large-count variant: disp_unit is not a single count"),
     ("MPI_Win_c2f", "Fortran or integer handle conversion"),
-    ("MPI_Win_call_errhandler", "errorcode (error codes) not translated yet"),
     ("MPI_Win_create_c", "large-count variant: disp_unit is not a single count"),
     ("MPI_Win_create_errhandler", "takes a callback (MPI_Win_errhandler_function)"),
     ("MPI_Win_create_keyval", "takes a callback (MPI_Win_copy_attr_function)"),
-    ("MPI_Win_delete_attr", "win_keyval (attribute keys) not translated yet"),
     ("MPI_Win_f2c", "Fortran or integer handle conversion"),
-    ("MPI_Win_fence", "assert (RMA assertions) not translated yet"),
-    ("MPI_Win_free_keyval", "win_keyval (attribute keys) not translated yet"),
     ("MPI_Win_fromint", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Win_get_attr", "win_keyval (attribute keys) not translated yet"),
-    ("MPI_Win_lock", "lock_type (lock types) not translated yet"),
-    ("MPI_Win_lock_all", "assert (RMA assertions) not translated yet"),
-    ("MPI_Win_post", "assert (RMA assertions) not translated yet"),
-    ("MPI_Win_set_attr", "win_keyval (attribute keys) not translated yet"),
     ("MPI_Win_shared_query_c", "large-count variant: disp_unit is not a single count"),
-    ("MPI_Win_start", "assert (RMA assertions) not translated yet"),
     ("MPI_Win_toint", "not in Open MPI 4.1's mpi.h"),
 ];
 
@@ -1335,6 +1511,92 @@ pub const PREDEFINED: &[(K, c_int, &str)] = &[
     (K::Errhandler, 1409286145, "ompi_mpi_errors_return\0"),
 ];
 
+/// `order`: (MPICH's value, Open MPI's) of MPI_ORDER_C, MPI_ORDER_FORTRAN.
+pub(super) const E_ORDER: &[(c_int, c_int)] = &[
+    (56, 0), // MPI_ORDER_C
+    (57, 1), // MPI_ORDER_FORTRAN
+];
+/// `lock_type`: (MPICH's value, Open MPI's) of MPI_LOCK_EXCLUSIVE, MPI_LOCK_SHARED.
+pub(super) const E_LOCK_TYPE: &[(c_int, c_int)] = &[
+    (234, 1), // MPI_LOCK_EXCLUSIVE
+    (235, 2), // MPI_LOCK_SHARED
+];
+/// `split_type`: (MPICH's value, Open MPI's) of MPI_COMM_TYPE_SHARED.
+pub(super) const E_SPLIT_TYPE: &[(c_int, c_int)] = &[
+    (1, 0), // MPI_COMM_TYPE_SHARED
+];
+/// `keyval`: (MPICH's value, Open MPI's) of MPI_TAG_UB, MPI_HOST, MPI_IO, MPI_WTIME_IS_GLOBAL, MPI_UNIVERSE_SIZE, MPI_APPNUM, MPI_LASTUSEDCODE.
+pub(super) const E_KEYVAL: &[(c_int, c_int)] = &[
+    (1681915905, 0), // MPI_TAG_UB
+    (1681915907, 1), // MPI_HOST
+    (1681915909, 2), // MPI_IO
+    (1681915911, 3), // MPI_WTIME_IS_GLOBAL
+    (1681915913, 6), // MPI_UNIVERSE_SIZE
+    (1681915917, 4), // MPI_APPNUM
+    (1681915915, 5), // MPI_LASTUSEDCODE
+];
+/// `comm_keyval`: (MPICH's value, Open MPI's) of MPI_TAG_UB, MPI_HOST, MPI_IO, MPI_WTIME_IS_GLOBAL, MPI_UNIVERSE_SIZE, MPI_APPNUM, MPI_LASTUSEDCODE.
+pub(super) const E_COMM_KEYVAL: &[(c_int, c_int)] = &[
+    (1681915905, 0), // MPI_TAG_UB
+    (1681915907, 1), // MPI_HOST
+    (1681915909, 2), // MPI_IO
+    (1681915911, 3), // MPI_WTIME_IS_GLOBAL
+    (1681915913, 6), // MPI_UNIVERSE_SIZE
+    (1681915917, 4), // MPI_APPNUM
+    (1681915915, 5), // MPI_LASTUSEDCODE
+];
+/// `win_keyval`: (MPICH's value, Open MPI's) of MPI_WIN_BASE, MPI_WIN_SIZE, MPI_WIN_DISP_UNIT, MPI_WIN_CREATE_FLAVOR, MPI_WIN_MODEL.
+pub(super) const E_WIN_KEYVAL: &[(c_int, c_int)] = &[
+    (1711276033, 7), // MPI_WIN_BASE
+    (1711276035, 8), // MPI_WIN_SIZE
+    (1711276037, 9), // MPI_WIN_DISP_UNIT
+    (1711276039, 10), // MPI_WIN_CREATE_FLAVOR
+    (1711276041, 11), // MPI_WIN_MODEL
+];
+/// `combiner`: (MPICH's value, Open MPI's) of MPI_COMBINER_NAMED, MPI_COMBINER_DUP, MPI_COMBINER_CONTIGUOUS, MPI_COMBINER_VECTOR, MPI_COMBINER_HVECTOR, MPI_COMBINER_INDEXED, MPI_COMBINER_HINDEXED, MPI_COMBINER_INDEXED_BLOCK, MPI_COMBINER_HINDEXED_BLOCK, MPI_COMBINER_STRUCT, MPI_COMBINER_SUBARRAY, MPI_COMBINER_DARRAY, MPI_COMBINER_F90_REAL, MPI_COMBINER_F90_COMPLEX, MPI_COMBINER_F90_INTEGER, MPI_COMBINER_RESIZED.
+pub(super) const E_COMBINER: &[(c_int, c_int)] = &[
+    (1, 0), // MPI_COMBINER_NAMED
+    (2, 1), // MPI_COMBINER_DUP
+    (3, 2), // MPI_COMBINER_CONTIGUOUS
+    (4, 3), // MPI_COMBINER_VECTOR
+    (6, 5), // MPI_COMBINER_HVECTOR
+    (7, 6), // MPI_COMBINER_INDEXED
+    (9, 8), // MPI_COMBINER_HINDEXED
+    (10, 9), // MPI_COMBINER_INDEXED_BLOCK
+    (19, 18), // MPI_COMBINER_HINDEXED_BLOCK
+    (12, 11), // MPI_COMBINER_STRUCT
+    (13, 12), // MPI_COMBINER_SUBARRAY
+    (14, 13), // MPI_COMBINER_DARRAY
+    (15, 14), // MPI_COMBINER_F90_REAL
+    (16, 15), // MPI_COMBINER_F90_COMPLEX
+    (17, 16), // MPI_COMBINER_F90_INTEGER
+    (18, 17), // MPI_COMBINER_RESIZED
+];
+/// `array_of_distribs`: (MPICH's value, Open MPI's) of MPI_DISTRIBUTE_BLOCK, MPI_DISTRIBUTE_CYCLIC, MPI_DISTRIBUTE_NONE.
+pub(super) const E_ARRAY_OF_DISTRIBS: &[(c_int, c_int)] = &[
+    (121, 0), // MPI_DISTRIBUTE_BLOCK
+    (122, 1), // MPI_DISTRIBUTE_CYCLIC
+    (123, 2), // MPI_DISTRIBUTE_NONE
+];
+/// `array_of_dargs`: (MPICH's value, Open MPI's) of MPI_DISTRIBUTE_DFLT_DARG.
+pub(super) const E_ARRAY_OF_DARGS: &[(c_int, c_int)] = &[
+    (-49767, -1), // MPI_DISTRIBUTE_DFLT_DARG
+];
+/// `MPI_Topo_test: status`: (MPICH's value, Open MPI's) of MPI_GRAPH, MPI_CART, MPI_DIST_GRAPH.
+pub(super) const E_STATUS: &[(c_int, c_int)] = &[
+    (1, 2), // MPI_GRAPH
+    (2, 1), // MPI_CART
+    (3, 3), // MPI_DIST_GRAPH
+];
+/// `assert`: (MPICH's value, Open MPI's) of MPI_MODE_NOCHECK, MPI_MODE_NOSTORE, MPI_MODE_NOPUT, MPI_MODE_NOPRECEDE, MPI_MODE_NOSUCCEED.
+pub(super) const F_ASSERT: &[(c_int, c_int)] = &[
+    (1024, 1), // MPI_MODE_NOCHECK
+    (2048, 8), // MPI_MODE_NOSTORE
+    (4096, 4), // MPI_MODE_NOPUT
+    (8192, 2), // MPI_MODE_NOPRECEDE
+    (16384, 16), // MPI_MODE_NOSUCCEED
+];
+
 /// Error classes: (Open MPI's, MPICH's), where they differ.
 pub const ERROR_CLASSES: &[(c_int, c_int)] = &[
     (13, 12), // MPI_ERR_ARG
@@ -1388,6 +1650,17 @@ pub const ERROR_CLASSES: &[(c_int, c_int)] = &[
     (53, 45), // MPI_ERR_WIN
 ];
 
+pub(super) unsafe extern "C" fn MPI_Abort(comm: MPI_Comm, errorcode: c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Abort else { return not_in_library("MPI_Abort") as c_int };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Abort") };
+        let rc = f(comm_o, errorcode);
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Accumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -1398,6 +1671,42 @@ pub(super) unsafe extern "C" fn MPI_Accumulate(origin_addr: *const c_void, origi
         let Some(op_o) = h2p(K::Op, op) else { return bad_handle(K::Op, "MPI_Accumulate") };
         let Some(win_o) = h2p(K::Win, win) else { return bad_handle(K::Win, "MPI_Accumulate") };
         let rc = f(origin_addr, origin_count, origin_datatype_o, rank_in(target_rank), target_disp, target_count, target_datatype_o, op_o, win_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Add_error_class(errorclass: *mut c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Add_error_class else { return not_in_library("MPI_Add_error_class") as c_int };
+        let rc = f(errorclass);
+        if rc == 0 {
+            if !errorclass.is_null() { *errorclass = rc_back(*errorclass); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Add_error_code(errorclass: c_int, errorcode: *mut c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Add_error_code else { return not_in_library("MPI_Add_error_code") as c_int };
+        let rc = f(error_in(errorclass), errorcode);
+        if rc == 0 {
+            if !errorcode.is_null() { *errorcode = rc_back(*errorcode); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Add_error_string(errorcode: c_int, string: *const c_char) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Add_error_string else { return not_in_library("MPI_Add_error_string") as c_int };
+        let rc = f(error_in(errorcode), string);
         rc_back(rc)
     }
 }
@@ -1484,6 +1793,39 @@ pub(super) unsafe extern "C" fn MPI_Alltoallv(sendbuf: *const c_void, sendcounts
         let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Alltoallv") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Alltoallv") };
         let rc = f(inplace(sendbuf), sendcounts, sdispls, sendtype_o, recvbuf, recvcounts, rdispls, recvtype_o, comm_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Attr_delete(comm: MPI_Comm, keyval: c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Attr_delete else { return not_in_library("MPI_Attr_delete") as c_int };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Attr_delete") };
+        let rc = f(comm_o, enum_in(E_KEYVAL, keyval));
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Attr_get(comm: MPI_Comm, keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Attr_get else { return not_in_library("MPI_Attr_get") as c_int };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Attr_get") };
+        let rc = f(comm_o, enum_in(E_KEYVAL, keyval), attribute_val, flag);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Attr_put(comm: MPI_Comm, keyval: c_int, attribute_val: *mut c_void) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Attr_put else { return not_in_library("MPI_Attr_put") as c_int };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Attr_put") };
+        let rc = f(comm_o, enum_in(E_KEYVAL, keyval), attribute_val);
         rc_back(rc)
     }
 }
@@ -1635,6 +1977,21 @@ pub(super) unsafe extern "C" fn MPI_Cart_rank(comm: MPI_Comm, coords: *const c_i
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Cart_shift(comm: MPI_Comm, direction: c_int, disp: c_int, rank_source: *mut c_int, rank_dest: *mut c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Cart_shift else { return not_in_library("MPI_Cart_shift") as c_int };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Cart_shift") };
+        let rc = f(comm_o, direction, disp, rank_source, rank_dest);
+        if rc == 0 {
+            if !rank_source.is_null() { *rank_source = rank_out(*rank_source); }
+            if !rank_dest.is_null() { *rank_dest = rank_out(*rank_dest); }
+        }
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Cart_sub(comm: MPI_Comm, remain_dims: *const c_int, newcomm: *mut MPI_Comm) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -1685,6 +2042,17 @@ pub(super) unsafe extern "C" fn MPI_Comm_accept(port_name: *const c_char, info: 
         if rc == 0 {
             if !newcomm.is_null() { *newcomm = p2h_out(K::Comm, newcomm_in, newcomm_o); }
         }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Comm_call_errhandler(comm: MPI_Comm, errorcode: c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Comm_call_errhandler else { return not_in_library("MPI_Comm_call_errhandler") as c_int };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Comm_call_errhandler") };
+        let rc = f(comm_o, error_in(errorcode));
         rc_back(rc)
     }
 }
@@ -1752,6 +2120,17 @@ pub(super) unsafe extern "C" fn MPI_Comm_create_group(comm: MPI_Comm, group: MPI
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Comm_delete_attr(comm: MPI_Comm, comm_keyval: c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Comm_delete_attr else { return not_in_library("MPI_Comm_delete_attr") as c_int };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Comm_delete_attr") };
+        let rc = f(comm_o, enum_in(E_COMM_KEYVAL, comm_keyval));
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Comm_disconnect(comm: *mut MPI_Comm) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -1811,6 +2190,30 @@ pub(super) unsafe extern "C" fn MPI_Comm_free(comm: *mut MPI_Comm) -> c_int {
         if rc == 0 {
             if !comm.is_null() { *comm = p2h_out(K::Comm, comm_in, comm_o); }
         }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Comm_free_keyval(comm_keyval: *mut c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Comm_free_keyval else { return not_in_library("MPI_Comm_free_keyval") as c_int };
+        let rc = f(comm_keyval);
+        if rc == 0 {
+            if !comm_keyval.is_null() { *comm_keyval = enum_out(E_COMM_KEYVAL, *comm_keyval); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Comm_get_attr(comm: MPI_Comm, comm_keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Comm_get_attr else { return not_in_library("MPI_Comm_get_attr") as c_int };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Comm_get_attr") };
+        let rc = f(comm_o, enum_in(E_COMM_KEYVAL, comm_keyval), attribute_val, flag);
         rc_back(rc)
     }
 }
@@ -1961,6 +2364,17 @@ pub(super) unsafe extern "C" fn MPI_Comm_remote_size(comm: MPI_Comm, size: *mut 
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Comm_set_attr(comm: MPI_Comm, comm_keyval: c_int, attribute_val: *mut c_void) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Comm_set_attr else { return not_in_library("MPI_Comm_set_attr") as c_int };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Comm_set_attr") };
+        let rc = f(comm_o, enum_in(E_COMM_KEYVAL, comm_keyval), attribute_val);
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Comm_set_errhandler(comm: MPI_Comm, errhandler: MPI_Errhandler) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -2016,6 +2430,23 @@ pub(super) unsafe extern "C" fn MPI_Comm_split(comm: MPI_Comm, color: c_int, key
         let newcomm_in = if newcomm.is_null() { None } else { Some(*newcomm) };
         let mut newcomm_o = newcomm_in.map_or(null_of(K::Comm), |h| h2p(K::Comm, h).unwrap_or(null_of(K::Comm)));
         let rc = f(comm_o, color, key, if newcomm.is_null() { std::ptr::null_mut() } else { &mut newcomm_o });
+        if rc == 0 {
+            if !newcomm.is_null() { *newcomm = p2h_out(K::Comm, newcomm_in, newcomm_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Comm_split_type(comm: MPI_Comm, split_type: c_int, key: c_int, info: MPI_Info, newcomm: *mut MPI_Comm) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Comm_split_type else { return not_in_library("MPI_Comm_split_type") as c_int };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Comm_split_type") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Comm_split_type") };
+        let newcomm_in = if newcomm.is_null() { None } else { Some(*newcomm) };
+        let mut newcomm_o = newcomm_in.map_or(null_of(K::Comm), |h| h2p(K::Comm, h).unwrap_or(null_of(K::Comm)));
+        let rc = f(comm_o, enum_in(E_SPLIT_TYPE, split_type), key, info_o, if newcomm.is_null() { std::ptr::null_mut() } else { &mut newcomm_o });
         if rc == 0 {
             if !newcomm.is_null() { *newcomm = p2h_out(K::Comm, newcomm_in, newcomm_o); }
         }
@@ -2110,6 +2541,29 @@ pub(super) unsafe extern "C" fn MPI_Errhandler_set(comm: MPI_Comm, errhandler: M
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Error_class(errorcode: c_int, errorclass: *mut c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Error_class else { return not_in_library("MPI_Error_class") as c_int };
+        let rc = f(error_in(errorcode), errorclass);
+        if rc == 0 {
+            if !errorclass.is_null() { *errorclass = rc_back(*errorclass); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Error_string(errorcode: c_int, string: *mut c_char, resultlen: *mut c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Error_string else { return not_in_library("MPI_Error_string") as c_int };
+        let rc = f(error_in(errorcode), string, resultlen);
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Exscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -2132,6 +2586,776 @@ pub(super) unsafe extern "C" fn MPI_Fetch_and_op(origin_addr: *const c_void, res
         let Some(op_o) = h2p(K::Op, op) else { return bad_handle(K::Op, "MPI_Fetch_and_op") };
         let Some(win_o) = h2p(K::Win, win) else { return bad_handle(K::Win, "MPI_Fetch_and_op") };
         let rc = f(origin_addr, result_addr, datatype_o, rank_in(target_rank), target_disp, op_o, win_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_call_errhandler(fh: MPI_File, errorcode: c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_call_errhandler else { return not_in_library("MPI_File_call_errhandler") as c_int };
+        let rc = f(file_in(fh), error_in(errorcode));
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_close(fh: *mut MPI_File) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_close else { return not_in_library("MPI_File_close") as c_int };
+        let mut fh_o = if fh.is_null() { std::ptr::null_mut() } else { file_in(*fh) };
+        let rc = f(if fh.is_null() { std::ptr::null_mut() } else { &mut fh_o });
+        if rc == 0 {
+            if !fh.is_null() { *fh = file_out(fh_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_delete(filename: *const c_char, info: MPI_Info) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_delete else { return not_in_library("MPI_File_delete") as c_int };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_File_delete") };
+        let rc = f(filename, info_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_get_amode(fh: MPI_File, amode: *mut c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_get_amode else { return not_in_library("MPI_File_get_amode") as c_int };
+        let rc = f(file_in(fh), amode);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_get_atomicity(fh: MPI_File, flag: *mut c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_get_atomicity else { return not_in_library("MPI_File_get_atomicity") as c_int };
+        let rc = f(file_in(fh), flag);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_get_byte_offset(fh: MPI_File, offset: MPI_Offset, disp: *mut MPI_Offset) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_get_byte_offset else { return not_in_library("MPI_File_get_byte_offset") as c_int };
+        let rc = f(file_in(fh), offset, disp);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_get_errhandler(file: MPI_File, errhandler: *mut MPI_Errhandler) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_get_errhandler else { return not_in_library("MPI_File_get_errhandler") as c_int };
+        let errhandler_in = if errhandler.is_null() { None } else { Some(*errhandler) };
+        let mut errhandler_o = errhandler_in.map_or(null_of(K::Errhandler), |h| h2p(K::Errhandler, h).unwrap_or(null_of(K::Errhandler)));
+        let rc = f(file_in(file), if errhandler.is_null() { std::ptr::null_mut() } else { &mut errhandler_o });
+        if rc == 0 {
+            if !errhandler.is_null() { *errhandler = p2h_out(K::Errhandler, errhandler_in, errhandler_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_get_group(fh: MPI_File, group: *mut MPI_Group) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_get_group else { return not_in_library("MPI_File_get_group") as c_int };
+        let group_in = if group.is_null() { None } else { Some(*group) };
+        let mut group_o = group_in.map_or(null_of(K::Group), |h| h2p(K::Group, h).unwrap_or(null_of(K::Group)));
+        let rc = f(file_in(fh), if group.is_null() { std::ptr::null_mut() } else { &mut group_o });
+        if rc == 0 {
+            if !group.is_null() { *group = p2h_out(K::Group, group_in, group_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_get_info(fh: MPI_File, info_used: *mut MPI_Info) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_get_info else { return not_in_library("MPI_File_get_info") as c_int };
+        let info_used_in = if info_used.is_null() { None } else { Some(*info_used) };
+        let mut info_used_o = info_used_in.map_or(null_of(K::Info), |h| h2p(K::Info, h).unwrap_or(null_of(K::Info)));
+        let rc = f(file_in(fh), if info_used.is_null() { std::ptr::null_mut() } else { &mut info_used_o });
+        if rc == 0 {
+            if !info_used.is_null() { *info_used = p2h_out(K::Info, info_used_in, info_used_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_get_position(fh: MPI_File, offset: *mut MPI_Offset) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_get_position else { return not_in_library("MPI_File_get_position") as c_int };
+        let rc = f(file_in(fh), offset);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_get_position_shared(fh: MPI_File, offset: *mut MPI_Offset) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_get_position_shared else { return not_in_library("MPI_File_get_position_shared") as c_int };
+        let rc = f(file_in(fh), offset);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_get_size(fh: MPI_File, size: *mut MPI_Offset) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_get_size else { return not_in_library("MPI_File_get_size") as c_int };
+        let rc = f(file_in(fh), size);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_get_type_extent(fh: MPI_File, datatype: MPI_Datatype, extent: *mut MPI_Aint) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_get_type_extent else { return not_in_library("MPI_File_get_type_extent") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_get_type_extent") };
+        let rc = f(file_in(fh), datatype_o, extent);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_get_view(fh: MPI_File, disp: *mut MPI_Offset, etype: *mut MPI_Datatype, filetype: *mut MPI_Datatype, datarep: *mut c_char) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_get_view else { return not_in_library("MPI_File_get_view") as c_int };
+        let etype_in = if etype.is_null() { None } else { Some(*etype) };
+        let mut etype_o = etype_in.map_or(null_of(K::Datatype), |h| h2p(K::Datatype, h).unwrap_or(null_of(K::Datatype)));
+        let filetype_in = if filetype.is_null() { None } else { Some(*filetype) };
+        let mut filetype_o = filetype_in.map_or(null_of(K::Datatype), |h| h2p(K::Datatype, h).unwrap_or(null_of(K::Datatype)));
+        let rc = f(file_in(fh), disp, if etype.is_null() { std::ptr::null_mut() } else { &mut etype_o }, if filetype.is_null() { std::ptr::null_mut() } else { &mut filetype_o }, datarep);
+        if rc == 0 {
+            if !etype.is_null() { *etype = p2h_out(K::Datatype, etype_in, etype_o); }
+            if !filetype.is_null() { *filetype = p2h_out(K::Datatype, filetype_in, filetype_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_iread(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_iread else { return not_in_library("MPI_File_iread") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_iread") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(file_in(fh), buf, count, datatype_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_iread_all(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_iread_all else { return not_in_library("MPI_File_iread_all") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_iread_all") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(file_in(fh), buf, count, datatype_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_iread_at(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_iread_at else { return not_in_library("MPI_File_iread_at") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_iread_at") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(file_in(fh), offset, buf, count, datatype_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_iread_at_all(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_iread_at_all else { return not_in_library("MPI_File_iread_at_all") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_iread_at_all") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(file_in(fh), offset, buf, count, datatype_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_iread_shared(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_iread_shared else { return not_in_library("MPI_File_iread_shared") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_iread_shared") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(file_in(fh), buf, count, datatype_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_iwrite(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_iwrite else { return not_in_library("MPI_File_iwrite") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_iwrite") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(file_in(fh), buf, count, datatype_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_iwrite_all(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_iwrite_all else { return not_in_library("MPI_File_iwrite_all") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_iwrite_all") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(file_in(fh), buf, count, datatype_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_iwrite_at(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_iwrite_at else { return not_in_library("MPI_File_iwrite_at") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_iwrite_at") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(file_in(fh), offset, buf, count, datatype_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_iwrite_at_all(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_iwrite_at_all else { return not_in_library("MPI_File_iwrite_at_all") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_iwrite_at_all") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(file_in(fh), offset, buf, count, datatype_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_iwrite_shared(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_iwrite_shared else { return not_in_library("MPI_File_iwrite_shared") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_iwrite_shared") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(file_in(fh), buf, count, datatype_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_open(comm: MPI_Comm, filename: *const c_char, amode: c_int, info: MPI_Info, fh: *mut MPI_File) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_open else { return not_in_library("MPI_File_open") as c_int };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_File_open") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_File_open") };
+        let mut fh_o = if fh.is_null() { std::ptr::null_mut() } else { file_in(*fh) };
+        let rc = f(comm_o, filename, amode, info_o, if fh.is_null() { std::ptr::null_mut() } else { &mut fh_o });
+        if rc == 0 {
+            if !fh.is_null() { *fh = file_out(fh_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_preallocate(fh: MPI_File, size: MPI_Offset) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_preallocate else { return not_in_library("MPI_File_preallocate") as c_int };
+        let rc = f(file_in(fh), size);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_read(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_read else { return not_in_library("MPI_File_read") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_read") };
+        let mut status_o = status_in(status);
+        let rc = f(file_in(fh), buf, count, datatype_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
+        if rc == 0 {
+            if !ignored(status) { *status = status_out(&status_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_read_all(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_read_all else { return not_in_library("MPI_File_read_all") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_read_all") };
+        let mut status_o = status_in(status);
+        let rc = f(file_in(fh), buf, count, datatype_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
+        if rc == 0 {
+            if !ignored(status) { *status = status_out(&status_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_read_all_begin(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_read_all_begin else { return not_in_library("MPI_File_read_all_begin") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_read_all_begin") };
+        let rc = f(file_in(fh), buf, count, datatype_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_read_all_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_read_all_end else { return not_in_library("MPI_File_read_all_end") as c_int };
+        let mut status_o = status_in(status);
+        let rc = f(file_in(fh), buf, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
+        if rc == 0 {
+            if !ignored(status) { *status = status_out(&status_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_read_at(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_read_at else { return not_in_library("MPI_File_read_at") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_read_at") };
+        let mut status_o = status_in(status);
+        let rc = f(file_in(fh), offset, buf, count, datatype_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
+        if rc == 0 {
+            if !ignored(status) { *status = status_out(&status_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_read_at_all(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_read_at_all else { return not_in_library("MPI_File_read_at_all") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_read_at_all") };
+        let mut status_o = status_in(status);
+        let rc = f(file_in(fh), offset, buf, count, datatype_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
+        if rc == 0 {
+            if !ignored(status) { *status = status_out(&status_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_read_at_all_begin(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_read_at_all_begin else { return not_in_library("MPI_File_read_at_all_begin") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_read_at_all_begin") };
+        let rc = f(file_in(fh), offset, buf, count, datatype_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_read_at_all_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_read_at_all_end else { return not_in_library("MPI_File_read_at_all_end") as c_int };
+        let mut status_o = status_in(status);
+        let rc = f(file_in(fh), buf, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
+        if rc == 0 {
+            if !ignored(status) { *status = status_out(&status_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_read_ordered(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_read_ordered else { return not_in_library("MPI_File_read_ordered") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_read_ordered") };
+        let mut status_o = status_in(status);
+        let rc = f(file_in(fh), buf, count, datatype_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
+        if rc == 0 {
+            if !ignored(status) { *status = status_out(&status_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_read_ordered_begin(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_read_ordered_begin else { return not_in_library("MPI_File_read_ordered_begin") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_read_ordered_begin") };
+        let rc = f(file_in(fh), buf, count, datatype_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_read_ordered_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_read_ordered_end else { return not_in_library("MPI_File_read_ordered_end") as c_int };
+        let mut status_o = status_in(status);
+        let rc = f(file_in(fh), buf, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
+        if rc == 0 {
+            if !ignored(status) { *status = status_out(&status_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_read_shared(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_read_shared else { return not_in_library("MPI_File_read_shared") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_read_shared") };
+        let mut status_o = status_in(status);
+        let rc = f(file_in(fh), buf, count, datatype_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
+        if rc == 0 {
+            if !ignored(status) { *status = status_out(&status_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_seek(fh: MPI_File, offset: MPI_Offset, whence: c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_seek else { return not_in_library("MPI_File_seek") as c_int };
+        let rc = f(file_in(fh), offset, whence);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_seek_shared(fh: MPI_File, offset: MPI_Offset, whence: c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_seek_shared else { return not_in_library("MPI_File_seek_shared") as c_int };
+        let rc = f(file_in(fh), offset, whence);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_set_atomicity(fh: MPI_File, flag: c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_set_atomicity else { return not_in_library("MPI_File_set_atomicity") as c_int };
+        let rc = f(file_in(fh), flag);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_set_errhandler(file: MPI_File, errhandler: MPI_Errhandler) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_set_errhandler else { return not_in_library("MPI_File_set_errhandler") as c_int };
+        let Some(errhandler_o) = h2p(K::Errhandler, errhandler) else { return bad_handle(K::Errhandler, "MPI_File_set_errhandler") };
+        let rc = f(file_in(file), errhandler_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_set_info(fh: MPI_File, info: MPI_Info) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_set_info else { return not_in_library("MPI_File_set_info") as c_int };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_File_set_info") };
+        let rc = f(file_in(fh), info_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_set_size(fh: MPI_File, size: MPI_Offset) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_set_size else { return not_in_library("MPI_File_set_size") as c_int };
+        let rc = f(file_in(fh), size);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_set_view(fh: MPI_File, disp: MPI_Offset, etype: MPI_Datatype, filetype: MPI_Datatype, datarep: *const c_char, info: MPI_Info) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_set_view else { return not_in_library("MPI_File_set_view") as c_int };
+        let Some(etype_o) = h2p(K::Datatype, etype) else { return bad_handle(K::Datatype, "MPI_File_set_view") };
+        let Some(filetype_o) = h2p(K::Datatype, filetype) else { return bad_handle(K::Datatype, "MPI_File_set_view") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_File_set_view") };
+        let rc = f(file_in(fh), disp, etype_o, filetype_o, datarep, info_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_sync(fh: MPI_File) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_sync else { return not_in_library("MPI_File_sync") as c_int };
+        let rc = f(file_in(fh));
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_write(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_write else { return not_in_library("MPI_File_write") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_write") };
+        let mut status_o = status_in(status);
+        let rc = f(file_in(fh), buf, count, datatype_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
+        if rc == 0 {
+            if !ignored(status) { *status = status_out(&status_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_write_all(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_write_all else { return not_in_library("MPI_File_write_all") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_write_all") };
+        let mut status_o = status_in(status);
+        let rc = f(file_in(fh), buf, count, datatype_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
+        if rc == 0 {
+            if !ignored(status) { *status = status_out(&status_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_write_all_begin(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_write_all_begin else { return not_in_library("MPI_File_write_all_begin") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_write_all_begin") };
+        let rc = f(file_in(fh), buf, count, datatype_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_write_all_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_write_all_end else { return not_in_library("MPI_File_write_all_end") as c_int };
+        let mut status_o = status_in(status);
+        let rc = f(file_in(fh), buf, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
+        if rc == 0 {
+            if !ignored(status) { *status = status_out(&status_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_write_at(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_write_at else { return not_in_library("MPI_File_write_at") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_write_at") };
+        let mut status_o = status_in(status);
+        let rc = f(file_in(fh), offset, buf, count, datatype_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
+        if rc == 0 {
+            if !ignored(status) { *status = status_out(&status_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_write_at_all(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_write_at_all else { return not_in_library("MPI_File_write_at_all") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_write_at_all") };
+        let mut status_o = status_in(status);
+        let rc = f(file_in(fh), offset, buf, count, datatype_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
+        if rc == 0 {
+            if !ignored(status) { *status = status_out(&status_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_write_at_all_begin(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_write_at_all_begin else { return not_in_library("MPI_File_write_at_all_begin") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_write_at_all_begin") };
+        let rc = f(file_in(fh), offset, buf, count, datatype_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_write_at_all_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_write_at_all_end else { return not_in_library("MPI_File_write_at_all_end") as c_int };
+        let mut status_o = status_in(status);
+        let rc = f(file_in(fh), buf, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
+        if rc == 0 {
+            if !ignored(status) { *status = status_out(&status_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_write_ordered(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_write_ordered else { return not_in_library("MPI_File_write_ordered") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_write_ordered") };
+        let mut status_o = status_in(status);
+        let rc = f(file_in(fh), buf, count, datatype_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
+        if rc == 0 {
+            if !ignored(status) { *status = status_out(&status_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_write_ordered_begin(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_write_ordered_begin else { return not_in_library("MPI_File_write_ordered_begin") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_write_ordered_begin") };
+        let rc = f(file_in(fh), buf, count, datatype_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_write_ordered_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_write_ordered_end else { return not_in_library("MPI_File_write_ordered_end") as c_int };
+        let mut status_o = status_in(status);
+        let rc = f(file_in(fh), buf, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
+        if rc == 0 {
+            if !ignored(status) { *status = status_out(&status_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_write_shared(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_File_write_shared else { return not_in_library("MPI_File_write_shared") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_write_shared") };
+        let mut status_o = status_in(status);
+        let rc = f(file_in(fh), buf, count, datatype_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
+        if rc == 0 {
+            if !ignored(status) { *status = status_out(&status_o); }
+        }
         rc_back(rc)
     }
 }
@@ -3233,6 +4457,19 @@ pub(super) unsafe extern "C" fn MPI_Issend(buf: *const c_void, count: c_int, dat
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Keyval_free(keyval: *mut c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Keyval_free else { return not_in_library("MPI_Keyval_free") as c_int };
+        let rc = f(keyval);
+        if rc == 0 {
+            if !keyval.is_null() { *keyval = enum_out(E_KEYVAL, *keyval); }
+        }
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Lookup_name(service_name: *const c_char, info: MPI_Info, port_name: *mut c_char) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -3974,6 +5211,9 @@ pub(super) unsafe extern "C" fn MPI_Topo_test(comm: MPI_Comm, status: *mut c_int
         let Some(f) = fns().MPI_Topo_test else { return not_in_library("MPI_Topo_test") as c_int };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Topo_test") };
         let rc = f(comm_o, status);
+        if rc == 0 {
+            if !status.is_null() { *status = enum_out(E_STATUS, *status); }
+        }
         rc_back(rc)
     }
 }
@@ -4002,6 +5242,24 @@ pub(super) unsafe extern "C" fn MPI_Type_contiguous(count: c_int, oldtype: MPI_D
         let newtype_in = if newtype.is_null() { None } else { Some(*newtype) };
         let mut newtype_o = newtype_in.map_or(null_of(K::Datatype), |h| h2p(K::Datatype, h).unwrap_or(null_of(K::Datatype)));
         let rc = f(count, oldtype_o, if newtype.is_null() { std::ptr::null_mut() } else { &mut newtype_o });
+        if rc == 0 {
+            if !newtype.is_null() { *newtype = p2h_out(K::Datatype, newtype_in, newtype_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Type_create_darray(size: c_int, rank: c_int, ndims: c_int, array_of_gsizes: *const c_int, array_of_distribs: *const c_int, array_of_dargs: *const c_int, array_of_psizes: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Type_create_darray else { return not_in_library("MPI_Type_create_darray") as c_int };
+        let array_of_distribs_o: Vec<c_int> = if array_of_distribs.is_null() { Vec::new() } else { (0..ndims.max(0) as usize).map(|i| enum_in(E_ARRAY_OF_DISTRIBS, *array_of_distribs.add(i))).collect() };
+        let array_of_dargs_o: Vec<c_int> = if array_of_dargs.is_null() { Vec::new() } else { (0..ndims.max(0) as usize).map(|i| enum_in(E_ARRAY_OF_DARGS, *array_of_dargs.add(i))).collect() };
+        let Some(oldtype_o) = h2p(K::Datatype, oldtype) else { return bad_handle(K::Datatype, "MPI_Type_create_darray") };
+        let newtype_in = if newtype.is_null() { None } else { Some(*newtype) };
+        let mut newtype_o = newtype_in.map_or(null_of(K::Datatype), |h| h2p(K::Datatype, h).unwrap_or(null_of(K::Datatype)));
+        let rc = f(size, rank_in(rank), ndims, array_of_gsizes, if array_of_distribs.is_null() { std::ptr::null() } else { array_of_distribs_o.as_ptr() }, if array_of_dargs.is_null() { std::ptr::null() } else { array_of_dargs_o.as_ptr() }, array_of_psizes, enum_in(E_ORDER, order), oldtype_o, if newtype.is_null() { std::ptr::null_mut() } else { &mut newtype_o });
         if rc == 0 {
             if !newtype.is_null() { *newtype = p2h_out(K::Datatype, newtype_in, newtype_o); }
         }
@@ -4151,6 +5409,22 @@ pub(super) unsafe extern "C" fn MPI_Type_create_struct(count: c_int, array_of_bl
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Type_create_subarray(ndims: c_int, array_of_sizes: *const c_int, array_of_subsizes: *const c_int, array_of_starts: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Type_create_subarray else { return not_in_library("MPI_Type_create_subarray") as c_int };
+        let Some(oldtype_o) = h2p(K::Datatype, oldtype) else { return bad_handle(K::Datatype, "MPI_Type_create_subarray") };
+        let newtype_in = if newtype.is_null() { None } else { Some(*newtype) };
+        let mut newtype_o = newtype_in.map_or(null_of(K::Datatype), |h| h2p(K::Datatype, h).unwrap_or(null_of(K::Datatype)));
+        let rc = f(ndims, array_of_sizes, array_of_subsizes, array_of_starts, enum_in(E_ORDER, order), oldtype_o, if newtype.is_null() { std::ptr::null_mut() } else { &mut newtype_o });
+        if rc == 0 {
+            if !newtype.is_null() { *newtype = p2h_out(K::Datatype, newtype_in, newtype_o); }
+        }
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Type_dup(oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -4188,6 +5462,20 @@ pub(super) unsafe extern "C" fn MPI_Type_free(datatype: *mut MPI_Datatype) -> c_
         let rc = f(if datatype.is_null() { std::ptr::null_mut() } else { &mut datatype_o });
         if rc == 0 {
             if !datatype.is_null() { *datatype = p2h_out(K::Datatype, datatype_in, datatype_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Type_get_envelope(datatype: MPI_Datatype, num_integers: *mut c_int, num_addresses: *mut c_int, num_datatypes: *mut c_int, combiner: *mut c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Type_get_envelope else { return not_in_library("MPI_Type_get_envelope") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_Type_get_envelope") };
+        let rc = f(datatype_o, num_integers, num_addresses, num_datatypes, combiner);
+        if rc == 0 {
+            if !combiner.is_null() { *combiner = enum_out(E_COMBINER, *combiner); }
         }
         rc_back(rc)
     }
@@ -4549,6 +5837,17 @@ pub(super) unsafe extern "C" fn MPI_Win_attach(win: MPI_Win, base: *mut c_void, 
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Win_call_errhandler(win: MPI_Win, errorcode: c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Win_call_errhandler else { return not_in_library("MPI_Win_call_errhandler") as c_int };
+        let Some(win_o) = h2p(K::Win, win) else { return bad_handle(K::Win, "MPI_Win_call_errhandler") };
+        let rc = f(win_o, error_in(errorcode));
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Win_complete(win: MPI_Win) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -4594,6 +5893,17 @@ pub(super) unsafe extern "C" fn MPI_Win_create_dynamic(info: MPI_Info, comm: MPI
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Win_delete_attr(win: MPI_Win, win_keyval: c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Win_delete_attr else { return not_in_library("MPI_Win_delete_attr") as c_int };
+        let Some(win_o) = h2p(K::Win, win) else { return bad_handle(K::Win, "MPI_Win_delete_attr") };
+        let rc = f(win_o, enum_in(E_WIN_KEYVAL, win_keyval));
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Win_detach(win: MPI_Win, base: *const c_void) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -4601,6 +5911,17 @@ pub(super) unsafe extern "C" fn MPI_Win_detach(win: MPI_Win, base: *const c_void
         let Some(f) = fns().MPI_Win_detach else { return not_in_library("MPI_Win_detach") as c_int };
         let Some(win_o) = h2p(K::Win, win) else { return bad_handle(K::Win, "MPI_Win_detach") };
         let rc = f(win_o, base);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Win_fence(assert: c_int, win: MPI_Win) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Win_fence else { return not_in_library("MPI_Win_fence") as c_int };
+        let Some(win_o) = h2p(K::Win, win) else { return bad_handle(K::Win, "MPI_Win_fence") };
+        let rc = f(flags_in(F_ASSERT, assert), win_o);
         rc_back(rc)
     }
 }
@@ -4664,6 +5985,30 @@ pub(super) unsafe extern "C" fn MPI_Win_free(win: *mut MPI_Win) -> c_int {
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Win_free_keyval(win_keyval: *mut c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Win_free_keyval else { return not_in_library("MPI_Win_free_keyval") as c_int };
+        let rc = f(win_keyval);
+        if rc == 0 {
+            if !win_keyval.is_null() { *win_keyval = enum_out(E_WIN_KEYVAL, *win_keyval); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Win_get_attr(win: MPI_Win, win_keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Win_get_attr else { return not_in_library("MPI_Win_get_attr") as c_int };
+        let Some(win_o) = h2p(K::Win, win) else { return bad_handle(K::Win, "MPI_Win_get_attr") };
+        let rc = f(win_o, enum_in(E_WIN_KEYVAL, win_keyval), attribute_val, flag);
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Win_get_errhandler(win: MPI_Win, errhandler: *mut MPI_Errhandler) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -4723,6 +6068,51 @@ pub(super) unsafe extern "C" fn MPI_Win_get_name(win: MPI_Win, win_name: *mut c_
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Win_lock(lock_type: c_int, rank: c_int, assert: c_int, win: MPI_Win) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Win_lock else { return not_in_library("MPI_Win_lock") as c_int };
+        let Some(win_o) = h2p(K::Win, win) else { return bad_handle(K::Win, "MPI_Win_lock") };
+        let rc = f(enum_in(E_LOCK_TYPE, lock_type), rank_in(rank), flags_in(F_ASSERT, assert), win_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Win_lock_all(assert: c_int, win: MPI_Win) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Win_lock_all else { return not_in_library("MPI_Win_lock_all") as c_int };
+        let Some(win_o) = h2p(K::Win, win) else { return bad_handle(K::Win, "MPI_Win_lock_all") };
+        let rc = f(flags_in(F_ASSERT, assert), win_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Win_post(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Win_post else { return not_in_library("MPI_Win_post") as c_int };
+        let Some(group_o) = h2p(K::Group, group) else { return bad_handle(K::Group, "MPI_Win_post") };
+        let Some(win_o) = h2p(K::Win, win) else { return bad_handle(K::Win, "MPI_Win_post") };
+        let rc = f(group_o, flags_in(F_ASSERT, assert), win_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Win_set_attr(win: MPI_Win, win_keyval: c_int, attribute_val: *mut c_void) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Win_set_attr else { return not_in_library("MPI_Win_set_attr") as c_int };
+        let Some(win_o) = h2p(K::Win, win) else { return bad_handle(K::Win, "MPI_Win_set_attr") };
+        let rc = f(win_o, enum_in(E_WIN_KEYVAL, win_keyval), attribute_val);
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Win_set_errhandler(win: MPI_Win, errhandler: MPI_Errhandler) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -4765,6 +6155,18 @@ pub(super) unsafe extern "C" fn MPI_Win_shared_query(win: MPI_Win, rank: c_int, 
         let Some(f) = fns().MPI_Win_shared_query else { return not_in_library("MPI_Win_shared_query") as c_int };
         let Some(win_o) = h2p(K::Win, win) else { return bad_handle(K::Win, "MPI_Win_shared_query") };
         let rc = f(win_o, rank_in(rank), size, disp_unit, baseptr);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Win_start(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Win_start else { return not_in_library("MPI_Win_start") as c_int };
+        let Some(group_o) = h2p(K::Group, group) else { return bad_handle(K::Group, "MPI_Win_start") };
+        let Some(win_o) = h2p(K::Win, win) else { return bad_handle(K::Win, "MPI_Win_start") };
+        let rc = f(group_o, flags_in(F_ASSERT, assert), win_o);
         rc_back(rc)
     }
 }
@@ -4948,6 +6350,286 @@ pub(super) unsafe extern "C" fn MPI_Exscan_c(sendbuf: *const c_void, recvbuf: *m
     unsafe {
         let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
         let rc = MPI_Exscan(sendbuf, recvbuf, count_i, datatype, op, comm);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_iread_all_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_iread_all(fh, buf, count_i, datatype, request);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_iread_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_iread_at_all(fh, offset, buf, count_i, datatype, request);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_iread_at_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_iread_at(fh, offset, buf, count_i, datatype, request);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_iread_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_iread(fh, buf, count_i, datatype, request);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_iread_shared_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_iread_shared(fh, buf, count_i, datatype, request);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_iwrite_all_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_iwrite_all(fh, buf, count_i, datatype, request);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_iwrite_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_iwrite_at_all(fh, offset, buf, count_i, datatype, request);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_iwrite_at_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_iwrite_at(fh, offset, buf, count_i, datatype, request);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_iwrite_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_iwrite(fh, buf, count_i, datatype, request);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_iwrite_shared_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_iwrite_shared(fh, buf, count_i, datatype, request);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_read_all_begin_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_read_all_begin(fh, buf, count_i, datatype);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_read_all_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_read_all(fh, buf, count_i, datatype, status);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_read_at_all_begin_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_read_at_all_begin(fh, offset, buf, count_i, datatype);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_read_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_read_at_all(fh, offset, buf, count_i, datatype, status);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_read_at_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_read_at(fh, offset, buf, count_i, datatype, status);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_read_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_read(fh, buf, count_i, datatype, status);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_read_ordered_begin_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_read_ordered_begin(fh, buf, count_i, datatype);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_read_ordered_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_read_ordered(fh, buf, count_i, datatype, status);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_read_shared_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_read_shared(fh, buf, count_i, datatype, status);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_write_all_begin_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_write_all_begin(fh, buf, count_i, datatype);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_write_all_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_write_all(fh, buf, count_i, datatype, status);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_write_at_all_begin_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_write_at_all_begin(fh, offset, buf, count_i, datatype);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_write_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_write_at_all(fh, offset, buf, count_i, datatype, status);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_write_at_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_write_at(fh, offset, buf, count_i, datatype, status);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_write_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_write(fh, buf, count_i, datatype, status);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_write_ordered_begin_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_write_ordered_begin(fh, buf, count_i, datatype);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_write_ordered_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_write_ordered(fh, buf, count_i, datatype, status);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_File_write_shared_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_File_write_shared(fh, buf, count_i, datatype, status);
         rc
     }
 }
