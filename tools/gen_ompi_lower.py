@@ -107,7 +107,12 @@ def classify(fn, ofn):
             elif p["ptr"] == 1 and not o.get("array"):
                 out.append(("handle_inout", KINDS[b]))
             elif p["ptr"] == 1 and count:
-                out.append(("handle_array_in" if p["const"] else "handle_array_inout", (KINDS[b], count)))
+                out.append(("handle_array_in" if p["const"] else "handle_array_inout", (KINDS[b], "%s.max(0) as usize" % count)))
+            elif p["ptr"] == 1 and n in ("sendtypes", "recvtypes") and "neighbor" not in fn["name"].lower():
+                # (all)toallw: one per rank of the communicator (its remote group if inter)
+                out.append(("handle_array_in", (KINDS[b], "comm_len(comm)")))
+            elif p["ptr"] == 1 and n == "array_of_datatypes" and "max_datatypes" in names and not p["const"]:
+                out.append(("handle_array_out", (KINDS[b], "max_datatypes.max(0) as usize")))
             else:
                 return "array of %s without a count" % b
         elif b == "MPI_Status":
@@ -196,13 +201,18 @@ def adapter(fn, kinds):
             lines.append("    let mut %s_o = %s_in.map_or(null_of(K::%s), |h| h2p(K::%s, h).unwrap_or(null_of(K::%s)));" % (n, n, d, d, d))
             args.append("if %s.is_null() { std::ptr::null_mut() } else { &mut %s_o }" % (n, n))
             post.append("    if !%s.is_null() { *%s = p2h_out(K::%s, %s_in, %s_o); }" % (n, n, d, n, n))
-        elif k in ("handle_array_in", "handle_array_inout"):
+        elif k in ("handle_array_in", "handle_array_inout", "handle_array_out"):
             kind, cnt = d
-            lines.append("    let %s_n = if %s.is_null() { 0 } else { %s.max(0) as usize };" % (n, n, cnt))
-            lines.append("    let mut %s_o: Vec<P> = (0..%s_n).map(|i| h2p(K::%s, *%s.add(i)).unwrap_or(null_of(K::%s))).collect();" % (n, n, kind, n, kind))
+            lines.append("    let %s_n = if %s.is_null() { 0 } else { %s };" % (n, n, cnt))
+            if k == "handle_array_out":
+                lines.append("    let mut %s_o: Vec<P> = vec![null_of(K::%s); %s_n];" % (n, kind, n))
+            else:
+                lines.append("    let mut %s_o: Vec<P> = (0..%s_n).map(|i| h2p(K::%s, *%s.add(i)).unwrap_or(null_of(K::%s))).collect();" % (n, n, kind, n, kind))
             args.append("if %s.is_null() { std::ptr::null_mut() } else { %s_o.as_mut_ptr() }" % (n, n))
             if k == "handle_array_inout":
                 post.append("    for i in 0..%s_n { *%s.add(i) = p2h_out(K::%s, Some(*%s.add(i)), %s_o[i]); }" % (n, n, kind, n, n))
+            if k == "handle_array_out":
+                post.append("    for i in 0..%s_n { *%s.add(i) = p2h_out(K::%s, None, %s_o[i]); }" % (n, n, kind, n))
         elif k == "rank_out":
             args.append(n)
             post.append("    if !%s.is_null() { *%s = rank_out(*%s); }" % (n, n, n))
@@ -243,7 +253,7 @@ def adapter(fn, kinds):
     lines.append("    let rc = f(%s);" % ", ".join(args))
     if ret == "c_int":
         if post:
-            arrays = any(k in ("status_array", "handle_array_inout") for k, _ in kinds)
+            arrays = any(k in ("status_array", "handle_array_inout", "handle_array_out") for k, _ in kinds)
             # (Some requests of an array complete even when another fails: MPI_ERR_IN_STATUS.)
             lines.append("    if rc == 0%s {" % (" || rc == OMPI_ERR_IN_STATUS" if arrays else ""))
             lines.extend("    " + l for l in post)

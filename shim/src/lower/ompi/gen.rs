@@ -22,6 +22,7 @@ pub struct OmpiFns {
     pub MPI_Allreduce: Option<unsafe extern "C" fn(*const c_void, *mut c_void, c_int, P, P, P) -> c_int>,
     pub MPI_Alltoall: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, c_int, P, P) -> c_int>,
     pub MPI_Alltoallv: Option<unsafe extern "C" fn(*const c_void, *const c_int, *const c_int, P, *mut c_void, *const c_int, *const c_int, P, P) -> c_int>,
+    pub MPI_Alltoallw: Option<unsafe extern "C" fn(*const c_void, *const c_int, *const c_int, *const P, *mut c_void, *const c_int, *const c_int, *const P, P) -> c_int>,
     pub MPI_Attr_delete: Option<unsafe extern "C" fn(P, c_int) -> c_int>,
     pub MPI_Attr_get: Option<unsafe extern "C" fn(P, c_int, *mut c_void, *mut c_int) -> c_int>,
     pub MPI_Attr_put: Option<unsafe extern "C" fn(P, c_int, *mut c_void) -> c_int>,
@@ -178,6 +179,7 @@ pub struct OmpiFns {
     pub MPI_Iallreduce: Option<unsafe extern "C" fn(*const c_void, *mut c_void, c_int, P, P, P, *mut P) -> c_int>,
     pub MPI_Ialltoall: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, c_int, P, P, *mut P) -> c_int>,
     pub MPI_Ialltoallv: Option<unsafe extern "C" fn(*const c_void, *const c_int, *const c_int, P, *mut c_void, *const c_int, *const c_int, P, P, *mut P) -> c_int>,
+    pub MPI_Ialltoallw: Option<unsafe extern "C" fn(*const c_void, *const c_int, *const c_int, *const P, *mut c_void, *const c_int, *const c_int, *const P, P, *mut P) -> c_int>,
     pub MPI_Ibarrier: Option<unsafe extern "C" fn(P, *mut P) -> c_int>,
     pub MPI_Ibcast: Option<unsafe extern "C" fn(*mut c_void, c_int, P, c_int, P, *mut P) -> c_int>,
     pub MPI_Ibsend: Option<unsafe extern "C" fn(*const c_void, c_int, P, c_int, c_int, P, *mut P) -> c_int>,
@@ -285,6 +287,7 @@ pub struct OmpiFns {
     pub MPI_Type_dup: Option<unsafe extern "C" fn(P, *mut P) -> c_int>,
     pub MPI_Type_extent: Option<unsafe extern "C" fn(P, *mut MPI_Aint) -> c_int>,
     pub MPI_Type_free: Option<unsafe extern "C" fn(*mut P) -> c_int>,
+    pub MPI_Type_get_contents: Option<unsafe extern "C" fn(P, c_int, c_int, c_int, *mut c_int, *mut MPI_Aint, *mut P) -> c_int>,
     pub MPI_Type_get_envelope: Option<unsafe extern "C" fn(P, *mut c_int, *mut c_int, *mut c_int, *mut c_int) -> c_int>,
     pub MPI_Type_get_extent: Option<unsafe extern "C" fn(P, *mut MPI_Aint, *mut MPI_Aint) -> c_int>,
     pub MPI_Type_get_extent_x: Option<unsafe extern "C" fn(P, *mut MPI_Count, *mut MPI_Count) -> c_int>,
@@ -367,6 +370,7 @@ impl OmpiFns {
                 MPI_Allreduce: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Allreduce\0", "MPI_Allreduce\0")),
                 MPI_Alltoall: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Alltoall\0", "MPI_Alltoall\0")),
                 MPI_Alltoallv: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Alltoallv\0", "MPI_Alltoallv\0")),
+                MPI_Alltoallw: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Alltoallw\0", "MPI_Alltoallw\0")),
                 MPI_Attr_delete: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Attr_delete\0", "MPI_Attr_delete\0")),
                 MPI_Attr_get: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Attr_get\0", "MPI_Attr_get\0")),
                 MPI_Attr_put: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Attr_put\0", "MPI_Attr_put\0")),
@@ -523,6 +527,7 @@ impl OmpiFns {
                 MPI_Iallreduce: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Iallreduce\0", "MPI_Iallreduce\0")),
                 MPI_Ialltoall: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Ialltoall\0", "MPI_Ialltoall\0")),
                 MPI_Ialltoallv: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Ialltoallv\0", "MPI_Ialltoallv\0")),
+                MPI_Ialltoallw: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Ialltoallw\0", "MPI_Ialltoallw\0")),
                 MPI_Ibarrier: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Ibarrier\0", "MPI_Ibarrier\0")),
                 MPI_Ibcast: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Ibcast\0", "MPI_Ibcast\0")),
                 MPI_Ibsend: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Ibsend\0", "MPI_Ibsend\0")),
@@ -630,6 +635,7 @@ impl OmpiFns {
                 MPI_Type_dup: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Type_dup\0", "MPI_Type_dup\0")),
                 MPI_Type_extent: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Type_extent\0", "MPI_Type_extent\0")),
                 MPI_Type_free: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Type_free\0", "MPI_Type_free\0")),
+                MPI_Type_get_contents: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Type_get_contents\0", "MPI_Type_get_contents\0")),
                 MPI_Type_get_envelope: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Type_get_envelope\0", "MPI_Type_get_envelope\0")),
                 MPI_Type_get_extent: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Type_get_extent\0", "MPI_Type_get_extent\0")),
                 MPI_Type_get_extent_x: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Type_get_extent_x\0", "MPI_Type_get_extent_x\0")),
@@ -717,6 +723,7 @@ pub fn adapters() -> RealFns {
     r.MPI_Allreduce = Some(MPI_Allreduce);
     r.MPI_Alltoall = Some(MPI_Alltoall);
     r.MPI_Alltoallv = Some(MPI_Alltoallv);
+    r.MPI_Alltoallw = Some(MPI_Alltoallw);
     r.MPI_Attr_delete = Some(MPI_Attr_delete);
     r.MPI_Attr_get = Some(MPI_Attr_get);
     r.MPI_Attr_put = Some(MPI_Attr_put);
@@ -873,6 +880,7 @@ pub fn adapters() -> RealFns {
     r.MPI_Iallreduce = Some(MPI_Iallreduce);
     r.MPI_Ialltoall = Some(MPI_Ialltoall);
     r.MPI_Ialltoallv = Some(MPI_Ialltoallv);
+    r.MPI_Ialltoallw = Some(MPI_Ialltoallw);
     r.MPI_Ibarrier = Some(MPI_Ibarrier);
     r.MPI_Ibcast = Some(MPI_Ibcast);
     r.MPI_Ibsend = Some(MPI_Ibsend);
@@ -980,6 +988,7 @@ pub fn adapters() -> RealFns {
     r.MPI_Type_dup = Some(MPI_Type_dup);
     r.MPI_Type_extent = Some(MPI_Type_extent);
     r.MPI_Type_free = Some(MPI_Type_free);
+    r.MPI_Type_get_contents = Some(MPI_Type_get_contents);
     r.MPI_Type_get_envelope = Some(MPI_Type_get_envelope);
     r.MPI_Type_get_extent = Some(MPI_Type_get_extent);
     r.MPI_Type_get_extent_x = Some(MPI_Type_get_extent_x);
@@ -1157,8 +1166,7 @@ pub const NOT_ADAPTED: &[(&str, &str)] = &[
     ("MPI_Alltoallv_c", "large-count variant: sendcounts is not a single count"),
     ("MPI_Alltoallv_init", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Alltoallv_init_c", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Alltoallw", "array of MPI_Datatype without a count"),
-    ("MPI_Alltoallw_c", "large-count variant of a function not adapted"),
+    ("MPI_Alltoallw_c", "large-count variant: sendcounts is not a single count"),
     ("MPI_Alltoallw_init", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Alltoallw_init_c", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Barrier_init", "not in Open MPI 4.1's mpi.h"),
@@ -1212,8 +1220,7 @@ pub const NOT_ADAPTED: &[(&str, &str)] = &[
     ("MPI_Group_toint", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Iallgatherv_c", "large-count variant: recvcounts is not a single count"),
     ("MPI_Ialltoallv_c", "large-count variant: sendcounts is not a single count"),
-    ("MPI_Ialltoallw", "array of MPI_Datatype without a count"),
-    ("MPI_Ialltoallw_c", "large-count variant of a function not adapted"),
+    ("MPI_Ialltoallw_c", "large-count variant: sendcounts is not a single count"),
     ("MPI_Igatherv_c", "large-count variant: recvcounts is not a single count"),
     ("MPI_Ineighbor_allgatherv_c", "large-count variant: recvcounts is not a single count"),
     ("MPI_Ineighbor_alltoallv_c", "large-count variant: sendcounts is not a single count"),
@@ -1390,8 +1397,7 @@ pub const NOT_ADAPTED: &[(&str, &str)] = &[
     ("MPI_Type_free_keyval", "type_keyval (attribute keys of datatypes) not translated yet"),
     ("MPI_Type_fromint", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Type_get_attr", "type_keyval (attribute keys of datatypes) not translated yet"),
-    ("MPI_Type_get_contents", "array of MPI_Datatype without a count"),
-    ("MPI_Type_get_contents_c", "large-count variant of a function not adapted"),
+    ("MPI_Type_get_contents_c", "large-count variant: parameters differ from MPI_Type_get_contents"),
     ("MPI_Type_get_envelope_c", "large-count variant: parameters differ from MPI_Type_get_envelope"),
     ("MPI_Type_get_extent_c", "large-count variant: lb is not a single count"),
     ("MPI_Type_get_true_extent_c", "large-count variant: true_lb is not a single count"),
@@ -1793,6 +1799,21 @@ pub(super) unsafe extern "C" fn MPI_Alltoallv(sendbuf: *const c_void, sendcounts
         let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Alltoallv") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Alltoallv") };
         let rc = f(inplace(sendbuf), sendcounts, sdispls, sendtype_o, recvbuf, recvcounts, rdispls, recvtype_o, comm_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Alltoallw else { return not_in_library("MPI_Alltoallw") as c_int };
+        let sendtypes_n = if sendtypes.is_null() { 0 } else { comm_len(comm) };
+        let mut sendtypes_o: Vec<P> = (0..sendtypes_n).map(|i| h2p(K::Datatype, *sendtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
+        let recvtypes_n = if recvtypes.is_null() { 0 } else { comm_len(comm) };
+        let mut recvtypes_o: Vec<P> = (0..recvtypes_n).map(|i| h2p(K::Datatype, *recvtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Alltoallw") };
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, recvbuf, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o);
         rc_back(rc)
     }
 }
@@ -3868,6 +3889,26 @@ pub(super) unsafe extern "C" fn MPI_Ialltoallv(sendbuf: *const c_void, sendcount
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Ialltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Ialltoallw else { return not_in_library("MPI_Ialltoallw") as c_int };
+        let sendtypes_n = if sendtypes.is_null() { 0 } else { comm_len(comm) };
+        let mut sendtypes_o: Vec<P> = (0..sendtypes_n).map(|i| h2p(K::Datatype, *sendtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
+        let recvtypes_n = if recvtypes.is_null() { 0 } else { comm_len(comm) };
+        let mut recvtypes_o: Vec<P> = (0..recvtypes_n).map(|i| h2p(K::Datatype, *recvtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Ialltoallw") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, recvbuf, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Ibarrier(comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -5462,6 +5503,22 @@ pub(super) unsafe extern "C" fn MPI_Type_free(datatype: *mut MPI_Datatype) -> c_
         let rc = f(if datatype.is_null() { std::ptr::null_mut() } else { &mut datatype_o });
         if rc == 0 {
             if !datatype.is_null() { *datatype = p2h_out(K::Datatype, datatype_in, datatype_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Type_get_contents(datatype: MPI_Datatype, max_integers: c_int, max_addresses: c_int, max_datatypes: c_int, array_of_integers: *mut c_int, array_of_addresses: *mut MPI_Aint, array_of_datatypes: *mut MPI_Datatype) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Type_get_contents else { return not_in_library("MPI_Type_get_contents") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_Type_get_contents") };
+        let array_of_datatypes_n = if array_of_datatypes.is_null() { 0 } else { max_datatypes.max(0) as usize };
+        let mut array_of_datatypes_o: Vec<P> = vec![null_of(K::Datatype); array_of_datatypes_n];
+        let rc = f(datatype_o, max_integers, max_addresses, max_datatypes, array_of_integers, array_of_addresses, if array_of_datatypes.is_null() { std::ptr::null_mut() } else { array_of_datatypes_o.as_mut_ptr() });
+        if rc == 0 || rc == OMPI_ERR_IN_STATUS {
+            for i in 0..array_of_datatypes_n { *array_of_datatypes.add(i) = p2h_out(K::Datatype, None, array_of_datatypes_o[i]); }
         }
         rc_back(rc)
     }

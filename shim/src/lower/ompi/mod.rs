@@ -310,6 +310,30 @@ fn flags_in(table: &[(c_int, c_int)], v: c_int) -> c_int {
     table.iter().filter(|(m, _)| v & m != 0).fold(v & !known, |a, (_, o)| a | o)
 }
 
+/// The number of ranks an (all)toallw's type arrays cover: the communicator's size, or its
+/// remote group's for an intercommunicator (0 for a handle not known: the call then fails).
+fn comm_len(comm: c_int) -> usize {
+    let f = fns();
+    let (Some(c), Some(inter), Some(size), Some(remote)) =
+        (h2p(K::Comm, comm), f.MPI_Comm_test_inter, f.MPI_Comm_size, f.MPI_Comm_remote_size)
+    else {
+        return 0;
+    };
+    let (mut is_inter, mut n) = (0, 0);
+    // SAFETY: Open MPI's entry points with their C signatures, a live communicator, and
+    // pointers to locals.
+    unsafe {
+        if inter(c, &mut is_inter) != 0 {
+            return 0;
+        }
+        let rc = if is_inter != 0 { remote(c, &mut n) } else { size(c, &mut n) };
+        if rc != 0 {
+            return 0;
+        }
+    }
+    n.max(0) as usize
+}
+
 /// `MPI_File`: a pointer in both ABIs; only `MPI_FILE_NULL` differs (null in MPICH, the
 /// address of `ompi_mpi_file_null` in Open MPI).
 fn file_in(f: abi::MPI_File) -> P {
