@@ -130,6 +130,9 @@ def classify(fn, ofn):
             out.append(("rank", None))
         elif b == "int" and p["ptr"] == 1 and not p["const"] and n in ("rank_source", "rank_dest"):
             out.append(("rank_out", None))
+        elif b == "int" and fn["name"] == "MPI_Group_translate_ranks" and n in ("ranks1", "ranks2"):
+            # (MPI_PROC_NULL in, MPI_PROC_NULL out; MPI_UNDEFINED is the same in both)
+            out.append(("rank_array_in" if p["const"] else "rank_array_out", "n"))
         elif b == "int" and n in ERROR_ARGS and fn["name"] != "MPI_Abort":
             out.append(("error_in" if p["ptr"] == 0 else "error_out", None))
         elif b == "int" and (enum_of(fn["name"], n) is not None):
@@ -216,6 +219,12 @@ def adapter(fn, kinds):
         elif k == "rank_out":
             args.append(n)
             post.append("    if !%s.is_null() { *%s = rank_out(*%s); }" % (n, n, n))
+        elif k == "rank_array_in":
+            lines.append("    let %s_o: Vec<c_int> = if %s.is_null() { Vec::new() } else { (0..%s.max(0) as usize).map(|i| rank_in(*%s.add(i))).collect() };" % (n, n, d, n))
+            args.append("if %s.is_null() { std::ptr::null() } else { %s_o.as_ptr() }" % (n, n))
+        elif k == "rank_array_out":
+            args.append(n)
+            post.append("    if !%s.is_null() { for i in 0..%s.max(0) as usize { *%s.add(i) = rank_out(*%s.add(i)); } }" % (n, d, n, n))
         elif k == "error_in":
             args.append("error_in(%s)" % n)
         elif k == "error_out":

@@ -3776,8 +3776,12 @@ pub(super) unsafe extern "C" fn MPI_Group_translate_ranks(group1: MPI_Group, n: 
     unsafe {
         let Some(f) = fns().MPI_Group_translate_ranks else { return not_in_library("MPI_Group_translate_ranks") as c_int };
         let Some(group1_o) = h2p(K::Group, group1) else { return bad_handle(K::Group, "MPI_Group_translate_ranks") };
+        let ranks1_o: Vec<c_int> = if ranks1.is_null() { Vec::new() } else { (0..n.max(0) as usize).map(|i| rank_in(*ranks1.add(i))).collect() };
         let Some(group2_o) = h2p(K::Group, group2) else { return bad_handle(K::Group, "MPI_Group_translate_ranks") };
-        let rc = f(group1_o, n, ranks1, group2_o, ranks2);
+        let rc = f(group1_o, n, if ranks1.is_null() { std::ptr::null() } else { ranks1_o.as_ptr() }, group2_o, ranks2);
+        if rc == 0 {
+            if !ranks2.is_null() { for i in 0..n.max(0) as usize { *ranks2.add(i) = rank_out(*ranks2.add(i)); } }
+        }
         rc_back(rc)
     }
 }
