@@ -926,7 +926,7 @@ fn epoch_bytes(ckdir: &Path, epoch: u64) -> u64 {
 fn out_sizes(io: &Path, ranks: u32) -> Vec<u64> {
     (0..ranks)
         .map(|r| {
-            fs::metadata(io.join(format!("out.{r}")))
+            fs::metadata(job::rank_stdout(io, r))
                 .map(|m| m.len())
                 .unwrap_or(0)
         })

@@ -305,6 +305,23 @@ pub fn run_in(
     })
 }
 
+/// Where rank `r`'s stdout is while a job runs: Hydra's `out.R`, or Open MPI 5's
+/// `ompi.<namespace>.R.out` (renamed to `out.R` when the job ends).
+pub fn rank_stdout(dir: &Path, r: u32) -> PathBuf {
+    let hydra = dir.join(format!("out.{r}"));
+    if hydra.exists() {
+        return hydra;
+    }
+    let suffix = format!(".{r}.out");
+    fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("ompi.") && n.ends_with(&suffix))
+        .map_or(hydra, |n| dir.join(n))
+}
+
 /// Moves Open MPI's per-rank output files to Hydra's `out.R` and `err.R`: Open MPI 4.1 writes
 /// `ompi/1/rank.R/{stdout,stderr}`, Open MPI 5 (PRRTE) `ompi.<namespace>.R.{out,err}`.
 fn collect_openmpi(ranks: u32, dir: &Path) {
