@@ -354,7 +354,7 @@ def generate(out_dir):
             refused.append((fn["name"], k))
         else:
             adapted.append((fn, o, k))
-    s = [HEADER, "#![allow(non_snake_case, clippy::type_complexity, clippy::missing_safety_doc, unused_mut, unused_unsafe)]",
+    s = [HEADER, "#![allow(non_snake_case, clippy::type_complexity, clippy::missing_safety_doc, clippy::collapsible_if, clippy::let_and_return, clippy::needless_range_loop, unused_mut, unused_unsafe)]",
          "use super::*;", "use crate::lower::abi::*;", "use crate::lower::gen::real::RealFns;",
          "use std::os::raw::{c_char, c_int, c_void};", "",
          "/// Open MPI's entry points the adapters call, with its C signatures.",
