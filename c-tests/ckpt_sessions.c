@@ -127,9 +127,7 @@ int main(int argc, char **argv)
     MPI_Comm part = parity_comm(gworld, 0, "org.mpicr.test.even");
     int parity = 0;
 
-    const int right = (t_rank + 1) % t_size, left = (t_rank + t_size - 1) % t_size;
     uint64_t digest = 14695981039346656037ULL;
-#define FOLD(p, n) (digest = (digest ^ t_fnv((p), (n))) * 1099511628211ULL)
     for (long it = 1; it <= iters; it++) {
         t_pause_point(MPI_COMM_WORLD, it); /* for checkpoint tests: see common.h */
         if (it == iters / 2 + 1) { /* the even communicator goes, an odd one comes */
@@ -138,16 +136,7 @@ int main(int argc, char **argv)
             part = parity_comm(gworld, 1, "org.mpicr.test.odd");
             parity = 1;
         }
-        long in[2] = {t_rank + it, (long)t_rank * it}, out[2];
-        CHECK_MPI(MPI_Allreduce(in, out, 2, MPI_LONG, MPI_SUM, sworld));
-        CHECK_EQ(out[0], (long)t_size * (t_size - 1) / 2 + t_size * it);
-        CHECK_EQ(out[1], (long)t_size * (t_size - 1) / 2 * it);
-        FOLD(out, sizeof out);
-
-        long token = it * 1000 + t_rank, got = -1;
-        CHECK_MPI(MPI_Sendrecv(&token, 1, MPI_LONG, right, 3, &got, 1, MPI_LONG, left, 3, sworld, MPI_STATUS_IGNORE));
-        CHECK_EQ(got, it * 1000 + left);
-        FOLD(&got, sizeof got);
+        t_ring_step(sworld, it, &digest);
 
         if (part != MPI_COMM_NULL) {
             int pr;
@@ -156,7 +145,7 @@ int main(int argc, char **argv)
             long b = pr == 0 ? it * 7 + parity : -1;
             CHECK_MPI(MPI_Bcast(&b, 1, MPI_LONG, 0, part));
             CHECK_EQ(b, it * 7 + parity);
-            FOLD(&b, sizeof b);
+            t_fold(&digest, &b, sizeof b);
         }
 
         long one = it, back = 0;

@@ -46,21 +46,10 @@ int main(int argc, char **argv)
     printf("iterations %ld\n", iters);
     const long report = iters >= 20 ? iters / 20 : 1;
 
-    const int right = (t_rank + 1) % t_size, left = (t_rank + t_size - 1) % t_size;
     uint64_t digest = 14695981039346656037ULL;
-#define FOLD(p, n) (digest = (digest ^ t_fnv((p), (n))) * 1099511628211ULL)
     for (long it = 1; it <= iters; it++) {
         t_pause_point(comm, it); /* for checkpoint tests: see common.h */
-        long in[2] = {t_rank + it, (long)t_rank * it}, out[2];
-        CHECK_MPI(MPI_Allreduce(in, out, 2, MPI_LONG, MPI_SUM, comm));
-        CHECK_EQ(out[0], (long)t_size * (t_size - 1) / 2 + t_size * it);
-        CHECK_EQ(out[1], (long)t_size * (t_size - 1) / 2 * it);
-        FOLD(out, sizeof out);
-
-        long token = it * 1000 + t_rank, got = -1;
-        CHECK_MPI(MPI_Sendrecv(&token, 1, MPI_LONG, right, 3, &got, 1, MPI_LONG, left, 3, comm, MPI_STATUS_IGNORE));
-        CHECK_EQ(got, it * 1000 + left);
-        FOLD(&got, sizeof got);
+        t_ring_step(comm, it, &digest);
 
         if (it % 5 == 0) { /* a communicator made and freed between checkpoints */
             int n = 0, ranks[64];
@@ -74,7 +63,7 @@ int main(int argc, char **argv)
                 long b = t_rank == 0 ? it * 7 : -1;
                 CHECK_MPI(MPI_Bcast(&b, 1, MPI_LONG, 0, even));
                 CHECK_EQ(b, it * 7);
-                FOLD(&b, sizeof b);
+                t_fold(&digest, &b, sizeof b);
                 CHECK_MPI(MPI_Comm_free(&even));
             }
             CHECK_MPI(MPI_Group_free(&ge));

@@ -154,6 +154,29 @@ static inline uint64_t t_fnv(const void *buf, size_t len)
     return h;
 }
 
+/* Folds LEN bytes at BUF into the running DIGEST that a test prints for the oracle. */
+static inline void t_fold(uint64_t *digest, const void *buf, size_t len)
+{
+    *digest = (*digest ^ t_fnv(buf, len)) * 1099511628211ULL;
+}
+
+/* One step of the session tests on COMM at iteration IT: an allreduce checked against its closed
+ * form and a token passed to the right around the ring, both folded into DIGEST. */
+static inline void t_ring_step(MPI_Comm comm, long it, uint64_t *digest)
+{
+    const int right = (t_rank + 1) % t_size, left = (t_rank + t_size - 1) % t_size;
+    long in[2] = {t_rank + it, (long)t_rank * it}, out[2];
+    CHECK_MPI(MPI_Allreduce(in, out, 2, MPI_LONG, MPI_SUM, comm));
+    CHECK_EQ(out[0], (long)t_size * (t_size - 1) / 2 + t_size * it);
+    CHECK_EQ(out[1], (long)t_size * (t_size - 1) / 2 * it);
+    t_fold(digest, out, sizeof out);
+
+    long token = it * 1000 + t_rank, got = -1;
+    CHECK_MPI(MPI_Sendrecv(&token, 1, MPI_LONG, right, 3, &got, 1, MPI_LONG, left, 3, comm, MPI_STATUS_IGNORE));
+    CHECK_EQ(got, it * 1000 + left);
+    t_fold(digest, &got, sizeof got);
+}
+
 /* Positional integer argument with a default. */
 static inline long t_arg_long(int argc, char **argv, int idx, long dflt)
 {

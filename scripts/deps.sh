@@ -13,6 +13,8 @@
 #     PMI-2 client library, through which Intel MPI speaks PMI-2 in the tests), for the srun and
 #     batch tests (scripts/slurm-local.sh starts a private one-node cluster; nothing is started
 #     here: a policy-rc.d keeps the packages' init scripts from starting the system's daemons)
+#   - Debian's LAMMPS (`lammps`, linked to Open MPI 4.1.4, and `lammps-examples`, its bundled
+#     inputs): the Open MPI application of `make demo MPI=openmpi`
 #   - MPICH's own test suite, test/mpi of Debian's `mpich` source package (the version of the
 #     installed mpich), unpacked into .deps/mpich-src (scripts/conformance.sh builds and runs
 #     it); apt gets a deb-src entry for this machine's Debian release for that
@@ -51,6 +53,17 @@ if [ ${#need_slurm[@]} -gt 0 ]; then
     apt-get install -y -qq --no-install-recommends "${need_slurm[@]}" >/dev/null || rc=$?
     [ -z "$own_policy" ] || rm -f "$policy"
     [ "$rc" -eq 0 ] || { echo "deps: apt-get install ${need_slurm[*]} failed" >&2; exit 1; }
+fi
+
+# --- LAMMPS (Debian's) and its example inputs --------------------------------------------------
+need_lammps=()
+for p in lammps lammps-examples; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || need_lammps+=("$p")
+done
+if [ ${#need_lammps[@]} -gt 0 ]; then
+    echo "deps: apt-get install ${need_lammps[*]}"
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need_lammps[@]}" >/dev/null
 fi
 
 # --- MPICH 5.x wheel in a venv -----------------------------------------------------------

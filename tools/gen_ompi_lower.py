@@ -33,16 +33,38 @@ KINDS = {"MPI_Comm": "Comm", "MPI_Group": "Group", "MPI_Datatype": "Datatype", "
          "MPI_Message": "Message", "MPI_Win": "Win"}
 # Integer arguments that are ranks (MPI_ANY_SOURCE, MPI_PROC_NULL and MPI_ROOT differ).
 RANK_ARGS = {"source", "dest", "root", "target_rank", "rank", "local_leader", "remote_leader"}
-# Arguments whose values are constants that differ and are not translated yet.
+# Arguments whose values are constants that differ and are not translated yet. (A keyval
+# passed by pointer is one the program made: MPI_*_create_keyval takes callbacks, not adapted.)
 UNTRANSLATED = {
-    "keyval": "attribute keys", "comm_keyval": "attribute keys", "type_keyval": "attribute keys",
-    "win_keyval": "attribute keys", "lock_type": "lock types", "order": "array orders",
-    "array_of_distribs": "distributions", "array_of_dargs": "distributions", "combiner": "combiners",
-    "assert": "RMA assertions", "rank_source": "ranks out",
-    "rank_dest": "ranks out", "sourceweights": "MPI_UNWEIGHTED", "destweights": "MPI_UNWEIGHTED",
-    "weights": "MPI_UNWEIGHTED", "split_type": "split types", "errorcode": "error codes",
-    "errorclass": "error codes", "topo_type": "topology kinds", "array_of_errcodes": "error codes",
+    "type_keyval": "attribute keys of datatypes", "sourceweights": "MPI_UNWEIGHTED",
+    "destweights": "MPI_UNWEIGHTED", "weights": "MPI_UNWEIGHTED", "array_of_errcodes": "error codes",
 }
+# Integer arguments (by value, out through a pointer, or arrays of `ndims`) whose values are
+# constants that differ: parameter name -> the constants (shim/api/ompi-abi.json) translated;
+# any other value passes unchanged (MPI_UNDEFINED is the same in both).
+ATTR_KEYS = ["MPI_TAG_UB", "MPI_HOST", "MPI_IO", "MPI_WTIME_IS_GLOBAL", "MPI_UNIVERSE_SIZE",
+             "MPI_APPNUM", "MPI_LASTUSEDCODE"]
+WIN_KEYS = ["MPI_WIN_BASE", "MPI_WIN_SIZE", "MPI_WIN_DISP_UNIT", "MPI_WIN_CREATE_FLAVOR", "MPI_WIN_MODEL"]
+ENUMS = {
+    "order": ["MPI_ORDER_C", "MPI_ORDER_FORTRAN"],
+    "lock_type": ["MPI_LOCK_EXCLUSIVE", "MPI_LOCK_SHARED"],
+    "split_type": ["MPI_COMM_TYPE_SHARED"],
+    "keyval": ATTR_KEYS, "comm_keyval": ATTR_KEYS, "win_keyval": WIN_KEYS,
+    "combiner": ["MPI_COMBINER_NAMED", "MPI_COMBINER_DUP", "MPI_COMBINER_CONTIGUOUS", "MPI_COMBINER_VECTOR",
+                 "MPI_COMBINER_HVECTOR", "MPI_COMBINER_INDEXED", "MPI_COMBINER_HINDEXED",
+                 "MPI_COMBINER_INDEXED_BLOCK", "MPI_COMBINER_HINDEXED_BLOCK", "MPI_COMBINER_STRUCT",
+                 "MPI_COMBINER_SUBARRAY", "MPI_COMBINER_DARRAY", "MPI_COMBINER_F90_REAL",
+                 "MPI_COMBINER_F90_COMPLEX", "MPI_COMBINER_F90_INTEGER", "MPI_COMBINER_RESIZED"],
+    "array_of_distribs": ["MPI_DISTRIBUTE_BLOCK", "MPI_DISTRIBUTE_CYCLIC", "MPI_DISTRIBUTE_NONE"],
+    "array_of_dargs": ["MPI_DISTRIBUTE_DFLT_DARG"],
+    ("MPI_Topo_test", "status"): ["MPI_GRAPH", "MPI_CART", "MPI_DIST_GRAPH"],
+}
+# Bit sets translated bit by bit (RMA assertions).
+FLAGS = {"assert": ["MPI_MODE_NOCHECK", "MPI_MODE_NOSTORE", "MPI_MODE_NOPUT", "MPI_MODE_NOPRECEDE",
+                    "MPI_MODE_NOSUCCEED"]}
+# Error codes and classes: by value into Open MPI's, out of it back to MPICH's (MPI_Abort's
+# `errorcode` is the exit status, passed unchanged).
+ERROR_ARGS = {"errorcode", "errorclass"}
 # Arrays of handles or statuses whose length is one of these arguments.
 COUNTS = ("count", "incount")
 
@@ -51,8 +73,6 @@ def classify(fn, ofn):
     """Per parameter: (kind, detail) or a string saying why the function is not adapted."""
     if fn["name"].startswith("MPI_T_"):
         return "the tool interface: its enumerations are the library's own"
-    if fn["name"].startswith("MPI_File_") or fn["name"] in ("MPI_Register_datarep",):
-        return "files: MPI_FILE_NULL and access modes not translated yet"
     if fn["name"].endswith("_f2c") or fn["name"].endswith("_c2f") or fn["name"].endswith("_toint") or fn["name"].endswith("_fromint"):
         return "Fortran or integer handle conversion"
     if fn["ret"].strip() in KINDS or fn["ret"].strip() == "MPI_File":
@@ -73,6 +93,12 @@ def classify(fn, ofn):
             return "variadic"
         if b.endswith("_function") or b.endswith("_fn") or b.endswith("_function_c"):
             return "takes a callback (%s)" % b
+        if b == "MPI_File" and p["ptr"] == 0:
+            out.append(("file", None))
+            continue
+        if b == "MPI_File" and p["ptr"] == 1 and not o.get("array"):
+            out.append(("file_inout", None))
+            continue
         if b in ("MPI_File", "MPI_Session") or b.startswith("MPI_T_"):
             return "%s handles not translated yet" % b
         if b in KINDS:
@@ -81,7 +107,12 @@ def classify(fn, ofn):
             elif p["ptr"] == 1 and not o.get("array"):
                 out.append(("handle_inout", KINDS[b]))
             elif p["ptr"] == 1 and count:
-                out.append(("handle_array_in" if p["const"] else "handle_array_inout", (KINDS[b], count)))
+                out.append(("handle_array_in" if p["const"] else "handle_array_inout", (KINDS[b], "%s.max(0) as usize" % count)))
+            elif p["ptr"] == 1 and n in ("sendtypes", "recvtypes") and "neighbor" not in fn["name"].lower():
+                # (all)toallw: one per rank of the communicator (its remote group if inter)
+                out.append(("handle_array_in", (KINDS[b], "comm_len(comm)")))
+            elif p["ptr"] == 1 and n == "array_of_datatypes" and "max_datatypes" in names and not p["const"]:
+                out.append(("handle_array_out", (KINDS[b], "max_datatypes.max(0) as usize")))
             else:
                 return "array of %s without a count" % b
         elif b == "MPI_Status":
@@ -97,6 +128,25 @@ def classify(fn, ofn):
             out.append(("inplace", None))
         elif b == "int" and p["ptr"] == 0 and n in RANK_ARGS:
             out.append(("rank", None))
+        elif b == "int" and p["ptr"] == 1 and not p["const"] and n in ("rank_source", "rank_dest"):
+            out.append(("rank_out", None))
+        elif b == "int" and fn["name"] == "MPI_Group_translate_ranks" and n in ("ranks1", "ranks2"):
+            # (MPI_PROC_NULL in, MPI_PROC_NULL out; MPI_UNDEFINED is the same in both)
+            out.append(("rank_array_in" if p["const"] else "rank_array_out", "n"))
+        elif b == "int" and n in ERROR_ARGS and fn["name"] != "MPI_Abort":
+            out.append(("error_in" if p["ptr"] == 0 else "error_out", None))
+        elif b == "int" and (enum_of(fn["name"], n) is not None):
+            table = enum_of(fn["name"], n)
+            if p["ptr"] == 0:
+                out.append(("enum_in", table))
+            elif p["const"] and "ndims" in names:
+                out.append(("enum_array_in", (table, "ndims")))
+            elif not p["const"] and not o.get("array"):
+                out.append(("enum_out", table))
+            else:
+                return "%s: an array of constants without a count" % n
+        elif b == "int" and p["ptr"] == 0 and n in FLAGS:
+            out.append(("flags_in", n))
         elif b in ("int", "void", "char", "MPI_Aint", "MPI_Count", "MPI_Offset", "MPI_Fint", "double"):
             out.append(("plain", None))
         else:
@@ -104,10 +154,23 @@ def classify(fn, ofn):
     return out
 
 
+def enum_of(fname, pname):
+    """The ENUMS table name of a parameter, or None."""
+    if (fname, pname) in ENUMS:
+        return table_name((fname, pname))
+    if pname in ENUMS:
+        return table_name(pname)
+    return None
+
+
+def table_name(key):
+    return "E_" + (key[1] if isinstance(key, tuple) else key).upper()
+
+
 def ompi_type(p):
     """The Rust type of a parameter in Open MPI's ABI (handles are pointers)."""
     b = p["base"]
-    if b in KINDS:
+    if b in KINDS or b == "MPI_File":
         t = "P"
     elif b == "MPI_Status":
         t = "OStatus"
@@ -141,13 +204,49 @@ def adapter(fn, kinds):
             lines.append("    let mut %s_o = %s_in.map_or(null_of(K::%s), |h| h2p(K::%s, h).unwrap_or(null_of(K::%s)));" % (n, n, d, d, d))
             args.append("if %s.is_null() { std::ptr::null_mut() } else { &mut %s_o }" % (n, n))
             post.append("    if !%s.is_null() { *%s = p2h_out(K::%s, %s_in, %s_o); }" % (n, n, d, n, n))
-        elif k in ("handle_array_in", "handle_array_inout"):
+        elif k in ("handle_array_in", "handle_array_inout", "handle_array_out"):
             kind, cnt = d
-            lines.append("    let %s_n = if %s.is_null() { 0 } else { %s.max(0) as usize };" % (n, n, cnt))
-            lines.append("    let mut %s_o: Vec<P> = (0..%s_n).map(|i| h2p(K::%s, *%s.add(i)).unwrap_or(null_of(K::%s))).collect();" % (n, n, kind, n, kind))
+            lines.append("    let %s_n = if %s.is_null() { 0 } else { %s };" % (n, n, cnt))
+            if k == "handle_array_out":
+                lines.append("    let mut %s_o: Vec<P> = vec![null_of(K::%s); %s_n];" % (n, kind, n))
+            else:
+                lines.append("    let mut %s_o: Vec<P> = (0..%s_n).map(|i| h2p(K::%s, *%s.add(i)).unwrap_or(null_of(K::%s))).collect();" % (n, n, kind, n, kind))
             args.append("if %s.is_null() { std::ptr::null_mut() } else { %s_o.as_mut_ptr() }" % (n, n))
             if k == "handle_array_inout":
                 post.append("    for i in 0..%s_n { *%s.add(i) = p2h_out(K::%s, Some(*%s.add(i)), %s_o[i]); }" % (n, n, kind, n, n))
+            if k == "handle_array_out":
+                post.append("    for i in 0..%s_n { *%s.add(i) = p2h_out(K::%s, None, %s_o[i]); }" % (n, n, kind, n))
+        elif k == "rank_out":
+            args.append(n)
+            post.append("    if !%s.is_null() { *%s = rank_out(*%s); }" % (n, n, n))
+        elif k == "rank_array_in":
+            lines.append("    let %s_o: Vec<c_int> = if %s.is_null() { Vec::new() } else { (0..%s.max(0) as usize).map(|i| rank_in(*%s.add(i))).collect() };" % (n, n, d, n))
+            args.append("if %s.is_null() { std::ptr::null() } else { %s_o.as_ptr() }" % (n, n))
+        elif k == "rank_array_out":
+            args.append(n)
+            post.append("    if !%s.is_null() { for i in 0..%s.max(0) as usize { *%s.add(i) = rank_out(*%s.add(i)); } }" % (n, d, n, n))
+        elif k == "error_in":
+            args.append("error_in(%s)" % n)
+        elif k == "error_out":
+            args.append(n)
+            post.append("    if !%s.is_null() { *%s = rc_back(*%s); }" % (n, n, n))
+        elif k == "enum_in":
+            args.append("enum_in(%s, %s)" % (d, n))
+        elif k == "enum_out":
+            args.append(n)
+            post.append("    if !%s.is_null() { *%s = enum_out(%s, *%s); }" % (n, n, d, n))
+        elif k == "enum_array_in":
+            table, cnt = d
+            lines.append("    let %s_o: Vec<c_int> = if %s.is_null() { Vec::new() } else { (0..%s.max(0) as usize).map(|i| enum_in(%s, *%s.add(i))).collect() };" % (n, n, cnt, table, n))
+            args.append("if %s.is_null() { std::ptr::null() } else { %s_o.as_ptr() }" % (n, n))
+        elif k == "flags_in":
+            args.append("flags_in(F_%s, %s)" % (d.upper(), n))
+        elif k == "file":
+            args.append("file_in(%s)" % n)
+        elif k == "file_inout":
+            lines.append("    let mut %s_o = if %s.is_null() { std::ptr::null_mut() } else { file_in(*%s) };" % (n, n, n))
+            args.append("if %s.is_null() { std::ptr::null_mut() } else { &mut %s_o }" % (n, n))
+            post.append("    if !%s.is_null() { *%s = file_out(%s_o); }" % (n, n, n))
         elif k == "status":
             lines.append("    let mut %s_o = status_in(%s);" % (n, n))
             args.append("if ignored(%s) { std::ptr::null_mut() } else { &mut %s_o }" % (n, n))
@@ -163,7 +262,7 @@ def adapter(fn, kinds):
     lines.append("    let rc = f(%s);" % ", ".join(args))
     if ret == "c_int":
         if post:
-            arrays = any(k in ("status_array", "handle_array_inout") for k, _ in kinds)
+            arrays = any(k in ("status_array", "handle_array_inout", "handle_array_out") for k, _ in kinds)
             # (Some requests of an array complete even when another fails: MPI_ERR_IN_STATUS.)
             lines.append("    if rc == 0%s {" % (" || rc == OMPI_ERR_IN_STATUS" if arrays else ""))
             lines.extend("    " + l for l in post)
@@ -255,7 +354,7 @@ def generate(out_dir):
             refused.append((fn["name"], k))
         else:
             adapted.append((fn, o, k))
-    s = [HEADER, "#![allow(non_snake_case, clippy::type_complexity, clippy::missing_safety_doc, unused_mut, unused_unsafe)]",
+    s = [HEADER, "#![allow(non_snake_case, clippy::type_complexity, clippy::missing_safety_doc, clippy::collapsible_if, clippy::let_and_return, clippy::needless_range_loop, unused_mut, unused_unsafe)]",
          "use super::*;", "use crate::lower::abi::*;", "use crate::lower::gen::real::RealFns;",
          "use std::os::raw::{c_char, c_int, c_void};", "",
          "/// Open MPI's entry points the adapters call, with its C signatures.",
@@ -293,7 +392,16 @@ def generate(out_dir):
     for h in om["handles"]:
         if h["type"] in KINDS and h["mpich"] is not None:
             s.append("    (K::%s, %d, \"%s\\0\")," % (KINDS[h["type"]], h["mpich"], h["symbol"]))
-    s += ["];", "", "/// Error classes: (Open MPI's, MPICH's), where they differ.",
+    s += ["];", ""]
+    consts = {c["name"]: c for c in om["constants"]}
+    for key, names_ in list(ENUMS.items()) + list(FLAGS.items()):
+        name = ("F_" + key.upper()) if key in FLAGS else table_name(key)
+        s.append("/// `%s`: (MPICH's value, Open MPI's) of %s." % (key if isinstance(key, str) else "%s: %s" % key, ", ".join(names_)))
+        s.append("pub(super) const %s: &[(c_int, c_int)] = &[" % name)
+        for c in names_:
+            s.append("    (%d, %d), // %s" % (consts[c]["mpich"], consts[c]["ompi"], c))
+        s.append("];")
+    s += ["", "/// Error classes: (Open MPI's, MPICH's), where they differ.",
           "pub const ERROR_CLASSES: &[(c_int, c_int)] = &["]
     for c in om["constants"]:
         if c["name"].startswith("MPI_ERR_") and c["name"] != "MPI_ERR_LASTCODE" and c["ompi"] != c["mpich"]:

@@ -878,6 +878,23 @@ pub(crate) mod tests {
         }
     }
 
+    /// Rank 0's manifest entry listing `files`, the rest empty.
+    pub fn rank_manifest(files: Vec<FileSum>) -> RankManifest {
+        RankManifest {
+            rank: 0,
+            host: "h".into(),
+            pid: 1,
+            bytes: 0,
+            files,
+            renewals_left: None,
+            drained_msgs: 0,
+            drained_bytes: 0,
+            state_bytes: 0,
+            dump_us: 0,
+            agent_timings: vec![],
+        }
+    }
+
     pub fn rank_meta(epoch: u64) -> RankMeta {
         RankMeta {
             format: FORMAT,
@@ -1116,19 +1133,7 @@ pub(crate) mod tests {
         let key = [1u8; KEY_LEN];
         for bad in ["../../etc/passwd", "a/b", "..", ".", "", "x\0y"] {
             let mut m = manifest(1);
-            m.rank_info.push(RankManifest {
-                rank: 0,
-                host: "h".into(),
-                pid: 1,
-                bytes: 0,
-                files: vec![FileSum { name: bad.into(), bytes: 0, sha256: String::new() }],
-                renewals_left: None,
-                drained_msgs: 0,
-                drained_bytes: 0,
-                state_bytes: 0,
-                dump_us: 0,
-                agent_timings: vec![],
-            });
+            m.rank_info.push(rank_manifest(vec![FileSum { name: bad.into(), bytes: 0, sha256: String::new() }]));
             m.sign(&key);
             let e = m.verify(&key).unwrap_err();
             assert!(e.to_string().contains("invalid file name"), "{bad:?}: {e}");

@@ -177,19 +177,7 @@ mod tests {
             let mut m = images::tests::manifest(e);
             m.ranks = 1;
             let files = images::checksum_dir(&r).unwrap();
-            m.rank_info.push(crate::images::RankManifest {
-                rank: 0,
-                host: "h".into(),
-                pid: 1,
-                bytes: 0,
-                files,
-                renewals_left: None,
-                drained_msgs: 0,
-                drained_bytes: 0,
-                state_bytes: 0,
-                dump_us: 0,
-                agent_timings: vec![],
-            });
+            m.rank_info.push(crate::images::tests::rank_manifest(files));
             d.commit(&m, &key).unwrap();
         }
         (d, key)

@@ -208,10 +208,10 @@ pub(crate) fn run_case_seeded(
         )
     });
     let setup = steps.and_then(|s| {
-        let mpiexec = case.flavor.mpiexec(&h.root)?;
+        let mpiexec = case.flavor.launcher(&h.root)?;
         Ok((s, Scratch::new(&case.id(), h.keep)?, mpiexec))
     });
-    let (steps, scratch, mpiexec) = match setup {
+    let (steps, scratch, (mpiexec, launcher)) = match setup {
         Ok(x) => x,
         Err(e) => {
             return Ran {
@@ -227,6 +227,7 @@ pub(crate) fn run_case_seeded(
         args: crate::spec::expand_args(args, &scratch.work()),
         oracle,
         mpiexec,
+        launcher,
         ckdir: scratch.root().join("ckpt"),
         scratch,
         marker: job::new_marker(),
@@ -925,7 +926,7 @@ fn epoch_bytes(ckdir: &Path, epoch: u64) -> u64 {
 fn out_sizes(io: &Path, ranks: u32) -> Vec<u64> {
     (0..ranks)
         .map(|r| {
-            fs::metadata(io.join(format!("out.{r}")))
+            fs::metadata(job::rank_stdout(io, r))
                 .map(|m| m.len())
                 .unwrap_or(0)
         })
@@ -960,6 +961,8 @@ struct Ctx<'a> {
     args: Vec<String>,
     oracle: &'a JobOutput,
     mpiexec: PathBuf,
+    /// how `mpiexec` takes its options (Hydra; Open MPI 5's `mpirun` for `ompi5`)
+    launcher: Launcher,
     ckdir: PathBuf,
     scratch: Scratch,
     marker: String,
@@ -1117,7 +1120,7 @@ impl<'a> Ctx<'a> {
         }
         Job {
             mpiexec: self.mpiexec.clone(),
-            launcher: Launcher::Hydra,
+            launcher: self.launcher,
             ranks: self.ranks(),
             wrapper,
             program: self.program.clone(),
@@ -1135,7 +1138,7 @@ impl<'a> Ctx<'a> {
         }
         Job {
             mpiexec: self.mpiexec.clone(),
-            launcher: Launcher::Hydra,
+            launcher: self.launcher,
             ranks,
             wrapper: Vec::new(),
             program: self.mpicr.clone(),

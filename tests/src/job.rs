@@ -31,8 +31,8 @@ pub enum Launcher {
     /// MPICH's Hydra (`mpiexec.mpich`, the wheels' `mpiexec`, Intel MPI's).
     #[default]
     Hydra,
-    /// Open MPI's `mpirun` (ORTE): `--output-filename`, `-x`, `--oversubscribe` (4 ranks on a
-    /// 2-core machine).
+    /// Open MPI's `mpirun` (ORTE in 4.1, PRRTE in 5): `--output-filename`, `-x`,
+    /// `--oversubscribe` (4 ranks on a 2-core machine).
     OpenMpi,
 }
 
@@ -305,7 +305,25 @@ pub fn run_in(
     })
 }
 
-/// Moves Open MPI's `ompi/1/rank.R/stdout` and `stderr` to Hydra's `out.R` and `err.R`.
+/// Where rank `r`'s stdout is while a job runs: Hydra's `out.R`, or Open MPI 5's
+/// `ompi.<namespace>.R.out` (renamed to `out.R` when the job ends).
+pub fn rank_stdout(dir: &Path, r: u32) -> PathBuf {
+    let hydra = dir.join(format!("out.{r}"));
+    if hydra.exists() {
+        return hydra;
+    }
+    let suffix = format!(".{r}.out");
+    fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("ompi.") && n.ends_with(&suffix))
+        .map_or(hydra, |n| dir.join(n))
+}
+
+/// Moves Open MPI's per-rank output files to Hydra's `out.R` and `err.R`: Open MPI 4.1 writes
+/// `ompi/1/rank.R/{stdout,stderr}`, Open MPI 5 (PRRTE) `ompi.<namespace>.R.{out,err}`.
 fn collect_openmpi(ranks: u32, dir: &Path) {
     let base = dir.join("ompi").join("1");
     for r in 0..ranks {
@@ -314,6 +332,19 @@ fn collect_openmpi(ranks: u32, dir: &Path) {
         let _ = fs::rename(rank.join("stderr"), dir.join(format!("err.{r}")));
     }
     let _ = fs::remove_dir_all(dir.join("ompi"));
+    for e in fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("ompi.") else { continue };
+        let (stem, to) = match (rest.strip_suffix(".out"), rest.strip_suffix(".err")) {
+            (Some(s), _) => (s, "out"),
+            (_, Some(s)) => (s, "err"),
+            _ => continue,
+        };
+        // the rank is the last dot-separated word (the namespace before it may hold dots)
+        if let Some(r) = stem.rsplit_once('.').and_then(|(_, r)| r.parse::<u32>().ok()) {
+            let _ = fs::rename(e.path(), dir.join(format!("{to}.{r}")));
+        }
+    }
 }
 
 fn collect(ranks: u32, dir: &Path, log: &Path) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, Vec<u8>) {

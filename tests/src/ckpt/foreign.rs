@@ -64,7 +64,7 @@ pub fn checkpoint_foreign(h: &Harness, f: &Foreign, oracle: &JobOutput) -> Forei
         Ok(s) => s,
         Err(e) => return ForeignRun::Failed(e),
     };
-    let mpiexec = match f.flavor.mpiexec(&h.root) {
+    let (mpiexec, launcher) = match f.flavor.launcher(&h.root) {
         Ok(m) => m,
         Err(e) => return ForeignRun::Failed(e),
     };
@@ -98,6 +98,7 @@ pub fn checkpoint_foreign(h: &Harness, f: &Foreign, oracle: &JobOutput) -> Forei
         args: f.args.clone(),
         oracle,
         mpiexec,
+        launcher,
         ckdir: scratch.root().join("ckpt"),
         scratch,
         marker: job::new_marker(),

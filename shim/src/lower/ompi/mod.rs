@@ -6,7 +6,8 @@
 //!
 //! - Handles: Open MPI's are pointers. A predefined one is the address of its data symbol in the
 //!   current generation (`PREDEFINED`); any other gets an integer shaped like an MPICH handle of
-//!   its kind (`0x8000_0000 | kind << 26 | index`), counted per reference Open MPI hands out
+//!   its kind (`0xc000_0000 | kind << 26 | index`, MPICH's indirect form: its predefined pair
+//!   types such as `MPI_DOUBLE_INT` are direct handles, `0x8c00_000N`), counted per reference Open MPI hands out
 //!   (`MPI_Comm_group` returns the same group twice) and forgotten when Open MPI sets the
 //!   variable to its null handle (frees, completed requests). The tables belong to one
 //!   generation: `begin` starts them empty (the core rebuilds every object after a renewal).
@@ -61,6 +62,8 @@ struct Library {
     predefined: HashMap<(K, c_int), usize>,
     predefined_back: HashMap<(K, usize), c_int>,
     nulls: HashMap<K, usize>,
+    /// `MPI_FILE_NULL`: the address of `ompi_mpi_file_null`.
+    file_null: usize,
 }
 
 /// The current generation's library: set by `begin`, leaked (a few KiB per generation) so that
@@ -79,14 +82,15 @@ static TABLES: Mutex<Option<Tables>> = Mutex::new(None);
 /// Open MPI's `MPI_ERR_IN_STATUS` (4.1 and 5.0).
 const OMPI_ERR_IN_STATUS: c_int = 18;
 
-const DYNAMIC: u32 = 0x8000_0000;
+// (not 0x8000_0000: MPICH's MPI_FLOAT_INT .. MPI_LONG_DOUBLE_INT are 0x8c00_0000..4)
+const DYNAMIC: u32 = 0xc000_0000;
 const INDEX_BITS: u32 = 26;
 
 /// Called by the loader for each new Open MPI generation, before any adapter runs: resolves
 /// the entry points and the predefined handles and starts the handle tables empty. Returns the
 /// core's table of entry points.
 pub fn begin(sym: &dyn Fn(&str) -> *mut c_void) -> crate::lower::gen::real::RealFns {
-    let mut lib = Library { fns: gen::OmpiFns::resolve(sym), predefined: HashMap::new(), predefined_back: HashMap::new(), nulls: HashMap::new() };
+    let mut lib = Library { fns: gen::OmpiFns::resolve(sym), predefined: HashMap::new(), predefined_back: HashMap::new(), nulls: HashMap::new(), file_null: sym("ompi_mpi_file_null\0") as usize };
     for &(k, mpich, symbol) in gen::PREDEFINED {
         let a = sym(symbol) as usize;
         if a == 0 {
@@ -290,6 +294,64 @@ fn error_in(e: c_int) -> c_int {
     gen::ERROR_CLASSES.iter().find(|(_, m)| *m == e).map_or(e, |(o, _)| *o)
 }
 
+/// A constant of `table` ((MPICH's, Open MPI's) pairs, `gen.rs`) into Open MPI's value; any
+/// other value passes unchanged.
+fn enum_in(table: &[(c_int, c_int)], v: c_int) -> c_int {
+    table.iter().find(|(m, _)| *m == v).map_or(v, |(_, o)| *o)
+}
+
+fn enum_out(table: &[(c_int, c_int)], v: c_int) -> c_int {
+    table.iter().find(|(_, o)| *o == v).map_or(v, |(m, _)| *m)
+}
+
+/// A set of flags of `table` into Open MPI's bits (bits of neither pass unchanged).
+fn flags_in(table: &[(c_int, c_int)], v: c_int) -> c_int {
+    let known = table.iter().fold(0, |a, (m, _)| a | m);
+    table.iter().filter(|(m, _)| v & m != 0).fold(v & !known, |a, (_, o)| a | o)
+}
+
+/// The number of ranks an (all)toallw's type arrays cover: the communicator's size, or its
+/// remote group's for an intercommunicator (0 for a handle not known: the call then fails).
+fn comm_len(comm: c_int) -> usize {
+    let f = fns();
+    let (Some(c), Some(inter), Some(size), Some(remote)) =
+        (h2p(K::Comm, comm), f.MPI_Comm_test_inter, f.MPI_Comm_size, f.MPI_Comm_remote_size)
+    else {
+        return 0;
+    };
+    let (mut is_inter, mut n) = (0, 0);
+    // SAFETY: Open MPI's entry points with their C signatures, a live communicator, and
+    // pointers to locals.
+    unsafe {
+        if inter(c, &mut is_inter) != 0 {
+            return 0;
+        }
+        let rc = if is_inter != 0 { remote(c, &mut n) } else { size(c, &mut n) };
+        if rc != 0 {
+            return 0;
+        }
+    }
+    n.max(0) as usize
+}
+
+/// `MPI_File`: a pointer in both ABIs; only `MPI_FILE_NULL` differs (null in MPICH, the
+/// address of `ompi_mpi_file_null` in Open MPI).
+fn file_in(f: abi::MPI_File) -> P {
+    if f.is_null() {
+        library().file_null as P
+    } else {
+        f
+    }
+}
+
+fn file_out(f: P) -> abi::MPI_File {
+    if f as usize == library().file_null {
+        std::ptr::null_mut()
+    } else {
+        f
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,6 +362,23 @@ mod tests {
             assert_eq!(rank_out(rank_in(r)), r);
         }
         assert_eq!(rank_in(-2), -1, "MPI_ANY_SOURCE");
+    }
+
+    #[test]
+    fn constants_and_flags_translate() {
+        assert_eq!(enum_in(gen::E_ORDER, 56), 0, "MPI_ORDER_C");
+        assert_eq!(enum_out(gen::E_ORDER, 1), 57, "MPI_ORDER_FORTRAN");
+        assert_eq!(enum_in(gen::E_ORDER, 7), 7);
+        // MPI_MODE_NOCHECK | MPI_MODE_NOPRECEDE
+        assert_eq!(flags_in(gen::F_ASSERT, 1024 | 8192), 1 | 2);
+        assert_eq!(flags_in(gen::F_ASSERT, 0), 0);
+    }
+
+    #[test]
+    fn pair_types_are_not_taken_for_dynamic_handles() {
+        // MPI_DOUBLE_INT in MPICH's ABI: a direct datatype handle, predefined.
+        let u = 0x8c00_0001u32;
+        assert!(!(u & 0xc000_0000 == DYNAMIC && (u >> INDEX_BITS) & 0xf == K::Datatype as u32));
     }
 
     #[test]
@@ -315,8 +394,8 @@ mod tests {
     fn every_function_is_adapted_or_says_why() {
         let adapted = gen::adapters();
         assert!(adapted.MPI_Send.is_some() && adapted.MPI_Init_thread.is_some());
-        assert!(adapted.MPI_File_open.is_none());
-        assert!(not_adapted("MPI_File_open").is_some());
+        assert!(adapted.MPI_File_open.is_some() && adapted.MPI_Grequest_start.is_none());
+        assert!(not_adapted("MPI_Grequest_start").is_some());
         assert!(not_adapted("MPI_Send").is_none());
     }
 }
