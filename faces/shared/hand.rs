@@ -6,8 +6,9 @@
 //!
 //! Callbacks without a user-data argument (reduction ops, error handlers) go through a fixed
 //! pool of trampolines, one slot per created object, kept for the process's life (an image
-//! restores the same addresses); the others carry their state in a leaked box passed as the
-//! MPICH face's `extra_state`.
+//! restores the same addresses); keyvals' callbacks are found by an index passed as the MPICH
+//! face's `extra_state`, generalized requests' in a leaked box passed the same way. A restarted
+//! app-mode process gets the pools and the keyvals back from `shim.state` ([`save_state`]).
 #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 
 use crate::conv::{self, OHandle, OStatus};
@@ -159,12 +160,22 @@ pub unsafe fn MPI_File_create_errhandler(func: *mut c_void, eh: *mut OHandle) ->
 type OCopyFn = unsafe extern "C" fn(OHandle, c_int, *mut c_void, *mut c_void, *mut c_void, *mut c_int) -> c_int;
 type ODeleteFn = unsafe extern "C" fn(OHandle, c_int, *mut c_void, *mut c_void) -> c_int;
 
-/// What a keyval made here carries as the MPICH face's extra_state.
+/// What a keyval made here keeps: the program's functions and extra_state.
+#[derive(Clone, Copy)]
 struct KeyvalCb {
     kind: Kind,
     copy: usize,
     delete: usize,
-    extra: *mut c_void,
+    extra: usize,
+}
+
+/// Every keyval made here, for the process's life; the MPICH face's extra_state is the index + 1
+/// (an index, not a box, so that [`save_state`] can carry them to a restarted app-mode process).
+static KEYVALS: std::sync::Mutex<Vec<KeyvalCb>> = std::sync::Mutex::new(Vec::new());
+
+fn keyval_cb(extra: *mut c_void) -> KeyvalCb {
+    let keyvals = KEYVALS.lock().unwrap_or_else(|e| e.into_inner());
+    keyvals[extra as usize - 1]
 }
 
 fn obj_out(kind: Kind, h: c_int) -> OHandle {
@@ -172,26 +183,24 @@ fn obj_out(kind: Kind, h: c_int) -> OHandle {
 }
 
 unsafe extern "C" fn copy_tramp(h: c_int, kv: c_int, extra: *mut c_void, a_in: *mut c_void, a_out: *mut c_void, flag: *mut c_int) -> c_int {
-    // SAFETY: `extra` is the leaked KeyvalCb of this keyval.
-    let cb = unsafe { &*(extra as *const KeyvalCb) };
+    let cb = keyval_cb(extra);
     if cb.copy == 0 {
         // SAFETY: MPICH's out-parameter.
         unsafe { *flag = 0 };
         return 0;
     }
     // SAFETY: the program's copy function with Open MPI's handle.
-    let rc = unsafe { std::mem::transmute::<usize, OCopyFn>(cb.copy)(obj_out(cb.kind, h), kv, cb.extra, a_in, a_out, flag) };
+    let rc = unsafe { std::mem::transmute::<usize, OCopyFn>(cb.copy)(obj_out(cb.kind, h), kv, cb.extra as *mut c_void, a_in, a_out, flag) };
     conv::err_in(rc)
 }
 
 unsafe extern "C" fn delete_tramp(h: c_int, kv: c_int, a: *mut c_void, extra: *mut c_void) -> c_int {
-    // SAFETY: `extra` is the leaked KeyvalCb of this keyval.
-    let cb = unsafe { &*(extra as *const KeyvalCb) };
+    let cb = keyval_cb(extra);
     if cb.delete == 0 {
         return 0;
     }
     // SAFETY: the program's delete function with Open MPI's handle.
-    let rc = unsafe { std::mem::transmute::<usize, ODeleteFn>(cb.delete)(obj_out(cb.kind, h), kv, a, cb.extra) };
+    let rc = unsafe { std::mem::transmute::<usize, ODeleteFn>(cb.delete)(obj_out(cb.kind, h), kv, a, cb.extra as *mut c_void) };
     conv::err_in(rc)
 }
 
@@ -202,9 +211,13 @@ unsafe fn create_keyval(
     // A face whose mpi.h defines MPI_*_DUP_FN as a pointer constant (the standard ABI's 1)
     // gets the dup function here; a null pointer is a null copy/delete function in both.
     let copy = if Some(copy as usize) == conv::DUP_FN { dup_fn as *const () as usize } else { copy as usize };
-    let cb = Box::into_raw(Box::new(KeyvalCb { kind, copy, delete: delete as usize, extra }));
-    // SAFETY: the trampolines have the MPICH callback signatures; `cb` lives for the process.
-    unsafe { make(copy_tramp as *mut c_void, delete_tramp as *mut c_void, keyval, cb as *mut c_void) }
+    let id = {
+        let mut keyvals = KEYVALS.lock().unwrap_or_else(|e| e.into_inner());
+        keyvals.push(KeyvalCb { kind, copy, delete: delete as usize, extra: extra as usize });
+        keyvals.len()
+    };
+    // SAFETY: the trampolines have the MPICH callback signatures; `id` indexes `KEYVALS`.
+    unsafe { make(copy_tramp as *mut c_void, delete_tramp as *mut c_void, keyval, id as *mut c_void) }
 }
 
 pub unsafe fn MPI_Comm_create_keyval(copy: *mut c_void, delete: *mut c_void, keyval: *mut c_int, extra: *mut c_void) -> c_int {
@@ -451,4 +464,66 @@ pub unsafe fn MPI_Grequest_start(
         unsafe { *request = conv::h_out(Kind::Request, v) };
     }
     rc
+}
+
+// ---- a restarted app-mode process ----------------------------------------------------------
+
+/// The pools' slots and the keyvals, for `shim.state` (`mpicr_shim::core::app::FaceState`): a
+/// restarted app-mode process gets its ops, error handlers and keyvals back under their old
+/// trampolines and indices without the program making them again. Little-endian u64 words:
+/// the four pools' slots, then per keyval its kind, copy, delete and extra_state.
+pub fn save_state() -> Vec<u8> {
+    let mut words: Vec<u64> = Vec::new();
+    for pool in [&OPS, &COMM_EH, &WIN_EH, &FILE_EH] {
+        words.extend(pool.iter().map(|s| s.load(Ordering::Acquire) as u64));
+    }
+    let keyvals = KEYVALS.lock().unwrap_or_else(|e| e.into_inner());
+    for cb in keyvals.iter() {
+        words.extend([kind_code(cb.kind), cb.copy as u64, cb.delete as u64, cb.extra as u64]);
+    }
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+/// Puts back what [`save_state`] wrote.
+pub fn restore_state(bytes: &[u8]) -> Result<(), String> {
+    let bad = || format!("the {}'s part of shim.state is damaged ({} bytes)", conv::FACE, bytes.len());
+    if bytes.len() % 8 != 0 || bytes.len() < 4 * SLOTS * 8 || (bytes.len() / 8 - 4 * SLOTS) % 4 != 0 {
+        return Err(bad());
+    }
+    let words: Vec<u64> = bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
+    let (slots, kvs) = words.split_at(4 * SLOTS);
+    for (pool, saved) in [&OPS, &COMM_EH, &WIN_EH, &FILE_EH].into_iter().zip(slots.chunks_exact(SLOTS)) {
+        for (slot, &w) in pool.iter().zip(saved) {
+            slot.store(w as usize, Ordering::Release);
+        }
+    }
+    let mut keyvals = KEYVALS.lock().unwrap_or_else(|e| e.into_inner());
+    keyvals.clear();
+    for k in kvs.chunks_exact(4) {
+        let kind = kind_of(k[0]).ok_or_else(bad)?;
+        keyvals.push(KeyvalCb { kind, copy: k[1] as usize, delete: k[2] as usize, extra: k[3] as usize });
+    }
+    Ok(())
+}
+
+fn kind_code(kind: Kind) -> u64 {
+    match kind {
+        Kind::Datatype => 1,
+        Kind::Win => 2,
+        _ => 0,
+    }
+}
+
+fn kind_of(code: u64) -> Option<Kind> {
+    match code {
+        0 => Some(Kind::Comm),
+        1 => Some(Kind::Datatype),
+        2 => Some(Kind::Win),
+        _ => None,
+    }
+}
+
+/// Registers [`save_state`]/[`restore_state`] with the core (the face's load-time hook calls it).
+pub fn register_state() {
+    mpicr_shim::core::app::register_face_state(mpicr_shim::core::app::FaceState { save: save_state, restore: restore_state });
 }

@@ -27,6 +27,7 @@ pub mod gen {
 /// the program is linked to the standard ABI's library, so the lower half loads an MPICH-ABI
 /// library instead (`mpicr_shim::lower::locate`).
 extern "C" fn announce_face() {
+    hand::register_state();
     mpicr_shim::lower::set_foreign_face("the MPI-5 standard ABI (libmpi_abi.so.1)");
 }
 

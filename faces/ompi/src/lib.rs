@@ -20,6 +20,7 @@ pub mod gen {
 /// the program is linked to Open MPI's library, so the lower half loads an MPICH-ABI library
 /// instead (`mpicr_shim::lower::locate`).
 extern "C" fn announce_face() {
+    hand::register_state();
     mpicr_shim::lower::set_foreign_face("Open MPI's ABI (libmpi.so.40)");
 }
 

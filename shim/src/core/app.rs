@@ -12,7 +12,7 @@
 //! targets wait and are asked for (`Wants`), as on any rank. After the release the parked thread runs `save` into the
 //! rank's `app/` directory of the epoch ([`save`]).
 
-use crate::core::checkpoint::StateFile;
+use crate::core::checkpoint::{StateFile, STATE_FORMAT};
 use crate::core::kinds::{op, RENEWAL_ORDER};
 use crate::core::state::{OBJ, SELF_INDEX, WORLD_INDEX};
 use crate::core::{agent, drained, renew};
@@ -208,7 +208,40 @@ pub fn take_restore_dir() -> Option<String> {
 fn read_state(rank_dir: &str) -> Result<StateFile, String> {
     let path = std::path::Path::new(rank_dir).join("shim.state");
     let bytes = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    // The format comes first: an older layout is named as such, not as a decoding error.
+    let format: u32 = postcard::take_from_bytes(&bytes).map(|(f, _)| f).map_err(|e| format!("decoding {}: {e}", path.display()))?;
+    if format != STATE_FORMAT {
+        return Err(format!("{} has state format {format}, this mpicr reads {STATE_FORMAT}: restart it with the mpicr that wrote it", path.display()));
+    }
     postcard::from_bytes(&bytes).map_err(|e| format!("decoding {}: {e}", path.display()))
+}
+
+/// What a face that is not MPICH's keeps of its own for the program's callbacks (the program's
+/// functions behind its trampolines): a restarted app-mode process gets its objects back from
+/// `shim.state` without the program making them again, so the face's part travels there too.
+/// Addresses in it stay valid: app-mode processes run without address-space randomisation.
+pub struct FaceState {
+    pub save: fn() -> Vec<u8>,
+    pub restore: fn(&[u8]) -> Result<(), String>,
+}
+static FACE_STATE: std::sync::OnceLock<FaceState> = std::sync::OnceLock::new();
+
+/// Called once by a foreign face when it is loaded.
+pub fn register_face_state(f: FaceState) {
+    let _ = FACE_STATE.set(f);
+}
+
+/// The face's state for `shim.state` (empty for MPICH's face).
+pub fn face_state() -> Vec<u8> {
+    FACE_STATE.get().map_or_else(Vec::new, |f| (f.save)())
+}
+
+fn restore_face_state(bytes: &[u8]) -> Result<(), String> {
+    match FACE_STATE.get() {
+        Some(f) => (f.restore)(bytes),
+        None if bytes.is_empty() => Ok(()),
+        None => Err("the image was written under another MPI face than this program's".into()),
+    }
 }
 
 fn typed<R: mpicr_virtid::RealHandle, E>(items: Vec<(u32, u64, E)>) -> Vec<(u32, R, E)> {
@@ -248,6 +281,7 @@ pub unsafe fn restore_at_init(rank_dir: &str, argc: *mut c_int, argv: *mut *mut 
         return Err(format!("the image has {} ranks but the job has {size}", state.world_size));
     }
     let generation = state.generation;
+    restore_face_state(&state.face).map_err(|e| format!("restart of an app-mode rank: {e}"))?;
     install(state);
     for kind in RENEWAL_ORDER {
         kind.forget();

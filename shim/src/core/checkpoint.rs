@@ -512,11 +512,13 @@ fn wait_aligned(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, Check
             Woke::Raised(round) => return Ok(Some(round)),
             Woke::Progress => {}
             // Checked again: the collectives may have arrived since the check above.
+            // An app-mode rank that never parked is named for that first: its collectives are
+            // behind only because its program runs on towards a safe point.
             Woke::TimedOut => {
-                check_aligned().map_err(|e| CheckpointError::Waited(Box::new(e), limit.as_secs()))?;
                 if app::enabled() && !app::parked() {
                     return Err(CheckpointError::Waited(Box::new(not_at_safe_point()), limit.as_secs()));
                 }
+                check_aligned().map_err(|e| CheckpointError::Waited(Box::new(e), limit.as_secs()))?;
                 return Ok(None);
             }
         }
@@ -845,7 +847,12 @@ pub struct StateFile {
     pub wins: Vec<(u32, u64, crate::core::kinds::win::WinEntry)>,
     pub drained: mpicr_drain::Buffer,
     pub user_errors: Vec<UserError>,
+    /// A foreign face's own state (`core::app::FaceState`), for a restarted app-mode process.
+    pub face: Vec<u8>,
 }
+
+/// The version of [`StateFile`]'s layout this build writes and reads.
+pub const STATE_FORMAT: u32 = 3;
 
 /// A table's snapshot with its real handles as the state file keeps them (untyped bits).
 fn bits<R: RealHandle, E>(items: Vec<(u32, R, E)>) -> Vec<(u32, u64, E)> {
@@ -854,7 +861,7 @@ fn bits<R: RealHandle, E>(items: Vec<(u32, R, E)>) -> Vec<(u32, u64, E)> {
 
 fn write_state(path: &str, epoch: u64) -> Result<u64, CheckpointError> {
     let s = StateFile {
-        format: 2,
+        format: STATE_FORMAT,
         epoch,
         world_rank: world_rank(),
         world_size: world_size(),
@@ -871,6 +878,7 @@ fn write_state(path: &str, epoch: u64) -> Result<u64, CheckpointError> {
         wins: bits(OBJ.wins.snapshot()),
         drained: drained::snapshot(),
         user_errors: user_errors(),
+        face: crate::core::app::face_state(),
     };
     let bytes = postcard::to_stdvec(&s).map_err(CheckpointError::Encode)?;
     if path.is_empty() {

@@ -12,7 +12,7 @@
 //! a 2-rank job of one app-mode and one transparent rank through a stop and a restart.
 
 use super::hangs::tails;
-use super::xlib::{build, build_with, sorted, wait_for};
+use super::xlib::{build, build_with, sorted, wait_for, which};
 use super::{cat, CaseFn, LIMIT, T};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -35,6 +35,11 @@ pub fn cases() -> Vec<CaseFn> {
             cases: &["app-mixed-impi-continue", "app-mixed-impi-stop-restart", "app-mixed-impi-restart-twice"],
             run: mixed_impi,
         },
+        CaseFn {
+            name: "app-mixed-ompi",
+            cases: &["app-mixed-ompi-continue", "app-mixed-ompi-stop-restart", "app-mixed-ompi-restart-twice"],
+            run: mixed_ompi,
+        },
         CaseFn { name: "app-only", cases: &["app-only-no-criu"], run: app_only },
         CaseFn { name: "app-held", cases: &["app-file-stop-restart", "app-win-refused"], run: held },
         CaseFn { name: "app-bindings", cases: &["app-python-mpich4", "app-python-mpich5", "app-fortran"], run: bindings },
@@ -52,9 +57,15 @@ const APPLES: u32 = 2;
 const ORANGES: u32 = 1;
 /// Intel MPI (`.deps/impi`, the `impi-rt` wheel) in place of an MPICH version.
 const IMPI: u32 = 0;
+/// A program built by `mpicc.openmpi` (Open MPI's face) on MPICH 4.0.2 under its Hydra; the
+/// oracle runs under `mpirun.openmpi`.
+const OMPI: u32 = 1;
 
 /// `mpiexec -n N` of MPICH `ver`, or of Intel MPI (its libraries found through `I_MPI_ROOT`).
 fn launch(t: &T, ver: u32, n: u32) -> Command {
+    if ver == OMPI {
+        return t.mpi(4, n);
+    }
     if ver != IMPI {
         return t.mpi(ver, n);
     }
@@ -65,7 +76,9 @@ fn launch(t: &T, ver: u32, n: u32) -> Command {
 }
 
 fn flavor(ver: u32) -> String {
-    if ver == IMPI {
+    if ver == OMPI {
+        "ompi".into()
+    } else if ver == IMPI {
         "impi".into()
     } else {
         format!("mpich{ver}")
@@ -81,7 +94,13 @@ fn mixed_run(t: &T, ver: u32, d: &Path, prog: &Path, extra: &[&str]) -> Command 
 }
 
 fn native(t: &T, ver: u32, prog: &Path, extra: &[&str]) -> Result<String, String> {
-    let mut c = launch(t, ver, APPLES + ORANGES);
+    let mut c = if ver == OMPI {
+        let mut c = t.cmd("mpirun.openmpi");
+        c.args(["--allow-run-as-root", "--oversubscribe", "-n", &(APPLES + ORANGES).to_string()]);
+        c
+    } else {
+        launch(t, ver, APPLES + ORANGES)
+    };
     c.arg(prog).args([ITERS, "0", "2"]).args(extra);
     let (rc, out, err) = t.out2(c, LIMIT);
     if rc != 0 {
@@ -111,9 +130,19 @@ fn mixed_impi(t: &mut T) {
     mixed(t, IMPI);
 }
 
+/// An Open MPI program's app-mode ranks: the face's own part (the program's op and error
+/// handler functions behind its trampolines, its keyvals) comes back from `shim.state`.
+fn mixed_ompi(t: &mut T) {
+    mixed(t, OMPI);
+}
+
 fn prereq(t: &mut T, ver: u32, criu: bool) -> Option<PathBuf> {
     let impi = t.env.root.join(".deps/impi");
-    let have = if ver == IMPI { impi.join("bin/mpiexec").is_file() && impi.join("bin/mpicc").is_file() } else { t.env.have(ver) };
+    let have = match ver {
+        IMPI => impi.join("bin/mpiexec").is_file() && impi.join("bin/mpicc").is_file(),
+        OMPI => t.env.have(4) && which("mpicc.openmpi").is_some() && which("mpirun.openmpi").is_some(),
+        _ => t.env.have(ver),
+    };
     if !t.require(&[have, t.env.shim_built, !criu || (t.env.criu_ok && t.env.is_root)], "needs the MPI library (Intel MPI: scripts/deps.sh), libmpicr.so, criu and root") {
         return None;
     }
@@ -123,6 +152,8 @@ fn prereq(t: &mut T, ver: u32, criu: bool) -> Option<PathBuf> {
         let mut c = t.cmd(impi.join("bin/mpicc"));
         c.env("I_MPI_ROOT", &impi);
         build_with(t, c, &src, &out)
+    } else if ver == OMPI {
+        build_with(t, t.cmd("mpicc.openmpi"), &src, &out)
     } else {
         build(t, ver, &src, &out)
     };
@@ -185,13 +216,13 @@ fn mixed(t: &mut T, ver: u32) {
     let mut job = t.spawn(mixed_run(t, ver, &d, &prog, &[]), Some(&outs[0]), Some(&t.p(&errs[0])));
     let ck1 = if started(&outs[0]) { t.ckpt(&d, &["--stop"]) } else { (1, "never started".into()) };
     let rc1 = job.wait(LIMIT);
-    let mut c = t.mpi(ver, APPLES);
+    let mut c = launch(t, ver, APPLES);
     c.arg(&t.env.m).arg("restart").arg(&d).args([":", "-n", &ORANGES.to_string()]).arg(&t.env.m).arg("restart").arg(&d);
     let mut job = t.spawn(c, Some(&outs[1]), Some(&t.p(&errs[1])));
     std::thread::sleep(Duration::from_millis(1500));
     let ck2 = t.ckpt(&d, &["--stop"]);
     let rc2 = job.wait(LIMIT);
-    let mut c = t.mpi(ver, APPLES + ORANGES);
+    let mut c = launch(t, ver, APPLES + ORANGES);
     c.arg(&t.env.m).arg("restart").arg(&d);
     let rc3 = t.to(c, Some(&outs[2]), Some(&t.p(&errs[2])), LIMIT * 3);
     let got = cat(&[&outs[0], &outs[1], &outs[2]]);

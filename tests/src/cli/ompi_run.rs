@@ -9,7 +9,7 @@
 //! `-image-clean` (no CRIU ghost file, Open MPI shared-memory segment, launcher session file,
 //! socket, epoll or eventfd in either epoch's images).
 
-use super::xlib::{build_with, wait_for};
+use super::xlib::{build_with, wait_for, which};
 use super::{cat, CaseFn, T};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -124,10 +124,6 @@ fn ompi4_ckpt(t: &mut T) {
         c
     };
     lower_ckpt(t, &Flavor { tag: "ompi4", mpicc, launch: &launch });
-}
-
-fn which(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|p| p.is_file()))
 }
 
 fn lower_ckpt(t: &mut T, f: &Flavor) {

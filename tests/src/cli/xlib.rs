@@ -411,3 +411,8 @@ fn missing_function(t: &mut T) {
         |_| format!("rc={rc}: {out}"),
     );
 }
+
+/// The file `name` names on PATH.
+pub(super) fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|p| p.is_file()))
+}
