@@ -19,7 +19,7 @@ fn sample() -> Vec<u8> {
     drained.push(mpicr_drain::Message { comm: 7, source: 1, tag: 3, data: vec![1, 2, 3, 4] });
     drained.push(mpicr_drain::Message { comm: u64::MAX, source: -1, tag: 0, data: vec![] });
     let s = StateFile {
-        format: 2,
+        format: mpicr_shim::core::checkpoint::STATE_FORMAT,
         epoch: 4,
         world_rank: 1,
         world_size: 2,
@@ -40,6 +40,7 @@ fn sample() -> Vec<u8> {
         wins: vec![],
         drained,
         user_errors: vec![],
+        face: vec![1, 0, 0, 0, 0, 0, 0, 0],
     };
     postcard::to_stdvec(&s).unwrap()
 }
