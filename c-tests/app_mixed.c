@@ -16,7 +16,10 @@
  * rank also writes its checksum of each iteration into a shared MPI file (`app_mixed.dat` in
  * the working directory, MPI_File_write_at_all, the file open across every safe point) and
  * prints a checksum of the whole file at the end; HOOK `win`: an RMA window over the state,
- * fenced every iteration (app-mode ranks cannot carry windows: a checkpoint refuses it).
+ * fenced every iteration (app-mode ranks cannot carry MPI_Win_create windows: a checkpoint
+ * refuses it); HOOK `winalloc`: an MPI_Win_allocate window of K words, into which every rank
+ * puts a word of its state on its right neighbour each iteration (fenced), mixing in the word
+ * put K-1 iterations earlier (mpicr carries the window's memory for app-mode ranks).
  * The mpicr_* calls are weak: natively they are absent and the program runs as a plain MPI
  * program.
  * mpicr-test: ranks=2,4 args=24,0,1
@@ -45,6 +48,7 @@ struct saved {
     MPI_Op op;
     MPI_File fh;
     MPI_Win win;
+    uint64_t *wbase;
 };
 static struct saved st;
 
@@ -142,6 +146,12 @@ int main(int argc, char **argv)
             CHECK(MPI_File_open(MPI_COMM_WORLD, "app_mixed.dat", MPI_MODE_CREATE | MPI_MODE_RDWR, MPI_INFO_NULL, &st.fh) == MPI_SUCCESS);
         if (strcmp(hook, "win") == 0)
             CHECK(MPI_Win_create(st.s, sizeof st.s, sizeof st.s[0], MPI_INFO_NULL, MPI_COMM_WORLD, &st.win) == MPI_SUCCESS);
+        if (strcmp(hook, "winalloc") == 0) {
+            CHECK(MPI_Win_allocate(K * sizeof(uint64_t), sizeof(uint64_t), MPI_INFO_NULL, MPI_COMM_WORLD, &st.wbase, &st.win) == MPI_SUCCESS);
+            for (int i = 0; i < K; i++)
+                st.wbase[i] = (uint64_t)t_rank + (uint64_t)i;
+            CHECK(MPI_Win_fence(0, st.win) == MPI_SUCCESS);
+        }
         /* The first AHEAD messages. */
         for (long a = 0; a < AHEAD && a < iters; a++) {
             uint64_t m[K];
@@ -193,6 +203,11 @@ int main(int argc, char **argv)
         }
         if (strcmp(hook, "win") == 0)
             CHECK(MPI_Win_fence(0, st.win) == MPI_SUCCESS);
+        if (strcmp(hook, "winalloc") == 0) {
+            CHECK(MPI_Put(&st.s[7], 1, MPI_UINT64_T, right, (MPI_Aint)(it % K), 1, MPI_UINT64_T, st.win) == MPI_SUCCESS);
+            CHECK(MPI_Win_fence(0, st.win) == MPI_SUCCESS);
+            st.s[8] = mix(st.s[8], st.wbase[(it + 1) % K], it);
+        }
         if (it % 8 == 7)
             printf("app_mixed: rank %d iteration %ld checksum %016llx\n", t_rank, it, (unsigned long long)sum(st.s));
     }
@@ -211,7 +226,7 @@ int main(int argc, char **argv)
         free(all_c);
         CHECK(MPI_File_close(&st.fh) == MPI_SUCCESS);
     }
-    if (strcmp(hook, "win") == 0)
+    if (strcmp(hook, "win") == 0 || strcmp(hook, "winalloc") == 0)
         CHECK(MPI_Win_free(&st.win) == MPI_SUCCESS);
     MPI_Op_free(&st.op);
     MPI_Type_free(&st.pair);

@@ -259,6 +259,7 @@ fn install(s: StateFile) {
     OBJ.keyvals.restore(typed(s.keyvals));
     OBJ.errhandlers.restore(typed(s.errhandlers));
     OBJ.files.restore(typed(s.files));
+    OBJ.wins.restore(typed(s.wins));
     op::restore_slots();
     crate::core::kinds::library::restore_user_errors(s.user_errors);
     drained::replace(s.drained);
@@ -286,6 +287,7 @@ pub unsafe fn restore_at_init(rank_dir: &str, argc: *mut c_int, argv: *mut *mut 
     for kind in RENEWAL_ORDER {
         kind.forget();
     }
+    crate::core::kinds::win::map_saved()?;
     for kind in RENEWAL_ORDER {
         kind.before_renewal()?;
     }

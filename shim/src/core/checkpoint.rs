@@ -439,12 +439,14 @@ fn app_refusal() -> Option<String> {
     if crate::core::kinds::library::attached_buffer().is_some() {
         return Some(format!("app-mode rank {rank} has a buffer attached for buffered sends at its safe point: detach it first"));
     }
-    // A window's memory (the program's, or mapped by mpicr for MPI_Win_allocate) is not in a
-    // restarted process, which only gets what `save` wrote.
-    let wins = OBJ.wins.len();
+    // The memory of an MPI_Win_create or dynamic window is the program's, made again by its
+    // `restore` after the restarted process's MPI_Init has to make the window; a shared
+    // window's segment is not carried for app-mode ranks. MPI_Win_allocate memory is mpicr's:
+    // saved in shim.state and mapped back (`win::map_saved`).
+    let wins = OBJ.wins.snapshot().into_iter().filter(|(_, _, w)| w.flavor != crate::core::kinds::win::Flavor::Allocate).count();
     if wins > 0 {
         return Some(format!(
-            "app-mode rank {rank} holds {wins} RMA window(s) at its safe point: app-mode ranks cannot carry windows (their memory is not in the saved data); free them before mpicr_safe_point() or run the rank without --mode app"
+            "app-mode rank {rank} holds {wins} RMA window(s) at its safe point that app-mode ranks cannot carry (MPI_Win_create, _create_dynamic or _allocate_shared: their memory is not in the saved data); use MPI_Win_allocate, free them before mpicr_safe_point(), or run the rank without --mode app"
         ));
     }
     None

@@ -41,7 +41,7 @@ pub fn cases() -> Vec<CaseFn> {
             run: mixed_ompi,
         },
         CaseFn { name: "app-only", cases: &["app-only-no-criu"], run: app_only },
-        CaseFn { name: "app-held", cases: &["app-file-stop-restart", "app-win-refused"], run: held },
+        CaseFn { name: "app-held", cases: &["app-file-stop-restart", "app-winalloc-stop-restart", "app-win-refused"], run: held },
         CaseFn { name: "app-bindings", cases: &["app-python-mpich4", "app-python-mpich5", "app-fortran"], run: bindings },
         CaseFn {
             name: "app-errors",
@@ -415,6 +415,27 @@ fn held(t: &mut T) {
     t.check("app-file-stop-restart", ok, |t| {
         format!("checkpoint {ck:?}, rc {rc1}/{rc2}; same output: {}{}", same(&got, &oracle), tails(t, &["file1.err", "file2.err"], 10))
     });
+
+    // An MPI_Win_allocate window: its memory travels in shim.state (a checkpoint that
+    // continues, then a stop and a restart).
+    match native(t, 4, &prog, &["winalloc"]) {
+        Err(e) => t.skip("app-winalloc-stop-restart", &e),
+        Ok(oracle) => {
+            let d = t.p("ck-winalloc");
+            let (o1, o2) = (t.p("winalloc1.out"), t.p("winalloc2.out"));
+            let mut job = t.spawn(mixed_run(t, 4, &d, &prog, &["winalloc"]), Some(&o1), Some(&t.p("winalloc1.err")));
+            let (ck1, ck2) = if started(&o1) { (t.ckpt(&d, &[]), t.ckpt(&d, &["--stop"])) } else { ((1, "never started".into()), (1, String::new())) };
+            let rc1 = job.wait(LIMIT);
+            let mut c = t.mpi(4, APPLES + ORANGES);
+            c.arg(&t.env.m).arg("restart").arg(&d);
+            let rc2 = t.to(c, Some(&o2), Some(&t.p("winalloc2.err")), LIMIT * 3);
+            let got = cat(&[&o1, &o2]);
+            let ok = ck1.0 == 0 && ck2.0 == 0 && rc1 == 0 && rc2 == 0 && same(&got, &oracle);
+            t.check("app-winalloc-stop-restart", ok, |t| {
+                format!("checkpoints {ck1:?} {ck2:?}, rc {rc1}/{rc2}; same output: {}{}", same(&got, &oracle), tails(t, &["winalloc1.err", "winalloc2.err"], 10))
+            });
+        }
+    }
 
     let d = t.p("ck-win");
     let o = t.p("win.out");

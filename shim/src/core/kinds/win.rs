@@ -114,6 +114,10 @@ pub struct WinEntry {
     pub attached: Vec<(usize, MPI_Aint)>,
     pub segment: Option<Segment>,
     pub epoch: Epoch,
+    /// An app-mode rank's `MPI_Win_allocate` memory, saved at the checkpoint: a restarted
+    /// app-mode process is not restored from an image, so the bytes travel in `shim.state`
+    /// ([`map_saved`]). Empty otherwise.
+    pub saved: Vec<u8>,
 }
 
 impl WinEntry {
@@ -133,6 +137,7 @@ impl WinEntry {
             attached: Vec::new(),
             segment: None,
             epoch: Epoch::default(),
+            saved: Vec::new(),
         }
     }
 
@@ -161,6 +166,35 @@ pub fn map_owned(size: MPI_Aint) -> Option<usize> {
     // SAFETY: a fresh anonymous mapping; no existing memory is affected.
     let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
     (p != libc::MAP_FAILED).then_some(p as usize)
+}
+
+/// A restarted app-mode process (`core::app`), before the library is loaded: maps the memory
+/// of each `MPI_Win_allocate` window at its old address (the program keeps that address in its
+/// saved data) and puts the saved bytes back. A fresh process has nothing there yet; it runs
+/// without address-space randomisation, like the one that made the window.
+pub fn map_saved() -> Result<(), String> {
+    for (_, _, e) in ordered() {
+        if e.flavor != Flavor::Allocate || e.saved.is_empty() {
+            continue;
+        }
+        let len = e.saved.len().div_ceil(page()) * page();
+        // SAFETY: a new private mapping where nothing may be mapped (NOREPLACE).
+        let p = unsafe {
+            libc::mmap(e.base as *mut c_void, len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE, -1, 0)
+        };
+        if p as usize != e.base {
+            return Err(format!(
+                "the memory of the window from {} cannot be mapped again at {:#x} ({} bytes): {}",
+                e.made_by,
+                e.base,
+                e.saved.len(),
+                std::io::Error::last_os_error()
+            ));
+        }
+        // SAFETY: the mapping just made holds at least `saved.len()` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(e.saved.as_ptr(), e.base as *mut u8, e.saved.len()) };
+    }
+    Ok(())
 }
 
 /// Unmaps memory of [`map_owned`] (at the program's `MPI_Win_free`).
@@ -287,14 +321,18 @@ impl Renewable for Renew {
             }
             // SAFETY: MPI wrote a NUL-terminated name into the buffer.
             let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
-            let saved = (e.flavor == Flavor::Shared && e.size > 0).then(|| {
-                // SAFETY: this rank's part of the live shared segment, `size` bytes at `base`.
+            let keep = e.size > 0 && (e.flavor == Flavor::Shared || (e.flavor == Flavor::Allocate && crate::core::app::enabled()));
+            let saved = keep.then(|| {
+                // SAFETY: this rank's part of the live shared segment, or the shim's own mapping
+                // of an allocated window: `size` bytes at `base`.
                 unsafe { std::slice::from_raw_parts(e.base as *const u8, e.size as usize) }.to_vec()
             });
             OBJ.wins.with(*idx, |x| {
                 x.name = (!name.is_empty()).then_some(name);
-                if let (Some(s), Some(b)) = (x.segment.as_mut(), saved) {
-                    s.saved = b;
+                match (x.segment.as_mut(), saved) {
+                    (Some(s), Some(b)) => s.saved = b,
+                    (None, Some(b)) => x.saved = b,
+                    _ => {}
                 }
             });
         }
@@ -452,6 +490,9 @@ fn restore(w: MPI_Win, idx: u32, e: &WinEntry) -> Result<(), String> {
                     seg.saved = Vec::new();
                 }
             });
+        }
+        if !e.saved.is_empty() {
+            OBJ.wins.with(idx, |x| x.saved = Vec::new());
         }
         if e.epoch.fence {
             check(f.MPI_Win_fence.map_or(MPI_ERR_OTHER, |g| g(MPI_MODE_NOPRECEDE, w)), "MPI_Win_fence")?;
