@@ -297,6 +297,7 @@ fn file_samples() -> Vec<Vec<u8>> {
         pidns: true,
         init_dir: None,
         lower_env: vec!["UCX_TLS".into()],
+        launcher_vars: vec!["PMIX_RANK".into()],
         sockets: vec![images::ExternalSocket { fds: vec![3], ino: 9, role: "ctl".into() }],
         pipes: vec![images::ExternalPipe { fds: vec![1], ino: 10, stream: "stdout".into() }],
         next_generation: 1,

@@ -184,6 +184,11 @@ pub struct RankMeta {
     /// The MPI library settings mpicr decides for the program (`pidns::settings_at_run`).
     #[serde(default)]
     pub lower_env: Vec<String>,
+    /// Names of the launcher's variables (`PMIX_*`, `OMPI_*`, `PRTE_*`) in the program's
+    /// environment: a restart under Open MPI's launcher unsets those the new launcher does not
+    /// set (`pmix::stale_launcher_vars`).
+    #[serde(default)]
+    pub launcher_vars: Vec<String>,
     /// Sockets of the program connected to the keeper, declared external at dump.
     pub sockets: Vec<ExternalSocket>,
     /// The program's stdout/stderr pipes (the keeper holds the read ends).
@@ -908,6 +913,7 @@ pub(crate) mod tests {
             pidns: false,
             init_dir: None,
             lower_env: vec![],
+            launcher_vars: vec![],
             sockets: vec![],
             pipes: vec![],
             next_generation: 0,

@@ -1064,6 +1064,7 @@ impl Keeper {
             pidns: self.init_dir.is_some(),
             init_dir: self.init_dir.clone(),
             lower_env: self.lower_env.clone(),
+            launcher_vars: crate::pmix::PmixEnv::launcher_env().into_iter().map(|(k, _)| k).collect(),
             sockets: sockets.into_values().collect(),
             pipes: pipes.into_values().collect(),
             next_generation: self.relay.as_ref().map_or(0, |r| r.next_generation()),
@@ -1107,6 +1108,8 @@ impl Keeper {
             pidns: false,
             init_dir: None,
             lower_env: Vec::new(),
+            // A fresh start takes the launcher's variables from the new launcher only (`app`).
+            launcher_vars: Vec::new(),
             sockets: Vec::new(),
             pipes: Vec::new(),
             next_generation: self.relay.as_ref().map_or(0, |r| r.next_generation()),

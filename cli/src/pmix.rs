@@ -62,6 +62,15 @@ impl PmixEnv {
     }
 }
 
+/// The old launcher's variables (`old`, names from the image) that the new launcher's (`now`)
+/// lacks, to be unset in the restored program.
+pub fn stale_launcher_vars(old: &[String], now: &[(String, Option<String>)]) -> Vec<(String, Option<String>)> {
+    old.iter()
+        .filter(|k| LAUNCHER_PREFIXES.iter().any(|p| k.starts_with(p)) && !now.iter().any(|(n, _)| n == *k))
+        .map(|k| (k.clone(), None))
+        .collect()
+}
+
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Meeting {
     namespace: String,
@@ -146,6 +155,14 @@ pub fn is_open_mpi(path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_old_launchers_variables_the_new_one_lacks_are_unset() {
+        let old: Vec<String> = ["PMIX_RANK", "OMPI_MCA_orte_hnp_uri", "PRTE_LAUNCHED", "UCX_TLS"].map(String::from).to_vec();
+        let now = vec![("PMIX_RANK".to_string(), Some("1".to_string())), ("PMIX_NAMESPACE".to_string(), Some("n@1".to_string()))];
+        let stale = stale_launcher_vars(&old, &now);
+        assert_eq!(stale, vec![("OMPI_MCA_orte_hnp_uri".to_string(), None), ("PRTE_LAUNCHED".to_string(), None)]);
+    }
 
     #[test]
     fn ranks_meet_in_the_directory_of_their_own_launch() {

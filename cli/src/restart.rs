@@ -204,8 +204,12 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     let (mut resume_env, lower_env) = crate::pidns::settings_at_restart(&meta.lower_env, crate::pidns::all_ranks_local());
     // Under Open MPI's launcher the library underneath meets the new launcher through its
     // PMIx variables: the agent sets them before the next generation loads.
+    // Those of the old launcher that the new one does not set go (a job checkpointed under
+    // Open MPI 4.1's mpirun and restarted under 5's would otherwise keep ORTE's).
     if l.pmix.is_some() {
-        resume_env.extend(crate::pmix::PmixEnv::launcher_env());
+        let now = crate::pmix::PmixEnv::launcher_env();
+        resume_env.extend(crate::pmix::stale_launcher_vars(&meta.launcher_vars, &now));
+        resume_env.extend(now);
     }
     if let Some(lib) = &mpi_lib {
         resume_env.push((crate::mpilib::MPI_LIB_ENV.to_string(), Some(lib.display().to_string())));
