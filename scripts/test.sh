@@ -48,6 +48,16 @@ if [ -x scripts/test-ckpt.sh ]; then
             DEMO_STEPS=1200 DEMO_QUIET=1 scripts/demo-openmpi.sh
         fi
     fi
+    # Open MPI programs (Debian's mpicc.openmpi) on Debian's Open MPI 4.1.4 underneath, under its
+    # mpirun.openmpi (ORTE): the C programs at 2 ranks natively and under libmpicr_ompi.so, then
+    # four checkpoint programs at 2 ranks (ckpt_mpiio among them: OMPIO's AIO threads at the
+    # renewal), continue and stop+restart (MEASURED_OMPI4).
+    if command -v mpicc.openmpi >/dev/null && command -v mpirun.openmpi >/dev/null; then
+        step "Open MPI programs on Debian's Open MPI 4.1.4 underneath (mpirun.openmpi), 2 ranks: native vs libmpicr_ompi.so, and checkpoint/restart"
+        MPICR_TEST_FLAVORS=ompi4 MPICR_TEST_MODES=native,shim scripts/test-c.sh /ompi4/np2/
+        MPICR_TEST_FLAVORS=ompi4 MPICR_TEST_MODES=continue,stop-restart SKIP_BUILD=1 scripts/test-ckpt.sh \
+            ckpt_ring/ompi4/np2/ ckpt_persistent/ompi4/np2/ app_halo2d/ompi4/np2/ ckpt_mpiio/ompi4/np2/
+    fi
     # Not Intel MPI: a restart of an epoch taken after a renewal is refused there (README).
     step "renewals: 25 checkpoints of one job, a restart, 10 more (flat images)"
     MPICR_TEST_FLAVORS=mpich4,mpich5 MPICR_TEST_MODES=renewals SKIP_BUILD=1 scripts/test-ckpt.sh
