@@ -64,6 +64,7 @@ pub fn wait_gone(ranges: &[(usize, usize)]) -> Vec<String> {
     let me = unsafe { libc::gettid() }.to_string();
     let inside = |pc: usize| ranges.iter().any(|&(s, e)| (s..e).contains(&pc));
     let (start, mut seen) = (Instant::now(), HashSet::new());
+    let mut first = true;
     loop {
         let mut waiting = Vec::new();
         for tid in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
@@ -84,6 +85,10 @@ pub fn wait_gone(ranges: &[(usize, usize)]) -> Vec<String> {
                 None if alive && seen.contains(&tid) => waiting.push(tid),
                 None => {}
             }
+        }
+        if first {
+            tracing::debug!(target: "lower", ranges = ranges.len(), waiting = waiting.len(), "threads in the namespace's code");
+            first = false;
         }
         if waiting.is_empty() {
             if !seen.is_empty() {
