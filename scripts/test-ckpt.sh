@@ -3,7 +3,8 @@
 # metadata line: a ring of Sendrecv, the 2-D halo exchange, the master/worker farm, collectives
 # on split communicators, derived datatypes, persistent requests, persistent collectives,
 # partitioned requests, MPI-IO files, RMA windows, threads inside MPI, and the overlapped
-# nonblocking collectives at 4 ranks) x {mpich4, mpich5, impi, ompi-on-mpich4} x their checkpoint
+# nonblocking collectives at 4 ranks) x {mpich4, mpich5, impi, ompi-on-mpich4, abi-on-mpich4; on
+# request ompi5 and ompi4, under Open MPI's own mpirun} x their checkpoint
 # rank counts x the checkpoint modes of the harness (tests/src/ckpt.rs):
 #   continue        `mpicr checkpoint` at a random instant; the job goes on; output = native
 #   stop-restart    `mpicr checkpoint --stop` at a random instant, `mpicr restart` in a new

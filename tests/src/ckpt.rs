@@ -737,9 +737,10 @@ impl<'a> Driver<'a> {
                         if !env.windows(needle.len()).any(|w| w == needle.as_slice()) {
                             return None;
                         }
+                        // Hydra's PMI_RANK, or Open MPI's PMIX_RANK (ORTE and PRRTE)
                         let rank = env
                             .split(|&b| b == 0)
-                            .find_map(|v| v.strip_prefix(b"PMI_RANK="))
+                            .find_map(|v| v.strip_prefix(b"PMI_RANK=").or_else(|| v.strip_prefix(b"PMIX_RANK=")))
                             .and_then(|r| std::str::from_utf8(r).ok()?.parse().ok())?;
                         Some((rank, p.pid))
                     })

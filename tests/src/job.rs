@@ -305,12 +305,17 @@ pub fn run_in(
     })
 }
 
-/// Where rank `r`'s stdout is while a job runs: Hydra's `out.R`, or Open MPI 5's
-/// `ompi.<namespace>.R.out` (renamed to `out.R` when the job ends).
+/// Where rank `r`'s stdout is while a job runs: Hydra's `out.R`, Open MPI 4.1's
+/// `ompi/1/rank.R/stdout` or Open MPI 5's `ompi.<namespace>.R.out` (renamed to `out.R` when
+/// the job ends).
 pub fn rank_stdout(dir: &Path, r: u32) -> PathBuf {
     let hydra = dir.join(format!("out.{r}"));
     if hydra.exists() {
         return hydra;
+    }
+    let orte = dir.join("ompi").join("1").join(format!("rank.{r}")).join("stdout");
+    if orte.exists() {
+        return orte;
     }
     let suffix = format!(".{r}.out");
     fs::read_dir(dir)

