@@ -306,7 +306,8 @@ run_suite() {   # $1 flavor $2 ranks $3 native|shim $4 outdir [$5 file of test i
         PYTHONPATH="$pypath" \
         timeout -k 20 "$timeout_s" "$MPIEXEC" -n "$ranks" "${genv[@]}" \
         "$VENV/bin/python" "$here/runner.py" --testdir "$testdir" --results "$out" \
-        --test-timeout "$test_timeout_s" "${skiparg[@]}" -- -v "${xargs_[@]}" ) < /dev/null &
+        --test-timeout "$test_timeout_s" "${skiparg[@]}" -- -v "${xargs_[@]}" ) < /dev/null \
+        > >(launcher_output "$out") 2>&1 &
     live_job=$!
     wait "$live_job" || rc=$?
     live_job=
@@ -321,6 +322,12 @@ run_suite() {   # $1 flavor $2 ranks $3 native|shim $4 outdir [$5 file of test i
     done < <(python3 "$here/report.py" shm "$out")
     rm -rf -- "$work"
     log "  done in ${secs}s, exit status $rc"
+}
+
+# What the launcher itself prints: Hydra's goes to our stderr; Open MPI 4.1's mpirun also
+# copies every rank's output there, so its output goes to DIR/mpirun.log.
+launcher_output() {   # $1 dir
+    if [ "$LAUNCHER" = openmpi ]; then cat > "$1/mpirun.log"; else cat >&2; fi
 }
 
 # Open MPI 4.1 writes DIR/ompi/1/rank.R/{stdout,stderr}, Open MPI 5 (PRRTE)
@@ -341,7 +348,7 @@ collect_openmpi() {   # $1 ranks $2 dir
 
 native_key() {   # what the native result depends on
     { echo "$MPI4PY_VERSION $1 $2"; cat "$VENV/.mpi4py-build"; exclusions "$1" "$2"
-      cat "$here/runner.py"; declare -f run_suite collect_openmpi; } | sha256sum | cut -c1-12
+      cat "$here/runner.py"; declare -f run_suite launcher_output collect_openmpi; } | sha256sum | cut -c1-12
 }
 
 # --- main ----------------------------------------------------------------------------------
