@@ -206,12 +206,17 @@ def adapter(fn, kinds):
             post.append("    if !%s.is_null() { *%s = p2h_out(K::%s, %s_in, %s_o); }" % (n, n, d, n, n))
         elif k in ("handle_array_in", "handle_array_inout", "handle_array_out"):
             kind, cnt = d
-            lines.append("    let %s_n = if %s.is_null() { 0 } else { %s };" % (n, n, cnt))
+            absent = "%s.is_null()" % n
+            if n == "sendtypes" and any(pn == "sendbuf" for pn, _, _ in params):
+                # (all)toallw with MPI_IN_PLACE ignores the send types: the array may be null or
+                # garbage (the core hands a dangling pointer for a null one), so it is not read
+                absent = "%s || sendbuf as isize == -1" % absent
+            lines.append("    let %s_n = if %s { 0 } else { %s };" % (n, absent, cnt))
             if k == "handle_array_out":
                 lines.append("    let mut %s_o: Vec<P> = vec![null_of(K::%s); %s_n];" % (n, kind, n))
             else:
                 lines.append("    let mut %s_o: Vec<P> = (0..%s_n).map(|i| h2p(K::%s, *%s.add(i)).unwrap_or(null_of(K::%s))).collect();" % (n, n, kind, n, kind))
-            args.append("if %s.is_null() { std::ptr::null_mut() } else { %s_o.as_mut_ptr() }" % (n, n))
+            args.append("if %s { std::ptr::null_mut() } else { %s_o.as_mut_ptr() }" % (absent, n))
             if k == "handle_array_inout":
                 post.append("    for i in 0..%s_n { *%s.add(i) = p2h_out(K::%s, Some(*%s.add(i)), %s_o[i]); }" % (n, n, kind, n, n))
             if k == "handle_array_out":

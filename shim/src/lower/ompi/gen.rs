@@ -1808,12 +1808,12 @@ pub(super) unsafe extern "C" fn MPI_Alltoallw(sendbuf: *const c_void, sendcounts
     // Open MPI's entry point of that name with the C signature of its mpi.h.
     unsafe {
         let Some(f) = fns().MPI_Alltoallw else { return not_in_library("MPI_Alltoallw") as c_int };
-        let sendtypes_n = if sendtypes.is_null() { 0 } else { comm_len(comm) };
+        let sendtypes_n = if sendtypes.is_null() || sendbuf as isize == -1 { 0 } else { comm_len(comm) };
         let mut sendtypes_o: Vec<P> = (0..sendtypes_n).map(|i| h2p(K::Datatype, *sendtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
         let recvtypes_n = if recvtypes.is_null() { 0 } else { comm_len(comm) };
         let mut recvtypes_o: Vec<P> = (0..recvtypes_n).map(|i| h2p(K::Datatype, *recvtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Alltoallw") };
-        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, recvbuf, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o);
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() || sendbuf as isize == -1 { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, recvbuf, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o);
         rc_back(rc)
     }
 }
@@ -3898,14 +3898,14 @@ pub(super) unsafe extern "C" fn MPI_Ialltoallw(sendbuf: *const c_void, sendcount
     // Open MPI's entry point of that name with the C signature of its mpi.h.
     unsafe {
         let Some(f) = fns().MPI_Ialltoallw else { return not_in_library("MPI_Ialltoallw") as c_int };
-        let sendtypes_n = if sendtypes.is_null() { 0 } else { comm_len(comm) };
+        let sendtypes_n = if sendtypes.is_null() || sendbuf as isize == -1 { 0 } else { comm_len(comm) };
         let mut sendtypes_o: Vec<P> = (0..sendtypes_n).map(|i| h2p(K::Datatype, *sendtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
         let recvtypes_n = if recvtypes.is_null() { 0 } else { comm_len(comm) };
         let mut recvtypes_o: Vec<P> = (0..recvtypes_n).map(|i| h2p(K::Datatype, *recvtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Ialltoallw") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, recvbuf, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() || sendbuf as isize == -1 { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, recvbuf, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
