@@ -57,6 +57,7 @@ ENUMS = {
                  "MPI_COMBINER_F90_COMPLEX", "MPI_COMBINER_F90_INTEGER", "MPI_COMBINER_RESIZED"],
     "array_of_distribs": ["MPI_DISTRIBUTE_BLOCK", "MPI_DISTRIBUTE_CYCLIC", "MPI_DISTRIBUTE_NONE"],
     "array_of_dargs": ["MPI_DISTRIBUTE_DFLT_DARG"],
+    "typeclass": ["MPI_TYPECLASS_INTEGER", "MPI_TYPECLASS_REAL", "MPI_TYPECLASS_COMPLEX"],
     ("MPI_Topo_test", "status"): ["MPI_GRAPH", "MPI_CART", "MPI_DIST_GRAPH"],
 }
 # Bit sets translated bit by bit (RMA assertions).
@@ -124,7 +125,8 @@ def classify(fn, ofn):
                 return "statuses without a count"
             else:
                 out.append(("status_in" if p["const"] else "status", None))
-        elif b == "void" and p["ptr"] == 1 and n == "sendbuf":
+        elif b == "void" and p["ptr"] == 1 and n in ("sendbuf", "recvbuf"):
+            # MPI_IN_PLACE is also a receive buffer: at the root of (I)scatter(v)
             out.append(("inplace", None))
         elif b == "int" and p["ptr"] == 0 and n in RANK_ARGS:
             out.append(("rank", None))
@@ -195,7 +197,7 @@ def adapter(fn, kinds):
         elif k == "rank":
             args.append("rank_in(%s)" % n)
         elif k == "inplace":
-            args.append("inplace(%s)" % n)
+            args.append("inplace(%s)" % n if p["const"] else "inplace(%s) as *mut c_void" % n)
         elif k == "handle":
             lines.append("    let Some(%s_o) = h2p(K::%s, %s) else { return bad_handle(K::%s, \"%s\") };" % (n, d, n, d, name))
             args.append("%s_o" % n)
