@@ -66,5 +66,7 @@ fi
 step "MPICH's test suite, the selection of scripts/conformance/ci.txt: native vs libmpicr vs a checkpoint, both MPICH builds"
 SKIP_BUILD=1 scripts/conformance.sh --select ci
 
-step "mpi4py's test suite: native vs libmpicr"
-scripts/mpi4py-tests.sh
+step "mpi4py's test suite: native vs libmpicr (MPICH 4.0.2 and MPICH 5, 1 and 2 ranks)"
+scripts/mpi4py-tests.sh --flavor mpich4,mpich5
+
+# (the Open MPI flavors ompi5 and ompi4 of mpi4py-tests.sh do not pass yet: README.md, mpi4py's test suite)

@@ -57,6 +57,7 @@ ENUMS = {
                  "MPI_COMBINER_F90_COMPLEX", "MPI_COMBINER_F90_INTEGER", "MPI_COMBINER_RESIZED"],
     "array_of_distribs": ["MPI_DISTRIBUTE_BLOCK", "MPI_DISTRIBUTE_CYCLIC", "MPI_DISTRIBUTE_NONE"],
     "array_of_dargs": ["MPI_DISTRIBUTE_DFLT_DARG"],
+    "typeclass": ["MPI_TYPECLASS_INTEGER", "MPI_TYPECLASS_REAL", "MPI_TYPECLASS_COMPLEX"],
     ("MPI_Topo_test", "status"): ["MPI_GRAPH", "MPI_CART", "MPI_DIST_GRAPH"],
 }
 # Bit sets translated bit by bit (RMA assertions).
@@ -124,7 +125,8 @@ def classify(fn, ofn):
                 return "statuses without a count"
             else:
                 out.append(("status_in" if p["const"] else "status", None))
-        elif b == "void" and p["ptr"] == 1 and n == "sendbuf":
+        elif b == "void" and p["ptr"] == 1 and n in ("sendbuf", "recvbuf"):
+            # MPI_IN_PLACE is also a receive buffer: at the root of (I)scatter(v)
             out.append(("inplace", None))
         elif b == "int" and p["ptr"] == 0 and n in RANK_ARGS:
             out.append(("rank", None))
@@ -195,7 +197,7 @@ def adapter(fn, kinds):
         elif k == "rank":
             args.append("rank_in(%s)" % n)
         elif k == "inplace":
-            args.append("inplace(%s)" % n)
+            args.append("inplace(%s)" % n if p["const"] else "inplace(%s) as *mut c_void" % n)
         elif k == "handle":
             lines.append("    let Some(%s_o) = h2p(K::%s, %s) else { return bad_handle(K::%s, \"%s\") };" % (n, d, n, d, name))
             args.append("%s_o" % n)
@@ -206,12 +208,17 @@ def adapter(fn, kinds):
             post.append("    if !%s.is_null() { *%s = p2h_out(K::%s, %s_in, %s_o); }" % (n, n, d, n, n))
         elif k in ("handle_array_in", "handle_array_inout", "handle_array_out"):
             kind, cnt = d
-            lines.append("    let %s_n = if %s.is_null() { 0 } else { %s };" % (n, n, cnt))
+            absent = "%s.is_null()" % n
+            if n == "sendtypes" and any(pn == "sendbuf" for pn, _, _ in params):
+                # (all)toallw with MPI_IN_PLACE ignores the send types: the array may be null or
+                # garbage (the core hands a dangling pointer for a null one), so it is not read
+                absent = "%s || sendbuf as isize == -1" % absent
+            lines.append("    let %s_n = if %s { 0 } else { %s };" % (n, absent, cnt))
             if k == "handle_array_out":
                 lines.append("    let mut %s_o: Vec<P> = vec![null_of(K::%s); %s_n];" % (n, kind, n))
             else:
                 lines.append("    let mut %s_o: Vec<P> = (0..%s_n).map(|i| h2p(K::%s, *%s.add(i)).unwrap_or(null_of(K::%s))).collect();" % (n, n, kind, n, kind))
-            args.append("if %s.is_null() { std::ptr::null_mut() } else { %s_o.as_mut_ptr() }" % (n, n))
+            args.append("if %s { std::ptr::null_mut() } else { %s_o.as_mut_ptr() }" % (absent, n))
             if k == "handle_array_inout":
                 post.append("    for i in 0..%s_n { *%s.add(i) = p2h_out(K::%s, Some(*%s.add(i)), %s_o[i]); }" % (n, n, kind, n, n))
             if k == "handle_array_out":

@@ -1588,6 +1588,12 @@ pub(super) const E_ARRAY_OF_DISTRIBS: &[(c_int, c_int)] = &[
 pub(super) const E_ARRAY_OF_DARGS: &[(c_int, c_int)] = &[
     (-49767, -1), // MPI_DISTRIBUTE_DFLT_DARG
 ];
+/// `typeclass`: (MPICH's value, Open MPI's) of MPI_TYPECLASS_INTEGER, MPI_TYPECLASS_REAL, MPI_TYPECLASS_COMPLEX.
+pub(super) const E_TYPECLASS: &[(c_int, c_int)] = &[
+    (2, 1), // MPI_TYPECLASS_INTEGER
+    (1, 2), // MPI_TYPECLASS_REAL
+    (3, 3), // MPI_TYPECLASS_COMPLEX
+];
 /// `MPI_Topo_test: status`: (MPICH's value, Open MPI's) of MPI_GRAPH, MPI_CART, MPI_DIST_GRAPH.
 pub(super) const E_STATUS: &[(c_int, c_int)] = &[
     (1, 2), // MPI_GRAPH
@@ -1735,7 +1741,7 @@ pub(super) unsafe extern "C" fn MPI_Allgather(sendbuf: *const c_void, sendcount:
         let Some(sendtype_o) = h2p(K::Datatype, sendtype) else { return bad_handle(K::Datatype, "MPI_Allgather") };
         let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Allgather") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Allgather") };
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcount, recvtype_o, comm_o);
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, comm_o);
         rc_back(rc)
     }
 }
@@ -1748,7 +1754,7 @@ pub(super) unsafe extern "C" fn MPI_Allgatherv(sendbuf: *const c_void, sendcount
         let Some(sendtype_o) = h2p(K::Datatype, sendtype) else { return bad_handle(K::Datatype, "MPI_Allgatherv") };
         let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Allgatherv") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Allgatherv") };
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcounts, displs, recvtype_o, comm_o);
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcounts, displs, recvtype_o, comm_o);
         rc_back(rc)
     }
 }
@@ -1772,7 +1778,7 @@ pub(super) unsafe extern "C" fn MPI_Allreduce(sendbuf: *const c_void, recvbuf: *
         let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_Allreduce") };
         let Some(op_o) = h2p(K::Op, op) else { return bad_handle(K::Op, "MPI_Allreduce") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Allreduce") };
-        let rc = f(inplace(sendbuf), recvbuf, count, datatype_o, op_o, comm_o);
+        let rc = f(inplace(sendbuf), inplace(recvbuf) as *mut c_void, count, datatype_o, op_o, comm_o);
         rc_back(rc)
     }
 }
@@ -1785,7 +1791,7 @@ pub(super) unsafe extern "C" fn MPI_Alltoall(sendbuf: *const c_void, sendcount: 
         let Some(sendtype_o) = h2p(K::Datatype, sendtype) else { return bad_handle(K::Datatype, "MPI_Alltoall") };
         let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Alltoall") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Alltoall") };
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcount, recvtype_o, comm_o);
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, comm_o);
         rc_back(rc)
     }
 }
@@ -1798,7 +1804,7 @@ pub(super) unsafe extern "C" fn MPI_Alltoallv(sendbuf: *const c_void, sendcounts
         let Some(sendtype_o) = h2p(K::Datatype, sendtype) else { return bad_handle(K::Datatype, "MPI_Alltoallv") };
         let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Alltoallv") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Alltoallv") };
-        let rc = f(inplace(sendbuf), sendcounts, sdispls, sendtype_o, recvbuf, recvcounts, rdispls, recvtype_o, comm_o);
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, sendtype_o, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, recvtype_o, comm_o);
         rc_back(rc)
     }
 }
@@ -1808,12 +1814,12 @@ pub(super) unsafe extern "C" fn MPI_Alltoallw(sendbuf: *const c_void, sendcounts
     // Open MPI's entry point of that name with the C signature of its mpi.h.
     unsafe {
         let Some(f) = fns().MPI_Alltoallw else { return not_in_library("MPI_Alltoallw") as c_int };
-        let sendtypes_n = if sendtypes.is_null() { 0 } else { comm_len(comm) };
+        let sendtypes_n = if sendtypes.is_null() || sendbuf as isize == -1 { 0 } else { comm_len(comm) };
         let mut sendtypes_o: Vec<P> = (0..sendtypes_n).map(|i| h2p(K::Datatype, *sendtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
         let recvtypes_n = if recvtypes.is_null() { 0 } else { comm_len(comm) };
         let mut recvtypes_o: Vec<P> = (0..recvtypes_n).map(|i| h2p(K::Datatype, *recvtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Alltoallw") };
-        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, recvbuf, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o);
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() || sendbuf as isize == -1 { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o);
         rc_back(rc)
     }
 }
@@ -2593,7 +2599,7 @@ pub(super) unsafe extern "C" fn MPI_Exscan(sendbuf: *const c_void, recvbuf: *mut
         let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_Exscan") };
         let Some(op_o) = h2p(K::Op, op) else { return bad_handle(K::Op, "MPI_Exscan") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Exscan") };
-        let rc = f(inplace(sendbuf), recvbuf, count, datatype_o, op_o, comm_o);
+        let rc = f(inplace(sendbuf), inplace(recvbuf) as *mut c_void, count, datatype_o, op_o, comm_o);
         rc_back(rc)
     }
 }
@@ -3419,7 +3425,7 @@ pub(super) unsafe extern "C" fn MPI_Gather(sendbuf: *const c_void, sendcount: c_
         let Some(sendtype_o) = h2p(K::Datatype, sendtype) else { return bad_handle(K::Datatype, "MPI_Gather") };
         let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Gather") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Gather") };
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcount, recvtype_o, rank_in(root), comm_o);
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, rank_in(root), comm_o);
         rc_back(rc)
     }
 }
@@ -3432,7 +3438,7 @@ pub(super) unsafe extern "C" fn MPI_Gatherv(sendbuf: *const c_void, sendcount: c
         let Some(sendtype_o) = h2p(K::Datatype, sendtype) else { return bad_handle(K::Datatype, "MPI_Gatherv") };
         let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Gatherv") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Gatherv") };
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcounts, displs, recvtype_o, rank_in(root), comm_o);
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcounts, displs, recvtype_o, rank_in(root), comm_o);
         rc_back(rc)
     }
 }
@@ -3813,7 +3819,7 @@ pub(super) unsafe extern "C" fn MPI_Iallgather(sendbuf: *const c_void, sendcount
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Iallgather") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcount, recvtype_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -3831,7 +3837,7 @@ pub(super) unsafe extern "C" fn MPI_Iallgatherv(sendbuf: *const c_void, sendcoun
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Iallgatherv") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcounts, displs, recvtype_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcounts, displs, recvtype_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -3849,7 +3855,7 @@ pub(super) unsafe extern "C" fn MPI_Iallreduce(sendbuf: *const c_void, recvbuf: 
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Iallreduce") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), recvbuf, count, datatype_o, op_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), inplace(recvbuf) as *mut c_void, count, datatype_o, op_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -3867,7 +3873,7 @@ pub(super) unsafe extern "C" fn MPI_Ialltoall(sendbuf: *const c_void, sendcount:
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Ialltoall") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcount, recvtype_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -3885,7 +3891,7 @@ pub(super) unsafe extern "C" fn MPI_Ialltoallv(sendbuf: *const c_void, sendcount
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Ialltoallv") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcounts, sdispls, sendtype_o, recvbuf, recvcounts, rdispls, recvtype_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, sendtype_o, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, recvtype_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -3898,14 +3904,14 @@ pub(super) unsafe extern "C" fn MPI_Ialltoallw(sendbuf: *const c_void, sendcount
     // Open MPI's entry point of that name with the C signature of its mpi.h.
     unsafe {
         let Some(f) = fns().MPI_Ialltoallw else { return not_in_library("MPI_Ialltoallw") as c_int };
-        let sendtypes_n = if sendtypes.is_null() { 0 } else { comm_len(comm) };
+        let sendtypes_n = if sendtypes.is_null() || sendbuf as isize == -1 { 0 } else { comm_len(comm) };
         let mut sendtypes_o: Vec<P> = (0..sendtypes_n).map(|i| h2p(K::Datatype, *sendtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
         let recvtypes_n = if recvtypes.is_null() { 0 } else { comm_len(comm) };
         let mut recvtypes_o: Vec<P> = (0..recvtypes_n).map(|i| h2p(K::Datatype, *recvtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Ialltoallw") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, recvbuf, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() || sendbuf as isize == -1 { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -3973,7 +3979,7 @@ pub(super) unsafe extern "C" fn MPI_Iexscan(sendbuf: *const c_void, recvbuf: *mu
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Iexscan") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), recvbuf, count, datatype_o, op_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), inplace(recvbuf) as *mut c_void, count, datatype_o, op_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -3991,7 +3997,7 @@ pub(super) unsafe extern "C" fn MPI_Igather(sendbuf: *const c_void, sendcount: c
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Igather") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcount, recvtype_o, rank_in(root), comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, rank_in(root), comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -4009,7 +4015,7 @@ pub(super) unsafe extern "C" fn MPI_Igatherv(sendbuf: *const c_void, sendcount: 
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Igatherv") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcounts, displs, recvtype_o, rank_in(root), comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcounts, displs, recvtype_o, rank_in(root), comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -4064,7 +4070,7 @@ pub(super) unsafe extern "C" fn MPI_Ineighbor_allgather(sendbuf: *const c_void, 
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Ineighbor_allgather") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcount, recvtype_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -4082,7 +4088,7 @@ pub(super) unsafe extern "C" fn MPI_Ineighbor_allgatherv(sendbuf: *const c_void,
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Ineighbor_allgatherv") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcounts, displs, recvtype_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcounts, displs, recvtype_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -4100,7 +4106,7 @@ pub(super) unsafe extern "C" fn MPI_Ineighbor_alltoall(sendbuf: *const c_void, s
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Ineighbor_alltoall") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcount, recvtype_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -4118,7 +4124,7 @@ pub(super) unsafe extern "C" fn MPI_Ineighbor_alltoallv(sendbuf: *const c_void, 
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Ineighbor_alltoallv") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcounts, sdispls, sendtype_o, recvbuf, recvcounts, rdispls, recvtype_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, sendtype_o, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, recvtype_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -4343,7 +4349,7 @@ pub(super) unsafe extern "C" fn MPI_Ireduce(sendbuf: *const c_void, recvbuf: *mu
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Ireduce") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), recvbuf, count, datatype_o, op_o, rank_in(root), comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), inplace(recvbuf) as *mut c_void, count, datatype_o, op_o, rank_in(root), comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -4361,7 +4367,7 @@ pub(super) unsafe extern "C" fn MPI_Ireduce_scatter(sendbuf: *const c_void, recv
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Ireduce_scatter") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), recvbuf, recvcounts, datatype_o, op_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), inplace(recvbuf) as *mut c_void, recvcounts, datatype_o, op_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -4379,7 +4385,7 @@ pub(super) unsafe extern "C" fn MPI_Ireduce_scatter_block(sendbuf: *const c_void
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Ireduce_scatter_block") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), recvbuf, recvcount, datatype_o, op_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), inplace(recvbuf) as *mut c_void, recvcount, datatype_o, op_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -4424,7 +4430,7 @@ pub(super) unsafe extern "C" fn MPI_Iscan(sendbuf: *const c_void, recvbuf: *mut 
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Iscan") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), recvbuf, count, datatype_o, op_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), inplace(recvbuf) as *mut c_void, count, datatype_o, op_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -4442,7 +4448,7 @@ pub(super) unsafe extern "C" fn MPI_Iscatter(sendbuf: *const c_void, sendcount: 
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Iscatter") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcount, recvtype_o, rank_in(root), comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, rank_in(root), comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -4460,7 +4466,7 @@ pub(super) unsafe extern "C" fn MPI_Iscatterv(sendbuf: *const c_void, sendcounts
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Iscatterv") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcounts, displs, sendtype_o, recvbuf, recvcount, recvtype_o, rank_in(root), comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcounts, displs, sendtype_o, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, rank_in(root), comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -4570,7 +4576,7 @@ pub(super) unsafe extern "C" fn MPI_Neighbor_allgather(sendbuf: *const c_void, s
         let Some(sendtype_o) = h2p(K::Datatype, sendtype) else { return bad_handle(K::Datatype, "MPI_Neighbor_allgather") };
         let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Neighbor_allgather") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Neighbor_allgather") };
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcount, recvtype_o, comm_o);
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, comm_o);
         rc_back(rc)
     }
 }
@@ -4583,7 +4589,7 @@ pub(super) unsafe extern "C" fn MPI_Neighbor_allgatherv(sendbuf: *const c_void, 
         let Some(sendtype_o) = h2p(K::Datatype, sendtype) else { return bad_handle(K::Datatype, "MPI_Neighbor_allgatherv") };
         let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Neighbor_allgatherv") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Neighbor_allgatherv") };
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcounts, displs, recvtype_o, comm_o);
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcounts, displs, recvtype_o, comm_o);
         rc_back(rc)
     }
 }
@@ -4596,7 +4602,7 @@ pub(super) unsafe extern "C" fn MPI_Neighbor_alltoall(sendbuf: *const c_void, se
         let Some(sendtype_o) = h2p(K::Datatype, sendtype) else { return bad_handle(K::Datatype, "MPI_Neighbor_alltoall") };
         let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Neighbor_alltoall") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Neighbor_alltoall") };
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcount, recvtype_o, comm_o);
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, comm_o);
         rc_back(rc)
     }
 }
@@ -4609,7 +4615,7 @@ pub(super) unsafe extern "C" fn MPI_Neighbor_alltoallv(sendbuf: *const c_void, s
         let Some(sendtype_o) = h2p(K::Datatype, sendtype) else { return bad_handle(K::Datatype, "MPI_Neighbor_alltoallv") };
         let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Neighbor_alltoallv") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Neighbor_alltoallv") };
-        let rc = f(inplace(sendbuf), sendcounts, sdispls, sendtype_o, recvbuf, recvcounts, rdispls, recvtype_o, comm_o);
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, sendtype_o, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, recvtype_o, comm_o);
         rc_back(rc)
     }
 }
@@ -4806,7 +4812,7 @@ pub(super) unsafe extern "C" fn MPI_Reduce(sendbuf: *const c_void, recvbuf: *mut
         let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_Reduce") };
         let Some(op_o) = h2p(K::Op, op) else { return bad_handle(K::Op, "MPI_Reduce") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Reduce") };
-        let rc = f(inplace(sendbuf), recvbuf, count, datatype_o, op_o, rank_in(root), comm_o);
+        let rc = f(inplace(sendbuf), inplace(recvbuf) as *mut c_void, count, datatype_o, op_o, rank_in(root), comm_o);
         rc_back(rc)
     }
 }
@@ -4831,7 +4837,7 @@ pub(super) unsafe extern "C" fn MPI_Reduce_scatter(sendbuf: *const c_void, recvb
         let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_Reduce_scatter") };
         let Some(op_o) = h2p(K::Op, op) else { return bad_handle(K::Op, "MPI_Reduce_scatter") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Reduce_scatter") };
-        let rc = f(inplace(sendbuf), recvbuf, recvcounts, datatype_o, op_o, comm_o);
+        let rc = f(inplace(sendbuf), inplace(recvbuf) as *mut c_void, recvcounts, datatype_o, op_o, comm_o);
         rc_back(rc)
     }
 }
@@ -4844,7 +4850,7 @@ pub(super) unsafe extern "C" fn MPI_Reduce_scatter_block(sendbuf: *const c_void,
         let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_Reduce_scatter_block") };
         let Some(op_o) = h2p(K::Op, op) else { return bad_handle(K::Op, "MPI_Reduce_scatter_block") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Reduce_scatter_block") };
-        let rc = f(inplace(sendbuf), recvbuf, recvcount, datatype_o, op_o, comm_o);
+        let rc = f(inplace(sendbuf), inplace(recvbuf) as *mut c_void, recvcount, datatype_o, op_o, comm_o);
         rc_back(rc)
     }
 }
@@ -4972,7 +4978,7 @@ pub(super) unsafe extern "C" fn MPI_Scan(sendbuf: *const c_void, recvbuf: *mut c
         let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_Scan") };
         let Some(op_o) = h2p(K::Op, op) else { return bad_handle(K::Op, "MPI_Scan") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Scan") };
-        let rc = f(inplace(sendbuf), recvbuf, count, datatype_o, op_o, comm_o);
+        let rc = f(inplace(sendbuf), inplace(recvbuf) as *mut c_void, count, datatype_o, op_o, comm_o);
         rc_back(rc)
     }
 }
@@ -4985,7 +4991,7 @@ pub(super) unsafe extern "C" fn MPI_Scatter(sendbuf: *const c_void, sendcount: c
         let Some(sendtype_o) = h2p(K::Datatype, sendtype) else { return bad_handle(K::Datatype, "MPI_Scatter") };
         let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Scatter") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Scatter") };
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcount, recvtype_o, rank_in(root), comm_o);
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, rank_in(root), comm_o);
         rc_back(rc)
     }
 }
@@ -4998,7 +5004,7 @@ pub(super) unsafe extern "C" fn MPI_Scatterv(sendbuf: *const c_void, sendcounts:
         let Some(sendtype_o) = h2p(K::Datatype, sendtype) else { return bad_handle(K::Datatype, "MPI_Scatterv") };
         let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Scatterv") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Scatterv") };
-        let rc = f(inplace(sendbuf), sendcounts, displs, sendtype_o, recvbuf, recvcount, recvtype_o, rank_in(root), comm_o);
+        let rc = f(inplace(sendbuf), sendcounts, displs, sendtype_o, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, rank_in(root), comm_o);
         rc_back(rc)
     }
 }
@@ -5041,7 +5047,7 @@ pub(super) unsafe extern "C" fn MPI_Sendrecv(sendbuf: *const c_void, sendcount: 
         let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Sendrecv") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Sendrecv") };
         let mut status_o = status_in(status);
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, rank_in(dest), sendtag, recvbuf, recvcount, recvtype_o, rank_in(source), recvtag, comm_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, rank_in(dest), sendtag, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, rank_in(source), recvtag, comm_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
         if rc == 0 {
             if !ignored(status) { *status = status_out(&status_o); }
         }
@@ -5663,7 +5669,7 @@ pub(super) unsafe extern "C" fn MPI_Type_match_size(typeclass: c_int, size: c_in
         let Some(f) = fns().MPI_Type_match_size else { return not_in_library("MPI_Type_match_size") as c_int };
         let datatype_in = if datatype.is_null() { None } else { Some(*datatype) };
         let mut datatype_o = datatype_in.map_or(null_of(K::Datatype), |h| h2p(K::Datatype, h).unwrap_or(null_of(K::Datatype)));
-        let rc = f(typeclass, size, if datatype.is_null() { std::ptr::null_mut() } else { &mut datatype_o });
+        let rc = f(enum_in(E_TYPECLASS, typeclass), size, if datatype.is_null() { std::ptr::null_mut() } else { &mut datatype_o });
         if rc == 0 {
             if !datatype.is_null() { *datatype = p2h_out(K::Datatype, datatype_in, datatype_o); }
         }
