@@ -41,6 +41,7 @@ pub enum K {
     Win = 8,
     Request = 11,
     Message = 12,
+    Session = 14,
 }
 
 /// `MPI_Status` of Open MPI (4.1 and 5.0).
@@ -145,6 +146,7 @@ fn bad_handle(k: K, name: &str) -> c_int {
         K::Win => abi::MPI_ERR_WIN,
         K::Info => abi::MPI_ERR_INFO,
         K::Errhandler => abi::MPI_ERR_ARG,
+        K::Session => abi::MPI_ERR_SESSION,
     }
 }
 
