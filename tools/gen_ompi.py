@@ -317,6 +317,7 @@ HAND = {
     "MPI_Win_create_errhandler": "error handler: a trampoline converts the window and code",
     "MPI_File_create_errhandler": "error handler: a trampoline converts the file and code",
     "MPI_Errhandler_create": "error handler: a trampoline converts the communicator and code",
+    "MPI_Session_create_errhandler": "error handler: a trampoline converts the session and code",
     "MPI_Grequest_start": "query callback receives a status: a trampoline converts it",
     "MPI_Dist_graph_create": "MPI_UNWEIGHTED and MPI_WEIGHTS_EMPTY are other addresses",
     "MPI_Dist_graph_create_adjacent": "MPI_UNWEIGHTED and MPI_WEIGHTS_EMPTY are other addresses",

@@ -35,10 +35,14 @@ KINDS = {"MPI_Comm": "Comm", "MPI_Group": "Group", "MPI_Datatype": "Datatype", "
 RANK_ARGS = {"source", "dest", "root", "target_rank", "rank", "local_leader", "remote_leader"}
 # Arguments whose values are constants that differ and are not translated yet. (A keyval
 # passed by pointer is one the program made: MPI_*_create_keyval takes callbacks, not adapted.)
+# (Weights pass unchanged: the core gives the library's own MPI_UNWEIGHTED and
+# MPI_WEIGHTS_EMPTY, `lower::real_sentinel`, which are Open MPI's macros here, `ompi::sentinel`.)
 UNTRANSLATED = {
-    "type_keyval": "attribute keys of datatypes", "sourceweights": "MPI_UNWEIGHTED",
-    "destweights": "MPI_UNWEIGHTED", "weights": "MPI_UNWEIGHTED", "array_of_errcodes": "error codes",
+    "type_keyval": "attribute keys of datatypes", "array_of_errcodes": "error codes",
 }
+# Adapters written by hand in shim/src/lower/ompi/callbacks.rs: the core's callbacks, which
+# Open MPI would call with its own handles and status, go through trampolines.
+HAND = {"MPI_Op_create", "MPI_Grequest_start"}
 # Integer arguments (by value, out through a pointer, or arrays of `ndims`) whose values are
 # constants that differ: parameter name -> the constants (shim/api/ompi-abi.json) translated;
 # any other value passes unchanged (MPI_UNDEFINED is the same in both).
@@ -111,6 +115,9 @@ def classify(fn, ofn):
             elif p["ptr"] == 1 and n in ("sendtypes", "recvtypes") and "neighbor" not in fn["name"].lower():
                 # (all)toallw: one per rank of the communicator (its remote group if inter)
                 out.append(("handle_array_in", (KINDS[b], "comm_len(comm)")))
+            elif p["ptr"] == 1 and n in ("sendtypes", "recvtypes"):
+                # neighborhood alltoallw: one per neighbor (the out-degree for sendtypes)
+                out.append(("handle_array_in", (KINDS[b], "neighbor_len(comm, %s)" % ("true" if n == "sendtypes" else "false"))))
             elif p["ptr"] == 1 and n == "array_of_datatypes" and "max_datatypes" in names and not p["const"]:
                 out.append(("handle_array_out", (KINDS[b], "max_datatypes.max(0) as usize")))
             else:
@@ -349,6 +356,9 @@ def generate(out_dir):
         if o is None:
             refused.append((fn["name"], "not in Open MPI's mpi.h"))
             continue
+        if fn["name"] in HAND:
+            adapted.append((fn, o, None))
+            continue
         k = classify(fn, o)
         if isinstance(k, str):
             refused.append((fn["name"], k))
@@ -379,7 +389,7 @@ def generate(out_dir):
           "pub fn adapters() -> RealFns {",
           "    let mut r = RealFns::resolve(&|_| std::ptr::null_mut());"]
     for fn, _, _ in adapted + narrow:
-        s.append("    r.%s = Some(%s);" % (fn["name"], fn["name"]))
+        s.append("    r.%s = Some(%s%s);" % (fn["name"], "super::callbacks::" if fn["name"] in HAND else "", fn["name"]))
     s += ["    r", "}", "",
           "/// Functions of the MPICH-ABI table not adapted to Open MPI yet, and why.",
           "pub const NOT_ADAPTED: &[(&str, &str)] = &["]
@@ -401,6 +411,8 @@ def generate(out_dir):
         for c in names_:
             s.append("    (%d, %d), // %s" % (consts[c]["mpich"], consts[c]["ompi"], c))
         s.append("];")
+    s += ["", "/// Open MPI's MPI_ERR_LASTCODE: the classes and codes above it are the program's.",
+          "pub(super) const ERR_LASTCODE: c_int = %d;" % consts["MPI_ERR_LASTCODE"]["ompi"]]
     s += ["", "/// Error classes: (Open MPI's, MPICH's), where they differ.",
           "pub const ERROR_CLASSES: &[(c_int, c_int)] = &["]
     for c in om["constants"]:
@@ -408,7 +420,8 @@ def generate(out_dir):
             s.append("    (%d, %d), // %s" % (c["ompi"], c["mpich"], c["name"]))
     s += ["];", ""]
     for fn, _, k in adapted:
-        s.append(adapter(fn, k))
+        if k is not None:
+            s.append(adapter(fn, k))
         s.append("")
     s.append("// Large-count variants Open MPI lacks: the int variant's adapter when the counts fit.")
     s.append("")

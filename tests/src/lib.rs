@@ -108,12 +108,6 @@ impl Flavor {
                 "env_info" => Some("Open MPI 5.0 fails it natively (MPI_Get_library_version's length is not the string's), so there is no oracle"),
                 "ckpt_part" => Some("Open MPI 5.0 fails it natively (partitioned receives get wrong data), so there is no oracle"),
                 "ckpt_pcoll" if ranks > 1 => Some("Open MPI 5.0 fails it natively at 2+ ranks (a persistent broadcast gets wrong data), so there is no oracle"),
-                "coll_persistent" | "ckpt_pcoll" | "ckpt_sessions" | "ckpt_sessions_only" | "ckpt_sessions_after" => Some("calls MPI 4.0 functions (persistent collectives, sessions) that the Open MPI face does not export yet (its table is Open MPI 4.1's mpi.h): the call reaches the uninitialised libmpi.so.40 the program is linked to"),
-                "user_ops" | "app_mixed" => Some("MPI_Op_create: reduction callbacks are not adapted to Open MPI underneath yet"),
-                "requests" => Some("MPI_Grequest_start: generalized-request callbacks are not adapted to Open MPI underneath yet"),
-                "topology" | "coll_neighbor" => Some("MPI_Dist_graph_create(_adjacent) with MPI_UNWEIGHTED and MPI_Neighbor_alltoallw are not adapted to Open MPI underneath yet"),
-                "ckpt_dtype" => Some("a user error class added under the shim reads back as another class (MPI_Add_error_class/MPI_Error_class through the adapter): not resolved yet"),
-                "status_error" => Some("under the shim MPI_Testall and MPI_Waitsome keep MPI_ERROR where Open MPI 5.0 natively sets it to MPI_SUCCESS (MPI leaves it open): not resolved yet"),
                 _ => None,
             };
         }

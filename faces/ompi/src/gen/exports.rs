@@ -5445,11 +5445,11 @@ pub unsafe extern "C" fn PMPI_Session_call_errhandler(session: OHandle, errorcod
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_create_errhandler(session_errhandler_fn: *mut c_void, errhandler: *mut OHandle) -> c_int {
-    { let _ = (session_errhandler_fn, errhandler,); conv::unsupported("MPI_Session_create_errhandler", "a callback the program gives") }
+    conv::err_out(ffi_boundary!("MPI_Session_create_errhandler", c_int, crate::hand::MPI_Session_create_errhandler(session_errhandler_fn, errhandler)))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_create_errhandler(session_errhandler_fn: *mut c_void, errhandler: *mut OHandle) -> c_int {
-    { let _ = (session_errhandler_fn, errhandler,); conv::unsupported("MPI_Session_create_errhandler", "a callback the program gives") }
+    conv::err_out(ffi_boundary!("MPI_Session_create_errhandler", c_int, crate::hand::MPI_Session_create_errhandler(session_errhandler_fn, errhandler)))
 }
 
 #[no_mangle]

@@ -85,6 +85,9 @@ pub struct OmpiFns {
     pub MPI_Comm_test_inter: Option<unsafe extern "C" fn(P, *mut c_int) -> c_int>,
     pub MPI_Compare_and_swap: Option<unsafe extern "C" fn(*const c_void, *const c_void, *mut c_void, P, c_int, MPI_Aint, P) -> c_int>,
     pub MPI_Dims_create: Option<unsafe extern "C" fn(c_int, c_int, *mut c_int) -> c_int>,
+    pub MPI_Dist_graph_create: Option<unsafe extern "C" fn(P, c_int, *const c_int, *const c_int, *const c_int, *const c_int, P, c_int, *mut P) -> c_int>,
+    pub MPI_Dist_graph_create_adjacent: Option<unsafe extern "C" fn(P, c_int, *const c_int, *const c_int, c_int, *const c_int, *const c_int, P, c_int, *mut P) -> c_int>,
+    pub MPI_Dist_graph_neighbors: Option<unsafe extern "C" fn(P, c_int, *mut c_int, *mut c_int, c_int, *mut c_int, *mut c_int) -> c_int>,
     pub MPI_Dist_graph_neighbors_count: Option<unsafe extern "C" fn(P, *mut c_int, *mut c_int, *mut c_int) -> c_int>,
     pub MPI_Errhandler_free: Option<unsafe extern "C" fn(*mut P) -> c_int>,
     pub MPI_Errhandler_get: Option<unsafe extern "C" fn(P, *mut P) -> c_int>,
@@ -175,6 +178,7 @@ pub struct OmpiFns {
     pub MPI_Graph_neighbors_count: Option<unsafe extern "C" fn(P, c_int, *mut c_int) -> c_int>,
     pub MPI_Graphdims_get: Option<unsafe extern "C" fn(P, *mut c_int, *mut c_int) -> c_int>,
     pub MPI_Grequest_complete: Option<unsafe extern "C" fn(P) -> c_int>,
+    pub MPI_Grequest_start: Option<unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *mut c_void, *mut P) -> c_int>,
     pub MPI_Group_compare: Option<unsafe extern "C" fn(P, P, *mut c_int) -> c_int>,
     pub MPI_Group_difference: Option<unsafe extern "C" fn(P, P, *mut P) -> c_int>,
     pub MPI_Group_excl: Option<unsafe extern "C" fn(P, c_int, *const c_int, *mut P) -> c_int>,
@@ -206,6 +210,7 @@ pub struct OmpiFns {
     pub MPI_Ineighbor_allgatherv: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, *const c_int, *const c_int, P, P, *mut P) -> c_int>,
     pub MPI_Ineighbor_alltoall: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, c_int, P, P, *mut P) -> c_int>,
     pub MPI_Ineighbor_alltoallv: Option<unsafe extern "C" fn(*const c_void, *const c_int, *const c_int, P, *mut c_void, *const c_int, *const c_int, P, P, *mut P) -> c_int>,
+    pub MPI_Ineighbor_alltoallw: Option<unsafe extern "C" fn(*const c_void, *const c_int, *const MPI_Aint, *const P, *mut c_void, *const c_int, *const MPI_Aint, *const P, P, *mut P) -> c_int>,
     pub MPI_Info_create: Option<unsafe extern "C" fn(*mut P) -> c_int>,
     pub MPI_Info_create_env: Option<unsafe extern "C" fn(c_int, *mut *mut c_char, *mut P) -> c_int>,
     pub MPI_Info_delete: Option<unsafe extern "C" fn(P, *const c_char) -> c_int>,
@@ -249,7 +254,10 @@ pub struct OmpiFns {
     pub MPI_Neighbor_alltoall_init: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, c_int, P, P, P, *mut P) -> c_int>,
     pub MPI_Neighbor_alltoallv: Option<unsafe extern "C" fn(*const c_void, *const c_int, *const c_int, P, *mut c_void, *const c_int, *const c_int, P, P) -> c_int>,
     pub MPI_Neighbor_alltoallv_init: Option<unsafe extern "C" fn(*const c_void, *const c_int, *const c_int, P, *mut c_void, *const c_int, *const c_int, P, P, P, *mut P) -> c_int>,
+    pub MPI_Neighbor_alltoallw: Option<unsafe extern "C" fn(*const c_void, *const c_int, *const MPI_Aint, *const P, *mut c_void, *const c_int, *const MPI_Aint, *const P, P) -> c_int>,
+    pub MPI_Neighbor_alltoallw_init: Option<unsafe extern "C" fn(*const c_void, *const c_int, *const MPI_Aint, *const P, *mut c_void, *const c_int, *const MPI_Aint, *const P, P, P, *mut P) -> c_int>,
     pub MPI_Op_commutative: Option<unsafe extern "C" fn(P, *mut c_int) -> c_int>,
+    pub MPI_Op_create: Option<unsafe extern "C" fn(*mut c_void, c_int, *mut P) -> c_int>,
     pub MPI_Op_free: Option<unsafe extern "C" fn(*mut P) -> c_int>,
     pub MPI_Open_port: Option<unsafe extern "C" fn(P, *mut c_char) -> c_int>,
     pub MPI_Pack: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, c_int, *mut c_int, P) -> c_int>,
@@ -477,6 +485,9 @@ impl OmpiFns {
                 MPI_Comm_test_inter: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_test_inter\0", "MPI_Comm_test_inter\0")),
                 MPI_Compare_and_swap: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Compare_and_swap\0", "MPI_Compare_and_swap\0")),
                 MPI_Dims_create: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Dims_create\0", "MPI_Dims_create\0")),
+                MPI_Dist_graph_create: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Dist_graph_create\0", "MPI_Dist_graph_create\0")),
+                MPI_Dist_graph_create_adjacent: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Dist_graph_create_adjacent\0", "MPI_Dist_graph_create_adjacent\0")),
+                MPI_Dist_graph_neighbors: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Dist_graph_neighbors\0", "MPI_Dist_graph_neighbors\0")),
                 MPI_Dist_graph_neighbors_count: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Dist_graph_neighbors_count\0", "MPI_Dist_graph_neighbors_count\0")),
                 MPI_Errhandler_free: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Errhandler_free\0", "MPI_Errhandler_free\0")),
                 MPI_Errhandler_get: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Errhandler_get\0", "MPI_Errhandler_get\0")),
@@ -567,6 +578,7 @@ impl OmpiFns {
                 MPI_Graph_neighbors_count: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Graph_neighbors_count\0", "MPI_Graph_neighbors_count\0")),
                 MPI_Graphdims_get: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Graphdims_get\0", "MPI_Graphdims_get\0")),
                 MPI_Grequest_complete: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Grequest_complete\0", "MPI_Grequest_complete\0")),
+                MPI_Grequest_start: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Grequest_start\0", "MPI_Grequest_start\0")),
                 MPI_Group_compare: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Group_compare\0", "MPI_Group_compare\0")),
                 MPI_Group_difference: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Group_difference\0", "MPI_Group_difference\0")),
                 MPI_Group_excl: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Group_excl\0", "MPI_Group_excl\0")),
@@ -598,6 +610,7 @@ impl OmpiFns {
                 MPI_Ineighbor_allgatherv: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Ineighbor_allgatherv\0", "MPI_Ineighbor_allgatherv\0")),
                 MPI_Ineighbor_alltoall: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Ineighbor_alltoall\0", "MPI_Ineighbor_alltoall\0")),
                 MPI_Ineighbor_alltoallv: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Ineighbor_alltoallv\0", "MPI_Ineighbor_alltoallv\0")),
+                MPI_Ineighbor_alltoallw: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Ineighbor_alltoallw\0", "MPI_Ineighbor_alltoallw\0")),
                 MPI_Info_create: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Info_create\0", "MPI_Info_create\0")),
                 MPI_Info_create_env: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Info_create_env\0", "MPI_Info_create_env\0")),
                 MPI_Info_delete: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Info_delete\0", "MPI_Info_delete\0")),
@@ -641,7 +654,10 @@ impl OmpiFns {
                 MPI_Neighbor_alltoall_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Neighbor_alltoall_init\0", "MPI_Neighbor_alltoall_init\0")),
                 MPI_Neighbor_alltoallv: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Neighbor_alltoallv\0", "MPI_Neighbor_alltoallv\0")),
                 MPI_Neighbor_alltoallv_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Neighbor_alltoallv_init\0", "MPI_Neighbor_alltoallv_init\0")),
+                MPI_Neighbor_alltoallw: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Neighbor_alltoallw\0", "MPI_Neighbor_alltoallw\0")),
+                MPI_Neighbor_alltoallw_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Neighbor_alltoallw_init\0", "MPI_Neighbor_alltoallw_init\0")),
                 MPI_Op_commutative: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Op_commutative\0", "MPI_Op_commutative\0")),
+                MPI_Op_create: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Op_create\0", "MPI_Op_create\0")),
                 MPI_Op_free: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Op_free\0", "MPI_Op_free\0")),
                 MPI_Open_port: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Open_port\0", "MPI_Open_port\0")),
                 MPI_Pack: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Pack\0", "MPI_Pack\0")),
@@ -874,6 +890,9 @@ pub fn adapters() -> RealFns {
     r.MPI_Comm_test_inter = Some(MPI_Comm_test_inter);
     r.MPI_Compare_and_swap = Some(MPI_Compare_and_swap);
     r.MPI_Dims_create = Some(MPI_Dims_create);
+    r.MPI_Dist_graph_create = Some(MPI_Dist_graph_create);
+    r.MPI_Dist_graph_create_adjacent = Some(MPI_Dist_graph_create_adjacent);
+    r.MPI_Dist_graph_neighbors = Some(MPI_Dist_graph_neighbors);
     r.MPI_Dist_graph_neighbors_count = Some(MPI_Dist_graph_neighbors_count);
     r.MPI_Errhandler_free = Some(MPI_Errhandler_free);
     r.MPI_Errhandler_get = Some(MPI_Errhandler_get);
@@ -964,6 +983,7 @@ pub fn adapters() -> RealFns {
     r.MPI_Graph_neighbors_count = Some(MPI_Graph_neighbors_count);
     r.MPI_Graphdims_get = Some(MPI_Graphdims_get);
     r.MPI_Grequest_complete = Some(MPI_Grequest_complete);
+    r.MPI_Grequest_start = Some(super::callbacks::MPI_Grequest_start);
     r.MPI_Group_compare = Some(MPI_Group_compare);
     r.MPI_Group_difference = Some(MPI_Group_difference);
     r.MPI_Group_excl = Some(MPI_Group_excl);
@@ -995,6 +1015,7 @@ pub fn adapters() -> RealFns {
     r.MPI_Ineighbor_allgatherv = Some(MPI_Ineighbor_allgatherv);
     r.MPI_Ineighbor_alltoall = Some(MPI_Ineighbor_alltoall);
     r.MPI_Ineighbor_alltoallv = Some(MPI_Ineighbor_alltoallv);
+    r.MPI_Ineighbor_alltoallw = Some(MPI_Ineighbor_alltoallw);
     r.MPI_Info_create = Some(MPI_Info_create);
     r.MPI_Info_create_env = Some(MPI_Info_create_env);
     r.MPI_Info_delete = Some(MPI_Info_delete);
@@ -1038,7 +1059,10 @@ pub fn adapters() -> RealFns {
     r.MPI_Neighbor_alltoall_init = Some(MPI_Neighbor_alltoall_init);
     r.MPI_Neighbor_alltoallv = Some(MPI_Neighbor_alltoallv);
     r.MPI_Neighbor_alltoallv_init = Some(MPI_Neighbor_alltoallv_init);
+    r.MPI_Neighbor_alltoallw = Some(MPI_Neighbor_alltoallw);
+    r.MPI_Neighbor_alltoallw_init = Some(MPI_Neighbor_alltoallw_init);
     r.MPI_Op_commutative = Some(MPI_Op_commutative);
+    r.MPI_Op_create = Some(super::callbacks::MPI_Op_create);
     r.MPI_Op_free = Some(MPI_Op_free);
     r.MPI_Open_port = Some(MPI_Open_port);
     r.MPI_Pack = Some(MPI_Pack);
@@ -1322,9 +1346,6 @@ pub const NOT_ADAPTED: &[(&str, &str)] = &[
     ("MPI_Comm_spawn", "array_of_errcodes (error codes) not translated yet"),
     ("MPI_Comm_spawn_multiple", "array_of_errcodes (error codes) not translated yet"),
     ("MPI_Comm_toint", "not in Open MPI's mpi.h"),
-    ("MPI_Dist_graph_create", "weights (MPI_UNWEIGHTED) not translated yet"),
-    ("MPI_Dist_graph_create_adjacent", "sourceweights (MPI_UNWEIGHTED) not translated yet"),
-    ("MPI_Dist_graph_neighbors", "sourceweights (MPI_UNWEIGHTED) not translated yet"),
     ("MPI_Errhandler_c2f", "Fortran or integer handle conversion"),
     ("MPI_Errhandler_create", "parameter comm_errhandler_fn differs in Open MPI"),
     ("MPI_Errhandler_f2c", "Fortran or integer handle conversion"),
@@ -1339,7 +1360,6 @@ pub const NOT_ADAPTED: &[(&str, &str)] = &[
     ("MPI_Gatherv_c", "large-count variant: recvcounts is not a single count"),
     ("MPI_Gatherv_init_c", "large-count variant: recvcounts is not a single count"),
     ("MPI_Get_hw_resource_info", "not in Open MPI's mpi.h"),
-    ("MPI_Grequest_start", "takes a callback (MPI_Grequest_query_function)"),
     ("MPI_Group_c2f", "Fortran or integer handle conversion"),
     ("MPI_Group_f2c", "Fortran or integer handle conversion"),
     ("MPI_Group_fromint", "not in Open MPI's mpi.h"),
@@ -1350,8 +1370,7 @@ pub const NOT_ADAPTED: &[(&str, &str)] = &[
     ("MPI_Igatherv_c", "large-count variant: recvcounts is not a single count"),
     ("MPI_Ineighbor_allgatherv_c", "large-count variant: recvcounts is not a single count"),
     ("MPI_Ineighbor_alltoallv_c", "large-count variant: sendcounts is not a single count"),
-    ("MPI_Ineighbor_alltoallw", "array of MPI_Datatype without a count"),
-    ("MPI_Ineighbor_alltoallw_c", "large-count variant of a function not adapted"),
+    ("MPI_Ineighbor_alltoallw_c", "large-count variant: sendcounts is not a single count"),
     ("MPI_Info_c2f", "Fortran or integer handle conversion"),
     ("MPI_Info_f2c", "Fortran or integer handle conversion"),
     ("MPI_Info_fromint", "not in Open MPI's mpi.h"),
@@ -1367,12 +1386,9 @@ pub const NOT_ADAPTED: &[(&str, &str)] = &[
     ("MPI_Neighbor_allgatherv_init_c", "large-count variant: recvcounts is not a single count"),
     ("MPI_Neighbor_alltoallv_c", "large-count variant: sendcounts is not a single count"),
     ("MPI_Neighbor_alltoallv_init_c", "large-count variant: sendcounts is not a single count"),
-    ("MPI_Neighbor_alltoallw", "array of MPI_Datatype without a count"),
-    ("MPI_Neighbor_alltoallw_c", "large-count variant of a function not adapted"),
-    ("MPI_Neighbor_alltoallw_init", "array of MPI_Datatype without a count"),
-    ("MPI_Neighbor_alltoallw_init_c", "large-count variant of a function not adapted"),
+    ("MPI_Neighbor_alltoallw_c", "large-count variant: sendcounts is not a single count"),
+    ("MPI_Neighbor_alltoallw_init_c", "large-count variant: sendcounts is not a single count"),
     ("MPI_Op_c2f", "Fortran or integer handle conversion"),
-    ("MPI_Op_create", "takes a callback (MPI_User_function)"),
     ("MPI_Op_create_c", "large-count variant of a function not adapted"),
     ("MPI_Op_f2c", "Fortran or integer handle conversion"),
     ("MPI_Op_fromint", "not in Open MPI's mpi.h"),
@@ -1692,6 +1708,9 @@ pub(super) const F_ASSERT: &[(c_int, c_int)] = &[
     (8192, 2), // MPI_MODE_NOPRECEDE
     (16384, 16), // MPI_MODE_NOSUCCEED
 ];
+
+/// Open MPI's MPI_ERR_LASTCODE: the classes and codes above it are the program's.
+pub(super) const ERR_LASTCODE: c_int = 92;
 
 /// Error classes: (Open MPI's, MPICH's), where they differ.
 pub const ERROR_CLASSES: &[(c_int, c_int)] = &[
@@ -2786,6 +2805,51 @@ pub(super) unsafe extern "C" fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dim
     unsafe {
         let Some(f) = fns().MPI_Dims_create else { return not_in_library("MPI_Dims_create") as c_int };
         let rc = f(nnodes, ndims, dims);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Dist_graph_create(comm_old: MPI_Comm, n: c_int, sources: *const c_int, degrees: *const c_int, destinations: *const c_int, weights: *const c_int, info: MPI_Info, reorder: c_int, comm_dist_graph: *mut MPI_Comm) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Dist_graph_create else { return not_in_library("MPI_Dist_graph_create") as c_int };
+        let Some(comm_old_o) = h2p(K::Comm, comm_old) else { return bad_handle(K::Comm, "MPI_Dist_graph_create") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Dist_graph_create") };
+        let comm_dist_graph_in = if comm_dist_graph.is_null() { None } else { Some(*comm_dist_graph) };
+        let mut comm_dist_graph_o = comm_dist_graph_in.map_or(null_of(K::Comm), |h| h2p(K::Comm, h).unwrap_or(null_of(K::Comm)));
+        let rc = f(comm_old_o, n, sources, degrees, destinations, weights, info_o, reorder, if comm_dist_graph.is_null() { std::ptr::null_mut() } else { &mut comm_dist_graph_o });
+        if rc == 0 {
+            if !comm_dist_graph.is_null() { *comm_dist_graph = p2h_out(K::Comm, comm_dist_graph_in, comm_dist_graph_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Dist_graph_create_adjacent(comm_old: MPI_Comm, indegree: c_int, sources: *const c_int, sourceweights: *const c_int, outdegree: c_int, destinations: *const c_int, destweights: *const c_int, info: MPI_Info, reorder: c_int, comm_dist_graph: *mut MPI_Comm) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Dist_graph_create_adjacent else { return not_in_library("MPI_Dist_graph_create_adjacent") as c_int };
+        let Some(comm_old_o) = h2p(K::Comm, comm_old) else { return bad_handle(K::Comm, "MPI_Dist_graph_create_adjacent") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Dist_graph_create_adjacent") };
+        let comm_dist_graph_in = if comm_dist_graph.is_null() { None } else { Some(*comm_dist_graph) };
+        let mut comm_dist_graph_o = comm_dist_graph_in.map_or(null_of(K::Comm), |h| h2p(K::Comm, h).unwrap_or(null_of(K::Comm)));
+        let rc = f(comm_old_o, indegree, sources, sourceweights, outdegree, destinations, destweights, info_o, reorder, if comm_dist_graph.is_null() { std::ptr::null_mut() } else { &mut comm_dist_graph_o });
+        if rc == 0 {
+            if !comm_dist_graph.is_null() { *comm_dist_graph = p2h_out(K::Comm, comm_dist_graph_in, comm_dist_graph_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Dist_graph_neighbors(comm: MPI_Comm, maxindegree: c_int, sources: *mut c_int, sourceweights: *mut c_int, maxoutdegree: c_int, destinations: *mut c_int, destweights: *mut c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Dist_graph_neighbors else { return not_in_library("MPI_Dist_graph_neighbors") as c_int };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Dist_graph_neighbors") };
+        let rc = f(comm_o, maxindegree, sources, sourceweights, maxoutdegree, destinations, destweights);
         rc_back(rc)
     }
 }
@@ -3962,6 +4026,7 @@ pub(super) unsafe extern "C" fn MPI_Grequest_complete(request: MPI_Request) -> c
     }
 }
 
+
 pub(super) unsafe extern "C" fn MPI_Group_compare(group1: MPI_Group, group2: MPI_Group, result: *mut c_int) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -4474,6 +4539,26 @@ pub(super) unsafe extern "C" fn MPI_Ineighbor_alltoallv(sendbuf: *const c_void, 
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
         let rc = f(inplace(sendbuf), sendcounts, sdispls, sendtype_o, recvbuf, recvcounts, rdispls, recvtype_o, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Ineighbor_alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Ineighbor_alltoallw else { return not_in_library("MPI_Ineighbor_alltoallw") as c_int };
+        let sendtypes_n = if sendtypes.is_null() { 0 } else { neighbor_len(comm, true) };
+        let mut sendtypes_o: Vec<P> = (0..sendtypes_n).map(|i| h2p(K::Datatype, *sendtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
+        let recvtypes_n = if recvtypes.is_null() { 0 } else { neighbor_len(comm, false) };
+        let mut recvtypes_o: Vec<P> = (0..recvtypes_n).map(|i| h2p(K::Datatype, *recvtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Ineighbor_alltoallw") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, recvbuf, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -5125,6 +5210,42 @@ pub(super) unsafe extern "C" fn MPI_Neighbor_alltoallv_init(sendbuf: *const c_vo
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Neighbor_alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Neighbor_alltoallw else { return not_in_library("MPI_Neighbor_alltoallw") as c_int };
+        let sendtypes_n = if sendtypes.is_null() { 0 } else { neighbor_len(comm, true) };
+        let mut sendtypes_o: Vec<P> = (0..sendtypes_n).map(|i| h2p(K::Datatype, *sendtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
+        let recvtypes_n = if recvtypes.is_null() { 0 } else { neighbor_len(comm, false) };
+        let mut recvtypes_o: Vec<P> = (0..recvtypes_n).map(|i| h2p(K::Datatype, *recvtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Neighbor_alltoallw") };
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, recvbuf, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Neighbor_alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Neighbor_alltoallw_init else { return not_in_library("MPI_Neighbor_alltoallw_init") as c_int };
+        let sendtypes_n = if sendtypes.is_null() { 0 } else { neighbor_len(comm, true) };
+        let mut sendtypes_o: Vec<P> = (0..sendtypes_n).map(|i| h2p(K::Datatype, *sendtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
+        let recvtypes_n = if recvtypes.is_null() { 0 } else { neighbor_len(comm, false) };
+        let mut recvtypes_o: Vec<P> = (0..recvtypes_n).map(|i| h2p(K::Datatype, *recvtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Neighbor_alltoallw_init") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Neighbor_alltoallw_init") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, recvbuf, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Op_commutative(op: MPI_Op, commute: *mut c_int) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -5135,6 +5256,7 @@ pub(super) unsafe extern "C" fn MPI_Op_commutative(op: MPI_Op, commute: *mut c_i
         rc_back(rc)
     }
 }
+
 
 pub(super) unsafe extern "C" fn MPI_Op_free(op: *mut MPI_Op) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
