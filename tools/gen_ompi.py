@@ -237,6 +237,7 @@ INT_IN = {
     ("MPI_Error_string", "errorcode"): "err_in", ("MPI_Error_class", "errorcode"): "err_in",
     ("MPI_Comm_call_errhandler", "errorcode"): "err_in", ("MPI_Win_call_errhandler", "errorcode"): "err_in",
     ("MPI_File_call_errhandler", "errorcode"): "err_in", ("MPI_Add_error_code", "errorclass"): "err_in",
+    ("MPI_Session_call_errhandler", "errorcode"): "err_in",
     ("MPI_Add_error_string", "errorcode"): "err_in",
     ("MPI_Comm_get_attr", "comm_keyval"): "keyval_in", ("MPI_Attr_get", "keyval"): "keyval_in",
     ("MPI_Win_get_attr", "win_keyval"): "keyval_in",

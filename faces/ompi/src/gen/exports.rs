@@ -5431,7 +5431,7 @@ unsafe fn imp_MPI_Session_call_errhandler(session: OHandle, errorcode: c_int) ->
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::api::MPI_Session_call_errhandler(conv::h_in(Kind::Session, session), errorcode)
+        mpicr_shim::face::api::MPI_Session_call_errhandler(conv::h_in(Kind::Session, session), conv::err_in(errorcode))
     }
 }
 #[no_mangle]

@@ -278,7 +278,7 @@ fn status_in(s: *const MPI_Status) -> OStatus {
     OStatus {
         source: rank_in(s.MPI_SOURCE),
         tag: s.MPI_TAG,
-        error: error_in(s.MPI_ERROR),
+        error: class_in(s.MPI_ERROR),
         cancelled: s.count_hi_and_cancelled & 1,
         ucount: s.bytes() as usize,
     }
@@ -288,7 +288,7 @@ fn status_out(o: &OStatus) -> MPI_Status {
     let mut s = MPI_Status {
         MPI_SOURCE: rank_out(o.source),
         MPI_TAG: o.tag,
-        MPI_ERROR: rc_back(o.error),
+        MPI_ERROR: class_back(o.error),
         count_hi_and_cancelled: o.cancelled & 1,
         ..Default::default()
     };
@@ -300,22 +300,33 @@ fn status_out(o: &OStatus) -> MPI_Status {
 /// which the faces pass unchanged.
 const MPICH_DYNAMIC: c_int = 0x4000_0000;
 
-/// Open MPI's error class -> MPICH's; a class or code the program added (above Open MPI's
-/// MPI_ERR_LASTCODE) takes MPICH's dynamic bit, so that the faces do not read it as a class.
+/// Open MPI's error code or class -> MPICH's; a class or code the program added (above Open
+/// MPI's MPI_ERR_LASTCODE) takes MPICH's dynamic bit, so that the faces do not read it as a
+/// class.
 fn rc_back(rc: c_int) -> c_int {
-    if rc == 0 {
-        return 0;
-    }
     if rc > gen::ERR_LASTCODE && rc & MPICH_DYNAMIC == 0 {
         return rc | MPICH_DYNAMIC;
     }
-    gen::ERROR_CLASSES.iter().find(|(o, _)| *o == rc).map_or(rc, |(_, m)| *m)
+    class_back(rc)
 }
 
 fn error_in(e: c_int) -> c_int {
     if e > 0 && e & MPICH_DYNAMIC != 0 {
         return e & !MPICH_DYNAMIC;
     }
+    class_in(e)
+}
+
+/// A status's MPI_ERROR: only the predefined classes are translated, any other value (what the
+/// program left there, which the completions may keep) passes unchanged both ways.
+fn class_back(rc: c_int) -> c_int {
+    if rc == 0 {
+        return 0;
+    }
+    gen::ERROR_CLASSES.iter().find(|(o, _)| *o == rc).map_or(rc, |(_, m)| *m)
+}
+
+fn class_in(e: c_int) -> c_int {
     gen::ERROR_CLASSES.iter().find(|(_, m)| *m == e).map_or(e, |(o, _)| *o)
 }
 
@@ -425,6 +436,8 @@ mod tests {
         assert_eq!(error_in(rc_back(user)), user);
         let o = gen::ERROR_CLASSES[0].0;
         assert_eq!(error_in(rc_back(o)), o);
+        // (a status's MPI_ERROR the program set is kept as it is)
+        assert_eq!(class_back(12345), 12345);
     }
 
     #[test]
