@@ -141,6 +141,12 @@ fn classify(v: MPI_Request) -> Slot {
     }
 }
 
+/// Whether the library underneath is Open MPI, whose completions of several requests differ
+/// from MPICH's where MPI leaves them open (`Mode::writes_error`, `test_many`).
+fn open_mpi() -> bool {
+    crate::lower::family(&crate::lower::current().path) == crate::lower::Family::OpenMpi
+}
+
 /// Completion semantics of the test/wait families.
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
@@ -164,7 +170,7 @@ impl Mode {
     fn writes_error(self) -> bool {
         match self {
             Mode::WaitAll => true,
-            Mode::TestAll | Mode::Some => crate::lower::family(&crate::lower::current().path) == crate::lower::Family::OpenMpi,
+            Mode::TestAll | Mode::Some => open_mpi(),
             Mode::All | Mode::Any => false,
         }
     }
@@ -244,6 +250,9 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
         (Mode::All | Mode::TestAll | Mode::WaitAll, None) if pending => return Tested { flag: false, indices: vec![], rc: MPI_SUCCESS },
         // At a failed request, Waitall and Testall hand over it and the completed requests
         // before it; those after it stay with the program, pending (as MPICH does).
+        // Open MPI's MPI_Waitall completes every request even when one fails.
+        (Mode::WaitAll, Some(_)) if pending && open_mpi() => return Tested { flag: false, indices: vec![], rc: MPI_SUCCESS },
+        (Mode::WaitAll, Some(_)) if open_mpi() => done,
         (Mode::All | Mode::TestAll | Mode::WaitAll, Some(e)) => done.into_iter().filter(|&i| i <= e).collect(),
         (Mode::All | Mode::TestAll | Mode::WaitAll | Mode::Some, _) => done,
         (Mode::Any, _) => done.into_iter().take(1).collect(),
