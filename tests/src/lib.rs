@@ -94,7 +94,6 @@ impl Flavor {
     pub fn excluded(self, test: &str, ranks: u32) -> Option<&'static str> {
         if self == Flavor::AbiOnMpich4 {
             return match test {
-                "ckpt_sessions" => Some("calls MPI_Session_create_errhandler, which the standard-ABI face does not translate (docs/abi-face.md)"),
                 "errhandlers" => Some("passes invented handles on purpose; the standard ABI's handles are pointers the wheel's libmpi_abi dereferences"),
                 "status_error" => Some("which completions write MPI_ERROR is the library's choice where MPI leaves it open: the oracle is MPICH 5 (its MPI_Probe leaves it), the library under mpicr MPICH 4.0.2 (which writes it)"),
                 "coll_persistent" if ranks > 1 => Some("MPICH 4.0.2, the library under mpicr here, gets MPI_Allgather_init's results wrong at 2+ ranks (the MPICH programs skip that check by MPICH_NUMVERSION, which a standard-ABI program does not have)"),
