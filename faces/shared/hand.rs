@@ -79,6 +79,7 @@ type OErrFn = unsafe extern "C" fn(*mut OHandle, *mut c_int);
 static COMM_EH: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
 static WIN_EH: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
 static FILE_EH: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+static SESSION_EH: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
 
 unsafe fn eh_call(pool: &[AtomicUsize; SLOTS], slot: usize, h: OHandle, code: *mut c_int) {
     let mut oh = h;
@@ -101,6 +102,11 @@ unsafe fn file_eh(slot: usize, fh: *mut m::MPI_File, code: *mut c_int) {
     unsafe { eh_call(&FILE_EH, slot, conv::file_out(*fh), code) }
 }
 
+unsafe fn session_eh(slot: usize, s: *mut c_int, code: *mut c_int) {
+    // SAFETY: as above.
+    unsafe { eh_call(&SESSION_EH, slot, conv::h_out(Kind::Session, *s), code) }
+}
+
 unsafe extern "C" fn comm_eh_tramp<const I: usize>(c: *mut c_int, code: *mut c_int) {
     // SAFETY: called by the MPICH face with the handler's arguments.
     unsafe { comm_eh(I, c, code) }
@@ -113,11 +119,16 @@ unsafe extern "C" fn file_eh_tramp<const I: usize>(c: *mut m::MPI_File, code: *m
     // SAFETY: as above.
     unsafe { file_eh(I, c, code) }
 }
+unsafe extern "C" fn session_eh_tramp<const I: usize>(s: *mut c_int, code: *mut c_int) {
+    // SAFETY: as above.
+    unsafe { session_eh(I, s, code) }
+}
 type MErrFn = unsafe extern "C" fn(*mut c_int, *mut c_int);
 type MFileErrFn = unsafe extern "C" fn(*mut m::MPI_File, *mut c_int);
 static COMM_EH_TRAMPS: [MErrFn; SLOTS] = pool!(comm_eh_tramp: MErrFn);
 static WIN_EH_TRAMPS: [MErrFn; SLOTS] = pool!(win_eh_tramp: MErrFn);
 static FILE_EH_TRAMPS: [MFileErrFn; SLOTS] = pool!(file_eh_tramp: MFileErrFn);
+static SESSION_EH_TRAMPS: [MErrFn; SLOTS] = pool!(session_eh_tramp: MErrFn);
 
 unsafe fn create_eh(
     pool: &[AtomicUsize; SLOTS], tramp: *mut c_void, func: *mut c_void, eh: *mut OHandle,
@@ -153,6 +164,11 @@ pub unsafe fn MPI_File_create_errhandler(func: *mut c_void, eh: *mut OHandle) ->
     let Some(slot) = take_slot(&FILE_EH, func as usize) else { return exhausted("file error handlers") };
     // SAFETY: forwarded to the MPICH face.
     unsafe { create_eh(&FILE_EH, FILE_EH_TRAMPS[slot] as *mut c_void, func, eh, f::MPI_File_create_errhandler) }
+}
+pub unsafe fn MPI_Session_create_errhandler(func: *mut c_void, eh: *mut OHandle) -> c_int {
+    let Some(slot) = take_slot(&SESSION_EH, func as usize) else { return exhausted("session error handlers") };
+    // SAFETY: forwarded to the MPICH face.
+    unsafe { create_eh(&SESSION_EH, SESSION_EH_TRAMPS[slot] as *mut c_void, func, eh, f::MPI_Session_create_errhandler) }
 }
 
 // ---- attribute keyvals ---------------------------------------------------------------------

@@ -79,6 +79,11 @@ pub const MPI_ERR_WIN: c_int = 45;
 pub const MPI_ERR_KEYVAL: c_int = 48;
 pub const MPI_ERR_SESSION: c_int = 75;
 
+/// MPI_Topo_test's results.
+pub const MPI_GRAPH: c_int = 1;
+pub const MPI_CART: c_int = 2;
+pub const MPI_DIST_GRAPH: c_int = 3;
+
 pub const MPI_COMM_NULL: MPI_Comm = 0x0400_0000;
 pub const MPI_COMM_WORLD: MPI_Comm = 0x4400_0000;
 pub const MPI_COMM_SELF: MPI_Comm = 0x4400_0001;

@@ -1048,6 +1048,9 @@ pub unsafe fn cstr(p: *const c_char) -> String {
 
 /// The real library's value of one of its pointer-valued data symbols.
 pub fn real_sentinel(name: &str) -> *mut c_int {
+    if family(&current().path) == Family::OpenMpi {
+        return ompi::sentinel(name).unwrap_or(std::ptr::null_mut());
+    }
     let addr = current().data(name) as *const *mut c_int;
     if addr.is_null() {
         return std::ptr::null_mut();

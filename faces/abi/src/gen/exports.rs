@@ -8100,7 +8100,7 @@ unsafe fn imp_MPI_Session_call_errhandler(session: OHandle, errorcode: c_int) ->
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::api::MPI_Session_call_errhandler(conv::h_in(Kind::Session, session), errorcode)
+        mpicr_shim::face::api::MPI_Session_call_errhandler(conv::h_in(Kind::Session, session), conv::err_in(errorcode))
     }
 }
 #[no_mangle]
@@ -8114,11 +8114,11 @@ pub unsafe extern "C" fn PMPI_Session_call_errhandler(session: OHandle, errorcod
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_create_errhandler(session_errhandler_fn: *mut c_void, errhandler: *mut OHandle) -> c_int {
-    { let _ = (session_errhandler_fn, errhandler,); conv::unsupported("MPI_Session_create_errhandler", "a callback the program gives") }
+    conv::err_out(ffi_boundary!("MPI_Session_create_errhandler", c_int, crate::hand::MPI_Session_create_errhandler(session_errhandler_fn, errhandler)))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_create_errhandler(session_errhandler_fn: *mut c_void, errhandler: *mut OHandle) -> c_int {
-    { let _ = (session_errhandler_fn, errhandler,); conv::unsupported("MPI_Session_create_errhandler", "a callback the program gives") }
+    conv::err_out(ffi_boundary!("MPI_Session_create_errhandler", c_int, crate::hand::MPI_Session_create_errhandler(session_errhandler_fn, errhandler)))
 }
 
 unsafe fn imp_MPI_Session_detach_buffer(session: OHandle, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {

@@ -121,6 +121,25 @@ pub unsafe extern "C" fn PMPI_Allgather(sendbuf: *const c_void, sendcount: c_int
     conv::err_out(ffi_boundary!("MPI_Allgather", c_int, imp_MPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)))
 }
 
+unsafe fn imp_MPI_Allgather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::gen::collectives::MPI_Allgather_init(conv::buf_in(sendbuf), sendcount, conv::h_in(Kind::Datatype, sendtype), conv::buf_in(recvbuf), recvcount, conv::h_in(Kind::Datatype, recvtype), conv::h_in(Kind::Comm, comm), conv::h_in(Kind::Info, info), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Allgather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Allgather_init", c_int, imp_MPI_Allgather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Allgather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Allgather_init", c_int, imp_MPI_Allgather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request)))
+}
+
 unsafe fn imp_MPI_Allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: OHandle, comm: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
@@ -135,6 +154,25 @@ pub unsafe extern "C" fn MPI_Allgatherv(sendbuf: *const c_void, sendcount: c_int
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: OHandle, comm: OHandle) -> c_int {
     conv::err_out(ffi_boundary!("MPI_Allgatherv", c_int, imp_MPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm)))
+}
+
+unsafe fn imp_MPI_Allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::gen::collectives::MPI_Allgatherv_init(conv::buf_in(sendbuf), sendcount, conv::h_in(Kind::Datatype, sendtype), conv::buf_in(recvbuf), recvcounts, displs, conv::h_in(Kind::Datatype, recvtype), conv::h_in(Kind::Comm, comm), conv::h_in(Kind::Info, info), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Allgatherv_init", c_int, imp_MPI_Allgatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Allgatherv_init", c_int, imp_MPI_Allgatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request)))
 }
 
 unsafe fn imp_MPI_Alloc_mem(size: MPI_Aint, info: OHandle, baseptr: *mut c_void) -> c_int {
@@ -169,6 +207,25 @@ pub unsafe extern "C" fn PMPI_Allreduce(sendbuf: *const c_void, recvbuf: *mut c_
     conv::err_out(ffi_boundary!("MPI_Allreduce", c_int, imp_MPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm)))
 }
 
+unsafe fn imp_MPI_Allreduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: OHandle, op: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::gen::collectives::MPI_Allreduce_init(conv::buf_in(sendbuf), conv::buf_in(recvbuf), count, conv::h_in(Kind::Datatype, datatype), conv::h_in(Kind::Op, op), conv::h_in(Kind::Comm, comm), conv::h_in(Kind::Info, info), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Allreduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: OHandle, op: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Allreduce_init", c_int, imp_MPI_Allreduce_init(sendbuf, recvbuf, count, datatype, op, comm, info, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Allreduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: OHandle, op: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Allreduce_init", c_int, imp_MPI_Allreduce_init(sendbuf, recvbuf, count, datatype, op, comm, info, request)))
+}
+
 unsafe fn imp_MPI_Alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, comm: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
@@ -185,6 +242,25 @@ pub unsafe extern "C" fn PMPI_Alltoall(sendbuf: *const c_void, sendcount: c_int,
     conv::err_out(ffi_boundary!("MPI_Alltoall", c_int, imp_MPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)))
 }
 
+unsafe fn imp_MPI_Alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::gen::collectives::MPI_Alltoall_init(conv::buf_in(sendbuf), sendcount, conv::h_in(Kind::Datatype, sendtype), conv::buf_in(recvbuf), recvcount, conv::h_in(Kind::Datatype, recvtype), conv::h_in(Kind::Comm, comm), conv::h_in(Kind::Info, info), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Alltoall_init", c_int, imp_MPI_Alltoall_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Alltoall_init", c_int, imp_MPI_Alltoall_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request)))
+}
+
 unsafe fn imp_MPI_Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: OHandle, comm: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
@@ -199,6 +275,25 @@ pub unsafe extern "C" fn MPI_Alltoallv(sendbuf: *const c_void, sendcounts: *cons
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: OHandle, comm: OHandle) -> c_int {
     conv::err_out(ffi_boundary!("MPI_Alltoallv", c_int, imp_MPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm)))
+}
+
+unsafe fn imp_MPI_Alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::gen::collectives::MPI_Alltoallv_init(conv::buf_in(sendbuf), sendcounts, sdispls, conv::h_in(Kind::Datatype, sendtype), conv::buf_in(recvbuf), recvcounts, rdispls, conv::h_in(Kind::Datatype, recvtype), conv::h_in(Kind::Comm, comm), conv::h_in(Kind::Info, info), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Alltoallv_init", c_int, imp_MPI_Alltoallv_init(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Alltoallv_init", c_int, imp_MPI_Alltoallv_init(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request)))
 }
 
 unsafe fn imp_MPI_Alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const OHandle, comm: OHandle) -> c_int {
@@ -219,6 +314,29 @@ pub unsafe extern "C" fn MPI_Alltoallw(sendbuf: *const c_void, sendcounts: *cons
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const OHandle, comm: OHandle) -> c_int {
     conv::err_out(ffi_boundary!("MPI_Alltoallw", c_int, imp_MPI_Alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm)))
+}
+
+unsafe fn imp_MPI_Alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let l_sendtypes_n = (conv::comm_size_for(comm)).max(0) as usize;
+        let mut l_sendtypes = conv::handles_in(Kind::Datatype, sendtypes, l_sendtypes_n);
+        let l_recvtypes_n = (conv::comm_size_for(comm)).max(0) as usize;
+        let mut l_recvtypes = conv::handles_in(Kind::Datatype, recvtypes, l_recvtypes_n);
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::gen::collectives::MPI_Alltoallw_init(conv::buf_in(sendbuf), sendcounts, sdispls, conv::vec_ptr(&mut l_sendtypes, sendtypes.is_null()), conv::buf_in(recvbuf), recvcounts, rdispls, conv::vec_ptr(&mut l_recvtypes, recvtypes.is_null()), conv::h_in(Kind::Comm, comm), conv::h_in(Kind::Info, info), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Alltoallw_init", c_int, imp_MPI_Alltoallw_init(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Alltoallw_init", c_int, imp_MPI_Alltoallw_init(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request)))
 }
 
 unsafe fn imp_MPI_Attr_delete(comm: OHandle, keyval: c_int) -> c_int {
@@ -278,6 +396,25 @@ pub unsafe extern "C" fn PMPI_Barrier(comm: OHandle) -> c_int {
     conv::err_out(ffi_boundary!("MPI_Barrier", c_int, imp_MPI_Barrier(comm)))
 }
 
+unsafe fn imp_MPI_Barrier_init(comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::gen::collectives::MPI_Barrier_init(conv::h_in(Kind::Comm, comm), conv::h_in(Kind::Info, info), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Barrier_init(comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Barrier_init", c_int, imp_MPI_Barrier_init(comm, info, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Barrier_init(comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Barrier_init", c_int, imp_MPI_Barrier_init(comm, info, request)))
+}
+
 unsafe fn imp_MPI_Bcast(buffer: *mut c_void, count: c_int, datatype: OHandle, root: c_int, comm: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
@@ -292,6 +429,25 @@ pub unsafe extern "C" fn MPI_Bcast(buffer: *mut c_void, count: c_int, datatype: 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Bcast(buffer: *mut c_void, count: c_int, datatype: OHandle, root: c_int, comm: OHandle) -> c_int {
     conv::err_out(ffi_boundary!("MPI_Bcast", c_int, imp_MPI_Bcast(buffer, count, datatype, root, comm)))
+}
+
+unsafe fn imp_MPI_Bcast_init(buffer: *mut c_void, count: c_int, datatype: OHandle, root: c_int, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::gen::collectives::MPI_Bcast_init(buffer, count, conv::h_in(Kind::Datatype, datatype), conv::rank_in(root), conv::h_in(Kind::Comm, comm), conv::h_in(Kind::Info, info), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Bcast_init(buffer: *mut c_void, count: c_int, datatype: OHandle, root: c_int, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Bcast_init", c_int, imp_MPI_Bcast_init(buffer, count, datatype, root, comm, info, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Bcast_init(buffer: *mut c_void, count: c_int, datatype: OHandle, root: c_int, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Bcast_init", c_int, imp_MPI_Bcast_init(buffer, count, datatype, root, comm, info, request)))
 }
 
 unsafe fn imp_MPI_Bsend(buf: *const c_void, count: c_int, datatype: OHandle, dest: c_int, tag: c_int, comm: OHandle) -> c_int {
@@ -642,6 +798,25 @@ pub unsafe extern "C" fn PMPI_Comm_create_errhandler(function: *mut c_void, errh
     conv::err_out(ffi_boundary!("MPI_Comm_create_errhandler", c_int, crate::hand::MPI_Comm_create_errhandler(function, errhandler)))
 }
 
+unsafe fn imp_MPI_Comm_create_from_group(group: OHandle, tag: *const c_char, info: OHandle, errhandler: OHandle, newcomm: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_newcomm = if newcomm.is_null() { 0 } else { conv::h_in(Kind::Comm, *newcomm) };
+        let r = mpicr_shim::face::api::MPI_Comm_create_from_group(conv::h_in(Kind::Group, group), tag, conv::h_in(Kind::Info, info), conv::h_in(Kind::Errhandler, errhandler), if newcomm.is_null() { std::ptr::null_mut() } else { &mut l_newcomm });
+        if !newcomm.is_null() { *newcomm = conv::h_out(Kind::Comm, l_newcomm); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_create_from_group(group: OHandle, tag: *const c_char, info: OHandle, errhandler: OHandle, newcomm: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Comm_create_from_group", c_int, imp_MPI_Comm_create_from_group(group, tag, info, errhandler, newcomm)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Comm_create_from_group(group: OHandle, tag: *const c_char, info: OHandle, errhandler: OHandle, newcomm: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Comm_create_from_group", c_int, imp_MPI_Comm_create_from_group(group, tag, info, errhandler, newcomm)))
+}
+
 unsafe fn imp_MPI_Comm_create_group(comm: OHandle, group: OHandle, tag: c_int, newcomm: *mut OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
@@ -913,6 +1088,27 @@ pub unsafe extern "C" fn MPI_Comm_idup(comm: OHandle, newcomm: *mut OHandle, req
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_idup(comm: OHandle, newcomm: *mut OHandle, request: *mut OHandle) -> c_int {
     conv::err_out(ffi_boundary!("MPI_Comm_idup", c_int, imp_MPI_Comm_idup(comm, newcomm, request)))
+}
+
+unsafe fn imp_MPI_Comm_idup_with_info(comm: OHandle, info: OHandle, newcomm: *mut OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_newcomm = if newcomm.is_null() { 0 } else { conv::h_in(Kind::Comm, *newcomm) };
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::api::MPI_Comm_idup_with_info(conv::h_in(Kind::Comm, comm), conv::h_in(Kind::Info, info), if newcomm.is_null() { std::ptr::null_mut() } else { &mut l_newcomm }, if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !newcomm.is_null() { *newcomm = conv::h_out(Kind::Comm, l_newcomm); }
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_idup_with_info(comm: OHandle, info: OHandle, newcomm: *mut OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Comm_idup_with_info", c_int, imp_MPI_Comm_idup_with_info(comm, info, newcomm, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Comm_idup_with_info(comm: OHandle, info: OHandle, newcomm: *mut OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Comm_idup_with_info", c_int, imp_MPI_Comm_idup_with_info(comm, info, newcomm, request)))
 }
 
 unsafe fn imp_MPI_Comm_join(fd: c_int, intercomm: *mut OHandle) -> c_int {
@@ -1369,6 +1565,25 @@ pub unsafe extern "C" fn MPI_Exscan(sendbuf: *const c_void, recvbuf: *mut c_void
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Exscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: OHandle, op: OHandle, comm: OHandle) -> c_int {
     conv::err_out(ffi_boundary!("MPI_Exscan", c_int, imp_MPI_Exscan(sendbuf, recvbuf, count, datatype, op, comm)))
+}
+
+unsafe fn imp_MPI_Exscan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: OHandle, op: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::gen::collectives::MPI_Exscan_init(conv::buf_in(sendbuf), conv::buf_in(recvbuf), count, conv::h_in(Kind::Datatype, datatype), conv::h_in(Kind::Op, op), conv::h_in(Kind::Comm, comm), conv::h_in(Kind::Info, info), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Exscan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: OHandle, op: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Exscan_init", c_int, imp_MPI_Exscan_init(sendbuf, recvbuf, count, datatype, op, comm, info, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Exscan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: OHandle, op: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Exscan_init", c_int, imp_MPI_Exscan_init(sendbuf, recvbuf, count, datatype, op, comm, info, request)))
 }
 
 unsafe fn imp_MPI_Fetch_and_op(origin_addr: *const c_void, result_addr: *mut c_void, datatype: OHandle, target_rank: c_int, target_disp: MPI_Aint, op: OHandle, win: OHandle) -> c_int {
@@ -2524,6 +2739,25 @@ pub unsafe extern "C" fn PMPI_Gather(sendbuf: *const c_void, sendcount: c_int, s
     conv::err_out(ffi_boundary!("MPI_Gather", c_int, imp_MPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm)))
 }
 
+unsafe fn imp_MPI_Gather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, root: c_int, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::gen::collectives::MPI_Gather_init(conv::buf_in(sendbuf), sendcount, conv::h_in(Kind::Datatype, sendtype), conv::buf_in(recvbuf), recvcount, conv::h_in(Kind::Datatype, recvtype), conv::rank_in(root), conv::h_in(Kind::Comm, comm), conv::h_in(Kind::Info, info), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Gather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, root: c_int, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Gather_init", c_int, imp_MPI_Gather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Gather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, root: c_int, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Gather_init", c_int, imp_MPI_Gather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request)))
+}
+
 unsafe fn imp_MPI_Gatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: OHandle, root: c_int, comm: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
@@ -2538,6 +2772,25 @@ pub unsafe extern "C" fn MPI_Gatherv(sendbuf: *const c_void, sendcount: c_int, s
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Gatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: OHandle, root: c_int, comm: OHandle) -> c_int {
     conv::err_out(ffi_boundary!("MPI_Gatherv", c_int, imp_MPI_Gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm)))
+}
+
+unsafe fn imp_MPI_Gatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: OHandle, root: c_int, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::gen::collectives::MPI_Gatherv_init(conv::buf_in(sendbuf), sendcount, conv::h_in(Kind::Datatype, sendtype), conv::buf_in(recvbuf), recvcounts, displs, conv::h_in(Kind::Datatype, recvtype), conv::rank_in(root), conv::h_in(Kind::Comm, comm), conv::h_in(Kind::Info, info), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Gatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: OHandle, root: c_int, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Gatherv_init", c_int, imp_MPI_Gatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, info, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Gatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: OHandle, root: c_int, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Gatherv_init", c_int, imp_MPI_Gatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, info, request)))
 }
 
 unsafe fn imp_MPI_Get(origin_addr: *mut c_void, origin_count: c_int, origin_datatype: OHandle, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: OHandle, win: OHandle) -> c_int {
@@ -2914,6 +3167,25 @@ pub unsafe extern "C" fn MPI_Group_free(group: *mut OHandle) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_free(group: *mut OHandle) -> c_int {
     conv::err_out(ffi_boundary!("MPI_Group_free", c_int, imp_MPI_Group_free(group)))
+}
+
+unsafe fn imp_MPI_Group_from_session_pset(session: OHandle, pset_name: *const c_char, newgroup: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_newgroup = if newgroup.is_null() { 0 } else { conv::h_in(Kind::Group, *newgroup) };
+        let r = mpicr_shim::face::gen::create::MPI_Group_from_session_pset(conv::h_in(Kind::Session, session), pset_name, if newgroup.is_null() { std::ptr::null_mut() } else { &mut l_newgroup });
+        if !newgroup.is_null() { *newgroup = conv::h_out(Kind::Group, l_newgroup); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Group_from_session_pset(session: OHandle, pset_name: *const c_char, newgroup: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Group_from_session_pset", c_int, imp_MPI_Group_from_session_pset(session, pset_name, newgroup)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Group_from_session_pset(session: OHandle, pset_name: *const c_char, newgroup: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Group_from_session_pset", c_int, imp_MPI_Group_from_session_pset(session, pset_name, newgroup)))
 }
 
 unsafe fn imp_MPI_Group_incl(group: OHandle, n: c_int, ranks: *const c_int, newgroup: *mut OHandle) -> c_int {
@@ -3465,6 +3737,25 @@ pub unsafe extern "C" fn PMPI_Info_create(info: *mut OHandle) -> c_int {
     conv::err_out(ffi_boundary!("MPI_Info_create", c_int, imp_MPI_Info_create(info)))
 }
 
+unsafe fn imp_MPI_Info_create_env(argc: c_int, argv: *mut *mut c_char, info: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_info = if info.is_null() { 0 } else { conv::h_in(Kind::Info, *info) };
+        let r = mpicr_shim::face::gen::create::MPI_Info_create_env(argc, argv, if info.is_null() { std::ptr::null_mut() } else { &mut l_info });
+        if !info.is_null() { *info = conv::h_out(Kind::Info, l_info); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Info_create_env(argc: c_int, argv: *mut *mut c_char, info: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Info_create_env", c_int, imp_MPI_Info_create_env(argc, argv, info)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Info_create_env(argc: c_int, argv: *mut *mut c_char, info: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Info_create_env", c_int, imp_MPI_Info_create_env(argc, argv, info)))
+}
+
 unsafe fn imp_MPI_Info_delete(info: OHandle, key: *const c_char) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
@@ -3579,6 +3870,22 @@ pub unsafe extern "C" fn PMPI_Info_get_nthkey(info: OHandle, n: c_int, key: *mut
     conv::err_out(ffi_boundary!("MPI_Info_get_nthkey", c_int, imp_MPI_Info_get_nthkey(info, n, key)))
 }
 
+unsafe fn imp_MPI_Info_get_string(info: OHandle, key: *const c_char, buflen: *mut c_int, value: *mut c_char, flag: *mut c_int) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        mpicr_shim::face::gen::passthrough::MPI_Info_get_string(conv::h_in(Kind::Info, info), key, buflen, value, flag)
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Info_get_string(info: OHandle, key: *const c_char, buflen: *mut c_int, value: *mut c_char, flag: *mut c_int) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Info_get_string", c_int, imp_MPI_Info_get_string(info, key, buflen, value, flag)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Info_get_string(info: OHandle, key: *const c_char, buflen: *mut c_int, value: *mut c_char, flag: *mut c_int) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Info_get_string", c_int, imp_MPI_Info_get_string(info, key, buflen, value, flag)))
+}
+
 unsafe fn imp_MPI_Info_get_valuelen(info: OHandle, key: *const c_char, valuelen: *mut c_int, flag: *mut c_int) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
@@ -3676,6 +3983,25 @@ pub unsafe extern "C" fn MPI_Intercomm_create(local_comm: OHandle, local_leader:
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Intercomm_create(local_comm: OHandle, local_leader: c_int, bridge_comm: OHandle, remote_leader: c_int, tag: c_int, newintercomm: *mut OHandle) -> c_int {
     conv::err_out(ffi_boundary!("MPI_Intercomm_create", c_int, imp_MPI_Intercomm_create(local_comm, local_leader, bridge_comm, remote_leader, tag, newintercomm)))
+}
+
+unsafe fn imp_MPI_Intercomm_create_from_groups(local_group: OHandle, local_leader: c_int, remote_group: OHandle, remote_leader: c_int, tag: *const c_char, info: OHandle, errhandler: OHandle, newintercomm: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_newintercomm = if newintercomm.is_null() { 0 } else { conv::h_in(Kind::Comm, *newintercomm) };
+        let r = mpicr_shim::face::api::MPI_Intercomm_create_from_groups(conv::h_in(Kind::Group, local_group), local_leader, conv::h_in(Kind::Group, remote_group), remote_leader, tag, conv::h_in(Kind::Info, info), conv::h_in(Kind::Errhandler, errhandler), if newintercomm.is_null() { std::ptr::null_mut() } else { &mut l_newintercomm });
+        if !newintercomm.is_null() { *newintercomm = conv::h_out(Kind::Comm, l_newintercomm); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Intercomm_create_from_groups(local_group: OHandle, local_leader: c_int, remote_group: OHandle, remote_leader: c_int, tag: *const c_char, info: OHandle, errhandler: OHandle, newintercomm: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Intercomm_create_from_groups", c_int, imp_MPI_Intercomm_create_from_groups(local_group, local_leader, remote_group, remote_leader, tag, info, errhandler, newintercomm)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Intercomm_create_from_groups(local_group: OHandle, local_leader: c_int, remote_group: OHandle, remote_leader: c_int, tag: *const c_char, info: OHandle, errhandler: OHandle, newintercomm: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Intercomm_create_from_groups", c_int, imp_MPI_Intercomm_create_from_groups(local_group, local_leader, remote_group, remote_leader, tag, info, errhandler, newintercomm)))
 }
 
 unsafe fn imp_MPI_Intercomm_merge(intercomm: OHandle, high: c_int, newintercomm: *mut OHandle) -> c_int {
@@ -3903,6 +4229,44 @@ pub unsafe extern "C" fn PMPI_Isend(buf: *const c_void, count: c_int, datatype: 
     conv::err_out(ffi_boundary!("MPI_Isend", c_int, imp_MPI_Isend(buf, count, datatype, dest, tag, comm, request)))
 }
 
+unsafe fn imp_MPI_Isendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, source: c_int, recvtag: c_int, comm: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::api::MPI_Isendrecv(conv::buf_in(sendbuf), sendcount, conv::h_in(Kind::Datatype, sendtype), conv::rank_in(dest), sendtag, conv::buf_in(recvbuf), recvcount, conv::h_in(Kind::Datatype, recvtype), conv::rank_in(source), recvtag, conv::h_in(Kind::Comm, comm), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Isendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, source: c_int, recvtag: c_int, comm: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Isendrecv", c_int, imp_MPI_Isendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Isendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, source: c_int, recvtag: c_int, comm: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Isendrecv", c_int, imp_MPI_Isendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, request)))
+}
+
+unsafe fn imp_MPI_Isendrecv_replace(buf: *mut c_void, count: c_int, datatype: OHandle, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::api::MPI_Isendrecv_replace(conv::buf_in(buf), count, conv::h_in(Kind::Datatype, datatype), conv::rank_in(dest), sendtag, conv::rank_in(source), recvtag, conv::h_in(Kind::Comm, comm), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Isendrecv_replace(buf: *mut c_void, count: c_int, datatype: OHandle, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Isendrecv_replace", c_int, imp_MPI_Isendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Isendrecv_replace(buf: *mut c_void, count: c_int, datatype: OHandle, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Isendrecv_replace", c_int, imp_MPI_Isendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm, request)))
+}
+
 unsafe fn imp_MPI_Issend(buf: *const c_void, count: c_int, datatype: OHandle, dest: c_int, tag: c_int, comm: OHandle, request: *mut OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
@@ -4044,6 +4408,25 @@ pub unsafe extern "C" fn PMPI_Neighbor_allgather(sendbuf: *const c_void, sendcou
     conv::err_out(ffi_boundary!("MPI_Neighbor_allgather", c_int, imp_MPI_Neighbor_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)))
 }
 
+unsafe fn imp_MPI_Neighbor_allgather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::gen::collectives::MPI_Neighbor_allgather_init(conv::buf_in(sendbuf), sendcount, conv::h_in(Kind::Datatype, sendtype), conv::buf_in(recvbuf), recvcount, conv::h_in(Kind::Datatype, recvtype), conv::h_in(Kind::Comm, comm), conv::h_in(Kind::Info, info), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Neighbor_allgather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Neighbor_allgather_init", c_int, imp_MPI_Neighbor_allgather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Neighbor_allgather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Neighbor_allgather_init", c_int, imp_MPI_Neighbor_allgather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request)))
+}
+
 unsafe fn imp_MPI_Neighbor_allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: OHandle, comm: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
@@ -4058,6 +4441,25 @@ pub unsafe extern "C" fn MPI_Neighbor_allgatherv(sendbuf: *const c_void, sendcou
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: OHandle, comm: OHandle) -> c_int {
     conv::err_out(ffi_boundary!("MPI_Neighbor_allgatherv", c_int, imp_MPI_Neighbor_allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm)))
+}
+
+unsafe fn imp_MPI_Neighbor_allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::gen::collectives::MPI_Neighbor_allgatherv_init(conv::buf_in(sendbuf), sendcount, conv::h_in(Kind::Datatype, sendtype), conv::buf_in(recvbuf), recvcounts, displs, conv::h_in(Kind::Datatype, recvtype), conv::h_in(Kind::Comm, comm), conv::h_in(Kind::Info, info), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Neighbor_allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Neighbor_allgatherv_init", c_int, imp_MPI_Neighbor_allgatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Neighbor_allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Neighbor_allgatherv_init", c_int, imp_MPI_Neighbor_allgatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request)))
 }
 
 unsafe fn imp_MPI_Neighbor_alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, comm: OHandle) -> c_int {
@@ -4076,6 +4478,25 @@ pub unsafe extern "C" fn PMPI_Neighbor_alltoall(sendbuf: *const c_void, sendcoun
     conv::err_out(ffi_boundary!("MPI_Neighbor_alltoall", c_int, imp_MPI_Neighbor_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)))
 }
 
+unsafe fn imp_MPI_Neighbor_alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoall_init(conv::buf_in(sendbuf), sendcount, conv::h_in(Kind::Datatype, sendtype), conv::buf_in(recvbuf), recvcount, conv::h_in(Kind::Datatype, recvtype), conv::h_in(Kind::Comm, comm), conv::h_in(Kind::Info, info), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Neighbor_alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Neighbor_alltoall_init", c_int, imp_MPI_Neighbor_alltoall_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Neighbor_alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Neighbor_alltoall_init", c_int, imp_MPI_Neighbor_alltoall_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request)))
+}
+
 unsafe fn imp_MPI_Neighbor_alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: OHandle, comm: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
@@ -4090,6 +4511,25 @@ pub unsafe extern "C" fn MPI_Neighbor_alltoallv(sendbuf: *const c_void, sendcoun
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: OHandle, comm: OHandle) -> c_int {
     conv::err_out(ffi_boundary!("MPI_Neighbor_alltoallv", c_int, imp_MPI_Neighbor_alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm)))
+}
+
+unsafe fn imp_MPI_Neighbor_alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoallv_init(conv::buf_in(sendbuf), sendcounts, sdispls, conv::h_in(Kind::Datatype, sendtype), conv::buf_in(recvbuf), recvcounts, rdispls, conv::h_in(Kind::Datatype, recvtype), conv::h_in(Kind::Comm, comm), conv::h_in(Kind::Info, info), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Neighbor_alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Neighbor_alltoallv_init", c_int, imp_MPI_Neighbor_alltoallv_init(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Neighbor_alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Neighbor_alltoallv_init", c_int, imp_MPI_Neighbor_alltoallv_init(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request)))
 }
 
 unsafe fn imp_MPI_Neighbor_alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const OHandle, comm: OHandle) -> c_int {
@@ -4110,6 +4550,29 @@ pub unsafe extern "C" fn MPI_Neighbor_alltoallw(sendbuf: *const c_void, sendcoun
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const OHandle, comm: OHandle) -> c_int {
     conv::err_out(ffi_boundary!("MPI_Neighbor_alltoallw", c_int, imp_MPI_Neighbor_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm)))
+}
+
+unsafe fn imp_MPI_Neighbor_alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let l_sendtypes_n = (conv::out_degree(comm)).max(0) as usize;
+        let mut l_sendtypes = conv::handles_in(Kind::Datatype, sendtypes, l_sendtypes_n);
+        let l_recvtypes_n = (conv::in_degree(comm)).max(0) as usize;
+        let mut l_recvtypes = conv::handles_in(Kind::Datatype, recvtypes, l_recvtypes_n);
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::gen::collectives::MPI_Neighbor_alltoallw_init(conv::buf_in(sendbuf), sendcounts, sdispls, conv::vec_ptr(&mut l_sendtypes, sendtypes.is_null()), conv::buf_in(recvbuf), recvcounts, rdispls, conv::vec_ptr(&mut l_recvtypes, recvtypes.is_null()), conv::h_in(Kind::Comm, comm), conv::h_in(Kind::Info, info), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Neighbor_alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Neighbor_alltoallw_init", c_int, imp_MPI_Neighbor_alltoallw_init(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Neighbor_alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const OHandle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Neighbor_alltoallw_init", c_int, imp_MPI_Neighbor_alltoallw_init(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request)))
 }
 
 #[no_mangle]
@@ -4257,6 +4720,22 @@ pub unsafe extern "C" fn PMPI_Pack_size(incount: c_int, datatype: OHandle, comm:
     conv::err_out(ffi_boundary!("MPI_Pack_size", c_int, imp_MPI_Pack_size(incount, datatype, comm, size)))
 }
 
+unsafe fn imp_MPI_Parrived(request: OHandle, partition: c_int, flag: *mut c_int) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        mpicr_shim::face::api::MPI_Parrived(conv::h_in(Kind::Request, request), partition, flag)
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Parrived(request: OHandle, partition: c_int, flag: *mut c_int) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Parrived", c_int, imp_MPI_Parrived(request, partition, flag)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Parrived(request: OHandle, partition: c_int, flag: *mut c_int) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Parrived", c_int, imp_MPI_Parrived(request, partition, flag)))
+}
+
 unsafe fn imp_MPI_Pcontrol(level: c_int) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
@@ -4271,6 +4750,73 @@ pub unsafe extern "C" fn MPI_Pcontrol(level: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pcontrol(level: c_int) -> c_int {
     conv::err_out(ffi_boundary!("MPI_Pcontrol", c_int, imp_MPI_Pcontrol(level)))
+}
+
+unsafe fn imp_MPI_Pready(partitions: c_int, request: OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        mpicr_shim::face::api::MPI_Pready(partitions, conv::h_in(Kind::Request, request))
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Pready(partitions: c_int, request: OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Pready", c_int, imp_MPI_Pready(partitions, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Pready(partitions: c_int, request: OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Pready", c_int, imp_MPI_Pready(partitions, request)))
+}
+
+unsafe fn imp_MPI_Pready_list(length: c_int, partition_list: *mut c_int, request: OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        mpicr_shim::face::api::MPI_Pready_list(length, partition_list, conv::h_in(Kind::Request, request))
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Pready_list(length: c_int, partition_list: *mut c_int, request: OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Pready_list", c_int, imp_MPI_Pready_list(length, partition_list, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Pready_list(length: c_int, partition_list: *mut c_int, request: OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Pready_list", c_int, imp_MPI_Pready_list(length, partition_list, request)))
+}
+
+unsafe fn imp_MPI_Pready_range(partition_low: c_int, partition_high: c_int, request: OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        mpicr_shim::face::api::MPI_Pready_range(partition_low, partition_high, conv::h_in(Kind::Request, request))
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Pready_range(partition_low: c_int, partition_high: c_int, request: OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Pready_range", c_int, imp_MPI_Pready_range(partition_low, partition_high, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Pready_range(partition_low: c_int, partition_high: c_int, request: OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Pready_range", c_int, imp_MPI_Pready_range(partition_low, partition_high, request)))
+}
+
+unsafe fn imp_MPI_Precv_init(buf: *mut c_void, partitions: c_int, count: MPI_Count, datatype: OHandle, source: c_int, tag: c_int, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::api::MPI_Precv_init(conv::buf_in(buf), partitions, count, conv::h_in(Kind::Datatype, datatype), conv::rank_in(source), tag, conv::h_in(Kind::Comm, comm), conv::h_in(Kind::Info, info), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Precv_init(buf: *mut c_void, partitions: c_int, count: MPI_Count, datatype: OHandle, source: c_int, tag: c_int, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Precv_init", c_int, imp_MPI_Precv_init(buf, partitions, count, datatype, source, tag, comm, info, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Precv_init(buf: *mut c_void, partitions: c_int, count: MPI_Count, datatype: OHandle, source: c_int, tag: c_int, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Precv_init", c_int, imp_MPI_Precv_init(buf, partitions, count, datatype, source, tag, comm, info, request)))
 }
 
 unsafe fn imp_MPI_Probe(source: c_int, tag: c_int, comm: OHandle, status: *mut OStatus) -> c_int {
@@ -4290,6 +4836,25 @@ pub unsafe extern "C" fn MPI_Probe(source: c_int, tag: c_int, comm: OHandle, sta
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Probe(source: c_int, tag: c_int, comm: OHandle, status: *mut OStatus) -> c_int {
     conv::err_out(ffi_boundary!("MPI_Probe", c_int, imp_MPI_Probe(source, tag, comm, status)))
+}
+
+unsafe fn imp_MPI_Psend_init(buf: *const c_void, partitions: c_int, count: MPI_Count, datatype: OHandle, dest: c_int, tag: c_int, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::api::MPI_Psend_init(conv::buf_in(buf), partitions, count, conv::h_in(Kind::Datatype, datatype), conv::rank_in(dest), tag, conv::h_in(Kind::Comm, comm), conv::h_in(Kind::Info, info), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Psend_init(buf: *const c_void, partitions: c_int, count: MPI_Count, datatype: OHandle, dest: c_int, tag: c_int, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Psend_init", c_int, imp_MPI_Psend_init(buf, partitions, count, datatype, dest, tag, comm, info, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Psend_init(buf: *const c_void, partitions: c_int, count: MPI_Count, datatype: OHandle, dest: c_int, tag: c_int, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Psend_init", c_int, imp_MPI_Psend_init(buf, partitions, count, datatype, dest, tag, comm, info, request)))
 }
 
 unsafe fn imp_MPI_Publish_name(service_name: *const c_char, info: OHandle, port_name: *const c_char) -> c_int {
@@ -4413,6 +4978,25 @@ pub unsafe extern "C" fn PMPI_Reduce(sendbuf: *const c_void, recvbuf: *mut c_voi
     conv::err_out(ffi_boundary!("MPI_Reduce", c_int, imp_MPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm)))
 }
 
+unsafe fn imp_MPI_Reduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: OHandle, op: OHandle, root: c_int, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::gen::collectives::MPI_Reduce_init(conv::buf_in(sendbuf), conv::buf_in(recvbuf), count, conv::h_in(Kind::Datatype, datatype), conv::h_in(Kind::Op, op), conv::rank_in(root), conv::h_in(Kind::Comm, comm), conv::h_in(Kind::Info, info), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Reduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: OHandle, op: OHandle, root: c_int, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Reduce_init", c_int, imp_MPI_Reduce_init(sendbuf, recvbuf, count, datatype, op, root, comm, info, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Reduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: OHandle, op: OHandle, root: c_int, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Reduce_init", c_int, imp_MPI_Reduce_init(sendbuf, recvbuf, count, datatype, op, root, comm, info, request)))
+}
+
 unsafe fn imp_MPI_Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, count: c_int, datatype: OHandle, op: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
@@ -4459,6 +5043,44 @@ pub unsafe extern "C" fn MPI_Reduce_scatter_block(sendbuf: *const c_void, recvbu
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: OHandle, op: OHandle, comm: OHandle) -> c_int {
     conv::err_out(ffi_boundary!("MPI_Reduce_scatter_block", c_int, imp_MPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm)))
+}
+
+unsafe fn imp_MPI_Reduce_scatter_block_init(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: OHandle, op: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::gen::collectives::MPI_Reduce_scatter_block_init(conv::buf_in(sendbuf), conv::buf_in(recvbuf), recvcount, conv::h_in(Kind::Datatype, datatype), conv::h_in(Kind::Op, op), conv::h_in(Kind::Comm, comm), conv::h_in(Kind::Info, info), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Reduce_scatter_block_init(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: OHandle, op: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Reduce_scatter_block_init", c_int, imp_MPI_Reduce_scatter_block_init(sendbuf, recvbuf, recvcount, datatype, op, comm, info, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Reduce_scatter_block_init(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: OHandle, op: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Reduce_scatter_block_init", c_int, imp_MPI_Reduce_scatter_block_init(sendbuf, recvbuf, recvcount, datatype, op, comm, info, request)))
+}
+
+unsafe fn imp_MPI_Reduce_scatter_init(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: OHandle, op: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::gen::collectives::MPI_Reduce_scatter_init(conv::buf_in(sendbuf), conv::buf_in(recvbuf), recvcounts, conv::h_in(Kind::Datatype, datatype), conv::h_in(Kind::Op, op), conv::h_in(Kind::Comm, comm), conv::h_in(Kind::Info, info), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Reduce_scatter_init(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: OHandle, op: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Reduce_scatter_init", c_int, imp_MPI_Reduce_scatter_init(sendbuf, recvbuf, recvcounts, datatype, op, comm, info, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Reduce_scatter_init(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: OHandle, op: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Reduce_scatter_init", c_int, imp_MPI_Reduce_scatter_init(sendbuf, recvbuf, recvcounts, datatype, op, comm, info, request)))
 }
 
 #[no_mangle]
@@ -4634,6 +5256,25 @@ pub unsafe extern "C" fn PMPI_Scan(sendbuf: *const c_void, recvbuf: *mut c_void,
     conv::err_out(ffi_boundary!("MPI_Scan", c_int, imp_MPI_Scan(sendbuf, recvbuf, count, datatype, op, comm)))
 }
 
+unsafe fn imp_MPI_Scan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: OHandle, op: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::gen::collectives::MPI_Scan_init(conv::buf_in(sendbuf), conv::buf_in(recvbuf), count, conv::h_in(Kind::Datatype, datatype), conv::h_in(Kind::Op, op), conv::h_in(Kind::Comm, comm), conv::h_in(Kind::Info, info), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Scan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: OHandle, op: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Scan_init", c_int, imp_MPI_Scan_init(sendbuf, recvbuf, count, datatype, op, comm, info, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Scan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: OHandle, op: OHandle, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Scan_init", c_int, imp_MPI_Scan_init(sendbuf, recvbuf, count, datatype, op, comm, info, request)))
+}
+
 unsafe fn imp_MPI_Scatter(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, root: c_int, comm: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
@@ -4650,6 +5291,25 @@ pub unsafe extern "C" fn PMPI_Scatter(sendbuf: *const c_void, sendcount: c_int, 
     conv::err_out(ffi_boundary!("MPI_Scatter", c_int, imp_MPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm)))
 }
 
+unsafe fn imp_MPI_Scatter_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, root: c_int, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::gen::collectives::MPI_Scatter_init(conv::buf_in(sendbuf), sendcount, conv::h_in(Kind::Datatype, sendtype), conv::buf_in(recvbuf), recvcount, conv::h_in(Kind::Datatype, recvtype), conv::rank_in(root), conv::h_in(Kind::Comm, comm), conv::h_in(Kind::Info, info), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Scatter_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, root: c_int, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Scatter_init", c_int, imp_MPI_Scatter_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Scatter_init(sendbuf: *const c_void, sendcount: c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, root: c_int, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Scatter_init", c_int, imp_MPI_Scatter_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request)))
+}
+
 unsafe fn imp_MPI_Scatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, root: c_int, comm: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
@@ -4664,6 +5324,25 @@ pub unsafe extern "C" fn MPI_Scatterv(sendbuf: *const c_void, sendcounts: *const
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Scatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, root: c_int, comm: OHandle) -> c_int {
     conv::err_out(ffi_boundary!("MPI_Scatterv", c_int, imp_MPI_Scatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm)))
+}
+
+unsafe fn imp_MPI_Scatterv_init(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, root: c_int, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::gen::collectives::MPI_Scatterv_init(conv::buf_in(sendbuf), sendcounts, displs, conv::h_in(Kind::Datatype, sendtype), conv::buf_in(recvbuf), recvcount, conv::h_in(Kind::Datatype, recvtype), conv::rank_in(root), conv::h_in(Kind::Comm, comm), conv::h_in(Kind::Info, info), if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Scatterv_init(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, root: c_int, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Scatterv_init", c_int, imp_MPI_Scatterv_init(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Scatterv_init(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: OHandle, recvbuf: *mut c_void, recvcount: c_int, recvtype: OHandle, root: c_int, comm: OHandle, info: OHandle, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Scatterv_init", c_int, imp_MPI_Scatterv_init(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request)))
 }
 
 unsafe fn imp_MPI_Send(buf: *const c_void, count: c_int, datatype: OHandle, dest: c_int, tag: c_int, comm: OHandle) -> c_int {
@@ -4737,6 +5416,201 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace(buf: *mut c_void, count: c_int, da
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Sendrecv_replace(buf: *mut c_void, count: c_int, datatype: OHandle, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: OHandle, status: *mut OStatus) -> c_int {
     conv::err_out(ffi_boundary!("MPI_Sendrecv_replace", c_int, imp_MPI_Sendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm, status)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Session_c2f(session: OHandle) -> MPI_Fint {
+    ffi_boundary!("MPI_Session_c2f", MPI_Fint, conv::h_in(Kind::Session, session))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_c2f(session: OHandle) -> MPI_Fint {
+    ffi_boundary!("MPI_Session_c2f", MPI_Fint, conv::h_in(Kind::Session, session))
+}
+
+unsafe fn imp_MPI_Session_call_errhandler(session: OHandle, errorcode: c_int) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        mpicr_shim::face::api::MPI_Session_call_errhandler(conv::h_in(Kind::Session, session), conv::err_in(errorcode))
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Session_call_errhandler(session: OHandle, errorcode: c_int) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Session_call_errhandler", c_int, imp_MPI_Session_call_errhandler(session, errorcode)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_call_errhandler(session: OHandle, errorcode: c_int) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Session_call_errhandler", c_int, imp_MPI_Session_call_errhandler(session, errorcode)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Session_create_errhandler(session_errhandler_fn: *mut c_void, errhandler: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Session_create_errhandler", c_int, crate::hand::MPI_Session_create_errhandler(session_errhandler_fn, errhandler)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_create_errhandler(session_errhandler_fn: *mut c_void, errhandler: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Session_create_errhandler", c_int, crate::hand::MPI_Session_create_errhandler(session_errhandler_fn, errhandler)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Session_f2c(session: MPI_Fint) -> OHandle {
+    ffi_boundary!("MPI_Session_f2c", OHandle, conv::h_out(Kind::Session, session))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_f2c(session: MPI_Fint) -> OHandle {
+    ffi_boundary!("MPI_Session_f2c", OHandle, conv::h_out(Kind::Session, session))
+}
+
+unsafe fn imp_MPI_Session_finalize(session: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_session = if session.is_null() { 0 } else { conv::h_in(Kind::Session, *session) };
+        let r = mpicr_shim::face::api::MPI_Session_finalize(if session.is_null() { std::ptr::null_mut() } else { &mut l_session });
+        if !session.is_null() { *session = conv::h_out(Kind::Session, l_session); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Session_finalize(session: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Session_finalize", c_int, imp_MPI_Session_finalize(session)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_finalize(session: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Session_finalize", c_int, imp_MPI_Session_finalize(session)))
+}
+
+unsafe fn imp_MPI_Session_get_errhandler(session: OHandle, erhandler: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_erhandler = if erhandler.is_null() { 0 } else { conv::h_in(Kind::Errhandler, *erhandler) };
+        let r = mpicr_shim::face::api::MPI_Session_get_errhandler(conv::h_in(Kind::Session, session), if erhandler.is_null() { std::ptr::null_mut() } else { &mut l_erhandler });
+        if !erhandler.is_null() { *erhandler = conv::h_out(Kind::Errhandler, l_erhandler); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Session_get_errhandler(session: OHandle, erhandler: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Session_get_errhandler", c_int, imp_MPI_Session_get_errhandler(session, erhandler)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_get_errhandler(session: OHandle, erhandler: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Session_get_errhandler", c_int, imp_MPI_Session_get_errhandler(session, erhandler)))
+}
+
+unsafe fn imp_MPI_Session_get_info(session: OHandle, info_used: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_info_used = if info_used.is_null() { 0 } else { conv::h_in(Kind::Info, *info_used) };
+        let r = mpicr_shim::face::gen::create::MPI_Session_get_info(conv::h_in(Kind::Session, session), if info_used.is_null() { std::ptr::null_mut() } else { &mut l_info_used });
+        if !info_used.is_null() { *info_used = conv::h_out(Kind::Info, l_info_used); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Session_get_info(session: OHandle, info_used: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Session_get_info", c_int, imp_MPI_Session_get_info(session, info_used)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_get_info(session: OHandle, info_used: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Session_get_info", c_int, imp_MPI_Session_get_info(session, info_used)))
+}
+
+unsafe fn imp_MPI_Session_get_nth_pset(session: OHandle, info: OHandle, n: c_int, len: *mut c_int, pset_name: *mut c_char) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        mpicr_shim::face::gen::passthrough::MPI_Session_get_nth_pset(conv::h_in(Kind::Session, session), conv::h_in(Kind::Info, info), n, len, pset_name)
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Session_get_nth_pset(session: OHandle, info: OHandle, n: c_int, len: *mut c_int, pset_name: *mut c_char) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Session_get_nth_pset", c_int, imp_MPI_Session_get_nth_pset(session, info, n, len, pset_name)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_get_nth_pset(session: OHandle, info: OHandle, n: c_int, len: *mut c_int, pset_name: *mut c_char) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Session_get_nth_pset", c_int, imp_MPI_Session_get_nth_pset(session, info, n, len, pset_name)))
+}
+
+unsafe fn imp_MPI_Session_get_num_psets(session: OHandle, info: OHandle, npset_names: *mut c_int) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        mpicr_shim::face::gen::passthrough::MPI_Session_get_num_psets(conv::h_in(Kind::Session, session), conv::h_in(Kind::Info, info), npset_names)
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Session_get_num_psets(session: OHandle, info: OHandle, npset_names: *mut c_int) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Session_get_num_psets", c_int, imp_MPI_Session_get_num_psets(session, info, npset_names)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_get_num_psets(session: OHandle, info: OHandle, npset_names: *mut c_int) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Session_get_num_psets", c_int, imp_MPI_Session_get_num_psets(session, info, npset_names)))
+}
+
+unsafe fn imp_MPI_Session_get_pset_info(session: OHandle, pset_name: *const c_char, info_used: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_info_used = if info_used.is_null() { 0 } else { conv::h_in(Kind::Info, *info_used) };
+        let r = mpicr_shim::face::gen::create::MPI_Session_get_pset_info(conv::h_in(Kind::Session, session), pset_name, if info_used.is_null() { std::ptr::null_mut() } else { &mut l_info_used });
+        if !info_used.is_null() { *info_used = conv::h_out(Kind::Info, l_info_used); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Session_get_pset_info(session: OHandle, pset_name: *const c_char, info_used: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Session_get_pset_info", c_int, imp_MPI_Session_get_pset_info(session, pset_name, info_used)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_get_pset_info(session: OHandle, pset_name: *const c_char, info_used: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Session_get_pset_info", c_int, imp_MPI_Session_get_pset_info(session, pset_name, info_used)))
+}
+
+unsafe fn imp_MPI_Session_init(info: OHandle, errhandler: OHandle, session: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_session = if session.is_null() { 0 } else { conv::h_in(Kind::Session, *session) };
+        let r = mpicr_shim::face::api::MPI_Session_init(conv::h_in(Kind::Info, info), conv::h_in(Kind::Errhandler, errhandler), if session.is_null() { std::ptr::null_mut() } else { &mut l_session });
+        if !session.is_null() { *session = conv::h_out(Kind::Session, l_session); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Session_init(info: OHandle, errhandler: OHandle, session: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Session_init", c_int, imp_MPI_Session_init(info, errhandler, session)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_init(info: OHandle, errhandler: OHandle, session: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Session_init", c_int, imp_MPI_Session_init(info, errhandler, session)))
+}
+
+unsafe fn imp_MPI_Session_set_errhandler(session: OHandle, errhandler: OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        mpicr_shim::face::api::MPI_Session_set_errhandler(conv::h_in(Kind::Session, session), conv::h_in(Kind::Errhandler, errhandler))
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Session_set_errhandler(session: OHandle, errhandler: OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Session_set_errhandler", c_int, imp_MPI_Session_set_errhandler(session, errhandler)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_set_errhandler(session: OHandle, errhandler: OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Session_set_errhandler", c_int, imp_MPI_Session_set_errhandler(session, errhandler)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Session_set_info(session: OHandle, info: OHandle) -> c_int {
+    { let _ = (session, info,); conv::unsupported("MPI_Session_set_info", "not in the MPICH ABI table") }
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_set_info(session: OHandle, info: OHandle) -> c_int {
+    { let _ = (session, info,); conv::unsupported("MPI_Session_set_info", "not in the MPICH ABI table") }
 }
 
 unsafe fn imp_MPI_Ssend(buf: *const c_void, count: c_int, datatype: OHandle, dest: c_int, tag: c_int, comm: OHandle) -> c_int {
@@ -4830,6 +5704,58 @@ pub unsafe extern "C" fn PMPI_Status_c2f(c_status: *const OStatus, f_status: *mu
     conv::err_out(ffi_boundary!("MPI_Status_c2f", c_int, imp_MPI_Status_c2f(c_status, f_status)))
 }
 
+unsafe fn imp_MPI_Status_c2f08(c_status: *const OStatus, f08_status: *mut c_void) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_c_status = conv::status_in(c_status);
+        mpicr_shim::face::gen::passthrough::MPI_Status_c2f08(conv::status_ptr(&mut l_c_status, c_status.is_null()), f08_status)
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Status_c2f08(c_status: *const OStatus, f08_status: *mut c_void) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Status_c2f08", c_int, imp_MPI_Status_c2f08(c_status, f08_status)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Status_c2f08(c_status: *const OStatus, f08_status: *mut c_void) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Status_c2f08", c_int, imp_MPI_Status_c2f08(c_status, f08_status)))
+}
+
+unsafe fn imp_MPI_Status_f082c(f08_status: *const c_void, c_status: *mut OStatus) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_c_status = conv::status_in(c_status);
+        let r = mpicr_shim::face::gen::passthrough::MPI_Status_f082c(f08_status, conv::status_ptr(&mut l_c_status, c_status.is_null()));
+        conv::status_out(&l_c_status, c_status);
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Status_f082c(f08_status: *const c_void, c_status: *mut OStatus) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Status_f082c", c_int, imp_MPI_Status_f082c(f08_status, c_status)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Status_f082c(f08_status: *const c_void, c_status: *mut OStatus) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Status_f082c", c_int, imp_MPI_Status_f082c(f08_status, c_status)))
+}
+
+unsafe fn imp_MPI_Status_f082f(f08_status: *const c_void, f_status: *mut MPI_Fint) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        mpicr_shim::face::gen::passthrough::MPI_Status_f082f(f08_status, f_status)
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Status_f082f(f08_status: *const c_void, f_status: *mut MPI_Fint) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Status_f082f", c_int, imp_MPI_Status_f082f(f08_status, f_status)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Status_f082f(f08_status: *const c_void, f_status: *mut MPI_Fint) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Status_f082f", c_int, imp_MPI_Status_f082f(f08_status, f_status)))
+}
+
 unsafe fn imp_MPI_Status_f2c(f_status: *const MPI_Fint, c_status: *mut OStatus) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
@@ -4847,6 +5773,22 @@ pub unsafe extern "C" fn MPI_Status_f2c(f_status: *const MPI_Fint, c_status: *mu
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_f2c(f_status: *const MPI_Fint, c_status: *mut OStatus) -> c_int {
     conv::err_out(ffi_boundary!("MPI_Status_f2c", c_int, imp_MPI_Status_f2c(f_status, c_status)))
+}
+
+unsafe fn imp_MPI_Status_f2f08(f_status: *const MPI_Fint, f08_status: *mut c_void) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        mpicr_shim::face::gen::passthrough::MPI_Status_f2f08(f_status, f08_status)
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Status_f2f08(f_status: *const MPI_Fint, f08_status: *mut c_void) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Status_f2f08", c_int, imp_MPI_Status_f2f08(f_status, f08_status)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Status_f2f08(f_status: *const MPI_Fint, f08_status: *mut c_void) -> c_int {
+    conv::err_out(ffi_boundary!("MPI_Status_f2f08", c_int, imp_MPI_Status_f2f08(f_status, f08_status)))
 }
 
 unsafe fn imp_MPI_Status_set_cancelled(status: *mut OStatus, flag: c_int) -> c_int {

@@ -10,6 +10,7 @@ pub mod ompi {
     pub const MPI_ANY_SOURCE: c_int = -1;
     pub const MPI_ANY_TAG: c_int = -1;
     pub const MPI_APPNUM: c_int = 4;
+    pub const MPI_ATTR_PREDEFINED_KEY_MAX: c_int = 13;
     pub const MPI_BSEND_OVERHEAD: c_int = 128;
     pub const MPI_CART: c_int = 1;
     pub const MPI_COMBINER_CONTIGUOUS: c_int = 2;
@@ -28,6 +29,8 @@ pub mod ompi {
     pub const MPI_COMBINER_STRUCT: c_int = 11;
     pub const MPI_COMBINER_SUBARRAY: c_int = 12;
     pub const MPI_COMBINER_VECTOR: c_int = 3;
+    pub const MPI_COMM_TYPE_HW_GUIDED: c_int = 13;
+    pub const MPI_COMM_TYPE_HW_UNGUIDED: c_int = 12;
     pub const MPI_COMM_TYPE_SHARED: c_int = 0;
     pub const MPI_CONGRUENT: c_int = 1;
     pub const MPI_DISPLACEMENT_CURRENT: c_int = -54278278;
@@ -72,10 +75,14 @@ pub mod ompi {
     pub const MPI_ERR_OTHER: c_int = 16;
     pub const MPI_ERR_PENDING: c_int = 19;
     pub const MPI_ERR_PORT: c_int = 43;
+    pub const MPI_ERR_PROC_ABORTED: c_int = 74;
+    pub const MPI_ERR_PROC_FAILED: c_int = 75;
+    pub const MPI_ERR_PROC_FAILED_PENDING: c_int = 76;
     pub const MPI_ERR_QUOTA: c_int = 44;
     pub const MPI_ERR_RANK: c_int = 6;
     pub const MPI_ERR_READ_ONLY: c_int = 45;
     pub const MPI_ERR_REQUEST: c_int = 7;
+    pub const MPI_ERR_REVOKED: c_int = 77;
     pub const MPI_ERR_RMA_ATTACH: c_int = 69;
     pub const MPI_ERR_RMA_CONFLICT: c_int = 46;
     pub const MPI_ERR_RMA_FLAVOR: c_int = 70;
@@ -84,6 +91,7 @@ pub mod ompi {
     pub const MPI_ERR_RMA_SYNC: c_int = 47;
     pub const MPI_ERR_ROOT: c_int = 8;
     pub const MPI_ERR_SERVICE: c_int = 48;
+    pub const MPI_ERR_SESSION: c_int = 78;
     pub const MPI_ERR_SIZE: c_int = 49;
     pub const MPI_ERR_SPAWN: c_int = 50;
     pub const MPI_ERR_TAG: c_int = 4;
@@ -93,7 +101,13 @@ pub mod ompi {
     pub const MPI_ERR_UNKNOWN: c_int = 14;
     pub const MPI_ERR_UNSUPPORTED_DATAREP: c_int = 51;
     pub const MPI_ERR_UNSUPPORTED_OPERATION: c_int = 52;
+    pub const MPI_ERR_VALUE_TOO_LARGE: c_int = 79;
     pub const MPI_ERR_WIN: c_int = 53;
+    pub const MPI_FT: c_int = 12;
+    pub const MPI_F_ERROR: c_int = 2;
+    pub const MPI_F_SOURCE: c_int = 0;
+    pub const MPI_F_STATUS_SIZE: c_int = 6;
+    pub const MPI_F_TAG: c_int = 1;
     pub const MPI_GRAPH: c_int = 2;
     pub const MPI_HOST: c_int = 1;
     pub const MPI_IDENT: c_int = 0;
@@ -110,6 +124,8 @@ pub mod ompi {
     pub const MPI_MAX_OBJECT_NAME: c_int = 64;
     pub const MPI_MAX_PORT_NAME: c_int = 1024;
     pub const MPI_MAX_PROCESSOR_NAME: c_int = 256;
+    pub const MPI_MAX_PSET_NAME_LEN: c_int = 512;
+    pub const MPI_MAX_STRINGTAG_LEN: c_int = 1024;
     pub const MPI_MODE_APPEND: c_int = 128;
     pub const MPI_MODE_CREATE: c_int = 1;
     pub const MPI_MODE_DELETE_ON_CLOSE: c_int = 16;
@@ -239,6 +255,8 @@ pub mod mpich {
     pub const MPI_COMBINER_STRUCT: c_int = 12;
     pub const MPI_COMBINER_SUBARRAY: c_int = 13;
     pub const MPI_COMBINER_VECTOR: c_int = 4;
+    pub const MPI_COMM_TYPE_HW_GUIDED: c_int = 2;
+    pub const MPI_COMM_TYPE_HW_UNGUIDED: c_int = 3;
     pub const MPI_COMM_TYPE_SHARED: c_int = 1;
     pub const MPI_CONGRUENT: c_int = 1;
     pub const MPI_DISPLACEMENT_CURRENT: c_int = -54278278;
@@ -283,6 +301,7 @@ pub mod mpich {
     pub const MPI_ERR_OTHER: c_int = 15;
     pub const MPI_ERR_PENDING: c_int = 18;
     pub const MPI_ERR_PORT: c_int = 38;
+    pub const MPI_ERR_PROC_ABORTED: c_int = 76;
     pub const MPI_ERR_QUOTA: c_int = 39;
     pub const MPI_ERR_RANK: c_int = 6;
     pub const MPI_ERR_READ_ONLY: c_int = 40;
@@ -295,6 +314,7 @@ pub mod mpich {
     pub const MPI_ERR_RMA_SYNC: c_int = 50;
     pub const MPI_ERR_ROOT: c_int = 7;
     pub const MPI_ERR_SERVICE: c_int = 41;
+    pub const MPI_ERR_SESSION: c_int = 75;
     pub const MPI_ERR_SIZE: c_int = 51;
     pub const MPI_ERR_SPAWN: c_int = 42;
     pub const MPI_ERR_TAG: c_int = 4;
@@ -304,7 +324,12 @@ pub mod mpich {
     pub const MPI_ERR_UNKNOWN: c_int = 13;
     pub const MPI_ERR_UNSUPPORTED_DATAREP: c_int = 43;
     pub const MPI_ERR_UNSUPPORTED_OPERATION: c_int = 44;
+    pub const MPI_ERR_VALUE_TOO_LARGE: c_int = 77;
     pub const MPI_ERR_WIN: c_int = 45;
+    pub const MPI_F_ERROR: c_int = 4;
+    pub const MPI_F_SOURCE: c_int = 2;
+    pub const MPI_F_STATUS_SIZE: c_int = 5;
+    pub const MPI_F_TAG: c_int = 3;
     pub const MPI_GRAPH: c_int = 1;
     pub const MPI_HOST: c_int = 1681915907;
     pub const MPI_IDENT: c_int = 0;
@@ -321,6 +346,8 @@ pub mod mpich {
     pub const MPI_MAX_OBJECT_NAME: c_int = 128;
     pub const MPI_MAX_PORT_NAME: c_int = 256;
     pub const MPI_MAX_PROCESSOR_NAME: c_int = 128;
+    pub const MPI_MAX_PSET_NAME_LEN: c_int = 256;
+    pub const MPI_MAX_STRINGTAG_LEN: c_int = 256;
     pub const MPI_MODE_APPEND: c_int = 128;
     pub const MPI_MODE_CREATE: c_int = 1;
     pub const MPI_MODE_DELETE_ON_CLOSE: c_int = 16;
@@ -425,7 +452,7 @@ pub mod mpich {
 }
 
 /// Error classes: (MPICH's, Open MPI's), by name.
-pub const ERROR_CLASSES: [(i32, i32); 74] = [
+pub const ERROR_CLASSES: [(i32, i32); 77] = [
     (20, 20), // MPI_ERR_ACCESS
     (21, 21), // MPI_ERR_AMODE
     (12, 13), // MPI_ERR_ARG
@@ -461,6 +488,7 @@ pub const ERROR_CLASSES: [(i32, i32); 74] = [
     (15, 16), // MPI_ERR_OTHER
     (18, 19), // MPI_ERR_PENDING
     (38, 43), // MPI_ERR_PORT
+    (76, 74), // MPI_ERR_PROC_ABORTED
     (39, 44), // MPI_ERR_QUOTA
     (6, 6), // MPI_ERR_RANK
     (40, 45), // MPI_ERR_READ_ONLY
@@ -473,6 +501,7 @@ pub const ERROR_CLASSES: [(i32, i32); 74] = [
     (50, 47), // MPI_ERR_RMA_SYNC
     (7, 8), // MPI_ERR_ROOT
     (41, 48), // MPI_ERR_SERVICE
+    (75, 78), // MPI_ERR_SESSION
     (51, 49), // MPI_ERR_SIZE
     (42, 50), // MPI_ERR_SPAWN
     (4, 4), // MPI_ERR_TAG
@@ -482,6 +511,7 @@ pub const ERROR_CLASSES: [(i32, i32); 74] = [
     (13, 14), // MPI_ERR_UNKNOWN
     (43, 51), // MPI_ERR_UNSUPPORTED_DATAREP
     (44, 52), // MPI_ERR_UNSUPPORTED_OPERATION
+    (77, 79), // MPI_ERR_VALUE_TOO_LARGE
     (45, 53), // MPI_ERR_WIN
     (0, 0), // MPI_SUCCESS
     (61, 56), // MPI_T_ERR_CANNOT_INIT
@@ -530,7 +560,9 @@ pub const TOPOLOGIES: [(i32, i32); 3] = [
 ];
 
 /// COMM_TYPES: (MPICH's, Open MPI's), by name.
-pub const COMM_TYPES: [(i32, i32); 1] = [
+pub const COMM_TYPES: [(i32, i32); 3] = [
+    (2, 13), // MPI_COMM_TYPE_HW_GUIDED
+    (3, 12), // MPI_COMM_TYPE_HW_UNGUIDED
     (1, 0), // MPI_COMM_TYPE_SHARED
 ];
 
@@ -588,7 +620,7 @@ pub const RMA_MODES: [(i32, i32); 5] = [
 
 /// Predefined handles: Open MPI's data symbol, the kind, MPICH's value (0 where MPICH has
 /// no such handle: the MPICH face rejects it as invalid).
-pub const PREDEFINED: [(&std::ffi::CStr, Kind, i32); 102] = [
+pub const PREDEFINED: [(&std::ffi::CStr, Kind, i32); 106] = [
     (c"ompi_mpi_group_null", Kind::Group, 134217728), // MPI_GROUP_NULL
     (c"ompi_mpi_comm_null", Kind::Comm, 67108864), // MPI_COMM_NULL
     (c"ompi_request_null", Kind::Request, 738197504), // MPI_REQUEST_NULL
@@ -691,6 +723,10 @@ pub const PREDEFINED: [(&std::ffi::CStr, Kind, i32); 102] = [
     (c"ompi_mpi_count", Kind::Datatype, 1275070533), // MPI_COUNT
     (c"ompi_mpi_errors_are_fatal", Kind::Errhandler, 1409286144), // MPI_ERRORS_ARE_FATAL
     (c"ompi_mpi_errors_return", Kind::Errhandler, 1409286145), // MPI_ERRORS_RETURN
+    (c"ompi_mpi_instance_null", Kind::Session, 939524096), // MPI_SESSION_NULL
+    (c"ompi_mpi_real2", Kind::Datatype, 0), // MPI_REAL2
+    (c"ompi_mpi_complex4", Kind::Datatype, 0), // MPI_COMPLEX4
+    (c"ompi_mpi_errors_abort", Kind::Errhandler, 1409286147), // MPI_ERRORS_ABORT
 ];
 
 /// MPI_FILE_NULL's data symbol.
@@ -711,9 +747,9 @@ pub static mut mpi_fortran_errcodes_ignore_: [u8; 4] = [0; 4];
 #[no_mangle]
 pub static mut mpi_fortran_in_place_: [u8; 4] = [0; 4];
 #[no_mangle]
-pub static mut mpi_fortran_status_ignore_: [u8; 8] = [0; 8];
+pub static mut mpi_fortran_status_ignore_: [u8; 24] = [0; 24];
 #[no_mangle]
-pub static mut mpi_fortran_statuses_ignore_: [u8; 8] = [0; 8];
+pub static mut mpi_fortran_statuses_ignore_: [u8; 24] = [0; 24];
 #[no_mangle]
 pub static mut mpi_fortran_unweighted_: [u8; 4] = [0; 4];
 #[no_mangle]
@@ -761,6 +797,8 @@ pub static mut ompi_mpi_complex16: [u8; 512] = [0; 512];
 #[no_mangle]
 pub static mut ompi_mpi_complex32: [u8; 512] = [0; 512];
 #[no_mangle]
+pub static mut ompi_mpi_complex4: [u8; 512] = [0; 512];
+#[no_mangle]
 pub static mut ompi_mpi_complex8: [u8; 512] = [0; 512];
 #[no_mangle]
 pub static mut ompi_mpi_count: [u8; 512] = [0; 512];
@@ -787,6 +825,8 @@ pub static mut ompi_mpi_double_int: [u8; 512] = [0; 512];
 #[no_mangle]
 pub static mut ompi_mpi_errhandler_null: [u8; 1024] = [0; 1024];
 #[no_mangle]
+pub static mut ompi_mpi_errors_abort: [u8; 1024] = [0; 1024];
+#[no_mangle]
 pub static mut ompi_mpi_errors_are_fatal: [u8; 1024] = [0; 1024];
 #[no_mangle]
 pub static mut ompi_mpi_errors_return: [u8; 1024] = [0; 1024];
@@ -804,6 +844,8 @@ pub static mut ompi_mpi_group_null: [u8; 256] = [0; 256];
 pub static mut ompi_mpi_info_env: [u8; 256] = [0; 256];
 #[no_mangle]
 pub static mut ompi_mpi_info_null: [u8; 256] = [0; 256];
+#[no_mangle]
+pub static mut ompi_mpi_instance_null: [u8; 512] = [0; 512];
 #[no_mangle]
 pub static mut ompi_mpi_int: [u8; 512] = [0; 512];
 #[no_mangle]

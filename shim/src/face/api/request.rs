@@ -141,6 +141,12 @@ fn classify(v: MPI_Request) -> Slot {
     }
 }
 
+/// Whether the library underneath is Open MPI, whose completions of several requests differ
+/// from MPICH's where MPI leaves them open (`Mode::writes_error`, `test_many`).
+fn open_mpi() -> bool {
+    crate::lower::family(&crate::lower::current().path) == crate::lower::Family::OpenMpi
+}
+
 /// Completion semantics of the test/wait families.
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
@@ -149,13 +155,28 @@ enum Mode {
     /// MPI_SUCCESS in the status of every request it completes, which the shim reproduces so
     /// that programs see what the library underneath would give them.
     WaitAll,
+    /// As `All`, for MPI_Testall (Open MPI writes MPI_ERROR there too: `writes_error`).
+    TestAll,
     Any,
     Some,
 }
 
 impl Mode {
+    /// Whether a completion in this mode writes MPI_ERROR (MPI_SUCCESS) when nothing failed:
+    /// MPI leaves it open, and the shim does what the library underneath does natively, where
+    /// the shim completes each request on its own: MPICH's MPI_Waitall writes it, and Open
+    /// MPI's completions of several requests (MPI_Waitall, MPI_Testall, MPI_Waitsome,
+    /// MPI_Testsome) all do.
+    fn writes_error(self) -> bool {
+        match self {
+            Mode::WaitAll => true,
+            Mode::TestAll | Mode::Some => open_mpi(),
+            Mode::All | Mode::Any => false,
+        }
+    }
+
     fn all(self) -> bool {
-        matches!(self, Mode::All | Mode::WaitAll)
+        matches!(self, Mode::All | Mode::TestAll | Mode::WaitAll)
     }
 }
 
@@ -204,7 +225,7 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
             }
         }
         let none = match mode {
-            Mode::All | Mode::WaitAll => vec![],
+            Mode::All | Mode::TestAll | Mode::WaitAll => vec![],
             Mode::Any => vec![MPI_UNDEFINED as usize],
             Mode::Some => vec![usize::MAX],
         };
@@ -226,11 +247,14 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
     let pending = slots.iter().any(|s| matches!(s, Slot::Real(..)));
     let take: Vec<usize> = match (mode, first_error) {
         // Testall hands over everything only when everything completed, or stops at an error.
-        (Mode::All | Mode::WaitAll, None) if pending => return Tested { flag: false, indices: vec![], rc: MPI_SUCCESS },
+        (Mode::All | Mode::TestAll | Mode::WaitAll, None) if pending => return Tested { flag: false, indices: vec![], rc: MPI_SUCCESS },
         // At a failed request, Waitall and Testall hand over it and the completed requests
         // before it; those after it stay with the program, pending (as MPICH does).
-        (Mode::All | Mode::WaitAll, Some(e)) => done.into_iter().filter(|&i| i <= e).collect(),
-        (Mode::All | Mode::WaitAll | Mode::Some, _) => done,
+        // Open MPI's MPI_Waitall completes every request even when one fails.
+        (Mode::WaitAll, Some(_)) if pending && open_mpi() => return Tested { flag: false, indices: vec![], rc: MPI_SUCCESS },
+        (Mode::WaitAll, Some(_)) if open_mpi() => done,
+        (Mode::All | Mode::TestAll | Mode::WaitAll, Some(e)) => done.into_iter().filter(|&i| i <= e).collect(),
+        (Mode::All | Mode::TestAll | Mode::WaitAll | Mode::Some, _) => done,
         (Mode::Any, _) => done.into_iter().take(1).collect(),
     };
     if take.is_empty() {
@@ -249,18 +273,19 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
         Some(_) => MPI_ERR_IN_STATUS,
     };
     let in_status = rc == MPI_ERR_IN_STATUS;
+    let writes_error = !in_status && mode.writes_error();
     for (k, &i) in take.iter().enumerate() {
         let Slot::Done(idx, st) = slots[i] else { continue };
         reqs[i] = finish(reqs[i], idx);
         let out = match mode {
-            Mode::All | Mode::WaitAll => status_at(i),
+            Mode::All | Mode::TestAll | Mode::WaitAll => status_at(i),
             Mode::Some => status_at(k),
             Mode::Any => statuses,
         };
         // SAFETY: `out` is MPI_STATUS_IGNORE or an element of the caller's array (contract above).
         unsafe {
             put_status(out, &st);
-            if in_status || mode == Mode::WaitAll {
+            if in_status || writes_error {
                 put_status_error(out, st.MPI_ERROR);
             }
         }
@@ -413,7 +438,7 @@ pub unsafe fn MPI_Testall(count: c_int, reqs: *mut MPI_Request, flag: *mut c_int
     let g = gate::enter();
     // SAFETY: `statuses` is the caller's: ignored, or room for a status per request, as `test_many`
     // requires.
-    let t = unsafe { test_many(reqs, statuses, Mode::All) };
+    let t = unsafe { test_many(reqs, statuses, Mode::TestAll) };
     drop(g);
     // SAFETY: `flag` is the caller's out-pointer, valid for a write.
     unsafe { crate::face::api::put(flag, t.flag as c_int) };

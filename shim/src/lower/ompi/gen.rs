@@ -17,17 +17,25 @@ pub struct OmpiFns {
     pub MPI_Add_error_string: Option<unsafe extern "C" fn(c_int, *const c_char) -> c_int>,
     pub MPI_Address: Option<unsafe extern "C" fn(*mut c_void, *mut MPI_Aint) -> c_int>,
     pub MPI_Allgather: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, c_int, P, P) -> c_int>,
+    pub MPI_Allgather_init: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, c_int, P, P, P, *mut P) -> c_int>,
     pub MPI_Allgatherv: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, *const c_int, *const c_int, P, P) -> c_int>,
+    pub MPI_Allgatherv_init: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, *const c_int, *const c_int, P, P, P, *mut P) -> c_int>,
     pub MPI_Alloc_mem: Option<unsafe extern "C" fn(MPI_Aint, P, *mut c_void) -> c_int>,
     pub MPI_Allreduce: Option<unsafe extern "C" fn(*const c_void, *mut c_void, c_int, P, P, P) -> c_int>,
+    pub MPI_Allreduce_init: Option<unsafe extern "C" fn(*const c_void, *mut c_void, c_int, P, P, P, P, *mut P) -> c_int>,
     pub MPI_Alltoall: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, c_int, P, P) -> c_int>,
+    pub MPI_Alltoall_init: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, c_int, P, P, P, *mut P) -> c_int>,
     pub MPI_Alltoallv: Option<unsafe extern "C" fn(*const c_void, *const c_int, *const c_int, P, *mut c_void, *const c_int, *const c_int, P, P) -> c_int>,
+    pub MPI_Alltoallv_init: Option<unsafe extern "C" fn(*const c_void, *const c_int, *const c_int, P, *mut c_void, *const c_int, *const c_int, P, P, P, *mut P) -> c_int>,
     pub MPI_Alltoallw: Option<unsafe extern "C" fn(*const c_void, *const c_int, *const c_int, *const P, *mut c_void, *const c_int, *const c_int, *const P, P) -> c_int>,
+    pub MPI_Alltoallw_init: Option<unsafe extern "C" fn(*const c_void, *const c_int, *const c_int, *const P, *mut c_void, *const c_int, *const c_int, *const P, P, P, *mut P) -> c_int>,
     pub MPI_Attr_delete: Option<unsafe extern "C" fn(P, c_int) -> c_int>,
     pub MPI_Attr_get: Option<unsafe extern "C" fn(P, c_int, *mut c_void, *mut c_int) -> c_int>,
     pub MPI_Attr_put: Option<unsafe extern "C" fn(P, c_int, *mut c_void) -> c_int>,
     pub MPI_Barrier: Option<unsafe extern "C" fn(P) -> c_int>,
+    pub MPI_Barrier_init: Option<unsafe extern "C" fn(P, P, *mut P) -> c_int>,
     pub MPI_Bcast: Option<unsafe extern "C" fn(*mut c_void, c_int, P, c_int, P) -> c_int>,
+    pub MPI_Bcast_init: Option<unsafe extern "C" fn(*mut c_void, c_int, P, c_int, P, P, *mut P) -> c_int>,
     pub MPI_Bsend: Option<unsafe extern "C" fn(*const c_void, c_int, P, c_int, c_int, P) -> c_int>,
     pub MPI_Bsend_init: Option<unsafe extern "C" fn(*const c_void, c_int, P, c_int, c_int, P, *mut P) -> c_int>,
     pub MPI_Buffer_attach: Option<unsafe extern "C" fn(*mut c_void, c_int) -> c_int>,
@@ -47,6 +55,7 @@ pub struct OmpiFns {
     pub MPI_Comm_compare: Option<unsafe extern "C" fn(P, P, *mut c_int) -> c_int>,
     pub MPI_Comm_connect: Option<unsafe extern "C" fn(*const c_char, P, c_int, P, *mut P) -> c_int>,
     pub MPI_Comm_create: Option<unsafe extern "C" fn(P, P, *mut P) -> c_int>,
+    pub MPI_Comm_create_from_group: Option<unsafe extern "C" fn(P, *const c_char, P, P, *mut P) -> c_int>,
     pub MPI_Comm_create_group: Option<unsafe extern "C" fn(P, P, c_int, *mut P) -> c_int>,
     pub MPI_Comm_delete_attr: Option<unsafe extern "C" fn(P, c_int) -> c_int>,
     pub MPI_Comm_disconnect: Option<unsafe extern "C" fn(*mut P) -> c_int>,
@@ -61,6 +70,7 @@ pub struct OmpiFns {
     pub MPI_Comm_get_parent: Option<unsafe extern "C" fn(*mut P) -> c_int>,
     pub MPI_Comm_group: Option<unsafe extern "C" fn(P, *mut P) -> c_int>,
     pub MPI_Comm_idup: Option<unsafe extern "C" fn(P, *mut P, *mut P) -> c_int>,
+    pub MPI_Comm_idup_with_info: Option<unsafe extern "C" fn(P, P, *mut P, *mut P) -> c_int>,
     pub MPI_Comm_join: Option<unsafe extern "C" fn(c_int, *mut P) -> c_int>,
     pub MPI_Comm_rank: Option<unsafe extern "C" fn(P, *mut c_int) -> c_int>,
     pub MPI_Comm_remote_group: Option<unsafe extern "C" fn(P, *mut P) -> c_int>,
@@ -75,6 +85,9 @@ pub struct OmpiFns {
     pub MPI_Comm_test_inter: Option<unsafe extern "C" fn(P, *mut c_int) -> c_int>,
     pub MPI_Compare_and_swap: Option<unsafe extern "C" fn(*const c_void, *const c_void, *mut c_void, P, c_int, MPI_Aint, P) -> c_int>,
     pub MPI_Dims_create: Option<unsafe extern "C" fn(c_int, c_int, *mut c_int) -> c_int>,
+    pub MPI_Dist_graph_create: Option<unsafe extern "C" fn(P, c_int, *const c_int, *const c_int, *const c_int, *const c_int, P, c_int, *mut P) -> c_int>,
+    pub MPI_Dist_graph_create_adjacent: Option<unsafe extern "C" fn(P, c_int, *const c_int, *const c_int, c_int, *const c_int, *const c_int, P, c_int, *mut P) -> c_int>,
+    pub MPI_Dist_graph_neighbors: Option<unsafe extern "C" fn(P, c_int, *mut c_int, *mut c_int, c_int, *mut c_int, *mut c_int) -> c_int>,
     pub MPI_Dist_graph_neighbors_count: Option<unsafe extern "C" fn(P, *mut c_int, *mut c_int, *mut c_int) -> c_int>,
     pub MPI_Errhandler_free: Option<unsafe extern "C" fn(*mut P) -> c_int>,
     pub MPI_Errhandler_get: Option<unsafe extern "C" fn(P, *mut P) -> c_int>,
@@ -82,6 +95,7 @@ pub struct OmpiFns {
     pub MPI_Error_class: Option<unsafe extern "C" fn(c_int, *mut c_int) -> c_int>,
     pub MPI_Error_string: Option<unsafe extern "C" fn(c_int, *mut c_char, *mut c_int) -> c_int>,
     pub MPI_Exscan: Option<unsafe extern "C" fn(*const c_void, *mut c_void, c_int, P, P, P) -> c_int>,
+    pub MPI_Exscan_init: Option<unsafe extern "C" fn(*const c_void, *mut c_void, c_int, P, P, P, P, *mut P) -> c_int>,
     pub MPI_Fetch_and_op: Option<unsafe extern "C" fn(*const c_void, *mut c_void, P, c_int, MPI_Aint, P, P) -> c_int>,
     pub MPI_File_call_errhandler: Option<unsafe extern "C" fn(P, c_int) -> c_int>,
     pub MPI_File_close: Option<unsafe extern "C" fn(*mut P) -> c_int>,
@@ -145,7 +159,9 @@ pub struct OmpiFns {
     pub MPI_Finalized: Option<unsafe extern "C" fn(*mut c_int) -> c_int>,
     pub MPI_Free_mem: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
     pub MPI_Gather: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, c_int, P, c_int, P) -> c_int>,
+    pub MPI_Gather_init: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, c_int, P, c_int, P, P, *mut P) -> c_int>,
     pub MPI_Gatherv: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, *const c_int, *const c_int, P, c_int, P) -> c_int>,
+    pub MPI_Gatherv_init: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, *const c_int, *const c_int, P, c_int, P, P, *mut P) -> c_int>,
     pub MPI_Get: Option<unsafe extern "C" fn(*mut c_void, c_int, P, c_int, MPI_Aint, c_int, P, P) -> c_int>,
     pub MPI_Get_accumulate: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, c_int, P, c_int, MPI_Aint, c_int, P, P, P) -> c_int>,
     pub MPI_Get_address: Option<unsafe extern "C" fn(*const c_void, *mut MPI_Aint) -> c_int>,
@@ -162,10 +178,12 @@ pub struct OmpiFns {
     pub MPI_Graph_neighbors_count: Option<unsafe extern "C" fn(P, c_int, *mut c_int) -> c_int>,
     pub MPI_Graphdims_get: Option<unsafe extern "C" fn(P, *mut c_int, *mut c_int) -> c_int>,
     pub MPI_Grequest_complete: Option<unsafe extern "C" fn(P) -> c_int>,
+    pub MPI_Grequest_start: Option<unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *mut c_void, *mut P) -> c_int>,
     pub MPI_Group_compare: Option<unsafe extern "C" fn(P, P, *mut c_int) -> c_int>,
     pub MPI_Group_difference: Option<unsafe extern "C" fn(P, P, *mut P) -> c_int>,
     pub MPI_Group_excl: Option<unsafe extern "C" fn(P, c_int, *const c_int, *mut P) -> c_int>,
     pub MPI_Group_free: Option<unsafe extern "C" fn(*mut P) -> c_int>,
+    pub MPI_Group_from_session_pset: Option<unsafe extern "C" fn(P, *const c_char, *mut P) -> c_int>,
     pub MPI_Group_incl: Option<unsafe extern "C" fn(P, c_int, *const c_int, *mut P) -> c_int>,
     pub MPI_Group_intersection: Option<unsafe extern "C" fn(P, P, *mut P) -> c_int>,
     pub MPI_Group_range_excl: Option<unsafe extern "C" fn(P, c_int, *mut c_int, *mut P) -> c_int>,
@@ -192,19 +210,23 @@ pub struct OmpiFns {
     pub MPI_Ineighbor_allgatherv: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, *const c_int, *const c_int, P, P, *mut P) -> c_int>,
     pub MPI_Ineighbor_alltoall: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, c_int, P, P, *mut P) -> c_int>,
     pub MPI_Ineighbor_alltoallv: Option<unsafe extern "C" fn(*const c_void, *const c_int, *const c_int, P, *mut c_void, *const c_int, *const c_int, P, P, *mut P) -> c_int>,
+    pub MPI_Ineighbor_alltoallw: Option<unsafe extern "C" fn(*const c_void, *const c_int, *const MPI_Aint, *const P, *mut c_void, *const c_int, *const MPI_Aint, *const P, P, *mut P) -> c_int>,
     pub MPI_Info_create: Option<unsafe extern "C" fn(*mut P) -> c_int>,
+    pub MPI_Info_create_env: Option<unsafe extern "C" fn(c_int, *mut *mut c_char, *mut P) -> c_int>,
     pub MPI_Info_delete: Option<unsafe extern "C" fn(P, *const c_char) -> c_int>,
     pub MPI_Info_dup: Option<unsafe extern "C" fn(P, *mut P) -> c_int>,
     pub MPI_Info_free: Option<unsafe extern "C" fn(*mut P) -> c_int>,
     pub MPI_Info_get: Option<unsafe extern "C" fn(P, *const c_char, c_int, *mut c_char, *mut c_int) -> c_int>,
     pub MPI_Info_get_nkeys: Option<unsafe extern "C" fn(P, *mut c_int) -> c_int>,
     pub MPI_Info_get_nthkey: Option<unsafe extern "C" fn(P, c_int, *mut c_char) -> c_int>,
+    pub MPI_Info_get_string: Option<unsafe extern "C" fn(P, *const c_char, *mut c_int, *mut c_char, *mut c_int) -> c_int>,
     pub MPI_Info_get_valuelen: Option<unsafe extern "C" fn(P, *const c_char, *mut c_int, *mut c_int) -> c_int>,
     pub MPI_Info_set: Option<unsafe extern "C" fn(P, *const c_char, *const c_char) -> c_int>,
     pub MPI_Init: Option<unsafe extern "C" fn(*mut c_int, *mut *mut *mut c_char) -> c_int>,
     pub MPI_Init_thread: Option<unsafe extern "C" fn(*mut c_int, *mut *mut *mut c_char, c_int, *mut c_int) -> c_int>,
     pub MPI_Initialized: Option<unsafe extern "C" fn(*mut c_int) -> c_int>,
     pub MPI_Intercomm_create: Option<unsafe extern "C" fn(P, c_int, P, c_int, c_int, *mut P) -> c_int>,
+    pub MPI_Intercomm_create_from_groups: Option<unsafe extern "C" fn(P, c_int, P, c_int, *const c_char, P, P, *mut P) -> c_int>,
     pub MPI_Intercomm_merge: Option<unsafe extern "C" fn(P, c_int, *mut P) -> c_int>,
     pub MPI_Iprobe: Option<unsafe extern "C" fn(c_int, c_int, P, *mut c_int, *mut OStatus) -> c_int>,
     pub MPI_Irecv: Option<unsafe extern "C" fn(*mut c_void, c_int, P, c_int, c_int, P, *mut P) -> c_int>,
@@ -217,23 +239,38 @@ pub struct OmpiFns {
     pub MPI_Iscatter: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, c_int, P, c_int, P, *mut P) -> c_int>,
     pub MPI_Iscatterv: Option<unsafe extern "C" fn(*const c_void, *const c_int, *const c_int, P, *mut c_void, c_int, P, c_int, P, *mut P) -> c_int>,
     pub MPI_Isend: Option<unsafe extern "C" fn(*const c_void, c_int, P, c_int, c_int, P, *mut P) -> c_int>,
+    pub MPI_Isendrecv: Option<unsafe extern "C" fn(*const c_void, c_int, P, c_int, c_int, *mut c_void, c_int, P, c_int, c_int, P, *mut P) -> c_int>,
+    pub MPI_Isendrecv_replace: Option<unsafe extern "C" fn(*mut c_void, c_int, P, c_int, c_int, c_int, c_int, P, *mut P) -> c_int>,
     pub MPI_Issend: Option<unsafe extern "C" fn(*const c_void, c_int, P, c_int, c_int, P, *mut P) -> c_int>,
     pub MPI_Keyval_free: Option<unsafe extern "C" fn(*mut c_int) -> c_int>,
     pub MPI_Lookup_name: Option<unsafe extern "C" fn(*const c_char, P, *mut c_char) -> c_int>,
     pub MPI_Mprobe: Option<unsafe extern "C" fn(c_int, c_int, P, *mut P, *mut OStatus) -> c_int>,
     pub MPI_Mrecv: Option<unsafe extern "C" fn(*mut c_void, c_int, P, *mut P, *mut OStatus) -> c_int>,
     pub MPI_Neighbor_allgather: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, c_int, P, P) -> c_int>,
+    pub MPI_Neighbor_allgather_init: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, c_int, P, P, P, *mut P) -> c_int>,
     pub MPI_Neighbor_allgatherv: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, *const c_int, *const c_int, P, P) -> c_int>,
+    pub MPI_Neighbor_allgatherv_init: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, *const c_int, *const c_int, P, P, P, *mut P) -> c_int>,
     pub MPI_Neighbor_alltoall: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, c_int, P, P) -> c_int>,
+    pub MPI_Neighbor_alltoall_init: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, c_int, P, P, P, *mut P) -> c_int>,
     pub MPI_Neighbor_alltoallv: Option<unsafe extern "C" fn(*const c_void, *const c_int, *const c_int, P, *mut c_void, *const c_int, *const c_int, P, P) -> c_int>,
+    pub MPI_Neighbor_alltoallv_init: Option<unsafe extern "C" fn(*const c_void, *const c_int, *const c_int, P, *mut c_void, *const c_int, *const c_int, P, P, P, *mut P) -> c_int>,
+    pub MPI_Neighbor_alltoallw: Option<unsafe extern "C" fn(*const c_void, *const c_int, *const MPI_Aint, *const P, *mut c_void, *const c_int, *const MPI_Aint, *const P, P) -> c_int>,
+    pub MPI_Neighbor_alltoallw_init: Option<unsafe extern "C" fn(*const c_void, *const c_int, *const MPI_Aint, *const P, *mut c_void, *const c_int, *const MPI_Aint, *const P, P, P, *mut P) -> c_int>,
     pub MPI_Op_commutative: Option<unsafe extern "C" fn(P, *mut c_int) -> c_int>,
+    pub MPI_Op_create: Option<unsafe extern "C" fn(*mut c_void, c_int, *mut P) -> c_int>,
     pub MPI_Op_free: Option<unsafe extern "C" fn(*mut P) -> c_int>,
     pub MPI_Open_port: Option<unsafe extern "C" fn(P, *mut c_char) -> c_int>,
     pub MPI_Pack: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, c_int, *mut c_int, P) -> c_int>,
     pub MPI_Pack_external: Option<unsafe extern "C" fn(*const c_char, *const c_void, c_int, P, *mut c_void, MPI_Aint, *mut MPI_Aint) -> c_int>,
     pub MPI_Pack_external_size: Option<unsafe extern "C" fn(*const c_char, c_int, P, *mut MPI_Aint) -> c_int>,
     pub MPI_Pack_size: Option<unsafe extern "C" fn(c_int, P, P, *mut c_int) -> c_int>,
+    pub MPI_Parrived: Option<unsafe extern "C" fn(P, c_int, *mut c_int) -> c_int>,
+    pub MPI_Pready: Option<unsafe extern "C" fn(c_int, P) -> c_int>,
+    pub MPI_Pready_list: Option<unsafe extern "C" fn(c_int, *mut c_int, P) -> c_int>,
+    pub MPI_Pready_range: Option<unsafe extern "C" fn(c_int, c_int, P) -> c_int>,
+    pub MPI_Precv_init: Option<unsafe extern "C" fn(*mut c_void, c_int, MPI_Count, P, c_int, c_int, P, P, *mut P) -> c_int>,
     pub MPI_Probe: Option<unsafe extern "C" fn(c_int, c_int, P, *mut OStatus) -> c_int>,
+    pub MPI_Psend_init: Option<unsafe extern "C" fn(*const c_void, c_int, MPI_Count, P, c_int, c_int, P, P, *mut P) -> c_int>,
     pub MPI_Publish_name: Option<unsafe extern "C" fn(*const c_char, P, *const c_char) -> c_int>,
     pub MPI_Put: Option<unsafe extern "C" fn(*const c_void, c_int, P, c_int, MPI_Aint, c_int, P, P) -> c_int>,
     pub MPI_Query_thread: Option<unsafe extern "C" fn(*mut c_int) -> c_int>,
@@ -241,9 +278,12 @@ pub struct OmpiFns {
     pub MPI_Recv: Option<unsafe extern "C" fn(*mut c_void, c_int, P, c_int, c_int, P, *mut OStatus) -> c_int>,
     pub MPI_Recv_init: Option<unsafe extern "C" fn(*mut c_void, c_int, P, c_int, c_int, P, *mut P) -> c_int>,
     pub MPI_Reduce: Option<unsafe extern "C" fn(*const c_void, *mut c_void, c_int, P, P, c_int, P) -> c_int>,
+    pub MPI_Reduce_init: Option<unsafe extern "C" fn(*const c_void, *mut c_void, c_int, P, P, c_int, P, P, *mut P) -> c_int>,
     pub MPI_Reduce_local: Option<unsafe extern "C" fn(*const c_void, *mut c_void, c_int, P, P) -> c_int>,
     pub MPI_Reduce_scatter: Option<unsafe extern "C" fn(*const c_void, *mut c_void, *const c_int, P, P, P) -> c_int>,
     pub MPI_Reduce_scatter_block: Option<unsafe extern "C" fn(*const c_void, *mut c_void, c_int, P, P, P) -> c_int>,
+    pub MPI_Reduce_scatter_block_init: Option<unsafe extern "C" fn(*const c_void, *mut c_void, c_int, P, P, P, P, *mut P) -> c_int>,
+    pub MPI_Reduce_scatter_init: Option<unsafe extern "C" fn(*const c_void, *mut c_void, *const c_int, P, P, P, P, *mut P) -> c_int>,
     pub MPI_Request_free: Option<unsafe extern "C" fn(*mut P) -> c_int>,
     pub MPI_Request_get_status: Option<unsafe extern "C" fn(P, *mut c_int, *mut OStatus) -> c_int>,
     pub MPI_Rget: Option<unsafe extern "C" fn(*mut c_void, c_int, P, c_int, MPI_Aint, c_int, P, P, *mut P) -> c_int>,
@@ -252,12 +292,24 @@ pub struct OmpiFns {
     pub MPI_Rsend: Option<unsafe extern "C" fn(*const c_void, c_int, P, c_int, c_int, P) -> c_int>,
     pub MPI_Rsend_init: Option<unsafe extern "C" fn(*const c_void, c_int, P, c_int, c_int, P, *mut P) -> c_int>,
     pub MPI_Scan: Option<unsafe extern "C" fn(*const c_void, *mut c_void, c_int, P, P, P) -> c_int>,
+    pub MPI_Scan_init: Option<unsafe extern "C" fn(*const c_void, *mut c_void, c_int, P, P, P, P, *mut P) -> c_int>,
     pub MPI_Scatter: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, c_int, P, c_int, P) -> c_int>,
+    pub MPI_Scatter_init: Option<unsafe extern "C" fn(*const c_void, c_int, P, *mut c_void, c_int, P, c_int, P, P, *mut P) -> c_int>,
     pub MPI_Scatterv: Option<unsafe extern "C" fn(*const c_void, *const c_int, *const c_int, P, *mut c_void, c_int, P, c_int, P) -> c_int>,
+    pub MPI_Scatterv_init: Option<unsafe extern "C" fn(*const c_void, *const c_int, *const c_int, P, *mut c_void, c_int, P, c_int, P, P, *mut P) -> c_int>,
     pub MPI_Send: Option<unsafe extern "C" fn(*const c_void, c_int, P, c_int, c_int, P) -> c_int>,
     pub MPI_Send_init: Option<unsafe extern "C" fn(*const c_void, c_int, P, c_int, c_int, P, *mut P) -> c_int>,
     pub MPI_Sendrecv: Option<unsafe extern "C" fn(*const c_void, c_int, P, c_int, c_int, *mut c_void, c_int, P, c_int, c_int, P, *mut OStatus) -> c_int>,
     pub MPI_Sendrecv_replace: Option<unsafe extern "C" fn(*mut c_void, c_int, P, c_int, c_int, c_int, c_int, P, *mut OStatus) -> c_int>,
+    pub MPI_Session_call_errhandler: Option<unsafe extern "C" fn(P, c_int) -> c_int>,
+    pub MPI_Session_finalize: Option<unsafe extern "C" fn(*mut P) -> c_int>,
+    pub MPI_Session_get_errhandler: Option<unsafe extern "C" fn(P, *mut P) -> c_int>,
+    pub MPI_Session_get_info: Option<unsafe extern "C" fn(P, *mut P) -> c_int>,
+    pub MPI_Session_get_nth_pset: Option<unsafe extern "C" fn(P, P, c_int, *mut c_int, *mut c_char) -> c_int>,
+    pub MPI_Session_get_num_psets: Option<unsafe extern "C" fn(P, P, *mut c_int) -> c_int>,
+    pub MPI_Session_get_pset_info: Option<unsafe extern "C" fn(P, *const c_char, *mut P) -> c_int>,
+    pub MPI_Session_init: Option<unsafe extern "C" fn(P, P, *mut P) -> c_int>,
+    pub MPI_Session_set_errhandler: Option<unsafe extern "C" fn(P, P) -> c_int>,
     pub MPI_Ssend: Option<unsafe extern "C" fn(*const c_void, c_int, P, c_int, c_int, P) -> c_int>,
     pub MPI_Ssend_init: Option<unsafe extern "C" fn(*const c_void, c_int, P, c_int, c_int, P, *mut P) -> c_int>,
     pub MPI_Start: Option<unsafe extern "C" fn(*mut P) -> c_int>,
@@ -365,17 +417,25 @@ impl OmpiFns {
                 MPI_Add_error_string: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Add_error_string\0", "MPI_Add_error_string\0")),
                 MPI_Address: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Address\0", "MPI_Address\0")),
                 MPI_Allgather: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Allgather\0", "MPI_Allgather\0")),
+                MPI_Allgather_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Allgather_init\0", "MPI_Allgather_init\0")),
                 MPI_Allgatherv: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Allgatherv\0", "MPI_Allgatherv\0")),
+                MPI_Allgatherv_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Allgatherv_init\0", "MPI_Allgatherv_init\0")),
                 MPI_Alloc_mem: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Alloc_mem\0", "MPI_Alloc_mem\0")),
                 MPI_Allreduce: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Allreduce\0", "MPI_Allreduce\0")),
+                MPI_Allreduce_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Allreduce_init\0", "MPI_Allreduce_init\0")),
                 MPI_Alltoall: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Alltoall\0", "MPI_Alltoall\0")),
+                MPI_Alltoall_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Alltoall_init\0", "MPI_Alltoall_init\0")),
                 MPI_Alltoallv: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Alltoallv\0", "MPI_Alltoallv\0")),
+                MPI_Alltoallv_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Alltoallv_init\0", "MPI_Alltoallv_init\0")),
                 MPI_Alltoallw: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Alltoallw\0", "MPI_Alltoallw\0")),
+                MPI_Alltoallw_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Alltoallw_init\0", "MPI_Alltoallw_init\0")),
                 MPI_Attr_delete: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Attr_delete\0", "MPI_Attr_delete\0")),
                 MPI_Attr_get: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Attr_get\0", "MPI_Attr_get\0")),
                 MPI_Attr_put: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Attr_put\0", "MPI_Attr_put\0")),
                 MPI_Barrier: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Barrier\0", "MPI_Barrier\0")),
+                MPI_Barrier_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Barrier_init\0", "MPI_Barrier_init\0")),
                 MPI_Bcast: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Bcast\0", "MPI_Bcast\0")),
+                MPI_Bcast_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Bcast_init\0", "MPI_Bcast_init\0")),
                 MPI_Bsend: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Bsend\0", "MPI_Bsend\0")),
                 MPI_Bsend_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Bsend_init\0", "MPI_Bsend_init\0")),
                 MPI_Buffer_attach: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Buffer_attach\0", "MPI_Buffer_attach\0")),
@@ -395,6 +455,7 @@ impl OmpiFns {
                 MPI_Comm_compare: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_compare\0", "MPI_Comm_compare\0")),
                 MPI_Comm_connect: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_connect\0", "MPI_Comm_connect\0")),
                 MPI_Comm_create: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_create\0", "MPI_Comm_create\0")),
+                MPI_Comm_create_from_group: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_create_from_group\0", "MPI_Comm_create_from_group\0")),
                 MPI_Comm_create_group: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_create_group\0", "MPI_Comm_create_group\0")),
                 MPI_Comm_delete_attr: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_delete_attr\0", "MPI_Comm_delete_attr\0")),
                 MPI_Comm_disconnect: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_disconnect\0", "MPI_Comm_disconnect\0")),
@@ -409,6 +470,7 @@ impl OmpiFns {
                 MPI_Comm_get_parent: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_get_parent\0", "MPI_Comm_get_parent\0")),
                 MPI_Comm_group: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_group\0", "MPI_Comm_group\0")),
                 MPI_Comm_idup: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_idup\0", "MPI_Comm_idup\0")),
+                MPI_Comm_idup_with_info: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_idup_with_info\0", "MPI_Comm_idup_with_info\0")),
                 MPI_Comm_join: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_join\0", "MPI_Comm_join\0")),
                 MPI_Comm_rank: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_rank\0", "MPI_Comm_rank\0")),
                 MPI_Comm_remote_group: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_remote_group\0", "MPI_Comm_remote_group\0")),
@@ -423,6 +485,9 @@ impl OmpiFns {
                 MPI_Comm_test_inter: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_test_inter\0", "MPI_Comm_test_inter\0")),
                 MPI_Compare_and_swap: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Compare_and_swap\0", "MPI_Compare_and_swap\0")),
                 MPI_Dims_create: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Dims_create\0", "MPI_Dims_create\0")),
+                MPI_Dist_graph_create: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Dist_graph_create\0", "MPI_Dist_graph_create\0")),
+                MPI_Dist_graph_create_adjacent: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Dist_graph_create_adjacent\0", "MPI_Dist_graph_create_adjacent\0")),
+                MPI_Dist_graph_neighbors: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Dist_graph_neighbors\0", "MPI_Dist_graph_neighbors\0")),
                 MPI_Dist_graph_neighbors_count: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Dist_graph_neighbors_count\0", "MPI_Dist_graph_neighbors_count\0")),
                 MPI_Errhandler_free: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Errhandler_free\0", "MPI_Errhandler_free\0")),
                 MPI_Errhandler_get: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Errhandler_get\0", "MPI_Errhandler_get\0")),
@@ -430,6 +495,7 @@ impl OmpiFns {
                 MPI_Error_class: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Error_class\0", "MPI_Error_class\0")),
                 MPI_Error_string: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Error_string\0", "MPI_Error_string\0")),
                 MPI_Exscan: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Exscan\0", "MPI_Exscan\0")),
+                MPI_Exscan_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Exscan_init\0", "MPI_Exscan_init\0")),
                 MPI_Fetch_and_op: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Fetch_and_op\0", "MPI_Fetch_and_op\0")),
                 MPI_File_call_errhandler: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_call_errhandler\0", "MPI_File_call_errhandler\0")),
                 MPI_File_close: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_File_close\0", "MPI_File_close\0")),
@@ -493,7 +559,9 @@ impl OmpiFns {
                 MPI_Finalized: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Finalized\0", "MPI_Finalized\0")),
                 MPI_Free_mem: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Free_mem\0", "MPI_Free_mem\0")),
                 MPI_Gather: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Gather\0", "MPI_Gather\0")),
+                MPI_Gather_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Gather_init\0", "MPI_Gather_init\0")),
                 MPI_Gatherv: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Gatherv\0", "MPI_Gatherv\0")),
+                MPI_Gatherv_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Gatherv_init\0", "MPI_Gatherv_init\0")),
                 MPI_Get: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Get\0", "MPI_Get\0")),
                 MPI_Get_accumulate: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Get_accumulate\0", "MPI_Get_accumulate\0")),
                 MPI_Get_address: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Get_address\0", "MPI_Get_address\0")),
@@ -510,10 +578,12 @@ impl OmpiFns {
                 MPI_Graph_neighbors_count: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Graph_neighbors_count\0", "MPI_Graph_neighbors_count\0")),
                 MPI_Graphdims_get: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Graphdims_get\0", "MPI_Graphdims_get\0")),
                 MPI_Grequest_complete: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Grequest_complete\0", "MPI_Grequest_complete\0")),
+                MPI_Grequest_start: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Grequest_start\0", "MPI_Grequest_start\0")),
                 MPI_Group_compare: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Group_compare\0", "MPI_Group_compare\0")),
                 MPI_Group_difference: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Group_difference\0", "MPI_Group_difference\0")),
                 MPI_Group_excl: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Group_excl\0", "MPI_Group_excl\0")),
                 MPI_Group_free: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Group_free\0", "MPI_Group_free\0")),
+                MPI_Group_from_session_pset: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Group_from_session_pset\0", "MPI_Group_from_session_pset\0")),
                 MPI_Group_incl: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Group_incl\0", "MPI_Group_incl\0")),
                 MPI_Group_intersection: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Group_intersection\0", "MPI_Group_intersection\0")),
                 MPI_Group_range_excl: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Group_range_excl\0", "MPI_Group_range_excl\0")),
@@ -540,19 +610,23 @@ impl OmpiFns {
                 MPI_Ineighbor_allgatherv: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Ineighbor_allgatherv\0", "MPI_Ineighbor_allgatherv\0")),
                 MPI_Ineighbor_alltoall: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Ineighbor_alltoall\0", "MPI_Ineighbor_alltoall\0")),
                 MPI_Ineighbor_alltoallv: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Ineighbor_alltoallv\0", "MPI_Ineighbor_alltoallv\0")),
+                MPI_Ineighbor_alltoallw: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Ineighbor_alltoallw\0", "MPI_Ineighbor_alltoallw\0")),
                 MPI_Info_create: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Info_create\0", "MPI_Info_create\0")),
+                MPI_Info_create_env: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Info_create_env\0", "MPI_Info_create_env\0")),
                 MPI_Info_delete: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Info_delete\0", "MPI_Info_delete\0")),
                 MPI_Info_dup: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Info_dup\0", "MPI_Info_dup\0")),
                 MPI_Info_free: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Info_free\0", "MPI_Info_free\0")),
                 MPI_Info_get: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Info_get\0", "MPI_Info_get\0")),
                 MPI_Info_get_nkeys: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Info_get_nkeys\0", "MPI_Info_get_nkeys\0")),
                 MPI_Info_get_nthkey: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Info_get_nthkey\0", "MPI_Info_get_nthkey\0")),
+                MPI_Info_get_string: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Info_get_string\0", "MPI_Info_get_string\0")),
                 MPI_Info_get_valuelen: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Info_get_valuelen\0", "MPI_Info_get_valuelen\0")),
                 MPI_Info_set: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Info_set\0", "MPI_Info_set\0")),
                 MPI_Init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Init\0", "MPI_Init\0")),
                 MPI_Init_thread: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Init_thread\0", "MPI_Init_thread\0")),
                 MPI_Initialized: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Initialized\0", "MPI_Initialized\0")),
                 MPI_Intercomm_create: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Intercomm_create\0", "MPI_Intercomm_create\0")),
+                MPI_Intercomm_create_from_groups: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Intercomm_create_from_groups\0", "MPI_Intercomm_create_from_groups\0")),
                 MPI_Intercomm_merge: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Intercomm_merge\0", "MPI_Intercomm_merge\0")),
                 MPI_Iprobe: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Iprobe\0", "MPI_Iprobe\0")),
                 MPI_Irecv: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Irecv\0", "MPI_Irecv\0")),
@@ -565,23 +639,38 @@ impl OmpiFns {
                 MPI_Iscatter: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Iscatter\0", "MPI_Iscatter\0")),
                 MPI_Iscatterv: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Iscatterv\0", "MPI_Iscatterv\0")),
                 MPI_Isend: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Isend\0", "MPI_Isend\0")),
+                MPI_Isendrecv: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Isendrecv\0", "MPI_Isendrecv\0")),
+                MPI_Isendrecv_replace: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Isendrecv_replace\0", "MPI_Isendrecv_replace\0")),
                 MPI_Issend: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Issend\0", "MPI_Issend\0")),
                 MPI_Keyval_free: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Keyval_free\0", "MPI_Keyval_free\0")),
                 MPI_Lookup_name: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Lookup_name\0", "MPI_Lookup_name\0")),
                 MPI_Mprobe: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Mprobe\0", "MPI_Mprobe\0")),
                 MPI_Mrecv: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Mrecv\0", "MPI_Mrecv\0")),
                 MPI_Neighbor_allgather: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Neighbor_allgather\0", "MPI_Neighbor_allgather\0")),
+                MPI_Neighbor_allgather_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Neighbor_allgather_init\0", "MPI_Neighbor_allgather_init\0")),
                 MPI_Neighbor_allgatherv: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Neighbor_allgatherv\0", "MPI_Neighbor_allgatherv\0")),
+                MPI_Neighbor_allgatherv_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Neighbor_allgatherv_init\0", "MPI_Neighbor_allgatherv_init\0")),
                 MPI_Neighbor_alltoall: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Neighbor_alltoall\0", "MPI_Neighbor_alltoall\0")),
+                MPI_Neighbor_alltoall_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Neighbor_alltoall_init\0", "MPI_Neighbor_alltoall_init\0")),
                 MPI_Neighbor_alltoallv: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Neighbor_alltoallv\0", "MPI_Neighbor_alltoallv\0")),
+                MPI_Neighbor_alltoallv_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Neighbor_alltoallv_init\0", "MPI_Neighbor_alltoallv_init\0")),
+                MPI_Neighbor_alltoallw: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Neighbor_alltoallw\0", "MPI_Neighbor_alltoallw\0")),
+                MPI_Neighbor_alltoallw_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Neighbor_alltoallw_init\0", "MPI_Neighbor_alltoallw_init\0")),
                 MPI_Op_commutative: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Op_commutative\0", "MPI_Op_commutative\0")),
+                MPI_Op_create: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Op_create\0", "MPI_Op_create\0")),
                 MPI_Op_free: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Op_free\0", "MPI_Op_free\0")),
                 MPI_Open_port: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Open_port\0", "MPI_Open_port\0")),
                 MPI_Pack: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Pack\0", "MPI_Pack\0")),
                 MPI_Pack_external: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Pack_external\0", "MPI_Pack_external\0")),
                 MPI_Pack_external_size: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Pack_external_size\0", "MPI_Pack_external_size\0")),
                 MPI_Pack_size: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Pack_size\0", "MPI_Pack_size\0")),
+                MPI_Parrived: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Parrived\0", "MPI_Parrived\0")),
+                MPI_Pready: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Pready\0", "MPI_Pready\0")),
+                MPI_Pready_list: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Pready_list\0", "MPI_Pready_list\0")),
+                MPI_Pready_range: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Pready_range\0", "MPI_Pready_range\0")),
+                MPI_Precv_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Precv_init\0", "MPI_Precv_init\0")),
                 MPI_Probe: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Probe\0", "MPI_Probe\0")),
+                MPI_Psend_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Psend_init\0", "MPI_Psend_init\0")),
                 MPI_Publish_name: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Publish_name\0", "MPI_Publish_name\0")),
                 MPI_Put: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Put\0", "MPI_Put\0")),
                 MPI_Query_thread: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Query_thread\0", "MPI_Query_thread\0")),
@@ -589,9 +678,12 @@ impl OmpiFns {
                 MPI_Recv: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Recv\0", "MPI_Recv\0")),
                 MPI_Recv_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Recv_init\0", "MPI_Recv_init\0")),
                 MPI_Reduce: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Reduce\0", "MPI_Reduce\0")),
+                MPI_Reduce_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Reduce_init\0", "MPI_Reduce_init\0")),
                 MPI_Reduce_local: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Reduce_local\0", "MPI_Reduce_local\0")),
                 MPI_Reduce_scatter: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Reduce_scatter\0", "MPI_Reduce_scatter\0")),
                 MPI_Reduce_scatter_block: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Reduce_scatter_block\0", "MPI_Reduce_scatter_block\0")),
+                MPI_Reduce_scatter_block_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Reduce_scatter_block_init\0", "MPI_Reduce_scatter_block_init\0")),
+                MPI_Reduce_scatter_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Reduce_scatter_init\0", "MPI_Reduce_scatter_init\0")),
                 MPI_Request_free: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Request_free\0", "MPI_Request_free\0")),
                 MPI_Request_get_status: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Request_get_status\0", "MPI_Request_get_status\0")),
                 MPI_Rget: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Rget\0", "MPI_Rget\0")),
@@ -600,12 +692,24 @@ impl OmpiFns {
                 MPI_Rsend: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Rsend\0", "MPI_Rsend\0")),
                 MPI_Rsend_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Rsend_init\0", "MPI_Rsend_init\0")),
                 MPI_Scan: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Scan\0", "MPI_Scan\0")),
+                MPI_Scan_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Scan_init\0", "MPI_Scan_init\0")),
                 MPI_Scatter: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Scatter\0", "MPI_Scatter\0")),
+                MPI_Scatter_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Scatter_init\0", "MPI_Scatter_init\0")),
                 MPI_Scatterv: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Scatterv\0", "MPI_Scatterv\0")),
+                MPI_Scatterv_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Scatterv_init\0", "MPI_Scatterv_init\0")),
                 MPI_Send: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Send\0", "MPI_Send\0")),
                 MPI_Send_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Send_init\0", "MPI_Send_init\0")),
                 MPI_Sendrecv: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Sendrecv\0", "MPI_Sendrecv\0")),
                 MPI_Sendrecv_replace: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Sendrecv_replace\0", "MPI_Sendrecv_replace\0")),
+                MPI_Session_call_errhandler: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Session_call_errhandler\0", "MPI_Session_call_errhandler\0")),
+                MPI_Session_finalize: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Session_finalize\0", "MPI_Session_finalize\0")),
+                MPI_Session_get_errhandler: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Session_get_errhandler\0", "MPI_Session_get_errhandler\0")),
+                MPI_Session_get_info: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Session_get_info\0", "MPI_Session_get_info\0")),
+                MPI_Session_get_nth_pset: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Session_get_nth_pset\0", "MPI_Session_get_nth_pset\0")),
+                MPI_Session_get_num_psets: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Session_get_num_psets\0", "MPI_Session_get_num_psets\0")),
+                MPI_Session_get_pset_info: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Session_get_pset_info\0", "MPI_Session_get_pset_info\0")),
+                MPI_Session_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Session_init\0", "MPI_Session_init\0")),
+                MPI_Session_set_errhandler: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Session_set_errhandler\0", "MPI_Session_set_errhandler\0")),
                 MPI_Ssend: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Ssend\0", "MPI_Ssend\0")),
                 MPI_Ssend_init: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Ssend_init\0", "MPI_Ssend_init\0")),
                 MPI_Start: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Start\0", "MPI_Start\0")),
@@ -718,17 +822,25 @@ pub fn adapters() -> RealFns {
     r.MPI_Add_error_string = Some(MPI_Add_error_string);
     r.MPI_Address = Some(MPI_Address);
     r.MPI_Allgather = Some(MPI_Allgather);
+    r.MPI_Allgather_init = Some(MPI_Allgather_init);
     r.MPI_Allgatherv = Some(MPI_Allgatherv);
+    r.MPI_Allgatherv_init = Some(MPI_Allgatherv_init);
     r.MPI_Alloc_mem = Some(MPI_Alloc_mem);
     r.MPI_Allreduce = Some(MPI_Allreduce);
+    r.MPI_Allreduce_init = Some(MPI_Allreduce_init);
     r.MPI_Alltoall = Some(MPI_Alltoall);
+    r.MPI_Alltoall_init = Some(MPI_Alltoall_init);
     r.MPI_Alltoallv = Some(MPI_Alltoallv);
+    r.MPI_Alltoallv_init = Some(MPI_Alltoallv_init);
     r.MPI_Alltoallw = Some(MPI_Alltoallw);
+    r.MPI_Alltoallw_init = Some(MPI_Alltoallw_init);
     r.MPI_Attr_delete = Some(MPI_Attr_delete);
     r.MPI_Attr_get = Some(MPI_Attr_get);
     r.MPI_Attr_put = Some(MPI_Attr_put);
     r.MPI_Barrier = Some(MPI_Barrier);
+    r.MPI_Barrier_init = Some(MPI_Barrier_init);
     r.MPI_Bcast = Some(MPI_Bcast);
+    r.MPI_Bcast_init = Some(MPI_Bcast_init);
     r.MPI_Bsend = Some(MPI_Bsend);
     r.MPI_Bsend_init = Some(MPI_Bsend_init);
     r.MPI_Buffer_attach = Some(MPI_Buffer_attach);
@@ -748,6 +860,7 @@ pub fn adapters() -> RealFns {
     r.MPI_Comm_compare = Some(MPI_Comm_compare);
     r.MPI_Comm_connect = Some(MPI_Comm_connect);
     r.MPI_Comm_create = Some(MPI_Comm_create);
+    r.MPI_Comm_create_from_group = Some(MPI_Comm_create_from_group);
     r.MPI_Comm_create_group = Some(MPI_Comm_create_group);
     r.MPI_Comm_delete_attr = Some(MPI_Comm_delete_attr);
     r.MPI_Comm_disconnect = Some(MPI_Comm_disconnect);
@@ -762,6 +875,7 @@ pub fn adapters() -> RealFns {
     r.MPI_Comm_get_parent = Some(MPI_Comm_get_parent);
     r.MPI_Comm_group = Some(MPI_Comm_group);
     r.MPI_Comm_idup = Some(MPI_Comm_idup);
+    r.MPI_Comm_idup_with_info = Some(MPI_Comm_idup_with_info);
     r.MPI_Comm_join = Some(MPI_Comm_join);
     r.MPI_Comm_rank = Some(MPI_Comm_rank);
     r.MPI_Comm_remote_group = Some(MPI_Comm_remote_group);
@@ -776,6 +890,9 @@ pub fn adapters() -> RealFns {
     r.MPI_Comm_test_inter = Some(MPI_Comm_test_inter);
     r.MPI_Compare_and_swap = Some(MPI_Compare_and_swap);
     r.MPI_Dims_create = Some(MPI_Dims_create);
+    r.MPI_Dist_graph_create = Some(MPI_Dist_graph_create);
+    r.MPI_Dist_graph_create_adjacent = Some(MPI_Dist_graph_create_adjacent);
+    r.MPI_Dist_graph_neighbors = Some(MPI_Dist_graph_neighbors);
     r.MPI_Dist_graph_neighbors_count = Some(MPI_Dist_graph_neighbors_count);
     r.MPI_Errhandler_free = Some(MPI_Errhandler_free);
     r.MPI_Errhandler_get = Some(MPI_Errhandler_get);
@@ -783,6 +900,7 @@ pub fn adapters() -> RealFns {
     r.MPI_Error_class = Some(MPI_Error_class);
     r.MPI_Error_string = Some(MPI_Error_string);
     r.MPI_Exscan = Some(MPI_Exscan);
+    r.MPI_Exscan_init = Some(MPI_Exscan_init);
     r.MPI_Fetch_and_op = Some(MPI_Fetch_and_op);
     r.MPI_File_call_errhandler = Some(MPI_File_call_errhandler);
     r.MPI_File_close = Some(MPI_File_close);
@@ -846,7 +964,9 @@ pub fn adapters() -> RealFns {
     r.MPI_Finalized = Some(MPI_Finalized);
     r.MPI_Free_mem = Some(MPI_Free_mem);
     r.MPI_Gather = Some(MPI_Gather);
+    r.MPI_Gather_init = Some(MPI_Gather_init);
     r.MPI_Gatherv = Some(MPI_Gatherv);
+    r.MPI_Gatherv_init = Some(MPI_Gatherv_init);
     r.MPI_Get = Some(MPI_Get);
     r.MPI_Get_accumulate = Some(MPI_Get_accumulate);
     r.MPI_Get_address = Some(MPI_Get_address);
@@ -863,10 +983,12 @@ pub fn adapters() -> RealFns {
     r.MPI_Graph_neighbors_count = Some(MPI_Graph_neighbors_count);
     r.MPI_Graphdims_get = Some(MPI_Graphdims_get);
     r.MPI_Grequest_complete = Some(MPI_Grequest_complete);
+    r.MPI_Grequest_start = Some(super::callbacks::MPI_Grequest_start);
     r.MPI_Group_compare = Some(MPI_Group_compare);
     r.MPI_Group_difference = Some(MPI_Group_difference);
     r.MPI_Group_excl = Some(MPI_Group_excl);
     r.MPI_Group_free = Some(MPI_Group_free);
+    r.MPI_Group_from_session_pset = Some(MPI_Group_from_session_pset);
     r.MPI_Group_incl = Some(MPI_Group_incl);
     r.MPI_Group_intersection = Some(MPI_Group_intersection);
     r.MPI_Group_range_excl = Some(MPI_Group_range_excl);
@@ -893,19 +1015,23 @@ pub fn adapters() -> RealFns {
     r.MPI_Ineighbor_allgatherv = Some(MPI_Ineighbor_allgatherv);
     r.MPI_Ineighbor_alltoall = Some(MPI_Ineighbor_alltoall);
     r.MPI_Ineighbor_alltoallv = Some(MPI_Ineighbor_alltoallv);
+    r.MPI_Ineighbor_alltoallw = Some(MPI_Ineighbor_alltoallw);
     r.MPI_Info_create = Some(MPI_Info_create);
+    r.MPI_Info_create_env = Some(MPI_Info_create_env);
     r.MPI_Info_delete = Some(MPI_Info_delete);
     r.MPI_Info_dup = Some(MPI_Info_dup);
     r.MPI_Info_free = Some(MPI_Info_free);
     r.MPI_Info_get = Some(MPI_Info_get);
     r.MPI_Info_get_nkeys = Some(MPI_Info_get_nkeys);
     r.MPI_Info_get_nthkey = Some(MPI_Info_get_nthkey);
+    r.MPI_Info_get_string = Some(MPI_Info_get_string);
     r.MPI_Info_get_valuelen = Some(MPI_Info_get_valuelen);
     r.MPI_Info_set = Some(MPI_Info_set);
     r.MPI_Init = Some(MPI_Init);
     r.MPI_Init_thread = Some(MPI_Init_thread);
     r.MPI_Initialized = Some(MPI_Initialized);
     r.MPI_Intercomm_create = Some(MPI_Intercomm_create);
+    r.MPI_Intercomm_create_from_groups = Some(MPI_Intercomm_create_from_groups);
     r.MPI_Intercomm_merge = Some(MPI_Intercomm_merge);
     r.MPI_Iprobe = Some(MPI_Iprobe);
     r.MPI_Irecv = Some(MPI_Irecv);
@@ -918,23 +1044,38 @@ pub fn adapters() -> RealFns {
     r.MPI_Iscatter = Some(MPI_Iscatter);
     r.MPI_Iscatterv = Some(MPI_Iscatterv);
     r.MPI_Isend = Some(MPI_Isend);
+    r.MPI_Isendrecv = Some(MPI_Isendrecv);
+    r.MPI_Isendrecv_replace = Some(MPI_Isendrecv_replace);
     r.MPI_Issend = Some(MPI_Issend);
     r.MPI_Keyval_free = Some(MPI_Keyval_free);
     r.MPI_Lookup_name = Some(MPI_Lookup_name);
     r.MPI_Mprobe = Some(MPI_Mprobe);
     r.MPI_Mrecv = Some(MPI_Mrecv);
     r.MPI_Neighbor_allgather = Some(MPI_Neighbor_allgather);
+    r.MPI_Neighbor_allgather_init = Some(MPI_Neighbor_allgather_init);
     r.MPI_Neighbor_allgatherv = Some(MPI_Neighbor_allgatherv);
+    r.MPI_Neighbor_allgatherv_init = Some(MPI_Neighbor_allgatherv_init);
     r.MPI_Neighbor_alltoall = Some(MPI_Neighbor_alltoall);
+    r.MPI_Neighbor_alltoall_init = Some(MPI_Neighbor_alltoall_init);
     r.MPI_Neighbor_alltoallv = Some(MPI_Neighbor_alltoallv);
+    r.MPI_Neighbor_alltoallv_init = Some(MPI_Neighbor_alltoallv_init);
+    r.MPI_Neighbor_alltoallw = Some(MPI_Neighbor_alltoallw);
+    r.MPI_Neighbor_alltoallw_init = Some(MPI_Neighbor_alltoallw_init);
     r.MPI_Op_commutative = Some(MPI_Op_commutative);
+    r.MPI_Op_create = Some(super::callbacks::MPI_Op_create);
     r.MPI_Op_free = Some(MPI_Op_free);
     r.MPI_Open_port = Some(MPI_Open_port);
     r.MPI_Pack = Some(MPI_Pack);
     r.MPI_Pack_external = Some(MPI_Pack_external);
     r.MPI_Pack_external_size = Some(MPI_Pack_external_size);
     r.MPI_Pack_size = Some(MPI_Pack_size);
+    r.MPI_Parrived = Some(MPI_Parrived);
+    r.MPI_Pready = Some(MPI_Pready);
+    r.MPI_Pready_list = Some(MPI_Pready_list);
+    r.MPI_Pready_range = Some(MPI_Pready_range);
+    r.MPI_Precv_init = Some(MPI_Precv_init);
     r.MPI_Probe = Some(MPI_Probe);
+    r.MPI_Psend_init = Some(MPI_Psend_init);
     r.MPI_Publish_name = Some(MPI_Publish_name);
     r.MPI_Put = Some(MPI_Put);
     r.MPI_Query_thread = Some(MPI_Query_thread);
@@ -942,9 +1083,12 @@ pub fn adapters() -> RealFns {
     r.MPI_Recv = Some(MPI_Recv);
     r.MPI_Recv_init = Some(MPI_Recv_init);
     r.MPI_Reduce = Some(MPI_Reduce);
+    r.MPI_Reduce_init = Some(MPI_Reduce_init);
     r.MPI_Reduce_local = Some(MPI_Reduce_local);
     r.MPI_Reduce_scatter = Some(MPI_Reduce_scatter);
     r.MPI_Reduce_scatter_block = Some(MPI_Reduce_scatter_block);
+    r.MPI_Reduce_scatter_block_init = Some(MPI_Reduce_scatter_block_init);
+    r.MPI_Reduce_scatter_init = Some(MPI_Reduce_scatter_init);
     r.MPI_Request_free = Some(MPI_Request_free);
     r.MPI_Request_get_status = Some(MPI_Request_get_status);
     r.MPI_Rget = Some(MPI_Rget);
@@ -953,12 +1097,24 @@ pub fn adapters() -> RealFns {
     r.MPI_Rsend = Some(MPI_Rsend);
     r.MPI_Rsend_init = Some(MPI_Rsend_init);
     r.MPI_Scan = Some(MPI_Scan);
+    r.MPI_Scan_init = Some(MPI_Scan_init);
     r.MPI_Scatter = Some(MPI_Scatter);
+    r.MPI_Scatter_init = Some(MPI_Scatter_init);
     r.MPI_Scatterv = Some(MPI_Scatterv);
+    r.MPI_Scatterv_init = Some(MPI_Scatterv_init);
     r.MPI_Send = Some(MPI_Send);
     r.MPI_Send_init = Some(MPI_Send_init);
     r.MPI_Sendrecv = Some(MPI_Sendrecv);
     r.MPI_Sendrecv_replace = Some(MPI_Sendrecv_replace);
+    r.MPI_Session_call_errhandler = Some(MPI_Session_call_errhandler);
+    r.MPI_Session_finalize = Some(MPI_Session_finalize);
+    r.MPI_Session_get_errhandler = Some(MPI_Session_get_errhandler);
+    r.MPI_Session_get_info = Some(MPI_Session_get_info);
+    r.MPI_Session_get_nth_pset = Some(MPI_Session_get_nth_pset);
+    r.MPI_Session_get_num_psets = Some(MPI_Session_get_num_psets);
+    r.MPI_Session_get_pset_info = Some(MPI_Session_get_pset_info);
+    r.MPI_Session_init = Some(MPI_Session_init);
+    r.MPI_Session_set_errhandler = Some(MPI_Session_set_errhandler);
     r.MPI_Ssend = Some(MPI_Ssend);
     r.MPI_Ssend_init = Some(MPI_Ssend_init);
     r.MPI_Start = Some(MPI_Start);
@@ -1052,14 +1208,19 @@ pub fn adapters() -> RealFns {
     r.MPI_Wtime = Some(MPI_Wtime);
     r.MPI_Accumulate_c = Some(MPI_Accumulate_c);
     r.MPI_Allgather_c = Some(MPI_Allgather_c);
+    r.MPI_Allgather_init_c = Some(MPI_Allgather_init_c);
     r.MPI_Allreduce_c = Some(MPI_Allreduce_c);
+    r.MPI_Allreduce_init_c = Some(MPI_Allreduce_init_c);
     r.MPI_Alltoall_c = Some(MPI_Alltoall_c);
+    r.MPI_Alltoall_init_c = Some(MPI_Alltoall_init_c);
     r.MPI_Bcast_c = Some(MPI_Bcast_c);
+    r.MPI_Bcast_init_c = Some(MPI_Bcast_init_c);
     r.MPI_Bsend_c = Some(MPI_Bsend_c);
     r.MPI_Bsend_init_c = Some(MPI_Bsend_init_c);
     r.MPI_Buffer_attach_c = Some(MPI_Buffer_attach_c);
     r.MPI_Buffer_detach_c = Some(MPI_Buffer_detach_c);
     r.MPI_Exscan_c = Some(MPI_Exscan_c);
+    r.MPI_Exscan_init_c = Some(MPI_Exscan_init_c);
     r.MPI_File_iread_all_c = Some(MPI_File_iread_all_c);
     r.MPI_File_iread_at_all_c = Some(MPI_File_iread_at_all_c);
     r.MPI_File_iread_at_c = Some(MPI_File_iread_at_c);
@@ -1089,6 +1250,7 @@ pub fn adapters() -> RealFns {
     r.MPI_File_write_ordered_c = Some(MPI_File_write_ordered_c);
     r.MPI_File_write_shared_c = Some(MPI_File_write_shared_c);
     r.MPI_Gather_c = Some(MPI_Gather_c);
+    r.MPI_Gather_init_c = Some(MPI_Gather_init_c);
     r.MPI_Get_accumulate_c = Some(MPI_Get_accumulate_c);
     r.MPI_Get_c = Some(MPI_Get_c);
     r.MPI_Get_count_c = Some(MPI_Get_count_c);
@@ -1110,10 +1272,14 @@ pub fn adapters() -> RealFns {
     r.MPI_Iscan_c = Some(MPI_Iscan_c);
     r.MPI_Iscatter_c = Some(MPI_Iscatter_c);
     r.MPI_Isend_c = Some(MPI_Isend_c);
+    r.MPI_Isendrecv_c = Some(MPI_Isendrecv_c);
+    r.MPI_Isendrecv_replace_c = Some(MPI_Isendrecv_replace_c);
     r.MPI_Issend_c = Some(MPI_Issend_c);
     r.MPI_Mrecv_c = Some(MPI_Mrecv_c);
     r.MPI_Neighbor_allgather_c = Some(MPI_Neighbor_allgather_c);
+    r.MPI_Neighbor_allgather_init_c = Some(MPI_Neighbor_allgather_init_c);
     r.MPI_Neighbor_alltoall_c = Some(MPI_Neighbor_alltoall_c);
+    r.MPI_Neighbor_alltoall_init_c = Some(MPI_Neighbor_alltoall_init_c);
     r.MPI_Pack_c = Some(MPI_Pack_c);
     r.MPI_Pack_size_c = Some(MPI_Pack_size_c);
     r.MPI_Put_c = Some(MPI_Put_c);
@@ -1121,15 +1287,19 @@ pub fn adapters() -> RealFns {
     r.MPI_Recv_c = Some(MPI_Recv_c);
     r.MPI_Recv_init_c = Some(MPI_Recv_init_c);
     r.MPI_Reduce_c = Some(MPI_Reduce_c);
+    r.MPI_Reduce_init_c = Some(MPI_Reduce_init_c);
     r.MPI_Reduce_local_c = Some(MPI_Reduce_local_c);
     r.MPI_Reduce_scatter_block_c = Some(MPI_Reduce_scatter_block_c);
+    r.MPI_Reduce_scatter_block_init_c = Some(MPI_Reduce_scatter_block_init_c);
     r.MPI_Rget_accumulate_c = Some(MPI_Rget_accumulate_c);
     r.MPI_Rget_c = Some(MPI_Rget_c);
     r.MPI_Rput_c = Some(MPI_Rput_c);
     r.MPI_Rsend_c = Some(MPI_Rsend_c);
     r.MPI_Rsend_init_c = Some(MPI_Rsend_init_c);
     r.MPI_Scan_c = Some(MPI_Scan_c);
+    r.MPI_Scan_init_c = Some(MPI_Scan_init_c);
     r.MPI_Scatter_c = Some(MPI_Scatter_c);
+    r.MPI_Scatter_init_c = Some(MPI_Scatter_init_c);
     r.MPI_Send_c = Some(MPI_Send_c);
     r.MPI_Send_init_c = Some(MPI_Send_init_c);
     r.MPI_Sendrecv_c = Some(MPI_Sendrecv_c);
@@ -1146,199 +1316,133 @@ pub fn adapters() -> RealFns {
 
 /// Functions of the MPICH-ABI table not adapted to Open MPI yet, and why.
 pub const NOT_ADAPTED: &[(&str, &str)] = &[
-    ("MPI_Abi_get_fortran_booleans", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Abi_get_fortran_info", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Abi_get_info", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Abi_get_version", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Abi_set_fortran_booleans", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Abi_set_fortran_info", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Aint_add", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Aint_diff", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Allgather_init", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Allgather_init_c", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_Abi_get_fortran_booleans", "not in Open MPI's mpi.h"),
+    ("MPI_Abi_get_fortran_info", "not in Open MPI's mpi.h"),
+    ("MPI_Abi_get_info", "not in Open MPI's mpi.h"),
+    ("MPI_Abi_get_version", "not in Open MPI's mpi.h"),
+    ("MPI_Abi_set_fortran_booleans", "not in Open MPI's mpi.h"),
+    ("MPI_Abi_set_fortran_info", "not in Open MPI's mpi.h"),
+    ("MPI_Aint_add", "not in Open MPI's mpi.h"),
+    ("MPI_Aint_diff", "not in Open MPI's mpi.h"),
     ("MPI_Allgatherv_c", "large-count variant: recvcounts is not a single count"),
-    ("MPI_Allgatherv_init", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Allgatherv_init_c", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Allreduce_init", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Allreduce_init_c", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Alltoall_init", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Alltoall_init_c", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_Allgatherv_init_c", "large-count variant: recvcounts is not a single count"),
     ("MPI_Alltoallv_c", "large-count variant: sendcounts is not a single count"),
-    ("MPI_Alltoallv_init", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Alltoallv_init_c", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_Alltoallv_init_c", "large-count variant: sendcounts is not a single count"),
     ("MPI_Alltoallw_c", "large-count variant: sendcounts is not a single count"),
-    ("MPI_Alltoallw_init", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Alltoallw_init_c", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Barrier_init", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Bcast_init", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Bcast_init_c", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Buffer_flush", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Buffer_iflush", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Comm_attach_buffer", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Comm_attach_buffer_c", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_Alltoallw_init_c", "large-count variant: sendcounts is not a single count"),
+    ("MPI_Buffer_flush", "not in Open MPI's mpi.h"),
+    ("MPI_Buffer_iflush", "not in Open MPI's mpi.h"),
+    ("MPI_Comm_attach_buffer", "not in Open MPI's mpi.h"),
+    ("MPI_Comm_attach_buffer_c", "not in Open MPI's mpi.h"),
     ("MPI_Comm_c2f", "Fortran or integer handle conversion"),
     ("MPI_Comm_create_errhandler", "takes a callback (MPI_Comm_errhandler_function)"),
-    ("MPI_Comm_create_from_group", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Comm_create_keyval", "takes a callback (MPI_Comm_copy_attr_function)"),
-    ("MPI_Comm_detach_buffer", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Comm_detach_buffer_c", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_Comm_detach_buffer", "not in Open MPI's mpi.h"),
+    ("MPI_Comm_detach_buffer_c", "not in Open MPI's mpi.h"),
     ("MPI_Comm_f2c", "Fortran or integer handle conversion"),
-    ("MPI_Comm_flush_buffer", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Comm_fromint", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Comm_idup_with_info", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Comm_iflush_buffer", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_Comm_flush_buffer", "not in Open MPI's mpi.h"),
+    ("MPI_Comm_fromint", "not in Open MPI's mpi.h"),
+    ("MPI_Comm_iflush_buffer", "not in Open MPI's mpi.h"),
     ("MPI_Comm_spawn", "array_of_errcodes (error codes) not translated yet"),
     ("MPI_Comm_spawn_multiple", "array_of_errcodes (error codes) not translated yet"),
-    ("MPI_Comm_toint", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Dist_graph_create", "weights (MPI_UNWEIGHTED) not translated yet"),
-    ("MPI_Dist_graph_create_adjacent", "sourceweights (MPI_UNWEIGHTED) not translated yet"),
-    ("MPI_Dist_graph_neighbors", "sourceweights (MPI_UNWEIGHTED) not translated yet"),
+    ("MPI_Comm_toint", "not in Open MPI's mpi.h"),
     ("MPI_Errhandler_c2f", "Fortran or integer handle conversion"),
     ("MPI_Errhandler_create", "parameter comm_errhandler_fn differs in Open MPI"),
     ("MPI_Errhandler_f2c", "Fortran or integer handle conversion"),
-    ("MPI_Errhandler_fromint", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Errhandler_toint", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Exscan_init", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Exscan_init_c", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_Errhandler_fromint", "not in Open MPI's mpi.h"),
+    ("MPI_Errhandler_toint", "not in Open MPI's mpi.h"),
     ("MPI_File_c2f", "Fortran or integer handle conversion"),
     ("MPI_File_create_errhandler", "takes a callback (MPI_File_errhandler_function)"),
     ("MPI_File_f2c", "Fortran or integer handle conversion"),
-    ("MPI_File_fromint", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_File_fromint", "not in Open MPI's mpi.h"),
     ("MPI_File_get_type_extent_c", "large-count variant: extent is not a single count"),
-    ("MPI_File_toint", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Gather_init", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Gather_init_c", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_File_toint", "not in Open MPI's mpi.h"),
     ("MPI_Gatherv_c", "large-count variant: recvcounts is not a single count"),
-    ("MPI_Gatherv_init", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Gatherv_init_c", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Get_hw_resource_info", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Grequest_start", "takes a callback (MPI_Grequest_query_function)"),
+    ("MPI_Gatherv_init_c", "large-count variant: recvcounts is not a single count"),
+    ("MPI_Get_hw_resource_info", "not in Open MPI's mpi.h"),
     ("MPI_Group_c2f", "Fortran or integer handle conversion"),
     ("MPI_Group_f2c", "Fortran or integer handle conversion"),
-    ("MPI_Group_from_session_pset", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Group_fromint", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Group_toint", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_Group_fromint", "not in Open MPI's mpi.h"),
+    ("MPI_Group_toint", "not in Open MPI's mpi.h"),
     ("MPI_Iallgatherv_c", "large-count variant: recvcounts is not a single count"),
     ("MPI_Ialltoallv_c", "large-count variant: sendcounts is not a single count"),
     ("MPI_Ialltoallw_c", "large-count variant: sendcounts is not a single count"),
     ("MPI_Igatherv_c", "large-count variant: recvcounts is not a single count"),
     ("MPI_Ineighbor_allgatherv_c", "large-count variant: recvcounts is not a single count"),
     ("MPI_Ineighbor_alltoallv_c", "large-count variant: sendcounts is not a single count"),
-    ("MPI_Ineighbor_alltoallw", "array of MPI_Datatype without a count"),
-    ("MPI_Ineighbor_alltoallw_c", "large-count variant of a function not adapted"),
+    ("MPI_Ineighbor_alltoallw_c", "large-count variant: sendcounts is not a single count"),
     ("MPI_Info_c2f", "Fortran or integer handle conversion"),
-    ("MPI_Info_create_env", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Info_f2c", "Fortran or integer handle conversion"),
-    ("MPI_Info_fromint", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Info_get_string", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Info_toint", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Intercomm_create_from_groups", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_Info_fromint", "not in Open MPI's mpi.h"),
+    ("MPI_Info_toint", "not in Open MPI's mpi.h"),
     ("MPI_Ireduce_scatter_c", "large-count variant: recvcounts is not a single count"),
     ("MPI_Iscatterv_c", "large-count variant: sendcounts is not a single count"),
-    ("MPI_Isendrecv", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Isendrecv_c", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Isendrecv_replace", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Isendrecv_replace_c", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Keyval_create", "takes a callback (MPI_Copy_function)"),
     ("MPI_Message_c2f", "Fortran or integer handle conversion"),
     ("MPI_Message_f2c", "Fortran or integer handle conversion"),
-    ("MPI_Message_fromint", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Message_toint", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Neighbor_allgather_init", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Neighbor_allgather_init_c", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_Message_fromint", "not in Open MPI's mpi.h"),
+    ("MPI_Message_toint", "not in Open MPI's mpi.h"),
     ("MPI_Neighbor_allgatherv_c", "large-count variant: recvcounts is not a single count"),
-    ("MPI_Neighbor_allgatherv_init", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Neighbor_allgatherv_init_c", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Neighbor_alltoall_init", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Neighbor_alltoall_init_c", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_Neighbor_allgatherv_init_c", "large-count variant: recvcounts is not a single count"),
     ("MPI_Neighbor_alltoallv_c", "large-count variant: sendcounts is not a single count"),
-    ("MPI_Neighbor_alltoallv_init", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Neighbor_alltoallv_init_c", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Neighbor_alltoallw", "array of MPI_Datatype without a count"),
-    ("MPI_Neighbor_alltoallw_c", "large-count variant of a function not adapted"),
-    ("MPI_Neighbor_alltoallw_init", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Neighbor_alltoallw_init_c", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_Neighbor_alltoallv_init_c", "large-count variant: sendcounts is not a single count"),
+    ("MPI_Neighbor_alltoallw_c", "large-count variant: sendcounts is not a single count"),
+    ("MPI_Neighbor_alltoallw_init_c", "large-count variant: sendcounts is not a single count"),
     ("MPI_Op_c2f", "Fortran or integer handle conversion"),
-    ("MPI_Op_create", "takes a callback (MPI_User_function)"),
     ("MPI_Op_create_c", "large-count variant of a function not adapted"),
     ("MPI_Op_f2c", "Fortran or integer handle conversion"),
-    ("MPI_Op_fromint", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Op_toint", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_Op_fromint", "not in Open MPI's mpi.h"),
+    ("MPI_Op_toint", "not in Open MPI's mpi.h"),
     ("MPI_Pack_external_c", "large-count variant: outsize is not a single count"),
     ("MPI_Pack_external_size_c", "large-count variant: size is not a single count"),
-    ("MPI_Parrived", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Pcontrol", "variadic"),
-    ("MPI_Pready", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Pready_list", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Pready_range", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Precv_init", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Psend_init", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Reduce_init", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Reduce_init_c", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Reduce_scatter_block_init", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Reduce_scatter_block_init_c", "not in Open MPI 4.1's mpi.h"),
     ("MPI_Reduce_scatter_c", "large-count variant: recvcounts is not a single count"),
-    ("MPI_Reduce_scatter_init", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Reduce_scatter_init_c", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_Reduce_scatter_init_c", "large-count variant: recvcounts is not a single count"),
     ("MPI_Register_datarep", "takes a callback (MPI_Datarep_conversion_function)"),
     ("MPI_Register_datarep_c", "large-count variant of a function not adapted"),
-    ("MPI_Remove_error_class", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Remove_error_code", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Remove_error_string", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_Remove_error_class", "not in Open MPI's mpi.h"),
+    ("MPI_Remove_error_code", "not in Open MPI's mpi.h"),
+    ("MPI_Remove_error_string", "not in Open MPI's mpi.h"),
     ("MPI_Request_c2f", "Fortran or integer handle conversion"),
     ("MPI_Request_f2c", "Fortran or integer handle conversion"),
-    ("MPI_Request_fromint", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Request_get_status_all", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Request_get_status_any", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Request_get_status_some", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Request_toint", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Scan_init", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Scan_init_c", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Scatter_init", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Scatter_init_c", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_Request_fromint", "not in Open MPI's mpi.h"),
+    ("MPI_Request_get_status_all", "not in Open MPI's mpi.h"),
+    ("MPI_Request_get_status_any", "not in Open MPI's mpi.h"),
+    ("MPI_Request_get_status_some", "not in Open MPI's mpi.h"),
+    ("MPI_Request_toint", "not in Open MPI's mpi.h"),
     ("MPI_Scatterv_c", "large-count variant: sendcounts is not a single count"),
-    ("MPI_Scatterv_init", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Scatterv_init_c", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Session_attach_buffer", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Session_attach_buffer_c", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Session_c2f", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Session_call_errhandler", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Session_create_errhandler", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Session_detach_buffer", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Session_detach_buffer_c", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Session_f2c", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Session_finalize", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Session_flush_buffer", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Session_fromint", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Session_get_errhandler", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Session_get_info", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Session_get_nth_pset", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Session_get_num_psets", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Session_get_pset_info", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Session_iflush_buffer", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Session_init", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Session_set_errhandler", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Session_toint", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_Scatterv_init_c", "large-count variant: sendcounts is not a single count"),
+    ("MPI_Session_attach_buffer", "not in Open MPI's mpi.h"),
+    ("MPI_Session_attach_buffer_c", "not in Open MPI's mpi.h"),
+    ("MPI_Session_c2f", "Fortran or integer handle conversion"),
+    ("MPI_Session_create_errhandler", "takes a callback (MPI_Session_errhandler_function)"),
+    ("MPI_Session_detach_buffer", "not in Open MPI's mpi.h"),
+    ("MPI_Session_detach_buffer_c", "not in Open MPI's mpi.h"),
+    ("MPI_Session_f2c", "Fortran or integer handle conversion"),
+    ("MPI_Session_flush_buffer", "not in Open MPI's mpi.h"),
+    ("MPI_Session_fromint", "not in Open MPI's mpi.h"),
+    ("MPI_Session_iflush_buffer", "not in Open MPI's mpi.h"),
+    ("MPI_Session_toint", "not in Open MPI's mpi.h"),
     ("MPI_Status_c2f", "Fortran or integer handle conversion"),
-    ("MPI_Status_c2f08", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Status_f082c", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Status_f082f", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_Status_c2f08", "parameter type MPI_F08_status"),
+    ("MPI_Status_f082c", "parameter type MPI_F08_status"),
+    ("MPI_Status_f082f", "parameter type MPI_F08_status"),
     ("MPI_Status_f2c", "Fortran or integer handle conversion"),
-    ("MPI_Status_f2f08", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Status_get_error", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Status_get_source", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Status_get_tag", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Status_set_error", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Status_set_source", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_Status_set_tag", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_Status_f2f08", "parameter type MPI_F08_status"),
+    ("MPI_Status_get_error", "not in Open MPI's mpi.h"),
+    ("MPI_Status_get_source", "not in Open MPI's mpi.h"),
+    ("MPI_Status_get_tag", "not in Open MPI's mpi.h"),
+    ("MPI_Status_set_error", "not in Open MPI's mpi.h"),
+    ("MPI_Status_set_source", "not in Open MPI's mpi.h"),
+    ("MPI_Status_set_tag", "not in Open MPI's mpi.h"),
     ("MPI_T_category_changed", "the tool interface: its enumerations are the library's own"),
     ("MPI_T_category_get_categories", "the tool interface: its enumerations are the library's own"),
     ("MPI_T_category_get_cvars", "the tool interface: its enumerations are the library's own"),
-    ("MPI_T_category_get_events", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_T_category_get_events", "not in Open MPI's mpi.h"),
     ("MPI_T_category_get_index", "the tool interface: its enumerations are the library's own"),
     ("MPI_T_category_get_info", "the tool interface: its enumerations are the library's own"),
     ("MPI_T_category_get_num", "the tool interface: its enumerations are the library's own"),
-    ("MPI_T_category_get_num_events", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_T_category_get_num_events", "not in Open MPI's mpi.h"),
     ("MPI_T_category_get_pvars", "the tool interface: its enumerations are the library's own"),
     ("MPI_T_cvar_get_index", "the tool interface: its enumerations are the library's own"),
     ("MPI_T_cvar_get_info", "the tool interface: its enumerations are the library's own"),
@@ -1349,21 +1453,21 @@ pub const NOT_ADAPTED: &[(&str, &str)] = &[
     ("MPI_T_cvar_write", "the tool interface: its enumerations are the library's own"),
     ("MPI_T_enum_get_info", "the tool interface: its enumerations are the library's own"),
     ("MPI_T_enum_get_item", "the tool interface: its enumerations are the library's own"),
-    ("MPI_T_event_callback_get_info", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_T_event_callback_set_info", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_T_event_copy", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_T_event_get_index", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_T_event_get_info", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_T_event_get_num", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_T_event_get_source", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_T_event_get_timestamp", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_T_event_handle_alloc", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_T_event_handle_free", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_T_event_handle_get_info", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_T_event_handle_set_info", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_T_event_read", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_T_event_register_callback", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_T_event_set_dropped_handler", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_T_event_callback_get_info", "not in Open MPI's mpi.h"),
+    ("MPI_T_event_callback_set_info", "not in Open MPI's mpi.h"),
+    ("MPI_T_event_copy", "not in Open MPI's mpi.h"),
+    ("MPI_T_event_get_index", "not in Open MPI's mpi.h"),
+    ("MPI_T_event_get_info", "not in Open MPI's mpi.h"),
+    ("MPI_T_event_get_num", "not in Open MPI's mpi.h"),
+    ("MPI_T_event_get_source", "not in Open MPI's mpi.h"),
+    ("MPI_T_event_get_timestamp", "not in Open MPI's mpi.h"),
+    ("MPI_T_event_handle_alloc", "not in Open MPI's mpi.h"),
+    ("MPI_T_event_handle_free", "not in Open MPI's mpi.h"),
+    ("MPI_T_event_handle_get_info", "not in Open MPI's mpi.h"),
+    ("MPI_T_event_handle_set_info", "not in Open MPI's mpi.h"),
+    ("MPI_T_event_read", "not in Open MPI's mpi.h"),
+    ("MPI_T_event_register_callback", "not in Open MPI's mpi.h"),
+    ("MPI_T_event_set_dropped_handler", "not in Open MPI's mpi.h"),
     ("MPI_T_finalize", "the tool interface: its enumerations are the library's own"),
     ("MPI_T_init_thread", "the tool interface: its enumerations are the library's own"),
     ("MPI_T_pvar_get_index", "the tool interface: its enumerations are the library's own"),
@@ -1379,9 +1483,9 @@ pub const NOT_ADAPTED: &[(&str, &str)] = &[
     ("MPI_T_pvar_start", "the tool interface: its enumerations are the library's own"),
     ("MPI_T_pvar_stop", "the tool interface: its enumerations are the library's own"),
     ("MPI_T_pvar_write", "the tool interface: its enumerations are the library's own"),
-    ("MPI_T_source_get_info", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_T_source_get_num", "not in Open MPI 4.1's mpi.h"),
-    ("MPI_T_source_get_timestamp", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_T_source_get_info", "not in Open MPI's mpi.h"),
+    ("MPI_T_source_get_num", "not in Open MPI's mpi.h"),
+    ("MPI_T_source_get_timestamp", "not in Open MPI's mpi.h"),
     ("MPI_Type_c2f", "Fortran or integer handle conversion"),
     ("MPI_Type_create_darray_c", "large-count variant: array_of_gsizes is not a single count"),
     ("MPI_Type_create_hindexed_block_c", "large-count variant: array_of_displacements is not a single count"),
@@ -1395,16 +1499,16 @@ pub const NOT_ADAPTED: &[(&str, &str)] = &[
     ("MPI_Type_delete_attr", "type_keyval (attribute keys of datatypes) not translated yet"),
     ("MPI_Type_f2c", "Fortran or integer handle conversion"),
     ("MPI_Type_free_keyval", "type_keyval (attribute keys of datatypes) not translated yet"),
-    ("MPI_Type_fromint", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_Type_fromint", "not in Open MPI's mpi.h"),
     ("MPI_Type_get_attr", "type_keyval (attribute keys of datatypes) not translated yet"),
     ("MPI_Type_get_contents_c", "large-count variant: parameters differ from MPI_Type_get_contents"),
     ("MPI_Type_get_envelope_c", "large-count variant: parameters differ from MPI_Type_get_envelope"),
     ("MPI_Type_get_extent_c", "large-count variant: lb is not a single count"),
     ("MPI_Type_get_true_extent_c", "large-count variant: true_lb is not a single count"),
-    ("MPI_Type_get_value_index", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_Type_get_value_index", "not in Open MPI's mpi.h"),
     ("MPI_Type_indexed_c", "large-count variant: array_of_blocklengths is not a single count"),
     ("MPI_Type_set_attr", "type_keyval (attribute keys of datatypes) not translated yet"),
-    ("MPI_Type_toint", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_Type_toint", "not in Open MPI's mpi.h"),
     ("MPI_Unpack_external_c", "large-count variant: insize is not a single count"),
     ("MPI_Win_allocate_c", "large-count variant: disp_unit is not a single count"),
     ("MPI_Win_allocate_shared_c", "large-count variant: disp_unit is not a single count"),
@@ -1413,9 +1517,9 @@ pub const NOT_ADAPTED: &[(&str, &str)] = &[
     ("MPI_Win_create_errhandler", "takes a callback (MPI_Win_errhandler_function)"),
     ("MPI_Win_create_keyval", "takes a callback (MPI_Win_copy_attr_function)"),
     ("MPI_Win_f2c", "Fortran or integer handle conversion"),
-    ("MPI_Win_fromint", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_Win_fromint", "not in Open MPI's mpi.h"),
     ("MPI_Win_shared_query_c", "large-count variant: disp_unit is not a single count"),
-    ("MPI_Win_toint", "not in Open MPI 4.1's mpi.h"),
+    ("MPI_Win_toint", "not in Open MPI's mpi.h"),
 ];
 
 /// Open MPI's predefined handles: kind, MPICH's value, the data symbol.
@@ -1515,6 +1619,8 @@ pub const PREDEFINED: &[(K, c_int, &str)] = &[
     (K::Datatype, 1275070533, "ompi_mpi_count\0"),
     (K::Errhandler, 1409286144, "ompi_mpi_errors_are_fatal\0"),
     (K::Errhandler, 1409286145, "ompi_mpi_errors_return\0"),
+    (K::Session, 939524096, "ompi_mpi_instance_null\0"),
+    (K::Errhandler, 1409286147, "ompi_mpi_errors_abort\0"),
 ];
 
 /// `order`: (MPICH's value, Open MPI's) of MPI_ORDER_C, MPI_ORDER_FORTRAN.
@@ -1609,6 +1715,9 @@ pub(super) const F_ASSERT: &[(c_int, c_int)] = &[
     (16384, 16), // MPI_MODE_NOSUCCEED
 ];
 
+/// Open MPI's MPI_ERR_LASTCODE: the classes and codes above it are the program's.
+pub(super) const ERR_LASTCODE: c_int = 92;
+
 /// Error classes: (Open MPI's, MPICH's), where they differ.
 pub const ERROR_CLASSES: &[(c_int, c_int)] = &[
     (13, 12), // MPI_ERR_ARG
@@ -1641,6 +1750,7 @@ pub const ERROR_CLASSES: &[(c_int, c_int)] = &[
     (16, 15), // MPI_ERR_OTHER
     (19, 18), // MPI_ERR_PENDING
     (43, 38), // MPI_ERR_PORT
+    (74, 76), // MPI_ERR_PROC_ABORTED
     (44, 39), // MPI_ERR_QUOTA
     (45, 40), // MPI_ERR_READ_ONLY
     (7, 19), // MPI_ERR_REQUEST
@@ -1652,6 +1762,7 @@ pub const ERROR_CLASSES: &[(c_int, c_int)] = &[
     (47, 50), // MPI_ERR_RMA_SYNC
     (8, 7), // MPI_ERR_ROOT
     (48, 41), // MPI_ERR_SERVICE
+    (78, 75), // MPI_ERR_SESSION
     (49, 51), // MPI_ERR_SIZE
     (50, 42), // MPI_ERR_SPAWN
     (11, 10), // MPI_ERR_TOPOLOGY
@@ -1659,6 +1770,7 @@ pub const ERROR_CLASSES: &[(c_int, c_int)] = &[
     (14, 13), // MPI_ERR_UNKNOWN
     (51, 43), // MPI_ERR_UNSUPPORTED_DATAREP
     (52, 44), // MPI_ERR_UNSUPPORTED_OPERATION
+    (79, 77), // MPI_ERR_VALUE_TOO_LARGE
     (53, 45), // MPI_ERR_WIN
 ];
 
@@ -1746,6 +1858,25 @@ pub(super) unsafe extern "C" fn MPI_Allgather(sendbuf: *const c_void, sendcount:
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Allgather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Allgather_init else { return not_in_library("MPI_Allgather_init") as c_int };
+        let Some(sendtype_o) = h2p(K::Datatype, sendtype) else { return bad_handle(K::Datatype, "MPI_Allgather_init") };
+        let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Allgather_init") };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Allgather_init") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Allgather_init") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcount, recvtype_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -1755,6 +1886,25 @@ pub(super) unsafe extern "C" fn MPI_Allgatherv(sendbuf: *const c_void, sendcount
         let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Allgatherv") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Allgatherv") };
         let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcounts, displs, recvtype_o, comm_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Allgatherv_init else { return not_in_library("MPI_Allgatherv_init") as c_int };
+        let Some(sendtype_o) = h2p(K::Datatype, sendtype) else { return bad_handle(K::Datatype, "MPI_Allgatherv_init") };
+        let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Allgatherv_init") };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Allgatherv_init") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Allgatherv_init") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcounts, displs, recvtype_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
         rc_back(rc)
     }
 }
@@ -1783,6 +1933,25 @@ pub(super) unsafe extern "C" fn MPI_Allreduce(sendbuf: *const c_void, recvbuf: *
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Allreduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Allreduce_init else { return not_in_library("MPI_Allreduce_init") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_Allreduce_init") };
+        let Some(op_o) = h2p(K::Op, op) else { return bad_handle(K::Op, "MPI_Allreduce_init") };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Allreduce_init") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Allreduce_init") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(inplace(sendbuf), recvbuf, count, datatype_o, op_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -1792,6 +1961,25 @@ pub(super) unsafe extern "C" fn MPI_Alltoall(sendbuf: *const c_void, sendcount: 
         let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Alltoall") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Alltoall") };
         let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, comm_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Alltoall_init else { return not_in_library("MPI_Alltoall_init") as c_int };
+        let Some(sendtype_o) = h2p(K::Datatype, sendtype) else { return bad_handle(K::Datatype, "MPI_Alltoall_init") };
+        let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Alltoall_init") };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Alltoall_init") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Alltoall_init") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcount, recvtype_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
         rc_back(rc)
     }
 }
@@ -1809,6 +1997,25 @@ pub(super) unsafe extern "C" fn MPI_Alltoallv(sendbuf: *const c_void, sendcounts
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Alltoallv_init else { return not_in_library("MPI_Alltoallv_init") as c_int };
+        let Some(sendtype_o) = h2p(K::Datatype, sendtype) else { return bad_handle(K::Datatype, "MPI_Alltoallv_init") };
+        let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Alltoallv_init") };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Alltoallv_init") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Alltoallv_init") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, sendtype_o, recvbuf, recvcounts, rdispls, recvtype_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -1820,6 +2027,27 @@ pub(super) unsafe extern "C" fn MPI_Alltoallw(sendbuf: *const c_void, sendcounts
         let mut recvtypes_o: Vec<P> = (0..recvtypes_n).map(|i| h2p(K::Datatype, *recvtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Alltoallw") };
         let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() || sendbuf as isize == -1 { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Alltoallw_init else { return not_in_library("MPI_Alltoallw_init") as c_int };
+        let sendtypes_n = if sendtypes.is_null() { 0 } else { comm_len(comm) };
+        let mut sendtypes_o: Vec<P> = (0..sendtypes_n).map(|i| h2p(K::Datatype, *sendtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
+        let recvtypes_n = if recvtypes.is_null() { 0 } else { comm_len(comm) };
+        let mut recvtypes_o: Vec<P> = (0..recvtypes_n).map(|i| h2p(K::Datatype, *recvtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Alltoallw_init") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Alltoallw_init") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, recvbuf, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
         rc_back(rc)
     }
 }
@@ -1868,6 +2096,23 @@ pub(super) unsafe extern "C" fn MPI_Barrier(comm: MPI_Comm) -> c_int {
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Barrier_init(comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Barrier_init else { return not_in_library("MPI_Barrier_init") as c_int };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Barrier_init") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Barrier_init") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Bcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -1876,6 +2121,24 @@ pub(super) unsafe extern "C" fn MPI_Bcast(buffer: *mut c_void, count: c_int, dat
         let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_Bcast") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Bcast") };
         let rc = f(buffer, count, datatype_o, rank_in(root), comm_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Bcast_init(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Bcast_init else { return not_in_library("MPI_Bcast_init") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_Bcast_init") };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Bcast_init") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Bcast_init") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(buffer, count, datatype_o, rank_in(root), comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
         rc_back(rc)
     }
 }
@@ -2130,6 +2393,24 @@ pub(super) unsafe extern "C" fn MPI_Comm_create(comm: MPI_Comm, group: MPI_Group
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Comm_create_from_group(group: MPI_Group, stringtag: *const c_char, info: MPI_Info, errhandler: MPI_Errhandler, newcomm: *mut MPI_Comm) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Comm_create_from_group else { return not_in_library("MPI_Comm_create_from_group") as c_int };
+        let Some(group_o) = h2p(K::Group, group) else { return bad_handle(K::Group, "MPI_Comm_create_from_group") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Comm_create_from_group") };
+        let Some(errhandler_o) = h2p(K::Errhandler, errhandler) else { return bad_handle(K::Errhandler, "MPI_Comm_create_from_group") };
+        let newcomm_in = if newcomm.is_null() { None } else { Some(*newcomm) };
+        let mut newcomm_o = newcomm_in.map_or(null_of(K::Comm), |h| h2p(K::Comm, h).unwrap_or(null_of(K::Comm)));
+        let rc = f(group_o, stringtag, info_o, errhandler_o, if newcomm.is_null() { std::ptr::null_mut() } else { &mut newcomm_o });
+        if rc == 0 {
+            if !newcomm.is_null() { *newcomm = p2h_out(K::Comm, newcomm_in, newcomm_o); }
+        }
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Comm_create_group(comm: MPI_Comm, group: MPI_Group, tag: c_int, newcomm: *mut MPI_Comm) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -2338,6 +2619,26 @@ pub(super) unsafe extern "C" fn MPI_Comm_idup(comm: MPI_Comm, newcomm: *mut MPI_
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Comm_idup_with_info(comm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Comm_idup_with_info else { return not_in_library("MPI_Comm_idup_with_info") as c_int };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Comm_idup_with_info") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Comm_idup_with_info") };
+        let newcomm_in = if newcomm.is_null() { None } else { Some(*newcomm) };
+        let mut newcomm_o = newcomm_in.map_or(null_of(K::Comm), |h| h2p(K::Comm, h).unwrap_or(null_of(K::Comm)));
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(comm_o, info_o, if newcomm.is_null() { std::ptr::null_mut() } else { &mut newcomm_o }, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !newcomm.is_null() { *newcomm = p2h_out(K::Comm, newcomm_in, newcomm_o); }
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Comm_join(fd: c_int, intercomm: *mut MPI_Comm) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -2514,6 +2815,51 @@ pub(super) unsafe extern "C" fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dim
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Dist_graph_create(comm_old: MPI_Comm, n: c_int, sources: *const c_int, degrees: *const c_int, destinations: *const c_int, weights: *const c_int, info: MPI_Info, reorder: c_int, comm_dist_graph: *mut MPI_Comm) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Dist_graph_create else { return not_in_library("MPI_Dist_graph_create") as c_int };
+        let Some(comm_old_o) = h2p(K::Comm, comm_old) else { return bad_handle(K::Comm, "MPI_Dist_graph_create") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Dist_graph_create") };
+        let comm_dist_graph_in = if comm_dist_graph.is_null() { None } else { Some(*comm_dist_graph) };
+        let mut comm_dist_graph_o = comm_dist_graph_in.map_or(null_of(K::Comm), |h| h2p(K::Comm, h).unwrap_or(null_of(K::Comm)));
+        let rc = f(comm_old_o, n, sources, degrees, destinations, weights, info_o, reorder, if comm_dist_graph.is_null() { std::ptr::null_mut() } else { &mut comm_dist_graph_o });
+        if rc == 0 {
+            if !comm_dist_graph.is_null() { *comm_dist_graph = p2h_out(K::Comm, comm_dist_graph_in, comm_dist_graph_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Dist_graph_create_adjacent(comm_old: MPI_Comm, indegree: c_int, sources: *const c_int, sourceweights: *const c_int, outdegree: c_int, destinations: *const c_int, destweights: *const c_int, info: MPI_Info, reorder: c_int, comm_dist_graph: *mut MPI_Comm) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Dist_graph_create_adjacent else { return not_in_library("MPI_Dist_graph_create_adjacent") as c_int };
+        let Some(comm_old_o) = h2p(K::Comm, comm_old) else { return bad_handle(K::Comm, "MPI_Dist_graph_create_adjacent") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Dist_graph_create_adjacent") };
+        let comm_dist_graph_in = if comm_dist_graph.is_null() { None } else { Some(*comm_dist_graph) };
+        let mut comm_dist_graph_o = comm_dist_graph_in.map_or(null_of(K::Comm), |h| h2p(K::Comm, h).unwrap_or(null_of(K::Comm)));
+        let rc = f(comm_old_o, indegree, sources, sourceweights, outdegree, destinations, destweights, info_o, reorder, if comm_dist_graph.is_null() { std::ptr::null_mut() } else { &mut comm_dist_graph_o });
+        if rc == 0 {
+            if !comm_dist_graph.is_null() { *comm_dist_graph = p2h_out(K::Comm, comm_dist_graph_in, comm_dist_graph_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Dist_graph_neighbors(comm: MPI_Comm, maxindegree: c_int, sources: *mut c_int, sourceweights: *mut c_int, maxoutdegree: c_int, destinations: *mut c_int, destweights: *mut c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Dist_graph_neighbors else { return not_in_library("MPI_Dist_graph_neighbors") as c_int };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Dist_graph_neighbors") };
+        let rc = f(comm_o, maxindegree, sources, sourceweights, maxoutdegree, destinations, destweights);
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Dist_graph_neighbors_count(comm: MPI_Comm, indegree: *mut c_int, outdegree: *mut c_int, weighted: *mut c_int) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -2600,6 +2946,25 @@ pub(super) unsafe extern "C" fn MPI_Exscan(sendbuf: *const c_void, recvbuf: *mut
         let Some(op_o) = h2p(K::Op, op) else { return bad_handle(K::Op, "MPI_Exscan") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Exscan") };
         let rc = f(inplace(sendbuf), inplace(recvbuf) as *mut c_void, count, datatype_o, op_o, comm_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Exscan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Exscan_init else { return not_in_library("MPI_Exscan_init") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_Exscan_init") };
+        let Some(op_o) = h2p(K::Op, op) else { return bad_handle(K::Op, "MPI_Exscan_init") };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Exscan_init") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Exscan_init") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(inplace(sendbuf), recvbuf, count, datatype_o, op_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
         rc_back(rc)
     }
 }
@@ -3430,6 +3795,25 @@ pub(super) unsafe extern "C" fn MPI_Gather(sendbuf: *const c_void, sendcount: c_
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Gather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Gather_init else { return not_in_library("MPI_Gather_init") as c_int };
+        let Some(sendtype_o) = h2p(K::Datatype, sendtype) else { return bad_handle(K::Datatype, "MPI_Gather_init") };
+        let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Gather_init") };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Gather_init") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Gather_init") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcount, recvtype_o, rank_in(root), comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Gatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -3439,6 +3823,25 @@ pub(super) unsafe extern "C" fn MPI_Gatherv(sendbuf: *const c_void, sendcount: c
         let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Gatherv") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Gatherv") };
         let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcounts, displs, recvtype_o, rank_in(root), comm_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Gatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Gatherv_init else { return not_in_library("MPI_Gatherv_init") as c_int };
+        let Some(sendtype_o) = h2p(K::Datatype, sendtype) else { return bad_handle(K::Datatype, "MPI_Gatherv_init") };
+        let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Gatherv_init") };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Gatherv_init") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Gatherv_init") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcounts, displs, recvtype_o, rank_in(root), comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
         rc_back(rc)
     }
 }
@@ -3629,6 +4032,7 @@ pub(super) unsafe extern "C" fn MPI_Grequest_complete(request: MPI_Request) -> c
     }
 }
 
+
 pub(super) unsafe extern "C" fn MPI_Group_compare(group1: MPI_Group, group2: MPI_Group, result: *mut c_int) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -3684,6 +4088,22 @@ pub(super) unsafe extern "C" fn MPI_Group_free(group: *mut MPI_Group) -> c_int {
         let rc = f(if group.is_null() { std::ptr::null_mut() } else { &mut group_o });
         if rc == 0 {
             if !group.is_null() { *group = p2h_out(K::Group, group_in, group_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Group_from_session_pset(session: MPI_Session, pset_name: *const c_char, newgroup: *mut MPI_Group) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Group_from_session_pset else { return not_in_library("MPI_Group_from_session_pset") as c_int };
+        let Some(session_o) = h2p(K::Session, session) else { return bad_handle(K::Session, "MPI_Group_from_session_pset") };
+        let newgroup_in = if newgroup.is_null() { None } else { Some(*newgroup) };
+        let mut newgroup_o = newgroup_in.map_or(null_of(K::Group), |h| h2p(K::Group, h).unwrap_or(null_of(K::Group)));
+        let rc = f(session_o, pset_name, if newgroup.is_null() { std::ptr::null_mut() } else { &mut newgroup_o });
+        if rc == 0 {
+            if !newgroup.is_null() { *newgroup = p2h_out(K::Group, newgroup_in, newgroup_o); }
         }
         rc_back(rc)
     }
@@ -4132,6 +4552,26 @@ pub(super) unsafe extern "C" fn MPI_Ineighbor_alltoallv(sendbuf: *const c_void, 
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Ineighbor_alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Ineighbor_alltoallw else { return not_in_library("MPI_Ineighbor_alltoallw") as c_int };
+        let sendtypes_n = if sendtypes.is_null() { 0 } else { neighbor_len(comm, true) };
+        let mut sendtypes_o: Vec<P> = (0..sendtypes_n).map(|i| h2p(K::Datatype, *sendtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
+        let recvtypes_n = if recvtypes.is_null() { 0 } else { neighbor_len(comm, false) };
+        let mut recvtypes_o: Vec<P> = (0..recvtypes_n).map(|i| h2p(K::Datatype, *recvtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Ineighbor_alltoallw") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, recvbuf, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Info_create(info: *mut MPI_Info) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -4140,6 +4580,21 @@ pub(super) unsafe extern "C" fn MPI_Info_create(info: *mut MPI_Info) -> c_int {
         let info_in = if info.is_null() { None } else { Some(*info) };
         let mut info_o = info_in.map_or(null_of(K::Info), |h| h2p(K::Info, h).unwrap_or(null_of(K::Info)));
         let rc = f(if info.is_null() { std::ptr::null_mut() } else { &mut info_o });
+        if rc == 0 {
+            if !info.is_null() { *info = p2h_out(K::Info, info_in, info_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Info_create_env(argc: c_int, argv: *mut *mut c_char, info: *mut MPI_Info) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Info_create_env else { return not_in_library("MPI_Info_create_env") as c_int };
+        let info_in = if info.is_null() { None } else { Some(*info) };
+        let mut info_o = info_in.map_or(null_of(K::Info), |h| h2p(K::Info, h).unwrap_or(null_of(K::Info)));
+        let rc = f(argc, argv, if info.is_null() { std::ptr::null_mut() } else { &mut info_o });
         if rc == 0 {
             if !info.is_null() { *info = p2h_out(K::Info, info_in, info_o); }
         }
@@ -4222,6 +4677,17 @@ pub(super) unsafe extern "C" fn MPI_Info_get_nthkey(info: MPI_Info, n: c_int, ke
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Info_get_string(info: MPI_Info, key: *const c_char, buflen: *mut c_int, value: *mut c_char, flag: *mut c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Info_get_string else { return not_in_library("MPI_Info_get_string") as c_int };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Info_get_string") };
+        let rc = f(info_o, key, buflen, value, flag);
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Info_get_valuelen(info: MPI_Info, key: *const c_char, valuelen: *mut c_int, flag: *mut c_int) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -4284,6 +4750,25 @@ pub(super) unsafe extern "C" fn MPI_Intercomm_create(local_comm: MPI_Comm, local
         let newintercomm_in = if newintercomm.is_null() { None } else { Some(*newintercomm) };
         let mut newintercomm_o = newintercomm_in.map_or(null_of(K::Comm), |h| h2p(K::Comm, h).unwrap_or(null_of(K::Comm)));
         let rc = f(local_comm_o, rank_in(local_leader), peer_comm_o, rank_in(remote_leader), tag, if newintercomm.is_null() { std::ptr::null_mut() } else { &mut newintercomm_o });
+        if rc == 0 {
+            if !newintercomm.is_null() { *newintercomm = p2h_out(K::Comm, newintercomm_in, newintercomm_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Intercomm_create_from_groups(local_group: MPI_Group, local_leader: c_int, remote_group: MPI_Group, remote_leader: c_int, stringtag: *const c_char, info: MPI_Info, errhandler: MPI_Errhandler, newintercomm: *mut MPI_Comm) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Intercomm_create_from_groups else { return not_in_library("MPI_Intercomm_create_from_groups") as c_int };
+        let Some(local_group_o) = h2p(K::Group, local_group) else { return bad_handle(K::Group, "MPI_Intercomm_create_from_groups") };
+        let Some(remote_group_o) = h2p(K::Group, remote_group) else { return bad_handle(K::Group, "MPI_Intercomm_create_from_groups") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Intercomm_create_from_groups") };
+        let Some(errhandler_o) = h2p(K::Errhandler, errhandler) else { return bad_handle(K::Errhandler, "MPI_Intercomm_create_from_groups") };
+        let newintercomm_in = if newintercomm.is_null() { None } else { Some(*newintercomm) };
+        let mut newintercomm_o = newintercomm_in.map_or(null_of(K::Comm), |h| h2p(K::Comm, h).unwrap_or(null_of(K::Comm)));
+        let rc = f(local_group_o, rank_in(local_leader), remote_group_o, rank_in(remote_leader), stringtag, info_o, errhandler_o, if newintercomm.is_null() { std::ptr::null_mut() } else { &mut newintercomm_o });
         if rc == 0 {
             if !newintercomm.is_null() { *newintercomm = p2h_out(K::Comm, newintercomm_in, newintercomm_o); }
         }
@@ -4491,6 +4976,41 @@ pub(super) unsafe extern "C" fn MPI_Isend(buf: *const c_void, count: c_int, data
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Isendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Isendrecv else { return not_in_library("MPI_Isendrecv") as c_int };
+        let Some(sendtype_o) = h2p(K::Datatype, sendtype) else { return bad_handle(K::Datatype, "MPI_Isendrecv") };
+        let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Isendrecv") };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Isendrecv") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, rank_in(dest), sendtag, recvbuf, recvcount, recvtype_o, rank_in(source), recvtag, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Isendrecv_replace(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Isendrecv_replace else { return not_in_library("MPI_Isendrecv_replace") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_Isendrecv_replace") };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Isendrecv_replace") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(buf, count, datatype_o, rank_in(dest), sendtag, rank_in(source), recvtag, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Issend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -4581,6 +5101,25 @@ pub(super) unsafe extern "C" fn MPI_Neighbor_allgather(sendbuf: *const c_void, s
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Neighbor_allgather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Neighbor_allgather_init else { return not_in_library("MPI_Neighbor_allgather_init") as c_int };
+        let Some(sendtype_o) = h2p(K::Datatype, sendtype) else { return bad_handle(K::Datatype, "MPI_Neighbor_allgather_init") };
+        let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Neighbor_allgather_init") };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Neighbor_allgather_init") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Neighbor_allgather_init") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcount, recvtype_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Neighbor_allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -4590,6 +5129,25 @@ pub(super) unsafe extern "C" fn MPI_Neighbor_allgatherv(sendbuf: *const c_void, 
         let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Neighbor_allgatherv") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Neighbor_allgatherv") };
         let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcounts, displs, recvtype_o, comm_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Neighbor_allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Neighbor_allgatherv_init else { return not_in_library("MPI_Neighbor_allgatherv_init") as c_int };
+        let Some(sendtype_o) = h2p(K::Datatype, sendtype) else { return bad_handle(K::Datatype, "MPI_Neighbor_allgatherv_init") };
+        let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Neighbor_allgatherv_init") };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Neighbor_allgatherv_init") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Neighbor_allgatherv_init") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcounts, displs, recvtype_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
         rc_back(rc)
     }
 }
@@ -4607,6 +5165,25 @@ pub(super) unsafe extern "C" fn MPI_Neighbor_alltoall(sendbuf: *const c_void, se
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Neighbor_alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Neighbor_alltoall_init else { return not_in_library("MPI_Neighbor_alltoall_init") as c_int };
+        let Some(sendtype_o) = h2p(K::Datatype, sendtype) else { return bad_handle(K::Datatype, "MPI_Neighbor_alltoall_init") };
+        let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Neighbor_alltoall_init") };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Neighbor_alltoall_init") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Neighbor_alltoall_init") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcount, recvtype_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Neighbor_alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -4616,6 +5193,61 @@ pub(super) unsafe extern "C" fn MPI_Neighbor_alltoallv(sendbuf: *const c_void, s
         let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Neighbor_alltoallv") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Neighbor_alltoallv") };
         let rc = f(inplace(sendbuf), sendcounts, sdispls, sendtype_o, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, recvtype_o, comm_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Neighbor_alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Neighbor_alltoallv_init else { return not_in_library("MPI_Neighbor_alltoallv_init") as c_int };
+        let Some(sendtype_o) = h2p(K::Datatype, sendtype) else { return bad_handle(K::Datatype, "MPI_Neighbor_alltoallv_init") };
+        let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Neighbor_alltoallv_init") };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Neighbor_alltoallv_init") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Neighbor_alltoallv_init") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, sendtype_o, recvbuf, recvcounts, rdispls, recvtype_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Neighbor_alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Neighbor_alltoallw else { return not_in_library("MPI_Neighbor_alltoallw") as c_int };
+        let sendtypes_n = if sendtypes.is_null() { 0 } else { neighbor_len(comm, true) };
+        let mut sendtypes_o: Vec<P> = (0..sendtypes_n).map(|i| h2p(K::Datatype, *sendtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
+        let recvtypes_n = if recvtypes.is_null() { 0 } else { neighbor_len(comm, false) };
+        let mut recvtypes_o: Vec<P> = (0..recvtypes_n).map(|i| h2p(K::Datatype, *recvtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Neighbor_alltoallw") };
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, recvbuf, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Neighbor_alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Neighbor_alltoallw_init else { return not_in_library("MPI_Neighbor_alltoallw_init") as c_int };
+        let sendtypes_n = if sendtypes.is_null() { 0 } else { neighbor_len(comm, true) };
+        let mut sendtypes_o: Vec<P> = (0..sendtypes_n).map(|i| h2p(K::Datatype, *sendtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
+        let recvtypes_n = if recvtypes.is_null() { 0 } else { neighbor_len(comm, false) };
+        let mut recvtypes_o: Vec<P> = (0..recvtypes_n).map(|i| h2p(K::Datatype, *recvtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Neighbor_alltoallw_init") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Neighbor_alltoallw_init") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, recvbuf, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
         rc_back(rc)
     }
 }
@@ -4630,6 +5262,7 @@ pub(super) unsafe extern "C" fn MPI_Op_commutative(op: MPI_Op, commute: *mut c_i
         rc_back(rc)
     }
 }
+
 
 pub(super) unsafe extern "C" fn MPI_Op_free(op: *mut MPI_Op) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
@@ -4703,6 +5336,68 @@ pub(super) unsafe extern "C" fn MPI_Pack_size(incount: c_int, datatype: MPI_Data
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Parrived(request: MPI_Request, partition: c_int, flag: *mut c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Parrived else { return not_in_library("MPI_Parrived") as c_int };
+        let Some(request_o) = h2p(K::Request, request) else { return bad_handle(K::Request, "MPI_Parrived") };
+        let rc = f(request_o, partition, flag);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Pready(partition: c_int, request: MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Pready else { return not_in_library("MPI_Pready") as c_int };
+        let Some(request_o) = h2p(K::Request, request) else { return bad_handle(K::Request, "MPI_Pready") };
+        let rc = f(partition, request_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Pready_list(length: c_int, array_of_partitions: *mut c_int, request: MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Pready_list else { return not_in_library("MPI_Pready_list") as c_int };
+        let Some(request_o) = h2p(K::Request, request) else { return bad_handle(K::Request, "MPI_Pready_list") };
+        let rc = f(length, array_of_partitions, request_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Pready_range(partition_low: c_int, partition_high: c_int, request: MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Pready_range else { return not_in_library("MPI_Pready_range") as c_int };
+        let Some(request_o) = h2p(K::Request, request) else { return bad_handle(K::Request, "MPI_Pready_range") };
+        let rc = f(partition_low, partition_high, request_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Precv_init(buf: *mut c_void, partitions: c_int, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Precv_init else { return not_in_library("MPI_Precv_init") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_Precv_init") };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Precv_init") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Precv_init") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(buf, partitions, count, datatype_o, rank_in(dest), tag, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Probe(source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -4713,6 +5408,24 @@ pub(super) unsafe extern "C" fn MPI_Probe(source: c_int, tag: c_int, comm: MPI_C
         let rc = f(rank_in(source), tag, comm_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
         if rc == 0 {
             if !ignored(status) { *status = status_out(&status_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Psend_init(buf: *const c_void, partitions: c_int, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Psend_init else { return not_in_library("MPI_Psend_init") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_Psend_init") };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Psend_init") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Psend_init") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(buf, partitions, count, datatype_o, rank_in(dest), tag, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
         rc_back(rc)
     }
@@ -4817,6 +5530,25 @@ pub(super) unsafe extern "C" fn MPI_Reduce(sendbuf: *const c_void, recvbuf: *mut
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Reduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Reduce_init else { return not_in_library("MPI_Reduce_init") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_Reduce_init") };
+        let Some(op_o) = h2p(K::Op, op) else { return bad_handle(K::Op, "MPI_Reduce_init") };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Reduce_init") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Reduce_init") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(inplace(sendbuf), recvbuf, count, datatype_o, op_o, rank_in(root), comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -4851,6 +5583,44 @@ pub(super) unsafe extern "C" fn MPI_Reduce_scatter_block(sendbuf: *const c_void,
         let Some(op_o) = h2p(K::Op, op) else { return bad_handle(K::Op, "MPI_Reduce_scatter_block") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Reduce_scatter_block") };
         let rc = f(inplace(sendbuf), inplace(recvbuf) as *mut c_void, recvcount, datatype_o, op_o, comm_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Reduce_scatter_block_init(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Reduce_scatter_block_init else { return not_in_library("MPI_Reduce_scatter_block_init") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_Reduce_scatter_block_init") };
+        let Some(op_o) = h2p(K::Op, op) else { return bad_handle(K::Op, "MPI_Reduce_scatter_block_init") };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Reduce_scatter_block_init") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Reduce_scatter_block_init") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(inplace(sendbuf), recvbuf, recvcount, datatype_o, op_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Reduce_scatter_init(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Reduce_scatter_init else { return not_in_library("MPI_Reduce_scatter_init") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_Reduce_scatter_init") };
+        let Some(op_o) = h2p(K::Op, op) else { return bad_handle(K::Op, "MPI_Reduce_scatter_init") };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Reduce_scatter_init") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Reduce_scatter_init") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(inplace(sendbuf), recvbuf, recvcounts, datatype_o, op_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
         rc_back(rc)
     }
 }
@@ -4983,6 +5753,25 @@ pub(super) unsafe extern "C" fn MPI_Scan(sendbuf: *const c_void, recvbuf: *mut c
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Scan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Scan_init else { return not_in_library("MPI_Scan_init") as c_int };
+        let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_Scan_init") };
+        let Some(op_o) = h2p(K::Op, op) else { return bad_handle(K::Op, "MPI_Scan_init") };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Scan_init") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Scan_init") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(inplace(sendbuf), recvbuf, count, datatype_o, op_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Scatter(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -4996,6 +5785,25 @@ pub(super) unsafe extern "C" fn MPI_Scatter(sendbuf: *const c_void, sendcount: c
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Scatter_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Scatter_init else { return not_in_library("MPI_Scatter_init") as c_int };
+        let Some(sendtype_o) = h2p(K::Datatype, sendtype) else { return bad_handle(K::Datatype, "MPI_Scatter_init") };
+        let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Scatter_init") };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Scatter_init") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Scatter_init") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcount, recvtype_o, rank_in(root), comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
+        rc_back(rc)
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Scatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
     // Open MPI's entry point of that name with the C signature of its mpi.h.
@@ -5005,6 +5813,25 @@ pub(super) unsafe extern "C" fn MPI_Scatterv(sendbuf: *const c_void, sendcounts:
         let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Scatterv") };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Scatterv") };
         let rc = f(inplace(sendbuf), sendcounts, displs, sendtype_o, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, rank_in(root), comm_o);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Scatterv_init(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Scatterv_init else { return not_in_library("MPI_Scatterv_init") as c_int };
+        let Some(sendtype_o) = h2p(K::Datatype, sendtype) else { return bad_handle(K::Datatype, "MPI_Scatterv_init") };
+        let Some(recvtype_o) = h2p(K::Datatype, recvtype) else { return bad_handle(K::Datatype, "MPI_Scatterv_init") };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Scatterv_init") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Scatterv_init") };
+        let request_in = if request.is_null() { None } else { Some(*request) };
+        let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
+        let rc = f(inplace(sendbuf), sendcounts, displs, sendtype_o, recvbuf, recvcount, recvtype_o, rank_in(root), comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        if rc == 0 {
+            if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
+        }
         rc_back(rc)
     }
 }
@@ -5067,6 +5894,133 @@ pub(super) unsafe extern "C" fn MPI_Sendrecv_replace(buf: *mut c_void, count: c_
         if rc == 0 {
             if !ignored(status) { *status = status_out(&status_o); }
         }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Session_call_errhandler(session: MPI_Session, errorcode: c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Session_call_errhandler else { return not_in_library("MPI_Session_call_errhandler") as c_int };
+        let Some(session_o) = h2p(K::Session, session) else { return bad_handle(K::Session, "MPI_Session_call_errhandler") };
+        let rc = f(session_o, error_in(errorcode));
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Session_finalize(session: *mut MPI_Session) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Session_finalize else { return not_in_library("MPI_Session_finalize") as c_int };
+        let session_in = if session.is_null() { None } else { Some(*session) };
+        let mut session_o = session_in.map_or(null_of(K::Session), |h| h2p(K::Session, h).unwrap_or(null_of(K::Session)));
+        let rc = f(if session.is_null() { std::ptr::null_mut() } else { &mut session_o });
+        if rc == 0 {
+            if !session.is_null() { *session = p2h_out(K::Session, session_in, session_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Session_get_errhandler(session: MPI_Session, errhandler: *mut MPI_Errhandler) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Session_get_errhandler else { return not_in_library("MPI_Session_get_errhandler") as c_int };
+        let Some(session_o) = h2p(K::Session, session) else { return bad_handle(K::Session, "MPI_Session_get_errhandler") };
+        let errhandler_in = if errhandler.is_null() { None } else { Some(*errhandler) };
+        let mut errhandler_o = errhandler_in.map_or(null_of(K::Errhandler), |h| h2p(K::Errhandler, h).unwrap_or(null_of(K::Errhandler)));
+        let rc = f(session_o, if errhandler.is_null() { std::ptr::null_mut() } else { &mut errhandler_o });
+        if rc == 0 {
+            if !errhandler.is_null() { *errhandler = p2h_out(K::Errhandler, errhandler_in, errhandler_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Session_get_info(session: MPI_Session, info_used: *mut MPI_Info) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Session_get_info else { return not_in_library("MPI_Session_get_info") as c_int };
+        let Some(session_o) = h2p(K::Session, session) else { return bad_handle(K::Session, "MPI_Session_get_info") };
+        let info_used_in = if info_used.is_null() { None } else { Some(*info_used) };
+        let mut info_used_o = info_used_in.map_or(null_of(K::Info), |h| h2p(K::Info, h).unwrap_or(null_of(K::Info)));
+        let rc = f(session_o, if info_used.is_null() { std::ptr::null_mut() } else { &mut info_used_o });
+        if rc == 0 {
+            if !info_used.is_null() { *info_used = p2h_out(K::Info, info_used_in, info_used_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Session_get_nth_pset(session: MPI_Session, info: MPI_Info, n: c_int, pset_len: *mut c_int, pset_name: *mut c_char) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Session_get_nth_pset else { return not_in_library("MPI_Session_get_nth_pset") as c_int };
+        let Some(session_o) = h2p(K::Session, session) else { return bad_handle(K::Session, "MPI_Session_get_nth_pset") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Session_get_nth_pset") };
+        let rc = f(session_o, info_o, n, pset_len, pset_name);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Session_get_num_psets(session: MPI_Session, info: MPI_Info, npset_names: *mut c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Session_get_num_psets else { return not_in_library("MPI_Session_get_num_psets") as c_int };
+        let Some(session_o) = h2p(K::Session, session) else { return bad_handle(K::Session, "MPI_Session_get_num_psets") };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Session_get_num_psets") };
+        let rc = f(session_o, info_o, npset_names);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Session_get_pset_info(session: MPI_Session, pset_name: *const c_char, info: *mut MPI_Info) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Session_get_pset_info else { return not_in_library("MPI_Session_get_pset_info") as c_int };
+        let Some(session_o) = h2p(K::Session, session) else { return bad_handle(K::Session, "MPI_Session_get_pset_info") };
+        let info_in = if info.is_null() { None } else { Some(*info) };
+        let mut info_o = info_in.map_or(null_of(K::Info), |h| h2p(K::Info, h).unwrap_or(null_of(K::Info)));
+        let rc = f(session_o, pset_name, if info.is_null() { std::ptr::null_mut() } else { &mut info_o });
+        if rc == 0 {
+            if !info.is_null() { *info = p2h_out(K::Info, info_in, info_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Session_init(info: MPI_Info, errhandler: MPI_Errhandler, session: *mut MPI_Session) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Session_init else { return not_in_library("MPI_Session_init") as c_int };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Session_init") };
+        let Some(errhandler_o) = h2p(K::Errhandler, errhandler) else { return bad_handle(K::Errhandler, "MPI_Session_init") };
+        let session_in = if session.is_null() { None } else { Some(*session) };
+        let mut session_o = session_in.map_or(null_of(K::Session), |h| h2p(K::Session, h).unwrap_or(null_of(K::Session)));
+        let rc = f(info_o, errhandler_o, if session.is_null() { std::ptr::null_mut() } else { &mut session_o });
+        if rc == 0 {
+            if !session.is_null() { *session = p2h_out(K::Session, session_in, session_o); }
+        }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Session_set_errhandler(session: MPI_Session, errhandler: MPI_Errhandler) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Session_set_errhandler else { return not_in_library("MPI_Session_set_errhandler") as c_int };
+        let Some(session_o) = h2p(K::Session, session) else { return bad_handle(K::Session, "MPI_Session_set_errhandler") };
+        let Some(errhandler_o) = h2p(K::Errhandler, errhandler) else { return bad_handle(K::Errhandler, "MPI_Session_set_errhandler") };
+        let rc = f(session_o, errhandler_o);
         rc_back(rc)
     }
 }
@@ -6337,12 +7291,33 @@ pub(super) unsafe extern "C" fn MPI_Allgather_c(sendbuf: *const c_void, sendcoun
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Allgather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(sendcount_i) = c_int::try_from(sendcount) else { return MPI_ERR_COUNT };
+        let Ok(recvcount_i) = c_int::try_from(recvcount) else { return MPI_ERR_COUNT };
+        let rc = MPI_Allgather_init(sendbuf, sendcount_i, sendtype, recvbuf, recvcount_i, recvtype, comm, info, request);
+        rc
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Allreduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; the
     // int variant's adapter is called with the same pointers and counts that fit.
     unsafe {
         let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
         let rc = MPI_Allreduce(sendbuf, recvbuf, count_i, datatype, op, comm);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Allreduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_Allreduce_init(sendbuf, recvbuf, count_i, datatype, op, comm, info, request);
         rc
     }
 }
@@ -6358,12 +7333,33 @@ pub(super) unsafe extern "C" fn MPI_Alltoall_c(sendbuf: *const c_void, sendcount
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Alltoall_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(sendcount_i) = c_int::try_from(sendcount) else { return MPI_ERR_COUNT };
+        let Ok(recvcount_i) = c_int::try_from(recvcount) else { return MPI_ERR_COUNT };
+        let rc = MPI_Alltoall_init(sendbuf, sendcount_i, sendtype, recvbuf, recvcount_i, recvtype, comm, info, request);
+        rc
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Bcast_c(buffer: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; the
     // int variant's adapter is called with the same pointers and counts that fit.
     unsafe {
         let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
         let rc = MPI_Bcast(buffer, count_i, datatype, root, comm);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Bcast_init_c(buffer: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_Bcast_init(buffer, count_i, datatype, root, comm, info, request);
         rc
     }
 }
@@ -6417,6 +7413,16 @@ pub(super) unsafe extern "C" fn MPI_Exscan_c(sendbuf: *const c_void, recvbuf: *m
     unsafe {
         let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
         let rc = MPI_Exscan(sendbuf, recvbuf, count_i, datatype, op, comm);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Exscan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_Exscan_init(sendbuf, recvbuf, count_i, datatype, op, comm, info, request);
         rc
     }
 }
@@ -6712,6 +7718,17 @@ pub(super) unsafe extern "C" fn MPI_Gather_c(sendbuf: *const c_void, sendcount: 
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Gather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(sendcount_i) = c_int::try_from(sendcount) else { return MPI_ERR_COUNT };
+        let Ok(recvcount_i) = c_int::try_from(recvcount) else { return MPI_ERR_COUNT };
+        let rc = MPI_Gather_init(sendbuf, sendcount_i, sendtype, recvbuf, recvcount_i, recvtype, root, comm, info, request);
+        rc
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Get_accumulate_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, result_addr: *mut c_void, result_count: MPI_Count, result_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; the
     // int variant's adapter is called with the same pointers and counts that fit.
@@ -6937,6 +7954,27 @@ pub(super) unsafe extern "C" fn MPI_Isend_c(buf: *const c_void, count: MPI_Count
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Isendrecv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(sendcount_i) = c_int::try_from(sendcount) else { return MPI_ERR_COUNT };
+        let Ok(recvcount_i) = c_int::try_from(recvcount) else { return MPI_ERR_COUNT };
+        let rc = MPI_Isendrecv(sendbuf, sendcount_i, sendtype, dest, sendtag, recvbuf, recvcount_i, recvtype, source, recvtag, comm, request);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Isendrecv_replace_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_Isendrecv_replace(buf, count_i, datatype, dest, sendtag, source, recvtag, comm, request);
+        rc
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Issend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; the
     // int variant's adapter is called with the same pointers and counts that fit.
@@ -6968,6 +8006,17 @@ pub(super) unsafe extern "C" fn MPI_Neighbor_allgather_c(sendbuf: *const c_void,
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Neighbor_allgather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(sendcount_i) = c_int::try_from(sendcount) else { return MPI_ERR_COUNT };
+        let Ok(recvcount_i) = c_int::try_from(recvcount) else { return MPI_ERR_COUNT };
+        let rc = MPI_Neighbor_allgather_init(sendbuf, sendcount_i, sendtype, recvbuf, recvcount_i, recvtype, comm, info, request);
+        rc
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Neighbor_alltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; the
     // int variant's adapter is called with the same pointers and counts that fit.
@@ -6975,6 +8024,17 @@ pub(super) unsafe extern "C" fn MPI_Neighbor_alltoall_c(sendbuf: *const c_void, 
         let Ok(sendcount_i) = c_int::try_from(sendcount) else { return MPI_ERR_COUNT };
         let Ok(recvcount_i) = c_int::try_from(recvcount) else { return MPI_ERR_COUNT };
         let rc = MPI_Neighbor_alltoall(sendbuf, sendcount_i, sendtype, recvbuf, recvcount_i, recvtype, comm);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Neighbor_alltoall_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(sendcount_i) = c_int::try_from(sendcount) else { return MPI_ERR_COUNT };
+        let Ok(recvcount_i) = c_int::try_from(recvcount) else { return MPI_ERR_COUNT };
+        let rc = MPI_Neighbor_alltoall_init(sendbuf, sendcount_i, sendtype, recvbuf, recvcount_i, recvtype, comm, info, request);
         rc
     }
 }
@@ -7060,6 +8120,16 @@ pub(super) unsafe extern "C" fn MPI_Reduce_c(sendbuf: *const c_void, recvbuf: *m
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Reduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_Reduce_init(sendbuf, recvbuf, count_i, datatype, op, root, comm, info, request);
+        rc
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Reduce_local_c(inbuf: *const c_void, inoutbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; the
     // int variant's adapter is called with the same pointers and counts that fit.
@@ -7076,6 +8146,16 @@ pub(super) unsafe extern "C" fn MPI_Reduce_scatter_block_c(sendbuf: *const c_voi
     unsafe {
         let Ok(recvcount_i) = c_int::try_from(recvcount) else { return MPI_ERR_COUNT };
         let rc = MPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount_i, datatype, op, comm);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Reduce_scatter_block_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(recvcount_i) = c_int::try_from(recvcount) else { return MPI_ERR_COUNT };
+        let rc = MPI_Reduce_scatter_block_init(sendbuf, recvbuf, recvcount_i, datatype, op, comm, info, request);
         rc
     }
 }
@@ -7144,6 +8224,16 @@ pub(super) unsafe extern "C" fn MPI_Scan_c(sendbuf: *const c_void, recvbuf: *mut
     }
 }
 
+pub(super) unsafe extern "C" fn MPI_Scan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(count_i) = c_int::try_from(count) else { return MPI_ERR_COUNT };
+        let rc = MPI_Scan_init(sendbuf, recvbuf, count_i, datatype, op, comm, info, request);
+        rc
+    }
+}
+
 pub(super) unsafe extern "C" fn MPI_Scatter_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
     // SAFETY: the caller's pointers are valid as MPI requires of this function; the
     // int variant's adapter is called with the same pointers and counts that fit.
@@ -7151,6 +8241,17 @@ pub(super) unsafe extern "C" fn MPI_Scatter_c(sendbuf: *const c_void, sendcount:
         let Ok(sendcount_i) = c_int::try_from(sendcount) else { return MPI_ERR_COUNT };
         let Ok(recvcount_i) = c_int::try_from(recvcount) else { return MPI_ERR_COUNT };
         let rc = MPI_Scatter(sendbuf, sendcount_i, sendtype, recvbuf, recvcount_i, recvtype, root, comm);
+        rc
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Scatter_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; the
+    // int variant's adapter is called with the same pointers and counts that fit.
+    unsafe {
+        let Ok(sendcount_i) = c_int::try_from(sendcount) else { return MPI_ERR_COUNT };
+        let Ok(recvcount_i) = c_int::try_from(recvcount) else { return MPI_ERR_COUNT };
+        let rc = MPI_Scatter_init(sendbuf, sendcount_i, sendtype, recvbuf, recvcount_i, recvtype, root, comm, info, request);
         rc
     }
 }

@@ -16,6 +16,7 @@
 //! - A function not adapted (`gen::NOT_ADAPTED`) has no entry point: the face's `real!` fails
 //!   naming it; `not_adapted` says why when asked.
 
+mod callbacks;
 mod gen;
 
 use crate::lower::abi::{self, MPI_Status};
@@ -41,6 +42,7 @@ pub enum K {
     Win = 8,
     Request = 11,
     Message = 12,
+    Session = 14,
 }
 
 /// `MPI_Status` of Open MPI (4.1 and 5.0).
@@ -145,6 +147,7 @@ fn bad_handle(k: K, name: &str) -> c_int {
         K::Win => abi::MPI_ERR_WIN,
         K::Info => abi::MPI_ERR_INFO,
         K::Errhandler => abi::MPI_ERR_ARG,
+        K::Session => abi::MPI_ERR_SESSION,
     }
 }
 
@@ -186,6 +189,17 @@ fn p2h_out(k: K, before: Option<c_int>, after: P) -> c_int {
         return m;
     }
     t.reference(k, a)
+}
+
+/// The MPICH value of a handle Open MPI passes to a callback, without taking a reference (an
+/// unknown one gets one, as if Open MPI had returned it).
+fn p2h_peek(k: K, p: P) -> c_int {
+    let a = p as usize;
+    if let Some(&m) = library().predefined_back.get(&(k, a)) {
+        return m;
+    }
+    let known = TABLES.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|t| t.back.get(&(k, a)).copied());
+    known.unwrap_or_else(|| p2h_out(k, None, p))
 }
 
 impl Tables {
@@ -264,7 +278,7 @@ fn status_in(s: *const MPI_Status) -> OStatus {
     OStatus {
         source: rank_in(s.MPI_SOURCE),
         tag: s.MPI_TAG,
-        error: error_in(s.MPI_ERROR),
+        error: class_in(s.MPI_ERROR),
         cancelled: s.count_hi_and_cancelled & 1,
         ucount: s.bytes() as usize,
     }
@@ -274,7 +288,7 @@ fn status_out(o: &OStatus) -> MPI_Status {
     let mut s = MPI_Status {
         MPI_SOURCE: rank_out(o.source),
         MPI_TAG: o.tag,
-        MPI_ERROR: rc_back(o.error),
+        MPI_ERROR: class_back(o.error),
         count_hi_and_cancelled: o.cancelled & 1,
         ..Default::default()
     };
@@ -282,15 +296,37 @@ fn status_out(o: &OStatus) -> MPI_Status {
     s
 }
 
-/// Open MPI's error class -> MPICH's (codes of `MPI_Add_error_code` pass unchanged).
+/// The bit MPICH sets in the classes and codes the program adds (`MPI_Add_error_class`/`_code`),
+/// which the faces pass unchanged.
+const MPICH_DYNAMIC: c_int = 0x4000_0000;
+
+/// Open MPI's error code or class -> MPICH's; a class or code the program added (above Open
+/// MPI's MPI_ERR_LASTCODE) takes MPICH's dynamic bit, so that the faces do not read it as a
+/// class.
 fn rc_back(rc: c_int) -> c_int {
+    if rc > gen::ERR_LASTCODE && rc & MPICH_DYNAMIC == 0 {
+        return rc | MPICH_DYNAMIC;
+    }
+    class_back(rc)
+}
+
+fn error_in(e: c_int) -> c_int {
+    if e > 0 && e & MPICH_DYNAMIC != 0 {
+        return e & !MPICH_DYNAMIC;
+    }
+    class_in(e)
+}
+
+/// A status's MPI_ERROR: only the predefined classes are translated, any other value (what the
+/// program left there, which the completions may keep) passes unchanged both ways.
+fn class_back(rc: c_int) -> c_int {
     if rc == 0 {
         return 0;
     }
     gen::ERROR_CLASSES.iter().find(|(o, _)| *o == rc).map_or(rc, |(_, m)| *m)
 }
 
-fn error_in(e: c_int) -> c_int {
+fn class_in(e: c_int) -> c_int {
     gen::ERROR_CLASSES.iter().find(|(_, m)| *m == e).map_or(e, |(o, _)| *o)
 }
 
@@ -334,6 +370,43 @@ fn comm_len(comm: c_int) -> usize {
     n.max(0) as usize
 }
 
+/// How many datatypes a neighborhood alltoallw's `sendtypes` (`out`) or `recvtypes` covers: the
+/// topology's out- or in-degree (0 for a communicator without one: the call then fails).
+fn neighbor_len(comm: c_int, out: bool) -> usize {
+    let f = fns();
+    let Some(c) = h2p(K::Comm, comm) else { return 0 };
+    let (Some(test), Some(dist), Some(graph), Some(rank), Some(cart)) =
+        (f.MPI_Topo_test, f.MPI_Dist_graph_neighbors_count, f.MPI_Graph_neighbors_count, f.MPI_Comm_rank, f.MPI_Cartdim_get)
+    else {
+        return 0;
+    };
+    let (mut topo, mut a, mut b, mut w) = (0, 0, 0, 0);
+    // SAFETY: Open MPI's entry points with their C signatures, a live communicator, and
+    // pointers to locals.
+    unsafe {
+        if test(c, &mut topo) != 0 {
+            return 0;
+        }
+        let n = match enum_out(gen::E_STATUS, topo) {
+            abi::MPI_DIST_GRAPH if dist(c, &mut a, &mut b, &mut w) == 0 => if out { b } else { a },
+            abi::MPI_GRAPH if rank(c, &mut a) == 0 && graph(c, a, &mut b) == 0 => b,
+            abi::MPI_CART if cart(c, &mut a) == 0 => 2 * a,
+            _ => 0,
+        };
+        n.max(0) as usize
+    }
+}
+
+/// Open MPI's value of a pointer constant the core asks the library for
+/// (`lower::real_sentinel`): macros in Open MPI's mpi.h, not data symbols.
+pub fn sentinel(name: &str) -> Option<*mut c_int> {
+    match name {
+        "MPI_UNWEIGHTED" => Some(2 as *mut c_int),
+        "MPI_WEIGHTS_EMPTY" => Some(3 as *mut c_int),
+        _ => None,
+    }
+}
+
 /// `MPI_File`: a pointer in both ABIs; only `MPI_FILE_NULL` differs (null in MPICH, the
 /// address of `ompi_mpi_file_null` in Open MPI).
 fn file_in(f: abi::MPI_File) -> P {
@@ -355,6 +428,17 @@ fn file_out(f: P) -> abi::MPI_File {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn added_error_classes_round_trip() {
+        let user = gen::ERR_LASTCODE + 1;
+        assert_eq!(rc_back(user), user | MPICH_DYNAMIC);
+        assert_eq!(error_in(rc_back(user)), user);
+        let o = gen::ERROR_CLASSES[0].0;
+        assert_eq!(error_in(rc_back(o)), o);
+        // (a status's MPI_ERROR the program set is kept as it is)
+        assert_eq!(class_back(12345), 12345);
+    }
 
     #[test]
     fn ranks_round_trip() {
@@ -394,8 +478,9 @@ mod tests {
     fn every_function_is_adapted_or_says_why() {
         let adapted = gen::adapters();
         assert!(adapted.MPI_Send.is_some() && adapted.MPI_Init_thread.is_some());
-        assert!(adapted.MPI_File_open.is_some() && adapted.MPI_Grequest_start.is_none());
-        assert!(not_adapted("MPI_Grequest_start").is_some());
+        assert!(adapted.MPI_File_open.is_some() && adapted.MPI_Grequest_start.is_some());
+        assert!(adapted.MPI_Register_datarep.is_none());
+        assert!(not_adapted("MPI_Register_datarep").is_some());
         assert!(not_adapted("MPI_Send").is_none());
     }
 }
