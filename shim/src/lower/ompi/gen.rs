@@ -1869,7 +1869,7 @@ pub(super) unsafe extern "C" fn MPI_Allgather_init(sendbuf: *const c_void, sendc
         let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Allgather_init") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcount, recvtype_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -1901,7 +1901,7 @@ pub(super) unsafe extern "C" fn MPI_Allgatherv_init(sendbuf: *const c_void, send
         let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Allgatherv_init") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcounts, displs, recvtype_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcounts, displs, recvtype_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -1944,7 +1944,7 @@ pub(super) unsafe extern "C" fn MPI_Allreduce_init(sendbuf: *const c_void, recvb
         let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Allreduce_init") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), recvbuf, count, datatype_o, op_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), inplace(recvbuf) as *mut c_void, count, datatype_o, op_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -1976,7 +1976,7 @@ pub(super) unsafe extern "C" fn MPI_Alltoall_init(sendbuf: *const c_void, sendco
         let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Alltoall_init") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcount, recvtype_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -2008,7 +2008,7 @@ pub(super) unsafe extern "C" fn MPI_Alltoallv_init(sendbuf: *const c_void, sendc
         let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Alltoallv_init") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcounts, sdispls, sendtype_o, recvbuf, recvcounts, rdispls, recvtype_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, sendtype_o, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, recvtype_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -2036,7 +2036,7 @@ pub(super) unsafe extern "C" fn MPI_Alltoallw_init(sendbuf: *const c_void, sendc
     // Open MPI's entry point of that name with the C signature of its mpi.h.
     unsafe {
         let Some(f) = fns().MPI_Alltoallw_init else { return not_in_library("MPI_Alltoallw_init") as c_int };
-        let sendtypes_n = if sendtypes.is_null() { 0 } else { comm_len(comm) };
+        let sendtypes_n = if sendtypes.is_null() || sendbuf as isize == -1 { 0 } else { comm_len(comm) };
         let mut sendtypes_o: Vec<P> = (0..sendtypes_n).map(|i| h2p(K::Datatype, *sendtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
         let recvtypes_n = if recvtypes.is_null() { 0 } else { comm_len(comm) };
         let mut recvtypes_o: Vec<P> = (0..recvtypes_n).map(|i| h2p(K::Datatype, *recvtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
@@ -2044,7 +2044,7 @@ pub(super) unsafe extern "C" fn MPI_Alltoallw_init(sendbuf: *const c_void, sendc
         let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Alltoallw_init") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, recvbuf, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() || sendbuf as isize == -1 { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -2961,7 +2961,7 @@ pub(super) unsafe extern "C" fn MPI_Exscan_init(sendbuf: *const c_void, recvbuf:
         let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Exscan_init") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), recvbuf, count, datatype_o, op_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), inplace(recvbuf) as *mut c_void, count, datatype_o, op_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -3806,7 +3806,7 @@ pub(super) unsafe extern "C" fn MPI_Gather_init(sendbuf: *const c_void, sendcoun
         let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Gather_init") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcount, recvtype_o, rank_in(root), comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, rank_in(root), comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -3838,7 +3838,7 @@ pub(super) unsafe extern "C" fn MPI_Gatherv_init(sendbuf: *const c_void, sendcou
         let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Gatherv_init") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcounts, displs, recvtype_o, rank_in(root), comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcounts, displs, recvtype_o, rank_in(root), comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -4557,14 +4557,14 @@ pub(super) unsafe extern "C" fn MPI_Ineighbor_alltoallw(sendbuf: *const c_void, 
     // Open MPI's entry point of that name with the C signature of its mpi.h.
     unsafe {
         let Some(f) = fns().MPI_Ineighbor_alltoallw else { return not_in_library("MPI_Ineighbor_alltoallw") as c_int };
-        let sendtypes_n = if sendtypes.is_null() { 0 } else { neighbor_len(comm, true) };
+        let sendtypes_n = if sendtypes.is_null() || sendbuf as isize == -1 { 0 } else { neighbor_len(comm, true) };
         let mut sendtypes_o: Vec<P> = (0..sendtypes_n).map(|i| h2p(K::Datatype, *sendtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
         let recvtypes_n = if recvtypes.is_null() { 0 } else { neighbor_len(comm, false) };
         let mut recvtypes_o: Vec<P> = (0..recvtypes_n).map(|i| h2p(K::Datatype, *recvtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Ineighbor_alltoallw") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, recvbuf, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() || sendbuf as isize == -1 { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -4986,7 +4986,7 @@ pub(super) unsafe extern "C" fn MPI_Isendrecv(sendbuf: *const c_void, sendcount:
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Isendrecv") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, rank_in(dest), sendtag, recvbuf, recvcount, recvtype_o, rank_in(source), recvtag, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, rank_in(dest), sendtag, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, rank_in(source), recvtag, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -5112,7 +5112,7 @@ pub(super) unsafe extern "C" fn MPI_Neighbor_allgather_init(sendbuf: *const c_vo
         let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Neighbor_allgather_init") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcount, recvtype_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -5144,7 +5144,7 @@ pub(super) unsafe extern "C" fn MPI_Neighbor_allgatherv_init(sendbuf: *const c_v
         let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Neighbor_allgatherv_init") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcounts, displs, recvtype_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcounts, displs, recvtype_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -5176,7 +5176,7 @@ pub(super) unsafe extern "C" fn MPI_Neighbor_alltoall_init(sendbuf: *const c_voi
         let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Neighbor_alltoall_init") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcount, recvtype_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -5208,7 +5208,7 @@ pub(super) unsafe extern "C" fn MPI_Neighbor_alltoallv_init(sendbuf: *const c_vo
         let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Neighbor_alltoallv_init") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcounts, sdispls, sendtype_o, recvbuf, recvcounts, rdispls, recvtype_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, sendtype_o, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, recvtype_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -5221,12 +5221,12 @@ pub(super) unsafe extern "C" fn MPI_Neighbor_alltoallw(sendbuf: *const c_void, s
     // Open MPI's entry point of that name with the C signature of its mpi.h.
     unsafe {
         let Some(f) = fns().MPI_Neighbor_alltoallw else { return not_in_library("MPI_Neighbor_alltoallw") as c_int };
-        let sendtypes_n = if sendtypes.is_null() { 0 } else { neighbor_len(comm, true) };
+        let sendtypes_n = if sendtypes.is_null() || sendbuf as isize == -1 { 0 } else { neighbor_len(comm, true) };
         let mut sendtypes_o: Vec<P> = (0..sendtypes_n).map(|i| h2p(K::Datatype, *sendtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
         let recvtypes_n = if recvtypes.is_null() { 0 } else { neighbor_len(comm, false) };
         let mut recvtypes_o: Vec<P> = (0..recvtypes_n).map(|i| h2p(K::Datatype, *recvtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Neighbor_alltoallw") };
-        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, recvbuf, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o);
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() || sendbuf as isize == -1 { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o);
         rc_back(rc)
     }
 }
@@ -5236,7 +5236,7 @@ pub(super) unsafe extern "C" fn MPI_Neighbor_alltoallw_init(sendbuf: *const c_vo
     // Open MPI's entry point of that name with the C signature of its mpi.h.
     unsafe {
         let Some(f) = fns().MPI_Neighbor_alltoallw_init else { return not_in_library("MPI_Neighbor_alltoallw_init") as c_int };
-        let sendtypes_n = if sendtypes.is_null() { 0 } else { neighbor_len(comm, true) };
+        let sendtypes_n = if sendtypes.is_null() || sendbuf as isize == -1 { 0 } else { neighbor_len(comm, true) };
         let mut sendtypes_o: Vec<P> = (0..sendtypes_n).map(|i| h2p(K::Datatype, *sendtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
         let recvtypes_n = if recvtypes.is_null() { 0 } else { neighbor_len(comm, false) };
         let mut recvtypes_o: Vec<P> = (0..recvtypes_n).map(|i| h2p(K::Datatype, *recvtypes.add(i)).unwrap_or(null_of(K::Datatype))).collect();
@@ -5244,7 +5244,7 @@ pub(super) unsafe extern "C" fn MPI_Neighbor_alltoallw_init(sendbuf: *const c_vo
         let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Neighbor_alltoallw_init") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, recvbuf, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() || sendbuf as isize == -1 { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -5541,7 +5541,7 @@ pub(super) unsafe extern "C" fn MPI_Reduce_init(sendbuf: *const c_void, recvbuf:
         let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Reduce_init") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), recvbuf, count, datatype_o, op_o, rank_in(root), comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), inplace(recvbuf) as *mut c_void, count, datatype_o, op_o, rank_in(root), comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -5598,7 +5598,7 @@ pub(super) unsafe extern "C" fn MPI_Reduce_scatter_block_init(sendbuf: *const c_
         let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Reduce_scatter_block_init") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), recvbuf, recvcount, datatype_o, op_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), inplace(recvbuf) as *mut c_void, recvcount, datatype_o, op_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -5617,7 +5617,7 @@ pub(super) unsafe extern "C" fn MPI_Reduce_scatter_init(sendbuf: *const c_void, 
         let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Reduce_scatter_init") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), recvbuf, recvcounts, datatype_o, op_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), inplace(recvbuf) as *mut c_void, recvcounts, datatype_o, op_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -5764,7 +5764,7 @@ pub(super) unsafe extern "C" fn MPI_Scan_init(sendbuf: *const c_void, recvbuf: *
         let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Scan_init") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), recvbuf, count, datatype_o, op_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), inplace(recvbuf) as *mut c_void, count, datatype_o, op_o, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -5796,7 +5796,7 @@ pub(super) unsafe extern "C" fn MPI_Scatter_init(sendbuf: *const c_void, sendcou
         let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Scatter_init") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcount, sendtype_o, recvbuf, recvcount, recvtype_o, rank_in(root), comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcount, sendtype_o, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, rank_in(root), comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -5828,7 +5828,7 @@ pub(super) unsafe extern "C" fn MPI_Scatterv_init(sendbuf: *const c_void, sendco
         let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Scatterv_init") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcounts, displs, sendtype_o, recvbuf, recvcount, recvtype_o, rank_in(root), comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcounts, displs, sendtype_o, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, rank_in(root), comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
