@@ -4,6 +4,7 @@ use crate::face::abi::*;
 use crate::face::call::{self, On};
 use crate::face::api::put;
 use crate::face::{conv, errors};
+use crate::core::bsend::{self, Pool};
 use crate::core::gate;
 use crate::lower;
 use crate::core::kinds::library::{add_user_error, remove_user_error, set_attached_buffer, Removed, UserError};
@@ -52,10 +53,19 @@ pub unsafe fn MPI_Buffer_attach_c(buffer: *mut c_void, size: MPI_Count) -> c_int
 /// Waits, outside the gate, until every buffered message is sent (see `core::bsend`): the
 /// library's detach would wait inside it, where a checkpoint cannot stop it.
 pub fn wait_buffered_sends() -> Result<(), c_int> {
+    wait_sends(bsend::in_flight)
+}
+
+/// As [`wait_buffered_sends`], for the messages charged to one buffer.
+pub fn wait_pool(pool: Pool) -> Result<(), c_int> {
+    wait_sends(|| bsend::in_flight_of(pool))
+}
+
+fn wait_sends(in_flight: impl Fn() -> Result<usize, c_int>) -> Result<(), c_int> {
     let mut idle_rounds = 0u32;
     loop {
         let g = gate::enter();
-        let left = crate::core::bsend::in_flight();
+        let left = in_flight();
         drop(g);
         if left? == 0 {
             return Ok(());
@@ -71,7 +81,7 @@ pub fn wait_buffered_sends() -> Result<(), c_int> {
 
 /// Detaches once every buffered message is sent (waited for outside the gate).
 fn detach_call(name: &str, real_call: impl FnOnce() -> c_int) -> c_int {
-    if let Err(rc) = wait_buffered_sends() {
+    if let Err(rc) = wait_pool(Pool::Process) {
         return errors::raise_default(rc, name);
     }
     buffer_call(name, None, real_call)
@@ -255,6 +265,15 @@ unsafe fn flush_request(name: &str, comm: MPI_Comm, request: *mut MPI_Request, r
         unsafe { put(request, v) };
         Ok(())
     })
+}
+
+/// Returns once every message in the process's buffer is sent (waited for outside the gate;
+/// the library's buffer holds none, see `core::bsend`).
+pub unsafe fn MPI_Buffer_flush() -> c_int {
+    match wait_pool(Pool::Process) {
+        Ok(()) => MPI_SUCCESS,
+        Err(rc) => errors::raise_default(rc, "MPI_Buffer_flush"),
+    }
 }
 
 pub unsafe fn MPI_Buffer_iflush(request: *mut MPI_Request) -> c_int {
