@@ -1,4 +1,6 @@
-/* Checkpoint workload: buffers attached to a communicator and to a session (MPI 4.1). Ranks
+/* Checkpoint workload: what a program attaches to or registers with the library, carried
+ * through checkpoints: buffers attached to a communicator and to a session (MPI 4.1), and a
+ * data representation (MPI_Register_datarep). Ranks
  * form pairs (0-1, 2-3, ...; a rank without a partner sends to itself). Every iteration each
  * rank Bsends MSGS messages on a duplicate of MPI_COMM_WORLD whose attached buffer holds
  * exactly MSGS of the largest, one on another duplicate with MPI_BUFFER_AUTOMATIC, and one on
@@ -9,7 +11,9 @@
  * session holds a buffer for the whole run, detached at the end. A digest of everything
  * received is printed every twentieth of the run. Without MPI 4.1 (MPICH 4.0.2, Open MPI) the
  * same messages go through the process's buffer, sized for them all, and the output is the
- * same. Argument: the iteration count.
+ * same. The data representation is registered before the loop; after it, registering the name
+ * again must fail as a duplicate (a renewed library must have it too) and another name succeed.
+ * Argument: the iteration count.
  * mpicr-test: ranks=1,2,4 args=40 long-args=600 long-args.4=150 ckpt-ranks=2,4 ckpt-pace=5000 ckpt-pace.4=20000 ckpt-modes=continue,stop-restart,older-epoch,restart-twice
  */
 #include "common.h"
@@ -28,6 +32,13 @@ static long len_of(long it, int m)
     return m == 3 && it % 3 == 0 ? MAXLEN : 1 + (it * 13 + m * 97) % 700;
 }
 
+static int datarep_extent(MPI_Datatype type, MPI_Aint *extent, void *state)
+{
+    (void)state;
+    MPI_Aint lb;
+    return MPI_Type_get_extent(type, &lb, extent);
+}
+
 static long word(int sender, long it, int m, long i)
 {
     return (long)sender * 1000003L + it * 1009 + m * 101 + i;
@@ -35,13 +46,16 @@ static long word(int sender, long it, int m, long i)
 
 int main(int argc, char **argv)
 {
-    t_init(&argc, &argv, "ckpt_commbuf");
+    t_init(&argc, &argv, "ckpt_attach");
     const long iters = t_arg_long(argc, argv, 1, 40);
     printf("iterations %ld\n", iters);
     const long report = iters >= 20 ? iters / 20 : 1;
     int partner = t_rank ^ 1;
     if (partner >= t_size)
         partner = t_rank;
+
+    static int datarep_state;
+    CHECK_MPI(MPI_Register_datarep("ckpt_attach", MPI_CONVERSION_FN_NULL, MPI_CONVERSION_FN_NULL, datarep_extent, &datarep_state));
 
     MPI_Comm fixed, automatic;
     CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &fixed));
@@ -108,6 +122,13 @@ int main(int argc, char **argv)
         if (it % report == 0)
             printf("iteration %ld digest %016llx\n", it, (unsigned long long)digest);
     }
+    /* MPICH 5 raises these on MPI_FILE_NULL's handler, MPICH 4.0.2 on MPI_COMM_WORLD's */
+    CHECK_MPI(MPI_File_set_errhandler(MPI_FILE_NULL, MPI_ERRORS_RETURN));
+    CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    t_print_error("registering ckpt_attach again",
+                  MPI_Register_datarep("ckpt_attach", MPI_CONVERSION_FN_NULL, MPI_CONVERSION_FN_NULL, datarep_extent, NULL));
+    t_print_error("registering ckpt_attach2",
+                  MPI_Register_datarep("ckpt_attach2", MPI_CONVERSION_FN_NULL, MPI_CONVERSION_FN_NULL, datarep_extent, NULL));
     void *det;
     int detsize;
 #if HAVE_COMM_BUFFER
