@@ -197,7 +197,7 @@ impl Renewable for Renew {
         for (_, _, e) in &files {
             if e.amode & MPI_MODE_SEQUENTIAL != 0 {
                 return Some(format!(
-                    "the MPI file {}, open with MPI_MODE_SEQUENTIAL, cannot be checkpointed yet: its shared file pointer cannot be put back (MPI_File_seek_shared is erroneous there); close it before checkpointing",
+                    "the MPI file {}, open with MPI_MODE_SEQUENTIAL, cannot be checkpointed yet: its shared file pointer can be neither read nor set (ROMIO refuses MPI_File_get_position_shared and MPI_File_seek_shared there); close it before checkpointing",
                     e.name
                 ));
             }
