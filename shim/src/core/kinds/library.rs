@@ -142,16 +142,6 @@ pub fn datarep_registered(name: &str) -> bool {
     DATAREPS.lock().iter().any(|d| d.name == name)
 }
 
-/// MPICH's class for a data representation registered already.
-const MPI_ERR_DUP_DATAREP: c_int = 24;
-
-fn error_class(rc: c_int) -> c_int {
-    let mut class = -1;
-    // SAFETY: a local out-pointer.
-    unsafe { lower::fns().MPI_Error_class.map(|h| h(rc, &mut class)) };
-    class
-}
-
 /// Registers the program's data representations with a renewed library, before its files are
 /// reopened (their views may name them), in the order the program did.
 fn register_datareps() -> Result<(), String> {
@@ -164,12 +154,7 @@ fn register_datareps() -> Result<(), String> {
         let rc = unsafe {
             if d.large { f.MPI_Register_datarep_c.map(|h| h(name.as_ptr(), r, w, e, x)) } else { f.MPI_Register_datarep.map(|h| h(name.as_ptr(), r, w, e, x)) }
         };
-        let rc = rc.unwrap_or(lower::abi::MPI_ERR_OTHER);
-        // The `sessions` renewal keeps the library loaded: it may remember the name.
-        if rc != lower::abi::MPI_SUCCESS && error_class(rc) == MPI_ERR_DUP_DATAREP {
-            continue;
-        }
-        super::check(rc, &format!("registering the data representation {} again", d.name))?;
+        super::check(rc.unwrap_or(lower::abi::MPI_ERR_OTHER), &format!("registering the data representation {} again", d.name))?;
     }
     Ok(())
 }
@@ -179,6 +164,14 @@ pub struct Renew;
 
 impl Renewable for Renew {
     fn refusal(&self) -> Option<String> {
+        if crate::core::renew::strategy() == crate::core::renew::Strategy::Sessions {
+            if let Some(d) = DATAREPS.lock().first() {
+                return Some(format!(
+                    "the data representation {} (MPI_Register_datarep) cannot be checkpointed with MPICR_RENEW=sessions: ROMIO registers it only under MPI_Init's world model, which a session does not bring back; use the default renewal (namespace)",
+                    d.name
+                ));
+            }
+        }
         unreproducible(&USER_ERRORS.lock())
     }
 
