@@ -14,7 +14,7 @@
  * same. The data representation is registered before the loop; after it, registering the name
  * again must fail as a duplicate (a renewed library must have it too) and another name succeed.
  * Argument: the iteration count.
- * mpicr-test: ranks=1,2,4 args=40 long-args=600 long-args.4=150 ckpt-ranks=2,4 ckpt-pace=5000 ckpt-pace.4=20000 ckpt-modes=continue,stop-restart,older-epoch,restart-twice
+ * mpicr-test: ranks=1,2,4 args=40 long-args=600 long-args.4=150 ckpt-ranks=2 ckpt-pace=5000 ckpt-pace.4=20000 ckpt-modes=continue,stop-restart,restart-twice
  */
 #include "common.h"
 
