@@ -16,11 +16,6 @@ REFUSED = [
      "while the generalized request is pending: the program's own callbacks complete it"),
     (r"MPI_(Isendrecv(_replace)?(_c)?|Buffer_iflush|Comm_iflush_buffer)$", "while the request is pending"),
     (r"MPI_Session_iflush_buffer$", "while the request is pending"),
-    (r"MPI_Session_(attach|detach|flush)_buffer(_c)?$",
-     "while a buffer is attached to the session (not carried yet)"),
-    (r"MPI_Comm_(attach|detach|flush)_buffer(_c)?$",
-     "while a buffer is attached to the communicator (not carried yet)"),
-    (r"MPI_Register_datarep(_c)?$", "while a file view uses the representation"),
 ]
 
 _COMPILED = [(re.compile(p), why) for p, why in REFUSED]

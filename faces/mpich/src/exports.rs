@@ -521,11 +521,11 @@ pub unsafe extern "C" fn PMPI_Buffer_detach_c(buffer_addr: *mut c_void, size: *m
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Buffer_flush() -> c_int {
-    ffi_boundary!("MPI_Buffer_flush", c_int, mpicr_shim::face::gen::passthrough::MPI_Buffer_flush())
+    ffi_boundary!("MPI_Buffer_flush", c_int, mpicr_shim::face::api::MPI_Buffer_flush())
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Buffer_flush() -> c_int {
-    ffi_boundary!("MPI_Buffer_flush", c_int, mpicr_shim::face::gen::passthrough::MPI_Buffer_flush())
+    ffi_boundary!("MPI_Buffer_flush", c_int, mpicr_shim::face::api::MPI_Buffer_flush())
 }
 
 #[no_mangle]
@@ -800,11 +800,11 @@ pub unsafe extern "C" fn PMPI_Comm_f2c(comm: MPI_Fint) -> MPI_Comm {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_flush_buffer(comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_flush_buffer", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_flush_buffer(comm))
+    ffi_boundary!("MPI_Comm_flush_buffer", c_int, mpicr_shim::face::api::MPI_Comm_flush_buffer(comm))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_flush_buffer(comm: MPI_Comm) -> c_int {
-    ffi_boundary!("MPI_Comm_flush_buffer", c_int, mpicr_shim::face::gen::passthrough::MPI_Comm_flush_buffer(comm))
+    ffi_boundary!("MPI_Comm_flush_buffer", c_int, mpicr_shim::face::api::MPI_Comm_flush_buffer(comm))
 }
 
 #[no_mangle]
@@ -4478,11 +4478,11 @@ pub unsafe extern "C" fn PMPI_Session_finalize(session: *mut MPI_Session) -> c_i
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_flush_buffer(session: MPI_Session) -> c_int {
-    ffi_boundary!("MPI_Session_flush_buffer", c_int, mpicr_shim::face::gen::passthrough::MPI_Session_flush_buffer(session))
+    ffi_boundary!("MPI_Session_flush_buffer", c_int, mpicr_shim::face::api::MPI_Session_flush_buffer(session))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_flush_buffer(session: MPI_Session) -> c_int {
-    ffi_boundary!("MPI_Session_flush_buffer", c_int, mpicr_shim::face::gen::passthrough::MPI_Session_flush_buffer(session))
+    ffi_boundary!("MPI_Session_flush_buffer", c_int, mpicr_shim::face::api::MPI_Session_flush_buffer(session))
 }
 
 #[no_mangle]

@@ -436,7 +436,7 @@ fn app_refusal() -> Option<String> {
             "app-mode rank {rank} holds {pending} MPI request(s) at its safe point: complete or free them before mpicr_safe_point() (their buffers are not in the saved data)"
         ));
     }
-    if crate::core::kinds::library::attached_buffer().is_some() {
+    if crate::core::kinds::library::any_buffer_attached() {
         return Some(format!("app-mode rank {rank} has a buffer attached for buffered sends at its safe point: detach it first"));
     }
     // The memory of an MPI_Win_create or dynamic window is the program's, made again by its

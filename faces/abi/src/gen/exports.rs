@@ -927,7 +927,7 @@ unsafe fn imp_MPI_Buffer_flush() -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Buffer_flush()
+        mpicr_shim::face::api::MPI_Buffer_flush()
     }
 }
 #[no_mangle]
@@ -1420,7 +1420,7 @@ unsafe fn imp_MPI_Comm_flush_buffer(comm: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Comm_flush_buffer(conv::h_in(Kind::Comm, comm))
+        mpicr_shim::face::api::MPI_Comm_flush_buffer(conv::h_in(Kind::Comm, comm))
     }
 }
 #[no_mangle]
@@ -8176,7 +8176,7 @@ unsafe fn imp_MPI_Session_flush_buffer(session: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Session_flush_buffer(conv::h_in(Kind::Session, session))
+        mpicr_shim::face::api::MPI_Session_flush_buffer(conv::h_in(Kind::Session, session))
     }
 }
 #[no_mangle]

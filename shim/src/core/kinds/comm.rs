@@ -31,10 +31,10 @@ pub struct CommEntry {
     pub restorable: bool,
     /// Name (MPI_Comm_set_name), read back at checkpoint time.
     pub name: Option<String>,
-    /// A buffer for buffered sends is attached to it (`MPI_Comm_attach_buffer`): not carried,
-    /// so checkpoints are refused meanwhile.
+    /// The buffer for buffered sends attached to it (`MPI_Comm_attach_buffer`: address and
+    /// size), kept by mpicr alone (`core::bsend`), so it needs no renewal.
     #[serde(default)]
-    pub buffer: bool,
+    pub buffer: Option<(usize, i64)>,
 }
 
 impl CommEntry {
@@ -49,7 +49,7 @@ impl CommEntry {
             create_group_seq: 0,
             restorable: true,
             name: None,
-            buffer: false,
+            buffer: None,
         }
     }
 
@@ -316,14 +316,8 @@ pub struct Renew;
 impl Renewable for Renew {
     fn refusal(&self) -> Option<String> {
         let comms = OBJ.comms.snapshot();
-        if let Some((_, _, c)) = comms.iter().find(|(_, _, c)| !c.restorable) {
-            return Some(format!("a communicator made by {} reaches processes outside the job and cannot be restored", c.recipe.made_by));
-        }
-        let (_, _, c) = comms.iter().find(|(_, _, c)| c.buffer)?;
-        Some(format!(
-            "a buffer attached to a communicator (MPI_Comm_attach_buffer, on the one made by {}) cannot be checkpointed yet: detach it first",
-            c.recipe.made_by
-        ))
+        let (_, _, c) = comms.iter().find(|(_, _, c)| !c.restorable)?;
+        Some(format!("a communicator made by {} reaches processes outside the job and cannot be restored", c.recipe.made_by))
     }
 
     /// Names are read back (the library keeps them).

@@ -103,9 +103,60 @@ pub fn attached_buffer() -> Option<(usize, i64)> {
     *ATTACHED.lock()
 }
 
+/// Whether the program has a buffer for buffered sends attached: the process's, or one of a
+/// communicator or a session.
+pub fn any_buffer_attached() -> bool {
+    use crate::core::state::OBJ;
+    attached_buffer().is_some()
+        || OBJ.comms.snapshot().iter().any(|(_, _, c)| c.buffer.is_some())
+        || OBJ.sessions.snapshot().iter().any(|(_, _, s)| s.buffer.is_some())
+}
+
 /// Records the buffer the library now has attached (`None`: detached).
 pub fn set_attached_buffer(attached: Option<(usize, i64)>) {
     *ATTACHED.lock() = attached;
+}
+
+/// A data representation the program registered (`MPI_Register_datarep`): its name, the
+/// program's conversion and extent callbacks and extra state (addresses in the program, which a
+/// renewal keeps), and whether it came by the large-count variant (`_c`, other callback types).
+#[derive(Debug, Clone)]
+pub struct Datarep {
+    pub name: String,
+    pub read: usize,
+    pub write: usize,
+    pub extent: usize,
+    pub extra: usize,
+    pub large: bool,
+}
+
+static DATAREPS: Mutex<Vec<Datarep>> = Mutex::new(Vec::new());
+
+/// Records a registration the library accepted (registrations last until finalize).
+pub fn add_datarep(d: Datarep) {
+    DATAREPS.lock().push(d);
+}
+
+/// Whether the program registered the data representation `name`.
+pub fn datarep_registered(name: &str) -> bool {
+    DATAREPS.lock().iter().any(|d| d.name == name)
+}
+
+/// Registers the program's data representations with a renewed library, before its files are
+/// reopened (their views may name them), in the order the program did.
+fn register_datareps() -> Result<(), String> {
+    let f = lower::fns();
+    for d in DATAREPS.lock().iter() {
+        let name = std::ffi::CString::new(d.name.as_str()).unwrap_or_default();
+        let (r, w, e, x) = (d.read as *mut c_void, d.write as *mut c_void, d.extent as *mut c_void, d.extra as *mut c_void);
+        // SAFETY: the program's callbacks and extra state, passed as it passed them the first
+        // time (the upper half's memory is the same); the name is NUL-terminated.
+        let rc = unsafe {
+            if d.large { f.MPI_Register_datarep_c.map(|h| h(name.as_ptr(), r, w, e, x)) } else { f.MPI_Register_datarep.map(|h| h(name.as_ptr(), r, w, e, x)) }
+        };
+        super::check(rc.unwrap_or(lower::abi::MPI_ERR_OTHER), &format!("registering the data representation {} again", d.name))?;
+    }
+    Ok(())
 }
 
 /// The library's own state around a checkpoint.
@@ -113,6 +164,14 @@ pub struct Renew;
 
 impl Renewable for Renew {
     fn refusal(&self) -> Option<String> {
+        if crate::core::renew::strategy() == crate::core::renew::Strategy::Sessions {
+            if let Some(d) = DATAREPS.lock().first() {
+                return Some(format!(
+                    "the data representation {} (MPI_Register_datarep) cannot be checkpointed with MPICR_RENEW=sessions: ROMIO registers it only under MPI_Init's world model, which a session does not bring back; use the default renewal (namespace)",
+                    d.name
+                ));
+            }
+        }
         unreproducible(&USER_ERRORS.lock())
     }
 
@@ -122,8 +181,10 @@ impl Renewable for Renew {
     }
 
     /// Replays user error classes/codes/strings (each class and code must come back with its
-    /// value) and attaches the buffered-send buffer again.
+    /// value), attaches the buffered-send buffer again and registers the program's data
+    /// representations.
     fn rebuild(&self) -> Result<(), String> {
+        register_datareps()?;
         let f = lower::fns();
         for e in user_errors() {
             let mut out = 0;

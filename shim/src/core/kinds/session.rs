@@ -19,10 +19,10 @@ pub struct SessionEntry {
     /// The keys and values of the info given to `MPI_Session_init`.
     #[serde(default)]
     pub info: Vec<(String, String)>,
-    /// A buffer for buffered sends is attached to the session (`MPI_Session_attach_buffer`):
-    /// not carried, so checkpoints are refused meanwhile.
+    /// The buffer for buffered sends attached to the session (`MPI_Session_attach_buffer`:
+    /// address and size), kept by mpicr alone (`core::bsend`), so it needs no renewal.
     #[serde(default)]
-    pub buffer: bool,
+    pub buffer: Option<(usize, i64)>,
 }
 
 /// A group was made while the lower half had no world model (a session's process set in an
@@ -58,9 +58,6 @@ impl Renewable for Renew {
         }
         if OBJ.sessions.is_empty() {
             return None;
-        }
-        if OBJ.sessions.snapshot().iter().any(|(_, _, s)| s.buffer) {
-            return Some("a buffer attached to the program's MPI session (MPI_Session_attach_buffer) cannot be checkpointed yet: detach it first".into());
         }
         if crate::core::app::enabled() {
             return Some("an MPI session (MPI_Session_init) held by an app-mode rank cannot be checkpointed yet (a restarted app-mode process does not get it back): finalize it before mpicr_safe_point()".into());

@@ -4,9 +4,10 @@ use crate::face::abi::*;
 use crate::face::call::{self, On};
 use crate::face::api::put;
 use crate::face::{conv, errors};
+use crate::core::bsend::{self, Pool};
 use crate::core::gate;
 use crate::lower;
-use crate::core::kinds::library::{add_user_error, remove_user_error, set_attached_buffer, Removed, UserError};
+use crate::core::kinds::library::{add_datarep, add_user_error, remove_user_error, set_attached_buffer, Datarep, Removed, UserError};
 use std::os::raw::{c_char, c_int, c_void};
 
 /// Memory from MPI_Alloc_mem comes from the program's own allocator, so it stays valid across
@@ -52,10 +53,19 @@ pub unsafe fn MPI_Buffer_attach_c(buffer: *mut c_void, size: MPI_Count) -> c_int
 /// Waits, outside the gate, until every buffered message is sent (see `core::bsend`): the
 /// library's detach would wait inside it, where a checkpoint cannot stop it.
 pub fn wait_buffered_sends() -> Result<(), c_int> {
+    wait_sends(bsend::in_flight)
+}
+
+/// As [`wait_buffered_sends`], for the messages charged to one buffer.
+pub fn wait_pool(pool: Pool) -> Result<(), c_int> {
+    wait_sends(|| bsend::in_flight_of(pool))
+}
+
+fn wait_sends(in_flight: impl Fn() -> Result<usize, c_int>) -> Result<(), c_int> {
     let mut idle_rounds = 0u32;
     loop {
         let g = gate::enter();
-        let left = crate::core::bsend::in_flight();
+        let left = in_flight();
         drop(g);
         if left? == 0 {
             return Ok(());
@@ -71,7 +81,7 @@ pub fn wait_buffered_sends() -> Result<(), c_int> {
 
 /// Detaches once every buffered message is sent (waited for outside the gate).
 fn detach_call(name: &str, real_call: impl FnOnce() -> c_int) -> c_int {
-    if let Err(rc) = wait_buffered_sends() {
+    if let Err(rc) = wait_pool(Pool::Process) {
         return errors::raise_default(rc, name);
     }
     buffer_call(name, None, real_call)
@@ -156,20 +166,26 @@ pub unsafe fn MPI_Remove_error_string(errorcode: c_int) -> c_int {
 }
 
 /// Data representations: the conversion callbacks go to the library as they are (they see only
-/// buffers, counts and datatypes of the file view). Failures go to MPI_FILE_NULL's handler, as
+/// buffers, counts and datatypes of the file view) and are recorded, so that every renewal
+/// registers them again (`core::kinds::library`). Failures go to MPI_FILE_NULL's handler, as
 /// ROMIO raises them.
-pub unsafe fn MPI_Register_datarep(datarep: *const c_char, r: *mut c_void, w: *mut c_void, e: *mut c_void, extra: *mut c_void) -> c_int {
-    if let Err(rc) = call::try_run("MPI_Register_datarep", On::File(std::ptr::null_mut()), || call::ok(real!(MPI_Register_datarep(datarep, r, w, e, extra)))) {
+fn register_datarep(name: &str, datarep: *const c_char, fns: [*mut c_void; 4], large: bool, real_call: impl FnOnce() -> c_int) -> c_int {
+    if let Err(rc) = call::try_run(name, On::File(std::ptr::null_mut()), || call::ok(real_call())) {
         return rc;
     }
+    let [read, write, extent, extra] = fns.map(|p| p as usize);
+    // SAFETY: the library accepted `datarep`, a NUL-terminated string (MPI's contract).
+    let name = unsafe { crate::face::api::cstr(datarep) };
+    add_datarep(Datarep { name, read, write, extent, extra, large });
     MPI_SUCCESS
 }
 
+pub unsafe fn MPI_Register_datarep(datarep: *const c_char, r: *mut c_void, w: *mut c_void, e: *mut c_void, extra: *mut c_void) -> c_int {
+    register_datarep("MPI_Register_datarep", datarep, [r, w, e, extra], false, || real!(MPI_Register_datarep(datarep, r, w, e, extra)))
+}
+
 pub unsafe fn MPI_Register_datarep_c(datarep: *const c_char, r: *mut c_void, w: *mut c_void, e: *mut c_void, extra: *mut c_void) -> c_int {
-    if let Err(rc) = call::try_run("MPI_Register_datarep_c", On::File(std::ptr::null_mut()), || call::ok(real!(MPI_Register_datarep_c(datarep, r, w, e, extra)))) {
-        return rc;
-    }
-    MPI_SUCCESS
+    register_datarep("MPI_Register_datarep_c", datarep, [r, w, e, extra], true, || real!(MPI_Register_datarep_c(datarep, r, w, e, extra)))
 }
 
 // The MPICH ABI's data symbols. Programs compare against these addresses, so the shim owns
@@ -255,6 +271,15 @@ unsafe fn flush_request(name: &str, comm: MPI_Comm, request: *mut MPI_Request, r
         unsafe { put(request, v) };
         Ok(())
     })
+}
+
+/// Returns once every message in the process's buffer is sent (waited for outside the gate;
+/// the library's buffer holds none, see `core::bsend`).
+pub unsafe fn MPI_Buffer_flush() -> c_int {
+    match wait_pool(Pool::Process) {
+        Ok(()) => MPI_SUCCESS,
+        Err(rc) => errors::raise_default(rc, "MPI_Buffer_flush"),
+    }
 }
 
 pub unsafe fn MPI_Buffer_iflush(request: *mut MPI_Request) -> c_int {

@@ -8,6 +8,7 @@
 #[macro_use]
 pub(crate) mod util;
 pub(crate) mod attr;
+pub(crate) mod buffer;
 pub(crate) mod coll;
 pub(crate) mod comm;
 pub(crate) mod datatype;
@@ -25,6 +26,7 @@ pub(crate) mod rma;
 pub(crate) mod session;
 
 pub use attr::*;
+pub use buffer::*;
 pub use coll::*;
 pub use comm::*;
 pub use datatype::*;

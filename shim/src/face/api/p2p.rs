@@ -12,6 +12,7 @@ use crate::core::kinds::part;
 use crate::core::kinds::request::{take_drained_into, unpack};
 use crate::core::state::OBJ;
 use crate::face::{conv, errors};
+use crate::core::bsend::{self, Pool};
 use crate::core::{drained, gate};
 use crate::lower;
 use mpicr_virtid::{Kind, P2pArgs, RequestRecipe, SendMode, TypeRef};
@@ -122,22 +123,16 @@ unsafe fn bsend(buf: *const c_void, count: i64, datatype: MPI_Datatype, dest: c_
     let a = args(buf, count, datatype, dest, tag, comm);
     let recipe = RequestRecipe::Send { mode: SendMode::Buffered, args: a };
     let done = MPI_Status { MPI_SOURCE: MPI_ANY_SOURCE, MPI_TAG: MPI_ANY_TAG, ..Default::default() };
-    let comm_buffer = conv::comm_index(comm).and_then(|i| OBJ.comms.with(i, |e| e.buffer)).unwrap_or(false);
-    if dest != MPI_PROC_NULL && comm_buffer {
-        // A buffer attached to the communicator (MPI 4.1) is the library's: the send goes into
-        // it (checkpoints are refused while it is attached, `core::kinds::comm`).
-        let f = lower::fns().MPI_Bsend_c.ok_or(MPI_ERR_INTERN)?;
-        // SAFETY: `buf` is the caller's, readable for the message; handles are real ones of
-        // the current generation (inside the gate).
-        let rc = unsafe { f(buf, count, conv::datatype(datatype), dest, tag, c) };
-        if rc != MPI_SUCCESS {
-            return Err(rc);
-        }
-        count_send(comm, dest);
-    } else if dest != MPI_PROC_NULL {
-        let capacity = crate::core::kinds::library::attached_buffer().map(|(_, size)| size);
+    if dest != MPI_PROC_NULL {
+        // The communicator's buffer (MPI 4.1) when one is attached, else the process's.
+        let idx = conv::comm_index(comm);
+        let (pool, attached) = match idx.and_then(|i| OBJ.comms.with(i, |e| e.buffer)).flatten() {
+            Some(b) => (Pool::Comm(idx.unwrap_or_default()), Some(b)),
+            None => (Pool::Process, crate::core::kinds::library::attached_buffer()),
+        };
+        let capacity = attached.map(|(addr, size)| bsend::capacity(addr, size));
         // SAFETY: `buf` is the caller's, readable for the message (MPI's contract of the call).
-        unsafe { crate::core::bsend::send(buf, count, conv::datatype(datatype), dest, tag, c, capacity) }?;
+        unsafe { bsend::send(buf, count, conv::datatype(datatype), dest, tag, c, pool, capacity) }?;
         count_send(comm, dest);
     }
     Ok(if request { register_done(recipe, comm, &done) } else { MPI_REQUEST_NULL })

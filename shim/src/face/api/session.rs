@@ -9,8 +9,7 @@ use crate::core::state::OBJ;
 use crate::face::{conv, errors};
 use crate::core::gate;
 use mpicr_virtid::Kind;
-use crate::face::call;
-use std::os::raw::{c_int, c_void};
+use std::os::raw::c_int;
 
 pub unsafe fn MPI_Session_init(info: MPI_Info, errhandler: MPI_Errhandler, session: *mut MPI_Session) -> c_int {
     let g = gate::enter();
@@ -40,7 +39,7 @@ pub unsafe fn MPI_Session_init(info: MPI_Info, errhandler: MPI_Errhandler, sessi
     if rc != MPI_SUCCESS {
         return errors::raise_default(rc, "MPI_Session_init");
     }
-    match OBJ.sessions.insert(RealSession(r), SessionEntry { errhandler, info: recipe, buffer: false }) {
+    match OBJ.sessions.insert(RealSession(r), SessionEntry { errhandler, info: recipe, buffer: None }) {
         Ok(i) => {
             unsafe { put(session, conv::handle(Kind::Session, i)) };
             MPI_SUCCESS
@@ -81,61 +80,4 @@ fn session_thread_level(real_info: MPI_Info) -> c_int {
         Some("MPI_THREAD_SERIALIZED") => MPI_THREAD_SERIALIZED,
         _ => MPI_THREAD_SINGLE,
     }
-}
-
-/// Attaching or detaching a session's buffer: passed through, and the session marked so that
-/// checkpoints are refused while a buffer is attached (`core::kinds::session`).
-fn buffer_call(name: &'static str, session: MPI_Session, attached: bool, real_call: impl FnOnce(c_int) -> c_int) -> c_int {
-    let rc = call::run(name, call::On::Session(session), || call::ok(real_call(call::ToReal::to_real(call::Session(session))?)));
-    if rc == MPI_SUCCESS {
-        if let Some(i) = conv::index(session, Kind::Session) {
-            OBJ.sessions.with(i, |e| e.buffer = attached);
-        }
-    }
-    rc
-}
-
-pub unsafe fn MPI_Session_attach_buffer(session: MPI_Session, buffer: *mut c_void, size: c_int) -> c_int {
-    buffer_call("MPI_Session_attach_buffer", session, true, |s| real!(MPI_Session_attach_buffer(s, buffer, size)))
-}
-
-pub unsafe fn MPI_Session_attach_buffer_c(session: MPI_Session, buffer: *mut c_void, size: MPI_Count) -> c_int {
-    buffer_call("MPI_Session_attach_buffer_c", session, true, |s| real!(MPI_Session_attach_buffer_c(s, buffer, size)))
-}
-
-pub unsafe fn MPI_Session_detach_buffer(session: MPI_Session, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    buffer_call("MPI_Session_detach_buffer", session, false, |s| real!(MPI_Session_detach_buffer(s, buffer_addr, size)))
-}
-
-pub unsafe fn MPI_Session_detach_buffer_c(session: MPI_Session, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
-    buffer_call("MPI_Session_detach_buffer_c", session, false, |s| real!(MPI_Session_detach_buffer_c(s, buffer_addr, size)))
-}
-
-/// Attaching or detaching a communicator's buffer (MPI-4.1): as for a session's, passed through
-/// and the communicator marked, so that checkpoints are refused while a buffer is attached
-/// (`core::kinds::comm`).
-fn comm_buffer_call(name: &'static str, comm: MPI_Comm, attached: bool, real_call: impl FnOnce(c_int) -> c_int) -> c_int {
-    let rc = call::run(name, call::On::Comm(comm), || call::ok(real_call(call::ToReal::to_real(call::CheckedComm(comm))?)));
-    if rc == MPI_SUCCESS {
-        if let Some(i) = conv::comm_index(comm) {
-            OBJ.comms.with(i, |e| e.buffer = attached);
-        }
-    }
-    rc
-}
-
-pub unsafe fn MPI_Comm_attach_buffer(comm: MPI_Comm, buffer: *mut c_void, size: c_int) -> c_int {
-    comm_buffer_call("MPI_Comm_attach_buffer", comm, true, |c| real!(MPI_Comm_attach_buffer(c, buffer, size)))
-}
-
-pub unsafe fn MPI_Comm_attach_buffer_c(comm: MPI_Comm, buffer: *mut c_void, size: MPI_Count) -> c_int {
-    comm_buffer_call("MPI_Comm_attach_buffer_c", comm, true, |c| real!(MPI_Comm_attach_buffer_c(c, buffer, size)))
-}
-
-pub unsafe fn MPI_Comm_detach_buffer(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    comm_buffer_call("MPI_Comm_detach_buffer", comm, false, |c| real!(MPI_Comm_detach_buffer(c, buffer_addr, size)))
-}
-
-pub unsafe fn MPI_Comm_detach_buffer_c(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
-    comm_buffer_call("MPI_Comm_detach_buffer_c", comm, false, |c| real!(MPI_Comm_detach_buffer_c(c, buffer_addr, size)))
 }

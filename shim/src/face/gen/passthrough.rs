@@ -110,16 +110,6 @@ pub unsafe fn MPI_Aint_diff(addr1: MPI_Aint, addr2: MPI_Aint) -> MPI_Aint {
     unsafe { f(addr1, addr2) }
 }
 
-pub unsafe fn MPI_Buffer_flush() -> c_int {
-    call::run("MPI_Buffer_flush", On::Default, || {
-        let Some(f) = lower::fns().MPI_Buffer_flush else { return call::missing("MPI_Buffer_flush") };
-        // SAFETY: `f` is the real library's MPI_Buffer_flush, resolved under the C signature of the
-        // ABI table that this wrapper's signature is generated from; every other argument is a
-        // plain value.
-        call::ok(unsafe { f() })
-    })
-}
-
 pub unsafe fn MPI_Cart_coords(comm: MPI_Comm, rank: c_int, maxdims: c_int, coords: *mut c_int) -> c_int {
     call::run("MPI_Cart_coords", On::Comm(comm), || {
         let comm_r = CheckedComm(comm).to_real()?;
@@ -217,18 +207,6 @@ pub unsafe fn MPI_Comm_compare(comm1: MPI_Comm, comm2: MPI_Comm, result: *mut c_
         // the gate, so no renewal replaced them since; the pointers (`result`) are the caller's,
         // valid as MPI requires (this function's safety contract) and passed on unchanged.
         call::ok(unsafe { f(comm1_r, comm2_r, result) })
-    })
-}
-
-pub unsafe fn MPI_Comm_flush_buffer(comm: MPI_Comm) -> c_int {
-    call::run("MPI_Comm_flush_buffer", On::Comm(comm), || {
-        let comm_r = CheckedComm(comm).to_real()?;
-        let Some(f) = lower::fns().MPI_Comm_flush_buffer else { return call::missing("MPI_Comm_flush_buffer") };
-        // SAFETY: `f` is the real library's MPI_Comm_flush_buffer, resolved under the C signature
-        // of the ABI table that this wrapper's signature is generated from; handles were translated
-        // inside the gate, so no renewal replaced them since; every other argument is a plain
-        // value.
-        call::ok(unsafe { f(comm_r) })
     })
 }
 
@@ -1290,18 +1268,6 @@ pub unsafe fn MPI_Reduce_local_c(inbuf: *const c_void, inoutbuf: *mut c_void, co
         // are the caller's, valid as MPI requires (this function's safety contract) and passed on
         // unchanged.
         call::ok(unsafe { f(inbuf, inoutbuf, count, datatype_r, op_r) })
-    })
-}
-
-pub unsafe fn MPI_Session_flush_buffer(session: MPI_Session) -> c_int {
-    call::run("MPI_Session_flush_buffer", On::Session(session), || {
-        let session_r = Session(session).to_real()?;
-        let Some(f) = lower::fns().MPI_Session_flush_buffer else { return call::missing("MPI_Session_flush_buffer") };
-        // SAFETY: `f` is the real library's MPI_Session_flush_buffer, resolved under the C
-        // signature of the ABI table that this wrapper's signature is generated from; handles were
-        // translated inside the gate, so no renewal replaced them since; every other argument is a
-        // plain value.
-        call::ok(unsafe { f(session_r) })
     })
 }
 
