@@ -72,11 +72,12 @@ pub(crate) fn aligning() -> bool {
     ALIGNING.load(Ordering::SeqCst)
 }
 
-/// Blocks a program thread until the checkpoint in progress changes what may start.
+/// Blocks a program thread until the checkpoint in progress changes what may start, for at
+/// most a millisecond: the thread drives the library between waits (`face::api::coll`).
 pub fn wait_until_collectives_may_start() {
     let mut t = TARGETS.lock();
     if ALIGNING.load(Ordering::Acquire) {
-        CHANGED.wait_for(&mut t, Duration::from_millis(100));
+        CHANGED.wait_for(&mut t, Duration::from_millis(1));
     }
 }
 

@@ -391,19 +391,40 @@ fn phases(
     Ok(())
 }
 
-/// [`expect`], making the library progress meanwhile where windows exist: this rank's gate is
-/// closed and empty, and other ranks may still be ending RMA epochs that target it.
+/// One turn of the real library's progress engine (a probe on the world communicator), by the
+/// agent while this rank's gate is closed and empty, or by a program thread inside the gate
+/// that waits for its collective targets. A rank that waits in a checkpoint keeps its library
+/// progressing: MPICH moves a large (rendezvous) message only while both ends progress, so a
+/// peer's drain, or a peer's program on its way to its targets, may be receiving from this rank
+/// a message whose send is still pending here or completed long ago (a persistent
+/// `MPI_Bsend_init`, sent by the library from its attached buffer); and one-sided operations
+/// that target this rank complete only when it progresses.
+pub(crate) fn progress() {
+    let Some(world) = OBJ.comms.real(crate::core::state::WORLD_INDEX) else { return };
+    let (mut flag, mut st) = (0, MPI_Status::default());
+    // SAFETY: a probe of a live real communicator into locals, by the only thread in the
+    // library (the callers' contract).
+    unsafe { lower::fns().MPI_Iprobe.map(|p| p(MPI_ANY_SOURCE, MPI_ANY_TAG, world.raw(), &mut flag, &mut st)) };
+}
+
+/// [`expect`], making the library progress meanwhile (see [`progress`]): this rank's gate is
+/// closed and empty.
 fn expect_progressing(inbox: &mut Inbox, limit: Duration, what: &'static str) -> Result<ToAgent, CheckpointError> {
-    if OBJ.wins.is_empty() {
-        return expect(inbox, limit, what);
+    match recv_progressing(inbox, limit)? {
+        None => Err(CheckpointError::NoReply { what, secs: limit.as_secs() }),
+        Some(ToAgent::Abort { reason }) => Err(CheckpointError::Aborted(reason)),
+        Some(m) => Ok(m),
     }
+}
+
+/// [`Inbox::recv_within`], making the library progress every millisecond meanwhile.
+fn recv_progressing(inbox: &mut Inbox, limit: Duration) -> Result<Option<ToAgent>, CheckpointError> {
     let deadline = Instant::now() + limit;
     loop {
-        win::progress();
+        progress();
         match inbox.recv_within(Duration::from_millis(1))? {
-            Some(ToAgent::Abort { reason }) => return Err(CheckpointError::Aborted(reason)),
-            Some(m) => return Ok(m),
-            None if Instant::now() > deadline => return Err(CheckpointError::NoReply { what, secs: limit.as_secs() }),
+            Some(m) => return Ok(Some(m)),
+            None if Instant::now() > deadline => return Ok(None),
             None => {}
         }
     }
@@ -657,7 +678,8 @@ fn await_release(inbox: &mut Inbox, limit: Duration) -> Result<(), CheckpointErr
         ToAgent::Release => Ok(()),
         other => Err(unexpected(other, "while waiting to release")),
     };
-    if let Some(m) = inbox.recv_within(limit)? {
+    // Peers may still be draining messages from this rank (see `progress`).
+    if let Some(m) = recv_progressing(inbox, limit)? {
         return verdict(m);
     }
     let why = CheckpointError::NotDrained(limit.as_secs());
