@@ -36,13 +36,13 @@ pub fn begin_counted(c: &mpicr_virtid::CommCounters) -> gate::Guard {
 }
 
 /// A start past its checkpoint target: drives the library once (inside the gate), leaves the
-/// gate and waits a moment, or less if the targets change. Other ranks may need this rank's
-/// progress to reach their own targets: a large message it sent, or its one-sided operations
-/// (see `core::checkpoint::progress`).
+/// gate and yields before trying again, as MPI's own waits spin. Other ranks may need this
+/// rank's progress to reach their own targets: a large message it sent moves only while it
+/// progresses, and so do one-sided operations that target it (see `core::checkpoint::progress`).
 fn wait_to_start(g: gate::Guard) {
     crate::core::checkpoint::progress();
     drop(g);
-    agent::wait_until_collectives_may_start();
+    std::thread::yield_now();
 }
 
 /// Which side of a `*w` collective a datatype array describes.
