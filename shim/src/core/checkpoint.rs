@@ -822,8 +822,10 @@ fn drain(comms: &CommIndex, expected: &[(u64, i32, u64)], limit: Duration, inbox
 }
 
 /// Everything the shim knows, saved beside the CRIU images (`mpicr inspect`, self-restart).
+/// `D` is the drained messages: owned when read, borrowed when written (they may be GiBs: a
+/// copy would double the memory and time of the write).
 #[derive(Serialize, Deserialize)]
-pub struct StateFile {
+pub struct StateFile<D = mpicr_drain::Buffer> {
     pub format: u32,
     pub epoch: u64,
     pub world_rank: i32,
@@ -839,7 +841,7 @@ pub struct StateFile {
     pub errhandlers: Vec<(u32, u64, mpicr_virtid::ErrhandlerRecipe)>,
     pub files: Vec<(u32, u64, crate::core::kinds::file::FileEntry)>,
     pub wins: Vec<(u32, u64, crate::core::kinds::win::WinEntry)>,
-    pub drained: mpicr_drain::Buffer,
+    pub drained: D,
     pub user_errors: Vec<UserError>,
 }
 
@@ -849,32 +851,91 @@ fn bits<R: RealHandle, E>(items: Vec<(u32, R, E)>) -> Vec<(u32, u64, E)> {
 }
 
 fn write_state(path: &str, epoch: u64) -> Result<u64, CheckpointError> {
-    let s = StateFile {
-        format: 2,
-        epoch,
-        world_rank: world_rank(),
-        world_size: world_size(),
-        generation: lower::current().number,
-        comms: bits(OBJ.comms.snapshot()),
-        groups: bits(OBJ.groups.snapshot()),
-        datatypes: bits(OBJ.datatypes.snapshot()),
-        ops: bits(OBJ.ops.snapshot()),
-        infos: bits(OBJ.infos.snapshot()),
-        requests: bits(OBJ.requests.snapshot()),
-        keyvals: bits(OBJ.keyvals.snapshot()),
-        errhandlers: bits(OBJ.errhandlers.snapshot()),
-        files: bits(OBJ.files.snapshot()),
-        wins: bits(OBJ.wins.snapshot()),
-        drained: drained::snapshot(),
-        user_errors: user_errors(),
-    };
-    let bytes = postcard::to_stdvec(&s).map_err(CheckpointError::Encode)?;
-    if path.is_empty() {
-        return Ok(bytes.len() as u64);
+    drained::with_buffer(|drained| {
+        let s = StateFile {
+            format: 2,
+            epoch,
+            world_rank: world_rank(),
+            world_size: world_size(),
+            generation: lower::current().number,
+            comms: bits(OBJ.comms.snapshot()),
+            groups: bits(OBJ.groups.snapshot()),
+            datatypes: bits(OBJ.datatypes.snapshot()),
+            ops: bits(OBJ.ops.snapshot()),
+            infos: bits(OBJ.infos.snapshot()),
+            requests: bits(OBJ.requests.snapshot()),
+            keyvals: bits(OBJ.keyvals.snapshot()),
+            errhandlers: bits(OBJ.errhandlers.snapshot()),
+            files: bits(OBJ.files.snapshot()),
+            wins: bits(OBJ.wins.snapshot()),
+            drained,
+            user_errors: user_errors(),
+        };
+        if path.is_empty() {
+            return postcard::to_io(&s, Counter(0)).map(|c| c.0).map_err(CheckpointError::Encode);
+        }
+        let tmp = format!("{path}.tmp");
+        let write_err = |err| CheckpointError::Write { path: path.to_string(), err };
+        let file = std::fs::File::create(&tmp).map_err(write_err)?;
+        // Streamed into the file: no copy of the encoding in memory either.
+        let mut out = Counter(0).around(std::io::BufWriter::with_capacity(1 << 20, file));
+        if let Err(e) = postcard::to_io(&s, &mut out) {
+            return Err(out.err.take().map_or(CheckpointError::Encode(e), write_err));
+        }
+        let (n, w) = out.into_parts();
+        w.into_inner().map_err(|e| write_err(e.into_error()))?;
+        std::fs::rename(&tmp, path).map_err(write_err)?;
+        Ok(n)
+    })
+}
+
+/// Counts the bytes written through it (the state file's size for the epoch's statistics).
+struct Counter(u64);
+
+impl Counter {
+    fn around<W: std::io::Write>(self, w: W) -> Counted<W> {
+        Counted { n: self.0, w, err: None }
     }
-    let tmp = format!("{path}.tmp");
-    std::fs::write(&tmp, &bytes)
-        .and_then(|_| std::fs::rename(&tmp, path))
-        .map_err(|err| CheckpointError::Write { path: path.to_string(), err })?;
-    Ok(bytes.len() as u64)
+}
+
+impl std::io::Write for Counter {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0 += b.len() as u64;
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+struct Counted<W> {
+    n: u64,
+    w: W,
+    /// The first failure of `w` (postcard's error does not keep it).
+    err: Option<std::io::Error>,
+}
+
+impl<W> Counted<W> {
+    fn into_parts(self) -> (u64, W) {
+        (self.n, self.w)
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for Counted<W> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        match self.w.write(b) {
+            Ok(k) => {
+                self.n += k as u64;
+                Ok(k)
+            }
+            Err(e) => {
+                let copy = std::io::Error::new(e.kind(), e.to_string());
+                self.err.get_or_insert(copy);
+                Err(e)
+            }
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.w.flush()
+    }
 }
