@@ -575,7 +575,7 @@ fn wait_aligning(inbox: &mut Inbox, budget: &mut Budget) -> Result<Woke, Checkpo
 /// gate opens again for it to end, new epochs held where none is open.
 fn close_gate(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, CheckpointError> {
     let deadline = Instant::now() + limit;
-    let r = loop {
+    let r = 'close: loop {
         match close_gate_once(inbox, limit) {
             Ok(None) => match win::open_epoch() {
                 None => break Ok(None),
@@ -586,11 +586,17 @@ fn close_gate(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, Checkpo
                 Some(_) => {
                     gate::open();
                     win::hold_epochs(true);
-                    let mut pause = Budget::new(Duration::from_millis(2));
-                    match wait_aligning(inbox, &mut pause) {
-                        Ok(Woke::Raised(round)) => break Ok(Some(round)),
-                        Err(e) => break Err(e),
-                        Ok(_) => {}
+                    // Open until the epochs end: a thread on its way to MPI_Win_unlock may wait
+                    // at the gate, and on a busy node it may not get through a short opening
+                    // (closed again too soon, every time, it never ends its epoch, and ranks
+                    // waiting for its lock stay inside the library).
+                    while win::open_epoch().is_some() && Instant::now() <= deadline {
+                        let mut pause = Budget::new(Duration::from_millis(1));
+                        match wait_aligning(inbox, &mut pause) {
+                            Ok(Woke::Raised(round)) => break 'close Ok(Some(round)),
+                            Err(e) => break 'close Err(e),
+                            Ok(_) => {}
+                        }
                     }
                 }
             },
