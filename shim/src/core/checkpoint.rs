@@ -219,6 +219,14 @@ pub(crate) fn run(inbox: &mut Inbox, epoch: u64, stop: bool, state_path: &str) {
             lower::fatal(&format!("checkpoint failed ({reason}) and the MPI library could not be restarted: {e}"));
         }
     }
+    // The drain may have cancelled pending receives; unreleased, the library still runs them.
+    if matches!(stage, Stage::GateClosed | Stage::Drained) {
+        let reposted = std::panic::catch_unwind(request::repost_cancelled)
+            .unwrap_or_else(|p| Err(format!("internal error: {}", agent::panic_message(&*p))));
+        if let Err(e) = reposted {
+            lower::fatal(&format!("checkpoint failed ({reason}) and a receive it had cancelled could not be posted again: {e}"));
+        }
+    }
     if stage >= Stage::GateClosed {
         gate::open();
     }
