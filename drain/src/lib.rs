@@ -22,8 +22,15 @@ pub struct Message {
     /// Source rank in that communicator (remote group for intercommunicators).
     pub source: i32,
     pub tag: i32,
-    /// The payload in the library's packed (contiguous) form.
+    /// The payload in the library's packed (contiguous) form. Written as bytes, in one piece:
+    /// as a sequence each byte is one write (it may be GiBs); read back as a sequence of `u8`,
+    /// which postcard encodes the same way (a length, then the bytes).
+    #[serde(serialize_with = "as_bytes")]
     pub data: Vec<u8>,
+}
+
+fn as_bytes<S: serde::Serializer>(data: &[u8], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_bytes(data)
 }
 
 impl Message {
@@ -177,6 +184,23 @@ mod tests {
         assert_eq!(b.take(1, 0, 8).unwrap().data, vec![2]);
         assert_eq!(b.take(1, 0, 7).unwrap().data, vec![1]);
         assert!(b.is_empty());
+    }
+
+    #[test]
+    fn payload_encodes_as_a_sequence_of_bytes() {
+        // (state files written before the payload was serialized as bytes still read back)
+        #[derive(Serialize)]
+        struct Seq {
+            comm: u64,
+            source: i32,
+            tag: i32,
+            data: Vec<u8>,
+        }
+        let m = Message { comm: 7, source: 1, tag: 3, data: (0..=255u8).collect() };
+        let bytes = postcard::to_stdvec(&m).unwrap();
+        let seq = Seq { comm: 7, source: 1, tag: 3, data: m.data.clone() };
+        assert_eq!(bytes, postcard::to_stdvec(&seq).unwrap());
+        assert_eq!(postcard::from_bytes::<Message>(&bytes).unwrap(), m);
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //!
 //! Alignment state lives here because every collective consults it: while a checkpoint is in
 //! progress (`ALIGNING`), a collective may start only if the coordinator's target for its
-//! communicator allows it; the others wait on `CHANGED` until the checkpoint ends or the
-//! targets rise, and note what they wait for (`WANTS`): a rank that cannot reach its targets
+//! communicator allows it; the others try again, driving the library in between
+//! (`face::api::coll`), until the checkpoint ends or the targets rise, and note what they wait for (`WANTS`): a rank that cannot reach its targets
 //! without those collectives asks the coordinator to raise them.
 //!
 //! The agent does not poll: it waits on one channel ([`Inbox`]), fed by a reader thread on the
@@ -16,7 +16,7 @@
 
 use crate::core::{checkpoint, renew};
 use mpicr_proto::{FromAgent, Hello, ToAgent, CTL_FD_ENV};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
@@ -28,7 +28,6 @@ use std::time::{Duration, Instant};
 static ALIGNING: AtomicBool = AtomicBool::new(false);
 /// Targets per communicator id; `None` until the coordinator sent them.
 static TARGETS: Mutex<Option<HashMap<u64, u64>>> = Mutex::new(None);
-static CHANGED: Condvar = Condvar::new();
 /// Collectives program threads wait to start past their targets: per communicator id, the
 /// highest number waited for, while aligning.
 static WANTS: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
@@ -70,14 +69,6 @@ pub fn may_start_collective(gid: u64, next: u64) -> bool {
 /// Is a checkpoint aligning collectives on this rank?
 pub(crate) fn aligning() -> bool {
     ALIGNING.load(Ordering::SeqCst)
-}
-
-/// Blocks a program thread until the checkpoint in progress changes what may start.
-pub fn wait_until_collectives_may_start() {
-    let mut t = TARGETS.lock();
-    if ALIGNING.load(Ordering::Acquire) {
-        CHANGED.wait_for(&mut t, Duration::from_millis(100));
-    }
 }
 
 /// Program threads between reading `ALIGNING` as false and counting their collective.
@@ -131,7 +122,6 @@ pub(crate) fn begin_alignment() {
 /// The first round of targets.
 pub(crate) fn set_targets(t: HashMap<u64, u64>) {
     *TARGETS.lock() = Some(t);
-    CHANGED.notify_all();
     crate::core::app::poke();
 }
 
@@ -143,7 +133,6 @@ pub(crate) fn raise_targets(raised: &[(u64, u64)]) {
         let cur = t.entry(g).or_insert(0);
         *cur = (*cur).max(n);
     }
-    CHANGED.notify_all();
     crate::core::app::poke();
 }
 
@@ -155,7 +144,6 @@ pub(crate) fn end_alignment() {
     ALIGNING.store(false, Ordering::SeqCst);
     *TARGETS.lock() = None;
     WANTS.lock().clear();
-    CHANGED.notify_all();
 }
 
 /// The writing half of the control connection (the C API sends requests on it too).

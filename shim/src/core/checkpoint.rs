@@ -219,6 +219,14 @@ pub(crate) fn run(inbox: &mut Inbox, epoch: u64, stop: bool, state_path: &str) {
             lower::fatal(&format!("checkpoint failed ({reason}) and the MPI library could not be restarted: {e}"));
         }
     }
+    // The drain may have cancelled pending receives; unreleased, the library still runs them.
+    if matches!(stage, Stage::GateClosed | Stage::Drained) {
+        let reposted = std::panic::catch_unwind(request::repost_cancelled)
+            .unwrap_or_else(|p| Err(format!("internal error: {}", agent::panic_message(&*p))));
+        if let Err(e) = reposted {
+            lower::fatal(&format!("checkpoint failed ({reason}) and a receive it had cancelled could not be posted again: {e}"));
+        }
+    }
     if stage >= Stage::GateClosed {
         gate::open();
     }
@@ -391,20 +399,43 @@ fn phases(
     Ok(())
 }
 
-/// [`expect`], making the library progress meanwhile where windows exist: this rank's gate is
-/// closed and empty, and other ranks may still be ending RMA epochs that target it.
+/// One turn of the real library's progress engine (a probe on the world communicator), by the
+/// agent while this rank's gate is closed and empty, or by a program thread inside the gate
+/// that waits for its collective targets. A rank that waits in a checkpoint keeps its library
+/// progressing: MPICH moves a large (rendezvous) message only while both ends progress, so a
+/// peer's drain, or a peer's program on its way to its targets, may be receiving from this rank
+/// a message whose send is still pending here or completed long ago (a persistent
+/// `MPI_Bsend_init`, sent by the library from its attached buffer); and one-sided operations
+/// that target this rank complete only when it progresses.
+pub(crate) fn progress() {
+    let Some(world) = OBJ.comms.real(crate::core::state::WORLD_INDEX) else { return };
+    let (mut flag, mut st) = (0, MPI_Status::default());
+    // SAFETY: a probe of a live real communicator into locals, by the only thread in the
+    // library (the callers' contract).
+    unsafe { lower::fns().MPI_Iprobe.map(|p| p(MPI_ANY_SOURCE, MPI_ANY_TAG, world.raw(), &mut flag, &mut st)) };
+}
+
+/// [`expect`], making the library progress meanwhile (see [`progress`]): this rank's gate is
+/// closed and empty.
 fn expect_progressing(inbox: &mut Inbox, limit: Duration, what: &'static str) -> Result<ToAgent, CheckpointError> {
-    if OBJ.wins.is_empty() {
-        return expect(inbox, limit, what);
+    match recv_progressing(inbox, limit)? {
+        None => Err(CheckpointError::NoReply { what, secs: limit.as_secs() }),
+        Some(ToAgent::Abort { reason }) => Err(CheckpointError::Aborted(reason)),
+        Some(m) => Ok(m),
     }
+}
+
+/// [`Inbox::recv_within`], making the library progress meanwhile, round after round (see
+/// [`pause`]: a peer may be receiving a large message from this rank).
+fn recv_progressing(inbox: &mut Inbox, limit: Duration) -> Result<Option<ToAgent>, CheckpointError> {
     let deadline = Instant::now() + limit;
     loop {
-        win::progress();
-        match inbox.recv_within(Duration::from_millis(1))? {
-            Some(ToAgent::Abort { reason }) => return Err(CheckpointError::Aborted(reason)),
-            Some(m) => return Ok(m),
-            None if Instant::now() > deadline => return Err(CheckpointError::NoReply { what, secs: limit.as_secs() }),
-            None => {}
+        progress();
+        match inbox.poll()? {
+            Some(Event::Keeper(m)) => return Ok(Some(m)),
+            Some(_) => {}
+            None if Instant::now() > deadline => return Ok(None),
+            None => std::thread::yield_now(),
         }
     }
 }
@@ -556,7 +587,7 @@ fn wait_aligning(inbox: &mut Inbox, budget: &mut Budget) -> Result<Woke, Checkpo
 /// gate opens again for it to end, new epochs held where none is open.
 fn close_gate(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, CheckpointError> {
     let deadline = Instant::now() + limit;
-    let r = loop {
+    let r = 'close: loop {
         match close_gate_once(inbox, limit) {
             Ok(None) => match win::open_epoch() {
                 None => break Ok(None),
@@ -567,11 +598,17 @@ fn close_gate(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, Checkpo
                 Some(_) => {
                     gate::open();
                     win::hold_epochs(true);
-                    let mut pause = Budget::new(Duration::from_millis(2));
-                    match wait_aligning(inbox, &mut pause) {
-                        Ok(Woke::Raised(round)) => break Ok(Some(round)),
-                        Err(e) => break Err(e),
-                        Ok(_) => {}
+                    // Open until the epochs end: a thread on its way to MPI_Win_unlock may wait
+                    // at the gate, and on a busy node it may not get through a short opening
+                    // (closed again too soon, every time, it never ends its epoch, and ranks
+                    // waiting for its lock stay inside the library).
+                    while win::open_epoch().is_some() && Instant::now() <= deadline {
+                        let mut pause = Budget::new(Duration::from_millis(1));
+                        match wait_aligning(inbox, &mut pause) {
+                            Ok(Woke::Raised(round)) => break 'close Ok(Some(round)),
+                            Err(e) => break 'close Err(e),
+                            Ok(_) => {}
+                        }
                     }
                 }
             },
@@ -617,38 +654,15 @@ fn interrupted(inbox: &mut Inbox) -> Result<(), CheckpointError> {
     Ok(())
 }
 
-/// Paces the drain's progress loop: at once while it gets somewhere, then waits growing from
-/// a few microseconds to a millisecond, on the agent's channel (an abort ends the wait).
-struct Backoff {
-    idle: u32,
-}
-
-impl Backoff {
-    const SPINS: u32 = 8;
-    const MAX: Duration = Duration::from_millis(1);
-
-    fn new() -> Self {
-        Backoff { idle: 0 }
-    }
-
-    /// One more round: `moved` says whether the last one got anywhere.
-    fn pause(&mut self, moved: bool, inbox: &mut Inbox) -> Result<(), CheckpointError> {
-        if moved {
-            self.idle = 0;
-            return interrupted(inbox);
-        }
-        self.idle = self.idle.saturating_add(1);
-        if self.idle <= Self::SPINS {
-            std::thread::yield_now();
-            return interrupted(inbox);
-        }
-        let wait = Duration::from_micros(5u64 << (self.idle - Self::SPINS).min(8)).min(Self::MAX);
-        let mut budget = Budget::new(wait);
-        match inbox.next_within(&mut budget)? {
-            Some(Event::Keeper(m)) => Err(unexpected(m, "during the checkpoint")),
-            _ => Ok(()),
-        }
-    }
+/// Paces the drain's progress loops: a yield between rounds, never a sleep. A large message
+/// moves between ranks of a node in chunks through shared memory, each needing the sender's
+/// progress as well as the receiver's (MPICH 5 without CMA, UCX without rendezvous in a PID
+/// namespace), and neither side sees it move until it is whole: a sleep between rounds makes
+/// every chunk wait for it (measured: 6 s to drain 229 MiB with rounds up to 1 ms apart), and a
+/// 2 GiB message takes minutes. MPICH's own blocking waits spin likewise.
+fn pause(inbox: &mut Inbox) -> Result<(), CheckpointError> {
+    std::thread::yield_now();
+    interrupted(inbox)
 }
 
 /// Waits for the coordinator's verdict after `Drained`: `Release` (every rank drained) or
@@ -661,7 +675,8 @@ fn await_release(inbox: &mut Inbox, limit: Duration) -> Result<(), CheckpointErr
         ToAgent::Release => Ok(()),
         other => Err(unexpected(other, "while waiting to release")),
     };
-    if let Some(m) = inbox.recv_within(limit)? {
+    // Peers may still be draining messages from this rank (see `progress`).
+    if let Some(m) = recv_progressing(inbox, limit)? {
         return verdict(m);
     }
     let why = CheckpointError::NotDrained(limit.as_secs());
@@ -758,17 +773,15 @@ fn test_pending(comms: &CommIndex, progress: &mut Progress) -> usize {
 }
 
 /// The drain has to make the real library progress (test the pending requests, probe for
-/// messages): a loop, paced by [`Backoff`]. Another rank may fail meanwhile: the coordinator's
+/// messages): a loop, paced by [`pause`]. Another rank may fail meanwhile: the coordinator's
 /// abort, queued on the agent's channel, ends the drain early.
 fn drain(comms: &CommIndex, expected: &[(u64, i32, u64)], limit: Duration, inbox: &mut Inbox) -> Result<(), CheckpointError> {
     let f = lower::fns();
     let deadline = Instant::now() + limit;
     let mut progress = Progress::new(expected, &received_counts())?;
-    let mut backoff = Backoff::new();
     // Messages in flight: received by the program's own receives, or drained.
     interrupted(inbox)?;
     while !progress.done() {
-        let before = progress.outstanding();
         test_pending(comms, &mut progress);
         for gid in progress.comms() {
             let Some(idx) = comms.by_gid.get(&gid) else { continue };
@@ -804,12 +817,10 @@ fn drain(comms: &CommIndex, expected: &[(u64, i32, u64)], limit: Duration, inbox
             return Err(CheckpointError::InFlight { in_flight: progress.outstanding(), secs: limit.as_secs() });
         }
         if !progress.done() {
-            backoff.pause(progress.outstanding() < before, inbox)?;
+            pause(inbox)?;
         }
     }
     // Sends and nonblocking collectives complete now that every receiver drained.
-    let mut backoff = Backoff::new();
-    let mut last = usize::MAX;
     loop {
         test_pending(comms, &mut progress);
         // (A failed test leaves its message counted: the wait goes on to its deadline.)
@@ -820,8 +831,7 @@ fn drain(comms: &CommIndex, expected: &[(u64, i32, u64)], limit: Duration, inbox
         if Instant::now() > deadline {
             return Err(CheckpointError::PendingSends { waiting, secs: limit.as_secs() });
         }
-        backoff.pause(waiting < last, inbox)?;
-        last = waiting;
+        pause(inbox)?;
     }
     // Receives still pending are cancelled and posted again after the renewal.
     request::cancel_receives(deadline)?;
@@ -830,8 +840,10 @@ fn drain(comms: &CommIndex, expected: &[(u64, i32, u64)], limit: Duration, inbox
 }
 
 /// Everything the shim knows, saved beside the CRIU images (`mpicr inspect`, self-restart).
+/// `D` is the drained messages: owned when read, borrowed when written (they may be GiBs: a
+/// copy would double the memory and time of the write).
 #[derive(Serialize, Deserialize)]
-pub struct StateFile {
+pub struct StateFile<D = mpicr_drain::Buffer> {
     pub format: u32,
     pub epoch: u64,
     pub world_rank: i32,
@@ -847,7 +859,7 @@ pub struct StateFile {
     pub errhandlers: Vec<(u32, u64, mpicr_virtid::ErrhandlerRecipe)>,
     pub files: Vec<(u32, u64, crate::core::kinds::file::FileEntry)>,
     pub wins: Vec<(u32, u64, crate::core::kinds::win::WinEntry)>,
-    pub drained: mpicr_drain::Buffer,
+    pub drained: D,
     pub user_errors: Vec<UserError>,
     /// A foreign face's own state (`core::app::FaceState`), for a restarted app-mode process.
     pub face: Vec<u8>,
@@ -862,33 +874,92 @@ fn bits<R: RealHandle, E>(items: Vec<(u32, R, E)>) -> Vec<(u32, u64, E)> {
 }
 
 fn write_state(path: &str, epoch: u64) -> Result<u64, CheckpointError> {
-    let s = StateFile {
-        format: STATE_FORMAT,
-        epoch,
-        world_rank: world_rank(),
-        world_size: world_size(),
-        generation: lower::current().number,
-        comms: bits(OBJ.comms.snapshot()),
-        groups: bits(OBJ.groups.snapshot()),
-        datatypes: bits(OBJ.datatypes.snapshot()),
-        ops: bits(OBJ.ops.snapshot()),
-        infos: bits(OBJ.infos.snapshot()),
-        requests: bits(OBJ.requests.snapshot()),
-        keyvals: bits(OBJ.keyvals.snapshot()),
-        errhandlers: bits(OBJ.errhandlers.snapshot()),
-        files: bits(OBJ.files.snapshot()),
-        wins: bits(OBJ.wins.snapshot()),
-        drained: drained::snapshot(),
-        user_errors: user_errors(),
-        face: crate::core::app::face_state(),
-    };
-    let bytes = postcard::to_stdvec(&s).map_err(CheckpointError::Encode)?;
-    if path.is_empty() {
-        return Ok(bytes.len() as u64);
+    drained::with_buffer(|drained| {
+        let s = StateFile {
+            format: STATE_FORMAT,
+            epoch,
+            world_rank: world_rank(),
+            world_size: world_size(),
+            generation: lower::current().number,
+            comms: bits(OBJ.comms.snapshot()),
+            groups: bits(OBJ.groups.snapshot()),
+            datatypes: bits(OBJ.datatypes.snapshot()),
+            ops: bits(OBJ.ops.snapshot()),
+            infos: bits(OBJ.infos.snapshot()),
+            requests: bits(OBJ.requests.snapshot()),
+            keyvals: bits(OBJ.keyvals.snapshot()),
+            errhandlers: bits(OBJ.errhandlers.snapshot()),
+            files: bits(OBJ.files.snapshot()),
+            wins: bits(OBJ.wins.snapshot()),
+            drained,
+            user_errors: user_errors(),
+            face: crate::core::app::face_state(),
+        };
+        if path.is_empty() {
+            return postcard::to_io(&s, Counter(0)).map(|c| c.0).map_err(CheckpointError::Encode);
+        }
+        let tmp = format!("{path}.tmp");
+        let write_err = |err| CheckpointError::Write { path: path.to_string(), err };
+        let file = std::fs::File::create(&tmp).map_err(write_err)?;
+        // Streamed into the file: no copy of the encoding in memory either.
+        let mut out = Counter(0).around(std::io::BufWriter::with_capacity(1 << 20, file));
+        if let Err(e) = postcard::to_io(&s, &mut out) {
+            return Err(out.err.take().map_or(CheckpointError::Encode(e), write_err));
+        }
+        let (n, w) = out.into_parts();
+        w.into_inner().map_err(|e| write_err(e.into_error()))?;
+        std::fs::rename(&tmp, path).map_err(write_err)?;
+        Ok(n)
+    })
+}
+
+/// Counts the bytes written through it (the state file's size for the epoch's statistics).
+struct Counter(u64);
+
+impl Counter {
+    fn around<W: std::io::Write>(self, w: W) -> Counted<W> {
+        Counted { n: self.0, w, err: None }
     }
-    let tmp = format!("{path}.tmp");
-    std::fs::write(&tmp, &bytes)
-        .and_then(|_| std::fs::rename(&tmp, path))
-        .map_err(|err| CheckpointError::Write { path: path.to_string(), err })?;
-    Ok(bytes.len() as u64)
+}
+
+impl std::io::Write for Counter {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0 += b.len() as u64;
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+struct Counted<W> {
+    n: u64,
+    w: W,
+    /// The first failure of `w` (postcard's error does not keep it).
+    err: Option<std::io::Error>,
+}
+
+impl<W> Counted<W> {
+    fn into_parts(self) -> (u64, W) {
+        (self.n, self.w)
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for Counted<W> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        match self.w.write(b) {
+            Ok(k) => {
+                self.n += k as u64;
+                Ok(k)
+            }
+            Err(e) => {
+                let copy = std::io::Error::new(e.kind(), e.to_string());
+                self.err.get_or_insert(copy);
+                Err(e)
+            }
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.w.flush()
+    }
 }

@@ -38,8 +38,9 @@ pub fn peek(comm: u64, source: i32, tag: i32) -> Option<(i32, i32, usize)> {
     BUFFER.lock().peek(comm, source, tag).map(|m| (m.source, m.tag, m.data.len()))
 }
 
-pub fn snapshot() -> Buffer {
-    BUFFER.lock().clone()
+/// Runs `f` on the buffer, without copying it (the state file is written from it).
+pub fn with_buffer<R>(f: impl FnOnce(&Buffer) -> R) -> R {
+    f(&BUFFER.lock())
 }
 
 pub fn replace(b: Buffer) {

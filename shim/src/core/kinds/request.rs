@@ -245,6 +245,41 @@ pub fn cancel_receives(deadline: std::time::Instant) -> Result<(), String> {
     Ok(())
 }
 
+/// A checkpoint failed after its drain cancelled pending receives, before the library was
+/// released: they are posted again on the same library (from the drained messages first, as
+/// the renewal does), or the program would wait on requests the library has freed.
+pub fn repost_cancelled() -> Result<(), String> {
+    let f = lower::fns();
+    for (idx, real, e) in OBJ.requests.snapshot() {
+        let args = match &e.recipe {
+            RequestRecipe::Recv { args } | RequestRecipe::PersistentRecv { args, .. } if e.repost => args,
+            _ => continue,
+        };
+        if let Some(st) = take_drained_into(args) {
+            OBJ.requests.with(idx, |x| {
+                x.done = Some(st.as_array());
+                x.repost = false;
+            });
+            continue;
+        }
+        let mut r = real.raw();
+        // SAFETY: the program's buffer (its receive is still pending for the program) and live
+        // handles of the current library; a persistent request is inactive since its cancel.
+        let rc = unsafe {
+            if e.recipe.is_persistent() {
+                f.MPI_Start.map_or(MPI_ERR_OTHER, |h| h(&mut r))
+            } else {
+                let ty = Built::of(&args.datatype).map_err(|rc| format!("posting a receive again: {}", lower::error_string(rc)))?;
+                f.MPI_Irecv_c.map_or(MPI_ERR_OTHER, |h| h(args.buf as *mut c_void, args.count, ty.real, args.peer, args.tag, handles::comm(args.comm), &mut r))
+            }
+        };
+        check(rc, "posting a receive again")?;
+        OBJ.requests.set_real(idx, RealRequest(r));
+        OBJ.requests.with(idx, |x| x.repost = false);
+    }
+    Ok(())
+}
+
 /// Is the request started (persistent ones only when active)?
 fn active(r: &RequestRecipe) -> bool {
     match r {

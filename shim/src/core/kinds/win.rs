@@ -264,31 +264,6 @@ pub fn wait_while_holding() {
     std::thread::sleep(std::time::Duration::from_millis(1));
 }
 
-/// Makes the library progress (one probe on the world communicator): called by the agent while
-/// this rank's gate is closed and other ranks may still be finishing RMA epochs that target it
-/// (MPICH grants locks and completes one-sided operations only when the target progresses).
-pub fn progress() {
-    if OBJ.wins.is_empty() {
-        return;
-    }
-    let Some(world) = OBJ.comms.real(crate::core::state::WORLD_INDEX) else { return };
-    let (mut flag, mut st) = (0, MPI_Status::default());
-    // SAFETY: a probe of a live real communicator into locals, with no program thread inside
-    // the library (the caller's contract: the gate is closed and empty).
-    unsafe { lower::fns().MPI_Iprobe.map(|p| p(MPI_ANY_SOURCE, MPI_ANY_TAG, world.raw(), &mut flag, &mut st)) };
-}
-
-/// Called by a program thread (inside the gate) that waits to start a collective past its
-/// target: makes the library progress where windows exist, and says so (the caller then waits
-/// a short while instead of sleeping on the alignment's condition).
-pub fn progress_while_waiting() -> bool {
-    if OBJ.wins.is_empty() {
-        return false;
-    }
-    progress();
-    true
-}
-
 /// Windows in the order every rank walks them (their communicators' job-wide ids).
 fn ordered() -> Vec<(u32, RealWin, WinEntry)> {
     let mut w = OBJ.wins.snapshot();

@@ -35,18 +35,14 @@ pub fn begin_counted(c: &mpicr_virtid::CommCounters) -> gate::Guard {
     }
 }
 
-/// A start past its checkpoint target: leaves the gate and waits until starts may be tried
-/// again. Where windows exist it drives the library once (inside the gate) and polls instead,
-/// since other ranks' one-sided operations may need this rank's progress to reach their own
-/// targets (MPICH's targets progress them).
+/// A start past its checkpoint target: drives the library once (inside the gate), leaves the
+/// gate and yields before trying again, as MPI's own waits spin. Other ranks may need this
+/// rank's progress to reach their own targets: a large message it sent moves only while it
+/// progresses, and so do one-sided operations that target it (see `core::checkpoint::progress`).
 fn wait_to_start(g: gate::Guard) {
-    let windows = crate::core::kinds::win::progress_while_waiting();
+    crate::core::checkpoint::progress();
     drop(g);
-    if windows {
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    } else {
-        agent::wait_until_collectives_may_start();
-    }
+    std::thread::yield_now();
 }
 
 /// Which side of a `*w` collective a datatype array describes.
