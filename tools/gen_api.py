@@ -735,7 +735,9 @@ def coll_init_args(params, neighbor):
             out.append("CollArg::Buf(%s as u64)" % n)
         elif ptr == 0 and b == "int":
             out.append("CollArg::Int(%s)" % n)
-        elif ptr == 0 and b in ("MPI_Count", "MPI_Aint"):
+        elif ptr == 0 and b == "MPI_Count":
+            out.append("CollArg::Count(%s)" % n)
+        elif ptr == 0 and b == "MPI_Aint":
             out.append("CollArg::Count(%s as i64)" % n)
         elif ptr == 1 and b == "int":
             out.append("CollArg::Ints(crate::face::api::coll_ints(%s, %s))" % (n, arr))

@@ -32,11 +32,15 @@ use std::sync::Arc;
 
 /// Start counters per pair id and side (send: true), kept while the process lives (a few words
 /// per pair); both sides are here when a process sends to itself.
-static COUNTERS: Mutex<Option<HashMap<(u64, bool), Arc<CommCounters>>>> = Mutex::new(None);
+static COUNTERS: Mutex<Option<HashMap<PairSide, Arc<CommCounters>>>> = Mutex::new(None);
+/// A pair id and a side (send: true).
+type PairSide = (u64, bool);
 /// Partitioned inits of this process so far (`PartInit::order`).
 static INITS: AtomicU64 = AtomicU64::new(0);
 /// Inits per (communicator, sender, receiver, tag) on this side, for [`pair_id`].
-static ORDINALS: Mutex<Option<HashMap<(u64, i32, i32, i32), u64>>> = Mutex::new(None);
+static ORDINALS: Mutex<Option<HashMap<PairKey, u64>>> = Mutex::new(None);
+/// (communicator id, sender, receiver, tag).
+type PairKey = (u64, i32, i32, i32);
 
 /// Marks the start counters' ids apart from communicators' ids.
 const PAIR_SALT: u64 = 0x5041_5254; // "PART"

@@ -117,6 +117,7 @@ pub struct WinEntry {
 }
 
 impl WinEntry {
+    #[allow(clippy::too_many_arguments, reason = "one argument per property a window is made with")]
     pub fn new(made_by: &str, flavor: Flavor, base: usize, size: MPI_Aint, disp_unit: MPI_Aint, comm: MPI_Comm, gid: u64, hints: Vec<(String, String)>) -> Self {
         WinEntry {
             errhandler: MPI_ERRORS_ARE_FATAL,

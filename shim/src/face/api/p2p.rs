@@ -427,7 +427,7 @@ pub unsafe fn MPI_Probe(source: c_int, tag: c_int, comm: MPI_Comm, status: *mut 
             return rc;
         }
         spins = spins.wrapping_add(1);
-        if spins % 64 == 0 {
+        if spins.is_multiple_of(64) {
             std::thread::yield_now();
         }
     }
@@ -498,7 +498,7 @@ pub unsafe fn MPI_Mprobe(source: c_int, tag: c_int, comm: MPI_Comm, message: *mu
             return rc;
         }
         spins = spins.wrapping_add(1);
-        if spins % 64 == 0 {
+        if spins.is_multiple_of(64) {
             std::thread::yield_now();
         }
     }

@@ -266,9 +266,9 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
         }
     }
     if mode.all() {
-        for i in 0..n {
+        for (i, slot) in slots.iter().enumerate().take(n) {
             let out = status_at(i);
-            match slots[i] {
+            match slot {
                 // SAFETY: `out` is MPI_STATUS_IGNORE or an element of the caller's status array (`status_at`,
                 // contract above).
                 Slot::Inert => unsafe {
@@ -324,7 +324,7 @@ unsafe fn wait_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
                     break;
                 }
                 spins = spins.wrapping_add(1);
-                if spins % 64 == 0 {
+                if spins.is_multiple_of(64) {
                     std::thread::yield_now();
                 }
             }
@@ -341,7 +341,7 @@ unsafe fn wait_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
             return t;
         }
         spins = spins.wrapping_add(1);
-        if spins % 64 == 0 {
+        if spins.is_multiple_of(64) {
             std::thread::yield_now();
         }
     }

@@ -95,7 +95,7 @@ pub unsafe fn MPI_Allgather_init_c(sendbuf: *const c_void, sendcount: MPI_Count,
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount as i64), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Allgather_init_c", _seq, init)) };
@@ -199,7 +199,7 @@ pub unsafe fn MPI_Allgatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count
     if rc == MPI_SUCCESS {
         // SAFETY: the arrays are the caller's, holding what MPI requires of this call
         // (this function's safety contract), which is what the recipe copies.
-        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Counts(crate::face::api::coll_counts(displs, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)] };
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Counts(crate::face::api::coll_counts(displs, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Allgatherv_init_c", _seq, init)) };
@@ -295,7 +295,7 @@ pub unsafe fn MPI_Allreduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void,
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count as i64), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Allreduce_init_c", _seq, init)) };
@@ -391,7 +391,7 @@ pub unsafe fn MPI_Alltoall_init_c(sendbuf: *const c_void, sendcount: MPI_Count, 
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount as i64), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Alltoall_init_c", _seq, init)) };
@@ -749,7 +749,7 @@ pub unsafe fn MPI_Bcast_init_c(buffer: *mut c_void, count: MPI_Count, datatype: 
     // MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(buffer, count, datatype_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(buffer as u64), CollArg::Count(count as i64), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(buffer as u64), CollArg::Count(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Bcast_init_c", _seq, init)) };
@@ -845,7 +845,7 @@ pub unsafe fn MPI_Exscan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, co
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count as i64), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Exscan_init_c", _seq, init)) };
@@ -1185,7 +1185,7 @@ pub unsafe fn MPI_Gather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, se
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount as i64), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Gather_init_c", _seq, init)) };
@@ -1289,7 +1289,7 @@ pub unsafe fn MPI_Gatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, s
     if rc == MPI_SUCCESS {
         // SAFETY: the arrays are the caller's, holding what MPI requires of this call
         // (this function's safety contract), which is what the recipe copies.
-        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Counts(crate::face::api::coll_counts(displs, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)] };
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Counts(crate::face::api::coll_counts(displs, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Gatherv_init_c", _seq, init)) };
@@ -2537,7 +2537,7 @@ pub unsafe fn MPI_Neighbor_allgather_init_c(sendbuf: *const c_void, sendcount: M
     // passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount as i64), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Neighbor_allgather_init_c", _seq, init)) };
@@ -2641,7 +2641,7 @@ pub unsafe fn MPI_Neighbor_allgatherv_init_c(sendbuf: *const c_void, sendcount: 
     if rc == MPI_SUCCESS {
         // SAFETY: the arrays are the caller's, holding what MPI requires of this call
         // (this function's safety contract), which is what the recipe copies.
-        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, true)), CollArg::Counts(crate::face::api::coll_counts(displs, comm, crate::face::api::Side::Recv, true)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)] };
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, true)), CollArg::Counts(crate::face::api::coll_counts(displs, comm, crate::face::api::Side::Recv, true)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Neighbor_allgatherv_init_c", _seq, init)) };
@@ -2739,7 +2739,7 @@ pub unsafe fn MPI_Neighbor_alltoall_init_c(sendbuf: *const c_void, sendcount: MP
     // passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount as i64), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Neighbor_alltoall_init_c", _seq, init)) };
@@ -3059,7 +3059,7 @@ pub unsafe fn MPI_Reduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, co
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count as i64), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Reduce_init_c", _seq, init)) };
@@ -3179,7 +3179,7 @@ pub unsafe fn MPI_Reduce_scatter_block_init_c(sendbuf: *const c_void, recvbuf: *
     // passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, recvcount, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount as i64), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Reduce_scatter_block_init_c", _seq, init)) };
@@ -3358,7 +3358,7 @@ pub unsafe fn MPI_Scan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, coun
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count as i64), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Scan_init_c", _seq, init)) };
@@ -3454,7 +3454,7 @@ pub unsafe fn MPI_Scatter_init_c(sendbuf: *const c_void, sendcount: MPI_Count, s
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount as i64), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Scatter_init_c", _seq, init)) };
@@ -3558,7 +3558,7 @@ pub unsafe fn MPI_Scatterv_init_c(sendbuf: *const c_void, sendcounts: *const MPI
     if rc == MPI_SUCCESS {
         // SAFETY: the arrays are the caller's, holding what MPI requires of this call
         // (this function's safety contract), which is what the recipe copies.
-        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Counts(crate::face::api::coll_counts(sendcounts, comm, crate::face::api::Side::Send, false)), CollArg::Counts(crate::face::api::coll_counts(displs, comm, crate::face::api::Side::Send, false)), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount as i64), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)] };
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Counts(crate::face::api::coll_counts(sendcounts, comm, crate::face::api::Side::Send, false)), CollArg::Counts(crate::face::api::coll_counts(displs, comm, crate::face::api::Side::Send, false)), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Scatterv_init_c", _seq, init)) };
