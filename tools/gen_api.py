@@ -747,7 +747,9 @@ def coll_init_args(params, neighbor):
             out.append("CollArg::Type(crate::face::api::datatype::typeref(%s))" % n)
         elif ptr == 1 and b == "MPI_Datatype":
             out.append("CollArg::Types(crate::face::api::coll_typerefs(%s, %s))" % (n, arr))
-        elif ptr == 0 and b in ("MPI_Op", "MPI_Comm", "MPI_Info"):
+        elif ptr == 0 and b == "MPI_Comm":
+            out.append("CollArg::Comm(crate::face::conv::vcomm(%s))" % n)
+        elif ptr == 0 and b in ("MPI_Op", "MPI_Info"):
             out.append("CollArg::%s(%s)" % (b[4:], n))
         else:
             raise SystemExit("gen_api: no recipe for argument %s (%s)" % (n, b))

@@ -724,7 +724,7 @@ impl CommIndex {
         out
     }
 
-    fn world_of(&self, comm: MPI_Comm, local: c_int) -> Option<(u64, i32)> {
+    fn world_of(&self, comm: mpicr_virtid::VComm, local: c_int) -> Option<(u64, i32)> {
         let idx = handles::comm_index(comm)?;
         let (gid, _, peers) = self.by_idx.get(&idx)?;
         Some((*gid, *peers.get(local as usize)?))

@@ -15,6 +15,7 @@
 //! The renewal makes every partitioned request again in this process's init order, so that the
 //! library matches sends and receives as it did before.
 
+use mpicr_virtid::VComm;
 use crate::core::handles;
 use crate::core::kinds::comm::{peers, world_rank};
 use crate::core::kinds::datatype::Built;
@@ -48,7 +49,7 @@ const PAIR_SALT: u64 = 0x5041_5254; // "PART"
 /// The job-wide id of the send/receive pair an init of this side belongs to: the n-th
 /// `MPI_Psend_init` from A to B with tag T on a communicator matches the n-th `MPI_Precv_init`
 /// of B from A with tag T (partitioned receives take no wildcards).
-fn pair_id(comm: c_int, peer: c_int, tag: c_int, send: bool) -> Option<u64> {
+fn pair_id(comm: VComm, peer: c_int, tag: c_int, send: bool) -> Option<u64> {
     let idx = handles::comm_index(comm)?;
     let c = OBJ.comms.get(idx)?;
     let peer_world = *peers(&c).get(usize::try_from(peer).ok()?)?;
@@ -70,7 +71,7 @@ fn pair_id(comm: c_int, peer: c_int, tag: c_int, send: bool) -> Option<u64> {
 #[allow(clippy::too_many_arguments)]
 pub fn recipe(
     send: bool, buf: u64, partitions: c_int, count: MPI_Count, datatype: mpicr_virtid::TypeRef, peer: c_int, tag: c_int,
-    comm: c_int, info: c_int,
+    comm: VComm, info: c_int,
 ) -> RequestRecipe {
     let order = INITS.fetch_add(1, Ordering::Relaxed);
     let pair = match pair_id(comm, peer, tag, send) {
@@ -168,7 +169,7 @@ pub fn rebuild() -> Result<(), String> {
     todo.sort_by_key(|(_, i)| i.order);
     for (idx, i) in todo {
         let t = Built::of(&i.datatype).map_err(|rc| format!("rebuilding a partitioned request's datatype: {}", lower::error_string(rc)))?;
-        let (c, inf) = (handles::comm(i.comm), info(i.info));
+        let (c, inf) = (handles::comm(i.comm).raw(), info(i.info));
         let mut r = MPI_REQUEST_NULL;
         // SAFETY: the program's buffer (kept for the request's life, as MPI requires) and live
         // real handles; `r` is a local.

@@ -110,7 +110,7 @@ fn resolve(args: &[CollArg], keep: &mut Keep) -> Result<Vec<Val>, String> {
                 None => Val::Ptr(std::ptr::null_mut()),
             },
             CollArg::Op(o) => Val::Int(op(*o)?),
-            CollArg::Comm(c) => Val::Int(handles::comm(*c)),
+            CollArg::Comm(c) => Val::Int(handles::comm(*c).raw()),
             CollArg::Info(i) => Val::Int(info(*i)),
         });
     }
