@@ -749,7 +749,9 @@ def coll_init_args(params, neighbor):
             out.append("CollArg::Types(crate::face::api::coll_typerefs(%s, %s))" % (n, arr))
         elif ptr == 0 and b == "MPI_Comm":
             out.append("CollArg::Comm(crate::face::conv::vcomm(%s))" % n)
-        elif ptr == 0 and b in ("MPI_Op", "MPI_Info"):
+        elif ptr == 0 and b == "MPI_Info":
+            out.append("CollArg::Info(crate::face::conv::vinfo(%s))" % n)
+        elif ptr == 0 and b == "MPI_Op":
             out.append("CollArg::%s(%s)" % (b[4:], n))
         else:
             raise SystemExit("gen_api: no recipe for argument %s (%s)" % (n, b))

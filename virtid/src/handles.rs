@@ -10,43 +10,67 @@
 use crate::encoding::{decode, Kind, VirtualHandle};
 use serde::{Deserialize, Serialize};
 
-/// A communicator.
-#[repr(transparent)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct VComm(i64);
+macro_rules! virtual_kind {
+    ($(#[$doc:meta])* $name:ident, $kind:ident { $($(#[$pdoc:meta])* $pre:ident = $n:literal),* $(,)? }) => {
+        $(#[$doc])*
+        #[repr(transparent)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(i64);
 
-impl VComm {
-    /// The world model's communicator of all processes (`MPI_COMM_WORLD` in a face).
-    pub const WORLD: VComm = VComm(1 << 32);
-    /// The world model's communicator of this process alone (`MPI_COMM_SELF`).
-    pub const SELF: VComm = VComm(2 << 32);
-    /// No communicator (`MPI_COMM_NULL`).
-    pub const NULL: VComm = VComm(3 << 32);
+        impl $name {
+            $($(#[$pdoc])* pub const $pre: $name = $name($n << 32);)*
 
-    /// The handle of table index `index` (not for the predefined ones' indices: the core maps
-    /// those, `core::handles::comm_handle`).
-    pub const fn virtual_at(index: u32) -> VComm {
-        VComm(VirtualHandle { kind: Kind::Comm, index }.to_int() as i64)
-    }
+            /// The handle of table index `index`.
+            pub const fn virtual_at(index: u32) -> $name {
+                $name(VirtualHandle { kind: Kind::$kind, index }.to_int() as i64)
+            }
 
-    /// A virtual handle's value as the program holds it, or a value nobody made.
-    pub const fn from_int(v: i32) -> VComm {
-        VComm(v as i64)
-    }
+            /// A virtual handle's value as the program holds it, or a value nobody made.
+            pub const fn from_int(v: i32) -> $name {
+                $name(v as i64)
+            }
 
-    /// The value [`from_int`](Self::from_int) took; `None` for the core's predefined handles,
-    /// which each face names in its own ABI.
-    pub const fn to_int(self) -> Option<i32> {
-        if self.0 >= i32::MIN as i64 && self.0 <= i32::MAX as i64 { Some(self.0 as i32) } else { None }
-    }
+            /// The value [`from_int`](Self::from_int) took; `None` for the core's predefined
+            /// handles, which each face names in its own ABI.
+            pub const fn to_int(self) -> Option<i32> {
+                if self.0 >= i32::MIN as i64 && self.0 <= i32::MAX as i64 { Some(self.0 as i32) } else { None }
+            }
 
-    /// The table index of a virtual handle (`None` for predefined and foreign values).
-    #[inline(always)]
-    pub fn index(self) -> Option<u32> {
-        self.to_int().and_then(|v| decode(v, Kind::Comm))
-    }
+            /// The table index of a virtual handle (`None` for predefined and foreign values).
+            #[inline(always)]
+            pub fn index(self) -> Option<u32> {
+                match self.to_int() {
+                    Some(v) => decode(v, Kind::$kind),
+                    None => None,
+                }
+            }
+        }
+    };
 }
+
+virtual_kind!(
+    /// A communicator (`virtual_at` is not for the predefined ones' table indices: the core
+    /// maps those, `core::handles::comm_handle`).
+    VComm, Comm {
+        /// The world model's communicator of all processes (`MPI_COMM_WORLD` in a face).
+        WORLD = 1,
+        /// The world model's communicator of this process alone (`MPI_COMM_SELF`).
+        SELF = 2,
+        /// No communicator (`MPI_COMM_NULL`).
+        NULL = 3,
+    }
+);
+
+virtual_kind!(
+    /// An info object.
+    VInfo, Info {
+        /// No info (`MPI_INFO_NULL`).
+        NULL = 3,
+        /// The process's environment (`MPI_INFO_ENV`).
+        ENV = 4,
+    }
+);
 
 #[cfg(test)]
 mod tests {
@@ -64,5 +88,8 @@ mod tests {
         }
         assert_eq!(VComm::virtual_at(7).index(), Some(7));
         assert_eq!(VComm::from_int(VComm::virtual_at(7).to_int().unwrap()), VComm::virtual_at(7));
+        assert_eq!(VInfo::virtual_at(7).index(), Some(7));
+        assert_eq!(VComm::from_int(VInfo::virtual_at(7).to_int().unwrap()).index(), None, "kinds do not alias");
+        assert_eq!(VInfo::ENV.to_int(), None);
     }
 }

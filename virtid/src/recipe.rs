@@ -5,7 +5,7 @@
 //! Mutable properties (names, info keys) are read back at checkpoint time rather than tracked
 //! call by call.
 
-use crate::handles::VComm;
+use crate::handles::{VComm, VInfo};
 use serde::{Deserialize, Serialize};
 
 /// A handle value as the program sees it (predefined constant or virtual).
@@ -244,7 +244,7 @@ pub enum CollArg {
     Types(Option<Vec<TypeRef>>),
     Op(Handle),
     Comm(VComm),
-    Info(Handle),
+    Info(VInfo),
 }
 
 /// How a persistent collective was made: the function, its arguments, and its number among
@@ -271,7 +271,7 @@ pub struct PartInit {
     pub peer: i32,
     pub tag: i32,
     pub comm: VComm,
-    pub info: Handle,
+    pub info: VInfo,
     pub order: u64,
     pub pair: u64,
 }

@@ -1,16 +1,17 @@
-//! Virtual handles as the core knows them. Communicators are typed ([`VComm`]): a table index,
-//! or the core's own `WORLD`, `SELF` and `NULL`, which stand for the real ones of the current
-//! generation; the face converts the program's ABI integers to them (`face::conv::vcomm`).
+//! Virtual handles as the core knows them. Communicators and infos are typed ([`VComm`],
+//! [`VInfo`]): a table index, or the core's own predefined handles (`WORLD`, `SELF`, `NULL`;
+//! `NULL`, `ENV`), which stand for the real ones of the current generation; the face converts
+//! the program's ABI integers to them (`face::conv::vcomm`, `vinfo`).
 //! The other kinds are still the program's integers: a table index encoded by
 //! `mpicr_virtid`, or a predefined handle of the lower ABI, which stands for itself (with
 //! MPICH's ABI on both sides, the face's conversion is the identity). Recipes store handles in
 //! this form.
 
 use crate::core::state::{OBJ, SELF_INDEX, WORLD_INDEX};
-use crate::lower::abi::MPI_COMM_NULL;
-use crate::lower::handles::RealComm;
+use crate::lower::abi::{MPI_COMM_NULL, MPI_INFO_ENV, MPI_INFO_NULL};
+use crate::lower::handles::{RealComm, RealInfo};
 use mpicr_virtid::encoding::decode;
-use mpicr_virtid::{Kind, VComm, VirtualHandle};
+use mpicr_virtid::{Kind, VComm, VInfo, VirtualHandle};
 use std::os::raw::c_int;
 
 /// What a freed virtual handle becomes on its way to the real library: a value of MPICH's
@@ -38,6 +39,20 @@ pub fn comm(v: VComm) -> RealComm {
         Some(i) => OBJ.comms.real(i).unwrap_or(RealComm(STALE)),
         None if v == VComm::NULL => RealComm(MPI_COMM_NULL),
         None => RealComm(v.to_int().unwrap_or(STALE)),
+    }
+}
+
+/// The real info of a virtual one (the predefined ones are the library's; hints only, so a
+/// freed one becomes the library's null info, and a foreign value passes unchanged).
+#[inline(always)]
+pub fn info(v: VInfo) -> RealInfo {
+    match v {
+        VInfo::NULL => RealInfo(MPI_INFO_NULL),
+        VInfo::ENV => RealInfo(MPI_INFO_ENV),
+        v => match v.index() {
+            Some(i) => OBJ.infos.real(i).unwrap_or(RealInfo(MPI_INFO_NULL)),
+            None => RealInfo(v.to_int().unwrap_or(MPI_INFO_NULL)),
+        },
     }
 }
 

@@ -9,7 +9,7 @@
 use crate::core::state::OBJ;
 use crate::face::abi::*;
 use mpicr_virtid::encoding::{decode, decode_file};
-use mpicr_virtid::{Kind, VComm, VirtualHandle};
+use mpicr_virtid::{Kind, VComm, VInfo, VirtualHandle};
 use std::os::raw::c_int;
 
 // Apart from communicators, the program's handles are the core's (MPICH's ABI on both sides):
@@ -36,6 +36,26 @@ pub fn comm_abi(v: VComm) -> MPI_Comm {
         VComm::SELF => MPI_COMM_SELF,
         VComm::NULL => MPI_COMM_NULL,
         v => v.to_int().unwrap_or(MPI_COMM_NULL),
+    }
+}
+
+/// The core's info for the program's handle (as [`vcomm`]).
+#[inline(always)]
+pub fn vinfo(v: MPI_Info) -> VInfo {
+    match v {
+        MPI_INFO_NULL => VInfo::NULL,
+        MPI_INFO_ENV => VInfo::ENV,
+        v => VInfo::from_int(v),
+    }
+}
+
+/// The program's handle for the core's info.
+#[inline(always)]
+pub fn info_abi(v: VInfo) -> MPI_Info {
+    match v {
+        VInfo::NULL => MPI_INFO_NULL,
+        VInfo::ENV => MPI_INFO_ENV,
+        v => v.to_int().unwrap_or(MPI_INFO_NULL),
     }
 }
 

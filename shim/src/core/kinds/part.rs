@@ -15,7 +15,7 @@
 //! The renewal makes every partitioned request again in this process's init order, so that the
 //! library matches sends and receives as it did before.
 
-use mpicr_virtid::VComm;
+use mpicr_virtid::{VComm, VInfo};
 use crate::core::handles;
 use crate::core::kinds::comm::{peers, world_rank};
 use crate::core::kinds::datatype::Built;
@@ -23,8 +23,7 @@ use crate::core::state::OBJ;
 use crate::lower;
 use crate::lower::abi::*;
 use crate::lower::handles::RealRequest;
-use mpicr_virtid::encoding::decode;
-use mpicr_virtid::{mix, CommCounters, Kind, PartInit, RequestRecipe};
+use mpicr_virtid::{mix, CommCounters, PartInit, RequestRecipe};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};
@@ -71,7 +70,7 @@ fn pair_id(comm: VComm, peer: c_int, tag: c_int, send: bool) -> Option<u64> {
 #[allow(clippy::too_many_arguments)]
 pub fn recipe(
     send: bool, buf: u64, partitions: c_int, count: MPI_Count, datatype: mpicr_virtid::TypeRef, peer: c_int, tag: c_int,
-    comm: VComm, info: c_int,
+    comm: VComm, info: VInfo,
 ) -> RequestRecipe {
     let order = INITS.fetch_add(1, Ordering::Relaxed);
     let pair = match pair_id(comm, peer, tag, send) {
@@ -147,13 +146,6 @@ pub fn not_aligned(targets: &HashMap<u64, u64>) -> Option<String> {
     None
 }
 
-fn info(v: c_int) -> c_int {
-    match decode(v, Kind::Info) {
-        Some(i) => OBJ.infos.real(i).map_or(MPI_INFO_NULL, |r| r.raw()),
-        None => v,
-    }
-}
-
 /// The renewal: every partitioned request made again, in this process's init order.
 pub fn rebuild() -> Result<(), String> {
     let f = lower::fns();
@@ -169,7 +161,7 @@ pub fn rebuild() -> Result<(), String> {
     todo.sort_by_key(|(_, i)| i.order);
     for (idx, i) in todo {
         let t = Built::of(&i.datatype).map_err(|rc| format!("rebuilding a partitioned request's datatype: {}", lower::error_string(rc)))?;
-        let (c, inf) = (handles::comm(i.comm).raw(), info(i.info));
+        let (c, inf) = (handles::comm(i.comm).raw(), handles::info(i.info).raw());
         let mut r = MPI_REQUEST_NULL;
         // SAFETY: the program's buffer (kept for the request's life, as MPI requires) and live
         // real handles; `r` is a local.

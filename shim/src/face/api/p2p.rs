@@ -670,7 +670,7 @@ unsafe fn partitioned_init(
     if rc == MPI_SUCCESS {
         let TypeRef::Predefined(dt) = a.datatype else { unreachable!("args() keeps handles") };
         let ty = crate::face::api::datatype::typeref(dt);
-        let recipe = part::recipe(send, a.buf, partitions, a.count, ty, a.peer, a.tag, a.comm, info);
+        let recipe = part::recipe(send, a.buf, partitions, a.count, ty, a.peer, a.tag, a.comm, conv::vinfo(info));
         // SAFETY: this function's contract.
         unsafe { put(request, register_request(r, recipe, conv::comm_abi(a.comm), false)) };
     }
