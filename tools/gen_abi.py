@@ -130,7 +130,7 @@ HAND = {**gen_ompi.HAND, **{
 UNSUPPORTED = dict(gen_ompi.UNSUPPORTED)
 # The standard ABI is MPI 5.0's (mpi_abi.h's MPI_VERSION): a program built against it is told so,
 # whatever MPI version the MPICH-ABI library underneath reports.
-POST = {**gen_ompi.POST, "MPI_Get_version": "if !version.is_null() { *version = abi::MPI_VERSION; } if !subversion.is_null() { *subversion = abi::MPI_SUBVERSION; }"}
+POST = {**gen_ompi.POST, "MPI_Get_version": "if !version.is_null() { *version = abi::MPI_VERSION; }\n        if !subversion.is_null() { *subversion = abi::MPI_SUBVERSION; }"}
 # MPI_Comm_toint & co.: the standard ABI's integer handles (c2f's successors).
 SPECIAL = {}
 for kind, typ in [("Comm", "Comm"), ("Errhandler", "Errhandler"), ("Group", "Group"), ("Info", "Info"),

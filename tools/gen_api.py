@@ -735,7 +735,9 @@ def coll_init_args(params, neighbor):
             out.append("CollArg::Buf(%s as u64)" % n)
         elif ptr == 0 and b == "int":
             out.append("CollArg::Int(%s)" % n)
-        elif ptr == 0 and b in ("MPI_Count", "MPI_Aint"):
+        elif ptr == 0 and b == "MPI_Count":
+            out.append("CollArg::Count(%s)" % n)
+        elif ptr == 0 and b == "MPI_Aint":
             out.append("CollArg::Count(%s as i64)" % n)
         elif ptr == 1 and b == "int":
             out.append("CollArg::Ints(crate::face::api::coll_ints(%s, %s))" % (n, arr))
@@ -745,7 +747,11 @@ def coll_init_args(params, neighbor):
             out.append("CollArg::Type(crate::face::api::datatype::typeref(%s))" % n)
         elif ptr == 1 and b == "MPI_Datatype":
             out.append("CollArg::Types(crate::face::api::coll_typerefs(%s, %s))" % (n, arr))
-        elif ptr == 0 and b in ("MPI_Op", "MPI_Comm", "MPI_Info"):
+        elif ptr == 0 and b == "MPI_Comm":
+            out.append("CollArg::Comm(crate::face::conv::vcomm(%s))" % n)
+        elif ptr == 0 and b == "MPI_Info":
+            out.append("CollArg::Info(crate::face::conv::vinfo(%s))" % n)
+        elif ptr == 0 and b == "MPI_Op":
             out.append("CollArg::%s(%s)" % (b[4:], n))
         else:
             raise SystemExit("gen_api: no recipe for argument %s (%s)" % (n, b))

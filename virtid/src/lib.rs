@@ -11,11 +11,13 @@
 
 pub mod counters;
 pub mod encoding;
+pub mod handles;
 pub mod recipe;
 mod slots;
 pub mod table;
 
 pub use counters::{CommCounters, Counters, CountsSnapshot};
 pub use encoding::{Kind, VirtualHandle};
+pub use handles::{VComm, VInfo};
 pub use recipe::*;
 pub use table::{RealHandle, Table};

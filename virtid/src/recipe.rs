@@ -5,6 +5,7 @@
 //! Mutable properties (names, info keys) are read back at checkpoint time rather than tracked
 //! call by call.
 
+use crate::handles::{VComm, VInfo};
 use serde::{Deserialize, Serialize};
 
 /// A handle value as the program sees it (predefined constant or virtual).
@@ -172,7 +173,7 @@ pub struct P2pArgs {
     /// Destination or source rank in `comm` (may be MPI_ANY_SOURCE / MPI_PROC_NULL).
     pub peer: i32,
     pub tag: i32,
-    pub comm: Handle,
+    pub comm: VComm,
 }
 
 /// Send modes.
@@ -195,7 +196,7 @@ pub enum RequestRecipe {
     /// Nonblocking or persistent collective, or anything else the library completes itself.
     /// A persistent collective keeps the arguments of its `MPI_*_init` (`init`), to be made
     /// again on a renewed library.
-    Collective { function: String, comm: Handle, persistent: bool, active: bool, init: Option<Box<CollInit>> },
+    Collective { function: String, comm: VComm, persistent: bool, active: bool, init: Option<Box<CollInit>> },
     /// Partitioned point-to-point (`MPI_Psend_init` / `MPI_Precv_init`): persistent, made again
     /// from `init`; `ready` marks the partitions a started send made ready (`MPI_Pready*`).
     Partitioned { init: Box<PartInit>, active: bool, ready: Vec<u64> },
@@ -242,8 +243,8 @@ pub enum CollArg {
     /// Per-peer datatypes (`*w` variants), copied.
     Types(Option<Vec<TypeRef>>),
     Op(Handle),
-    Comm(Handle),
-    Info(Handle),
+    Comm(VComm),
+    Info(VInfo),
 }
 
 /// How a persistent collective was made: the function, its arguments, and its number among
@@ -269,8 +270,8 @@ pub struct PartInit {
     pub datatype: TypeRef,
     pub peer: i32,
     pub tag: i32,
-    pub comm: Handle,
-    pub info: Handle,
+    pub comm: VComm,
+    pub info: VInfo,
     pub order: u64,
     pub pair: u64,
 }
@@ -358,7 +359,7 @@ mod tests {
                 datatype: TypeRef::Derived(Box::new(TypeRecipe::Contiguous { count: 2, old: TypeRef::Predefined(MPI_INT) })),
                 peer: -2,
                 tag: -1,
-                comm: 0x4400_0000,
+                comm: VComm::WORLD,
             },
             active: true,
         };

@@ -80,7 +80,9 @@ pub unsafe fn MPI_Abi_set_fortran_info(info: OHandle) -> c_int {
 
 /// The values of Fortran's .TRUE. and .FALSE. the program set (set = 1), else the usual 1 and 0
 /// of a 4-byte LOGICAL (set = 1 as well: they are known), as the MPICH 5 wheel answers.
-static BOOLEANS: Mutex<Option<(usize, Vec<u8>, Vec<u8>)>> = Mutex::new(None);
+static BOOLEANS: Mutex<Option<Booleans>> = Mutex::new(None);
+/// (size of a LOGICAL, .TRUE., .FALSE.).
+type Booleans = (usize, Vec<u8>, Vec<u8>);
 
 pub unsafe fn MPI_Abi_set_fortran_booleans(size: c_int, t: *mut c_void, f: *mut c_void) -> c_int {
     if size <= 0 || t.is_null() || f.is_null() {

@@ -253,7 +253,7 @@ mod tests {
 
     #[test]
     fn in_place_is_one_in_open_mpi() {
-        assert_eq!(buf_in(1 as *const c_void), m::MPI_IN_PLACE);
+        assert_eq!(buf_in(std::ptr::without_provenance::<c_void>(1)), m::MPI_IN_PLACE);
         assert!(buf_in(std::ptr::null::<c_void>()).is_null());
     }
 }

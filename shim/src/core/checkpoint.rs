@@ -743,7 +743,7 @@ impl CommIndex {
         out
     }
 
-    fn world_of(&self, comm: MPI_Comm, local: c_int) -> Option<(u64, i32)> {
+    fn world_of(&self, comm: mpicr_virtid::VComm, local: c_int) -> Option<(u64, i32)> {
         let idx = handles::comm_index(comm)?;
         let (gid, _, peers) = self.by_idx.get(&idx)?;
         Some((*gid, *peers.get(local as usize)?))
@@ -866,7 +866,7 @@ pub struct StateFile<D = mpicr_drain::Buffer> {
 }
 
 /// The version of [`StateFile`]'s layout this build writes and reads.
-pub const STATE_FORMAT: u32 = 4;
+pub const STATE_FORMAT: u32 = 5;
 
 /// A table's snapshot with its real handles as the state file keeps them (untyped bits).
 fn bits<R: RealHandle, E>(items: Vec<(u32, R, E)>) -> Vec<(u32, u64, E)> {

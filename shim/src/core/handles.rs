@@ -1,13 +1,17 @@
-//! Virtual handles as the core knows them: a table index encoded by `mpicr_virtid`, or a
-//! predefined handle of the lower ABI, which stands for itself (the two predefined
-//! communicators stand for the real ones of the current generation). Recipes store handles in
-//! this form. The face converts the program's handles to these at its edge (with MPICH's ABI on
-//! both sides, that conversion is the identity).
+//! Virtual handles as the core knows them. Communicators and infos are typed ([`VComm`],
+//! [`VInfo`]): a table index, or the core's own predefined handles (`WORLD`, `SELF`, `NULL`;
+//! `NULL`, `ENV`), which stand for the real ones of the current generation; the face converts
+//! the program's ABI integers to them (`face::conv::vcomm`, `vinfo`).
+//! The other kinds are still the program's integers: a table index encoded by
+//! `mpicr_virtid`, or a predefined handle of the lower ABI, which stands for itself (with
+//! MPICH's ABI on both sides, the face's conversion is the identity). Recipes store handles in
+//! this form.
 
 use crate::core::state::{OBJ, SELF_INDEX, WORLD_INDEX};
-use crate::lower::abi::{MPI_COMM_SELF, MPI_COMM_WORLD};
+use crate::lower::abi::{MPI_COMM_NULL, MPI_INFO_ENV, MPI_INFO_NULL};
+use crate::lower::handles::{RealComm, RealInfo};
 use mpicr_virtid::encoding::decode;
-use mpicr_virtid::{Kind, VirtualHandle};
+use mpicr_virtid::{Kind, VComm, VInfo, VirtualHandle};
 use std::os::raw::c_int;
 
 /// What a freed virtual handle becomes on its way to the real library: a value of MPICH's
@@ -17,24 +21,38 @@ pub const STALE: c_int = 0;
 /// Set while the lower half runs a sessions-only generation (see `face::conv::comm_checked`).
 pub static SESSIONS_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Table index of a communicator handle (virtual or predefined); `None` if not one of ours.
+/// Table index of a communicator (virtual or predefined); `None` if not one of ours.
 #[inline(always)]
-pub fn comm_index(v: c_int) -> Option<u32> {
-    match decode(v, Kind::Comm) {
-        Some(i) => Some(i),
-        None if v == MPI_COMM_WORLD => Some(WORLD_INDEX),
-        None if v == MPI_COMM_SELF => Some(SELF_INDEX),
-        None => None,
+pub fn comm_index(v: VComm) -> Option<u32> {
+    match v {
+        VComm::WORLD => Some(WORLD_INDEX),
+        VComm::SELF => Some(SELF_INDEX),
+        v => v.index(),
     }
 }
 
-/// The real communicator of a virtual one (a foreign value passes unchanged, a freed one
-/// becomes [`STALE`]).
+/// The real communicator of a virtual one (`NULL` is the library's null communicator, a
+/// foreign value passes unchanged, a freed one becomes [`STALE`]).
 #[inline(always)]
-pub fn comm(v: c_int) -> c_int {
+pub fn comm(v: VComm) -> RealComm {
     match comm_index(v) {
-        Some(i) => OBJ.comms.real(i).map_or(STALE, |r| r.raw()),
-        None => v,
+        Some(i) => OBJ.comms.real(i).unwrap_or(RealComm(STALE)),
+        None if v == VComm::NULL => RealComm(MPI_COMM_NULL),
+        None => RealComm(v.to_int().unwrap_or(STALE)),
+    }
+}
+
+/// The real info of a virtual one (the predefined ones are the library's; hints only, so a
+/// freed one becomes the library's null info, and a foreign value passes unchanged).
+#[inline(always)]
+pub fn info(v: VInfo) -> RealInfo {
+    match v {
+        VInfo::NULL => RealInfo(MPI_INFO_NULL),
+        VInfo::ENV => RealInfo(MPI_INFO_ENV),
+        v => match v.index() {
+            Some(i) => OBJ.infos.real(i).unwrap_or(RealInfo(MPI_INFO_NULL)),
+            None => RealInfo(v.to_int().unwrap_or(MPI_INFO_NULL)),
+        },
     }
 }
 
@@ -53,11 +71,11 @@ pub fn handle(kind: Kind, index: u32) -> c_int {
 }
 
 /// The virtual handle of the communicator at `index` (the predefined ones for world and self).
-pub fn comm_handle(index: u32) -> c_int {
+pub fn comm_handle(index: u32) -> VComm {
     match index {
-        WORLD_INDEX => MPI_COMM_WORLD,
-        SELF_INDEX => MPI_COMM_SELF,
-        i => handle(Kind::Comm, i),
+        WORLD_INDEX => VComm::WORLD,
+        SELF_INDEX => VComm::SELF,
+        i => VComm::virtual_at(i),
     }
 }
 

@@ -9,12 +9,72 @@
 use crate::core::state::OBJ;
 use crate::face::abi::*;
 use mpicr_virtid::encoding::{decode, decode_file};
-use mpicr_virtid::{Kind, VirtualHandle};
+use mpicr_virtid::{Kind, VComm, VInfo, VirtualHandle};
 use std::os::raw::c_int;
 
-// The program's handles are the core's (MPICH's ABI on both sides): the core's own
-// conversions serve the face as they are.
-pub use crate::core::handles::{comm, comm_index, datatype, handle, index, SESSIONS_ONLY, STALE};
+// Apart from communicators, the program's handles are the core's (MPICH's ABI on both sides):
+// the core's own conversions serve the face as they are.
+pub use crate::core::handles::{datatype, handle, index, SESSIONS_ONLY, STALE};
+
+/// The core's communicator for the program's handle: the predefined ones are the core's own,
+/// any other value (virtual, or invented by the program) is carried as it is.
+#[inline(always)]
+pub fn vcomm(v: MPI_Comm) -> VComm {
+    match v {
+        MPI_COMM_WORLD => VComm::WORLD,
+        MPI_COMM_SELF => VComm::SELF,
+        MPI_COMM_NULL => VComm::NULL,
+        v => VComm::from_int(v),
+    }
+}
+
+/// The program's handle for the core's communicator.
+#[inline(always)]
+pub fn comm_abi(v: VComm) -> MPI_Comm {
+    match v {
+        VComm::WORLD => MPI_COMM_WORLD,
+        VComm::SELF => MPI_COMM_SELF,
+        VComm::NULL => MPI_COMM_NULL,
+        v => v.to_int().unwrap_or(MPI_COMM_NULL),
+    }
+}
+
+/// The core's info for the program's handle (as [`vcomm`]).
+#[inline(always)]
+pub fn vinfo(v: MPI_Info) -> VInfo {
+    match v {
+        MPI_INFO_NULL => VInfo::NULL,
+        MPI_INFO_ENV => VInfo::ENV,
+        v => VInfo::from_int(v),
+    }
+}
+
+/// The program's handle for the core's info.
+#[inline(always)]
+pub fn info_abi(v: VInfo) -> MPI_Info {
+    match v {
+        VInfo::NULL => MPI_INFO_NULL,
+        VInfo::ENV => MPI_INFO_ENV,
+        v => v.to_int().unwrap_or(MPI_INFO_NULL),
+    }
+}
+
+/// The program's handle of the communicator at table `index`.
+pub fn comm_handle(index: u32) -> MPI_Comm {
+    comm_abi(crate::core::handles::comm_handle(index))
+}
+
+/// Table index of the program's communicator handle; `None` if not one of ours.
+#[inline(always)]
+pub fn comm_index(v: MPI_Comm) -> Option<u32> {
+    crate::core::handles::comm_index(vcomm(v))
+}
+
+/// The real communicator of the program's handle (see `core::handles::comm`).
+#[inline(always)]
+pub fn comm(v: MPI_Comm) -> MPI_Comm {
+    crate::core::handles::comm(vcomm(v)).raw()
+}
 
 /// A communicator argument that a call's errors are reported on.
 #[inline(always)]

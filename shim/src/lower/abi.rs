@@ -162,8 +162,8 @@ pub const MPI_WIN_CREATE_FLAVOR: c_int = 0x6600_0007;
 pub const MPI_WIN_MODEL: c_int = 0x6600_0009;
 
 /// Sentinel pointers.
-pub const MPI_STATUS_IGNORE: *mut MPI_Status = 1 as *mut MPI_Status;
-pub const MPI_STATUSES_IGNORE: *mut MPI_Status = 1 as *mut MPI_Status;
+pub const MPI_STATUS_IGNORE: *mut MPI_Status = std::ptr::without_provenance_mut(1);
+pub const MPI_STATUSES_IGNORE: *mut MPI_Status = std::ptr::without_provenance_mut(1);
 pub const MPI_IN_PLACE: *mut std::os::raw::c_void = -1isize as *mut std::os::raw::c_void;
 
 /// Is `h` one of MPICH's builtin (predefined) handles? (kind bits 01)

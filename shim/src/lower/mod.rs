@@ -742,7 +742,9 @@ fn loaded_objects() -> Vec<(usize, String)> {
 /// with the program's threads waiting at the gate, is best avoided); the files are read again
 /// at each load, so a restart on another node uses that node's copies.
 fn nodelete_stand_ins(lib: &Path) -> Vec<(String, Vec<u8>)> {
-    static DEPS: Mutex<Option<(PathBuf, Vec<(String, PathBuf)>)>> = Mutex::new(None);
+    /// The library and its dependencies' (soname, path).
+    type Deps = (PathBuf, Vec<(String, PathBuf)>);
+    static DEPS: Mutex<Option<Deps>> = Mutex::new(None);
     let mut cached = DEPS.lock().unwrap_or_else(|e| e.into_inner());
     if cached.as_ref().is_none_or(|(p, _)| p != lib) {
         *cached = Some((lib.to_path_buf(), dependencies(lib)));

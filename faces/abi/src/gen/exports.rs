@@ -4147,7 +4147,8 @@ unsafe fn imp_MPI_Get_version(version: *mut c_int, subversion: *mut c_int) -> c_
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
         let r = mpicr_shim::face::gen::passthrough::MPI_Get_version(version, subversion);
-        if !version.is_null() { *version = abi::MPI_VERSION; } if !subversion.is_null() { *subversion = abi::MPI_SUBVERSION; }
+        if !version.is_null() { *version = abi::MPI_VERSION; }
+        if !subversion.is_null() { *subversion = abi::MPI_SUBVERSION; }
         r
     }
 }

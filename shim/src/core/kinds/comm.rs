@@ -9,7 +9,7 @@ use crate::core::state::{Attrs, OBJ, SELF_INDEX, WORLD_INDEX};
 use crate::lower;
 use crate::lower::abi::*;
 use crate::lower::handles::RealComm;
-use mpicr_virtid::{CommCounters, CommRecipe, Counters, CountsSnapshot, Table, Topology};
+use mpicr_virtid::{VComm, CommCounters, CommRecipe, Counters, CountsSnapshot, Table, Topology};
 use serde::{Deserialize, Serialize};
 use std::os::raw::{c_char, c_int};
 
@@ -146,7 +146,7 @@ impl Comms {
 
 /// Counts a message sent to `dest` (rank in the communicator's remote/peer group). Lock-free.
 #[inline]
-pub fn count_send(comm: MPI_Comm, dest: c_int) {
+pub fn count_send(comm: VComm, dest: c_int) {
     if let Some(c) = handles::comm_index(comm).and_then(|i| OBJ.comms.counters(i)) {
         c.count_sent(dest);
     }
@@ -154,14 +154,14 @@ pub fn count_send(comm: MPI_Comm, dest: c_int) {
 
 /// Counts a message received from `src`. Lock-free.
 #[inline]
-pub fn count_recv(comm: MPI_Comm, src: c_int) {
+pub fn count_recv(comm: VComm, src: c_int) {
     if let Some(c) = handles::comm_index(comm).and_then(|i| OBJ.comms.counters(i)) {
         c.count_recvd(src);
     }
 }
 
 /// The job-wide id of a communicator (the drained-message buffer's key).
-pub fn comm_gid(comm: MPI_Comm) -> Option<u64> {
+pub fn comm_gid(comm: VComm) -> Option<u64> {
     handles::comm_index(comm).and_then(|i| OBJ.comms.counters(i)).map(|c| c.gid())
 }
 

@@ -23,6 +23,7 @@
 //! Files are walked in the order of their communicators' job-wide ids, the same on every rank:
 //! sync, close and open are collective.
 
+use mpicr_virtid::VComm;
 use super::datatype::Built;
 use super::{check, info, Renewable};
 use crate::core::handles;
@@ -64,7 +65,7 @@ pub struct FileEntry {
     /// The access mode the program asked for.
     pub amode: c_int,
     /// The private communicator the real file is opened on (virtual handle), and its job-wide id.
-    pub comm: MPI_Comm,
+    pub comm: VComm,
     pub gid: u64,
     /// Hints given at the open, and later (`MPI_File_set_info`, `MPI_File_set_view`).
     pub open_hints: Vec<(String, String)>,
@@ -76,7 +77,7 @@ pub struct FileEntry {
 }
 
 impl FileEntry {
-    pub fn new(errhandler: MPI_Errhandler, name: &str, amode: c_int, comm: MPI_Comm, gid: u64, open_hints: Vec<(String, String)>) -> Self {
+    pub fn new(errhandler: MPI_Errhandler, name: &str, amode: c_int, comm: VComm, gid: u64, open_hints: Vec<(String, String)>) -> Self {
         FileEntry {
             errhandler,
             name: absolute(name),
@@ -141,8 +142,8 @@ pub fn merge_hints(into: &mut Vec<(String, String)>, new: Vec<(String, String)>)
 
 /// The communicator a file's collectives are counted on (`MPI_COMM_NULL` for a handle that is
 /// not an open file's).
-pub fn comm_of(index: Option<u32>) -> MPI_Comm {
-    index.and_then(|i| OBJ.files.with(i, |e| e.comm)).unwrap_or(MPI_COMM_NULL)
+pub fn comm_of(index: Option<u32>) -> VComm {
+    index.and_then(|i| OBJ.files.with(i, |e| e.comm)).unwrap_or(VComm::NULL)
 }
 
 /// After the program's `MPI_File_close` closed the real file: deletes the file if it was opened
@@ -152,7 +153,7 @@ pub fn comm_of(index: Option<u32>) -> MPI_Comm {
 pub fn after_close(e: &FileEntry) -> c_int {
     let f = lower::fns();
     let Some(idx) = handles::comm_index(e.comm) else { return MPI_SUCCESS };
-    let mut comm = handles::comm(e.comm);
+    let mut comm = handles::comm(e.comm).raw();
     let mut rank = -1;
     // SAFETY: a live real communicator (the file's, made at its open); out-pointers are locals
     // and the name is NUL-terminated.
@@ -298,7 +299,7 @@ impl Renewable for Renew {
             let mut r: MPI_File = std::ptr::null_mut();
             // SAFETY: a live real communicator (rebuilt by the communicator kind), a
             // NUL-terminated name, a live info object and a local out-pointer.
-            let rc = unsafe { f.MPI_File_open.map_or(MPI_ERR_OTHER, |g| g(handles::comm(e.comm), name.as_ptr(), reopen_amode(e.amode), hints, &mut r)) };
+            let rc = unsafe { f.MPI_File_open.map_or(MPI_ERR_OTHER, |g| g(handles::comm(e.comm).raw(), name.as_ptr(), reopen_amode(e.amode), hints, &mut r)) };
             info::free(hints);
             check(rc, &format!("opening the MPI file {} again", e.name))?;
             OBJ.files.set_real(idx, RealFile(r));

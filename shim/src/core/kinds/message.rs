@@ -2,6 +2,7 @@
 //! the message came from the shim's buffer of drained messages. A checkpoint's drain receives
 //! the messages still in the library into that buffer, where `MPI_Mrecv` finds them.
 
+use mpicr_virtid::VComm;
 use super::Renewable;
 use crate::core::kinds::comm::comm_gid;
 use crate::core::state::OBJ;
@@ -13,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MessageEntry {
-    pub comm: MPI_Comm,
+    pub comm: VComm,
     /// A message matched from the shim's buffer of drained messages, rather than the library.
     pub drained: Option<u64>,
     /// Size in bytes (from the probe's status), to receive it into the drain buffer.

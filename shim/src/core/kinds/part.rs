@@ -15,6 +15,7 @@
 //! The renewal makes every partitioned request again in this process's init order, so that the
 //! library matches sends and receives as it did before.
 
+use mpicr_virtid::{VComm, VInfo};
 use crate::core::handles;
 use crate::core::kinds::comm::{peers, world_rank};
 use crate::core::kinds::datatype::Built;
@@ -22,8 +23,7 @@ use crate::core::state::OBJ;
 use crate::lower;
 use crate::lower::abi::*;
 use crate::lower::handles::RealRequest;
-use mpicr_virtid::encoding::decode;
-use mpicr_virtid::{mix, CommCounters, Kind, PartInit, RequestRecipe};
+use mpicr_virtid::{mix, CommCounters, PartInit, RequestRecipe};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};
@@ -32,11 +32,15 @@ use std::sync::Arc;
 
 /// Start counters per pair id and side (send: true), kept while the process lives (a few words
 /// per pair); both sides are here when a process sends to itself.
-static COUNTERS: Mutex<Option<HashMap<(u64, bool), Arc<CommCounters>>>> = Mutex::new(None);
+static COUNTERS: Mutex<Option<HashMap<PairSide, Arc<CommCounters>>>> = Mutex::new(None);
+/// A pair id and a side (send: true).
+type PairSide = (u64, bool);
 /// Partitioned inits of this process so far (`PartInit::order`).
 static INITS: AtomicU64 = AtomicU64::new(0);
 /// Inits per (communicator, sender, receiver, tag) on this side, for [`pair_id`].
-static ORDINALS: Mutex<Option<HashMap<(u64, i32, i32, i32), u64>>> = Mutex::new(None);
+static ORDINALS: Mutex<Option<HashMap<PairKey, u64>>> = Mutex::new(None);
+/// (communicator id, sender, receiver, tag).
+type PairKey = (u64, i32, i32, i32);
 
 /// Marks the start counters' ids apart from communicators' ids.
 const PAIR_SALT: u64 = 0x5041_5254; // "PART"
@@ -44,7 +48,7 @@ const PAIR_SALT: u64 = 0x5041_5254; // "PART"
 /// The job-wide id of the send/receive pair an init of this side belongs to: the n-th
 /// `MPI_Psend_init` from A to B with tag T on a communicator matches the n-th `MPI_Precv_init`
 /// of B from A with tag T (partitioned receives take no wildcards).
-fn pair_id(comm: c_int, peer: c_int, tag: c_int, send: bool) -> Option<u64> {
+fn pair_id(comm: VComm, peer: c_int, tag: c_int, send: bool) -> Option<u64> {
     let idx = handles::comm_index(comm)?;
     let c = OBJ.comms.get(idx)?;
     let peer_world = *peers(&c).get(usize::try_from(peer).ok()?)?;
@@ -66,7 +70,7 @@ fn pair_id(comm: c_int, peer: c_int, tag: c_int, send: bool) -> Option<u64> {
 #[allow(clippy::too_many_arguments)]
 pub fn recipe(
     send: bool, buf: u64, partitions: c_int, count: MPI_Count, datatype: mpicr_virtid::TypeRef, peer: c_int, tag: c_int,
-    comm: c_int, info: c_int,
+    comm: VComm, info: VInfo,
 ) -> RequestRecipe {
     let order = INITS.fetch_add(1, Ordering::Relaxed);
     let pair = match pair_id(comm, peer, tag, send) {
@@ -142,13 +146,6 @@ pub fn not_aligned(targets: &HashMap<u64, u64>) -> Option<String> {
     None
 }
 
-fn info(v: c_int) -> c_int {
-    match decode(v, Kind::Info) {
-        Some(i) => OBJ.infos.real(i).map_or(MPI_INFO_NULL, |r| r.raw()),
-        None => v,
-    }
-}
-
 /// The renewal: every partitioned request made again, in this process's init order.
 pub fn rebuild() -> Result<(), String> {
     let f = lower::fns();
@@ -164,7 +161,7 @@ pub fn rebuild() -> Result<(), String> {
     todo.sort_by_key(|(_, i)| i.order);
     for (idx, i) in todo {
         let t = Built::of(&i.datatype).map_err(|rc| format!("rebuilding a partitioned request's datatype: {}", lower::error_string(rc)))?;
-        let (c, inf) = (handles::comm(i.comm), info(i.info));
+        let (c, inf) = (handles::comm(i.comm).raw(), handles::info(i.info).raw());
         let mut r = MPI_REQUEST_NULL;
         // SAFETY: the program's buffer (kept for the request's life, as MPI requires) and live
         // real handles; `r` is a local.

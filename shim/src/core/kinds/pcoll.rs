@@ -52,19 +52,12 @@ impl<T> FromVal for *mut T {
     }
 }
 
-/// The real handle of a virtual op or info (predefined ones stand for themselves); a freed
-/// info becomes MPI_INFO_NULL (hints only), a freed op is an error.
+/// The real handle of a virtual op (predefined ones stand for themselves); a freed op is an
+/// error.
 fn op(v: c_int) -> Result<c_int, String> {
     match decode(v, Kind::Op) {
         Some(i) => OBJ.ops.real(i).map(|r| r.raw()).ok_or_else(|| "its reduction op was freed".to_string()),
         None => Ok(v),
-    }
-}
-
-fn info(v: c_int) -> c_int {
-    match decode(v, Kind::Info) {
-        Some(i) => OBJ.infos.real(i).map_or(MPI_INFO_NULL, |r| r.raw()),
-        None => v,
     }
 }
 
@@ -110,8 +103,8 @@ fn resolve(args: &[CollArg], keep: &mut Keep) -> Result<Vec<Val>, String> {
                 None => Val::Ptr(std::ptr::null_mut()),
             },
             CollArg::Op(o) => Val::Int(op(*o)?),
-            CollArg::Comm(c) => Val::Int(handles::comm(*c)),
-            CollArg::Info(i) => Val::Int(info(*i)),
+            CollArg::Comm(c) => Val::Int(handles::comm(*c).raw()),
+            CollArg::Info(i) => Val::Int(handles::info(*i).raw()),
         });
     }
     Ok(out)

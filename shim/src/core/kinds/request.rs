@@ -13,7 +13,7 @@ use crate::core::kinds::datatype::Built;
 use crate::core::state::OBJ;
 use crate::lower;
 use crate::lower::abi::*;
-use mpicr_virtid::{P2pArgs, RequestRecipe, SendMode, TypeRef};
+use mpicr_virtid::{VComm, P2pArgs, RequestRecipe, SendMode, TypeRef};
 use serde::{Deserialize, Serialize};
 use std::os::raw::{c_int, c_void};
 
@@ -21,7 +21,7 @@ use std::os::raw::{c_int, c_void};
 pub struct RequestEntry {
     pub recipe: RequestRecipe,
     /// Communicator (virtual) whose error handler reports failures; COMM_NULL for none.
-    pub comm: MPI_Comm,
+    pub comm: VComm,
     /// Receives count their source when they complete (drain accounting).
     pub counts_recv: bool,
     /// Completed by the shim itself (e.g. from the drained-message buffer): the status to report.
@@ -127,7 +127,7 @@ fn record(idx: u32, rc: c_int, flag: c_int, mut st: MPI_Status) -> Option<MPI_St
 /// The program freed communicator `comm`: its requests still pending, or persistent, are
 /// marked (see [`RequestEntry::comm_freed`]); the handle's slot may serve another
 /// communicator from now on.
-pub fn note_comm_freed(comm: MPI_Comm) {
+pub fn note_comm_freed(comm: VComm) {
     for (idx, _, e) in OBJ.requests.snapshot() {
         if e.comm == comm && (e.done.is_none() || e.recipe.is_persistent()) {
             OBJ.requests.with(idx, |x| x.comm_freed = true);
@@ -149,12 +149,12 @@ pub fn take_drained_into(a: &P2pArgs) -> Option<MPI_Status> {
 }
 
 /// Copies a drained message (packed bytes) into the program's typed buffer.
-pub(crate) fn unpack(data: &[u8], buf: *mut c_void, count: i64, dt: MPI_Datatype, comm: MPI_Comm, source: c_int, tag: c_int) -> MPI_Status {
+pub(crate) fn unpack(data: &[u8], buf: *mut c_void, count: i64, dt: MPI_Datatype, comm: VComm, source: c_int, tag: c_int) -> MPI_Status {
     unpack_real(data, buf, count, handles::datatype(dt), comm, source, tag)
 }
 
 /// As [`unpack`], with the real datatype.
-fn unpack_real(data: &[u8], buf: *mut c_void, count: i64, rdt: c_int, comm: MPI_Comm, source: c_int, tag: c_int) -> MPI_Status {
+fn unpack_real(data: &[u8], buf: *mut c_void, count: i64, rdt: c_int, comm: VComm, source: c_int, tag: c_int) -> MPI_Status {
     let f = lower::fns();
     let mut size: MPI_Count = 0;
     // SAFETY: out-pointer is a local.
@@ -167,7 +167,7 @@ fn unpack_real(data: &[u8], buf: *mut c_void, count: i64, rdt: c_int, comm: MPI_
         // SAFETY: `data` holds at least `n` bytes; the program's buffer holds `count` elements
         // of `dt`, of which `n / size` are written.
         unsafe {
-            f.MPI_Unpack_c.map(|g| g(data.as_ptr() as *const c_void, n as MPI_Count, &mut pos, buf, n / size, rdt, handles::comm(comm)));
+            f.MPI_Unpack_c.map(|g| g(data.as_ptr() as *const c_void, n as MPI_Count, &mut pos, buf, n / size, rdt, handles::comm(comm).raw()));
         }
     }
     st.set_bytes(n);
@@ -179,7 +179,7 @@ fn unpack_real(data: &[u8], buf: *mut c_void, count: i64, rdt: c_int, comm: MPI_
 /// (completions are recorded for the program, see [`poll`]) and calls `received(comm, source)`
 /// for each receive that completed with a message counted by the drain. Returns how many are
 /// still pending.
-pub fn test_pending(mut received: impl FnMut(MPI_Comm, c_int)) -> usize {
+pub fn test_pending(mut received: impl FnMut(VComm, c_int)) -> usize {
     let mut pending = 0;
     let requests = OBJ.requests.snapshot();
     // Nonblocking MPI-IO: only the first pending one in start order (see `is_file_io`).
@@ -270,7 +270,7 @@ pub fn repost_cancelled() -> Result<(), String> {
                 f.MPI_Start.map_or(MPI_ERR_OTHER, |h| h(&mut r))
             } else {
                 let ty = Built::of(&args.datatype).map_err(|rc| format!("posting a receive again: {}", lower::error_string(rc)))?;
-                f.MPI_Irecv_c.map_or(MPI_ERR_OTHER, |h| h(args.buf as *mut c_void, args.count, ty.real, args.peer, args.tag, handles::comm(args.comm), &mut r))
+                f.MPI_Irecv_c.map_or(MPI_ERR_OTHER, |h| h(args.buf as *mut c_void, args.count, ty.real, args.peer, args.tag, handles::comm(args.comm).raw(), &mut r))
             }
         };
         check(rc, "posting a receive again")?;
@@ -397,11 +397,11 @@ impl Renewable for Renew {
                             });
                             continue;
                         }
-                        f.MPI_Irecv_c.map_or(MPI_ERR_OTHER, |h| h(args.buf as *mut c_void, args.count, dt(&args.datatype), args.peer, args.tag, handles::comm(args.comm), &mut r))
+                        f.MPI_Irecv_c.map_or(MPI_ERR_OTHER, |h| h(args.buf as *mut c_void, args.count, dt(&args.datatype), args.peer, args.tag, handles::comm(args.comm).raw(), &mut r))
                     }
                     RequestRecipe::PersistentRecv { args, active } => {
                         let rc = f.MPI_Recv_init_c.map_or(MPI_ERR_OTHER, |h| {
-                            h(args.buf as *mut c_void, args.count, dt(&args.datatype), args.peer, args.tag, handles::comm(args.comm), &mut r)
+                            h(args.buf as *mut c_void, args.count, dt(&args.datatype), args.peer, args.tag, handles::comm(args.comm).raw(), &mut r)
                         });
                         if rc == MPI_SUCCESS && *active && e.repost {
                             if let Some(st) = take_drained_into(args) {
@@ -419,7 +419,7 @@ impl Renewable for Renew {
                             SendMode::Synchronous => f.MPI_Ssend_init_c,
                             SendMode::Ready => f.MPI_Rsend_init_c,
                         };
-                        init.map_or(MPI_ERR_OTHER, |h| h(args.buf as *const c_void, args.count, dt(&args.datatype), args.peer, args.tag, handles::comm(args.comm), &mut r))
+                        init.map_or(MPI_ERR_OTHER, |h| h(args.buf as *const c_void, args.count, dt(&args.datatype), args.peer, args.tag, handles::comm(args.comm).raw(), &mut r))
                     }
                     _ => MPI_SUCCESS,
                 }

@@ -20,6 +20,7 @@
 //! Windows are walked in the order of their communicators' job-wide ids, the same on every
 //! rank: fences, frees and creations are collective.
 
+use mpicr_virtid::VComm;
 use super::{check, info, Renewable};
 use crate::core::handles;
 use crate::core::state::{Attrs, OBJ};
@@ -104,7 +105,7 @@ pub struct WinEntry {
     pub size: MPI_Aint,
     pub disp_unit: MPI_Aint,
     /// The private communicator the real window is made on (virtual handle), and its job-wide id.
-    pub comm: MPI_Comm,
+    pub comm: VComm,
     pub gid: u64,
     /// Hints given at the creation and by `MPI_Win_set_info`.
     pub hints: Vec<(String, String)>,
@@ -121,7 +122,8 @@ pub struct WinEntry {
 }
 
 impl WinEntry {
-    pub fn new(made_by: &str, flavor: Flavor, base: usize, size: MPI_Aint, disp_unit: MPI_Aint, comm: MPI_Comm, gid: u64, hints: Vec<(String, String)>) -> Self {
+    #[allow(clippy::too_many_arguments, reason = "one argument per property a window is made with")]
+    pub fn new(made_by: &str, flavor: Flavor, base: usize, size: MPI_Aint, disp_unit: MPI_Aint, comm: VComm, gid: u64, hints: Vec<(String, String)>) -> Self {
         WinEntry {
             errhandler: MPI_ERRORS_ARE_FATAL,
             attrs: Vec::new(),
@@ -376,7 +378,7 @@ impl Renewable for Renew {
 /// Makes the real window of `e` on the renewed library (collective on its communicator).
 fn make(e: &WinEntry) -> Result<MPI_Win, String> {
     let f = lower::fns();
-    let comm = handles::comm(e.comm);
+    let comm = handles::comm(e.comm).raw();
     let hints = info::build(&e.hints)?;
     let mut w = MPI_WIN_NULL;
     let du = e.disp_unit;
@@ -415,7 +417,7 @@ fn alias_segment(e: &WinEntry, w: MPI_Win, new_base: usize) -> Result<(), String
     let Some(s) = &e.segment else { return Ok(()) };
     let mut n = 0;
     // SAFETY: a live real communicator and a local out-pointer.
-    unsafe { lower::fns().MPI_Comm_size.map(|g| g(handles::comm(e.comm), &mut n)) };
+    unsafe { lower::fns().MPI_Comm_size.map(|g| g(handles::comm(e.comm).raw(), &mut n)) };
     let (start, len) = segment_of(w, n).ok_or("its new shared segment cannot be queried")?;
     if len != s.len || new_base.wrapping_sub(start) != e.base.wrapping_sub(s.start) {
         return Err(format!("its new shared segment has another layout ({len} bytes, this rank's part at {:#x}) than before ({} bytes)", new_base - start, s.len));
@@ -457,7 +459,7 @@ fn restore(w: MPI_Win, idx: u32, e: &WinEntry) -> Result<(), String> {
         }
         if let Some(s) = &e.segment {
             // Every rank's part is back before any rank's program reads it.
-            check(f.MPI_Barrier.map_or(MPI_ERR_OTHER, |g| g(handles::comm(e.comm))), "MPI_Barrier")?;
+            check(f.MPI_Barrier.map_or(MPI_ERR_OTHER, |g| g(handles::comm(e.comm).raw())), "MPI_Barrier")?;
             let start = segment_of(w, comm_size(e.comm)).map_or(s.start, |(st, _)| st);
             OBJ.wins.with(idx, |x| {
                 if let Some(seg) = x.segment.as_mut() {
@@ -476,9 +478,9 @@ fn restore(w: MPI_Win, idx: u32, e: &WinEntry) -> Result<(), String> {
     Ok(())
 }
 
-fn comm_size(comm: MPI_Comm) -> c_int {
+fn comm_size(comm: VComm) -> c_int {
     let mut n = 0;
     // SAFETY: a live real communicator and a local out-pointer.
-    unsafe { lower::fns().MPI_Comm_size.map(|g| g(handles::comm(comm), &mut n)) };
+    unsafe { lower::fns().MPI_Comm_size.map(|g| g(handles::comm(comm).raw(), &mut n)) };
     n
 }

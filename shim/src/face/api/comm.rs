@@ -408,7 +408,7 @@ unsafe fn free_comm(comm: *mut MPI_Comm, name: &'static str) -> c_int {
         // other members may still hold it at a checkpoint: its rebuild needs this rank too
         crate::core::kinds::comm::note_freed(&e);
     }
-    crate::core::kinds::request::note_comm_freed(v);
+    crate::core::kinds::request::note_comm_freed(conv::vcomm(v));
     drop(g);
     // SAFETY: `comm` is non-null (checked at entry) and writable (MPI's contract of the free calls).
     unsafe { *comm = MPI_COMM_NULL };

@@ -22,7 +22,7 @@ pub use crate::face::api::errhandler::file_null_errhandler;
 /// checkpoint's alignment (nothing is counted for a handle that is not an open file's: the
 /// library reports it).
 pub fn begin_file_collective(fh: MPI_File) -> gate::Guard {
-    begin_collective(file::comm_of(conv::file_index(fh))).0
+    begin_collective(conv::comm_abi(file::comm_of(conv::file_index(fh)))).0
 }
 
 pub unsafe fn MPI_File_open(comm: MPI_Comm, filename: *const c_char, amode: c_int, info: MPI_Info, fh: *mut MPI_File) -> c_int {
@@ -53,7 +53,7 @@ pub unsafe fn MPI_File_open(comm: MPI_Comm, filename: *const c_char, amode: c_in
             .unwrap_or(0);
         // SAFETY: MPI_File_open succeeded, so `filename` is the program's NUL-terminated name.
         let name = unsafe { crate::lower::cstr(filename) };
-        let entry = FileEntry::new(file_null_errhandler(), &name, amode, own, gid, crate::core::kinds::info::entries(i));
+        let entry = FileEntry::new(file_null_errhandler(), &name, amode, conv::vcomm(own), gid, crate::core::kinds::info::entries(i));
         let v = match OBJ.files.insert(crate::lower::handles::RealFile(r), entry) {
             Ok(i) => conv::file_handle(i),
             Err(_) => errors::fatal("too many open files"),

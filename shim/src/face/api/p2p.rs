@@ -19,7 +19,7 @@ use mpicr_virtid::{Kind, P2pArgs, RequestRecipe, SendMode, TypeRef};
 use std::os::raw::{c_int, c_void};
 
 fn args(buf: *const c_void, count: i64, datatype: MPI_Datatype, peer: c_int, tag: c_int, comm: MPI_Comm) -> P2pArgs {
-    P2pArgs { buf: buf as u64, count, datatype: TypeRef::Predefined(datatype), peer, tag, comm }
+    P2pArgs { buf: buf as u64, count, datatype: TypeRef::Predefined(datatype), peer, tag, comm: conv::vcomm(comm) }
 }
 
 /// Posts a send and returns its virtual request. Safe: it only records `buf`'s address; the
@@ -34,7 +34,7 @@ fn post_send(
     if rc != MPI_SUCCESS {
         return Err(rc);
     }
-    count_send(comm, dest);
+    count_send(conv::vcomm(comm), dest);
     Ok(register_request(r, RequestRecipe::Send { mode, args: args(buf, count, dt, dest, tag, comm) }, comm, false))
 }
 
@@ -133,7 +133,7 @@ unsafe fn bsend(buf: *const c_void, count: i64, datatype: MPI_Datatype, dest: c_
         let capacity = attached.map(|(addr, size)| bsend::capacity(addr, size));
         // SAFETY: `buf` is the caller's, readable for the message (MPI's contract of the call).
         unsafe { bsend::send(buf, count, conv::datatype(datatype), dest, tag, c, pool, capacity) }?;
-        count_send(comm, dest);
+        count_send(conv::vcomm(comm), dest);
     }
     Ok(if request { register_done(recipe, comm, &done) } else { MPI_REQUEST_NULL })
 }
@@ -325,7 +325,7 @@ unsafe fn post_exchange(name: &str, comm: MPI_Comm, dest: c_int, request: *mut M
     let mut r = MPI_REQUEST_NULL;
     let rc = call(conv::comm(comm), &mut r);
     if rc == MPI_SUCCESS {
-        count_send(comm, dest);
+        count_send(conv::vcomm(comm), dest);
         let v = register_request(r, RequestRecipe::Other { function: name.into() }, comm, true);
         // SAFETY: this function's contract.
         unsafe { put(request, v) };
@@ -387,7 +387,7 @@ fn drained_status(source: c_int, tag: c_int, bytes: usize) -> MPI_Status {
 pub unsafe fn MPI_Iprobe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
     let g = gate::enter();
     if !drained::is_empty() {
-        if let Some((s, t, n)) = comm_gid(comm).and_then(|gid| drained::peek(gid, source, tag)) {
+        if let Some((s, t, n)) = comm_gid(conv::vcomm(comm)).and_then(|gid| drained::peek(gid, source, tag)) {
             // SAFETY: `flag` and `status` are the caller's out-pointers (`status` may be
             // MPI_STATUS_IGNORE), as MPI_Iprobe requires.
             unsafe {
@@ -422,7 +422,7 @@ pub unsafe fn MPI_Probe(source: c_int, tag: c_int, comm: MPI_Comm, status: *mut 
             return rc;
         }
         spins = spins.wrapping_add(1);
-        if spins % 64 == 0 {
+        if spins.is_multiple_of(64) {
             std::thread::yield_now();
         }
     }
@@ -431,9 +431,9 @@ pub unsafe fn MPI_Probe(source: c_int, tag: c_int, comm: MPI_Comm, status: *mut 
 pub unsafe fn MPI_Improbe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
     let g = gate::enter();
     if !drained::is_empty() {
-        if let Some(m) = comm_gid(comm).and_then(|gid| drained::take(gid, source, tag)) {
+        if let Some(m) = comm_gid(conv::vcomm(comm)).and_then(|gid| drained::take(gid, source, tag)) {
             let st = drained_status(m.source, m.tag, m.data.len());
-            let entry = MessageEntry { comm, drained: Some(0), bytes: st.bytes() };
+            let entry = MessageEntry { comm: conv::vcomm(comm), drained: Some(0), bytes: st.bytes() };
             let idx = OBJ.messages.insert(RealMessage(0), entry).unwrap_or_else(|_| errors::fatal("too many live messages"));
             CLAIMED.lock().push((idx, m));
             // SAFETY: `flag`, `message` and `status` are the caller's out-pointers, as MPI_Improbe
@@ -463,8 +463,8 @@ pub unsafe fn MPI_Improbe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut 
             real_msg
         } else {
             // The message has left the library's queue: it counts as received now.
-            count_recv(comm, st.MPI_SOURCE);
-            let idx = OBJ.messages.insert(RealMessage(real_msg), MessageEntry { comm, drained: None, bytes: st.bytes() });
+            count_recv(conv::vcomm(comm), st.MPI_SOURCE);
+            let idx = OBJ.messages.insert(RealMessage(real_msg), MessageEntry { comm: conv::vcomm(comm), drained: None, bytes: st.bytes() });
             conv::handle(Kind::Message, idx.unwrap_or_else(|_| errors::fatal("too many live messages")))
         };
         // SAFETY: as above: the caller's `message` and `status`.
@@ -493,7 +493,7 @@ pub unsafe fn MPI_Mprobe(source: c_int, tag: c_int, comm: MPI_Comm, message: *mu
             return rc;
         }
         spins = spins.wrapping_add(1);
-        if spins % 64 == 0 {
+        if spins.is_multiple_of(64) {
             std::thread::yield_now();
         }
     }
@@ -534,14 +534,14 @@ unsafe fn mrecv_start(
             claimed.remove(pos).1
         };
         let st = unpack(&m.data, buf, count, dt, entry.comm, m.source, m.tag);
-        return Ok(register_done(RequestRecipe::Other { function: "MPI_Mrecv".into() }, entry.comm, &st));
+        return Ok(register_done(RequestRecipe::Other { function: "MPI_Mrecv".into() }, conv::comm_abi(entry.comm), &st));
     }
     let mut r = MPI_REQUEST_NULL;
     let rc = real_call(conv::datatype(dt), &mut real_msg, &mut r);
     if rc != MPI_SUCCESS {
-        return Err((entry.comm, rc));
+        return Err((conv::comm_abi(entry.comm), rc));
     }
-    Ok(register_request(r, RequestRecipe::Other { function: "MPI_Mrecv".into() }, entry.comm, false))
+    Ok(register_request(r, RequestRecipe::Other { function: "MPI_Mrecv".into() }, conv::comm_abi(entry.comm), false))
 }
 
 macro_rules! mrecv {
@@ -661,17 +661,17 @@ unsafe fn partitioned_init(
 ) -> c_int {
     let g = gate::enter();
     let mut r = MPI_REQUEST_NULL;
-    let rc = call(conv::comm(a.comm), conv::datatype(dtype_of(a)), &mut r);
+    let rc = call(crate::core::handles::comm(a.comm).raw(), conv::datatype(dtype_of(a)), &mut r);
     if rc == MPI_SUCCESS {
         let TypeRef::Predefined(dt) = a.datatype else { unreachable!("args() keeps handles") };
         let ty = crate::face::api::datatype::typeref(dt);
-        let recipe = part::recipe(send, a.buf, partitions, a.count, ty, a.peer, a.tag, a.comm, info);
+        let recipe = part::recipe(send, a.buf, partitions, a.count, ty, a.peer, a.tag, a.comm, conv::vinfo(info));
         // SAFETY: this function's contract.
-        unsafe { put(request, register_request(r, recipe, a.comm, false)) };
+        unsafe { put(request, register_request(r, recipe, conv::comm_abi(a.comm), false)) };
     }
     drop(g);
     if rc != MPI_SUCCESS {
-        return errors::raise_comm(a.comm, rc, name);
+        return errors::raise_comm(conv::comm_abi(a.comm), rc, name);
     }
     MPI_SUCCESS
 }

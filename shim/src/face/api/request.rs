@@ -17,7 +17,7 @@ use std::os::raw::c_int;
 
 /// Registers a real request under a virtual handle.
 pub fn register_request(real: c_int, recipe: RequestRecipe, comm: MPI_Comm, counts_recv: bool) -> MPI_Request {
-    let e = RequestEntry { recipe, comm, counts_recv, done: None, repost: false, comm_freed: false };
+    let e = RequestEntry { recipe, comm: conv::vcomm(comm), counts_recv, done: None, repost: false, comm_freed: false };
     match OBJ.requests.insert(RealRequest(real), e) {
         Ok(i) => conv::handle(Kind::Request, i),
         Err(_) => errors::fatal("too many live requests"),
@@ -26,7 +26,7 @@ pub fn register_request(real: c_int, recipe: RequestRecipe, comm: MPI_Comm, coun
 
 /// A request the shim completed itself, reporting `status`.
 pub fn register_done(recipe: RequestRecipe, comm: MPI_Comm, status: &MPI_Status) -> MPI_Request {
-    let e = RequestEntry { recipe, comm, counts_recv: false, done: Some(status.as_array()), repost: false, comm_freed: false };
+    let e = RequestEntry { recipe, comm: conv::vcomm(comm), counts_recv: false, done: Some(status.as_array()), repost: false, comm_freed: false };
     match OBJ.requests.insert(RealRequest(MPI_REQUEST_NULL), e) {
         Ok(i) => conv::handle(Kind::Request, i),
         Err(_) => errors::fatal("too many live requests"),
@@ -36,7 +36,7 @@ pub fn register_done(recipe: RequestRecipe, comm: MPI_Comm, status: &MPI_Status)
 pub fn register_collective(real: c_int, comm: MPI_Comm, function: &str, persistent: bool) -> MPI_Request {
     let recipe = RequestRecipe::Collective {
         function: function.trim_start_matches('P').to_string(),
-        comm,
+        comm: conv::vcomm(comm),
         persistent,
         active: !persistent,
         init: None,
@@ -48,9 +48,9 @@ pub fn register_collective(real: c_int, comm: MPI_Comm, function: &str, persiste
 /// its arguments: the recipe a renewal makes it again from.
 pub fn register_persistent_collective(real: c_int, comm: MPI_Comm, function: &str, seq: u64, args: Vec<CollArg>) -> MPI_Request {
     let function = function.trim_start_matches('P').to_string();
-    let comm_gid = crate::core::kinds::comm::comm_gid(comm).unwrap_or(0);
+    let comm_gid = crate::core::kinds::comm::comm_gid(conv::vcomm(comm)).unwrap_or(0);
     let init = CollInit { function: function.clone(), comm_gid, seq, args };
-    let recipe = RequestRecipe::Collective { function, comm, persistent: true, active: false, init: Some(Box::new(init)) };
+    let recipe = RequestRecipe::Collective { function, comm: conv::vcomm(comm), persistent: true, active: false, init: Some(Box::new(init)) };
     register_request(real, recipe, comm, false)
 }
 
@@ -291,9 +291,9 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
         }
     }
     if mode.all() {
-        for i in 0..n {
+        for (i, slot) in slots.iter().enumerate().take(n) {
             let out = status_at(i);
-            match slots[i] {
+            match slot {
                 // SAFETY: `out` is MPI_STATUS_IGNORE or an element of the caller's status array (`status_at`,
                 // contract above).
                 Slot::Inert => unsafe {
@@ -318,7 +318,7 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
 
 /// The communicator whose error handler reports a request's failure.
 fn request_comm(v: MPI_Request) -> MPI_Comm {
-    conv::index(v, Kind::Request).and_then(|i| OBJ.requests.with(i, |e| e.comm)).unwrap_or(MPI_COMM_WORLD)
+    conv::index(v, Kind::Request).and_then(|i| OBJ.requests.with(i, |e| conv::comm_abi(e.comm))).unwrap_or(MPI_COMM_WORLD)
 }
 
 fn raise(reqs: &[MPI_Request], rc: c_int, name: &str) -> c_int {
@@ -349,7 +349,7 @@ unsafe fn wait_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
                     break;
                 }
                 spins = spins.wrapping_add(1);
-                if spins % 64 == 0 {
+                if spins.is_multiple_of(64) {
                     std::thread::yield_now();
                 }
             }
@@ -366,7 +366,7 @@ unsafe fn wait_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
             return t;
         }
         spins = spins.wrapping_add(1);
-        if spins % 64 == 0 {
+        if spins.is_multiple_of(64) {
             std::thread::yield_now();
         }
     }
@@ -705,7 +705,7 @@ unsafe fn start_one(v: MPI_Request) -> c_int {
     };
     let Some(entry) = OBJ.requests.get(idx) else { return errors::raise_default(MPI_ERR_REQUEST, "MPI_Start") };
     let g = match &entry.recipe {
-        RequestRecipe::Collective { comm, .. } => begin_collective(*comm).0,
+        RequestRecipe::Collective { comm, .. } => begin_collective(conv::comm_abi(*comm)).0,
         // Aligned like a collective of the send/receive pair (see `core::kinds::part`).
         RequestRecipe::Partitioned { init, .. } => match part::counters(init) {
             Some(c) => begin_counted(&c),
@@ -742,7 +742,7 @@ unsafe fn start_one(v: MPI_Request) -> c_int {
     }
     drop(g);
     if rc != MPI_SUCCESS {
-        return errors::raise_comm(entry.comm, rc, "MPI_Start");
+        return errors::raise_comm(conv::comm_abi(entry.comm), rc, "MPI_Start");
     }
     MPI_SUCCESS
 }

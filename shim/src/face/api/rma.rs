@@ -50,7 +50,7 @@ unsafe fn create_win(
                 })
             })
             .unwrap_or(0);
-        let mut e = WinEntry::new(name, flavor, base, size, disp_unit, own, gid, crate::core::kinds::info::entries(i));
+        let mut e = WinEntry::new(name, flavor, base, size, disp_unit, conv::vcomm(own), gid, crate::core::kinds::info::entries(i));
         if flavor == Flavor::Shared {
             let mut n = 0;
             let _ = real!(MPI_Comm_size(dup, &mut n));
@@ -142,7 +142,7 @@ pub unsafe fn MPI_Win_create_dynamic(info: MPI_Info, comm: MPI_Comm, win: *mut M
 /// The private communicator of a window (`MPI_COMM_NULL` for a handle that is not a live
 /// window's: nothing is counted, the library reports it).
 fn win_comm(win: MPI_Win) -> MPI_Comm {
-    conv::index(win, Kind::Win).and_then(|i| OBJ.wins.with(i, |e| e.comm)).unwrap_or(MPI_COMM_NULL)
+    conv::index(win, Kind::Win).and_then(|i| OBJ.wins.with(i, |e| conv::comm_abi(e.comm))).unwrap_or(MPI_COMM_NULL)
 }
 
 /// Runs a real call on a window inside the gate and, when it succeeds, updates the window's
@@ -304,8 +304,8 @@ pub unsafe fn MPI_Win_free(win: *mut MPI_Win) -> c_int {
     let rc = real!(MPI_Win_free(&mut r));
     let entry = (rc == MPI_SUCCESS).then(|| conv::index(v, Kind::Win).and_then(|i| OBJ.wins.remove(i))).flatten();
     if let Some(e) = &entry {
-        if let Some(idx) = conv::comm_index(e.comm) {
-            let mut c = conv::comm(e.comm);
+        if let Some(idx) = crate::core::handles::comm_index(e.comm) {
+            let mut c = crate::core::handles::comm(e.comm).raw();
             let _ = real!(MPI_Comm_free(&mut c));
             OBJ.comms.remove(idx);
         }

@@ -41,6 +41,7 @@ pub unsafe fn MPI_Session_init(info: MPI_Info, errhandler: MPI_Errhandler, sessi
     }
     match OBJ.sessions.insert(RealSession(r), SessionEntry { errhandler, info: recipe, buffer: None }) {
         Ok(i) => {
+            // SAFETY: `session` is the program's output argument of MPI_Session_init.
             unsafe { put(session, conv::handle(Kind::Session, i)) };
             MPI_SUCCESS
         }
@@ -52,6 +53,7 @@ pub unsafe fn MPI_Session_finalize(session: *mut MPI_Session) -> c_int {
     if session.is_null() {
         return errors::raise_default(MPI_ERR_ARG, "MPI_Session_finalize");
     }
+    // SAFETY: `session` is not null (checked above) and points to the program's handle.
     let v = unsafe { *session };
     let g = gate::enter();
     let mut r = conv::session(v);
@@ -63,6 +65,7 @@ pub unsafe fn MPI_Session_finalize(session: *mut MPI_Session) -> c_int {
     if let Some(i) = conv::index(v, Kind::Session) {
         OBJ.sessions.remove(i);
     }
+    // SAFETY: as above, `session` is the program's valid, non-null handle pointer.
     unsafe { *session = MPI_SESSION_NULL };
     // The last session of a program outside the world model ends the lower half.
     crate::face::api::init::end_lower_if_unused("MPI_Session_finalize")

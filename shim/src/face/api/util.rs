@@ -108,7 +108,7 @@ pub unsafe fn put_status_error(p: *mut MPI_Status, error: c_int) {
 /// # Safety
 /// As for [`put_status`] (read instead of written).
 pub unsafe fn library_status_in(p: *const MPI_Status) -> MPI_Status {
-    if p.is_null() || p == MPI_STATUS_IGNORE as *const MPI_Status {
+    if p.is_null() || std::ptr::eq(p, MPI_STATUS_IGNORE) {
         return MPI_Status::default();
     }
     // SAFETY: guaranteed by the caller. The program may not have initialised it: a status is

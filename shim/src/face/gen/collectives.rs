@@ -67,7 +67,7 @@ pub unsafe fn MPI_Allgather_init(sendbuf: *const c_void, sendcount: c_int, sendt
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Allgather_init", _seq, init)) };
@@ -95,7 +95,7 @@ pub unsafe fn MPI_Allgather_init_c(sendbuf: *const c_void, sendcount: MPI_Count,
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount as i64), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Allgather_init_c", _seq, init)) };
@@ -168,7 +168,7 @@ pub unsafe fn MPI_Allgatherv_init(sendbuf: *const c_void, sendcount: c_int, send
     if rc == MPI_SUCCESS {
         // SAFETY: the arrays are the caller's, holding what MPI requires of this call
         // (this function's safety contract), which is what the recipe copies.
-        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Ints(crate::face::api::coll_ints(displs, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)] };
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Ints(crate::face::api::coll_ints(displs, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Allgatherv_init", _seq, init)) };
@@ -199,7 +199,7 @@ pub unsafe fn MPI_Allgatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count
     if rc == MPI_SUCCESS {
         // SAFETY: the arrays are the caller's, holding what MPI requires of this call
         // (this function's safety contract), which is what the recipe copies.
-        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Counts(crate::face::api::coll_counts(displs, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)] };
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Counts(crate::face::api::coll_counts(displs, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Allgatherv_init_c", _seq, init)) };
@@ -267,7 +267,7 @@ pub unsafe fn MPI_Allreduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, c
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Int(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Int(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Allreduce_init", _seq, init)) };
@@ -295,7 +295,7 @@ pub unsafe fn MPI_Allreduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void,
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count as i64), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Allreduce_init_c", _seq, init)) };
@@ -363,7 +363,7 @@ pub unsafe fn MPI_Alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendty
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Alltoall_init", _seq, init)) };
@@ -391,7 +391,7 @@ pub unsafe fn MPI_Alltoall_init_c(sendbuf: *const c_void, sendcount: MPI_Count, 
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount as i64), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Alltoall_init_c", _seq, init)) };
@@ -464,7 +464,7 @@ pub unsafe fn MPI_Alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_in
     if rc == MPI_SUCCESS {
         // SAFETY: the arrays are the caller's, holding what MPI requires of this call
         // (this function's safety contract), which is what the recipe copies.
-        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Ints(crate::face::api::coll_ints(sendcounts, comm, crate::face::api::Side::Send, false)), CollArg::Ints(crate::face::api::coll_ints(sdispls, comm, crate::face::api::Side::Send, false)), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Ints(crate::face::api::coll_ints(rdispls, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)] };
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Ints(crate::face::api::coll_ints(sendcounts, comm, crate::face::api::Side::Send, false)), CollArg::Ints(crate::face::api::coll_ints(sdispls, comm, crate::face::api::Side::Send, false)), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Ints(crate::face::api::coll_ints(rdispls, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Alltoallv_init", _seq, init)) };
@@ -495,7 +495,7 @@ pub unsafe fn MPI_Alltoallv_init_c(sendbuf: *const c_void, sendcounts: *const MP
     if rc == MPI_SUCCESS {
         // SAFETY: the arrays are the caller's, holding what MPI requires of this call
         // (this function's safety contract), which is what the recipe copies.
-        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Counts(crate::face::api::coll_counts(sendcounts, comm, crate::face::api::Side::Send, false)), CollArg::Counts(crate::face::api::coll_counts(sdispls, comm, crate::face::api::Side::Send, false)), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Counts(crate::face::api::coll_counts(rdispls, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)] };
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Counts(crate::face::api::coll_counts(sendcounts, comm, crate::face::api::Side::Send, false)), CollArg::Counts(crate::face::api::coll_counts(sdispls, comm, crate::face::api::Side::Send, false)), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Counts(crate::face::api::coll_counts(rdispls, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Alltoallv_init_c", _seq, init)) };
@@ -580,7 +580,7 @@ pub unsafe fn MPI_Alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_in
     if rc == MPI_SUCCESS {
         // SAFETY: the arrays are the caller's, holding what MPI requires of this call
         // (this function's safety contract), which is what the recipe copies.
-        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Ints(crate::face::api::coll_ints(sendcounts, comm, crate::face::api::Side::Send, false)), CollArg::Ints(crate::face::api::coll_ints(sdispls, comm, crate::face::api::Side::Send, false)), CollArg::Types(crate::face::api::coll_typerefs(sendtypes, comm, crate::face::api::Side::Send, false)), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Ints(crate::face::api::coll_ints(rdispls, comm, crate::face::api::Side::Recv, false)), CollArg::Types(crate::face::api::coll_typerefs(recvtypes, comm, crate::face::api::Side::Recv, false)), CollArg::Comm(comm), CollArg::Info(info)] };
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Ints(crate::face::api::coll_ints(sendcounts, comm, crate::face::api::Side::Send, false)), CollArg::Ints(crate::face::api::coll_ints(sdispls, comm, crate::face::api::Side::Send, false)), CollArg::Types(crate::face::api::coll_typerefs(sendtypes, comm, crate::face::api::Side::Send, false)), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Ints(crate::face::api::coll_ints(rdispls, comm, crate::face::api::Side::Recv, false)), CollArg::Types(crate::face::api::coll_typerefs(recvtypes, comm, crate::face::api::Side::Recv, false)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Alltoallw_init", _seq, init)) };
@@ -615,7 +615,7 @@ pub unsafe fn MPI_Alltoallw_init_c(sendbuf: *const c_void, sendcounts: *const MP
     if rc == MPI_SUCCESS {
         // SAFETY: the arrays are the caller's, holding what MPI requires of this call
         // (this function's safety contract), which is what the recipe copies.
-        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Counts(crate::face::api::coll_counts(sendcounts, comm, crate::face::api::Side::Send, false)), CollArg::Counts(crate::face::api::coll_counts(sdispls, comm, crate::face::api::Side::Send, false)), CollArg::Types(crate::face::api::coll_typerefs(sendtypes, comm, crate::face::api::Side::Send, false)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Counts(crate::face::api::coll_counts(rdispls, comm, crate::face::api::Side::Recv, false)), CollArg::Types(crate::face::api::coll_typerefs(recvtypes, comm, crate::face::api::Side::Recv, false)), CollArg::Comm(comm), CollArg::Info(info)] };
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Counts(crate::face::api::coll_counts(sendcounts, comm, crate::face::api::Side::Send, false)), CollArg::Counts(crate::face::api::coll_counts(sdispls, comm, crate::face::api::Side::Send, false)), CollArg::Types(crate::face::api::coll_typerefs(sendtypes, comm, crate::face::api::Side::Send, false)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Counts(crate::face::api::coll_counts(rdispls, comm, crate::face::api::Side::Recv, false)), CollArg::Types(crate::face::api::coll_typerefs(recvtypes, comm, crate::face::api::Side::Recv, false)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Alltoallw_init_c", _seq, init)) };
@@ -657,7 +657,7 @@ pub unsafe fn MPI_Barrier_init(comm: MPI_Comm, info: MPI_Info, request: *mut MPI
     // gate, so no renewal replaced them since; every other argument is a plain value.
     let rc = unsafe { f(comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Barrier_init", _seq, init)) };
@@ -722,7 +722,7 @@ pub unsafe fn MPI_Bcast_init(buffer: *mut c_void, count: c_int, datatype: MPI_Da
     // MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(buffer, count, datatype_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(buffer as u64), CollArg::Int(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(buffer as u64), CollArg::Int(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Int(root), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Bcast_init", _seq, init)) };
@@ -749,7 +749,7 @@ pub unsafe fn MPI_Bcast_init_c(buffer: *mut c_void, count: MPI_Count, datatype: 
     // MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(buffer, count, datatype_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(buffer as u64), CollArg::Count(count as i64), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(buffer as u64), CollArg::Count(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Int(root), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Bcast_init_c", _seq, init)) };
@@ -817,7 +817,7 @@ pub unsafe fn MPI_Exscan_init(sendbuf: *const c_void, recvbuf: *mut c_void, coun
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Int(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Int(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Exscan_init", _seq, init)) };
@@ -845,7 +845,7 @@ pub unsafe fn MPI_Exscan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, co
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count as i64), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Exscan_init_c", _seq, init)) };
@@ -1157,7 +1157,7 @@ pub unsafe fn MPI_Gather_init(sendbuf: *const c_void, sendcount: c_int, sendtype
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Gather_init", _seq, init)) };
@@ -1185,7 +1185,7 @@ pub unsafe fn MPI_Gather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, se
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount as i64), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Gather_init_c", _seq, init)) };
@@ -1258,7 +1258,7 @@ pub unsafe fn MPI_Gatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtyp
     if rc == MPI_SUCCESS {
         // SAFETY: the arrays are the caller's, holding what MPI requires of this call
         // (this function's safety contract), which is what the recipe copies.
-        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Ints(crate::face::api::coll_ints(displs, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)] };
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Ints(crate::face::api::coll_ints(displs, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Gatherv_init", _seq, init)) };
@@ -1289,7 +1289,7 @@ pub unsafe fn MPI_Gatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, s
     if rc == MPI_SUCCESS {
         // SAFETY: the arrays are the caller's, holding what MPI requires of this call
         // (this function's safety contract), which is what the recipe copies.
-        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Counts(crate::face::api::coll_counts(displs, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)] };
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Counts(crate::face::api::coll_counts(displs, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Gatherv_init_c", _seq, init)) };
@@ -2508,7 +2508,7 @@ pub unsafe fn MPI_Neighbor_allgather_init(sendbuf: *const c_void, sendcount: c_i
     // unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Neighbor_allgather_init", _seq, init)) };
@@ -2537,7 +2537,7 @@ pub unsafe fn MPI_Neighbor_allgather_init_c(sendbuf: *const c_void, sendcount: M
     // passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount as i64), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Neighbor_allgather_init_c", _seq, init)) };
@@ -2610,7 +2610,7 @@ pub unsafe fn MPI_Neighbor_allgatherv_init(sendbuf: *const c_void, sendcount: c_
     if rc == MPI_SUCCESS {
         // SAFETY: the arrays are the caller's, holding what MPI requires of this call
         // (this function's safety contract), which is what the recipe copies.
-        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, true)), CollArg::Ints(crate::face::api::coll_ints(displs, comm, crate::face::api::Side::Recv, true)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)] };
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, true)), CollArg::Ints(crate::face::api::coll_ints(displs, comm, crate::face::api::Side::Recv, true)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Neighbor_allgatherv_init", _seq, init)) };
@@ -2641,7 +2641,7 @@ pub unsafe fn MPI_Neighbor_allgatherv_init_c(sendbuf: *const c_void, sendcount: 
     if rc == MPI_SUCCESS {
         // SAFETY: the arrays are the caller's, holding what MPI requires of this call
         // (this function's safety contract), which is what the recipe copies.
-        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, true)), CollArg::Counts(crate::face::api::coll_counts(displs, comm, crate::face::api::Side::Recv, true)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)] };
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, true)), CollArg::Counts(crate::face::api::coll_counts(displs, comm, crate::face::api::Side::Recv, true)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Neighbor_allgatherv_init_c", _seq, init)) };
@@ -2710,7 +2710,7 @@ pub unsafe fn MPI_Neighbor_alltoall_init(sendbuf: *const c_void, sendcount: c_in
     // unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Neighbor_alltoall_init", _seq, init)) };
@@ -2739,7 +2739,7 @@ pub unsafe fn MPI_Neighbor_alltoall_init_c(sendbuf: *const c_void, sendcount: MP
     // passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount as i64), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Neighbor_alltoall_init_c", _seq, init)) };
@@ -2812,7 +2812,7 @@ pub unsafe fn MPI_Neighbor_alltoallv_init(sendbuf: *const c_void, sendcounts: *c
     if rc == MPI_SUCCESS {
         // SAFETY: the arrays are the caller's, holding what MPI requires of this call
         // (this function's safety contract), which is what the recipe copies.
-        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Ints(crate::face::api::coll_ints(sendcounts, comm, crate::face::api::Side::Send, true)), CollArg::Ints(crate::face::api::coll_ints(sdispls, comm, crate::face::api::Side::Send, true)), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, true)), CollArg::Ints(crate::face::api::coll_ints(rdispls, comm, crate::face::api::Side::Recv, true)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)] };
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Ints(crate::face::api::coll_ints(sendcounts, comm, crate::face::api::Side::Send, true)), CollArg::Ints(crate::face::api::coll_ints(sdispls, comm, crate::face::api::Side::Send, true)), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, true)), CollArg::Ints(crate::face::api::coll_ints(rdispls, comm, crate::face::api::Side::Recv, true)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Neighbor_alltoallv_init", _seq, init)) };
@@ -2843,7 +2843,7 @@ pub unsafe fn MPI_Neighbor_alltoallv_init_c(sendbuf: *const c_void, sendcounts: 
     if rc == MPI_SUCCESS {
         // SAFETY: the arrays are the caller's, holding what MPI requires of this call
         // (this function's safety contract), which is what the recipe copies.
-        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Counts(crate::face::api::coll_counts(sendcounts, comm, crate::face::api::Side::Send, true)), CollArg::Counts(crate::face::api::coll_counts(sdispls, comm, crate::face::api::Side::Send, true)), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, true)), CollArg::Counts(crate::face::api::coll_counts(rdispls, comm, crate::face::api::Side::Recv, true)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(comm), CollArg::Info(info)] };
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Counts(crate::face::api::coll_counts(sendcounts, comm, crate::face::api::Side::Send, true)), CollArg::Counts(crate::face::api::coll_counts(sdispls, comm, crate::face::api::Side::Send, true)), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, true)), CollArg::Counts(crate::face::api::coll_counts(rdispls, comm, crate::face::api::Side::Recv, true)), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Neighbor_alltoallv_init_c", _seq, init)) };
@@ -2928,7 +2928,7 @@ pub unsafe fn MPI_Neighbor_alltoallw_init(sendbuf: *const c_void, sendcounts: *c
     if rc == MPI_SUCCESS {
         // SAFETY: the arrays are the caller's, holding what MPI requires of this call
         // (this function's safety contract), which is what the recipe copies.
-        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Ints(crate::face::api::coll_ints(sendcounts, comm, crate::face::api::Side::Send, true)), CollArg::Counts(crate::face::api::coll_counts(sdispls, comm, crate::face::api::Side::Send, true)), CollArg::Types(crate::face::api::coll_typerefs(sendtypes, comm, crate::face::api::Side::Send, true)), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, true)), CollArg::Counts(crate::face::api::coll_counts(rdispls, comm, crate::face::api::Side::Recv, true)), CollArg::Types(crate::face::api::coll_typerefs(recvtypes, comm, crate::face::api::Side::Recv, true)), CollArg::Comm(comm), CollArg::Info(info)] };
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Ints(crate::face::api::coll_ints(sendcounts, comm, crate::face::api::Side::Send, true)), CollArg::Counts(crate::face::api::coll_counts(sdispls, comm, crate::face::api::Side::Send, true)), CollArg::Types(crate::face::api::coll_typerefs(sendtypes, comm, crate::face::api::Side::Send, true)), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, true)), CollArg::Counts(crate::face::api::coll_counts(rdispls, comm, crate::face::api::Side::Recv, true)), CollArg::Types(crate::face::api::coll_typerefs(recvtypes, comm, crate::face::api::Side::Recv, true)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Neighbor_alltoallw_init", _seq, init)) };
@@ -2963,7 +2963,7 @@ pub unsafe fn MPI_Neighbor_alltoallw_init_c(sendbuf: *const c_void, sendcounts: 
     if rc == MPI_SUCCESS {
         // SAFETY: the arrays are the caller's, holding what MPI requires of this call
         // (this function's safety contract), which is what the recipe copies.
-        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Counts(crate::face::api::coll_counts(sendcounts, comm, crate::face::api::Side::Send, true)), CollArg::Counts(crate::face::api::coll_counts(sdispls, comm, crate::face::api::Side::Send, true)), CollArg::Types(crate::face::api::coll_typerefs(sendtypes, comm, crate::face::api::Side::Send, true)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, true)), CollArg::Counts(crate::face::api::coll_counts(rdispls, comm, crate::face::api::Side::Recv, true)), CollArg::Types(crate::face::api::coll_typerefs(recvtypes, comm, crate::face::api::Side::Recv, true)), CollArg::Comm(comm), CollArg::Info(info)] };
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Counts(crate::face::api::coll_counts(sendcounts, comm, crate::face::api::Side::Send, true)), CollArg::Counts(crate::face::api::coll_counts(sdispls, comm, crate::face::api::Side::Send, true)), CollArg::Types(crate::face::api::coll_typerefs(sendtypes, comm, crate::face::api::Side::Send, true)), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, true)), CollArg::Counts(crate::face::api::coll_counts(rdispls, comm, crate::face::api::Side::Recv, true)), CollArg::Types(crate::face::api::coll_typerefs(recvtypes, comm, crate::face::api::Side::Recv, true)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Neighbor_alltoallw_init_c", _seq, init)) };
@@ -3031,7 +3031,7 @@ pub unsafe fn MPI_Reduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, coun
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Int(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Int(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Int(root), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Reduce_init", _seq, init)) };
@@ -3059,7 +3059,7 @@ pub unsafe fn MPI_Reduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, co
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count as i64), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Int(root), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Reduce_init_c", _seq, init)) };
@@ -3150,7 +3150,7 @@ pub unsafe fn MPI_Reduce_scatter_block_init(sendbuf: *const c_void, recvbuf: *mu
     // passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, recvcount, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Reduce_scatter_block_init", _seq, init)) };
@@ -3179,7 +3179,7 @@ pub unsafe fn MPI_Reduce_scatter_block_init_c(sendbuf: *const c_void, recvbuf: *
     // passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, recvcount, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount as i64), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Reduce_scatter_block_init_c", _seq, init)) };
@@ -3231,7 +3231,7 @@ pub unsafe fn MPI_Reduce_scatter_init(sendbuf: *const c_void, recvbuf: *mut c_vo
     if rc == MPI_SUCCESS {
         // SAFETY: the arrays are the caller's, holding what MPI requires of this call
         // (this function's safety contract), which is what the recipe copies.
-        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)] };
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Reduce_scatter_init", _seq, init)) };
@@ -3262,7 +3262,7 @@ pub unsafe fn MPI_Reduce_scatter_init_c(sendbuf: *const c_void, recvbuf: *mut c_
     if rc == MPI_SUCCESS {
         // SAFETY: the arrays are the caller's, holding what MPI requires of this call
         // (this function's safety contract), which is what the recipe copies.
-        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)] };
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Reduce_scatter_init_c", _seq, init)) };
@@ -3330,7 +3330,7 @@ pub unsafe fn MPI_Scan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count:
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Int(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Int(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Scan_init", _seq, init)) };
@@ -3358,7 +3358,7 @@ pub unsafe fn MPI_Scan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, coun
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count as i64), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Scan_init_c", _seq, init)) };
@@ -3426,7 +3426,7 @@ pub unsafe fn MPI_Scatter_init(sendbuf: *const c_void, sendcount: c_int, sendtyp
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Int(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Scatter_init", _seq, init)) };
@@ -3454,7 +3454,7 @@ pub unsafe fn MPI_Scatter_init_c(sendbuf: *const c_void, sendcount: MPI_Count, s
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, sendcount, sendtype_r, recvbuf, recvcount, recvtype_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount as i64), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount as i64), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Count(sendcount), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Scatter_init_c", _seq, init)) };
@@ -3527,7 +3527,7 @@ pub unsafe fn MPI_Scatterv_init(sendbuf: *const c_void, sendcounts: *const c_int
     if rc == MPI_SUCCESS {
         // SAFETY: the arrays are the caller's, holding what MPI requires of this call
         // (this function's safety contract), which is what the recipe copies.
-        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Ints(crate::face::api::coll_ints(sendcounts, comm, crate::face::api::Side::Send, false)), CollArg::Ints(crate::face::api::coll_ints(displs, comm, crate::face::api::Side::Send, false)), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)] };
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Ints(crate::face::api::coll_ints(sendcounts, comm, crate::face::api::Side::Send, false)), CollArg::Ints(crate::face::api::coll_ints(displs, comm, crate::face::api::Side::Send, false)), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Scatterv_init", _seq, init)) };
@@ -3558,7 +3558,7 @@ pub unsafe fn MPI_Scatterv_init_c(sendbuf: *const c_void, sendcounts: *const MPI
     if rc == MPI_SUCCESS {
         // SAFETY: the arrays are the caller's, holding what MPI requires of this call
         // (this function's safety contract), which is what the recipe copies.
-        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Counts(crate::face::api::coll_counts(sendcounts, comm, crate::face::api::Side::Send, false)), CollArg::Counts(crate::face::api::coll_counts(displs, comm, crate::face::api::Side::Send, false)), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount as i64), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(comm), CollArg::Info(info)] };
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Counts(crate::face::api::coll_counts(sendcounts, comm, crate::face::api::Side::Send, false)), CollArg::Counts(crate::face::api::coll_counts(displs, comm, crate::face::api::Side::Send, false)), CollArg::Type(crate::face::api::datatype::typeref(sendtype)), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount), CollArg::Type(crate::face::api::datatype::typeref(recvtype)), CollArg::Int(root), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Scatterv_init_c", _seq, init)) };

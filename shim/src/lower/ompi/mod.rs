@@ -258,7 +258,7 @@ fn rank_out(r: c_int) -> c_int {
 /// `MPI_IN_PLACE`: `(void *)-1` in MPICH, `(void *)1` in Open MPI.
 fn inplace(p: *const c_void) -> *const c_void {
     if p as isize == -1 {
-        1 as *const c_void
+        std::ptr::without_provenance(1)
     } else {
         p
     }

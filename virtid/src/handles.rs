@@ -1,0 +1,95 @@
+//! Virtual handles as the core knows them, one `#[repr(transparent)]` type per kind.
+//!
+//! A value is one of three things: a table index encoded by [`crate::encoding`] (the value the
+//! program holds), one of the core's own predefined objects (constants above the 32-bit range,
+//! so no program value can be mistaken for one), or a value nobody made, which the core carries
+//! unchanged to the real library so that it is rejected there as in a native run. The face
+//! converts the program's ABI integers to these and back; the core never sees an ABI's
+//! predefined constants.
+
+use crate::encoding::{decode, Kind, VirtualHandle};
+use serde::{Deserialize, Serialize};
+
+macro_rules! virtual_kind {
+    ($(#[$doc:meta])* $name:ident, $kind:ident { $($(#[$pdoc:meta])* $pre:ident = $n:literal),* $(,)? }) => {
+        $(#[$doc])*
+        #[repr(transparent)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(i64);
+
+        impl $name {
+            $($(#[$pdoc])* pub const $pre: $name = $name($n << 32);)*
+
+            /// The handle of table index `index`.
+            pub const fn virtual_at(index: u32) -> $name {
+                $name(VirtualHandle { kind: Kind::$kind, index }.to_int() as i64)
+            }
+
+            /// A virtual handle's value as the program holds it, or a value nobody made.
+            pub const fn from_int(v: i32) -> $name {
+                $name(v as i64)
+            }
+
+            /// The value [`from_int`](Self::from_int) took; `None` for the core's predefined
+            /// handles, which each face names in its own ABI.
+            pub const fn to_int(self) -> Option<i32> {
+                if self.0 >= i32::MIN as i64 && self.0 <= i32::MAX as i64 { Some(self.0 as i32) } else { None }
+            }
+
+            /// The table index of a virtual handle (`None` for predefined and foreign values).
+            #[inline(always)]
+            pub fn index(self) -> Option<u32> {
+                match self.to_int() {
+                    Some(v) => decode(v, Kind::$kind),
+                    None => None,
+                }
+            }
+        }
+    };
+}
+
+virtual_kind!(
+    /// A communicator (`virtual_at` is not for the predefined ones' table indices: the core
+    /// maps those, `core::handles::comm_handle`).
+    VComm, Comm {
+        /// The world model's communicator of all processes (`MPI_COMM_WORLD` in a face).
+        WORLD = 1,
+        /// The world model's communicator of this process alone (`MPI_COMM_SELF`).
+        SELF = 2,
+        /// No communicator (`MPI_COMM_NULL`).
+        NULL = 3,
+    }
+);
+
+virtual_kind!(
+    /// An info object.
+    VInfo, Info {
+        /// No info (`MPI_INFO_NULL`).
+        NULL = 3,
+        /// The process's environment (`MPI_INFO_ENV`).
+        ENV = 4,
+    }
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn predefined_communicators_are_no_program_value() {
+        for p in [VComm::WORLD, VComm::SELF, VComm::NULL] {
+            assert_eq!(p.to_int(), None);
+            assert_eq!(p.index(), None);
+        }
+        for v in [0, -1, i32::MIN, i32::MAX, 0x4400_0000] {
+            assert_eq!(VComm::from_int(v).to_int(), Some(v));
+            assert_ne!(VComm::from_int(v), VComm::WORLD);
+        }
+        assert_eq!(VComm::virtual_at(7).index(), Some(7));
+        assert_eq!(VComm::from_int(VComm::virtual_at(7).to_int().unwrap()), VComm::virtual_at(7));
+        assert_eq!(VInfo::virtual_at(7).index(), Some(7));
+        assert_eq!(VComm::from_int(VInfo::virtual_at(7).to_int().unwrap()).index(), None, "kinds do not alias");
+        assert_eq!(VInfo::ENV.to_int(), None);
+    }
+}
