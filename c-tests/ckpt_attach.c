@@ -47,11 +47,6 @@ static inline int datarep_extent(MPI_Datatype type, MPI_Aint *extent, void *stat
     return MPI_Type_get_extent(type, &lb, extent);
 }
 
-static long word(int sender, long it, int m, long i)
-{
-    return (long)sender * 1000003L + it * 1009 + m * 101 + i;
-}
-
 int main(int argc, char **argv)
 {
     t_init(&argc, &argv, "ckpt_attach");
@@ -101,7 +96,7 @@ int main(int argc, char **argv)
             const long n = len_of(it, m % MSGS);
             MPI_Comm c = m < MSGS ? fixed : m == MSGS ? automatic : MPI_COMM_WORLD;
             for (long i = 0; i < n; i++)
-                out[i] = word(t_rank, it, m, i);
+                out[i] = t_msg_word(t_rank, it, m, i);
             CHECK_MPI(MPI_Bsend(out, (int)n, MPI_LONG, partner, m, c));
         }
         for (int m = 0; m < MSGS + 2; m++) {
@@ -113,7 +108,7 @@ int main(int argc, char **argv)
             CHECK_MPI(MPI_Get_count(&st, MPI_LONG, &got));
             CHECK_EQ(got, n);
             for (long i = 0; i < n; i++) {
-                CHECK_EQ(in[i], word(partner, it, m, i));
+                CHECK_EQ(in[i], t_msg_word(partner, it, m, i));
                 FOLD(in[i]);
             }
         }

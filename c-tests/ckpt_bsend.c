@@ -18,11 +18,6 @@ static long len_of(long it, int m)
     return m == 5 && it % 4 == 0 ? MAXLEN : 1 + (it * 7 + m * 131) % 512;
 }
 
-static long word(int sender, long it, int m, long i)
-{
-    return (long)sender * 1000003L + it * 1009 + m * 101 + i;
-}
-
 int main(int argc, char **argv)
 {
     t_init(&argc, &argv, "ckpt_bsend");
@@ -51,7 +46,7 @@ int main(int argc, char **argv)
         for (int m = 0; m < MSGS; m++) {
             const long n = len_of(it, m);
             for (long i = 0; i < n; i++)
-                out[i] = word(t_rank, it, m, i);
+                out[i] = t_msg_word(t_rank, it, m, i);
             CHECK_MPI(MPI_Bsend(out, (int)n, MPI_LONG, partner, m, MPI_COMM_WORLD));
         }
         for (int m = 0; m < MSGS; m++) {
@@ -62,7 +57,7 @@ int main(int argc, char **argv)
             CHECK_MPI(MPI_Get_count(&st, MPI_LONG, &got));
             CHECK_EQ(got, n);
             for (long i = 0; i < n; i++) {
-                CHECK_EQ(in[i], word(partner, it, m, i));
+                CHECK_EQ(in[i], t_msg_word(partner, it, m, i));
                 FOLD(in[i]);
             }
         }

@@ -18,21 +18,16 @@
 #define N_PERS (2 * 1024 * 1024 / 8)
 #define N_BSEND (1024 * 1024 / 8)
 
-static long word(int sender, long it, int m, long i)
-{
-    return (long)sender * 1000003L + it * 1009 + m * 101 + i;
-}
-
 static void fill(long *buf, long n, long stride, int m, long it)
 {
     for (long i = 0; i < n; i++)
-        buf[i * stride] = word(t_rank, it, m, i);
+        buf[i * stride] = t_msg_word(t_rank, it, m, i);
 }
 
 static void check(const long *buf, long n, long stride, int from, int m, long it, uint64_t *digest)
 {
     for (long i = 0; i < n; i++)
-        CHECK_MSG(buf[i * stride] == word(from, it, m, i), "message %d of iteration %ld: word %ld is %ld", m, it, i,
+        CHECK_MSG(buf[i * stride] == t_msg_word(from, it, m, i), "message %d of iteration %ld: word %ld is %ld", m, it, i,
                   buf[i * stride]);
     t_fold(digest, buf, sizeof(long) * (size_t)((n - 1) * stride + 1));
 }

@@ -177,6 +177,13 @@ static inline void t_ring_step(MPI_Comm comm, long it, uint64_t *digest)
     t_fold(digest, &got, sizeof got);
 }
 
+/* Word i of message m that `sender` sends in iteration `it` (the point-to-point checkpoint
+ * programs check every word received against it). */
+static inline long t_msg_word(int sender, long it, int m, long i)
+{
+    return (long)sender * 1000003L + it * 1009 + m * 101 + i;
+}
+
 /* Positional integer argument with a default. */
 static inline long t_arg_long(int argc, char **argv, int idx, long dflt)
 {
