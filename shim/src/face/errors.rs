@@ -18,7 +18,7 @@ type FileErrFn = unsafe extern "C" fn(*mut MPI_File, *mut c_int);
 pub fn missing(name: &str) -> c_int {
     let lib = lower::current().path.display().to_string();
     // Under Open MPI, a function may be in the library and not adapted to its ABI yet.
-    let what = match lower::ompi::not_adapted(name).filter(|_| lower::family(&lower::current().path) == lower::Family::OpenMpi) {
+    let what = match lower::ompi::not_adapted(name).filter(|_| lower::current().is_open_mpi()) {
         Some(why) => format!("{name} (not adapted to Open MPI underneath yet: {why}; {lib})"),
         None => format!("{name} (not provided by {lib})"),
     };

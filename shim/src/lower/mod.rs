@@ -44,6 +44,8 @@ pub struct Generation {
     pub fns: RealFns,
     pub path: PathBuf,
     pub number: u32,
+    /// The library's family, from `path` once (asked on hot paths: completions, sentinels).
+    family: Family,
     /// dlmopen handles: the MPI library, the anchor, and NODELETE-free stand-ins (see [`elf`]).
     /// Null in a released generation.
     lib: *mut c_void,
@@ -62,6 +64,11 @@ unsafe impl Sync for Generation {}
 unsafe impl Send for Generation {}
 
 impl Generation {
+    /// Whether this generation's library is Open MPI (its ABI is adapted underneath).
+    pub fn is_open_mpi(&self) -> bool {
+        self.family == Family::OpenMpi
+    }
+
     /// Address of a data symbol of the real library (e.g. `MPI_UNWEIGHTED`), or null.
     pub fn data(&self, name: &str) -> *mut c_void {
         if self.lib.is_null() {
@@ -84,6 +91,7 @@ impl Generation {
     fn released(number: u32, path: PathBuf) -> Generation {
         Generation {
             fns: RealFns::resolve(&|_| std::ptr::null_mut()),
+            family: family(&path),
             path,
             number,
             lib: std::ptr::null_mut(),
@@ -325,6 +333,7 @@ fn load_locked(path: &Path) -> Result<&'static Generation, LoadError> {
     let g: &'static Generation =
         Box::leak(Box::new(Generation {
         fns,
+        family,
         path: path.to_path_buf(),
         number,
         lib,
@@ -1050,7 +1059,7 @@ pub unsafe fn cstr(p: *const c_char) -> String {
 
 /// The real library's value of one of its pointer-valued data symbols.
 pub fn real_sentinel(name: &str) -> *mut c_int {
-    if family(&current().path) == Family::OpenMpi {
+    if current().is_open_mpi() {
         return ompi::sentinel(name).unwrap_or(std::ptr::null_mut());
     }
     let addr = current().data(name) as *const *mut c_int;

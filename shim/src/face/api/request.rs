@@ -144,7 +144,7 @@ fn classify(v: MPI_Request) -> Slot {
 /// Whether the library underneath is Open MPI, whose completions of several requests differ
 /// from MPICH's where MPI leaves them open (`Mode::writes_error`, `test_many`).
 fn open_mpi() -> bool {
-    crate::lower::family(&crate::lower::current().path) == crate::lower::Family::OpenMpi
+    crate::lower::current().is_open_mpi()
 }
 
 /// Completion semantics of the test/wait families.
