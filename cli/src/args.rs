@@ -51,8 +51,8 @@ pub const EXIT_STATUS: &str = "\
 run, restart: the program's status (a program killed by a signal makes the keeper die by
   the same signal); 125 when mpicr itself fails, 126 when the program cannot be executed,
   127 when it is not found. A job ended by `checkpoint --stop` exits with 0.
-checkpoint: 0 committed (with --no-wait: begun, or queued); 3 no job runs on DIR;
-  4 the checkpoint was refused or failed (the job goes on, the previous epoch stays);
+checkpoint: 0 committed (with --no-wait: begun, or queued); 3 no job runs on DIR (or
+  it ended while asked); 4 the checkpoint was refused or failed (the job goes on, the previous epoch stays);
   5 no answer within --timeout (or, with --stop --wait, the job did not end within it).
 status, list, prune, completions: 0 on success, 1 on error.
 Every command: 2 on a usage error.";

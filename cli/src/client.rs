@@ -63,9 +63,7 @@ pub fn checkpoint(args: CheckpointArgs) -> Result<()> {
                 return Err(Failure::new(code, e));
             }
             Ok(Some(other)) => bail!("unexpected answer from the coordinator: {other:?}"),
-            Ok(None) => {
-                return Err(Failure::new(exit::CKPT_FAILED, "the coordinator closed the connection before answering (did the job end?)"))
-            }
+            Ok(None) => return Err(closed_without_answer(&dir, &info)),
             Err(e) if e.is_timeout() => {
                 return Err(Failure::new(exit::TIMED_OUT, format!("no answer from the coordinator within {}", format_duration(args.timeout))))
             }
@@ -155,6 +153,23 @@ impl Drop for Progress {
     fn drop(&mut self) {
         self.end();
     }
+}
+
+/// The coordinator hung up without answering: the job ended while the request was on its way
+/// (a program finishing just then, or a process of the job killed), or the coordinator failed.
+/// Which of the two is said (the coordinator of an ended job is gone within moments).
+fn closed_without_answer(dir: &CkptDir, info: &CoordInfo) -> anyhow::Error {
+    if wait_job_end(dir, info, Duration::from_secs(3)).is_ok() {
+        return Failure::new(
+            exit::NO_JOB,
+            format!(
+                "job {} ended while the checkpoint was asked for: the coordinator closed the connection before answering (`mpicr status {}` lists the epochs committed)",
+                info.job_id,
+                dir.root.display()
+            ),
+        );
+    }
+    Failure::new(exit::CKPT_FAILED, "the coordinator closed the connection before answering, and the job still runs")
 }
 
 /// Waits (at most `limit`) until the stopped job's coordinator is gone: its `coordinator.json`

@@ -47,13 +47,14 @@ const CMD_GRACE: Duration = Duration::from_secs(20);
 const BAD_RESTART_LIMIT: Duration = Duration::from_secs(30);
 /// Answers of `mpicr checkpoint` that mean "the job is not ready yet": asked again 100 ms later
 /// while the job runs, at most this many times.
-const NOT_READY: [&str; 6] = [
+const NOT_READY: [&str; 7] = [
     "has no coordinator.json",
     "is still restarting from epoch",
     "are not connected (not started yet",
     "has not initialised MPI under mpicr yet",
     "does not answer",
     "does not exist",
+    "ended while the checkpoint was asked for",
 ];
 const MAX_ASKS: u32 = 300;
 /// Restored ranks keep their PIDs; one in use by an unrelated process makes a restart fail

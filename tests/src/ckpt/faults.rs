@@ -47,7 +47,7 @@ const FAULTS_MPICH5: [&str; 1] = ["kill-program"];
 /// job is torn down first and the coordinator goes away without an answer (seen for all three
 /// victims).
 const KILLED: [&str; 2] = [
-    "the coordinator closed the connection before answering (did the job end?)",
+    "the coordinator closed the connection before answering",
     "checkpoint 2 aborted: rank ",
 ];
 
