@@ -112,7 +112,6 @@ impl Flavor {
                 "attr_lifecycle" => Some("Open MPI 5.0 fails it natively (MPI_Comm_free_keyval of a keyval an attribute still uses: MPI_ERR_OTHER), so there is no oracle"),
                 "env_info" => Some("Open MPI 5.0 fails it natively (MPI_Get_library_version's length is not the string's), so there is no oracle"),
                 "ckpt_part" => Some("Open MPI 5.0 fails it natively (partitioned receives get wrong data), so there is no oracle"),
-                "ckpt_sessions" => Some("Open MPI 5.0 natively calls the session's error handler 4 times by the end (3 of them from inside its own calls, which return success); mpicr keeps a session's error handler itself and calls it once, for MPI_Session_call_errhandler: not resolved yet"),
                 "ckpt_pcoll" if ranks > 1 => Some("Open MPI 5.0 fails it natively at 2+ ranks (a persistent broadcast gets wrong data), so there is no oracle"),
                 _ => None,
             };
