@@ -22,6 +22,11 @@ static int handler_calls, handler_class;
 static void on_session_error(MPI_Session *s, int *code, ...)
 {
     (void)s;
+    /* Open MPI 5.0's MPI_Session_get_pset_info ends in an unconditional
+     * OMPI_ERRHANDLER_INVOKE, so it calls the session's handler with MPI_SUCCESS on every
+     * successful call (MPI calls handlers on errors only): those calls are not counted. */
+    if (*code == MPI_SUCCESS)
+        return;
     handler_calls++;
     MPI_Error_class(*code, &handler_class);
 }

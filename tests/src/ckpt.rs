@@ -243,7 +243,7 @@ pub(crate) fn run_case_seeded(
         checkpoints: 0,
         restarts: 0,
         fill_dir: None,
-        extra_env: Vec::new(),
+        extra_env: case.flavor.ckpt_env(&h.root),
     };
     let shm_before = shm_entries();
     let verdict = match case.mode {
@@ -983,7 +983,8 @@ struct Ctx<'a> {
     restarts: u64,
     /// what `Fault::Fill` fills (the faults mode's tmpfs)
     fill_dir: Option<PathBuf>,
-    /// more environment for every rank of every launch (a foreign program's own, `foreign`)
+    /// more environment for every rank of every launch (the flavor's `ckpt_env`; a foreign
+    /// program's own, `foreign`)
     extra_env: Vec<(String, OsString)>,
 }
 

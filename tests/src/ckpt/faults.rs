@@ -64,7 +64,7 @@ fn selected(flavor: crate::Flavor) -> Result<Vec<&'static str>, String> {
     if names.is_empty() {
         return Ok(match flavor {
             crate::Flavor::Mpich4 => FAULTS.to_vec(),
-            crate::Flavor::Mpich5 | crate::Flavor::Impi | crate::Flavor::OmpiOnMpich4 | crate::Flavor::AbiOnMpich4 | crate::Flavor::Ompi5 | crate::Flavor::Ompi4 => {
+            crate::Flavor::Mpich5 | crate::Flavor::Impi | crate::Flavor::OmpiOnMpich4 | crate::Flavor::AbiOnMpich4 | crate::Flavor::AbiOnMpich5 | crate::Flavor::Ompi5 | crate::Flavor::Ompi4 => {
                 FAULTS_MPICH5.to_vec()
             }
         });
