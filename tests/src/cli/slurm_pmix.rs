@@ -5,12 +5,13 @@
 //! its end (`-run`), checkpoints at iteration 20 and continues (`-continue`), is stopped at 20
 //! and restarted under another srun job (`-stop-restart-srun`), stopped there again at 40 and
 //! restarted under Open MPI's own launcher (`-to-mpirun`), and a job stopped under that launcher
-//! restarts under srun (`-from-mpirun`); each output equals the native `srun --mpi=pmix` run's.
+//! restarts under srun (`-from-mpirun`); each output equals the native `srun --mpi=pmix` run's;
+//! the srun epochs hold no Open MPI segment, socket or PMIx store (`-image-clean`).
 //! Refused with one line: an MPICH program under `srun --mpi=pmix` (`srun-pmix-mpich-refused`)
 //! and an Open MPI job restarted under `srun --mpi=pmi2` (`srun-pmix-restart-under-pmi2-refused`).
 //! Skipped, with the reason, where Slurm cannot start or has no pmix plugin.
 
-use super::ompi_run::lines;
+use super::ompi_run::{leftovers, lines};
 use super::paused::{self, Pause, ITERS};
 use super::xlib::which;
 use super::{cat, tail, CaseFn, LIMIT, T};
@@ -27,11 +28,13 @@ pub fn cases() -> Vec<CaseFn> {
             "srun-pmix-ompi5-stop-restart-srun",
             "srun-pmix-ompi5-to-mpirun",
             "srun-pmix-ompi5-from-mpirun",
+            "srun-pmix-ompi5-image-clean",
             "srun-pmix-ompi4-run",
             "srun-pmix-ompi4-continue",
             "srun-pmix-ompi4-stop-restart-srun",
             "srun-pmix-ompi4-to-mpirun",
             "srun-pmix-ompi4-from-mpirun",
+            "srun-pmix-ompi4-image-clean",
             "srun-pmix-mpich-refused",
             "srun-pmix-restart-under-pmi2-refused",
         ],
@@ -70,7 +73,7 @@ impl Flavor {
     }
 }
 
-const CASES: [&str; 5] = ["run", "continue", "stop-restart-srun", "to-mpirun", "from-mpirun"];
+const CASES: [&str; 6] = ["run", "continue", "stop-restart-srun", "to-mpirun", "from-mpirun", "image-clean"];
 
 fn slurm_pmix(t: &mut T) {
     if !t.require(&[t.env.criu_ok, t.env.is_root, t.env.shim_built], "needs criu, root and the face libraries") {
@@ -199,7 +202,24 @@ fn flavor(t: &mut T, f: &Flavor) -> Option<PathBuf> {
         let rc2 = j2.wait(LIMIT);
         t.check(&f.case("from-mpirun"), resumed && rc2 == 0 && same(&[&o1, &o2]), |_| format!("srun restart rc={rc2}; {}", tail(&e2, 8)));
     }
+    // Both srun epochs of the chain: nothing of Open MPI or of Slurm's PMIx server (its
+    // dstore under slurmd's spool) in the images.
+    let logs = dump_logs(&d);
+    t.check(&f.case("image-clean"), t.epochs_complete(&d) >= 2 && logs >= 4 && leftovers(&d).is_empty(), |t| {
+        format!("{} epochs, {logs} dump logs; {}", t.epochs_complete(&d), leftovers(&d).join(", "))
+    });
     chained.then_some(d)
+}
+
+/// How many ranks' CRIU dump logs the epochs of `d` hold (what `leftovers` reads).
+fn dump_logs(d: &Path) -> usize {
+    let dirs = |p: &Path| std::fs::read_dir(p).into_iter().flatten().flatten().map(|e| e.path()).collect::<Vec<_>>();
+    dirs(d)
+        .iter()
+        .filter(|e| e.file_name().is_some_and(|n| n.to_string_lossy().starts_with("epoch-")))
+        .flat_map(|e| dirs(e))
+        .filter(|r| r.join("dump.log").is_file())
+        .count()
 }
 
 /// What cannot work is refused at once: an MPICH program under srun --mpi=pmix (its library
