@@ -24,6 +24,8 @@ if [ ! -e "$ck/ENDED" ]; then
 fi
 
 # Variants:
+# - A program linked to Open MPI: srun --mpi=pmix (Open MPI talks PMIx to Slurm; pmi2 serves
+#   MPICH-ABI libraries).
 # - Requeue instead of a new job: `#SBATCH --requeue`, and `scontrol requeue "$SLURM_JOB_ID"`
 #   in place of the sbatch line (Slurm holds a requeued job for about two minutes before it is
 #   eligible again; $SLURM_RESTART_COUNT counts the allocations).

@@ -12,6 +12,7 @@
 # Then, with SLURM_CONF exported:
 #   srun --mpi=pmi2 -n 2 mpicr run --ckpt-dir ckpt -- ./prog
 #   srun --mpi=pmi2 -n 2 mpicr restart ckpt
+#   srun --mpi=pmix -n 2 mpicr run --ckpt-dir ckpt -- ./prog    # a program linked to Open MPI
 #
 # The node: one node named after this host (NodeAddr 127.0.0.1) with 4 CPUs whatever the
 # machine has (SlurmdParameters=config_overrides), so 4 tasks run on a 2-core machine.

@@ -15,6 +15,7 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 86400);
 pub const EXAMPLES: &str = "\
   mpiexec -n 4 mpicr run --ckpt-dir ckpt -- ./sim input.dat
   srun --mpi=pmi2 -n 4 mpicr run --ckpt-dir ckpt -- ./sim input.dat
+  srun --mpi=pmix -n 4 mpicr run --ckpt-dir ckpt -- ./osim    # linked to Open MPI
   mpicr checkpoint ckpt            # from another shell: checkpoint, the job continues
   mpicr checkpoint --stop ckpt     # checkpoint, then end the job (exit status 0)
   mpiexec -n 4 mpicr restart ckpt  # resume from the latest complete epoch

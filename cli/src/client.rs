@@ -77,15 +77,16 @@ pub fn checkpoint(args: CheckpointArgs) -> Result<()> {
     }
     println!("bytes written: {} ({})", r.bytes, human_bytes(r.bytes));
     if r.stopped {
-        // Open MPI's library underneath restarts under Open MPI's launcher only.
+        // Open MPI's library underneath restarts under a PMIx launcher only, any other under a
+        // PMI one.
         let ompi = dir.read_job().ok().and_then(|j| j.mpi_library).is_some_and(|l| l.contains("libmpi.so.40"));
-        let launcher = if ompi { "mpirun" } else { "mpiexec" };
+        let (launcher, or_srun) = if ompi { ("mpirun", "srun --mpi=pmix") } else { ("mpiexec", "srun --mpi=pmi2") };
+        let how = format!("restart with `{launcher} -n {} mpicr restart {}` (or {or_srun})", r.ranks, dir.root.display());
         if args.wait {
             wait_job_end(&dir, &info, timeout.saturating_sub(started.elapsed()))?;
-            let or_srun = if ompi { "" } else { " (or srun)" };
-            println!("job ended:     restart with `{launcher} -n {} mpicr restart {}`{or_srun}", r.ranks, dir.root.display());
+            println!("job ended:     {how}");
         } else {
-            println!("job stopped:   restart with `{launcher} -n {} mpicr restart {}`", r.ranks, dir.root.display());
+            println!("job stopped:   {how}");
         }
     }
     Ok(())

@@ -363,14 +363,14 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             // Open MPI underneath talks PMIx to its own launcher; a PMI launcher cannot serve it.
             if l.launcher.is_some() && crate::pmix::is_open_mpi(&abs) {
                 bail!(
-                    "{from} {}: it is Open MPI's ABI, which mpicr runs underneath only under Open MPI's launcher (prterun --personality ompi, or its mpirun); this launcher speaks PMI",
+                    "{from} {}: it is Open MPI's ABI, which mpicr runs underneath only under a PMIx launcher (Open MPI's mpirun, prterun --personality ompi, srun --mpi=pmix); this launcher speaks PMI",
                     lib.display()
                 );
             }
         }
     }
     let ompi_lib = match (&mode, &l.pmix) {
-        (Mode::Agent, Some(_)) => open_mpi_underneath(&program)?,
+        (Mode::Agent, Some(p)) => open_mpi_underneath(&program, p)?,
         _ => None,
     };
 
@@ -541,17 +541,20 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     out
 }
 
-/// Under Open MPI's launcher only Open MPI can run underneath (the launcher speaks PMIx): for
-/// a program linked to Open MPI, the launcher's library unless `MPICR_MPI_LIB` names one; any
+/// Under a PMIx launcher (Open MPI's, or `srun --mpi=pmix`) only Open MPI can run underneath:
+/// for a program linked to Open MPI, the launcher's library unless `MPICR_MPI_LIB` names one; any
 /// other program needs `MPICR_MPI_LIB` to name it. `Some`: the library to hand the program.
-fn open_mpi_underneath(program: &std::path::Path) -> Result<Option<PathBuf>> {
+fn open_mpi_underneath(program: &std::path::Path, p: &crate::pmix::PmixEnv) -> Result<Option<PathBuf>> {
     use crate::mpilib::{self, Face};
+    let launcher = p.launcher_name();
     if let Some((lib, from)) = mpilib::requested(None) {
         if !crate::pmix::is_open_mpi(&lib) {
-            bail!("{from} {}: under Open MPI's launcher (PMIx) the library underneath must be Open MPI's libmpi.so.40", lib.display());
+            bail!("{from} {}: under {launcher} (PMIx) the library underneath must be Open MPI's libmpi.so.40", lib.display());
         }
         return Ok(None);
     }
+    // A PMI launcher serves every other library: under Slurm, its pmi2 plugin.
+    let instead = if p.slurm { "launch it with srun --mpi=pmi2, or set" } else { "set" };
     match mpilib::program_face(program)? {
         Face::OpenMpi => match crate::pmix::program_library(program) {
             Some(lib) => {
@@ -559,13 +562,13 @@ fn open_mpi_underneath(program: &std::path::Path) -> Result<Option<PathBuf>> {
                 Ok(Some(lib))
             }
             None => bail!(
-                "under Open MPI's launcher: the libmpi.so.40 {} is linked to was not found (LD_LIBRARY_PATH, its RUNPATH, OMPI_LIBDIR_LOC); set {} to the Open MPI library to run on",
+                "under {launcher}: the libmpi.so.40 {} is linked to was not found (LD_LIBRARY_PATH, its RUNPATH, OMPI_LIBDIR_LOC); set {} to the Open MPI library to run on",
                 program.display(),
                 mpilib::MPI_LIB_ENV
             ),
         },
         f => bail!(
-            "{} speaks {}, but its launcher is Open MPI's (PMIx), which only Open MPI underneath can talk to: set {} to Open MPI's libmpi.so.40",
+            "{} speaks {}, but {launcher} serves PMIx, which only Open MPI underneath can talk to: {instead} {} to Open MPI's libmpi.so.40",
             program.display(),
             f.name(),
             mpilib::MPI_LIB_ENV

@@ -105,6 +105,7 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
         let renew_into = mpi_lib.clone().map(PathBuf::from).or_else(|| meta.agent_hello.as_ref().map(|h| PathBuf::from(&h.library)));
         if let Some(lib) = renew_into {
             crate::mpilib::check_intel_restore(&lib, epoch, meta.next_generation)?;
+            crate::pmix::check_launcher_serves(&lib, l.pmix.as_ref())?;
         }
     }
     if rank == 0 {
@@ -202,8 +203,8 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
         images::private_dir_all(d)?;
     }
     let (mut resume_env, lower_env) = crate::pidns::settings_at_restart(&meta.lower_env, crate::pidns::all_ranks_local());
-    // Under Open MPI's launcher the library underneath meets the new launcher through its
-    // PMIx variables: the agent sets them before the next generation loads.
+    // Under a PMIx launcher the library underneath meets the new launcher through its PMIx
+    // variables: the agent sets them before the next generation loads.
     // Those of the old launcher that the new one does not set go (a job checkpointed under
     // Open MPI 4.1's mpirun and restarted under 5's would otherwise keep ORTE's).
     if l.pmix.is_some() {

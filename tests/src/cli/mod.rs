@@ -33,6 +33,7 @@ mod relay;
 mod security;
 mod pmi2;
 mod slurm;
+mod slurm_pmix;
 mod stage;
 mod xlib;
 
@@ -124,6 +125,7 @@ pub fn all() -> Vec<CaseFn> {
     v.extend(stage::cases());
     v.extend(slurm::cases());
     v.extend(pmi2::cases());
+    v.extend(slurm_pmix::cases());
     v.push(CaseFn {
         name: "no-strays",
         cases: &["no-stray-processes"],

@@ -49,7 +49,7 @@ fn prterun(t: &T, venv: &Path, ompi_personality: bool, vars: &[&str]) -> Command
 }
 
 /// The ring's own lines, sorted (prterun adds notices: a help file it cannot find).
-fn lines(s: &str) -> Vec<String> {
+pub(super) fn lines(s: &str) -> Vec<String> {
     let mut v: Vec<String> = s
         .lines()
         .filter(|l| l.starts_with(|c: char| c.is_ascii_alphabetic()) && !l.starts_with("Sorry"))
@@ -60,7 +60,7 @@ fn lines(s: &str) -> Vec<String> {
 }
 
 /// What of Open MPI an epoch's images still hold (file names and dump logs), empty if none.
-fn leftovers(d: &Path) -> Vec<String> {
+pub(super) fn leftovers(d: &Path) -> Vec<String> {
     let mut found = Vec::new();
     let Ok(epochs) = std::fs::read_dir(d) else { return vec![format!("{} unreadable", d.display())] };
     for e in epochs.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("epoch-")) {
