@@ -194,9 +194,13 @@ impl Renewable for Renew {
     fn refusal(&self) -> Option<String> {
         let files = OBJ.files.snapshot();
         let (_, _, first) = files.first()?;
+        // ROMIO's one-time setup hangs off MPI_COMM_SELF of the world model: that model's
+        // MPI_Finalize (the first release) frees its private reduction operation but not the
+        // hidden flag that says it is set up, so the session's MPI_File_open aborts in an
+        // MPI_Allreduce with MPI_OP_NULL (measured, MPICH 5.0.2).
         if crate::core::renew::strategy() == crate::core::renew::Strategy::Sessions {
             return Some(format!(
-                "an MPI file is open ({}): it cannot be checkpointed yet with MPICR_RENEW=sessions (ROMIO needs MPI_Init's world model, which a session does not bring back); use the default renewal (namespace)",
+                "an MPI file is open ({}): it cannot be checkpointed with MPICR_RENEW=sessions (that renewal keeps the library loaded, and ROMIO, set up once on MPI_Init's world model, cannot open a file again after that model's MPI_Finalize); use the default renewal (namespace)",
                 first.name
             ));
         }
