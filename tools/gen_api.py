@@ -388,7 +388,7 @@ def sequential_guard(name):
         return None
     offset = "Some(offset)" if m.group(2) else "None"
     zero = "Refused" if m.group(3) else "Succeeds"
-    return ("crate::face::api::file_sequential::data(fh, fh_r, %s, count.into(), datatype_r, %s, "
+    return ("crate::face::api::file_sequential::data(fh, fh_r, %s, count, datatype_r, %s, "
             "crate::face::api::file_sequential::Zero::%s)?;" % (offset, "true" if m.group(1) == "write" else "false", zero))
 
 

@@ -184,7 +184,7 @@ macro_rules! file_io {
     (@check shared, $fh:ident, $f:ident, $count:ident, $t:ident) => {};
     // Through the individual file pointer or at an explicit offset: refused on a sequential one.
     (@check $write:literal, $fh:ident, $f:ident, $count:ident, $t:ident $(, $off:ident)?) => {
-        sequential::data($fh, $f, file_io!(@offset $($off)?), $count.into(), $t, $write, Zero::Refused)?
+        sequential::data($fh, $f, file_io!(@offset $($off)?), $count, $t, $write, Zero::Refused)?
     };
     (@offset $off:ident) => { Some($off) };
     (@offset) => { None };

@@ -110,8 +110,9 @@ pub enum Zero {
 /// `write` or not: refused on a sequential file unless ROMIO would fail earlier (offset,
 /// count, datatype, a size not a multiple of the etype's, the access mode) or succeed at once
 /// (a zero-byte access, where `zero` says so); those cases go to the library.
-pub fn data(fh: MPI_File, real: MPI_File, offset: Option<MPI_Offset>, count: i64, datatype: MPI_Datatype, write: bool, zero: Zero) -> Result<(), c_int> {
+pub fn data(fh: MPI_File, real: MPI_File, offset: Option<MPI_Offset>, count: impl Into<i64>, datatype: MPI_Datatype, write: bool, zero: Zero) -> Result<(), c_int> {
     let Some(amode) = program_amode(fh) else { return Ok(()) };
+    let count: i64 = count.into();
     if !romio() || offset.is_some_and(|o| o < 0) || count < 0 {
         return Ok(());
     }

@@ -873,7 +873,7 @@ pub unsafe fn MPI_File_read_all(fh: MPI_File, buf: *mut c_void, count: c_int, da
     call::run_in(g, "MPI_File_read_all", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
-        crate::face::api::file_sequential::data(fh, fh_r, None, count.into(), datatype_r, false, crate::face::api::file_sequential::Zero::Refused)?;
+        crate::face::api::file_sequential::data(fh, fh_r, None, count, datatype_r, false, crate::face::api::file_sequential::Zero::Refused)?;
         let Some(f) = lower::fns().MPI_File_read_all else { return call::missing("MPI_File_read_all") };
         // SAFETY: `f` is the real library's MPI_File_read_all, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
@@ -889,7 +889,7 @@ pub unsafe fn MPI_File_read_all_c(fh: MPI_File, buf: *mut c_void, count: MPI_Cou
     call::run_in(g, "MPI_File_read_all_c", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
-        crate::face::api::file_sequential::data(fh, fh_r, None, count.into(), datatype_r, false, crate::face::api::file_sequential::Zero::Refused)?;
+        crate::face::api::file_sequential::data(fh, fh_r, None, count, datatype_r, false, crate::face::api::file_sequential::Zero::Refused)?;
         let Some(f) = lower::fns().MPI_File_read_all_c else { return call::missing("MPI_File_read_all_c") };
         // SAFETY: `f` is the real library's MPI_File_read_all_c, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
@@ -905,7 +905,7 @@ pub unsafe fn MPI_File_read_at_all(fh: MPI_File, offset: MPI_Offset, buf: *mut c
     call::run_in(g, "MPI_File_read_at_all", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
-        crate::face::api::file_sequential::data(fh, fh_r, Some(offset), count.into(), datatype_r, false, crate::face::api::file_sequential::Zero::Refused)?;
+        crate::face::api::file_sequential::data(fh, fh_r, Some(offset), count, datatype_r, false, crate::face::api::file_sequential::Zero::Refused)?;
         let Some(f) = lower::fns().MPI_File_read_at_all else { return call::missing("MPI_File_read_at_all") };
         // SAFETY: `f` is the real library's MPI_File_read_at_all, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
@@ -921,7 +921,7 @@ pub unsafe fn MPI_File_read_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *mut
     call::run_in(g, "MPI_File_read_at_all_c", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
-        crate::face::api::file_sequential::data(fh, fh_r, Some(offset), count.into(), datatype_r, false, crate::face::api::file_sequential::Zero::Refused)?;
+        crate::face::api::file_sequential::data(fh, fh_r, Some(offset), count, datatype_r, false, crate::face::api::file_sequential::Zero::Refused)?;
         let Some(f) = lower::fns().MPI_File_read_at_all_c else { return call::missing("MPI_File_read_at_all_c") };
         // SAFETY: `f` is the real library's MPI_File_read_at_all_c, resolved under the C signature
         // of the ABI table that this wrapper's signature is generated from; handles were translated
@@ -1020,7 +1020,7 @@ pub unsafe fn MPI_File_write_all(fh: MPI_File, buf: *const c_void, count: c_int,
     call::run_in(g, "MPI_File_write_all", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
-        crate::face::api::file_sequential::data(fh, fh_r, None, count.into(), datatype_r, true, crate::face::api::file_sequential::Zero::Refused)?;
+        crate::face::api::file_sequential::data(fh, fh_r, None, count, datatype_r, true, crate::face::api::file_sequential::Zero::Refused)?;
         let Some(f) = lower::fns().MPI_File_write_all else { return call::missing("MPI_File_write_all") };
         // SAFETY: `f` is the real library's MPI_File_write_all, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
@@ -1036,7 +1036,7 @@ pub unsafe fn MPI_File_write_all_c(fh: MPI_File, buf: *const c_void, count: MPI_
     call::run_in(g, "MPI_File_write_all_c", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
-        crate::face::api::file_sequential::data(fh, fh_r, None, count.into(), datatype_r, true, crate::face::api::file_sequential::Zero::Refused)?;
+        crate::face::api::file_sequential::data(fh, fh_r, None, count, datatype_r, true, crate::face::api::file_sequential::Zero::Refused)?;
         let Some(f) = lower::fns().MPI_File_write_all_c else { return call::missing("MPI_File_write_all_c") };
         // SAFETY: `f` is the real library's MPI_File_write_all_c, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
@@ -1052,7 +1052,7 @@ pub unsafe fn MPI_File_write_at_all(fh: MPI_File, offset: MPI_Offset, buf: *cons
     call::run_in(g, "MPI_File_write_at_all", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
-        crate::face::api::file_sequential::data(fh, fh_r, Some(offset), count.into(), datatype_r, true, crate::face::api::file_sequential::Zero::Refused)?;
+        crate::face::api::file_sequential::data(fh, fh_r, Some(offset), count, datatype_r, true, crate::face::api::file_sequential::Zero::Refused)?;
         let Some(f) = lower::fns().MPI_File_write_at_all else { return call::missing("MPI_File_write_at_all") };
         // SAFETY: `f` is the real library's MPI_File_write_at_all, resolved under the C signature
         // of the ABI table that this wrapper's signature is generated from; handles were translated
@@ -1068,7 +1068,7 @@ pub unsafe fn MPI_File_write_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *co
     call::run_in(g, "MPI_File_write_at_all_c", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
-        crate::face::api::file_sequential::data(fh, fh_r, Some(offset), count.into(), datatype_r, true, crate::face::api::file_sequential::Zero::Refused)?;
+        crate::face::api::file_sequential::data(fh, fh_r, Some(offset), count, datatype_r, true, crate::face::api::file_sequential::Zero::Refused)?;
         let Some(f) = lower::fns().MPI_File_write_at_all_c else { return call::missing("MPI_File_write_at_all_c") };
         // SAFETY: `f` is the real library's MPI_File_write_at_all_c, resolved under the C signature
         // of the ABI table that this wrapper's signature is generated from; handles were translated

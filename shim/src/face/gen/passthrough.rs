@@ -505,7 +505,7 @@ pub unsafe fn MPI_File_read(fh: MPI_File, buf: *mut c_void, count: c_int, dataty
     call::run("MPI_File_read", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
-        crate::face::api::file_sequential::data(fh, fh_r, None, count.into(), datatype_r, false, crate::face::api::file_sequential::Zero::Succeeds)?;
+        crate::face::api::file_sequential::data(fh, fh_r, None, count, datatype_r, false, crate::face::api::file_sequential::Zero::Succeeds)?;
         let Some(f) = lower::fns().MPI_File_read else { return call::missing("MPI_File_read") };
         // SAFETY: `f` is the real library's MPI_File_read, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
@@ -520,7 +520,7 @@ pub unsafe fn MPI_File_read_at(fh: MPI_File, offset: MPI_Offset, buf: *mut c_voi
     call::run("MPI_File_read_at", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
-        crate::face::api::file_sequential::data(fh, fh_r, Some(offset), count.into(), datatype_r, false, crate::face::api::file_sequential::Zero::Succeeds)?;
+        crate::face::api::file_sequential::data(fh, fh_r, Some(offset), count, datatype_r, false, crate::face::api::file_sequential::Zero::Succeeds)?;
         let Some(f) = lower::fns().MPI_File_read_at else { return call::missing("MPI_File_read_at") };
         // SAFETY: `f` is the real library's MPI_File_read_at, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
@@ -535,7 +535,7 @@ pub unsafe fn MPI_File_read_at_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_v
     call::run("MPI_File_read_at_c", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
-        crate::face::api::file_sequential::data(fh, fh_r, Some(offset), count.into(), datatype_r, false, crate::face::api::file_sequential::Zero::Succeeds)?;
+        crate::face::api::file_sequential::data(fh, fh_r, Some(offset), count, datatype_r, false, crate::face::api::file_sequential::Zero::Succeeds)?;
         let Some(f) = lower::fns().MPI_File_read_at_c else { return call::missing("MPI_File_read_at_c") };
         // SAFETY: `f` is the real library's MPI_File_read_at_c, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
@@ -550,7 +550,7 @@ pub unsafe fn MPI_File_read_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, 
     call::run("MPI_File_read_c", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
-        crate::face::api::file_sequential::data(fh, fh_r, None, count.into(), datatype_r, false, crate::face::api::file_sequential::Zero::Succeeds)?;
+        crate::face::api::file_sequential::data(fh, fh_r, None, count, datatype_r, false, crate::face::api::file_sequential::Zero::Succeeds)?;
         let Some(f) = lower::fns().MPI_File_read_c else { return call::missing("MPI_File_read_c") };
         // SAFETY: `f` is the real library's MPI_File_read_c, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
@@ -605,7 +605,7 @@ pub unsafe fn MPI_File_write(fh: MPI_File, buf: *const c_void, count: c_int, dat
     call::run("MPI_File_write", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
-        crate::face::api::file_sequential::data(fh, fh_r, None, count.into(), datatype_r, true, crate::face::api::file_sequential::Zero::Succeeds)?;
+        crate::face::api::file_sequential::data(fh, fh_r, None, count, datatype_r, true, crate::face::api::file_sequential::Zero::Succeeds)?;
         let Some(f) = lower::fns().MPI_File_write else { return call::missing("MPI_File_write") };
         // SAFETY: `f` is the real library's MPI_File_write, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
@@ -620,7 +620,7 @@ pub unsafe fn MPI_File_write_at(fh: MPI_File, offset: MPI_Offset, buf: *const c_
     call::run("MPI_File_write_at", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
-        crate::face::api::file_sequential::data(fh, fh_r, Some(offset), count.into(), datatype_r, true, crate::face::api::file_sequential::Zero::Succeeds)?;
+        crate::face::api::file_sequential::data(fh, fh_r, Some(offset), count, datatype_r, true, crate::face::api::file_sequential::Zero::Succeeds)?;
         let Some(f) = lower::fns().MPI_File_write_at else { return call::missing("MPI_File_write_at") };
         // SAFETY: `f` is the real library's MPI_File_write_at, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
@@ -635,7 +635,7 @@ pub unsafe fn MPI_File_write_at_c(fh: MPI_File, offset: MPI_Offset, buf: *const 
     call::run("MPI_File_write_at_c", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
-        crate::face::api::file_sequential::data(fh, fh_r, Some(offset), count.into(), datatype_r, true, crate::face::api::file_sequential::Zero::Succeeds)?;
+        crate::face::api::file_sequential::data(fh, fh_r, Some(offset), count, datatype_r, true, crate::face::api::file_sequential::Zero::Succeeds)?;
         let Some(f) = lower::fns().MPI_File_write_at_c else { return call::missing("MPI_File_write_at_c") };
         // SAFETY: `f` is the real library's MPI_File_write_at_c, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
@@ -650,7 +650,7 @@ pub unsafe fn MPI_File_write_c(fh: MPI_File, buf: *const c_void, count: MPI_Coun
     call::run("MPI_File_write_c", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
-        crate::face::api::file_sequential::data(fh, fh_r, None, count.into(), datatype_r, true, crate::face::api::file_sequential::Zero::Succeeds)?;
+        crate::face::api::file_sequential::data(fh, fh_r, None, count, datatype_r, true, crate::face::api::file_sequential::Zero::Succeeds)?;
         let Some(f) = lower::fns().MPI_File_write_c else { return call::missing("MPI_File_write_c") };
         // SAFETY: `f` is the real library's MPI_File_write_c, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
