@@ -252,6 +252,9 @@ static inline const char *t_errclass_name(int cls)
         T_EC(MPI_ERR_DISP)
         T_EC(MPI_ERR_BASE)
         T_EC(MPI_ERR_SIZE)
+        T_EC(MPI_ERR_ACCESS)
+        T_EC(MPI_ERR_IO)
+        T_EC(MPI_ERR_UNSUPPORTED_OPERATION)
 #ifdef MPI_ERR_ERRHANDLER /* MPI 4.1 */
         T_EC(MPI_ERR_ERRHANDLER)
 #endif

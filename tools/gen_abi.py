@@ -105,6 +105,7 @@ INT_IN = {**gen_ompi.INT_IN, **{
     ("MPI_Init_thread", "required"): "thread_in",
     ("MPI_File_open", "amode"): "amode_in",
     ("MPI_File_seek", "whence"): "whence_in", ("MPI_File_seek_shared", "whence"): "whence_in",
+    ("MPI_File_set_view", "disp"): "disp_in",
     ("MPI_Win_create_keyval", "win_keyval"): "keyval_in",
     ("MPI_Win_delete_attr", "win_keyval"): "keyval_in", ("MPI_Win_set_attr", "win_keyval"): "keyval_in",
     ("MPI_Comm_delete_attr", "comm_keyval"): "keyval_in", ("MPI_Comm_set_attr", "comm_keyval"): "keyval_in",

@@ -366,6 +366,32 @@ def on_clause(fn):
     return "On::%s(%s)" % (ON[kind], obj) if kind else "On::Default"
 
 
+# Calls ROMIO refuses on a file opened with MPI_MODE_SEQUENTIAL, whose real file is not
+# sequential (`face::api::file_sequential`): the guard each wrapper runs before the real call.
+SEQ_REFUSED = ("MPI_File_seek", "MPI_File_seek_shared", "MPI_File_get_position",
+               "MPI_File_get_position_shared", "MPI_File_set_size")
+
+
+# ... of which older ROMIOs report these two to the handler and return MPI_SUCCESS (outside
+# the gate: the handler may call MPI): the offset argument ROMIO checks first, if any.
+SEQ_QUIET = {"MPI_File_get_position": "None", "MPI_File_get_byte_offset": "Some(offset)"}
+
+
+def sequential_guard(name):
+    """The `file_sequential` check of a pass-through or collective file wrapper, or None."""
+    if name in SEQ_REFUSED:
+        return "crate::face::api::file_sequential::refuse(fh)?;"
+    if name == "MPI_File_get_byte_offset":
+        return "crate::face::api::file_sequential::refuse_at(fh, offset)?;"
+    m = re.match(r"MPI_File_(read|write)(_at)?(_all)?(_c)?$", name)
+    if not m:
+        return None
+    offset = "Some(offset)" if m.group(2) else "None"
+    zero = "Refused" if m.group(3) else "Succeeds"
+    return ("crate::face::api::file_sequential::data(fh, fh_r, %s, count, datatype_r, %s, "
+            "crate::face::api::file_sequential::Zero::%s)?;" % (offset, "true" if m.group(1) == "write" else "false", zero))
+
+
 def translate_handle(lines, n, p):
     """Emits the translation of handle argument `n` inside the gate; returns the real name."""
     lines.append("    let %s_r = conv::%s(%s);" % (n, HANDLE_KINDS[p["base"]], n))
@@ -400,6 +426,10 @@ def gen_passthrough(fn, on_file=False):
         lines.append("}")
         return "\n".join(lines)
     # Translate inside the gate: a renewal may rewrite real handles while the gate is closed.
+    if name in SEQ_QUIET:
+        lines.append("    if let Some(rc) = crate::face::api::file_sequential::refused_but_succeeds(fh, %s, \"%s\") {" % (SEQ_QUIET[name], name))
+        lines.append("        return rc;")
+        lines.append("    }")
     if on_file:
         lines.append("    let g = crate::face::api::file::begin_file_collective(fh);")
         lines.append("    call::run_in(g, \"%s\", %s, || {" % (name, on_clause(fn)))
@@ -414,6 +444,9 @@ def gen_passthrough(fn, on_file=False):
             args.append(n + "_r")
         else:
             args.append(n)
+    guard = sequential_guard(name)
+    if guard:
+        lines.append("        " + guard)
     lines.append("        let Some(f) = lower::fns().%s else { return call::missing(\"%s\") };" % (name, name))
     lines += real_call_safety(fn, params, translated_inside_gate=any(a.endswith("_r") for a in args), indent="        ")
     lines.append("        call::ok(unsafe { f(%s) })" % ", ".join(args))

@@ -437,7 +437,7 @@ def gen_wrapper(fn, target, P):
                 post.append("conv::status_out(&l_%s, %s);" % (a, a))
         elif base == "MPI_Status":
             return None, "a status at pointer depth %d" % ptr
-        elif base == "int" and ptr == 0 and key in INT_IN:
+        elif base in ("int", "MPI_Offset") and ptr == 0 and key in INT_IN:
             args.append("conv::%s(%s)" % (INT_IN[key], a))
         elif base == "int" and ptr == 0 and p["name"] in RANK_IN:
             args.append("conv::rank_in(%s)" % a)

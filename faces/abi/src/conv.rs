@@ -258,9 +258,21 @@ pub fn whence_in(v: c_int) -> c_int {
     )
 }
 
+/// A view's displacement: MPI_DISPLACEMENT_CURRENT (-1 in the standard ABI, a displacement MPI
+/// refuses otherwise) becomes MPICH's.
+pub fn disp_in(v: m::MPI_Offset) -> m::MPI_Offset {
+    if v == -1 { m::MPI_DISPLACEMENT_CURRENT } else { v }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn displacement_current_is_mpichs() {
+        assert_eq!(disp_in(-1), m::MPI_DISPLACEMENT_CURRENT);
+        assert_eq!(disp_in(64), 64);
+    }
 
     #[test]
     fn predefined_handles_map_both_ways() {

@@ -126,10 +126,14 @@ pub const MPI_THREAD_MULTIPLE: c_int = 3;
 /// MPI-IO access modes (ROMIO's values, the same in Open MPI) and whence of seeks.
 pub const MPI_MODE_CREATE: c_int = 1;
 pub const MPI_MODE_RDONLY: c_int = 2;
+pub const MPI_MODE_WRONLY: c_int = 4;
+pub const MPI_MODE_RDWR: c_int = 8;
 pub const MPI_MODE_DELETE_ON_CLOSE: c_int = 16;
 pub const MPI_MODE_EXCL: c_int = 64;
 pub const MPI_MODE_SEQUENTIAL: c_int = 256;
 pub const MPI_SEEK_SET: c_int = 600;
+/// `MPI_File_set_view`'s displacement at a sequential file's shared file pointer.
+pub const MPI_DISPLACEMENT_CURRENT: MPI_Offset = -54278278;
 
 /// One-sided synchronisation asserts and lock types, and window flavors.
 pub const MPI_MODE_NOPRECEDE: c_int = 8192;

@@ -93,8 +93,9 @@ pub enum Verdict {
 
 /// What mpicr says when a checkpoint meets state it does not handle yet: the refusals of the
 /// shim's object kinds (`shim/src/core/kinds/*.rs`, `Renewable::refusal`).
-pub const REFUSALS: [&str; 4] = [
+pub const REFUSALS: [&str; 5] = [
     "cannot be checkpointed yet",
+    "cannot be checkpointed with MPICR_RENEW=sessions",
     "a generalized request (MPI_Grequest_start) is pending",
     "free it before checkpointing",
     "cannot be restored",

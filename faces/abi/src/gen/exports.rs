@@ -3308,7 +3308,7 @@ unsafe fn imp_MPI_File_set_view(fh: OHandle, disp: MPI_Offset, etype: OHandle, f
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::api::MPI_File_set_view(conv::file_in(fh), disp, conv::h_in(Kind::Datatype, etype), conv::h_in(Kind::Datatype, filetype), datarep, conv::h_in(Kind::Info, info))
+        mpicr_shim::face::api::MPI_File_set_view(conv::file_in(fh), conv::disp_in(disp), conv::h_in(Kind::Datatype, etype), conv::h_in(Kind::Datatype, filetype), datarep, conv::h_in(Kind::Info, info))
     }
 }
 #[no_mangle]

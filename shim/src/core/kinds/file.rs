@@ -7,7 +7,8 @@
 //!   alignment, the communicator kind rebuilds it, and the file's group is there even after the
 //!   program freed its own communicator. The real file is opened without
 //!   `MPI_MODE_DELETE_ON_CLOSE` (a release closes it): the shim deletes the file at the
-//!   program's `MPI_File_close` ([`after_close`]).
+//!   program's `MPI_File_close` ([`after_close`]). Nor is it opened with `MPI_MODE_SEQUENTIAL`
+//!   ([`real_amode`]): the shared file pointer of a sequential file is carried like any other.
 //! - `MPI_File_set_view` and `MPI_File_set_info` record the view (datatype recipes) and the
 //!   hints; split collectives are carried by the shim itself (`split`: the library finished the
 //!   operation at `*_begin`, as ROMIO does), and nonblocking I/O completes in the drain
@@ -120,9 +121,13 @@ fn absolute(name: &str) -> String {
 }
 
 /// The access mode the real file is opened with at the program's `MPI_File_open`: the shim
-/// deletes on close itself.
+/// deletes on close itself, and a sequential file is opened as an ordinary one, whose shared
+/// file pointer a checkpoint can read and a renewal set (`face::api::file_sequential` keeps
+/// the program's view of a sequential file). `MPI_MODE_SEQUENTIAL` with `MPI_MODE_RDWR` is
+/// passed on, for the library to refuse.
 pub fn real_amode(amode: c_int) -> c_int {
-    amode & !MPI_MODE_DELETE_ON_CLOSE
+    let seq = if amode & MPI_MODE_RDWR == 0 { MPI_MODE_SEQUENTIAL } else { 0 };
+    amode & !(MPI_MODE_DELETE_ON_CLOSE | seq)
 }
 
 /// ... and when it is opened again: a renewal must neither truncate nor re-create the file.
@@ -189,19 +194,17 @@ impl Renewable for Renew {
     fn refusal(&self) -> Option<String> {
         let files = OBJ.files.snapshot();
         let (_, _, first) = files.first()?;
+        // ROMIO's one-time setup hangs off MPI_COMM_SELF of the world model: that model's
+        // MPI_Finalize (the first release) frees its private reduction operation but not the
+        // hidden flag that says it is set up, so the session's MPI_File_open aborts in an
+        // MPI_Allreduce with MPI_OP_NULL (measured, MPICH 5.0.2).
         if crate::core::renew::strategy() == crate::core::renew::Strategy::Sessions {
             return Some(format!(
-                "an MPI file is open ({}): it cannot be checkpointed yet with MPICR_RENEW=sessions (ROMIO needs MPI_Init's world model, which a session does not bring back); use the default renewal (namespace)",
+                "an MPI file is open ({}): it cannot be checkpointed with MPICR_RENEW=sessions (that renewal keeps the library loaded, and ROMIO, set up once on MPI_Init's world model, cannot open a file again after that model's MPI_Finalize); use the default renewal (namespace)",
                 first.name
             ));
         }
         for (_, _, e) in &files {
-            if e.amode & MPI_MODE_SEQUENTIAL != 0 {
-                return Some(format!(
-                    "the MPI file {}, open with MPI_MODE_SEQUENTIAL, cannot be checkpointed yet: its shared file pointer can be neither read nor set (ROMIO refuses MPI_File_get_position_shared and MPI_File_seek_shared there); close it before checkpointing",
-                    e.name
-                ));
-            }
             // The program's own are registered again before files are reopened (`library`);
             // ROMIO (MPICH, Intel MPI) refuses views in them anyway.
             if let Some(v) = e.view.as_ref().filter(|v| !KNOWN_DATAREPS.contains(&v.datarep.as_str()) && !super::library::datarep_registered(&v.datarep)) {

@@ -10,6 +10,7 @@ use crate::core::state::OBJ;
 use crate::face::abi::*;
 use crate::face::api::datatype::typeref;
 use crate::face::api::request::register_request;
+use crate::face::api::file_sequential::{self as sequential, Zero};
 use crate::face::api::{begin_collective, put, put_status};
 use crate::face::call::{self, On, ToReal};
 use crate::face::{conv, errors};
@@ -101,6 +102,8 @@ pub unsafe fn MPI_File_get_amode(fh: MPI_File, amode: *mut c_int) -> c_int {
 pub unsafe fn MPI_File_set_view(fh: MPI_File, disp: MPI_Offset, etype: MPI_Datatype, filetype: MPI_Datatype, datarep: *const c_char, info: MPI_Info) -> c_int {
     call::run_in(begin_file_collective(fh), "MPI_File_set_view", On::File(fh), || {
         let (f, e, t, i) = (call::File(fh).to_real()?, call::Datatype(etype).to_real()?, call::Datatype(filetype).to_real()?, call::Info(info).to_real()?);
+        // The real file of a sequential one is not sequential: the displacement is resolved here.
+        let disp = sequential::view_disp(fh, f, disp)?;
         call::ok(real!(MPI_File_set_view(f, disp, e, t, datarep, i)))?;
         if let Some(idx) = conv::file_index(fh) {
             // SAFETY: the call succeeded, so `datarep` is a NUL-terminated string.
@@ -160,11 +163,12 @@ pub unsafe fn MPI_File_f2c(file: MPI_Fint) -> MPI_File {
 /// `core::kinds::request::is_file_io`); the collective ones (`coll`) are counted on the file's
 /// communicator.
 macro_rules! file_io {
-    ($name:ident, $coll:literal, $count:ty, $bt:ty $(, $off:ident)?) => {
+    ($name:ident, $coll:literal, $count:ty, $bt:ty, $access:tt $(, $off:ident)?) => {
         pub unsafe fn $name(fh: MPI_File, $($off: MPI_Offset,)? buf: $bt, count: $count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
             let g = if $coll { begin_file_collective(fh) } else { gate::enter() };
             call::run_in(g, stringify!($name), On::File(fh), || {
                 let (f, t) = (call::File(fh).to_real()?, call::Datatype(datatype).to_real()?);
+                file_io!(@check $access, fh, f, count, t $(, $off)?);
                 let mut r = MPI_REQUEST_NULL;
                 call::ok(real!($name(f, $($off,)? buf, count, t, &mut r)))?;
                 let recipe = RequestRecipe::FileIo { function: stringify!($name).into(), seq: crate::core::kinds::request::next_file_io() };
@@ -176,38 +180,48 @@ macro_rules! file_io {
             })
         }
     };
+    // Through the shared file pointer: allowed on a sequential file.
+    (@check shared, $fh:ident, $f:ident, $count:ident, $t:ident) => {};
+    // Through the individual file pointer or at an explicit offset: refused on a sequential one.
+    (@check $write:literal, $fh:ident, $f:ident, $count:ident, $t:ident $(, $off:ident)?) => {
+        sequential::data($fh, $f, file_io!(@offset $($off)?), $count, $t, $write, Zero::Refused)?
+    };
+    (@offset $off:ident) => { Some($off) };
+    (@offset) => { None };
 }
 
-file_io!(MPI_File_iread, false, c_int, *mut c_void);
-file_io!(MPI_File_iread_c, false, MPI_Count, *mut c_void);
-file_io!(MPI_File_iread_all, true, c_int, *mut c_void);
-file_io!(MPI_File_iread_all_c, true, MPI_Count, *mut c_void);
-file_io!(MPI_File_iread_shared, false, c_int, *mut c_void);
-file_io!(MPI_File_iread_shared_c, false, MPI_Count, *mut c_void);
-file_io!(MPI_File_iread_at, false, c_int, *mut c_void, offset);
-file_io!(MPI_File_iread_at_c, false, MPI_Count, *mut c_void, offset);
-file_io!(MPI_File_iread_at_all, true, c_int, *mut c_void, offset);
-file_io!(MPI_File_iread_at_all_c, true, MPI_Count, *mut c_void, offset);
-file_io!(MPI_File_iwrite, false, c_int, *const c_void);
-file_io!(MPI_File_iwrite_c, false, MPI_Count, *const c_void);
-file_io!(MPI_File_iwrite_all, true, c_int, *const c_void);
-file_io!(MPI_File_iwrite_all_c, true, MPI_Count, *const c_void);
-file_io!(MPI_File_iwrite_shared, false, c_int, *const c_void);
-file_io!(MPI_File_iwrite_shared_c, false, MPI_Count, *const c_void);
-file_io!(MPI_File_iwrite_at, false, c_int, *const c_void, offset);
-file_io!(MPI_File_iwrite_at_c, false, MPI_Count, *const c_void, offset);
-file_io!(MPI_File_iwrite_at_all, true, c_int, *const c_void, offset);
-file_io!(MPI_File_iwrite_at_all_c, true, MPI_Count, *const c_void, offset);
+file_io!(MPI_File_iread, false, c_int, *mut c_void, false);
+file_io!(MPI_File_iread_c, false, MPI_Count, *mut c_void, false);
+file_io!(MPI_File_iread_all, true, c_int, *mut c_void, false);
+file_io!(MPI_File_iread_all_c, true, MPI_Count, *mut c_void, false);
+file_io!(MPI_File_iread_shared, false, c_int, *mut c_void, shared);
+file_io!(MPI_File_iread_shared_c, false, MPI_Count, *mut c_void, shared);
+file_io!(MPI_File_iread_at, false, c_int, *mut c_void, false, offset);
+file_io!(MPI_File_iread_at_c, false, MPI_Count, *mut c_void, false, offset);
+file_io!(MPI_File_iread_at_all, true, c_int, *mut c_void, false, offset);
+file_io!(MPI_File_iread_at_all_c, true, MPI_Count, *mut c_void, false, offset);
+file_io!(MPI_File_iwrite, false, c_int, *const c_void, true);
+file_io!(MPI_File_iwrite_c, false, MPI_Count, *const c_void, true);
+file_io!(MPI_File_iwrite_all, true, c_int, *const c_void, true);
+file_io!(MPI_File_iwrite_all_c, true, MPI_Count, *const c_void, true);
+file_io!(MPI_File_iwrite_shared, false, c_int, *const c_void, shared);
+file_io!(MPI_File_iwrite_shared_c, false, MPI_Count, *const c_void, shared);
+file_io!(MPI_File_iwrite_at, false, c_int, *const c_void, true, offset);
+file_io!(MPI_File_iwrite_at_c, false, MPI_Count, *const c_void, true, offset);
+file_io!(MPI_File_iwrite_at_all, true, c_int, *const c_void, true, offset);
+file_io!(MPI_File_iwrite_at_all_c, true, MPI_Count, *const c_void, true, offset);
 
 /// Split collectives: `*_begin` does the whole operation through the library's blocking
 /// collective (as ROMIO itself does) and keeps its status in the file's entry for `*_end`, so
 /// that nothing of it is left in the library at a checkpoint.
 macro_rules! split_begin {
-    ($name:ident, $blocking:ident, $count:ty, $bt:ty $(, $off:ident)?) => {
+    ($name:ident, $blocking:ident, $count:ty, $bt:ty, $access:tt $(, $off:ident)?) => {
         pub unsafe fn $name(fh: MPI_File, $($off: MPI_Offset,)? buf: $bt, count: $count, datatype: MPI_Datatype) -> c_int {
             call::run_in(begin_file_collective(fh), stringify!($name), On::File(fh), || {
                 let (f, t) = (call::File(fh).to_real()?, call::Datatype(datatype).to_real()?);
                 let idx = conv::file_index(fh);
+                // ROMIO's order: a sequential file's refusal, then another split collective's.
+                file_io!(@check $access, fh, f, count, t $(, $off)?);
                 // One split collective at a time on a file (ROMIO's class for another one).
                 if idx.and_then(|i| OBJ.files.with(i, |e| e.split.is_some())).unwrap_or(false) {
                     return Err(MPI_ERR_IO);
@@ -223,18 +237,18 @@ macro_rules! split_begin {
     };
 }
 
-split_begin!(MPI_File_read_all_begin, MPI_File_read_all, c_int, *mut c_void);
-split_begin!(MPI_File_read_all_begin_c, MPI_File_read_all_c, MPI_Count, *mut c_void);
-split_begin!(MPI_File_write_all_begin, MPI_File_write_all, c_int, *const c_void);
-split_begin!(MPI_File_write_all_begin_c, MPI_File_write_all_c, MPI_Count, *const c_void);
-split_begin!(MPI_File_read_at_all_begin, MPI_File_read_at_all, c_int, *mut c_void, offset);
-split_begin!(MPI_File_read_at_all_begin_c, MPI_File_read_at_all_c, MPI_Count, *mut c_void, offset);
-split_begin!(MPI_File_write_at_all_begin, MPI_File_write_at_all, c_int, *const c_void, offset);
-split_begin!(MPI_File_write_at_all_begin_c, MPI_File_write_at_all_c, MPI_Count, *const c_void, offset);
-split_begin!(MPI_File_read_ordered_begin, MPI_File_read_ordered, c_int, *mut c_void);
-split_begin!(MPI_File_read_ordered_begin_c, MPI_File_read_ordered_c, MPI_Count, *mut c_void);
-split_begin!(MPI_File_write_ordered_begin, MPI_File_write_ordered, c_int, *const c_void);
-split_begin!(MPI_File_write_ordered_begin_c, MPI_File_write_ordered_c, MPI_Count, *const c_void);
+split_begin!(MPI_File_read_all_begin, MPI_File_read_all, c_int, *mut c_void, false);
+split_begin!(MPI_File_read_all_begin_c, MPI_File_read_all_c, MPI_Count, *mut c_void, false);
+split_begin!(MPI_File_write_all_begin, MPI_File_write_all, c_int, *const c_void, true);
+split_begin!(MPI_File_write_all_begin_c, MPI_File_write_all_c, MPI_Count, *const c_void, true);
+split_begin!(MPI_File_read_at_all_begin, MPI_File_read_at_all, c_int, *mut c_void, false, offset);
+split_begin!(MPI_File_read_at_all_begin_c, MPI_File_read_at_all_c, MPI_Count, *mut c_void, false, offset);
+split_begin!(MPI_File_write_at_all_begin, MPI_File_write_at_all, c_int, *const c_void, true, offset);
+split_begin!(MPI_File_write_at_all_begin_c, MPI_File_write_at_all_c, MPI_Count, *const c_void, true, offset);
+split_begin!(MPI_File_read_ordered_begin, MPI_File_read_ordered, c_int, *mut c_void, shared);
+split_begin!(MPI_File_read_ordered_begin_c, MPI_File_read_ordered_c, MPI_Count, *mut c_void, shared);
+split_begin!(MPI_File_write_ordered_begin, MPI_File_write_ordered, c_int, *const c_void, shared);
+split_begin!(MPI_File_write_ordered_begin_c, MPI_File_write_ordered_c, MPI_Count, *const c_void, shared);
 
 /// `*_end`: the status `*_begin` kept (the buffer is the begin's, already read or written).
 macro_rules! split_end {

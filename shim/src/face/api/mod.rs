@@ -15,6 +15,7 @@ pub(crate) mod datatype;
 pub(crate) mod dynamic;
 pub(crate) mod errhandler;
 pub(crate) mod file;
+pub(crate) mod file_sequential;
 pub(crate) mod group;
 pub(crate) mod info;
 pub(crate) mod init;

@@ -873,6 +873,7 @@ pub unsafe fn MPI_File_read_all(fh: MPI_File, buf: *mut c_void, count: c_int, da
     call::run_in(g, "MPI_File_read_all", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
+        crate::face::api::file_sequential::data(fh, fh_r, None, count, datatype_r, false, crate::face::api::file_sequential::Zero::Refused)?;
         let Some(f) = lower::fns().MPI_File_read_all else { return call::missing("MPI_File_read_all") };
         // SAFETY: `f` is the real library's MPI_File_read_all, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
@@ -888,6 +889,7 @@ pub unsafe fn MPI_File_read_all_c(fh: MPI_File, buf: *mut c_void, count: MPI_Cou
     call::run_in(g, "MPI_File_read_all_c", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
+        crate::face::api::file_sequential::data(fh, fh_r, None, count, datatype_r, false, crate::face::api::file_sequential::Zero::Refused)?;
         let Some(f) = lower::fns().MPI_File_read_all_c else { return call::missing("MPI_File_read_all_c") };
         // SAFETY: `f` is the real library's MPI_File_read_all_c, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
@@ -903,6 +905,7 @@ pub unsafe fn MPI_File_read_at_all(fh: MPI_File, offset: MPI_Offset, buf: *mut c
     call::run_in(g, "MPI_File_read_at_all", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
+        crate::face::api::file_sequential::data(fh, fh_r, Some(offset), count, datatype_r, false, crate::face::api::file_sequential::Zero::Refused)?;
         let Some(f) = lower::fns().MPI_File_read_at_all else { return call::missing("MPI_File_read_at_all") };
         // SAFETY: `f` is the real library's MPI_File_read_at_all, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
@@ -918,6 +921,7 @@ pub unsafe fn MPI_File_read_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *mut
     call::run_in(g, "MPI_File_read_at_all_c", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
+        crate::face::api::file_sequential::data(fh, fh_r, Some(offset), count, datatype_r, false, crate::face::api::file_sequential::Zero::Refused)?;
         let Some(f) = lower::fns().MPI_File_read_at_all_c else { return call::missing("MPI_File_read_at_all_c") };
         // SAFETY: `f` is the real library's MPI_File_read_at_all_c, resolved under the C signature
         // of the ABI table that this wrapper's signature is generated from; handles were translated
@@ -962,6 +966,7 @@ pub unsafe fn MPI_File_seek_shared(fh: MPI_File, offset: MPI_Offset, whence: c_i
     let g = crate::face::api::file::begin_file_collective(fh);
     call::run_in(g, "MPI_File_seek_shared", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
+        crate::face::api::file_sequential::refuse(fh)?;
         let Some(f) = lower::fns().MPI_File_seek_shared else { return call::missing("MPI_File_seek_shared") };
         // SAFETY: `f` is the real library's MPI_File_seek_shared, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
@@ -988,6 +993,7 @@ pub unsafe fn MPI_File_set_size(fh: MPI_File, size: MPI_Offset) -> c_int {
     let g = crate::face::api::file::begin_file_collective(fh);
     call::run_in(g, "MPI_File_set_size", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
+        crate::face::api::file_sequential::refuse(fh)?;
         let Some(f) = lower::fns().MPI_File_set_size else { return call::missing("MPI_File_set_size") };
         // SAFETY: `f` is the real library's MPI_File_set_size, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
@@ -1014,6 +1020,7 @@ pub unsafe fn MPI_File_write_all(fh: MPI_File, buf: *const c_void, count: c_int,
     call::run_in(g, "MPI_File_write_all", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
+        crate::face::api::file_sequential::data(fh, fh_r, None, count, datatype_r, true, crate::face::api::file_sequential::Zero::Refused)?;
         let Some(f) = lower::fns().MPI_File_write_all else { return call::missing("MPI_File_write_all") };
         // SAFETY: `f` is the real library's MPI_File_write_all, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
@@ -1029,6 +1036,7 @@ pub unsafe fn MPI_File_write_all_c(fh: MPI_File, buf: *const c_void, count: MPI_
     call::run_in(g, "MPI_File_write_all_c", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
+        crate::face::api::file_sequential::data(fh, fh_r, None, count, datatype_r, true, crate::face::api::file_sequential::Zero::Refused)?;
         let Some(f) = lower::fns().MPI_File_write_all_c else { return call::missing("MPI_File_write_all_c") };
         // SAFETY: `f` is the real library's MPI_File_write_all_c, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
@@ -1044,6 +1052,7 @@ pub unsafe fn MPI_File_write_at_all(fh: MPI_File, offset: MPI_Offset, buf: *cons
     call::run_in(g, "MPI_File_write_at_all", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
+        crate::face::api::file_sequential::data(fh, fh_r, Some(offset), count, datatype_r, true, crate::face::api::file_sequential::Zero::Refused)?;
         let Some(f) = lower::fns().MPI_File_write_at_all else { return call::missing("MPI_File_write_at_all") };
         // SAFETY: `f` is the real library's MPI_File_write_at_all, resolved under the C signature
         // of the ABI table that this wrapper's signature is generated from; handles were translated
@@ -1059,6 +1068,7 @@ pub unsafe fn MPI_File_write_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *co
     call::run_in(g, "MPI_File_write_at_all_c", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
+        crate::face::api::file_sequential::data(fh, fh_r, Some(offset), count, datatype_r, true, crate::face::api::file_sequential::Zero::Refused)?;
         let Some(f) = lower::fns().MPI_File_write_at_all_c else { return call::missing("MPI_File_write_at_all_c") };
         // SAFETY: `f` is the real library's MPI_File_write_at_all_c, resolved under the C signature
         // of the ABI table that this wrapper's signature is generated from; handles were translated

@@ -413,8 +413,12 @@ pub unsafe fn MPI_File_get_atomicity(fh: MPI_File, flag: *mut c_int) -> c_int {
 }
 
 pub unsafe fn MPI_File_get_byte_offset(fh: MPI_File, offset: MPI_Offset, disp: *mut MPI_Offset) -> c_int {
+    if let Some(rc) = crate::face::api::file_sequential::refused_but_succeeds(fh, Some(offset), "MPI_File_get_byte_offset") {
+        return rc;
+    }
     call::run("MPI_File_get_byte_offset", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
+        crate::face::api::file_sequential::refuse_at(fh, offset)?;
         let Some(f) = lower::fns().MPI_File_get_byte_offset else { return call::missing("MPI_File_get_byte_offset") };
         // SAFETY: `f` is the real library's MPI_File_get_byte_offset, resolved under the C
         // signature of the ABI table that this wrapper's signature is generated from; handles were
@@ -426,8 +430,12 @@ pub unsafe fn MPI_File_get_byte_offset(fh: MPI_File, offset: MPI_Offset, disp: *
 }
 
 pub unsafe fn MPI_File_get_position(fh: MPI_File, offset: *mut MPI_Offset) -> c_int {
+    if let Some(rc) = crate::face::api::file_sequential::refused_but_succeeds(fh, None, "MPI_File_get_position") {
+        return rc;
+    }
     call::run("MPI_File_get_position", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
+        crate::face::api::file_sequential::refuse(fh)?;
         let Some(f) = lower::fns().MPI_File_get_position else { return call::missing("MPI_File_get_position") };
         // SAFETY: `f` is the real library's MPI_File_get_position, resolved under the C signature
         // of the ABI table that this wrapper's signature is generated from; handles were translated
@@ -441,6 +449,7 @@ pub unsafe fn MPI_File_get_position(fh: MPI_File, offset: *mut MPI_Offset) -> c_
 pub unsafe fn MPI_File_get_position_shared(fh: MPI_File, offset: *mut MPI_Offset) -> c_int {
     call::run("MPI_File_get_position_shared", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
+        crate::face::api::file_sequential::refuse(fh)?;
         let Some(f) = lower::fns().MPI_File_get_position_shared else { return call::missing("MPI_File_get_position_shared") };
         // SAFETY: `f` is the real library's MPI_File_get_position_shared, resolved under the C
         // signature of the ABI table that this wrapper's signature is generated from; handles were
@@ -496,6 +505,7 @@ pub unsafe fn MPI_File_read(fh: MPI_File, buf: *mut c_void, count: c_int, dataty
     call::run("MPI_File_read", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
+        crate::face::api::file_sequential::data(fh, fh_r, None, count, datatype_r, false, crate::face::api::file_sequential::Zero::Succeeds)?;
         let Some(f) = lower::fns().MPI_File_read else { return call::missing("MPI_File_read") };
         // SAFETY: `f` is the real library's MPI_File_read, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
@@ -510,6 +520,7 @@ pub unsafe fn MPI_File_read_at(fh: MPI_File, offset: MPI_Offset, buf: *mut c_voi
     call::run("MPI_File_read_at", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
+        crate::face::api::file_sequential::data(fh, fh_r, Some(offset), count, datatype_r, false, crate::face::api::file_sequential::Zero::Succeeds)?;
         let Some(f) = lower::fns().MPI_File_read_at else { return call::missing("MPI_File_read_at") };
         // SAFETY: `f` is the real library's MPI_File_read_at, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
@@ -524,6 +535,7 @@ pub unsafe fn MPI_File_read_at_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_v
     call::run("MPI_File_read_at_c", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
+        crate::face::api::file_sequential::data(fh, fh_r, Some(offset), count, datatype_r, false, crate::face::api::file_sequential::Zero::Succeeds)?;
         let Some(f) = lower::fns().MPI_File_read_at_c else { return call::missing("MPI_File_read_at_c") };
         // SAFETY: `f` is the real library's MPI_File_read_at_c, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
@@ -538,6 +550,7 @@ pub unsafe fn MPI_File_read_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, 
     call::run("MPI_File_read_c", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
+        crate::face::api::file_sequential::data(fh, fh_r, None, count, datatype_r, false, crate::face::api::file_sequential::Zero::Succeeds)?;
         let Some(f) = lower::fns().MPI_File_read_c else { return call::missing("MPI_File_read_c") };
         // SAFETY: `f` is the real library's MPI_File_read_c, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
@@ -579,6 +592,7 @@ pub unsafe fn MPI_File_read_shared_c(fh: MPI_File, buf: *mut c_void, count: MPI_
 pub unsafe fn MPI_File_seek(fh: MPI_File, offset: MPI_Offset, whence: c_int) -> c_int {
     call::run("MPI_File_seek", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
+        crate::face::api::file_sequential::refuse(fh)?;
         let Some(f) = lower::fns().MPI_File_seek else { return call::missing("MPI_File_seek") };
         // SAFETY: `f` is the real library's MPI_File_seek, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
@@ -591,6 +605,7 @@ pub unsafe fn MPI_File_write(fh: MPI_File, buf: *const c_void, count: c_int, dat
     call::run("MPI_File_write", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
+        crate::face::api::file_sequential::data(fh, fh_r, None, count, datatype_r, true, crate::face::api::file_sequential::Zero::Succeeds)?;
         let Some(f) = lower::fns().MPI_File_write else { return call::missing("MPI_File_write") };
         // SAFETY: `f` is the real library's MPI_File_write, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
@@ -605,6 +620,7 @@ pub unsafe fn MPI_File_write_at(fh: MPI_File, offset: MPI_Offset, buf: *const c_
     call::run("MPI_File_write_at", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
+        crate::face::api::file_sequential::data(fh, fh_r, Some(offset), count, datatype_r, true, crate::face::api::file_sequential::Zero::Succeeds)?;
         let Some(f) = lower::fns().MPI_File_write_at else { return call::missing("MPI_File_write_at") };
         // SAFETY: `f` is the real library's MPI_File_write_at, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
@@ -619,6 +635,7 @@ pub unsafe fn MPI_File_write_at_c(fh: MPI_File, offset: MPI_Offset, buf: *const 
     call::run("MPI_File_write_at_c", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
+        crate::face::api::file_sequential::data(fh, fh_r, Some(offset), count, datatype_r, true, crate::face::api::file_sequential::Zero::Succeeds)?;
         let Some(f) = lower::fns().MPI_File_write_at_c else { return call::missing("MPI_File_write_at_c") };
         // SAFETY: `f` is the real library's MPI_File_write_at_c, resolved under the C signature of
         // the ABI table that this wrapper's signature is generated from; handles were translated
@@ -633,6 +650,7 @@ pub unsafe fn MPI_File_write_c(fh: MPI_File, buf: *const c_void, count: MPI_Coun
     call::run("MPI_File_write_c", On::File(fh), || {
         let fh_r = File(fh).to_real()?;
         let datatype_r = Datatype(datatype).to_real()?;
+        crate::face::api::file_sequential::data(fh, fh_r, None, count, datatype_r, true, crate::face::api::file_sequential::Zero::Succeeds)?;
         let Some(f) = lower::fns().MPI_File_write_c else { return call::missing("MPI_File_write_c") };
         // SAFETY: `f` is the real library's MPI_File_write_c, resolved under the C signature of the
         // ABI table that this wrapper's signature is generated from; handles were translated inside
