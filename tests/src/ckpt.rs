@@ -38,8 +38,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-/// `mpicr checkpoint --timeout`.
+/// `mpicr checkpoint --timeout` at least; more for a job with much memory to dump
+/// ([`checkpoint_timeout`]).
 const CKPT_TIMEOUT: Duration = Duration::from_secs(30);
+/// What a GiB of the job's resident memory adds to [`CKPT_TIMEOUT`]: CRIU wrote 4 GiB images
+/// in 17 s per rank on this 2-core machine under load (pt2pt/large_message of MPICH's suite,
+/// 3 ranks dumping at once), and the drain before the dumps moves messages of GBs.
+const CKPT_PER_GIB: Duration = Duration::from_secs(10);
 /// How much longer than its own timeout `mpicr checkpoint` (and `mpicr status`) may take
 /// before it is killed.
 const CMD_GRACE: Duration = Duration::from_secs(20);
@@ -64,6 +69,19 @@ const PID_CLASH_RETRIES: u32 = 3;
 
 const PAUSED: &str = "mpicr-test-paused";
 const RESUME: &str = "mpicr-test-resume";
+
+/// `mpicr checkpoint --timeout` for a job with `resident` bytes of memory and `left` of its
+/// launch's time limit: [`CKPT_TIMEOUT`], plus [`CKPT_PER_GIB`] per GiB (dumping and draining
+/// take time in proportion), but ending [`CMD_GRACE`] before the launch's limit, since the
+/// launch is ended there anyway and a checkpoint that fails should say why before that.
+fn checkpoint_timeout(resident: u64, left: Duration) -> Duration {
+    let gib = resident as f64 / (1u64 << 30) as f64;
+    let t = (CKPT_TIMEOUT + CKPT_PER_GIB.mul_f64(gib))
+        .min(left.saturating_sub(CMD_GRACE))
+        .max(CKPT_TIMEOUT);
+    // (whole seconds: the command line says them)
+    Duration::from_secs(t.as_secs())
+}
 
 /// A seed from the clock and our PID, for runs without `MPICR_TEST_SEED`.
 pub fn fresh_seed() -> u64 {
@@ -381,6 +399,8 @@ enum State {
         since: Instant,
         out: PathBuf,
         asks: u32,
+        /// the command's `--timeout`
+        timeout: Duration,
     },
     /// after a checkpoint at a pause: waiting for the output files to stop growing
     Settling {
@@ -427,6 +447,8 @@ struct Driver<'a> {
     answers: Vec<String>,
     /// the `Fault::Kill` of the current checkpoint is done (or was given up)
     struck: bool,
+    /// the launch's time limit (`Job::timeout`), which bounds every checkpoint's timeout
+    limit: Duration,
 }
 
 impl<'a> Driver<'a> {
@@ -444,6 +466,7 @@ impl<'a> Driver<'a> {
             fill_dir: None,
             answers: Vec::new(),
             struck: false,
+            limit: Duration::MAX,
             mpicr,
             ckdir,
             io,
@@ -496,8 +519,12 @@ impl<'a> Driver<'a> {
         if p.stop {
             cmd.arg("--stop");
         }
+        let left = self
+            .limit
+            .saturating_sub(self.started.map(|s| s.elapsed()).unwrap_or_default());
+        let timeout = checkpoint_timeout(crate::job::resident_bytes(self.marker), left);
         cmd.arg("--timeout")
-            .arg(format!("{}s", CKPT_TIMEOUT.as_secs()))
+            .arg(format!("{}s", timeout.as_secs()))
             .arg(self.ckdir)
             .stdin(Stdio::null())
             .stdout(file)
@@ -510,7 +537,12 @@ impl<'a> Driver<'a> {
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", self.mpicr.display()))?;
         if asks == 1 {
-            let what = format!("mpicr checkpoint{}", if p.stop { " --stop" } else { "" });
+            let stop = if p.stop { " --stop" } else { "" };
+            let what = if timeout > CKPT_TIMEOUT {
+                format!("mpicr checkpoint{stop} --timeout {}s", timeout.as_secs())
+            } else {
+                format!("mpicr checkpoint{stop}")
+            };
             self.note(what);
         }
         Ok(State::Asking {
@@ -518,6 +550,7 @@ impl<'a> Driver<'a> {
             since: Instant::now(),
             out,
             asks,
+            timeout,
         })
     }
 
@@ -574,6 +607,7 @@ impl<'a> Driver<'a> {
                 since,
                 out,
                 asks,
+                timeout,
             } => {
                 if let Some(Fault::Kill(v)) = self.plan.front().map(|p| p.fault) {
                     if !self.struck {
@@ -581,7 +615,7 @@ impl<'a> Driver<'a> {
                     }
                 }
                 match child.try_wait() {
-                    Ok(None) if since.elapsed() > CKPT_TIMEOUT + CMD_GRACE => {
+                    Ok(None) if since.elapsed() > timeout + CMD_GRACE => {
                         let _ = child.kill();
                         let _ = child.wait();
                         self.give_up(
@@ -589,7 +623,7 @@ impl<'a> Driver<'a> {
                             paused,
                             format!(
                                 "`mpicr checkpoint` did not finish within {} s (killed)",
-                                (CKPT_TIMEOUT + CMD_GRACE).as_secs()
+                                (timeout + CMD_GRACE).as_secs()
                             ),
                         )?
                     }
@@ -598,6 +632,7 @@ impl<'a> Driver<'a> {
                         since,
                         out,
                         asks,
+                        timeout,
                     },
                     Ok(Some(status)) => self.answered(work, paused, status, &out, asks)?,
                     Err(e) => {
@@ -836,12 +871,13 @@ impl<'a> Driver<'a> {
             since,
             out,
             asks,
+            timeout,
         } = std::mem::replace(&mut self.state, State::Idle)
         {
             let status = loop {
                 match child.try_wait() {
                     Ok(Some(s)) => break Some(s),
-                    Ok(None) if since.elapsed() > CKPT_TIMEOUT + CMD_GRACE => {
+                    Ok(None) if since.elapsed() > timeout + CMD_GRACE => {
                         let _ = child.kill();
                         let _ = child.wait();
                         break None;
@@ -1060,6 +1096,7 @@ impl<'a> Ctx<'a> {
         let io = self.scratch.root().join(label);
         let mut d = Driver::new(&self.mpicr, &self.ckdir, &io, label, job.ranks, plan);
         d.marker = &self.marker;
+        d.limit = job.timeout;
         d.program = &self.program;
         d.fill_dir = self.fill_dir.clone();
         d.resume_first = resume == Resume::First;
@@ -1810,6 +1847,19 @@ fn held_paths() -> BTreeSet<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn checkpoint_timeout_grows_with_memory_within_the_launch() {
+        let gib = 1u64 << 30;
+        let s = Duration::from_secs;
+        // small jobs: the fixed minimum, also when the launch has little time left
+        assert_eq!(checkpoint_timeout(100 << 20, s(600)), CKPT_TIMEOUT);
+        assert_eq!(checkpoint_timeout(0, s(5)), CKPT_TIMEOUT);
+        // 13 GiB (pt2pt/large_message, 3 ranks): 30 + 130 s, or what the launch has left
+        assert_eq!(checkpoint_timeout(13 * gib, s(600)), s(160));
+        assert_eq!(checkpoint_timeout(13 * gib, s(85)), s(65));
+        assert_eq!(checkpoint_timeout(13 * gib, Duration::MAX), s(160));
+    }
 
     #[test]
     fn random_choices_depend_on_seed_and_case_only() {

@@ -447,6 +447,28 @@ fn kill_job(root: Option<u32>, marker: &str) -> Vec<String> {
     killed
 }
 
+/// The resident memory, in bytes, of the job's live processes (those whose environment holds
+/// the job marker): about what a checkpoint of it dumps, for the time it may take.
+pub(crate) fn resident_bytes(marker: &str) -> u64 {
+    let needle = format!("{MARKER_VAR}={marker}\0").into_bytes();
+    // SAFETY: sysconf has no preconditions.
+    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    scan_procs()
+        .iter()
+        .filter(|p| !p.dead)
+        .filter(|p| {
+            fs::read(format!("/proc/{}/environ", p.pid))
+                .is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle.as_slice()))
+        })
+        .filter_map(|p| {
+            // statm: size resident shared ... (pages)
+            let statm = fs::read_to_string(format!("/proc/{}/statm", p.pid)).ok()?;
+            statm.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .sum::<u64>()
+        * page
+}
+
 /// SIGKILLs each process, by PID (each was seen alive and ours just now), and records
 /// "pid (comm)" in `killed` once per process.
 pub(crate) fn kill_each<'a>(procs: impl IntoIterator<Item = &'a Proc>, killed: &mut Vec<String>) {
