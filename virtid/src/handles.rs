@@ -72,6 +72,16 @@ virtual_kind!(
     }
 );
 
+virtual_kind!(
+    /// A group.
+    VGroup, Group {
+        /// No group (`MPI_GROUP_NULL`).
+        NULL = 3,
+        /// The group of no process (`MPI_GROUP_EMPTY`).
+        EMPTY = 4,
+    }
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,5 +101,8 @@ mod tests {
         assert_eq!(VInfo::virtual_at(7).index(), Some(7));
         assert_eq!(VComm::from_int(VInfo::virtual_at(7).to_int().unwrap()).index(), None, "kinds do not alias");
         assert_eq!(VInfo::ENV.to_int(), None);
+        assert_eq!(VGroup::virtual_at(7).index(), Some(7));
+        assert_eq!(VGroup::from_int(VComm::virtual_at(7).to_int().unwrap()).index(), None, "kinds do not alias");
+        assert_eq!((VGroup::NULL.to_int(), VGroup::EMPTY.index()), (None, None));
     }
 }

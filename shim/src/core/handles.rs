@@ -1,17 +1,18 @@
-//! Virtual handles as the core knows them. Communicators and infos are typed ([`VComm`],
-//! [`VInfo`]): a table index, or the core's own predefined handles (`WORLD`, `SELF`, `NULL`;
-//! `NULL`, `ENV`), which stand for the real ones of the current generation; the face converts
-//! the program's ABI integers to them (`face::conv::vcomm`, `vinfo`).
+//! Virtual handles as the core knows them. Communicators, infos and groups are typed
+//! ([`VComm`], [`VInfo`], [`VGroup`]): a table index, or the core's own predefined handles
+//! (`WORLD`, `SELF`, `NULL`; `NULL`, `ENV`; `NULL`, `EMPTY`), which stand for the real ones of
+//! the current generation; the face converts the program's ABI integers to them
+//! (`face::conv::vcomm`, `vinfo`, `vgroup`).
 //! The other kinds are still the program's integers: a table index encoded by
 //! `mpicr_virtid`, or a predefined handle of the lower ABI, which stands for itself (with
 //! MPICH's ABI on both sides, the face's conversion is the identity). Recipes store handles in
 //! this form.
 
 use crate::core::state::{OBJ, SELF_INDEX, WORLD_INDEX};
-use crate::lower::abi::{MPI_COMM_NULL, MPI_INFO_ENV, MPI_INFO_NULL};
-use crate::lower::handles::{RealComm, RealInfo};
+use crate::lower::abi::{MPI_COMM_NULL, MPI_GROUP_EMPTY, MPI_GROUP_NULL, MPI_INFO_ENV, MPI_INFO_NULL};
+use crate::lower::handles::{RealComm, RealGroup, RealInfo};
 use mpicr_virtid::encoding::decode;
-use mpicr_virtid::{Kind, VComm, VInfo, VirtualHandle};
+use mpicr_virtid::{Kind, VComm, VGroup, VInfo, VirtualHandle};
 use std::os::raw::c_int;
 
 /// What a freed virtual handle becomes on its way to the real library: a value of MPICH's
@@ -52,6 +53,20 @@ pub fn info(v: VInfo) -> RealInfo {
         v => match v.index() {
             Some(i) => OBJ.infos.real(i).unwrap_or(RealInfo(MPI_INFO_NULL)),
             None => RealInfo(v.to_int().unwrap_or(MPI_INFO_NULL)),
+        },
+    }
+}
+
+/// The real group of a virtual one (the predefined ones are the library's, a foreign value
+/// passes unchanged, a freed one becomes [`STALE`]).
+#[inline(always)]
+pub fn group(v: VGroup) -> RealGroup {
+    match v {
+        VGroup::NULL => RealGroup(MPI_GROUP_NULL),
+        VGroup::EMPTY => RealGroup(MPI_GROUP_EMPTY),
+        v => match v.index() {
+            Some(i) => OBJ.groups.real(i).unwrap_or(RealGroup(STALE)),
+            None => RealGroup(v.to_int().unwrap_or(STALE)),
         },
     }
 }

@@ -9,7 +9,7 @@
 use crate::core::state::OBJ;
 use crate::face::abi::*;
 use mpicr_virtid::encoding::{decode, decode_file};
-use mpicr_virtid::{Kind, VComm, VInfo, VirtualHandle};
+use mpicr_virtid::{Kind, VComm, VGroup, VInfo, VirtualHandle};
 use std::os::raw::c_int;
 
 // Apart from communicators, the program's handles are the core's (MPICH's ABI on both sides):
@@ -57,6 +57,32 @@ pub fn info_abi(v: VInfo) -> MPI_Info {
         VInfo::ENV => MPI_INFO_ENV,
         v => v.to_int().unwrap_or(MPI_INFO_NULL),
     }
+}
+
+/// The core's group for the program's handle (as [`vcomm`]).
+#[inline(always)]
+pub fn vgroup(v: MPI_Group) -> VGroup {
+    match v {
+        MPI_GROUP_NULL => VGroup::NULL,
+        MPI_GROUP_EMPTY => VGroup::EMPTY,
+        v => VGroup::from_int(v),
+    }
+}
+
+/// The program's handle for the core's group.
+#[inline(always)]
+pub fn group_abi(v: VGroup) -> MPI_Group {
+    match v {
+        VGroup::NULL => MPI_GROUP_NULL,
+        VGroup::EMPTY => MPI_GROUP_EMPTY,
+        v => v.to_int().unwrap_or(MPI_GROUP_NULL),
+    }
+}
+
+/// The real group of the program's handle (see `core::handles::group`).
+#[inline(always)]
+pub fn group(v: MPI_Group) -> MPI_Group {
+    crate::core::handles::group(vgroup(v)).raw()
 }
 
 /// The program's handle of the communicator at table `index`.
@@ -108,7 +134,6 @@ macro_rules! int_kind {
     };
 }
 
-int_kind!(group, Group, groups);
 int_kind!(op, Op, ops);
 int_kind!(info, Info, infos);
 int_kind!(win, Win, wins);
