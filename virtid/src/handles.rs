@@ -82,6 +82,14 @@ virtual_kind!(
     }
 );
 
+virtual_kind!(
+    /// A request.
+    VRequest, Request {
+        /// No request (`MPI_REQUEST_NULL`).
+        NULL = 3,
+    }
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,5 +112,8 @@ mod tests {
         assert_eq!(VGroup::virtual_at(7).index(), Some(7));
         assert_eq!(VGroup::from_int(VComm::virtual_at(7).to_int().unwrap()).index(), None, "kinds do not alias");
         assert_eq!((VGroup::NULL.to_int(), VGroup::EMPTY.index()), (None, None));
+        assert_eq!(VRequest::virtual_at(7).index(), Some(7));
+        assert_eq!(VRequest::from_int(VGroup::virtual_at(7).to_int().unwrap()).index(), None, "kinds do not alias");
+        assert_eq!(VRequest::NULL.to_int(), None);
     }
 }

@@ -1,18 +1,18 @@
-//! Virtual handles as the core knows them. Communicators, infos and groups are typed
-//! ([`VComm`], [`VInfo`], [`VGroup`]): a table index, or the core's own predefined handles
-//! (`WORLD`, `SELF`, `NULL`; `NULL`, `ENV`; `NULL`, `EMPTY`), which stand for the real ones of
-//! the current generation; the face converts the program's ABI integers to them
-//! (`face::conv::vcomm`, `vinfo`, `vgroup`).
+//! Virtual handles as the core knows them. Communicators, infos, groups and requests are typed
+//! ([`VComm`], [`VInfo`], [`VGroup`], [`VRequest`]): a table index, or the core's own
+//! predefined handles (`WORLD`, `SELF`, `NULL`; `NULL`, `ENV`; `NULL`, `EMPTY`; `NULL`), which
+//! stand for the real ones of the current generation; the face converts the program's ABI
+//! integers to them (`face::conv::vcomm`, `vinfo`, `vgroup`, `vrequest`).
 //! The other kinds are still the program's integers: a table index encoded by
 //! `mpicr_virtid`, or a predefined handle of the lower ABI, which stands for itself (with
 //! MPICH's ABI on both sides, the face's conversion is the identity). Recipes store handles in
 //! this form.
 
 use crate::core::state::{OBJ, SELF_INDEX, WORLD_INDEX};
-use crate::lower::abi::{MPI_COMM_NULL, MPI_GROUP_EMPTY, MPI_GROUP_NULL, MPI_INFO_ENV, MPI_INFO_NULL};
-use crate::lower::handles::{RealComm, RealGroup, RealInfo};
+use crate::lower::abi::{MPI_COMM_NULL, MPI_GROUP_EMPTY, MPI_GROUP_NULL, MPI_INFO_ENV, MPI_INFO_NULL, MPI_REQUEST_NULL};
+use crate::lower::handles::{RealComm, RealGroup, RealInfo, RealRequest};
 use mpicr_virtid::encoding::decode;
-use mpicr_virtid::{Kind, VComm, VGroup, VInfo, VirtualHandle};
+use mpicr_virtid::{Kind, VComm, VGroup, VInfo, VRequest, VirtualHandle};
 use std::os::raw::c_int;
 
 /// What a freed virtual handle becomes on its way to the real library: a value of MPICH's
@@ -67,6 +67,19 @@ pub fn group(v: VGroup) -> RealGroup {
         v => match v.index() {
             Some(i) => OBJ.groups.real(i).unwrap_or(RealGroup(STALE)),
             None => RealGroup(v.to_int().unwrap_or(STALE)),
+        },
+    }
+}
+
+/// The real request of a virtual one (`NULL` is the library's null request, a foreign value
+/// passes unchanged, a freed one becomes [`STALE`]).
+#[inline(always)]
+pub fn request(v: VRequest) -> RealRequest {
+    match v {
+        VRequest::NULL => RealRequest(MPI_REQUEST_NULL),
+        v => match v.index() {
+            Some(i) => OBJ.requests.real(i).unwrap_or(RealRequest(STALE)),
+            None => RealRequest(v.to_int().unwrap_or(STALE)),
         },
     }
 }

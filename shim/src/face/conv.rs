@@ -9,7 +9,7 @@
 use crate::core::state::OBJ;
 use crate::face::abi::*;
 use mpicr_virtid::encoding::{decode, decode_file};
-use mpicr_virtid::{Kind, VComm, VGroup, VInfo, VirtualHandle};
+use mpicr_virtid::{Kind, VComm, VGroup, VInfo, VRequest, VirtualHandle};
 use std::os::raw::c_int;
 
 // Apart from communicators, the program's handles are the core's (MPICH's ABI on both sides):
@@ -85,6 +85,30 @@ pub fn group(v: MPI_Group) -> MPI_Group {
     crate::core::handles::group(vgroup(v)).raw()
 }
 
+/// The core's request for the program's handle (as [`vcomm`]).
+#[inline(always)]
+pub fn vrequest(v: MPI_Request) -> VRequest {
+    match v {
+        MPI_REQUEST_NULL => VRequest::NULL,
+        v => VRequest::from_int(v),
+    }
+}
+
+/// The program's handle for the core's request.
+#[inline(always)]
+pub fn request_abi(v: VRequest) -> MPI_Request {
+    match v {
+        VRequest::NULL => MPI_REQUEST_NULL,
+        v => v.to_int().unwrap_or(MPI_REQUEST_NULL),
+    }
+}
+
+/// The real request of the program's handle (see `core::handles::request`).
+#[inline(always)]
+pub fn request(v: MPI_Request) -> MPI_Request {
+    crate::core::handles::request(vrequest(v)).raw()
+}
+
 /// The program's handle of the communicator at table `index`.
 pub fn comm_handle(index: u32) -> MPI_Comm {
     comm_abi(crate::core::handles::comm_handle(index))
@@ -138,7 +162,6 @@ int_kind!(op, Op, ops);
 int_kind!(info, Info, infos);
 int_kind!(win, Win, wins);
 int_kind!(session, Session, sessions);
-int_kind!(request, Request, requests);
 int_kind!(message, Message, messages);
 
 /// Files are pointers; a stale virtual file becomes MPI_FILE_NULL so ROMIO reports
