@@ -90,6 +90,20 @@ virtual_kind!(
     }
 );
 
+virtual_kind!(
+    /// An error handler (the program's handlers live in the core: no real object).
+    VErrhandler, Errhandler {
+        /// No error handler (`MPI_ERRHANDLER_NULL`).
+        NULL = 3,
+        /// Errors abort the job (`MPI_ERRORS_ARE_FATAL`).
+        ERRORS_ARE_FATAL = 5,
+        /// Errors return their code (`MPI_ERRORS_RETURN`).
+        ERRORS_RETURN = 6,
+        /// Errors abort the processes of the object (`MPI_ERRORS_ABORT`).
+        ERRORS_ABORT = 7,
+    }
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,5 +129,9 @@ mod tests {
         assert_eq!(VRequest::virtual_at(7).index(), Some(7));
         assert_eq!(VRequest::from_int(VGroup::virtual_at(7).to_int().unwrap()).index(), None, "kinds do not alias");
         assert_eq!(VRequest::NULL.to_int(), None);
+        for p in [VErrhandler::NULL, VErrhandler::ERRORS_ARE_FATAL, VErrhandler::ERRORS_RETURN, VErrhandler::ERRORS_ABORT] {
+            assert_eq!((p.to_int(), p.index()), (None, None));
+        }
+        assert_eq!(VErrhandler::virtual_at(7).index(), Some(7));
     }
 }

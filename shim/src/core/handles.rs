@@ -1,8 +1,10 @@
-//! Virtual handles as the core knows them. Communicators, infos, groups and requests are typed
-//! ([`VComm`], [`VInfo`], [`VGroup`], [`VRequest`]): a table index, or the core's own
-//! predefined handles (`WORLD`, `SELF`, `NULL`; `NULL`, `ENV`; `NULL`, `EMPTY`; `NULL`), which
-//! stand for the real ones of the current generation; the face converts the program's ABI
-//! integers to them (`face::conv::vcomm`, `vinfo`, `vgroup`, `vrequest`).
+//! Virtual handles as the core knows them. Communicators, infos, groups, requests and error
+//! handlers are typed ([`VComm`], [`VInfo`], [`VGroup`], [`VRequest`], `VErrhandler`): a table
+//! index, or the core's own predefined handles (`WORLD`, `SELF`, `NULL`; `NULL`, `ENV`; `NULL`,
+//! `EMPTY`; `NULL`; `NULL` and the three `ERRORS_*`), which stand for the real ones of the
+//! current generation (error handlers have none: the core applies them); the face converts the
+//! program's ABI integers to them (`face::conv::vcomm`, `vinfo`, `vgroup`, `vrequest`,
+//! `verrhandler`).
 //! The other kinds are still the program's integers: a table index encoded by
 //! `mpicr_virtid`, or a predefined handle of the lower ABI, which stands for itself (with
 //! MPICH's ABI on both sides, the face's conversion is the identity). Recipes store handles in

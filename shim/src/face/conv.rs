@@ -9,7 +9,7 @@
 use crate::core::state::OBJ;
 use crate::face::abi::*;
 use mpicr_virtid::encoding::{decode, decode_file};
-use mpicr_virtid::{Kind, VComm, VGroup, VInfo, VRequest, VirtualHandle};
+use mpicr_virtid::{Kind, VComm, VErrhandler, VGroup, VInfo, VRequest, VirtualHandle};
 use std::os::raw::c_int;
 
 // Apart from communicators, the program's handles are the core's (MPICH's ABI on both sides):
@@ -107,6 +107,30 @@ pub fn request_abi(v: VRequest) -> MPI_Request {
 #[inline(always)]
 pub fn request(v: MPI_Request) -> MPI_Request {
     crate::core::handles::request(vrequest(v)).raw()
+}
+
+/// The core's error handler for the program's handle (as [`vcomm`]).
+#[inline(always)]
+pub fn verrhandler(v: MPI_Errhandler) -> VErrhandler {
+    match v {
+        MPI_ERRHANDLER_NULL => VErrhandler::NULL,
+        MPI_ERRORS_ARE_FATAL => VErrhandler::ERRORS_ARE_FATAL,
+        MPI_ERRORS_RETURN => VErrhandler::ERRORS_RETURN,
+        MPI_ERRORS_ABORT => VErrhandler::ERRORS_ABORT,
+        v => VErrhandler::from_int(v),
+    }
+}
+
+/// The program's handle for the core's error handler.
+#[inline(always)]
+pub fn errhandler_abi(v: VErrhandler) -> MPI_Errhandler {
+    match v {
+        VErrhandler::NULL => MPI_ERRHANDLER_NULL,
+        VErrhandler::ERRORS_ARE_FATAL => MPI_ERRORS_ARE_FATAL,
+        VErrhandler::ERRORS_RETURN => MPI_ERRORS_RETURN,
+        VErrhandler::ERRORS_ABORT => MPI_ERRORS_ABORT,
+        v => v.to_int().unwrap_or(MPI_ERRHANDLER_NULL),
+    }
 }
 
 /// The program's handle of the communicator at table `index`.

@@ -11,11 +11,12 @@ use crate::core::state::OBJ;
 use crate::lower;
 use crate::lower::abi::*;
 use crate::lower::handles::RealSession;
+use mpicr_virtid::VErrhandler;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SessionEntry {
-    pub errhandler: MPI_Errhandler,
+    pub errhandler: VErrhandler,
     /// The keys and values of the info given to `MPI_Session_init`.
     #[serde(default)]
     pub info: Vec<(String, String)>,

@@ -39,7 +39,7 @@ pub unsafe fn MPI_Session_init(info: MPI_Info, errhandler: MPI_Errhandler, sessi
     if rc != MPI_SUCCESS {
         return errors::raise_default(rc, "MPI_Session_init");
     }
-    match OBJ.sessions.insert(RealSession(r), SessionEntry { errhandler, info: recipe, buffer: None }) {
+    match OBJ.sessions.insert(RealSession(r), SessionEntry { errhandler: conv::verrhandler(errhandler), info: recipe, buffer: None }) {
         Ok(i) => {
             // SAFETY: `session` is the program's output argument of MPI_Session_init.
             unsafe { put(session, conv::handle(Kind::Session, i)) };
