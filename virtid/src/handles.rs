@@ -104,6 +104,14 @@ virtual_kind!(
     }
 );
 
+virtual_kind!(
+    /// An MPI session.
+    VSession, Session {
+        /// No session (`MPI_SESSION_NULL`).
+        NULL = 3,
+    }
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,5 +141,6 @@ mod tests {
             assert_eq!((p.to_int(), p.index()), (None, None));
         }
         assert_eq!(VErrhandler::virtual_at(7).index(), Some(7));
+        assert_eq!((VSession::virtual_at(7).index(), VSession::NULL.to_int()), (Some(7), None));
     }
 }

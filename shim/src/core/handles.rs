@@ -1,20 +1,20 @@
-//! Virtual handles as the core knows them. Communicators, infos, groups, requests and error
-//! handlers are typed ([`VComm`], [`VInfo`], [`VGroup`], [`VRequest`], `VErrhandler`): a table
-//! index, or the core's own predefined handles (`WORLD`, `SELF`, `NULL`; `NULL`, `ENV`; `NULL`,
-//! `EMPTY`; `NULL`; `NULL` and the three `ERRORS_*`), which stand for the real ones of the
-//! current generation (error handlers have none: the core applies them); the face converts the
-//! program's ABI integers to them (`face::conv::vcomm`, `vinfo`, `vgroup`, `vrequest`,
-//! `verrhandler`).
+//! Virtual handles as the core knows them. Communicators, infos, groups, requests, error
+//! handlers and sessions are typed ([`VComm`], [`VInfo`], [`VGroup`], [`VRequest`],
+//! `VErrhandler`, [`VSession`]): a table index, or the core's own predefined handles (`WORLD`,
+//! `SELF`, `NULL`; `NULL`, `ENV`; `NULL`, `EMPTY`; `NULL`; `NULL` and the three `ERRORS_*`;
+//! `NULL`), which stand for the real ones of the current generation (error handlers have none:
+//! the core applies them); the face converts the program's ABI integers to them (`face::conv::vcomm`, `vinfo`, `vgroup`, `vrequest`,
+//! `verrhandler`, `vsession`).
 //! The other kinds are still the program's integers: a table index encoded by
 //! `mpicr_virtid`, or a predefined handle of the lower ABI, which stands for itself (with
 //! MPICH's ABI on both sides, the face's conversion is the identity). Recipes store handles in
 //! this form.
 
 use crate::core::state::{OBJ, SELF_INDEX, WORLD_INDEX};
-use crate::lower::abi::{MPI_COMM_NULL, MPI_GROUP_EMPTY, MPI_GROUP_NULL, MPI_INFO_ENV, MPI_INFO_NULL, MPI_REQUEST_NULL};
-use crate::lower::handles::{RealComm, RealGroup, RealInfo, RealRequest};
+use crate::lower::abi::{MPI_COMM_NULL, MPI_GROUP_EMPTY, MPI_GROUP_NULL, MPI_INFO_ENV, MPI_INFO_NULL, MPI_REQUEST_NULL, MPI_SESSION_NULL};
+use crate::lower::handles::{RealComm, RealGroup, RealInfo, RealRequest, RealSession};
 use mpicr_virtid::encoding::decode;
-use mpicr_virtid::{Kind, VComm, VGroup, VInfo, VRequest, VirtualHandle};
+use mpicr_virtid::{Kind, VComm, VGroup, VInfo, VRequest, VSession, VirtualHandle};
 use std::os::raw::c_int;
 
 /// What a freed virtual handle becomes on its way to the real library: a value of MPICH's
@@ -82,6 +82,18 @@ pub fn request(v: VRequest) -> RealRequest {
         v => match v.index() {
             Some(i) => OBJ.requests.real(i).unwrap_or(RealRequest(STALE)),
             None => RealRequest(v.to_int().unwrap_or(STALE)),
+        },
+    }
+}
+
+/// The real session of a virtual one (as [`request`]).
+#[inline(always)]
+pub fn session(v: VSession) -> RealSession {
+    match v {
+        VSession::NULL => RealSession(MPI_SESSION_NULL),
+        v => match v.index() {
+            Some(i) => OBJ.sessions.real(i).unwrap_or(RealSession(STALE)),
+            None => RealSession(v.to_int().unwrap_or(STALE)),
         },
     }
 }

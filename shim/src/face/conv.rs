@@ -9,7 +9,7 @@
 use crate::core::state::OBJ;
 use crate::face::abi::*;
 use mpicr_virtid::encoding::{decode, decode_file};
-use mpicr_virtid::{Kind, VComm, VErrhandler, VGroup, VInfo, VRequest, VirtualHandle};
+use mpicr_virtid::{Kind, VComm, VErrhandler, VGroup, VInfo, VRequest, VSession, VirtualHandle};
 use std::os::raw::c_int;
 
 // Apart from communicators, the program's handles are the core's (MPICH's ABI on both sides):
@@ -133,6 +133,30 @@ pub fn errhandler_abi(v: VErrhandler) -> MPI_Errhandler {
     }
 }
 
+/// The core's session for the program's handle (as [`vcomm`]).
+#[inline(always)]
+pub fn vsession(v: MPI_Session) -> VSession {
+    match v {
+        MPI_SESSION_NULL => VSession::NULL,
+        v => VSession::from_int(v),
+    }
+}
+
+/// The program's handle for the core's session.
+#[inline(always)]
+pub fn session_abi(v: VSession) -> MPI_Session {
+    match v {
+        VSession::NULL => MPI_SESSION_NULL,
+        v => v.to_int().unwrap_or(MPI_SESSION_NULL),
+    }
+}
+
+/// The real session of the program's handle (see `core::handles::session`).
+#[inline(always)]
+pub fn session(v: MPI_Session) -> MPI_Session {
+    crate::core::handles::session(vsession(v)).raw()
+}
+
 /// The program's handle of the communicator at table `index`.
 pub fn comm_handle(index: u32) -> MPI_Comm {
     comm_abi(crate::core::handles::comm_handle(index))
@@ -185,7 +209,6 @@ macro_rules! int_kind {
 int_kind!(op, Op, ops);
 int_kind!(info, Info, infos);
 int_kind!(win, Win, wins);
-int_kind!(session, Session, sessions);
 int_kind!(message, Message, messages);
 
 /// Files are pointers; a stale virtual file becomes MPI_FILE_NULL so ROMIO reports

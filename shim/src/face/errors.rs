@@ -102,7 +102,7 @@ pub fn raise_session(session: MPI_Session, rc: c_int, func: &str) -> c_int {
     if let Some(rc) = raise_noted() {
         return rc;
     }
-    let eh = conv::index(session, Kind::Session).filter(|&i| OBJ.sessions.real(i).is_some()).and_then(|i| OBJ.sessions.with(i, |s| s.errhandler));
+    let eh = conv::vsession(session).index().filter(|&i| OBJ.sessions.real(i).is_some()).and_then(|i| OBJ.sessions.with(i, |s| s.errhandler));
     raise_int_object(session, eh, rc, func)
 }
 

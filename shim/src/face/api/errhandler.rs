@@ -194,7 +194,7 @@ pub unsafe fn MPI_File_call_errhandler(file: MPI_File, errorcode: c_int) -> c_in
 }
 
 pub unsafe fn MPI_Session_set_errhandler(session: MPI_Session, eh: MPI_Errhandler) -> c_int {
-    match conv::index(session, Kind::Session).filter(|&i| OBJ.sessions.real(i).is_some()) {
+    match conv::vsession(session).index().filter(|&i| OBJ.sessions.real(i).is_some()) {
         Some(i) if valid(eh) => {
             OBJ.sessions.with(i, |s| s.errhandler = conv::verrhandler(eh));
             MPI_SUCCESS
@@ -204,7 +204,7 @@ pub unsafe fn MPI_Session_set_errhandler(session: MPI_Session, eh: MPI_Errhandle
     }
 }
 pub unsafe fn MPI_Session_get_errhandler(session: MPI_Session, eh: *mut MPI_Errhandler) -> c_int {
-    match conv::index(session, Kind::Session).and_then(|i| OBJ.sessions.with(i, |s| conv::errhandler_abi(s.errhandler))) {
+    match conv::vsession(session).index().and_then(|i| OBJ.sessions.with(i, |s| conv::errhandler_abi(s.errhandler))) {
         Some(h) => {
             // SAFETY: `eh` is the caller's out-pointer, null or valid for a write (MPI's contract of this
             // call).
