@@ -58,7 +58,7 @@ fn die(msg: &str) -> ! {
 }
 
 fn pmi_call(fd: RawFd, line: &str) -> String {
-    // SAFETY (example code): the descriptor stays owned by the process; ManuallyDrop keeps it open.
+    // SAFETY: the descriptor stays owned by the process; ManuallyDrop keeps it open.
     let s = std::mem::ManuallyDrop::new(unsafe { UnixStream::from_raw_fd(fd) });
     let mut w: &UnixStream = &s;
     w.write_all(line.as_bytes()).unwrap_or_else(|e| die(&format!("PMI write: {e}")));
@@ -119,7 +119,7 @@ impl LowerHalf {
             die(&format!("bad finalize answer {r:?}"));
         }
         if self.close_pmi {
-            // SAFETY (example code): shutting down and closing our own descriptor, as MPICH does.
+            // SAFETY: shutting down and closing our own descriptor, as MPICH does.
             unsafe {
                 libc::shutdown(fd, libc::SHUT_RDWR);
                 libc::close(fd);
@@ -136,7 +136,7 @@ impl LowerHalf {
             .unwrap_or_else(|e| die(&format!("PmiConnect: {e}")));
         drop(theirs);
         let raw = mine.into_raw_fd();
-        // SAFETY (example code): dup2 onto the PMI_FD number, then close the temporary number.
+        // SAFETY: dup2 onto the PMI_FD number, then close the temporary number.
         unsafe {
             libc::dup2(raw, fd);
             libc::close(raw);
@@ -159,7 +159,7 @@ fn main() {
         die("MPICR_CTL_FD is not set: run me under `mpicr run`");
     }
     let pmi_fd = std::env::var("PMI_FD").ok().and_then(|v| v.parse().ok());
-    // SAFETY (example code): the keeper handed us this descriptor; we own it from here on.
+    // SAFETY: the keeper handed us this descriptor; we own it from here on.
     let ctl = unsafe { UnixStream::from_raw_fd(ctl_fd) };
     let lh = Arc::new(Mutex::new(LowerHalf { rank, size, pmi_fd, close_pmi, gen: 0, live: false, pmi_open: pmi_fd.is_some() }));
     let gate = Arc::new(Gate { open: Mutex::new(true), cv: Condvar::new() });

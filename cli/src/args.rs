@@ -74,6 +74,8 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// A `Failure` as the `anyhow::Error` every caller returns.
+    #[expect(clippy::new_ret_no_self, reason = "callers return the error, never the bare Failure")]
     pub fn new(code: i32, msg: impl Into<String>) -> anyhow::Error {
         anyhow::Error::new(Failure { code, msg: msg.into() })
     }

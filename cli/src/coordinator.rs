@@ -1031,10 +1031,12 @@ impl Coordinator {
     fn finish(&mut self) {
         let Some(mut c) = self.ckpt.take() else { return };
         let Some(mut m) = c.manifest.take() else { return };
-        let since = |t: Instant| t.duration_since(c.t0).as_micros() as u64;
+        let t0 = c.t0;
+        let since = move |t: Instant| t.duration_since(t0).as_micros() as u64;
         // The program computes again once every rank's dump is done; its MPI calls wait for the
         // renewal (reported apart). A job that stopped stood still until now.
-        m.stop_time_us = since(c.last_running.or(c.last_resumed).unwrap_or_else(Instant::now));
+        let stood_until = c.last_running.or(c.last_resumed).unwrap_or_else(Instant::now);
+        m.stop_time_us = since(stood_until);
         m.mpi_back_us = if c.stop { None } else { c.last_resumed.map(since) };
         for ri in &mut m.rank_info {
             if let Some(&us) = c.renew_us.get(&ri.rank) {

@@ -1001,7 +1001,7 @@ pub(crate) mod tests {
     #[test]
     fn everything_written_is_private_whatever_the_umask() {
         let root = tempdir("perm").join("ckpt");
-        // SAFETY (test): umask is process-wide; other tests only get wider temporary files.
+        // SAFETY: umask is process-wide; other tests only get wider temporary files.
         let old = unsafe { libc::umask(0) };
         let d = CkptDir::new(&root);
         d.secure(true).unwrap();
@@ -1013,6 +1013,7 @@ pub(crate) mod tests {
         d.commit(&manifest(1), &key).unwrap();
         private_dir_all(&d.epoch_dir(2)).unwrap();
         d.mark_failed(2, "x");
+        // SAFETY: restores the mask saved above.
         unsafe { libc::umask(old) };
         tighten_tree(&d.rank_dir(1, 0)).unwrap();
         assert_eq!(mode(&root), 0o700);

@@ -1239,6 +1239,11 @@ fn program_tids(pid: i32) -> Vec<i32> {
     out
 }
 
+/// The message of a panic payload.
+pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "a panic".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1266,9 +1271,4 @@ mod tests {
         let me = std::process::id() as i32;
         assert!(program_tids(me).contains(&me));
     }
-}
-
-/// The message of a panic payload.
-pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "a panic".into())
 }

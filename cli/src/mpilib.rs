@@ -195,7 +195,7 @@ pub fn check(lib: &Path, from: &str, restart: bool, program: &Path, old: Option<
     if let Ok(p) = mpicr_elf::read_file(program) {
         // A foreign face translates the program's calls: only names the MPICH ABI has reach
         // the library (the standard ABI's MPI_*_toint/fromint and MPI_Abi_* are the face's own).
-        let foreign = face_of_needed(&p.needed).map_or(false, |f| f != Face::Mpich);
+        let foreign = face_of_needed(&p.needed).is_ok_and(|f| f != Face::Mpich);
         let imports: Vec<String> = p.mpi_imports().into_iter().filter(|n| !(foreign && face_only(n))).collect();
         let missing = d.missing(&imports);
         if !missing.is_empty() {

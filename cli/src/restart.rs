@@ -102,7 +102,7 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
         None => None,
     };
     if mode == Mode::Agent {
-        let renew_into = mpi_lib.clone().map(PathBuf::from).or_else(|| meta.agent_hello.as_ref().map(|h| PathBuf::from(&h.library)));
+        let renew_into = mpi_lib.clone().or_else(|| meta.agent_hello.as_ref().map(|h| PathBuf::from(&h.library)));
         if let Some(lib) = renew_into {
             crate::mpilib::check_intel_restore(&lib, epoch, meta.next_generation)?;
             crate::pmix::check_launcher_serves(&lib, l.pmix.as_ref())?;

@@ -120,7 +120,7 @@ pub fn child_set_pdeathsig(parent: libc::pid_t) -> io::Result<()> {
     let now = unsafe { libc::getppid() };
     // 0: the child is the first of a new PID namespace, its parent outside (no check possible).
     if now != parent && now != 0 {
-        return Err(io::Error::new(io::ErrorKind::Other, "the keeper died before its child could start"));
+        return Err(io::Error::other("the keeper died before its child could start"));
     }
     Ok(())
 }

@@ -72,6 +72,46 @@ virtual_kind!(
     }
 );
 
+virtual_kind!(
+    /// A group.
+    VGroup, Group {
+        /// No group (`MPI_GROUP_NULL`).
+        NULL = 3,
+        /// The group of no process (`MPI_GROUP_EMPTY`).
+        EMPTY = 4,
+    }
+);
+
+virtual_kind!(
+    /// A request.
+    VRequest, Request {
+        /// No request (`MPI_REQUEST_NULL`).
+        NULL = 3,
+    }
+);
+
+virtual_kind!(
+    /// An error handler (the program's handlers live in the core: no real object).
+    VErrhandler, Errhandler {
+        /// No error handler (`MPI_ERRHANDLER_NULL`).
+        NULL = 3,
+        /// Errors abort the job (`MPI_ERRORS_ARE_FATAL`).
+        ERRORS_ARE_FATAL = 5,
+        /// Errors return their code (`MPI_ERRORS_RETURN`).
+        ERRORS_RETURN = 6,
+        /// Errors abort the processes of the object (`MPI_ERRORS_ABORT`).
+        ERRORS_ABORT = 7,
+    }
+);
+
+virtual_kind!(
+    /// An MPI session.
+    VSession, Session {
+        /// No session (`MPI_SESSION_NULL`).
+        NULL = 3,
+    }
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,5 +131,16 @@ mod tests {
         assert_eq!(VInfo::virtual_at(7).index(), Some(7));
         assert_eq!(VComm::from_int(VInfo::virtual_at(7).to_int().unwrap()).index(), None, "kinds do not alias");
         assert_eq!(VInfo::ENV.to_int(), None);
+        assert_eq!(VGroup::virtual_at(7).index(), Some(7));
+        assert_eq!(VGroup::from_int(VComm::virtual_at(7).to_int().unwrap()).index(), None, "kinds do not alias");
+        assert_eq!((VGroup::NULL.to_int(), VGroup::EMPTY.index()), (None, None));
+        assert_eq!(VRequest::virtual_at(7).index(), Some(7));
+        assert_eq!(VRequest::from_int(VGroup::virtual_at(7).to_int().unwrap()).index(), None, "kinds do not alias");
+        assert_eq!(VRequest::NULL.to_int(), None);
+        for p in [VErrhandler::NULL, VErrhandler::ERRORS_ARE_FATAL, VErrhandler::ERRORS_RETURN, VErrhandler::ERRORS_ABORT] {
+            assert_eq!((p.to_int(), p.index()), (None, None));
+        }
+        assert_eq!(VErrhandler::virtual_at(7).index(), Some(7));
+        assert_eq!((VSession::virtual_at(7).index(), VSession::NULL.to_int()), (Some(7), None));
     }
 }

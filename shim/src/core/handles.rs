@@ -1,17 +1,20 @@
-//! Virtual handles as the core knows them. Communicators and infos are typed ([`VComm`],
-//! [`VInfo`]): a table index, or the core's own predefined handles (`WORLD`, `SELF`, `NULL`;
-//! `NULL`, `ENV`), which stand for the real ones of the current generation; the face converts
-//! the program's ABI integers to them (`face::conv::vcomm`, `vinfo`).
+//! Virtual handles as the core knows them. Communicators, infos, groups, requests, error
+//! handlers and sessions are typed ([`VComm`], [`VInfo`], [`VGroup`], [`VRequest`],
+//! `VErrhandler`, [`VSession`]): a table index, or the core's own predefined handles (`WORLD`,
+//! `SELF`, `NULL`; `NULL`, `ENV`; `NULL`, `EMPTY`; `NULL`; `NULL` and the three `ERRORS_*`;
+//! `NULL`), which stand for the real ones of the current generation (error handlers have none:
+//! the core applies them); the face converts the program's ABI integers to them (`face::conv::vcomm`, `vinfo`, `vgroup`, `vrequest`,
+//! `verrhandler`, `vsession`).
 //! The other kinds are still the program's integers: a table index encoded by
 //! `mpicr_virtid`, or a predefined handle of the lower ABI, which stands for itself (with
 //! MPICH's ABI on both sides, the face's conversion is the identity). Recipes store handles in
 //! this form.
 
 use crate::core::state::{OBJ, SELF_INDEX, WORLD_INDEX};
-use crate::lower::abi::{MPI_COMM_NULL, MPI_INFO_ENV, MPI_INFO_NULL};
-use crate::lower::handles::{RealComm, RealInfo};
+use crate::lower::abi::{MPI_COMM_NULL, MPI_GROUP_EMPTY, MPI_GROUP_NULL, MPI_INFO_ENV, MPI_INFO_NULL, MPI_REQUEST_NULL, MPI_SESSION_NULL};
+use crate::lower::handles::{RealComm, RealGroup, RealInfo, RealRequest, RealSession};
 use mpicr_virtid::encoding::decode;
-use mpicr_virtid::{Kind, VComm, VInfo, VirtualHandle};
+use mpicr_virtid::{Kind, VComm, VGroup, VInfo, VRequest, VSession, VirtualHandle};
 use std::os::raw::c_int;
 
 /// What a freed virtual handle becomes on its way to the real library: a value of MPICH's
@@ -52,6 +55,45 @@ pub fn info(v: VInfo) -> RealInfo {
         v => match v.index() {
             Some(i) => OBJ.infos.real(i).unwrap_or(RealInfo(MPI_INFO_NULL)),
             None => RealInfo(v.to_int().unwrap_or(MPI_INFO_NULL)),
+        },
+    }
+}
+
+/// The real group of a virtual one (the predefined ones are the library's, a foreign value
+/// passes unchanged, a freed one becomes [`STALE`]).
+#[inline(always)]
+pub fn group(v: VGroup) -> RealGroup {
+    match v {
+        VGroup::NULL => RealGroup(MPI_GROUP_NULL),
+        VGroup::EMPTY => RealGroup(MPI_GROUP_EMPTY),
+        v => match v.index() {
+            Some(i) => OBJ.groups.real(i).unwrap_or(RealGroup(STALE)),
+            None => RealGroup(v.to_int().unwrap_or(STALE)),
+        },
+    }
+}
+
+/// The real request of a virtual one (`NULL` is the library's null request, a foreign value
+/// passes unchanged, a freed one becomes [`STALE`]).
+#[inline(always)]
+pub fn request(v: VRequest) -> RealRequest {
+    match v {
+        VRequest::NULL => RealRequest(MPI_REQUEST_NULL),
+        v => match v.index() {
+            Some(i) => OBJ.requests.real(i).unwrap_or(RealRequest(STALE)),
+            None => RealRequest(v.to_int().unwrap_or(STALE)),
+        },
+    }
+}
+
+/// The real session of a virtual one (as [`request`]).
+#[inline(always)]
+pub fn session(v: VSession) -> RealSession {
+    match v {
+        VSession::NULL => RealSession(MPI_SESSION_NULL),
+        v => match v.index() {
+            Some(i) => OBJ.sessions.real(i).unwrap_or(RealSession(STALE)),
+            None => RealSession(v.to_int().unwrap_or(STALE)),
         },
     }
 }

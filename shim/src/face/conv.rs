@@ -9,7 +9,7 @@
 use crate::core::state::OBJ;
 use crate::face::abi::*;
 use mpicr_virtid::encoding::{decode, decode_file};
-use mpicr_virtid::{Kind, VComm, VInfo, VirtualHandle};
+use mpicr_virtid::{Kind, VComm, VErrhandler, VGroup, VInfo, VRequest, VSession, VirtualHandle};
 use std::os::raw::c_int;
 
 // Apart from communicators, the program's handles are the core's (MPICH's ABI on both sides):
@@ -57,6 +57,104 @@ pub fn info_abi(v: VInfo) -> MPI_Info {
         VInfo::ENV => MPI_INFO_ENV,
         v => v.to_int().unwrap_or(MPI_INFO_NULL),
     }
+}
+
+/// The core's group for the program's handle (as [`vcomm`]).
+#[inline(always)]
+pub fn vgroup(v: MPI_Group) -> VGroup {
+    match v {
+        MPI_GROUP_NULL => VGroup::NULL,
+        MPI_GROUP_EMPTY => VGroup::EMPTY,
+        v => VGroup::from_int(v),
+    }
+}
+
+/// The program's handle for the core's group.
+#[inline(always)]
+pub fn group_abi(v: VGroup) -> MPI_Group {
+    match v {
+        VGroup::NULL => MPI_GROUP_NULL,
+        VGroup::EMPTY => MPI_GROUP_EMPTY,
+        v => v.to_int().unwrap_or(MPI_GROUP_NULL),
+    }
+}
+
+/// The real group of the program's handle (see `core::handles::group`).
+#[inline(always)]
+pub fn group(v: MPI_Group) -> MPI_Group {
+    crate::core::handles::group(vgroup(v)).raw()
+}
+
+/// The core's request for the program's handle (as [`vcomm`]).
+#[inline(always)]
+pub fn vrequest(v: MPI_Request) -> VRequest {
+    match v {
+        MPI_REQUEST_NULL => VRequest::NULL,
+        v => VRequest::from_int(v),
+    }
+}
+
+/// The program's handle for the core's request.
+#[inline(always)]
+pub fn request_abi(v: VRequest) -> MPI_Request {
+    match v {
+        VRequest::NULL => MPI_REQUEST_NULL,
+        v => v.to_int().unwrap_or(MPI_REQUEST_NULL),
+    }
+}
+
+/// The real request of the program's handle (see `core::handles::request`).
+#[inline(always)]
+pub fn request(v: MPI_Request) -> MPI_Request {
+    crate::core::handles::request(vrequest(v)).raw()
+}
+
+/// The core's error handler for the program's handle (as [`vcomm`]).
+#[inline(always)]
+pub fn verrhandler(v: MPI_Errhandler) -> VErrhandler {
+    match v {
+        MPI_ERRHANDLER_NULL => VErrhandler::NULL,
+        MPI_ERRORS_ARE_FATAL => VErrhandler::ERRORS_ARE_FATAL,
+        MPI_ERRORS_RETURN => VErrhandler::ERRORS_RETURN,
+        MPI_ERRORS_ABORT => VErrhandler::ERRORS_ABORT,
+        v => VErrhandler::from_int(v),
+    }
+}
+
+/// The program's handle for the core's error handler.
+#[inline(always)]
+pub fn errhandler_abi(v: VErrhandler) -> MPI_Errhandler {
+    match v {
+        VErrhandler::NULL => MPI_ERRHANDLER_NULL,
+        VErrhandler::ERRORS_ARE_FATAL => MPI_ERRORS_ARE_FATAL,
+        VErrhandler::ERRORS_RETURN => MPI_ERRORS_RETURN,
+        VErrhandler::ERRORS_ABORT => MPI_ERRORS_ABORT,
+        v => v.to_int().unwrap_or(MPI_ERRHANDLER_NULL),
+    }
+}
+
+/// The core's session for the program's handle (as [`vcomm`]).
+#[inline(always)]
+pub fn vsession(v: MPI_Session) -> VSession {
+    match v {
+        MPI_SESSION_NULL => VSession::NULL,
+        v => VSession::from_int(v),
+    }
+}
+
+/// The program's handle for the core's session.
+#[inline(always)]
+pub fn session_abi(v: VSession) -> MPI_Session {
+    match v {
+        VSession::NULL => MPI_SESSION_NULL,
+        v => v.to_int().unwrap_or(MPI_SESSION_NULL),
+    }
+}
+
+/// The real session of the program's handle (see `core::handles::session`).
+#[inline(always)]
+pub fn session(v: MPI_Session) -> MPI_Session {
+    crate::core::handles::session(vsession(v)).raw()
 }
 
 /// The program's handle of the communicator at table `index`.
@@ -108,12 +206,9 @@ macro_rules! int_kind {
     };
 }
 
-int_kind!(group, Group, groups);
 int_kind!(op, Op, ops);
 int_kind!(info, Info, infos);
 int_kind!(win, Win, wins);
-int_kind!(session, Session, sessions);
-int_kind!(request, Request, requests);
 int_kind!(message, Message, messages);
 
 /// Files are pointers; a stale virtual file becomes MPI_FILE_NULL so ROMIO reports

@@ -7,7 +7,8 @@ use crate::face::conv;
 use crate::lower;
 pub use crate::lower::{error_string, fatal};
 use crate::core::state::{OBJ, WORLD_INDEX};
-use mpicr_virtid::{ErrhandlerRecipe, Kind};
+use crate::core::kinds::errhandler;
+use mpicr_virtid::{ErrhandlerRecipe, Kind, VErrhandler};
 use std::os::raw::c_int;
 
 type CommErrFn = unsafe extern "C" fn(*mut MPI_Comm, *mut c_int);
@@ -76,7 +77,7 @@ pub fn raise_comm(comm: MPI_Comm, rc: c_int, func: &str) -> c_int {
         Some(i) => (i, comm),
         None => (WORLD_INDEX, MPI_COMM_WORLD),
     };
-    let eh = OBJ.comms.with(idx, |c| c.errhandler).unwrap_or(MPI_ERRORS_ARE_FATAL);
+    let eh = OBJ.comms.with(idx, |c| c.errhandler).unwrap_or(VErrhandler::ERRORS_ARE_FATAL);
     dispatch(eh, rc, func, |f| {
         let mut h = handle;
         let mut code = rc;
@@ -101,12 +102,12 @@ pub fn raise_session(session: MPI_Session, rc: c_int, func: &str) -> c_int {
     if let Some(rc) = raise_noted() {
         return rc;
     }
-    let eh = conv::index(session, Kind::Session).filter(|&i| OBJ.sessions.real(i).is_some()).and_then(|i| OBJ.sessions.with(i, |s| s.errhandler));
+    let eh = conv::vsession(session).index().filter(|&i| OBJ.sessions.real(i).is_some()).and_then(|i| OBJ.sessions.with(i, |s| s.errhandler));
     raise_int_object(session, eh, rc, func)
 }
 
 /// Windows and sessions: int handles whose user handlers share the communicator signature.
-fn raise_int_object(handle: c_int, eh: Option<MPI_Errhandler>, rc: c_int, func: &str) -> c_int {
+fn raise_int_object(handle: c_int, eh: Option<VErrhandler>, rc: c_int, func: &str) -> c_int {
     let Some(eh) = eh else { return raise_default(rc, func) };
     dispatch(eh, rc, func, |f| {
         let mut h = handle;
@@ -123,8 +124,8 @@ pub fn raise_file(file: MPI_File, rc: c_int, func: &str) -> c_int {
         return rc;
     }
     let eh = match conv::file_index(file).filter(|&i| OBJ.files.real(i).is_some()) {
-        Some(i) => OBJ.files.with(i, |f| f.errhandler).unwrap_or(MPI_ERRORS_RETURN),
-        None => crate::face::api::file_null_errhandler(),
+        Some(i) => OBJ.files.with(i, |f| f.errhandler).unwrap_or(VErrhandler::ERRORS_RETURN),
+        None => conv::verrhandler(crate::face::api::file_null_errhandler()),
     };
     dispatch(eh, rc, func, |f| {
         let mut h = file;
@@ -140,11 +141,11 @@ pub fn raise_default(rc: c_int, func: &str) -> c_int {
     raise_comm(MPI_COMM_WORLD, rc, func)
 }
 
-fn dispatch(eh: MPI_Errhandler, rc: c_int, func: &str, call_user: impl FnOnce(u64)) -> c_int {
+fn dispatch(eh: VErrhandler, rc: c_int, func: &str, call_user: impl FnOnce(u64)) -> c_int {
     match eh {
-        MPI_ERRORS_RETURN => rc,
-        MPI_ERRORS_ARE_FATAL | MPI_ERRORS_ABORT => abort_with(rc, func),
-        v => match conv::index(v, Kind::Errhandler).and_then(|i| OBJ.errhandlers.get(i)) {
+        VErrhandler::ERRORS_RETURN => rc,
+        VErrhandler::ERRORS_ARE_FATAL | VErrhandler::ERRORS_ABORT => abort_with(rc, func),
+        v => match errhandler::recipe(v) {
             Some(ErrhandlerRecipe::Comm { function })
             | Some(ErrhandlerRecipe::Win { function })
             | Some(ErrhandlerRecipe::File { function })

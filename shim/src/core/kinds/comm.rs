@@ -9,14 +9,14 @@ use crate::core::state::{Attrs, OBJ, SELF_INDEX, WORLD_INDEX};
 use crate::lower;
 use crate::lower::abi::*;
 use crate::lower::handles::RealComm;
-use mpicr_virtid::{VComm, CommCounters, CommRecipe, Counters, CountsSnapshot, Table, Topology};
+use mpicr_virtid::{VComm, VErrhandler, CommCounters, CommRecipe, Counters, CountsSnapshot, Table, Topology};
 use serde::{Deserialize, Serialize};
 use std::os::raw::{c_char, c_int};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CommEntry {
     pub recipe: CommRecipe,
-    pub errhandler: MPI_Errhandler,
+    pub errhandler: VErrhandler,
     pub attrs: Attrs,
     /// Collectives started on this communicator (for checkpoint alignment), and messages sent
     /// to / received from each rank (of the remote group, for intercomms). The live counts are
@@ -38,7 +38,7 @@ pub struct CommEntry {
 }
 
 impl CommEntry {
-    pub fn new(recipe: CommRecipe, errhandler: MPI_Errhandler) -> Self {
+    pub fn new(recipe: CommRecipe, errhandler: VErrhandler) -> Self {
         CommEntry {
             recipe,
             errhandler,

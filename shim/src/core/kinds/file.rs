@@ -32,7 +32,7 @@ use crate::core::state::OBJ;
 use crate::lower;
 use crate::lower::abi::*;
 use crate::lower::handles::RealFile;
-use mpicr_virtid::TypeRef;
+use mpicr_virtid::{TypeRef, VErrhandler};
 use serde::{Deserialize, Serialize};
 use std::os::raw::c_int;
 
@@ -60,7 +60,7 @@ pub struct Saved {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FileEntry {
-    pub errhandler: MPI_Errhandler,
+    pub errhandler: VErrhandler,
     /// The name as `MPI_File_open` got it, made absolute (a ROMIO prefix such as `ufs:` kept).
     pub name: String,
     /// The access mode the program asked for.
@@ -78,7 +78,7 @@ pub struct FileEntry {
 }
 
 impl FileEntry {
-    pub fn new(errhandler: MPI_Errhandler, name: &str, amode: c_int, comm: VComm, gid: u64, open_hints: Vec<(String, String)>) -> Self {
+    pub fn new(errhandler: VErrhandler, name: &str, amode: c_int, comm: VComm, gid: u64, open_hints: Vec<(String, String)>) -> Self {
         FileEntry {
             errhandler,
             name: absolute(name),

@@ -5,8 +5,29 @@ use super::{check, Renewable};
 use crate::core::state::{OBJ, WORLD_INDEX};
 use crate::lower;
 use crate::lower::abi::*;
+use mpicr_virtid::table::Full;
+use mpicr_virtid::{GroupRecipe, VGroup};
 use parking_lot::Mutex;
 use std::os::raw::c_int;
+
+/// Registers a real group the library made (its recipe: the world ranks it holds); the
+/// library's predefined groups are the core's own. `Err` when the table is full.
+pub fn register(real: RealGroup) -> Result<VGroup, Full> {
+    match real.raw() {
+        MPI_GROUP_NULL => return Ok(VGroup::NULL),
+        MPI_GROUP_EMPTY => return Ok(VGroup::EMPTY),
+        _ => {}
+    }
+    let recipe = GroupRecipe { world_ranks: world_ranks_of_group(real.raw()) };
+    OBJ.groups.insert(real, recipe).map(VGroup::virtual_at)
+}
+
+/// Forgets a group the program freed.
+pub fn forget(v: VGroup) {
+    if let Some(i) = v.index() {
+        OBJ.groups.remove(i);
+    }
+}
 
 /// The real group of MPI_COMM_WORLD, per lower-half generation.
 static WORLD_GROUP: Mutex<Option<(u32, c_int)>> = Mutex::new(None);

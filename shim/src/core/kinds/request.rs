@@ -13,7 +13,8 @@ use crate::core::kinds::datatype::Built;
 use crate::core::state::OBJ;
 use crate::lower;
 use crate::lower::abi::*;
-use mpicr_virtid::{VComm, P2pArgs, RequestRecipe, SendMode, TypeRef};
+use mpicr_virtid::table::Full;
+use mpicr_virtid::{VComm, P2pArgs, RequestRecipe, SendMode, TypeRef, VRequest};
 use serde::{Deserialize, Serialize};
 use std::os::raw::{c_int, c_void};
 
@@ -32,6 +33,12 @@ pub struct RequestEntry {
     /// persistent one, live): a renewal could not post it again.
     #[serde(default)]
     pub comm_freed: bool,
+}
+
+/// Registers a request: its real request (the library's null one for a request the shim
+/// completed itself) and what the core keeps about it. `Err` when the table is full.
+pub fn register(real: RealRequest, entry: RequestEntry) -> Result<VRequest, Full> {
+    OBJ.requests.insert(real, entry).map(VRequest::virtual_at)
 }
 
 /// Tests one pending real request. On completion the status is recorded in the entry

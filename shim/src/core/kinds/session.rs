@@ -11,11 +11,25 @@ use crate::core::state::OBJ;
 use crate::lower;
 use crate::lower::abi::*;
 use crate::lower::handles::RealSession;
+use mpicr_virtid::table::Full;
+use mpicr_virtid::{VErrhandler, VSession};
 use serde::{Deserialize, Serialize};
+
+/// Registers a session the library opened. `Err` when the table is full.
+pub fn register(real: RealSession, entry: SessionEntry) -> Result<VSession, Full> {
+    OBJ.sessions.insert(real, entry).map(VSession::virtual_at)
+}
+
+/// Forgets a session the program finalized.
+pub fn forget(v: VSession) {
+    if let Some(i) = v.index() {
+        OBJ.sessions.remove(i);
+    }
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SessionEntry {
-    pub errhandler: MPI_Errhandler,
+    pub errhandler: VErrhandler,
     /// The keys and values of the info given to `MPI_Session_init`.
     #[serde(default)]
     pub info: Vec<(String, String)>,

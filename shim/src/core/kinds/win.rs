@@ -27,6 +27,7 @@ use crate::core::state::{Attrs, OBJ};
 use crate::lower;
 use crate::lower::abi::*;
 use crate::lower::handles::RealWin;
+use mpicr_virtid::VErrhandler;
 use serde::{Deserialize, Serialize};
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -96,7 +97,7 @@ impl Epoch {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WinEntry {
-    pub errhandler: MPI_Errhandler,
+    pub errhandler: VErrhandler,
     pub attrs: Attrs,
     pub made_by: String,
     pub flavor: Flavor,
@@ -125,7 +126,7 @@ impl WinEntry {
     #[allow(clippy::too_many_arguments, reason = "one argument per property a window is made with")]
     pub fn new(made_by: &str, flavor: Flavor, base: usize, size: MPI_Aint, disp_unit: MPI_Aint, comm: VComm, gid: u64, hints: Vec<(String, String)>) -> Self {
         WinEntry {
-            errhandler: MPI_ERRORS_ARE_FATAL,
+            errhandler: VErrhandler::ERRORS_ARE_FATAL,
             attrs: Vec::new(),
             made_by: made_by.into(),
             flavor,

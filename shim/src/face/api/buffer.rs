@@ -12,7 +12,6 @@ use crate::face::api::misc::wait_pool;
 use crate::face::api::put;
 use crate::face::call::{self, On, ToReal};
 use crate::face::{conv, errors};
-use mpicr_virtid::Kind;
 use std::os::raw::{c_int, c_void};
 
 /// The buffer slot of a communicator or a session: reads and writes its entry's record.
@@ -39,7 +38,7 @@ impl Slot {
                 conv::comm_index(c).map(Pool::Comm).ok_or(MPI_ERR_COMM)
             }
             Slot::Session(s) => {
-                let i = conv::index(s, Kind::Session).ok_or(MPI_ERR_SESSION)?;
+                let i = conv::vsession(s).index().ok_or(MPI_ERR_SESSION)?;
                 OBJ.sessions.with(i, |_| Pool::Session(i)).ok_or(MPI_ERR_SESSION)
             }
         }

@@ -12,7 +12,7 @@ use crate::face::call::{self, On, ToReal};
 use crate::face::{conv, errors};
 use crate::core::gate;
 use crate::lower;
-use mpicr_virtid::{child_gid, mix, self_gid, CommRecipe, Kind, Topology, WORLD_GID};
+use mpicr_virtid::{child_gid, mix, self_gid, CommRecipe, Kind, Topology, VErrhandler, WORLD_GID};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::os::raw::{c_char, c_int};
@@ -53,8 +53,8 @@ pub fn register_world_and_self(world: c_int, selfc: c_int) -> c_int {
     if !OBJ.comms.is_empty() {
         return MPI_ERR_OTHER;
     }
-    let w = OBJ.comms.insert(RealComm(world), CommEntry::new(world_recipe, MPI_ERRORS_ARE_FATAL));
-    let s = OBJ.comms.insert(RealComm(selfc), CommEntry::new(self_recipe, MPI_ERRORS_ARE_FATAL));
+    let w = OBJ.comms.insert(RealComm(world), CommEntry::new(world_recipe, VErrhandler::ERRORS_ARE_FATAL));
+    let s = OBJ.comms.insert(RealComm(selfc), CommEntry::new(self_recipe, VErrhandler::ERRORS_ARE_FATAL));
     debug_assert_eq!((w, s), (Ok(WORLD_INDEX), Ok(SELF_INDEX)));
     MPI_SUCCESS
 }
@@ -147,7 +147,7 @@ pub fn register_comm(
         made_by: made_by.trim_start_matches('P').to_string(),
         parent,
     };
-    match OBJ.comms.insert(RealComm(real), CommEntry::new(recipe, errhandler)) {
+    match OBJ.comms.insert(RealComm(real), CommEntry::new(recipe, conv::verrhandler(errhandler))) {
         Ok(i) => conv::handle(Kind::Comm, i),
         Err(_) => errors::fatal("too many live communicators"),
     }
@@ -155,7 +155,7 @@ pub fn register_comm(
 
 fn parent_info(parent: MPI_Comm) -> (u64, MPI_Errhandler) {
     conv::comm_index(parent)
-        .and_then(|i| OBJ.comms.with(i, |c| (c.recipe.gid, c.errhandler)))
+        .and_then(|i| OBJ.comms.with(i, |c| (c.recipe.gid, conv::errhandler_abi(c.errhandler))))
         .unwrap_or((0, MPI_ERRORS_ARE_FATAL))
 }
 

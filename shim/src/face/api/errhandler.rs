@@ -6,6 +6,7 @@ use crate::face::api::put;
 use crate::core::state::OBJ;
 use crate::face::{conv, errors};
 use crate::core::gate;
+use crate::core::kinds::errhandler;
 use mpicr_virtid::{ErrhandlerRecipe, Kind};
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -20,10 +21,10 @@ pub fn file_null_errhandler() -> MPI_Errhandler {
 /// # Safety
 /// `out` must be null or valid for a write.
 unsafe fn create(recipe: ErrhandlerRecipe, out: *mut MPI_Errhandler) -> c_int {
-    match OBJ.errhandlers.insert(crate::lower::handles::NoReal, recipe) {
-        Ok(i) => {
+    match errhandler::register(recipe) {
+        Ok(v) => {
             // SAFETY: `out` is null or valid for a write (this function's contract).
-            unsafe { put(out, conv::handle(Kind::Errhandler, i)) };
+            unsafe { put(out, conv::errhandler_abi(v)) };
             MPI_SUCCESS
         }
         Err(_) => errors::raise_default(MPI_ERR_OTHER, "MPI_Comm_create_errhandler"),
@@ -31,8 +32,7 @@ unsafe fn create(recipe: ErrhandlerRecipe, out: *mut MPI_Errhandler) -> c_int {
 }
 
 fn valid(eh: MPI_Errhandler) -> bool {
-    matches!(eh, MPI_ERRORS_ARE_FATAL | MPI_ERRORS_RETURN | MPI_ERRORS_ABORT)
-        || conv::index(eh, Kind::Errhandler).is_some_and(|i| OBJ.errhandlers.real(i).is_some())
+    errhandler::is_valid(conv::verrhandler(eh))
 }
 
 pub unsafe fn MPI_Comm_create_errhandler(f: *mut c_void, eh: *mut MPI_Errhandler) -> c_int {
@@ -79,9 +79,9 @@ fn comm_errhandler(comm: MPI_Comm, set: Option<MPI_Errhandler>, name: &str) -> R
     let idx = conv::comm_index(comm).filter(|&i| OBJ.comms.real(i).is_some());
     match idx.and_then(|i| OBJ.comms.with(i, |c| {
         if let Some(eh) = set {
-            c.errhandler = eh;
+            c.errhandler = conv::verrhandler(eh);
         }
-        c.errhandler
+        conv::errhandler_abi(c.errhandler)
     })) {
         Some(eh) => Ok(eh),
         None => {
@@ -139,13 +139,13 @@ pub unsafe fn MPI_Win_set_errhandler(win: MPI_Win, eh: MPI_Errhandler) -> c_int 
     if !valid(eh) {
         return errors::raise_win(win, MPI_ERR_ARG, "MPI_Win_set_errhandler");
     }
-    OBJ.wins.with(i, |w| w.errhandler = eh);
+    OBJ.wins.with(i, |w| w.errhandler = conv::verrhandler(eh));
     MPI_SUCCESS
 }
 pub unsafe fn MPI_Win_get_errhandler(win: MPI_Win, eh: *mut MPI_Errhandler) -> c_int {
     let Some(i) = win_index(win) else { return errors::raise_default(MPI_ERR_WIN, "MPI_Win_get_errhandler") };
     // SAFETY: `eh` is the caller's out-pointer, null or valid for a write (MPI's contract of this call).
-    unsafe { put(eh, OBJ.wins.with(i, |w| w.errhandler).unwrap_or(MPI_ERRORS_ARE_FATAL)) };
+    unsafe { put(eh, OBJ.wins.with(i, |w| conv::errhandler_abi(w.errhandler)).unwrap_or(MPI_ERRORS_ARE_FATAL)) };
     MPI_SUCCESS
 }
 pub unsafe fn MPI_Win_call_errhandler(win: MPI_Win, errorcode: c_int) -> c_int {
@@ -166,7 +166,7 @@ pub unsafe fn MPI_File_set_errhandler(file: MPI_File, eh: MPI_Errhandler) -> c_i
     }
     match conv::file_index(file).filter(|&i| OBJ.files.real(i).is_some()) {
         Some(i) => {
-            OBJ.files.with(i, |f| f.errhandler = eh);
+            OBJ.files.with(i, |f| f.errhandler = conv::verrhandler(eh));
             MPI_SUCCESS
         }
         None => errors::raise_file(std::ptr::null_mut(), MPI_ERR_FILE, "MPI_File_set_errhandler"),
@@ -178,7 +178,7 @@ pub unsafe fn MPI_File_get_errhandler(file: MPI_File, eh: *mut MPI_Errhandler) -
         unsafe { put(eh, file_null_errhandler()) };
         return MPI_SUCCESS;
     }
-    match conv::file_index(file).and_then(|i| OBJ.files.with(i, |f| f.errhandler)) {
+    match conv::file_index(file).and_then(|i| OBJ.files.with(i, |f| conv::errhandler_abi(f.errhandler))) {
         Some(h) => {
             // SAFETY: `eh` is the caller's out-pointer, null or valid for a write (MPI's contract of this
             // call).
@@ -194,9 +194,9 @@ pub unsafe fn MPI_File_call_errhandler(file: MPI_File, errorcode: c_int) -> c_in
 }
 
 pub unsafe fn MPI_Session_set_errhandler(session: MPI_Session, eh: MPI_Errhandler) -> c_int {
-    match conv::index(session, Kind::Session).filter(|&i| OBJ.sessions.real(i).is_some()) {
+    match conv::vsession(session).index().filter(|&i| OBJ.sessions.real(i).is_some()) {
         Some(i) if valid(eh) => {
-            OBJ.sessions.with(i, |s| s.errhandler = eh);
+            OBJ.sessions.with(i, |s| s.errhandler = conv::verrhandler(eh));
             MPI_SUCCESS
         }
         Some(_) => errors::raise_session(session, MPI_ERR_ARG, "MPI_Session_set_errhandler"),
@@ -204,7 +204,7 @@ pub unsafe fn MPI_Session_set_errhandler(session: MPI_Session, eh: MPI_Errhandle
     }
 }
 pub unsafe fn MPI_Session_get_errhandler(session: MPI_Session, eh: *mut MPI_Errhandler) -> c_int {
-    match conv::index(session, Kind::Session).and_then(|i| OBJ.sessions.with(i, |s| s.errhandler)) {
+    match conv::vsession(session).index().and_then(|i| OBJ.sessions.with(i, |s| conv::errhandler_abi(s.errhandler))) {
         Some(h) => {
             // SAFETY: `eh` is the caller's out-pointer, null or valid for a write (MPI's contract of this
             // call).

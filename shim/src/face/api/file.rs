@@ -54,7 +54,7 @@ pub unsafe fn MPI_File_open(comm: MPI_Comm, filename: *const c_char, amode: c_in
             .unwrap_or(0);
         // SAFETY: MPI_File_open succeeded, so `filename` is the program's NUL-terminated name.
         let name = unsafe { crate::lower::cstr(filename) };
-        let entry = FileEntry::new(file_null_errhandler(), &name, amode, conv::vcomm(own), gid, crate::core::kinds::info::entries(i));
+        let entry = FileEntry::new(conv::verrhandler(file_null_errhandler()), &name, amode, conv::vcomm(own), gid, crate::core::kinds::info::entries(i));
         let v = match OBJ.files.insert(crate::lower::handles::RealFile(r), entry) {
             Ok(i) => conv::file_handle(i),
             Err(_) => errors::fatal("too many open files"),

@@ -2,21 +2,15 @@
 
 use crate::lower::handles::RealGroup;
 use crate::face::abi::*;
-use crate::core::kinds::group::world_ranks_of_group;
-use crate::core::state::OBJ;
+use crate::core::kinds::group;
 use crate::face::call::{self, On, ToReal};
 use crate::face::{conv, errors};
-use mpicr_virtid::{GroupRecipe, Kind};
 use std::os::raw::c_int;
 
 /// Registers a real group under a virtual handle (predefined and null groups pass through).
 pub fn register_group(real: c_int) -> MPI_Group {
-    if real == MPI_GROUP_NULL || real == MPI_GROUP_EMPTY {
-        return real;
-    }
-    let recipe = GroupRecipe { world_ranks: world_ranks_of_group(real) };
-    match OBJ.groups.insert(RealGroup(real), recipe) {
-        Ok(i) => conv::handle(Kind::Group, i),
+    match group::register(RealGroup(real)) {
+        Ok(v) => conv::group_abi(v),
         Err(_) => errors::fatal("too many live groups"),
     }
 }
@@ -31,9 +25,7 @@ pub unsafe fn MPI_Group_free(group: *mut MPI_Group) -> c_int {
         let v = unsafe { *group };
         let mut real = call::Group(v).to_real()?;
         call::ok(real!(MPI_Group_free(&mut real)))?;
-        if let Some(i) = conv::index(v, Kind::Group) {
-            OBJ.groups.remove(i);
-        }
+        group::forget(conv::vgroup(v));
         // SAFETY: as above.
         unsafe { *group = MPI_GROUP_NULL };
         Ok(())

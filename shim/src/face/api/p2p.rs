@@ -719,7 +719,7 @@ fn on_request(name: &str, request: MPI_Request, ready: impl Iterator<Item = c_in
     let g = gate::enter();
     let rc = call(conv::request(request));
     if rc == MPI_SUCCESS {
-        if let Some(idx) = conv::index(request, Kind::Request) {
+        if let Some(idx) = conv::vrequest(request).index() {
             part::mark_ready(idx, ready);
         }
     }
@@ -748,13 +748,13 @@ pub unsafe fn MPI_Pready_list(length: c_int, list: *mut c_int, request: MPI_Requ
 pub unsafe fn MPI_Parrived(request: MPI_Request, partition: c_int, flag: *mut c_int) -> c_int {
     // A receive a checkpoint's drain completed: every partition arrived (the renewed library's
     // request is not started).
-    let done = conv::index(request, Kind::Request).and_then(|i| OBJ.requests.with(i, |e| e.done.is_some())).unwrap_or(false);
+    let done = conv::vrequest(request).index().and_then(|i| OBJ.requests.with(i, |e| e.done.is_some())).unwrap_or(false);
     if done {
         // SAFETY: `flag` is the caller's out-pointer, valid for a write.
         unsafe { put(flag, 1) };
         return MPI_SUCCESS;
     }
-    let active = conv::index(request, Kind::Request)
+    let active = conv::vrequest(request).index()
         .and_then(|i| OBJ.requests.with(i, |e| matches!(e.recipe, RequestRecipe::Partitioned { active: true, init: ref i, .. } if !i.send)))
         .unwrap_or(false);
     on_request("MPI_Parrived", request, std::iter::empty(), |r| {

@@ -8,18 +8,18 @@ use crate::face::abi::*;
 use crate::face::api::{begin_collective, begin_counted, put_status, put_status_error};
 use crate::core::kinds::part;
 use crate::core::kinds::comm::count_send;
-use crate::core::kinds::request::{file_io_started, is_file_io, poll, take_drained_into, RequestEntry};
+use crate::core::kinds::request::{self, file_io_started, is_file_io, poll, take_drained_into, RequestEntry};
 use crate::core::state::OBJ;
 use crate::face::{conv, errors};
 use crate::core::gate;
-use mpicr_virtid::{CollArg, CollInit, Kind, RequestRecipe};
+use mpicr_virtid::{CollArg, CollInit, RequestRecipe};
 use std::os::raw::c_int;
 
 /// Registers a real request under a virtual handle.
 pub fn register_request(real: c_int, recipe: RequestRecipe, comm: MPI_Comm, counts_recv: bool) -> MPI_Request {
     let e = RequestEntry { recipe, comm: conv::vcomm(comm), counts_recv, done: None, repost: false, comm_freed: false };
-    match OBJ.requests.insert(RealRequest(real), e) {
-        Ok(i) => conv::handle(Kind::Request, i),
+    match request::register(RealRequest(real), e) {
+        Ok(v) => conv::request_abi(v),
         Err(_) => errors::fatal("too many live requests"),
     }
 }
@@ -27,8 +27,8 @@ pub fn register_request(real: c_int, recipe: RequestRecipe, comm: MPI_Comm, coun
 /// A request the shim completed itself, reporting `status`.
 pub fn register_done(recipe: RequestRecipe, comm: MPI_Comm, status: &MPI_Status) -> MPI_Request {
     let e = RequestEntry { recipe, comm: conv::vcomm(comm), counts_recv: false, done: Some(status.as_array()), repost: false, comm_freed: false };
-    match OBJ.requests.insert(RealRequest(MPI_REQUEST_NULL), e) {
-        Ok(i) => conv::handle(Kind::Request, i),
+    match request::register(RealRequest(MPI_REQUEST_NULL), e) {
+        Ok(v) => conv::request_abi(v),
         Err(_) => errors::fatal("too many live requests"),
     }
 }
@@ -84,7 +84,7 @@ fn finish(v: MPI_Request, idx: u32) -> MPI_Request {
 
 /// A request value that is not live: freed virtual handles become `conv::STALE`.
 fn stale_or_raw(v: MPI_Request) -> MPI_Request {
-    if conv::index(v, Kind::Request).is_some() { conv::STALE } else { v }
+    if conv::vrequest(v).index().is_some() { conv::STALE } else { v }
 }
 
 /// Status of an inactive or null request.
@@ -121,7 +121,7 @@ fn classify(v: MPI_Request) -> Slot {
     if v == MPI_REQUEST_NULL {
         return Slot::Inert;
     }
-    let Some(idx) = conv::index(v, Kind::Request) else { return Slot::Invalid };
+    let Some(idx) = conv::vrequest(v).index() else { return Slot::Invalid };
     let Some(real) = OBJ.requests.real(idx) else { return Slot::Invalid };
     let state = OBJ.requests.with(idx, |e| {
         let inactive = matches!(
@@ -318,7 +318,7 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
 
 /// The communicator whose error handler reports a request's failure.
 fn request_comm(v: MPI_Request) -> MPI_Comm {
-    conv::index(v, Kind::Request).and_then(|i| OBJ.requests.with(i, |e| conv::comm_abi(e.comm))).unwrap_or(MPI_COMM_WORLD)
+    conv::vrequest(v).index().and_then(|i| OBJ.requests.with(i, |e| conv::comm_abi(e.comm))).unwrap_or(MPI_COMM_WORLD)
 }
 
 fn raise(reqs: &[MPI_Request], rc: c_int, name: &str) -> c_int {
@@ -645,7 +645,7 @@ pub unsafe fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
             }
             rc
         }
-        Slot::Inert => match conv::index(v, Kind::Request).filter(|&i| OBJ.requests.real(i).is_some()) {
+        Slot::Inert => match conv::vrequest(v).index().filter(|&i| OBJ.requests.real(i).is_some()) {
             // An inactive persistent request.
             Some(idx) => {
                 let mut r = OBJ.requests.real(idx).map_or(0, |r| r.raw());
@@ -697,7 +697,7 @@ pub unsafe fn MPI_Startall(count: c_int, reqs: *mut MPI_Request) -> c_int {
 /// Starts a persistent request: collectives go through the alignment check, sends are counted,
 /// receives may be satisfied from drained messages.
 unsafe fn start_one(v: MPI_Request) -> c_int {
-    let Some(idx) = conv::index(v, Kind::Request).filter(|&i| OBJ.requests.real(i).is_some()) else {
+    let Some(idx) = conv::vrequest(v).index().filter(|&i| OBJ.requests.real(i).is_some()) else {
         let _g = gate::enter();
         let mut raw = stale_or_raw(v);
         let rc = real!(MPI_Start(&mut raw));

@@ -5,10 +5,8 @@ use crate::lower::handles::RealSession;
 use crate::face::abi::*;
 use crate::face::api::put;
 use crate::core::kinds::session::SessionEntry;
-use crate::core::state::OBJ;
 use crate::face::{conv, errors};
 use crate::core::gate;
-use mpicr_virtid::Kind;
 use std::os::raw::c_int;
 
 pub unsafe fn MPI_Session_init(info: MPI_Info, errhandler: MPI_Errhandler, session: *mut MPI_Session) -> c_int {
@@ -39,10 +37,10 @@ pub unsafe fn MPI_Session_init(info: MPI_Info, errhandler: MPI_Errhandler, sessi
     if rc != MPI_SUCCESS {
         return errors::raise_default(rc, "MPI_Session_init");
     }
-    match OBJ.sessions.insert(RealSession(r), SessionEntry { errhandler, info: recipe, buffer: None }) {
-        Ok(i) => {
+    match crate::core::kinds::session::register(RealSession(r), SessionEntry { errhandler: conv::verrhandler(errhandler), info: recipe, buffer: None }) {
+        Ok(v) => {
             // SAFETY: `session` is the program's output argument of MPI_Session_init.
-            unsafe { put(session, conv::handle(Kind::Session, i)) };
+            unsafe { put(session, conv::session_abi(v)) };
             MPI_SUCCESS
         }
         Err(_) => errors::fatal("too many live sessions"),
@@ -62,9 +60,7 @@ pub unsafe fn MPI_Session_finalize(session: *mut MPI_Session) -> c_int {
     if rc != MPI_SUCCESS {
         return errors::raise_session(v, rc, "MPI_Session_finalize");
     }
-    if let Some(i) = conv::index(v, Kind::Session) {
-        OBJ.sessions.remove(i);
-    }
+    crate::core::kinds::session::forget(conv::vsession(v));
     // SAFETY: as above, `session` is the program's valid, non-null handle pointer.
     unsafe { *session = MPI_SESSION_NULL };
     // The last session of a program outside the world model ends the lower half.
