@@ -236,7 +236,8 @@ check_link() {   # venv: the extension must load the flavor's MPI library
 build_flavor() {   # $1 flavor; sets VENV
     local flavor=$1 venv=$deps/mpi4py-$1 want
     VENV=$venv
-    want="mpi4py=$MPI4PY_VERSION sdist=$(sha256sum < "$sdist" | cut -c1-16) mpicc=$MPICC: $("$MPICC" -show)"
+    # the compiler by its resolved path: worktrees that share .deps through a link share builds
+    want="mpi4py=$MPI4PY_VERSION sdist=$(sha256sum < "$sdist" | cut -c1-16) mpicc=$(readlink -f "$MPICC"): $("$MPICC" -show)"
     if [ -f "$venv/.mpi4py-build" ] && [ "$(cat "$venv/.mpi4py-build")" = "$want" ] \
         && check_link "$venv"; then
         return 0
