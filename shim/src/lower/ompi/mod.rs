@@ -98,7 +98,7 @@ pub fn begin(sym: &dyn Fn(&str) -> *mut c_void) -> crate::lower::gen::real::Real
         if a == 0 {
             continue; // (a handle of 4.1 that 5.0 dropped, or the reverse)
         }
-        lib.predefined.insert((k, mpich), a);
+        lib.predefined.entry((k, mpich)).or_insert(a);
         lib.predefined_back.entry((k, a)).or_insert(mpich);
         if symbol.contains("_null\0") {
             lib.nulls.insert(k, a);
@@ -308,6 +308,31 @@ fn rc_back(rc: c_int) -> c_int {
         return rc | MPICH_DYNAMIC;
     }
     class_back(rc)
+}
+
+/// MPI_LASTUSEDCODE's value, numbered as [`rc_back`] numbers the codes the program added: the
+/// attribute value points to Open MPI's int, so the converted one lives here.
+static LASTUSEDCODE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// After MPI_Comm_get_attr/MPI_Attr_get (`keyval` MPICH's): for MPI_LASTUSEDCODE, points the
+/// value at [`LASTUSEDCODE`].
+///
+/// # Safety
+/// `value` and `flag` are the call's out-parameters, written by the call that just succeeded.
+unsafe fn lastusedcode_back(keyval: c_int, value: *mut c_void, flag: *mut c_int) {
+    // SAFETY: the caller's out-parameters (this function's contract); the value, when set, is
+    // a pointer to the library's int.
+    unsafe {
+        if keyval != abi::MPI_LASTUSEDCODE || flag.is_null() || *flag == 0 || value.is_null() {
+            return;
+        }
+        let p = *(value as *mut *mut c_int);
+        if p.is_null() {
+            return;
+        }
+        LASTUSEDCODE.store(rc_back(*p), Ordering::Relaxed);
+        *(value as *mut *mut c_int) = LASTUSEDCODE.as_ptr();
+    }
 }
 
 fn error_in(e: c_int) -> c_int {
