@@ -149,10 +149,11 @@ sweep() {
 
 # --- the flavors ---------------------------------------------------------------------------
 # sets MPICC, MPIEXEC, MPILIB, MPILIBDIR, LAUNCHER (hydra|openmpi), FACE (the face library's
-# file name) and SHIM_ENV (what the ranks get under the shim besides LD_PRELOAD: the library
+# file name), LAUNCH_ENV (the launcher's environment, both runs) and SHIM_ENV (what the ranks
+# get under the shim besides LD_PRELOAD: the library
 # underneath, which `mpicr run` would otherwise hand the program)
 setup_flavor() {
-    LAUNCHER=hydra SHIM_ENV=()
+    LAUNCHER=hydra SHIM_ENV=() LAUNCH_ENV=()
     read -r FACE _ <<< "$(face_of "$1")"
     case $1 in
         mpich4)
@@ -184,6 +185,10 @@ setup_flavor() {
             MPILIB=libmpi.so.40
             MPILIBDIR=$deps/openmpi5/lib
             LAUNCHER=openmpi
+            # The launcher's own PMIx store (native and shim runs alike): with the default
+            # shmem2 store, prterun crashes (SIGSEGV in pmix_gds_shmem2_fetch) when a process
+            # whose Open MPI lives in the shim's namespace calls MPI_Comm_spawn.
+            LAUNCH_ENV=(PMIX_MCA_gds=hash)
             SHIM_ENV=("MPICR_MPI_LIB=$MPILIBDIR/libmpi.so.40") ;;
         ompi4)
             command -v mpicc.openmpi >/dev/null && command -v mpirun.openmpi >/dev/null \
@@ -309,7 +314,7 @@ run_suite() {   # $1 flavor $2 ranks $3 native|shim $4 outdir [$5 file of test i
             genv+=(--oversubscribe --output-filename "$out/ompi")
             [ "$(id -u)" = 0 ] && genv+=(--allow-run-as-root) ;;
     esac
-    ( cd "$work" && exec env -u LD_PRELOAD MPI4PY_TESTS_RUNID="$live_marker" TMPDIR="$work" \
+    ( cd "$work" && exec env -u LD_PRELOAD "${LAUNCH_ENV[@]}" MPI4PY_TESTS_RUNID="$live_marker" TMPDIR="$work" \
         PYTHONPATH="$pypath" \
         timeout -k 20 "$timeout_s" "$MPIEXEC" -n "$ranks" "${genv[@]}" \
         "$VENV/bin/python" "$here/runner.py" --testdir "$testdir" --results "$out" \

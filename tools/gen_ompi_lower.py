@@ -241,7 +241,11 @@ def adapter(fn, kinds):
                 lines.append("    let mut %s_o: Vec<P> = vec![null_of(K::%s); %s_n];" % (n, kind, n))
             else:
                 lines.append("    let mut %s_o: Vec<P> = (0..%s_n).map(|i| h2p(K::%s, *%s.add(i)).unwrap_or(null_of(K::%s))).collect();" % (n, n, kind, n, kind))
-            args.append("if %s { std::ptr::null_mut() } else { %s_o.as_mut_ptr() }" % (absent, n))
+            if k == "handle_array_in" and n in ("sendtypes", "recvtypes") and (name.startswith("MPI_I") or name.endswith("_init")):
+                # the request keeps the array until it completes (`kept_types`)
+                args.append("if %s { std::ptr::null_mut() } else { kept_types(&%s_o) }" % (absent, n))
+            else:
+                args.append("if %s { std::ptr::null_mut() } else { %s_o.as_mut_ptr() }" % (absent, n))
             if k == "handle_array_inout":
                 post.append("    for i in 0..%s_n { *%s.add(i) = p2h_out(K::%s, Some(*%s.add(i)), %s_o[i]); }" % (n, n, kind, n, n))
             if k == "handle_array_out":

@@ -2051,7 +2051,7 @@ pub(super) unsafe extern "C" fn MPI_Alltoallw_init(sendbuf: *const c_void, sendc
         let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Alltoallw_init") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() || sendbuf as isize == -1 { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() || sendbuf as isize == -1 { std::ptr::null_mut() } else { kept_types(&sendtypes_o) }, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { kept_types(&recvtypes_o) }, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -4383,7 +4383,7 @@ pub(super) unsafe extern "C" fn MPI_Ialltoallw(sendbuf: *const c_void, sendcount
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Ialltoallw") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() || sendbuf as isize == -1 { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() || sendbuf as isize == -1 { std::ptr::null_mut() } else { kept_types(&sendtypes_o) }, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { kept_types(&recvtypes_o) }, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -4616,7 +4616,7 @@ pub(super) unsafe extern "C" fn MPI_Ineighbor_alltoallw(sendbuf: *const c_void, 
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Ineighbor_alltoallw") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() || sendbuf as isize == -1 { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() || sendbuf as isize == -1 { std::ptr::null_mut() } else { kept_types(&sendtypes_o) }, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { kept_types(&recvtypes_o) }, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -5296,7 +5296,7 @@ pub(super) unsafe extern "C" fn MPI_Neighbor_alltoallw_init(sendbuf: *const c_vo
         let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Neighbor_alltoallw_init") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() || sendbuf as isize == -1 { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() || sendbuf as isize == -1 { std::ptr::null_mut() } else { kept_types(&sendtypes_o) }, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { kept_types(&recvtypes_o) }, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }

@@ -106,6 +106,7 @@ pub fn begin(sym: &dyn Fn(&str) -> *mut c_void) -> crate::lower::gen::real::Real
     }
     LIBRARY.store(Box::into_raw(Box::new(lib)), Ordering::Release);
     *TABLES.lock().unwrap_or_else(|e| e.into_inner()) = Some(Tables::default());
+    *KEPT_TYPES.lock().unwrap_or_else(|e| e.into_inner()) = None;
     gen::adapters()
 }
 
@@ -308,6 +309,25 @@ fn rc_back(rc: c_int) -> c_int {
         return rc | MPICH_DYNAMIC;
     }
     class_back(rc)
+}
+
+/// Datatype arrays given to a nonblocking or persistent (all)toallw: Open MPI keeps the array's
+/// pointer in the request and releases each type through it when the request completes, so the
+/// converted array must outlive the call. Interned by content (a program repeats its arrays),
+/// dropped with the generation (`begin`).
+static KEPT_TYPES: Mutex<Option<std::collections::HashSet<Box<[usize]>>>> = Mutex::new(None);
+
+/// A copy of `types` that lives as long as this generation.
+fn kept_types(types: &[P]) -> *mut P {
+    let key: Box<[usize]> = types.iter().map(|&p| p as usize).collect();
+    let mut kept = KEPT_TYPES.lock().unwrap_or_else(|e| e.into_inner());
+    let set = kept.get_or_insert_with(Default::default);
+    if let Some(k) = set.get(&key) {
+        return k.as_ptr() as *mut P;
+    }
+    let p = key.as_ptr() as *mut P;
+    set.insert(key);
+    p
 }
 
 /// MPI_LASTUSEDCODE's value, numbered as [`rc_back`] numbers the codes the program added: the
