@@ -241,8 +241,9 @@ check_link() {   # venv: the extension must load the flavor's MPI library
 build_flavor() {   # $1 flavor; sets VENV
     local flavor=$1 venv=$deps/mpi4py-$1 want
     VENV=$venv
-    # the compiler by its resolved path: worktrees that share .deps through a link share builds
-    want="mpi4py=$MPI4PY_VERSION sdist=$(sha256sum < "$sdist" | cut -c1-16) mpicc=$(readlink -f "$MPICC"): $("$MPICC" -show)"
+    # the compiler's folder by its physical path (worktrees that share .deps through a link
+    # share builds), its own name as is (mpicc.openmpi is a link to Open MPI's opal_wrapper)
+    want="mpi4py=$MPI4PY_VERSION sdist=$(sha256sum < "$sdist" | cut -c1-16) mpicc=$(cd "$(dirname "$MPICC")" && pwd -P)/$(basename "$MPICC"): $("$MPICC" -show)"
     if [ -f "$venv/.mpi4py-build" ] && [ "$(cat "$venv/.mpi4py-build")" = "$want" ] \
         && check_link "$venv"; then
         return 0
