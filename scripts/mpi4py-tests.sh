@@ -149,10 +149,11 @@ sweep() {
 
 # --- the flavors ---------------------------------------------------------------------------
 # sets MPICC, MPIEXEC, MPILIB, MPILIBDIR, LAUNCHER (hydra|openmpi), FACE (the face library's
-# file name) and SHIM_ENV (what the ranks get under the shim besides LD_PRELOAD: the library
+# file name), LAUNCH_ENV (the launcher's environment, both runs) and SHIM_ENV (what the ranks
+# get under the shim besides LD_PRELOAD: the library
 # underneath, which `mpicr run` would otherwise hand the program)
 setup_flavor() {
-    LAUNCHER=hydra SHIM_ENV=()
+    LAUNCHER=hydra SHIM_ENV=() LAUNCH_ENV=()
     read -r FACE _ <<< "$(face_of "$1")"
     case $1 in
         mpich4)
@@ -184,6 +185,10 @@ setup_flavor() {
             MPILIB=libmpi.so.40
             MPILIBDIR=$deps/openmpi5/lib
             LAUNCHER=openmpi
+            # The launcher's own PMIx store (native and shim runs alike): with the default
+            # shmem2 store, prterun crashes (SIGSEGV in pmix_gds_shmem2_fetch) when a process
+            # whose Open MPI lives in the shim's namespace calls MPI_Comm_spawn.
+            LAUNCH_ENV=(PMIX_MCA_gds=hash)
             SHIM_ENV=("MPICR_MPI_LIB=$MPILIBDIR/libmpi.so.40") ;;
         ompi4)
             command -v mpicc.openmpi >/dev/null && command -v mpirun.openmpi >/dev/null \
@@ -236,7 +241,9 @@ check_link() {   # venv: the extension must load the flavor's MPI library
 build_flavor() {   # $1 flavor; sets VENV
     local flavor=$1 venv=$deps/mpi4py-$1 want
     VENV=$venv
-    want="mpi4py=$MPI4PY_VERSION sdist=$(sha256sum < "$sdist" | cut -c1-16) mpicc=$MPICC: $("$MPICC" -show)"
+    # the compiler's folder by its physical path (worktrees that share .deps through a link
+    # share builds), its own name as is (mpicc.openmpi is a link to Open MPI's opal_wrapper)
+    want="mpi4py=$MPI4PY_VERSION sdist=$(sha256sum < "$sdist" | cut -c1-16) mpicc=$(cd "$(dirname "$MPICC")" && pwd -P)/$(basename "$MPICC"): $("$MPICC" -show)"
     if [ -f "$venv/.mpi4py-build" ] && [ "$(cat "$venv/.mpi4py-build")" = "$want" ] \
         && check_link "$venv"; then
         return 0
@@ -308,7 +315,7 @@ run_suite() {   # $1 flavor $2 ranks $3 native|shim $4 outdir [$5 file of test i
             genv+=(--oversubscribe --output-filename "$out/ompi")
             [ "$(id -u)" = 0 ] && genv+=(--allow-run-as-root) ;;
     esac
-    ( cd "$work" && exec env -u LD_PRELOAD MPI4PY_TESTS_RUNID="$live_marker" TMPDIR="$work" \
+    ( cd "$work" && exec env -u LD_PRELOAD "${LAUNCH_ENV[@]}" MPI4PY_TESTS_RUNID="$live_marker" TMPDIR="$work" \
         PYTHONPATH="$pypath" \
         timeout -k 20 "$timeout_s" "$MPIEXEC" -n "$ranks" "${genv[@]}" \
         "$VENV/bin/python" "$here/runner.py" --testdir "$testdir" --results "$out" \

@@ -134,6 +134,21 @@ def extract_one(cc):
     for m in re.finditer(r"#define\s+(MPI_\w+)\s+OMPI_PREDEFINED_GLOBAL\(\s*(MPI_\w+)\s*,\s*(\w+)\s*\)", text):
         if (m.group(1), m.group(2), m.group(3)) not in [(h["name"], h["type"], h["symbol"]) for h in handles]:
             handles.append({"name": m.group(1), "type": m.group(2), "symbol": m.group(3)})
+    # Predefined handles of mpi-ext.h's extensions (`MPIX_C_FLOAT16`, the datatype mpi4py and
+    # others take for float16): kept below when MPICH has the same name.
+    ext_handles = []
+    ext_dir = os.path.join(inc, "openmpi", "mpiext")
+    for name in sorted(os.listdir(ext_dir)) if os.path.isdir(ext_dir) else []:
+        if name.endswith("_c.h") and not name.startswith("p"):
+            with open(os.path.join(ext_dir, name)) as f:
+                for m in re.finditer(r"#define\s+(MPIX_\w+)\s+OMPI_PREDEFINED_GLOBAL\(\s*(MPI_\w+)\s*,\s*(\w+)\s*\)", f.read()):
+                    if m.group(3) in syms:
+                        ext_handles.append({"name": m.group(1), "type": m.group(2), "symbol": m.group(3)})
+    mpich_ext = constant_values("mpicc.mpich", text, [h["name"] for h in ext_handles])
+    for h in ext_handles:
+        taken = {x["symbol"] for x in handles}
+        if h["name"] in mpich_ext and h["symbol"] not in taken:
+            handles.append(h)
     # Data symbols a program can reference: mpi.h's externs and the Fortran sentinels.
     data = set(re.findall(r"OMPI_DECLSPEC\s+extern\s+[^;()]*?\**\s*(\w+)\s*;", text))
     data |= {h["symbol"] for h in handles}
@@ -151,6 +166,11 @@ def extract_one(cc):
     names = sorted(n for n in names if not n.endswith("_FN") and n not in ("MPI_Fint",))
     ompi = constant_values(cc, text, names)
     mpich = constant_values("mpicc.mpich", text, sorted(ompi))
+    # What MPICH has only as an extension: the ULFM error classes (MPI_ERR_REVOKED is
+    # MPIX_ERR_REVOKED there), so that each converts to its counterpart and not to whatever
+    # class has Open MPI's number in MPICH.
+    ext = constant_values("mpicc.mpich", text, sorted("MPIX_" + n[4:] for n in ompi if n not in mpich and n.startswith("MPI_ERR_")))
+    mpich.update({"MPI_" + n[5:]: v for n, v in ext.items()})
     # MPICH's values of the predefined handles (ints; MPI_FILE_NULL is a null pointer there).
     mpich_h = constant_values("mpicc.mpich", text, [h["name"] for h in handles if h["type"] != "MPI_File"])
     for h in handles:
@@ -213,7 +233,8 @@ KIND = {"comm": "Comm", "group": "Group", "datatype": "Datatype", "op": "Op", "i
         "message": "Message"}
 
 # Rank arguments whose sentinels differ (MPI_ANY_SOURCE, MPI_PROC_NULL, MPI_ROOT).
-RANK_IN = {"source", "dest", "root", "target_rank", "rank_source", "rank_dest"}
+# (`rank` by value: MPI_Win_shared_query, MPI_Win_lock & co. take MPI_PROC_NULL.)
+RANK_IN = {"source", "dest", "root", "target_rank", "rank_source", "rank_dest", "rank"}
 # Integer outputs translated back, (function, parameter) -> conv.rs function.
 INT_OUT = {
     ("MPI_Cart_shift", "rank_source"): "rank_out", ("MPI_Cart_shift", "rank_dest"): "rank_out",
@@ -347,7 +368,10 @@ OMPI = Profile(
     consts="ompi", whose="Open MPI's", family="Open MPI", h="mpi.h", lib="libmpi.so.40",
     cdylib="libmpicr_ompi.so", conv_path="faces/ompi/src/conv.rs",
     int_in=INT_IN, int_out=INT_OUT, strings=STRINGS, tag_in=set(), hand=HAND, unsupported=UNSUPPORTED,
-    special={}, post=POST, cast_mut=set(), abi_types="MPI_Aint, MPI_Count, MPI_Fint, MPI_Offset", noproto="a Fortran binding, not part of the C ABI mpicr translates", fortran_handles="Fortran handles are the MPICH face's integers",
+    special={"MPI_Status_c2f": "conv::status_c2f(%s)", "MPI_Status_f2c": "conv::status_f2c(%s)"},
+    special_how={"MPI_Status_c2f": "Open MPI's Fortran status is its C status as integers",
+                 "MPI_Status_f2c": "Open MPI's Fortran status is its C status as integers"},
+    post=POST, cast_mut=set(), abi_types="MPI_Aint, MPI_Count, MPI_Fint, MPI_Offset", noproto="a Fortran binding, not part of the C ABI mpicr translates", fortran_handles="Fortran handles are the MPICH face's integers",
     also=lambda doc: "Also exported: %d data symbols with `libmpi.so.40`'s sizes, the predefined callbacks %s, and the Fortran bindings without a C prototype (refused if called): %s." % (
         len(doc["data"]), ", ".join("`%s`" % c for c in doc["callbacks"]), ", ".join("`%s`" % f for f in doc["functions_without_prototype"])),
 )
@@ -480,6 +504,9 @@ def gen_wrapper(fn, target, P):
         post.append(POST[n])
     ret = fn["ret"].strip()
     call = "%s(%s)" % (target, ", ".join(args))
+    if ret == "MPI_File":
+        # MPI_File_f2c: the MPICH face's null file is the program's MPI_FILE_NULL
+        call = "conv::file_out(%s)" % call
     lines = ["    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the"]
     lines.append("    // MPICH face's implementation owes the same MPI contract.")
     lines.append("    unsafe {")
@@ -638,7 +665,7 @@ def write_exports(doc, buckets, P):
         elif n in HAND:
             rows.append((n, "hand", HAND[n]))
         elif inner is None:
-            rows.append((n, "handle conversion", P.fortran_handles))
+            rows.append((n, "handle conversion", getattr(P, "special_how", {}).get(n, P.fortran_handles)))
         else:
             rows.append((n, "translated", "-> `%s`" % mpich_target(n, buckets).replace("mpicr_shim::", "")))
         if why is not None:

@@ -38,11 +38,22 @@ RANK_ARGS = {"source", "dest", "root", "target_rank", "rank", "local_leader", "r
 # (Weights pass unchanged: the core gives the library's own MPI_UNWEIGHTED and
 # MPI_WEIGHTS_EMPTY, `lower::real_sentinel`, which are Open MPI's macros here, `ompi::sentinel`.)
 UNTRANSLATED = {
-    "type_keyval": "attribute keys of datatypes", "array_of_errcodes": "error codes",
+    "type_keyval": "attribute keys of datatypes",
+}
+# Spawn's error codes, one per process asked for: how many the caller's array holds.
+ERRCODES = {
+    "MPI_Comm_spawn": "maxprocs.max(0) as usize",
+    "MPI_Comm_spawn_multiple": "if array_of_maxprocs.is_null() { 0 } else { (0..count.max(0) as usize).map(|k| (*array_of_maxprocs.add(k)).max(0) as usize).sum::<usize>() }",
 }
 # Adapters written by hand in shim/src/lower/ompi/callbacks.rs: the core's callbacks, which
 # Open MPI would call with its own handles and status, go through trampolines.
 HAND = {"MPI_Op_create", "MPI_Grequest_start"}
+# Statements run after a successful call (shim/src/lower/ompi/mod.rs): MPI_LASTUSEDCODE's value is
+# numbered like the codes MPI_Add_error_class/_code return (`rc_back`).
+POST = {
+    "MPI_Comm_get_attr": "lastusedcode_back(comm_keyval, attribute_val, flag);",
+    "MPI_Attr_get": "lastusedcode_back(keyval, attribute_val, flag);",
+}
 # Integer arguments (by value, out through a pointer, or arrays of `ndims`) whose values are
 # constants that differ: parameter name -> the constants (shim/api/ompi-abi.json) translated;
 # any other value passes unchanged (MPI_UNDEFINED is the same in both).
@@ -94,8 +105,11 @@ def classify(fn, ofn):
         b, n = p["base"], p["name"]
         if UNTRANSLATED.get(n):
             return "%s (%s) not translated yet" % (n, UNTRANSLATED[n])
-        if b == "...":
-            return "variadic"
+        if b == "..." and p is ps[-1]:
+            # MPI_Pcontrol's profiling arguments: the MPICH face passes none on (nor does the
+            # core), and Open MPI's entry point is called as the variadic function it is
+            out.append(("varargs", None))
+            continue
         if b.endswith("_function") or b.endswith("_fn") or b.endswith("_function_c"):
             return "takes a callback (%s)" % b
         if b == "MPI_File" and p["ptr"] == 0:
@@ -135,6 +149,8 @@ def classify(fn, ofn):
         elif b == "void" and p["ptr"] == 1 and n in ("sendbuf", "recvbuf"):
             # MPI_IN_PLACE is also a receive buffer: at the root of (I)scatter(v)
             out.append(("inplace", None))
+        elif b == "int" and n == "array_of_errcodes" and fn["name"] in ERRCODES:
+            out.append(("errcodes_out", ERRCODES[fn["name"]]))
         elif b == "int" and p["ptr"] == 0 and n in RANK_ARGS:
             out.append(("rank", None))
         elif b == "int" and p["ptr"] == 1 and not p["const"] and n in ("rank_source", "rank_dest"):
@@ -197,7 +213,7 @@ def adapter(fn, kinds):
     sig = ", ".join("%s: %s" % (n, t) for n, t, _ in params)
     lines = ["pub(super) unsafe extern \"C\" fn %s(%s) -> %s {" % (name, sig, ret)]
     lines.append("    let Some(f) = fns().%s else { return not_in_library(\"%s\") as %s };" % (name, name, ret))
-    args, post = [], []
+    args, post, always = [], [], []
     for (n, _, p), (k, d) in zip(params, kinds):
         if k == "plain":
             args.append(n)
@@ -225,7 +241,11 @@ def adapter(fn, kinds):
                 lines.append("    let mut %s_o: Vec<P> = vec![null_of(K::%s); %s_n];" % (n, kind, n))
             else:
                 lines.append("    let mut %s_o: Vec<P> = (0..%s_n).map(|i| h2p(K::%s, *%s.add(i)).unwrap_or(null_of(K::%s))).collect();" % (n, n, kind, n, kind))
-            args.append("if %s { std::ptr::null_mut() } else { %s_o.as_mut_ptr() }" % (absent, n))
+            if k == "handle_array_in" and n in ("sendtypes", "recvtypes") and (name.startswith("MPI_I") or name.endswith("_init")):
+                # the request keeps the array until it completes (`kept_types`)
+                args.append("if %s { std::ptr::null_mut() } else { kept_types(&%s_o) }" % (absent, n))
+            else:
+                args.append("if %s { std::ptr::null_mut() } else { %s_o.as_mut_ptr() }" % (absent, n))
             if k == "handle_array_inout":
                 post.append("    for i in 0..%s_n { *%s.add(i) = p2h_out(K::%s, Some(*%s.add(i)), %s_o[i]); }" % (n, n, kind, n, n))
             if k == "handle_array_out":
@@ -239,6 +259,11 @@ def adapter(fn, kinds):
         elif k == "rank_array_out":
             args.append(n)
             post.append("    if !%s.is_null() { for i in 0..%s.max(0) as usize { *%s.add(i) = rank_out(*%s.add(i)); } }" % (n, d, n, n))
+        elif k == "errcodes_out":
+            # (written when the spawn fails too: they say which processes did not start)
+            lines.append("    let %s_n = if %s.is_null() { 0 } else { %s };" % (n, n, d))
+            args.append(n)
+            always.append("    for i in 0..%s_n { *%s.add(i) = rc_back(*%s.add(i)); }" % (n, n, n))
         elif k == "error_in":
             args.append("error_in(%s)" % n)
         elif k == "error_out":
@@ -274,6 +299,8 @@ def adapter(fn, kinds):
             args.append("if ignored(%s) { std::ptr::null_mut() } else { %s_o.as_mut_ptr() }" % (n, n))
             post.append("    for i in 0..%s_n { *%s.add(i) = status_out(&%s_o[i]); }" % (n, n, n))
     lines.append("    let rc = f(%s);" % ", ".join(args))
+    if name in POST:
+        post.append("    " + POST[name])
     if ret == "c_int":
         if post:
             arrays = any(k in ("status_array", "handle_array_inout", "handle_array_out") for k, _ in kinds)
@@ -281,6 +308,7 @@ def adapter(fn, kinds):
             lines.append("    if rc == 0%s {" % (" || rc == OMPI_ERR_IN_STATUS" if arrays else ""))
             lines.extend("    " + l for l in post)
             lines.append("    }")
+        lines.extend(always)
         lines.append("    rc_back(rc)")
     else:
         lines.append("    rc")
@@ -378,6 +406,8 @@ def generate(out_dir):
          "#[derive(Clone, Copy)]", "pub struct OmpiFns {"]
     for fn, o, _ in adapted:
         ps = [ompi_type(p) for p in o["params"] if p["base"] != "..."]
+        if any(p["base"] == "..." for p in o["params"]):
+            ps.append("...")
         s.append("    pub %s: Option<unsafe extern \"C\" fn(%s) -> %s>," % (fn["name"], ", ".join(ps), gen_api.ret_type(fn["ret"])))
     s += ["}", "", "impl OmpiFns {",
           "    /// Resolves every adapted entry point, preferring the profiling name `PMPI_*`.",
@@ -406,9 +436,16 @@ def generate(out_dir):
     # Predefined handles: the MPICH value and the Open MPI data symbol whose address is the handle.
     s.append("/// Open MPI's predefined handles: kind, MPICH's value, the data symbol.")
     s.append("pub const PREDEFINED: &[(K, c_int, &str)] = &[")
+    # A handle MPICH lacks has MPICH's null value there (MPI_INTEGER16 is MPI_DATATYPE_NULL):
+    # each MPICH value names one Open MPI handle, the null one where it is a null.
+    nulls = {(h["type"], h["mpich"]) for h in om["handles"] if h["name"].endswith("_NULL")}
+    seen = set()
     for h in om["handles"]:
-        if h["type"] in KINDS and h["mpich"] is not None:
-            s.append("    (K::%s, %d, \"%s\\0\")," % (KINDS[h["type"]], h["mpich"], h["symbol"]))
+        key = (h["type"], h["mpich"])
+        if h["type"] not in KINDS or h["mpich"] is None or key in seen or (key in nulls and not h["name"].endswith("_NULL")):
+            continue
+        seen.add(key)
+        s.append("    (K::%s, %d, \"%s\\0\")," % (KINDS[h["type"]], h["mpich"], h["symbol"]))
     s += ["];", ""]
     consts = {c["name"]: c for c in om["constants"]}
     for key, names_ in list(ENUMS.items()) + list(FLAGS.items()):

@@ -5,7 +5,7 @@
 //! converts it).
 //!
 //! Callbacks without a user-data argument (reduction ops, error handlers) go through a fixed
-//! pool of trampolines, one slot per created object, kept for the process's life (an image
+//! pool of trampolines, one slot per distinct function, kept for the process's life (an image
 //! restores the same addresses); keyvals' callbacks are found by an index passed as the MPICH
 //! face's `extra_state`, generalized requests' in a leaked box passed the same way. A restarted
 //! app-mode process gets the pools and the keyvals back from `shim.state` ([`save_state`]).
@@ -21,8 +21,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 const SLOTS: usize = 32;
 
-/// Takes a free slot of `pool` for `func`; None when the pool is exhausted.
+/// The slot of `pool` that already holds `func` (a slot only calls its function, so every object
+/// made from one function shares it: a program that creates and frees ops in a loop from a few
+/// functions, as mpi4py does, never runs out), else a free one taken for it; None when the pool
+/// is exhausted.
 fn take_slot(pool: &[AtomicUsize; SLOTS], func: usize) -> Option<usize> {
+    if let Some(i) = pool.iter().position(|s| func != 0 && s.load(Ordering::Acquire) == func) {
+        return Some(i);
+    }
     pool.iter().position(|s| s.compare_exchange(0, func, Ordering::AcqRel, Ordering::Acquire).is_ok())
 }
 

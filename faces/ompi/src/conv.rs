@@ -184,6 +184,30 @@ pub(crate) fn status_to_face(s: &m::MPI_Status) -> OStatus {
     }
 }
 
+/// MPI_Status_c2f: Open MPI's Fortran status is its C status word by word (`MPI_STATUS_SIZE`
+/// integers, `MPI_F_SOURCE` 0, `MPI_F_TAG` 1, `MPI_F_ERROR` 2, then the hidden words), so the
+/// copy needs no library; MPI_STATUS_IGNORE (null) is erroneous here, as in Open MPI.
+pub unsafe fn status_c2f(c: *const OStatus, f: *mut m::MPI_Fint) -> c_int {
+    if c.is_null() || f.is_null() {
+        return m::MPI_ERR_ARG;
+    }
+    // SAFETY: `c` is a status and `f` holds MPI_STATUS_SIZE integers (MPI's contract); both
+    // are plain words of the same size.
+    unsafe { std::ptr::copy_nonoverlapping(c as *const m::MPI_Fint, f, STATUS_WORDS) };
+    m::MPI_SUCCESS
+}
+
+/// MPI_Status_f2c: the reverse of [`status_c2f`].
+pub unsafe fn status_f2c(f: *const m::MPI_Fint, c: *mut OStatus) -> c_int {
+    if c.is_null() || f.is_null() {
+        return m::MPI_ERR_ARG;
+    }
+    // SAFETY: as in `status_c2f`, the other way round.
+    unsafe { std::ptr::copy_nonoverlapping(f, c as *mut m::MPI_Fint, STATUS_WORDS) };
+    m::MPI_SUCCESS
+}
+const STATUS_WORDS: usize = std::mem::size_of::<OStatus>() / std::mem::size_of::<m::MPI_Fint>();
+
 pub(crate) fn zero_status() -> m::MPI_Status {
     m::MPI_Status { count_lo: 0, count_hi_and_cancelled: 0, MPI_SOURCE: 0, MPI_TAG: 0, MPI_ERROR: 0 }
 }
@@ -195,6 +219,21 @@ mod tests {
     use super::*;
     use crate::gen::tables::{mpich, ompi};
     use std::os::raw::c_char;
+
+    #[test]
+    fn fortran_statuses_are_the_c_status_word_by_word() {
+        let c = OStatus { source: 3, tag: 9, error: 0, cancelled: 1, ucount: (2 << 32) + 40 };
+        let mut f = [0 as m::MPI_Fint; 6];
+        // SAFETY: a status and six integers, Open MPI's MPI_STATUS_SIZE.
+        assert_eq!(unsafe { status_c2f(&c, f.as_mut_ptr()) }, m::MPI_SUCCESS);
+        assert_eq!(f, [3, 9, 0, 1, 40, 2]);
+        let mut back = OStatus::default();
+        // SAFETY: as above, the other way round.
+        assert_eq!(unsafe { status_f2c(f.as_ptr(), &mut back) }, m::MPI_SUCCESS);
+        assert_eq!((back.source, back.tag, back.error, back.cancelled, back.ucount), (3, 9, 0, 1, (2 << 32) + 40));
+        // SAFETY: null pointers are refused before anything is read.
+        assert_eq!(unsafe { status_c2f(std::ptr::null(), f.as_mut_ptr()) }, m::MPI_ERR_ARG);
+    }
 
     #[test]
     fn statuses_keep_source_tag_error_count_and_cancelled() {

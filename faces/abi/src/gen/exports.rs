@@ -981,7 +981,7 @@ unsafe fn imp_MPI_Cart_coords(comm: OHandle, rank: c_int, maxdims: c_int, coords
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Cart_coords(conv::h_in(Kind::Comm, comm), rank, maxdims, coords)
+        mpicr_shim::face::gen::passthrough::MPI_Cart_coords(conv::h_in(Kind::Comm, comm), conv::rank_in(rank), maxdims, coords)
     }
 }
 #[no_mangle]
@@ -4218,7 +4218,7 @@ unsafe fn imp_MPI_Graph_neighbors(comm: OHandle, rank: c_int, maxneighbors: c_in
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Graph_neighbors(conv::h_in(Kind::Comm, comm), rank, maxneighbors, neighbors)
+        mpicr_shim::face::gen::passthrough::MPI_Graph_neighbors(conv::h_in(Kind::Comm, comm), conv::rank_in(rank), maxneighbors, neighbors)
     }
 }
 #[no_mangle]
@@ -4234,7 +4234,7 @@ unsafe fn imp_MPI_Graph_neighbors_count(comm: OHandle, rank: c_int, nneighbors: 
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Graph_neighbors_count(conv::h_in(Kind::Comm, comm), rank, nneighbors)
+        mpicr_shim::face::gen::passthrough::MPI_Graph_neighbors_count(conv::h_in(Kind::Comm, comm), conv::rank_in(rank), nneighbors)
     }
 }
 #[no_mangle]
@@ -9289,7 +9289,7 @@ unsafe fn imp_MPI_Type_create_darray(size: c_int, rank: c_int, ndims: c_int, arr
         let l_array_of_distribs = conv::ints_in(array_of_distribs, (ndims).max(0) as usize, conv::distrib_in);
         let l_array_of_dargs = conv::ints_in(array_of_dargs, (ndims).max(0) as usize, conv::darg_in);
         let mut l_newtype = if newtype.is_null() { 0 } else { conv::h_in(Kind::Datatype, *newtype) };
-        let r = mpicr_shim::face::gen::create::MPI_Type_create_darray(size, rank, ndims, array_of_gsizes, if array_of_distribs.is_null() { std::ptr::null() } else { l_array_of_distribs.as_ptr() }, if array_of_dargs.is_null() { std::ptr::null() } else { l_array_of_dargs.as_ptr() }, array_of_psizes, conv::order_in(order), conv::h_in(Kind::Datatype, oldtype), if newtype.is_null() { std::ptr::null_mut() } else { &mut l_newtype });
+        let r = mpicr_shim::face::gen::create::MPI_Type_create_darray(size, conv::rank_in(rank), ndims, array_of_gsizes, if array_of_distribs.is_null() { std::ptr::null() } else { l_array_of_distribs.as_ptr() }, if array_of_dargs.is_null() { std::ptr::null() } else { l_array_of_dargs.as_ptr() }, array_of_psizes, conv::order_in(order), conv::h_in(Kind::Datatype, oldtype), if newtype.is_null() { std::ptr::null_mut() } else { &mut l_newtype });
         if !newtype.is_null() { *newtype = conv::h_out(Kind::Datatype, l_newtype); }
         r
     }
@@ -9310,7 +9310,7 @@ unsafe fn imp_MPI_Type_create_darray_c(size: c_int, rank: c_int, ndims: c_int, a
         let l_array_of_distribs = conv::ints_in(array_of_distribs, (ndims).max(0) as usize, conv::distrib_in);
         let l_array_of_dargs = conv::ints_in(array_of_dargs, (ndims).max(0) as usize, conv::darg_in);
         let mut l_newtype = if newtype.is_null() { 0 } else { conv::h_in(Kind::Datatype, *newtype) };
-        let r = mpicr_shim::face::gen::create::MPI_Type_create_darray_c(size, rank, ndims, array_of_gsizes, if array_of_distribs.is_null() { std::ptr::null() } else { l_array_of_distribs.as_ptr() }, if array_of_dargs.is_null() { std::ptr::null() } else { l_array_of_dargs.as_ptr() }, array_of_psizes, conv::order_in(order), conv::h_in(Kind::Datatype, oldtype), if newtype.is_null() { std::ptr::null_mut() } else { &mut l_newtype });
+        let r = mpicr_shim::face::gen::create::MPI_Type_create_darray_c(size, conv::rank_in(rank), ndims, array_of_gsizes, if array_of_distribs.is_null() { std::ptr::null() } else { l_array_of_distribs.as_ptr() }, if array_of_dargs.is_null() { std::ptr::null() } else { l_array_of_dargs.as_ptr() }, array_of_psizes, conv::order_in(order), conv::h_in(Kind::Datatype, oldtype), if newtype.is_null() { std::ptr::null_mut() } else { &mut l_newtype });
         if !newtype.is_null() { *newtype = conv::h_out(Kind::Datatype, l_newtype); }
         r
     }
@@ -10560,7 +10560,7 @@ unsafe fn imp_MPI_Win_flush(rank: c_int, win: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_flush(rank, conv::h_in(Kind::Win, win))
+        mpicr_shim::face::gen::passthrough::MPI_Win_flush(conv::rank_in(rank), conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]
@@ -10592,7 +10592,7 @@ unsafe fn imp_MPI_Win_flush_local(rank: c_int, win: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_flush_local(rank, conv::h_in(Kind::Win, win))
+        mpicr_shim::face::gen::passthrough::MPI_Win_flush_local(conv::rank_in(rank), conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]
@@ -10756,7 +10756,7 @@ unsafe fn imp_MPI_Win_lock(lock_type: c_int, rank: c_int, assert: c_int, win: OH
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::api::MPI_Win_lock(conv::lock_in(lock_type), rank, conv::mode_in(assert), conv::h_in(Kind::Win, win))
+        mpicr_shim::face::api::MPI_Win_lock(conv::lock_in(lock_type), conv::rank_in(rank), conv::mode_in(assert), conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]
@@ -10868,7 +10868,7 @@ unsafe fn imp_MPI_Win_shared_query(win: OHandle, rank: c_int, size: *mut MPI_Ain
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::api::MPI_Win_shared_query(conv::h_in(Kind::Win, win), rank, size, disp_unit, baseptr)
+        mpicr_shim::face::api::MPI_Win_shared_query(conv::h_in(Kind::Win, win), conv::rank_in(rank), size, disp_unit, baseptr)
     }
 }
 #[no_mangle]
@@ -10884,7 +10884,7 @@ unsafe fn imp_MPI_Win_shared_query_c(win: OHandle, rank: c_int, size: *mut MPI_A
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::api::MPI_Win_shared_query_c(conv::h_in(Kind::Win, win), rank, size, disp_unit, baseptr)
+        mpicr_shim::face::api::MPI_Win_shared_query_c(conv::h_in(Kind::Win, win), conv::rank_in(rank), size, disp_unit, baseptr)
     }
 }
 #[no_mangle]
@@ -10957,7 +10957,7 @@ unsafe fn imp_MPI_Win_unlock(rank: c_int, win: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::api::MPI_Win_unlock(rank, conv::h_in(Kind::Win, win))
+        mpicr_shim::face::api::MPI_Win_unlock(conv::rank_in(rank), conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]

@@ -540,7 +540,7 @@ unsafe fn imp_MPI_Cart_coords(comm: OHandle, rank: c_int, maxdims: c_int, coords
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Cart_coords(conv::h_in(Kind::Comm, comm), rank, maxdims, coords)
+        mpicr_shim::face::gen::passthrough::MPI_Cart_coords(conv::h_in(Kind::Comm, comm), conv::rank_in(rank), maxdims, coords)
     }
 }
 #[no_mangle]
@@ -1682,7 +1682,7 @@ unsafe fn imp_MPI_File_f2c(file: MPI_Fint) -> OHandle {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::api::MPI_File_f2c(file)
+        conv::file_out(mpicr_shim::face::api::MPI_File_f2c(file))
     }
 }
 #[no_mangle]
@@ -3009,7 +3009,7 @@ unsafe fn imp_MPI_Graph_neighbors(comm: OHandle, rank: c_int, maxneighbors: c_in
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Graph_neighbors(conv::h_in(Kind::Comm, comm), rank, maxneighbors, neighbors)
+        mpicr_shim::face::gen::passthrough::MPI_Graph_neighbors(conv::h_in(Kind::Comm, comm), conv::rank_in(rank), maxneighbors, neighbors)
     }
 }
 #[no_mangle]
@@ -3025,7 +3025,7 @@ unsafe fn imp_MPI_Graph_neighbors_count(comm: OHandle, rank: c_int, nneighbors: 
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Graph_neighbors_count(conv::h_in(Kind::Comm, comm), rank, nneighbors)
+        mpicr_shim::face::gen::passthrough::MPI_Graph_neighbors_count(conv::h_in(Kind::Comm, comm), conv::rank_in(rank), nneighbors)
     }
 }
 #[no_mangle]
@@ -5687,21 +5687,13 @@ pub unsafe extern "C" fn PMPI_Startall(count: c_int, array_of_requests: *mut OHa
     conv::err_out(ffi_boundary!("MPI_Startall", c_int, imp_MPI_Startall(count, array_of_requests)))
 }
 
-unsafe fn imp_MPI_Status_c2f(c_status: *const OStatus, f_status: *mut MPI_Fint) -> c_int {
-    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
-    // MPICH face's implementation owes the same MPI contract.
-    unsafe {
-        let mut l_c_status = conv::status_in(c_status);
-        mpicr_shim::face::gen::passthrough::MPI_Status_c2f(conv::status_ptr(&mut l_c_status, c_status.is_null()), f_status)
-    }
-}
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_c2f(c_status: *const OStatus, f_status: *mut MPI_Fint) -> c_int {
-    conv::err_out(ffi_boundary!("MPI_Status_c2f", c_int, imp_MPI_Status_c2f(c_status, f_status)))
+    conv::err_out(ffi_boundary!("MPI_Status_c2f", c_int, conv::status_c2f(c_status, f_status)))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_c2f(c_status: *const OStatus, f_status: *mut MPI_Fint) -> c_int {
-    conv::err_out(ffi_boundary!("MPI_Status_c2f", c_int, imp_MPI_Status_c2f(c_status, f_status)))
+    conv::err_out(ffi_boundary!("MPI_Status_c2f", c_int, conv::status_c2f(c_status, f_status)))
 }
 
 unsafe fn imp_MPI_Status_c2f08(c_status: *const OStatus, f08_status: *mut c_void) -> c_int {
@@ -5756,23 +5748,13 @@ pub unsafe extern "C" fn PMPI_Status_f082f(f08_status: *const c_void, f_status: 
     conv::err_out(ffi_boundary!("MPI_Status_f082f", c_int, imp_MPI_Status_f082f(f08_status, f_status)))
 }
 
-unsafe fn imp_MPI_Status_f2c(f_status: *const MPI_Fint, c_status: *mut OStatus) -> c_int {
-    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
-    // MPICH face's implementation owes the same MPI contract.
-    unsafe {
-        let mut l_c_status = conv::status_in(c_status);
-        let r = mpicr_shim::face::gen::passthrough::MPI_Status_f2c(f_status, conv::status_ptr(&mut l_c_status, c_status.is_null()));
-        conv::status_out(&l_c_status, c_status);
-        r
-    }
-}
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_f2c(f_status: *const MPI_Fint, c_status: *mut OStatus) -> c_int {
-    conv::err_out(ffi_boundary!("MPI_Status_f2c", c_int, imp_MPI_Status_f2c(f_status, c_status)))
+    conv::err_out(ffi_boundary!("MPI_Status_f2c", c_int, conv::status_f2c(f_status, c_status)))
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_f2c(f_status: *const MPI_Fint, c_status: *mut OStatus) -> c_int {
-    conv::err_out(ffi_boundary!("MPI_Status_f2c", c_int, imp_MPI_Status_f2c(f_status, c_status)))
+    conv::err_out(ffi_boundary!("MPI_Status_f2c", c_int, conv::status_f2c(f_status, c_status)))
 }
 
 unsafe fn imp_MPI_Status_f2f08(f_status: *const MPI_Fint, f08_status: *mut c_void) -> c_int {
@@ -6305,7 +6287,7 @@ unsafe fn imp_MPI_Type_create_darray(size: c_int, rank: c_int, ndims: c_int, gsi
         let l_distrib_array = conv::ints_in(distrib_array, (ndims).max(0) as usize, conv::distrib_in);
         let l_darg_array = conv::ints_in(darg_array, (ndims).max(0) as usize, conv::darg_in);
         let mut l_newtype = if newtype.is_null() { 0 } else { conv::h_in(Kind::Datatype, *newtype) };
-        let r = mpicr_shim::face::gen::create::MPI_Type_create_darray(size, rank, ndims, gsize_array, if distrib_array.is_null() { std::ptr::null() } else { l_distrib_array.as_ptr() }, if darg_array.is_null() { std::ptr::null() } else { l_darg_array.as_ptr() }, psize_array, conv::order_in(order), conv::h_in(Kind::Datatype, oldtype), if newtype.is_null() { std::ptr::null_mut() } else { &mut l_newtype });
+        let r = mpicr_shim::face::gen::create::MPI_Type_create_darray(size, conv::rank_in(rank), ndims, gsize_array, if distrib_array.is_null() { std::ptr::null() } else { l_distrib_array.as_ptr() }, if darg_array.is_null() { std::ptr::null() } else { l_darg_array.as_ptr() }, psize_array, conv::order_in(order), conv::h_in(Kind::Datatype, oldtype), if newtype.is_null() { std::ptr::null_mut() } else { &mut l_newtype });
         if !newtype.is_null() { *newtype = conv::h_out(Kind::Datatype, l_newtype); }
         r
     }
@@ -7319,7 +7301,7 @@ unsafe fn imp_MPI_Win_flush(rank: c_int, win: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_flush(rank, conv::h_in(Kind::Win, win))
+        mpicr_shim::face::gen::passthrough::MPI_Win_flush(conv::rank_in(rank), conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]
@@ -7351,7 +7333,7 @@ unsafe fn imp_MPI_Win_flush_local(rank: c_int, win: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::gen::passthrough::MPI_Win_flush_local(rank, conv::h_in(Kind::Win, win))
+        mpicr_shim::face::gen::passthrough::MPI_Win_flush_local(conv::rank_in(rank), conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]
@@ -7506,7 +7488,7 @@ unsafe fn imp_MPI_Win_lock(lock_type: c_int, rank: c_int, assert: c_int, win: OH
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::api::MPI_Win_lock(conv::lock_in(lock_type), rank, conv::mode_in(assert), conv::h_in(Kind::Win, win))
+        mpicr_shim::face::api::MPI_Win_lock(conv::lock_in(lock_type), conv::rank_in(rank), conv::mode_in(assert), conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]
@@ -7618,7 +7600,7 @@ unsafe fn imp_MPI_Win_shared_query(win: OHandle, rank: c_int, size: *mut MPI_Ain
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::api::MPI_Win_shared_query(conv::h_in(Kind::Win, win), rank, size, disp_unit, baseptr)
+        mpicr_shim::face::api::MPI_Win_shared_query(conv::h_in(Kind::Win, win), conv::rank_in(rank), size, disp_unit, baseptr)
     }
 }
 #[no_mangle]
@@ -7682,7 +7664,7 @@ unsafe fn imp_MPI_Win_unlock(rank: c_int, win: OHandle) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::api::MPI_Win_unlock(rank, conv::h_in(Kind::Win, win))
+        mpicr_shim::face::api::MPI_Win_unlock(conv::rank_in(rank), conv::h_in(Kind::Win, win))
     }
 }
 #[no_mangle]

@@ -302,10 +302,13 @@ pub mod mpich {
     pub const MPI_ERR_PENDING: c_int = 18;
     pub const MPI_ERR_PORT: c_int = 38;
     pub const MPI_ERR_PROC_ABORTED: c_int = 76;
+    pub const MPI_ERR_PROC_FAILED: c_int = 101;
+    pub const MPI_ERR_PROC_FAILED_PENDING: c_int = 102;
     pub const MPI_ERR_QUOTA: c_int = 39;
     pub const MPI_ERR_RANK: c_int = 6;
     pub const MPI_ERR_READ_ONLY: c_int = 40;
     pub const MPI_ERR_REQUEST: c_int = 19;
+    pub const MPI_ERR_REVOKED: c_int = 103;
     pub const MPI_ERR_RMA_ATTACH: c_int = 56;
     pub const MPI_ERR_RMA_CONFLICT: c_int = 49;
     pub const MPI_ERR_RMA_FLAVOR: c_int = 58;
@@ -452,7 +455,7 @@ pub mod mpich {
 }
 
 /// Error classes: (MPICH's, Open MPI's), by name.
-pub const ERROR_CLASSES: [(i32, i32); 77] = [
+pub const ERROR_CLASSES: [(i32, i32); 80] = [
     (20, 20), // MPI_ERR_ACCESS
     (21, 21), // MPI_ERR_AMODE
     (12, 13), // MPI_ERR_ARG
@@ -489,10 +492,13 @@ pub const ERROR_CLASSES: [(i32, i32); 77] = [
     (18, 19), // MPI_ERR_PENDING
     (38, 43), // MPI_ERR_PORT
     (76, 74), // MPI_ERR_PROC_ABORTED
+    (101, 75), // MPI_ERR_PROC_FAILED
+    (102, 76), // MPI_ERR_PROC_FAILED_PENDING
     (39, 44), // MPI_ERR_QUOTA
     (6, 6), // MPI_ERR_RANK
     (40, 45), // MPI_ERR_READ_ONLY
     (19, 7), // MPI_ERR_REQUEST
+    (103, 77), // MPI_ERR_REVOKED
     (56, 69), // MPI_ERR_RMA_ATTACH
     (49, 46), // MPI_ERR_RMA_CONFLICT
     (58, 70), // MPI_ERR_RMA_FLAVOR
@@ -620,7 +626,7 @@ pub const RMA_MODES: [(i32, i32); 5] = [
 
 /// Predefined handles: Open MPI's data symbol, the kind, MPICH's value (0 where MPICH has
 /// no such handle: the MPICH face rejects it as invalid).
-pub const PREDEFINED: [(&std::ffi::CStr, Kind, i32); 106] = [
+pub const PREDEFINED: [(&std::ffi::CStr, Kind, i32); 107] = [
     (c"ompi_mpi_group_null", Kind::Group, 134217728), // MPI_GROUP_NULL
     (c"ompi_mpi_comm_null", Kind::Comm, 67108864), // MPI_COMM_NULL
     (c"ompi_request_null", Kind::Request, 738197504), // MPI_REQUEST_NULL
@@ -727,6 +733,7 @@ pub const PREDEFINED: [(&std::ffi::CStr, Kind, i32); 106] = [
     (c"ompi_mpi_real2", Kind::Datatype, 0), // MPI_REAL2
     (c"ompi_mpi_complex4", Kind::Datatype, 0), // MPI_COMPLEX4
     (c"ompi_mpi_errors_abort", Kind::Errhandler, 1409286147), // MPI_ERRORS_ABORT
+    (c"ompi_mpi_short_float", Kind::Datatype, 1275068998), // MPIX_C_FLOAT16
 ];
 
 /// MPI_FILE_NULL's data symbol.
@@ -938,6 +945,8 @@ pub static mut ompi_mpi_real4: [u8; 512] = [0; 512];
 pub static mut ompi_mpi_real8: [u8; 512] = [0; 512];
 #[no_mangle]
 pub static mut ompi_mpi_short: [u8; 512] = [0; 512];
+#[no_mangle]
+pub static mut ompi_mpi_short_float: [u8; 512] = [0; 512];
 #[no_mangle]
 pub static mut ompi_mpi_short_int: [u8; 512] = [0; 512];
 #[no_mangle]

@@ -80,6 +80,8 @@ pub struct OmpiFns {
     pub MPI_Comm_set_info: Option<unsafe extern "C" fn(P, P) -> c_int>,
     pub MPI_Comm_set_name: Option<unsafe extern "C" fn(P, *const c_char) -> c_int>,
     pub MPI_Comm_size: Option<unsafe extern "C" fn(P, *mut c_int) -> c_int>,
+    pub MPI_Comm_spawn: Option<unsafe extern "C" fn(*const c_char, *mut *mut c_char, c_int, P, c_int, P, *mut P, *mut c_int) -> c_int>,
+    pub MPI_Comm_spawn_multiple: Option<unsafe extern "C" fn(c_int, *mut *mut c_char, *mut *mut *mut c_char, *const c_int, *const P, c_int, P, *mut P, *mut c_int) -> c_int>,
     pub MPI_Comm_split: Option<unsafe extern "C" fn(P, c_int, c_int, *mut P) -> c_int>,
     pub MPI_Comm_split_type: Option<unsafe extern "C" fn(P, c_int, c_int, P, *mut P) -> c_int>,
     pub MPI_Comm_test_inter: Option<unsafe extern "C" fn(P, *mut c_int) -> c_int>,
@@ -265,6 +267,7 @@ pub struct OmpiFns {
     pub MPI_Pack_external_size: Option<unsafe extern "C" fn(*const c_char, c_int, P, *mut MPI_Aint) -> c_int>,
     pub MPI_Pack_size: Option<unsafe extern "C" fn(c_int, P, P, *mut c_int) -> c_int>,
     pub MPI_Parrived: Option<unsafe extern "C" fn(P, c_int, *mut c_int) -> c_int>,
+    pub MPI_Pcontrol: Option<unsafe extern "C" fn(c_int, ...) -> c_int>,
     pub MPI_Pready: Option<unsafe extern "C" fn(c_int, P) -> c_int>,
     pub MPI_Pready_list: Option<unsafe extern "C" fn(c_int, *mut c_int, P) -> c_int>,
     pub MPI_Pready_range: Option<unsafe extern "C" fn(c_int, c_int, P) -> c_int>,
@@ -480,6 +483,8 @@ impl OmpiFns {
                 MPI_Comm_set_info: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_set_info\0", "MPI_Comm_set_info\0")),
                 MPI_Comm_set_name: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_set_name\0", "MPI_Comm_set_name\0")),
                 MPI_Comm_size: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_size\0", "MPI_Comm_size\0")),
+                MPI_Comm_spawn: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_spawn\0", "MPI_Comm_spawn\0")),
+                MPI_Comm_spawn_multiple: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_spawn_multiple\0", "MPI_Comm_spawn_multiple\0")),
                 MPI_Comm_split: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_split\0", "MPI_Comm_split\0")),
                 MPI_Comm_split_type: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_split_type\0", "MPI_Comm_split_type\0")),
                 MPI_Comm_test_inter: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Comm_test_inter\0", "MPI_Comm_test_inter\0")),
@@ -665,6 +670,7 @@ impl OmpiFns {
                 MPI_Pack_external_size: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Pack_external_size\0", "MPI_Pack_external_size\0")),
                 MPI_Pack_size: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Pack_size\0", "MPI_Pack_size\0")),
                 MPI_Parrived: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Parrived\0", "MPI_Parrived\0")),
+                MPI_Pcontrol: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Pcontrol\0", "MPI_Pcontrol\0")),
                 MPI_Pready: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Pready\0", "MPI_Pready\0")),
                 MPI_Pready_list: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Pready_list\0", "MPI_Pready_list\0")),
                 MPI_Pready_range: std::mem::transmute::<*mut c_void, Option<_>>(pick(sym, "PMPI_Pready_range\0", "MPI_Pready_range\0")),
@@ -885,6 +891,8 @@ pub fn adapters() -> RealFns {
     r.MPI_Comm_set_info = Some(MPI_Comm_set_info);
     r.MPI_Comm_set_name = Some(MPI_Comm_set_name);
     r.MPI_Comm_size = Some(MPI_Comm_size);
+    r.MPI_Comm_spawn = Some(MPI_Comm_spawn);
+    r.MPI_Comm_spawn_multiple = Some(MPI_Comm_spawn_multiple);
     r.MPI_Comm_split = Some(MPI_Comm_split);
     r.MPI_Comm_split_type = Some(MPI_Comm_split_type);
     r.MPI_Comm_test_inter = Some(MPI_Comm_test_inter);
@@ -1070,6 +1078,7 @@ pub fn adapters() -> RealFns {
     r.MPI_Pack_external_size = Some(MPI_Pack_external_size);
     r.MPI_Pack_size = Some(MPI_Pack_size);
     r.MPI_Parrived = Some(MPI_Parrived);
+    r.MPI_Pcontrol = Some(MPI_Pcontrol);
     r.MPI_Pready = Some(MPI_Pready);
     r.MPI_Pready_list = Some(MPI_Pready_list);
     r.MPI_Pready_range = Some(MPI_Pready_range);
@@ -1343,8 +1352,6 @@ pub const NOT_ADAPTED: &[(&str, &str)] = &[
     ("MPI_Comm_flush_buffer", "not in Open MPI's mpi.h"),
     ("MPI_Comm_fromint", "not in Open MPI's mpi.h"),
     ("MPI_Comm_iflush_buffer", "not in Open MPI's mpi.h"),
-    ("MPI_Comm_spawn", "array_of_errcodes (error codes) not translated yet"),
-    ("MPI_Comm_spawn_multiple", "array_of_errcodes (error codes) not translated yet"),
     ("MPI_Comm_toint", "not in Open MPI's mpi.h"),
     ("MPI_Errhandler_c2f", "Fortran or integer handle conversion"),
     ("MPI_Errhandler_create", "parameter comm_errhandler_fn differs in Open MPI"),
@@ -1395,7 +1402,6 @@ pub const NOT_ADAPTED: &[(&str, &str)] = &[
     ("MPI_Op_toint", "not in Open MPI's mpi.h"),
     ("MPI_Pack_external_c", "large-count variant: outsize is not a single count"),
     ("MPI_Pack_external_size_c", "large-count variant: size is not a single count"),
-    ("MPI_Pcontrol", "variadic"),
     ("MPI_Reduce_scatter_c", "large-count variant: recvcounts is not a single count"),
     ("MPI_Reduce_scatter_init_c", "large-count variant: recvcounts is not a single count"),
     ("MPI_Register_datarep", "takes a callback (MPI_Datarep_conversion_function)"),
@@ -1574,7 +1580,6 @@ pub const PREDEFINED: &[(K, c_int, &str)] = &[
     (K::Datatype, 1275070486, "ompi_mpi_2int\0"),
     (K::Datatype, 1275069454, "ompi_mpi_wchar\0"),
     (K::Datatype, 1275070473, "ompi_mpi_long_long_int\0"),
-    (K::Datatype, 1275070473, "ompi_mpi_long_long_int\0"),
     (K::Datatype, 1275070489, "ompi_mpi_unsigned_long_long\0"),
     (K::Datatype, 1275068698, "ompi_mpi_character\0"),
     (K::Datatype, 1275069469, "ompi_mpi_logical\0"),
@@ -1583,7 +1588,6 @@ pub const PREDEFINED: &[(K, c_int, &str)] = &[
     (K::Datatype, 1275068975, "ompi_mpi_integer2\0"),
     (K::Datatype, 1275069488, "ompi_mpi_integer4\0"),
     (K::Datatype, 1275070513, "ompi_mpi_integer8\0"),
-    (K::Datatype, 201326592, "ompi_mpi_integer16\0"),
     (K::Datatype, 1275069468, "ompi_mpi_real\0"),
     (K::Datatype, 1275069479, "ompi_mpi_real4\0"),
     (K::Datatype, 1275070505, "ompi_mpi_real8\0"),
@@ -1609,7 +1613,6 @@ pub const PREDEFINED: &[(K, c_int, &str)] = &[
     (K::Datatype, 1275070532, "ompi_mpi_offset\0"),
     (K::Datatype, 1275068735, "ompi_mpi_c_bool\0"),
     (K::Datatype, 1275070528, "ompi_mpi_c_float_complex\0"),
-    (K::Datatype, 1275070528, "ompi_mpi_c_float_complex\0"),
     (K::Datatype, 1275072577, "ompi_mpi_c_double_complex\0"),
     (K::Datatype, 1275076674, "ompi_mpi_c_long_double_complex\0"),
     (K::Datatype, 1275068723, "ompi_mpi_cxx_bool\0"),
@@ -1621,6 +1624,7 @@ pub const PREDEFINED: &[(K, c_int, &str)] = &[
     (K::Errhandler, 1409286145, "ompi_mpi_errors_return\0"),
     (K::Session, 939524096, "ompi_mpi_instance_null\0"),
     (K::Errhandler, 1409286147, "ompi_mpi_errors_abort\0"),
+    (K::Datatype, 1275068998, "ompi_mpi_short_float\0"),
 ];
 
 /// `order`: (MPICH's value, Open MPI's) of MPI_ORDER_C, MPI_ORDER_FORTRAN.
@@ -1751,9 +1755,12 @@ pub const ERROR_CLASSES: &[(c_int, c_int)] = &[
     (19, 18), // MPI_ERR_PENDING
     (43, 38), // MPI_ERR_PORT
     (74, 76), // MPI_ERR_PROC_ABORTED
+    (75, 101), // MPI_ERR_PROC_FAILED
+    (76, 102), // MPI_ERR_PROC_FAILED_PENDING
     (44, 39), // MPI_ERR_QUOTA
     (45, 40), // MPI_ERR_READ_ONLY
     (7, 19), // MPI_ERR_REQUEST
+    (77, 103), // MPI_ERR_REVOKED
     (69, 56), // MPI_ERR_RMA_ATTACH
     (46, 49), // MPI_ERR_RMA_CONFLICT
     (70, 58), // MPI_ERR_RMA_FLAVOR
@@ -2044,7 +2051,7 @@ pub(super) unsafe extern "C" fn MPI_Alltoallw_init(sendbuf: *const c_void, sendc
         let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Alltoallw_init") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() || sendbuf as isize == -1 { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() || sendbuf as isize == -1 { std::ptr::null_mut() } else { kept_types(&sendtypes_o) }, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { kept_types(&recvtypes_o) }, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -2070,6 +2077,9 @@ pub(super) unsafe extern "C" fn MPI_Attr_get(comm: MPI_Comm, keyval: c_int, attr
         let Some(f) = fns().MPI_Attr_get else { return not_in_library("MPI_Attr_get") as c_int };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Attr_get") };
         let rc = f(comm_o, enum_in(E_KEYVAL, keyval), attribute_val, flag);
+        if rc == 0 {
+            lastusedcode_back(keyval, attribute_val, flag);
+        }
         rc_back(rc)
     }
 }
@@ -2522,6 +2532,9 @@ pub(super) unsafe extern "C" fn MPI_Comm_get_attr(comm: MPI_Comm, comm_keyval: c
         let Some(f) = fns().MPI_Comm_get_attr else { return not_in_library("MPI_Comm_get_attr") as c_int };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Comm_get_attr") };
         let rc = f(comm_o, enum_in(E_COMM_KEYVAL, comm_keyval), attribute_val, flag);
+        if rc == 0 {
+            lastusedcode_back(comm_keyval, attribute_val, flag);
+        }
         rc_back(rc)
     }
 }
@@ -2745,6 +2758,45 @@ pub(super) unsafe extern "C" fn MPI_Comm_size(comm: MPI_Comm, size: *mut c_int) 
         let Some(f) = fns().MPI_Comm_size else { return not_in_library("MPI_Comm_size") as c_int };
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Comm_size") };
         let rc = f(comm_o, size);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Comm_spawn(command: *const c_char, argv: *mut *mut c_char, maxprocs: c_int, info: MPI_Info, root: c_int, comm: MPI_Comm, intercomm: *mut MPI_Comm, array_of_errcodes: *mut c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Comm_spawn else { return not_in_library("MPI_Comm_spawn") as c_int };
+        let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Comm_spawn") };
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Comm_spawn") };
+        let intercomm_in = if intercomm.is_null() { None } else { Some(*intercomm) };
+        let mut intercomm_o = intercomm_in.map_or(null_of(K::Comm), |h| h2p(K::Comm, h).unwrap_or(null_of(K::Comm)));
+        let array_of_errcodes_n = if array_of_errcodes.is_null() { 0 } else { maxprocs.max(0) as usize };
+        let rc = f(command, argv, maxprocs, info_o, rank_in(root), comm_o, if intercomm.is_null() { std::ptr::null_mut() } else { &mut intercomm_o }, array_of_errcodes);
+        if rc == 0 {
+            if !intercomm.is_null() { *intercomm = p2h_out(K::Comm, intercomm_in, intercomm_o); }
+        }
+        for i in 0..array_of_errcodes_n { *array_of_errcodes.add(i) = rc_back(*array_of_errcodes.add(i)); }
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Comm_spawn_multiple(count: c_int, array_of_commands: *mut *mut c_char, array_of_argv: *mut *mut *mut c_char, array_of_maxprocs: *const c_int, array_of_info: *const MPI_Info, root: c_int, comm: MPI_Comm, intercomm: *mut MPI_Comm, array_of_errcodes: *mut c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Comm_spawn_multiple else { return not_in_library("MPI_Comm_spawn_multiple") as c_int };
+        let array_of_info_n = if array_of_info.is_null() { 0 } else { count.max(0) as usize };
+        let mut array_of_info_o: Vec<P> = (0..array_of_info_n).map(|i| h2p(K::Info, *array_of_info.add(i)).unwrap_or(null_of(K::Info))).collect();
+        let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Comm_spawn_multiple") };
+        let intercomm_in = if intercomm.is_null() { None } else { Some(*intercomm) };
+        let mut intercomm_o = intercomm_in.map_or(null_of(K::Comm), |h| h2p(K::Comm, h).unwrap_or(null_of(K::Comm)));
+        let array_of_errcodes_n = if array_of_errcodes.is_null() { 0 } else { if array_of_maxprocs.is_null() { 0 } else { (0..count.max(0) as usize).map(|k| (*array_of_maxprocs.add(k)).max(0) as usize).sum::<usize>() } };
+        let rc = f(count, array_of_commands, array_of_argv, array_of_maxprocs, if array_of_info.is_null() { std::ptr::null_mut() } else { array_of_info_o.as_mut_ptr() }, rank_in(root), comm_o, if intercomm.is_null() { std::ptr::null_mut() } else { &mut intercomm_o }, array_of_errcodes);
+        if rc == 0 {
+            if !intercomm.is_null() { *intercomm = p2h_out(K::Comm, intercomm_in, intercomm_o); }
+        }
+        for i in 0..array_of_errcodes_n { *array_of_errcodes.add(i) = rc_back(*array_of_errcodes.add(i)); }
         rc_back(rc)
     }
 }
@@ -4331,7 +4383,7 @@ pub(super) unsafe extern "C" fn MPI_Ialltoallw(sendbuf: *const c_void, sendcount
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Ialltoallw") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() || sendbuf as isize == -1 { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() || sendbuf as isize == -1 { std::ptr::null_mut() } else { kept_types(&sendtypes_o) }, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { kept_types(&recvtypes_o) }, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -4564,7 +4616,7 @@ pub(super) unsafe extern "C" fn MPI_Ineighbor_alltoallw(sendbuf: *const c_void, 
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Ineighbor_alltoallw") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() || sendbuf as isize == -1 { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() || sendbuf as isize == -1 { std::ptr::null_mut() } else { kept_types(&sendtypes_o) }, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { kept_types(&recvtypes_o) }, comm_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -5244,7 +5296,7 @@ pub(super) unsafe extern "C" fn MPI_Neighbor_alltoallw_init(sendbuf: *const c_vo
         let Some(info_o) = h2p(K::Info, info) else { return bad_handle(K::Info, "MPI_Neighbor_alltoallw_init") };
         let request_in = if request.is_null() { None } else { Some(*request) };
         let mut request_o = request_in.map_or(null_of(K::Request), |h| h2p(K::Request, h).unwrap_or(null_of(K::Request)));
-        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() || sendbuf as isize == -1 { std::ptr::null_mut() } else { sendtypes_o.as_mut_ptr() }, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { recvtypes_o.as_mut_ptr() }, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
+        let rc = f(inplace(sendbuf), sendcounts, sdispls, if sendtypes.is_null() || sendbuf as isize == -1 { std::ptr::null_mut() } else { kept_types(&sendtypes_o) }, inplace(recvbuf) as *mut c_void, recvcounts, rdispls, if recvtypes.is_null() { std::ptr::null_mut() } else { kept_types(&recvtypes_o) }, comm_o, info_o, if request.is_null() { std::ptr::null_mut() } else { &mut request_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
         }
@@ -5343,6 +5395,16 @@ pub(super) unsafe extern "C" fn MPI_Parrived(request: MPI_Request, partition: c_
         let Some(f) = fns().MPI_Parrived else { return not_in_library("MPI_Parrived") as c_int };
         let Some(request_o) = h2p(K::Request, request) else { return bad_handle(K::Request, "MPI_Parrived") };
         let rc = f(request_o, partition, flag);
+        rc_back(rc)
+    }
+}
+
+pub(super) unsafe extern "C" fn MPI_Pcontrol(level: c_int) -> c_int {
+    // SAFETY: the caller's pointers are valid as MPI requires of this function; `f` is
+    // Open MPI's entry point of that name with the C signature of its mpi.h.
+    unsafe {
+        let Some(f) = fns().MPI_Pcontrol else { return not_in_library("MPI_Pcontrol") as c_int };
+        let rc = f(level);
         rc_back(rc)
     }
 }

@@ -98,7 +98,7 @@ pub fn begin(sym: &dyn Fn(&str) -> *mut c_void) -> crate::lower::gen::real::Real
         if a == 0 {
             continue; // (a handle of 4.1 that 5.0 dropped, or the reverse)
         }
-        lib.predefined.insert((k, mpich), a);
+        lib.predefined.entry((k, mpich)).or_insert(a);
         lib.predefined_back.entry((k, a)).or_insert(mpich);
         if symbol.contains("_null\0") {
             lib.nulls.insert(k, a);
@@ -106,6 +106,7 @@ pub fn begin(sym: &dyn Fn(&str) -> *mut c_void) -> crate::lower::gen::real::Real
     }
     LIBRARY.store(Box::into_raw(Box::new(lib)), Ordering::Release);
     *TABLES.lock().unwrap_or_else(|e| e.into_inner()) = Some(Tables::default());
+    *KEPT_TYPES.lock().unwrap_or_else(|e| e.into_inner()) = None;
     gen::adapters()
 }
 
@@ -308,6 +309,50 @@ fn rc_back(rc: c_int) -> c_int {
         return rc | MPICH_DYNAMIC;
     }
     class_back(rc)
+}
+
+/// Datatype arrays given to a nonblocking or persistent (all)toallw: Open MPI keeps the array's
+/// pointer in the request and releases each type through it when the request completes, so the
+/// converted array must outlive the call. Interned by content (a program repeats its arrays),
+/// dropped with the generation (`begin`).
+static KEPT_TYPES: Mutex<Option<std::collections::HashSet<Box<[usize]>>>> = Mutex::new(None);
+
+/// A copy of `types` that lives as long as this generation.
+fn kept_types(types: &[P]) -> *mut P {
+    let key: Box<[usize]> = types.iter().map(|&p| p as usize).collect();
+    let mut kept = KEPT_TYPES.lock().unwrap_or_else(|e| e.into_inner());
+    let set = kept.get_or_insert_with(Default::default);
+    if let Some(k) = set.get(&key) {
+        return k.as_ptr() as *mut P;
+    }
+    let p = key.as_ptr() as *mut P;
+    set.insert(key);
+    p
+}
+
+/// MPI_LASTUSEDCODE's value, numbered as [`rc_back`] numbers the codes the program added: the
+/// attribute value points to Open MPI's int, so the converted one lives here.
+static LASTUSEDCODE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// After MPI_Comm_get_attr/MPI_Attr_get (`keyval` MPICH's): for MPI_LASTUSEDCODE, points the
+/// value at [`LASTUSEDCODE`].
+///
+/// # Safety
+/// `value` and `flag` are the call's out-parameters, written by the call that just succeeded.
+unsafe fn lastusedcode_back(keyval: c_int, value: *mut c_void, flag: *mut c_int) {
+    // SAFETY: the caller's out-parameters (this function's contract); the value, when set, is
+    // a pointer to the library's int.
+    unsafe {
+        if keyval != abi::MPI_LASTUSEDCODE || flag.is_null() || *flag == 0 || value.is_null() {
+            return;
+        }
+        let p = *(value as *mut *mut c_int);
+        if p.is_null() {
+            return;
+        }
+        LASTUSEDCODE.store(rc_back(*p), Ordering::Relaxed);
+        *(value as *mut *mut c_int) = LASTUSEDCODE.as_ptr();
+    }
 }
 
 fn error_in(e: c_int) -> c_int {
