@@ -289,7 +289,9 @@ def adapter(fn, kinds):
         elif k == "status":
             lines.append("    let mut %s_o = status_in(%s);" % (n, n))
             args.append("if ignored(%s) { std::ptr::null_mut() } else { &mut %s_o }" % (n, n))
-            post.append("    if !ignored(%s) { *%s = status_out(&%s_o); }" % (n, n, n))
+            # (written back also when the call fails: a receive that fails, with
+            # MPI_ERR_TRUNCATE say, still says whose message it took)
+            always.append("    if !ignored(%s) { *%s = status_out(&%s_o); }" % (n, n, n))
         elif k == "status_in":
             lines.append("    let %s_o = status_in(%s);" % (n, n))
             args.append("if ignored(%s) { std::ptr::null() } else { &%s_o }" % (n, n))

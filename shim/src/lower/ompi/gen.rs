@@ -3397,9 +3397,7 @@ pub(super) unsafe extern "C" fn MPI_File_read(fh: MPI_File, buf: *mut c_void, co
         let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_read") };
         let mut status_o = status_in(status);
         let rc = f(file_in(fh), buf, count, datatype_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -3412,9 +3410,7 @@ pub(super) unsafe extern "C" fn MPI_File_read_all(fh: MPI_File, buf: *mut c_void
         let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_read_all") };
         let mut status_o = status_in(status);
         let rc = f(file_in(fh), buf, count, datatype_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -3437,9 +3433,7 @@ pub(super) unsafe extern "C" fn MPI_File_read_all_end(fh: MPI_File, buf: *mut c_
         let Some(f) = fns().MPI_File_read_all_end else { return not_in_library("MPI_File_read_all_end") as c_int };
         let mut status_o = status_in(status);
         let rc = f(file_in(fh), buf, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -3452,9 +3446,7 @@ pub(super) unsafe extern "C" fn MPI_File_read_at(fh: MPI_File, offset: MPI_Offse
         let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_read_at") };
         let mut status_o = status_in(status);
         let rc = f(file_in(fh), offset, buf, count, datatype_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -3467,9 +3459,7 @@ pub(super) unsafe extern "C" fn MPI_File_read_at_all(fh: MPI_File, offset: MPI_O
         let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_read_at_all") };
         let mut status_o = status_in(status);
         let rc = f(file_in(fh), offset, buf, count, datatype_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -3492,9 +3482,7 @@ pub(super) unsafe extern "C" fn MPI_File_read_at_all_end(fh: MPI_File, buf: *mut
         let Some(f) = fns().MPI_File_read_at_all_end else { return not_in_library("MPI_File_read_at_all_end") as c_int };
         let mut status_o = status_in(status);
         let rc = f(file_in(fh), buf, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -3507,9 +3495,7 @@ pub(super) unsafe extern "C" fn MPI_File_read_ordered(fh: MPI_File, buf: *mut c_
         let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_read_ordered") };
         let mut status_o = status_in(status);
         let rc = f(file_in(fh), buf, count, datatype_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -3532,9 +3518,7 @@ pub(super) unsafe extern "C" fn MPI_File_read_ordered_end(fh: MPI_File, buf: *mu
         let Some(f) = fns().MPI_File_read_ordered_end else { return not_in_library("MPI_File_read_ordered_end") as c_int };
         let mut status_o = status_in(status);
         let rc = f(file_in(fh), buf, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -3547,9 +3531,7 @@ pub(super) unsafe extern "C" fn MPI_File_read_shared(fh: MPI_File, buf: *mut c_v
         let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_read_shared") };
         let mut status_o = status_in(status);
         let rc = f(file_in(fh), buf, count, datatype_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -3647,9 +3629,7 @@ pub(super) unsafe extern "C" fn MPI_File_write(fh: MPI_File, buf: *const c_void,
         let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_write") };
         let mut status_o = status_in(status);
         let rc = f(file_in(fh), buf, count, datatype_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -3662,9 +3642,7 @@ pub(super) unsafe extern "C" fn MPI_File_write_all(fh: MPI_File, buf: *const c_v
         let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_write_all") };
         let mut status_o = status_in(status);
         let rc = f(file_in(fh), buf, count, datatype_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -3687,9 +3665,7 @@ pub(super) unsafe extern "C" fn MPI_File_write_all_end(fh: MPI_File, buf: *const
         let Some(f) = fns().MPI_File_write_all_end else { return not_in_library("MPI_File_write_all_end") as c_int };
         let mut status_o = status_in(status);
         let rc = f(file_in(fh), buf, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -3702,9 +3678,7 @@ pub(super) unsafe extern "C" fn MPI_File_write_at(fh: MPI_File, offset: MPI_Offs
         let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_write_at") };
         let mut status_o = status_in(status);
         let rc = f(file_in(fh), offset, buf, count, datatype_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -3717,9 +3691,7 @@ pub(super) unsafe extern "C" fn MPI_File_write_at_all(fh: MPI_File, offset: MPI_
         let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_write_at_all") };
         let mut status_o = status_in(status);
         let rc = f(file_in(fh), offset, buf, count, datatype_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -3742,9 +3714,7 @@ pub(super) unsafe extern "C" fn MPI_File_write_at_all_end(fh: MPI_File, buf: *co
         let Some(f) = fns().MPI_File_write_at_all_end else { return not_in_library("MPI_File_write_at_all_end") as c_int };
         let mut status_o = status_in(status);
         let rc = f(file_in(fh), buf, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -3757,9 +3727,7 @@ pub(super) unsafe extern "C" fn MPI_File_write_ordered(fh: MPI_File, buf: *const
         let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_write_ordered") };
         let mut status_o = status_in(status);
         let rc = f(file_in(fh), buf, count, datatype_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -3782,9 +3750,7 @@ pub(super) unsafe extern "C" fn MPI_File_write_ordered_end(fh: MPI_File, buf: *c
         let Some(f) = fns().MPI_File_write_ordered_end else { return not_in_library("MPI_File_write_ordered_end") as c_int };
         let mut status_o = status_in(status);
         let rc = f(file_in(fh), buf, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -3797,9 +3763,7 @@ pub(super) unsafe extern "C" fn MPI_File_write_shared(fh: MPI_File, buf: *const 
         let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_File_write_shared") };
         let mut status_o = status_in(status);
         let rc = f(file_in(fh), buf, count, datatype_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -4507,8 +4471,8 @@ pub(super) unsafe extern "C" fn MPI_Improbe(source: c_int, tag: c_int, comm: MPI
         let rc = f(rank_in(source), tag, comm_o, flag, if message.is_null() { std::ptr::null_mut() } else { &mut message_o }, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
         if rc == 0 {
             if !message.is_null() { *message = p2h_out(K::Message, message_in, message_o); }
-            if !ignored(status) { *status = status_out(&status_o); }
         }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -4852,9 +4816,7 @@ pub(super) unsafe extern "C" fn MPI_Iprobe(source: c_int, tag: c_int, comm: MPI_
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Iprobe") };
         let mut status_o = status_in(status);
         let rc = f(rank_in(source), tag, comm_o, flag, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -5116,8 +5078,8 @@ pub(super) unsafe extern "C" fn MPI_Mprobe(source: c_int, tag: c_int, comm: MPI_
         let rc = f(rank_in(source), tag, comm_o, if message.is_null() { std::ptr::null_mut() } else { &mut message_o }, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
         if rc == 0 {
             if !message.is_null() { *message = p2h_out(K::Message, message_in, message_o); }
-            if !ignored(status) { *status = status_out(&status_o); }
         }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -5134,8 +5096,8 @@ pub(super) unsafe extern "C" fn MPI_Mrecv(buf: *mut c_void, count: c_int, dataty
         let rc = f(buf, count, datatype_o, if message.is_null() { std::ptr::null_mut() } else { &mut message_o }, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
         if rc == 0 {
             if !message.is_null() { *message = p2h_out(K::Message, message_in, message_o); }
-            if !ignored(status) { *status = status_out(&status_o); }
         }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -5468,9 +5430,7 @@ pub(super) unsafe extern "C" fn MPI_Probe(source: c_int, tag: c_int, comm: MPI_C
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Probe") };
         let mut status_o = status_in(status);
         let rc = f(rank_in(source), tag, comm_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -5555,9 +5515,7 @@ pub(super) unsafe extern "C" fn MPI_Recv(buf: *mut c_void, count: c_int, datatyp
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Recv") };
         let mut status_o = status_in(status);
         let rc = f(buf, count, datatype_o, rank_in(source), tag, comm_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -5710,9 +5668,7 @@ pub(super) unsafe extern "C" fn MPI_Request_get_status(request: MPI_Request, fla
         let Some(request_o) = h2p(K::Request, request) else { return bad_handle(K::Request, "MPI_Request_get_status") };
         let mut status_o = status_in(status);
         let rc = f(request_o, flag, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -5937,9 +5893,7 @@ pub(super) unsafe extern "C" fn MPI_Sendrecv(sendbuf: *const c_void, sendcount: 
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Sendrecv") };
         let mut status_o = status_in(status);
         let rc = f(inplace(sendbuf), sendcount, sendtype_o, rank_in(dest), sendtag, inplace(recvbuf) as *mut c_void, recvcount, recvtype_o, rank_in(source), recvtag, comm_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -5953,9 +5907,7 @@ pub(super) unsafe extern "C" fn MPI_Sendrecv_replace(buf: *mut c_void, count: c_
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Sendrecv_replace") };
         let mut status_o = status_in(status);
         let rc = f(buf, count, datatype_o, rank_in(dest), sendtag, rank_in(source), recvtag, comm_o, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -6153,9 +6105,7 @@ pub(super) unsafe extern "C" fn MPI_Status_set_cancelled(status: *mut MPI_Status
         let Some(f) = fns().MPI_Status_set_cancelled else { return not_in_library("MPI_Status_set_cancelled") as c_int };
         let mut status_o = status_in(status);
         let rc = f(if ignored(status) { std::ptr::null_mut() } else { &mut status_o }, flag);
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -6168,9 +6118,7 @@ pub(super) unsafe extern "C" fn MPI_Status_set_elements(status: *mut MPI_Status,
         let mut status_o = status_in(status);
         let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_Status_set_elements") };
         let rc = f(if ignored(status) { std::ptr::null_mut() } else { &mut status_o }, datatype_o, count);
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -6183,9 +6131,7 @@ pub(super) unsafe extern "C" fn MPI_Status_set_elements_x(status: *mut MPI_Statu
         let mut status_o = status_in(status);
         let Some(datatype_o) = h2p(K::Datatype, datatype) else { return bad_handle(K::Datatype, "MPI_Status_set_elements_x") };
         let rc = f(if ignored(status) { std::ptr::null_mut() } else { &mut status_o }, datatype_o, count);
-        if rc == 0 {
-            if !ignored(status) { *status = status_out(&status_o); }
-        }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -6201,8 +6147,8 @@ pub(super) unsafe extern "C" fn MPI_Test(request: *mut MPI_Request, flag: *mut c
         let rc = f(if request.is_null() { std::ptr::null_mut() } else { &mut request_o }, flag, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
-            if !ignored(status) { *status = status_out(&status_o); }
         }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -6247,8 +6193,8 @@ pub(super) unsafe extern "C" fn MPI_Testany(count: c_int, array_of_requests: *mu
         let rc = f(count, if array_of_requests.is_null() { std::ptr::null_mut() } else { array_of_requests_o.as_mut_ptr() }, indx, flag, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
         if rc == 0 || rc == OMPI_ERR_IN_STATUS {
             for i in 0..array_of_requests_n { *array_of_requests.add(i) = p2h_out(K::Request, Some(*array_of_requests.add(i)), array_of_requests_o[i]); }
-            if !ignored(status) { *status = status_out(&status_o); }
         }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -6816,8 +6762,8 @@ pub(super) unsafe extern "C" fn MPI_Wait(request: *mut MPI_Request, status: *mut
         let rc = f(if request.is_null() { std::ptr::null_mut() } else { &mut request_o }, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
         if rc == 0 {
             if !request.is_null() { *request = p2h_out(K::Request, request_in, request_o); }
-            if !ignored(status) { *status = status_out(&status_o); }
         }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
@@ -6851,8 +6797,8 @@ pub(super) unsafe extern "C" fn MPI_Waitany(count: c_int, array_of_requests: *mu
         let rc = f(count, if array_of_requests.is_null() { std::ptr::null_mut() } else { array_of_requests_o.as_mut_ptr() }, indx, if ignored(status) { std::ptr::null_mut() } else { &mut status_o });
         if rc == 0 || rc == OMPI_ERR_IN_STATUS {
             for i in 0..array_of_requests_n { *array_of_requests.add(i) = p2h_out(K::Request, Some(*array_of_requests.add(i)), array_of_requests_o[i]); }
-            if !ignored(status) { *status = status_out(&status_o); }
         }
+        if !ignored(status) { *status = status_out(&status_o); }
         rc_back(rc)
     }
 }
