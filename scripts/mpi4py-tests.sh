@@ -18,8 +18,8 @@
 # Usage: scripts/mpi4py-tests.sh [--flavor mpich4|mpich5|ompi5|ompi4|all|LIST] [--ranks 1|2|all]
 #                                [--native-only] [--rerun-native] [--timeout SECONDS]
 #                                [--test-timeout SECONDS] [--retries N]
-#   --flavor        one flavor, a comma-separated list, or `all` (default: mpich4,mpich5; the
-#                   Open MPI flavors do not pass yet, README.md says why)
+#   --flavor        one flavor, a comma-separated list, or `all` (default: mpich4,mpich5;
+#                   ompi5 passes but takes about 20 min here, ompi4 does not pass yet: README.md)
 #   --native-only   only build and run natively (no face library needed)
 #   --rerun-native  ignore the cached native results and run natively again
 #   --timeout       limit of one run of the suite (default 600 s, or $MPI4PY_TESTS_TIMEOUT)
