@@ -175,6 +175,38 @@ pub fn run_in(
     marker: &str,
     driver: &mut dyn FnMut(&Path) -> Result<(), String>,
 ) -> Result<JobOutput, String> {
+    let out = run_once(job, scratch, io_dir, marker, driver)?;
+    if !launcher_did_not_start(&out) {
+        return Ok(out);
+    }
+    // No rank ran: the launcher itself failed to come up (seen once in a whole `make test`
+    // with Open MPI 5's prterun). That says nothing of the program or of mpicr: launch again,
+    // once, and say so.
+    eprintln!(
+        "note: {} did not start (\"{LAUNCHER_START_FAILED}\"); launching again",
+        job.mpiexec.display()
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    run_once(job, scratch, io_dir, marker, driver)
+}
+
+/// What Open MPI 5's launcher prints when its PMIx server could not start.
+const LAUNCHER_START_FAILED: &str = "The PMIx server's listener thread failed to start";
+
+/// A launch that failed before any rank ran, because the launcher could not start.
+fn launcher_did_not_start(out: &JobOutput) -> bool {
+    !out.status.success()
+        && out.stdout.iter().all(|s| s.is_empty())
+        && String::from_utf8_lossy(&out.launcher).contains(LAUNCHER_START_FAILED)
+}
+
+fn run_once(
+    job: &Job,
+    scratch: &Scratch,
+    io_dir: &Path,
+    marker: &str,
+    driver: &mut dyn FnMut(&Path) -> Result<(), String>,
+) -> Result<JobOutput, String> {
     fs::create_dir_all(io_dir).map_err(|e| format!("cannot create {}: {e}", io_dir.display()))?;
     let dir = io_dir;
     let log_path = dir.join("mpiexec.log");
