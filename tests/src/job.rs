@@ -423,6 +423,16 @@ pub fn tails(stdout: &[Vec<u8>], stderr: &[Vec<u8>], launcher: &[u8]) -> String 
     out
 }
 
+/// The `NAME=VALUE\0` entry of the job marker `marker` in a process's environment.
+pub(crate) fn marker_needle(marker: &str) -> Vec<u8> {
+    format!("{MARKER_VAR}={marker}\0").into_bytes()
+}
+
+/// Whether process `pid`'s environment holds `needle` (a [`marker_needle`]).
+pub(crate) fn carries(pid: u32, needle: &[u8]) -> bool {
+    fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle))
+}
+
 /// Kills `root`'s process group and every process of the job, repeating until all of them
 /// are dead (a dying proxy may still fork). A process belongs to the job if it is `root`, carries
 /// the job marker in its environment, or is the child of one that belongs: the marker alone is
@@ -430,11 +440,8 @@ pub fn tails(stdout: &[Vec<u8>], stderr: &[Vec<u8>], launcher: &[u8]) -> String 
 /// the parent links alone are not either, as killing `mpiexec` orphans its proxies. Returns
 /// "pid (comm)" of each process that was signalled.
 fn kill_job(root: Option<u32>, marker: &str) -> Vec<String> {
-    let needle = format!("{MARKER_VAR}={marker}\0").into_bytes();
-    let marked = |pid: u32| {
-        fs::read(format!("/proc/{pid}/environ"))
-            .is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle.as_slice()))
-    };
+    let needle = marker_needle(marker);
+    let marked = |pid: u32| carries(pid, &needle);
     // (pid, start time): the start time guards against a PID being reused meanwhile
     let mut members: Vec<(u32, u64)> = Vec::new();
     let mut killed = Vec::new();
@@ -482,16 +489,13 @@ fn kill_job(root: Option<u32>, marker: &str) -> Vec<String> {
 /// The resident memory, in bytes, of the job's live processes (those whose environment holds
 /// the job marker): about what a checkpoint of it dumps, for the time it may take.
 pub(crate) fn resident_bytes(marker: &str) -> u64 {
-    let needle = format!("{MARKER_VAR}={marker}\0").into_bytes();
+    let needle = marker_needle(marker);
     // SAFETY: sysconf has no preconditions.
     let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
     scan_procs()
         .iter()
         .filter(|p| !p.dead)
-        .filter(|p| {
-            fs::read(format!("/proc/{}/environ", p.pid))
-                .is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle.as_slice()))
-        })
+        .filter(|p| carries(p.pid, &needle))
         .filter_map(|p| {
             // statm: size resident shared ... (pages)
             let statm = fs::read_to_string(format!("/proc/{}/statm", p.pid)).ok()?;

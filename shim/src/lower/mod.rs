@@ -55,6 +55,8 @@ pub struct Generation {
     stand_ins: Vec<*mut c_void>,
     /// `uselocale` of the namespace's own libc (see [`prepare_thread`]).
     uselocale: Option<unsafe extern "C" fn(*mut c_void) -> *mut c_void>,
+    /// `MPI_Get_library_version`'s string, asked once ([`Generation::library_version`]).
+    version: std::sync::OnceLock<String>,
 }
 
 // SAFETY: the raw handles are only used under LOAD_LOCK by `release_current`; the rest is
@@ -67,6 +69,22 @@ impl Generation {
     /// Whether this generation's library is Open MPI (its ABI is adapted underneath).
     pub fn is_open_mpi(&self) -> bool {
         self.family == Family::OpenMpi
+    }
+
+    /// The library's `MPI_Get_library_version` string (empty where it has none), asked once.
+    pub fn library_version(&self) -> &str {
+        self.version.get_or_init(|| {
+            let mut buf = vec![0 as std::os::raw::c_char; 8192];
+            let mut len = 0;
+            // SAFETY: the buffer holds MPI_MAX_LIBRARY_VERSION_STRING (8192) characters; `len`
+            // is a local; the call is allowed before MPI_Init.
+            let rc = self.fns.MPI_Get_library_version.map_or(-1, |g| unsafe { g(buf.as_mut_ptr(), &mut len) });
+            if rc != MPI_SUCCESS {
+                return String::new();
+            }
+            let bytes: Vec<u8> = buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
     }
 
     /// Address of a data symbol of the real library (e.g. `MPI_UNWEIGHTED`), or null.
@@ -99,6 +117,7 @@ impl Generation {
             anchor_fns: None,
             stand_ins: Vec::new(),
             uselocale: None,
+            version: std::sync::OnceLock::new(),
         }
     }
 }
@@ -341,6 +360,7 @@ fn load_locked(path: &Path) -> Result<&'static Generation, LoadError> {
         anchor_fns: Some(anchor_fns),
         stand_ins,
         uselocale,
+        version: std::sync::OnceLock::new(),
     }));
     let previous = CURRENT.swap(g as *const Generation as *mut Generation, Ordering::AcqRel);
     retire(previous);

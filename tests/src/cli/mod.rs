@@ -477,11 +477,8 @@ fn shell_status(st: ExitStatus) -> i32 {
 /// Kills (SIGKILL, by PID) every process whose environment holds `marker`, until none is left.
 /// Returns "pid (comm)" of each.
 pub fn kill_marked(marker: &str) -> Vec<String> {
-    let needle = format!("{MARKER_VAR}={marker}\0").into_bytes();
-    let marked = |pid: u32| {
-        fs::read(format!("/proc/{pid}/environ"))
-            .is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle.as_slice()))
-    };
+    let needle = crate::job::marker_needle(marker);
+    let marked = |pid: u32| crate::job::carries(pid, &needle);
     let me = std::process::id();
     let mut killed = Vec::new();
     for _ in 0..250 {

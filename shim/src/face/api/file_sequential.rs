@@ -32,34 +32,11 @@ fn romio() -> bool {
 }
 
 /// Whether the library underneath is a ROMIO older than MPICH 5's (MPICH 4 and older; Intel
-/// MPI's refuses both, measured with Intel MPI 2021): its `MPI_File_get_position` and `MPI_File_get_byte_offset` pass the refusal to the
-/// file's error handler and then return `MPI_SUCCESS`, the offset left unwritten. Read once per
-/// generation from `MPI_Get_library_version`.
+/// MPI's refuses both, measured with Intel MPI 2021): its `MPI_File_get_position` and
+/// `MPI_File_get_byte_offset` pass the refusal to the file's error handler and then return
+/// `MPI_SUCCESS`, the offset left unwritten.
 fn legacy_romio() -> bool {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    // (generation number + 1) << 1 | the answer; 0: not asked yet.
-    static KNOWN: AtomicU64 = AtomicU64::new(0);
-    let g = crate::lower::current();
-    let key = (u64::from(g.number) + 1) << 1;
-    let known = KNOWN.load(Ordering::Relaxed);
-    if known & !1 == key {
-        return known & 1 == 1;
-    }
-    let legacy = romio() && is_legacy_version(&library_version());
-    KNOWN.store(key | u64::from(legacy), Ordering::Relaxed);
-    legacy
-}
-
-fn library_version() -> String {
-    let mut buf = vec![0 as std::os::raw::c_char; 8192];
-    let mut len = 0;
-    // SAFETY: the buffer holds MPI_MAX_LIBRARY_VERSION_STRING (8192) characters; `len` is a local.
-    let rc = crate::lower::fns().MPI_Get_library_version.map_or(MPI_ERR_OTHER, |g| unsafe { g(buf.as_mut_ptr(), &mut len) });
-    if rc != MPI_SUCCESS {
-        return String::new();
-    }
-    let bytes: Vec<u8> = buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
-    String::from_utf8_lossy(&bytes).into_owned()
+    romio() && is_legacy_version(crate::lower::current().library_version())
 }
 
 /// MPICH before 5.0 (whose ROMIO's entry points were rewritten then).
