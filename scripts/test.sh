@@ -16,6 +16,10 @@ scripts/test-c.sh
 
 step "mpicr CLI: PMI relay, CRIU, checkpoint protocol, errors, hangs, security, PID namespaces, non-root, restart on another library, make install and the wrapper compiler, the command line, Slurm (PMI-1, PMI-2 and PMIx), Open MPI 5 and 4.1.4 underneath, app-mode ranks, staging and incremental dumps (163 cases)"
 cargo build --release -q -p mpicr-cli --bin mpicr --example fake_agent
+# The CLI's app-python cases need mpi4py built against both MPICH builds: build it (and run its
+# suite natively, whose results the mpi4py step below reuses) first, or on a fresh machine they
+# would be skipped.
+scripts/mpi4py-tests.sh --flavor mpich4,mpich5 --native-only
 cargo test --release -p mpicr-tests --test cli
 
 if [ -x scripts/test-ckpt.sh ]; then

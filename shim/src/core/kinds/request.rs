@@ -46,18 +46,45 @@ pub fn register(real: RealRequest, entry: RequestEntry) -> Result<VRequest, Full
 /// valid until `finish`. This is also how the agent completes requests during a drain.
 pub fn poll(idx: u32, real: c_int) -> Option<MPI_Status> {
     let mut r = real;
+    let st = test_real(&mut r)?;
+    let counted = OBJ.requests.with(idx, |e| {
+        e.done = Some(st.as_array());
+        e.counts_recv.then_some(e.comm)
+    });
+    if let Some(Some(comm)) = counted {
+        count_if_received(comm, &st);
+    }
+    Some(st)
+}
+
+/// Tests a request that a blocking call (MPI_Send, MPI_Recv, ...) has just posted, before it
+/// is registered: most sends, and receives of messages already there, are complete at once,
+/// and then the call needs no virtual request at all (no table entry, no wait loop). The gate
+/// must be held, so no checkpoint sees the real request unregistered. On completion the real
+/// request is gone (freed by the library) and a received message is counted on `recv_comm`.
+pub fn complete_at_once(real: &mut c_int, recv_comm: Option<VComm>) -> Option<MPI_Status> {
+    let st = test_real(real)?;
+    if let Some(comm) = recv_comm {
+        count_if_received(comm, &st);
+    }
+    Some(st)
+}
+
+/// One completion test of a real request; Some(status) when it completed, with MPI_ERROR
+/// holding the request's error (MPI_SUCCESS when none).
+fn test_real(r: &mut c_int) -> Option<MPI_Status> {
     let (mut flag, mut st) = (0, MPI_Status::default());
     if !crate::core::renew::world_initialized() {
-        if let Some(rc) = complete_without_progress(&mut r, &mut st) {
-            return record(idx, rc, 1, st);
+        if let Some(rc) = complete_without_progress(r, &mut st) {
+            return completed(rc, 1, st);
         }
     }
     let rc = match lower::fns().MPI_Test {
         // SAFETY: a live real request of the current lower half; out-pointers are locals.
-        Some(t) => unsafe { t(&mut r, &mut flag, &mut st) },
+        Some(t) => unsafe { t(r, &mut flag, &mut st) },
         None => MPI_ERR_OTHER,
     };
-    record(idx, rc, flag, st)
+    completed(rc, flag, st)
 }
 
 /// Completes `r` with MPI_Wait when MPI_Request_get_status says it is complete, or says None.
@@ -110,7 +137,7 @@ pub fn file_io_started() -> bool {
     FILE_IO_STARTED.load(std::sync::atomic::Ordering::Relaxed) != 0
 }
 
-fn record(idx: u32, rc: c_int, flag: c_int, mut st: MPI_Status) -> Option<MPI_Status> {
+fn completed(rc: c_int, flag: c_int, mut st: MPI_Status) -> Option<MPI_Status> {
     if rc != MPI_SUCCESS {
         // The request completed in error.
         st.MPI_ERROR = rc;
@@ -119,16 +146,13 @@ fn record(idx: u32, rc: c_int, flag: c_int, mut st: MPI_Status) -> Option<MPI_St
     } else if st.MPI_ERROR == MPI_ERR_PENDING {
         st.MPI_ERROR = MPI_SUCCESS;
     }
-    let counted = OBJ.requests.with(idx, |e| {
-        e.done = Some(st.as_array());
-        e.counts_recv.then_some(e.comm)
-    });
-    if let Some(Some(comm)) = counted {
-        if took_message(&st) {
-            count_recv(comm, st.MPI_SOURCE);
-        }
-    }
     Some(st)
+}
+
+fn count_if_received(comm: VComm, st: &MPI_Status) {
+    if took_message(st) {
+        count_recv(comm, st.MPI_SOURCE);
+    }
 }
 
 /// Did a completed receive take a message from its sender (so that the drain counts it)? One

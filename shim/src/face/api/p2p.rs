@@ -9,7 +9,7 @@ use crate::face::api::{library_status_in, put, put_library_status, put_status};
 use crate::core::kinds::comm::{comm_gid, count_recv, count_send};
 use crate::core::kinds::message::{MessageEntry, CLAIMED};
 use crate::core::kinds::part;
-use crate::core::kinds::request::{take_drained_into, unpack};
+use crate::core::kinds::request::{complete_at_once, take_drained_into, unpack};
 use crate::core::state::OBJ;
 use crate::face::{conv, errors};
 use crate::core::bsend::{self, Pool};
@@ -22,12 +22,47 @@ fn args(buf: *const c_void, count: i64, datatype: MPI_Datatype, peer: c_int, tag
     P2pArgs { buf: buf as u64, count, datatype: TypeRef::Predefined(datatype), peer, tag, comm: conv::vcomm(comm) }
 }
 
-/// Posts a send and returns its virtual request. Safe: it only records `buf`'s address; the
+/// What posting a request gave a call: a virtual request to complete later, or (for a
+/// blocking call whose request completed at once) its final status.
+enum Posted {
+    Pending(MPI_Request),
+    Done(MPI_Status),
+}
+
+impl Posted {
+    /// The virtual request of a nonblocking call (which never asks for `Done`).
+    fn request(self) -> MPI_Request {
+        match self {
+            Posted::Pending(v) => v,
+            Posted::Done(_) => unreachable!("only blocking calls complete at once"),
+        }
+    }
+
+    /// Waits for a blocking call's request; writes `status` and returns the call's error.
+    ///
+    /// # Safety
+    /// `status` must be null, MPI_STATUS_IGNORE, or writable.
+    unsafe fn finish_blocking(self, status: *mut MPI_Status) -> c_int {
+        match self {
+            // SAFETY: the caller's contract on `status`.
+            Posted::Pending(v) => unsafe { wait_internal(v, status) },
+            Posted::Done(st) => {
+                // SAFETY: as above; MPI_ERROR is left alone, as a single completion does.
+                unsafe { put_status(status, &st) };
+                st.MPI_ERROR
+            }
+        }
+    }
+}
+
+/// Posts a send. A blocking call (`blocking`) whose send completes at once gets `Done`;
+/// otherwise the send becomes a virtual request. Safe: it only records `buf`'s address; the
 /// buffer reaches the library through `real_call`, which its caller builds.
+#[allow(clippy::too_many_arguments)]
 fn post_send(
-    mode: SendMode, buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm,
+    mode: SendMode, buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, blocking: bool,
     real_call: impl FnOnce(c_int, c_int, &mut c_int) -> c_int,
-) -> Result<MPI_Request, c_int> {
+) -> Result<Posted, c_int> {
     let (c, d) = (conv::comm_checked(comm)?, conv::datatype(dt));
     let mut r = MPI_REQUEST_NULL;
     let rc = real_call(c, d, &mut r);
@@ -35,27 +70,35 @@ fn post_send(
         return Err(rc);
     }
     count_send(conv::vcomm(comm), dest);
-    Ok(register_request(r, RequestRecipe::Send { mode, args: args(buf, count, dt, dest, tag, comm) }, comm, false))
+    if blocking {
+        if let Some(st) = complete_at_once(&mut r, None) {
+            return Ok(Posted::Done(st));
+        }
+    }
+    Ok(Posted::Pending(register_request(r, RequestRecipe::Send { mode, args: args(buf, count, dt, dest, tag, comm) }, comm, false)))
 }
 
-/// Posts a receive (from the drained buffer when possible) and returns its virtual request.
+/// Posts a receive (from the drained buffer when possible). A blocking call (`blocking`)
+/// whose receive completes at once gets `Done`; otherwise the receive becomes a virtual
+/// request.
 ///
 /// # Safety
 /// `buf` must be writable for `count` elements of `dt`: a drained message is copied into it
 /// at once (and `real_call` hands it to the library).
+#[allow(clippy::too_many_arguments)]
 unsafe fn post_recv(
-    buf: *mut c_void, count: i64, dt: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm,
+    buf: *mut c_void, count: i64, dt: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, blocking: bool,
     real_call: impl FnOnce(c_int, c_int, &mut c_int) -> c_int,
-) -> Result<MPI_Request, c_int> {
+) -> Result<Posted, c_int> {
     let a = args(buf, count, dt, source, tag, comm);
     conv::comm_checked(comm)?;
     if source == MPI_PROC_NULL && conv::comm_index(comm).is_some() {
         // Completes at once with the status MPI prescribes (no library round trip).
         let st = MPI_Status { MPI_SOURCE: MPI_PROC_NULL, MPI_TAG: MPI_ANY_TAG, ..Default::default() };
-        return Ok(register_done(RequestRecipe::Recv { args: a }, comm, &st));
+        return Ok(Posted::Pending(register_done(RequestRecipe::Recv { args: a }, comm, &st)));
     }
     if let Some(st) = take_drained_into(&a) {
-        return Ok(register_done(RequestRecipe::Recv { args: a }, comm, &st));
+        return Ok(Posted::Pending(register_done(RequestRecipe::Recv { args: a }, comm, &st)));
     }
     let (c, d) = (conv::comm(comm), conv::datatype(dt));
     let mut r = MPI_REQUEST_NULL;
@@ -63,7 +106,12 @@ unsafe fn post_recv(
     if rc != MPI_SUCCESS {
         return Err(rc);
     }
-    Ok(register_request(r, RequestRecipe::Recv { args: a }, comm, true))
+    if blocking {
+        if let Some(st) = complete_at_once(&mut r, Some(conv::vcomm(comm))) {
+            return Ok(Posted::Done(st));
+        }
+    }
+    Ok(Posted::Pending(register_request(r, RequestRecipe::Recv { args: a }, comm, true)))
 }
 
 macro_rules! isend {
@@ -76,9 +124,9 @@ macro_rules! isend {
             // `buf` goes to the library as the caller's send buffer, which the caller keeps
             // valid until the request completes (MPI's contract of this call).
             let r =
-                post_send(SendMode::$mode, buf, count as i64, datatype, dest, tag, comm, |c, d, r| real!($real(buf, count, d, dest, tag, c, r)));
+                post_send(SendMode::$mode, buf, count as i64, datatype, dest, tag, comm, false, |c, d, r| real!($real(buf, count, d, dest, tag, c, r)));
             drop(g);
-            match r {
+            match r.map(Posted::request) {
                 Ok(v) => {
                     // SAFETY: `request` is the caller's out-pointer, valid for a write (MPI's
                     // contract of this call).
@@ -97,11 +145,11 @@ macro_rules! send {
             let g = gate::enter();
             // `buf` is the caller's send buffer, valid for the whole call, which waits for the send.
             let r =
-                post_send(SendMode::$mode, buf, count as i64, datatype, dest, tag, comm, |c, d, r| real!($real(buf, count, d, dest, tag, c, r)));
+                post_send(SendMode::$mode, buf, count as i64, datatype, dest, tag, comm, true, |c, d, r| real!($real(buf, count, d, dest, tag, c, r)));
             drop(g);
             let rc = match r {
-                // SAFETY: MPI_STATUS_IGNORE is a status argument `wait_internal` accepts.
-                Ok(v) => unsafe { wait_internal(v, MPI_STATUS_IGNORE) },
+                // SAFETY: MPI_STATUS_IGNORE is a status argument `finish_blocking` accepts.
+                Ok(p) => unsafe { p.finish_blocking(MPI_STATUS_IGNORE) },
                 Err(rc) => rc,
             };
             if rc != MPI_SUCCESS {
@@ -187,9 +235,9 @@ macro_rules! recv {
             let g = gate::enter();
             // SAFETY: `buf` is the caller's receive buffer, writable for `count` `datatype`s until
             // the request completes (MPI's contract of this call).
-            let r = unsafe { post_recv(buf, count as i64, datatype, source, tag, comm, |c, d, r| real!($real(buf, count, d, source, tag, c, r))) };
+            let r = unsafe { post_recv(buf, count as i64, datatype, source, tag, comm, false, |c, d, r| real!($real(buf, count, d, source, tag, c, r))) };
             drop(g);
-            match r {
+            match r.map(Posted::request) {
                 Ok(v) => {
                     // SAFETY: `request` is the caller's out-pointer, valid for a write.
                     unsafe { put(request, v) };
@@ -206,11 +254,11 @@ macro_rules! recv {
             let g = gate::enter();
             // SAFETY: `buf` is the caller's receive buffer, writable for `count` `datatype`s for
             // the whole call, which waits for the message.
-            let r = unsafe { post_recv(buf, count as i64, datatype, source, tag, comm, |c, d, r| real!($real(buf, count, d, source, tag, c, r))) };
+            let r = unsafe { post_recv(buf, count as i64, datatype, source, tag, comm, true, |c, d, r| real!($real(buf, count, d, source, tag, c, r))) };
             drop(g);
             let rc = match r {
                 // SAFETY: `status` is the caller's: MPI_STATUS_IGNORE or writable.
-                Ok(v) => unsafe { wait_internal(v, status) },
+                Ok(p) => unsafe { p.finish_blocking(status) },
                 Err(rc) => rc,
             };
             if rc != MPI_SUCCESS {
@@ -235,11 +283,11 @@ macro_rules! sendrecv {
             // SAFETY: `recvbuf` is writable for `recvcount` `recvtype`s for the whole call, which
             // waits for both halves (MPI's contract of this call).
             let rr = unsafe {
-                post_recv(recvbuf, recvcount as i64, recvtype, source, recvtag, comm, |c, d, r| real!($irecv(recvbuf, recvcount, d, source, recvtag, c, r)))
+                post_recv(recvbuf, recvcount as i64, recvtype, source, recvtag, comm, true, |c, d, r| real!($irecv(recvbuf, recvcount, d, source, recvtag, c, r)))
             };
             let sr = match rr {
                 // `sendbuf` stays valid for the whole call likewise.
-                Ok(_) => post_send(SendMode::Standard, sendbuf, sendcount as i64, sendtype, dest, sendtag, comm, |c, d, r| {
+                Ok(_) => post_send(SendMode::Standard, sendbuf, sendcount as i64, sendtype, dest, sendtag, comm, true, |c, d, r| {
                     real!($isend(sendbuf, sendcount, d, dest, sendtag, c, r))
                 }),
                 Err(rc) => Err(rc),
@@ -249,9 +297,9 @@ macro_rules! sendrecv {
                 (Ok(r), Ok(s)) => {
                     // SAFETY: MPI_STATUS_IGNORE is accepted; `status` is the caller's, ignored or
                     // writable.
-                    let rs = unsafe { wait_internal(s, MPI_STATUS_IGNORE) };
+                    let rs = unsafe { s.finish_blocking(MPI_STATUS_IGNORE) };
                     // SAFETY: as above.
-                    let rr = unsafe { wait_internal(r, status) };
+                    let rr = unsafe { r.finish_blocking(status) };
                     if rs != MPI_SUCCESS { rs } else { rr }
                 }
                 (Err(rc), _) | (_, Err(rc)) => rc,

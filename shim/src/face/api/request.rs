@@ -13,6 +13,7 @@ use crate::core::state::OBJ;
 use crate::face::{conv, errors};
 use crate::core::gate;
 use mpicr_virtid::{CollArg, CollInit, RequestRecipe};
+use smallvec::{smallvec, SmallVec};
 use std::os::raw::c_int;
 
 /// Registers a real request under a virtual handle.
@@ -185,7 +186,7 @@ struct Tested {
     flag: bool,
     /// For Any: the index (MPI_UNDEFINED as usize when all inert); for Some: the indices
     /// (usize::MAX when all inert).
-    indices: Vec<usize>,
+    indices: SmallVec<[usize; 4]>,
     rc: c_int,
 }
 
@@ -203,7 +204,9 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
         // and every use of `status_at` passes an index `< n`.
         if statuses.is_null() || statuses == MPI_STATUSES_IGNORE { MPI_STATUS_IGNORE } else { unsafe { statuses.add(i) } }
     };
-    let mut slots: Vec<Slot> = reqs.iter().map(|&v| classify(v)).collect();
+    // Inline storage: the common calls (MPI_Test, MPI_Wait, the blocking calls' waits) pass one
+    // request, and a heap allocation per test would be most of their cost.
+    let mut slots: SmallVec<[Slot; 4]> = reqs.iter().map(|&v| classify(v)).collect();
     // Invalid handles: the real library reports the native error class.
     if let Some(i) = slots.iter().position(|s| matches!(s, Slot::Invalid)) {
         let mut raw = stale_or_raw(reqs[i]);
@@ -214,7 +217,7 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
             Some(f) => unsafe { f(&mut raw, &mut flag, &mut st) },
             None => MPI_ERR_REQUEST,
         };
-        return Tested { flag: false, indices: vec![], rc: if rc == MPI_SUCCESS { MPI_ERR_REQUEST } else { rc } };
+        return Tested { flag: false, indices: SmallVec::new(), rc: if rc == MPI_SUCCESS { MPI_ERR_REQUEST } else { rc } };
     }
     if slots.iter().all(|s| matches!(s, Slot::Inert)) {
         if mode.all() {
@@ -225,9 +228,9 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
             }
         }
         let none = match mode {
-            Mode::All | Mode::TestAll | Mode::WaitAll => vec![],
-            Mode::Any => vec![MPI_UNDEFINED as usize],
-            Mode::Some => vec![usize::MAX],
+            Mode::All | Mode::TestAll | Mode::WaitAll => SmallVec::new(),
+            Mode::Any => smallvec![MPI_UNDEFINED as usize],
+            Mode::Some => smallvec![usize::MAX],
         };
         return Tested { flag: true, indices: none, rc: MPI_SUCCESS };
     }
@@ -242,23 +245,23 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
             }
         }
     }
-    let done: Vec<usize> = (0..n).filter(|&i| matches!(slots[i], Slot::Done(..))).collect();
+    let done: SmallVec<[usize; 4]> = (0..n).filter(|&i| matches!(slots[i], Slot::Done(..))).collect();
     let first_error = done.iter().copied().find(|&i| matches!(slots[i], Slot::Done(_, st) if st.MPI_ERROR != MPI_SUCCESS));
     let pending = slots.iter().any(|s| matches!(s, Slot::Real(..)));
-    let take: Vec<usize> = match (mode, first_error) {
+    let take: SmallVec<[usize; 4]> = match (mode, first_error) {
         // Testall hands over everything only when everything completed, or stops at an error.
-        (Mode::All | Mode::TestAll | Mode::WaitAll, None) if pending => return Tested { flag: false, indices: vec![], rc: MPI_SUCCESS },
+        (Mode::All | Mode::TestAll | Mode::WaitAll, None) if pending => return Tested { flag: false, indices: SmallVec::new(), rc: MPI_SUCCESS },
         // At a failed request, Waitall and Testall hand over it and the completed requests
         // before it; those after it stay with the program, pending (as MPICH does).
         // Open MPI's MPI_Waitall completes every request even when one fails.
-        (Mode::WaitAll, Some(_)) if pending && open_mpi() => return Tested { flag: false, indices: vec![], rc: MPI_SUCCESS },
+        (Mode::WaitAll, Some(_)) if pending && open_mpi() => return Tested { flag: false, indices: SmallVec::new(), rc: MPI_SUCCESS },
         (Mode::WaitAll, Some(_)) if open_mpi() => done,
         (Mode::All | Mode::TestAll | Mode::WaitAll, Some(e)) => done.into_iter().filter(|&i| i <= e).collect(),
         (Mode::All | Mode::TestAll | Mode::WaitAll | Mode::Some, _) => done,
         (Mode::Any, _) => done.into_iter().take(1).collect(),
     };
     if take.is_empty() {
-        return Tested { flag: false, indices: vec![], rc: MPI_SUCCESS };
+        return Tested { flag: false, indices: SmallVec::new(), rc: MPI_SUCCESS };
     }
     // One request's failure is the call's error; among several (Waitall, Waitsome, ...) it is
     // MPI_ERR_IN_STATUS, and only then are the statuses' MPI_ERROR fields written (MPI 4.1,
