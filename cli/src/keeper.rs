@@ -544,7 +544,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
 /// Under a PMIx launcher (Open MPI's, or `srun --mpi=pmix`) only Open MPI can run underneath:
 /// for a program linked to Open MPI, the launcher's library unless `MPICR_MPI_LIB` names one; any
 /// other program needs `MPICR_MPI_LIB` to name it. `Some`: the library to hand the program.
-fn open_mpi_underneath(program: &std::path::Path, p: &crate::pmix::PmixEnv) -> Result<Option<PathBuf>> {
+pub(crate) fn open_mpi_underneath(program: &std::path::Path, p: &crate::pmix::PmixEnv) -> Result<Option<PathBuf>> {
     use crate::mpilib::{self, Face};
     let launcher = p.launcher_name();
     if let Some((lib, from)) = mpilib::requested(None) {

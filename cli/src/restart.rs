@@ -152,6 +152,16 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     let relay = l.launcher.as_ref().filter(|_| mode != Mode::NoMpi).map(|p| Relay::new(Arc::clone(p), presented, meta.next_generation));
 
     if let Some(launch) = meta.app.clone() {
+        // A fresh program's shim loads MPICH by default; under a PMIx launcher (Open MPI's,
+        // `srun --mpi=pmix`) the job ran on Open MPI, which `mpicr run` named to the program
+        // (`keeper::open_mpi_underneath`): name it again, the library the rank's agent ran on.
+        let mpi_lib = match (mpi_lib, &l.pmix) {
+            (None, Some(p)) if mode == Mode::Agent => match meta.agent_hello.as_ref() {
+                Some(h) => Some(PathBuf::from(&h.library)),
+                None => crate::keeper::open_mpi_underneath(&launch.program, p)?,
+            },
+            (lib, _) => lib,
+        };
         let store = crate::stage::Store::new(tx.clone(), &args.store, &job.job_id, rank, Default::default())?;
         let fresh = Fresh { rank, size, epoch, job_id: job.job_id.clone(), dir, rdir, relay, info, mine, mpi_lib, verbose: args.verbose, mode, launcher: l.launcher.clone(), store };
         return restart_app(fresh, &launch, meta, tx, rx);
