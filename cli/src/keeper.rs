@@ -310,6 +310,7 @@ fn resume_if_any(args: &RunArgs) -> Result<Option<Outcome>> {
         interval: args.interval,
         stop_before: args.stop_before,
         mpi_lib: None,
+        lazy_pages: false,
         verbose: args.verbose,
         store: args.store.clone(),
     };
