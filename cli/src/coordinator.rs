@@ -17,6 +17,10 @@
 //!    `--keep N` then removes older epochs (never a parent a kept incremental epoch needs).
 //! 7. `Resume` (or, for `--stop`, `Stop`: the keepers end their programs and exit 0).
 //!
+//! A rank whose program ends after its part is sealed (`Dumped`, then `Exiting`) no longer
+//! counts against the checkpoint: it counts as resumed. The rank-0 keeper, whose process hosts
+//! this coordinator, waits in [`settle`] for the commit (or a clean failure) before it exits.
+//!
 //! Keepers started with `--no-mpi` have no agent: they answer `Begin` with `ReadyToDump` at once.
 
 use crate::coord_wire::{self, AgentInfo, CkptResult, ClientRequest, FromCoord, Hello, KeeperHello, LiveStatus, Mode, ToClient, ToCoord};

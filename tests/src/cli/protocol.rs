@@ -1,7 +1,8 @@
 //! The whole checkpoint protocol with a stand-in agent (`cli/examples/fake_agent.rs`, the
 //! keeper run with `MPICR_SHIM=none`): targets, transposition, PMI generations and key prefixes,
 //! PmiConnect, the restart handshake; aborted and timed-out checkpoints; the drain/release
-//! barrier; a lost coordinator (test hook `MPICR_TEST_COORD_FAULT`).
+//! barrier; a lost coordinator (test hook `MPICR_TEST_COORD_FAULT`); programs that end while
+//! their images are sealed (test hook `MPICR_TEST_SEAL_DELAY`).
 
 use super::{cat, complete, grep, grep_c, tail, CaseFn, LIMIT, T};
 
