@@ -373,8 +373,12 @@ fn serve_lazily(d: crate::criu::LazyPages, pid: i32, rank: i32, verbose: bool) -
             }
         }
         Err(e) => {
-            crate::elog!("mpicr[{rank}]: the program's memory could not be restored: {e:#}; ending it");
-            crate::keeper::kill_program(pid);
+            // A daemon whose program already ended (a zombie, or gone) lost nothing.
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.chars().next()));
+            if !matches!(state, None | Some(Some('Z'))) {
+                crate::elog!("mpicr[{rank}]: the program's memory could not be restored: {e:#}; ending it");
+                crate::keeper::kill_program(pid);
+            }
         }
     })?;
     Ok(())
