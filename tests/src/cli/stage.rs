@@ -28,7 +28,7 @@ pub fn cases() -> Vec<CaseFn> {
         run: stage,
     }, CaseFn {
         name: "lazy-restart",
-        cases: &["lazy-restart"],
+        cases: &["lazy-restart", "lazy-restart-fallback"],
         run: lazy_restart,
     }]
 }
@@ -73,6 +73,21 @@ fn lazy_restart(t: &mut T) {
             cat(&[&t.p("l1.err"), &t.p("l2.err")])
         )
     });
+
+    // The same epoch again, with a CRIU whose lazy-pages daemon cannot start: one line, and
+    // every page restored up front.
+    let wrapper = t.p("criu-no-lazy");
+    let real = t.env.root.join(".deps/criu/criu");
+    let script = format!("#!/bin/sh\n[ \"$1\" = lazy-pages ] && {{ echo 'no lazy pages here' >&2; exit 1; }}\nexec '{}' \"$@\"\n", real.display());
+    let made = std::fs::write(&wrapper, script).is_ok()
+        && std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).is_ok();
+    let mut c = t.mpi(4, 2);
+    c.env("MPICR_CRIU", &wrapper).env("MPICR_LAZY_PAGES", "1").arg(&m).arg("restart").arg(&d);
+    let rc_c = t.to(c, Some(&t.p("l3.out")), Some(&t.p("l3.err")), LIMIT);
+    let err = cat(&[&t.p("l3.err")]);
+    let fell_back = err.lines().filter(|l| l.contains("lazy pages unavailable: criu lazy-pages ended before it listened")).count();
+    let same = ticks(&cat(&[&t.p("l3.out")])) == ticks(&cat(&[&t.p("l2.out")])) && msg.is_ok();
+    t.check("lazy-restart-fallback", made && rc_c == 0 && fell_back == 2 && same, |_t| format!("rc={rc_c}, {fell_back} fallback line(s), output as the first restart: {same}; {err}"));
 }
 
 /// Per rank, how often each tick was printed.
