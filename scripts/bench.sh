@@ -17,8 +17,8 @@
 #       makes the script exit 1 after the tables are printed.
 #     - restart: `mpicr restart` (launch to running) next to bare CRIU's restore of the same
 #       memory plus one MPI_Init of the same job (bench/init_time.c), and the ratio; the bare
-#       images are also restored with CRIU lazy pages (`criu lazy-pages` daemons, userfaultfd)
-#       to show what that would win (BENCH_LAZY=0 skips it).
+#       images are also restored with CRIU lazy pages (`criu lazy-pages` daemons, userfaultfd),
+#       and mpicr's epoch again with `mpicr restart --lazy-pages` (BENCH_LAZY=0 skips both).
 #   Section 3, scaling: checkpoint cost at 1, 2, 4, 8 ranks (64 MiB each; 8 oversubscribes) and
 #     at 64..512 MiB per process (2 ranks), bare CRIU next to mpicr (one MPI flavor), with the
 #     fitted slopes (ms per rank, ms per GiB) and ms per GiB written at each point.
@@ -36,7 +36,8 @@
 #   BENCH_CKPT_SIZES="64 512"   MiB per process
 #   BENCH_CKPT_REPS=3     section 2 repetitions
 #   BENCH_CKPT_FLAVORS="mpich4 mpich5"   MPI libraries for the mpicr measurement
-#   BENCH_LAZY=1          section 2 also restores the bare-CRIU images with lazy pages
+#   BENCH_LAZY=1          section 2 also restores the bare-CRIU images with lazy pages, and
+#                         mpicr's with `mpicr restart --lazy-pages`
 #   BENCH_SCALE_RANKS="1 2 4 8"  BENCH_SCALE_MIBS="64 256 512"  BENCH_SCALE_REPS=2
 #   BENCH_SCALE_BIG="1024 2048"  opt-in: larger sizes appended to the memory series (2 ranks hold
 #                         2 x 2 GiB, and as much goes to disk per dump: mind the machine)
@@ -583,6 +584,31 @@ ckpt_mpicr_once() {
     wait_group "$job" || rc=$?
     grep -q '^ckpt_mem: done .*verify=ok' "$rstlog" && [ $rc -eq 0 ] || {
         tail_log "$rstlog"; die "$tag: restarted job ($f, $mib MiB) did not finish cleanly (exit status $rc)"; }
+    # The same epoch restarted again with lazy pages (BENCH_LAZY): launch to running, next to
+    # bare CRIU lazy; ckpt_mem then checks every page of its memory (served by the daemons).
+    local lazy_restore_ms="" lazylog=$dir/restart-lazy.log
+    if [ "$tag" = s2 ] && [ "$lazy" = 1 ]; then
+        rm -f "$stopf"
+        t0=$(now)
+        start_job "$T_MPICR" "$lazylog" "$mpiexec" -n "$n" "$mpicr" restart --lazy-pages -v "$ck"
+        waited=0
+        until grep -q '^ckpt_mem: resumed' "$lazylog"; do
+            alive "$job" || { tail_log "$lazylog"; die "$tag: mpicr restart --lazy-pages ($f, $mib MiB) ended before the program resumed"; }
+            [ $waited -lt $((T_RESUME * 10)) ] || { tail_log "$lazylog"; die "$tag: mpicr restart --lazy-pages ($f, $mib MiB): no resume after ${T_RESUME}s"; }
+            sleep 0.1; waited=$((waited + 1))
+        done
+        at=$(sed -n 's/^ckpt_mem: resumed .*at=\([0-9.]*\).*/\1/p' "$lazylog" | tail -n 1)
+        lazy_restore_ms=$(awk -v a="$t0" -v b="$at" 'BEGIN { printf "%.1f", (b - a) * 1000 }')
+        touch "$stopf"
+        rc=0
+        wait_group "$job" || rc=$?
+        grep -q '^ckpt_mem: done .*verify=ok' "$lazylog" && [ $rc -eq 0 ] || {
+            tail_log "$lazylog"; die "$tag: job restarted with --lazy-pages ($f, $mib MiB) did not finish cleanly (exit status $rc)"; }
+        if grep -q 'lazy pages unavailable' "$lazylog"; then
+            say "$tag: mpicr restart --lazy-pages fell back to a full restore: $(grep -m1 'lazy pages unavailable' "$lazylog")"
+            lazy_restore_ms=""
+        fi
+    fi
     rm -rf "$dir"
     {
         [ -n "$stop" ] && echo "$tag $who $key $rep stop_ms $stop"
@@ -593,8 +619,9 @@ ckpt_mpicr_once() {
         [ -z "$init_mpicr_ms" ] || echo "$tag $who $key $rep init_mpicr_ms $init_mpicr_ms"
         [ -z "$criu_ms" ] || echo "$tag $who $key $rep restore_criu_ms $criu_ms"
         [ -z "$verify_ms" ] || echo "$tag $who $key $rep restore_verify_ms $verify_ms"
+        [ -z "$lazy_restore_ms" ] || echo "$tag $who $key $rep lazy_restore_ms $lazy_restore_ms"
     } >> "$raw"
-    say "$tag: mpicr ($f) $n x $mib MiB run $rep/$(reps_of "$tag"): stop ${stop:-?} ms, checkpoint ${dump_ms} ms, restore ${restore_ms} ms (keepers' image checks ${verify_ms:-?} ms, CRIU part ${criu_ms:-?} ms; MPI_Init alone ${init_ms:--} ms, under mpicr run ${init_mpicr_ms:--} ms)"
+    say "$tag: mpicr ($f) $n x $mib MiB run $rep/$(reps_of "$tag"): stop ${stop:-?} ms, checkpoint ${dump_ms} ms, restore ${restore_ms} ms (keepers' image checks ${verify_ms:-?} ms, CRIU part ${criu_ms:-?} ms; MPI_Init alone ${init_ms:--} ms, under mpicr run ${init_mpicr_ms:--} ms)${lazy_restore_ms:+, restore --lazy-pages $lazy_restore_ms ms}"
 }
 
 section2_prereq() {

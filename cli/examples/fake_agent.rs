@@ -12,6 +12,8 @@
 //! `--ignore-at E`: rank 1 ignores the checkpoint request of epoch E (a coordinator timeout);
 //! `--fail-drain-at E`: rank 1 answers the expected receives of epoch E with `Failed` while the
 //! others drained: nobody may release (a renewal is a PMI barrier, so one would hang).
+//! `--exit-after-dump`: after the first checkpoint's resume (not a restart's) the program releases
+//! its lower half and exits 0 at once, while its keeper may still be sealing the images.
 //! Output: `rank R tick I gen G`, one line per tick; exit status 0, or 1 on any inconsistency.
 
 use mpicr_proto::{FromAgent, Hello, Timings, ToAgent};
@@ -150,7 +152,12 @@ fn main() {
     let ticks: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(100);
     let close_pmi = args.iter().any(|a| a == "--close-pmi");
     let opt = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse::<u64>().ok());
-    let faults = Faults { fail_at: opt("--fail-at"), ignore_at: opt("--ignore-at"), fail_drain_at: opt("--fail-drain-at") };
+    let faults = Faults {
+        fail_at: opt("--fail-at"),
+        ignore_at: opt("--ignore-at"),
+        fail_drain_at: opt("--fail-drain-at"),
+        exit_after_dump: args.iter().any(|a| a == "--exit-after-dump"),
+    };
     let env_i = |k: &str, d: i32| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
     let rank = env_i("PMI_RANK", 0);
     let size = env_i("PMI_SIZE", 1);
@@ -200,6 +207,7 @@ struct Faults {
     fail_at: Option<u64>,
     ignore_at: Option<u64>,
     fail_drain_at: Option<u64>,
+    exit_after_dump: bool,
 }
 
 fn agent(ctl: UnixStream, lh: Arc<Mutex<LowerHalf>>, gate: Arc<Gate>, rank: i32, size: i32, faults: Faults) {
@@ -280,8 +288,16 @@ fn agent(ctl: UnixStream, lh: Arc<Mutex<LowerHalf>>, gate: Arc<Gate>, rank: i32,
                 l.init(gen);
                 drop(l);
                 say(&format!("fake_agent[{rank}]: resumed (restarted={restarted}, epoch {e}, generation {gen})"));
+                let renewed = FromAgent::Resumed { timings: Timings { phases_us: vec![("renew".into(), t.elapsed().as_micros() as u64)] } };
+                if faults.exit_after_dump && !restarted {
+                    // The gate stays closed: no tick past the image is printed twice.
+                    send(renewed);
+                    say(&format!("fake_agent[{rank}]: exiting right after the dump of epoch {e}"));
+                    lh.lock().unwrap().release();
+                    std::process::exit(0);
+                }
                 gate.set(true);
-                send(FromAgent::Resumed { timings: Timings { phases_us: vec![("renew".into(), t.elapsed().as_micros() as u64)] } });
+                send(renewed);
             }
             ToAgent::Abort { reason } => {
                 let mut l = lh.lock().unwrap();

@@ -263,12 +263,26 @@ pub struct RestartArgs {
     #[arg(long, value_name = "PATH")]
     pub mpi_lib: Option<PathBuf>,
 
+    /// Restore with CRIU lazy pages: the program runs again before its memory is all in; a
+    /// `criu lazy-pages` daemon per rank serves the rest through userfaultfd. Also
+    /// MPICR_LAZY_PAGES=1. Where userfaultfd is not available, one line says so and every page
+    /// is restored up front
+    #[arg(long)]
+    pub lazy_pages: bool,
+
     /// Print what the keeper does on stderr
     #[arg(short, long)]
     pub verbose: bool,
 
     #[command(flatten)]
     pub store: StoreArgs,
+}
+
+impl RestartArgs {
+    /// `--lazy-pages`, or `MPICR_LAZY_PAGES=1`.
+    pub fn lazy(&self) -> bool {
+        self.lazy_pages || std::env::var("MPICR_LAZY_PAGES").is_ok_and(|v| v == "1")
+    }
 }
 
 /// How checkpoints are written and kept (`run` and `restart`; a restart does not inherit them).

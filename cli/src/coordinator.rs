@@ -17,6 +17,10 @@
 //!    `--keep N` then removes older epochs (never a parent a kept incremental epoch needs).
 //! 7. `Resume` (or, for `--stop`, `Stop`: the keepers end their programs and exit 0).
 //!
+//! A rank whose program ends after its part is sealed (`Dumped`, then `Exiting`) no longer
+//! counts against the checkpoint: it counts as resumed. The rank-0 keeper, whose process hosts
+//! this coordinator, waits in [`settle`] for the commit (or a clean failure) before it exits.
+//!
 //! Keepers started with `--no-mpi` have no agent: they answer `Begin` with `ReadyToDump` at once.
 
 use crate::coord_wire::{self, AgentInfo, CkptResult, ClientRequest, FromCoord, Hello, KeeperHello, LiveStatus, Mode, ToClient, ToCoord};
@@ -28,7 +32,7 @@ use coord_wire::SecureTx;
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 const DEFAULT_CKPT_TIMEOUT: Duration = Duration::from_secs(600);
@@ -160,8 +164,37 @@ pub fn start(cfg: Config, secret: Vec<u8>) -> Result<coord_wire::CoordInfo> {
             }
         })?;
     }
+    let _ = EVENTS.set(Mutex::new(tx));
     std::thread::Builder::new().name("coordinator".into()).spawn(move || Coordinator::new(cfg).run(rx))?;
     Ok(info)
+}
+
+/// The events of this process's coordinator (one per process: the rank-0 keeper's).
+static EVENTS: OnceLock<Mutex<Sender<Event>>> = OnceLock::new();
+
+/// How the checkpoint in progress when the hosting keeper's program ended came out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settled {
+    /// No checkpoint was in progress (or this process hosts no coordinator).
+    Idle,
+    Committed(u64),
+    /// Failed (no manifest: the previous epoch is the one to restart), with the reason.
+    Failed(u64, String),
+}
+
+/// The hosting keeper's program ended: a checkpoint in progress (its images dumped, their
+/// sealing or the other ranks' still running) must be committed, or failed cleanly, before
+/// this process and the coordinator with it end. Waits for that at most `limit`; the
+/// coordinator fails the checkpoint itself when the limit comes.
+pub fn settle(limit: Duration) -> Settled {
+    let Some(tx) = EVENTS.get() else { return Settled::Idle };
+    let (reply, rx) = mpsc::channel();
+    let until = Instant::now() + limit;
+    if tx.lock().map(|t| t.send(Event::Settle { until, reply })).is_err() {
+        return Settled::Idle;
+    }
+    // The coordinator answers at `until` at the latest; the margin covers its abort.
+    rx.recv_timeout(limit + Duration::from_secs(5)).unwrap_or(Settled::Idle)
 }
 
 enum Event {
@@ -172,6 +205,8 @@ enum Event {
     Tick,
     /// `--stop-before`: the job's time limit is near.
     TimeLimit,
+    /// The hosting keeper's program ended (see [`settle`]).
+    Settle { until: Instant, reply: Sender<Settled> },
 }
 
 /// Counts a connection that has not authenticated yet, until dropped.
@@ -330,6 +365,8 @@ struct Coordinator {
     ever_joined: BTreeSet<i32>,
     /// The `--stop-before` checkpoint was asked for (once).
     limit_stop: bool,
+    /// Told how the checkpoint in progress ends (see [`settle`]).
+    settle: Vec<Sender<Settled>>,
 }
 
 /// A checkpoint request parked until every rank has an agent (see [`Coordinator::waiting`]).
@@ -372,6 +409,7 @@ impl Coordinator {
             waiting: None,
             ever_joined: BTreeSet::new(),
             limit_stop: false,
+            settle: Vec::new(),
         }
     }
 
@@ -491,7 +529,7 @@ impl Coordinator {
                     self.ranks.remove(&r);
                     // A waiting request no longer waits for a rank that ended: it fails now.
                     self.start_waiting();
-                    if self.ckpt.is_some() {
+                    if self.ckpt.is_some() && !self.rank_ended(r) {
                         self.abort(format!("rank {r} left the job"));
                     }
                     if let Some((epoch, _)) = self.restart_pending {
@@ -521,6 +559,15 @@ impl Coordinator {
                     self.request(false, Requester::Internal("periodic"), DEFAULT_CKPT_TIMEOUT);
                 }
             }
+            Event::Settle { until, reply } => match self.ckpt.as_mut() {
+                None => {
+                    let _ = reply.send(Settled::Idle);
+                }
+                Some(c) => {
+                    c.deadline = c.deadline.min(until);
+                    self.settle.push(reply);
+                }
+            },
             Event::TimeLimit => {
                 if !self.limit_stop && self.ckpt.is_none() && self.waiting.is_none() && self.restart_pending.is_none() {
                     self.log("the job's time limit is near (--stop-before): checkpoint and stop");
@@ -528,6 +575,42 @@ impl Coordinator {
                     self.request(true, Requester::Internal("time-limit"), DEFAULT_CKPT_TIMEOUT);
                 }
             }
+        }
+    }
+
+    /// Rank `r`'s program ended (its keeper said `Exiting`, or left) during the checkpoint in
+    /// progress. `true` when the checkpoint goes on without it: its images are dumped and
+    /// sealed (`Dumped`, which its keeper sends before it exits), so the epoch can still be
+    /// committed; the rank then counts as resumed.
+    fn rank_ended(&mut self, r: i32) -> bool {
+        let size = self.size();
+        let verbose = self.cfg.verbose;
+        let Some(c) = self.ckpt.as_mut() else { return true };
+        if !c.dumped.contains_key(&r) || !matches!(c.phase, Phase::Dumping | Phase::Resuming) {
+            return false;
+        }
+        let epoch = c.epoch;
+        let mut done = false;
+        if c.resumed.insert(r) && c.resumed.len() as i32 == size {
+            c.last_resumed.get_or_insert_with(Instant::now);
+            if c.phase == Phase::Resuming {
+                c.mark("resume");
+                done = true;
+            }
+        }
+        if verbose {
+            self.log(&format!("coordinator: the program of rank {r} ended after its part of checkpoint {epoch} was sealed"));
+        }
+        if done {
+            self.finish();
+        }
+        true
+    }
+
+    /// Tells whoever waits in [`settle`] how the checkpoint ended.
+    fn settled(&mut self, how: Settled) {
+        for tx in self.settle.drain(..) {
+            let _ = tx.send(how.clone());
         }
     }
 
@@ -604,7 +687,11 @@ impl Coordinator {
                     }
                 }
             }
-            ToCoord::Exiting { .. } => {}
+            ToCoord::Exiting { .. } => {
+                if self.ckpt.is_some() && !self.rank_ended(r) {
+                    self.abort(format!("the program of rank {r} ended during the checkpoint"));
+                }
+            }
             ToCoord::Failed { epoch, reason } => {
                 if let Some((e, _)) = self.restart_pending {
                     if e == epoch {
@@ -1052,6 +1139,7 @@ impl Coordinator {
                 self.log(&format!("warning: --keep {keep}: {e:#}"));
             }
         }
+        self.settled(Settled::Committed(m.epoch));
         let res = CkptResult { epoch: m.epoch, stop_time_us: m.stop_time_us, mpi_back_us: m.mpi_back_us, bytes: m.total_bytes, ranks: m.ranks, stopped: c.stop };
         match c.requester {
             Requester::Client(mut s) => {
@@ -1079,6 +1167,7 @@ impl Coordinator {
         if !committed {
             self.cfg.dir.mark_failed(epoch, &reason);
         }
+        self.settled(if committed { Settled::Committed(epoch) } else { Settled::Failed(epoch, reason.clone()) });
         self.broadcast(&FromCoord::Abort { epoch, reason: reason.clone() });
         match c.requester {
             Requester::Client(mut s) => {

@@ -66,7 +66,9 @@ impl Criu {
     /// Restores the image in `dir` detached (`restore -d`); `inherit` maps resources of the image
     /// (`socket:[INO]`, `pipe:[INO]`) to descriptors of the keeper. Returns the restored pid.
     /// `leave_stopped`: the restored tree stays stopped (SIGCONT lets it run).
-    pub fn restore(&self, dir: &Path, inherit: Vec<(OwnedFd, String)>, leave_stopped: bool, timeout: Duration) -> Result<i32> {
+    /// `lazy`: the memory is not written in by CRIU but served afterwards through userfaultfd by
+    /// the `criu lazy-pages` daemon of `dir` (`start_lazy_pages`), which must be listening.
+    pub fn restore(&self, dir: &Path, inherit: Vec<(OwnedFd, String)>, leave_stopped: bool, lazy: bool, timeout: Duration) -> Result<i32> {
         // CRIU changes directory: every path it gets must be absolute.
         let dir = &dir.canonicalize().with_context(|| format!("resolving {}", dir.display()))?;
         let pidfile = dir.join("restore.pid");
@@ -85,10 +87,132 @@ impl Criu {
         if leave_stopped {
             cmd.arg("--leave-stopped");
         }
+        if lazy {
+            cmd.arg("--lazy-pages");
+        }
         run(cmd, "restore", &dir.join("restore.log"), timeout, fds)?;
         let text = std::fs::read_to_string(&pidfile).with_context(|| format!("criu restore wrote no {}", pidfile.display()))?;
         let _ = std::fs::remove_file(&pidfile);
         text.trim().parse().with_context(|| format!("criu restore wrote a bad pid file: {text:?}"))
+    }
+}
+
+/// Why lazy pages cannot serve a restore here (one line), or `None`: CRIU must support
+/// non-cooperative userfaultfd, and a non-root user needs `vm.unprivileged_userfaultfd=1`.
+pub fn lazy_pages_unavailable(criu: &Criu) -> Option<String> {
+    if unprivileged() && std::fs::read_to_string("/proc/sys/vm/unprivileged_userfaultfd").is_ok_and(|v| v.trim() == "0") {
+        return Some("userfaultfd is for root only here (sysctl vm.unprivileged_userfaultfd=0)".into());
+    }
+    let mut cmd = Command::new(&criu.bin);
+    cmd.args(["check", "--feature", "uffd-noncoop"]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let Ok(mut child) = cmd.spawn() else { return Some(format!("cannot run {}", criu.bin.display())) };
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match child.try_wait() {
+            Ok(Some(st)) if st.success() => return None,
+            Ok(Some(_)) => {
+                let out = child.wait_with_output().map(|o| String::from_utf8_lossy(&[o.stdout, o.stderr].concat()).trim().to_string()).unwrap_or_default();
+                let line = out.lines().last().unwrap_or("").to_string();
+                return Some(format!("criu check --feature uffd-noncoop failed: {line}"));
+            }
+            Ok(None) if std::time::Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Some("criu check --feature uffd-noncoop did not answer within 10s".into());
+            }
+        }
+    }
+}
+
+/// The socket a `criu lazy-pages` daemon listens on, in its image (work) directory.
+pub const LAZY_SOCKET: &str = "lazy-pages.socket";
+pub const LAZY_LOG: &str = "lazy-pages.log";
+
+/// A `criu lazy-pages` daemon serving the memory of one image directory to the restored tree.
+/// It ends by itself once every page is in (or the tree ended); `wait` reaps it, bounded.
+pub struct LazyPages {
+    pid: i32,
+    dir: PathBuf,
+    done: std::sync::mpsc::Receiver<std::io::Result<std::process::ExitStatus>>,
+}
+
+impl Criu {
+    /// Starts the daemon for `dir` and waits (at most `limit`) until it listens.
+    pub fn start_lazy_pages(&self, dir: &Path, limit: Duration) -> Result<LazyPages> {
+        let dir = dir.canonicalize().with_context(|| format!("resolving {}", dir.display()))?;
+        let _ = std::fs::remove_file(dir.join(LAZY_SOCKET));
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("lazy-pages").arg("-D").arg(&dir).arg("-o").arg(LAZY_LOG).arg("-v4");
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        let keeper = std::process::id() as libc::pid_t;
+        // SAFETY: only prctl, getppid and umask (async-signal-safe) on integers computed before fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                crate::sys::child_set_pdeathsig(keeper)?;
+                crate::sys::child_umask(0o077)?;
+                Ok(())
+            });
+        }
+        let mut running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+        let mut child = cmd.spawn().with_context(|| format!("starting {} lazy-pages", self.bin.display()))?;
+        let pid = child.id() as i32;
+        running.push(pid);
+        drop(running);
+        let (tx, done) = std::sync::mpsc::channel();
+        std::thread::Builder::new().name("lazy-pages".into()).spawn(move || {
+            crate::sys::wait_exited_no_reap(pid);
+            let mut running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+            running.retain(|&p| p != pid);
+            let _ = tx.send(child.wait());
+        })?;
+        let d = LazyPages { pid, dir, done };
+        let until = std::time::Instant::now() + limit;
+        while !d.dir.join(LAZY_SOCKET).exists() {
+            if let Ok(st) = d.done.try_recv() {
+                let log = d.dir.join(LAZY_LOG);
+                bail!("criu lazy-pages ended before it listened ({}){}", st.map(|s| s.to_string()).unwrap_or_default(), describe_failure("", &log));
+            }
+            if std::time::Instant::now() >= until {
+                d.kill();
+                bail!("criu lazy-pages did not listen on {} within {}s", LAZY_SOCKET, limit.as_secs());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(d)
+    }
+}
+
+impl LazyPages {
+    /// Waits (at most `limit`) until the daemon has served every page and exited; its socket
+    /// and log are removed then (the log stays after a failure, which the error quotes).
+    pub fn wait(self, limit: Duration) -> Result<()> {
+        let log = self.dir.join(LAZY_LOG);
+        let r = match self.done.recv_timeout(limit) {
+            Ok(Ok(st)) if st.success() => Ok(()),
+            Ok(st) => Err(anyhow::anyhow!(
+                "criu lazy-pages failed ({}){}",
+                st.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string()),
+                describe_failure("", &log)
+            )),
+            Err(_) => {
+                kill_running(self.pid);
+                let _ = self.done.recv_timeout(Duration::from_secs(10));
+                Err(anyhow::anyhow!("criu lazy-pages had not served every page after {}s and was killed", limit.as_secs()))
+            }
+        };
+        let _ = std::fs::remove_file(self.dir.join(LAZY_SOCKET));
+        if r.is_ok() {
+            let _ = std::fs::remove_file(&log);
+        }
+        r
+    }
+
+    /// Ends the daemon (a restore that did not happen) and removes its socket.
+    pub fn kill(&self) {
+        kill_running(self.pid);
+        let _ = self.done.recv_timeout(Duration::from_secs(10));
+        let _ = std::fs::remove_file(self.dir.join(LAZY_SOCKET));
     }
 }
 

@@ -29,6 +29,9 @@ use std::time::{Duration, Instant};
 const COORD_KEY: &str = "mpicr-coordinator";
 pub(crate) const CRIU_TIMEOUT: Duration = Duration::from_secs(600);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the rank-0 keeper, its program ended, waits for a checkpoint in progress to be
+/// committed (the other ranks' images sealed) before the coordinator fails it.
+const SETTLE_LIMIT: Duration = Duration::from_secs(300);
 
 /// How the keeper ended: the launcher must see the program's fate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -307,6 +310,7 @@ fn resume_if_any(args: &RunArgs) -> Result<Option<Outcome>> {
         interval: args.interval,
         stop_before: args.stop_before,
         mpi_lib: None,
+        lazy_pages: false,
         verbose: args.verbose,
         store: args.store.clone(),
     };
@@ -1140,6 +1144,15 @@ impl Keeper {
             }
         }
         if let Some(info) = self.coord_info.take() {
+            // This process hosts the coordinator: a checkpoint whose dumps are done (the program
+            // ran on and ended while they were sealed) is committed, or failed cleanly, first.
+            match coordinator::settle(SETTLE_LIMIT) {
+                coordinator::Settled::Idle => {}
+                coordinator::Settled::Committed(e) => self.say(&format!("checkpoint {e} committed after the program ended")),
+                coordinator::Settled::Failed(e, why) => {
+                    crate::elog!("mpicr: checkpoint {e} in progress when the program ended was not committed: {why}")
+                }
+            }
             if !self.state.is_stopping() {
                 let code = match exit {
                     Exit::Code(c) => Some(c),

@@ -22,7 +22,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// `mpicr restart`.
 pub fn restart(args: RestartArgs) -> Result<Outcome> {
@@ -244,7 +244,7 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
             })
             .context("starting the thread that verifies the page images")?
     };
-    let restored = criu.restore(&rdir, inherit, true, CRIU_TIMEOUT);
+    let (restored, lazy) = restore_maybe_lazy(&criu, &rdir, inherit, args.lazy(), rank);
     crate::compress::remove(&expanded);
     let t_wait = Instant::now();
     let checked = pages_checked.join().unwrap_or_else(|_| Err(anyhow::anyhow!("internal error while verifying the page images")));
@@ -266,6 +266,9 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     if !meta.pidns && pid != meta.pid {
         crate::keeper::kill_program(pid);
         bail!("criu restored pid {pid}, but the image is of pid {}", meta.pid);
+    }
+    if let Some(d) = lazy {
+        serve_lazily(d, pid, rank, args.verbose)?;
     }
     crate::keeper::resume_stopped(pid);
     PROGRAM_PID.store(pid, Ordering::SeqCst);
@@ -327,6 +330,69 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     out
 }
 
+
+/// How long a `criu lazy-pages` daemon may take to listen.
+const LAZY_LISTEN: Duration = Duration::from_secs(10);
+
+/// `criu restore` of `rdir`, with lazy pages when asked for and available (then with the
+/// daemon serving them). Lazy pages that cannot be had (no userfaultfd, the daemon or the lazy
+/// restore failed) are said in one line, and every page is restored up front instead.
+fn restore_maybe_lazy(criu: &Criu, rdir: &std::path::Path, inherit: Vec<(OwnedFd, String)>, lazy: bool, rank: i32) -> (Result<i32>, Option<crate::criu::LazyPages>) {
+    if !lazy {
+        return (criu.restore(rdir, inherit, true, false, CRIU_TIMEOUT), None);
+    }
+    let fallback = |why: String| crate::elog!("mpicr[{rank}]: lazy pages unavailable: {why}; restoring every page up front");
+    if let Some(why) = crate::criu::lazy_pages_unavailable(criu) {
+        fallback(why);
+        return (criu.restore(rdir, inherit, true, false, CRIU_TIMEOUT), None);
+    }
+    let daemon = match criu.start_lazy_pages(rdir, LAZY_LISTEN) {
+        Ok(d) => d,
+        Err(e) => {
+            fallback(format!("{e:#}"));
+            return (criu.restore(rdir, inherit, true, false, CRIU_TIMEOUT), None);
+        }
+    };
+    // Kept for a second try without lazy pages.
+    let spare: std::io::Result<Vec<(OwnedFd, String)>> = inherit.iter().map(|(fd, r)| Ok((fd.try_clone()?, r.clone()))).collect();
+    match criu.restore(rdir, inherit, true, true, CRIU_TIMEOUT) {
+        Ok(pid) => (Ok(pid), Some(daemon)),
+        Err(e) => {
+            daemon.kill();
+            match spare {
+                Ok(spare) => {
+                    fallback(format!("{e:#}"));
+                    (criu.restore(rdir, spare, true, false, CRIU_TIMEOUT), None)
+                }
+                Err(_) => (Err(e), None),
+            }
+        }
+    }
+}
+
+/// The program is restored with lazy pages: the daemon serves the rest of its memory while it
+/// runs. A daemon that fails leaves memory the program would read as zeros (the kernel fills
+/// pages of a closed userfaultfd so): the program is killed then, with one line saying why.
+/// The daemon is reaped, its socket and log removed, within `CRIU_TIMEOUT`.
+fn serve_lazily(d: crate::criu::LazyPages, pid: i32, rank: i32, verbose: bool) -> Result<()> {
+    let t = Instant::now();
+    std::thread::Builder::new().name("lazy-pages-wait".into()).spawn(move || match d.wait(CRIU_TIMEOUT) {
+        Ok(()) => {
+            if verbose {
+                crate::elog!("mpicr[{rank}]: lazy pages: every page in after {}", crate::args::format_duration(t.elapsed()));
+            }
+        }
+        Err(e) => {
+            // A daemon whose program already ended (a zombie, or gone) lost nothing.
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.chars().next()));
+            if !matches!(state, None | Some(Some('Z'))) {
+                crate::elog!("mpicr[{rank}]: the program's memory could not be restored: {e:#}; ending it");
+                crate::keeper::kill_program(pid);
+            }
+        }
+    })?;
+    Ok(())
+}
 
 /// What `restart` settled for a rank, before it is brought back.
 struct Fresh {

@@ -159,6 +159,7 @@ impl Store {
 
 fn seal(t: &Target, meta: &RankMeta, started: Instant, compress: bool) -> Result<RankManifest> {
     if t.images == t.fin {
+        test_seal_delay(meta.epoch);
         return images::seal_rank_dir(&t.fin, meta, started);
     }
     let marker = t.fin.join(STAGED);
@@ -184,6 +185,16 @@ fn test_delay(epoch: u64) {
     let Some((e, s)) = v.split_once(':') else { return };
     if e.parse() == Ok(epoch) {
         std::thread::sleep(Duration::from_secs(s.parse().unwrap_or(0)));
+    }
+}
+
+/// Test-only: `MPICR_TEST_SEAL_DELAY=EPOCH:MILLISECONDS`: the sealing of that epoch's dump (not
+/// staged) waits first, so that the program ends while it runs (a test of the commit race).
+fn test_seal_delay(epoch: u64) {
+    let Ok(v) = std::env::var("MPICR_TEST_SEAL_DELAY") else { return };
+    let Some((e, ms)) = v.split_once(':') else { return };
+    if e.parse() == Ok(epoch) {
+        std::thread::sleep(Duration::from_millis(ms.parse().unwrap_or(0)));
     }
 }
 

@@ -2,7 +2,7 @@
 //! stdio under Hydra, exit statuses, plain CRIU checkpoint/restart of non-MPI programs, the
 //! checkpoint protocol with a stand-in agent (`cli/examples/fake_agent.rs`), restart and
 //! checkpoint errors, hangs and deadlines (test hooks `MPICR_TEST_COORD_FAULT`,
-//! `MPICR_TEST_AGENT_PANIC`), periodic and SIGUSR1 checkpoints, security, PID namespaces and a
+//! `MPICR_TEST_AGENT_PANIC`, `MPICR_TEST_SEAL_DELAY`), periodic and SIGUSR1 checkpoints, security, PID namespaces and a
 //! non-root user. Run by `tests/cli.rs` (`cargo test --release -p mpicr-tests --test cli`).
 //!
 //! Each group of cases is a function (`CaseFn`) that reports one or more named cases (`ok NAME`,

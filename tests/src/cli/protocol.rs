@@ -1,7 +1,8 @@
 //! The whole checkpoint protocol with a stand-in agent (`cli/examples/fake_agent.rs`, the
 //! keeper run with `MPICR_SHIM=none`): targets, transposition, PMI generations and key prefixes,
 //! PmiConnect, the restart handshake; aborted and timed-out checkpoints; the drain/release
-//! barrier; a lost coordinator (test hook `MPICR_TEST_COORD_FAULT`).
+//! barrier; a lost coordinator (test hook `MPICR_TEST_COORD_FAULT`); programs that end while
+//! their images are sealed (test hook `MPICR_TEST_SEAL_DELAY`).
 
 use super::{cat, complete, grep, grep_c, tail, CaseFn, LIMIT, T};
 
@@ -45,6 +46,11 @@ pub fn cases() -> Vec<CaseFn> {
             name: "agent-late-init",
             cases: &["agent-late-init-waits", "agent-late-init-times-out"],
             run: late_init,
+        },
+        CaseFn {
+            name: "agent-exit-while-sealing",
+            cases: &["agent-exit-while-sealing-commits", "agent-exit-while-sealing-restarts"],
+            run: exit_while_sealing,
         },
         CaseFn {
             name: "agent-coord-lost-before-release",
@@ -215,6 +221,37 @@ fn fake_job(t: &T, ver: u32, n: u32, d: &std::path::Path, args: &[&str]) -> std:
     let mut c = t.mpi(ver, n);
     c.arg(&t.env.m).args(["run", "--ckpt-dir"]).arg(d).arg("--").arg(&t.env.fake).args(args);
     c
+}
+
+/// Every program exits as soon as it runs again after its dump, while its keeper still seals
+/// the images (slowed by the test-only `MPICR_TEST_SEAL_DELAY`): the keepers report their
+/// sealed parts, the rank-0 keeper (the coordinator's host) waits for the commit, and
+/// `mpicr checkpoint` reports the epoch committed; a restart of it runs the job to its end.
+fn exit_while_sealing(t: &mut T) {
+    if !t.require(&[t.env.criu_ok, t.env.have4], "needs MPICH 4 and criu") {
+        return;
+    }
+    let d = t.p("sealing");
+    t.export("MPICR_SHIM", "none");
+    t.export("MPICR_TEST_SEAL_DELAY", "1:1500");
+    let c = fake_job(t, 4, 2, &d, &["40", "--exit-after-dump"]);
+    let mut job = t.spawn(c, Some(&t.p("s1.out")), Some(&t.p("s1.err")));
+    let (r1, o1) = t.ckpt(&d, &[]);
+    let rc = job.wait(LIMIT);
+    let good = r1 == 0
+        && grep("^epoch: *1", &o1)
+        && rc == 0
+        && t.epochs_complete(&d) == 1
+        && grep("exiting right after the dump of epoch 1", &cat(&[&t.p("s1.err")]));
+    t.check("agent-exit-while-sealing-commits", good, |t| format!("r1={r1} rc={rc}: {o1}{}", tails(t, &["s1.err"])));
+    let mut c = t.mpi(4, 2);
+    c.arg(&t.env.m).arg("restart").arg(&d);
+    let rc2 = t.to(c, Some(&t.p("s2.out")), Some(&t.p("s2.err")), LIMIT);
+    let all = cat(&[&t.p("s1.out"), &t.p("s2.out")]);
+    let msg = if rc2 == 0 { complete(&all, 2, 40) } else { Err(String::new()) };
+    t.check("agent-exit-while-sealing-restarts", msg.is_ok(), |t| {
+        format!("rc={rc2} {}{}", msg.clone().err().unwrap_or_default(), tails(t, &["s2.err"]))
+    });
 }
 
 /// `mpicr checkpoint` asked before a rank's program initialised MPI under mpicr (its agent says

@@ -26,7 +26,68 @@ pub fn cases() -> Vec<CaseFn> {
             "stage-compress-restart",
         ],
         run: stage,
+    }, CaseFn {
+        name: "lazy-restart",
+        cases: &["lazy-restart", "lazy-restart-fallback"],
+        run: lazy_restart,
     }]
+}
+
+/// `mpicr restart --lazy-pages`: a 2-rank MPI program stopped by a checkpoint runs again while
+/// CRIU's lazy-pages daemons serve its memory (its MPI library renewed over it); the output of
+/// both runs is the uninterrupted run's, and each daemon is reaped with its socket and log
+/// removed. Where userfaultfd is not available the restart says so in one line and restores
+/// every page up front (the output must still be right).
+fn lazy_restart(t: &mut T) {
+    if !t.require(&[t.env.criu_ok, t.env.have4, t.env.shim_built], "needs MPICH 4, criu and the shim") {
+        return;
+    }
+    const N: u32 = 200;
+    let d = t.p("ckl");
+    let m = t.env.m.clone();
+    let mut c = t.mpi(4, 2);
+    c.arg(&m).args(["run", "--ckpt-dir"]).arg(&d).arg("--").arg(t.env.bin("loop4")).arg(N.to_string());
+    let mut job = t.spawn(c, Some(&t.p("l1.out")), Some(&t.p("l1.err")));
+    t.wait_coordinator(&d, true);
+    let (rc, out) = t.ckpt(&d, &["--stop"]);
+    let rc_a = job.wait(LIMIT);
+    let mut c = t.mpi(4, 2);
+    c.arg(&m).args(["restart", "--lazy-pages", "-v"]).arg(&d);
+    let rc_b = t.to(c, Some(&t.p("l2.out")), Some(&t.p("l2.err")), LIMIT);
+    let err = cat(&[&t.p("l2.err")]);
+    let fell_back = err.lines().filter(|l| l.contains("lazy pages unavailable")).count();
+    let served = err.lines().filter(|l| l.contains("lazy pages: every page in after")).count();
+    let left: Vec<String> = (0..2)
+        .flat_map(|r| ["lazy-pages.socket", "lazy-pages.log"].map(|f| d.join(format!("epoch-000001/rank-{r}")).join(f)))
+        .filter(|p| p.exists())
+        .map(|p| p.display().to_string())
+        .collect();
+    let msg = continuous(&cat(&[&t.p("l1.out"), &t.p("l2.out")]), 2, N);
+    let first = ticks(&cat(&[&t.p("l1.out")])).keys().filter(|k| k.1 == 1).count();
+    let lazy_ok = (served == 2 && fell_back == 0) || (fell_back == 2 && served == 0);
+    let good = rc == 0 && rc_a == 0 && rc_b == 0 && msg.is_ok() && first == 2 && lazy_ok && left.is_empty();
+    t.check("lazy-restart", good, |t| {
+        format!(
+            "ckpt rc={rc} {out}; run {rc_a}, restart {rc_b}; {served} served, {fell_back} fell back; left {left:?}; {} {}",
+            msg.clone().err().unwrap_or_default(),
+            cat(&[&t.p("l1.err"), &t.p("l2.err")])
+        )
+    });
+
+    // The same epoch again, with a CRIU whose lazy-pages daemon cannot start: one line, and
+    // every page restored up front.
+    let wrapper = t.p("criu-no-lazy");
+    let real = t.env.root.join(".deps/criu/criu");
+    let script = format!("#!/bin/sh\n[ \"$1\" = lazy-pages ] && {{ echo 'no lazy pages here' >&2; exit 1; }}\nexec '{}' \"$@\"\n", real.display());
+    let made = std::fs::write(&wrapper, script).is_ok()
+        && std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).is_ok();
+    let mut c = t.mpi(4, 2);
+    c.env("MPICR_CRIU", &wrapper).env("MPICR_LAZY_PAGES", "1").arg(&m).arg("restart").arg(&d);
+    let rc_c = t.to(c, Some(&t.p("l3.out")), Some(&t.p("l3.err")), LIMIT);
+    let err = cat(&[&t.p("l3.err")]);
+    let fell_back = err.lines().filter(|l| l.contains("lazy pages unavailable: criu lazy-pages ended before it listened")).count();
+    let same = ticks(&cat(&[&t.p("l3.out")])) == ticks(&cat(&[&t.p("l2.out")])) && msg.is_ok();
+    t.check("lazy-restart-fallback", made && rc_c == 0 && fell_back == 2 && same, |_t| format!("rc={rc_c}, {fell_back} fallback line(s), output as the first restart: {same}; {err}"));
 }
 
 /// Per rank, how often each tick was printed.
