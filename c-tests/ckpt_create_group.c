@@ -9,7 +9,7 @@
  * communicators are freed. A digest is printed every twentieth of the run.
  * Argument: the step count.
  * Pause point for checkpoint tests: $MPICR_TEST_PAUSE_AT=<step> (common.h).
- * mpicr-test: ranks=1,2,4 args=30 long-args=1500 long-args.4=150 ckpt-ranks=2,4 ckpt-modes=continue,stop-restart ckpt-pace.4=15000
+ * mpicr-test: ranks=1,2,4 args=30 long-args=400 long-args.4=150 ckpt-ranks=2,4 ckpt-modes=continue,stop-restart ckpt-pace=5000 ckpt-pace.4=15000
  */
 #include "common.h"
 
