@@ -7,6 +7,8 @@
 //!    that cannot reach its targets without starting a collective past one (another rank ran
 //!    ahead through collectives it could finish alone) says `Wants`: those targets are raised and
 //!    sent to every rank as the next round, whose send counts replace the earlier ones.
+//!    `MPI_Comm_create_group` keys (collective over a group, not a communicator) come with
+//!    their members; each member gets the key's target, also one that never reported it.
 //! 3. `SendCounts` of the last round from all; each rank gets `Expected`, the transposition
 //!    (what every peer sent it).
 //! 4. `Drained` from all, then `Release`: a job-wide barrier, since releasing the library (and
