@@ -48,6 +48,9 @@ impl Key {
     }
 }
 
+/// Per key, the world ranks of its group (what a report names the members with).
+pub type Members = Vec<(u64, Vec<i32>)>;
+
 static KEYS: Mutex<Option<HashMap<u64, Arc<Key>>>> = Mutex::new(None);
 /// Keys the coordinator gave this rank targets for, as a member, during the checkpoint in
 /// progress (some perhaps not called here yet).
@@ -75,7 +78,7 @@ pub fn key(parent_gid: u64, tag: c_int, members: &[i32]) -> Option<Arc<Key>> {
 
 /// What this rank reports with its counters: the starts of the keys with a call in progress
 /// here, and their members.
-pub fn in_progress() -> (Vec<(u64, u64)>, Vec<(u64, Vec<i32>)>) {
+pub fn in_progress() -> (Vec<(u64, u64)>, Members) {
     let keys = KEYS.lock();
     let Some(keys) = keys.as_ref() else { return (Vec::new(), Vec::new()) };
     let mut counts = Vec::new();
@@ -91,7 +94,7 @@ pub fn in_progress() -> (Vec<(u64, u64)>, Vec<(u64, Vec<i32>)>) {
 }
 
 /// The members of the keys among `ids` (what a rank asking for their targets sends along).
-pub fn members_of(ids: &[(u64, u64)]) -> Vec<(u64, Vec<i32>)> {
+pub fn members_of(ids: &[(u64, u64)]) -> Members {
     let keys = KEYS.lock();
     let Some(keys) = keys.as_ref() else { return Vec::new() };
     ids.iter().filter_map(|(id, _)| keys.get(id).map(|k| (*id, k.members.clone()))).collect()
