@@ -230,9 +230,9 @@ fn agent(ctl: UnixStream, lh: Arc<Mutex<LowerHalf>>, gate: Arc<Gate>, rank: i32,
                 }
                 t0 = Instant::now();
                 gate.set(false);
-                send(FromAgent::Counters { comms: vec![(42, rank as u64)] });
+                send(FromAgent::Counters { comms: vec![(42, rank as u64)], groups: Vec::new() });
             }
-            ToAgent::Targets { round, comms } => {
+            ToAgent::Targets { round, comms, .. } => {
                 if rank == 1 && faults.fail_at == Some(epoch) {
                     send(FromAgent::Failed { reason: format!("injected failure in epoch {epoch}") });
                     continue;
@@ -247,7 +247,7 @@ fn agent(ctl: UnixStream, lh: Arc<Mutex<LowerHalf>>, gate: Arc<Gate>, rank: i32,
                     continue;
                 }
                 if round == 0 && rank == 0 {
-                    send(FromAgent::Wants { comms: vec![(42, size as u64)] });
+                    send(FromAgent::Wants { comms: vec![(42, size as u64)], groups: Vec::new() });
                     continue;
                 }
                 let sent = (0..size).filter(|&d| d != rank).map(|d| (7u64, d, epoch * 100 + rank as u64)).collect();

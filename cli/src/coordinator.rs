@@ -7,6 +7,8 @@
 //!    that cannot reach its targets without starting a collective past one (another rank ran
 //!    ahead through collectives it could finish alone) says `Wants`: those targets are raised and
 //!    sent to every rank as the next round, whose send counts replace the earlier ones.
+//!    `MPI_Comm_create_group` keys (collective over a group, not a communicator) come with
+//!    their members; each member gets the key's target, also one that never reported it.
 //! 3. `SendCounts` of the last round from all; each rank gets `Expected`, the transposition
 //!    (what every peer sent it).
 //! 4. `Drained` from all, then `Release`: a job-wide barrier, since releasing the library (and
@@ -93,6 +95,27 @@ pub fn untold_targets(targets: &HashMap<CommGid, u64>, wants: &[(CommGid, u64)],
 /// them than it started.
 pub fn behind_targets(targets: &HashMap<CommGid, u64>, untold: &[(CommGid, u64)]) -> Vec<(CommGid, u64)> {
     untold.iter().filter_map(|&(g, n)| targets.get(&g).filter(|&&t| t > n).map(|&t| (g, t))).collect()
+}
+
+/// The members (world ranks) of each `MPI_Comm_create_group` key reported so far.
+pub type GroupMembers = HashMap<CommGid, Vec<i32>>;
+
+/// Per rank, the targets of the `MPI_Comm_create_group` keys among `keys` that it is a member
+/// of (reported or not: a member that has not called it yet must run on until it did; one
+/// blocked in the call waits for it). Every rank gets an entry, possibly empty.
+pub fn group_targets(
+    members: &GroupMembers, targets: &HashMap<CommGid, u64>, keys: impl Iterator<Item = CommGid>, size: i32,
+) -> BTreeMap<i32, Vec<(CommGid, u64)>> {
+    let mut out: BTreeMap<i32, BTreeMap<CommGid, u64>> = (0..size).map(|r| (r, BTreeMap::new())).collect();
+    for g in keys {
+        let (Some(m), Some(&t)) = (members.get(&g), targets.get(&g)) else { continue };
+        for r in m {
+            if let Some(per) = out.get_mut(r) {
+                per.insert(g, t);
+            }
+        }
+    }
+    out.into_iter().map(|(r, m)| (r, m.into_iter().collect())).collect()
 }
 
 /// Transposes per-sender `(comm, destination, count)` into per-receiver `(comm, source, count)`.
@@ -319,6 +342,8 @@ struct Ckpt {
     round: u32,
     /// Communicators whose targets went to every rank in a later round.
     told: BTreeSet<CommGid>,
+    /// The members of the `MPI_Comm_create_group` keys reported (counters or wants).
+    groups: GroupMembers,
     /// Send counts of the current round.
     sent: BTreeMap<i32, Vec<(CommGid, i32, u64)>>,
     drained: BTreeSet<i32>,
@@ -855,6 +880,7 @@ impl Coordinator {
             targets: HashMap::new(),
             round: 0,
             told: BTreeSet::new(),
+            groups: HashMap::new(),
             sent: BTreeMap::new(),
             drained: BTreeSet::new(),
             ready: BTreeMap::new(),
@@ -875,9 +901,11 @@ impl Coordinator {
     fn on_phase_msg(&mut self, r: i32, msg: ToCoord) {
         enum Next {
             Nothing,
-            Targets(BTreeMap<i32, Vec<(CommGid, u64)>>),
-            /// A later round: the same raised targets for every rank.
-            Raised(u32, Vec<(CommGid, u64)>),
+            /// Per rank: its communicators' targets, its create_group keys' targets.
+            Targets(BTreeMap<i32, Vec<(CommGid, u64)>>, BTreeMap<i32, Vec<(CommGid, u64)>>),
+            /// A later round: the same raised targets for every rank, and per rank those of
+            /// its create_group keys among them.
+            Raised(u32, Vec<(CommGid, u64)>, BTreeMap<i32, Vec<(CommGid, u64)>>),
             Expected(BTreeMap<i32, Vec<(CommGid, i32, u64)>>),
             Release,
             Dump,
@@ -907,18 +935,21 @@ impl Coordinator {
             Next::Abort(format!("rank {r} sent {:?}-phase data during phase {:?}", expected_phase, c.phase))
         } else {
             match msg {
-                ToCoord::Counters { comms, .. } => {
+                ToCoord::Counters { comms, groups, .. } => {
                     c.counters.insert(r, comms);
+                    c.groups.extend(groups);
                     if c.counters.len() == size {
                         c.mark("counters");
                         c.phase = Phase::SendCounts;
                         c.targets = max_targets(&c.counters);
-                        Next::Targets(targets_per_rank(&c.counters, &c.targets))
+                        let groups = group_targets(&c.groups, &c.targets, c.groups.keys().copied(), size as i32);
+                        Next::Targets(targets_per_rank(&c.counters, &c.targets), groups)
                     } else {
                         Next::Nothing
                     }
                 }
-                ToCoord::Wants { comms, .. } => {
+                ToCoord::Wants { comms, groups, .. } => {
+                    c.groups.extend(groups);
                     let mut raised: BTreeMap<CommGid, u64> = raise_targets(&mut c.targets, &comms).into_iter().collect();
                     let reported = c.counters.get(&r);
                     let known = |g: CommGid| c.told.contains(&g) || reported.is_some_and(|l| l.iter().any(|&(x, _)| x == g));
@@ -931,7 +962,8 @@ impl Coordinator {
                         // Every rank aligns again (one that had closed its gate reopens it).
                         c.round += 1;
                         c.sent.clear();
-                        Next::Raised(c.round, raised)
+                        let groups = group_targets(&c.groups, &c.targets, raised.iter().map(|&(g, _)| g), size as i32);
+                        Next::Raised(c.round, raised, groups)
                     }
                 }
                 // Counts of an earlier round come from a rank that has not seen the raise yet.
@@ -944,7 +976,8 @@ impl Coordinator {
                         c.told.extend(behind.iter().map(|&(g, _)| g));
                         c.round += 1;
                         c.sent.clear();
-                        Next::Raised(c.round, behind)
+                        let groups = group_targets(&c.groups, &c.targets, behind.iter().map(|&(g, _)| g), size as i32);
+                        Next::Raised(c.round, behind, groups)
                     } else {
                         c.sent.insert(r, sent);
                         if c.sent.len() == size {
@@ -1017,7 +1050,7 @@ impl Coordinator {
             }
         };
         let hook = match &next {
-            Next::Targets(_) => "targets",
+            Next::Targets(..) => "targets",
             Next::Expected(_) => "expected",
             Next::Release => "release",
             Next::Dump => "dump",
@@ -1028,15 +1061,17 @@ impl Coordinator {
         }
         match next {
             Next::Nothing => {}
-            Next::Targets(t) => {
+            Next::Targets(t, mut groups) => {
                 for (rank, comms) in t {
-                    self.send_to(rank, &FromCoord::Targets { epoch, round: 0, comms });
+                    let groups = groups.remove(&rank).unwrap_or_default();
+                    self.send_to(rank, &FromCoord::Targets { epoch, round: 0, comms, groups });
                 }
             }
-            Next::Raised(round, comms) => {
+            Next::Raised(round, comms, mut groups) => {
                 tracing::debug!(target: "coordinator", epoch, round, raised = comms.len(), "collective targets raised");
                 for rank in 0..size as i32 {
-                    self.send_to(rank, &FromCoord::Targets { epoch, round, comms: comms.clone() });
+                    let groups = groups.remove(&rank).unwrap_or_default();
+                    self.send_to(rank, &FromCoord::Targets { epoch, round, comms: comms.clone(), groups });
                 }
             }
             Next::Expected(e) => {
@@ -1226,6 +1261,41 @@ mod tests {
         assert_eq!(behind_targets(&t, &[(20, 0), (30, 0)]), vec![(20, 1)], "peers are inside collective 1 of 20");
         assert_eq!(behind_targets(&t, &[(20, 1)]), vec![], "as far as its peers");
         assert_eq!(behind_targets(&t, &[(30, 2)]), vec![], "nobody else reported it");
+    }
+
+    /// MPI_Comm_create_group key 50 over world ranks 0, 1 and 3: rank 0 is blocked in its
+    /// third call, rank 1 finished two, rank 3 has never called it (it has no counter for the
+    /// key, and reports nothing), rank 2 is no member. Every member is told the target of 3.
+    #[test]
+    fn a_create_group_member_that_has_not_called_it_gets_its_target() {
+        let mut c = BTreeMap::new();
+        c.insert(0, vec![(10, 4), (50, 3)]);
+        c.insert(1, vec![(10, 4), (50, 2)]);
+        c.insert(2, vec![(10, 4)]);
+        c.insert(3, vec![(10, 4)]);
+        let members: GroupMembers = [(50, vec![0, 1, 3])].into_iter().collect();
+        let max = max_targets(&c);
+        let g = group_targets(&members, &max, members.keys().copied(), 4);
+        assert_eq!(g[&0], vec![(50, 3)]);
+        assert_eq!(g[&1], vec![(50, 3)]);
+        assert_eq!(g[&2], vec![], "not a member");
+        assert_eq!(g[&3], vec![(50, 3)], "a member that never called it runs on to it");
+        assert_eq!(targets_per_rank(&c, &max)[&3], vec![(10, 4)], "its communicators' targets as before");
+    }
+
+    /// A create_group key first seen in a rank's wants (it started a call during the
+    /// alignment): the raise reaches every rank, the key's target its members only.
+    #[test]
+    fn a_create_group_key_raised_by_wants_reaches_its_members() {
+        let mut t: HashMap<CommGid, u64> = [(10, 5)].into_iter().collect();
+        let members: GroupMembers = [(60, vec![2, 1]), (70, vec![0, 2])].into_iter().collect();
+        let raised = raise_targets(&mut t, &[(60, 1), (10, 5)]);
+        assert_eq!(raised, vec![(60, 1)]);
+        let g = group_targets(&members, &t, raised.iter().map(|&(k, _)| k), 3);
+        assert_eq!(g[&0], vec![], "a member of 70 only, which was not raised");
+        assert_eq!(g[&1], vec![(60, 1)]);
+        assert_eq!(g[&2], vec![(60, 1)]);
+        assert_eq!(group_targets(&members, &t, [99].into_iter(), 3)[&1], vec![], "unknown key: nobody");
     }
 
     #[test]

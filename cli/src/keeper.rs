@@ -791,8 +791,8 @@ impl Keeper {
                     None => tracing::warn!(target: "keeper", "mpicr[{}]: the agent asked for PMI, but this keeper has no launcher", self.rank),
                 }
             }
-            FromAgent::Counters { comms } => match epoch {
-                Some(epoch) => self.tell_coord(ToCoord::Counters { epoch, comms }),
+            FromAgent::Counters { comms, groups } => match epoch {
+                Some(epoch) => self.tell_coord(ToCoord::Counters { epoch, comms, groups }),
                 None => self.say("agent sent Counters outside a checkpoint; ignored"),
             },
             FromAgent::SendCounts { round, sent, untold } => {
@@ -800,9 +800,9 @@ impl Keeper {
                     self.tell_coord(ToCoord::SendCounts { epoch, round, sent, untold });
                 }
             }
-            FromAgent::Wants { comms } => {
+            FromAgent::Wants { comms, groups } => {
                 if let Some(epoch) = epoch {
-                    self.tell_coord(ToCoord::Wants { epoch, comms });
+                    self.tell_coord(ToCoord::Wants { epoch, comms, groups });
                 }
             }
             FromAgent::Drained => {
@@ -881,9 +881,9 @@ impl Keeper {
                     }
                 }
             }
-            FromCoord::Targets { epoch, round, comms } => {
+            FromCoord::Targets { epoch, round, comms, groups } => {
                 if self.in_ckpt(epoch) {
-                    if let Err(e) = self.tell_agent(ToAgent::Targets { round, comms }) {
+                    if let Err(e) = self.tell_agent(ToAgent::Targets { round, comms, groups }) {
                         self.fail_ckpt(epoch, format!("{e:#}"));
                     }
                 }

@@ -127,10 +127,12 @@ pub enum ToCoord {
     AgentHello(AgentInfo),
     /// The program (C API) or a signal asked for a checkpoint.
     Request { stop: bool },
-    Counters { epoch: u64, comms: Vec<(CommGid, u64)> },
+    /// `groups`: the members of the `MPI_Comm_create_group` keys among `comms`
+    /// (`FromAgent::Counters`).
+    Counters { epoch: u64, comms: Vec<(CommGid, u64)>, groups: Vec<(CommGid, Vec<i32>)> },
     SendCounts { epoch: u64, round: u32, sent: Vec<(CommGid, i32, u64)>, untold: Vec<(CommGid, u64)> },
     /// The agent needs these collective targets raised (`FromAgent::Wants`).
-    Wants { epoch: u64, comms: Vec<(CommGid, u64)> },
+    Wants { epoch: u64, comms: Vec<(CommGid, u64)>, groups: Vec<(CommGid, Vec<i32>)> },
     ReadyToDump { epoch: u64, drained_msgs: u64, drained_bytes: u64, state_bytes: u64, timings: Vec<(String, u64)> },
     Dumped { epoch: u64, info: RankManifest },
     Resumed { epoch: u64, timings: Vec<(String, u64)> },
@@ -152,7 +154,9 @@ pub enum FromCoord {
     Welcome { job_id: String },
     Refused { reason: String },
     Begin { epoch: u64, stop: bool },
-    Targets { epoch: u64, round: u32, comms: Vec<(CommGid, u64)> },
+    /// `groups`: targets of the `MPI_Comm_create_group` keys this rank is a member of
+    /// (`ToAgent::Targets`).
+    Targets { epoch: u64, round: u32, comms: Vec<(CommGid, u64)>, groups: Vec<(CommGid, u64)> },
     Expected { epoch: u64, expect: Vec<(CommGid, i32, u64)> },
     Dump { epoch: u64 },
     Resume { epoch: u64 },

@@ -89,8 +89,11 @@ pub enum ToAgent {
     Checkpoint { epoch: u64, stop: bool, state_path: String },
     /// Collective targets: the maximum counter over the members of each communicator, raised
     /// in later rounds where a rank needed more (`FromAgent::Wants`). Every communicator the
-    /// coordinator knows of, members or not; a round replaces the previous one.
-    Targets { round: u32, comms: Vec<(CommGid, u64)> },
+    /// coordinator knows of, members or not; a round replaces the previous one. `groups`: the
+    /// targets of the `MPI_Comm_create_group` keys (see `FromAgent::Counters`) this rank is a
+    /// member of, whether it has called that yet or not: it must run on until it started as
+    /// many (a member blocked in the call waits for it).
+    Targets { round: u32, comms: Vec<(CommGid, u64)>, groups: Vec<(CommGid, u64)> },
     /// Per communicator and source world rank, how many messages were sent to this rank.
     ExpectedRecvs { expect: Vec<(CommGid, i32, u64)> },
     /// The dump is done (`restarted: false`) or this process was just restored from the image
@@ -109,8 +112,12 @@ pub enum FromAgent {
     Hello(Hello),
     /// The program asked for a checkpoint through the C API.
     Request { stop: bool },
-    /// Collectives started so far, per communicator.
-    Counters { comms: Vec<(CommGid, u64)> },
+    /// Collectives started so far, per communicator. `MPI_Comm_create_group`, collective over
+    /// its group only, is counted apart per key (parent, tag, group): its starts are among
+    /// `comms` under the key, and `groups` names the members (world ranks) of each key that
+    /// has a call in progress here, so that the members that have not called it yet get a
+    /// target too.
+    Counters { comms: Vec<(CommGid, u64)>, groups: Vec<(CommGid, Vec<i32>)> },
     /// Gates closed at the aligned cut of targets `round`; messages sent per communicator and
     /// destination world rank. `untold`: the collective counts of the communicators this rank
     /// made after reporting its counters and was given no target for (its peers may be further
@@ -118,8 +125,9 @@ pub enum FromAgent {
     SendCounts { round: u32, sent: Vec<(CommGid, i32, u64)>, untold: Vec<(CommGid, u64)> },
     /// Not aligned yet, and a program thread waits to start collective number `n` on `comm`,
     /// past its target: this rank cannot reach its targets without it (one rank ran ahead
-    /// through collectives it could finish alone, such as a broadcast's root).
-    Wants { comms: Vec<(CommGid, u64)> },
+    /// through collectives it could finish alone, such as a broadcast's root). `groups`: the
+    /// members of the `MPI_Comm_create_group` keys among them (see `Counters`).
+    Wants { comms: Vec<(CommGid, u64)>, groups: Vec<(CommGid, Vec<i32>)> },
     /// In-flight messages drained, lower half released, state written.
     ReadyToDump { drained_msgs: u64, drained_bytes: u64, state_bytes: u64, timings: Timings },
     /// Running again after `Resume`.
@@ -171,7 +179,7 @@ mod tests {
     #[test]
     fn frames_round_trip() {
         let msgs = vec![
-            FromAgent::Counters { comms: vec![(7, 3), (9, 0)] },
+            FromAgent::Counters { comms: vec![(7, 3), (9, 0)], groups: vec![(9, vec![0, 2])] },
             FromAgent::Failed { reason: "open MPI file".into() },
         ];
         let mut buf = Vec::new();
@@ -204,7 +212,7 @@ mod tests {
             let mut out = Vec::new();
             let to_agent = [
                 ToAgent::Checkpoint { epoch: 3, stop: true, state_path: "/x/shim.state".into() },
-                ToAgent::Targets { round: 1, comms: vec![(1, 2), (u64::MAX, 0)] },
+                ToAgent::Targets { round: 1, comms: vec![(1, 2), (u64::MAX, 0)], groups: vec![(5, 1)] },
                 ToAgent::ExpectedRecvs { expect: vec![(7, -1, 9)] },
                 ToAgent::Resume { restarted: true, epoch: 1, size: 4, env: vec![("UCX_TLS".into(), None)] },
                 ToAgent::Abort { reason: "r".into() },

@@ -111,6 +111,7 @@ pub fn try_start_collective(c: &mpicr_virtid::CommCounters) -> Option<u64> {
 /// counting a collective it started without one (see `try_start_collective`).
 pub(crate) fn begin_alignment() {
     *TARGETS.lock() = None;
+    crate::core::kinds::create_group::clear_owed();
     WANTS.lock().clear();
     ALIGNING.store(true, Ordering::SeqCst);
     while STARTING.load(Ordering::SeqCst) != 0 {
@@ -119,17 +120,25 @@ pub(crate) fn begin_alignment() {
     }
 }
 
-/// The first round of targets.
-pub(crate) fn set_targets(t: HashMap<u64, u64>) {
+/// The first round of targets: per communicator, and per `MPI_Comm_create_group` key this rank
+/// is a member of (`groups`).
+pub(crate) fn set_targets(mut t: HashMap<u64, u64>, groups: &[(u64, u64)]) {
+    crate::core::kinds::create_group::owe(groups.iter().map(|&(g, _)| g));
+    for &(g, n) in groups {
+        let cur = t.entry(g).or_insert(0);
+        *cur = (*cur).max(n);
+    }
     *TARGETS.lock() = Some(t);
     crate::core::app::poke();
 }
 
-/// A later round: targets the coordinator raised because some rank needed them.
-pub(crate) fn raise_targets(raised: &[(u64, u64)]) {
+/// A later round: targets the coordinator raised because some rank needed them (`groups`: of
+/// the `MPI_Comm_create_group` keys this rank is a member of).
+pub(crate) fn raise_targets(raised: &[(u64, u64)], groups: &[(u64, u64)]) {
+    crate::core::kinds::create_group::owe(groups.iter().map(|&(g, _)| g));
     let mut t = TARGETS.lock();
     let t = t.get_or_insert_with(HashMap::new);
-    for &(g, n) in raised {
+    for &(g, n) in raised.iter().chain(groups) {
         let cur = t.entry(g).or_insert(0);
         *cur = (*cur).max(n);
     }
@@ -142,6 +151,7 @@ pub(crate) fn targets() -> HashMap<u64, u64> {
 
 pub(crate) fn end_alignment() {
     ALIGNING.store(false, Ordering::SeqCst);
+    crate::core::kinds::create_group::clear_owed();
     *TARGETS.lock() = None;
     WANTS.lock().clear();
 }

@@ -12,7 +12,7 @@
 
 use crate::core::kinds::comm::{count_recv, peers, world_rank, world_size, CommEntry};
 use crate::core::kinds::library::{user_errors, UserError};
-use crate::core::kinds::{message, part, request, win, REFUSAL_ORDER, RENEWAL_ORDER};
+use crate::core::kinds::{create_group, message, part, request, win, REFUSAL_ORDER, RENEWAL_ORDER};
 use crate::core::state::OBJ;
 use crate::core::agent::{self, AgentError, Budget, Event, Inbox};
 use crate::core::{app, drained, gate, handles, renew};
@@ -266,10 +266,12 @@ fn phases(
     agent::begin_alignment();
     let mut counters: Vec<(u64, u64)> = OBJ.comms.snapshot().into_iter().map(|(_, _, c)| (c.recipe.gid, c.coll_seq)).collect();
     counters.extend(part::start_counts());
-    agent::send(&FromAgent::Counters { comms: counters })?;
+    let (group_counts, groups) = create_group::in_progress();
+    counters.extend(group_counts);
+    agent::send(&FromAgent::Counters { comms: counters, groups })?;
     let mut round = match expect(inbox, limits.align, "collective targets")? {
-        ToAgent::Targets { round, comms } => {
-            agent::set_targets(comms.into_iter().collect::<HashMap<_, _>>());
+        ToAgent::Targets { round, comms, groups } => {
+            agent::set_targets(comms.into_iter().collect::<HashMap<_, _>>(), &groups);
             round
         }
         other => return Err(unexpected(other, "while aligning")),
@@ -322,10 +324,10 @@ fn phases(
         // Every rank aligns and closes its gate within its own deadlines (twice `align`).
         match expect_progressing(inbox, with_grace(2 * limits.align), "expected receives")? {
             ToAgent::ExpectedRecvs { expect } => break (comms, expect),
-            ToAgent::Targets { round: r, comms } => {
+            ToAgent::Targets { round: r, comms, groups } => {
                 gate::open();
                 *stage = Stage::Aligning;
-                agent::raise_targets(&comms);
+                agent::raise_targets(&comms, &groups);
                 round = r;
             }
             other => return Err(unexpected(other, "while draining")),
@@ -532,7 +534,7 @@ fn wait_aligned(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, Check
             .collect();
         if !wants.is_empty() {
             tracing::debug!(target: "agent", ?wants, "asking for collective targets to rise");
-            agent::send(&FromAgent::Wants { comms: wants.clone() })?;
+            agent::send(&FromAgent::Wants { comms: wants.clone(), groups: create_group::members_of(&wants) })?;
             asked.extend(wants);
         }
         // Aligned, unless a program thread waits for a target this rank does not know: of a
@@ -570,8 +572,8 @@ enum Woke {
 
 fn wait_aligning(inbox: &mut Inbox, budget: &mut Budget) -> Result<Woke, CheckpointError> {
     match inbox.next_within(budget)? {
-        Some(Event::Keeper(ToAgent::Targets { round, comms })) => {
-            agent::raise_targets(&comms);
+        Some(Event::Keeper(ToAgent::Targets { round, comms, groups })) => {
+            agent::raise_targets(&comms, &groups);
             Ok(Woke::Raised(round))
         }
         Some(Event::Keeper(m)) => Err(unexpected(m, "during the checkpoint")),
@@ -695,7 +697,9 @@ fn check_aligned() -> Result<(), CheckpointError> {
             return Err(CheckpointError::NotAligned { made_by: c.recipe.made_by.to_string(), at: c.coll_seq, target: t });
         }
     }
-    part::not_aligned(&targets).map_or(Ok(()), |why| Err(CheckpointError::Other(why)))
+    part::not_aligned(&targets)
+        .or_else(|| create_group::not_aligned(&targets))
+        .map_or(Ok(()), |why| Err(CheckpointError::Other(why)))
 }
 
 /// The collective counts of the communicators this rank has no target for: made after it

@@ -4,6 +4,7 @@
 //! checkpoint (`core::checkpoint`) and the renewal (`core::renew`) only walk the lists below.
 
 pub mod comm;
+pub mod create_group;
 pub mod datatype;
 pub mod errhandler;
 pub mod file;

@@ -3,7 +3,8 @@
 
 use crate::lower::handles::RealComm;
 use crate::face::abi::*;
-use crate::face::api::coll::begin_collective;
+use crate::face::api::coll::{begin_collective, begin_counted};
+use crate::core::kinds::create_group;
 use crate::core::kinds::group::world_ranks_of_group;
 use crate::face::api::{attr, put};
 use crate::core::kinds::comm::CommEntry;
@@ -266,15 +267,30 @@ pub unsafe fn MPI_Intercomm_create_from_groups(
 }
 
 pub unsafe fn MPI_Comm_create_group(comm: MPI_Comm, group: MPI_Group, tag: c_int, newcomm: *mut MPI_Comm) -> c_int {
-    call::run("MPI_Comm_create_group", On::Comm(comm), || {
-        let (c, gr) = (call::Comm(comm).to_real()?, call::Group(group).to_real()?);
-        let mut rn = MPI_COMM_NULL;
-        call::ok(real!(MPI_Comm_create_group(c, gr, tag, &mut rn)))?;
+    // Collective over the group only: the parent's collective counter is not involved; the
+    // call is counted per key (parent, tag, group) for checkpoints (`kinds::create_group`).
+    let (pgid, eh) = parent_info(comm);
+    let members = conv::vgroup(group).index().and_then(|i| OBJ.groups.get(i)).map(|r| r.world_ranks).unwrap_or_default();
+    let key = create_group::key(pgid, tag, &members);
+    let g = match &key {
+        Some(k) => begin_counted(k.counters()),
+        None => gate::enter(),
+    };
+    call::run_in(g, "MPI_Comm_create_group", On::Comm(comm), || {
+        let made = (|| {
+            let (c, gr) = (call::Comm(comm).to_real()?, call::Group(group).to_real()?);
+            let mut rn = MPI_COMM_NULL;
+            call::ok(real!(MPI_Comm_create_group(c, gr, tag, &mut rn)))?;
+            Ok(rn)
+        })();
+        // Returned, whatever the outcome: no call of this key is in progress here any more.
+        if let Some(k) = &key {
+            k.returned();
+        }
+        let rn = made?;
         let v = if rn == MPI_COMM_NULL {
             MPI_COMM_NULL
         } else {
-            let (pgid, eh) = parent_info(comm);
-            // Collective over the group only: the parent's collective counter is not involved.
             register_comm(rn, "MPI_Comm_create_group", Some(pgid), eh, |l, _| {
                 let key = hash_ranks(mix(mix(pgid, 0xC6), tag as u64), l);
                 mix(key, nth(key)).max(3)
