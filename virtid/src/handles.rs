@@ -149,6 +149,15 @@ virtual_kind!(
     }
 );
 
+virtual_kind!(
+    /// An attribute key made by the program (the predefined attribute keys are the library's
+    /// and never reach the core's tables).
+    VKeyval, Keyval {
+        /// No key (`MPI_KEYVAL_INVALID`).
+        INVALID = 3,
+    }
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,5 +193,7 @@ mod tests {
         }
         assert_eq!(VOp::virtual_at(7).index(), Some(7));
         assert_eq!(VOp::from_int(VSession::virtual_at(7).to_int().unwrap()).index(), None, "kinds do not alias");
+        assert_eq!((VKeyval::virtual_at(7).index(), VKeyval::INVALID.to_int()), (Some(7), None));
+        assert_eq!(VKeyval::from_int(VOp::virtual_at(7).to_int().unwrap()).index(), None, "kinds do not alias");
     }
 }

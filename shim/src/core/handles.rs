@@ -1,11 +1,11 @@
 //! Virtual handles as the core knows them. Communicators, infos, groups, requests, error
-//! handlers, sessions and ops are typed ([`VComm`], [`VInfo`], [`VGroup`], [`VRequest`],
-//! `VErrhandler`, [`VSession`], [`VOp`]): a table index, or the core's own predefined handles
+//! handlers, sessions, ops and keyvals are typed ([`VComm`], [`VInfo`], [`VGroup`],
+//! [`VRequest`], `VErrhandler`, [`VSession`], [`VOp`], `VKeyval`): a table index, or the core's own predefined handles
 //! (`WORLD`, `SELF`, `NULL`; `NULL`, `ENV`; `NULL`, `EMPTY`; `NULL`; `NULL` and the three
-//! `ERRORS_*`; `NULL`; `NULL` and the fourteen predefined reductions), which stand for the real
+//! `ERRORS_*`; `NULL`; `NULL` and the fourteen predefined reductions; `INVALID`), which stand for the real
 //! ones of the current generation (error handlers have none: the core applies them); the face
 //! converts the program's ABI integers to them (`face::conv::vcomm`, `vinfo`, `vgroup`,
-//! `vrequest`, `verrhandler`, `vsession`, `vop`).
+//! `vrequest`, `verrhandler`, `vsession`, `vop`, `vkeyval`).
 //! The other kinds are still the program's integers: a table index encoded by
 //! `mpicr_virtid`, or a predefined handle of the lower ABI, which stands for itself (with
 //! MPICH's ABI on both sides, the face's conversion is the identity). Recipes store handles in

@@ -9,7 +9,7 @@
 use crate::core::state::OBJ;
 use crate::face::abi::*;
 use mpicr_virtid::encoding::{decode, decode_file};
-use mpicr_virtid::{Kind, VComm, VErrhandler, VGroup, VInfo, VOp, VRequest, VSession, VirtualHandle};
+use mpicr_virtid::{Kind, VComm, VErrhandler, VGroup, VInfo, VKeyval, VOp, VRequest, VSession, VirtualHandle};
 use std::os::raw::c_int;
 
 // Apart from communicators, the program's handles are the core's (MPICH's ABI on both sides):
@@ -207,6 +207,24 @@ pub fn op_abi(v: VOp) -> MPI_Op {
 #[inline(always)]
 pub fn op(v: MPI_Op) -> MPI_Op {
     crate::core::handles::op(vop(v)).raw()
+}
+
+/// The core's keyval for the program's handle (as [`vcomm`]).
+#[inline(always)]
+pub fn vkeyval(v: c_int) -> VKeyval {
+    match v {
+        MPI_KEYVAL_INVALID => VKeyval::INVALID,
+        v => VKeyval::from_int(v),
+    }
+}
+
+/// The program's handle for the core's keyval.
+#[inline(always)]
+pub fn keyval_abi(v: VKeyval) -> c_int {
+    match v {
+        VKeyval::INVALID => MPI_KEYVAL_INVALID,
+        v => v.to_int().unwrap_or(MPI_KEYVAL_INVALID),
+    }
 }
 
 /// The program's handle of the communicator at table `index`.
