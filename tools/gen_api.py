@@ -785,7 +785,7 @@ def coll_init_args(params, neighbor):
         elif ptr == 0 and b == "MPI_Info":
             out.append("CollArg::Info(crate::face::conv::vinfo(%s))" % n)
         elif ptr == 0 and b == "MPI_Op":
-            out.append("CollArg::%s(%s)" % (b[4:], n))
+            out.append("CollArg::Op(crate::face::conv::vop(%s))" % n)
         else:
             raise SystemExit("gen_api: no recipe for argument %s (%s)" % (n, b))
     return "vec![%s]" % ", ".join(out)

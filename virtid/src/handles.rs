@@ -112,6 +112,52 @@ virtual_kind!(
     }
 );
 
+virtual_kind!(
+    /// A reduction operation (the predefined ones are the core's own: each face names them in
+    /// its ABI, the lower adapter in the library's).
+    VOp, Op {
+        /// No operation (`MPI_OP_NULL`).
+        NULL = 3,
+        /// `MPI_MAX`.
+        MAX = 16,
+        /// `MPI_MIN`.
+        MIN = 17,
+        /// `MPI_SUM`.
+        SUM = 18,
+        /// `MPI_PROD`.
+        PROD = 19,
+        /// `MPI_LAND`.
+        LAND = 20,
+        /// `MPI_BAND`.
+        BAND = 21,
+        /// `MPI_LOR`.
+        LOR = 22,
+        /// `MPI_BOR`.
+        BOR = 23,
+        /// `MPI_LXOR`.
+        LXOR = 24,
+        /// `MPI_BXOR`.
+        BXOR = 25,
+        /// `MPI_MINLOC`.
+        MINLOC = 26,
+        /// `MPI_MAXLOC`.
+        MAXLOC = 27,
+        /// `MPI_REPLACE`.
+        REPLACE = 28,
+        /// `MPI_NO_OP`.
+        NO_OP = 29,
+    }
+);
+
+virtual_kind!(
+    /// An attribute key made by the program (the predefined attribute keys are the library's
+    /// and never reach the core's tables).
+    VKeyval, Keyval {
+        /// No key (`MPI_KEYVAL_INVALID`).
+        INVALID = 3,
+    }
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,5 +188,12 @@ mod tests {
         }
         assert_eq!(VErrhandler::virtual_at(7).index(), Some(7));
         assert_eq!((VSession::virtual_at(7).index(), VSession::NULL.to_int()), (Some(7), None));
+        for p in [VOp::NULL, VOp::SUM, VOp::NO_OP] {
+            assert_eq!((p.to_int(), p.index()), (None, None));
+        }
+        assert_eq!(VOp::virtual_at(7).index(), Some(7));
+        assert_eq!(VOp::from_int(VSession::virtual_at(7).to_int().unwrap()).index(), None, "kinds do not alias");
+        assert_eq!((VKeyval::virtual_at(7).index(), VKeyval::INVALID.to_int()), (Some(7), None));
+        assert_eq!(VKeyval::from_int(VOp::virtual_at(7).to_int().unwrap()).index(), None, "kinds do not alias");
     }
 }

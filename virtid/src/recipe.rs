@@ -5,7 +5,7 @@
 //! Mutable properties (names, info keys) are read back at checkpoint time rather than tracked
 //! call by call.
 
-use crate::handles::{VComm, VInfo};
+use crate::handles::{VComm, VInfo, VOp};
 use serde::{Deserialize, Serialize};
 
 /// A handle value as the program sees it (predefined constant or virtual).
@@ -242,7 +242,7 @@ pub enum CollArg {
     Type(TypeRef),
     /// Per-peer datatypes (`*w` variants), copied.
     Types(Option<Vec<TypeRef>>),
-    Op(Handle),
+    Op(VOp),
     Comm(VComm),
     Info(VInfo),
 }

@@ -1,20 +1,21 @@
 //! Virtual handles as the core knows them. Communicators, infos, groups, requests, error
-//! handlers and sessions are typed ([`VComm`], [`VInfo`], [`VGroup`], [`VRequest`],
-//! `VErrhandler`, [`VSession`]): a table index, or the core's own predefined handles (`WORLD`,
-//! `SELF`, `NULL`; `NULL`, `ENV`; `NULL`, `EMPTY`; `NULL`; `NULL` and the three `ERRORS_*`;
-//! `NULL`), which stand for the real ones of the current generation (error handlers have none:
-//! the core applies them); the face converts the program's ABI integers to them (`face::conv::vcomm`, `vinfo`, `vgroup`, `vrequest`,
-//! `verrhandler`, `vsession`).
+//! handlers, sessions, ops and keyvals are typed ([`VComm`], [`VInfo`], [`VGroup`],
+//! [`VRequest`], `VErrhandler`, [`VSession`], [`VOp`], `VKeyval`): a table index, or the core's own predefined handles
+//! (`WORLD`, `SELF`, `NULL`; `NULL`, `ENV`; `NULL`, `EMPTY`; `NULL`; `NULL` and the three
+//! `ERRORS_*`; `NULL`; `NULL` and the fourteen predefined reductions; `INVALID`), which stand for the real
+//! ones of the current generation (error handlers have none: the core applies them); the face
+//! converts the program's ABI integers to them (`face::conv::vcomm`, `vinfo`, `vgroup`,
+//! `vrequest`, `verrhandler`, `vsession`, `vop`, `vkeyval`).
 //! The other kinds are still the program's integers: a table index encoded by
 //! `mpicr_virtid`, or a predefined handle of the lower ABI, which stands for itself (with
 //! MPICH's ABI on both sides, the face's conversion is the identity). Recipes store handles in
 //! this form.
 
 use crate::core::state::{OBJ, SELF_INDEX, WORLD_INDEX};
-use crate::lower::abi::{MPI_COMM_NULL, MPI_GROUP_EMPTY, MPI_GROUP_NULL, MPI_INFO_ENV, MPI_INFO_NULL, MPI_REQUEST_NULL, MPI_SESSION_NULL};
-use crate::lower::handles::{RealComm, RealGroup, RealInfo, RealRequest, RealSession};
+use crate::lower::abi::*;
+use crate::lower::handles::{RealComm, RealGroup, RealInfo, RealOp, RealRequest, RealSession};
 use mpicr_virtid::encoding::decode;
-use mpicr_virtid::{Kind, VComm, VGroup, VInfo, VRequest, VSession, VirtualHandle};
+use mpicr_virtid::{Kind, VComm, VGroup, VInfo, VOp, VRequest, VSession, VirtualHandle};
 use std::os::raw::c_int;
 
 /// What a freed virtual handle becomes on its way to the real library: a value of MPICH's
@@ -96,6 +97,33 @@ pub fn session(v: VSession) -> RealSession {
             None => RealSession(v.to_int().unwrap_or(STALE)),
         },
     }
+}
+
+/// The real op of a virtual one (the predefined ones are the library's, a foreign value passes
+/// unchanged, a freed one becomes [`STALE`]).
+#[inline(always)]
+pub fn op(v: VOp) -> RealOp {
+    RealOp(match v {
+        VOp::NULL => MPI_OP_NULL,
+        VOp::MAX => MPI_MAX,
+        VOp::MIN => MPI_MIN,
+        VOp::SUM => MPI_SUM,
+        VOp::PROD => MPI_PROD,
+        VOp::LAND => MPI_LAND,
+        VOp::BAND => MPI_BAND,
+        VOp::LOR => MPI_LOR,
+        VOp::BOR => MPI_BOR,
+        VOp::LXOR => MPI_LXOR,
+        VOp::BXOR => MPI_BXOR,
+        VOp::MINLOC => MPI_MINLOC,
+        VOp::MAXLOC => MPI_MAXLOC,
+        VOp::REPLACE => MPI_REPLACE,
+        VOp::NO_OP => MPI_NO_OP,
+        v => match v.index() {
+            Some(i) => return OBJ.ops.real(i).unwrap_or(RealOp(STALE)),
+            None => v.to_int().unwrap_or(STALE),
+        },
+    })
 }
 
 /// The real datatype of a virtual one (predefined types stand for themselves).

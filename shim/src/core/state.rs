@@ -11,8 +11,7 @@ use crate::core::kinds::request::RequestEntry;
 use crate::core::kinds::session::SessionEntry;
 use crate::core::kinds::win::WinEntry;
 use crate::lower::handles::{NoReal, RealDatatype, RealFile, RealGroup, RealInfo, RealMessage, RealOp, RealRequest, RealSession, RealWin};
-use mpicr_virtid::{ErrhandlerRecipe, GroupRecipe, InfoRecipe, Table};
-use std::os::raw::c_int;
+use mpicr_virtid::{ErrhandlerRecipe, GroupRecipe, InfoRecipe, Table, VKeyval};
 use std::sync::LazyLock;
 
 /// Index of MPI_COMM_WORLD and MPI_COMM_SELF in the communicator table.
@@ -20,7 +19,7 @@ pub const WORLD_INDEX: u32 = 0;
 pub const SELF_INDEX: u32 = 1;
 
 /// Attribute values cached on an object: (keyval handle, value).
-pub type Attrs = Vec<(c_int, usize)>;
+pub type Attrs = Vec<(VKeyval, usize)>;
 
 /// Every table, each storing its kind's real handles typed (`lower::handles`).
 pub struct Objects {

@@ -9,7 +9,7 @@
 use crate::core::state::OBJ;
 use crate::face::abi::*;
 use mpicr_virtid::encoding::{decode, decode_file};
-use mpicr_virtid::{Kind, VComm, VErrhandler, VGroup, VInfo, VRequest, VSession, VirtualHandle};
+use mpicr_virtid::{Kind, VComm, VErrhandler, VGroup, VInfo, VKeyval, VOp, VRequest, VSession, VirtualHandle};
 use std::os::raw::c_int;
 
 // Apart from communicators, the program's handles are the core's (MPICH's ABI on both sides):
@@ -157,6 +157,76 @@ pub fn session(v: MPI_Session) -> MPI_Session {
     crate::core::handles::session(vsession(v)).raw()
 }
 
+/// The core's op for the program's handle (as [`vcomm`]).
+#[inline(always)]
+pub fn vop(v: MPI_Op) -> VOp {
+    match v {
+        MPI_OP_NULL => VOp::NULL,
+        MPI_MAX => VOp::MAX,
+        MPI_MIN => VOp::MIN,
+        MPI_SUM => VOp::SUM,
+        MPI_PROD => VOp::PROD,
+        MPI_LAND => VOp::LAND,
+        MPI_BAND => VOp::BAND,
+        MPI_LOR => VOp::LOR,
+        MPI_BOR => VOp::BOR,
+        MPI_LXOR => VOp::LXOR,
+        MPI_BXOR => VOp::BXOR,
+        MPI_MINLOC => VOp::MINLOC,
+        MPI_MAXLOC => VOp::MAXLOC,
+        MPI_REPLACE => VOp::REPLACE,
+        MPI_NO_OP => VOp::NO_OP,
+        v => VOp::from_int(v),
+    }
+}
+
+/// The program's handle for the core's op.
+#[inline(always)]
+pub fn op_abi(v: VOp) -> MPI_Op {
+    match v {
+        VOp::NULL => MPI_OP_NULL,
+        VOp::MAX => MPI_MAX,
+        VOp::MIN => MPI_MIN,
+        VOp::SUM => MPI_SUM,
+        VOp::PROD => MPI_PROD,
+        VOp::LAND => MPI_LAND,
+        VOp::BAND => MPI_BAND,
+        VOp::LOR => MPI_LOR,
+        VOp::BOR => MPI_BOR,
+        VOp::LXOR => MPI_LXOR,
+        VOp::BXOR => MPI_BXOR,
+        VOp::MINLOC => MPI_MINLOC,
+        VOp::MAXLOC => MPI_MAXLOC,
+        VOp::REPLACE => MPI_REPLACE,
+        VOp::NO_OP => MPI_NO_OP,
+        v => v.to_int().unwrap_or(MPI_OP_NULL),
+    }
+}
+
+/// The real op of the program's handle (see `core::handles::op`).
+#[inline(always)]
+pub fn op(v: MPI_Op) -> MPI_Op {
+    crate::core::handles::op(vop(v)).raw()
+}
+
+/// The core's keyval for the program's handle (as [`vcomm`]).
+#[inline(always)]
+pub fn vkeyval(v: c_int) -> VKeyval {
+    match v {
+        MPI_KEYVAL_INVALID => VKeyval::INVALID,
+        v => VKeyval::from_int(v),
+    }
+}
+
+/// The program's handle for the core's keyval.
+#[inline(always)]
+pub fn keyval_abi(v: VKeyval) -> c_int {
+    match v {
+        VKeyval::INVALID => MPI_KEYVAL_INVALID,
+        v => v.to_int().unwrap_or(MPI_KEYVAL_INVALID),
+    }
+}
+
 /// The program's handle of the communicator at table `index`.
 pub fn comm_handle(index: u32) -> MPI_Comm {
     comm_abi(crate::core::handles::comm_handle(index))
@@ -206,7 +276,6 @@ macro_rules! int_kind {
     };
 }
 
-int_kind!(op, Op, ops);
 int_kind!(info, Info, infos);
 int_kind!(win, Win, wins);
 int_kind!(message, Message, messages);

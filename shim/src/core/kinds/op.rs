@@ -10,7 +10,8 @@ use crate::core::kinds::datatype::virtual_of_real;
 use crate::core::state::OBJ;
 use crate::lower;
 use crate::lower::abi::*;
-use mpicr_virtid::OpRecipe;
+use mpicr_virtid::table::Full;
+use mpicr_virtid::{OpRecipe, VOp};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::os::raw::{c_int, c_void};
@@ -21,6 +22,18 @@ pub struct OpEntry {
     pub recipe: OpRecipe,
     /// Trampoline slot the real op calls.
     pub slot: usize,
+}
+
+/// Registers an op the library made. `Err` when the table is full.
+pub fn register(real: RealOp, entry: OpEntry) -> Result<VOp, Full> {
+    OBJ.ops.insert(real, entry).map(VOp::virtual_at)
+}
+
+/// Forgets an op the program freed, releasing its trampoline slot.
+pub fn forget(v: VOp) {
+    if let Some(e) = v.index().and_then(|i| OBJ.ops.remove(i)) {
+        release_slot(e.slot);
+    }
 }
 
 type UserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut MPI_Datatype);

@@ -11,8 +11,7 @@ use crate::core::state::OBJ;
 use crate::lower;
 use crate::lower::abi::*;
 use crate::lower::handles::RealRequest;
-use mpicr_virtid::encoding::decode;
-use mpicr_virtid::{CollArg, CollInit, Kind, RequestRecipe};
+use mpicr_virtid::{CollArg, CollInit, RequestRecipe, VOp};
 use std::os::raw::{c_int, c_void};
 
 /// An argument resolved on the current lower half.
@@ -52,12 +51,11 @@ impl<T> FromVal for *mut T {
     }
 }
 
-/// The real handle of a virtual op (predefined ones stand for themselves); a freed op is an
-/// error.
-fn op(v: c_int) -> Result<c_int, String> {
-    match decode(v, Kind::Op) {
+/// The real handle of a virtual op; a freed op is an error.
+fn op(v: VOp) -> Result<c_int, String> {
+    match v.index() {
         Some(i) => OBJ.ops.real(i).map(|r| r.raw()).ok_or_else(|| "its reduction op was freed".to_string()),
-        None => Ok(v),
+        None => Ok(handles::op(v).raw()),
     }
 }
 

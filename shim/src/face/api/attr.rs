@@ -5,11 +5,11 @@
 use std::sync::atomic::Ordering;
 use crate::face::abi::*;
 use crate::face::api::put;
-use crate::core::kinds::keyval::KeyvalEntry;
+use crate::core::kinds::keyval;
 use crate::core::state::{Attrs, OBJ, SELF_INDEX};
 use crate::face::{conv, errors};
 use crate::core::gate;
-use mpicr_virtid::{Kind, KeyvalObject, KeyvalRecipe};
+use mpicr_virtid::{Kind, KeyvalObject, KeyvalRecipe, VKeyval};
 use std::os::raw::{c_int, c_void};
 
 type CopyFn = unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut c_void, *mut c_void, *mut c_int) -> c_int;
@@ -74,29 +74,22 @@ impl Obj {
     }
 }
 
-fn lookup_keyval(k: c_int) -> Option<(u32, KeyvalRecipe)> {
-    let i = conv::index(k, Kind::Keyval)?;
-    OBJ.keyvals.with(i, |e| (i, e.recipe))
+fn lookup_keyval(k: VKeyval) -> Option<(u32, KeyvalRecipe)> {
+    keyval::lookup(k)
 }
 
 fn release_keyval(i: u32) {
-    let gone = OBJ.keyvals.with(i, |e| {
-        e.refs = e.refs.saturating_sub(1);
-        e.refs == 0
-    });
-    if gone == Some(true) {
-        OBJ.keyvals.remove(i);
-    }
+    keyval::release(i)
 }
 
 /// # Safety
 /// `out` must be null or valid for a write.
 unsafe fn create_keyval(object: KeyvalObject, copy: *mut c_void, delete: *mut c_void, out: *mut c_int, extra: *mut c_void, legacy: bool) -> c_int {
     let recipe = KeyvalRecipe { object, copy_fn: copy as u64, delete_fn: delete as u64, extra_state: extra as u64, legacy };
-    match OBJ.keyvals.insert(crate::lower::handles::NoReal, KeyvalEntry { recipe, refs: 1, freed: false }) {
-        Ok(i) => {
+    match keyval::register(recipe) {
+        Ok(v) => {
             // SAFETY: `out` is null or valid for a write (this function's contract).
-            unsafe { put(out, conv::handle(Kind::Keyval, i)) };
+            unsafe { put(out, conv::keyval_abi(v)) };
             MPI_SUCCESS
         }
         Err(_) => errors::raise_default(MPI_ERR_OTHER, "MPI_Comm_create_keyval"),
@@ -110,7 +103,7 @@ unsafe fn free_keyval(k: *mut c_int, name: &str) -> c_int {
         return errors::raise_default(MPI_ERR_ARG, name);
     }
     // SAFETY: `k` is non-null (checked above), so readable (this function's contract).
-    match lookup_keyval(unsafe { *k }) {
+    match lookup_keyval(conv::vkeyval(unsafe { *k })) {
         Some((i, _)) => {
             // Only the first free drops the program's reference; the others (through copies of
             // the handle, while attributes still hold the keyval) change nothing.
@@ -127,16 +120,17 @@ unsafe fn free_keyval(k: *mut c_int, name: &str) -> c_int {
 }
 
 /// Calls the delete callback of one attribute value.
-fn call_delete(obj: Obj, k: c_int, r: &KeyvalRecipe, value: usize) -> c_int {
+fn call_delete(obj: Obj, k: VKeyval, r: &KeyvalRecipe, value: usize) -> c_int {
     if r.delete_fn == 0 {
         return MPI_SUCCESS;
     }
     // SAFETY: the program registered this function with the delete-callback signature.
-    unsafe { std::mem::transmute::<u64, DeleteFn>(r.delete_fn)(obj.handle(), k, value as *mut c_void, r.extra_state as *mut c_void) }
+    unsafe { std::mem::transmute::<u64, DeleteFn>(r.delete_fn)(obj.handle(), conv::keyval_abi(k), value as *mut c_void, r.extra_state as *mut c_void) }
 }
 
 fn set_attr(obj: Option<Obj>, k: c_int, value: usize, name: &str, bad_obj: c_int) -> c_int {
     let Some(obj) = obj else { return errors::raise_default(bad_obj, name) };
+    let k = conv::vkeyval(k);
     let Some((ki, r)) = lookup_keyval(k) else { return obj.raise(MPI_ERR_KEYVAL, name) };
     let old = obj.attrs(|a| a.iter().position(|(key, _)| *key == k).map(|p| a[p].1)).flatten();
     if let Some(old) = old {
@@ -165,6 +159,7 @@ fn set_attr(obj: Option<Obj>, k: c_int, value: usize, name: &str, bad_obj: c_int
 
 fn delete_attr(obj: Option<Obj>, k: c_int, name: &str, bad_obj: c_int) -> c_int {
     let Some(obj) = obj else { return errors::raise_default(bad_obj, name) };
+    let k = conv::vkeyval(k);
     let Some((ki, r)) = lookup_keyval(k) else { return obj.raise(MPI_ERR_KEYVAL, name) };
     let Some(Some(value)) = obj.attrs(|a| a.iter().find(|(key, _)| *key == k).map(|x| x.1)) else {
         return obj.raise(MPI_ERR_KEYVAL, name);
@@ -183,6 +178,7 @@ fn delete_attr(obj: Option<Obj>, k: c_int, name: &str, bad_obj: c_int) -> c_int 
 /// pointer-sized value.
 unsafe fn get_attr(obj: Option<Obj>, k: c_int, out: *mut c_void, flag: *mut c_int, name: &str, bad_obj: c_int) -> c_int {
     let Some(obj) = obj else { return errors::raise_default(bad_obj, name) };
+    let k = conv::vkeyval(k);
     if lookup_keyval(k).is_none() {
         return obj.raise(MPI_ERR_KEYVAL, name);
     }
@@ -257,7 +253,7 @@ fn copy_all(from: Obj, to: Obj) -> c_int {
         // SAFETY: the program registered this function with the copy-callback signature.
         rc = unsafe {
             std::mem::transmute::<u64, CopyFn>(r.copy_fn)(
-                from.handle(), k, r.extra_state as *mut c_void, v as *mut c_void, &mut out as *mut usize as *mut c_void, &mut flag,
+                from.handle(), conv::keyval_abi(k), r.extra_state as *mut c_void, v as *mut c_void, &mut out as *mut usize as *mut c_void, &mut flag,
             )
         };
         if rc != MPI_SUCCESS {

@@ -5,11 +5,10 @@ use crate::lower::handles::RealOp;
 use crate::face::abi::*;
 use crate::face::api::put;
 use crate::core::kinds::op::{claim_slot, create_real, release_slot, OpEntry, SLOTS};
-use crate::core::state::OBJ;
 use crate::face::call::{self, On, ToReal};
 use crate::face::{conv, errors};
 use crate::core::gate;
-use mpicr_virtid::{Kind, OpRecipe};
+use mpicr_virtid::OpRecipe;
 use std::os::raw::{c_int, c_void};
 
 
@@ -24,8 +23,8 @@ unsafe fn create(function: *mut c_void, commute: c_int, op: *mut MPI_Op, large: 
     drop(g);
     match r {
         Ok(r) => {
-            let v = match OBJ.ops.insert(RealOp(r), OpEntry { recipe, slot }) {
-                Ok(i) => conv::handle(Kind::Op, i),
+            let v = match crate::core::kinds::op::register(RealOp(r), OpEntry { recipe, slot }) {
+                Ok(v) => conv::op_abi(v),
                 Err(_) => errors::fatal("too many live ops"),
             };
             // SAFETY: `op` is the caller's out-pointer, null or valid for a write (MPI's contract of the op-
@@ -60,9 +59,7 @@ pub unsafe fn MPI_Op_free(op: *mut MPI_Op) -> c_int {
         let v = unsafe { *op };
         let mut r = call::Op(v).to_real()?;
         call::ok(real!(MPI_Op_free(&mut r)))?;
-        if let Some(e) = conv::index(v, Kind::Op).and_then(|i| OBJ.ops.remove(i)) {
-            release_slot(e.slot);
-        }
+        crate::core::kinds::op::forget(conv::vop(v));
         // SAFETY: as above.
         unsafe { *op = MPI_OP_NULL };
         Ok(())

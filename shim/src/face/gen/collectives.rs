@@ -267,7 +267,7 @@ pub unsafe fn MPI_Allreduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, c
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Int(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Int(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(crate::face::conv::vop(op)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Allreduce_init", _seq, init)) };
@@ -295,7 +295,7 @@ pub unsafe fn MPI_Allreduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void,
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(crate::face::conv::vop(op)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Allreduce_init_c", _seq, init)) };
@@ -817,7 +817,7 @@ pub unsafe fn MPI_Exscan_init(sendbuf: *const c_void, recvbuf: *mut c_void, coun
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Int(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Int(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(crate::face::conv::vop(op)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Exscan_init", _seq, init)) };
@@ -845,7 +845,7 @@ pub unsafe fn MPI_Exscan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, co
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(crate::face::conv::vop(op)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Exscan_init_c", _seq, init)) };
@@ -3041,7 +3041,7 @@ pub unsafe fn MPI_Reduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, coun
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Int(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Int(root), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Int(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(crate::face::conv::vop(op)), CollArg::Int(root), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Reduce_init", _seq, init)) };
@@ -3069,7 +3069,7 @@ pub unsafe fn MPI_Reduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, co
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, root, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Int(root), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(crate::face::conv::vop(op)), CollArg::Int(root), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Reduce_init_c", _seq, init)) };
@@ -3160,7 +3160,7 @@ pub unsafe fn MPI_Reduce_scatter_block_init(sendbuf: *const c_void, recvbuf: *mu
     // passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, recvcount, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Int(recvcount), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(crate::face::conv::vop(op)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Reduce_scatter_block_init", _seq, init)) };
@@ -3189,7 +3189,7 @@ pub unsafe fn MPI_Reduce_scatter_block_init_c(sendbuf: *const c_void, recvbuf: *
     // passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, recvcount, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(recvcount), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(crate::face::conv::vop(op)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Reduce_scatter_block_init_c", _seq, init)) };
@@ -3241,7 +3241,7 @@ pub unsafe fn MPI_Reduce_scatter_init(sendbuf: *const c_void, recvbuf: *mut c_vo
     if rc == MPI_SUCCESS {
         // SAFETY: the arrays are the caller's, holding what MPI requires of this call
         // (this function's safety contract), which is what the recipe copies.
-        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))] };
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Ints(crate::face::api::coll_ints(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(crate::face::conv::vop(op)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Reduce_scatter_init", _seq, init)) };
@@ -3272,7 +3272,7 @@ pub unsafe fn MPI_Reduce_scatter_init_c(sendbuf: *const c_void, recvbuf: *mut c_
     if rc == MPI_SUCCESS {
         // SAFETY: the arrays are the caller's, holding what MPI requires of this call
         // (this function's safety contract), which is what the recipe copies.
-        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))] };
+        let init = unsafe { vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Counts(crate::face::api::coll_counts(recvcounts, comm, crate::face::api::Side::Recv, false)), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(crate::face::conv::vop(op)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))] };
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Reduce_scatter_init_c", _seq, init)) };
@@ -3340,7 +3340,7 @@ pub unsafe fn MPI_Scan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count:
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Int(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Int(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(crate::face::conv::vop(op)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Scan_init", _seq, init)) };
@@ -3368,7 +3368,7 @@ pub unsafe fn MPI_Scan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, coun
     // caller's, valid as MPI requires (this function's safety contract) and passed on unchanged.
     let rc = unsafe { f(sendbuf, recvbuf, count, datatype_r, op_r, comm_r, info_r, &mut request_r) };
     if rc == MPI_SUCCESS {
-        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(op), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
+        let init = vec![CollArg::Buf(sendbuf as u64), CollArg::Buf(recvbuf as u64), CollArg::Count(count), CollArg::Type(crate::face::api::datatype::typeref(datatype)), CollArg::Op(crate::face::conv::vop(op)), CollArg::Comm(crate::face::conv::vcomm(comm)), CollArg::Info(crate::face::conv::vinfo(info))];
         // SAFETY: `request` is the caller's out-pointer for the new request, valid for a
         // write as MPI requires (this function's safety contract).
         unsafe { request.write(crate::face::api::register_persistent_collective(request_r, comm, "MPI_Scan_init_c", _seq, init)) };
