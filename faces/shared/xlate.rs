@@ -185,7 +185,8 @@ const MPICH_DYNAMIC: c_int = 0x4000_0000;
 const MPICH_CLASS_MASK: c_int = 0x7f;
 
 /// Error classes and codes the program made (`MPI_Add_error_class`/`_code`): MPICH's numbers
-/// (with `MPICH_DYNAMIC`), in the order the face first saw them. Where the face numbers them
+/// (with `MPICH_DYNAMIC`, except MPICH 4.0.2's codes of predefined classes), in the order the
+/// face first saw them; known so that they are never read as MPICH's own codes. Where the face numbers them
 /// itself (`USER_ERRORS_AFTER`: Open MPI's one counter for classes and codes after
 /// `MPI_ERR_LASTCODE`), the i-th is `USER_ERRORS_AFTER + 1 + i`.
 static USER_ERRORS: std::sync::Mutex<Vec<c_int>> = std::sync::Mutex::new(Vec::new());
@@ -194,20 +195,25 @@ fn user_errors() -> std::sync::MutexGuard<'static, Vec<c_int>> {
     USER_ERRORS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The face's number of an MPICH dynamic code (numbered on first sight, as it was just made).
+/// The face's number of an MPICH dynamic code (numbered on first sight, as it was just made);
+/// the code itself where the face keeps the library's numbers.
 fn user_out(rc: c_int) -> c_int {
-    let Some(after) = USER_ERRORS_AFTER else { return rc };
     let mut v = user_errors();
     let i = v.iter().position(|&c| c == rc).unwrap_or_else(|| {
         v.push(rc);
         v.len() - 1
     });
-    after + 1 + i as c_int
+    match USER_ERRORS_AFTER {
+        Some(after) => after + 1 + i as c_int,
+        None => rc,
+    }
 }
 
 /// MPICH's code of a number the face gave (None: not one of them).
 fn user_in(rc: c_int) -> Option<c_int> {
-    let after = USER_ERRORS_AFTER?;
+    let Some(after) = USER_ERRORS_AFTER else {
+        return user_errors().contains(&rc).then_some(rc);
+    };
     let i = usize::try_from(rc.checked_sub(after + 1)?).ok()?;
     user_errors().get(i).copied()
 }
@@ -221,15 +227,12 @@ pub fn last_used_code() -> Option<c_int> {
 /// as made by the program whatever its bits: MPICH 4.0.2 gives a code of a predefined class
 /// without `MPICH_DYNAMIC` (`MPI_Add_error_code(MPI_ERR_ARG)` is 0x20c there).
 pub fn user_err_out(made: c_int) -> c_int {
-    if USER_ERRORS_AFTER.is_none() {
-        return made;
-    }
     user_out(made)
 }
 
 /// Is `rc` a class or code the program made (known to the face)?
 fn user_known(rc: c_int) -> bool {
-    USER_ERRORS_AFTER.is_some() && user_errors().contains(&rc)
+    user_errors().contains(&rc)
 }
 
 /// An MPICH return code -> the face's class of it; a code the program made -> the face's number
