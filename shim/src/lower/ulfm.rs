@@ -22,11 +22,14 @@ pub const NAMES: [&str; 9] = [
 ];
 
 /// The address of `name` in the current generation's library (its `P` name first), or null.
-pub(crate) fn lookup(name: &str) -> *mut std::ffi::c_void {
+pub fn lookup(name: &str) -> *mut std::ffi::c_void {
     let g = super::current();
     let p = g.data(&format!("P{name}"));
     if p.is_null() { g.data(name) } else { p }
 }
+
+/// MPICH's `MPIX_ERR_REVOKED` (its mpi.h; Open MPI's `MPI_ERR_REVOKED` converts to it).
+pub const MPIX_ERR_REVOKED: c_int = 103;
 
 type F1 = unsafe extern "C" fn(c_int) -> c_int;
 type F2 = unsafe extern "C" fn(c_int, *mut c_int) -> c_int;

@@ -19,6 +19,31 @@ use crate::face::call::{self, Comm, On, ToReal};
 use crate::lower::ulfm;
 use std::os::raw::c_int;
 
+/// Whether the library underneath says `comm` (a real communicator) is revoked, by this process
+/// or another: asked only where the shim answers a call itself (point-to-point with
+/// `MPI_PROC_NULL`, which Open MPI fails with `MPI_ERR_REVOKED` on a revoked communicator), and
+/// only of Open MPI (the only library whose ULFM the faces reach; the function's address is
+/// looked up once per generation).
+pub fn revoked_real(c: c_int) -> bool {
+    use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+    static GEN: AtomicU32 = AtomicU32::new(u32::MAX);
+    static HAS: AtomicUsize = AtomicUsize::new(0);
+    let g = crate::lower::current();
+    if !g.is_open_mpi() {
+        return false;
+    }
+    if GEN.load(Ordering::Acquire) != g.number {
+        HAS.store(!ulfm::lookup("MPIX_Comm_is_revoked").is_null() as usize, Ordering::Release);
+        GEN.store(g.number, Ordering::Release);
+    }
+    if HAS.load(Ordering::Acquire) == 0 {
+        return false;
+    }
+    let mut flag = 0;
+    // SAFETY: a live real communicator of the current generation, a local out-pointer.
+    matches!(unsafe { ulfm::comm_is_revoked(c, &mut flag) }, Some(MPI_SUCCESS)) && flag != 0
+}
+
 /// The library's answer, or its lack raised as a missing function.
 fn answer(name: &'static str, rc: Option<c_int>) -> Result<(), c_int> {
     match rc {
