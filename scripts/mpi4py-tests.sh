@@ -19,7 +19,7 @@
 #                                [--native-only] [--rerun-native] [--timeout SECONDS]
 #                                [--test-timeout SECONDS] [--retries N]
 #   --flavor        one flavor, a comma-separated list, or `all` (default: mpich4,mpich5;
-#                   ompi5 passes but takes about 20 min here, ompi4 does not pass yet: README.md)
+#                   ompi5 and ompi4 pass but take 5-20 min here and a 20 min build: README.md)
 #   --native-only   only build and run natively (no face library needed)
 #   --rerun-native  ignore the cached native results and run natively again
 #   --timeout       limit of one run of the suite (default 600 s, or $MPI4PY_TESTS_TIMEOUT)

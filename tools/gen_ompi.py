@@ -241,6 +241,8 @@ INT_OUT = {
     ("MPI_Topo_test", "status"): "topo_out",
     ("MPI_Type_get_envelope", "combiner"): "combiner_out",
     ("MPI_Error_class", "errorclass"): "err_out",
+    # numbered as Open MPI numbers them (conv::err_out), not MPICH's dynamic codes
+    ("MPI_Add_error_class", "errorclass"): "user_err_out", ("MPI_Add_error_code", "errorcode"): "user_err_out",
     ("MPI_Group_rank", "rank"): "undefined_out",
     ("MPI_Comm_free_keyval", "comm_keyval"): "keyval_out", ("MPI_Type_free_keyval", "type_keyval"): "keyval_out",
     ("MPI_Win_free_keyval", "win_keyval"): "keyval_out", ("MPI_Keyval_free", "keyval"): "keyval_out",
@@ -283,6 +285,9 @@ INT_ARRAY_IN = {
 # Fix-ups after a call, function -> a Rust statement over its arguments.
 POST = {
     "MPI_Type_get_contents": "conv::contents_out(l_datatype_in, max_integers, array_of_integers);",
+    # MPICH's error codes of the spawned processes -> Open MPI's classes
+    "MPI_Comm_spawn": "conv::errcodes_out(array_of_errcodes, l_intercomm, maxprocs);",
+    "MPI_Comm_spawn_multiple": "conv::errcodes_out(array_of_errcodes, l_intercomm, conv::maxprocs_sum(count, array_of_maxprocs));",
 }
 # Arrays of handles, statuses or ranks: (function, parameter) -> length (a Rust expression over
 # the other arguments).
@@ -580,6 +585,32 @@ def const_tables(doc, P):
     return t
 
 
+# ULFM's fault-tolerance functions, declared by Open MPI 5's mpi-ext.h (mpiext_ftmpi_c.h), not
+# by mpi.h: mpi4py and fault-tolerant programs call them. Translated like the table's functions,
+# to the MPICH face's `face::api::ulfm`, which passes each to the library underneath where that
+# has it (Open MPI 5, MPICH) and raises its lack otherwise (Open MPI 4.1).
+ULFM = """
+int MPIX_Comm_revoke(MPI_Comm comm);
+int MPIX_Comm_is_revoked(MPI_Comm comm, int *flag);
+int MPIX_Comm_shrink(MPI_Comm comm, MPI_Comm *newcomm);
+int MPIX_Comm_failure_ack(MPI_Comm comm);
+int MPIX_Comm_failure_get_acked(MPI_Comm comm, MPI_Group *failedgrp);
+int MPIX_Comm_get_failed(MPI_Comm comm, MPI_Group *failedgroup);
+int MPIX_Comm_ack_failed(MPI_Comm comm, int num_to_ack, int *num_acked);
+int MPIX_Comm_agree(MPI_Comm comm, int *flag);
+int MPIX_Comm_iagree(MPI_Comm comm, int *flag, MPI_Request *request);
+"""
+
+
+def ulfm_functions():
+    """ULFM's prototypes in the table's form, and their buckets (hand-written in the MPICH face)."""
+    fns = []
+    for m in re.finditer(r"int\s+(MPIX_\w+)\(([^)]*)\);", ULFM):
+        params = [dict(gen_api.parse_param(q.strip(), i), array=False) for i, q in enumerate(m.group(2).split(","))]
+        fns.append({"name": m.group(1), "ret": "int", "params": params})
+    return fns, {f["name"]: ("hand", None) for f in fns}
+
+
 def generate():
     with open(TABLE) as f:
         doc = json.load(f)
@@ -609,7 +640,9 @@ def generate():
             raise SystemExit("gen_ompi: %s is %d bytes in Open MPI, %d in the shim" % (d["name"], d["size"], SHIM_DEFINES[d["name"]]))
     gen_api.write(os.path.join(GEN_DIR, "tables.rs"), "\n".join(t) + "\n")
 
-    write_exports(doc, mpich_buckets(), OMPI)
+    ulfm, ulfm_buckets = ulfm_functions()
+    doc["functions"] = doc["functions"] + ulfm
+    write_exports(doc, {**mpich_buckets(), **ulfm_buckets}, OMPI)
 
 
 def write_exports(doc, buckets, P):

@@ -314,6 +314,7 @@ static HOST: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0)
 static APPNUM: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 static WIN_MODEL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 static WIN_FLAVOR: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+static LAST_USED_CODE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
 unsafe fn fix_attr(keyval: c_int, value: *mut c_void, flag: *mut c_int) {
     // SAFETY: MPI's out-parameters, written by the call that just succeeded.
@@ -326,6 +327,7 @@ unsafe fn fix_attr(keyval: c_int, value: *mut c_void, flag: *mut c_int) {
             face::MPI_APPNUM => &APPNUM,
             face::MPI_WIN_MODEL => &WIN_MODEL,
             face::MPI_WIN_CREATE_FLAVOR => &WIN_FLAVOR,
+            face::MPI_LASTUSEDCODE if conv::last_used_code().is_some() => &LAST_USED_CODE,
             _ => return,
         };
         let p = *(value as *mut *mut c_int);
@@ -333,7 +335,9 @@ unsafe fn fix_attr(keyval: c_int, value: *mut c_void, flag: *mut c_int) {
             return;
         }
         let v = *p;
-        let v = if keyval == face::MPI_WIN_MODEL {
+        let v = if keyval == face::MPI_LASTUSEDCODE {
+            conv::last_used_code().unwrap_or(v)
+        } else if keyval == face::MPI_WIN_MODEL {
             if v == mpich::MPI_WIN_UNIFIED { face::MPI_WIN_UNIFIED } else { face::MPI_WIN_SEPARATE }
         } else if keyval == face::MPI_WIN_CREATE_FLAVOR {
             conv::flavor_out(v)

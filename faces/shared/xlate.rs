@@ -5,7 +5,7 @@
 //! between the faces (the handles' and the status's representation) is each face's own
 //! `conv.rs`: `h_in`, `h_out`, `OHandle`, `OStatus`, `status_to_mpich`, `status_to_face`.
 
-use super::{h_in, h_out, status_to_face, status_to_mpich, zero_status, OHandle, OStatus, FACE};
+use super::{h_in, h_out, status_to_face, status_to_mpich, zero_status, OHandle, OStatus, FACE, USER_ERRORS_AFTER};
 use crate::gen::tables::{self, face, mpich};
 use mpicr_shim::face::abi as m;
 use mpicr_virtid::Kind;
@@ -184,23 +184,120 @@ const MPICH_DYNAMIC: c_int = 0x4000_0000;
 /// MPICH's class of a code is its low 7 bits (ERROR_CLASS_MASK).
 const MPICH_CLASS_MASK: c_int = 0x7f;
 
-/// An MPICH return code -> Open MPI's class of it (a user-defined code passes unchanged, so
-/// MPI_Error_class/string take it back).
+/// Error classes and codes the program made (`MPI_Add_error_class`/`_code`): MPICH's numbers
+/// (with `MPICH_DYNAMIC`, except MPICH 4.0.2's codes of predefined classes), in the order the
+/// face first saw them; known so that they are never read as MPICH's own codes. Where the face numbers them
+/// itself (`USER_ERRORS_AFTER`: Open MPI's one counter for classes and codes after
+/// `MPI_ERR_LASTCODE`), the i-th is `USER_ERRORS_AFTER + 1 + i`.
+static USER_ERRORS: std::sync::Mutex<Vec<c_int>> = std::sync::Mutex::new(Vec::new());
+
+fn user_errors() -> std::sync::MutexGuard<'static, Vec<c_int>> {
+    USER_ERRORS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The face's number of an MPICH dynamic code (numbered on first sight, as it was just made);
+/// the code itself where the face keeps the library's numbers.
+fn user_out(rc: c_int) -> c_int {
+    let mut v = user_errors();
+    let i = v.iter().position(|&c| c == rc).unwrap_or_else(|| {
+        v.push(rc);
+        v.len() - 1
+    });
+    match USER_ERRORS_AFTER {
+        Some(after) => after + 1 + i as c_int,
+        None => rc,
+    }
+}
+
+/// MPICH's code of a number the face gave (None: not one of them).
+fn user_in(rc: c_int) -> Option<c_int> {
+    let Some(after) = USER_ERRORS_AFTER else {
+        return user_errors().contains(&rc).then_some(rc);
+    };
+    let i = usize::try_from(rc.checked_sub(after + 1)?).ok()?;
+    user_errors().get(i).copied()
+}
+
+/// `MPI_LASTUSEDCODE`'s value in the face's numbering (None: the library's value stands).
+pub fn last_used_code() -> Option<c_int> {
+    USER_ERRORS_AFTER.map(|after| after + user_errors().len() as c_int)
+}
+
+/// The class or code `MPI_Add_error_class`/`_code` just made -> the face's number of it. Taken
+/// as made by the program whatever its bits: MPICH 4.0.2 gives a code of a predefined class
+/// without `MPICH_DYNAMIC` (`MPI_Add_error_code(MPI_ERR_ARG)` is 0x20c there).
+pub fn user_err_out(made: c_int) -> c_int {
+    user_out(made)
+}
+
+/// Is `rc` a class or code the program made (known to the face)?
+fn user_known(rc: c_int) -> bool {
+    user_errors().contains(&rc)
+}
+
+/// An MPICH return code -> the face's class of it; a code the program made -> the face's number
+/// of it (unchanged where the face has no numbering of its own), so that MPI_Error_class/string
+/// take it back.
 #[inline]
 pub fn err_out(rc: c_int) -> c_int {
-    if rc == 0 || rc & MPICH_DYNAMIC != 0 {
-        return rc;
+    if rc == 0 {
+        return 0;
+    }
+    if rc & MPICH_DYNAMIC != 0 || user_known(rc) {
+        return user_out(rc);
     }
     from_pairs(&tables::ERROR_CLASSES, rc & MPICH_CLASS_MASK, false).unwrap_or(face::MPI_ERR_UNKNOWN)
 }
 
-/// An Open MPI error class (or a code made here) -> MPICH's.
+/// A face error class (or a code the program made) -> MPICH's.
 #[inline]
 pub fn err_in(rc: c_int) -> c_int {
-    if rc == 0 || rc & MPICH_DYNAMIC != 0 {
+    if rc == 0 {
+        return 0;
+    }
+    if let Some(c) = user_in(rc) {
+        return c;
+    }
+    if rc & MPICH_DYNAMIC != 0 {
         return rc;
     }
     from_pairs(&tables::ERROR_CLASSES, rc, true).unwrap_or(rc)
+}
+
+/// `MPI_Comm_spawn(_multiple)`'s `array_of_errcodes`, MPICH's codes -> the face's classes:
+/// as many as Open MPI writes (the spawned processes, or `n` where none came up).
+///
+/// # Safety
+/// `codes` is null (`MPI_ERRCODES_IGNORE`) or points to that many writable ints (MPI's
+/// contract of the call).
+pub unsafe fn errcodes_out(codes: *mut c_int, intercomm: c_int, n: c_int) {
+    if codes.is_null() {
+        return;
+    }
+    let mut spawned = -1;
+    if intercomm != 0 && intercomm != m::MPI_COMM_NULL {
+        // SAFETY: a communicator handle the MPICH face just made, a local out-pointer.
+        if unsafe { mpicr_shim::face::gen::passthrough::MPI_Comm_remote_size(intercomm, &mut spawned) } != 0 {
+            spawned = -1;
+        }
+    }
+    let n = if spawned >= 0 { spawned } else { n.max(0) };
+    for i in 0..n as usize {
+        // SAFETY: the caller's contract.
+        unsafe { *codes.add(i) = err_out(*codes.add(i)) };
+    }
+}
+
+/// The processes `MPI_Comm_spawn_multiple` asked for: the sum of `array_of_maxprocs`.
+///
+/// # Safety
+/// `maxprocs` is null or points to `count` readable ints.
+pub unsafe fn maxprocs_sum(count: c_int, maxprocs: *const c_int) -> c_int {
+    if maxprocs.is_null() || count <= 0 {
+        return 0;
+    }
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts(maxprocs, count as usize) }.iter().map(|&n| n.max(0)).sum()
 }
 
 pub fn topo_out(v: c_int) -> c_int {

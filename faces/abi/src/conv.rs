@@ -28,6 +28,9 @@ pub(crate) const DUP_FN: Option<usize> = Some(1);
 /// MPI_UNWEIGHTED and MPI_WEIGHTS_EMPTY: `(int *)10` and `(int *)11`.
 pub(crate) const UNWEIGHTED: usize = 10;
 pub(crate) const WEIGHTS_EMPTY: usize = 11;
+/// Error classes and codes the program adds keep the library's numbers here (still known as the
+/// program's: MPICH 4.0.2's code of a predefined class looks like one of its own codes).
+pub(crate) const USER_ERRORS_AFTER: Option<c_int> = None;
 
 /// Every standard ABI handle type (`MPI_Comm` = `struct MPI_ABI_Comm *`, ...).
 pub type OHandle = *mut c_void;

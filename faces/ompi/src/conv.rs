@@ -24,6 +24,9 @@ pub(crate) const DUP_FN: Option<usize> = None;
 /// MPI_UNWEIGHTED and MPI_WEIGHTS_EMPTY: `(int *)2` and `(int *)3`.
 pub(crate) const UNWEIGHTED: usize = 2;
 pub(crate) const WEIGHTS_EMPTY: usize = 3;
+/// Error classes and codes the program adds are numbered as Open MPI does: one counter after
+/// MPI_ERR_LASTCODE (92), shared by classes and codes (`xlate::err_out`).
+pub(crate) const USER_ERRORS_AFTER: Option<c_int> = Some(tables::face::MPI_ERR_LASTCODE);
 use mpicr_shim::face::abi as m;
 use mpicr_virtid::Kind;
 use std::collections::HashMap;
@@ -265,9 +268,19 @@ mod tests {
         // An MPICH error code carries its class in its low 7 bits (here 336174342: "Invalid rank").
         assert_eq!(err_out(336_174_342), ompi::MPI_ERR_RANK);
         assert_eq!(err_in(ompi::MPI_ERR_REQUEST), mpich::MPI_ERR_REQUEST);
-        // Codes made by MPI_Add_error_code pass both ways unchanged.
-        let user = 0x4000_0041;
-        assert_eq!(err_in(err_out(user)), user);
+        // Codes made by MPI_Add_error_class/code get Open MPI's numbers, after MPI_ERR_LASTCODE,
+        // and convert back.
+        let (class, code) = (0x4000_0041, 0x4000_0141);
+        let (oclass, ocode) = (err_out(class), err_out(code));
+        assert!(oclass > ompi::MPI_ERR_LASTCODE && ocode == oclass + 1);
+        assert_eq!(err_out(class), oclass);
+        assert_eq!((err_in(oclass), err_in(ocode)), (class, code));
+        assert_eq!(last_used_code(), Some(ocode));
+        // A number nobody made passes unchanged.
+        assert_eq!(err_in(ocode + 50), ocode + 50);
+        // MPICH 4.0.2 makes a code of a predefined class without the dynamic bit.
+        let odd = user_err_out(0x20c);
+        assert_eq!((odd, err_out(0x20c), err_in(odd)), (ocode + 1, ocode + 1, 0x20c));
     }
 
     #[test]

@@ -115,7 +115,9 @@ unsafe fn imp_MPI_Add_error_class(errorclass: *mut c_int) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::api::MPI_Add_error_class(errorclass)
+        let r = mpicr_shim::face::api::MPI_Add_error_class(errorclass);
+        if !errorclass.is_null() { *errorclass = conv::user_err_out(*errorclass); }
+        r
     }
 }
 #[no_mangle]
@@ -131,7 +133,9 @@ unsafe fn imp_MPI_Add_error_code(errorclass: c_int, errorcode: *mut c_int) -> c_
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::api::MPI_Add_error_code(conv::err_in(errorclass), errorcode)
+        let r = mpicr_shim::face::api::MPI_Add_error_code(conv::err_in(errorclass), errorcode);
+        if !errorcode.is_null() { *errorcode = conv::user_err_out(*errorcode); }
+        r
     }
 }
 #[no_mangle]
@@ -1803,6 +1807,7 @@ unsafe fn imp_MPI_Comm_spawn(command: *const c_char, argv: *mut *mut c_char, max
         let mut l_intercomm = if intercomm.is_null() { 0 } else { conv::h_in(Kind::Comm, *intercomm) };
         let r = mpicr_shim::face::api::MPI_Comm_spawn(command, argv, maxprocs, conv::h_in(Kind::Info, info), conv::rank_in(root), conv::h_in(Kind::Comm, comm), if intercomm.is_null() { std::ptr::null_mut() } else { &mut l_intercomm }, array_of_errcodes);
         if !intercomm.is_null() { *intercomm = conv::h_out(Kind::Comm, l_intercomm); }
+        conv::errcodes_out(array_of_errcodes, l_intercomm, maxprocs);
         r
     }
 }
@@ -1824,6 +1829,7 @@ unsafe fn imp_MPI_Comm_spawn_multiple(count: c_int, array_of_commands: *mut *mut
         let mut l_intercomm = if intercomm.is_null() { 0 } else { conv::h_in(Kind::Comm, *intercomm) };
         let r = mpicr_shim::face::api::MPI_Comm_spawn_multiple(count, array_of_commands, array_of_argv, array_of_maxprocs, conv::vec_ptr(&mut l_array_of_info, array_of_info.is_null()), conv::rank_in(root), conv::h_in(Kind::Comm, comm), if intercomm.is_null() { std::ptr::null_mut() } else { &mut l_intercomm }, array_of_errcodes);
         if !intercomm.is_null() { *intercomm = conv::h_out(Kind::Comm, l_intercomm); }
+        conv::errcodes_out(array_of_errcodes, l_intercomm, conv::maxprocs_sum(count, array_of_maxprocs));
         r
     }
 }

@@ -45,7 +45,9 @@ unsafe fn imp_MPI_Add_error_class(errorclass: *mut c_int) -> c_int {
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::api::MPI_Add_error_class(errorclass)
+        let r = mpicr_shim::face::api::MPI_Add_error_class(errorclass);
+        if !errorclass.is_null() { *errorclass = conv::user_err_out(*errorclass); }
+        r
     }
 }
 #[no_mangle]
@@ -61,7 +63,9 @@ unsafe fn imp_MPI_Add_error_code(errorclass: c_int, errorcode: *mut c_int) -> c_
     // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
     // MPICH face's implementation owes the same MPI contract.
     unsafe {
-        mpicr_shim::face::api::MPI_Add_error_code(conv::err_in(errorclass), errorcode)
+        let r = mpicr_shim::face::api::MPI_Add_error_code(conv::err_in(errorclass), errorcode);
+        if !errorcode.is_null() { *errorcode = conv::user_err_out(*errorcode); }
+        r
     }
 }
 #[no_mangle]
@@ -1270,6 +1274,7 @@ unsafe fn imp_MPI_Comm_spawn(command: *const c_char, argv: *mut *mut c_char, max
         let mut l_intercomm = if intercomm.is_null() { 0 } else { conv::h_in(Kind::Comm, *intercomm) };
         let r = mpicr_shim::face::api::MPI_Comm_spawn(command, argv, maxprocs, conv::h_in(Kind::Info, info), conv::rank_in(root), conv::h_in(Kind::Comm, comm), if intercomm.is_null() { std::ptr::null_mut() } else { &mut l_intercomm }, array_of_errcodes);
         if !intercomm.is_null() { *intercomm = conv::h_out(Kind::Comm, l_intercomm); }
+        conv::errcodes_out(array_of_errcodes, l_intercomm, maxprocs);
         r
     }
 }
@@ -1291,6 +1296,7 @@ unsafe fn imp_MPI_Comm_spawn_multiple(count: c_int, array_of_commands: *mut *mut
         let mut l_intercomm = if intercomm.is_null() { 0 } else { conv::h_in(Kind::Comm, *intercomm) };
         let r = mpicr_shim::face::api::MPI_Comm_spawn_multiple(count, array_of_commands, array_of_argv, array_of_maxprocs, conv::vec_ptr(&mut l_array_of_info, array_of_info.is_null()), conv::rank_in(root), conv::h_in(Kind::Comm, comm), if intercomm.is_null() { std::ptr::null_mut() } else { &mut l_intercomm }, array_of_errcodes);
         if !intercomm.is_null() { *intercomm = conv::h_out(Kind::Comm, l_intercomm); }
+        conv::errcodes_out(array_of_errcodes, l_intercomm, conv::maxprocs_sum(count, array_of_maxprocs));
         r
     }
 }
@@ -7738,6 +7744,162 @@ pub unsafe extern "C" fn MPI_Wtime() -> f64 {
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Wtime() -> f64 {
     ffi_boundary!("MPI_Wtime", f64, imp_MPI_Wtime())
+}
+
+unsafe fn imp_MPIX_Comm_revoke(comm: OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        mpicr_shim::face::api::MPIX_Comm_revoke(conv::h_in(Kind::Comm, comm))
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Comm_revoke(comm: OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPIX_Comm_revoke", c_int, imp_MPIX_Comm_revoke(comm)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPIX_Comm_revoke(comm: OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPIX_Comm_revoke", c_int, imp_MPIX_Comm_revoke(comm)))
+}
+
+unsafe fn imp_MPIX_Comm_is_revoked(comm: OHandle, flag: *mut c_int) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        mpicr_shim::face::api::MPIX_Comm_is_revoked(conv::h_in(Kind::Comm, comm), flag)
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Comm_is_revoked(comm: OHandle, flag: *mut c_int) -> c_int {
+    conv::err_out(ffi_boundary!("MPIX_Comm_is_revoked", c_int, imp_MPIX_Comm_is_revoked(comm, flag)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPIX_Comm_is_revoked(comm: OHandle, flag: *mut c_int) -> c_int {
+    conv::err_out(ffi_boundary!("MPIX_Comm_is_revoked", c_int, imp_MPIX_Comm_is_revoked(comm, flag)))
+}
+
+unsafe fn imp_MPIX_Comm_shrink(comm: OHandle, newcomm: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_newcomm = if newcomm.is_null() { 0 } else { conv::h_in(Kind::Comm, *newcomm) };
+        let r = mpicr_shim::face::api::MPIX_Comm_shrink(conv::h_in(Kind::Comm, comm), if newcomm.is_null() { std::ptr::null_mut() } else { &mut l_newcomm });
+        if !newcomm.is_null() { *newcomm = conv::h_out(Kind::Comm, l_newcomm); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Comm_shrink(comm: OHandle, newcomm: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPIX_Comm_shrink", c_int, imp_MPIX_Comm_shrink(comm, newcomm)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPIX_Comm_shrink(comm: OHandle, newcomm: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPIX_Comm_shrink", c_int, imp_MPIX_Comm_shrink(comm, newcomm)))
+}
+
+unsafe fn imp_MPIX_Comm_failure_ack(comm: OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        mpicr_shim::face::api::MPIX_Comm_failure_ack(conv::h_in(Kind::Comm, comm))
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Comm_failure_ack(comm: OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPIX_Comm_failure_ack", c_int, imp_MPIX_Comm_failure_ack(comm)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPIX_Comm_failure_ack(comm: OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPIX_Comm_failure_ack", c_int, imp_MPIX_Comm_failure_ack(comm)))
+}
+
+unsafe fn imp_MPIX_Comm_failure_get_acked(comm: OHandle, failedgrp: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_failedgrp = if failedgrp.is_null() { 0 } else { conv::h_in(Kind::Group, *failedgrp) };
+        let r = mpicr_shim::face::api::MPIX_Comm_failure_get_acked(conv::h_in(Kind::Comm, comm), if failedgrp.is_null() { std::ptr::null_mut() } else { &mut l_failedgrp });
+        if !failedgrp.is_null() { *failedgrp = conv::h_out(Kind::Group, l_failedgrp); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Comm_failure_get_acked(comm: OHandle, failedgrp: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPIX_Comm_failure_get_acked", c_int, imp_MPIX_Comm_failure_get_acked(comm, failedgrp)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPIX_Comm_failure_get_acked(comm: OHandle, failedgrp: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPIX_Comm_failure_get_acked", c_int, imp_MPIX_Comm_failure_get_acked(comm, failedgrp)))
+}
+
+unsafe fn imp_MPIX_Comm_get_failed(comm: OHandle, failedgroup: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_failedgroup = if failedgroup.is_null() { 0 } else { conv::h_in(Kind::Group, *failedgroup) };
+        let r = mpicr_shim::face::api::MPIX_Comm_get_failed(conv::h_in(Kind::Comm, comm), if failedgroup.is_null() { std::ptr::null_mut() } else { &mut l_failedgroup });
+        if !failedgroup.is_null() { *failedgroup = conv::h_out(Kind::Group, l_failedgroup); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Comm_get_failed(comm: OHandle, failedgroup: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPIX_Comm_get_failed", c_int, imp_MPIX_Comm_get_failed(comm, failedgroup)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPIX_Comm_get_failed(comm: OHandle, failedgroup: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPIX_Comm_get_failed", c_int, imp_MPIX_Comm_get_failed(comm, failedgroup)))
+}
+
+unsafe fn imp_MPIX_Comm_ack_failed(comm: OHandle, num_to_ack: c_int, num_acked: *mut c_int) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        mpicr_shim::face::api::MPIX_Comm_ack_failed(conv::h_in(Kind::Comm, comm), num_to_ack, num_acked)
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Comm_ack_failed(comm: OHandle, num_to_ack: c_int, num_acked: *mut c_int) -> c_int {
+    conv::err_out(ffi_boundary!("MPIX_Comm_ack_failed", c_int, imp_MPIX_Comm_ack_failed(comm, num_to_ack, num_acked)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPIX_Comm_ack_failed(comm: OHandle, num_to_ack: c_int, num_acked: *mut c_int) -> c_int {
+    conv::err_out(ffi_boundary!("MPIX_Comm_ack_failed", c_int, imp_MPIX_Comm_ack_failed(comm, num_to_ack, num_acked)))
+}
+
+unsafe fn imp_MPIX_Comm_agree(comm: OHandle, flag: *mut c_int) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        mpicr_shim::face::api::MPIX_Comm_agree(conv::h_in(Kind::Comm, comm), flag)
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Comm_agree(comm: OHandle, flag: *mut c_int) -> c_int {
+    conv::err_out(ffi_boundary!("MPIX_Comm_agree", c_int, imp_MPIX_Comm_agree(comm, flag)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPIX_Comm_agree(comm: OHandle, flag: *mut c_int) -> c_int {
+    conv::err_out(ffi_boundary!("MPIX_Comm_agree", c_int, imp_MPIX_Comm_agree(comm, flag)))
+}
+
+unsafe fn imp_MPIX_Comm_iagree(comm: OHandle, flag: *mut c_int, request: *mut OHandle) -> c_int {
+    // SAFETY: the arguments are the program's, converted to the MPICH face's ABI; the
+    // MPICH face's implementation owes the same MPI contract.
+    unsafe {
+        let mut l_request = if request.is_null() { 0 } else { conv::h_in(Kind::Request, *request) };
+        let r = mpicr_shim::face::api::MPIX_Comm_iagree(conv::h_in(Kind::Comm, comm), flag, if request.is_null() { std::ptr::null_mut() } else { &mut l_request });
+        if !request.is_null() { *request = conv::h_out(Kind::Request, l_request); }
+        r
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Comm_iagree(comm: OHandle, flag: *mut c_int, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPIX_Comm_iagree", c_int, imp_MPIX_Comm_iagree(comm, flag, request)))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPIX_Comm_iagree(comm: OHandle, flag: *mut c_int, request: *mut OHandle) -> c_int {
+    conv::err_out(ffi_boundary!("MPIX_Comm_iagree", c_int, imp_MPIX_Comm_iagree(comm, flag, request)))
 }
 
 // Fortran bindings libmpi.so.40 exports without a C prototype in mpi.h.

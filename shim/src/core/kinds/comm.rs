@@ -310,11 +310,22 @@ fn held_anywhere(mine: &[u64]) -> Result<std::collections::HashSet<u64>, String>
     Ok(all.into_iter().collect())
 }
 
+/// Set once the program revoked a communicator (ULFM's `MPIX_Comm_revoke`): a renewal cannot
+/// make a communicator again revoked, so checkpoints are refused from then on.
+static REVOKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn note_revoked() {
+    REVOKED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// The communicator kind around a checkpoint.
 pub struct Renew;
 
 impl Renewable for Renew {
     fn refusal(&self) -> Option<String> {
+        if REVOKED.load(std::sync::atomic::Ordering::Relaxed) {
+            return Some("a communicator was revoked (MPIX_Comm_revoke): a renewed library cannot make it again revoked, so this job cannot be checkpointed".into());
+        }
         let comms = OBJ.comms.snapshot();
         let (_, _, c) = comms.iter().find(|(_, _, c)| !c.restorable)?;
         Some(format!("a communicator made by {} reaches processes outside the job and cannot be restored", c.recipe.made_by))

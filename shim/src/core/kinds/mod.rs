@@ -74,7 +74,7 @@ pub static FREE_ORDER: &[&dyn Renewable] =
 
 /// The order checkpoints are refused in (the first refusal is the one reported).
 pub static REFUSAL_ORDER: &[&dyn Renewable] =
-    &[&file::Renew, &session::Renew, &comm::Renew, &request::Renew, &library::Renew];
+    &[&file::Renew, &win::Renew, &session::Renew, &comm::Renew, &request::Renew, &library::Renew];
 
 /// A return code of the real library as a `Result` naming the call.
 pub(crate) fn check(rc: std::os::raw::c_int, what: &str) -> Result<(), String> {

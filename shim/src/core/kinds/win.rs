@@ -200,6 +200,23 @@ pub fn map_saved() -> Result<(), String> {
     Ok(())
 }
 
+/// Windows (table indices) from `MPI_Win_allocate` whose memory is the library's own: Open MPI
+/// refused a window over the shim's mapping (`face::api::rma`). Kept beside the entries, not in
+/// them: a checkpoint is refused while one lives ([`Renew::refusal`]), so none is ever saved.
+static LIBRARY_MEMORY: parking_lot::Mutex<Vec<u32>> = parking_lot::Mutex::new(Vec::new());
+
+/// Marks window `idx` as holding the library's memory (its creation), or forgets it (its free);
+/// returns whether it was marked.
+pub fn set_library_memory(idx: u32, on: bool) -> bool {
+    let mut v = LIBRARY_MEMORY.lock();
+    let was = v.contains(&idx);
+    v.retain(|&i| i != idx);
+    if on {
+        v.push(idx);
+    }
+    was
+}
+
 /// Unmaps memory of [`map_owned`] (at the program's `MPI_Win_free`).
 pub fn unmap_owned(base: usize, size: MPI_Aint) {
     if base != 0 && size > 0 {
@@ -278,6 +295,17 @@ fn ordered() -> Vec<(u32, RealWin, WinEntry)> {
 pub struct Renew;
 
 impl Renewable for Renew {
+    /// A window whose memory is the library's (see [`set_library_memory`]) cannot be carried:
+    /// that memory goes with the released library, and Open MPI 4.1's osc/sm at 1 rank
+    /// `malloc`s it, so it cannot be mapped again at the address the program holds.
+    fn refusal(&self) -> Option<String> {
+        let idx = *LIBRARY_MEMORY.lock().first()?;
+        let made_by = OBJ.wins.with(idx, |e| e.made_by.clone()).unwrap_or_else(|| "MPI_Win_allocate".into());
+        Some(format!(
+            "the RMA window from {made_by} cannot be checkpointed: its memory is the MPI library's own (the library refused a window over mpicr's memory, as Open MPI 4.1 does for a 1-process window), free it before the checkpoint"
+        ))
+    }
+
     /// Every rank drained and no passive-target or PSCW epoch is open: fence epochs are
     /// completed, names read back and shared segments saved.
     fn snapshot(&self) {

@@ -25,6 +25,7 @@ pub(crate) mod p2p;
 pub(crate) mod request;
 pub(crate) mod rma;
 pub(crate) mod session;
+pub mod ulfm;
 
 pub use attr::*;
 pub use buffer::*;
@@ -43,5 +44,6 @@ pub use p2p::*;
 pub use request::*;
 pub use rma::*;
 pub use session::*;
+pub use ulfm::*;
 
 pub(crate) use util::*;

@@ -93,6 +93,9 @@ unsafe fn post_recv(
     let a = args(buf, count, dt, source, tag, comm);
     conv::comm_checked(comm)?;
     if source == MPI_PROC_NULL && conv::comm_index(comm).is_some() {
+        if crate::face::api::ulfm::revoked_real(conv::comm(comm)) {
+            return Err(crate::lower::ulfm::MPIX_ERR_REVOKED);
+        }
         // Completes at once with the status MPI prescribes (no library round trip).
         let st = MPI_Status { MPI_SOURCE: MPI_PROC_NULL, MPI_TAG: MPI_ANY_TAG, ..Default::default() };
         return Ok(Posted::Pending(register_done(RequestRecipe::Recv { args: a }, comm, &st)));
@@ -143,6 +146,12 @@ macro_rules! send {
     ($name:ident, $real:ident, $count:ty, $mode:ident) => {
         pub unsafe fn $name(buf: *const c_void, count: $count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
             let g = gate::enter();
+            // A blocking send to MPI_PROC_NULL on a revoked communicator fails in Open MPI (its
+            // MPI_Isend, which the shim waits for, does not check).
+            if dest == MPI_PROC_NULL && conv::comm_index(comm).is_some() && crate::face::api::ulfm::revoked_real(conv::comm(comm)) {
+                drop(g);
+                return errors::raise_comm(comm, crate::lower::ulfm::MPIX_ERR_REVOKED, stringify!($name));
+            }
             // `buf` is the caller's send buffer, valid for the whole call, which waits for the send.
             let r =
                 post_send(SendMode::$mode, buf, count as i64, datatype, dest, tag, comm, true, |c, d, r| real!($real(buf, count, d, dest, tag, c, r)));

@@ -19,11 +19,12 @@ use std::os::raw::{c_int, c_void};
 
 /// Makes a window: duplicates `comm` (the window's own communicator, see `core::kinds::win`),
 /// lets `make` create the real window on the duplicate (given the real info; it returns the
-/// base), and registers it. `size` and `disp_unit` are the program's.
+/// base, and whether that memory is the library's own where the shim meant to map it: see
+/// `win_allocate`), and registers it. `size` and `disp_unit` are the program's.
 #[allow(clippy::too_many_arguments)]
 unsafe fn create_win(
     name: &'static str, comm: MPI_Comm, info: MPI_Info, flavor: Flavor, size: MPI_Aint, disp_unit: MPI_Aint, baseptr: *mut c_void,
-    win: *mut MPI_Win, make: impl FnOnce(MPI_Comm, MPI_Info, &mut MPI_Win) -> Result<usize, c_int>,
+    win: *mut MPI_Win, make: impl FnOnce(MPI_Comm, MPI_Info, &mut MPI_Win) -> Result<(usize, bool), c_int>,
 ) -> c_int {
     let (g, seq) = begin_collective(comm);
     call::run_in(g, name, On::Comm(comm), || {
@@ -31,7 +32,7 @@ unsafe fn create_win(
         let mut dup = MPI_COMM_NULL;
         call::ok(real!(MPI_Comm_dup(c, &mut dup)))?;
         let mut w = MPI_WIN_NULL;
-        let base = match make(dup, i, &mut w) {
+        let (base, library_memory) = match make(dup, i, &mut w) {
             Ok(b) => b,
             Err(rc) => {
                 // The communicator duplicated above, freed once.
@@ -57,7 +58,12 @@ unsafe fn create_win(
             e.segment = win::segment_of(w, n).map(|(start, len)| Segment { start, len, real_start: start, saved: Vec::new() });
         }
         let v = match OBJ.wins.insert(RealWin(w), e) {
-            Ok(i) => conv::handle(Kind::Win, i),
+            Ok(i) => {
+                if library_memory {
+                    win::set_library_memory(i, true);
+                }
+                conv::handle(Kind::Win, i)
+            }
             Err(_) => errors::fatal("too many live windows"),
         };
         // SAFETY: `win` and `baseptr` are the caller's out-pointers (for a handle and for a
@@ -78,7 +84,7 @@ macro_rules! win_create {
             // SAFETY: the program's memory, passed on unchanged; out-pointers as MPI requires.
             unsafe {
                 create_win(stringify!($name), comm, info, Flavor::Create, size, disp_unit as MPI_Aint, std::ptr::null_mut(), win, |c, i, w| {
-                    call::ok(real!($real(base, size, disp_unit, i, c, w))).map(|_| base as usize)
+                    call::ok(real!($real(base, size, disp_unit, i, c, w))).map(|_| (base as usize, false))
                 })
             }
         }
@@ -88,22 +94,34 @@ win_create!(MPI_Win_create, c_int, MPI_Win_create);
 win_create!(MPI_Win_create_c, MPI_Aint, MPI_Win_create_c);
 
 /// `MPI_Win_allocate`: the shim maps the memory (`core::kinds::win::map_owned`) and the real
-/// window is made over it, so that it survives renewals at the same address.
+/// window is made over it, so that it survives renewals at the same address. Open MPI
+/// underneath may refuse that `MPI_Win_create` where it serves `MPI_Win_allocate`: Open MPI
+/// 4.1 at 1 rank has no one-sided component for a created window (osc/rdma finds no transport
+/// to itself, osc/pt2pt is off in Debian's configuration) but osc/sm allocates one. Then the
+/// real window is the library's own `MPI_Win_allocate`, as natively, and a checkpoint is
+/// refused while it lives (`core::kinds::win`: its memory is the library's).
 macro_rules! win_allocate {
-    ($name:ident, $du:ty, $real:ident) => {
+    ($name:ident, $du:ty, $real:ident, $alloc:ident) => {
         pub unsafe fn $name(size: MPI_Aint, disp_unit: $du, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
             if size < 0 {
                 return errors::raise_comm(comm, MPI_ERR_ARG, stringify!($name));
             }
-            // SAFETY: out-pointers as MPI requires; the memory is the shim's fresh mapping.
+            // SAFETY: out-pointers as MPI requires; the memory is the shim's fresh mapping, or
+            // the library's (its base written to a local first).
             unsafe {
                 create_win(stringify!($name), comm, info, Flavor::Allocate, size, disp_unit as MPI_Aint, baseptr, win, |c, i, w| {
                     let base = win::map_owned(size).ok_or(MPI_ERR_NO_MEM)?;
                     match call::ok(real!($real(base as *mut c_void, size, disp_unit, i, c, w))) {
-                        Ok(()) => Ok(base),
+                        Ok(()) => Ok((base, false)),
                         Err(rc) => {
                             win::unmap_owned(base, size);
-                            Err(rc)
+                            if !crate::lower::current().is_open_mpi() {
+                                return Err(rc);
+                            }
+                            // Every rank's Open MPI refuses alike (its component selection
+                            // depends on the communicator only), so all ranks get here.
+                            let mut base: *mut c_void = std::ptr::null_mut();
+                            call::ok(real!($alloc(size, disp_unit, i, c, (&mut base as *mut *mut c_void).cast(), w))).map(|_| (base as usize, true))
                         }
                     }
                 })
@@ -111,8 +129,8 @@ macro_rules! win_allocate {
         }
     };
 }
-win_allocate!(MPI_Win_allocate, c_int, MPI_Win_create);
-win_allocate!(MPI_Win_allocate_c, MPI_Aint, MPI_Win_create_c);
+win_allocate!(MPI_Win_allocate, c_int, MPI_Win_create, MPI_Win_allocate);
+win_allocate!(MPI_Win_allocate_c, MPI_Aint, MPI_Win_create_c, MPI_Win_allocate_c);
 
 macro_rules! win_allocate_shared {
     ($name:ident, $du:ty) => {
@@ -121,7 +139,7 @@ macro_rules! win_allocate_shared {
             unsafe {
                 create_win(stringify!($name), comm, info, Flavor::Shared, size, disp_unit as MPI_Aint, baseptr, win, |c, i, w| {
                     let mut base: *mut c_void = std::ptr::null_mut();
-                    call::ok(real!($name(size, disp_unit, i, c, (&mut base as *mut *mut c_void).cast(), w))).map(|_| base as usize)
+                    call::ok(real!($name(size, disp_unit, i, c, (&mut base as *mut *mut c_void).cast(), w))).map(|_| (base as usize, false))
                 })
             }
         }
@@ -134,7 +152,7 @@ pub unsafe fn MPI_Win_create_dynamic(info: MPI_Info, comm: MPI_Comm, win: *mut M
     // SAFETY: out-pointers as MPI requires.
     unsafe {
         create_win("MPI_Win_create_dynamic", comm, info, Flavor::Dynamic, 0, 1, std::ptr::null_mut(), win, |c, i, w| {
-            call::ok(real!(MPI_Win_create_dynamic(i, c, w))).map(|_| 0)
+            call::ok(real!(MPI_Win_create_dynamic(i, c, w))).map(|_| (0, false))
         })
     }
 }
@@ -302,8 +320,10 @@ pub unsafe fn MPI_Win_free(win: *mut MPI_Win) -> c_int {
     let (g, _) = begin_collective(win_comm(v));
     let mut r = conv::win(v);
     let rc = real!(MPI_Win_free(&mut r));
-    let entry = (rc == MPI_SUCCESS).then(|| conv::index(v, Kind::Win).and_then(|i| OBJ.wins.remove(i))).flatten();
-    if let Some(e) = &entry {
+    let entry = (rc == MPI_SUCCESS)
+        .then(|| conv::index(v, Kind::Win).and_then(|i| OBJ.wins.remove(i).map(|e| (e, win::set_library_memory(i, false)))))
+        .flatten();
+    if let Some((e, _)) = &entry {
         if let Some(idx) = crate::core::handles::comm_index(e.comm) {
             let mut c = crate::core::handles::comm(e.comm).raw();
             let _ = real!(MPI_Comm_free(&mut c));
@@ -314,8 +334,8 @@ pub unsafe fn MPI_Win_free(win: *mut MPI_Win) -> c_int {
     if rc != MPI_SUCCESS {
         return errors::raise_win(v, rc, "MPI_Win_free");
     }
-    if let Some(e) = entry {
-        if e.flavor == Flavor::Allocate {
+    if let Some((e, library_memory)) = entry {
+        if e.flavor == Flavor::Allocate && !library_memory {
             win::unmap_owned(e.base, e.size);
         }
     }

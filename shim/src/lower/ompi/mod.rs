@@ -18,6 +18,7 @@
 
 mod callbacks;
 mod gen;
+pub mod ulfm;
 
 use crate::lower::abi::{self, MPI_Status};
 use std::collections::HashMap;
