@@ -26,7 +26,7 @@ mod faults;
 mod foreign;
 mod soak;
 
-pub use foreign::{checkpoint_foreign, Foreign, ForeignRun};
+pub use foreign::{checkpoint_foreign, Foreign, ForeignRun, FINALIZING};
 pub use soak::soak;
 
 use crate::{compare, diff, job, Case, Harness, Job, JobOutput, Launcher, Mode, Scratch};
@@ -1133,6 +1133,11 @@ impl<'a> Ctx<'a> {
         ));
         self.launches.push((label.to_string(), out.clone()));
         if let Some(f) = failure {
+            // A job that then failed by itself says so: a checkpoint it ended before (or that
+            // was refused) must not hide a crash.
+            if !out.status.success() {
+                return Err(format!("{label}: {f}; then the job ended with {}", out.status));
+            }
             return Err(format!("{label}: {f}"));
         }
         if !out.stray.is_empty() {

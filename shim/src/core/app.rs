@@ -20,7 +20,7 @@ use crate::lower;
 use crate::lower::handles::RealComm;
 use parking_lot::{Condvar, Mutex};
 use std::os::raw::{c_char, c_int, c_void};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Set by the keeper for an app-mode program.
@@ -115,6 +115,12 @@ static SAFE: Mutex<Safe> = Mutex::new(Safe { park: Park::Idle, save_dir: None, s
 static SAFE_CHANGED: Condvar = Condvar::new();
 /// Fast path of `mpicr_safe_point`: false unless a checkpoint wants this rank.
 static WANTED: AtomicBool = AtomicBool::new(false);
+/// Calls of `mpicr_safe_point` while a checkpoint wanted this rank (reset by [`want`]): what a
+/// safe point that was never reached says of the program (it never came back to one, or came
+/// back only behind its targets).
+static CALLS_WANTED: AtomicU64 = AtomicU64::new(0);
+/// The program is on its way into `MPI_Finalize`: it has no safe point left.
+static FINISHING: AtomicBool = AtomicBool::new(false);
 
 /// `mpicr_safe_point`: parks the calling thread while a checkpoint takes this rank. Returns
 /// at once when none does, or when this rank must run on to reach its collective targets.
@@ -122,6 +128,7 @@ pub fn safe_point() -> c_int {
     if !WANTED.load(Ordering::Acquire) {
         return 0;
     }
+    CALLS_WANTED.fetch_add(1, Ordering::Relaxed);
     let mut s = SAFE.lock();
     loop {
         match s.park {
@@ -165,7 +172,48 @@ pub(crate) fn want() {
     s.park = Park::Wanted;
     s.save_dir = None;
     s.saved = None;
+    CALLS_WANTED.store(0, Ordering::Relaxed);
     WANTED.store(true, Ordering::Release);
+}
+
+/// `MPI_Finalize` (before it waits for its turn as a collective): a checkpoint that waits for
+/// this rank's safe point can stop waiting, there is none left.
+pub fn finishing() {
+    if !enabled() {
+        return;
+    }
+    FINISHING.store(true, Ordering::SeqCst);
+    if WANTED.load(Ordering::Acquire) {
+        agent::notify_progress();
+    }
+}
+
+/// Has the program started `MPI_Finalize`?
+pub(crate) fn is_finishing() -> bool {
+    FINISHING.load(Ordering::SeqCst)
+}
+
+/// How many times the program called `mpicr_safe_point` since the checkpoint wanted it.
+pub(crate) fn calls_since_wanted() -> u64 {
+    CALLS_WANTED.load(Ordering::Relaxed)
+}
+
+/// Why an app-mode rank was not taken at a safe point, for the checkpoint's error: `calls`
+/// since the checkpoint began (each one behind its collective targets), what its program waits
+/// to start past them (`waiting`: made by, number, target), whether it is in `MPI_Finalize`.
+pub(crate) fn not_reached(rank: i32, calls: u64, waiting: &[(String, u64, u64)], finishing: bool) -> String {
+    let mut why = if finishing {
+        format!("app-mode rank {rank} did not reach mpicr_safe_point(): its program ended its loop, the program is finalizing MPI (no safe point is left)")
+    } else if calls == 0 {
+        format!("app-mode rank {rank} did not reach mpicr_safe_point(): its program did not call it since the checkpoint began")
+    } else {
+        format!("app-mode rank {rank} did not reach mpicr_safe_point(): its program called it {calls} time(s) since the checkpoint began, behind its collective targets each time")
+    };
+    // (Finishing, it waits for its MPI_Finalize, counted as a collective: nothing to add.)
+    if let Some((made_by, n, target)) = waiting.first().filter(|_| !finishing) {
+        why.push_str(&format!("; it waits to start collective {n} on a communicator made by {made_by} (target {target})"));
+    }
+    why
 }
 
 pub(crate) fn parked() -> bool {
@@ -310,4 +358,38 @@ pub unsafe fn restore_at_init(rank_dir: &str, argc: *mut c_int, argv: *mut *mut 
         *RESTORE_PENDING.lock() = Some(rank_dir.to_string());
     }
     Ok(provided)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_safe_point_not_reached_says_where_the_program_was() {
+        let never = not_reached(0, 0, &[], false);
+        assert!(never.starts_with("app-mode rank 0 did not reach mpicr_safe_point()"), "{never}");
+        assert!(never.contains("did not call it since the checkpoint began"), "{never}");
+        let behind = not_reached(1, 3, &[("MPI_Comm_split".into(), 17, 16)], false);
+        assert!(behind.contains("called it 3 time(s)") && behind.contains("behind its collective targets"), "{behind}");
+        assert!(behind.contains("waits to start collective 17 on a communicator made by MPI_Comm_split (target 16)"), "{behind}");
+        // A program past its last safe point says so, in the words of a checkpoint that came
+        // during MPI_Finalize (the harnesses count both alike).
+        let ended = not_reached(0, 5, &[("MPI_Init".into(), 40, 39)], true);
+        assert!(ended.contains("ended its loop") && ended.contains("the program is finalizing MPI"), "{ended}");
+        assert!(!ended.contains("waits to start"), "{ended}");
+    }
+
+    #[test]
+    fn finishing_is_noted_only_for_app_mode_ranks() {
+        // Not an app-mode process (no MPICR_APP_MODE in the test's environment).
+        finishing();
+        assert!(!is_finishing());
+    }
+
+    #[test]
+    fn calls_are_counted_only_while_wanted() {
+        // No checkpoint wants this rank: the fast path counts nothing.
+        assert_eq!(safe_point(), 0);
+        assert_eq!(calls_since_wanted(), 0);
+    }
 }

@@ -485,9 +485,20 @@ fn app_refusal() -> Option<String> {
     None
 }
 
-/// The error of an app-mode rank that never reached a safe point.
+/// The error of an app-mode rank that never reached a safe point, saying where its program
+/// was: it never came back to one, came back only behind its targets, waits to start a
+/// collective past them, or is finalizing.
 fn not_at_safe_point() -> CheckpointError {
-    CheckpointError::Other(format!("app-mode rank {} did not reach mpicr_safe_point()", world_rank()))
+    let targets = agent::targets();
+    let comms = OBJ.comms.snapshot();
+    let waiting: Vec<(String, u64, u64)> = agent::wants_past_targets()
+        .into_iter()
+        .map(|(g, n)| {
+            let made_by = comms.iter().find(|(_, _, c)| c.recipe.gid == g).map_or_else(|| "?".to_string(), |(_, _, c)| c.recipe.made_by.to_string());
+            (made_by, n, targets.get(&g).copied().unwrap_or(0))
+        })
+        .collect();
+    CheckpointError::Other(app::not_reached(world_rank(), app::calls_since_wanted(), &waiting, app::is_finishing()))
 }
 
 /// Does this rank still have collectives to run before the current targets? (An app-mode rank
@@ -521,6 +532,12 @@ fn wait_aligned(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, Check
         // releases the library with the other ranks, so this checkpoint cannot be taken.
         if agent::finalizing() {
             return Err(CheckpointError::Finalizing);
+        }
+        // An app-mode rank whose program went on to MPI_Finalize without being taken at a safe
+        // point has none left: say so now (raising the targets for its finalize would only
+        // take every rank there, and this checkpoint fails all the same).
+        if app::enabled() && app::is_finishing() && !app::parked() {
+            return Err(not_at_safe_point());
         }
         // Only what this rank needs: when it is aligned, a start past a known target just waits
         // (asking would have every rank chase the next one, e.g. in MPI_Startall). An app-mode

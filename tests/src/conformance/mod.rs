@@ -83,7 +83,8 @@ pub enum Verdict {
     Pass,
     /// The first line that says why.
     Fail(String),
-    /// A checkpoint mode whose program ended before the checkpoint was committed.
+    /// A checkpoint mode whose program ended by itself, with status 0 and output that passes,
+    /// before the checkpoint was committed (else it is a `Fail`, with the status or output).
     Missed,
     /// A checkpoint mpicr refused with its message for what it cannot checkpoint yet (an open
     /// MPI file or window, a session, a pending request of some kinds; see `REFUSALS`), after
@@ -100,9 +101,7 @@ pub const REFUSALS: [&str; 5] = [
     "free it before checkpointing",
     "cannot be restored",
 ];
-/// What the agent says when a checkpoint comes while the program is in MPI_Finalize: the
-/// program was ending, as when it ends before the checkpoint (`Missed`).
-pub const FINALIZING: &str = "the program is finalizing MPI";
+pub use crate::ckpt::FINALIZING;
 /// How a checkpoint failure goes on when the job then failed as well (`ckpt::launch`).
 const THEN_THE_JOB: &str = "; then the job";
 
@@ -550,7 +549,21 @@ fn run_one(
                         Verdict::Fail(e)
                     }
                 },
-                ForeignRun::Missed(_) => Verdict::Missed,
+                // ended well by itself before the checkpoint: its output must still pass
+                ForeignRun::Missed(out) => match verdict::judge(t.entry.judge, &out) {
+                    Ok(()) => Verdict::Missed,
+                    Err(e) => {
+                        let e = format!("the job ended before the checkpoint, and {e}");
+                        note(
+                            mode,
+                            &format!(
+                                "{e}\n{}",
+                                job::tails(&out.stdout, &out.stderr, &out.launcher)
+                            ),
+                        );
+                        Verdict::Fail(e)
+                    }
+                },
                 ForeignRun::Failed(report) => {
                     let v = checkpoint_failure(&first_line(&report));
                     if matches!(v, Verdict::Fail(_)) {
@@ -734,7 +747,7 @@ fn print_summary(o: &Options, all: &[Tested], diffs: &[Difference], notes: &[Str
     );
     println!("    (or ci.txt marks), passed through a checkpoint that goes on / stop + restart;");
     println!(
-        "    (checkpoint modes) missed: the program ended before the checkpoint was committed;"
+        "    (checkpoint modes) missed: the program ended well (status 0, output passing) before the checkpoint was committed;"
     );
     println!("    refused: mpicr refused the checkpoint, saying what it cannot checkpoint yet");
     for note in notes {
@@ -903,6 +916,11 @@ mod tests {
         assert!(matches!(checkpoint_failure(greq), Verdict::Refused(_)));
         let late = "run: ...: checkpoint 1 aborted: rank 1: the program is finalizing MPI";
         assert_eq!(checkpoint_failure(late), Verdict::Missed);
+        // a job that then failed by itself (`ckpt::launch` appends its status) is no miss
+        let crashed = format!("{late}; then the job ended with exit status: 1");
+        assert!(matches!(checkpoint_failure(&crashed), Verdict::Fail(_)));
+        let refused_then_crashed = format!("{refused}; then the job ended with signal: 11 (SIGSEGV)");
+        assert!(matches!(checkpoint_failure(&refused_then_crashed), Verdict::Fail(_)));
         let timeout = "run: ...: timed out in phase SendCounts waiting for rank(s) 0";
         assert!(matches!(checkpoint_failure(timeout), Verdict::Fail(_)));
     }

@@ -104,6 +104,8 @@ pub fn end_lower_if_unused(name: &str) -> c_int {
     if !LOWER_UP.load(Ordering::Acquire) || STAGE.load(Ordering::Acquire) == INITIALIZED || !OBJ.sessions.is_empty() {
         return MPI_SUCCESS;
     }
+    // An app-mode rank past its last safe point: a checkpoint waiting for one stops waiting.
+    crate::core::app::finishing();
     {
         let (_g, _) = crate::face::api::coll::begin_collective(MPI_COMM_WORLD);
         crate::core::agent::stop();
