@@ -42,7 +42,8 @@ test: deps build
 #   with the native run; it ends with the counts and the seeds of failed runs
 #   (MPICR_SOAK_COUNT=N, or MPICR_SOAK_SECONDS=S; MPICR_TEST_SEED=S repeats a soak).
 # - the checkpoint modes make test leaves out: MPICH 5 at 4 ranks older-epoch, restart-twice,
-#   restart-errors; Intel MPI at 2 ranks older-epoch, restart-twice.
+#   restart-errors, at 2 ranks older-epoch, restart-twice; MPICH 4.0.2 at 4 ranks older-epoch,
+#   restart-twice, restart-errors; Intel MPI at 2 ranks older-epoch, restart-twice.
 # Each runs even if one before it fails.
 soak: deps build
 	rc=0; \
@@ -51,6 +52,10 @@ soak: deps build
 	SKIP_BUILD=1 MPICR_TEST_MODES=soak scripts/test-ckpt.sh || rc=1; \
 	SKIP_BUILD=1 MPICR_TEST_FLAVORS=mpich5 MPICR_TEST_MODES=older-epoch,restart-twice,restart-errors \
 		scripts/test-ckpt.sh /mpich5/np4/ || rc=1; \
+	SKIP_BUILD=1 MPICR_TEST_FLAVORS=mpich5 MPICR_TEST_MODES=older-epoch,restart-twice \
+		scripts/test-ckpt.sh /mpich5/np2/ || rc=1; \
+	SKIP_BUILD=1 MPICR_TEST_FLAVORS=mpich4 MPICR_TEST_MODES=older-epoch,restart-twice,restart-errors \
+		scripts/test-ckpt.sh /mpich4/np4/ || rc=1; \
 	SKIP_BUILD=1 MPICR_TEST_FLAVORS=impi MPICR_TEST_MODES=older-epoch,restart-twice \
 		scripts/test-ckpt.sh /impi/np2/ || rc=1; \
 	exit $$rc
