@@ -41,8 +41,7 @@ test: deps build
 #   rank count x {continue, stop+restart}, each checkpointed at a random instant and compared
 #   with the native run; it ends with the counts and the seeds of failed runs
 #   (MPICR_SOAK_COUNT=N, or MPICR_SOAK_SECONDS=S; MPICR_TEST_SEED=S repeats a soak).
-# - the checkpoint modes make test leaves out: MPICH 5 at 4 ranks older-epoch, restart-twice,
-#   restart-errors, at 2 ranks older-epoch, restart-twice; MPICH 4.0.2 at 4 ranks older-epoch,
+# - the checkpoint modes make test leaves out: MPICH 5 at 4 ranks (every mode), at 2 ranks older-epoch, restart-twice; MPICH 4.0.2 at 4 ranks older-epoch,
 #   restart-twice, restart-errors; Intel MPI at 2 ranks older-epoch, restart-twice.
 # Each runs even if one before it fails.
 soak: deps build
@@ -50,7 +49,7 @@ soak: deps build
 	export MPICR_TEST_FLAVORS=$${MPICR_TEST_FLAVORS:-mpich4,mpich5}; \
 	MPICR_TEST_MODES=renewals MPICR_TEST_RENEWALS=$${MPICR_TEST_RENEWALS:-100,50} scripts/test-ckpt.sh || rc=1; \
 	SKIP_BUILD=1 MPICR_TEST_MODES=soak scripts/test-ckpt.sh || rc=1; \
-	SKIP_BUILD=1 MPICR_TEST_FLAVORS=mpich5 MPICR_TEST_MODES=older-epoch,restart-twice,restart-errors \
+	SKIP_BUILD=1 MPICR_TEST_FLAVORS=mpich5 MPICR_TEST_MODES=continue,stop-restart,older-epoch,restart-twice,restart-errors \
 		scripts/test-ckpt.sh /mpich5/np4/ || rc=1; \
 	SKIP_BUILD=1 MPICR_TEST_FLAVORS=mpich5 MPICR_TEST_MODES=older-epoch,restart-twice \
 		scripts/test-ckpt.sh /mpich5/np2/ || rc=1; \
