@@ -493,6 +493,32 @@ ckpt_mpicr() {
     fi
 }
 
+# restart_resumed LOG WHAT ARGS...: (inside ckpt_mpicr_once, whose variables it uses) restarts the
+# epoch with `mpicr restart ARGS...` and waits for ckpt_mem's "resumed" line; sets resumed_ms
+# (launch to running again) and job.
+restart_resumed() {
+    local log=$1 what=$2 t0 waited=0 at
+    shift 2
+    t0=$(now)
+    start_job "$T_MPICR" "$log" "$mpiexec" -n "$n" "$mpicr" restart "$@" "$ck"
+    until grep -q '^ckpt_mem: resumed' "$log"; do
+        alive "$job" || { tail_log "$log"; die "$tag: $what ($f, $mib MiB) ended before the program resumed"; }
+        [ $waited -lt $((T_RESUME * 10)) ] || { tail_log "$log"; die "$tag: $what ($f, $mib MiB): no resume after ${T_RESUME}s"; }
+        sleep 0.1; waited=$((waited + 1))
+    done
+    at=$(sed -n 's/^ckpt_mem: resumed .*at=\([0-9.]*\).*/\1/p' "$log" | tail -n 1)
+    resumed_ms=$(awk -v a="$t0" -v b="$at" 'BEGIN { printf "%.1f", (b - a) * 1000 }')
+}
+# finish_restarted LOG WHAT: ends the restarted job (its stop file) and checks that it verified its
+# memory and exited 0.
+finish_restarted() {
+    local log=$1 what=$2 rc=0
+    touch "$stopf"
+    wait_group "$job" || rc=$?
+    grep -q '^ckpt_mem: done .*verify=ok' "$log" && [ $rc -eq 0 ] || {
+        tail_log "$log"; die "$tag: $what ($f, $mib MiB) did not finish cleanly (exit status $rc)"; }
+}
+
 # ckpt_mpicr_once FLAVOR MIB REP: one repetition of the mpicr measurement (see ckpt_mpicr).
 ckpt_mpicr_once() {
     local f=$1 mib=$2 rep=$3 n=$4 tag=$5 who=mpicr-$1 mpiexec key=$2
@@ -566,44 +592,21 @@ ckpt_mpicr_once() {
     # -v: each keeper prints "verified the images of epoch K in DURATION" (the checksums of its
     # images) and "restored epoch K as pid P in DURATION" (its CRIU restore and rejoining the
     # coordinator), the parts of the restart measured inside mpicr.
-    start_job "$T_MPICR" "$rstlog" "$mpiexec" -n "$n" "$mpicr" restart -v "$ck"
-    waited=0
-    until grep -q '^ckpt_mem: resumed' "$rstlog"; do
-        alive "$job" || { tail_log "$rstlog"; die "$tag: mpicr restart ($f, $mib MiB) ended before the program resumed"; }
-        [ $waited -lt $((T_RESUME * 10)) ] || { tail_log "$rstlog"; die "$tag: mpicr restart ($f, $mib MiB): no resume after ${T_RESUME}s"; }
-        sleep 0.1; waited=$((waited + 1))
-    done
-    at=$(sed -n 's/^ckpt_mem: resumed .*at=\([0-9.]*\).*/\1/p' "$rstlog" | tail -n 1)
-    restore_ms=$(awk -v a="$t0" -v b="$at" 'BEGIN { printf "%.1f", (b - a) * 1000 }')
+    restart_resumed "$rstlog" "mpicr restart" -v
+    restore_ms=$resumed_ms
     criu_ms=$(grep -o 'restored epoch [0-9]* as pid [0-9]* in .*' "$rstlog" | sed 's/.* in //' |
         while read -r d; do to_ms <<<"$d"; echo; done | sort -n | tail -n 1)
     verify_ms=$(grep -o 'verified the images of epoch [0-9]* in .*' "$rstlog" | sed 's/.* in //' |
         while read -r d; do to_ms <<<"$d"; echo; done | sort -n | tail -n 1)
-    touch "$stopf"
-    rc=0
-    wait_group "$job" || rc=$?
-    grep -q '^ckpt_mem: done .*verify=ok' "$rstlog" && [ $rc -eq 0 ] || {
-        tail_log "$rstlog"; die "$tag: restarted job ($f, $mib MiB) did not finish cleanly (exit status $rc)"; }
+    finish_restarted "$rstlog" "restarted job"
     # The same epoch restarted again with lazy pages (BENCH_LAZY): launch to running, next to
     # bare CRIU lazy; ckpt_mem then checks every page of its memory (served by the daemons).
     local lazy_restore_ms="" lazylog=$dir/restart-lazy.log
     if [ "$tag" = s2 ] && [ "$lazy" = 1 ]; then
         rm -f "$stopf"
-        t0=$(now)
-        start_job "$T_MPICR" "$lazylog" "$mpiexec" -n "$n" "$mpicr" restart --lazy-pages -v "$ck"
-        waited=0
-        until grep -q '^ckpt_mem: resumed' "$lazylog"; do
-            alive "$job" || { tail_log "$lazylog"; die "$tag: mpicr restart --lazy-pages ($f, $mib MiB) ended before the program resumed"; }
-            [ $waited -lt $((T_RESUME * 10)) ] || { tail_log "$lazylog"; die "$tag: mpicr restart --lazy-pages ($f, $mib MiB): no resume after ${T_RESUME}s"; }
-            sleep 0.1; waited=$((waited + 1))
-        done
-        at=$(sed -n 's/^ckpt_mem: resumed .*at=\([0-9.]*\).*/\1/p' "$lazylog" | tail -n 1)
-        lazy_restore_ms=$(awk -v a="$t0" -v b="$at" 'BEGIN { printf "%.1f", (b - a) * 1000 }')
-        touch "$stopf"
-        rc=0
-        wait_group "$job" || rc=$?
-        grep -q '^ckpt_mem: done .*verify=ok' "$lazylog" && [ $rc -eq 0 ] || {
-            tail_log "$lazylog"; die "$tag: job restarted with --lazy-pages ($f, $mib MiB) did not finish cleanly (exit status $rc)"; }
+        restart_resumed "$lazylog" "mpicr restart --lazy-pages" --lazy-pages -v
+        lazy_restore_ms=$resumed_ms
+        finish_restarted "$lazylog" "job restarted with --lazy-pages"
         if grep -q 'lazy pages unavailable' "$lazylog"; then
             say "$tag: mpicr restart --lazy-pages fell back to a full restore: $(grep -m1 'lazy pages unavailable' "$lazylog")"
             lazy_restore_ms=""

@@ -536,34 +536,15 @@ fn run_one(
             };
             let began = Instant::now();
             let v = match ckpt::checkpoint_foreign(h, &f, &native_out) {
-                ForeignRun::Done(out) => match verdict::judge(t.entry.judge, &out) {
-                    Ok(()) => Verdict::Pass,
-                    Err(e) => {
-                        note(
-                            mode,
-                            &format!(
-                                "{e}\n{}",
-                                job::tails(&out.stdout, &out.stderr, &out.launcher)
-                            ),
-                        );
-                        Verdict::Fail(e)
-                    }
-                },
+                ForeignRun::Done(out) => judge_checkpointed(t.entry.judge, &out, Verdict::Pass, "", &mut |r| note(mode, r)),
                 // ended well by itself before the checkpoint: its output must still pass
-                ForeignRun::Missed(out) => match verdict::judge(t.entry.judge, &out) {
-                    Ok(()) => Verdict::Missed,
-                    Err(e) => {
-                        let e = format!("the job ended before the checkpoint, and {e}");
-                        note(
-                            mode,
-                            &format!(
-                                "{e}\n{}",
-                                job::tails(&out.stdout, &out.stderr, &out.launcher)
-                            ),
-                        );
-                        Verdict::Fail(e)
-                    }
-                },
+                ForeignRun::Missed(out) => judge_checkpointed(
+                    t.entry.judge,
+                    &out,
+                    Verdict::Missed,
+                    "the job ended before the checkpoint, and ",
+                    &mut |r| note(mode, r),
+                ),
                 ForeignRun::Failed(report) => {
                     let v = checkpoint_failure(&first_line(&report));
                     if matches!(v, Verdict::Fail(_)) {
@@ -581,6 +562,19 @@ fn run_one(
         }
     }
     t
+}
+
+/// The verdict of a run through a checkpoint whose job ended: `ok` when its output passes the
+/// program's rules, otherwise a failure (prefixed with `why`) noted with the job's output.
+fn judge_checkpointed(judge: Judge, out: &JobOutput, ok: Verdict, why: &str, note: &mut dyn FnMut(&str)) -> Verdict {
+    match verdict::judge(judge, out) {
+        Ok(()) => ok,
+        Err(e) => {
+            let e = format!("{why}{e}");
+            note(&format!("{e}\n{}", job::tails(&out.stdout, &out.stderr, &out.launcher)));
+            Verdict::Fail(e)
+        }
+    }
 }
 
 fn first_line(s: &str) -> String {
