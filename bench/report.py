@@ -61,7 +61,7 @@ def restart_table(s2, rows, na):
                f"(launch to initialized); goal mpicr/reference <= {RESTART_GOAL}",
            "  keepers' CRIU = slowest `restored epoch ... in` of `mpicr restart -v` (CRIU restore and "
            "rejoining the coordinator);",
-           "  verify = slowest 'verified the images ... in' (what SHA-256 of the rank's images adds: the metadata "
+           "  verify = slowest 'verified the images ... in' (what the checksums (BLAKE3; SHA-256 for images of earlier versions) of the rank's images add: the metadata "
            "before the restore, the page files while CRIU restores); "
            "rest = mpicr - verify - keepers CRIU (launch, keepers, MPI library renewal);",
            "  Init via mpicr = the same MPI_Init job launched under `mpicr run` (what any mpicr start pays)",

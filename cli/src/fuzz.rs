@@ -109,7 +109,7 @@ fn rank_manifest() -> RankManifest {
         host: "node".into(),
         pid: 12,
         bytes: 3,
-        files: vec![FileSum { name: "pages-1.img".into(), bytes: 3, sha256: "ab".into() }],
+        files: vec![FileSum { name: "pages-1.img".into(), bytes: 3, blake3: "ab".into(), ..Default::default() }],
         renewals_left: Some(2),
         drained_msgs: 0,
         drained_bytes: 0,

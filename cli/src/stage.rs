@@ -171,7 +171,7 @@ fn seal(t: &Target, meta: &RankMeta, started: Instant, compress: bool) -> Result
     // What reached the checkpoint directory is what was dumped.
     for f in &m.files {
         if let Some((bytes, sum)) = copied.iter().find(|c| c.0 == f.name).map(|c| (c.1, &c.2)) {
-            if bytes != f.bytes || *sum != f.sha256 {
+            if bytes != f.bytes || *sum != f.blake3 {
                 bail!("copying {} from the stage directory: the copy differs from the dump (checksum mismatch)", f.name);
             }
         }
@@ -200,9 +200,8 @@ fn test_seal_delay(epoch: u64) {
 
 /// Copies every regular file of a stage rank directory (app data excepted: never staged) into
 /// the checkpoint directory's, new files 0600 (pages compressed with `compress`); a `parent` link is made again, relative, from
-/// `meta.parent_epoch`. Returns `(name, bytes, sha256)` of each file as read from the stage.
+/// `meta.parent_epoch`. Returns `(name, bytes, BLAKE3)` of each file as read from the stage.
 fn copy_tree(from: &Path, to: &Path, meta: &RankMeta, compress: bool) -> Result<Vec<(String, u64, String)>> {
-    use sha2::Digest;
     let mut out = Vec::new();
     for e in fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
         let e = e?;
@@ -235,7 +234,7 @@ fn copy_tree(from: &Path, to: &Path, meta: &RankMeta, compress: bool) -> Result<
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&dst)
             .with_context(|| format!("creating {}", dst.display()))?;
-        let mut h = sha2::Sha256::new();
+        let mut h = blake3::Hasher::new();
         let mut buf = vec![0u8; 1 << 20];
         let mut total = 0u64;
         loop {
@@ -247,7 +246,7 @@ fn copy_tree(from: &Path, to: &Path, meta: &RankMeta, compress: bool) -> Result<
             w.write_all(&buf[..n]).with_context(|| format!("writing {}", dst.display()))?;
             total += n as u64;
         }
-        out.push((name, total, images::hex(&h.finalize())));
+        out.push((name, total, h.finalize().to_hex().to_string()));
     }
     Ok(out)
 }

@@ -70,12 +70,40 @@ pub struct RankManifest {
     pub agent_timings: Vec<(String, u64)>,
 }
 
-/// One image file and its checksum.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One image file and its checksum: BLAKE3 (hex) since mpicr wrote them with it, SHA-256 (hex)
+/// in images of earlier versions, which still verify; the other field is empty. Both are
+/// cryptographic, so the signed manifest keeps authenticating the images it lists.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 pub struct FileSum {
     pub name: String,
     pub bytes: u64,
+    #[serde(default)]
     pub sha256: String,
+    #[serde(default)]
+    pub blake3: String,
+}
+
+/// In JSON (`MANIFEST.json`, which is signed over its re-serialisation) an empty checksum field
+/// is left out, so that a manifest of an earlier version serialises to the bytes it was signed
+/// as; postcard frames (not self-describing) carry every field.
+impl Serialize for FileSum {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let human = s.is_human_readable();
+        let keep = |v: &String| !human || !v.is_empty();
+        let n = 2 + usize::from(keep(&self.sha256)) + usize::from(keep(&self.blake3));
+        let mut st = s.serialize_struct("FileSum", n)?;
+        st.serialize_field("name", &self.name)?;
+        st.serialize_field("bytes", &self.bytes)?;
+        for (key, v) in [("sha256", &self.sha256), ("blake3", &self.blake3)] {
+            if keep(v) {
+                st.serialize_field(key, v)?;
+            } else {
+                st.skip_field(key)?;
+            }
+        }
+        st.end()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -472,5 +500,20 @@ mod tests {
         assert_eq!(&f[4..4 + body.len()], &body[..]);
         let tag = frame_tag(&key, 5, &body).finalize().into_bytes();
         assert_eq!(&f[4 + body.len()..], &tag[..]);
+    }
+    #[test]
+    fn file_sums_cross_postcard_whole_and_json_without_the_empty_checksum() {
+        let new = FileSum { name: "pages-1.img".into(), bytes: 3, sha256: String::new(), blake3: "ab".into() };
+        let old = FileSum { name: "pages-1.img".into(), bytes: 3, sha256: "cd".into(), blake3: String::new() };
+        for f in [&new, &old] {
+            let b = postcard::to_stdvec(f).unwrap();
+            assert_eq!(&postcard::from_bytes::<FileSum>(&b).unwrap(), f);
+        }
+        // A manifest entry of an earlier version re-serialises to the bytes it was signed as.
+        let text = r#"{"name":"pages-1.img","bytes":3,"sha256":"cd"}"#;
+        let parsed: FileSum = serde_json::from_str(text).unwrap();
+        assert_eq!(parsed, old);
+        assert_eq!(serde_json::to_string(&parsed).unwrap(), text);
+        assert_eq!(serde_json::to_string(&new).unwrap(), r#"{"name":"pages-1.img","bytes":3,"blake3":"ab"}"#);
     }
 }
