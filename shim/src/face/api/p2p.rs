@@ -9,7 +9,7 @@ use crate::face::api::{library_status_in, put, put_library_status, put_status};
 use crate::core::kinds::comm::{comm_gid, count_recv, count_send};
 use crate::core::kinds::message::{MessageEntry, CLAIMED};
 use crate::core::kinds::part;
-use crate::core::kinds::request::{complete_at_once, take_drained_into, unpack};
+use crate::core::kinds::request::{complete_at_once, complete_blocking, take_drained_into, unpack};
 use crate::core::state::OBJ;
 use crate::face::{conv, errors};
 use crate::core::bsend::{self, Pool};
@@ -20,6 +20,29 @@ use std::os::raw::{c_int, c_void};
 
 fn args(buf: *const c_void, count: i64, datatype: MPI_Datatype, peer: c_int, tag: c_int, comm: MPI_Comm) -> P2pArgs {
     P2pArgs { buf: buf as u64, count, datatype: TypeRef::Predefined(datatype), peer, tag, comm: conv::vcomm(comm) }
+}
+
+/// How long posting a request waits for it under the gate hold that posted it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Blocking {
+    /// A nonblocking call: it becomes a virtual request.
+    No,
+    /// One test (the receive half of MPI_Sendrecv, whose send is not posted yet: waiting for the
+    /// receive first would deadlock a ring).
+    Once,
+    /// Until it completes, or a checkpoint closes the gate ([`complete_blocking`]).
+    Until,
+}
+
+impl Blocking {
+    /// The completion test of a just-posted real request, as this mode asks.
+    fn complete(self, real: &mut c_int, recv_comm: Option<mpicr_virtid::VComm>) -> Option<MPI_Status> {
+        match self {
+            Blocking::No => None,
+            Blocking::Once => complete_at_once(real, recv_comm),
+            Blocking::Until => complete_blocking(real, recv_comm),
+        }
+    }
 }
 
 /// What posting a request gave a call: a virtual request to complete later, or (for a
@@ -55,12 +78,12 @@ impl Posted {
     }
 }
 
-/// Posts a send. A blocking call (`blocking`) whose send completes at once gets `Done`;
-/// otherwise the send becomes a virtual request. Safe: it only records `buf`'s address; the
+/// Posts a send. A blocking call gets `Done` when its send completed as `blocking` waits for
+/// it ([`Blocking`]); otherwise the send becomes a virtual request. Safe: it only records `buf`'s address; the
 /// buffer reaches the library through `real_call`, which its caller builds.
 #[allow(clippy::too_many_arguments)]
 fn post_send(
-    mode: SendMode, buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, blocking: bool,
+    mode: SendMode, buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, blocking: Blocking,
     real_call: impl FnOnce(c_int, c_int, &mut c_int) -> c_int,
 ) -> Result<Posted, c_int> {
     let (c, d) = (conv::comm_checked(comm)?, conv::datatype(dt));
@@ -70,24 +93,22 @@ fn post_send(
         return Err(rc);
     }
     count_send(conv::vcomm(comm), dest);
-    if blocking {
-        if let Some(st) = complete_at_once(&mut r, None) {
-            return Ok(Posted::Done(st));
-        }
+    if let Some(st) = blocking.complete(&mut r, None) {
+        return Ok(Posted::Done(st));
     }
     Ok(Posted::Pending(register_request(r, RequestRecipe::Send { mode, args: args(buf, count, dt, dest, tag, comm) }, comm, false)))
 }
 
-/// Posts a receive (from the drained buffer when possible). A blocking call (`blocking`)
-/// whose receive completes at once gets `Done`; otherwise the receive becomes a virtual
-/// request.
+/// Posts a receive (from the drained buffer when possible). A blocking call gets `Done` when
+/// its receive completed as `blocking` waits for it ([`Blocking`]); otherwise the receive
+/// becomes a virtual request.
 ///
 /// # Safety
 /// `buf` must be writable for `count` elements of `dt`: a drained message is copied into it
 /// at once (and `real_call` hands it to the library).
 #[allow(clippy::too_many_arguments)]
 unsafe fn post_recv(
-    buf: *mut c_void, count: i64, dt: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, blocking: bool,
+    buf: *mut c_void, count: i64, dt: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, blocking: Blocking,
     real_call: impl FnOnce(c_int, c_int, &mut c_int) -> c_int,
 ) -> Result<Posted, c_int> {
     let a = args(buf, count, dt, source, tag, comm);
@@ -109,10 +130,8 @@ unsafe fn post_recv(
     if rc != MPI_SUCCESS {
         return Err(rc);
     }
-    if blocking {
-        if let Some(st) = complete_at_once(&mut r, Some(conv::vcomm(comm))) {
-            return Ok(Posted::Done(st));
-        }
+    if let Some(st) = blocking.complete(&mut r, Some(conv::vcomm(comm))) {
+        return Ok(Posted::Done(st));
     }
     Ok(Posted::Pending(register_request(r, RequestRecipe::Recv { args: a }, comm, true)))
 }
@@ -127,7 +146,7 @@ macro_rules! isend {
             // `buf` goes to the library as the caller's send buffer, which the caller keeps
             // valid until the request completes (MPI's contract of this call).
             let r =
-                post_send(SendMode::$mode, buf, count as i64, datatype, dest, tag, comm, false, |c, d, r| real!($real(buf, count, d, dest, tag, c, r)));
+                post_send(SendMode::$mode, buf, count as i64, datatype, dest, tag, comm, Blocking::No, |c, d, r| real!($real(buf, count, d, dest, tag, c, r)));
             drop(g);
             match r.map(Posted::request) {
                 Ok(v) => {
@@ -154,7 +173,7 @@ macro_rules! send {
             }
             // `buf` is the caller's send buffer, valid for the whole call, which waits for the send.
             let r =
-                post_send(SendMode::$mode, buf, count as i64, datatype, dest, tag, comm, true, |c, d, r| real!($real(buf, count, d, dest, tag, c, r)));
+                post_send(SendMode::$mode, buf, count as i64, datatype, dest, tag, comm, Blocking::Until, |c, d, r| real!($real(buf, count, d, dest, tag, c, r)));
             drop(g);
             let rc = match r {
                 // SAFETY: MPI_STATUS_IGNORE is a status argument `finish_blocking` accepts.
@@ -244,7 +263,7 @@ macro_rules! recv {
             let g = gate::enter();
             // SAFETY: `buf` is the caller's receive buffer, writable for `count` `datatype`s until
             // the request completes (MPI's contract of this call).
-            let r = unsafe { post_recv(buf, count as i64, datatype, source, tag, comm, false, |c, d, r| real!($real(buf, count, d, source, tag, c, r))) };
+            let r = unsafe { post_recv(buf, count as i64, datatype, source, tag, comm, Blocking::No, |c, d, r| real!($real(buf, count, d, source, tag, c, r))) };
             drop(g);
             match r.map(Posted::request) {
                 Ok(v) => {
@@ -263,7 +282,7 @@ macro_rules! recv {
             let g = gate::enter();
             // SAFETY: `buf` is the caller's receive buffer, writable for `count` `datatype`s for
             // the whole call, which waits for the message.
-            let r = unsafe { post_recv(buf, count as i64, datatype, source, tag, comm, true, |c, d, r| real!($real(buf, count, d, source, tag, c, r))) };
+            let r = unsafe { post_recv(buf, count as i64, datatype, source, tag, comm, Blocking::Until, |c, d, r| real!($real(buf, count, d, source, tag, c, r))) };
             drop(g);
             let rc = match r {
                 // SAFETY: `status` is the caller's: MPI_STATUS_IGNORE or writable.
@@ -292,11 +311,11 @@ macro_rules! sendrecv {
             // SAFETY: `recvbuf` is writable for `recvcount` `recvtype`s for the whole call, which
             // waits for both halves (MPI's contract of this call).
             let rr = unsafe {
-                post_recv(recvbuf, recvcount as i64, recvtype, source, recvtag, comm, true, |c, d, r| real!($irecv(recvbuf, recvcount, d, source, recvtag, c, r)))
+                post_recv(recvbuf, recvcount as i64, recvtype, source, recvtag, comm, Blocking::Once, |c, d, r| real!($irecv(recvbuf, recvcount, d, source, recvtag, c, r)))
             };
             let sr = match rr {
                 // `sendbuf` stays valid for the whole call likewise.
-                Ok(_) => post_send(SendMode::Standard, sendbuf, sendcount as i64, sendtype, dest, sendtag, comm, true, |c, d, r| {
+                Ok(_) => post_send(SendMode::Standard, sendbuf, sendcount as i64, sendtype, dest, sendtag, comm, Blocking::Until, |c, d, r| {
                     real!($isend(sendbuf, sendcount, d, dest, sendtag, c, r))
                 }),
                 Err(rc) => Err(rc),
