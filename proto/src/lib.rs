@@ -140,7 +140,15 @@ pub enum FromAgent {
     PmiConnect { generation: u32 },
     /// In-flight messages drained, the library still running: waits for `Release`.
     Drained,
+    /// Answer to [`WRITE_TRACK_ENV`] (`--incremental` without soft-dirty bits), after `Hello`
+    /// and again after each restore: a userfaultfd of this process in asynchronous
+    /// write-protect mode, sent with [`send_with_fd`] (the agent closes its copy: the keeper's
+    /// keeps the context alive, out of the images). `error`: why there is none (no descriptor).
+    WriteTracker { error: Option<String> },
 }
+
+/// Environment variable the keeper sets when the agent is to send [`FromAgent::WriteTracker`].
+pub const WRITE_TRACK_ENV: &str = "MPICR_WRITE_TRACK";
 
 /// Writes one frame.
 pub fn send<W: Write, M: Serialize>(w: &mut W, msg: &M) -> io::Result<()> {
