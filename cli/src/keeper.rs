@@ -1064,7 +1064,11 @@ impl Keeper {
         let staged = (target.images != target.fin).then_some(&self.dir);
         let extra = self.store.tracker.flags(parent, self.rank, staged);
         let (mut env, mut fds) = (Vec::new(), Vec::new());
-        if let Some((bin, var, fd)) = self.store.tracker.criu_for_dump(self.pid, CRIU_UFFD_FD)? {
+        // The write tracker is of the process holding the control socket (under a PID
+        // namespace that is not the tree's root).
+        let ctl_ino = sockets.values().find(|s| s.role == "ctl").map(|s| s.ino);
+        let program = ctl_ino.and_then(|ino| socket_holder(self.pid, ino)).unwrap_or(self.pid);
+        if let Some((bin, var, fd)) = self.store.tracker.criu_for_dump(program, CRIU_UFFD_FD)? {
             criu = Criu { bin };
             env.push(var);
             fds.push(fd);
@@ -1235,6 +1239,19 @@ fn tree_fds(pid: i32) -> Result<Vec<(i32, String)>> {
 }
 
 /// The children of every thread of `pid`.
+/// The first process of the tree at `pid` (root first) holding the socket of inode `ino`.
+fn socket_holder(pid: i32, ino: u64) -> Option<i32> {
+    let want = format!("socket:[{ino}]");
+    let mut todo = std::collections::VecDeque::from([pid]);
+    while let Some(p) = todo.pop_front() {
+        if program_fds(p).is_ok_and(|v| v.iter().any(|(_, l)| *l == want)) {
+            return Some(p);
+        }
+        todo.extend(children(p));
+    }
+    None
+}
+
 fn children(pid: i32) -> Vec<i32> {
     let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
     rd.flatten()
