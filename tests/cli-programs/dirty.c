@@ -1,7 +1,7 @@
-/* dirty MIB TICKS [SPAN]: incremental checkpoints must not lose a write. Each rank fills MIB MiB
+/* dirty MIB TICKS [SPAN [block]]: incremental checkpoints must not lose a write. Each rank fills MIB MiB
  * with a pattern made from the page number and the page's generation; every tick it rewrites a
  * tenth of the pages (every 10th, from offset (tick / SPAN) % 10; SPAN defaults to 20 ticks)
- * with their next generation, checks an
+ * with their next generation ("block": the tenth is one contiguous run of pages instead), checks an
  * MPI_Allreduce, prints "rank R tick I" and sleeps 50 ms. At the end every page is checked
  * against its generation and rank R prints "rank R verify=ok|BAD sum=S": S depends only on
  * MIB, TICKS and R, so a run checkpointed and restarted prints what the uninterrupted run
@@ -27,7 +27,7 @@ static void fill(uint64_t *p, size_t page, uint32_t gen) {
 
 int main(int argc, char **argv) {
     size_t mib = (size_t)atol(argv[1]), npages = mib * 256;
-    int n = atoi(argv[2]), span = argc > 3 ? atoi(argv[3]) : 20, rank, size;
+    int n = atoi(argv[2]), span = argc > 3 ? atoi(argv[3]) : 20, block = argc > 4, rank, size;
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -36,7 +36,9 @@ int main(int argc, char **argv) {
     if (!buf || !gen) return 2;
     for (size_t p = 0; p < npages; p++) fill(buf + p * WORDS, p, gen[p] = (uint32_t)rank);
     for (int i = 1; i <= n; i++) {
-        for (size_t p = (size_t)(i / span) % 10; p < npages; p += 10) {
+        size_t off = (size_t)(i / span) % 10;
+        for (size_t k = 0; k < npages / 10; k++) {
+            size_t p = block ? off * (npages / 10) + k : off + 10 * k;
             gen[p] += (uint32_t)i;
             fill(buf + p * WORDS, p, gen[p]);
         }
