@@ -294,4 +294,27 @@ mod tests {
         assert!(t.flags(Some(4), 0, None).is_empty());
         std::fs::remove_dir_all(&d.root).unwrap();
     }
+
+    #[test]
+    fn the_write_tracker_gates_incremental_dumps() {
+        let (d, _) = chain_dir();
+        let mut t = Tracker { on: true, last_dump: Some(4), write: Some(WriteTrack { criu: "criu-wt".into(), uffd: None, refused: None, warned: false }) };
+        // No tracker yet: full dumps with the usual CRIU, said once.
+        assert!(!t.active() && t.parent(&d, 0).is_none() && t.flags(Some(4), 0, None).is_empty());
+        assert!(t.criu_for_dump(7, 10).unwrap().is_none());
+        assert!(t.inactive_reason().is_some() && t.inactive_reason().is_none());
+        // A tracker (any descriptor stands in for it): nothing armed yet, so the next dump is full.
+        let fd: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
+        t.write_tracker(Some(fd), None);
+        assert!(t.active() && t.last_dump.is_none());
+        assert_eq!(t.flags(None, 0, None), vec!["--track-mem"]);
+        let (bin, env, (_, n)) = t.criu_for_dump(7, 10).unwrap().unwrap();
+        assert_eq!((bin, env, n), (PathBuf::from("criu-wt"), ("CRIU_UFFD_WP".to_string(), "7:10".to_string()), 10));
+        t.last_dump = Some(4);
+        assert_eq!(t.parent(&d, 0), Some(4));
+        // Refused (e.g. after a restore): full dumps again.
+        t.write_tracker(None, Some("userfaultfd: Operation not permitted".into()));
+        assert!(!t.active() && t.parent(&d, 0).is_none() && t.inactive_reason().is_none());
+        std::fs::remove_dir_all(&d.root).unwrap();
+    }
 }
