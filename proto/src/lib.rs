@@ -42,6 +42,12 @@
 //!                                 installs the other end at the number in PMI_FD, then the
 //!                                 renewed MPI library's PMI client talks to the keeper on it
 //! ```
+//! Incremental dumps without soft-dirty bits (when the keeper set [`WRITE_TRACK_ENV`]):
+//! ```text
+//! A->K WriteTracker{error}        + SCM_RIGHTS: the program's userfaultfd (async write-protect),
+//!                                 after Hello and after each restore; none with `error`
+//! ```
+//!
 //! The keeper relays the program's PMI traffic to the launcher, answering `finalize` itself and
 //! prefixing keys per generation (`g<G>-` for G >= 1). Generation 0 is the program's first
 //! `MPI_Init`. Without `PmiConnect`, the keeper counts `init` commands on the PMI socket it
