@@ -6,8 +6,10 @@
 //!
 //! Correctness rests on one rule: the parent is the epoch whose dump cleared the bits last, and
 //! only while it is complete. A dump that succeeded in an epoch that then failed cleared them
-//! too, but its images are gone: the next dump is full. So is the first after a restart (the
-//! restored memory's bits say nothing about the image it came from).
+//! too, but its images are gone: the next dump is full. So is the one after a failed dump (CRIU
+//! may have cleared the bits before failing: the keeper forgets the parent before each dump), and
+//! the first after a restart (the restored memory's bits say nothing about the image it came
+//! from).
 //!
 //! Where the kernel lacks soft-dirty tracking (CONFIG_MEM_SOFT_DIRTY), `criu check --feature
 //! mem_dirty_track` says so, and the write tracker takes over (docs/incremental.md): the agent
@@ -68,6 +70,14 @@ pub struct WriteTrack {
     pub warned: bool,
 }
 
+/// What a write-tracked dump adds: the patched CRIU, `CRIU_UFFD_WP` and the descriptor with its
+/// number in CRIU.
+pub struct TrackedDump {
+    pub criu: PathBuf,
+    pub env: (String, String),
+    pub fd: (OwnedFd, i32),
+}
+
 /// What one rank's keeper knows for incremental dumps.
 #[derive(Debug, Default)]
 pub struct Tracker {
@@ -122,13 +132,13 @@ impl Tracker {
         Some("--incremental: the program sent no write tracker (an agent older than this mpicr, or a program without the shim): full dumps".into())
     }
 
-    /// The CRIU binary, its environment and inherited descriptor for a dump (`None`: the usual
-    /// CRIU, nothing more). The uffd is installed in CRIU at `fd`.
-    pub fn criu_for_dump(&self, pid: i32, fd: i32) -> Result<Option<(PathBuf, (String, String), (OwnedFd, i32))>> {
+    /// The CRIU binary, its environment and inherited descriptor for a dump of the program
+    /// `pid` (`None`: the usual CRIU, nothing more). The uffd is installed in CRIU at `fd`.
+    pub fn criu_for_dump(&self, pid: i32, fd: i32) -> Result<Option<TrackedDump>> {
         let Some(w) = self.write.as_ref().filter(|_| self.active()) else { return Ok(None) };
         let Some(u) = w.uffd.as_ref() else { return Ok(None) };
         let dup = u.try_clone().context("duplicating the write tracker")?;
-        Ok(Some((w.criu.clone(), ("CRIU_UFFD_WP".into(), format!("{pid}:{fd}")), (dup, fd))))
+        Ok(Some(TrackedDump { criu: w.criu.clone(), env: ("CRIU_UFFD_WP".into(), format!("{pid}:{fd}")), fd: (dup, fd) }))
     }
 
     /// The parent of this rank's dump of a new epoch: the last dump, while it is complete.
@@ -308,8 +318,8 @@ mod tests {
         t.write_tracker(Some(fd), None);
         assert!(t.active() && t.last_dump.is_none());
         assert_eq!(t.flags(None, 0, None), vec!["--track-mem"]);
-        let (bin, env, (_, n)) = t.criu_for_dump(7, 10).unwrap().unwrap();
-        assert_eq!((bin, env, n), (PathBuf::from("criu-wt"), ("CRIU_UFFD_WP".to_string(), "7:10".to_string()), 10));
+        let d2 = t.criu_for_dump(7, 10).unwrap().unwrap();
+        assert_eq!((d2.criu, d2.env, d2.fd.1), (PathBuf::from("criu-wt"), ("CRIU_UFFD_WP".to_string(), "7:10".to_string()), 10));
         t.last_dump = Some(4);
         assert_eq!(t.parent(&d, 0), Some(4));
         // Refused (e.g. after a restore): full dumps again.

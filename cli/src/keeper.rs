@@ -1068,11 +1068,14 @@ impl Keeper {
         // namespace that is not the tree's root).
         let ctl_ino = sockets.values().find(|s| s.role == "ctl").map(|s| s.ino);
         let program = ctl_ino.and_then(|ino| socket_holder(self.pid, ino)).unwrap_or(self.pid);
-        if let Some((bin, var, fd)) = self.store.tracker.criu_for_dump(program, CRIU_UFFD_FD)? {
-            criu = Criu { bin };
-            env.push(var);
-            fds.push(fd);
+        if let Some(t) = self.store.tracker.criu_for_dump(program, CRIU_UFFD_FD)? {
+            criu = Criu { bin: t.criu };
+            env.push(t.env);
+            fds.push(t.fd);
         }
+        // A dump that fails may have cleared the bits (re-armed the tracker) already: until
+        // this one succeeds, no epoch is a safe parent.
+        self.store.tracker.last_dump = None;
         criu.dump_with(self.pid, &rdir, &ext, leave_stopped, &extra, &env, fds, CRIU_TIMEOUT)?;
         if self.store.tracker.active() {
             // The dirty bits were cleared: only this epoch's images can be the next parent.
