@@ -2,12 +2,17 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build deps demo test bench soak gen clean conformance install
+.PHONY: all build deps deps-incremental demo test bench soak gen clean conformance install
 
 all: build
 
 deps:
 	scripts/deps.sh
+
+# Only the CRIU for `mpicr run --incremental` on kernels without soft-dirty bits (make deps
+# builds it too): CRIU 4.1.1 with scripts/criu-patches/uffd-wp-tracking.patch, .deps/criu-wt.
+deps-incremental:
+	scripts/install-criu-wt.sh
 
 build:
 	$(CARGO) build --release --workspace

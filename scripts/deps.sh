@@ -135,4 +135,7 @@ fi
 
 # --- private CRIU 4.1 ------------------------------------------------------------------------
 "$root/scripts/install-criu.sh"
+# The CRIU that `run --incremental` uses where the kernel lacks soft-dirty bits (built from
+# source, about 1.5 min). Without it --incremental says so and dumps in full: not fatal here.
+"$root/scripts/install-criu-wt.sh" || echo "deps: the write-tracking CRIU (make deps-incremental) could not be built: --incremental makes full dumps on kernels without soft-dirty bits" >&2
 echo "deps: all present"

@@ -14,7 +14,7 @@ scripts/check-exports.sh
 step "C programs: native vs libmpicr, MPICH 4.0.2, MPICH 5 and Intel MPI, Open MPI programs on MPICH 4.0.2 (libmpicr_ompi.so; also a -no-pie one) and standard-ABI programs on MPICH 4.0.2 (libmpicr_abi.so), 1/2/4 ranks"
 scripts/test-c.sh
 
-step "mpicr CLI: PMI relay, CRIU, checkpoint protocol, errors, hangs, security, PID namespaces, non-root, restart on another library, make install and the wrapper compiler, the command line, Slurm (PMI-1, PMI-2 and PMIx), Open MPI 5 and 4.1.4 underneath, app-mode ranks, staging and incremental dumps, lazy-pages restarts (175 cases)"
+step "mpicr CLI: PMI relay, CRIU, checkpoint protocol, errors, hangs, security, PID namespaces, non-root, restart on another library, make install and the wrapper compiler, the command line, Slurm (PMI-1, PMI-2 and PMIx), Open MPI 5 and 4.1.4 underneath, app-mode ranks, staging and incremental dumps, lazy-pages restarts (176 cases)"
 cargo build --release -q -p mpicr-cli --bin mpicr --example fake_agent
 # The CLI's app-python cases need mpi4py built against both MPICH builds: build it (and run its
 # suite natively, whose results the mpi4py step below reuses) first, or on a fresh machine they

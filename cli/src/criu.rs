@@ -53,14 +53,17 @@ impl Criu {
     /// Dumps the process tree rooted at `pid` into `dir` (log: `dir/dump.log`). The tree is left
     /// running, or stopped (`leave_stopped`, for `checkpoint --stop`: nothing the program does
     /// after the dump may happen twice once it is restarted; SIGCONT undoes it on an abort).
-    /// `extra`: more options (`incremental`'s `--track-mem`, `--prev-images-dir`).
-    pub fn dump_with(&self, pid: i32, dir: &Path, external_unix: &[u64], leave_stopped: bool, extra: &[String], timeout: Duration) -> Result<()> {
+    /// `extra`: more options (`incremental`'s `--track-mem`, `--prev-images-dir`); `env` and
+    /// `fds` (descriptor, number in CRIU): what the write tracker hands CRIU (`incremental`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn dump_with(&self, pid: i32, dir: &Path, external_unix: &[u64], leave_stopped: bool, extra: &[String], env: &[(String, String)], fds: Vec<(OwnedFd, RawFd)>, timeout: Duration) -> Result<()> {
         let dir = &dir.canonicalize().with_context(|| format!("resolving {}", dir.display()))?;
         let mut cmd = Command::new(&self.bin);
         cmd.arg("dump").arg("-t").arg(pid.to_string()).arg("-D").arg(dir).arg("-o").arg("dump.log").arg("-v4");
         cmd.args(dump_flags(external_unix, leave_stopped, unprivileged()));
         cmd.args(extra);
-        run(cmd, "dump", &dir.join("dump.log"), timeout, Vec::new())
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
+        run(cmd, "dump", &dir.join("dump.log"), timeout, fds)
     }
 
     /// Restores the image in `dir` detached (`restore -d`); `inherit` maps resources of the image

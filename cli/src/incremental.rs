@@ -6,17 +6,25 @@
 //!
 //! Correctness rests on one rule: the parent is the epoch whose dump cleared the bits last, and
 //! only while it is complete. A dump that succeeded in an epoch that then failed cleared them
-//! too, but its images are gone: the next dump is full. So is the first after a restart (the
-//! restored memory's bits say nothing about the image it came from).
+//! too, but its images are gone: the next dump is full. So is the one after a failed dump (CRIU
+//! may have cleared the bits before failing: the keeper forgets the parent before each dump), and
+//! the first after a restart (the restored memory's bits say nothing about the image it came
+//! from).
 //!
-//! Where the kernel lacks soft-dirty tracking (CONFIG_MEM_SOFT_DIRTY) CRIU cannot do this:
-//! `criu check --feature mem_dirty_track` says so, the keeper says it in one line and every
-//! dump is full.
+//! Where the kernel lacks soft-dirty tracking (CONFIG_MEM_SOFT_DIRTY), `criu check --feature
+//! mem_dirty_track` says so, and the write tracker takes over (docs/incremental.md): the agent
+//! hands its keeper a userfaultfd of the program in asynchronous write-protect mode
+//! (`FromAgent::WriteTracker`), and a patched CRIU (`make deps-incremental`, `.deps/criu-wt`)
+//! inherits it for every dump (`CRIU_UFFD_WP=PID:FD`): it reads "written since the last dump"
+//! where it would read soft-dirty bits, then registers and write-protects the program's private
+//! memory again before the program runs. Without that CRIU, or without a tracker from the agent
+//! (refused by the kernel, older agent), the keeper says why in one line and dumps in full.
 
 use crate::images::{self, CkptDir, EpochState, RankMeta};
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
 
 /// Whether CRIU can track dirty memory here (asked once per process).
 pub fn dirty_tracking(criu: &Path) -> bool {
@@ -35,39 +43,107 @@ pub fn dirty_tracking(criu: &Path) -> bool {
 /// The one line said when `--incremental` cannot be honoured.
 pub fn unavailable_line(criu: &Path) -> String {
     format!(
-        "mpicr: --incremental: {} reports no memory dirty tracking on this kernel (`criu check --feature mem_dirty_track`; needs CONFIG_MEM_SOFT_DIRTY): every checkpoint is a full dump",
+        "mpicr: --incremental: {} reports no memory dirty tracking on this kernel (`criu check --feature mem_dirty_track`; needs CONFIG_MEM_SOFT_DIRTY), and the CRIU for write tracking is not installed (`make deps-incremental`): every checkpoint is a full dump",
         criu.display()
     )
+}
+
+/// The CRIU patched for write tracking (`scripts/install-criu-wt.sh`): `$MPICR_CRIU_WT`, else
+/// `.deps/criu-wt/criu` of the source tree the mpicr binary was built in.
+pub fn write_tracking_criu() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("MPICR_CRIU_WT").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(p)).filter(|p| crate::sys::is_executable(p));
+    }
+    let dir = crate::paths::exe_dir()?;
+    ["../../.deps/criu-wt/criu", "../../../.deps/criu-wt/criu"].iter().map(|rel| dir.join(rel)).find(|c| crate::sys::is_executable(c))
+}
+
+/// Dirty tracking by userfaultfd write-protection: the patched CRIU, and the program's
+/// userfaultfd once the agent sent it.
+#[derive(Debug)]
+pub struct WriteTrack {
+    pub criu: PathBuf,
+    pub uffd: Option<OwnedFd>,
+    /// Why the agent sent none (the keeper said it when it came).
+    pub refused: Option<String>,
+    /// The missing tracker was reported.
+    pub warned: bool,
+}
+
+/// What a write-tracked dump adds: the patched CRIU, `CRIU_UFFD_WP` and the descriptor with its
+/// number in CRIU.
+pub struct TrackedDump {
+    pub criu: PathBuf,
+    pub env: (String, String),
+    pub fd: (OwnedFd, i32),
 }
 
 /// What one rank's keeper knows for incremental dumps.
 #[derive(Debug, Default)]
 pub struct Tracker {
-    /// `--incremental` was asked for and CRIU can track memory.
+    /// `--incremental` was asked for and CRIU can track memory (soft-dirty bits, or the write
+    /// tracker).
     pub on: bool,
     /// The epoch whose dump of this process cleared the dirty bits last.
     pub last_dump: Option<u64>,
+    /// Set where the kernel has no soft-dirty bits: the write tracker (see the module's note).
+    pub write: Option<WriteTrack>,
 }
 
 impl Tracker {
-    /// `--incremental` given: on if CRIU can track memory, else the one line (rank 0 says it).
+    /// `--incremental` given: on if CRIU can track memory or the write-tracking CRIU is there,
+    /// else the one line (rank 0 says it).
     pub fn new(wanted: bool, criu: Option<&Path>, rank: i32) -> Tracker {
-        let on = match (wanted, criu) {
-            (true, Some(c)) => {
-                let ok = dirty_tracking(c);
-                if !ok && rank == 0 {
+        let (Some(c), true) = (criu, wanted) else { return Tracker::default() };
+        if dirty_tracking(c) {
+            return Tracker { on: true, ..Tracker::default() };
+        }
+        match write_tracking_criu() {
+            Some(criu) => Tracker { on: true, last_dump: None, write: Some(WriteTrack { criu, uffd: None, refused: None, warned: false }) },
+            None => {
+                if rank == 0 {
                     crate::elog!("{}", unavailable_line(c));
                 }
-                ok
+                Tracker::default()
             }
-            _ => false,
-        };
-        Tracker { on, last_dump: None }
+        }
+    }
+
+    /// The agent's answer to `WRITE_TRACK_ENV`: a userfaultfd of the program's (new) address
+    /// space, or why there is none. Either way nothing is armed yet: the next dump is full.
+    pub fn write_tracker(&mut self, uffd: Option<OwnedFd>, error: Option<String>) {
+        let Some(w) = self.write.as_mut() else { return };
+        self.last_dump = None;
+        w.uffd = uffd;
+        w.refused = if w.uffd.is_some() { None } else { Some(error.unwrap_or_else(|| "no descriptor came with it".into())) };
+    }
+
+    /// Whether this dump can track memory: soft-dirty, or the write tracker with its uffd.
+    pub fn active(&self) -> bool {
+        self.on && self.write.as_ref().is_none_or(|w| w.uffd.is_some())
+    }
+
+    /// Said once before the first full dump for want of a write tracker that never came (a
+    /// refusal was said when it came).
+    pub fn inactive_reason(&mut self) -> Option<String> {
+        let on = self.on;
+        let w = self.write.as_mut().filter(|w| on && w.uffd.is_none() && w.refused.is_none() && !w.warned)?;
+        w.warned = true;
+        Some("--incremental: the program sent no write tracker (an agent older than this mpicr, or a program without the shim): full dumps".into())
+    }
+
+    /// The CRIU binary, its environment and inherited descriptor for a dump of the program
+    /// `pid` (`None`: the usual CRIU, nothing more). The uffd is installed in CRIU at `fd`.
+    pub fn criu_for_dump(&self, pid: i32, fd: i32) -> Result<Option<TrackedDump>> {
+        let Some(w) = self.write.as_ref().filter(|_| self.active()) else { return Ok(None) };
+        let Some(u) = w.uffd.as_ref() else { return Ok(None) };
+        let dup = u.try_clone().context("duplicating the write tracker")?;
+        Ok(Some(TrackedDump { criu: w.criu.clone(), env: ("CRIU_UFFD_WP".into(), format!("{pid}:{fd}")), fd: (dup, fd) }))
     }
 
     /// The parent of this rank's dump of a new epoch: the last dump, while it is complete.
     pub fn parent(&self, dir: &CkptDir, rank: i32) -> Option<u64> {
-        let p = self.last_dump.filter(|_| self.on)?;
+        let p = self.last_dump.filter(|_| self.active())?;
         let complete = dir.epochs().ok()?.into_iter().any(|e| e.epoch == p && matches!(e.state, EpochState::Complete(_)));
         (complete && dir.rank_dir(p, rank).join("rank.json").is_file()).then_some(p)
     }
@@ -76,7 +152,7 @@ impl Tracker {
     /// dump goes to a stage directory (`--stage-dir`), where the relative link would lead
     /// nowhere: the parent is named by its absolute path (the copy links it relatively again).
     pub fn flags(&self, parent: Option<u64>, rank: i32, staged: Option<&CkptDir>) -> Vec<String> {
-        if !self.on {
+        if !self.active() {
             return Vec::new();
         }
         let mut v = vec!["--track-mem".to_string()];
@@ -213,7 +289,7 @@ mod tests {
     #[test]
     fn the_parent_is_the_last_dump_while_it_is_complete() {
         let (d, _) = chain_dir();
-        let mut t = Tracker { on: true, last_dump: Some(4) };
+        let mut t = Tracker { on: true, last_dump: Some(4), write: None };
         assert_eq!(t.parent(&d, 0), Some(4));
         assert_eq!(t.flags(Some(4), 0, None), vec!["--track-mem", "--prev-images-dir", "../../epoch-000004/rank-0"]);
         assert_eq!(t.flags(None, 0, None), vec!["--track-mem"]);
@@ -226,6 +302,29 @@ mod tests {
         t.last_dump = Some(4);
         assert_eq!(t.parent(&d, 0), None);
         assert!(t.flags(Some(4), 0, None).is_empty());
+        std::fs::remove_dir_all(&d.root).unwrap();
+    }
+
+    #[test]
+    fn the_write_tracker_gates_incremental_dumps() {
+        let (d, _) = chain_dir();
+        let mut t = Tracker { on: true, last_dump: Some(4), write: Some(WriteTrack { criu: "criu-wt".into(), uffd: None, refused: None, warned: false }) };
+        // No tracker yet: full dumps with the usual CRIU, said once.
+        assert!(!t.active() && t.parent(&d, 0).is_none() && t.flags(Some(4), 0, None).is_empty());
+        assert!(t.criu_for_dump(7, 10).unwrap().is_none());
+        assert!(t.inactive_reason().is_some() && t.inactive_reason().is_none());
+        // A tracker (any descriptor stands in for it): nothing armed yet, so the next dump is full.
+        let fd: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
+        t.write_tracker(Some(fd), None);
+        assert!(t.active() && t.last_dump.is_none());
+        assert_eq!(t.flags(None, 0, None), vec!["--track-mem"]);
+        let d2 = t.criu_for_dump(7, 10).unwrap().unwrap();
+        assert_eq!((d2.criu, d2.env, d2.fd.1), (PathBuf::from("criu-wt"), ("CRIU_UFFD_WP".to_string(), "7:10".to_string()), 10));
+        t.last_dump = Some(4);
+        assert_eq!(t.parent(&d, 0), Some(4));
+        // Refused (e.g. after a restore): full dumps again.
+        t.write_tracker(None, Some("userfaultfd: Operation not permitted".into()));
+        assert!(!t.active() && t.parent(&d, 0).is_none() && t.inactive_reason().is_none());
         std::fs::remove_dir_all(&d.root).unwrap();
     }
 }

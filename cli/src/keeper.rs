@@ -28,6 +28,8 @@ use std::time::{Duration, Instant};
 /// PMI key under which rank 0 publishes the coordinator to the other keepers.
 const COORD_KEY: &str = "mpicr-coordinator";
 pub(crate) const CRIU_TIMEOUT: Duration = Duration::from_secs(600);
+/// The number at which a dump's CRIU inherits the program's write tracker (`incremental`).
+const CRIU_UFFD_FD: i32 = 10;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the rank-0 keeper, its program ended, waits for a checkpoint in progress to be
 /// committed (the other ranks' images sealed) before the coordinator fails it.
@@ -436,6 +438,11 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     keeper_socks.insert(sys::inode(k_ctl.as_fd())?, "ctl".to_string());
     let mut fds: Vec<(OwnedFd, RawFd)> = vec![(p_ctl, PROGRAM_CTL_FD)];
     let mut set_env: Vec<(String, OsString)> = vec![(mpicr_proto::CTL_FD_ENV.into(), PROGRAM_CTL_FD.to_string().into())];
+    let tracker = crate::incremental::Tracker::new(args.store.incremental, criu_bin.as_deref(), l.rank);
+    if tracker.write.is_some() {
+        // The agent then hands over a write tracker (`incremental`).
+        set_env.push((mpicr_proto::WRITE_TRACK_ENV.into(), "1".into()));
+    }
     let mut remove_env: Vec<String> = vec!["HYDI_CONTROL_FD".into(), "PMI_PORT".into()];
     let relay = match (&l.launcher, &mode) {
         (Some(pmi), Mode::Agent | Mode::NoShim) => Some(Relay::new(Arc::clone(pmi), presented_kvsname, 0)),
@@ -536,7 +543,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         relays,
         coord_info: mine,
         app: app_launch,
-        store: crate::stage::Store::new(tx.clone(), &args.store, &info.job_id, l.rank, crate::incremental::Tracker::new(args.store.incremental, criu_bin.as_deref(), l.rank))?,
+        store: crate::stage::Store::new(tx.clone(), &args.store, &info.job_id, l.rank, tracker)?,
     };
     let out = k.event_loop(rx);
     if out.is_ok() {
@@ -757,8 +764,8 @@ impl Keeper {
         if truncated {
             tracing::warn!(target: "keeper", "mpicr[{}]: descriptors from the agent were dropped by the kernel (MSG_CTRUNC; is the keeper out of descriptors?)", self.rank);
         }
-        if !fds.is_empty() && !matches!(m, FromAgent::PmiConnect { .. }) {
-            // Only PmiConnect carries one; closing a stray one is all that can be done with it.
+        if !fds.is_empty() && !matches!(m, FromAgent::PmiConnect { .. } | FromAgent::WriteTracker { .. }) {
+            // Only PmiConnect and WriteTracker carry one; closing a stray one is all that can be done with it.
             self.say(&format!("{} descriptor(s) came with {}; closed", fds.len(), variant(&format!("{m:?}"))));
             fds.clear();
         }
@@ -790,6 +797,14 @@ impl Keeper {
                     }
                     None => tracing::warn!(target: "keeper", "mpicr[{}]: the agent asked for PMI, but this keeper has no launcher", self.rank),
                 }
+            }
+            FromAgent::WriteTracker { error } => {
+                if let Some(e) = &error {
+                    tracing::warn!(target: "keeper", "mpicr[{}]: --incremental: the program's write tracker is unavailable ({e}): full dumps", self.rank);
+                }
+                let uffd = fds.pop();
+                self.say(&format!("write tracker {}", if uffd.is_some() { "received" } else { "refused" }));
+                self.store.tracker.write_tracker(uffd, error);
             }
             FromAgent::Counters { comms, groups } => match epoch {
                 Some(epoch) => self.tell_coord(ToCoord::Counters { epoch, comms, groups }),
@@ -1041,12 +1056,28 @@ impl Keeper {
         }
         let tids = program_tids(self.pid);
         let ext: Vec<u64> = sockets.keys().copied().collect();
-        let criu = Criu::locate()?;
+        let mut criu = Criu::locate()?;
+        if let Some(why) = self.store.tracker.inactive_reason() {
+            tracing::warn!(target: "keeper", "mpicr[{}]: {why}", self.rank);
+        }
         let parent = self.store.tracker.parent(&self.dir, self.rank);
         let staged = (target.images != target.fin).then_some(&self.dir);
         let extra = self.store.tracker.flags(parent, self.rank, staged);
-        criu.dump_with(self.pid, &rdir, &ext, leave_stopped, &extra, CRIU_TIMEOUT)?;
-        if self.store.tracker.on {
+        let (mut env, mut fds) = (Vec::new(), Vec::new());
+        // The write tracker is of the process holding the control socket (under a PID
+        // namespace that is not the tree's root).
+        let ctl_ino = sockets.values().find(|s| s.role == "ctl").map(|s| s.ino);
+        let program = ctl_ino.and_then(|ino| socket_holder(self.pid, ino)).unwrap_or(self.pid);
+        if let Some(t) = self.store.tracker.criu_for_dump(program, CRIU_UFFD_FD)? {
+            criu = Criu { bin: t.criu };
+            env.push(t.env);
+            fds.push(t.fd);
+        }
+        // A dump that fails may have cleared the bits (re-armed the tracker) already: until
+        // this one succeeds, no epoch is a safe parent.
+        self.store.tracker.last_dump = None;
+        criu.dump_with(self.pid, &rdir, &ext, leave_stopped, &extra, &env, fds, CRIU_TIMEOUT)?;
+        if self.store.tracker.active() {
             // The dirty bits were cleared: only this epoch's images can be the next parent.
             self.store.tracker.last_dump = Some(epoch);
         }
@@ -1211,6 +1242,19 @@ fn tree_fds(pid: i32) -> Result<Vec<(i32, String)>> {
 }
 
 /// The children of every thread of `pid`.
+/// The first process of the tree at `pid` (root first) holding the socket of inode `ino`.
+fn socket_holder(pid: i32, ino: u64) -> Option<i32> {
+    let want = format!("socket:[{ino}]");
+    let mut todo = std::collections::VecDeque::from([pid]);
+    while let Some(p) = todo.pop_front() {
+        if program_fds(p).is_ok_and(|v| v.iter().any(|(_, l)| *l == want)) {
+            return Some(p);
+        }
+        todo.extend(children(p));
+    }
+    None
+}
+
 fn children(pid: i32) -> Vec<i32> {
     let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
     rd.flatten()

@@ -222,6 +222,9 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
         resume_env.extend(crate::pmix::stale_launcher_vars(&meta.launcher_vars, &now));
         resume_env.extend(now);
     }
+    // This launch's --incremental decides whether the restored agent hands over a write tracker.
+    let tracker = crate::incremental::Tracker::new(args.store.incremental, Some(criu.bin.as_path()), rank);
+    resume_env.push((mpicr_proto::WRITE_TRACK_ENV.to_string(), tracker.write.is_some().then(|| "1".to_string())));
     if let Some(lib) = &mpi_lib {
         resume_env.push((crate::mpilib::MPI_LIB_ENV.to_string(), Some(lib.display().to_string())));
         if args.verbose {
@@ -321,7 +324,7 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
         relays,
         coord_info: mine,
         app: None,
-        store: crate::stage::Store::new(tx.clone(), &args.store, &job.job_id, rank, crate::incremental::Tracker::new(args.store.incremental, Some(criu.bin.as_path()), rank))?,
+        store: crate::stage::Store::new(tx.clone(), &args.store, &job.job_id, rank, tracker)?,
     };
     let out = k.event_loop(rx);
     if out.is_ok() {

@@ -42,6 +42,12 @@
 //!                                 installs the other end at the number in PMI_FD, then the
 //!                                 renewed MPI library's PMI client talks to the keeper on it
 //! ```
+//! Incremental dumps without soft-dirty bits (when the keeper set [`WRITE_TRACK_ENV`]):
+//! ```text
+//! A->K WriteTracker{error}        + SCM_RIGHTS: the program's userfaultfd (async write-protect),
+//!                                 after Hello and after each restore; none with `error`
+//! ```
+//!
 //! The keeper relays the program's PMI traffic to the launcher, answering `finalize` itself and
 //! prefixing keys per generation (`g<G>-` for G >= 1). Generation 0 is the program's first
 //! `MPI_Init`. Without `PmiConnect`, the keeper counts `init` commands on the PMI socket it
@@ -140,7 +146,15 @@ pub enum FromAgent {
     PmiConnect { generation: u32 },
     /// In-flight messages drained, the library still running: waits for `Release`.
     Drained,
+    /// Answer to [`WRITE_TRACK_ENV`] (`--incremental` without soft-dirty bits), after `Hello`
+    /// and again after each restore: a userfaultfd of this process in asynchronous
+    /// write-protect mode, sent with [`send_with_fd`] (the agent closes its copy: the keeper's
+    /// keeps the context alive, out of the images). `error`: why there is none (no descriptor).
+    WriteTracker { error: Option<String> },
 }
+
+/// Environment variable the keeper sets when the agent is to send [`FromAgent::WriteTracker`].
+pub const WRITE_TRACK_ENV: &str = "MPICR_WRITE_TRACK";
 
 /// Writes one frame.
 pub fn send<W: Write, M: Serialize>(w: &mut W, msg: &M) -> io::Result<()> {

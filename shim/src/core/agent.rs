@@ -179,6 +179,7 @@ pub fn start_if_supervised() {
         eprintln!("mpicr: cannot reach the keeper: {e}; checkpoints are disabled");
         return;
     }
+    send_write_tracker();
     start_thread(reader);
 }
 
@@ -258,6 +259,7 @@ pub fn report_failure(reason: &str) {
 pub(crate) fn start_after_restart(timings: mpicr_proto::Timings) {
     let Some(reader) = RESTART_READER.lock().take() else { return };
     let _ = send_hello();
+    send_write_tracker();
     let _ = send(&FromAgent::Resumed { timings });
     start_thread(reader);
 }
@@ -588,6 +590,55 @@ pub fn request_checkpoint(stop: bool) -> Result<(), AgentError> {
         return Err(AgentError::NotSupervised);
     }
     send(&FromAgent::Request { stop }).map_err(|e| AgentError::Connection(e.to_string()))
+}
+
+/// `--incremental` where the kernel has no soft-dirty bits (the keeper set `WRITE_TRACK_ENV`):
+/// hands the keeper a userfaultfd of this process in asynchronous write-protect mode, which its
+/// CRIU registers on the program's private memory and arms after each dump (a write then just
+/// clears a page's write-protect bit, nothing blocks). Sent at the start and after each restore
+/// (a new address space). Our copy is closed once sent: the images hold no userfaultfd.
+pub(crate) fn send_write_tracker() {
+    if std::env::var_os(mpicr_proto::WRITE_TRACK_ENV).is_none() {
+        return;
+    }
+    let Some(ctl) = CTL.get() else { return };
+    let w = ctl.lock();
+    let sent = match write_tracker() {
+        Ok(fd) => mpicr_proto::send_with_fd(&w, &FromAgent::WriteTracker { error: None }, std::os::fd::AsFd::as_fd(&fd)),
+        Err(e) => mpicr_proto::send_on(&w, &FromAgent::WriteTracker { error: Some(e) }),
+    };
+    if let Err(e) = sent {
+        tracing::debug!(target: "agent", "cannot send the write tracker: {e}");
+    }
+}
+
+/// A userfaultfd with `UFFD_FEATURE_WP_ASYNC` (Linux 6.7+), user-mode faults only (allowed
+/// without privilege whatever `vm.unprivileged_userfaultfd` says).
+fn write_tracker() -> Result<std::os::fd::OwnedFd, String> {
+    const UFFD_USER_MODE_ONLY: libc::c_int = 1;
+    const UFFD_API: u64 = 0xAA;
+    const UFFD_FEATURE_WP_ASYNC: u64 = 1 << 15;
+    // _IOWR(0xAA, 0x3F, struct uffdio_api)
+    const UFFDIO_API: libc::c_ulong = 0xC018_AA3F;
+    #[repr(C)]
+    struct UffdioApi {
+        api: u64,
+        features: u64,
+        ioctls: u64,
+    }
+    // SAFETY: userfaultfd(2) takes flags only and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK | UFFD_USER_MODE_ONLY) };
+    if fd < 0 {
+        return Err(format!("userfaultfd: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: a descriptor the kernel just created for us alone.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
+    let mut api = UffdioApi { api: UFFD_API, features: UFFD_FEATURE_WP_ASYNC, ioctls: 0 };
+    // SAFETY: UFFDIO_API reads and writes one struct uffdio_api, which `api` is (repr(C)).
+    if unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&fd), UFFDIO_API, &mut api as *mut UffdioApi) } != 0 {
+        return Err(format!("userfaultfd asynchronous write-protect mode (Linux 6.7+): {}", std::io::Error::last_os_error()));
+    }
+    Ok(fd)
 }
 
 /// Hands the keeper its end of a fresh PMI socketpair for lower-half generation `generation`.

@@ -395,6 +395,10 @@ fn phases(
     tracing::debug!(target: "agent", epoch, restarted, "resumed");
     gate::open();
     agent::end_alignment();
+    if restarted {
+        // A new address space: the keeper's write tracker (if any) is of the old one.
+        agent::send_write_tracker();
+    }
     let _ = agent::send(&FromAgent::Resumed { timings: clock.timings() });
     let _ = agent::send_hello();
     crate::core::resume::resumed(restarted);

@@ -794,6 +794,7 @@ pub fn setup(root: PathBuf) -> Result<Env, String> {
             // built on demand in the bash version; its failure shows in the cases using them
             compile(&env, cc, None, "loop", "loop4");
             compile(&env, cc, None, "ctlfd", "ctlfd4");
+            compile(&env, cc, None, "dirty", "dirty4");
         }
     }
     if env.have5 {

@@ -3,8 +3,10 @@
 //! from the stage directory is done, `status` shows it staged meanwhile, a job killed during
 //! the copy restarts from the previous epoch, `--keep 2` prunes but keeps every parent a kept
 //! incremental epoch needs, and a staged epoch restarts like any other; `--compress` pages
-//! (zstd) restart too. Where CRIU has no
-//! dirty-memory tracking (this kernel), `--incremental` says so in one line and dumps in full.
+//! (zstd) restart too. Where CRIU has no dirty-memory tracking (neither soft-dirty bits nor the
+//! write-tracking CRIU of `make deps-incremental`), `--incremental` says so in one line and
+//! dumps in full. `incremental-chain-restores`: a program rewriting a tenth of its pages between
+//! incremental checkpoints, stopped and restarted from the chain, ends as the uninterrupted run.
 
 use super::{cat, CaseFn, LIMIT, T};
 use std::collections::BTreeMap;
@@ -26,6 +28,10 @@ pub fn cases() -> Vec<CaseFn> {
             "stage-compress-restart",
         ],
         run: stage,
+    }, CaseFn {
+        name: "incremental",
+        cases: &["incremental-chain-restores"],
+        run: incremental_chain,
     }, CaseFn {
         name: "lazy-restart",
         cases: &["lazy-restart", "lazy-restart-fallback"],
@@ -199,12 +205,7 @@ fn stage(t: &mut T) {
     let good = status.contains("resumes epoch 1") && !status.lines().any(|l| l.trim_start().starts_with("2 ") && l.contains("complete"));
     t.check("stage-interrupted-copy-keeps-previous", good && still.is_empty(), |_t| format!("coordinator still there: {still}; {status}"));
 
-    let tracking = std::process::Command::new(t.env.root.join(".deps/criu/criu"))
-        .args(["check", "--feature", "mem_dirty_track"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
+    let tracking = dirty_tracking(t);
     let err = cat(&[&t.p("a.err")]);
     let lines = err.lines().filter(|l| l.contains("--incremental") && l.contains("full dump")).count();
     let good = if tracking { lines == 0 } else { lines == 1 };
@@ -240,6 +241,69 @@ fn stage(t: &mut T) {
     } else {
         t.skip("stage-compress-restart", "no zstd tool");
     }
+}
+
+/// Soft-dirty bits, or the write-tracking CRIU (this kernel: `make deps-incremental`).
+fn dirty_tracking(t: &T) -> bool {
+    t.env.root.join(".deps/criu-wt/criu").is_file()
+        || std::process::Command::new(t.env.root.join(".deps/criu/criu"))
+            .args(["check", "--feature", "mem_dirty_track"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+}
+
+/// `dirty` (tests/cli-programs/dirty.c) at 16 MiB a rank: two incremental checkpoints and a
+/// third that stops the job, then a restart of that chain; every page is checked and the final
+/// sums equal an uninterrupted run's. With dirty tracking, the later epochs link to their parent
+/// and write less than the first.
+fn incremental_chain(t: &mut T) {
+    if !t.require(&[t.env.criu_ok, t.env.have4, t.env.shim_built], "needs MPICH 4, criu and the shim") {
+        return;
+    }
+    const MIB: &str = "16";
+    const N: &str = "80";
+    let dirty = t.env.bin("dirty4");
+    let mut c = t.mpi(4, 2);
+    c.arg(&dirty).args([MIB, N]);
+    let rc_n = t.to(c, Some(&t.p("i0.out")), Some(&t.p("i0.err")), LIMIT);
+    let sums = |f: &str| -> Vec<String> {
+        let mut v: Vec<String> = cat(&[&t.p(f)]).lines().filter(|l| l.contains("verify=")).map(str::to_string).collect();
+        v.sort();
+        v
+    };
+    let native = sums("i0.out");
+    let d = t.p("cki");
+    let m = t.env.m.clone();
+    let mut c = t.mpi(4, 2);
+    c.arg(&m).args(["run", "--incremental", "--ckpt-dir"]).arg(&d).arg("--").arg(&dirty).args([MIB, N]);
+    let mut job = t.spawn(c, Some(&t.p("i1.out")), Some(&t.p("i1.err")));
+    t.wait_coordinator(&d, true);
+    let mut rcs = Vec::new();
+    for a in [&[][..], &[][..], &["--stop"][..]] {
+        rcs.push(t.ckpt(&d, a).0);
+    }
+    let rc_a = job.wait(LIMIT);
+    let mut c = t.mpi(4, 2);
+    c.arg(&m).arg("restart").arg(&d);
+    let rc_b = t.to(c, Some(&t.p("i2.out")), Some(&t.p("i2.err")), LIMIT);
+    let restarted = sums("i2.out");
+    let pages = |e: u32| -> u64 {
+        std::fs::read_dir(d.join(format!("epoch-{e:06}/rank-0")))
+            .map(|rd| rd.flatten().filter(|f| f.file_name().to_string_lossy().starts_with("pages-")).filter_map(|f| f.metadata().ok()).map(|m| m.len()).sum())
+            .unwrap_or(0)
+    };
+    let (p1, p3) = (pages(1), pages(3));
+    let linked = d.join("epoch-000003/rank-0/parent").exists();
+    let tracked = !dirty_tracking(t) || (linked && p3 < p1);
+    let good = rc_n == 0 && native.len() == 2 && native.iter().all(|l| l.contains("verify=ok")) && rcs == [0, 0, 0] && rc_a == 0 && rc_b == 0 && restarted == native && tracked;
+    t.check("incremental-chain-restores", good, |t| {
+        format!(
+            "native {rc_n} {native:?}; checkpoints {rcs:?}, run {rc_a}, restart {rc_b} {restarted:?}; pages of epoch 1: {p1} bytes, epoch 3: {p3} (parent link {linked}); {}",
+            cat(&[&t.p("i1.err"), &t.p("i2.err")])
+        )
+    });
 }
 
 /// `--compress`: the pages reach the checkpoint directory as `pages-*.img.zst`; a restart
