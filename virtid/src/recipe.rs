@@ -8,8 +8,6 @@
 use crate::handles::{VComm, VDatatype, VInfo, VOp};
 use serde::{Deserialize, Serialize};
 
-/// A handle value as the program sees it (predefined constant or virtual).
-pub type Handle = i32;
 /// A communicator's job-wide identity, equal on every member.
 pub type CommGid = u64;
 

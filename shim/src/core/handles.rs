@@ -1,15 +1,16 @@
 //! Virtual handles as the core knows them. Communicators, infos, groups, requests, error
-//! handlers, sessions, ops and keyvals are typed ([`VComm`], [`VInfo`], [`VGroup`],
-//! [`VRequest`], `VErrhandler`, [`VSession`], [`VOp`], `VKeyval`): a table index, or the core's own predefined handles
-//! (`WORLD`, `SELF`, `NULL`; `NULL`, `ENV`; `NULL`, `EMPTY`; `NULL`; `NULL` and the three
-//! `ERRORS_*`; `NULL`; `NULL` and the fourteen predefined reductions; `INVALID`), which stand for the real
-//! ones of the current generation (error handlers have none: the core applies them); the face
-//! converts the program's ABI integers to them (`face::conv::vcomm`, `vinfo`, `vgroup`,
-//! `vrequest`, `verrhandler`, `vsession`, `vop`, `vkeyval`).
-//! The other kinds are still the program's integers: a table index encoded by
+//! handlers, sessions, ops, keyvals, datatypes and matched-probe messages are typed ([`VComm`],
+//! [`VInfo`], [`VGroup`], [`VRequest`], `VErrhandler`, [`VSession`], [`VOp`], `VKeyval`,
+//! [`VDatatype`], [`VMessage`]): a table index, or the core's own predefined handles (`WORLD`,
+//! `SELF`, `NULL`; `NULL`, `ENV`; `NULL`, `EMPTY`; `NULL`; `NULL` and the three `ERRORS_*`;
+//! `NULL`; `NULL` and the fourteen predefined reductions; `INVALID`; `NULL` and the predefined
+//! datatypes of `mpicr_virtid::predefined_datatypes!`; `NULL`, `NO_PROC`), which stand for the
+//! real ones of the current generation (error handlers have none: the core applies them); the
+//! face converts the program's ABI integers to them (`face::conv::vcomm`, `vinfo`, `vgroup`,
+//! `vrequest`, `verrhandler`, `vsession`, `vop`, `vkeyval`, `vdatatype`, `vmessage`).
+//! Windows and files are still the program's integers: a table index encoded by
 //! `mpicr_virtid`, or a predefined handle of the lower ABI, which stands for itself (with
-//! MPICH's ABI on both sides, the face's conversion is the identity). Recipes store handles in
-//! this form.
+//! MPICH's ABI on both sides, the face's conversion is the identity).
 
 use crate::core::state::{OBJ, SELF_INDEX, WORLD_INDEX};
 use crate::lower::abi::*;
