@@ -158,6 +158,184 @@ virtual_kind!(
     }
 );
 
+virtual_kind!(
+    /// A datatype (the predefined ones are the core's own: each face names them in its ABI, the
+    /// lower adapter in the library's; aliases such as `MPI_LONG_LONG` and `MPI_C_COMPLEX` are
+    /// one of these; a predefined one of a newer library that this list lacks is a foreign value
+    /// and passes unchanged).
+    VDatatype, Datatype {
+        /// No datatype (`MPI_DATATYPE_NULL`).
+        NULL = 3,
+        /// `MPI_CHAR`.
+        CHAR = 16,
+        /// `MPI_SIGNED_CHAR`.
+        SIGNED_CHAR = 17,
+        /// `MPI_UNSIGNED_CHAR`.
+        UNSIGNED_CHAR = 18,
+        /// `MPI_BYTE`.
+        BYTE = 19,
+        /// `MPI_WCHAR`.
+        WCHAR = 20,
+        /// `MPI_SHORT`.
+        SHORT = 21,
+        /// `MPI_UNSIGNED_SHORT`.
+        UNSIGNED_SHORT = 22,
+        /// `MPI_INT`.
+        INT = 23,
+        /// `MPI_UNSIGNED`.
+        UNSIGNED = 24,
+        /// `MPI_LONG`.
+        LONG = 25,
+        /// `MPI_UNSIGNED_LONG`.
+        UNSIGNED_LONG = 26,
+        /// `MPI_FLOAT`.
+        FLOAT = 27,
+        /// `MPI_DOUBLE`.
+        DOUBLE = 28,
+        /// `MPI_LONG_DOUBLE`.
+        LONG_DOUBLE = 29,
+        /// `MPI_LONG_LONG_INT`.
+        LONG_LONG_INT = 30,
+        /// `MPI_UNSIGNED_LONG_LONG`.
+        UNSIGNED_LONG_LONG = 31,
+        /// `MPI_PACKED`.
+        PACKED = 32,
+        /// `MPI_LB`.
+        LB = 33,
+        /// `MPI_UB`.
+        UB = 34,
+        /// `MPI_FLOAT_INT`.
+        FLOAT_INT = 35,
+        /// `MPI_DOUBLE_INT`.
+        DOUBLE_INT = 36,
+        /// `MPI_LONG_INT`.
+        LONG_INT = 37,
+        /// `MPI_SHORT_INT`.
+        SHORT_INT = 38,
+        /// `MPI_2INT`.
+        TWO_INT = 39,
+        /// `MPI_LONG_DOUBLE_INT`.
+        LONG_DOUBLE_INT = 40,
+        /// `MPI_COMPLEX`.
+        COMPLEX = 41,
+        /// `MPI_DOUBLE_COMPLEX`.
+        DOUBLE_COMPLEX = 42,
+        /// `MPI_LOGICAL`.
+        LOGICAL = 43,
+        /// `MPI_REAL`.
+        REAL = 44,
+        /// `MPI_DOUBLE_PRECISION`.
+        DOUBLE_PRECISION = 45,
+        /// `MPI_INTEGER`.
+        INTEGER = 46,
+        /// `MPI_2INTEGER`.
+        TWO_INTEGER = 47,
+        /// `MPI_2REAL`.
+        TWO_REAL = 48,
+        /// `MPI_2DOUBLE_PRECISION`.
+        TWO_DOUBLE_PRECISION = 49,
+        /// `MPI_CHARACTER`.
+        CHARACTER = 50,
+        /// `MPI_REAL4`.
+        REAL4 = 51,
+        /// `MPI_REAL8`.
+        REAL8 = 52,
+        /// `MPI_REAL16`.
+        REAL16 = 53,
+        /// `MPI_COMPLEX8`.
+        COMPLEX8 = 54,
+        /// `MPI_COMPLEX16`.
+        COMPLEX16 = 55,
+        /// `MPI_COMPLEX32`.
+        COMPLEX32 = 56,
+        /// `MPI_INTEGER1`.
+        INTEGER1 = 57,
+        /// `MPI_INTEGER2`.
+        INTEGER2 = 58,
+        /// `MPI_INTEGER4`.
+        INTEGER4 = 59,
+        /// `MPI_INTEGER8`.
+        INTEGER8 = 60,
+        /// `MPI_INTEGER16`.
+        INTEGER16 = 61,
+        /// `MPI_INT8_T`.
+        INT8_T = 62,
+        /// `MPI_INT16_T`.
+        INT16_T = 63,
+        /// `MPI_INT32_T`.
+        INT32_T = 64,
+        /// `MPI_INT64_T`.
+        INT64_T = 65,
+        /// `MPI_UINT8_T`.
+        UINT8_T = 66,
+        /// `MPI_UINT16_T`.
+        UINT16_T = 67,
+        /// `MPI_UINT32_T`.
+        UINT32_T = 68,
+        /// `MPI_UINT64_T`.
+        UINT64_T = 69,
+        /// `MPI_C_BOOL`.
+        C_BOOL = 70,
+        /// `MPI_C_FLOAT_COMPLEX`.
+        C_FLOAT_COMPLEX = 71,
+        /// `MPI_C_DOUBLE_COMPLEX`.
+        C_DOUBLE_COMPLEX = 72,
+        /// `MPI_C_LONG_DOUBLE_COMPLEX`.
+        C_LONG_DOUBLE_COMPLEX = 73,
+        /// `MPIX_C_FLOAT16`.
+        MPIX_C_FLOAT16 = 74,
+        /// `MPI_AINT`.
+        AINT = 75,
+        /// `MPI_OFFSET`.
+        OFFSET = 76,
+        /// `MPI_COUNT`.
+        COUNT = 77,
+        /// `MPI_CXX_BOOL`.
+        CXX_BOOL = 78,
+        /// `MPI_CXX_FLOAT_COMPLEX`.
+        CXX_FLOAT_COMPLEX = 79,
+        /// `MPI_CXX_DOUBLE_COMPLEX`.
+        CXX_DOUBLE_COMPLEX = 80,
+        /// `MPI_CXX_LONG_DOUBLE_COMPLEX`.
+        CXX_LONG_DOUBLE_COMPLEX = 81,
+        /// `MPI_REAL2`.
+        REAL2 = 82,
+        /// `MPI_COMPLEX4`.
+        COMPLEX4 = 83,
+        /// `MPI_LOGICAL1`.
+        LOGICAL1 = 84,
+        /// `MPI_LOGICAL2`.
+        LOGICAL2 = 85,
+        /// `MPI_LOGICAL4`.
+        LOGICAL4 = 86,
+        /// `MPI_LOGICAL8`.
+        LOGICAL8 = 87,
+        /// `MPI_LOGICAL16`.
+        LOGICAL16 = 88,
+        /// `MPIX_BFLOAT16`.
+        MPIX_BFLOAT16 = 89,
+    }
+);
+
+virtual_kind!(
+    /// A message matched by `MPI_Mprobe`/`MPI_Improbe`.
+    VMessage, Message {
+        /// No message (`MPI_MESSAGE_NULL`).
+        NULL = 3,
+        /// The message of a probe from `MPI_PROC_NULL` (`MPI_MESSAGE_NO_PROC`).
+        NO_PROC = 4,
+    }
+);
+
+/// Calls `$m!` with every predefined datatype as `(core name, ABI name)` pairs, so that a face
+/// and the lower adapter map the same list, each with its own ABI's constants in scope.
+#[macro_export]
+macro_rules! predefined_datatypes {
+    ($m:ident) => {
+        $m! { NULL MPI_DATATYPE_NULL, CHAR MPI_CHAR, SIGNED_CHAR MPI_SIGNED_CHAR, UNSIGNED_CHAR MPI_UNSIGNED_CHAR, BYTE MPI_BYTE, WCHAR MPI_WCHAR, SHORT MPI_SHORT, UNSIGNED_SHORT MPI_UNSIGNED_SHORT, INT MPI_INT, UNSIGNED MPI_UNSIGNED, LONG MPI_LONG, UNSIGNED_LONG MPI_UNSIGNED_LONG, FLOAT MPI_FLOAT, DOUBLE MPI_DOUBLE, LONG_DOUBLE MPI_LONG_DOUBLE, LONG_LONG_INT MPI_LONG_LONG_INT, UNSIGNED_LONG_LONG MPI_UNSIGNED_LONG_LONG, PACKED MPI_PACKED, LB MPI_LB, UB MPI_UB, FLOAT_INT MPI_FLOAT_INT, DOUBLE_INT MPI_DOUBLE_INT, LONG_INT MPI_LONG_INT, SHORT_INT MPI_SHORT_INT, TWO_INT MPI_2INT, LONG_DOUBLE_INT MPI_LONG_DOUBLE_INT, COMPLEX MPI_COMPLEX, DOUBLE_COMPLEX MPI_DOUBLE_COMPLEX, LOGICAL MPI_LOGICAL, REAL MPI_REAL, DOUBLE_PRECISION MPI_DOUBLE_PRECISION, INTEGER MPI_INTEGER, TWO_INTEGER MPI_2INTEGER, TWO_REAL MPI_2REAL, TWO_DOUBLE_PRECISION MPI_2DOUBLE_PRECISION, CHARACTER MPI_CHARACTER, REAL4 MPI_REAL4, REAL8 MPI_REAL8, REAL16 MPI_REAL16, COMPLEX8 MPI_COMPLEX8, COMPLEX16 MPI_COMPLEX16, COMPLEX32 MPI_COMPLEX32, INTEGER1 MPI_INTEGER1, INTEGER2 MPI_INTEGER2, INTEGER4 MPI_INTEGER4, INTEGER8 MPI_INTEGER8, INTEGER16 MPI_INTEGER16, INT8_T MPI_INT8_T, INT16_T MPI_INT16_T, INT32_T MPI_INT32_T, INT64_T MPI_INT64_T, UINT8_T MPI_UINT8_T, UINT16_T MPI_UINT16_T, UINT32_T MPI_UINT32_T, UINT64_T MPI_UINT64_T, C_BOOL MPI_C_BOOL, C_FLOAT_COMPLEX MPI_C_FLOAT_COMPLEX, C_DOUBLE_COMPLEX MPI_C_DOUBLE_COMPLEX, C_LONG_DOUBLE_COMPLEX MPI_C_LONG_DOUBLE_COMPLEX, MPIX_C_FLOAT16 MPIX_C_FLOAT16, AINT MPI_AINT, OFFSET MPI_OFFSET, COUNT MPI_COUNT, CXX_BOOL MPI_CXX_BOOL, CXX_FLOAT_COMPLEX MPI_CXX_FLOAT_COMPLEX, CXX_DOUBLE_COMPLEX MPI_CXX_DOUBLE_COMPLEX, CXX_LONG_DOUBLE_COMPLEX MPI_CXX_LONG_DOUBLE_COMPLEX, REAL2 MPI_REAL2, COMPLEX4 MPI_COMPLEX4, LOGICAL1 MPI_LOGICAL1, LOGICAL2 MPI_LOGICAL2, LOGICAL4 MPI_LOGICAL4, LOGICAL8 MPI_LOGICAL8, LOGICAL16 MPI_LOGICAL16, MPIX_BFLOAT16 MPIX_BFLOAT16 }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,5 +373,14 @@ mod tests {
         assert_eq!(VOp::from_int(VSession::virtual_at(7).to_int().unwrap()).index(), None, "kinds do not alias");
         assert_eq!((VKeyval::virtual_at(7).index(), VKeyval::INVALID.to_int()), (Some(7), None));
         assert_eq!(VKeyval::from_int(VOp::virtual_at(7).to_int().unwrap()).index(), None, "kinds do not alias");
+        for p in [VDatatype::NULL, VDatatype::INT, VDatatype::LONG_DOUBLE_INT, VDatatype::MPIX_BFLOAT16] {
+            assert_eq!((p.to_int(), p.index()), (None, None));
+        }
+        assert_eq!(VDatatype::virtual_at(7).index(), Some(7));
+        assert_eq!(VDatatype::from_int(VOp::virtual_at(7).to_int().unwrap()).index(), None, "kinds do not alias");
+        assert_eq!(VDatatype::from_int(0x4c00_0405).index(), None, "a library's predefined value is foreign");
+        assert_eq!((VMessage::virtual_at(7).index(), VMessage::NULL.to_int(), VMessage::NO_PROC.index()), (Some(7), None, None));
+        assert_eq!(VMessage::from_int(VRequest::virtual_at(7).to_int().unwrap()).index(), None, "kinds do not alias");
+        assert_eq!(VRequest::from_int(VMessage::virtual_at(7).to_int().unwrap()).index(), None, "kinds do not alias");
     }
 }

@@ -5,11 +5,9 @@
 //! Mutable properties (names, info keys) are read back at checkpoint time rather than tracked
 //! call by call.
 
-use crate::handles::{VComm, VInfo, VOp};
+use crate::handles::{VComm, VDatatype, VInfo, VOp};
 use serde::{Deserialize, Serialize};
 
-/// A handle value as the program sees it (predefined constant or virtual).
-pub type Handle = i32;
 /// A communicator's job-wide identity, equal on every member.
 pub type CommGid = u64;
 
@@ -72,10 +70,12 @@ pub fn child_gid(parent: CommGid, parent_seq: u64, world_ranks: &[i32], remote: 
     h.max(3)
 }
 
-/// A datatype, predefined or derived. Derived ones embed their constructor.
+/// A datatype, predefined or derived. Derived ones embed their constructor; `Predefined` holds
+/// a handle as the core knows it (one of the core's predefined datatypes, or a value nobody
+/// made; arguments of a pending operation may hold a derived type's virtual handle there).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TypeRef {
-    Predefined(Handle),
+    Predefined(VDatatype),
     Derived(Box<TypeRecipe>),
 }
 
@@ -307,8 +307,8 @@ pub enum KeyvalObject {
 mod tests {
     use super::*;
 
-    const MPI_INT: Handle = 0x4c00_0405;
-    const MPI_DOUBLE: Handle = 0x4c00_080b;
+    const MPI_INT: VDatatype = VDatatype::INT;
+    const MPI_DOUBLE: VDatatype = VDatatype::DOUBLE;
 
     #[test]
     fn child_ids_agree_and_separate_colours() {

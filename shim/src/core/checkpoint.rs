@@ -891,7 +891,7 @@ pub struct StateFile<D = mpicr_drain::Buffer> {
 }
 
 /// The version of [`StateFile`]'s layout this build writes and reads.
-pub const STATE_FORMAT: u32 = 8;
+pub const STATE_FORMAT: u32 = 9;
 
 /// A table's snapshot with its real handles as the state file keeps them (untyped bits).
 fn bits<R: RealHandle, E>(items: Vec<(u32, R, E)>) -> Vec<(u32, u64, E)> {

@@ -1,21 +1,22 @@
 //! Virtual handles as the core knows them. Communicators, infos, groups, requests, error
-//! handlers, sessions, ops and keyvals are typed ([`VComm`], [`VInfo`], [`VGroup`],
-//! [`VRequest`], `VErrhandler`, [`VSession`], [`VOp`], `VKeyval`): a table index, or the core's own predefined handles
-//! (`WORLD`, `SELF`, `NULL`; `NULL`, `ENV`; `NULL`, `EMPTY`; `NULL`; `NULL` and the three
-//! `ERRORS_*`; `NULL`; `NULL` and the fourteen predefined reductions; `INVALID`), which stand for the real
-//! ones of the current generation (error handlers have none: the core applies them); the face
-//! converts the program's ABI integers to them (`face::conv::vcomm`, `vinfo`, `vgroup`,
-//! `vrequest`, `verrhandler`, `vsession`, `vop`, `vkeyval`).
-//! The other kinds are still the program's integers: a table index encoded by
+//! handlers, sessions, ops, keyvals, datatypes and matched-probe messages are typed ([`VComm`],
+//! [`VInfo`], [`VGroup`], [`VRequest`], `VErrhandler`, [`VSession`], [`VOp`], `VKeyval`,
+//! [`VDatatype`], [`VMessage`]): a table index, or the core's own predefined handles (`WORLD`,
+//! `SELF`, `NULL`; `NULL`, `ENV`; `NULL`, `EMPTY`; `NULL`; `NULL` and the three `ERRORS_*`;
+//! `NULL`; `NULL` and the fourteen predefined reductions; `INVALID`; `NULL` and the predefined
+//! datatypes of `mpicr_virtid::predefined_datatypes!`; `NULL`, `NO_PROC`), which stand for the
+//! real ones of the current generation (error handlers have none: the core applies them); the
+//! face converts the program's ABI integers to them (`face::conv::vcomm`, `vinfo`, `vgroup`,
+//! `vrequest`, `verrhandler`, `vsession`, `vop`, `vkeyval`, `vdatatype`, `vmessage`).
+//! Windows and files are still the program's integers: a table index encoded by
 //! `mpicr_virtid`, or a predefined handle of the lower ABI, which stands for itself (with
-//! MPICH's ABI on both sides, the face's conversion is the identity). Recipes store handles in
-//! this form.
+//! MPICH's ABI on both sides, the face's conversion is the identity).
 
 use crate::core::state::{OBJ, SELF_INDEX, WORLD_INDEX};
 use crate::lower::abi::*;
-use crate::lower::handles::{RealComm, RealGroup, RealInfo, RealOp, RealRequest, RealSession};
+use crate::lower::handles::{RealComm, RealDatatype, RealGroup, RealInfo, RealMessage, RealOp, RealRequest, RealSession};
 use mpicr_virtid::encoding::decode;
-use mpicr_virtid::{Kind, VComm, VGroup, VInfo, VOp, VRequest, VSession, VirtualHandle};
+use mpicr_virtid::{Kind, VComm, VDatatype, VGroup, VInfo, VMessage, VOp, VRequest, VSession, VirtualHandle};
 use std::os::raw::c_int;
 
 /// What a freed virtual handle becomes on its way to the real library: a value of MPICH's
@@ -126,12 +127,62 @@ pub fn op(v: VOp) -> RealOp {
     })
 }
 
-/// The real datatype of a virtual one (predefined types stand for themselves).
+macro_rules! lower_datatypes {
+    ($($v:ident $c:ident),* $(,)?) => {
+        /// The library's handle of one of the core's predefined datatypes (`None` for any other
+        /// value).
+        #[inline(always)]
+        pub fn predefined_datatype(v: VDatatype) -> Option<MPI_Datatype> {
+            match v {
+                $(VDatatype::$v => Some($c),)*
+                _ => None,
+            }
+        }
+
+        /// The core's predefined datatype of the library's predefined handle `r` (`None` for any
+        /// other value).
+        #[inline(always)]
+        pub fn predefined_vdatatype(r: MPI_Datatype) -> Option<VDatatype> {
+            match r {
+                $($c => Some(VDatatype::$v),)*
+                _ => None,
+            }
+        }
+    };
+}
+mpicr_virtid::predefined_datatypes!(lower_datatypes);
+
+/// The real datatype of a virtual one (the predefined ones are the library's, a foreign value
+/// passes unchanged, a freed one becomes [`STALE`]).
 #[inline(always)]
-pub fn datatype(v: c_int) -> c_int {
-    match decode(v, Kind::Datatype) {
-        Some(i) => OBJ.datatypes.real(i).map_or(STALE, |r| r.raw()),
-        None => v,
+pub fn datatype(v: VDatatype) -> RealDatatype {
+    match v.index() {
+        Some(i) => OBJ.datatypes.real(i).unwrap_or(RealDatatype(STALE)),
+        None => RealDatatype(predefined_datatype(v).unwrap_or_else(|| v.to_int().unwrap_or(STALE))),
+    }
+}
+
+/// The real message of a virtual one (as [`request`]; `NO_PROC` is the library's).
+#[inline(always)]
+pub fn message(v: VMessage) -> RealMessage {
+    match v {
+        VMessage::NULL => RealMessage(MPI_MESSAGE_NULL),
+        VMessage::NO_PROC => RealMessage(MPI_MESSAGE_NO_PROC),
+        v => match v.index() {
+            Some(i) => OBJ.messages.real(i).unwrap_or(RealMessage(STALE)),
+            None => RealMessage(v.to_int().unwrap_or(STALE)),
+        },
+    }
+}
+
+/// The core's message for a real one the library returned that the core does not keep: its
+/// two predefined ones, else `None`.
+#[inline(always)]
+pub fn predefined_vmessage(r: MPI_Message) -> Option<VMessage> {
+    match r {
+        MPI_MESSAGE_NULL => Some(VMessage::NULL),
+        MPI_MESSAGE_NO_PROC => Some(VMessage::NO_PROC),
+        _ => None,
     }
 }
 

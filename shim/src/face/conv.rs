@@ -9,12 +9,12 @@
 use crate::core::state::OBJ;
 use crate::face::abi::*;
 use mpicr_virtid::encoding::{decode, decode_file};
-use mpicr_virtid::{Kind, VComm, VErrhandler, VGroup, VInfo, VKeyval, VOp, VRequest, VSession, VirtualHandle};
+use mpicr_virtid::{Kind, VComm, VDatatype, VErrhandler, VGroup, VInfo, VKeyval, VMessage, VOp, VRequest, VSession, VirtualHandle};
 use std::os::raw::c_int;
 
-// Apart from communicators, the program's handles are the core's (MPICH's ABI on both sides):
-// the core's own conversions serve the face as they are.
-pub use crate::core::handles::{datatype, handle, index, SESSIONS_ONLY, STALE};
+// Windows' and files' handles are still the core's integers (MPICH's ABI on both sides): the
+// core's own primitives serve the face as they are.
+pub use crate::core::handles::{handle, index, SESSIONS_ONLY, STALE};
 
 /// The core's communicator for the program's handle: the predefined ones are the core's own,
 /// any other value (virtual, or invented by the program) is carried as it is.
@@ -209,6 +209,63 @@ pub fn op(v: MPI_Op) -> MPI_Op {
     crate::core::handles::op(vop(v)).raw()
 }
 
+macro_rules! face_datatypes {
+    ($($v:ident $c:ident),* $(,)?) => {
+        /// The core's datatype for the program's handle (as [`vcomm`]; aliases such as
+        /// `MPI_LONG_LONG` are the same value in MPICH's ABI).
+        #[inline(always)]
+        pub fn vdatatype(v: MPI_Datatype) -> VDatatype {
+            match v {
+                $($c => VDatatype::$v,)*
+                v => VDatatype::from_int(v),
+            }
+        }
+
+        /// The program's handle for the core's datatype.
+        #[inline(always)]
+        pub fn datatype_abi(v: VDatatype) -> MPI_Datatype {
+            match v {
+                $(VDatatype::$v => $c,)*
+                v => v.to_int().unwrap_or(MPI_DATATYPE_NULL),
+            }
+        }
+    };
+}
+mpicr_virtid::predefined_datatypes!(face_datatypes);
+
+/// The real datatype of the program's handle (see `core::handles::datatype`).
+#[inline(always)]
+pub fn datatype(v: MPI_Datatype) -> MPI_Datatype {
+    crate::core::handles::datatype(vdatatype(v)).raw()
+}
+
+/// The program's handle for a real datatype the library handed out (a derived one the core
+/// made is its virtual handle, see `core::kinds::datatype::virtual_of_real`).
+#[inline(always)]
+pub fn datatype_of_real(r: MPI_Datatype) -> MPI_Datatype {
+    datatype_abi(crate::core::kinds::datatype::virtual_of_real(crate::lower::handles::RealDatatype(r)))
+}
+
+/// The core's message for the program's handle (as [`vcomm`]).
+#[inline(always)]
+pub fn vmessage(v: MPI_Message) -> VMessage {
+    match v {
+        MPI_MESSAGE_NULL => VMessage::NULL,
+        MPI_MESSAGE_NO_PROC => VMessage::NO_PROC,
+        v => VMessage::from_int(v),
+    }
+}
+
+/// The program's handle for the core's message.
+#[inline(always)]
+pub fn message_abi(v: VMessage) -> MPI_Message {
+    match v {
+        VMessage::NULL => MPI_MESSAGE_NULL,
+        VMessage::NO_PROC => MPI_MESSAGE_NO_PROC,
+        v => v.to_int().unwrap_or(MPI_MESSAGE_NULL),
+    }
+}
+
 /// The core's keyval for the program's handle (as [`vcomm`]).
 #[inline(always)]
 pub fn vkeyval(v: c_int) -> VKeyval {
@@ -278,7 +335,6 @@ macro_rules! int_kind {
 
 int_kind!(info, Info, infos);
 int_kind!(win, Win, wins);
-int_kind!(message, Message, messages);
 
 /// Files are pointers; a stale virtual file becomes MPI_FILE_NULL so ROMIO reports
 /// MPI_ERR_FILE instead of dereferencing it.

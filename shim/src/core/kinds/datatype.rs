@@ -8,7 +8,8 @@ use crate::core::handles;
 use crate::core::state::{Attrs, OBJ};
 use crate::lower;
 use crate::lower::abi::*;
-use mpicr_virtid::{DatatypeEntry, Kind, TypeRecipe, TypeRef};
+use mpicr_virtid::table::Full;
+use mpicr_virtid::{DatatypeEntry, TypeRecipe, TypeRef, VDatatype};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -23,22 +24,58 @@ pub struct TypeEntry {
 }
 
 /// Real handle -> virtual handle of derived types (user ops and MPI_File_get_view see reals).
-static BY_REAL: Mutex<Option<HashMap<c_int, c_int>>> = Mutex::new(None);
+static BY_REAL: Mutex<Option<HashMap<c_int, VDatatype>>> = Mutex::new(None);
 
-pub fn virtual_of_real(real: c_int) -> c_int {
-    if is_builtin(real) {
-        return real;
+/// The core's datatype of a real one the library handed out: a predefined one is the core's
+/// own, a derived one the core made its virtual handle, anything else passes unchanged.
+pub fn virtual_of_real(real: RealDatatype) -> VDatatype {
+    if let Some(v) = handles::predefined_vdatatype(real.raw()) {
+        return v;
     }
-    BY_REAL.lock().as_ref().and_then(|m| m.get(&real).copied()).unwrap_or(real)
+    if is_builtin(real.raw()) {
+        return VDatatype::from_int(real.raw());
+    }
+    BY_REAL.lock().as_ref().and_then(|m| m.get(&real.raw()).copied()).unwrap_or(VDatatype::from_int(real.raw()))
 }
 
-pub fn remember_real(real: c_int, v: c_int) {
-    BY_REAL.lock().get_or_insert_with(HashMap::new).insert(real, v);
+pub fn remember_real(real: RealDatatype, v: VDatatype) {
+    BY_REAL.lock().get_or_insert_with(HashMap::new).insert(real.raw(), v);
 }
 
-pub fn forget_real(real: c_int) {
+pub fn forget_real(real: RealDatatype) {
     if let Some(m) = BY_REAL.lock().as_mut() {
-        m.remove(&real);
+        m.remove(&real.raw());
+    }
+}
+
+/// Registers a derived datatype the library made, with its recipe. `Err` when the table is
+/// full.
+pub fn register(real: RealDatatype, recipe: TypeRecipe) -> Result<VDatatype, Full> {
+    let entry = TypeEntry { dt: DatatypeEntry { recipe, committed: false }, attrs: Vec::new(), name: None };
+    let v = OBJ.datatypes.insert(real, entry).map(VDatatype::virtual_at)?;
+    remember_real(real, v);
+    Ok(v)
+}
+
+/// The recipe of a virtual datatype the core keeps (`None` for predefined, foreign and freed
+/// ones).
+pub fn recipe(v: VDatatype) -> Option<TypeRecipe> {
+    v.index().and_then(|i| OBJ.datatypes.with(i, |e| e.dt.recipe.clone()))
+}
+
+/// A datatype argument as a self-contained recipe reference.
+pub fn typeref(v: VDatatype) -> TypeRef {
+    match recipe(v) {
+        Some(r) => TypeRef::Derived(Box::new(r)),
+        None => TypeRef::Predefined(v),
+    }
+}
+
+/// Forgets a datatype the program freed (its real one is already freed).
+pub fn forget(v: VDatatype, real: RealDatatype) {
+    if let Some(i) = v.index() {
+        OBJ.datatypes.remove(i);
+        forget_real(real);
     }
 }
 
@@ -50,7 +87,7 @@ pub fn build(recipe: &TypeRecipe) -> Result<c_int, c_int> {
     let mut inputs = Vec::new();
     for t in recipe.inputs() {
         inputs.push(match t {
-            TypeRef::Predefined(h) => handles::datatype(*h),
+            TypeRef::Predefined(h) => handles::datatype(*h).raw(),
             TypeRef::Derived(r) => {
                 let b = Built { real: build(r)?, owned: true };
                 let h = b.real;
@@ -185,7 +222,7 @@ pub struct Built {
 impl Built {
     pub fn of(t: &TypeRef) -> Result<Built, c_int> {
         match t {
-            TypeRef::Predefined(h) => Ok(Built { real: handles::datatype(*h), owned: false }),
+            TypeRef::Predefined(h) => Ok(Built { real: handles::datatype(*h).raw(), owned: false }),
             TypeRef::Derived(r) => {
                 let mut real = build(r)?;
                 // SAFETY: a datatype just built.
@@ -243,7 +280,7 @@ impl Renewable for Renew {
                 unsafe { f.MPI_Type_commit.map(|h| h(&mut real)) };
             }
             OBJ.datatypes.set_real(idx, RealDatatype(real));
-            remember_real(real, handles::handle(Kind::Datatype, idx));
+            remember_real(RealDatatype(real), VDatatype::virtual_at(idx));
         }
         for (_, real, t) in OBJ.datatypes.snapshot() {
             super::comm::restore_name(f.MPI_Type_set_name, real.raw(), t.name);

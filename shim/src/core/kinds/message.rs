@@ -2,7 +2,8 @@
 //! the message came from the shim's buffer of drained messages. A checkpoint's drain receives
 //! the messages still in the library into that buffer, where `MPI_Mrecv` finds them.
 
-use mpicr_virtid::VComm;
+use mpicr_virtid::table::Full;
+use mpicr_virtid::{VComm, VMessage};
 use super::Renewable;
 use crate::core::kinds::comm::comm_gid;
 use crate::core::state::OBJ;
@@ -19,6 +20,12 @@ pub struct MessageEntry {
     pub drained: Option<u64>,
     /// Size in bytes (from the probe's status), to receive it into the drain buffer.
     pub bytes: i64,
+}
+
+/// Registers a matched message (`RealMessage(0)` for one taken from the drained buffer).
+/// `Err` when the table is full.
+pub fn register(real: RealMessage, entry: MessageEntry) -> Result<VMessage, Full> {
+    OBJ.messages.insert(real, entry).map(VMessage::virtual_at)
 }
 
 /// Drained messages claimed by a matched probe, by message index.

@@ -3,7 +3,7 @@
 //! the program's function the *virtual* datatype handle; MPI_User_function has no user-data
 //! argument, so each live op occupies one of a fixed set of trampolines, kept across renewals.
 
-use crate::lower::handles::RealOp;
+use crate::lower::handles::{RealDatatype, RealOp};
 use super::Renewable;
 use crate::core::gate;
 use crate::core::kinds::datatype::virtual_of_real;
@@ -11,7 +11,7 @@ use crate::core::state::OBJ;
 use crate::lower;
 use crate::lower::abi::*;
 use mpicr_virtid::table::Full;
-use mpicr_virtid::{OpRecipe, VOp};
+use mpicr_virtid::{OpRecipe, VDatatype, VOp};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::os::raw::{c_int, c_void};
@@ -45,12 +45,31 @@ pub const SLOTS: usize = 128;
 static FUNCS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
 static USED: Mutex<[bool; SLOTS]> = Mutex::new([false; SLOTS]);
 
+/// How the program names a datatype, installed by the face (the trampolines hand the program's
+/// function its own handle of the datatype; the core knows no ABI's values).
+static PROGRAM_DATATYPE: std::sync::OnceLock<fn(VDatatype) -> MPI_Datatype> = std::sync::OnceLock::new();
+
+/// Installs the face's conversion of the core's datatypes to the program's handles (before
+/// the first op is made or restored).
+pub fn set_program_datatype(f: fn(VDatatype) -> MPI_Datatype) {
+    let _ = PROGRAM_DATATYPE.set(f);
+}
+
+/// The program's handle of the real datatype the library hands a trampoline.
+fn program_datatype(real: MPI_Datatype) -> MPI_Datatype {
+    let v = virtual_of_real(RealDatatype(real));
+    match PROGRAM_DATATYPE.get() {
+        Some(f) => f(v),
+        None => lower::fatal("a user-defined reduction ran before the face named the program's datatypes"),
+    }
+}
+
 unsafe extern "C" fn tramp<const N: usize>(a: *mut c_void, b: *mut c_void, len: *mut c_int, dt: *mut MPI_Datatype) {
     let f = FUNCS[N].load(Ordering::Acquire);
     // SAFETY: the slot holds the program's MPI_User_function while the op is live; `dt` points
     // to the real datatype handle provided by the library.
     unsafe {
-        let mut v = virtual_of_real(*dt);
+        let mut v = program_datatype(*dt);
         let f = std::mem::transmute::<u64, UserFn>(f);
         gate::in_callback(|| f(a, b, len, &mut v));
     }
@@ -60,7 +79,7 @@ unsafe extern "C" fn tramp_c<const N: usize>(a: *mut c_void, b: *mut c_void, len
     let f = FUNCS[N].load(Ordering::Acquire);
     // SAFETY: as in `tramp`, for the large-count signature.
     unsafe {
-        let mut v = virtual_of_real(*dt);
+        let mut v = program_datatype(*dt);
         let f = std::mem::transmute::<u64, UserFnC>(f);
         gate::in_callback(|| f(a, b, len, &mut v));
     }

@@ -14,7 +14,7 @@ use crate::core::state::OBJ;
 use crate::lower;
 use crate::lower::abi::*;
 use mpicr_virtid::table::Full;
-use mpicr_virtid::{VComm, P2pArgs, RequestRecipe, SendMode, TypeRef, VRequest};
+use mpicr_virtid::{VComm, P2pArgs, RequestRecipe, SendMode, TypeRef, VDatatype, VRequest};
 use serde::{Deserialize, Serialize};
 use std::os::raw::{c_int, c_void};
 
@@ -225,8 +225,8 @@ pub fn take_drained_into(a: &P2pArgs) -> Option<MPI_Status> {
 }
 
 /// Copies a drained message (packed bytes) into the program's typed buffer.
-pub(crate) fn unpack(data: &[u8], buf: *mut c_void, count: i64, dt: MPI_Datatype, comm: VComm, source: c_int, tag: c_int) -> MPI_Status {
-    unpack_real(data, buf, count, handles::datatype(dt), comm, source, tag)
+pub(crate) fn unpack(data: &[u8], buf: *mut c_void, count: i64, dt: VDatatype, comm: VComm, source: c_int, tag: c_int) -> MPI_Status {
+    unpack_real(data, buf, count, handles::datatype(dt).raw(), comm, source, tag)
 }
 
 /// As [`unpack`], with the real datatype.
@@ -379,7 +379,7 @@ fn is_recv(r: &RequestRecipe) -> bool {
 /// The program frees datatype `v` (`recipe`: its recipe, None for a predefined one): requests
 /// that may still be posted again (pending receives, persistent ones) keep the type's recipe
 /// instead of its handle, whose slot may serve another type from now on.
-pub fn note_type_freed(v: MPI_Datatype, recipe: &mpicr_virtid::TypeRecipe) {
+pub fn note_type_freed(v: VDatatype, recipe: &mpicr_virtid::TypeRecipe) {
     let uses = |a: &P2pArgs| a.datatype == TypeRef::Predefined(v);
     for (idx, _, e) in OBJ.requests.snapshot() {
         let hit = match &e.recipe {

@@ -33,7 +33,7 @@ impl Obj {
         conv::comm_index(h).filter(|&i| OBJ.comms.real(i).is_some()).map(|i| Obj::Comm(h, i))
     }
     fn datatype(h: MPI_Datatype) -> Option<Obj> {
-        match conv::index(h, Kind::Datatype) {
+        match conv::vdatatype(h).index() {
             Some(i) => OBJ.datatypes.real(i).map(|_| Obj::Type(h, i)),
             None if h != MPI_DATATYPE_NULL => Some(Obj::PredefinedType(h)),
             None => None,

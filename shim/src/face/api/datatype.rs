@@ -6,30 +6,24 @@ use crate::lower::handles::RealDatatype;
 use crate::face::abi::*;
 use crate::face::api::put;
 use crate::face::call::{self, On, ToReal};
-use crate::core::kinds::datatype::{forget_real, remember_real, TypeEntry};
+use crate::core::kinds::datatype as kind;
 use crate::core::state::OBJ;
 use crate::face::{conv, errors};
 use crate::core::gate;
-use mpicr_virtid::{DatatypeEntry, Kind, TypeRecipe, TypeRef};
+use mpicr_virtid::{TypeRecipe, TypeRef};
 use std::os::raw::c_int;
 
 /// A datatype argument as a self-contained recipe reference.
 pub fn typeref(h: MPI_Datatype) -> TypeRef {
-    match conv::index(h, Kind::Datatype).and_then(|i| OBJ.datatypes.with(i, |e| e.dt.recipe.clone())) {
-        Some(r) => TypeRef::Derived(Box::new(r)),
-        None => TypeRef::Predefined(h),
-    }
+    kind::typeref(conv::vdatatype(h))
 }
 
-/// Registers a new real derived datatype.
+/// Registers a new real derived datatype; the program's handle of it.
 pub fn register_type(real: c_int, recipe: TypeRecipe) -> MPI_Datatype {
-    let entry = TypeEntry { dt: DatatypeEntry { recipe, committed: false }, attrs: Vec::new(), name: None };
-    let v = match OBJ.datatypes.insert(RealDatatype(real), entry) {
-        Ok(i) => conv::handle(Kind::Datatype, i),
+    match kind::register(RealDatatype(real), recipe) {
+        Ok(v) => conv::datatype_abi(v),
         Err(_) => errors::fatal("too many live datatypes"),
-    };
-    remember_real(real, v);
-    v
+    }
 }
 
 pub(crate) fn widen<T: Copy + Into<i64>>(v: Vec<T>) -> Vec<i64> {
@@ -68,7 +62,7 @@ pub unsafe fn MPI_Type_dup(oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) ->
         }
         // A duplicate of a committed type is committed.
         // SAFETY: `newtype` is the caller's valid pointer, which `make` has just written.
-        if let (Some(o), Some(n)) = (conv::index(oldtype, Kind::Datatype), conv::index(unsafe { *newtype }, Kind::Datatype)) {
+        if let (Some(o), Some(n)) = (conv::vdatatype(oldtype).index(), conv::vdatatype(unsafe { *newtype }).index()) {
             let committed = OBJ.datatypes.with(o, |e| e.dt.committed).unwrap_or(false);
             OBJ.datatypes.with(n, |e| e.dt.committed = committed);
         }
@@ -86,7 +80,7 @@ pub unsafe fn MPI_Type_commit(datatype: *mut MPI_Datatype) -> c_int {
         let v = unsafe { *datatype };
         let mut r = call::Datatype(v).to_real()?;
         call::ok(real!(MPI_Type_commit(&mut r)))?;
-        if let Some(i) = conv::index(v, Kind::Datatype) {
+        if let Some(i) = conv::vdatatype(v).index() {
             OBJ.datatypes.with(i, |e| e.dt.committed = true);
         }
         Ok(())
@@ -101,7 +95,8 @@ pub unsafe fn MPI_Type_free(datatype: *mut MPI_Datatype) -> c_int {
     // SAFETY: `datatype` points to the caller's handle, readable and writable (MPI's contract of
     // this call).
     let v = unsafe { *datatype };
-    let idx = conv::index(v, Kind::Datatype).filter(|&i| OBJ.datatypes.real(i).is_some());
+    let vd = conv::vdatatype(v);
+    let idx = vd.index().filter(|&i| OBJ.datatypes.real(i).is_some());
     if idx.is_some() {
         let rc = crate::face::api::attr::delete_all_type_attrs(v);
         if rc != MPI_SUCCESS {
@@ -109,22 +104,21 @@ pub unsafe fn MPI_Type_free(datatype: *mut MPI_Datatype) -> c_int {
         }
     }
     let g = gate::enter();
-    let real0 = conv::datatype(v);
-    let mut r = real0;
+    let real0 = crate::core::handles::datatype(vd);
+    let mut r = real0.raw();
     let rc = real!(MPI_Type_free(&mut r));
     if rc == MPI_SUCCESS {
         // Pending receives and persistent requests keep its recipe (their handle goes stale).
-        if let Some(recipe) = idx.and_then(|i| OBJ.datatypes.with(i, |e| e.dt.recipe.clone())) {
-            crate::core::kinds::request::note_type_freed(v, &recipe);
+        if let Some(recipe) = idx.and(kind::recipe(vd)) {
+            crate::core::kinds::request::note_type_freed(vd, &recipe);
         }
     }
     drop(g);
     if rc != MPI_SUCCESS {
         return errors::raise_default(rc, "MPI_Type_free");
     }
-    if let Some(i) = idx {
-        OBJ.datatypes.remove(i);
-        forget_real(real0);
+    if idx.is_some() {
+        kind::forget(vd, real0);
     }
     // SAFETY: `datatype` points to the caller's handle, readable and writable (MPI's contract of
     // this call).
@@ -135,16 +129,21 @@ pub unsafe fn MPI_Type_free(datatype: *mut MPI_Datatype) -> c_int {
 /// Wraps the datatypes returned by MPI_Type_get_contents: derived ones are new references in
 /// the real library and get virtual handles whose recipes come from the queried type's recipe.
 fn wrap_contents(of: MPI_Datatype, out: &mut [MPI_Datatype]) {
-    let inputs: Vec<TypeRef> = conv::index(of, Kind::Datatype)
-        .and_then(|i| OBJ.datatypes.with(i, |e| e.dt.recipe.inputs().into_iter().cloned().collect()))
-        .unwrap_or_default();
+    let inputs: Vec<TypeRef> = kind::recipe(conv::vdatatype(of)).map(|r| r.inputs().into_iter().cloned().collect()).unwrap_or_default();
     for (k, t) in out.iter_mut().enumerate() {
-        // Predefined inputs come back as themselves (MPICH's pair types are not "builtin"
-        // handles, so the recipe decides, not the handle's bits).
+        // Predefined inputs come back as the library's predefined handles, named as the program
+        // names them (MPICH's pair types are not "builtin" handles, so the recipe decides, not
+        // the handle's bits).
         let recipe = match inputs.get(k) {
             Some(TypeRef::Derived(r)) => (**r).clone(),
-            Some(TypeRef::Predefined(_)) => continue,
-            None if is_builtin(*t) => continue,
+            Some(TypeRef::Predefined(_)) => {
+                *t = conv::datatype_of_real(*t);
+                continue;
+            }
+            None if is_builtin(*t) => {
+                *t = conv::datatype_of_real(*t);
+                continue;
+            }
             None => TypeRecipe::Named { combiner: -1, args: vec![] },
         };
         *t = register_type(*t, recipe);

@@ -138,8 +138,8 @@ pub unsafe fn MPI_File_get_view(fh: MPI_File, disp: *mut MPI_Offset, etype: *mut
         // SAFETY: `etype` and `filetype` are the caller's out-pointers, null or valid for a write
         // as MPI requires (this function's safety contract).
         unsafe {
-            put(etype, crate::core::kinds::datatype::virtual_of_real(e));
-            put(filetype, crate::core::kinds::datatype::virtual_of_real(f));
+            put(etype, conv::datatype_of_real(e));
+            put(filetype, conv::datatype_of_real(f));
         }
         Ok(())
     })

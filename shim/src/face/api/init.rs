@@ -43,6 +43,8 @@ unsafe fn init(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, p
     }
     let level = required.clamp(MPI_THREAD_SERIALIZED, MPI_THREAD_MULTIPLE);
     if let Some(dir) = crate::core::app::take_restore_dir() {
+        // The restored user ops' trampolines name datatypes as this face does.
+        crate::core::kinds::op::set_program_datatype(crate::face::conv::datatype_abi);
         // SAFETY: as below.
         let provided_now = unsafe { restore_app(&dir, argc, argv, level) };
         *provided = required.clamp(MPI_THREAD_SINGLE, provided_now.max(MPI_THREAD_SINGLE));

@@ -299,10 +299,15 @@ pub unsafe fn MPI_Session_iflush_buffer(session: MPI_Session, request: *mut MPI_
     unsafe { flush_request("MPI_Session_iflush_buffer", MPI_COMM_WORLD, request, |r| real!(MPI_Session_iflush_buffer(s, r))) }
 }
 
-/// Returns a predefined pair type (MPI 4.1): passes through untranslated.
+/// Returns a predefined pair type (MPI 4.1), named as the program names it.
 pub unsafe fn MPI_Type_get_value_index(value_type: MPI_Datatype, index_type: MPI_Datatype, pair_type: *mut MPI_Datatype) -> c_int {
     if let Err(rc) = call::try_run("MPI_Type_get_value_index", On::Default, || call::ok(real!(MPI_Type_get_value_index(conv::datatype(value_type), conv::datatype(index_type), pair_type)))) {
         return rc;
+    }
+    if !pair_type.is_null() {
+        // SAFETY: `pair_type` is the caller's out-pointer, valid for a read and a write (MPI's
+        // contract of this call), which the library has just written.
+        unsafe { *pair_type = conv::datatype_of_real(*pair_type) };
     }
     MPI_SUCCESS
 }

@@ -13,6 +13,7 @@ use std::os::raw::{c_int, c_void};
 
 
 unsafe fn create(function: *mut c_void, commute: c_int, op: *mut MPI_Op, large: bool, name: &str) -> c_int {
+    crate::core::kinds::op::set_program_datatype(conv::datatype_abi);
     let Some(slot) = claim_slot(function as u64) else {
         eprintln!("mpicr: {name}: more than {SLOTS} user-defined operations are live at once");
         return errors::raise_default(MPI_ERR_OTHER, name);

@@ -7,7 +7,7 @@ use crate::face::abi::*;
 use crate::face::api::request::{register_done, register_request, wait_internal};
 use crate::face::api::{library_status_in, put, put_library_status, put_status};
 use crate::core::kinds::comm::{comm_gid, count_recv, count_send};
-use crate::core::kinds::message::{MessageEntry, CLAIMED};
+use crate::core::kinds::message::{self, MessageEntry, CLAIMED};
 use crate::core::kinds::part;
 use crate::core::kinds::request::{complete_at_once, complete_blocking, take_drained_into, unpack};
 use crate::core::state::OBJ;
@@ -15,11 +15,11 @@ use crate::face::{conv, errors};
 use crate::core::bsend::{self, Pool};
 use crate::core::{drained, gate};
 use crate::lower;
-use mpicr_virtid::{Kind, P2pArgs, RequestRecipe, SendMode, TypeRef};
+use mpicr_virtid::{P2pArgs, RequestRecipe, SendMode, TypeRef, VDatatype, VMessage};
 use std::os::raw::{c_int, c_void};
 
 fn args(buf: *const c_void, count: i64, datatype: MPI_Datatype, peer: c_int, tag: c_int, comm: MPI_Comm) -> P2pArgs {
-    P2pArgs { buf: buf as u64, count, datatype: TypeRef::Predefined(datatype), peer, tag, comm: conv::vcomm(comm) }
+    P2pArgs { buf: buf as u64, count, datatype: TypeRef::Predefined(conv::vdatatype(datatype)), peer, tag, comm: conv::vcomm(comm) }
 }
 
 /// How long posting a request waits for it under the gate hold that posted it.
@@ -510,13 +510,13 @@ pub unsafe fn MPI_Improbe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut 
         if let Some(m) = comm_gid(conv::vcomm(comm)).and_then(|gid| drained::take(gid, source, tag)) {
             let st = drained_status(m.source, m.tag, m.data.len());
             let entry = MessageEntry { comm: conv::vcomm(comm), drained: Some(0), bytes: st.bytes() };
-            let idx = OBJ.messages.insert(RealMessage(0), entry).unwrap_or_else(|_| errors::fatal("too many live messages"));
-            CLAIMED.lock().push((idx, m));
+            let v = message::register(RealMessage(0), entry).unwrap_or_else(|_| errors::fatal("too many live messages"));
+            CLAIMED.lock().push((v.index().expect("a registered message"), m));
             // SAFETY: `flag`, `message` and `status` are the caller's out-pointers, as MPI_Improbe
             // requires.
             unsafe {
                 put(flag, 1);
-                put(message, conv::handle(Kind::Message, idx));
+                put(message, conv::message_abi(v));
                 put_status(status, &st);
             }
             return MPI_SUCCESS;
@@ -535,17 +535,18 @@ pub unsafe fn MPI_Improbe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut 
     let mut f = 0;
     let rc = real!(MPI_Improbe(source, tag, c, &mut f, &mut real_msg, &mut st));
     if rc == MPI_SUCCESS && f != 0 {
-        let v = if real_msg == MPI_MESSAGE_NO_PROC || real_msg == MPI_MESSAGE_NULL {
-            real_msg
-        } else {
-            // The message has left the library's queue: it counts as received now.
-            count_recv(conv::vcomm(comm), st.MPI_SOURCE);
-            let idx = OBJ.messages.insert(RealMessage(real_msg), MessageEntry { comm: conv::vcomm(comm), drained: None, bytes: st.bytes() });
-            conv::handle(Kind::Message, idx.unwrap_or_else(|_| errors::fatal("too many live messages")))
+        let v = match crate::core::handles::predefined_vmessage(real_msg) {
+            Some(p) => p,
+            None => {
+                // The message has left the library's queue: it counts as received now.
+                count_recv(conv::vcomm(comm), st.MPI_SOURCE);
+                let entry = MessageEntry { comm: conv::vcomm(comm), drained: None, bytes: st.bytes() };
+                message::register(RealMessage(real_msg), entry).unwrap_or_else(|_| errors::fatal("too many live messages"))
+            }
         };
         // SAFETY: as above: the caller's `message` and `status`.
         unsafe {
-            put(message, v);
+            put(message, conv::message_abi(v));
             put_library_status(status, &st);
         }
     }
@@ -586,15 +587,16 @@ unsafe fn mrecv_start(
     real_call: impl FnOnce(c_int, &mut c_int, &mut c_int) -> c_int,
 ) -> Result<MPI_Request, (MPI_Comm, c_int)> {
     // SAFETY: this function's contract: `message` is readable and writable.
-    let v = unsafe { *message };
-    if v == MPI_MESSAGE_NO_PROC {
+    let v = conv::vmessage(unsafe { *message });
+    if v == VMessage::NO_PROC {
         // SAFETY: as above.
         unsafe { *message = MPI_MESSAGE_NULL };
         let st = MPI_Status { MPI_SOURCE: MPI_PROC_NULL, MPI_TAG: MPI_ANY_TAG, ..Default::default() };
         return Ok(register_done(RequestRecipe::Other { function: "MPI_Mrecv".into() }, MPI_COMM_NULL, &st));
     }
-    let Some(idx) = conv::index(v, Kind::Message).filter(|&i| OBJ.messages.real(i).is_some()) else {
-        let mut raw = if conv::index(v, Kind::Message).is_some() { conv::STALE } else { v };
+    let Some(idx) = v.index().filter(|&i| OBJ.messages.real(i).is_some()) else {
+        // Null, freed or invented: the real library gives the native error.
+        let mut raw = crate::core::handles::message(v).raw();
         let mut r = MPI_REQUEST_NULL;
         let rc = real_call(conv::datatype(dt), &mut raw, &mut r);
         return Err((MPI_COMM_WORLD, if rc == MPI_SUCCESS { MPI_ERR_REQUEST } else { rc }));
@@ -609,7 +611,7 @@ unsafe fn mrecv_start(
             let pos = claimed.iter().position(|(i, _)| *i == idx).expect("claimed drained message");
             claimed.remove(pos).1
         };
-        let st = unpack(&m.data, buf, count, dt, entry.comm, m.source, m.tag);
+        let st = unpack(&m.data, buf, count, conv::vdatatype(dt), entry.comm, m.source, m.tag);
         return Ok(register_done(RequestRecipe::Other { function: "MPI_Mrecv".into() }, conv::comm_abi(entry.comm), &st));
     }
     let mut r = MPI_REQUEST_NULL;
@@ -737,10 +739,10 @@ unsafe fn partitioned_init(
 ) -> c_int {
     let g = gate::enter();
     let mut r = MPI_REQUEST_NULL;
-    let rc = call(crate::core::handles::comm(a.comm).raw(), conv::datatype(dtype_of(a)), &mut r);
+    let rc = call(crate::core::handles::comm(a.comm).raw(), crate::core::handles::datatype(dtype_of(a)).raw(), &mut r);
     if rc == MPI_SUCCESS {
         let TypeRef::Predefined(dt) = a.datatype else { unreachable!("args() keeps handles") };
-        let ty = crate::face::api::datatype::typeref(dt);
+        let ty = crate::core::kinds::datatype::typeref(dt);
         let recipe = part::recipe(send, a.buf, partitions, a.count, ty, a.peer, a.tag, a.comm, conv::vinfo(info));
         // SAFETY: this function's contract.
         unsafe { put(request, register_request(r, recipe, conv::comm_abi(a.comm), false)) };
@@ -752,10 +754,10 @@ unsafe fn partitioned_init(
     MPI_SUCCESS
 }
 
-fn dtype_of(a: &P2pArgs) -> MPI_Datatype {
+fn dtype_of(a: &P2pArgs) -> VDatatype {
     match a.datatype {
         TypeRef::Predefined(h) => h,
-        TypeRef::Derived(_) => MPI_DATATYPE_NULL,
+        TypeRef::Derived(_) => VDatatype::NULL,
     }
 }
 
