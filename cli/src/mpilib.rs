@@ -68,7 +68,7 @@ pub fn program_face(program: &Path) -> Result<Face> {
         };
     }
     let Ok(d) = mpicr_elf::read_file(program) else { return Ok(Face::Mpich) };
-    face_of_needed(&d.needed).map_err(|lib| {
+    face_of_needed(&d.needed).map_err(|UnknownMpiLib(lib)| {
         anyhow::anyhow!(
             "{} is linked to {lib}, an MPI library mpicr has no face for; mpicr runs programs of {} (set {FACE_ENV} if the program really speaks one of them)",
             program.display(),
@@ -81,9 +81,14 @@ pub fn program_face(program: &Path) -> Result<Face> {
 pub const KNOWN_FACES: &str =
     "the MPICH ABI (libmpich.so.12, libmpi.so.12: MPICH, Intel MPI), Open MPI's (libmpi.so.40) and the MPI-5 standard ABI (libmpi_abi.so.1)";
 
+/// An MPI library (`DT_NEEDED` entry) of a family mpicr has no face for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0} is an MPI library mpicr has no face for")]
+pub struct UnknownMpiLib(pub String);
+
 /// The face a program's `DT_NEEDED` names; Err(the library) for an MPI library of an unknown
 /// family (`libmpi.so.N`, `libmpich.so.N`, `libmpi_abi.so.N` of other versions).
-pub fn face_of_needed(needed: &[String]) -> Result<Face, String> {
+pub fn face_of_needed(needed: &[String]) -> Result<Face, UnknownMpiLib> {
     for n in needed {
         let (stem, version) = n.split_once(".so").map(|(s, v)| (s, v.trim_start_matches('.'))).unwrap_or((n.as_str(), ""));
         let major = version.split('.').next().unwrap_or("");
@@ -91,7 +96,7 @@ pub fn face_of_needed(needed: &[String]) -> Result<Face, String> {
             ("libmpi", "40") => return Ok(Face::OpenMpi),
             ("libmpi_abi", "1") => return Ok(Face::StandardAbi),
             ("libmpi", "12") | ("libmpich", "12") => return Ok(Face::Mpich),
-            ("libmpi" | "libmpich" | "libmpi_abi", _) => return Err(n.clone()),
+            ("libmpi" | "libmpich" | "libmpi_abi", _) => return Err(UnknownMpiLib(n.clone())),
             _ => {}
         }
     }
@@ -239,7 +244,7 @@ mod tests {
         assert_eq!(needed(&["libmpi.so.40"]), Ok(Face::OpenMpi));
         assert_eq!(needed(&["libmpich.so.12"]), Ok(Face::Mpich));
         assert_eq!(needed(&["libmpicr.so", "libc.so.6"]), Ok(Face::Mpich));
-        assert_eq!(needed(&["libmpi.so.20"]), Err("libmpi.so.20".to_string()));
+        assert_eq!(needed(&["libmpi.so.20"]), Err(UnknownMpiLib("libmpi.so.20".to_string())));
         assert!(face_only("PMPI_Comm_toint") && face_only("MPI_Abi_get_info") && !face_only("MPI_Send"));
         assert_eq!(face_of(&lib("libz.so.1", &["deflate"])), None);
     }

@@ -45,6 +45,18 @@ fn wire_from(get: impl Fn(&str) -> Option<String>) -> Wire {
 }
 
 /// The PMI version number of a wire.
+/// A program's `init` asks for another PMI version than the keeper's (`asked`: None when it
+/// names none readable): it cannot be relayed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the program asks for PMI-{} but the keeper initialised PMI-{keeper} with the launcher, as its environment says (MPIR_CVAR_PMI_VERSION, I_MPI_PMI, I_MPI_PMI_LIBRARY; job.json at a restart): refused",
+    asked.map_or_else(|| "?".to_string(), |v| v.to_string())
+)]
+pub struct VersionMismatch {
+    pub asked: Option<u32>,
+    pub keeper: u32,
+}
+
 pub fn wire_version(w: Wire) -> u32 {
     match w {
         Wire::V1 => 1,
@@ -181,18 +193,14 @@ impl Launcher {
     /// `init` per connection: Slurm's pmi2 plugin reads the first message of a task's `PMI_FD` as
     /// its `init` and rejects any later one without answering; Hydra answers every one alike.
     /// `Err`: the program asks for another version than the keeper's (it cannot be relayed).
-    fn init_answer(&self, req: &Msg) -> Option<Result<Msg, String>> {
+    fn init_answer(&self, req: &Msg) -> Option<Result<Msg, VersionMismatch>> {
         match req.cmd() {
             "init" => {
                 let asks = req.get("pmi_version").and_then(|v| v.trim().parse::<u32>().ok());
                 Some(if asks == Some(wire_version(self.wire)) {
                     Ok(self.init_reply.clone())
                 } else {
-                    Err(format!(
-                        "the program asks for PMI-{} but the keeper initialised PMI-{} with the launcher, as its environment says (MPIR_CVAR_PMI_VERSION, I_MPI_PMI, I_MPI_PMI_LIBRARY; job.json at a restart): refused",
-                        asks.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
-                        wire_version(self.wire)
-                    ))
+                    Err(VersionMismatch { asked: asks, keeper: wire_version(self.wire) })
                 })
             }
             "fullinit" => self.fullinit_reply.clone().map(Ok),

@@ -117,15 +117,30 @@ fn sections(b: &[u8]) -> Option<Vec<Section>> {
     Some(v)
 }
 
+/// Why a file is not a dynamic ELF64 little-endian object (the text follows the file's name).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read it: {0}")]
+    Read(#[from] std::io::Error),
+    #[error("not an ELF file")]
+    NotElf,
+    #[error("not a 64-bit little-endian ELF file")]
+    NotElf64Le,
+    #[error("a malformed ELF file")]
+    Malformed,
+    #[error("an ELF file without dynamic symbols (not a shared library)")]
+    NoDynamicSymbols,
+}
+
 /// Reads `image` (a whole file). Err says why it is not a dynamic ELF64 little-endian object.
-pub fn read(image: &[u8]) -> Result<Dynamic, String> {
+pub fn read(image: &[u8]) -> Result<Dynamic, Error> {
     if image.get(0..4) != Some(b"\x7fELF") {
-        return Err("not an ELF file".into());
+        return Err(Error::NotElf);
     }
     if image.get(4) != Some(&2) || image.get(5) != Some(&1) {
-        return Err("not a 64-bit little-endian ELF file".into());
+        return Err(Error::NotElf64Le);
     }
-    let bad = || "a malformed ELF file".to_string();
+    let bad = || Error::Malformed;
     let mut d = Dynamic { shared: u16_at(image, 0x10).ok_or_else(bad)? == ET_DYN, ..Dynamic::default() };
     let secs = sections(image).ok_or_else(bad)?;
     let mut has_dynsym = false;
@@ -180,15 +195,15 @@ pub fn read(image: &[u8]) -> Result<Dynamic, String> {
         }
     }
     if !has_dynsym {
-        return Err("an ELF file without dynamic symbols (not a shared library)".into());
+        return Err(Error::NoDynamicSymbols);
     }
     d.search_path = runpath.or(rpath).map(|p| p.split(':').filter(|s| !s.is_empty()).map(String::from).collect()).unwrap_or_default();
     Ok(d)
 }
 
 /// Reads the file at `path`.
-pub fn read_file(path: &std::path::Path) -> Result<Dynamic, String> {
-    let image = std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))?;
+pub fn read_file(path: &std::path::Path) -> Result<Dynamic, Error> {
+    let image = std::fs::read(path)?;
     read(&image)
 }
 

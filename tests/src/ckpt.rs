@@ -29,6 +29,7 @@ mod soak;
 pub use foreign::{checkpoint_foreign, Foreign, ForeignRun, FINALIZING};
 pub use soak::soak;
 
+use crate::error::Error;
 use crate::{compare, diff, job, Case, Harness, Job, JobOutput, Launcher, Mode, Scratch};
 use std::collections::{BTreeSet, VecDeque};
 use std::ffi::OsString;
@@ -138,18 +139,17 @@ impl Drop for CliCopy {
 }
 
 impl Harness {
-    fn cli(&self) -> Result<(PathBuf, PathBuf), String> {
-        self.cli_copy
-            .get_or_init(|| {
+    fn cli(&self) -> Result<(PathBuf, PathBuf), Error> {
+        crate::once(&self.cli_copy, || {
                 for (p, what) in [
                     (&self.mpicr, "mpicr-cli --bin mpicr"),
                     (&self.shim, "mpicr-face-mpich"),
                 ] {
                     if !p.is_file() {
-                        return Err(format!(
+                        return Err(Error::Missing(format!(
                             "{} does not exist: build it with `cargo build --release -p {what}`",
                             p.display()
-                        ));
+                        )));
                     }
                 }
                 let dir = self
@@ -164,21 +164,19 @@ impl Harness {
                 fs::create_dir_all(&copy.dir)
                     .and_then(|_| fs::copy(&self.mpicr, &copy.mpicr))
                     .and_then(|_| fs::copy(&self.shim, &copy.shim))
-                    .map_err(|e| format!("cannot copy mpicr and libmpicr.so: {e}"))?;
+                    .map_err(Error::io("copy mpicr and libmpicr.so to", &copy.dir))?;
                 // The Open MPI face, which mpicr preloads for Open MPI programs, when built.
                 if self.shim_ompi.is_file() {
                     fs::copy(&self.shim_ompi, copy.dir.join("libmpicr_ompi.so"))
-                        .map_err(|e| format!("cannot copy libmpicr_ompi.so: {e}"))?;
+                        .map_err(Error::io("copy", &self.shim_ompi))?;
                 }
                 if self.shim_abi.is_file() {
                     fs::copy(&self.shim_abi, copy.dir.join("libmpicr_abi.so"))
-                        .map_err(|e| format!("cannot copy libmpicr_abi.so: {e}"))?;
+                        .map_err(Error::io("copy", &self.shim_abi))?;
                 }
                 Ok(copy)
             })
-            .as_ref()
             .map(|c| (c.mpicr.clone(), c.shim.clone()))
-            .map_err(Clone::clone)
     }
 }
 
@@ -189,14 +187,14 @@ pub(crate) fn run_case(
     program: &Path,
     args: &[String],
     oracle: &JobOutput,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     run_case_seeded(h, case, program, args, oracle, h.seed).verdict
 }
 
 /// What one case did: its verdict, and how many checkpoints it committed and restarts it ran
 /// to their end (also when it failed).
 pub(crate) struct Ran {
-    pub verdict: Result<(), String>,
+    pub verdict: Result<(), Error>,
     pub checkpoints: u64,
     pub restarts: u64,
 }
@@ -220,11 +218,11 @@ pub(crate) fn run_case_seeded(
             }
         }
     };
-    let steps: Result<u64, String> = args.first().and_then(|a| a.parse().ok()).ok_or_else(|| {
-        format!(
+    let steps: Result<u64, Error> = args.first().and_then(|a| a.parse().ok()).ok_or_else(|| {
+        Error::Invalid(format!(
             "{}: the first of long-args is not a step count",
             case.test.name
-        )
+        ))
     });
     let setup = steps.and_then(|s| {
         let mpiexec = case.flavor.launcher(&h.root)?;
@@ -272,7 +270,7 @@ pub(crate) fn run_case_seeded(
         Mode::RestartErrors => cx.restart_errors(),
         Mode::Renewals => cx.renewals(),
         Mode::Faults => cx.faults(),
-        m => Err(format!("{m} is not a checkpoint mode")),
+        m => Err(Error::Check(format!("{m} is not a checkpoint mode"))),
     }
     .and_then(|()| cx.check_workdir());
     // after a failure too: files the case's jobs left in /dev/shm are removed
@@ -289,14 +287,14 @@ pub(crate) fn run_case_seeded(
             ));
             Ok(())
         }
-        Ok(()) if !orphans.is_empty() => Err(format!(
+        Ok(()) if !orphans.is_empty() => Err(Error::Check(format!(
             "files left behind in /dev/shm (removed): {}",
             orphans.join(", ")
-        )),
-        Err(e) if !orphans.is_empty() => Err(format!(
+        ))),
+        Err(e) if !orphans.is_empty() => Err(Error::Check(format!(
             "{e}\n  (removed what its jobs left in /dev/shm: {})",
             orphans.join(", ")
-        )),
+        ))),
         v => v,
     };
     if verdict.is_ok()
@@ -309,7 +307,7 @@ pub(crate) fn run_case_seeded(
         print!("{s}");
     }
     Ran {
-        verdict: verdict.map_err(|summary| cx.report(&summary)),
+        verdict: verdict.map_err(|e| cx.report(e)),
         checkpoints: cx.checkpoints,
         restarts: cx.restarts,
     }
@@ -496,14 +494,14 @@ impl<'a> Driver<'a> {
         self.story.push(format!("{at}: {what}"));
     }
 
-    fn resume(&mut self, work: &Path) -> Result<(), String> {
-        fs::write(work.join(RESUME), b"")
-            .map_err(|e| format!("cannot write the resume file: {e}"))?;
+    fn resume(&mut self, work: &Path) -> Result<(), Error> {
+        let path = work.join(RESUME);
+        fs::write(&path, b"").map_err(Error::io("write the resume file", &path))?;
         self.resuming = true;
         Ok(())
     }
 
-    fn ask(&mut self, asks: u32) -> Result<State, String> {
+    fn ask(&mut self, asks: u32) -> Result<State, Error> {
         let p = self.plan.front().copied().expect("a planned checkpoint");
         self.seq += 1;
         let out = self.io.join(format!(
@@ -512,8 +510,8 @@ impl<'a> Driver<'a> {
             if p.stop { "stop" } else { "continue" }
         ));
         let file =
-            fs::File::create(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-        let file2 = file.try_clone().map_err(|e| e.to_string())?;
+            fs::File::create(&out).map_err(Error::io("create", &out))?;
+        let file2 = file.try_clone().map_err(Error::io("duplicate the descriptor of", &out))?;
         let mut cmd = Command::new(self.mpicr);
         cmd.arg("checkpoint");
         if p.stop {
@@ -535,7 +533,7 @@ impl<'a> Driver<'a> {
         self.struck = false;
         let child = cmd
             .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", self.mpicr.display()))?;
+            .map_err(Error::spawn(self.mpicr.display()))?;
         if asks == 1 {
             let stop = if p.stop { " --stop" } else { "" };
             let what = if timeout > CKPT_TIMEOUT {
@@ -554,7 +552,7 @@ impl<'a> Driver<'a> {
         })
     }
 
-    fn poll(&mut self, work: &Path) -> Result<(), String> {
+    fn poll(&mut self, work: &Path) -> Result<(), Error> {
         let now = Instant::now();
         self.started.get_or_insert(now);
         if self.resume_first {
@@ -678,7 +676,7 @@ impl<'a> Driver<'a> {
         status: ExitStatus,
         out: &Path,
         asks: u32,
-    ) -> Result<State, String> {
+    ) -> Result<State, Error> {
         let text = fs::read_to_string(out).unwrap_or_default();
         if let Some(p) = self
             .plan
@@ -823,22 +821,22 @@ impl<'a> Driver<'a> {
     }
 
     /// `Fault::Fill`: a file taking all but 256 KiB of the free space of `fill_dir`.
-    fn fill(&mut self) -> Result<(), String> {
-        let dir = self.fill_dir.clone().ok_or("no file system to fill")?;
+    fn fill(&mut self) -> Result<(), Error> {
+        let dir = self.fill_dir.clone().ok_or_else(|| Error::Check("no file system to fill".into()))?;
         let free = free_bytes(&dir)?;
         let size = free.saturating_sub(256 << 10);
         let path = dir.join("filler");
         let f = fs::File::create(&path)
-            .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+            .map_err(Error::io("create", &path))?;
         use std::os::fd::AsRawFd;
         // SAFETY: plain syscall on a file we own.
         let rc = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, size as libc::off_t) };
         if rc != 0 {
-            return Err(format!(
+            return Err(Error::Check(format!(
                 "cannot fill {}: {}",
                 dir.display(),
                 std::io::Error::last_os_error()
-            ));
+            )));
         }
         let left = free_bytes(&dir)?;
         self.note(format!("filled {}: {left} bytes left", dir.display()));
@@ -853,7 +851,7 @@ impl<'a> Driver<'a> {
 
     /// A checkpoint failed: no more are taken, and a paused job is let go on (so that its
     /// output shows whether it survived).
-    fn give_up(&mut self, work: &Path, paused: bool, why: String) -> Result<State, String> {
+    fn give_up(&mut self, work: &Path, paused: bool, why: String) -> Result<State, Error> {
         self.note(why.clone());
         self.failure.get_or_insert(why);
         self.plan.clear();
@@ -936,13 +934,13 @@ impl<'a> Driver<'a> {
 /// Each rank's stdout size so far.
 /// `MPICR_TEST_RENEWALS=BEFORE,AFTER`: checkpoints before and after the restart in the
 /// renewals mode.
-fn renewal_counts() -> Result<(u64, u64), String> {
+fn renewal_counts() -> Result<(u64, u64), Error> {
     let v = std::env::var("MPICR_TEST_RENEWALS").unwrap_or_else(|_| "25,10".into());
     let parsed = v
         .split_once(',')
         .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
     parsed.filter(|&(a, _)| a > 0).ok_or_else(|| {
-        format!("MPICR_TEST_RENEWALS={v}: expected BEFORE,AFTER (two counts, BEFORE > 0)")
+        Error::Invalid(format!("MPICR_TEST_RENEWALS={v}: expected BEFORE,AFTER (two counts, BEFORE > 0)"))
     })
 }
 
@@ -972,18 +970,15 @@ fn out_sizes(io: &Path, ranks: u32) -> Vec<u64> {
 }
 
 /// Bytes free for us in the file system of `dir`.
-fn free_bytes(dir: &Path) -> Result<u64, String> {
+fn free_bytes(dir: &Path) -> Result<u64, Error> {
     use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|e| Error::Invalid(format!("{}: {e}", dir.display())))?;
     // SAFETY: a plain C struct, for which all zeroes is a valid value.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: statvfs fills the struct we pass; the path is a valid C string.
     if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(format!(
-            "statvfs {}: {}",
-            dir.display(),
-            std::io::Error::last_os_error()
-        ));
+        return Err(Error::io("statvfs", dir)(std::io::Error::last_os_error()));
     }
     Ok(st.f_bavail as u64 * st.f_frsize as u64)
 }
@@ -1092,7 +1087,7 @@ impl<'a> Ctx<'a> {
         job: Job,
         plan: Vec<Planned>,
         resume: Resume,
-    ) -> Result<Launched, String> {
+    ) -> Result<Launched, Error> {
         let io = self.scratch.root().join(label);
         let mut d = Driver::new(&self.mpicr, &self.ckdir, &io, label, job.ranks, plan);
         d.marker = &self.marker;
@@ -1117,12 +1112,13 @@ impl<'a> Ctx<'a> {
         let out = match result {
             Ok(out) => out,
             Err(e) => {
+                let text = e.to_string();
                 self.story
-                    .push(format!("{label}: {}", e.lines().next().unwrap_or("")));
+                    .push(format!("{label}: {}", text.lines().next().unwrap_or("")));
                 return Err(match failure {
                     // what went wrong first, then what became of the job
-                    Some(f) => format!("{label}: {f}; then the job {e}"),
-                    None => format!("{label}: {e}"),
+                    Some(f) => Error::Check(format!("{label}: {f}; then the job {text}")),
+                    None => e.context(label),
                 });
             }
         };
@@ -1136,15 +1132,15 @@ impl<'a> Ctx<'a> {
             // A job that then failed by itself says so: a checkpoint it ended before (or that
             // was refused) must not hide a crash.
             if !out.status.success() {
-                return Err(format!("{label}: {f}; then the job ended with {}", out.status));
+                return Err(Error::Check(format!("{label}: {f}; then the job ended with {}", out.status)));
             }
-            return Err(format!("{label}: {f}"));
+            return Err(Error::Check(format!("{label}: {f}")));
         }
         if !out.stray.is_empty() {
-            return Err(format!(
+            return Err(Error::Check(format!(
                 "{label}: processes outlived mpiexec (killed): {}",
                 out.stray.join(", ")
-            ));
+            )));
         }
         Ok(Launched {
             out,
@@ -1195,21 +1191,21 @@ impl<'a> Ctx<'a> {
 
     /// The first launch: `mpicr run` with `plan`; requires exit status 0 and output that
     /// the native output begins with.
-    fn first_run(&mut self, pause_at: &[u64], plan: Vec<Planned>) -> Result<Launched, String> {
+    fn first_run(&mut self, pause_at: &[u64], plan: Vec<Planned>) -> Result<Launched, Error> {
         let job = self.run_job(pause_at);
         let planned = plan.len() as u64;
         let l = self.launch("run", job, plan, Resume::Pauses)?;
         if !l.out.status.success() {
-            return Err(format!(
+            return Err(Error::Check(format!(
                 "run: exited with {} (a checkpointed job must end with 0)",
                 l.out.status
-            ));
+            )));
         }
         let epochs: Vec<u64> = l.taken.iter().map(|t| t.epoch).collect();
         if epochs != (1..=planned).collect::<Vec<_>>() {
-            return Err(format!(
+            return Err(Error::Check(format!(
                 "run: the checkpoints were committed as epochs {epochs:?}, expected 1 to {planned}"
-            ));
+            )));
         }
         Ok(l)
     }
@@ -1221,7 +1217,7 @@ impl<'a> Ctx<'a> {
         label: &str,
         epoch: Option<u64>,
         resume: Resume,
-    ) -> Result<JobOutput, String> {
+    ) -> Result<JobOutput, Error> {
         for attempt in 1..=PID_CLASH_RETRIES + 1 {
             let name = if attempt == 1 {
                 label.to_string()
@@ -1243,10 +1239,10 @@ impl<'a> Ctx<'a> {
                 continue;
             }
             if !l.out.status.success() {
-                return Err(format!(
+                return Err(Error::Check(format!(
                     "{name}: `mpicr restart` exited with {}",
                     l.out.status
-                ));
+                )));
             }
             self.restarts += 1;
             return Ok(l.out);
@@ -1255,13 +1251,13 @@ impl<'a> Ctx<'a> {
     }
 
     /// The epochs `mpicr status` reports complete must be exactly `want`.
-    fn check_epochs(&mut self, want: &[u64]) -> Result<(), String> {
+    fn check_epochs(&mut self, want: &[u64]) -> Result<(), Error> {
         let (ok, text) = bounded(
             Command::new(&self.mpicr).arg("status").arg(&self.ckdir),
             CMD_GRACE,
         );
         if !ok {
-            return Err(format!("`mpicr status` failed:\n{text}"));
+            return Err(Error::Check(format!("`mpicr status` failed:\n{text}")));
         }
         let complete: Vec<u64> = text
             .lines()
@@ -1272,27 +1268,27 @@ impl<'a> Ctx<'a> {
             })
             .collect();
         if complete != want {
-            return Err(format!(
+            return Err(Error::Check(format!(
                 "`mpicr status` lists complete epochs {complete:?}, expected {want:?}:\n{text}"
-            ));
+            )));
         }
         self.story
             .push(format!("mpicr status: complete epochs {complete:?}"));
         Ok(())
     }
 
-    fn continue_mode(&mut self) -> Result<(), String> {
+    fn continue_mode(&mut self) -> Result<(), Error> {
         let at = self.random_instant();
         let l = self.first_run(&[], vec![Planned::new(Trigger::After(at), false)])?;
         if let Some(d) = compare(self.oracle, &l.out) {
-            return Err(format!(
+            return Err(Error::Mismatch(format!(
                 "the checkpointed run differs from the native run: {d}"
-            ));
+            )));
         }
         self.check_epochs(&[1])
     }
 
-    fn stop_restart(&mut self) -> Result<(), String> {
+    fn stop_restart(&mut self) -> Result<(), Error> {
         let at = self.random_instant();
         let run = self
             .first_run(&[], vec![Planned::new(Trigger::After(at), true)])?
@@ -1303,13 +1299,13 @@ impl<'a> Ctx<'a> {
         let whole = concat(&run, &after);
         match compare(self.oracle, &whole) {
             None => Ok(()),
-            Some(d) => Err(format!(
+            Some(d) => Err(Error::Mismatch(format!(
                 "output before the stop + output after the restart differs from the native run: {d}"
-            )),
+            ))),
         }
     }
 
-    fn older_epoch(&mut self) -> Result<(), String> {
+    fn older_epoch(&mut self) -> Result<(), Error> {
         let pauses = self.pause_steps(2);
         let plan = vec![
             Planned::new(Trigger::Pause, false),
@@ -1321,13 +1317,13 @@ impl<'a> Ctx<'a> {
             .taken
             .first()
             .and_then(|t| t.cut.clone())
-            .ok_or("epoch 1 has no recorded cut")?;
+            .ok_or_else(|| Error::Check("epoch 1 has no recorded cut".into()))?;
         self.check_epochs(&[1, 2])?;
         let after = self.restart("restart-epoch1", Some(1), Resume::First)?;
         self.check_remainder("restart --epoch 1", &cut, &after)
     }
 
-    fn restart_twice(&mut self) -> Result<(), String> {
+    fn restart_twice(&mut self) -> Result<(), Error> {
         let pause = self.pause_steps(1);
         let run = self
             .first_run(&pause, vec![Planned::new(Trigger::Pause, true)])?
@@ -1345,7 +1341,7 @@ impl<'a> Ctx<'a> {
     /// taking `after` more at the same pause, then the rest of the run. Every renewal must
     /// succeed, the output must equal the native one, and the last epoch's images must be no
     /// larger than the first's (plus a little slack for the shim's own state).
-    fn renewals(&mut self) -> Result<(), String> {
+    fn renewals(&mut self) -> Result<(), Error> {
         let (before, after) = renewal_counts()?;
         let pause = self.pause_steps(1);
         let held = |n: u64, stop_last: bool| -> Vec<Planned> {
@@ -1358,20 +1354,20 @@ impl<'a> Ctx<'a> {
         let job = self.restart_job(self.ranks(), &self.ckdir, None, self.timeout);
         let l = self.launch("restart", job, held(after, false), Resume::Pauses)?;
         if !l.out.status.success() {
-            return Err(format!(
+            return Err(Error::Check(format!(
                 "restart: `mpicr restart` exited with {}",
                 l.out.status
-            ));
+            )));
         }
         let epochs: Vec<u64> = l.taken.iter().map(|t| t.epoch).collect();
         let want: Vec<u64> = (before + 2..before + 2 + after).collect();
         if epochs != want {
-            return Err(format!(
+            return Err(Error::Check(format!(
                 "restart: the checkpoints were committed as epochs {epochs:?}, expected {want:?}"
-            ));
+            )));
         }
         if let Some(d) = compare(self.oracle, &concat(&run, &l.out)) {
-            return Err(format!("output before the stop + output after the restart differs from the native run: {d}"));
+            return Err(Error::Mismatch(format!("output before the stop + output after the restart differs from the native run: {d}")));
         }
         let sizes: Vec<(u64, u64)> = (1..before + 2 + after)
             .map(|e| (e, epoch_bytes(&self.ckdir, e)))
@@ -1393,15 +1389,15 @@ impl<'a> Ctx<'a> {
         ));
         // Slack: the shim's own state and CRIU's bookkeeping vary a little between epochs.
         if largest.1 > first + first / 10 + (1 << 20) {
-            return Err(format!(
+            return Err(Error::Check(format!(
                 "images grow with the number of epochs: epoch 2 has {first} bytes, epoch {} has {}",
                 largest.0, largest.1
-            ));
+            )));
         }
         Ok(())
     }
 
-    fn restart_errors(&mut self) -> Result<(), String> {
+    fn restart_errors(&mut self) -> Result<(), Error> {
         let pause = self.pause_steps(1);
         let run = self
             .first_run(&pause, vec![Planned::new(Trigger::Pause, true)])?
@@ -1443,7 +1439,7 @@ impl<'a> Ctx<'a> {
             format!("checkpoint directory {} does not exist", missing.display()),
         ));
         let empty = self.scratch.root().join("not-a-ckpt");
-        fs::create_dir_all(&empty).map_err(|e| e.to_string())?;
+        fs::create_dir_all(&empty).map_err(Error::io("create", &empty))?;
         bad.push((
             "not-a-ckpt-dir".into(),
             n,
@@ -1466,13 +1462,12 @@ impl<'a> Ctx<'a> {
     /// An MPI file the program had open at the checkpoint (`ckpt-files`), removed and then
     /// truncated before a restart: each restart must fail naming it, with its size at the
     /// checkpoint; the file is put back afterwards.
-    fn file_errors(&mut self, name: &str) -> Result<(), String> {
+    fn file_errors(&mut self, name: &str) -> Result<(), Error> {
         let path = self.scratch.work().join(name);
         let aside = self.scratch.root().join(format!("{name}.saved"));
-        let io = |e: std::io::Error| format!("{name}: {e}");
-        let size = fs::metadata(&path).map_err(io)?.len();
-        fs::copy(&path, &aside).map_err(io)?;
-        fs::remove_file(&path).map_err(io)?;
+        let size = fs::metadata(&path).map_err(Error::io("read the size of", &path))?.len();
+        fs::copy(&path, &aside).map_err(Error::io("copy", &path))?;
+        fs::remove_file(&path).map_err(Error::io("remove", &path))?;
         let (n, ckdir) = (self.ranks(), self.ckdir.clone());
         let removed = self.bad_restart(
             &format!("{name}-removed"),
@@ -1484,7 +1479,7 @@ impl<'a> Ctx<'a> {
                 path.display()
             ),
         );
-        let put_back = || fs::copy(&aside, &path).map(|_| ()).map_err(io);
+        let put_back = || fs::copy(&aside, &path).map(|_| ()).map_err(Error::io("put back", &path));
         put_back()?;
         removed?;
         let short = size / 2;
@@ -1492,7 +1487,7 @@ impl<'a> Ctx<'a> {
             .write(true)
             .open(&path)
             .and_then(|f| f.set_len(short))
-            .map_err(io)?;
+            .map_err(Error::io("truncate", &path))?;
         let truncated = self.bad_restart(
             &format!("{name}-truncated"),
             n,
@@ -1517,21 +1512,21 @@ impl<'a> Ctx<'a> {
         dir: &Path,
         epoch: Option<u64>,
         want: &str,
-    ) -> Result<String, String> {
+    ) -> Result<String, Error> {
         let job = self.restart_job(ranks, dir, epoch, BAD_RESTART_LIMIT);
         let out = match self.launch(label, job, Vec::new(), Resume::Never) {
             Ok(l) => l.out,
-            Err(e) => return Err(format!("a bad restart did not fail cleanly: {e}")),
+            Err(e) => return Err(Error::Check(format!("a bad restart did not fail cleanly: {e}"))),
         };
         if out.status.success() {
-            return Err(format!(
+            return Err(Error::Check(format!(
                 "{label}: `mpicr restart` succeeded (expected an error containing `{want}`)"
-            ));
+            )));
         }
         if out.stdout.iter().any(|o| !o.is_empty()) {
-            return Err(format!(
+            return Err(Error::Check(format!(
                 "{label}: a rank printed on stdout, so something was restored"
-            ));
+            )));
         }
         let said: String = out
             .stderr
@@ -1540,10 +1535,10 @@ impl<'a> Ctx<'a> {
             .map(|b| String::from_utf8_lossy(b).into_owned())
             .collect();
         let Some(first) = said.lines().find(|l| l.contains(want)) else {
-            return Err(format!(
+            return Err(Error::Check(format!(
                 "{label}: the error does not say `{want}`; stderr and mpiexec said:\n{}",
                 indent(&said)
-            ));
+            )));
         };
         let first = first.trim().to_string();
         self.story
@@ -1552,23 +1547,23 @@ impl<'a> Ctx<'a> {
     }
 
     /// Each rank's output of a launch that was stopped must be the start of its native output.
-    fn check_prefix(&self, label: &str, out: &JobOutput) -> Result<(), String> {
+    fn check_prefix(&self, label: &str, out: &JobOutput) -> Result<(), Error> {
         stopped_prefix(self.oracle, label, out)
     }
 
     /// A restart from an epoch cut at `cut` must print the native output after the cut.
-    fn check_remainder(&self, label: &str, cut: &[u64], after: &JobOutput) -> Result<(), String> {
+    fn check_remainder(&self, label: &str, cut: &[u64], after: &JobOutput) -> Result<(), Error> {
         let expected = remainder(self.oracle, cut)?;
         match compare(&expected, after) {
             None => Ok(()),
-            Some(d) => Err(format!(
+            Some(d) => Err(Error::Mismatch(format!(
                 "the output of the {label} differs from the native output after the cut (line numbers count from the cut): {d}"
-            )),
+            ))),
         }
     }
 
     /// Nothing left in the working directory.
-    fn check_workdir(&self) -> Result<(), String> {
+    fn check_workdir(&self) -> Result<(), Error> {
         let mut left: Vec<String> = fs::read_dir(self.scratch.work())
             .map(|d| {
                 d.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
@@ -1577,17 +1572,19 @@ impl<'a> Ctx<'a> {
             .unwrap_or_default();
         left.sort();
         if !left.is_empty() {
-            return Err(format!(
+            return Err(Error::Check(format!(
                 "files left behind in the working directory: {}",
                 left.join(", ")
-            ));
+            )));
         }
         Ok(())
     }
 
     /// The failure message: the summary, the seed, what happened, and the launches' stderr,
     /// `mpicr status` and the CRIU logs.
-    fn report(&self, summary: &str) -> String {
+    fn report(&self, e: Error) -> Error {
+        let summary = e.to_string();
+        let summary = summary.as_str();
         let mut s = String::new();
         let (head, rest) = summary.split_once('\n').unwrap_or((summary, ""));
         let _ = writeln!(s, "{head}");
@@ -1620,48 +1617,48 @@ impl<'a> Ctx<'a> {
             let _ = writeln!(s, "  mpicr status:\n{}", indent(&text));
             s += &criu_logs(&self.ckdir);
         }
-        s
+        Error::Reported { report: s, cause: Box::new(e) }
     }
 }
 
 /// Checks that a stopped launch printed, on every rank, a proper start of the native output:
 /// the same bytes, and not all of them (every rank's last line comes after the stop).
-fn stopped_prefix(native: &JobOutput, label: &str, out: &JobOutput) -> Result<(), String> {
+fn stopped_prefix(native: &JobOutput, label: &str, out: &JobOutput) -> Result<(), Error> {
     for (r, (native, got)) in native.stdout.iter().zip(&out.stdout).enumerate() {
         if !native.starts_with(got) {
             let end = native.len().min(got.len());
             let d = diff::line_diff(&native[..end], got).unwrap_or_default();
-            return Err(format!(
+            return Err(Error::Mismatch(format!(
                 "{label}: rank {r}'s output before the stop is not the start of its native output\n\
                  rank {r} stdout (- native, first {end} bytes; + {label}):\n{d}"
-            ));
+            )));
         }
         if got.len() == native.len() {
-            return Err(format!(
+            return Err(Error::Mismatch(format!(
                 "{label}: rank {r} printed all of its native output although the job was stopped before its end"
-            ));
+            )));
         }
     }
     Ok(())
 }
 
 /// The native output after the cut (`cut[r]` bytes of rank r's stdout).
-fn remainder(native: &JobOutput, cut: &[u64]) -> Result<JobOutput, String> {
+fn remainder(native: &JobOutput, cut: &[u64]) -> Result<JobOutput, Error> {
     if cut.len() != native.stdout.len() {
-        return Err(format!(
+        return Err(Error::Check(format!(
             "a cut of {} ranks for a job of {}",
             cut.len(),
             native.stdout.len()
-        ));
+        )));
     }
     let mut expected = native.clone();
     for (r, (out, &at)) in expected.stdout.iter_mut().zip(cut).enumerate() {
         let at = at as usize;
         if at > out.len() {
-            return Err(format!(
+            return Err(Error::Mismatch(format!(
                 "rank {r}: the cut ({at} bytes) is beyond the native output ({} bytes)",
                 out.len()
-            ));
+            )));
         }
         out.drain(..at);
     }
@@ -1704,15 +1701,16 @@ fn bounded(cmd: &mut Command, limit: Duration) -> (bool, String) {
         std::process::id(),
         job::new_marker()
     ));
-    let mut run = || -> Result<(bool, String), String> {
-        let f = fs::File::create(&path).map_err(|e| e.to_string())?;
-        let f2 = f.try_clone().map_err(|e| e.to_string())?;
+    let mut run = || -> Result<(bool, String), Error> {
+        let f = fs::File::create(&path).map_err(Error::io("create", &path))?;
+        let f2 = f.try_clone().map_err(Error::io("duplicate the descriptor of", &path))?;
+        let program = format!("{cmd:?}");
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(f)
             .stderr(f2)
             .spawn()
-            .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+            .map_err(Error::spawn(program))?;
         let t = Instant::now();
         let status = loop {
             match child.try_wait() {
@@ -1723,7 +1721,7 @@ fn bounded(cmd: &mut Command, limit: Duration) -> (bool, String) {
                     break None;
                 }
                 Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(Error::os("waiting for a command")(e)),
             }
         };
         let text = fs::read_to_string(&path).unwrap_or_default();
@@ -1734,7 +1732,7 @@ fn bounded(cmd: &mut Command, limit: Duration) -> (bool, String) {
     };
     let r = run();
     let _ = fs::remove_file(&path);
-    r.unwrap_or_else(|e| (false, e))
+    r.unwrap_or_else(|e| (false, e.to_string()))
 }
 
 /// The last lines of CRIU's logs in every epoch and rank directory, error lines first.
@@ -1909,11 +1907,11 @@ mod tests {
         assert!(stopped_prefix(&native, "run", &output(&["a\n", "x\ny\n"])).is_ok());
         assert!(stopped_prefix(&native, "run", &output(&["", ""])).is_ok());
         let e = stopped_prefix(&native, "run", &output(&["a\n", "x\nz\n"])).unwrap_err();
-        assert!(e.contains("rank 1's output before the stop"), "{e}");
-        assert!(e.contains("+ z"), "{e}");
+        assert!(e.to_string().contains("rank 1's output before the stop"), "{e}");
+        assert!(e.to_string().contains("+ z"), "{e}");
         // a job that ran to its end was not stopped
         let e = stopped_prefix(&native, "run", &output(&["a\n", "x\ny\nPASS\n"])).unwrap_err();
-        assert!(e.contains("rank 1 printed all"), "{e}");
+        assert!(e.to_string().contains("rank 1 printed all"), "{e}");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! the ranks with `-genv`); cleanup kills `mpiexec`'s group, its descendants and every process
 //! whose environment holds the marker, until none is left.
 
+use crate::error::Error;
 use std::ffi::OsString;
 use std::fs::{self, File};
 use std::os::unix::process::CommandExt;
@@ -99,7 +100,7 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    pub fn new(label: &str, keep: bool) -> Result<Scratch, String> {
+    pub fn new(label: &str, keep: bool) -> Result<Scratch, Error> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let seq = SEQ.fetch_add(1, Ordering::Relaxed);
         let safe: String = label
@@ -109,7 +110,7 @@ impl Scratch {
         let root =
             std::env::temp_dir().join(format!("mpicr-ctest-{}-{}-{safe}", std::process::id(), seq));
         fs::create_dir_all(root.join("work"))
-            .map_err(|e| format!("cannot create {}: {e}", root.display()))?;
+            .map_err(Error::io("create", &root))?;
         Ok(Scratch { root, keep })
     }
 
@@ -136,7 +137,7 @@ impl Drop for Scratch {
 /// Runs `job` in `scratch`. Err on a launch failure, a timeout or an interrupt; a non-zero exit
 /// status, files left behind and processes outliving `mpiexec` are reported in the output for
 /// callers to judge.
-pub fn run(job: &Job, scratch: &Scratch) -> Result<JobOutput, String> {
+pub fn run(job: &Job, scratch: &Scratch) -> Result<JobOutput, Error> {
     run_driven(job, scratch, &mut |_| Ok(()))
 }
 
@@ -147,8 +148,8 @@ pub fn run(job: &Job, scratch: &Scratch) -> Result<JobOutput, String> {
 pub fn run_driven(
     job: &Job,
     scratch: &Scratch,
-    driver: &mut dyn FnMut(&Path) -> Result<(), String>,
-) -> Result<JobOutput, String> {
+    driver: &mut dyn FnMut(&Path) -> Result<(), Error>,
+) -> Result<JobOutput, Error> {
     run_in(job, scratch, scratch.root(), &new_marker(), driver)
 }
 
@@ -173,8 +174,8 @@ pub fn run_in(
     scratch: &Scratch,
     io_dir: &Path,
     marker: &str,
-    driver: &mut dyn FnMut(&Path) -> Result<(), String>,
-) -> Result<JobOutput, String> {
+    driver: &mut dyn FnMut(&Path) -> Result<(), Error>,
+) -> Result<JobOutput, Error> {
     let out = run_once(job, scratch, io_dir, marker, driver)?;
     if !launcher_did_not_start(&out) {
         return Ok(out);
@@ -205,14 +206,14 @@ fn run_once(
     scratch: &Scratch,
     io_dir: &Path,
     marker: &str,
-    driver: &mut dyn FnMut(&Path) -> Result<(), String>,
-) -> Result<JobOutput, String> {
-    fs::create_dir_all(io_dir).map_err(|e| format!("cannot create {}: {e}", io_dir.display()))?;
+    driver: &mut dyn FnMut(&Path) -> Result<(), Error>,
+) -> Result<JobOutput, Error> {
+    fs::create_dir_all(io_dir).map_err(Error::io("create", &io_dir))?;
     let dir = io_dir;
     let log_path = dir.join("mpiexec.log");
     let log = File::create(&log_path)
-        .map_err(|e| format!("cannot create {}: {e}", log_path.display()))?;
-    let log2 = log.try_clone().map_err(|e| e.to_string())?;
+        .map_err(Error::io("create", &log_path))?;
+    let log2 = log.try_clone().map_err(Error::io("duplicate the descriptor of", &log_path))?;
 
     let mut cmd = Command::new(&job.mpiexec);
     cmd.arg("-n").arg(job.ranks.to_string());
@@ -259,7 +260,7 @@ fn run_once(
     let start = Instant::now();
     let mut child = cmd
         .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", job.mpiexec.display()))?;
+        .map_err(Error::spawn(job.mpiexec.display()))?;
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
@@ -267,7 +268,7 @@ fn run_once(
             Err(e) => {
                 kill_job(Some(child.id()), marker);
                 let _ = child.wait();
-                return Err(format!("waiting for mpiexec: {e}"));
+                return Err(Error::os("waiting for mpiexec")(e));
             }
         }
         let over = start.elapsed() >= job.timeout;
@@ -291,21 +292,17 @@ fn run_once(
             // group cannot have been reused; once reaped, only the marker is trustworthy.
             let killed = kill_job(if reaped { None } else { Some(child.id()) }, marker);
             let _ = child.wait();
-            let why = match driven {
-                _ if over => format!("timed out after {} s", job.timeout.as_secs()),
+            let cause = match driven {
+                _ if over => Error::Timeout(job.timeout),
                 Err(e) => e,
-                Ok(()) => "interrupted".to_string(),
+                Ok(()) => Error::Interrupted,
             };
             let partial = collect(job.ranks, dir, &log_path);
-            let also = if killed.is_empty() {
-                String::new()
-            } else {
-                format!("; killed {}", killed.join(", "))
-            };
-            return Err(format!(
-                "{why}; stopped mpiexec{also}\n{}",
-                tails(&partial.0, &partial.1, &partial.2)
-            ));
+            return Err(Error::Stopped {
+                cause: Box::new(cause),
+                killed,
+                tails: tails(&partial.0, &partial.1, &partial.2),
+            });
         }
         std::thread::sleep(POLL);
     };

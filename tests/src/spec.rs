@@ -20,6 +20,7 @@
 //! native oracle short.) `ckpt-files=a,b` names the files (relative to the scratch directory)
 //! the program keeps open through checkpoints, for the restart-errors mode.
 
+use crate::error::Error;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -76,18 +77,18 @@ pub const DEFAULT_CKPT_MODES: [&str; 4] =
     ["continue", "stop-restart", "older-epoch", "restart-twice"];
 
 /// Parses the metadata of one test source. `name` is used in error messages and as the name.
-pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, String> {
+pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, Error> {
     const MARK: &str = "mpicr-test:";
     // Only the leading comment counts: the marker must appear before any code.
     let text = text.trim_start();
     let head_end = match text.find("*/") {
         Some(end) if text.starts_with("/*") => end,
-        _ => return Err(format!("{name}: the file does not start with a comment")),
+        _ => return Err(Error::Invalid(format!("{name}: the file does not start with a comment"))),
     };
     let head = &text[..head_end];
     let at = head
         .find(MARK)
-        .ok_or_else(|| format!("{name}: no `{MARK}` line in the leading comment"))?;
+        .ok_or_else(|| Error::Invalid(format!("{name}: no `{MARK}` line in the leading comment")))?;
     let line = head[at + MARK.len()..].lines().next().unwrap_or("");
 
     let mut spec = TestSpec {
@@ -108,7 +109,7 @@ pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, String> 
     for field in line.split_whitespace() {
         let (key, value) = field
             .split_once('=')
-            .ok_or_else(|| format!("{name}: `{field}` is not key=value"))?;
+            .ok_or_else(|| Error::Invalid(format!("{name}: `{field}` is not key=value")))?;
         let list = || -> Vec<String> {
             value
                 .split(',')
@@ -116,12 +117,12 @@ pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, String> 
                 .map(str::to_string)
                 .collect()
         };
-        let ranks = || -> Result<Vec<u32>, String> {
+        let ranks = || -> Result<Vec<u32>, Error> {
             value
                 .split(',')
                 .map(|r| match r.parse::<u32>() {
                     Ok(n) if n > 0 => Ok(n),
-                    _ => Err(format!("{name}: bad rank count `{r}`")),
+                    _ => Err(Error::Invalid(format!("{name}: bad rank count `{r}`"))),
                 })
                 .collect()
         };
@@ -133,14 +134,14 @@ pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, String> 
             k if k == "ckpt-pace" || k.starts_with("ckpt-pace.") => {
                 let us = match value.parse() {
                     Ok(us) if us > 0 => us,
-                    _ => return Err(format!("{name}: bad {k} `{value}`")),
+                    _ => return Err(Error::Invalid(format!("{name}: bad {k} `{value}`"))),
                 };
                 match k.strip_prefix("ckpt-pace.") {
                     None => spec.ckpt_pace_us = us,
                     Some(n) => {
                         let n = n
                             .parse::<u32>()
-                            .map_err(|_| format!("{name}: bad key `{k}`"))?;
+                            .map_err(|_| Error::Invalid(format!("{name}: bad key `{k}`")))?;
                         spec.ckpt_pace_for.insert(n, us);
                     }
                 }
@@ -150,23 +151,23 @@ pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, String> 
             k if k.starts_with("long-args.") => {
                 let n = k["long-args.".len()..]
                     .parse::<u32>()
-                    .map_err(|_| format!("{name}: bad key `{k}`"))?;
+                    .map_err(|_| Error::Invalid(format!("{name}: bad key `{k}`")))?;
                 spec.long_args_for.insert(n, list());
             }
             "timeout" => {
                 let s: u64 = value
                     .parse()
-                    .map_err(|_| format!("{name}: bad timeout `{value}`"))?;
+                    .map_err(|_| Error::Invalid(format!("{name}: bad timeout `{value}`")))?;
                 spec.timeout = Some(Duration::from_secs(s));
             }
-            _ => return Err(format!("{name}: unknown key `{key}`")),
+            _ => return Err(Error::Invalid(format!("{name}: unknown key `{key}`"))),
         }
     }
     if spec.ranks.is_empty() {
-        return Err(format!("{name}: `ranks=` is missing"));
+        return Err(Error::Invalid(format!("{name}: `ranks=` is missing")));
     }
     if !spec.long_args_for.is_empty() && spec.long_args.is_none() {
-        return Err(format!("{name}: `long-args.N` needs a default `long-args`"));
+        return Err(Error::Invalid(format!("{name}: `long-args.N` needs a default `long-args`")));
     }
     if !spec.ckpt_ranks.is_empty() {
         // the checkpoint modes pause at steps chosen from the step count
@@ -177,24 +178,24 @@ pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, String> 
                 .and_then(|a| a.parse::<u64>().ok())
                 .is_none_or(|n| n < 10)
             {
-                return Err(format!(
+                return Err(Error::Invalid(format!(
                     "{name}: `ckpt-ranks` needs long-args whose first value is the step count (at least 10)"
-                ));
+                )));
             }
         }
         if spec.long_args.is_none() {
-            return Err(format!("{name}: `ckpt-ranks` needs `long-args`"));
+            return Err(Error::Invalid(format!("{name}: `ckpt-ranks` needs `long-args`")));
         }
     }
     if !spec.ckpt_files.is_empty() && spec.ckpt_ranks.is_empty() {
-        return Err(format!("{name}: `ckpt-files` needs `ckpt-ranks`"));
+        return Err(Error::Invalid(format!("{name}: `ckpt-files` needs `ckpt-ranks`")));
     }
     if let Some(f) = spec.ckpt_files.iter().find(|f| f.contains('/') || f.starts_with('.')) {
-        return Err(format!("{name}: `ckpt-files` names `{f}`, not a plain file name in the scratch directory"));
+        return Err(Error::Invalid(format!("{name}: `ckpt-files` names `{f}`, not a plain file name in the scratch directory")));
     }
     match ckpt_modes {
         Some(_) if spec.ckpt_ranks.is_empty() => {
-            return Err(format!("{name}: `ckpt-modes` needs `ckpt-ranks`"))
+            return Err(Error::Invalid(format!("{name}: `ckpt-modes` needs `ckpt-ranks`")))
         }
         Some(m) => spec.ckpt_modes = m,
         None if !spec.ckpt_ranks.is_empty() => {
@@ -207,8 +208,8 @@ pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, String> 
 
 /// Every `*.c` in `dir`, sorted by name. A source without valid metadata is an error rather
 /// than a silent omission.
-pub fn discover(dir: &Path) -> Result<Vec<TestSpec>, String> {
-    let entries = fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+pub fn discover(dir: &Path) -> Result<Vec<TestSpec>, Error> {
+    let entries = fs::read_dir(dir).map_err(Error::io("read", &dir))?;
     let mut sources: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "c"))
@@ -219,7 +220,7 @@ pub fn discover(dir: &Path) -> Result<Vec<TestSpec>, String> {
         .map(|path| {
             let name = path.file_stem().unwrap().to_string_lossy().into_owned();
             let text = fs::read_to_string(path)
-                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                .map_err(Error::io("read", &path))?;
             parse(&name, path, &text)
         })
         .collect()
@@ -237,7 +238,7 @@ pub fn expand_args(args: &[String], tmpdir: &Path) -> Vec<String> {
 mod tests {
     use super::*;
 
-    fn p(text: &str) -> Result<TestSpec, String> {
+    fn p(text: &str) -> Result<TestSpec, Error> {
         parse("t", Path::new("t.c"), text)
     }
 
@@ -264,9 +265,10 @@ mod tests {
     #[test]
     fn errors() {
         assert!(p("int x; /* mpicr-test: ranks=1 */").is_err()); // not in the leading comment
-        assert!(p("/* mpicr-test: args=1 */").unwrap_err().contains("ranks"));
+        assert!(p("/* mpicr-test: args=1 */").unwrap_err().to_string().contains("ranks"));
         assert!(p("/* mpicr-test: ranks=1 rank=2 */")
             .unwrap_err()
+            .to_string()
             .contains("unknown key"));
         assert!(p("/* mpicr-test: ranks=0 */").is_err());
         assert!(p("/* mpicr-test: ranks=1 timeout=x */").is_err());
@@ -286,6 +288,7 @@ mod tests {
         assert!(
             p("/* mpicr-test: ranks=2 long-args=500 ckpt-modes=continue */")
                 .unwrap_err()
+                .to_string()
                 .contains("needs `ckpt-ranks`")
         );
         assert!(p("/* mpicr-test: ranks=2 ckpt-ranks=2 */").is_err()); // no long-args
@@ -314,6 +317,7 @@ mod tests {
         assert_eq!(s.ckpt_files, vec!["a.dat", "b"]);
         assert!(p("/* mpicr-test: ranks=2 ckpt-files=a.dat */")
             .unwrap_err()
+            .to_string()
             .contains("needs `ckpt-ranks`"));
         assert!(p("/* mpicr-test: ranks=2 long-args=400 ckpt-ranks=2 ckpt-files=d/a */").is_err());
     }

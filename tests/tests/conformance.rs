@@ -9,6 +9,7 @@
 //! one does, 2 on a setup problem. `MPICR_TEST_SEED`, `MPICR_TEST_KEEP`, `MPICR_SHIM` and
 //! `MPICR_TEST_MPICR` apply as for the C tests (src/lib.rs).
 
+use mpicr_tests::Error;
 use mpicr_tests::conformance::{self, lists, Options, DIRS};
 use mpicr_tests::{job, Flavor, Harness};
 use std::process::ExitCode;
@@ -33,7 +34,7 @@ fn list(s: &str) -> Vec<String> {
         .collect()
 }
 
-fn run() -> Result<bool, String> {
+fn run() -> Result<bool, Error> {
     let root = Harness::workspace_root();
     let lists_dir = root.join("scripts/conformance");
     let mut o = Options {
@@ -68,18 +69,18 @@ fn run() -> Result<bool, String> {
             inline
                 .clone()
                 .or_else(|| args.next())
-                .ok_or(format!("{flag} needs a value"))
+                .ok_or_else(|| Error::Invalid(format!("{flag} needs a value")))
         };
-        let secs = |v: String| -> Result<Duration, String> {
+        let secs = |v: String| -> Result<Duration, Error> {
             v.parse()
                 .map(Duration::from_secs_f64)
-                .map_err(|_| format!("{flag}: `{v}` is not seconds"))
+                .map_err(|_| Error::Invalid(format!("{flag}: `{v}` is not seconds")))
         };
         match flag.as_str() {
             "--select" => match value()?.as_str() {
                 "ci" => o.selection = Some(lists::read_selection(&lists_dir.join("ci.txt"))?),
                 "all" => o.selection = None,
-                s => return Err(format!("--select: `{s}` is not ci or all")),
+                s => return Err(Error::Invalid(format!("--select: `{s}` is not ci or all"))),
             },
             "--dirs" => o.dirs = list(&value()?),
             "--flavors" => o.flavors = parse_flavors(&value()?)?,
@@ -87,14 +88,14 @@ fn run() -> Result<bool, String> {
                 let m = list(&value()?);
                 for x in &m {
                     if !["native", "shim", "checkpoint"].contains(&x.as_str()) {
-                        return Err(format!("--modes: `{x}` is not native, shim or checkpoint"));
+                        return Err(Error::Invalid(format!("--modes: `{x}` is not native, shim or checkpoint")));
                     }
                 }
                 o.shim = m.iter().any(|x| x == "shim");
                 o.checkpoint = m.iter().any(|x| x == "checkpoint");
             }
             "--max-ranks" => {
-                o.max_ranks = value()?.parse().map_err(|_| "--max-ranks wants a number")?
+                o.max_ranks = value()?.parse().map_err(|_| Error::Invalid("--max-ranks wants a number".into()))?
             }
             "--timeout" => o.timeout_cap = secs(value()?)?,
             "--ckpt-min" => o.ckpt_min = secs(value()?)?,
@@ -111,23 +112,23 @@ fn run() -> Result<bool, String> {
         }
     }
     if !o.source.join("runtests.in").is_file() {
-        return Err(format!(
+        return Err(Error::Missing(format!(
             "{} does not hold MPICH's test suite: run scripts/deps.sh (or scripts/conformance.sh)",
             o.source.display()
-        ));
+        )));
     }
     job::install_interrupt_handler();
     conformance::run(&Harness::from_env(root), &o)
 }
 
-fn parse_flavors(s: &str) -> Result<Vec<Flavor>, String> {
+fn parse_flavors(s: &str) -> Result<Vec<Flavor>, Error> {
     list(s)
         .iter()
         .map(|n| match Flavor::parse(n) {
             Some(f @ (Flavor::Mpich4 | Flavor::Mpich5)) => Ok(f),
-            _ => Err(format!(
+            _ => Err(Error::Invalid(format!(
                 "`{n}`: the MPICH test suite runs on mpich4 and mpich5"
-            )),
+            ))),
         })
         .collect()
 }

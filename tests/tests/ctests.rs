@@ -7,6 +7,7 @@
 //! Jobs run one at a time by default: the machines this runs on have 2 cores and MPICH ranks
 //! busy-poll, so parallel jobs mostly slow each other down.
 
+use mpicr_tests::Error;
 use mpicr_tests::{job, matrix, spec, Case, Flavor, Harness, Mode};
 use std::collections::{BTreeMap, VecDeque};
 use std::process::ExitCode;
@@ -14,7 +15,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// A finished case: its index in the matrix, the case, its wall time, its verdict.
-type Outcome = (usize, Case, Duration, Result<(), String>);
+type Outcome = (usize, Case, Duration, Result<(), Error>);
 
 struct Options {
     filters: Vec<String>,
@@ -26,7 +27,7 @@ struct Options {
     ignored_only: bool,
 }
 
-fn parse_options() -> Result<Options, String> {
+fn parse_options() -> Result<Options, Error> {
     let mut o = Options {
         filters: Vec::new(),
         skips: Vec::new(),
@@ -44,18 +45,18 @@ fn parse_options() -> Result<Options, String> {
             Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
             _ => (a.clone(), None),
         };
-        let mut value = |what: &str| -> Result<String, String> {
+        let mut value = |what: &str| -> Result<String, Error> {
             inline
                 .clone()
                 .or_else(|| args.next())
-                .ok_or(format!("{what} needs a value"))
+                .ok_or_else(|| Error::Invalid(format!("{what} needs a value")))
         };
         match flag.as_str() {
             "--list" => o.list = true,
             "--exact" => o.exact = true,
             "--skip" => o.skips.push(value("--skip")?),
             "--jobs" | "-j" | "--test-threads" => {
-                o.jobs = value(&flag)?.parse().map_err(|_| format!("bad {flag}"))?
+                o.jobs = value(&flag)?.parse().map_err(|_| Error::Invalid(format!("bad {flag}")))?
             }
             "--ignored" => o.ignored_only = true,
             // libtest flags that cargo or a user may pass and that do not apply here.
@@ -80,21 +81,21 @@ fn env_list(var: &str) -> Vec<String> {
         .collect()
 }
 
-fn selected<T: Copy>(var: &str, all: &[T], parse: fn(&str) -> Option<T>) -> Result<Vec<T>, String> {
+fn selected<T: Copy>(var: &str, all: &[T], parse: fn(&str) -> Option<T>) -> Result<Vec<T>, Error> {
     let names = env_list(var);
     if names.is_empty() {
         return Ok(all.to_vec());
     }
     names
         .iter()
-        .map(|n| parse(n).ok_or(format!("{var}: unknown `{n}`")))
+        .map(|n| parse(n).ok_or_else(|| Error::Invalid(format!("{var}: unknown `{n}`"))))
         .collect()
 }
 
 /// `MPICR_TEST_FLAVORS`: flavor names, or `all`; unset: `Flavor::DEFAULT`. A default flavor
 /// whose compiler wrapper is missing is skipped with a line saying so; a named one is not
 /// (its cases fail, saying what is missing).
-fn selected_flavors(root: &std::path::Path) -> Result<Vec<Flavor>, String> {
+fn selected_flavors(root: &std::path::Path) -> Result<Vec<Flavor>, Error> {
     let names = env_list("MPICR_TEST_FLAVORS");
     if names.iter().any(|n| n == "all") {
         return Ok(Flavor::ALL.to_vec());
@@ -115,7 +116,7 @@ fn selected_flavors(root: &std::path::Path) -> Result<Vec<Flavor>, String> {
 /// `MPICR_TEST_MODES`: mode names, or `checkpoint` for every checkpoint mode, or `all`;
 /// unset: `Mode::DEFAULT` (native and shim). `soak` (not a mode of the matrix) asks for the
 /// soak (`mpicr_tests::ckpt::soak`), run after the modes' cases: the flag that comes back.
-fn selected_modes() -> Result<(Vec<Mode>, bool), String> {
+fn selected_modes() -> Result<(Vec<Mode>, bool), Error> {
     let names = env_list("MPICR_TEST_MODES");
     if names.is_empty() {
         return Ok((Mode::DEFAULT.to_vec(), false));
@@ -127,10 +128,12 @@ fn selected_modes() -> Result<(Vec<Mode>, bool), String> {
             "soak" => soak = true,
             "checkpoint" => modes.extend(Mode::CHECKPOINT),
             "all" => modes.extend(Mode::ALL),
-            _ => modes.push(Mode::parse(n).ok_or(format!(
-                "MPICR_TEST_MODES: unknown `{n}` (modes: {}; or checkpoint, all, soak)",
-                Mode::ALL.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
-            ))?),
+            _ => modes.push(Mode::parse(n).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "MPICR_TEST_MODES: unknown `{n}` (modes: {}; or checkpoint, all, soak)",
+                    Mode::ALL.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
+                ))
+            })?),
         }
     }
     modes.sort();
@@ -149,13 +152,13 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> Result<bool, String> {
+fn run() -> Result<bool, Error> {
     let opts = parse_options()?;
     let root = Harness::workspace_root();
     let harness = Harness::from_env(root);
     let tests = spec::discover(&harness.tests_dir())?;
     if tests.is_empty() {
-        return Err(format!("no tests in {}", harness.tests_dir().display()));
+        return Err(Error::Missing(format!("no tests in {}", harness.tests_dir().display())));
     }
     mpicr_tests::validate(&tests)?;
     let flavors = selected_flavors(&Harness::workspace_root())?;
@@ -268,12 +271,13 @@ fn run() -> Result<bool, String> {
             println!(
                 "---- {} ----\n{}\n",
                 case.id(),
-                verdict.as_ref().unwrap_err().trim_end()
+                verdict.as_ref().unwrap_err().to_string().trim_end()
             );
         }
         println!("failures:");
         for (_, case, _, verdict) in &failures {
-            let first = verdict.as_ref().unwrap_err().lines().next().unwrap_or("");
+            let e = verdict.as_ref().unwrap_err().to_string();
+            let first = e.lines().next().unwrap_or("");
             println!("    {}: {first}", case.id());
         }
     }

@@ -4,7 +4,7 @@
 //! checkpoint modes works. Needs every flavor, like the matrix.
 
 use mpicr_tests::ckpt::{shm_entries, shm_orphans};
-use mpicr_tests::{check_self_verdict, compare, job, Flavor, Harness, Job, Scratch};
+use mpicr_tests::{check_self_verdict, compare, job, Error, Flavor, Harness, Job, Scratch};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -95,7 +95,11 @@ fn hanging_job_is_killed(flavor: Flavor) {
         let _ = std::fs::remove_file(Path::new("/dev/shm").join(o));
     }
     eprintln!("{err}");
-    assert!(err.contains("timed out after 3 s"), "{err}");
+    assert!(
+        matches!(&err, Error::Stopped { cause, .. } if matches!(**cause, Error::Timeout(_))),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("timed out after 3 s"), "{err}");
     assert!(
         started.elapsed() < Duration::from_secs(20),
         "cleanup took {:?}",
@@ -138,13 +142,14 @@ fn verdicts_and_comparisons() {
     assert_eq!(out.stdout[1], b"rank 1\nPASS wrong\n");
     // the stray file fails the program's verdict
     let err = check_self_verdict("wrong", &out).unwrap_err();
-    assert!(err.contains("stray.txt"), "{err}");
+    assert!(err.to_string().contains("stray.txt"), "{err}");
     // a different name means the PASS line is missing
     let mut clean = out.clone();
     clean.leftovers.clear();
     assert!(check_self_verdict("wrong", &clean).is_ok());
     assert!(check_self_verdict("other", &clean)
         .unwrap_err()
+        .to_string()
         .contains("PASS other"));
     // equal outputs compare equal; a changed rank is shown as a diff
     assert!(compare(&clean, &clean).is_none());
@@ -187,7 +192,7 @@ fn processes_outliving_the_job_are_killed_and_reported() {
     assert_eq!(out.stray.len(), 1, "{:?}", out.stray);
     assert!(out.stray[0].ends_with("(stray)"), "{:?}", out.stray);
     let err = check_self_verdict("stray", &out).unwrap_err();
-    assert!(err.contains("outlived mpiexec"), "{err}");
+    assert!(err.to_string().contains("outlived mpiexec"), "{err}");
     std::thread::sleep(Duration::from_millis(100));
     let leftover = std::fs::read_dir("/proc")
         .unwrap()
@@ -231,7 +236,8 @@ fn pause_point_stops_the_job_until_resumed_without_changing_its_output() {
             // A checkpoint would be taken here. Stay paused a few polls to show the job waits.
             polls_while_paused += 1;
             if polls_while_paused == 5 {
-                std::fs::write(work.join("mpicr-test-resume"), b"").map_err(|e| e.to_string())?;
+                let resume = work.join("mpicr-test-resume");
+                std::fs::write(&resume, b"").map_err(Error::io("write", &resume))?;
                 resumed = true;
             }
             Ok(())

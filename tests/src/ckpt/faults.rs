@@ -16,6 +16,7 @@
 //! said so). `MPICR_TEST_FAULTS=a,b` runs only the named faults; by default MPICH 4 runs all
 //! of them and MPICH 5 `FAULTS_MPICH5`.
 
+use crate::error::Error;
 use super::{
     bounded, indent, out_lengths, Ctx, Fault, Launched, Planned, Resume, Trigger, Victim, CMD_GRACE,
 };
@@ -54,7 +55,7 @@ const KILLED: [&str; 2] = [
 /// Size of the tmpfs of the `enospc` fault (only what is written uses memory).
 const TMPFS_SIZE: &str = "256m";
 
-fn selected(flavor: crate::Flavor) -> Result<Vec<&'static str>, String> {
+fn selected(flavor: crate::Flavor) -> Result<Vec<&'static str>, Error> {
     let list = std::env::var("MPICR_TEST_FAULTS").unwrap_or_default();
     let names: Vec<&str> = list
         .split(',')
@@ -71,10 +72,10 @@ fn selected(flavor: crate::Flavor) -> Result<Vec<&'static str>, String> {
     }
     for n in &names {
         if !FAULTS.contains(n) {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "MPICR_TEST_FAULTS: unknown fault `{n}` (faults: {})",
                 FAULTS.join(", ")
-            ));
+            )));
         }
     }
     Ok(FAULTS
@@ -90,7 +91,7 @@ fn is_root() -> bool {
 }
 
 /// A fault and its verdict: the line that said it, or what went wrong.
-type Checked = (&'static str, Result<String, String>);
+type Checked = (&'static str, Result<String, Error>);
 
 const NEEDS_ROOT: [&str; 4] = ["enospc", "foreign-dir", "other-user", "pid-held"];
 const ON_STOPPED_JOB: [&str; 5] = [
@@ -102,7 +103,7 @@ const ON_STOPPED_JOB: [&str; 5] = [
 ];
 
 impl Ctx<'_> {
-    pub(super) fn faults(&mut self) -> Result<(), String> {
+    pub(super) fn faults(&mut self) -> Result<(), Error> {
         let mut want = selected(self.case.flavor)?;
         if !is_root() {
             let skipped: Vec<&str> = want
@@ -150,7 +151,7 @@ impl Ctx<'_> {
                 Ok(line) => self.story.push(format!("fault {name}: ok: `{line}`")),
                 Err(e) => self.story.push(format!(
                     "fault {name}: FAILED: {}",
-                    e.lines().next().unwrap_or("")
+                    e.to_string().lines().next().unwrap_or("")
                 )),
             }
         }
@@ -166,9 +167,9 @@ impl Ctx<'_> {
             names.join(", ")
         );
         for (name, r) in failed {
-            s += &format!("\n  {name}: {}", r.as_ref().unwrap_err().trim_end());
+            s += &format!("\n  {name}: {}", r.as_ref().unwrap_err().to_string().trim_end());
         }
-        Err(s)
+        Err(Error::Check(s))
     }
 
     /// A job that takes epoch 1 at a pause, goes on, and meets `fault` in its second checkpoint:
@@ -177,7 +178,7 @@ impl Ctx<'_> {
         &mut self,
         label: &str,
         fault: Fault,
-    ) -> Result<(Launched, Vec<u64>, String), String> {
+    ) -> Result<(Launched, Vec<u64>, String), Error> {
         let pause = self.pause_steps(1);
         let mut second = Planned::new(Trigger::After(Duration::ZERO), false);
         second.fault = fault;
@@ -192,17 +193,17 @@ impl Ctx<'_> {
             .taken
             .first()
             .and_then(|t| t.cut.clone())
-            .ok_or("epoch 1 was not taken")?;
+            .ok_or_else(|| Error::Check("epoch 1 was not taken".into()))?;
         let said = l
             .answers
             .first()
             .cloned()
-            .ok_or("the checkpoint with the fault was not asked for")?;
+            .ok_or_else(|| Error::Check("the checkpoint with the fault was not asked for".into()))?;
         Ok((l, cut, said))
     }
 
     /// A checkpoint after epoch 1 during which `victim` is SIGKILLed once CRIU runs.
-    fn kill_fault(&mut self, name: &str, victim: Victim) -> Result<String, String> {
+    fn kill_fault(&mut self, name: &str, victim: Victim) -> Result<String, Error> {
         self.ckdir = self.scratch.root().join(format!("ckpt-{name}"));
         let (l, cut, said) = self.faulted_second_checkpoint(&format!("{name}-run"), Fault::Kill(victim))?;
         let said = &said;
@@ -217,7 +218,7 @@ impl Ctx<'_> {
     }
 
     /// The checkpoint directory on a small tmpfs, full at the second checkpoint.
-    fn enospc_fault(&mut self) -> Result<String, String> {
+    fn enospc_fault(&mut self) -> Result<String, Error> {
         let mnt = self.scratch.root().join("tmpfs");
         let mount = Tmpfs::mount(&mnt, TMPFS_SIZE)?;
         self.fill_dir = Some(mnt.clone());
@@ -227,23 +228,23 @@ impl Ctx<'_> {
             let said = &said;
             let line = expect_line(said, "checkpoint 2 aborted: rank ")?;
             if !said.contains("No space left on device") {
-                return Err(format!(
+                return Err(Error::Check(format!(
                     "the aborted checkpoint does not say `No space left on device`:\n{}",
                     indent(said)
-                ));
+                )));
             }
             // A failed checkpoint leaves the job running: it must end as the native run does.
             self.story
                 .push(format!("enospc-run: the job ended with {}", l.out.status));
             if !l.out.status.success() {
                 self.check_started("enospc-run", &l.out)?;
-                return Err(format!(
+                return Err(Error::Check(format!(
                     "the job did not go on after the aborted checkpoint: it ended with {}",
                     l.out.status
-                ));
+                )));
             }
             if let Some(d) = crate::compare(self.oracle, &l.out) {
-                return Err(format!("the job went on after the aborted checkpoint, but its output differs from the native run: {d}"));
+                return Err(Error::Mismatch(format!("the job went on after the aborted checkpoint, but its output differs from the native run: {d}")));
             }
             self.check_epochs(&[1])?;
             let after = self.restart("enospc-restart", None, Resume::First)?;
@@ -259,7 +260,7 @@ impl Ctx<'_> {
 
     /// One job with epoch 1 at a pause (the job goes on) and epoch 2 at a later one (--stop);
     /// each fault is applied, checked, undone, and followed by a restart of epoch 1.
-    fn stopped_job_faults(&mut self, faults: &[&'static str]) -> Result<Vec<Checked>, String> {
+    fn stopped_job_faults(&mut self, faults: &[&'static str]) -> Result<Vec<Checked>, Error> {
         self.ckdir = self.scratch.root().join("ckpt-stopped");
         let pauses = self.pause_steps(2);
         let l = self.first_run(
@@ -274,7 +275,7 @@ impl Ctx<'_> {
             .taken
             .first()
             .and_then(|t| t.cut.clone())
-            .ok_or("epoch 1 has no recorded cut")?;
+            .ok_or_else(|| Error::Check("epoch 1 has no recorded cut".into()))?;
         let cut2 = out_lengths(&l.out);
         self.check_epochs(&[1, 2])?;
         let mut results = Vec::new();
@@ -295,7 +296,7 @@ impl Ctx<'_> {
         fault: &str,
         cut1: &[u64],
         cut2: &[u64],
-    ) -> Result<String, String> {
+    ) -> Result<String, Error> {
         let ckdir = self.ckdir.clone();
         let last = self.ranks() - 1;
         let epoch2 = ckdir.join("epoch-000002");
@@ -314,10 +315,10 @@ impl Ctx<'_> {
                     ckdir.display()
                 );
                 if ok {
-                    return Err(format!(
+                    return Err(Error::Check(format!(
                         "`mpicr status` as nobody succeeded:\n{}",
                         indent(&text)
-                    ));
+                    )));
                 }
                 let line = expect_line(&text, &want)?;
                 self.story.push(format!(
@@ -341,9 +342,9 @@ impl Ctx<'_> {
             "pid-held" => {
                 let rank_json = epoch2.join(format!("rank-{last}")).join("rank.json");
                 let text = fs::read_to_string(&rank_json)
-                    .map_err(|e| format!("cannot read {}: {e}", rank_json.display()))?;
+                    .map_err(Error::io("read", &rank_json))?;
                 let pid = json_number(&text, "pid")
-                    .ok_or_else(|| format!("{} has no pid", rank_json.display()))?;
+                    .ok_or_else(|| Error::Check(format!("{} has no pid", rank_json.display())))?;
                 let holder = PidHolder::take(pid as libc::pid_t)?;
                 self.story.push(format!(
                     "pid-held: process {} holds rank {last}'s PID",
@@ -370,14 +371,14 @@ impl Ctx<'_> {
             }
             "truncated-manifest" => {
                 let m = epoch2.join("MANIFEST.json");
-                let orig = fs::read(&m).map_err(|e| format!("cannot read {}: {e}", m.display()))?;
-                fs::write(&m, &orig[..orig.len() / 2]).map_err(|e| e.to_string())?;
+                let orig = fs::read(&m).map_err(Error::io("read", &m))?;
+                fs::write(&m, &orig[..orig.len() / 2]).map_err(Error::io("truncate", &m))?;
                 let want = "the manifest of epoch 2 (";
                 let r = self.bad_restart("truncated-manifest-epoch2", self.ranks(), &ckdir, Some(2), want).and_then(|line| {
                     if line.contains("is corrupt") {
                         Ok(line)
                     } else {
-                        Err(format!("`restart --epoch 2` does not say the manifest is corrupt: `{line}`"))
+                        Err(Error::Check(format!("`restart --epoch 2` does not say the manifest is corrupt: `{line}`")))
                     }
                 });
                 // without --epoch: a warning, and epoch 1 restarts
@@ -387,23 +388,23 @@ impl Ctx<'_> {
                     let warning = "warning: skipping epoch 2: its manifest (";
                     let w = said.lines().find(|l| l.contains(warning) && l.contains("using epoch 1"));
                     let Some(w) = w else {
-                        return Err(format!("the restart without --epoch did not warn `{warning}... using epoch 1`; stderr:\n{}", indent(&said)));
+                        return Err(Error::Check(format!("the restart without --epoch did not warn `{warning}... using epoch 1`; stderr:\n{}", indent(&said))));
                     };
                     self.story.push(format!("truncated-manifest-restart: `{}`", w.trim()));
                     self.check_remainder("restart past the truncated manifest", cut1, &after)?;
                     Ok(line)
                 });
-                fs::write(&m, &orig).map_err(|e| e.to_string())?;
+                fs::write(&m, &orig).map_err(Error::io("put back", &m))?;
                 return r;
             }
             "corrupt-image" => {
                 let rdir = epoch2.join(format!("rank-{last}"));
                 let file = largest_file(&rdir)?;
                 let mut bytes =
-                    fs::read(&file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+                    fs::read(&file).map_err(Error::io("read", &file))?;
                 let at = bytes.len() / 2;
                 bytes[at] ^= 0xff;
-                fs::write(&file, &bytes).map_err(|e| e.to_string())?;
+                fs::write(&file, &bytes).map_err(Error::io("write", &file))?;
                 self.story.push(format!(
                     "corrupt-image: flipped byte {at} of {}",
                     file.display()
@@ -414,10 +415,10 @@ impl Ctx<'_> {
                 );
                 let r = self.bad_restart("corrupt-image", self.ranks(), &ckdir, None, &want);
                 bytes[at] ^= 0xff;
-                fs::write(&file, &bytes).map_err(|e| e.to_string())?;
+                fs::write(&file, &bytes).map_err(Error::io("write", &file))?;
                 r?
             }
-            f => return Err(format!("unknown fault {f}")),
+            f => return Err(Error::Check(format!("unknown fault {f}"))),
         };
         let after = self.restart(&format!("{fault}-epoch1"), Some(1), Resume::First)?;
         self.check_remainder(&format!("restart --epoch 1 after {fault}"), cut1, &after)?;
@@ -425,14 +426,14 @@ impl Ctx<'_> {
     }
 
     /// Each rank's output of a launch that ended early is a start of its native output.
-    fn check_started(&self, label: &str, out: &crate::JobOutput) -> Result<(), String> {
+    fn check_started(&self, label: &str, out: &crate::JobOutput) -> Result<(), Error> {
         for (r, (native, got)) in self.oracle.stdout.iter().zip(&out.stdout).enumerate() {
             if !native.starts_with(got) {
                 let end = native.len().min(got.len());
                 let d = crate::diff::line_diff(&native[..end], got).unwrap_or_default();
-                return Err(format!(
+                return Err(Error::Mismatch(format!(
                     "{label}: rank {r}'s output is not the start of its native output\nrank {r} stdout (- native, + {label}):\n{d}"
-                ));
+                )));
             }
         }
         Ok(())
@@ -440,7 +441,7 @@ impl Ctx<'_> {
 }
 
 /// The first line of `said`, which must contain `want`.
-fn expect_line(said: &str, want: &str) -> Result<String, String> {
+fn expect_line(said: &str, want: &str) -> Result<String, Error> {
     let first = said
         .lines()
         .find(|l| !l.trim().is_empty())
@@ -449,10 +450,10 @@ fn expect_line(said: &str, want: &str) -> Result<String, String> {
     if first.contains(want) {
         Ok(first.to_string())
     } else {
-        Err(format!(
+        Err(Error::Check(format!(
             "expected a message containing `{want}`, got:\n{}",
             indent(said)
-        ))
+        )))
     }
 }
 
@@ -476,43 +477,43 @@ fn in_pid_namespace(text: &str) -> bool {
         .is_some_and(|v| v.trim_start().starts_with("true"))
 }
 
-fn uid_of(user: &str) -> Result<u32, String> {
-    let c = std::ffi::CString::new(user).map_err(|e| e.to_string())?;
+fn uid_of(user: &str) -> Result<u32, Error> {
+    let c = std::ffi::CString::new(user).map_err(|e| Error::Invalid(format!("user {user:?}: {e}")))?;
     // SAFETY: getpwnam returns a pointer to static storage or null; read at once.
     let pw = unsafe { libc::getpwnam(c.as_ptr()) };
     if pw.is_null() {
-        return Err(format!("no user {user}"));
+        return Err(Error::Missing(format!("no user {user}")));
     }
     // SAFETY: non-null, just returned.
     Ok(unsafe { (*pw).pw_uid })
 }
 
-fn chown_r(dir: &Path, owner: &str) -> Result<(), String> {
+fn chown_r(dir: &Path, owner: &str) -> Result<(), Error> {
     let out = Command::new("chown")
         .arg("-R")
         .arg(owner)
         .arg(dir)
         .output()
-        .map_err(|e| format!("cannot run chown: {e}"))?;
+        .map_err(Error::spawn("chown"))?;
     if !out.status.success() {
-        return Err(format!(
+        return Err(Error::Command(format!(
             "chown -R {owner} {} failed: {}",
             dir.display(),
             String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        )));
     }
     Ok(())
 }
 
-fn largest_file(dir: &Path) -> Result<PathBuf, String> {
+fn largest_file(dir: &Path) -> Result<PathBuf, Error> {
     fs::read_dir(dir)
-        .map_err(|e| format!("cannot read {}: {e}", dir.display()))?
+        .map_err(Error::io("read", &dir))?
         .filter_map(|e| e.ok())
         .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
         .filter(|e| e.file_name().to_string_lossy().ends_with(".img"))
         .max_by_key(|e| e.metadata().map_or(0, |m| m.len()))
         .map(|e| e.path())
-        .ok_or_else(|| format!("no image file in {}", dir.display()))
+        .ok_or_else(|| Error::Check(format!("no image file in {}", dir.display())))
 }
 
 /// A tmpfs mounted for one fault; unmounted (and its mount point removed) by `unmount` or on
@@ -523,22 +524,22 @@ struct Tmpfs {
 }
 
 impl Tmpfs {
-    fn mount(path: &Path, size: &str) -> Result<Tmpfs, String> {
-        fs::create_dir_all(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    fn mount(path: &Path, size: &str) -> Result<Tmpfs, Error> {
+        fs::create_dir_all(path).map_err(Error::io("create", &path))?;
         let out = Command::new("mount")
             .args(["-t", "tmpfs", "-o"])
             .arg(format!("size={size},mode=0700"))
             .arg("mpicr-test")
             .arg(path)
             .output()
-            .map_err(|e| format!("cannot run mount: {e}"))?;
+            .map_err(Error::spawn("mount"))?;
         if !out.status.success() {
             let _ = fs::remove_dir(path);
-            return Err(format!(
+            return Err(Error::Command(format!(
                 "mount -t tmpfs on {} failed: {}",
                 path.display(),
                 String::from_utf8_lossy(&out.stderr).trim()
-            ));
+            )));
         }
         Ok(Tmpfs {
             path: path.to_path_buf(),
@@ -546,11 +547,11 @@ impl Tmpfs {
         })
     }
 
-    fn unmount(mut self) -> Result<(), String> {
+    fn unmount(mut self) -> Result<(), Error> {
         self.release()
     }
 
-    fn release(&mut self) -> Result<(), String> {
+    fn release(&mut self) -> Result<(), Error> {
         if !self.mounted {
             return Ok(());
         }
@@ -570,10 +571,10 @@ impl Tmpfs {
         // still busy: detach it so that nothing stays mounted, and say so
         let _ = Command::new("umount").arg("-l").arg(&self.path).output();
         let _ = fs::remove_dir(&self.path);
-        Err(format!(
+        Err(Error::Command(format!(
             "umount {} failed ({last}); detached it lazily",
             self.path.display()
-        ))
+        )))
     }
 }
 
@@ -588,7 +589,7 @@ impl Drop for Tmpfs {
 struct PidHolder(libc::pid_t);
 
 impl PidHolder {
-    fn take(pid: libc::pid_t) -> Result<PidHolder, String> {
+    fn take(pid: libc::pid_t) -> Result<PidHolder, Error> {
         #[repr(C)]
         #[derive(Default)]
         struct CloneArgs {
@@ -630,10 +631,10 @@ impl PidHolder {
             }
         }
         if r < 0 {
-            return Err(format!(
+            return Err(Error::Check(format!(
                 "cannot create a process with PID {pid}: {}",
                 std::io::Error::last_os_error()
-            ));
+            )));
         }
         Ok(PidHolder(r as libc::pid_t))
     }

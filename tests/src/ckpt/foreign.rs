@@ -13,6 +13,7 @@
 //! belongs to mpicr: the checkpoint was committed as epoch 1, `mpicr restart` ended well,
 //! nothing outlived `mpiexec`, nothing was left in /dev/shm (removed in any case).
 
+use crate::error::Error;
 use super::{concat, shm_entries, shm_orphans, Ctx, Planned, Resume, Rng, Trigger};
 use crate::{job, Case, Flavor, Harness, JobOutput, Mode, Scratch, TestSpec};
 use std::collections::BTreeMap;
@@ -56,7 +57,7 @@ pub enum ForeignRun {
     Missed(JobOutput),
     /// Something of mpicr failed: the report (first line: what), with the story, the keepers'
     /// stderr, `mpicr status` and CRIU's logs.
-    Failed(String),
+    Failed(Error),
 }
 
 /// Runs `f` under `mpicr run` with one checkpoint at a random instant (seeded: `h.seed()`).
@@ -128,17 +129,17 @@ pub fn checkpoint_foreign(h: &Harness, f: &Foreign, oracle: &JobOutput) -> Forei
         let _ = fs::remove_file(Path::new("/dev/shm").join(o));
     }
     match result {
-        Ok(ForeignRun::Done(_)) if !orphans.is_empty() => ForeignRun::Failed(cx.report(&format!(
+        Ok(ForeignRun::Done(_)) if !orphans.is_empty() => ForeignRun::Failed(cx.report(Error::Check(format!(
             "files left behind in /dev/shm (removed): {}",
             orphans.join(", ")
-        ))),
+        )))),
         Ok(run) => run,
-        Err(summary) => ForeignRun::Failed(cx.report(&summary)),
+        Err(e) => ForeignRun::Failed(cx.report(e)),
     }
 }
 
 impl Ctx<'_> {
-    fn foreign(&mut self, window: Duration, stop: bool) -> Result<ForeignRun, String> {
+    fn foreign(&mut self, window: Duration, stop: bool) -> Result<ForeignRun, Error> {
         let at = window.mul_f64(self.rng.unit());
         self.story.push(format!(
             "random instant: {:.2} s after the launch (window {:.2} s)",
@@ -158,7 +159,7 @@ impl Ctx<'_> {
             // under `mpicr run`, and counts as missed only if it ended well by itself (the
             // caller judges its output); a crash is a failure, whatever it printed
             Err(e) if self.checkpoints == 0 && self.missed(&e) => {
-                let (_, out) = self.launches.last().cloned().ok_or("no launch recorded")?;
+                let (_, out) = self.launches.last().cloned().ok_or_else(|| Error::Check("no launch recorded".into()))?;
                 if !out.status.success() {
                     return Err(e);
                 }
@@ -168,9 +169,9 @@ impl Ctx<'_> {
         };
         let epochs: Vec<u64> = l.taken.iter().map(|t| t.epoch).collect();
         if epochs != [1] {
-            return Err(format!(
+            return Err(Error::Check(format!(
                 "run: the checkpoint was committed as epochs {epochs:?}, expected [1]"
-            ));
+            )));
         }
         self.check_epochs(&[1])?;
         let out = if stop {
@@ -187,7 +188,7 @@ impl Ctx<'_> {
     /// The launch ended by itself (not by a time limit) without a checkpoint: it ended
     /// before the planned one, or the checkpoint came while it was in MPI_Finalize (`e`: the
     /// launch's error).
-    fn missed(&self, e: &str) -> bool {
+    fn missed(&self, e: &Error) -> bool {
         let ended_first = self
             .story
             .iter()
@@ -196,7 +197,7 @@ impl Ctx<'_> {
             .launches
             .last()
             .is_some_and(|(label, _)| label == "run");
-        ended_by_itself && (ended_first || e.contains(FINALIZING))
+        ended_by_itself && (ended_first || e.to_string().contains(FINALIZING))
     }
 
     fn clear_workdir(&self) {

@@ -12,22 +12,25 @@
 //!   that differs from the native run), hangs (a launch or a command past its time limit) and
 //!   other failures, and lists the seeds of the runs that failed.
 
+use crate::error::{Context as _, Error};
 use super::{run_case_seeded, splitmix, Rng};
 use crate::{job, Case, Harness};
 use std::time::{Duration, Instant};
 
 /// Runs the soak over `pool`; Ok(true) if no run failed.
-pub fn soak(h: &Harness, pool: &[Case]) -> Result<bool, String> {
+pub fn soak(h: &Harness, pool: &[Case]) -> Result<bool, Error> {
     if pool.is_empty() {
-        return Err("soak: no checkpoint case to draw from (check the filters)".into());
+        return Err(Error::Invalid(
+            "soak: no checkpoint case to draw from (check the filters)".into(),
+        ));
     }
-    let num = |var: &str| -> Result<Option<u64>, String> {
+    let num = |var: &str| -> Result<Option<u64>, Error> {
         match std::env::var(var) {
             Ok(v) if !v.trim().is_empty() => v
                 .trim()
                 .parse()
                 .map(Some)
-                .map_err(|_| format!("{var}={v}: expected a whole number")),
+                .map_err(|_| Error::Invalid(format!("{var}={v}: expected a whole number"))),
             _ => Ok(None),
         }
     };
@@ -65,7 +68,7 @@ pub fn soak(h: &Harness, pool: &[Case]) -> Result<bool, String> {
                 let args = case.args(h.long);
                 let oracle = h
                     .oracle(case, &program, args)
-                    .map_err(|e| format!("the native run (the oracle) failed: {e}"))?;
+                    .context("the native run (the oracle) failed")?;
                 Ok((program, args.to_vec(), oracle))
             }) {
                 Ok((program, args, oracle)) => {
@@ -79,7 +82,7 @@ pub fn soak(h: &Harness, pool: &[Case]) -> Result<bool, String> {
         t.restarts += restarts;
         let word = match &verdict {
             Ok(()) => "ok",
-            Err(e) => match classify(e) {
+            Err(e) => match classify(&e.to_string()) {
                 Outcome::Mismatch => {
                     t.mismatches += 1;
                     "MISMATCH"
@@ -101,7 +104,7 @@ pub fn soak(h: &Harness, pool: &[Case]) -> Result<bool, String> {
             at.elapsed().as_secs_f64()
         );
         if let Err(e) = verdict {
-            println!("---- {} (seed {seed}) ----\n{}", case.id(), e.trim_end());
+            println!("---- {} (seed {seed}) ----\n{}", case.id(), e.to_string().trim_end());
             println!(
                 "  repeat: MPICR_TEST_SEED={seed} MPICR_TEST_MODES={} MPICR_TEST_FLAVORS={} scripts/test-ckpt.sh --exact {}\n",
                 case.mode,

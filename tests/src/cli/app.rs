@@ -14,6 +14,7 @@
 //! Python module (with mpi4py, on both MPICH builds) and the Fortran module (`bindings/`), each in
 //! a 2-rank job of one app-mode and one transparent rank through a stop and a restart.
 
+use crate::error::Error;
 use super::hangs::tails;
 use super::xlib::{build, build_with, sorted, wait_for, which};
 use super::{cat, CaseFn, LIMIT, T};
@@ -131,7 +132,7 @@ fn mixed_run(t: &T, ver: u32, d: &Path, prog: &Path, extra: &[&str]) -> Command 
     c
 }
 
-fn native(t: &T, ver: u32, prog: &Path, extra: &[&str]) -> Result<String, String> {
+fn native(t: &T, ver: u32, prog: &Path, extra: &[&str]) -> Result<String, Error> {
     let mut c = if ver == OMPI {
         let mut c = t.cmd("mpirun.openmpi");
         c.args(["--allow-run-as-root", "--oversubscribe", "-n", &(APPLES + ORANGES).to_string()]);
@@ -142,7 +143,7 @@ fn native(t: &T, ver: u32, prog: &Path, extra: &[&str]) -> Result<String, String
     c.arg(prog).args([ITERS, "0", "2"]).args(extra);
     let (rc, out, err) = t.out2(c, LIMIT);
     if rc != 0 {
-        return Err(format!("the native run failed ({rc}): {err}"));
+        return Err(Error::Command(format!("the native run failed ({rc}): {err}")));
     }
     Ok(out)
 }

@@ -89,7 +89,7 @@ fn single(t: &mut T) {
     t.check("criu-single-restart", rc == 4 && msg.is_ok(), |t| {
         format!(
             "rc={rc} (want 4) {} {}",
-            msg.clone().err().unwrap_or_default(),
+            msg.as_ref().err().map(ToString::to_string).unwrap_or_default(),
             cat(&[&t.p("s2.err")])
         )
     });
@@ -196,7 +196,7 @@ fn mpiexec(t: &mut T) {
     t.check("criu-mpiexec-restart", rc == 0 && msg.is_ok(), |t| {
         format!(
             "rc={rc} {} {}",
-            msg.clone().err().unwrap_or_default(),
+            msg.as_ref().err().map(ToString::to_string).unwrap_or_default(),
             cat(&[&t.p("m2.err")])
         )
     });

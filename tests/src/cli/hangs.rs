@@ -3,6 +3,7 @@
 //! coordinator; test hooks `MPICR_TEST_AGENT_PANIC`, `MPICR_TEST_COORD_FAULT`) leaves the job
 //! running, and the next checkpoint works; the control socket is hidden from the program.
 
+use crate::error::Error;
 use super::{cat, complete, grep, json_num, tail, CaseFn, LIMIT, T};
 use std::time::Duration;
 
@@ -187,12 +188,12 @@ fn shim_mpich4(t: &mut T) {
     let msg = if rcs == 0 && rc == 0 && rc2 == 0 {
         complete(&cat(&[&t.p("l1.out"), &t.p("l2.out")]), 2, 60)
     } else {
-        Err(String::new())
+        Err(Error::Check(String::new()))
     };
     t.check("shim-mpich4-checkpoint-restart", msg.is_ok(), |t| {
         format!(
             "rc={rcs}/{rc}/{rc2} {}{}",
-            msg.clone().err().unwrap_or_default(),
+            msg.as_ref().err().map(ToString::to_string).unwrap_or_default(),
             tails(t, &["l1.err", "l2.err"], 5)
         )
     });

@@ -6,6 +6,7 @@
 //! a program built by `mpicrcc` (libmpicr.so before libmpich.so.12, an rpath to PREFIX/lib) runs
 //! plainly under mpiexec and, under `mpicr run` without LD_PRELOAD, checkpoints and continues.
 
+use crate::error::Error;
 use super::paused::{pids_of, ring_with_oracle, same_output, start, Pause, ITERS};
 use super::xlib::build_with;
 use super::{Bg, CaseFn, LIMIT, T};
@@ -156,13 +157,13 @@ fn maps_name(pid: u32, lib: &Path) -> bool {
 }
 
 /// `mpiexec -n 2 PREFIX/bin/mpicr run --ckpt-dir D -- PROG`, once it has paused at 20.
-fn run_paused(t: &T, prefix: &Path, pause: &Pause, d: &Path, prog: &Path, name: &str) -> Result<(Bg, PathBuf, PathBuf), String> {
+fn run_paused(t: &T, prefix: &Path, pause: &Pause, d: &Path, prog: &Path, name: &str) -> Result<(Bg, PathBuf, PathBuf), Error> {
     let c = installed(t, prefix, t.mpi(4, 2));
     let args = ["run".as_ref(), "--ckpt-dir".as_ref(), d.as_os_str(), "--".as_ref(), prog.as_os_str(), ITERS.as_ref()];
     let (mut job, o, e) = start(t, c, pause, "20", &prefix.join("bin/mpicr"), &args, name);
     if !pause.wait() {
         job.wait(Duration::from_secs(1));
-        return Err(format!("the job never paused: {}", super::tail(&e, 5)));
+        return Err(Error::Check(format!("the job never paused: {}", super::tail(&e, 5))));
     }
     Ok((job, o, e))
 }
@@ -199,7 +200,7 @@ fn ckpt_restart(t: &mut T, prefix: &Path, prog: &Path, oracle: &str) {
     t.check(name, resumed && rc2 == 0 && same.is_ok(), |_| {
         format!(
             "restart rc={rc2} (resumed: {resumed}); {}; {}",
-            same.clone().err().unwrap_or_default(),
+            same.as_ref().err().map(ToString::to_string).unwrap_or_default(),
             super::tail(&e2, 8)
         )
     });
@@ -290,7 +291,7 @@ fn wrapper(t: &mut T, prefix: &Path, src: &Path, oracle: &str) {
     t.check(name, no_preload && rcc == 0 && resumed && rc == 0 && same.is_ok() && t.epochs_complete(&d) == 1, |_| {
         format!(
             "ranks {pids:?} without LD_PRELOAD: {no_preload}; checkpoint rc={rcc} {ck}; job rc={rc}; {}; {}",
-            same.clone().err().unwrap_or_default(),
+            same.as_ref().err().map(ToString::to_string).unwrap_or_default(),
             super::tail(&e1, 8)
         )
     });

@@ -37,6 +37,7 @@ mod slurm_pmix;
 mod stage;
 mod xlib;
 
+use crate::error::Error;
 use crate::job::{kill_each, scan_procs, MARKER_VAR};
 use std::ffi::OsStr;
 use std::fs::{self, File};
@@ -160,11 +161,11 @@ impl<'a> T<'a> {
     pub fn ok(&mut self, name: &str) {
         self.report(name, Verdict::Ok, String::new());
     }
-    pub fn bad(&mut self, name: &str, why: impl Into<String>) {
-        self.report(name, Verdict::Fail, why.into());
+    pub fn bad(&mut self, name: &str, why: impl std::fmt::Display) {
+        self.report(name, Verdict::Fail, why.to_string());
     }
-    pub fn skip(&mut self, name: &str, why: impl Into<String>) {
-        self.report(name, Verdict::Skip, why.into());
+    pub fn skip(&mut self, name: &str, why: impl std::fmt::Display) {
+        self.report(name, Verdict::Skip, why.to_string());
     }
     /// `ok` if `good`, else `bad` with `why`.
     pub fn check(&mut self, name: &str, good: bool, why: impl FnOnce(&Self) -> String) {
@@ -184,10 +185,11 @@ impl<'a> T<'a> {
             .collect()
     }
     /// Skips every case of this function not reported yet.
-    pub fn skip_rest(&mut self, why: &str) {
+    pub fn skip_rest(&mut self, why: impl std::fmt::Display) {
+        let why = why.to_string();
         for c in self.cases {
             if !self.results.iter().any(|r| r.0 == *c) {
-                self.skip(c, why);
+                self.skip(c, &why);
             }
         }
     }
@@ -302,15 +304,13 @@ impl<'a> T<'a> {
     /// Starts `cmd` in the background (`bg` of the bash version) in a process group of its own;
     /// it is killed when the returned guard is dropped.
     pub fn spawn(&self, cmd: Command, stdout: Option<&Path>, stderr: Option<&Path>) -> Bg {
-        let what = format!("{:?}", cmd.get_program());
         self.spawn_io(cmd, sink(stdout), sink(stderr))
-            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"))
+            .unwrap_or_else(|e| panic!("{e}"))
     }
-    fn spawn_io(&self, mut cmd: Command, o: Stdio, e: Stdio) -> Result<Bg, String> {
+    fn spawn_io(&self, mut cmd: Command, o: Stdio, e: Stdio) -> Result<Bg, Error> {
         cmd.stdout(o).stderr(e).process_group(0);
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start {:?}: {e}", cmd.get_program()))?;
+        let program = format!("{:?}", cmd.get_program());
+        let child = cmd.spawn().map_err(Error::spawn(program))?;
         Ok(Bg {
             child,
             status: None,
@@ -658,7 +658,7 @@ fn match_here(atoms: &[(Atom, bool)], text: &[char], end: bool) -> bool {
 
 /// `complete FILE RANKS TICKS` of the bash version: every rank printed ticks 1..TICKS exactly
 /// once (lines `rank R tick I ...`). Err names the first that did not.
-pub fn complete(text: &str, ranks: u32, ticks: u32) -> Result<(), String> {
+pub fn complete(text: &str, ranks: u32, ticks: u32) -> Result<(), Error> {
     let mut seen = std::collections::HashMap::<(String, String), u32>::new();
     for l in text.lines() {
         let w: Vec<&str> = l.split_whitespace().collect();
@@ -675,7 +675,7 @@ pub fn complete(text: &str, ranks: u32, ticks: u32) -> Result<(), String> {
                 .copied()
                 .unwrap_or(0);
             if n != 1 {
-                return Err(format!("rank {r} tick {i}: {n} times"));
+                return Err(Error::Check(format!("rank {r} tick {i}: {n} times")));
             }
         }
     }
@@ -751,7 +751,7 @@ pub(super) fn find_in_path(name: &str) -> bool {
 
 /// Finds the tools, creates the scratch directory and compiles the test programs. Err when
 /// nothing can run (no `cc`).
-pub fn setup(root: PathBuf) -> Result<Env, String> {
+pub fn setup(root: PathBuf) -> Result<Env, Error> {
     let flag = |v: &str| std::env::var(v).is_ok_and(|s| !s.is_empty() && s != "0");
     let m = std::env::var_os("MPICR_TEST_MPICR")
         .map(PathBuf::from)
@@ -759,16 +759,17 @@ pub fn setup(root: PathBuf) -> Result<Env, String> {
     let fake = root.join("target/release/examples/fake_agent");
     for p in [&m, &fake] {
         if !p.is_file() {
-            return Err(format!(
+            return Err(Error::Missing(format!(
                 "{} is missing: cargo build --release -p mpicr-cli --bin mpicr --example fake_agent",
                 p.display()
-            ));
+            )));
         }
     }
     let mpich5 = root.join(".deps/mpich5/bin");
     let tmp = std::env::temp_dir();
     let top = tmp.join(format!("mpicr-test-cli.{}", std::process::id()));
-    fs::create_dir_all(top.join("bin")).map_err(|e| format!("{}: {e}", top.display()))?;
+    let bin = top.join("bin");
+    fs::create_dir_all(&bin).map_err(Error::io("create", &bin))?;
     let mut env = Env {
         have4: find_in_path("mpiexec.mpich") && find_in_path("mpicc.mpich"),
         have5: mpich5.join("mpiexec").is_file() && mpich5.join("mpicc").is_file(),
@@ -784,7 +785,7 @@ pub fn setup(root: PathBuf) -> Result<Env, String> {
         keep: flag("MPICR_TEST_KEEP"),
     };
     if !compile(&env, OsStr::new("cc"), None, "counter", "counter") {
-        return Err("cc failed".into());
+        return Err(Error::Command("cc failed to build the helper program counter".into()));
     }
     if env.have4 {
         let cc = OsStr::new("mpicc.mpich");
@@ -877,10 +878,10 @@ mod tests {
     fn complete_wants_every_tick_of_every_rank_once() {
         let two = "rank 0 tick 1\nrank 1 tick 1 gen 0\nrank 0 tick 2\nrank 1 tick 2\n";
         assert!(complete(two, 2, 2).is_ok());
-        assert_eq!(complete(two, 2, 3).unwrap_err(), "rank 0 tick 3: 0 times");
+        assert_eq!(complete(two, 2, 3).unwrap_err().to_string(), "rank 0 tick 3: 0 times");
         let twice = format!("{two}rank 1 tick 2 gen 1\n");
         assert_eq!(
-            complete(&twice, 2, 2).unwrap_err(),
+            complete(&twice, 2, 2).unwrap_err().to_string(),
             "rank 1 tick 2: 2 times"
         );
     }

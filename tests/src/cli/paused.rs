@@ -2,6 +2,7 @@
 //! (`MPICR_TEST_PAUSE_AT`, common.h's `t_pause_point`), for the cases that checkpoint it at a
 //! known iteration under some launcher and compare its output with the native run's.
 
+use crate::error::Error;
 use super::xlib::{sorted, wait_for};
 use super::{Bg, LIMIT, T};
 use std::ffi::OsStr;
@@ -41,24 +42,24 @@ impl Pause {
 }
 
 /// The output of `prog ITERS` natively under MPICH `ver`'s `mpiexec -n 2`.
-pub fn native_on(t: &T, ver: u32, prog: &Path) -> Result<String, String> {
+pub fn native_on(t: &T, ver: u32, prog: &Path) -> Result<String, Error> {
     let mut c = t.mpi(ver, 2);
     c.arg(prog).arg(ITERS);
     let (rc, out, err) = t.out2(c, LIMIT);
     if rc != 0 {
-        return Err(format!("the native run failed ({rc}): {err}"));
+        return Err(Error::Command(format!("the native run failed ({rc}): {err}")));
     }
     Ok(out)
 }
 
 /// Whether the outputs of the pieces of a run, put together, are the native run's (lines
 /// sorted: ranks interleave differently each time).
-pub fn same_output(pieces: &[&Path], native: &str) -> Result<(), String> {
+pub fn same_output(pieces: &[&Path], native: &str) -> Result<(), Error> {
     let got = super::cat(pieces);
     if sorted(&got) == sorted(native) {
         Ok(())
     } else {
-        Err(format!("output differs:\n{got}\nnative:\n{native}"))
+        Err(Error::Mismatch(format!("output differs:\n{got}\nnative:\n{native}")))
     }
 }
 
@@ -75,12 +76,12 @@ pub fn pids_of(exe: &Path) -> Vec<u32> {
 }
 
 /// `c-tests/ckpt_ring.c` built by `mpicc.mpich` into `bin/OUT`, and its native output.
-pub fn ring_with_oracle(t: &T, out: &str) -> Result<(PathBuf, String), String> {
+pub fn ring_with_oracle(t: &T, out: &str) -> Result<(PathBuf, String), Error> {
     ring_with_oracle_on(t, 4, out)
 }
 
 /// `ring_with_oracle` built and run by MPICH `ver` (4: Debian's 4.0.2, 5: the wheel).
-pub fn ring_with_oracle_on(t: &T, ver: u32, out: &str) -> Result<(PathBuf, String), String> {
+pub fn ring_with_oracle_on(t: &T, ver: u32, out: &str) -> Result<(PathBuf, String), Error> {
     let prog = super::xlib::build(t, ver, &t.env.root.join("c-tests/ckpt_ring.c"), out)?;
     let oracle = native_on(t, ver, &prog)?;
     Ok((prog, oracle))

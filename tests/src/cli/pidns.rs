@@ -2,6 +2,7 @@
 //! in cli/src/pidns.rs): a stopped job restarts while a process of ours holds rank 0's original
 //! pid.
 
+use crate::error::Error;
 use super::hangs::tails;
 use super::{cat, complete, rank_pid, CaseFn, LIMIT, T};
 
@@ -58,12 +59,12 @@ fn held_pid(t: &mut T) {
     let msg = if rcs == 0 && rc == 0 && rc2 == 0 && cat(&[&rank_json]).contains("\"pidns\": true") {
         complete(&cat(&[&t.p("n1.out"), &t.p("n2.out")]), 2, 60)
     } else {
-        Err(String::new())
+        Err(Error::Check(String::new()))
     };
     t.check(name, msg.is_ok(), |t| {
         format!(
             "rc={rcs}/{rc}/{rc2} {}{}",
-            msg.clone().err().unwrap_or_default(),
+            msg.as_ref().err().map(ToString::to_string).unwrap_or_default(),
             tails(t, &["n1.err", "n2.err"], 5)
         )
     });

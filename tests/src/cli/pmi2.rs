@@ -110,7 +110,7 @@ fn srun_pmi2(t: &mut T) {
     let same = same_output(&[&o], &oracle);
     let job = std::fs::read_to_string(d0.join("job.json")).unwrap_or_default();
     t.check("srun-pmi2-run", rc == 0 && same.is_ok() && job.contains("\"pmi_version\": 2"), |_| {
-        format!("rc={rc}; {}; job.json {job}; {}", same.clone().err().unwrap_or_default(), super::tail(&e, 8))
+        format!("rc={rc}; {}; job.json {job}; {}", same.as_ref().err().map(ToString::to_string).unwrap_or_default(), super::tail(&e, 8))
     });
 
     // Paused at 20: checkpoint, then on to the end.
@@ -123,7 +123,7 @@ fn srun_pmi2(t: &mut T) {
     let rc = job.wait(LIMIT);
     let same = same_output(&[&o], &oracle);
     t.check("srun-pmi2-continue", rcc == 0 && resumed && rc == 0 && same.is_ok() && t.epochs_complete(&d) == 1, |_| {
-        format!("checkpoint rc={rcc} {ck}; job rc={rc}; {}; {}", same.clone().err().unwrap_or_default(), super::tail(&e, 8))
+        format!("checkpoint rc={rcc} {ck}; job rc={rc}; {}; {}", same.as_ref().err().map(ToString::to_string).unwrap_or_default(), super::tail(&e, 8))
     });
 
     stop_restart(t, &impi, &lib, &prog, &oracle);
@@ -151,6 +151,6 @@ fn stop_restart(t: &mut T, impi: &Path, lib: &Path, prog: &Path, oracle: &str) {
     let rc2 = j2.wait(LIMIT);
     let same = same_output(&[&o1, &o2], oracle);
     t.check(name, again && rs2 == 0 && resumed && rc2 == 0 && same.is_ok() && t.epochs_complete(&d) == 2, |_| {
-        format!("srun restart: checkpoint rc={rs2} {c2}; job rc={rc2}; {}; {}", same.clone().err().unwrap_or_default(), super::tail(&e2, 8))
+        format!("srun restart: checkpoint rc={rs2} {c2}; job rc={rc2}; {}; {}", same.as_ref().err().map(ToString::to_string).unwrap_or_default(), super::tail(&e2, 8))
     });
 }

@@ -4,6 +4,7 @@
 //! barrier; a lost coordinator (test hook `MPICR_TEST_COORD_FAULT`); programs that end while
 //! their images are sealed (test hook `MPICR_TEST_SEAL_DELAY`).
 
+use crate::error::Error;
 use super::{cat, complete, grep, grep_c, tail, CaseFn, LIMIT, T};
 
 pub fn cases() -> Vec<CaseFn> {
@@ -112,14 +113,14 @@ fn agent(t: &mut T, ver: u32, n: u32, close_pmi: bool) {
     let msg = if [rcs, rc, rcs2, rc2, rc3].iter().all(|&r| r == 0) {
         complete(&all, n, 60)
     } else {
-        Err(String::new())
+        Err(Error::Check(String::new()))
     };
     let good =
         msg.is_ok() && cat(&[&t.p("a3.out")]).contains("gen 4") && t.epochs_complete(&d) == 4;
     t.check(&name, good, |t| {
         format!(
             "rc={rcs}/{rc}/{rcs2}/{rc2}/{rc3} {}{}",
-            msg.clone().err().unwrap_or_default(),
+            msg.as_ref().err().map(ToString::to_string).unwrap_or_default(),
             tails(t, &["a1.err", "a2.err", "a3.err"])
         )
     });
@@ -248,9 +249,9 @@ fn exit_while_sealing(t: &mut T) {
     c.arg(&t.env.m).arg("restart").arg(&d);
     let rc2 = t.to(c, Some(&t.p("s2.out")), Some(&t.p("s2.err")), LIMIT);
     let all = cat(&[&t.p("s1.out"), &t.p("s2.out")]);
-    let msg = if rc2 == 0 { complete(&all, 2, 40) } else { Err(String::new()) };
+    let msg = if rc2 == 0 { complete(&all, 2, 40) } else { Err(Error::Check(String::new())) };
     t.check("agent-exit-while-sealing-restarts", msg.is_ok(), |t| {
-        format!("rc={rc2} {}{}", msg.clone().err().unwrap_or_default(), tails(t, &["s2.err"]))
+        format!("rc={rc2} {}{}", msg.as_ref().err().map(ToString::to_string).unwrap_or_default(), tails(t, &["s2.err"]))
     });
 }
 

@@ -103,7 +103,7 @@ fn slurm(t: &mut T) {
     let rc = t.to(c, Some(&o), Some(&e), LIMIT);
     let same = same_output(&[&o], &oracle);
     t.check("srun-run", rc == 0 && same.is_ok() && d0.join("ENDED").exists(), |_| {
-        format!("rc={rc}; {}; {}", same.clone().err().unwrap_or_default(), super::tail(&e, 8))
+        format!("rc={rc}; {}; {}", same.as_ref().err().map(ToString::to_string).unwrap_or_default(), super::tail(&e, 8))
     });
 
     srun_continue(t, "srun-continue", &prog, &oracle, "continue");
@@ -143,7 +143,7 @@ fn srun_continue(t: &mut T, name: &str, prog: &Path, oracle: &str, tag: &str) {
     let rc = job.wait(LIMIT);
     let same = same_output(&[&o], oracle);
     t.check(name, rcc == 0 && resumed && rc == 0 && same.is_ok() && t.epochs_complete(&d) == 1, |_| {
-        format!("checkpoint rc={rcc} {ck}; job rc={rc}; {}; {}", same.clone().err().unwrap_or_default(), super::tail(&e, 8))
+        format!("checkpoint rc={rcc} {ck}; job rc={rc}; {}; {}", same.as_ref().err().map(ToString::to_string).unwrap_or_default(), super::tail(&e, 8))
     });
 }
 
@@ -178,7 +178,7 @@ fn chain_srun_srun_hydra(t: &mut T, prog: &Path, oracle: &str) {
     let rc3 = j3.wait(LIMIT);
     let same = same_output(&[&o1, &o2, &o3], oracle);
     t.check("srun-to-hydra", resumed && rc3 == 0 && same.is_ok(), |_| {
-        format!("Hydra restart rc={rc3}; {}; {}", same.clone().err().unwrap_or_default(), super::tail(&e3, 8))
+        format!("Hydra restart rc={rc3}; {}; {}", same.as_ref().err().map(ToString::to_string).unwrap_or_default(), super::tail(&e3, 8))
     });
 }
 
@@ -198,7 +198,7 @@ fn hydra_to_srun(t: &mut T, prog: &Path, oracle: &str) {
     let rc2 = j2.wait(LIMIT);
     let same = same_output(&[&o1, &o2], oracle);
     t.check("hydra-to-srun", resumed && rc2 == 0 && same.is_ok(), |_| {
-        format!("srun restart rc={rc2}; {}; {}", same.clone().err().unwrap_or_default(), super::tail(&e2, 8))
+        format!("srun restart rc={rc2}; {}; {}", same.as_ref().err().map(ToString::to_string).unwrap_or_default(), super::tail(&e2, 8))
     });
 }
 
@@ -250,7 +250,7 @@ srun --mpi=pmi2 {m} run --resume-if-any --stop-before 45s --ckpt-dir "$ck" -- {p
     t.check(name, done && quiet && allocs >= 2 && same.is_ok(), |_| {
         format!(
             "ended: {done}, queue empty: {quiet}, allocations: {allocs}; {}; {}",
-            same.clone().err().unwrap_or_default(),
+            same.as_ref().err().map(ToString::to_string).unwrap_or_default(),
             super::tail(&dir.join("job.err"), 10)
         )
     });

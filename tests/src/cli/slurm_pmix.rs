@@ -107,9 +107,9 @@ fn slurm_pmix(t: &mut T) {
     drop(cluster);
 }
 
-fn skip_flavor(t: &mut T, f: &Flavor, why: &str) {
+fn skip_flavor(t: &mut T, f: &Flavor, why: impl std::fmt::Display) {
     for c in CASES {
-        t.skip(&f.case(c), why);
+        t.skip(&f.case(c), &why);
     }
 }
 

@@ -8,6 +8,7 @@
 //! dumps in full. `incremental-chain-restores`: a program rewriting a tenth of its pages between
 //! incremental checkpoints, stopped and restarted from the chain, ends as the uninterrupted run.
 
+use crate::error::Error;
 use super::{cat, CaseFn, LIMIT, T};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -75,7 +76,7 @@ fn lazy_restart(t: &mut T) {
     t.check("lazy-restart", good, |t| {
         format!(
             "ckpt rc={rc} {out}; run {rc_a}, restart {rc_b}; {served} served, {fell_back} fell back; left {left:?}; {} {}",
-            msg.clone().err().unwrap_or_default(),
+            msg.as_ref().err().map(ToString::to_string).unwrap_or_default(),
             cat(&[&t.p("l1.err"), &t.p("l2.err")])
         )
     });
@@ -111,14 +112,14 @@ fn ticks(text: &str) -> BTreeMap<(u32, u32), u32> {
 }
 
 /// Every rank printed each tick from its first one here to `last` exactly once.
-fn continuous(text: &str, ranks: u32, last: u32) -> Result<(), String> {
+fn continuous(text: &str, ranks: u32, last: u32) -> Result<(), Error> {
     let m = ticks(text);
     for r in 0..ranks {
-        let first = m.keys().filter(|k| k.0 == r).map(|k| k.1).min().ok_or(format!("rank {r} printed nothing"))?;
+        let first = m.keys().filter(|k| k.0 == r).map(|k| k.1).min().ok_or_else(|| Error::Check(format!("rank {r} printed nothing")))?;
         for i in first..=last {
             let n = m.get(&(r, i)).copied().unwrap_or(0);
             if n != 1 {
-                return Err(format!("rank {r} tick {i}: {n} times (from tick {first})"));
+                return Err(Error::Check(format!("rank {r} tick {i}: {n} times (from tick {first})")));
             }
         }
     }
@@ -234,7 +235,7 @@ fn stage(t: &mut T) {
     let rc = t.to(c, Some(&t.p("c.out")), Some(&t.p("c.err")), LIMIT);
     let both = cat(&[&t.p("b.out"), &t.p("c.out")]);
     let msg = continuous(&both, 2, TICKS);
-    t.check("stage-restart-from-staged-epoch", rc == 0 && msg.is_ok(), |t| format!("rc={rc} {} {}", msg.clone().err().unwrap_or_default(), cat(&[&t.p("c.err")])));
+    t.check("stage-restart-from-staged-epoch", rc == 0 && msg.is_ok(), |t| format!("rc={rc} {} {}", msg.as_ref().err().map(ToString::to_string).unwrap_or_default(), cat(&[&t.p("c.err")])));
 
     if std::process::Command::new("zstd").arg("--version").stdout(std::process::Stdio::null()).status().is_ok_and(|s| s.success()) {
         compressed(t, 200);
@@ -333,6 +334,6 @@ pub(super) fn compressed(t: &mut T, tick_count: u32) {
     let zst = !before.is_empty() && before.iter().all(|n| n.ends_with(".img.zst"));
     let good = rc == 0 && rc_a == 0 && rc_b == 0 && zst && after == before && msg.is_ok();
     t.check("stage-compress-restart", good, |t| {
-        format!("ckpt rc={rc} {out}; run {rc_a}, restart {rc_b}; pages {before:?} then {after:?}; {} {}", msg.clone().err().unwrap_or_default(), cat(&[&t.p("z1.err"), &t.p("z2.err")]))
+        format!("ckpt rc={rc} {out}; run {rc_a}, restart {rc_b}; pages {before:?} then {after:?}; {} {}", msg.as_ref().err().map(ToString::to_string).unwrap_or_default(), cat(&[&t.p("z1.err"), &t.p("z2.err")]))
     });
 }

@@ -11,6 +11,7 @@
 //! restarted on the MPICH 5 wheel, with the output of its native run on the wheel's
 //! `libmpi_abi.so.1`: one binary, checkpointed over one library, restarted over another.
 
+use crate::error::Error;
 use super::hangs::tails;
 use super::{cat, CaseFn, LIMIT, T};
 use std::path::{Path, PathBuf};
@@ -105,12 +106,12 @@ pub(super) fn mpicc(t: &T, ver: u32) -> Command {
 }
 
 /// Compiles `src` with MPICH `ver`'s wrapper into `bin/OUT` (c-tests' common.h on the path).
-pub(super) fn build(t: &T, ver: u32, src: &Path, out: &str) -> Result<PathBuf, String> {
+pub(super) fn build(t: &T, ver: u32, src: &Path, out: &str) -> Result<PathBuf, Error> {
     build_with(t, mpicc(t, ver), src, out)
 }
 
 /// Compiles `src` with the compiler command `c` into `bin/OUT` (c-tests' common.h on the path).
-pub(super) fn build_with(t: &T, mut c: Command, src: &Path, out: &str) -> Result<PathBuf, String> {
+pub(super) fn build_with(t: &T, mut c: Command, src: &Path, out: &str) -> Result<PathBuf, Error> {
     let bin = t.env.bin(out);
     c.args(["-std=gnu11", "-O2", "-I"])
         .arg(t.env.root.join("c-tests"))
@@ -120,8 +121,8 @@ pub(super) fn build_with(t: &T, mut c: Command, src: &Path, out: &str) -> Result
         .arg("-lm");
     match c.output() {
         Ok(o) if o.status.success() => Ok(bin),
-        Ok(o) => Err(format!("{} failed: {}", src.display(), String::from_utf8_lossy(&o.stderr))),
-        Err(e) => Err(format!("mpicc: {e}")),
+        Ok(o) => Err(Error::Command(format!("{} failed: {}", src.display(), String::from_utf8_lossy(&o.stderr)))),
+        Err(e) => Err(Error::spawn("mpicc")(e)),
     }
 }
 

@@ -13,6 +13,7 @@
 //! A PATTERN is a test id (`dir/program/npN[/args][/env]`, see `Entry::id`) or a start of one
 //! that ends at a `/` (`attr/attrt` is every rank count of it).
 
+use crate::error::Error;
 use super::testlist::Entry;
 use crate::Flavor;
 use std::fs;
@@ -50,9 +51,9 @@ impl Listed {
 /// The checkpoint modes of the conformance run, by name.
 pub const CHECKPOINT_MODES: [&str; 2] = ["continue", "stop-restart"];
 
-fn lines(path: &Path) -> Result<Vec<(usize, String, String)>, String> {
+fn lines(path: &Path) -> Result<Vec<(usize, String, String)>, Error> {
     let text =
-        fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        fs::read_to_string(path).map_err(Error::io("read", &path))?;
     Ok(text
         .lines()
         .enumerate()
@@ -64,20 +65,20 @@ fn lines(path: &Path) -> Result<Vec<(usize, String, String)>, String> {
         .collect())
 }
 
-fn flavor(word: &str) -> Result<Option<Flavor>, String> {
+fn flavor(word: &str) -> Result<Option<Flavor>, Error> {
     match word {
         "*" => Ok(None),
         w => Flavor::parse(w)
             .map(Some)
-            .ok_or_else(|| format!("`{w}` is not mpich4, mpich5 or *")),
+            .ok_or_else(|| Error::Invalid(format!("`{w}` is not mpich4, mpich5 or *"))),
     }
 }
 
 /// `exclude.txt`.
-pub fn read_exclude(path: &Path) -> Result<Vec<Listed>, String> {
+pub fn read_exclude(path: &Path) -> Result<Vec<Listed>, Error> {
     let mut out = Vec::new();
     for (n, body, reason) in lines(path)? {
-        let at = |e: String| format!("{}:{n}: {e}", path.display());
+        let at = |e: String| Error::Invalid(format!("{}:{n}: {e}", path.display()));
         let w: Vec<&str> = body.split_whitespace().collect();
         let [f, pattern] = w[..] else {
             return Err(at("expected FLAVOR PATTERN # reason".into()));
@@ -86,7 +87,7 @@ pub fn read_exclude(path: &Path) -> Result<Vec<Listed>, String> {
             return Err(at("a reason is required (after #)".into()));
         }
         out.push(Listed {
-            flavor: flavor(f).map_err(at)?,
+            flavor: flavor(f).map_err(|e| at(e.to_string()))?,
             modes: Vec::new(),
             pattern: pattern.to_string(),
             reason,
@@ -96,10 +97,10 @@ pub fn read_exclude(path: &Path) -> Result<Vec<Listed>, String> {
 }
 
 /// `known-issue14.txt`.
-pub fn read_known(path: &Path) -> Result<Vec<Listed>, String> {
+pub fn read_known(path: &Path) -> Result<Vec<Listed>, Error> {
     let mut out = Vec::new();
     for (n, body, reason) in lines(path)? {
-        let at = |e: String| format!("{}:{n}: {e}", path.display());
+        let at = |e: String| Error::Invalid(format!("{}:{n}: {e}", path.display()));
         let w: Vec<&str> = body.split_whitespace().collect();
         let [f, mode, pattern] = w[..] else {
             return Err(at("expected FLAVOR MODE PATTERN # reason".into()));
@@ -120,7 +121,7 @@ pub fn read_known(path: &Path) -> Result<Vec<Listed>, String> {
             }
         };
         out.push(Listed {
-            flavor: flavor(f).map_err(at)?,
+            flavor: flavor(f).map_err(|e| at(e.to_string()))?,
             modes,
             pattern: pattern.to_string(),
             reason,
@@ -137,7 +138,7 @@ pub struct Selected {
 }
 
 /// `ci.txt`.
-pub fn read_selection(path: &Path) -> Result<Vec<Selected>, String> {
+pub fn read_selection(path: &Path) -> Result<Vec<Selected>, Error> {
     let mut out = Vec::new();
     for (n, body, _) in lines(path)? {
         let w: Vec<&str> = body.split_whitespace().collect();
@@ -145,10 +146,10 @@ pub fn read_selection(path: &Path) -> Result<Vec<Selected>, String> {
             [_] => false,
             [_, "checkpoint"] => true,
             _ => {
-                return Err(format!(
+                return Err(Error::Invalid(format!(
                     "{}:{n}: expected PATTERN [checkpoint]",
                     path.display()
-                ))
+                )))
             }
         };
         out.push(Selected {
@@ -164,13 +165,13 @@ pub fn read_selection(path: &Path) -> Result<Vec<Selected>, String> {
 pub fn apply_selection(
     entries: &[Entry],
     selection: &[Selected],
-) -> Result<Vec<(Entry, bool)>, String> {
+) -> Result<Vec<(Entry, bool)>, Error> {
     for s in selection {
         if !entries.iter().any(|e| matches(&s.pattern, &e.id())) {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "the selection names `{}`, which is no test",
                 s.pattern
-            ));
+            )));
         }
     }
     Ok(entries
@@ -214,7 +215,7 @@ mod tests {
         assert!(k[1].applies_in(Flavor::Mpich5, "stop-restart", "coll/x/np4"));
         assert!(!k[1].applies_in(Flavor::Mpich5, "shim", "coll/x/np4"));
         fs::write(&p, "mpich4 shim attr/attrt\n").unwrap();
-        assert!(read_known(&p).unwrap_err().contains("reason"));
+        assert!(read_known(&p).unwrap_err().to_string().contains("reason"));
         fs::write(&p, "mpich5 io/x # hangs\n").unwrap();
         assert_eq!(read_exclude(&p).unwrap()[0].flavor, Some(Flavor::Mpich5));
         fs::write(&p, "attr/attrt\ncoll/bcast checkpoint\n").unwrap();

@@ -27,6 +27,7 @@ pub mod lists;
 pub mod testlist;
 pub mod verdict;
 
+use crate::error::Error;
 use crate::ckpt::{self, Foreign, ForeignRun};
 use crate::{job, Flavor, Harness, Job, JobOutput, Scratch};
 use lists::{Listed, Selected};
@@ -159,7 +160,7 @@ pub struct Difference {
 }
 
 /// Runs the suite; true when no new difference was found.
-pub fn run(h: &Harness, o: &Options) -> Result<bool, String> {
+pub fn run(h: &Harness, o: &Options) -> Result<bool, Error> {
     let earlier = match o.rejudge.is_empty() {
         true => None,
         false => {
@@ -177,7 +178,7 @@ pub fn run(h: &Harness, o: &Options) -> Result<bool, String> {
         o.out_dir.clone()
     };
     fs::create_dir_all(&out_dir)
-        .map_err(|e| format!("cannot create {}: {e}", out_dir.display()))?;
+        .map_err(Error::io("create", &out_dir))?;
     let tsv_path = out_dir.join("results.tsv");
     let reports_path = out_dir.join("failures.txt");
     let mut not_run = 0;
@@ -192,10 +193,10 @@ pub fn run(h: &Harness, o: &Options) -> Result<bool, String> {
         }
         let build = o.builds.join(flavor.name());
         if !build.join("config.status").is_file() {
-            return Err(format!(
+            return Err(Error::Missing(format!(
                 "{} is not a configured build of MPICH's test suite (scripts/conformance.sh configures it)",
                 build.display()
-            ));
+            )));
         }
         let mut entries = Vec::new();
         for d in &o.dirs {
@@ -309,16 +310,18 @@ pub fn run(h: &Harness, o: &Options) -> Result<bool, String> {
 /// An error when the run compared nothing: no test was run (the filters or the selection
 /// chose none, or all were excluded), or none passed natively (none built, say): a run
 /// that checked nothing must not pass.
-fn nothing_compared(all: &[Tested]) -> Result<(), String> {
+fn nothing_compared(all: &[Tested]) -> Result<(), Error> {
     let ran: Vec<&Tested> = all.iter().filter(|t| t.excluded.is_none()).collect();
     if all.is_empty() {
-        return Err("no test was chosen: check the filters, --dirs and --select".into());
+        return Err(Error::Invalid(
+            "no test was chosen: check the filters, --dirs and --select".into(),
+        ));
     }
     if ran.is_empty() {
-        return Err(format!(
+        return Err(Error::Invalid(format!(
             "no test was run: the {} chosen are all excluded (exclude.txt)",
             all.len()
-        ));
+        )));
     }
     if ran.iter().any(|t| passed(&t.results.native)) {
         return Ok(());
@@ -329,7 +332,7 @@ fn nothing_compared(all: &[Tested]) -> Result<(), String> {
             matches!(&t.results.native, Some((Verdict::Fail(w), _)) if w.starts_with(DOES_NOT_BUILD))
         })
         .count();
-    Err(if unbuilt == ran.len() {
+    Err(Error::Check(if unbuilt == ran.len() {
         format!(
             "none of the {} tests built (see failures.txt and make-FLAVOR.log): nothing was compared",
             ran.len()
@@ -339,7 +342,7 @@ fn nothing_compared(all: &[Tested]) -> Result<(), String> {
             "none of the {} tests passed natively ({unbuilt} did not build): nothing was compared",
             ran.len()
         )
-    })
+    }))
 }
 
 fn passed(r: &Option<(Verdict, Duration)>) -> bool {
@@ -361,14 +364,14 @@ fn modes_of(r: &Results) -> Vec<(&'static str, &(Verdict, Duration))> {
 type Recorded = BTreeMap<(String, String), Results>;
 
 /// The per-mode verdicts of a `results.tsv`, by (flavor, test id).
-fn read_results(path: &Path) -> Result<Recorded, String> {
+fn read_results(path: &Path) -> Result<Recorded, Error> {
     let text =
-        fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        fs::read_to_string(path).map_err(Error::io("read", &path))?;
     let mut out: Recorded = BTreeMap::new();
     for (n, line) in text.lines().enumerate().skip(1) {
         let f: Vec<&str> = line.splitn(6, '\t').collect();
         let [flavor, id, mode, word, secs, first] = f[..] else {
-            return Err(format!("{}:{}: not 6 columns", path.display(), n + 1));
+            return Err(Error::Invalid(format!("{}:{}: not 6 columns", path.display(), n + 1)));
         };
         let took = Duration::from_secs_f64(secs.parse().unwrap_or(0.0));
         let v = match word {
@@ -385,7 +388,7 @@ fn read_results(path: &Path) -> Result<Recorded, String> {
             "shim" => &mut r.shim,
             "continue" => &mut r.cont,
             "stop-restart" => &mut r.stop,
-            m => return Err(format!("{}:{}: unknown mode `{m}`", path.display(), n + 1)),
+            m => return Err(Error::Invalid(format!("{}:{}: unknown mode `{m}`", path.display(), n + 1))),
         };
         *slot = Some((v, took));
     }
@@ -464,6 +467,7 @@ fn run_one(
     let program = match make(build, &t.entry) {
         Ok(p) => p,
         Err(e) => {
+            let e = e.to_string();
             note("build", &e);
             t.results.native = Some((Verdict::Fail(first_line(&e)), Duration::ZERO));
             return t;
@@ -480,7 +484,7 @@ fn run_one(
         mpiexec: match flavor.mpiexec(&h.root) {
             Ok(m) => m,
             Err(e) => {
-                t.results.native = Some((Verdict::Fail(e), Duration::ZERO));
+                t.results.native = Some((Verdict::Fail(e.to_string()), Duration::ZERO));
                 return t;
             }
         },
@@ -499,7 +503,7 @@ fn run_one(
         let shim = match h.shim_library(flavor) {
             Ok(s) => s,
             Err(e) => {
-                t.results.shim = Some((Verdict::Fail(e), Duration::ZERO));
+                t.results.shim = Some((Verdict::Fail(e.to_string()), Duration::ZERO));
                 return t;
             }
         };
@@ -546,6 +550,7 @@ fn run_one(
                     &mut |r| note(mode, r),
                 ),
                 ForeignRun::Failed(report) => {
+                    let report = report.to_string();
                     let v = checkpoint_failure(&first_line(&report));
                     if matches!(v, Verdict::Fail(_)) {
                         note(mode, &report);
@@ -583,7 +588,7 @@ fn first_line(s: &str) -> String {
 
 /// Runs `job` in a scratch directory of its own, and says how long it ran (also when it
 /// timed out); what it left in /dev/shm is removed.
-fn launch(h: &Harness, label: &str, job: &Job) -> (Result<JobOutput, String>, Duration) {
+fn launch(h: &Harness, label: &str, job: &Job) -> (Result<JobOutput, Error>, Duration) {
     let t = Instant::now();
     let scratch = match Scratch::new(label, h.keep) {
         Ok(s) => s,
@@ -601,20 +606,21 @@ fn launch(h: &Harness, label: &str, job: &Job) -> (Result<JobOutput, String>, Du
 /// whole story of a failure.
 fn judged(
     how: Judge,
-    r: &Result<JobOutput, String>,
+    r: &Result<JobOutput, Error>,
     report: &mut dyn FnMut(&str),
 ) -> (Verdict, Option<JobOutput>) {
     match r {
         Err(e) => {
-            report(e);
-            (Verdict::Fail(first_line(e)), None)
+            let e = e.to_string();
+            report(&e);
+            (Verdict::Fail(first_line(&e)), None)
         }
         Ok(out) => {
             let v = if !out.stray.is_empty() {
-                Err(format!(
+                Err(Error::Check(format!(
                     "processes outlived mpiexec (killed): {}",
                     out.stray.join(", ")
-                ))
+                )))
             } else {
                 verdict::judge(how, out)
             };
@@ -625,7 +631,7 @@ fn judged(
                         "{e}\n{}",
                         job::tails(&out.stdout, &out.stderr, &out.launcher)
                     ));
-                    (Verdict::Fail(e), Some(out.clone()))
+                    (Verdict::Fail(e.to_string()), Some(out.clone()))
                 }
             }
         }
@@ -668,7 +674,7 @@ fn prebuild<'a>(build: &Path, entries: impl Iterator<Item = &'a Entry>, log: &Pa
 const DOES_NOT_BUILD: &str = "does not build";
 
 /// `make PROGRAM` in the entry's directory of the build tree (quick when it is built).
-fn make(build: &Path, e: &Entry) -> Result<PathBuf, String> {
+fn make(build: &Path, e: &Entry) -> Result<PathBuf, Error> {
     let dir = build.join(&e.dir);
     let program = dir.join(&e.program);
     let out = Command::new("make")
@@ -676,17 +682,17 @@ fn make(build: &Path, e: &Entry) -> Result<PathBuf, String> {
         .arg(&e.program)
         .current_dir(&dir)
         .output()
-        .map_err(|err| format!("cannot run make in {}: {err}", dir.display()))?;
+        .map_err(Error::spawn(format!("make in {}", dir.display())))?;
     if !out.status.success() || !program.is_file() {
         let text = String::from_utf8_lossy(&out.stderr);
         let first = text
             .lines()
             .find(|l| l.contains("error"))
             .unwrap_or_else(|| text.lines().next().unwrap_or(""));
-        return Err(format!(
+        return Err(Error::Command(format!(
             "{DOES_NOT_BUILD}: {first}\n{}",
             text.lines().take(30).collect::<Vec<_>>().join("\n")
-        ));
+        )));
     }
     Ok(program)
 }
@@ -934,18 +940,19 @@ mod tests {
         // nothing chosen, or everything excluded
         assert!(nothing_compared(&[])
             .unwrap_err()
+            .to_string()
             .contains("no test was chosen"));
         let e = nothing_compared(&[tested(None, true)]);
-        assert!(e.unwrap_err().contains("all excluded"));
+        assert!(e.unwrap_err().to_string().contains("all excluded"));
         // nothing built
         let e = nothing_compared(&[tested(unbuilt(), false), tested(unbuilt(), false)]);
-        assert!(e.unwrap_err().contains("none of the 2 tests built"));
+        assert!(e.unwrap_err().to_string().contains("none of the 2 tests built"));
         // built, but nothing passed natively
         let e = nothing_compared(&[
             tested(unbuilt(), false),
             tested(Some(Verdict::Fail("x".into())), false),
         ]);
-        assert!(e.unwrap_err().contains("(1 did not build)"));
+        assert!(e.unwrap_err().to_string().contains("(1 did not build)"));
         // one native pass is enough
         assert!(
             nothing_compared(&[tested(unbuilt(), false), tested(Some(Verdict::Pass), false)])

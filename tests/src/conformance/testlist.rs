@@ -18,6 +18,7 @@
 //! (datatype-pool variants) or `testlist.cvar` (algorithm selections at 10 ranks) that
 //! `make testing` also runs.
 
+use crate::error::Error;
 use std::fmt;
 use std::fs;
 use std::path::Path;
@@ -86,7 +87,7 @@ impl fmt::Display for Entry {
 
 /// Every entry of `dir` (relative to `test/mpi`) and of the directories its list names,
 /// in list order. `build` is the configured build tree, `source` the source's `test/mpi`.
-pub fn read_dir(build: &Path, source: &Path, dir: &str) -> Result<Vec<Entry>, String> {
+pub fn read_dir(build: &Path, source: &Path, dir: &str) -> Result<Vec<Entry>, Error> {
     let mut entries = Vec::new();
     read_into(build, source, dir, 0, &mut entries)?;
     Ok(entries)
@@ -98,9 +99,9 @@ fn read_into(
     dir: &str,
     depth: u32,
     out: &mut Vec<Entry>,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     if depth > 4 {
-        return Err(format!("{dir}: testlists nested too deep"));
+        return Err(Error::Invalid(format!("{dir}: testlists nested too deep")));
     }
     let built = build.join(dir).join("testlist");
     let path = if fs::metadata(&built).is_ok_and(|m| m.len() > 0) {
@@ -109,7 +110,7 @@ fn read_into(
         source.join(dir).join("testlist")
     };
     let text =
-        fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        fs::read_to_string(&path).map_err(Error::io("read", &path))?;
     for (n, line) in text.lines().enumerate() {
         let at = || format!("{}:{}", path.display(), n + 1);
         let line = line.split('#').next().unwrap_or("").trim();
@@ -121,15 +122,15 @@ fn read_into(
             read_into(build, source, &format!("{dir}/{first}"), depth + 1, out)?;
             continue;
         }
-        out.push(parse_line(dir, line).map_err(|e| format!("{}: {e}", at()))?);
+        out.push(parse_line(dir, line).map_err(|e| Error::Invalid(format!("{}: {e}", at())))?);
     }
     Ok(())
 }
 
 /// One entry line (comment stripped, not empty) of the list of `dir`.
-pub fn parse_line(dir: &str, line: &str) -> Result<Entry, String> {
+pub fn parse_line(dir: &str, line: &str) -> Result<Entry, Error> {
     let mut words = line.split_whitespace();
-    let program = words.next().ok_or("an empty line")?.to_string();
+    let program = words.next().ok_or_else(|| Error::Invalid("an empty line".into()))?.to_string();
     let mut e = Entry {
         dir: dir.to_string(),
         program,
@@ -145,7 +146,7 @@ pub fn parse_line(dir: &str, line: &str) -> Result<Entry, String> {
         if !w.contains('=') {
             e.ranks = w
                 .parse()
-                .map_err(|_| format!("`{w}` is not a number of ranks"))?;
+                .map_err(|_| Error::Invalid(format!("`{w}` is not a number of ranks")))?;
             rest.next();
         }
     }
@@ -159,29 +160,29 @@ pub fn parse_line(dir: &str, line: &str) -> Result<Entry, String> {
             "env" => {
                 let (k, v) = value
                     .split_once('=')
-                    .ok_or_else(|| format!("env=`{value}` is not NAME=VALUE"))?;
+                    .ok_or_else(|| Error::Invalid(format!("env=`{value}` is not NAME=VALUE")))?;
                 e.env.push((k.to_string(), v.to_string()));
             }
             "timeLimit" => {
                 let s: u64 = value
                     .parse()
-                    .map_err(|_| format!("timeLimit=`{value}` is not seconds"))?;
+                    .map_err(|_| Error::Invalid(format!("timeLimit=`{value}` is not seconds")))?;
                 e.time_limit = Duration::from_secs(s);
             }
             "resultTest" => {
                 e.judge = match value {
                     "TestStatus" | "TestErrFatal" => Judge::NonZeroExit,
-                    other => return Err(format!("resultTest=`{other}` is not known here")),
+                    other => return Err(Error::Invalid(format!("resultTest=`{other}` is not known here"))),
                 }
             }
             "xfail" => {
                 if value.is_empty() {
-                    return Err("xfail= without a reason".into());
+                    return Err(Error::Invalid("xfail= without a reason".into()));
                 }
                 e.xfail = Some(value.to_string());
             }
             "strict" | "mpix" | "mem" | "lock" => {}
-            other => return Err(format!("unknown key `{other}`")),
+            other => return Err(Error::Invalid(format!("unknown key `{other}`"))),
         }
     }
     Ok(e)

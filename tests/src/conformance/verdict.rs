@@ -1,14 +1,17 @@
 //! The verdict of one run of a program of MPICH's test suite, by the suite's own rules
 //! (those of its `runtests` script): the program judges itself and says " No Errors".
 
+use crate::error::Error;
 use super::testlist::Judge;
 use crate::JobOutput;
 
 /// Ok, or the first thing that makes the run a failure, in one line.
-pub fn judge(how: Judge, out: &JobOutput) -> Result<(), String> {
+pub fn judge(how: Judge, out: &JobOutput) -> Result<(), Error> {
     match how {
         Judge::NonZeroExit if out.status.success() => {
-            Err("exited with status 0 (this test must end with a non-zero status)".into())
+            Err(Error::Check(
+                "exited with status 0 (this test must end with a non-zero status)".into(),
+            ))
         }
         Judge::NonZeroExit => Ok(()),
         Judge::NoErrors => no_errors(out),
@@ -18,7 +21,7 @@ pub fn judge(how: Judge, out: &JobOutput) -> Result<(), String> {
 /// Every line any process printed (stdout, stderr, then `mpiexec`'s own output: `runtests`
 /// reads them merged) is " No Errors" exactly once, or a line that is let through; and the
 /// job exited with 0.
-fn no_errors(out: &JobOutput) -> Result<(), String> {
+fn no_errors(out: &JobOutput) -> Result<(), Error> {
     let mut streams: Vec<(String, &[u8])> = Vec::new();
     for (r, o) in out.stdout.iter().enumerate() {
         streams.push((format!("rank {r} stdout"), o));
@@ -39,20 +42,20 @@ fn no_errors(out: &JobOutput) -> Result<(), String> {
         }
     }
     if let Some(e) = first_error {
-        return Err(format!("unexpected output: {e}"));
+        return Err(Error::Check(format!("unexpected output: {e}")));
     }
     if !found {
-        return Err(if out.status.success() {
+        return Err(Error::Check(if out.status.success() {
             "exited without printing \" No Errors\"".into()
         } else {
             format!("exited with {} without printing \" No Errors\"", out.status)
-        });
+        }));
     }
     if !out.status.success() {
-        return Err(format!(
+        return Err(Error::Check(format!(
             "printed \" No Errors\" but exited with {}",
             out.status
-        ));
+        )));
     }
     Ok(())
 }
@@ -107,16 +110,18 @@ mod tests {
         assert!(j(&out(0, &[" No Errors\n", ""], &["", ""])).is_ok());
         assert!(j(&out(0, &["Test Passed\n No errors\n"], &[""])).is_ok());
         let e = j(&out(0, &[" No Errors\n", " No Errors\n"], &["", ""])).unwrap_err();
-        assert!(e.contains("rank 1 stdout"), "{e}");
+        assert!(e.to_string().contains("rank 1 stdout"), "{e}");
         let e = j(&out(0, &[" No Errors\n"], &["[WARNING] yaksa: 3 leaked\n"])).unwrap_err();
-        assert!(e.contains("rank 0 stderr: `[WARNING] yaksa"), "{e}");
+        assert!(e.to_string().contains("rank 0 stderr: `[WARNING] yaksa"), "{e}");
         let e = j(&out(0, &["Found 2 errors\n"], &[""])).unwrap_err();
-        assert!(e.contains("Found 2 errors"), "{e}");
+        assert!(e.to_string().contains("Found 2 errors"), "{e}");
         assert!(j(&out(0, &[""], &[""]))
             .unwrap_err()
+            .to_string()
             .contains("without printing"));
         assert!(j(&out(1, &[" No Errors\n"], &[""]))
             .unwrap_err()
+            .to_string()
             .contains("exited with"));
         assert!(
             j(&out(0, &["\n No Errors\n"], &[""])).is_err(),
