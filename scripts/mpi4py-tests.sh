@@ -10,16 +10,22 @@
 #           (MPICR_MPI_LIB, through the lower half's ABI adapter)
 #   ompi4   Debian's Open MPI 4.1.4 (mpicc.openmpi / mpirun.openmpi --oversubscribe,
 #           libmpi.so.40); shim: libmpicr_ompi.so over that same library (MPICR_MPI_LIB)
-# mpi4py is built from its sdist (pinned below) against each MPI, into .deps/mpi4py-<flavor>,
-# so that its MPI calls resolve through whatever is LD_PRELOAD'ed. The shim passes when every
+#   ompi4-deb  Debian's own python3-mpi4py (3.1.x, linked to Debian's Open MPI 4.1.4) run by
+#           the system's /usr/bin/python3 under mpirun.openmpi --oversubscribe: nothing is
+#           built, the suite is the test/ folder of the same upstream version's sdist; shim:
+#           libmpicr_ompi.so over that same libmpi.so.40 (MPICR_MPI_LIB)
+# For the other flavors mpi4py is built from its sdist (pinned below) against each MPI, into
+# .deps/mpi4py-<flavor>, so that its MPI calls resolve through whatever is LD_PRELOAD'ed. The shim passes when every
 # count (tests run / passed / failed / errors / skipped, on every rank) and the outcome of every
 # single test are the same as natively.
 #
-# Usage: scripts/mpi4py-tests.sh [--flavor mpich4|mpich5|ompi5|ompi4|all|LIST] [--ranks 1|2|all]
+# Usage: scripts/mpi4py-tests.sh [--flavor mpich4|mpich5|ompi5|ompi4|ompi4-deb|all|LIST]
+#                                [--ranks 1|2|all]
 #                                [--native-only] [--rerun-native] [--timeout SECONDS]
 #                                [--test-timeout SECONDS] [--retries N]
 #   --flavor        one flavor, a comma-separated list, or `all` (default: mpich4,mpich5;
-#                   ompi5 and ompi4 pass but take 5-20 min here and a 20 min build: README.md)
+#                   ompi5 and ompi4 pass but take 5-20 min here and a 20 min build, ompi4-deb
+#                   needs no build: README.md)
 #   --native-only   only build and run natively (no face library needed)
 #   --rerun-native  ignore the cached native results and run natively again
 #   --timeout       limit of one run of the suite (default 600 s, or $MPI4PY_TESTS_TIMEOUT)
@@ -48,7 +54,7 @@ here=$root/scripts/mpi4py
 results=$deps/mpi4py-results
 release=$root/target/release
 
-all_flavors=(mpich4 mpich5 ompi5 ompi4)
+all_flavors=(mpich4 mpich5 ompi5 ompi4 ompi4-deb)
 flavors=(mpich4 mpich5)   # the default: the flavors that pass (README.md)
 rank_counts=(1 2)
 native_only=0
@@ -148,12 +154,13 @@ sweep() {
 }
 
 # --- the flavors ---------------------------------------------------------------------------
-# sets MPICC, MPIEXEC, MPILIB, MPILIBDIR, LAUNCHER (hydra|openmpi), FACE (the face library's
+# sets MPICC, MPIEXEC, MPILIB, MPILIBDIR, LAUNCHER (hydra|openmpi), VERSION (of mpi4py),
+# SYSTEM_PYTHON (the interpreter of a distribution's mpi4py; empty: built here), FACE (the face library's
 # file name), LAUNCH_ENV (the launcher's environment, both runs) and SHIM_ENV (what the ranks
 # get under the shim besides LD_PRELOAD: the library
 # underneath, which `mpicr run` would otherwise hand the program)
 setup_flavor() {
-    LAUNCHER=hydra SHIM_ENV=() LAUNCH_ENV=()
+    LAUNCHER=hydra SHIM_ENV=() LAUNCH_ENV=() VERSION=$MPI4PY_VERSION SYSTEM_PYTHON=
     read -r FACE _ <<< "$(face_of "$1")"
     case $1 in
         mpich4)
@@ -199,33 +206,56 @@ setup_flavor() {
             MPILIBDIR=
             LAUNCHER=openmpi
             SHIM_ENV=() ;;   # MPICR_MPI_LIB: the library mpi4py resolves (build_flavor)
+        ompi4-deb)
+            dpkg-query -W -f='${Status}' python3-mpi4py 2>/dev/null | grep -q "ok installed" \
+                || die "ompi4-deb: Debian's python3-mpi4py is not installed: run scripts/deps.sh"
+            command -v mpirun.openmpi >/dev/null \
+                || die "ompi4-deb: mpirun.openmpi is missing (Debian's openmpi-bin): run scripts/deps.sh"
+            # the package's own interpreter, not whichever python3 comes first in PATH
+            SYSTEM_PYTHON=/usr/bin/python3
+            MPICC=
+            MPIEXEC=$(command -v mpirun.openmpi)
+            MPILIB=libmpi.so.40
+            MPILIBDIR=
+            LAUNCHER=openmpi
+            local v
+            v=$(dpkg-query -W -f='${Version}' python3-mpi4py)
+            v=${v#*:}; VERSION=${v%%-*}   # the upstream version: its sdist has the suite
+            SHIM_ENV=() ;;   # MPICR_MPI_LIB: set in main, as for ompi4
     esac
 }
 
 # --- mpi4py sdist --------------------------------------------------------------------------
 src=$deps/mpi4py-src
-sdist=$src/mpi4py-$MPI4PY_VERSION.tar.gz
-testdir=$src/mpi4py-$MPI4PY_VERSION/test
-fetch_sdist() {
+fetch_sdist() {   # $1 version; sets sdist and testdir
+    local version=$1 entry
+    sdist=$src/mpi4py-$version.tar.gz
+    testdir=$src/mpi4py-$version/test
+    # mpi4py 4.x runs its suite from test/main.py, 3.x from test/runtests.py
+    entry=main.py
+    case $version in 3.*) entry=runtests.py ;; esac
     mkdir -p "$src"
     if [ ! -f "$sdist" ]; then
-        log "downloading the mpi4py $MPI4PY_VERSION sdist"
+        log "downloading the mpi4py $version sdist"
         local dl
         dl=$(mktemp -d "$src/download.XXXXXX"); tmp_dirs+=("$dl")
-        python3 -m pip download -q --no-binary :all: --no-deps "mpi4py==$MPI4PY_VERSION" -d "$dl"
-        [ -f "$dl/mpi4py-$MPI4PY_VERSION.tar.gz" ] || die "pip download gave no mpi4py-$MPI4PY_VERSION.tar.gz"
-        mv "$dl/mpi4py-$MPI4PY_VERSION.tar.gz" "$sdist"
+        python3 -m pip download -q --no-binary :all: --no-deps "mpi4py==$version" -d "$dl"
+        [ -f "$dl/mpi4py-$version.tar.gz" ] || die "pip download gave no mpi4py-$version.tar.gz"
+        mv "$dl/mpi4py-$version.tar.gz" "$sdist"
     fi
-    if [ ! -f "$testdir/main.py" ]; then
-        rm -rf "$src/mpi4py-$MPI4PY_VERSION"
+    if [ ! -f "$testdir/$entry" ]; then
+        rm -rf "$src/mpi4py-$version"
         tar -xzf "$sdist" -C "$src"
     fi
-    [ -f "$testdir/main.py" ] || die "no test/main.py in the mpi4py sdist"
+    [ -f "$testdir/$entry" ] || die "no test/$entry in the mpi4py $version sdist"
 }
 
 # --- build mpi4py against one flavor -----------------------------------------------------------
+python_of() {   # the interpreter of venv $1, or the system's for a distribution's mpi4py
+    if [ -n "$SYSTEM_PYTHON" ]; then echo "$SYSTEM_PYTHON"; else echo "$1/bin/python"; fi
+}
 mpi_extension() {   # path of mpi4py/MPI*.so in venv $1 (imports the package, not MPI)
-    "$1/bin/python" -c 'import importlib.util as u; print(u.find_spec("mpi4py.MPI").origin)' 2>/dev/null
+    "$(python_of "$1")" -c 'import importlib.util as u; print(u.find_spec("mpi4py.MPI").origin)' 2>/dev/null
 }
 check_link() {   # venv: the extension must load the flavor's MPI library
     local ext resolved
@@ -238,14 +268,22 @@ check_link() {   # venv: the extension must load the flavor's MPI library
     # and not the other MPICH's library as well
     ! ldd "$ext" | awk '{print $1}' | grep -v -xF "$MPILIB" | grep -qE '^lib(mpi|mpich)\.so'
 }
-build_flavor() {   # $1 flavor; sets VENV
+build_flavor() {   # $1 flavor; sets VENV and PYTHON
     local flavor=$1 venv=$deps/mpi4py-$1 want
     VENV=$venv
+    PYTHON=$(python_of "$venv")
+    if [ -n "$SYSTEM_PYTHON" ]; then   # a distribution's package: nothing to build
+        VENV=
+        BUILD_STAMP="$(dpkg-query -W -f='${Package}=${Version}' python3-mpi4py) $PYTHON"
+        check_link "" || die "$flavor: $PYTHON's mpi4py does not load $MPILIB"
+        return 0
+    fi
     # the compiler's folder by its physical path (worktrees that share .deps through a link
     # share builds), its own name as is (mpicc.openmpi is a link to Open MPI's opal_wrapper)
     want="mpi4py=$MPI4PY_VERSION sdist=$(sha256sum < "$sdist" | cut -c1-16) mpicc=$(cd "$(dirname "$MPICC")" && pwd -P)/$(basename "$MPICC"): $("$MPICC" -show)"
     if [ -f "$venv/.mpi4py-build" ] && [ "$(cat "$venv/.mpi4py-build")" = "$want" ] \
         && check_link "$venv"; then
+        BUILD_STAMP=$want
         return 0
     fi
     log "building mpi4py $MPI4PY_VERSION against $flavor (MPICC=$MPICC); a few minutes, log in $venv/mpi4py-build.log"
@@ -263,6 +301,7 @@ build_flavor() {   # $1 flavor; sets VENV
         die "mpi4py built for $flavor does not link $MPILIB${MPILIBDIR:+ from $MPILIBDIR}"
     fi
     echo "$want" > "$venv/.mpi4py-build"
+    BUILD_STAMP=$want
     log "built mpi4py for $flavor in $((SECONDS - t0)) s; $(basename "$(mpi_extension "$venv")") -> $MPILIB"
 }
 linked_lib() {   # the MPILIB that venv $1's extension loads
@@ -318,7 +357,7 @@ run_suite() {   # $1 flavor $2 ranks $3 native|shim $4 outdir [$5 file of test i
     ( cd "$work" && exec env -u LD_PRELOAD "${LAUNCH_ENV[@]}" MPI4PY_TESTS_RUNID="$live_marker" TMPDIR="$work" \
         PYTHONPATH="$pypath" \
         timeout -k 20 "$timeout_s" "$MPIEXEC" -n "$ranks" "${genv[@]}" \
-        "$VENV/bin/python" "$here/runner.py" --testdir "$testdir" --results "$out" \
+        "$PYTHON" "$here/runner.py" --testdir "$testdir" --results "$out" \
         --test-timeout "$test_timeout_s" "${skiparg[@]}" -- -v "${xargs_[@]}" ) < /dev/null \
         > >(launcher_output "$out") 2>&1 &
     live_job=$!
@@ -360,12 +399,11 @@ collect_openmpi() {   # $1 ranks $2 dir
 }
 
 native_key() {   # what the native result depends on
-    { echo "$MPI4PY_VERSION $1 $2"; cat "$VENV/.mpi4py-build"; exclusions "$1" "$2"
+    { echo "$VERSION $1 $2"; echo "$BUILD_STAMP"; exclusions "$1" "$2"
       cat "$here/runner.py"; declare -f run_suite launcher_output collect_openmpi; } | sha256sum | cut -c1-12
 }
 
 # --- main ----------------------------------------------------------------------------------
-fetch_sdist
 shimdir_copy=
 if [ "$native_only" = 0 ]; then
     # The shim may be rebuilt while we run: every shim run of this invocation uses one copy.
@@ -379,20 +417,21 @@ start=$SECONDS
 cases=()
 for flavor in "${flavors[@]}"; do
     setup_flavor "$flavor"
+    fetch_sdist "$VERSION"
     build_flavor "$flavor"
-    if [ "$flavor" = ompi4 ]; then
+    if [ "$flavor" = ompi4 ] || [ "$flavor" = ompi4-deb ]; then
         lower=$(linked_lib "$VENV")
         [ -f "$lower" ] || die "ompi4: cannot tell which $MPILIB mpi4py loads"
         SHIM_ENV=("MPICR_MPI_LIB=$lower")
     fi
     for ranks in "${rank_counts[@]}"; do
-        cache=$results/native/$MPI4PY_VERSION-$flavor-n$ranks-$(native_key "$flavor" "$ranks")
+        cache=$results/native/$VERSION-$flavor-n$ranks-$(native_key "$flavor" "$ranks")
         if [ "$rerun_native" = 1 ] || ! python3 "$here/report.py" check "$cache" "$ranks"; then
             last=$results/last/$flavor-n$ranks-native
             run_suite "$flavor" "$ranks" native "$last"
             if python3 "$here/report.py" check "$last" "$ranks"; then
                 # one cached native result per version, flavor and rank count
-                rm -rf "$results/native/$MPI4PY_VERSION-$flavor-n$ranks-"*
+                rm -rf "$results/native/$VERSION-$flavor-n$ranks-"*
                 mkdir -p "$(dirname "$cache")"; cp -a "$last" "$cache"
                 native=$cache
             else
@@ -423,7 +462,7 @@ for flavor in "${flavors[@]}"; do
 done
 
 echo
-echo "mpi4py $MPI4PY_VERSION test suite (counts of rank 0; every rank is compared)"
+echo "mpi4py's test suite (counts of rank 0; every rank is compared)"
 status=0
 if [ "$native_only" = 1 ]; then
     python3 "$here/report.py" table --native-only "${cases[@]}" || status=$?

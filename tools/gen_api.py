@@ -353,6 +353,21 @@ MPIX_ALIASES = {
 }
 
 
+# ULFM's fault-tolerance functions that MPICH's mpi.h declares (4.0.2: revoke, shrink, agree,
+# failure_ack, failure_get_acked; MPICH 5 adds get_failed), outside the MPI table: exported
+# with their PMPIX_ forms and implemented by the core's face::api::ulfm (which passes them to
+# the library underneath with its real handles), so that a program's call does not reach the
+# library with a virtual handle. name -> (Rust parameters, arguments).
+MPIX_ULFM = {
+    "MPIX_Comm_revoke": ("comm: MPI_Comm", "comm"),
+    "MPIX_Comm_shrink": ("comm: MPI_Comm, newcomm: *mut MPI_Comm", "comm, newcomm"),
+    "MPIX_Comm_agree": ("comm: MPI_Comm, flag: *mut c_int", "comm, flag"),
+    "MPIX_Comm_failure_ack": ("comm: MPI_Comm", "comm"),
+    "MPIX_Comm_failure_get_acked": ("comm: MPI_Comm, failedgrp: *mut MPI_Group", "comm, failedgrp"),
+    "MPIX_Comm_get_failed": ("comm: MPI_Comm, failedgrp: *mut MPI_Group", "comm, failedgrp"),
+}
+
+
 # File operations without a file handle: their failures go to the error handler of
 # MPI_FILE_NULL (MPI_ERRORS_RETURN unless the program set another), not MPI_COMM_WORLD's: MPI
 # 4.0 section 14.7 (and ROMIO's MPIO_Err_return_file(MPI_FILE_NULL, ...)).
@@ -941,13 +956,20 @@ def generate():
                 ex.append("    ffi_boundary!(\"%s\", %s, %s)" % (n, ret, body))
             ex.append("}")
         ex.append("")
+    for n, (sig, args) in MPIX_ULFM.items():
+        for prefix in ("", "P"):
+            ex.append("#[no_mangle]")
+            ex.append("pub unsafe extern \"C\" fn %s%s(%s) -> c_int {" % (prefix, n, sig))
+            ex.append("    ffi_boundary!(\"%s\", c_int, mpicr_shim::face::api::%s(%s))" % (n, n, args))
+            ex.append("}")
+        ex.append("")
     write(MPICH_EXPORTS, "\n".join(ex))
 
     # exported names (for the version script and the export check)
     names_out = []
     for fn in fns:
         names_out += [fn["name"], "P" + fn["name"]]
-    for mpix in MPIX_ALIASES:
+    for mpix in list(MPIX_ALIASES) + list(MPIX_ULFM):
         names_out += [mpix, "P" + mpix]
     names_out += doc["data"]
     write(os.path.join(ROOT, "shim", "api", "exports.txt"), "\n".join(sorted(names_out)) + "\n")

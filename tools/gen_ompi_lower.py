@@ -49,10 +49,11 @@ ERRCODES = {
 # Open MPI would call with its own handles and status, go through trampolines.
 HAND = {"MPI_Op_create", "MPI_Grequest_start"}
 # Statements run after a successful call (shim/src/lower/ompi/mod.rs): MPI_LASTUSEDCODE's value is
-# numbered like the codes MPI_Add_error_class/_code return (`rc_back`).
+# numbered like the codes MPI_Add_error_class/_code return (`rc_back`), MPI_HOST's and MPI_IO's
+# ranks in MPICH's numbering.
 POST = {
-    "MPI_Comm_get_attr": "lastusedcode_back(comm_keyval, attribute_val, flag);",
-    "MPI_Attr_get": "lastusedcode_back(keyval, attribute_val, flag);",
+    "MPI_Comm_get_attr": "attr_back(comm_keyval, attribute_val, flag);",
+    "MPI_Attr_get": "attr_back(keyval, attribute_val, flag);",
 }
 # Integer arguments (by value, out through a pointer, or arrays of `ndims`) whose values are
 # constants that differ: parameter name -> the constants (shim/api/ompi-abi.json) translated;

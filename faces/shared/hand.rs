@@ -311,6 +311,7 @@ null_delete!(OMPI_C_MPI_COMM_NULL_DELETE_FN, OMPI_C_MPI_TYPE_NULL_DELETE_FN, OMP
 /// Values of predefined attributes whose constants differ, rewritten in Open MPI's numbering
 /// (the attribute value is a pointer to an int the library owns: ours live here).
 static HOST: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+static IO: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 static APPNUM: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 static WIN_MODEL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 static WIN_FLAVOR: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
@@ -324,6 +325,7 @@ unsafe fn fix_attr(keyval: c_int, value: *mut c_void, flag: *mut c_int) {
         }
         let slot = match keyval {
             face::MPI_HOST => &HOST,
+            face::MPI_IO => &IO,
             face::MPI_APPNUM => &APPNUM,
             face::MPI_WIN_MODEL => &WIN_MODEL,
             face::MPI_WIN_CREATE_FLAVOR => &WIN_FLAVOR,

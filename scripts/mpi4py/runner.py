@@ -1,4 +1,5 @@
-"""Run mpi4py's own test suite (the sdist's test/main.py) on one rank and record the outcome.
+"""Run mpi4py's own test suite (the sdist's test/main.py, or test/runtests.py of mpi4py 3.x)
+on one rank and record the outcome.
 
 Started once per rank by scripts/mpi4py-tests.sh under mpiexec:
 
@@ -13,6 +14,7 @@ unittest output still goes to stderr.
 
 import argparse
 import faulthandler
+import fnmatch
 import json
 import os
 import sys
@@ -206,6 +208,61 @@ def make_result_class(recorder, test_timeout):
     return RecordingResult
 
 
+def split_exclusions(args):
+    """main.py's -x PATTERN options (test ids, fnmatch, substring when without '*') out of
+    args: mpi4py 3.x's runtests.py has no such option."""
+    patterns, left = [], []
+    it = iter(args)
+    for arg in it:
+        if arg == "-x":
+            pat = next(it, "")
+            patterns.append(pat if "*" in pat else f"*{pat}*")
+        elif arg == "-e":
+            # main.py matches -e against the file name, runtests.py against the module name
+            pat = next(it, "")
+            if pat.endswith(r"\.py"):
+                pat = pat[: -len(r"\.py")] + "$"
+            left += ["-e", pat]
+        else:
+            left.append(arg)
+    return patterns, left
+
+
+def drop_matching(suite, patterns):
+    kept = unittest.TestSuite()
+    for item in suite:
+        if isinstance(item, unittest.TestSuite):
+            kept.addTest(drop_matching(item, patterns))
+        elif not any(fnmatch.fnmatchcase(item.id(), p) for p in patterns):
+            kept.addTest(item)
+    return kept
+
+
+def run_legacy(testdir, args, recorder, resultclass, skip):
+    """mpi4py 3.x (Debian bookworm's python3-mpi4py): test/runtests.py, whose main() makes
+    its own TextTestRunner; its steps are taken here with the recording runner. Its -e REGEX
+    leaves test modules out as main.py's does. Exit status as runtests.py's."""
+    patterns, args = split_exclusions(args)
+    import runtests  # noqa: E402  (the suite's own entry point)
+
+    options, args = runtests.getoptionparser().parse_args(args)
+    # (runtests.setup_python only adds an in-tree build folder, and needs distutils)
+    runtests.setup_unittest(options)
+    package = runtests.import_package(options, "mpi4py")
+    runtests.print_banner(options, package)
+    suite = runtests.load_tests(options, args)
+    if patterns:
+        suite = drop_matching(suite, patterns)
+    if skip:
+        suite = drop_tests(suite, skip)
+    recorder.event(ev="mpi", **process_info())
+    runner = unittest.TextTestRunner(verbosity=options.verbose, resultclass=resultclass)
+    t0 = time.monotonic()
+    result = runner.run(suite)
+    recorder.finish(result, time.monotonic() - t0)
+    sys.exit(0 if result.wasSuccessful() else 1)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--testdir", required=True)
@@ -228,13 +285,17 @@ def main():
     sys.dont_write_bytecode = True
     testdir = os.path.abspath(opts.testdir)
     sys.path.insert(0, testdir)
-    import main as mpi4py_main  # noqa: E402  (the suite's own entry point)
 
     resultclass = make_result_class(recorder, opts.test_timeout)
     skip = set()
     if opts.skip_file:
         with open(opts.skip_file, encoding="utf-8") as f:
             skip = {line.strip() for line in f if line.strip()}
+
+    if not os.path.exists(os.path.join(testdir, "main.py")):
+        run_legacy(testdir, rest, recorder, resultclass, skip)
+        return
+    import main as mpi4py_main  # noqa: E402  (the suite's own entry point)
 
     class Runner(unittest.TextTestRunner):
         def __init__(self, **kw):

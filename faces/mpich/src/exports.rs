@@ -6329,3 +6329,57 @@ pub unsafe extern "C" fn MPI_Wtime() -> f64 {
 pub unsafe extern "C" fn PMPI_Wtime() -> f64 {
     ffi_boundary!("MPI_Wtime", f64, mpicr_shim::face::gen::passthrough::MPI_Wtime())
 }
+
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Comm_revoke(comm: MPI_Comm) -> c_int {
+    ffi_boundary!("MPIX_Comm_revoke", c_int, mpicr_shim::face::api::MPIX_Comm_revoke(comm))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPIX_Comm_revoke(comm: MPI_Comm) -> c_int {
+    ffi_boundary!("MPIX_Comm_revoke", c_int, mpicr_shim::face::api::MPIX_Comm_revoke(comm))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Comm_shrink(comm: MPI_Comm, newcomm: *mut MPI_Comm) -> c_int {
+    ffi_boundary!("MPIX_Comm_shrink", c_int, mpicr_shim::face::api::MPIX_Comm_shrink(comm, newcomm))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPIX_Comm_shrink(comm: MPI_Comm, newcomm: *mut MPI_Comm) -> c_int {
+    ffi_boundary!("MPIX_Comm_shrink", c_int, mpicr_shim::face::api::MPIX_Comm_shrink(comm, newcomm))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Comm_agree(comm: MPI_Comm, flag: *mut c_int) -> c_int {
+    ffi_boundary!("MPIX_Comm_agree", c_int, mpicr_shim::face::api::MPIX_Comm_agree(comm, flag))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPIX_Comm_agree(comm: MPI_Comm, flag: *mut c_int) -> c_int {
+    ffi_boundary!("MPIX_Comm_agree", c_int, mpicr_shim::face::api::MPIX_Comm_agree(comm, flag))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Comm_failure_ack(comm: MPI_Comm) -> c_int {
+    ffi_boundary!("MPIX_Comm_failure_ack", c_int, mpicr_shim::face::api::MPIX_Comm_failure_ack(comm))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPIX_Comm_failure_ack(comm: MPI_Comm) -> c_int {
+    ffi_boundary!("MPIX_Comm_failure_ack", c_int, mpicr_shim::face::api::MPIX_Comm_failure_ack(comm))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Comm_failure_get_acked(comm: MPI_Comm, failedgrp: *mut MPI_Group) -> c_int {
+    ffi_boundary!("MPIX_Comm_failure_get_acked", c_int, mpicr_shim::face::api::MPIX_Comm_failure_get_acked(comm, failedgrp))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPIX_Comm_failure_get_acked(comm: MPI_Comm, failedgrp: *mut MPI_Group) -> c_int {
+    ffi_boundary!("MPIX_Comm_failure_get_acked", c_int, mpicr_shim::face::api::MPIX_Comm_failure_get_acked(comm, failedgrp))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Comm_get_failed(comm: MPI_Comm, failedgrp: *mut MPI_Group) -> c_int {
+    ffi_boundary!("MPIX_Comm_get_failed", c_int, mpicr_shim::face::api::MPIX_Comm_get_failed(comm, failedgrp))
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPIX_Comm_get_failed(comm: MPI_Comm, failedgrp: *mut MPI_Group) -> c_int {
+    ffi_boundary!("MPIX_Comm_get_failed", c_int, mpicr_shim::face::api::MPIX_Comm_get_failed(comm, failedgrp))
+}

@@ -1,5 +1,6 @@
-//! ULFM's fault-tolerance functions (`MPIX_Comm_*`, MPICH's signatures), for the foreign faces
-//! (Open MPI 5's `mpi-ext.h` declares them; the MPICH face does not export them): passed to the
+//! ULFM's fault-tolerance functions (`MPIX_Comm_*`, MPICH's signatures), for every face (Open
+//! MPI 5's `mpi-ext.h` declares them all; the MPICH face exports those MPICH's `mpi.h` declares,
+//! `tools/gen_api.py`'s `MPIX_ULFM`): passed to the
 //! library underneath where it has them (`lower::ulfm`), else the library's lack is raised as
 //! for any function it does not provide (`MPI_ERR_UNSUPPORTED_OPERATION`, naming it).
 //!

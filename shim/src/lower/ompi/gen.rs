@@ -2078,7 +2078,7 @@ pub(super) unsafe extern "C" fn MPI_Attr_get(comm: MPI_Comm, keyval: c_int, attr
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Attr_get") };
         let rc = f(comm_o, enum_in(E_KEYVAL, keyval), attribute_val, flag);
         if rc == 0 {
-            lastusedcode_back(keyval, attribute_val, flag);
+            attr_back(keyval, attribute_val, flag);
         }
         rc_back(rc)
     }
@@ -2533,7 +2533,7 @@ pub(super) unsafe extern "C" fn MPI_Comm_get_attr(comm: MPI_Comm, comm_keyval: c
         let Some(comm_o) = h2p(K::Comm, comm) else { return bad_handle(K::Comm, "MPI_Comm_get_attr") };
         let rc = f(comm_o, enum_in(E_COMM_KEYVAL, comm_keyval), attribute_val, flag);
         if rc == 0 {
-            lastusedcode_back(comm_keyval, attribute_val, flag);
+            attr_back(comm_keyval, attribute_val, flag);
         }
         rc_back(rc)
     }

@@ -331,28 +331,37 @@ fn kept_types(types: &[P]) -> *mut P {
     p
 }
 
-/// MPI_LASTUSEDCODE's value, numbered as [`rc_back`] numbers the codes the program added: the
-/// attribute value points to Open MPI's int, so the converted one lives here.
+/// MPI_LASTUSEDCODE's value, numbered as [`rc_back`] numbers the codes the program added, and
+/// MPI_HOST's and MPI_IO's, whose ranks may be `MPI_PROC_NULL`/`MPI_ANY_SOURCE` (other numbers
+/// in MPICH): the attribute value points to Open MPI's int, so the converted ones live here.
 static LASTUSEDCODE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+static HOST: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+static IO: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
-/// After MPI_Comm_get_attr/MPI_Attr_get (`keyval` MPICH's): for MPI_LASTUSEDCODE, points the
-/// value at [`LASTUSEDCODE`].
+/// After MPI_Comm_get_attr/MPI_Attr_get (`keyval` MPICH's): for MPI_LASTUSEDCODE, MPI_HOST and
+/// MPI_IO, points the value at the int here that holds it in MPICH's numbering.
 ///
 /// # Safety
 /// `value` and `flag` are the call's out-parameters, written by the call that just succeeded.
-unsafe fn lastusedcode_back(keyval: c_int, value: *mut c_void, flag: *mut c_int) {
+unsafe fn attr_back(keyval: c_int, value: *mut c_void, flag: *mut c_int) {
     // SAFETY: the caller's out-parameters (this function's contract); the value, when set, is
     // a pointer to the library's int.
     unsafe {
-        if keyval != abi::MPI_LASTUSEDCODE || flag.is_null() || *flag == 0 || value.is_null() {
+        let (slot, convert): (&std::sync::atomic::AtomicI32, fn(c_int) -> c_int) = match keyval {
+            abi::MPI_LASTUSEDCODE => (&LASTUSEDCODE, rc_back),
+            abi::MPI_HOST => (&HOST, rank_out),
+            abi::MPI_IO => (&IO, rank_out),
+            _ => return,
+        };
+        if flag.is_null() || *flag == 0 || value.is_null() {
             return;
         }
         let p = *(value as *mut *mut c_int);
         if p.is_null() {
             return;
         }
-        LASTUSEDCODE.store(rc_back(*p), Ordering::Relaxed);
-        *(value as *mut *mut c_int) = LASTUSEDCODE.as_ptr();
+        slot.store(convert(*p), Ordering::Relaxed);
+        *(value as *mut *mut c_int) = slot.as_ptr();
     }
 }
 
