@@ -18,6 +18,6 @@ pub mod table;
 
 pub use counters::{CommCounters, Counters, CountsSnapshot};
 pub use encoding::{Kind, VirtualHandle};
-pub use handles::{VComm, VErrhandler, VGroup, VInfo, VKeyval, VOp, VRequest, VSession};
+pub use handles::{VComm, VErrhandler, VFile, VGroup, VInfo, VKeyval, VOp, VRequest, VSession, VWin};
 pub use recipe::*;
 pub use table::{RealHandle, Table};

@@ -5,7 +5,8 @@
 //! `ERRORS_*`; `NULL`; `NULL` and the fourteen predefined reductions; `INVALID`), which stand for the real
 //! ones of the current generation (error handlers have none: the core applies them); the face
 //! converts the program's ABI integers to them (`face::conv::vcomm`, `vinfo`, `vgroup`,
-//! `vrequest`, `verrhandler`, `vsession`, `vop`, `vkeyval`).
+//! `vrequest`, `verrhandler`, `vsession`, `vop`, `vkeyval`). Windows and files are typed too
+//! ([`VWin`], [`VFile`], `NULL` each; `face::conv::vwin`, `vfile`); a file's handle is a pointer.
 //! The other kinds are still the program's integers: a table index encoded by
 //! `mpicr_virtid`, or a predefined handle of the lower ABI, which stands for itself (with
 //! MPICH's ABI on both sides, the face's conversion is the identity). Recipes store handles in
@@ -13,9 +14,9 @@
 
 use crate::core::state::{OBJ, SELF_INDEX, WORLD_INDEX};
 use crate::lower::abi::*;
-use crate::lower::handles::{RealComm, RealGroup, RealInfo, RealOp, RealRequest, RealSession};
+use crate::lower::handles::{RealComm, RealFile, RealGroup, RealInfo, RealOp, RealRequest, RealSession, RealWin};
 use mpicr_virtid::encoding::decode;
-use mpicr_virtid::{Kind, VComm, VGroup, VInfo, VOp, VRequest, VSession, VirtualHandle};
+use mpicr_virtid::{Kind, VComm, VFile, VGroup, VInfo, VOp, VRequest, VSession, VWin, VirtualHandle};
 use std::os::raw::c_int;
 
 /// What a freed virtual handle becomes on its way to the real library: a value of MPICH's
@@ -124,6 +125,29 @@ pub fn op(v: VOp) -> RealOp {
             None => v.to_int().unwrap_or(STALE),
         },
     })
+}
+
+/// The real window of a virtual one (as [`request`]).
+#[inline(always)]
+pub fn win(v: VWin) -> RealWin {
+    match v {
+        VWin::NULL => RealWin(MPI_WIN_NULL),
+        v => match v.index() {
+            Some(i) => OBJ.wins.real(i).unwrap_or(RealWin(STALE)),
+            None => RealWin(v.to_int().unwrap_or(STALE)),
+        },
+    }
+}
+
+/// The real file of a virtual one (`NULL` is the library's null file, a foreign value passes
+/// unchanged); files are pointers, so a freed one becomes the null file, which ROMIO rejects
+/// with MPI_ERR_FILE instead of dereferencing it.
+#[inline(always)]
+pub fn file(v: VFile) -> RealFile {
+    match v.index() {
+        Some(i) => OBJ.files.real(i).unwrap_or(RealFile(std::ptr::null_mut())),
+        None => RealFile(v.to_ptr().map_or(std::ptr::null_mut(), |p| p as MPI_File)),
+    }
 }
 
 /// The real datatype of a virtual one (predefined types stand for themselves).
