@@ -376,7 +376,7 @@ ON_FILE_NULL = ("MPI_File_delete",)
 
 def on_clause(fn):
     if fn["name"] in ON_FILE_NULL:
-        return "On::File(std::ptr::null_mut())"
+        return "On::File(MPI_FILE_NULL)"
     kind, obj = error_object(fn)
     return "On::%s(%s)" % (ON[kind], obj) if kind else "On::Default"
 

@@ -515,7 +515,7 @@ pub fn save_state() -> Vec<u8> {
 /// Puts back what [`save_state`] wrote.
 pub fn restore_state(bytes: &[u8]) -> Result<(), String> {
     let bad = || format!("the {}'s part of shim.state is damaged ({} bytes)", conv::FACE, bytes.len());
-    if bytes.len() % 8 != 0 || bytes.len() < 4 * SLOTS * 8 || (bytes.len() / 8 - 4 * SLOTS) % 4 != 0 {
+    if !bytes.len().is_multiple_of(8) || bytes.len() < 4 * SLOTS * 8 || !(bytes.len() / 8 - 4 * SLOTS).is_multiple_of(4) {
         return Err(bad());
     }
     let words: Vec<u64> = bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();

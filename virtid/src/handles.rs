@@ -7,7 +7,7 @@
 //! converts the program's ABI integers to these and back; the core never sees an ABI's
 //! predefined constants.
 
-use crate::encoding::{decode, Kind, VirtualHandle};
+use crate::encoding::{decode, decode_file, Kind, VirtualHandle};
 use serde::{Deserialize, Serialize};
 
 macro_rules! virtual_kind {
@@ -336,6 +336,50 @@ macro_rules! predefined_datatypes {
     };
 }
 
+virtual_kind!(
+    /// An RMA window.
+    VWin, Win {
+        /// No window (`MPI_WIN_NULL`).
+        NULL = 3,
+    }
+);
+
+/// An MPI file. The program's handle is a pointer (MPICH's ABI): a virtual one is
+/// [`VirtualHandle::to_file_ptr`]'s non-canonical address, any other value is carried unchanged
+/// to the real library. Held in 128 bits so that the core's own `NULL` lies above every 64-bit
+/// value, as the integer kinds' predefined handles lie above every 32-bit one.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct VFile(i128);
+
+impl VFile {
+    /// No file (`MPI_FILE_NULL`).
+    pub const NULL: VFile = VFile(3 << 64);
+
+    /// The handle of table index `index`.
+    pub const fn virtual_at(index: u32) -> VFile {
+        VFile(VirtualHandle { kind: Kind::File, index }.to_file_ptr() as i128)
+    }
+
+    /// A file handle's pointer value as the program holds it, or a value nobody made.
+    pub const fn from_ptr(p: u64) -> VFile {
+        VFile(p as i128)
+    }
+
+    /// The value [`from_ptr`](Self::from_ptr) took; `None` for `NULL`, which each face names
+    /// in its own ABI.
+    pub const fn to_ptr(self) -> Option<u64> {
+        if self.0 >= 0 && self.0 <= u64::MAX as i128 { Some(self.0 as u64) } else { None }
+    }
+
+    /// The table index of a virtual handle (`None` for `NULL` and foreign values).
+    #[inline(always)]
+    pub fn index(self) -> Option<u32> {
+        decode_file(self.to_ptr()?)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -382,5 +426,20 @@ mod tests {
         assert_eq!((VMessage::virtual_at(7).index(), VMessage::NULL.to_int(), VMessage::NO_PROC.index()), (Some(7), None, None));
         assert_eq!(VMessage::from_int(VRequest::virtual_at(7).to_int().unwrap()).index(), None, "kinds do not alias");
         assert_eq!(VRequest::from_int(VMessage::virtual_at(7).to_int().unwrap()).index(), None, "kinds do not alias");
+        assert_eq!((VWin::virtual_at(7).index(), VWin::NULL.to_int(), VWin::NULL.index()), (Some(7), None, None));
+        assert_eq!(VWin::from_int(VKeyval::virtual_at(7).to_int().unwrap()).index(), None, "kinds do not alias");
+    }
+
+    #[test]
+    fn files_are_pointers() {
+        assert_eq!((VFile::NULL.to_ptr(), VFile::NULL.index()), (None, None));
+        for p in [0, 1, u64::MAX, 0x7fff_1234_5678] {
+            assert_eq!(VFile::from_ptr(p).to_ptr(), Some(p));
+            assert_eq!(VFile::from_ptr(p).index(), None);
+            assert_ne!(VFile::from_ptr(p), VFile::NULL);
+        }
+        assert_eq!(VFile::virtual_at(7).index(), Some(7));
+        assert_eq!(VFile::from_ptr(VFile::virtual_at(7).to_ptr().unwrap()), VFile::virtual_at(7));
+        assert_eq!(VFile::from_ptr(VWin::virtual_at(7).to_int().unwrap() as u32 as u64).index(), None, "kinds do not alias");
     }
 }

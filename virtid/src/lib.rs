@@ -18,6 +18,6 @@ pub mod table;
 
 pub use counters::{CommCounters, Counters, CountsSnapshot};
 pub use encoding::{Kind, VirtualHandle};
-pub use handles::{VComm, VDatatype, VErrhandler, VGroup, VInfo, VKeyval, VMessage, VOp, VRequest, VSession};
+pub use handles::{VComm, VDatatype, VErrhandler, VFile, VGroup, VInfo, VKeyval, VMessage, VOp, VRequest, VSession, VWin};
 pub use recipe::*;
 pub use table::{RealHandle, Table};

@@ -190,6 +190,9 @@ pub(crate) fn status_to_face(s: &m::MPI_Status) -> OStatus {
 /// MPI_Status_c2f: Open MPI's Fortran status is its C status word by word (`MPI_STATUS_SIZE`
 /// integers, `MPI_F_SOURCE` 0, `MPI_F_TAG` 1, `MPI_F_ERROR` 2, then the hidden words), so the
 /// copy needs no library; MPI_STATUS_IGNORE (null) is erroneous here, as in Open MPI.
+///
+/// # Safety
+/// `c` must be null or a readable status, `f` null or writable for `MPI_STATUS_SIZE` integers.
 pub unsafe fn status_c2f(c: *const OStatus, f: *mut m::MPI_Fint) -> c_int {
     if c.is_null() || f.is_null() {
         return m::MPI_ERR_ARG;
@@ -201,6 +204,9 @@ pub unsafe fn status_c2f(c: *const OStatus, f: *mut m::MPI_Fint) -> c_int {
 }
 
 /// MPI_Status_f2c: the reverse of [`status_c2f`].
+///
+/// # Safety
+/// `f` must be null or readable for `MPI_STATUS_SIZE` integers, `c` null or a writable status.
 pub unsafe fn status_f2c(f: *const m::MPI_Fint, c: *mut OStatus) -> c_int {
     if c.is_null() || f.is_null() {
         return m::MPI_ERR_ARG;

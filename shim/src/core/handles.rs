@@ -1,22 +1,23 @@
 //! Virtual handles as the core knows them. Communicators, infos, groups, requests, error
-//! handlers, sessions, ops, keyvals, datatypes and matched-probe messages are typed ([`VComm`],
-//! [`VInfo`], [`VGroup`], [`VRequest`], `VErrhandler`, [`VSession`], [`VOp`], `VKeyval`,
-//! [`VDatatype`], [`VMessage`]): a table index, or the core's own predefined handles (`WORLD`,
-//! `SELF`, `NULL`; `NULL`, `ENV`; `NULL`, `EMPTY`; `NULL`; `NULL` and the three `ERRORS_*`;
-//! `NULL`; `NULL` and the fourteen predefined reductions; `INVALID`; `NULL` and the predefined
-//! datatypes of `mpicr_virtid::predefined_datatypes!`; `NULL`, `NO_PROC`), which stand for the
-//! real ones of the current generation (error handlers have none: the core applies them); the
-//! face converts the program's ABI integers to them (`face::conv::vcomm`, `vinfo`, `vgroup`,
-//! `vrequest`, `verrhandler`, `vsession`, `vop`, `vkeyval`, `vdatatype`, `vmessage`).
-//! Windows and files are still the program's integers: a table index encoded by
+//! handlers, sessions, ops, keyvals, datatypes, matched-probe messages, windows and files are
+//! typed ([`VComm`], [`VInfo`], [`VGroup`], [`VRequest`], `VErrhandler`, [`VSession`], [`VOp`],
+//! `VKeyval`, [`VDatatype`], [`VMessage`], [`VWin`], [`VFile`]): a table index, or the core's own
+//! predefined handles (`WORLD`, `SELF`, `NULL`; `NULL`, `ENV`; `NULL`, `EMPTY`; `NULL`; `NULL` and
+//! the three `ERRORS_*`; `NULL`; `NULL` and the fourteen predefined reductions; `INVALID`; `NULL`
+//! and the predefined datatypes of `mpicr_virtid::predefined_datatypes!`; `NULL`, `NO_PROC`;
+//! `NULL`; `NULL`), which stand for the real ones of the current generation (error handlers have
+//! none: the core applies them); the face converts the program's ABI values to them
+//! (`face::conv::vcomm`, `vinfo`, `vgroup`, `vrequest`, `verrhandler`, `vsession`, `vop`,
+//! `vkeyval`, `vdatatype`, `vmessage`, `vwin`, `vfile`; a file's handle is a pointer).
+//! What remains untyped (`handle`, `index`) is a table index encoded by
 //! `mpicr_virtid`, or a predefined handle of the lower ABI, which stands for itself (with
 //! MPICH's ABI on both sides, the face's conversion is the identity).
 
 use crate::core::state::{OBJ, SELF_INDEX, WORLD_INDEX};
 use crate::lower::abi::*;
-use crate::lower::handles::{RealComm, RealDatatype, RealGroup, RealInfo, RealMessage, RealOp, RealRequest, RealSession};
+use crate::lower::handles::{RealComm, RealDatatype, RealFile, RealGroup, RealInfo, RealMessage, RealOp, RealRequest, RealSession, RealWin};
 use mpicr_virtid::encoding::decode;
-use mpicr_virtid::{Kind, VComm, VDatatype, VGroup, VInfo, VMessage, VOp, VRequest, VSession, VirtualHandle};
+use mpicr_virtid::{Kind, VComm, VDatatype, VFile, VGroup, VInfo, VMessage, VOp, VRequest, VSession, VWin, VirtualHandle};
 use std::os::raw::c_int;
 
 /// What a freed virtual handle becomes on its way to the real library: a value of MPICH's
@@ -126,6 +127,30 @@ pub fn op(v: VOp) -> RealOp {
         },
     })
 }
+
+/// The real window of a virtual one (as [`request`]).
+#[inline(always)]
+pub fn win(v: VWin) -> RealWin {
+    match v {
+        VWin::NULL => RealWin(MPI_WIN_NULL),
+        v => match v.index() {
+            Some(i) => OBJ.wins.real(i).unwrap_or(RealWin(STALE)),
+            None => RealWin(v.to_int().unwrap_or(STALE)),
+        },
+    }
+}
+
+/// The real file of a virtual one (`NULL` is the library's null file, a foreign value passes
+/// unchanged); files are pointers, so a freed one becomes the null file, which ROMIO rejects
+/// with MPI_ERR_FILE instead of dereferencing it.
+#[inline(always)]
+pub fn file(v: VFile) -> RealFile {
+    match v.index() {
+        Some(i) => OBJ.files.real(i).unwrap_or(RealFile(std::ptr::null_mut())),
+        None => RealFile(v.to_ptr().map_or(std::ptr::null_mut(), |p| p as MPI_File)),
+    }
+}
+
 
 macro_rules! lower_datatypes {
     ($($v:ident $c:ident),* $(,)?) => {

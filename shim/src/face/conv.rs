@@ -8,8 +8,8 @@
 
 use crate::core::state::OBJ;
 use crate::face::abi::*;
-use mpicr_virtid::encoding::{decode, decode_file};
-use mpicr_virtid::{Kind, VComm, VDatatype, VErrhandler, VGroup, VInfo, VKeyval, VMessage, VOp, VRequest, VSession, VirtualHandle};
+use mpicr_virtid::encoding::decode;
+use mpicr_virtid::{Kind, VComm, VDatatype, VErrhandler, VFile, VGroup, VInfo, VKeyval, VMessage, VOp, VRequest, VSession, VWin};
 use std::os::raw::c_int;
 
 // Windows' and files' handles are still the core's integers (MPICH's ABI on both sides): the
@@ -284,6 +284,48 @@ pub fn keyval_abi(v: VKeyval) -> c_int {
     }
 }
 
+/// The core's window for the program's handle (as [`vcomm`]).
+#[inline(always)]
+pub fn vwin(v: MPI_Win) -> VWin {
+    match v {
+        MPI_WIN_NULL => VWin::NULL,
+        v => VWin::from_int(v),
+    }
+}
+
+/// The program's handle for the core's window.
+#[inline(always)]
+pub fn win_abi(v: VWin) -> MPI_Win {
+    match v {
+        VWin::NULL => MPI_WIN_NULL,
+        v => v.to_int().unwrap_or(MPI_WIN_NULL),
+    }
+}
+
+/// The real window of the program's handle (see `core::handles::win`).
+#[inline(always)]
+pub fn win(v: MPI_Win) -> MPI_Win {
+    crate::core::handles::win(vwin(v)).raw()
+}
+
+/// The core's file for the program's handle, a pointer (as [`vcomm`]).
+#[inline(always)]
+pub fn vfile(v: MPI_File) -> VFile {
+    if v == MPI_FILE_NULL { VFile::NULL } else { VFile::from_ptr(v as u64) }
+}
+
+/// The program's handle for the core's file.
+#[inline(always)]
+pub fn file_abi(v: VFile) -> MPI_File {
+    v.to_ptr().map_or(MPI_FILE_NULL, |p| p as MPI_File)
+}
+
+/// The real file of the program's handle (see `core::handles::file`).
+#[inline(always)]
+pub fn file(v: MPI_File) -> MPI_File {
+    crate::core::handles::file(vfile(v)).raw()
+}
+
 /// The program's handle of the communicator at table `index`.
 pub fn comm_handle(index: u32) -> MPI_Comm {
     comm_abi(crate::core::handles::comm_handle(index))
@@ -314,7 +356,7 @@ pub fn comm_checked(v: MPI_Comm) -> Result<MPI_Comm, c_int> {
 /// A window argument that a call's errors are reported on (see [`comm_checked`]).
 #[inline(always)]
 pub fn win_checked(v: MPI_Win) -> Result<MPI_Win, c_int> {
-    match decode(v, Kind::Win).and_then(|i| OBJ.wins.real(i)) {
+    match crate::core::kinds::win::real(vwin(v)) {
         Some(r) => Ok(r.raw()),
         None if SESSIONS_ONLY.load(std::sync::atomic::Ordering::Relaxed) => Err(MPI_ERR_WIN),
         None => Ok(win(v)),
@@ -334,25 +376,6 @@ macro_rules! int_kind {
 }
 
 int_kind!(info, Info, infos);
-int_kind!(win, Win, wins);
-
-/// Files are pointers; a stale virtual file becomes MPI_FILE_NULL so ROMIO reports
-/// MPI_ERR_FILE instead of dereferencing it.
-#[inline(always)]
-pub fn file(v: MPI_File) -> MPI_File {
-    match decode_file(v as u64) {
-        Some(i) => OBJ.files.real(i).map_or(std::ptr::null_mut(), |r| r.raw()),
-        None => v,
-    }
-}
-
-pub fn file_index(v: MPI_File) -> Option<u32> {
-    decode_file(v as u64)
-}
-
-pub fn file_handle(index: u32) -> MPI_File {
-    VirtualHandle { kind: Kind::File, index }.to_file_ptr() as MPI_File
-}
 
 /// Translates an array of datatypes (e.g. `MPI_Alltoallw`, `MPI_Type_create_struct`).
 ///

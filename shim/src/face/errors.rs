@@ -8,7 +8,7 @@ use crate::lower;
 pub use crate::lower::{error_string, fatal};
 use crate::core::state::{OBJ, WORLD_INDEX};
 use crate::core::kinds::errhandler;
-use mpicr_virtid::{ErrhandlerRecipe, Kind, VErrhandler};
+use mpicr_virtid::{ErrhandlerRecipe, VErrhandler};
 use std::os::raw::c_int;
 
 type CommErrFn = unsafe extern "C" fn(*mut MPI_Comm, *mut c_int);
@@ -92,7 +92,7 @@ pub fn raise_win(win: MPI_Win, rc: c_int, func: &str) -> c_int {
     if let Some(rc) = raise_noted() {
         return rc;
     }
-    let eh = conv::index(win, Kind::Win).filter(|&i| OBJ.wins.real(i).is_some()).and_then(|i| OBJ.wins.with(i, |w| w.errhandler));
+    let eh = crate::core::kinds::win::with(conv::vwin(win), |w| w.errhandler);
     raise_int_object(win, eh, rc, func)
 }
 
@@ -123,8 +123,8 @@ pub fn raise_file(file: MPI_File, rc: c_int, func: &str) -> c_int {
     if let Some(rc) = raise_noted() {
         return rc;
     }
-    let eh = match conv::file_index(file).filter(|&i| OBJ.files.real(i).is_some()) {
-        Some(i) => OBJ.files.with(i, |f| f.errhandler).unwrap_or(VErrhandler::ERRORS_RETURN),
+    let eh = match crate::core::kinds::file::with(conv::vfile(file), |f| f.errhandler) {
+        Some(eh) => eh,
         None => conv::verrhandler(crate::face::api::file_null_errhandler()),
     };
     dispatch(eh, rc, func, |f| {

@@ -195,6 +195,7 @@ pub const MPI_BSEND_OVERHEAD: c_int = 88;
 pub const MPI_MESSAGE_NULL: MPI_Message = 0x2c00_0000;
 pub const MPI_MESSAGE_NO_PROC: MPI_Message = 0x6c00_0000;
 pub const MPI_WIN_NULL: MPI_Win = 0x2000_0000;
+pub const MPI_FILE_NULL: MPI_File = std::ptr::null_mut();
 pub const MPI_SESSION_NULL: MPI_Session = 0x3800_0000;
 pub const MPI_KEYVAL_INVALID: c_int = 0x2400_0000;
 

@@ -24,7 +24,6 @@
 //! Files are walked in the order of their communicators' job-wide ids, the same on every rank:
 //! sync, close and open are collective.
 
-use mpicr_virtid::VComm;
 use super::datatype::Built;
 use super::{check, info, Renewable};
 use crate::core::handles;
@@ -32,7 +31,8 @@ use crate::core::state::OBJ;
 use crate::lower;
 use crate::lower::abi::*;
 use crate::lower::handles::RealFile;
-use mpicr_virtid::{TypeRef, VErrhandler};
+use mpicr_virtid::table::Full;
+use mpicr_virtid::{TypeRef, VComm, VErrhandler, VFile};
 use serde::{Deserialize, Serialize};
 use std::os::raw::c_int;
 
@@ -145,10 +145,25 @@ pub fn merge_hints(into: &mut Vec<(String, String)>, new: Vec<(String, String)>)
     }
 }
 
-/// The communicator a file's collectives are counted on (`MPI_COMM_NULL` for a handle that is
-/// not an open file's).
-pub fn comm_of(index: Option<u32>) -> VComm {
-    index.and_then(|i| OBJ.files.with(i, |e| e.comm)).unwrap_or(VComm::NULL)
+/// Registers a file the library opened. `Err` when the table is full.
+pub fn register(real: RealFile, entry: FileEntry) -> Result<VFile, Full> {
+    OBJ.files.insert(real, entry).map(VFile::virtual_at)
+}
+
+/// Runs `f` on the entry of an open file (`None` for a foreign, closed or null one).
+pub fn with<T>(v: VFile, f: impl FnOnce(&mut FileEntry) -> T) -> Option<T> {
+    OBJ.files.with(v.index()?, f)
+}
+
+/// Forgets a file the program closed.
+pub fn forget(v: VFile) -> Option<FileEntry> {
+    OBJ.files.remove(v.index()?)
+}
+
+/// The communicator a file's collectives are counted on (`NULL` for a handle that is not an
+/// open file's).
+pub fn comm_of(v: VFile) -> VComm {
+    with(v, |e| e.comm).unwrap_or(VComm::NULL)
 }
 
 /// After the program's `MPI_File_close` closed the real file: deletes the file if it was opened

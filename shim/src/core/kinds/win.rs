@@ -20,17 +20,47 @@
 //! Windows are walked in the order of their communicators' job-wide ids, the same on every
 //! rank: fences, frees and creations are collective.
 
-use mpicr_virtid::VComm;
 use super::{check, info, Renewable};
 use crate::core::handles;
 use crate::core::state::{Attrs, OBJ};
 use crate::lower;
 use crate::lower::abi::*;
 use crate::lower::handles::RealWin;
-use mpicr_virtid::VErrhandler;
+use mpicr_virtid::table::Full;
+use mpicr_virtid::{VComm, VErrhandler, VWin};
 use serde::{Deserialize, Serialize};
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Registers a window the library made; `library_memory`: its memory is the library's own
+/// where the shim meant to map it (see [`Renew::refusal`]). `Err` when the table is full.
+pub fn register(real: RealWin, entry: WinEntry, library_memory: bool) -> Result<VWin, Full> {
+    let i = OBJ.wins.insert(real, entry)?;
+    set_library_memory(i, library_memory);
+    Ok(VWin::virtual_at(i))
+}
+
+/// The real window of a live one, without locking (`None` for a foreign, freed or null one).
+#[inline(always)]
+pub fn real(v: VWin) -> Option<RealWin> {
+    OBJ.wins.real(v.index()?)
+}
+
+/// Runs `f` on the entry of a live window (`None` for a foreign, freed or null one).
+pub fn with<T>(v: VWin, f: impl FnOnce(&mut WinEntry) -> T) -> Option<T> {
+    OBJ.wins.with(v.index()?, f)
+}
+
+/// Forgets a window the program freed: its entry, and whether its memory was the library's.
+pub fn forget(v: VWin) -> Option<(WinEntry, bool)> {
+    let i = v.index()?;
+    OBJ.wins.remove(i).map(|e| (e, set_library_memory(i, false)))
+}
+
+/// The private communicator of a window (`NULL` for a handle that is not a live window's).
+pub fn comm_of(v: VWin) -> VComm {
+    with(v, |e| e.comm).unwrap_or(VComm::NULL)
+}
 
 /// How the window's memory came to be (`MPI_WIN_FLAVOR_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -207,7 +237,7 @@ static LIBRARY_MEMORY: parking_lot::Mutex<Vec<u32>> = parking_lot::Mutex::new(Ve
 
 /// Marks window `idx` as holding the library's memory (its creation), or forgets it (its free);
 /// returns whether it was marked.
-pub fn set_library_memory(idx: u32, on: bool) -> bool {
+fn set_library_memory(idx: u32, on: bool) -> bool {
     let mut v = LIBRARY_MEMORY.lock();
     let was = v.contains(&idx);
     v.retain(|&i| i != idx);

@@ -5,11 +5,11 @@
 use std::sync::atomic::Ordering;
 use crate::face::abi::*;
 use crate::face::api::put;
-use crate::core::kinds::keyval;
+use crate::core::kinds::{keyval, win};
 use crate::core::state::{Attrs, OBJ, SELF_INDEX};
 use crate::face::{conv, errors};
 use crate::core::gate;
-use mpicr_virtid::{Kind, KeyvalObject, KeyvalRecipe, VKeyval};
+use mpicr_virtid::{KeyvalObject, KeyvalRecipe, VKeyval, VWin};
 use std::os::raw::{c_int, c_void};
 
 type CopyFn = unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut c_void, *mut c_void, *mut c_int) -> c_int;
@@ -22,7 +22,7 @@ enum Obj {
     Type(MPI_Datatype, u32),
     /// A predefined datatype (MPI allows attributes on those too).
     PredefinedType(MPI_Datatype),
-    Win(MPI_Win, u32),
+    Win(MPI_Win, VWin),
 }
 
 /// Attributes of predefined datatypes, by handle.
@@ -40,7 +40,8 @@ impl Obj {
         }
     }
     fn win(h: MPI_Win) -> Option<Obj> {
-        conv::index(h, Kind::Win).filter(|&i| OBJ.wins.real(i).is_some()).map(|i| Obj::Win(h, i))
+        let v = conv::vwin(h);
+        win::with(v, |_| Obj::Win(h, v))
     }
     fn handle(self) -> c_int {
         match self {
@@ -62,7 +63,7 @@ impl Obj {
                 };
                 Some(f(&mut all[pos].1))
             }
-            Obj::Win(_, i) => OBJ.wins.with(i, |w| f(&mut w.attrs)),
+            Obj::Win(_, v) => win::with(v, |w| f(&mut w.attrs)),
         }
     }
     fn raise(self, rc: c_int, name: &str) -> c_int {

@@ -6,8 +6,8 @@ use crate::face::api::put;
 use crate::core::state::OBJ;
 use crate::face::{conv, errors};
 use crate::core::gate;
-use crate::core::kinds::errhandler;
-use mpicr_virtid::{ErrhandlerRecipe, Kind};
+use crate::core::kinds::{self, errhandler, win};
+use mpicr_virtid::{ErrhandlerRecipe, VErrhandler, VFile};
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -130,26 +130,29 @@ pub unsafe fn MPI_Comm_call_errhandler(comm: MPI_Comm, errorcode: c_int) -> c_in
     MPI_SUCCESS
 }
 
-fn win_index(win: MPI_Win) -> Option<u32> {
-    conv::index(win, Kind::Win).filter(|&i| OBJ.wins.real(i).is_some())
+/// The error handler of a live window (`None` for any other handle).
+fn win_errhandler(w: MPI_Win) -> Option<VErrhandler> {
+    win::with(conv::vwin(w), |e| e.errhandler)
 }
 
-pub unsafe fn MPI_Win_set_errhandler(win: MPI_Win, eh: MPI_Errhandler) -> c_int {
-    let Some(i) = win_index(win) else { return errors::raise_default(MPI_ERR_WIN, "MPI_Win_set_errhandler") };
-    if !valid(eh) {
-        return errors::raise_win(win, MPI_ERR_ARG, "MPI_Win_set_errhandler");
+pub unsafe fn MPI_Win_set_errhandler(w: MPI_Win, eh: MPI_Errhandler) -> c_int {
+    if win_errhandler(w).is_none() {
+        return errors::raise_default(MPI_ERR_WIN, "MPI_Win_set_errhandler");
     }
-    OBJ.wins.with(i, |w| w.errhandler = conv::verrhandler(eh));
+    if !valid(eh) {
+        return errors::raise_win(w, MPI_ERR_ARG, "MPI_Win_set_errhandler");
+    }
+    win::with(conv::vwin(w), |e| e.errhandler = conv::verrhandler(eh));
     MPI_SUCCESS
 }
-pub unsafe fn MPI_Win_get_errhandler(win: MPI_Win, eh: *mut MPI_Errhandler) -> c_int {
-    let Some(i) = win_index(win) else { return errors::raise_default(MPI_ERR_WIN, "MPI_Win_get_errhandler") };
+pub unsafe fn MPI_Win_get_errhandler(w: MPI_Win, eh: *mut MPI_Errhandler) -> c_int {
+    let Some(h) = win_errhandler(w) else { return errors::raise_default(MPI_ERR_WIN, "MPI_Win_get_errhandler") };
     // SAFETY: `eh` is the caller's out-pointer, null or valid for a write (MPI's contract of this call).
-    unsafe { put(eh, OBJ.wins.with(i, |w| conv::errhandler_abi(w.errhandler)).unwrap_or(MPI_ERRORS_ARE_FATAL)) };
+    unsafe { put(eh, conv::errhandler_abi(h)) };
     MPI_SUCCESS
 }
 pub unsafe fn MPI_Win_call_errhandler(win: MPI_Win, errorcode: c_int) -> c_int {
-    if win_index(win).is_none() {
+    if win_errhandler(win).is_none() {
         return errors::raise_default(MPI_ERR_WIN, "MPI_Win_call_errhandler");
     }
     errors::raise_win(win, errorcode, "MPI_Win_call_errhandler");
@@ -160,32 +163,31 @@ pub unsafe fn MPI_File_set_errhandler(file: MPI_File, eh: MPI_Errhandler) -> c_i
     if !valid(eh) {
         return errors::raise_file(file, MPI_ERR_ARG, "MPI_File_set_errhandler");
     }
-    if file.is_null() {
+    let v = conv::vfile(file);
+    if v == VFile::NULL {
         FILE_NULL_EH.store(eh, Ordering::Release);
         return MPI_SUCCESS;
     }
-    match conv::file_index(file).filter(|&i| OBJ.files.real(i).is_some()) {
-        Some(i) => {
-            OBJ.files.with(i, |f| f.errhandler = conv::verrhandler(eh));
-            MPI_SUCCESS
-        }
-        None => errors::raise_file(std::ptr::null_mut(), MPI_ERR_FILE, "MPI_File_set_errhandler"),
+    match kinds::file::with(v, |f| f.errhandler = conv::verrhandler(eh)) {
+        Some(()) => MPI_SUCCESS,
+        None => errors::raise_file(MPI_FILE_NULL, MPI_ERR_FILE, "MPI_File_set_errhandler"),
     }
 }
 pub unsafe fn MPI_File_get_errhandler(file: MPI_File, eh: *mut MPI_Errhandler) -> c_int {
-    if file.is_null() {
+    let v = conv::vfile(file);
+    if v == VFile::NULL {
         // SAFETY: `eh` is the caller's out-pointer, null or valid for a write (MPI's contract of this call).
         unsafe { put(eh, file_null_errhandler()) };
         return MPI_SUCCESS;
     }
-    match conv::file_index(file).and_then(|i| OBJ.files.with(i, |f| conv::errhandler_abi(f.errhandler))) {
+    match kinds::file::with(v, |f| conv::errhandler_abi(f.errhandler)) {
         Some(h) => {
             // SAFETY: `eh` is the caller's out-pointer, null or valid for a write (MPI's contract of this
             // call).
             unsafe { put(eh, h) };
             MPI_SUCCESS
         }
-        None => errors::raise_file(std::ptr::null_mut(), MPI_ERR_FILE, "MPI_File_get_errhandler"),
+        None => errors::raise_file(MPI_FILE_NULL, MPI_ERR_FILE, "MPI_File_get_errhandler"),
     }
 }
 pub unsafe fn MPI_File_call_errhandler(file: MPI_File, errorcode: c_int) -> c_int {

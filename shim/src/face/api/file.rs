@@ -14,7 +14,7 @@ use crate::face::api::file_sequential::{self as sequential, Zero};
 use crate::face::api::{begin_collective, put, put_status};
 use crate::face::call::{self, On, ToReal};
 use crate::face::{conv, errors};
-use mpicr_virtid::RequestRecipe;
+use mpicr_virtid::{RequestRecipe, VFile};
 use std::os::raw::{c_char, c_int, c_void};
 
 pub use crate::face::api::errhandler::file_null_errhandler;
@@ -23,18 +23,18 @@ pub use crate::face::api::errhandler::file_null_errhandler;
 /// checkpoint's alignment (nothing is counted for a handle that is not an open file's: the
 /// library reports it).
 pub fn begin_file_collective(fh: MPI_File) -> gate::Guard {
-    begin_collective(conv::comm_abi(file::comm_of(conv::file_index(fh)))).0
+    begin_collective(conv::comm_abi(file::comm_of(conv::vfile(fh)))).0
 }
 
 pub unsafe fn MPI_File_open(comm: MPI_Comm, filename: *const c_char, amode: c_int, info: MPI_Info, fh: *mut MPI_File) -> c_int {
     let (g, seq) = begin_collective(comm);
     // Failures go to the handler of MPI_FILE_NULL.
-    call::run_in(g, "MPI_File_open", On::File(std::ptr::null_mut()), || {
+    call::run_in(g, "MPI_File_open", On::File(MPI_FILE_NULL), || {
         let (c, i) = (call::Comm(comm).to_real()?, call::Info(info).to_real()?);
         // The file's own communicator (see `core::kinds::file`), collective like the open.
         let mut dup = MPI_COMM_NULL;
         call::ok(real!(MPI_Comm_dup(c, &mut dup)))?;
-        let mut r: MPI_File = std::ptr::null_mut();
+        let mut r = MPI_FILE_NULL;
         let rc = real!(MPI_File_open(dup, filename, file::real_amode(amode), i, &mut r));
         if rc != MPI_SUCCESS {
             // The communicator duplicated above, freed once.
@@ -55,8 +55,8 @@ pub unsafe fn MPI_File_open(comm: MPI_Comm, filename: *const c_char, amode: c_in
         // SAFETY: MPI_File_open succeeded, so `filename` is the program's NUL-terminated name.
         let name = unsafe { crate::lower::cstr(filename) };
         let entry = FileEntry::new(conv::verrhandler(file_null_errhandler()), &name, amode, conv::vcomm(own), gid, crate::core::kinds::info::entries(i));
-        let v = match OBJ.files.insert(crate::lower::handles::RealFile(r), entry) {
-            Ok(i) => conv::file_handle(i),
+        let v = match file::register(crate::lower::handles::RealFile(r), entry) {
+            Ok(v) => conv::file_abi(v),
             Err(_) => errors::fatal("too many open files"),
         };
         // SAFETY: `fh` is the caller's out-pointer, null or valid for a write as MPI requires
@@ -68,7 +68,7 @@ pub unsafe fn MPI_File_open(comm: MPI_Comm, filename: *const c_char, amode: c_in
 
 pub unsafe fn MPI_File_close(fh: *mut MPI_File) -> c_int {
     if fh.is_null() {
-        return errors::raise_file(std::ptr::null_mut(), MPI_ERR_FILE, "MPI_File_close");
+        return errors::raise_file(MPI_FILE_NULL, MPI_ERR_FILE, "MPI_File_close");
     }
     // SAFETY: `fh` points to the caller's handle, readable and writable (MPI's contract of this
     // call).
@@ -76,9 +76,9 @@ pub unsafe fn MPI_File_close(fh: *mut MPI_File) -> c_int {
     call::run_in(begin_file_collective(v), "MPI_File_close", On::File(v), || {
         let mut r = call::File(v).to_real()?;
         call::ok(real!(MPI_File_close(&mut r)))?;
-        let entry = conv::file_index(v).and_then(|i| OBJ.files.remove(i));
+        let entry = file::forget(conv::vfile(v));
         // SAFETY: as above.
-        unsafe { *fh = std::ptr::null_mut() };
+        unsafe { *fh = MPI_FILE_NULL };
         entry.map_or(Ok(()), |e| call::ok(file::after_close(&e)))
     })
 }
@@ -89,7 +89,7 @@ pub unsafe fn MPI_File_get_amode(fh: MPI_File, amode: *mut c_int) -> c_int {
     call::run("MPI_File_get_amode", On::File(fh), || {
         let mut a = 0;
         call::ok(real!(MPI_File_get_amode(call::File(fh).to_real()?, &mut a)))?;
-        if let Some(m) = conv::file_index(fh).and_then(|i| OBJ.files.with(i, |e| e.amode)) {
+        if let Some(m) = file::with(conv::vfile(fh), |e| e.amode) {
             a = m;
         }
         // SAFETY: `amode` is the caller's out-pointer, null or valid for a write as MPI requires
@@ -105,12 +105,13 @@ pub unsafe fn MPI_File_set_view(fh: MPI_File, disp: MPI_Offset, etype: MPI_Datat
         // The real file of a sequential one is not sequential: the displacement is resolved here.
         let disp = sequential::view_disp(fh, f, disp)?;
         call::ok(real!(MPI_File_set_view(f, disp, e, t, datarep, i)))?;
-        if let Some(idx) = conv::file_index(fh) {
+        let v = conv::vfile(fh);
+        if v.index().is_some() {
             // SAFETY: the call succeeded, so `datarep` is a NUL-terminated string.
             let datarep = unsafe { crate::lower::cstr(datarep) };
             let view = View { disp, etype: typeref(etype), filetype: typeref(filetype), datarep };
             let hints = crate::core::kinds::info::entries(i);
-            OBJ.files.with(idx, |x| {
+            file::with(v, |x| {
                 x.view = Some(view);
                 file::merge_hints(&mut x.later_hints, hints);
             });
@@ -123,10 +124,8 @@ pub unsafe fn MPI_File_set_info(fh: MPI_File, info: MPI_Info) -> c_int {
     call::run_in(begin_file_collective(fh), "MPI_File_set_info", On::File(fh), || {
         let (f, i) = (call::File(fh).to_real()?, call::Info(info).to_real()?);
         call::ok(real!(MPI_File_set_info(f, i)))?;
-        if let Some(idx) = conv::file_index(fh) {
-            let hints = crate::core::kinds::info::entries(i);
-            OBJ.files.with(idx, |x| file::merge_hints(&mut x.later_hints, hints));
-        }
+        let hints = crate::core::kinds::info::entries(i);
+        file::with(conv::vfile(fh), |x| file::merge_hints(&mut x.later_hints, hints));
         Ok(())
     })
 }
@@ -145,18 +144,16 @@ pub unsafe fn MPI_File_get_view(fh: MPI_File, disp: *mut MPI_Offset, etype: *mut
     })
 }
 
+/// A file's Fortran handle: its table index plus one (0 is MPI_FILE_NULL's).
 pub unsafe fn MPI_File_c2f(file: MPI_File) -> MPI_Fint {
-    if file.is_null() {
-        return 0;
-    }
-    conv::file_index(file).map_or(0, |i| i as MPI_Fint + 1)
+    conv::vfile(file).index().map_or(0, |i| i as MPI_Fint + 1)
 }
 
 pub unsafe fn MPI_File_f2c(file: MPI_Fint) -> MPI_File {
     if file <= 0 {
-        return std::ptr::null_mut();
+        return MPI_FILE_NULL;
     }
-    conv::file_handle(file as u32 - 1)
+    conv::file_abi(VFile::virtual_at(file as u32 - 1))
 }
 
 /// Nonblocking I/O: a request completed in the drain of a checkpoint, in start order (see
@@ -219,18 +216,16 @@ macro_rules! split_begin {
         pub unsafe fn $name(fh: MPI_File, $($off: MPI_Offset,)? buf: $bt, count: $count, datatype: MPI_Datatype) -> c_int {
             call::run_in(begin_file_collective(fh), stringify!($name), On::File(fh), || {
                 let (f, t) = (call::File(fh).to_real()?, call::Datatype(datatype).to_real()?);
-                let idx = conv::file_index(fh);
+                let v = conv::vfile(fh);
                 // ROMIO's order: a sequential file's refusal, then another split collective's.
                 file_io!(@check $access, fh, f, count, t $(, $off)?);
                 // One split collective at a time on a file (ROMIO's class for another one).
-                if idx.and_then(|i| OBJ.files.with(i, |e| e.split.is_some())).unwrap_or(false) {
+                if file::with(v, |e| e.split.is_some()).unwrap_or(false) {
                     return Err(MPI_ERR_IO);
                 }
                 let mut st = MPI_Status::default();
                 call::ok(real!($blocking(f, $($off,)? buf, count, t, &mut st)))?;
-                if let Some(i) = idx {
-                    OBJ.files.with(i, |e| e.split = Some(st.as_array()));
-                }
+                file::with(v, |e| e.split = Some(st.as_array()));
                 Ok(())
             })
         }
@@ -255,9 +250,8 @@ macro_rules! split_end {
     ($name:ident, $bt:ty) => {
         pub unsafe fn $name(fh: MPI_File, _buf: $bt, status: *mut MPI_Status) -> c_int {
             call::run(stringify!($name), On::File(fh), || {
-                let i = conv::file_index(fh).filter(|&i| OBJ.files.real(i).is_some()).ok_or(MPI_ERR_FILE)?;
-                // No split collective begun on the file: ROMIO's class.
-                let st = OBJ.files.with(i, |e| e.split.take()).flatten().ok_or(MPI_ERR_IO)?;
+                // Not an open file: MPI_ERR_FILE; no split collective begun on it: ROMIO's class.
+                let st = file::with(conv::vfile(fh), |e| e.split.take()).ok_or(MPI_ERR_FILE)?.ok_or(MPI_ERR_IO)?;
                 // SAFETY: `status` is the caller's: MPI_STATUS_IGNORE or valid for a write (this
                 // function's safety contract).
                 unsafe { put_status(status, &MPI_Status::from_array(st)) };

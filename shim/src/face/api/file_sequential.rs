@@ -12,7 +12,7 @@
 //!   with any other displacement fails as ROMIO's does;
 //! - `MPI_File_get_amode` reports the program's mode (`face::api::file`).
 
-use crate::core::state::OBJ;
+use crate::core::kinds::file;
 use crate::face::abi::*;
 use crate::face::call::ok;
 use crate::face::conv;
@@ -22,7 +22,7 @@ const MPI_COMBINER_NAMED: c_int = 1;
 
 /// Whether the program opened `fh` with `MPI_MODE_SEQUENTIAL`, and its mode.
 fn program_amode(fh: MPI_File) -> Option<c_int> {
-    conv::file_index(fh).and_then(|i| OBJ.files.with(i, |e| e.amode)).filter(|a| a & MPI_MODE_SEQUENTIAL != 0)
+    file::with(conv::vfile(fh), |e| e.amode).filter(|a| a & MPI_MODE_SEQUENTIAL != 0)
 }
 
 /// Whether the library underneath refuses file-pointer and explicit-offset calls on a
@@ -161,7 +161,7 @@ pub fn view_disp(fh: MPI_File, real: MPI_File, disp: MPI_Offset) -> Result<MPI_O
         return Ok(if romio() { MPI_DISPLACEMENT_CURRENT } else { disp });
     }
     let f = crate::lower::fns();
-    let comm = conv::file_index(fh).and_then(|i| OBJ.files.with(i, |e| e.comm)).map(|c| crate::core::handles::comm(c).raw()).ok_or(MPI_ERR_FILE)?;
+    let comm = file::with(conv::vfile(fh), |e| e.comm).map(|c| crate::core::handles::comm(c).raw()).ok_or(MPI_ERR_FILE)?;
     let (mut shared, mut bytes) = (0, 0);
     // SAFETY: `comm` is the file's live real communicator, `real` its live real file (both
     // translated inside the gate); out-pointers are locals.

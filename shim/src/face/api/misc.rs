@@ -170,7 +170,7 @@ pub unsafe fn MPI_Remove_error_string(errorcode: c_int) -> c_int {
 /// registers them again (`core::kinds::library`). Failures go to MPI_FILE_NULL's handler, as
 /// ROMIO raises them.
 fn register_datarep(name: &str, datarep: *const c_char, fns: [*mut c_void; 4], large: bool, real_call: impl FnOnce() -> c_int) -> c_int {
-    if let Err(rc) = call::try_run(name, On::File(std::ptr::null_mut()), || call::ok(real_call())) {
+    if let Err(rc) = call::try_run(name, On::File(MPI_FILE_NULL), || call::ok(real_call())) {
         return rc;
     }
     let [read, write, extent, extra] = fns.map(|p| p as usize);

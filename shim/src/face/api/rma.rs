@@ -4,7 +4,6 @@
 //! synchronisation calls record the epochs they open and close; `MPI_Win_allocate` memory is
 //! the shim's own mapping.
 
-use crate::lower::handles::RealWin;
 use crate::face::abi::*;
 use crate::face::api::put;
 use crate::face::api::coll::begin_collective;
@@ -14,7 +13,7 @@ use crate::core::kinds::win::{self, Flavor, Segment, WinEntry};
 use crate::core::state::OBJ;
 use crate::face::{conv, errors};
 use crate::core::gate;
-use mpicr_virtid::{Kind, RequestRecipe};
+use mpicr_virtid::RequestRecipe;
 use std::os::raw::{c_int, c_void};
 
 /// Makes a window: duplicates `comm` (the window's own communicator, see `core::kinds::win`),
@@ -57,13 +56,8 @@ unsafe fn create_win(
             let _ = real!(MPI_Comm_size(dup, &mut n));
             e.segment = win::segment_of(w, n).map(|(start, len)| Segment { start, len, real_start: start, saved: Vec::new() });
         }
-        let v = match OBJ.wins.insert(RealWin(w), e) {
-            Ok(i) => {
-                if library_memory {
-                    win::set_library_memory(i, true);
-                }
-                conv::handle(Kind::Win, i)
-            }
+        let v = match win::register(crate::lower::handles::RealWin(w), e, library_memory) {
+            Ok(v) => conv::win_abi(v),
             Err(_) => errors::fatal("too many live windows"),
         };
         // SAFETY: `win` and `baseptr` are the caller's out-pointers (for a handle and for a
@@ -160,7 +154,7 @@ pub unsafe fn MPI_Win_create_dynamic(info: MPI_Info, comm: MPI_Comm, win: *mut M
 /// The private communicator of a window (`MPI_COMM_NULL` for a handle that is not a live
 /// window's: nothing is counted, the library reports it).
 fn win_comm(win: MPI_Win) -> MPI_Comm {
-    conv::index(win, Kind::Win).and_then(|i| OBJ.wins.with(i, |e| conv::comm_abi(e.comm))).unwrap_or(MPI_COMM_NULL)
+    conv::comm_abi(win::comm_of(conv::vwin(win)))
 }
 
 /// Runs a real call on a window inside the gate and, when it succeeds, updates the window's
@@ -169,9 +163,7 @@ fn on_win(name: &str, win: MPI_Win, g: gate::Guard, real_call: impl FnOnce(MPI_W
     call::run_in(g, name, On::Win(win), || {
         let w = call::CheckedWin(win).to_real()?;
         call::ok(real_call(w))?;
-        if let Some(i) = conv::index(win, Kind::Win) {
-            OBJ.wins.with(i, then);
-        }
+        win::with(conv::vwin(win), then);
         Ok(())
     })
 }
@@ -294,7 +286,7 @@ macro_rules! shared_query {
             let mut base: *mut c_void = std::ptr::null_mut();
             let rc = on_win(stringify!($name), win, gate::enter(), |w| real!($name(w, rank, size, disp_unit, (&mut base as *mut *mut c_void).cast())), |_| {});
             if rc == MPI_SUCCESS {
-                let b = conv::index(win, Kind::Win).and_then(|i| OBJ.wins.with(i, |e| e.program_address(base as usize))).unwrap_or(base as usize);
+                let b = win::with(conv::vwin(win), |e| e.program_address(base as usize)).unwrap_or(base as usize);
                 // SAFETY: `baseptr` is the caller's out-pointer for a `void *` (MPI's contract).
                 unsafe { put(baseptr as *mut *mut c_void, b as *mut c_void) };
             }
@@ -320,9 +312,7 @@ pub unsafe fn MPI_Win_free(win: *mut MPI_Win) -> c_int {
     let (g, _) = begin_collective(win_comm(v));
     let mut r = conv::win(v);
     let rc = real!(MPI_Win_free(&mut r));
-    let entry = (rc == MPI_SUCCESS)
-        .then(|| conv::index(v, Kind::Win).and_then(|i| OBJ.wins.remove(i).map(|e| (e, win::set_library_memory(i, false)))))
-        .flatten();
+    let entry = (rc == MPI_SUCCESS).then(|| win::forget(conv::vwin(v))).flatten();
     if let Some((e, _)) = &entry {
         if let Some(idx) = crate::core::handles::comm_index(e.comm) {
             let mut c = crate::core::handles::comm(e.comm).raw();
@@ -349,7 +339,7 @@ pub unsafe fn MPI_Win_free(win: *mut MPI_Win) -> c_int {
 /// library's answer stands.
 pub fn predefined_attr(win: MPI_Win, keyval: c_int) -> Option<usize> {
     static FLAVORS: [c_int; 5] = [0, MPI_WIN_FLAVOR_CREATE, MPI_WIN_FLAVOR_ALLOCATE, MPI_WIN_FLAVOR_DYNAMIC, MPI_WIN_FLAVOR_SHARED];
-    let (flavor, base) = conv::index(win, Kind::Win).and_then(|i| OBJ.wins.with(i, |e| (e.flavor.attr(), e.base)))?;
+    let (flavor, base) = win::with(conv::vwin(win), |e| (e.flavor.attr(), e.base))?;
     match keyval {
         MPI_WIN_CREATE_FLAVOR => Some(&FLAVORS[flavor as usize] as *const c_int as usize),
         MPI_WIN_BASE if flavor == MPI_WIN_FLAVOR_SHARED || flavor == MPI_WIN_FLAVOR_ALLOCATE => Some(base),

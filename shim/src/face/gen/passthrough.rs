@@ -388,7 +388,7 @@ pub unsafe fn MPI_Fetch_and_op(origin_addr: *const c_void, result_addr: *mut c_v
 }
 
 pub unsafe fn MPI_File_delete(filename: *const c_char, info: MPI_Info) -> c_int {
-    call::run("MPI_File_delete", On::File(std::ptr::null_mut()), || {
+    call::run("MPI_File_delete", On::File(MPI_FILE_NULL), || {
         let info_r = Info(info).to_real()?;
         let Some(f) = lower::fns().MPI_File_delete else { return call::missing("MPI_File_delete") };
         // SAFETY: `f` is the real library's MPI_File_delete, resolved under the C signature of the

@@ -70,10 +70,14 @@ pub(super) unsafe extern "C" fn MPI_Op_create(user_fn: *mut c_void, commute: c_i
 }
 
 /// The core's generalized-request callbacks and their state (MPICH's ABI).
+type QueryFn = unsafe extern "C" fn(*mut c_void, *mut MPI_Status) -> c_int;
+type FreeFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+type CancelFn = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
+
 struct Greq {
-    query: Option<unsafe extern "C" fn(*mut c_void, *mut MPI_Status) -> c_int>,
-    free: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
-    cancel: Option<unsafe extern "C" fn(*mut c_void, c_int) -> c_int>,
+    query: Option<QueryFn>,
+    free: Option<FreeFn>,
+    cancel: Option<CancelFn>,
     extra: *mut c_void,
 }
 
@@ -114,9 +118,9 @@ pub(super) unsafe extern "C" fn MPI_Grequest_start(
     // SAFETY: the core's callbacks (null or functions of MPI's generalized-request types).
     let g = unsafe {
         Box::into_raw(Box::new(Greq {
-            query: std::mem::transmute::<*mut c_void, _>(query),
-            free: std::mem::transmute::<*mut c_void, _>(free),
-            cancel: std::mem::transmute::<*mut c_void, _>(cancel),
+            query: std::mem::transmute::<*mut c_void, Option<QueryFn>>(query),
+            free: std::mem::transmute::<*mut c_void, Option<FreeFn>>(free),
+            cancel: std::mem::transmute::<*mut c_void, Option<CancelFn>>(cancel),
             extra,
         }))
     };

@@ -456,8 +456,9 @@ fn neighbor_len(comm: c_int, out: bool) -> usize {
 /// (`lower::real_sentinel`): macros in Open MPI's mpi.h, not data symbols.
 pub fn sentinel(name: &str) -> Option<*mut c_int> {
     match name {
-        "MPI_UNWEIGHTED" => Some(2 as *mut c_int),
-        "MPI_WEIGHTS_EMPTY" => Some(3 as *mut c_int),
+        // Addresses compared, never dereferenced.
+        "MPI_UNWEIGHTED" => Some(std::ptr::without_provenance_mut(2)),
+        "MPI_WEIGHTS_EMPTY" => Some(std::ptr::without_provenance_mut(3)),
         _ => None,
     }
 }
