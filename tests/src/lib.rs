@@ -129,6 +129,7 @@ impl Flavor {
                 "user_errcodes" => Some("the standard-ABI face keeps the library's numbers of added error codes: MPICH 4.0.2 underneath makes the code of a predefined class without MPICH's dynamic bit (0x20c), the oracle MPICH 5 with it"),
                 "errhandlers" => Some("passes invented handles on purpose; the standard ABI's handles are pointers the wheel's libmpi_abi dereferences"),
                 "status_error" => Some("which completions write MPI_ERROR is the library's choice where MPI leaves it open: the oracle is MPICH 5 (its MPI_Probe leaves it), the library under mpicr MPICH 4.0.2 (which writes it)"),
+                "dtype_logical" => Some("MPI_LOGICAL1/2/4/8, MPI_REAL2 and MPI_COMPLEX4 are predefined in the oracle's library and not in MPICH 4.0.2, the library under mpicr here: there they fail with MPI_ERR_TYPE (the core keeps such handles from MPICH 4.0.2, which aborts on a builtin it does not know)"),
                 "coll_persistent" if ranks > 1 => Some("MPICH 4.0.2, the library under mpicr here, gets MPI_Allgather_init's results wrong at 2+ ranks (the MPICH programs skip that check by MPICH_NUMVERSION, which a standard-ABI program does not have)"),
                 _ => None,
             };
@@ -170,6 +171,7 @@ impl Flavor {
             "errhandlers" => Some("passes invented handles on purpose; Open MPI's handles are pointers it dereferences (the native run dies of SIGSEGV)"),
             "rma" | "ckpt_win" => Some("Debian's Open MPI 4.1.4 fails it natively on this machine kind (MPI_Win_create: MPI_ERR_WIN at 1 rank, SIGSEGV at 2), so there is no oracle"),
             "attr_lifecycle" => Some("Open MPI 4.1.4 fails it natively: freeing a keyval a second time while an attribute still uses it is MPI_ERR_OTHER there (MPI allows it), so there is no oracle"),
+            "dtype_logical" => Some("MPI_LOGICAL1/2/4/8, MPI_REAL2 and MPI_COMPLEX4 are predefined in the oracle's library and not in MPICH 4.0.2, the library under mpicr here: there they fail with MPI_ERR_TYPE (the core keeps such handles from MPICH 4.0.2, which aborts on a builtin it does not know)"),
             "status_error" => Some("which completions write MPI_ERROR is the library's choice where MPI leaves it open (Open MPI's probes leave it, MPICH's write it; MPI_Testall/MPI_Waitsome the other way round), and these programs run on MPICH underneath"),
             "attributes" if ranks == 1 => Some("at 1 rank Debian's Open MPI 4.1.4 fails its window natively (MPI_Win_create: MPI_ERR_WIN), so there is no oracle"),
             "ckpt_large" => Some("Open MPI 4.1.4 fails it natively: a persistent buffered send (MPI_Bsend_init) started again sends zeros instead of the buffer's new contents, so there is no oracle"),

@@ -178,13 +178,38 @@ macro_rules! lower_datatypes {
 mpicr_virtid::predefined_datatypes!(lower_datatypes);
 
 /// The real datatype of a virtual one (the predefined ones are the library's, a foreign value
-/// passes unchanged, a freed one becomes [`STALE`]).
+/// passes unchanged, a freed one becomes [`STALE`], and so does a predefined one the library
+/// lacks: MPICH 4.0 aborts on a builtin handle it does not know, so the call fails with
+/// MPI_ERR_TYPE instead, through the program's error handler, as a library without the type
+/// answers).
 #[inline(always)]
 pub fn datatype(v: VDatatype) -> RealDatatype {
     match v.index() {
         Some(i) => OBJ.datatypes.real(i).unwrap_or(RealDatatype(STALE)),
-        None => RealDatatype(predefined_datatype(v).unwrap_or_else(|| v.to_int().unwrap_or(STALE))),
+        None => RealDatatype(match predefined_datatype(v) {
+            Some(r) if added_after_mpich_4_0(v) && crate::lower::current().lacks_datatype(r) => STALE,
+            Some(r) => r,
+            None => v.to_int().unwrap_or(STALE),
+        }),
     }
+}
+
+/// Whether `v` is one of the predefined datatypes some MPICH-ABI libraries lack (see
+/// `lower::lacking_datatypes`): only these ask the generation, the others cost nothing more.
+#[inline(always)]
+fn added_after_mpich_4_0(v: VDatatype) -> bool {
+    matches!(
+        v,
+        VDatatype::INTEGER16
+            | VDatatype::REAL2
+            | VDatatype::COMPLEX4
+            | VDatatype::LOGICAL1
+            | VDatatype::LOGICAL2
+            | VDatatype::LOGICAL4
+            | VDatatype::LOGICAL8
+            | VDatatype::LOGICAL16
+            | VDatatype::MPIX_BFLOAT16
+    )
 }
 
 /// The real message of a virtual one (as [`request`]; `NO_PROC` is the library's).

@@ -58,6 +58,9 @@ pub struct Generation {
     uselocale: Option<unsafe extern "C" fn(*mut c_void) -> *mut c_void>,
     /// `MPI_Get_library_version`'s string, asked once ([`Generation::library_version`]).
     version: std::sync::OnceLock<String>,
+    /// The predefined datatypes of MPICH 5's ABI this library lacks, from its version once
+    /// ([`Generation::lacks_datatype`]).
+    lacking: std::sync::OnceLock<&'static [abi::MPI_Datatype]>,
 }
 
 // SAFETY: the raw handles are only used under LOAD_LOCK by `release_current`; the rest is
@@ -86,6 +89,19 @@ impl Generation {
             let bytes: Vec<u8> = buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
             String::from_utf8_lossy(&bytes).into_owned()
         })
+    }
+
+    /// Whether the library lacks the predefined datatype `r` (MPICH 5's value of one added
+    /// after MPICH 4.0, see [`lacking_datatypes`]): such a handle must not reach it, since MPICH
+    /// 4.0 aborts on a builtin handle it does not know instead of answering MPI_ERR_TYPE.
+    /// Decided once per generation, from its version string.
+    pub fn lacks_datatype(&self, r: abi::MPI_Datatype) -> bool {
+        self.lacking
+            .get_or_init(|| match self.family {
+                Family::OpenMpi => &[],
+                Family::Mpich => lacking_datatypes(self.library_version()),
+            })
+            .contains(&r)
     }
 
     /// Address of a data symbol of the real library (e.g. `MPI_UNWEIGHTED`), or null.
@@ -119,6 +135,7 @@ impl Generation {
             stand_ins: Vec::new(),
             uselocale: None,
             version: std::sync::OnceLock::new(),
+            lacking: std::sync::OnceLock::new(),
         }
     }
 }
@@ -362,6 +379,7 @@ fn load_locked(path: &Path) -> Result<&'static Generation, LoadError> {
         stand_ins,
         uselocale,
         version: std::sync::OnceLock::new(),
+        lacking: std::sync::OnceLock::new(),
     }));
     let previous = CURRENT.swap(g as *const Generation as *mut Generation, Ordering::AcqRel);
     retire(previous);
@@ -378,6 +396,29 @@ pub enum Family {
     Mpich,
     /// Open MPI (`libmpi.so.40`): pointer handles, driven through the ABI adapter.
     OpenMpi,
+}
+
+/// The predefined datatypes of MPICH 5's ABI (the lower half's, [`abi`]) that the MPICH-ABI
+/// library of `MPI_Get_library_version` string `version` lacks: MPICH before 4.1 has none of
+/// MPI_REAL2, MPI_COMPLEX4, MPI_LOGICAL1..16, MPIX_BFLOAT16 (indices past its builtin table: it
+/// aborts on them) and leaves MPI_INTEGER16 null; Intel MPI 2021 (an MPICH 3.4 derivative) has
+/// MPI_LOGICAL1..8 at MPICH 5's values, leaves MPI_REAL2, MPI_COMPLEX4, MPI_INTEGER16 and
+/// MPI_LOGICAL16 null and gives MPIX_BFLOAT16 another value. Any other library (MPICH 4.1 and
+/// later, one whose version string is not recognised) is taken to have them all.
+pub fn lacking_datatypes(version: &str) -> &'static [abi::MPI_Datatype] {
+    use abi::*;
+    static MPICH_4_0: [MPI_Datatype; 9] =
+        [MPI_INTEGER16, MPI_REAL2, MPI_COMPLEX4, MPI_LOGICAL1, MPI_LOGICAL2, MPI_LOGICAL4, MPI_LOGICAL8, MPI_LOGICAL16, MPIX_BFLOAT16];
+    static INTEL_2021: [MPI_Datatype; 5] = [MPI_INTEGER16, MPI_REAL2, MPI_COMPLEX4, MPI_LOGICAL16, MPIX_BFLOAT16];
+    if version.trim_start().starts_with("Intel(R) MPI Library") {
+        return &INTEL_2021;
+    }
+    let Some(rest) = version.split("MPICH Version:").nth(1) else { return &[] };
+    let mut nums = rest.trim_start().split(|c: char| !c.is_ascii_digit()).map(|n| n.parse::<u32>().ok());
+    match (nums.next().flatten(), nums.next().flatten()) {
+        (Some(major), Some(minor)) if (major, minor) < (4, 1) => &MPICH_4_0,
+        _ => &[],
+    }
 }
 
 /// The family of the library at `path` (by its file name; MPICH's unless it is `libmpi.so.40`).
@@ -1094,4 +1135,25 @@ pub fn real_sentinel(name: &str) -> *mut c_int {
 /// The real library's `MPI_UNWEIGHTED`.
 pub fn real_unweighted() -> *mut c_int {
     real_sentinel("MPI_UNWEIGHTED")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::abi::*;
+    use super::lacking_datatypes;
+
+    #[test]
+    fn the_datatypes_a_library_lacks_follow_its_version() {
+        let debian = "MPICH Version:\t4.0.2\nMPICH Release date:\tThu Apr  7 12:34:45 CDT 2022\n";
+        assert!(lacking_datatypes(debian).contains(&MPI_LOGICAL1));
+        assert!(lacking_datatypes(debian).contains(&MPIX_BFLOAT16));
+        assert!(lacking_datatypes("MPICH Version:      3.4.3\n").contains(&MPI_REAL2));
+        assert!(lacking_datatypes("MPICH Version:      5.0.2\nMPICH Release date: ...").is_empty());
+        assert!(lacking_datatypes("MPICH Version:\t4.1\n").is_empty());
+        let intel = lacking_datatypes("Intel(R) MPI Library 2021.14 for Linux* OS\n");
+        assert!(intel.contains(&MPI_LOGICAL16) && !intel.contains(&MPI_LOGICAL8));
+        assert!(lacking_datatypes("").is_empty());
+        assert!(lacking_datatypes("Open MPI v4.1.4").is_empty());
+        assert!(!lacking_datatypes(debian).contains(&MPI_INT));
+    }
 }

@@ -683,10 +683,10 @@ pub const PREDEFINED: [(&std::ffi::CStr, Kind, i32); 107] = [
     (c"ompi_mpi_2dblcplex", Kind::Datatype, 0), // MPI_2DOUBLE_COMPLEX
     (c"ompi_mpi_character", Kind::Datatype, 1275068698), // MPI_CHARACTER
     (c"ompi_mpi_logical", Kind::Datatype, 1275069469), // MPI_LOGICAL
-    (c"ompi_mpi_logical1", Kind::Datatype, 0), // MPI_LOGICAL1
-    (c"ompi_mpi_logical2", Kind::Datatype, 0), // MPI_LOGICAL2
-    (c"ompi_mpi_logical4", Kind::Datatype, 0), // MPI_LOGICAL4
-    (c"ompi_mpi_logical8", Kind::Datatype, 0), // MPI_LOGICAL8
+    (c"ompi_mpi_logical1", Kind::Datatype, 1275068743), // MPI_LOGICAL1
+    (c"ompi_mpi_logical2", Kind::Datatype, 1275069000), // MPI_LOGICAL2
+    (c"ompi_mpi_logical4", Kind::Datatype, 1275069513), // MPI_LOGICAL4
+    (c"ompi_mpi_logical8", Kind::Datatype, 1275070538), // MPI_LOGICAL8
     (c"ompi_mpi_integer", Kind::Datatype, 1275069467), // MPI_INTEGER
     (c"ompi_mpi_integer1", Kind::Datatype, 1275068717), // MPI_INTEGER1
     (c"ompi_mpi_integer2", Kind::Datatype, 1275068975), // MPI_INTEGER2
@@ -730,8 +730,8 @@ pub const PREDEFINED: [(&std::ffi::CStr, Kind, i32); 107] = [
     (c"ompi_mpi_errors_are_fatal", Kind::Errhandler, 1409286144), // MPI_ERRORS_ARE_FATAL
     (c"ompi_mpi_errors_return", Kind::Errhandler, 1409286145), // MPI_ERRORS_RETURN
     (c"ompi_mpi_instance_null", Kind::Session, 939524096), // MPI_SESSION_NULL
-    (c"ompi_mpi_real2", Kind::Datatype, 0), // MPI_REAL2
-    (c"ompi_mpi_complex4", Kind::Datatype, 0), // MPI_COMPLEX4
+    (c"ompi_mpi_real2", Kind::Datatype, 1275068966), // MPI_REAL2
+    (c"ompi_mpi_complex4", Kind::Datatype, 1275069486), // MPI_COMPLEX4
     (c"ompi_mpi_errors_abort", Kind::Errhandler, 1409286147), // MPI_ERRORS_ABORT
     (c"ompi_mpi_short_float", Kind::Datatype, 1275068998), // MPIX_C_FLOAT16
 ];
