@@ -2,7 +2,8 @@
  * MPI_REAL2, MPI_COMPLEX4): where the program's mpi.h has one, its MPI_Type_size (the
  * LOGICALn checked against n), MPI_Type_get_name, and a Sendrecv of 4 elements to itself on
  * MPI_COMM_SELF, bytes checked; a call that fails prints its error class (errors return). A
- * name the mpi.h lacks prints a skip line (MPICH 4.0.2's has none of them).
+ * name the mpi.h lacks prints a skip line (MPICH 4.0.2's has none of them). Standard-ABI
+ * programs also print what MPI_Abi_get_fortran_info says of four of them.
  * mpicr-test: ranks=1
  */
 #include "common.h"
@@ -61,6 +62,22 @@ int main(int argc, char **argv)
     probe(MPI_COMPLEX4, "MPI_COMPLEX4", 0);
 #else
     t_skip("MPI_COMPLEX4", "this mpi.h does not name it");
+#endif
+#ifdef MPI_ABI_VERSION
+    /* The standard ABI says which optional Fortran datatypes the library has. */
+    {
+        MPI_Info info;
+        CHECK_MPI(MPI_Abi_get_fortran_info(&info));
+        const char *keys[] = {"mpi_logical1_supported", "mpi_logical8_supported", "mpi_real2_supported",
+                              "mpi_complex4_supported"};
+        for (int i = 0; i < 4; i++) {
+            char val[32] = "";
+            int len = (int)sizeof val, flag = 0;
+            CHECK_MPI(MPI_Info_get_string(info, keys[i], &len, val, &flag));
+            printf("fortran info %s: %s\n", keys[i], flag ? val : "(unset)");
+        }
+        CHECK_MPI(MPI_Info_free(&info));
+    }
 #endif
     return t_finish();
 }

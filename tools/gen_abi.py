@@ -78,6 +78,14 @@ def extract(work):
     abi = gen_ompi.constant_values(cc, text, names)
     mpich = gen_ompi.constant_values("mpicc.mpich", text, sorted(abi))
     mpich_h = gen_ompi.constant_values("mpicc.mpich", text, [h["name"] for h in handles if h["type"] != "MPI_File"])
+    # Datatypes MPICH 4.0.2 lacks (undefined, or MPI_DATATYPE_NULL as its MPI_INTEGER16) and
+    # MPICH 5 has (MPI_LOGICAL1..16, MPI_REAL2, MPI_COMPLEX4, MPI_INTEGER16): MPICH 5's values,
+    # which the core knows; where the library underneath lacks one, the core keeps it from that
+    # library (MPI_ERR_TYPE), see core::handles::datatype.
+    null = mpich_h.get("MPI_DATATYPE_NULL")
+    lacking = [h["name"] for h in handles
+               if h["type"] == "MPI_Datatype" and h["name"] != "MPI_DATATYPE_NULL" and mpich_h.get(h["name"]) in (None, null)]
+    mpich_h.update({n: v for n, v in gen_ompi.constant_values(gen_ompi.MPICH5_CC, text, lacking).items() if v != null})
     for h in handles:
         h["mpich"] = 0 if h["type"] == "MPI_File" else mpich_h.get(h["name"])
     ver = re.search(r"#define MPI_ABI_VERSION\s+(\d+).*?#define MPI_ABI_SUBVERSION\s+(\d+)", text, re.S)

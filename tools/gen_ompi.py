@@ -174,11 +174,15 @@ def extract_one(cc):
     mpich.update({"MPI_" + n[5:]: v for n, v in ext.items()})
     # MPICH's values of the predefined handles (ints; MPI_FILE_NULL is a null pointer there).
     mpich_h = constant_values("mpicc.mpich", text, [h["name"] for h in handles if h["type"] != "MPI_File"])
-    # Datatypes MPICH 4.0.2 lacks and MPICH 5 has (MPI_LOGICAL1..8, MPI_REAL2, MPI_COMPLEX4):
-    # MPICH 5's builtin values, so that with Open MPI underneath the lower half maps them to
-    # Open MPI's own (MPICH 4.0.2's mpi.h leaves them undefined; the face answered MPI_ERR_TYPE).
-    lacking = [h["name"] for h in handles if h["type"] == "MPI_Datatype" and h["name"] not in mpich_h]
-    mpich_h.update(constant_values(MPICH5_CC, text, lacking))
+    # Datatypes MPICH 4.0.2 lacks and MPICH 5 has (MPI_LOGICAL1..8, MPI_REAL2, MPI_COMPLEX4
+    # undefined, MPI_INTEGER16 MPI_DATATYPE_NULL there): MPICH 5's builtin values, so that with
+    # Open MPI underneath the lower half maps them to Open MPI's own (the face answered
+    # MPI_ERR_TYPE); where the library underneath lacks one, the core keeps it from that library
+    # (MPI_ERR_TYPE, not MPICH 4.0's abort), see core::handles::datatype.
+    null = mpich_h.get("MPI_DATATYPE_NULL")
+    lacking = [h["name"] for h in handles
+               if h["type"] == "MPI_Datatype" and h["name"] != "MPI_DATATYPE_NULL" and mpich_h.get(h["name"]) in (None, null)]
+    mpich_h.update({n: v for n, v in constant_values(MPICH5_CC, text, lacking).items() if v != null})
     for h in handles:
         h["mpich"] = 0 if h["type"] == "MPI_File" else mpich_h.get(h["name"])
     ver = re.search(r"#define OMPI_MAJOR_VERSION (\d+).*?#define OMPI_MINOR_VERSION (\d+).*?#define OMPI_RELEASE_VERSION (\d+)", text, re.S)

@@ -129,7 +129,7 @@ impl Flavor {
                 "user_errcodes" => Some("the standard-ABI face keeps the library's numbers of added error codes: MPICH 4.0.2 underneath makes the code of a predefined class without MPICH's dynamic bit (0x20c), the oracle MPICH 5 with it"),
                 "errhandlers" => Some("passes invented handles on purpose; the standard ABI's handles are pointers the wheel's libmpi_abi dereferences"),
                 "status_error" => Some("which completions write MPI_ERROR is the library's choice where MPI leaves it open: the oracle is MPICH 5 (its MPI_Probe leaves it), the library under mpicr MPICH 4.0.2 (which writes it)"),
-                "dtype_logical" => Some("MPI_LOGICAL1/2/4/8, MPI_REAL2 and MPI_COMPLEX4 are predefined in the oracle's library and not in MPICH 4.0.2, the library under mpicr here: there they fail with MPI_ERR_TYPE (the core keeps such handles from MPICH 4.0.2, which aborts on a builtin it does not know)"),
+                "dtype_logical" => Some("MPI_LOGICAL1/2/4/8, MPI_REAL2 and MPI_COMPLEX4 are predefined in the oracle's library and not in MPICH 4.0.2, the library under mpicr here: there they fail with MPI_ERR_TYPE (the core keeps such handles from MPICH 4.0.2, which aborts on a builtin it does not know) and MPI_Abi_get_fortran_info says false"),
                 "coll_persistent" if ranks > 1 => Some("MPICH 4.0.2, the library under mpicr here, gets MPI_Allgather_init's results wrong at 2+ ranks (the MPICH programs skip that check by MPICH_NUMVERSION, which a standard-ABI program does not have)"),
                 _ => None,
             };

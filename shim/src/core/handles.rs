@@ -194,6 +194,12 @@ pub fn datatype(v: VDatatype) -> RealDatatype {
     }
 }
 
+/// Whether the library underneath has the predefined datatype of MPICH-ABI value `r` (false
+/// for any other value): what the standard-ABI face's `MPI_Abi_get_fortran_info` reports.
+pub fn library_has_datatype(r: MPI_Datatype) -> bool {
+    predefined_vdatatype(r).is_some_and(|v| v != VDatatype::NULL && datatype(v).raw() != STALE)
+}
+
 /// Whether `v` is one of the predefined datatypes some MPICH-ABI libraries lack (see
 /// `lower::lacking_datatypes`): only these ask the generation, the others cost nothing more.
 #[inline(always)]

@@ -692,7 +692,7 @@ pub const PREDEFINED: [(&std::ffi::CStr, Kind, i32); 107] = [
     (c"ompi_mpi_integer2", Kind::Datatype, 1275068975), // MPI_INTEGER2
     (c"ompi_mpi_integer4", Kind::Datatype, 1275069488), // MPI_INTEGER4
     (c"ompi_mpi_integer8", Kind::Datatype, 1275070513), // MPI_INTEGER8
-    (c"ompi_mpi_integer16", Kind::Datatype, 201326592), // MPI_INTEGER16
+    (c"ompi_mpi_integer16", Kind::Datatype, 1275072562), // MPI_INTEGER16
     (c"ompi_mpi_real", Kind::Datatype, 1275069468), // MPI_REAL
     (c"ompi_mpi_real4", Kind::Datatype, 1275069479), // MPI_REAL4
     (c"ompi_mpi_real8", Kind::Datatype, 1275070505), // MPI_REAL8

@@ -1592,6 +1592,7 @@ pub const PREDEFINED: &[(K, c_int, &str)] = &[
     (K::Datatype, 1275068975, "ompi_mpi_integer2\0"),
     (K::Datatype, 1275069488, "ompi_mpi_integer4\0"),
     (K::Datatype, 1275070513, "ompi_mpi_integer8\0"),
+    (K::Datatype, 1275072562, "ompi_mpi_integer16\0"),
     (K::Datatype, 1275069468, "ompi_mpi_real\0"),
     (K::Datatype, 1275069479, "ompi_mpi_real4\0"),
     (K::Datatype, 1275070505, "ompi_mpi_real8\0"),
