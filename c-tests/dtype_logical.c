@@ -4,7 +4,7 @@
  * MPI_COMM_SELF, bytes checked; a call that fails prints its error class (errors return). A
  * name the mpi.h lacks prints a skip line (MPICH 4.0.2's has none of them). Standard-ABI
  * programs also print what MPI_Abi_get_fortran_info says of four of them.
- * mpicr-test: ranks=1
+ * mpicr-test: ranks=1,2
  */
 #include "common.h"
 #include <string.h>
