@@ -32,13 +32,8 @@ impl Criu {
         if let Some(c) = crate::paths::installed_criu().filter(|c| crate::sys::is_executable(c)) {
             return Ok(Criu { bin: c.canonicalize().unwrap_or(c) });
         }
-        if let Some(dir) = crate::paths::exe_dir() {
-            for rel in ["../../.deps/criu/criu", "../../../.deps/criu/criu"] {
-                let c = dir.join(rel);
-                if crate::sys::is_executable(&c) {
-                    return Ok(Criu { bin: c.canonicalize().unwrap_or(c) });
-                }
-            }
+        if let Some(c) = crate::paths::source_tree_dep("criu/criu") {
+            return Ok(Criu { bin: c.canonicalize().unwrap_or(c) });
         }
         let path = std::env::var_os("PATH").unwrap_or_default();
         for d in std::env::split_paths(&path) {

@@ -54,8 +54,7 @@ pub fn write_tracking_criu() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("MPICR_CRIU_WT").filter(|v| !v.is_empty()) {
         return Some(PathBuf::from(p)).filter(|p| crate::sys::is_executable(p));
     }
-    let dir = crate::paths::exe_dir()?;
-    ["../../.deps/criu-wt/criu", "../../../.deps/criu-wt/criu"].iter().map(|rel| dir.join(rel)).find(|c| crate::sys::is_executable(c))
+    crate::paths::source_tree_dep("criu-wt/criu")
 }
 
 /// Dirty tracking by userfaultfd write-protection: the patched CRIU, and the program's

@@ -22,6 +22,14 @@ pub fn installed_criu() -> Option<PathBuf> {
     exe_dir().map(|d| d.join("../libexec/mpicr/criu"))
 }
 
+/// An executable `.deps/REL` of the source tree the mpicr binary was built in
+/// (`target/release/../../.deps/REL`, or one level further up for a worktree's target), as
+/// `make deps` installs the private CRIUs.
+pub fn source_tree_dep(rel: &str) -> Option<PathBuf> {
+    let dir = exe_dir()?;
+    ["../../.deps", "../../../.deps"].iter().map(|d| dir.join(d).join(rel)).find(|c| crate::sys::is_executable(c))
+}
+
 /// The libraries mpicr preloads (faces), by file name.
 pub const FACE_LIBS: [&str; 3] = ["libmpicr.so", "libmpicr_ompi.so", "libmpicr_abi.so"];
 

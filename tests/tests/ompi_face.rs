@@ -13,8 +13,26 @@
 //! matrix leaves `dtype_logical` out on ompi-on-mpich4, whose oracle (Open MPI) has them.
 
 use mpicr_tests::{compare, job, Flavor, Harness, Job, Launcher, Scratch};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
+
+/// Builds `c-tests/NAME.c` with Open MPI's wrapper `mpicc` (and `flags`) into `dir`.
+fn build_c_test(mpicc: &Path, root: &Path, dir: &Scratch, name: &str, flags: &[&str]) -> PathBuf {
+    let bin = dir.root().join(name);
+    let out = Command::new(mpicc)
+        .args(flags)
+        .args(["-O2", "-I"])
+        .arg(root.join("c-tests"))
+        .arg("-o")
+        .arg(&bin)
+        .arg(root.join(format!("c-tests/{name}.c")))
+        .arg("-lm")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    bin
+}
 
 #[test]
 fn a_non_pie_open_mpi_program_runs_under_the_open_mpi_face() {
@@ -31,17 +49,7 @@ fn a_non_pie_open_mpi_program_runs_under_the_open_mpi_face() {
     assert!(shim.is_file(), "{} is missing: cargo build --release -p mpicr-face-ompi", shim.display());
 
     let build = Scratch::new("ompi-face-no-pie-build", false).unwrap();
-    let bin = build.root().join("coll_blocking_no_pie");
-    let out = Command::new(&mpicc)
-        .args(["-no-pie", "-O2", "-I"])
-        .arg(root.join("c-tests"))
-        .arg("-o")
-        .arg(&bin)
-        .arg(root.join("c-tests/coll_blocking.c"))
-        .arg("-lm")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let bin = build_c_test(&mpicc, &root, &build, "coll_blocking", &["-no-pie"]);
 
     // The executable copies the handles: the case this test is about.
     let relocs = Command::new("readelf").arg("-rW").arg(&bin).output().unwrap();
@@ -103,17 +111,7 @@ fn datatypes_mpich_4_0_lacks_fail_with_mpi_err_type_under_the_open_mpi_face() {
     let shim = root.join("target/release/libmpicr_ompi.so");
     assert!(shim.is_file(), "{} is missing: cargo build --release -p mpicr-face-ompi", shim.display());
     let build = Scratch::new("ompi-face-logical-build", false).unwrap();
-    let bin = build.root().join("dtype_logical");
-    let out = Command::new(&mpicc)
-        .args(["-O2", "-I"])
-        .arg(root.join("c-tests"))
-        .arg("-o")
-        .arg(&bin)
-        .arg(root.join("c-tests/dtype_logical.c"))
-        .arg("-lm")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let bin = build_c_test(&mpicc, &root, &build, "dtype_logical", &[]);
     let shimmed = job::run(
         &Job {
             mpiexec,
