@@ -71,6 +71,7 @@ impl Criu {
         let dir = &dir.canonicalize().with_context(|| format!("resolving {}", dir.display()))?;
         let pidfile = dir.join("restore.pid");
         let _ = std::fs::remove_file(&pidfile);
+        crate::timens::settle_before_restore(dir);
         let mut cmd = Command::new(&self.bin);
         // --restore-sibling: the restored program becomes the keeper's child directly (not
         // CRIU's), so its parent-death signal refers to the keeper and CRIU's exit is harmless.

@@ -31,6 +31,7 @@ mod stage;
 mod spawn;
 mod status;
 mod sys;
+mod timens;
 
 use args::{Cli, Command};
 
