@@ -39,16 +39,13 @@ impl AppLaunch {
 
 /// Variables of the launch a restart runs in, not of the one the program first ran in.
 fn belongs_to_launch(k: &str) -> bool {
-    ["PMI_", "PMIX_", "HYDI_", "HYDRA_", "MPI_LOCAL", "SLURM_", "OMPI_", "PRTE_", "I_MPI_", "MPIR_", "MPICR_"]
-        .iter()
-        .any(|p| k.starts_with(p))
+    ["PMI_", "PMIX_", "HYDI_", "HYDRA_", "MPI_LOCAL", "SLURM_", "OMPI_", "PRTE_", "I_MPI_", "MPIR_", "MPICR_"].iter().any(|p| k.starts_with(p))
 }
 
 /// The restarted program's environment: the one it first ran with, except what describes the
 /// launch (taken from this keeper's environment, the new launch's).
 fn restart_env(saved: &[(String, String)]) -> Vec<(String, OsString)> {
-    let mut env: Vec<(String, OsString)> =
-        saved.iter().filter(|(k, _)| !belongs_to_launch(k)).map(|(k, v)| (k.clone(), OsString::from(v))).collect();
+    let mut env: Vec<(String, OsString)> = saved.iter().filter(|(k, _)| !belongs_to_launch(k)).map(|(k, v)| (k.clone(), OsString::from(v))).collect();
     env.extend(std::env::vars_os().filter_map(|(k, v)| {
         let k = k.into_string().ok()?;
         belongs_to_launch(&k).then_some((k, v))
@@ -74,7 +71,14 @@ pub struct Fresh {
 /// Starts the program of `launch` afresh to restore rank directory `rdir` (absolute).
 /// `pidns`: the working directory of the init of a PID namespace for the program (see
 /// `keeper::run`: app-mode ranks get one like their CRIU peers).
-pub fn start_fresh(launch: &AppLaunch, rdir: &Path, shim: Option<PathBuf>, pmi_fd: Option<RawFd>, extra: Vec<(String, OsString)>, pidns: Option<PathBuf>) -> Result<Fresh> {
+pub fn start_fresh(
+    launch: &AppLaunch,
+    rdir: &Path,
+    shim: Option<PathBuf>,
+    pmi_fd: Option<RawFd>,
+    extra: Vec<(String, OsString)>,
+    pidns: Option<PathBuf>,
+) -> Result<Fresh> {
     let (k_ctl, p_ctl) = sys::socketpair().context("creating the control socketpair")?;
     let mut fds: Vec<(OwnedFd, RawFd)> = vec![(p_ctl, PROGRAM_CTL_FD)];
     let mut set_env = restart_env(&launch.env);

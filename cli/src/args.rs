@@ -154,8 +154,7 @@ impl DirArg {
 }
 
 pub fn resolve_dir(dir: Option<PathBuf>) -> PathBuf {
-    dir.or_else(|| std::env::var_os(CKPT_DIR_ENV).filter(|v| !v.is_empty()).map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_CKPT_DIR))
+    dir.or_else(|| std::env::var_os(CKPT_DIR_ENV).filter(|v| !v.is_empty()).map(PathBuf::from)).unwrap_or_else(|| PathBuf::from(DEFAULT_CKPT_DIR))
 }
 
 /// `mpicr run --mode`.

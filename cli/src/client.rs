@@ -22,12 +22,7 @@ pub fn checkpoint(args: CheckpointArgs) -> Result<()> {
     if info.is_stale() {
         return Err(Failure::new(
             exit::NO_JOB,
-            format!(
-                "no job is running on {}: job {} ended without cleaning up (its coordinator, pid {}, is gone)",
-                dir.root.display(),
-                info.job_id,
-                info.pid
-            ),
+            format!("no job is running on {}: job {} ended without cleaning up (its coordinator, pid {}, is gone)", dir.root.display(), info.job_id, info.pid),
         ));
     }
     let (mut tx, mut s) = coord_wire::connect(&info, Duration::from_secs(10))
@@ -120,11 +115,9 @@ impl Progress {
                 }
                 let line = match epoch.load(Ordering::SeqCst) {
                     0 => format!("mpicr: checkpoint waiting to begin, {}", format_duration(t0.elapsed())),
-                    e => format!(
-                        "mpicr: checkpoint {e}: {} written, {}",
-                        human_bytes(crate::status::dir_size(&dir.epoch_dir(e))),
-                        format_duration(t0.elapsed())
-                    ),
+                    e => {
+                        format!("mpicr: checkpoint {e}: {} written, {}", human_bytes(crate::status::dir_size(&dir.epoch_dir(e))), format_duration(t0.elapsed()))
+                    }
                 };
                 crate::elog_raw(&format!("\r\x1b[K{line}"));
                 shown = true;
@@ -185,7 +178,10 @@ fn wait_job_end(dir: &CkptDir, info: &CoordInfo, limit: Duration) -> Result<()> 
         if t.elapsed() >= limit {
             return Err(Failure::new(
                 exit::TIMED_OUT,
-                format!("epoch committed, but job {} has not ended within the timeout (its coordinator, pid {} on {}, still runs)", info.job_id, info.pid, info.host),
+                format!(
+                    "epoch committed, but job {} has not ended within the timeout (its coordinator, pid {} on {}, still runs)",
+                    info.job_id, info.pid, info.host
+                ),
             ));
         }
         std::thread::sleep(Duration::from_millis(50));

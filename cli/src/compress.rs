@@ -41,13 +41,7 @@ fn private_new(p: &Path) -> Result<fs::File> {
 fn run(args: &[&str], from: &Path, to: &Path) -> Result<()> {
     let input = fs::File::open(from).with_context(|| format!("opening {}", from.display()))?;
     let out = private_new(to)?;
-    let st = Command::new("zstd")
-        .args(args)
-        .stdin(Stdio::from(input))
-        .stdout(Stdio::from(out))
-        .stderr(Stdio::piped())
-        .output()
-        .context("running zstd")?;
+    let st = Command::new("zstd").args(args).stdin(Stdio::from(input)).stdout(Stdio::from(out)).stderr(Stdio::piped()).output().context("running zstd")?;
     if !st.status.success() {
         let _ = fs::remove_file(to);
         bail!("zstd {} {} failed ({}): {}", args.join(" "), from.display(), st.status, String::from_utf8_lossy(&st.stderr).trim());

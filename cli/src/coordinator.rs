@@ -28,9 +28,9 @@
 use crate::coord_wire::{self, AgentInfo, CkptResult, ClientRequest, FromCoord, Hello, KeeperHello, LiveStatus, Mode, ToClient, ToCoord};
 use crate::images::{self, CkptDir, JobInfo, Manifest, RankManifest};
 use anyhow::{bail, Context, Result};
+use coord_wire::SecureTx;
 use mpicr_proto::CommGid;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use coord_wire::SecureTx;
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -84,10 +84,7 @@ pub fn raise_targets(targets: &mut HashMap<CommGid, u64>, wants: &[(CommGid, u64
 /// go. It waits at the first collective of one (MPI_File_open's communicator, say, followed at
 /// once by MPI_File_set_view), and its peers may already be inside that collective.
 pub fn untold_targets(targets: &HashMap<CommGid, u64>, wants: &[(CommGid, u64)], known: impl Fn(CommGid) -> bool) -> Vec<(CommGid, u64)> {
-    wants
-        .iter()
-        .filter_map(|&(g, n)| targets.get(&g).filter(|&&t| t >= n && !known(g)).map(|&t| (g, t)))
-        .collect()
+    wants.iter().filter_map(|&(g, n)| targets.get(&g).filter(|&&t| t >= n && !known(g)).map(|&t| (g, t))).collect()
 }
 
 /// Of the communicators a rank made without being given a target (`untold`: its counts), those
@@ -104,7 +101,10 @@ pub type GroupMembers = HashMap<CommGid, Vec<i32>>;
 /// of (reported or not: a member that has not called it yet must run on until it did; one
 /// blocked in the call waits for it). Every rank gets an entry, possibly empty.
 pub fn group_targets(
-    members: &GroupMembers, targets: &HashMap<CommGid, u64>, keys: impl Iterator<Item = CommGid>, size: i32,
+    members: &GroupMembers,
+    targets: &HashMap<CommGid, u64>,
+    keys: impl Iterator<Item = CommGid>,
+    size: i32,
 ) -> BTreeMap<i32, Vec<(CommGid, u64)>> {
     let mut out: BTreeMap<i32, BTreeMap<CommGid, u64>> = (0..size).map(|r| (r, BTreeMap::new())).collect();
     for g in keys {
@@ -221,15 +221,30 @@ pub fn settle(limit: Duration) -> Settled {
 }
 
 enum Event {
-    KeeperJoined { conn: u64, hello: KeeperHello, writer: SecureTx },
-    FromKeeper { conn: u64, msg: ToCoord },
-    KeeperGone { conn: u64 },
-    Client { req: ClientRequest, stream: SecureTx },
+    KeeperJoined {
+        conn: u64,
+        hello: KeeperHello,
+        writer: SecureTx,
+    },
+    FromKeeper {
+        conn: u64,
+        msg: ToCoord,
+    },
+    KeeperGone {
+        conn: u64,
+    },
+    Client {
+        req: ClientRequest,
+        stream: SecureTx,
+    },
     Tick,
     /// `--stop-before`: the job's time limit is near.
     TimeLimit,
     /// The hosting keeper's program ended (see [`settle`]).
-    Settle { until: Instant, reply: Sender<Settled> },
+    Settle {
+        until: Instant,
+        reply: Sender<Settled>,
+    },
 }
 
 /// Counts a connection that has not authenticated yet, until dropped.
@@ -448,8 +463,7 @@ impl Coordinator {
 
     fn run(mut self, rx: Receiver<Event>) {
         loop {
-            let deadline =
-                [self.ckpt.as_ref().map(|c| c.deadline), self.restart_pending.map(|(_, d)| d), self.waiting.as_ref().map(|w| w.until)]
+            let deadline = [self.ckpt.as_ref().map(|c| c.deadline), self.restart_pending.map(|(_, d)| d), self.waiting.as_ref().map(|w| w.until)]
                 .into_iter()
                 .flatten()
                 .min();
@@ -493,8 +507,7 @@ impl Coordinator {
         let now = Instant::now();
         if let Some((epoch, d)) = self.restart_pending {
             if now >= d {
-                let missing: Vec<String> =
-                    (0..self.size()).filter(|r| !self.ranks.get(r).is_some_and(|k| k.restored)).map(|r| r.to_string()).collect();
+                let missing: Vec<String> = (0..self.size()).filter(|r| !self.ranks.get(r).is_some_and(|k| k.restored)).map(|r| r.to_string()).collect();
                 let reason = format!("restart of epoch {epoch} timed out waiting for rank(s) {}", missing.join(", "));
                 self.log(&reason);
                 self.broadcast(&FromCoord::Abort { epoch, reason });
@@ -1175,7 +1188,8 @@ impl Coordinator {
             }
         }
         self.settled(Settled::Committed(m.epoch));
-        let res = CkptResult { epoch: m.epoch, stop_time_us: m.stop_time_us, mpi_back_us: m.mpi_back_us, bytes: m.total_bytes, ranks: m.ranks, stopped: c.stop };
+        let res =
+            CkptResult { epoch: m.epoch, stop_time_us: m.stop_time_us, mpi_back_us: m.mpi_back_us, bytes: m.total_bytes, ranks: m.ranks, stopped: c.stop };
         match c.requester {
             Requester::Client(mut s) => {
                 let _ = coord_wire::send(&mut s, &ToClient::Done(res));
@@ -1194,11 +1208,8 @@ impl Coordinator {
         let Some(c) = self.ckpt.take() else { return };
         let epoch = c.epoch;
         let committed = c.manifest.is_some();
-        let msg = if committed {
-            format!("checkpoint {epoch} was committed but resuming failed: {reason}")
-        } else {
-            format!("checkpoint {epoch} aborted: {reason}")
-        };
+        let msg =
+            if committed { format!("checkpoint {epoch} was committed but resuming failed: {reason}") } else { format!("checkpoint {epoch} aborted: {reason}") };
         if !committed {
             self.cfg.dir.mark_failed(epoch, &reason);
         }

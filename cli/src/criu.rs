@@ -51,7 +51,17 @@ impl Criu {
     /// `extra`: more options (`incremental`'s `--track-mem`, `--prev-images-dir`); `env` and
     /// `fds` (descriptor, number in CRIU): what the write tracker hands CRIU (`incremental`).
     #[allow(clippy::too_many_arguments)]
-    pub fn dump_with(&self, pid: i32, dir: &Path, external_unix: &[u64], leave_stopped: bool, extra: &[String], env: &[(String, String)], fds: Vec<(OwnedFd, RawFd)>, timeout: Duration) -> Result<()> {
+    pub fn dump_with(
+        &self,
+        pid: i32,
+        dir: &Path,
+        external_unix: &[u64],
+        leave_stopped: bool,
+        extra: &[String],
+        env: &[(String, String)],
+        fds: Vec<(OwnedFd, RawFd)>,
+        timeout: Duration,
+    ) -> Result<()> {
         let dir = &dir.canonicalize().with_context(|| format!("resolving {}", dir.display()))?;
         let mut cmd = Command::new(&self.bin);
         cmd.arg("dump").arg("-t").arg(pid.to_string()).arg("-D").arg(dir).arg("-o").arg("dump.log").arg("-v4");
@@ -189,11 +199,9 @@ impl LazyPages {
         let log = self.dir.join(LAZY_LOG);
         let r = match self.done.recv_timeout(limit) {
             Ok(Ok(st)) if st.success() => Ok(()),
-            Ok(st) => Err(anyhow::anyhow!(
-                "criu lazy-pages failed ({}){}",
-                st.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string()),
-                describe_failure("", &log)
-            )),
+            Ok(st) => {
+                Err(anyhow::anyhow!("criu lazy-pages failed ({}){}", st.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string()), describe_failure("", &log)))
+            }
             Err(_) => {
                 kill_running(self.pid);
                 let _ = self.done.recv_timeout(Duration::from_secs(10));
@@ -262,7 +270,10 @@ pub fn missing_privilege(bin: &Path, caps: Option<(u64, bool)>, bounding: u64, l
         return Some(format!("{} lacks CAP_CHECKPOINT_RESTORE, which checkpoints by a non-root user need: {}", bin.display(), fix("cap_checkpoint_restore")));
     }
     if !has(bounding, CAP_CHECKPOINT_RESTORE) && !has(bounding, CAP_SYS_ADMIN) {
-        return Some(format!("CAP_CHECKPOINT_RESTORE is outside this process's capability bounding set, so {} cannot get it: run the job where it is allowed, or as root", bin.display()));
+        return Some(format!(
+            "CAP_CHECKPOINT_RESTORE is outside this process's capability bounding set, so {} cannot get it: run the job where it is allowed, or as root",
+            bin.display()
+        ));
     }
     let full = if last_cap >= 63 { u64::MAX } else { (1u64 << (last_cap + 1)) - 1 };
     if bounding & full != full && !has(prm, CAP_SETPCAP) {
@@ -308,11 +319,8 @@ fn check_unprivileged() -> Result<()> {
     } else if no_new_privs {
         bail!("{}", missing_privilege(&criu.bin, None, bounding, last_cap, true).unwrap_or_default());
     }
-    let out = Command::new(&criu.bin)
-        .args(["check", "--unprivileged"])
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("starting {}", criu.bin.display()))?;
+    let out =
+        Command::new(&criu.bin).args(["check", "--unprivileged"]).stdin(Stdio::null()).output().with_context(|| format!("starting {}", criu.bin.display()))?;
     if !out.status.success() {
         let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         if text.contains("CAP_CHECKPOINT_RESTORE") {
@@ -439,11 +447,8 @@ pub fn log_tail(log: &Path, n: usize) -> String {
     // CRIU always logs this one as an error (it cannot raise its own descriptor limit); noise.
     let lines: Vec<&str> = text.lines().filter(|l| !l.contains("Can't setup RLIMIT_NOFILE")).collect();
     let errors: Vec<&str> = lines.iter().copied().filter(|l| l.contains("Error") || l.contains("error")).collect();
-    let pick: Vec<&str> = if errors.is_empty() {
-        lines.iter().rev().take(n).rev().copied().collect()
-    } else {
-        errors.iter().rev().take(n).rev().copied().collect()
-    };
+    let pick: Vec<&str> =
+        if errors.is_empty() { lines.iter().rev().take(n).rev().copied().collect() } else { errors.iter().rev().take(n).rev().copied().collect() };
     pick.iter().map(|l| format!("    {l}")).collect::<Vec<_>>().join("\n")
 }
 

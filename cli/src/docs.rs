@@ -43,9 +43,7 @@ pub fn man_pages(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
     let mut pages = vec![(top.clone(), true)];
     pages.extend(top.get_subcommands().filter(|s| !s.is_hide_set()).map(|s| (s.clone(), false)));
     for (cmd, is_top) in pages {
-        let man = clap_mangen::Man::new(cmd.clone())
-            .manual("mpicr")
-            .source(format!("mpicr {}", env!("CARGO_PKG_VERSION")));
+        let man = clap_mangen::Man::new(cmd.clone()).manual("mpicr").source(format!("mpicr {}", env!("CARGO_PKG_VERSION")));
         let path = dir.join(man.get_filename());
         let mut out = Vec::new();
         man.render_title(&mut out)?;

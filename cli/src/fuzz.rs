@@ -72,7 +72,8 @@ const SESSION: [u8; 32] = [5; 32];
 // --- control frames (agent -> keeper) ------------------------------------------------------------
 
 fn agent_frames() -> Vec<Vec<u8>> {
-    let hello = mpicr_proto::Hello { rank: 1, size: 4, pid: 77, library: "/usr/lib/libmpich.so.12".into(), renew_strategy: "namespace".into(), renewals_left: Some(9) };
+    let hello =
+        mpicr_proto::Hello { rank: 1, size: 4, pid: 77, library: "/usr/lib/libmpich.so.12".into(), renew_strategy: "namespace".into(), renewals_left: Some(9) };
     let msgs = vec![
         FromAgent::Hello(hello),
         FromAgent::Request { stop: true },

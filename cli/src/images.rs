@@ -344,11 +344,7 @@ impl CkptDir {
             Err(e) => return Err(e).with_context(|| format!("checking checkpoint directory {}", root.display())),
         };
         if lm.file_type().is_symlink() && lm.uid() != me && lm.uid() != 0 {
-            bail!(
-                "checkpoint directory {} is a symbolic link owned by uid {}, not by you (uid {me}); refusing to use it",
-                root.display(),
-                lm.uid()
-            );
+            bail!("checkpoint directory {} is a symbolic link owned by uid {}, not by you (uid {me}); refusing to use it", root.display(), lm.uid());
         }
         let m = fs::metadata(root).with_context(|| format!("checking checkpoint directory {}", root.display()))?;
         if !m.is_dir() {
@@ -478,8 +474,7 @@ impl CkptDir {
     pub fn select_epoch(&self, requested: Option<u64>) -> Result<Manifest> {
         self.check_exists()?;
         let epochs = self.epochs()?;
-        let complete: Vec<u64> =
-            epochs.iter().filter(|e| matches!(e.state, EpochState::Complete(_))).map(|e| e.epoch).collect();
+        let complete: Vec<u64> = epochs.iter().filter(|e| matches!(e.state, EpochState::Complete(_))).map(|e| e.epoch).collect();
         let list = || {
             if complete.is_empty() {
                 "there is no complete epoch".to_string()
@@ -624,8 +619,7 @@ pub fn tighten_tree(dir: &Path) -> Result<()> {
         } else if t.is_file() {
             let mode = e.metadata()?.mode() & 0o7777;
             if mode != FILE_MODE {
-                fs::set_permissions(e.path(), fs::Permissions::from_mode(FILE_MODE))
-                    .with_context(|| format!("setting the mode of {}", e.path().display()))?;
+                fs::set_permissions(e.path(), fs::Permissions::from_mode(FILE_MODE)).with_context(|| format!("setting the mode of {}", e.path().display()))?;
             }
         }
     }
@@ -675,12 +669,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = dir.join(format!(".{name}.tmp-{}", random_suffix()?));
     let mut created = false;
     let res = (|| -> std::io::Result<()> {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(FILE_MODE)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp)?;
+        let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(FILE_MODE).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&tmp)?;
         created = true;
         f.set_permissions(fs::Permissions::from_mode(FILE_MODE))?;
         f.write_all(bytes)?;
@@ -887,7 +876,11 @@ pub fn human_bytes(n: u64) -> String {
         v /= 1024.0;
         u += 1;
     }
-    if u == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[u]) }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
 }
 
 #[cfg(test)]
@@ -1236,11 +1229,7 @@ pub(crate) mod tests {
         assert!(sums[0].sha256.is_empty());
         verify_rank_dir(&root, &sums).unwrap();
         // Manifests of earlier versions list SHA-256, which still verifies; no checksum is refused.
-        let old = FileSum {
-            sha256: "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad".into(),
-            blake3: String::new(),
-            ..sums[0].clone()
-        };
+        let old = FileSum { sha256: "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad".into(), blake3: String::new(), ..sums[0].clone() };
         verify_rank_dir(&root, std::slice::from_ref(&old)).unwrap();
         let bad_old = FileSum { sha256: "ba".repeat(32), ..old.clone() };
         assert!(verify_rank_dir(&root, &[bad_old]).unwrap_err().to_string().contains("corrupt"));

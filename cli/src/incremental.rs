@@ -216,9 +216,7 @@ pub fn verify_chain(dir: &CkptDir, meta: &RankMeta, rank: i32) -> Result<()> {
         if target != Path::new(&parent_link(p, rank)) {
             bail!("{} leads to {}, not to epoch {p}", link.display(), target.display());
         }
-        let m = dir
-            .select_epoch(Some(p))
-            .with_context(|| format!("epoch {} is incremental on epoch {p}, which is needed to restore it", child.epoch))?;
+        let m = dir.select_epoch(Some(p)).with_context(|| format!("epoch {} is incremental on epoch {p}, which is needed to restore it", child.epoch))?;
         let entry = m.rank_info.iter().find(|r| r.rank == rank).with_context(|| format!("the manifest of epoch {p} has no entry for rank {rank}"))?;
         let pdir = dir.rank_dir(p, rank);
         images::verify_rank_dir(&pdir, &entry.files).with_context(|| format!("rank {rank} of epoch {p} (parent of epoch {})", child.epoch))?;

@@ -69,20 +69,14 @@ fn keeper(pid: u32) -> Option<Keeper> {
     let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
     let var = |k: &str| -> Option<OsString> {
         let prefix = format!("{k}=");
-        environ
-            .split(|&b| b == 0)
-            .find_map(|v| v.strip_prefix(prefix.as_bytes()))
-            .filter(|v| !v.is_empty())
-            .map(|v| std::ffi::OsStr::from_bytes(v).to_owned())
+        environ.split(|&b| b == 0).find_map(|v| v.strip_prefix(prefix.as_bytes())).filter(|v| !v.is_empty()).map(|v| std::ffi::OsStr::from_bytes(v).to_owned())
     };
     let (dir, restart) = match cli.command {
         Command::Run(a) => (a.ckpt_dir, false),
         Command::Restart(a) => (a.dir.dir, true),
         _ => return None,
     };
-    let dir = dir
-        .or_else(|| var(crate::args::CKPT_DIR_ENV).map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from(crate::args::DEFAULT_CKPT_DIR));
+    let dir = dir.or_else(|| var(crate::args::CKPT_DIR_ENV).map(PathBuf::from)).unwrap_or_else(|| PathBuf::from(crate::args::DEFAULT_CKPT_DIR));
     let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap_or_default();
     let dir = cwd.join(dir);
     let dir = dir.canonicalize().unwrap_or(dir);

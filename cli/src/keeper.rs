@@ -7,8 +7,8 @@ use crate::coord_wire::{self, AgentInfo, CoordInfo, FromCoord, Hello, KeeperHell
 use crate::coordinator;
 use crate::criu::Criu;
 use crate::ctl;
-use crate::keeper_state::{CkptState, State};
 use crate::images::{self, CkptDir, ExternalPipe, ExternalSocket, JobInfo, RankManifest, RankMeta};
+use crate::keeper_state::{CkptState, State};
 use crate::pmi_relay::{Launcher, PmiEnv, Relay};
 use crate::spawn::{self, Plan, PROGRAM_CTL_FD, PROGRAM_PMI_FD};
 use crate::sys::{self, Exit};
@@ -20,8 +20,8 @@ use std::os::fd::{AsFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -187,8 +187,7 @@ pub(crate) static PROGRAM_PID: AtomicI32 = AtomicI32::new(0);
 /// program, or end the keeper the same way while there is no program yet.
 pub(crate) fn start_signal_thread(tx: Sender<Ev>) -> Result<()> {
     use signal_hook::consts::*;
-    let mut signals = signal_hook::iterator::Signals::new([SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGHUP, SIGQUIT])
-        .context("installing signal handlers")?;
+    let mut signals = signal_hook::iterator::Signals::new([SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGHUP, SIGQUIT]).context("installing signal handlers")?;
     std::thread::Builder::new().name("signals".into()).spawn(move || {
         for sig in signals.forever() {
             if sig == SIGUSR1 || sig == SIGUSR2 {
@@ -271,7 +270,11 @@ pub(crate) fn join_coordinator(info: &CoordInfo, hello: KeeperHello, tx: Sender<
 
 /// The descriptor number for PMI in the program: high, unless the descriptor limit is low.
 pub(crate) fn pmi_fd_number() -> RawFd {
-    if sys::nofile_limit() > PROGRAM_PMI_FD as u64 + 1 { PROGRAM_PMI_FD } else { 4 }
+    if sys::nofile_limit() > PROGRAM_PMI_FD as u64 + 1 {
+        PROGRAM_PMI_FD
+    } else {
+        4
+    }
 }
 
 /// `DIR/ENDED`: the job ran to its end (not stopped by a checkpoint), with this status; written
@@ -494,7 +497,9 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     } else {
         None
     };
-    let spawned = spawn::spawn(Plan { program: program.clone(), argv: args.program.clone(), set_env, remove_env, fds, pidns: init_dir.clone(), cwd: None, no_aslr: app }).map_err(anyhow::Error::new)?;
+    let spawned =
+        spawn::spawn(Plan { program: program.clone(), argv: args.program.clone(), set_env, remove_env, fds, pidns: init_dir.clone(), cwd: None, no_aslr: app })
+            .map_err(anyhow::Error::new)?;
     let pid = spawned.pid;
     PROGRAM_PID.store(pid, Ordering::SeqCst);
     let guard = ProgramGuard(pid);
@@ -873,13 +878,7 @@ impl Keeper {
                     return Ok(());
                 }
                 match self.mode {
-                    Mode::NoMpi => self.tell_coord(ToCoord::ReadyToDump {
-                        epoch,
-                        drained_msgs: 0,
-                        drained_bytes: 0,
-                        state_bytes: 0,
-                        timings: vec![],
-                    }),
+                    Mode::NoMpi => self.tell_coord(ToCoord::ReadyToDump { epoch, drained_msgs: 0, drained_bytes: 0, state_bytes: 0, timings: vec![] }),
                     _ if self.agent.is_none() => {
                         self.state.end_ckpt();
                         self.fail_ckpt(epoch, "the program has no agent".into());

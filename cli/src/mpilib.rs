@@ -137,8 +137,7 @@ pub fn face_of(d: &mpicr_elf::Dynamic) -> Option<Face> {
     if !d.defined.contains("MPI_Init") && !d.defined.contains("PMPI_Init") {
         return None;
     }
-    if soname.starts_with("libmpi.so.12") || soname.starts_with("libmpich.so.12") || d.defined.contains("MPIR_Err_return_comm")
-    {
+    if soname.starts_with("libmpi.so.12") || soname.starts_with("libmpich.so.12") || d.defined.contains("MPIR_Err_return_comm") {
         return Some(Face::Mpich);
     }
     None
@@ -171,10 +170,7 @@ pub fn check(lib: &Path, from: &str, restart: bool, program: &Path, old: Option<
     // The library underneath speaks the MPICH ABI whatever the program's face (an Open MPI
     // program's face translates its calls to it), or is Open MPI itself, driven through the
     // lower half's adapter (`lower/ompi`) for programs of the MPICH or Open MPI face.
-    let want = old
-        .and_then(|o| mpicr_elf::read_file(o).ok())
-        .and_then(|od| face_of(&od))
-        .unwrap_or(Face::Mpich);
+    let want = old.and_then(|o| mpicr_elf::read_file(o).ok()).and_then(|od| face_of(&od)).unwrap_or(Face::Mpich);
     let program_face = mpicr_elf::read_file(program).ok().and_then(|p| face_of_needed(&p.needed).ok()).unwrap_or(Face::Mpich);
     // (Its imports are not checked: the adapter fails each function it lacks, naming it.)
     if face == Face::OpenMpi && program_face != Face::StandardAbi && (!restart || want == Face::OpenMpi) {
@@ -204,11 +200,7 @@ pub fn check(lib: &Path, from: &str, restart: bool, program: &Path, old: Option<
         let imports: Vec<String> = p.mpi_imports().into_iter().filter(|n| !(foreign && face_only(n))).collect();
         let missing = d.missing(&imports);
         if !missing.is_empty() {
-            bail!(
-                "{shown}: it lacks {} the program uses: {}",
-                if missing.len() == 1 { "a function" } else { "functions" },
-                missing.join(", ")
-            );
+            bail!("{shown}: it lacks {} the program uses: {}", if missing.len() == 1 { "a function" } else { "functions" }, missing.join(", "));
         }
     }
     Ok(abs)
@@ -225,12 +217,7 @@ mod tests {
     use super::*;
 
     fn lib(soname: &str, defs: &[&str]) -> mpicr_elf::Dynamic {
-        mpicr_elf::Dynamic {
-            shared: true,
-            soname: Some(soname.into()),
-            defined: defs.iter().map(|s| s.to_string()).collect(),
-            ..Default::default()
-        }
+        mpicr_elf::Dynamic { shared: true, soname: Some(soname.into()), defined: defs.iter().map(|s| s.to_string()).collect(), ..Default::default() }
     }
 
     #[test]

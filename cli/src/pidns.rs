@@ -21,17 +21,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
 pub const INIT_ARG: &str = "__pidns-init";
 
 /// Signals the init hands on to the program.
-const FORWARDED: [libc::c_int; 9] = [
-    libc::SIGTERM,
-    libc::SIGINT,
-    libc::SIGHUP,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-    libc::SIGCONT,
-    libc::SIGALRM,
-    libc::SIGWINCH,
-];
+const FORWARDED: [libc::c_int; 9] =
+    [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2, libc::SIGCONT, libc::SIGALRM, libc::SIGWINCH];
 
 /// Whether `mpicr run` starts programs in a PID namespace: yes unless `MPICR_PIDNS=0` (and
 /// where the namespace cannot be created, see [`available`]).
@@ -144,8 +135,7 @@ pub fn unshare_for_children() -> io::Result<()> {
 /// the working directory of the init it dumps, so the inits of ranks dumped at the same time
 /// must not share one; the directory must exist again when the image is restored.
 pub fn init_args(status_fd: RawFd, dir: &std::path::Path, program: &std::path::Path, argv: &[OsString]) -> Vec<OsString> {
-    let mut v: Vec<OsString> =
-        vec![INIT_ARG.into(), status_fd.to_string().into(), dir.as_os_str().to_owned(), program.as_os_str().to_owned()];
+    let mut v: Vec<OsString> = vec![INIT_ARG.into(), status_fd.to_string().into(), dir.as_os_str().to_owned(), program.as_os_str().to_owned()];
     v.extend(argv.iter().cloned());
     v
 }

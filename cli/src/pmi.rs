@@ -279,7 +279,11 @@ pub struct Rules {
 
 impl Rules {
     pub fn key_prefix(generation: u32) -> String {
-        if generation == 0 { String::new() } else { format!("g{generation}-") }
+        if generation == 0 {
+            String::new()
+        } else {
+            format!("g{generation}-")
+        }
     }
 
     fn prefixed(key: &str, generation: u32) -> String {
@@ -295,7 +299,11 @@ impl Rules {
     }
 
     fn real_name(&self, name: &str) -> String {
-        if name == self.presented_kvsname { self.real_kvsname.clone() } else { name.to_string() }
+        if name == self.presented_kvsname {
+            self.real_kvsname.clone()
+        } else {
+            name.to_string()
+        }
     }
 
     /// Decides what to do with a request of the program in lower-half generation `generation`.

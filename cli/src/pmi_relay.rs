@@ -83,10 +83,7 @@ impl PmiEnv {
             return Ok(None);
         };
         let num = |k: &str, v: Option<String>| -> Result<i32> {
-            v.with_context(|| format!("PMI_FD is set but {k} is not"))?
-                .trim()
-                .parse()
-                .with_context(|| format!("{k} is not a number"))
+            v.with_context(|| format!("PMI_FD is set but {k} is not"))?.trim().parse().with_context(|| format!("{k} is not a number"))
         };
         let fd = num("PMI_FD", Some(fd))?;
         let rank = num("PMI_RANK", get("PMI_RANK"))?;
@@ -496,9 +493,7 @@ mod tests {
 
     #[test]
     fn the_wire_follows_the_programs_pmi_settings() {
-        let with = |pairs: &'static [(&'static str, &'static str)]| {
-            wire_from(move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
-        };
+        let with = |pairs: &'static [(&'static str, &'static str)]| wire_from(move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()));
         assert_eq!(with(&[]), Wire::V1);
         assert_eq!(with(&[("MPIR_CVAR_PMI_VERSION", "2")]), Wire::V2);
         assert_eq!(with(&[("MPICH_PMI_VERSION", " 2 ")]), Wire::V2);

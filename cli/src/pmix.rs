@@ -70,7 +70,11 @@ impl PmixEnv {
 
     /// The launcher, as the user wrote it, for messages.
     pub fn launcher_name(&self) -> &'static str {
-        if self.slurm { "srun --mpi=pmix" } else { "Open MPI's launcher" }
+        if self.slurm {
+            "srun --mpi=pmix"
+        } else {
+            "Open MPI's launcher"
+        }
     }
 
     /// The launcher's variables of this process, for the agent of a restored program.
@@ -82,10 +86,7 @@ impl PmixEnv {
 /// The old launcher's variables (`old`, names from the image) that the new launcher's (`now`)
 /// lacks, to be unset in the restored program.
 pub fn stale_launcher_vars(old: &[String], now: &[(String, Option<String>)]) -> Vec<(String, Option<String>)> {
-    old.iter()
-        .filter(|k| LAUNCHER_PREFIXES.iter().any(|p| k.starts_with(p)) && !now.iter().any(|(n, _)| n == *k))
-        .map(|k| (k.clone(), None))
-        .collect()
+    old.iter().filter(|k| LAUNCHER_PREFIXES.iter().any(|p| k.starts_with(p)) && !now.iter().any(|(n, _)| n == *k)).map(|k| (k.clone(), None)).collect()
 }
 
 /// Whether this launcher can serve the library a restored program renews into: Open MPI's
@@ -134,12 +135,7 @@ pub fn meet(env: &PmixEnv, dir: &CkptDir, mine: Option<&CoordInfo>) -> Result<Co
             }
         }
         if start.elapsed() > MEET_TIMEOUT {
-            bail!(
-                "rank 0 did not publish its coordinator for launch {} in {} within {} s",
-                env.namespace,
-                path.display(),
-                MEET_TIMEOUT.as_secs()
-            );
+            bail!("rank 0 did not publish its coordinator for launch {} in {} within {} s", env.namespace, path.display(), MEET_TIMEOUT.as_secs());
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -155,7 +151,8 @@ pub fn program_library(program: &Path) -> Option<PathBuf> {
     let d = mpicr_elf::read_file(program).ok()?;
     let origin = program.parent().map(|p| p.display().to_string()).unwrap_or_default();
     let own: Vec<PathBuf> = d.search_path.iter().map(|p| PathBuf::from(p.replace("$ORIGIN", &origin).replace("${ORIGIN}", &origin))).collect();
-    let env: Vec<PathBuf> = std::env::var_os("LD_LIBRARY_PATH").map(|v| std::env::split_paths(&v).filter(|p| !p.as_os_str().is_empty()).collect()).unwrap_or_default();
+    let env: Vec<PathBuf> =
+        std::env::var_os("LD_LIBRARY_PATH").map(|v| std::env::split_paths(&v).filter(|p| !p.as_os_str().is_empty()).collect()).unwrap_or_default();
     // As for DT_RUNPATH, what linkers write today (an old DT_RPATH would come first).
     let launcher = std::env::var_os("OMPI_LIBDIR_LOC").filter(|v| !v.is_empty()).map(PathBuf::from);
     env.into_iter().chain(own).chain(launcher).map(|d| d.join(NAME)).find(|p| p.is_file()).or_else(|| loader_resolves(program, NAME))
@@ -165,9 +162,10 @@ pub fn program_library(program: &Path) -> Option<PathBuf> {
 /// (`ld.so --list`, which loads nothing of the program's own code).
 fn loader_resolves(program: &Path, soname: &str) -> Option<PathBuf> {
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    let ldso = maps.lines().filter_map(|l| l.split_whitespace().nth(5)).find(|p| {
-        Path::new(p).file_name().and_then(|f| f.to_str()).is_some_and(|f| f.starts_with("ld-linux") || f.starts_with("ld64.so"))
-    })?;
+    let ldso = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| Path::new(p).file_name().and_then(|f| f.to_str()).is_some_and(|f| f.starts_with("ld-linux") || f.starts_with("ld64.so")))?;
     let out = std::process::Command::new(ldso)
         .arg("--list")
         .arg(program)

@@ -8,17 +8,17 @@ use crate::coordinator;
 use crate::criu::Criu;
 use crate::images::{self, CkptDir, RankMeta};
 use crate::keeper::{
-    check_not_running, exchange_coordinator, join_coordinator, launch, new_secret, start_ctl_reader, start_signal_thread,
-    start_waiter, Keeper, Outcome, ProgramGuard, CRIU_TIMEOUT, PROGRAM_PID,
+    check_not_running, exchange_coordinator, join_coordinator, launch, new_secret, start_ctl_reader, start_signal_thread, start_waiter, Keeper, Outcome,
+    ProgramGuard, CRIU_TIMEOUT, PROGRAM_PID,
 };
 use crate::pmi_relay::Relay;
 use crate::spawn;
 use crate::sys;
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::os::fd::{AsFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -33,12 +33,7 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     start_signal_thread(tx.clone())?;
     // The program in the images speaks the PMI version it spoke at the first run: the keeper
     // initialises that one (an unreadable job.json is reported below, once PMI is up).
-    let wire = dir
-        .read_job()
-        .ok()
-        .and_then(|j| j.pmi_version)
-        .and_then(crate::pmi_relay::wire_of_version)
-        .unwrap_or(crate::pmi::Wire::V1);
+    let wire = dir.read_job().ok().and_then(|j| j.pmi_version).and_then(crate::pmi_relay::wire_of_version).unwrap_or(crate::pmi::Wire::V1);
     let l = launch(wire)?;
     dir.secure(false)?;
     let job = dir.read_job()?;
@@ -59,11 +54,7 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     }
     let epoch = manifest.epoch;
     let rdir = dir.rank_dir(epoch, rank);
-    let entry = manifest
-        .rank_info
-        .iter()
-        .find(|r| r.rank == rank)
-        .with_context(|| format!("the manifest of epoch {epoch} has no entry for rank {rank}"))?;
+    let entry = manifest.rank_info.iter().find(|r| r.rank == rank).with_context(|| format!("the manifest of epoch {epoch} has no entry for rank {rank}"))?;
     let t_verify = Instant::now();
     let pages = images::verify_rank_dir_but_pages(&rdir, &entry.files).with_context(|| format!("rank {rank} of epoch {epoch}"))?;
     let verify_first = t_verify.elapsed();
@@ -163,7 +154,22 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
             (lib, _) => lib,
         };
         let store = crate::stage::Store::new(tx.clone(), &args.store, &job.job_id, rank, Default::default())?;
-        let fresh = Fresh { rank, size, epoch, job_id: job.job_id.clone(), dir, rdir, relay, info, mine, mpi_lib, verbose: args.verbose, mode, launcher: l.launcher.clone(), store };
+        let fresh = Fresh {
+            rank,
+            size,
+            epoch,
+            job_id: job.job_id.clone(),
+            dir,
+            rdir,
+            relay,
+            info,
+            mine,
+            mpi_lib,
+            verbose: args.verbose,
+            mode,
+            launcher: l.launcher.clone(),
+            store,
+        };
         return restart_app(fresh, &launch, meta, tx, rx);
     }
     let criu = criu.context("internal error: no CRIU for a rank restored by CRIU")?;
@@ -333,14 +339,19 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     out
 }
 
-
 /// How long a `criu lazy-pages` daemon may take to listen.
 const LAZY_LISTEN: Duration = Duration::from_secs(10);
 
 /// `criu restore` of `rdir`, with lazy pages when asked for and available (then with the
 /// daemon serving them). Lazy pages that cannot be had (no userfaultfd, the daemon or the lazy
 /// restore failed) are said in one line, and every page is restored up front instead.
-fn restore_maybe_lazy(criu: &Criu, rdir: &std::path::Path, inherit: Vec<(OwnedFd, String)>, lazy: bool, rank: i32) -> (Result<i32>, Option<crate::criu::LazyPages>) {
+fn restore_maybe_lazy(
+    criu: &Criu,
+    rdir: &std::path::Path,
+    inherit: Vec<(OwnedFd, String)>,
+    lazy: bool,
+    rank: i32,
+) -> (Result<i32>, Option<crate::criu::LazyPages>) {
     if !lazy {
         return (criu.restore(rdir, inherit, true, false, CRIU_TIMEOUT), None);
     }
@@ -418,7 +429,13 @@ struct Fresh {
 /// Restart of an app-mode rank: its program starts afresh as it was first started; its
 /// `MPI_Init` waits for `Resume` (sent at `Go`, as to a restored agent), rebuilds the MPI state
 /// of the rank directory and calls the program's `restore`.
-fn restart_app(f: Fresh, launch: &crate::app::AppLaunch, meta: RankMeta, tx: mpsc::Sender<crate::keeper::Ev>, rx: mpsc::Receiver<crate::keeper::Ev>) -> Result<Outcome> {
+fn restart_app(
+    f: Fresh,
+    launch: &crate::app::AppLaunch,
+    meta: RankMeta,
+    tx: mpsc::Sender<crate::keeper::Ev>,
+    rx: mpsc::Receiver<crate::keeper::Ev>,
+) -> Result<Outcome> {
     let Fresh { rank, size, epoch, job_id, dir, rdir, relay, info, mine, mpi_lib, verbose, mode, launcher, store } = f;
     let rdir = std::path::absolute(&rdir).unwrap_or(rdir);
     let shim = match crate::paths::linked_face(&launch.program) {
@@ -456,7 +473,16 @@ fn restart_app(f: Fresh, launch: &crate::app::AppLaunch, meta: RankMeta, tx: mps
         keeper_socks.insert(sys::inode(k.as_fd())?, "pmi".to_string());
         relay.serve(UnixStream::from(k), None)?;
     }
-    let hello = KeeperHello { rank, size, job_id: job_id.clone(), host: sys::hostname(), keeper_pid: std::process::id(), program_pid: pid, mode: mode.clone(), restart_epoch: Some(epoch) };
+    let hello = KeeperHello {
+        rank,
+        size,
+        job_id: job_id.clone(),
+        host: sys::hostname(),
+        keeper_pid: std::process::id(),
+        program_pid: pid,
+        mode: mode.clone(),
+        restart_epoch: Some(epoch),
+    };
     let mut coord = join_coordinator(&info, hello, tx.clone())?;
     announce_restored(&mut coord, &meta, epoch)?;
     if verbose {

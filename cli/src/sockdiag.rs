@@ -33,14 +33,7 @@ pub fn unix_peers() -> io::Result<HashMap<u64, u64>> {
     addr.nl_family = libc::AF_NETLINK as u16;
     // SAFETY: `req` and `addr` are live for the call; lengths match their sizes.
     let r = unsafe {
-        libc::sendto(
-            fd,
-            req.as_ptr().cast(),
-            req.len(),
-            0,
-            (&addr as *const libc::sockaddr_nl).cast(),
-            std::mem::size_of::<libc::sockaddr_nl>() as u32,
-        )
+        libc::sendto(fd, req.as_ptr().cast(), req.len(), 0, (&addr as *const libc::sockaddr_nl).cast(), std::mem::size_of::<libc::sockaddr_nl>() as u32)
     };
     if r < 0 {
         return Err(io::Error::last_os_error());

@@ -185,12 +185,13 @@ pub fn spawn(plan: Plan) -> Result<Spawned, SpawnError> {
         rx.recv().unwrap_or_else(|_| Err(SpawnError::Other(anyhow::anyhow!("the thread starting the program ended"))))?
     } else {
         // The std handle is dropped unused: the keeper waits with waitpid itself (see keeper).
-        cmd.spawn().map_err(|e| match e.raw_os_error() {
-            Some(libc::ENOENT) => SpawnError::NotFound(plan.program.display().to_string()),
-            Some(libc::EACCES) | Some(libc::ENOEXEC) => SpawnError::NotExecutable(plan.program.display().to_string()),
-            _ => other(e, &format!("starting {}", plan.program.display())),
-        })?
-        .id() as i32
+        cmd.spawn()
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ENOENT) => SpawnError::NotFound(plan.program.display().to_string()),
+                Some(libc::EACCES) | Some(libc::ENOEXEC) => SpawnError::NotExecutable(plan.program.display().to_string()),
+                _ => other(e, &format!("starting {}", plan.program.display())),
+            })?
+            .id() as i32
     };
     drop(moves);
     Ok(Spawned { pid, stdout: out_r, stderr: err_r, status })

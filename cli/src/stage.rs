@@ -135,10 +135,7 @@ impl Store {
     /// for a sealing still running, else only a finished one is taken.
     pub fn take_sealed(&mut self, wait: bool) -> Option<(u64, Result<RankManifest>, Instant)> {
         let s = self.sealing.take_if(|s| wait || s.thread.is_finished())?;
-        let info = s
-            .thread
-            .join()
-            .unwrap_or_else(|p| Err(anyhow::anyhow!("internal error while sealing the images: {}", crate::keeper::panic_text(&*p))));
+        let info = s.thread.join().unwrap_or_else(|p| Err(anyhow::anyhow!("internal error while sealing the images: {}", crate::keeper::panic_text(&*p))));
         Some((s.epoch, info, s.started))
     }
 
@@ -211,8 +208,7 @@ fn copy_tree(from: &Path, to: &Path, meta: &RankMeta, compress: bool) -> Result<
             if let Some(p) = meta.parent_epoch {
                 let link = to.join("parent");
                 let _ = fs::remove_file(&link);
-                std::os::unix::fs::symlink(crate::incremental::parent_link(p, meta.rank), &link)
-                    .with_context(|| format!("linking {}", link.display()))?;
+                std::os::unix::fs::symlink(crate::incremental::parent_link(p, meta.rank), &link).with_context(|| format!("linking {}", link.display()))?;
             }
             continue;
         }

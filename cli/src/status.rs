@@ -82,9 +82,7 @@ pub fn report(dir: &CkptDir) -> Result<Report> {
             restarting_from: live.restart_pending,
             renewals_left: (!live.agents.is_empty()).then(|| live.agents.iter().filter_map(|(_, a)| a.renewals_left).min()),
         },
-        Some(Ok((info, Err(e)))) => {
-            Running::Unknown { why: format!("coordinator pid {} on {} does not answer ({e:#})", info.pid, info.host) }
-        }
+        Some(Ok((info, Err(e)))) => Running::Unknown { why: format!("coordinator pid {} on {} does not answer ({e:#})", info.pid, info.host) },
     };
     let mut epochs = Vec::new();
     let mut restart = None;
@@ -117,12 +115,20 @@ pub fn report(dir: &CkptDir) -> Result<Report> {
             EpochState::Incomplete(None) if !crate::stage::staged_ranks(&e.dir).is_empty() => {
                 let ranks: Vec<String> = crate::stage::staged_ranks(&e.dir).iter().map(i32::to_string).collect();
                 let how = if matches!(running, Running::No) { "interrupted" } else { "in progress" };
-                unfinished(&e, "staged", format!("dumped to the stage directory; copy of rank(s) {} to the checkpoint directory {how} (not restorable yet)", ranks.join(", ")))
+                unfinished(
+                    &e,
+                    "staged",
+                    format!("dumped to the stage directory; copy of rank(s) {} to the checkpoint directory {how} (not restorable yet)", ranks.join(", ")),
+                )
             }
-            EpochState::Incomplete(why) => unfinished(&e, "incomplete", match why {
-                Some(w) => format!("failed: {}", w.lines().next().unwrap_or("")),
-                None => "no manifest (in progress, or interrupted)".into(),
-            }),
+            EpochState::Incomplete(why) => unfinished(
+                &e,
+                "incomplete",
+                match why {
+                    Some(w) => format!("failed: {}", w.lines().next().unwrap_or("")),
+                    None => "no manifest (in progress, or interrupted)".into(),
+                },
+            ),
             EpochState::Corrupt(err) => unfinished(&e, "corrupt", format!("manifest unreadable: {err}")),
         };
         epochs.push(r);
@@ -207,8 +213,7 @@ fn text(r: &Report) -> Result<String> {
             let notes = match &e.note {
                 Some(n) => n.clone(),
                 None => {
-                    let phases: Vec<String> =
-                        e.timings.iter().map(|(n, us)| format!("{n} {}", format_duration(Duration::from_micros(*us)))).collect();
+                    let phases: Vec<String> = e.timings.iter().map(|(n, us)| format!("{n} {}", format_duration(Duration::from_micros(*us)))).collect();
                     let mut notes = String::new();
                     if e.stop {
                         notes.push_str("stop; ");

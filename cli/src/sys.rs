@@ -7,7 +7,11 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
-    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(ret) }
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
 }
 
 /// A connected `SOCK_STREAM` unix socketpair, both ends close-on-exec.
@@ -97,7 +101,11 @@ fn cloexec_range(first: u32, last: u32) -> io::Result<()> {
     const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
     // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags on this process's descriptors.
     let r = unsafe { libc::syscall(libc::SYS_close_range, first, last, CLOSE_RANGE_CLOEXEC) };
-    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
 }
 
 /// For `pre_exec` hooks: starts a new session so the program owns its session and process
@@ -278,10 +286,7 @@ fn parent_of(pid: i32) -> Option<i32> {
 /// Every live process whose ancestry leads to `root` (root excluded).
 fn descendants(root: i32) -> Vec<i32> {
     let Ok(rd) = std::fs::read_dir("/proc") else { return Vec::new() };
-    let parents: Vec<(i32, i32)> = rd
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter_map(|p| Some((p, parent_of(p)?)))
-        .collect();
+    let parents: Vec<(i32, i32)> = rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()).filter_map(|p| Some((p, parent_of(p)?))).collect();
     let mut found = vec![root];
     let mut i = 0;
     while i < found.len() {

@@ -112,9 +112,7 @@ impl Progress {
         for &(comm, src, n) in expected {
             let got = received.get(&(comm, src)).copied().unwrap_or(0);
             if got > n {
-                return Err(format!(
-                    "rank received {got} messages from world rank {src} on communicator {comm:#x} but only {n} were sent"
-                ));
+                return Err(format!("rank received {got} messages from world rank {src} on communicator {comm:#x} but only {n} were sent"));
             }
             if got < n {
                 missing.insert((comm, src), n - got);

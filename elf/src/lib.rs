@@ -237,12 +237,8 @@ mod tests {
 
     #[test]
     fn missing_accepts_either_name() {
-        let d = Dynamic {
-            defined: ["MPI_Send", "PMPI_Recv"].iter().map(|s| s.to_string()).collect(),
-            ..Dynamic::default()
-        };
-        let want: Vec<String> =
-            ["MPI_Send", "MPI_Recv", "PMPI_Send", "MPI_Comm_idup_with_info"].iter().map(|s| s.to_string()).collect();
+        let d = Dynamic { defined: ["MPI_Send", "PMPI_Recv"].iter().map(|s| s.to_string()).collect(), ..Dynamic::default() };
+        let want: Vec<String> = ["MPI_Send", "MPI_Recv", "PMPI_Send", "MPI_Comm_idup_with_info"].iter().map(|s| s.to_string()).collect();
         assert_eq!(d.missing(&want), vec!["MPI_Comm_idup_with_info".to_string()]);
     }
 }

@@ -43,10 +43,15 @@ type OUserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut O
 static OPS: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
 
 unsafe fn op_call(slot: usize, a: *mut c_void, b: *mut c_void, len: *mut c_int, dt: *mut c_int) {
-    let mut odt = conv::h_out(Kind::Datatype, if dt.is_null() { 0 } else {
-        // SAFETY: MPICH passes a pointer to the datatype.
-        unsafe { *dt }
-    });
+    let mut odt = conv::h_out(
+        Kind::Datatype,
+        if dt.is_null() {
+            0
+        } else {
+            // SAFETY: MPICH passes a pointer to the datatype.
+            unsafe { *dt }
+        },
+    );
     // SAFETY: the slot holds an MPI_User_function the program gave MPI_Op_create.
     unsafe { std::mem::transmute::<usize, OUserFn>(OPS[slot].load(Ordering::Acquire))(a, b, len, &mut odt) };
 }
@@ -54,9 +59,40 @@ unsafe fn op_call(slot: usize, a: *mut c_void, b: *mut c_void, len: *mut c_int, 
 /// The pool's trampolines, one per slot: `fn::<0>`, `fn::<1>`, ...
 macro_rules! pool {
     ($f:ident: $t:ty) => {
-        [$f::<0> as $t, $f::<1>, $f::<2>, $f::<3>, $f::<4>, $f::<5>, $f::<6>, $f::<7>, $f::<8>, $f::<9>, $f::<10>,
-         $f::<11>, $f::<12>, $f::<13>, $f::<14>, $f::<15>, $f::<16>, $f::<17>, $f::<18>, $f::<19>, $f::<20>, $f::<21>,
-         $f::<22>, $f::<23>, $f::<24>, $f::<25>, $f::<26>, $f::<27>, $f::<28>, $f::<29>, $f::<30>, $f::<31>]
+        [
+            $f::<0> as $t,
+            $f::<1>,
+            $f::<2>,
+            $f::<3>,
+            $f::<4>,
+            $f::<5>,
+            $f::<6>,
+            $f::<7>,
+            $f::<8>,
+            $f::<9>,
+            $f::<10>,
+            $f::<11>,
+            $f::<12>,
+            $f::<13>,
+            $f::<14>,
+            $f::<15>,
+            $f::<16>,
+            $f::<17>,
+            $f::<18>,
+            $f::<19>,
+            $f::<20>,
+            $f::<21>,
+            $f::<22>,
+            $f::<23>,
+            $f::<24>,
+            $f::<25>,
+            $f::<26>,
+            $f::<27>,
+            $f::<28>,
+            $f::<29>,
+            $f::<30>,
+            $f::<31>,
+        ]
     };
 }
 
@@ -137,7 +173,10 @@ static FILE_EH_TRAMPS: [MFileErrFn; SLOTS] = pool!(file_eh_tramp: MFileErrFn);
 static SESSION_EH_TRAMPS: [MErrFn; SLOTS] = pool!(session_eh_tramp: MErrFn);
 
 unsafe fn create_eh(
-    pool: &[AtomicUsize; SLOTS], tramp: *mut c_void, func: *mut c_void, eh: *mut OHandle,
+    pool: &[AtomicUsize; SLOTS],
+    tramp: *mut c_void,
+    func: *mut c_void,
+    eh: *mut OHandle,
     make: unsafe fn(*mut c_void, *mut c_int) -> c_int,
 ) -> c_int {
     let _ = func;
@@ -227,7 +266,11 @@ unsafe extern "C" fn delete_tramp(h: c_int, kv: c_int, a: *mut c_void, extra: *m
 }
 
 unsafe fn create_keyval(
-    kind: Kind, copy: *mut c_void, delete: *mut c_void, keyval: *mut c_int, extra: *mut c_void,
+    kind: Kind,
+    copy: *mut c_void,
+    delete: *mut c_void,
+    keyval: *mut c_int,
+    extra: *mut c_void,
     make: unsafe fn(*mut c_void, *mut c_void, *mut c_int, *mut c_void) -> c_int,
 ) -> c_int {
     // A face whose mpi.h defines MPI_*_DUP_FN as a pointer constant (the standard ABI's 1)
@@ -340,7 +383,11 @@ unsafe fn fix_attr(keyval: c_int, value: *mut c_void, flag: *mut c_int) {
         let v = if keyval == face::MPI_LASTUSEDCODE {
             conv::last_used_code().unwrap_or(v)
         } else if keyval == face::MPI_WIN_MODEL {
-            if v == mpich::MPI_WIN_UNIFIED { face::MPI_WIN_UNIFIED } else { face::MPI_WIN_SEPARATE }
+            if v == mpich::MPI_WIN_UNIFIED {
+                face::MPI_WIN_UNIFIED
+            } else {
+                face::MPI_WIN_SEPARATE
+            }
         } else if keyval == face::MPI_WIN_CREATE_FLAVOR {
             conv::flavor_out(v)
         } else {
@@ -390,15 +437,29 @@ fn weights_in(p: *const c_int) -> *const c_int {
 }
 
 pub unsafe fn MPI_Dist_graph_create(
-    comm_old: OHandle, n: c_int, sources: *const c_int, degrees: *const c_int, destinations: *const c_int,
-    weights: *const c_int, info: OHandle, reorder: c_int, comm_dist_graph: *mut OHandle,
+    comm_old: OHandle,
+    n: c_int,
+    sources: *const c_int,
+    degrees: *const c_int,
+    destinations: *const c_int,
+    weights: *const c_int,
+    info: OHandle,
+    reorder: c_int,
+    comm_dist_graph: *mut OHandle,
 ) -> c_int {
     let mut v = 0;
     // SAFETY: converted arguments; `v` is a local.
     let rc = unsafe {
         mpicr_shim::face::gen::create::MPI_Dist_graph_create(
-            conv::h_in(Kind::Comm, comm_old), n, sources, degrees, destinations, weights_in(weights),
-            conv::h_in(Kind::Info, info), reorder, &mut v,
+            conv::h_in(Kind::Comm, comm_old),
+            n,
+            sources,
+            degrees,
+            destinations,
+            weights_in(weights),
+            conv::h_in(Kind::Info, info),
+            reorder,
+            &mut v,
         )
     };
     if !comm_dist_graph.is_null() {
@@ -409,15 +470,31 @@ pub unsafe fn MPI_Dist_graph_create(
 }
 
 pub unsafe fn MPI_Dist_graph_create_adjacent(
-    comm_old: OHandle, indegree: c_int, sources: *const c_int, sourceweights: *const c_int, outdegree: c_int,
-    destinations: *const c_int, destweights: *const c_int, info: OHandle, reorder: c_int, comm_dist_graph: *mut OHandle,
+    comm_old: OHandle,
+    indegree: c_int,
+    sources: *const c_int,
+    sourceweights: *const c_int,
+    outdegree: c_int,
+    destinations: *const c_int,
+    destweights: *const c_int,
+    info: OHandle,
+    reorder: c_int,
+    comm_dist_graph: *mut OHandle,
 ) -> c_int {
     let mut v = 0;
     // SAFETY: converted arguments; `v` is a local.
     let rc = unsafe {
         mpicr_shim::face::gen::create::MPI_Dist_graph_create_adjacent(
-            conv::h_in(Kind::Comm, comm_old), indegree, sources, weights_in(sourceweights), outdegree, destinations,
-            weights_in(destweights), conv::h_in(Kind::Info, info), reorder, &mut v,
+            conv::h_in(Kind::Comm, comm_old),
+            indegree,
+            sources,
+            weights_in(sourceweights),
+            outdegree,
+            destinations,
+            weights_in(destweights),
+            conv::h_in(Kind::Info, info),
+            reorder,
+            &mut v,
         )
     };
     if !comm_dist_graph.is_null() {
@@ -428,14 +505,24 @@ pub unsafe fn MPI_Dist_graph_create_adjacent(
 }
 
 pub unsafe fn MPI_Dist_graph_neighbors(
-    comm: OHandle, maxindegree: c_int, sources: *mut c_int, sourceweights: *mut c_int, maxoutdegree: c_int,
-    destinations: *mut c_int, destweights: *mut c_int,
+    comm: OHandle,
+    maxindegree: c_int,
+    sources: *mut c_int,
+    sourceweights: *mut c_int,
+    maxoutdegree: c_int,
+    destinations: *mut c_int,
+    destweights: *mut c_int,
 ) -> c_int {
     // SAFETY: converted arguments, forwarded.
     unsafe {
         mpicr_shim::face::gen::passthrough::MPI_Dist_graph_neighbors(
-            conv::h_in(Kind::Comm, comm), maxindegree, sources, weights_in(sourceweights) as *mut c_int, maxoutdegree,
-            destinations, weights_in(destweights) as *mut c_int,
+            conv::h_in(Kind::Comm, comm),
+            maxindegree,
+            sources,
+            weights_in(sourceweights) as *mut c_int,
+            maxoutdegree,
+            destinations,
+            weights_in(destweights) as *mut c_int,
         )
     }
 }
@@ -479,14 +566,16 @@ unsafe extern "C" fn greq_cancel(extra: *mut c_void, complete: c_int) -> c_int {
 }
 
 pub unsafe fn MPI_Grequest_start(
-    query_fn: *mut c_void, free_fn: *mut c_void, cancel_fn: *mut c_void, extra_state: *mut c_void, request: *mut OHandle,
+    query_fn: *mut c_void,
+    free_fn: *mut c_void,
+    cancel_fn: *mut c_void,
+    extra_state: *mut c_void,
+    request: *mut OHandle,
 ) -> c_int {
     let g = Box::into_raw(Box::new(Greq { query: query_fn as usize, free: free_fn as usize, cancel: cancel_fn as usize, extra: extra_state }));
     let mut v = 0;
     // SAFETY: the trampolines have the MPICH callback signatures; `v` is a local.
-    let rc = unsafe {
-        f::MPI_Grequest_start(greq_query as *mut c_void, greq_free as *mut c_void, greq_cancel as *mut c_void, g as *mut c_void, &mut v)
-    };
+    let rc = unsafe { f::MPI_Grequest_start(greq_query as *mut c_void, greq_free as *mut c_void, greq_cancel as *mut c_void, g as *mut c_void, &mut v) };
     if rc == 0 && !request.is_null() {
         // SAFETY: the program's out-parameter.
         unsafe { *request = conv::h_out(Kind::Request, v) };

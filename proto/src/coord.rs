@@ -154,47 +154,111 @@ pub struct AgentInfo {
 pub enum ToCoord {
     AgentHello(AgentInfo),
     /// The program (C API) or a signal asked for a checkpoint.
-    Request { stop: bool },
+    Request {
+        stop: bool,
+    },
     /// `groups`: the members of the `MPI_Comm_create_group` keys among `comms`
     /// (`FromAgent::Counters`).
-    Counters { epoch: u64, comms: Vec<(CommGid, u64)>, groups: Vec<(CommGid, Vec<i32>)> },
-    SendCounts { epoch: u64, round: u32, sent: Vec<(CommGid, i32, u64)>, untold: Vec<(CommGid, u64)> },
+    Counters {
+        epoch: u64,
+        comms: Vec<(CommGid, u64)>,
+        groups: Vec<(CommGid, Vec<i32>)>,
+    },
+    SendCounts {
+        epoch: u64,
+        round: u32,
+        sent: Vec<(CommGid, i32, u64)>,
+        untold: Vec<(CommGid, u64)>,
+    },
     /// The agent needs these collective targets raised (`FromAgent::Wants`).
-    Wants { epoch: u64, comms: Vec<(CommGid, u64)>, groups: Vec<(CommGid, Vec<i32>)> },
-    ReadyToDump { epoch: u64, drained_msgs: u64, drained_bytes: u64, state_bytes: u64, timings: Vec<(String, u64)> },
-    Dumped { epoch: u64, info: RankManifest },
-    Resumed { epoch: u64, timings: Vec<(String, u64)> },
+    Wants {
+        epoch: u64,
+        comms: Vec<(CommGid, u64)>,
+        groups: Vec<(CommGid, Vec<i32>)>,
+    },
+    ReadyToDump {
+        epoch: u64,
+        drained_msgs: u64,
+        drained_bytes: u64,
+        state_bytes: u64,
+        timings: Vec<(String, u64)>,
+    },
+    Dumped {
+        epoch: u64,
+        info: RankManifest,
+    },
+    Resumed {
+        epoch: u64,
+        timings: Vec<(String, u64)>,
+    },
     /// Checkpoint-and-continue: this rank's dump is complete and its program runs again (its
     /// MPI calls wait at the gate until the renewal, which `Resumed` reports).
-    Running { epoch: u64 },
-    Failed { epoch: u64, reason: String },
+    Running {
+        epoch: u64,
+    },
+    Failed {
+        epoch: u64,
+        reason: String,
+    },
     /// Restart: this rank's image is restored and waits for `Go`.
-    Restored { epoch: u64 },
+    Restored {
+        epoch: u64,
+    },
     /// The program ended (the keeper exits next).
-    Exiting { status: String },
+    Exiting {
+        status: String,
+    },
     /// The agent drained and waits for `Release`.
-    Drained { epoch: u64 },
+    Drained {
+        epoch: u64,
+    },
 }
 
 /// Coordinator -> keeper.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum FromCoord {
-    Welcome { job_id: String },
-    Refused { reason: String },
-    Begin { epoch: u64, stop: bool },
+    Welcome {
+        job_id: String,
+    },
+    Refused {
+        reason: String,
+    },
+    Begin {
+        epoch: u64,
+        stop: bool,
+    },
     /// `groups`: targets of the `MPI_Comm_create_group` keys this rank is a member of
     /// (`ToAgent::Targets`).
-    Targets { epoch: u64, round: u32, comms: Vec<(CommGid, u64)>, groups: Vec<(CommGid, u64)> },
-    Expected { epoch: u64, expect: Vec<(CommGid, i32, u64)> },
-    Dump { epoch: u64 },
-    Resume { epoch: u64 },
-    Abort { epoch: u64, reason: String },
+    Targets {
+        epoch: u64,
+        round: u32,
+        comms: Vec<(CommGid, u64)>,
+        groups: Vec<(CommGid, u64)>,
+    },
+    Expected {
+        epoch: u64,
+        expect: Vec<(CommGid, i32, u64)>,
+    },
+    Dump {
+        epoch: u64,
+    },
+    Resume {
+        epoch: u64,
+    },
+    Abort {
+        epoch: u64,
+        reason: String,
+    },
     /// `checkpoint --stop` committed: end the program and exit 0.
     Stop,
     /// Restart: every rank restored the same epoch of the same job; resume.
-    Go { epoch: u64 },
+    Go {
+        epoch: u64,
+    },
     /// Every rank drained: release the lower half.
-    Release { epoch: u64 },
+    Release {
+        epoch: u64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -226,7 +290,9 @@ pub enum ToClient {
     Error(String),
     Status(LiveStatus),
     /// The requested checkpoint began, as this epoch (`Done` or `Error` follows).
-    Started { epoch: u64 },
+    Started {
+        epoch: u64,
+    },
     /// The request waits for what is named (ranks joining, programs initialising MPI) before it
     /// begins, within its timeout.
     Queued(String),
@@ -371,11 +437,7 @@ pub fn seal_bytes<M: Serialize>(m: &M, key: &[u8; 32], seq: u64) -> Result<Vec<u
 
 /// Reads and checks one authenticated frame from `src` (the `*seq`-th of its direction, which it
 /// counts); `Ok(None)` on a clean end of stream before the frame started.
-pub fn open_frame<S: frame::FrameSource + ?Sized, M: for<'de> Deserialize<'de>>(
-    src: &mut S,
-    key: &[u8; 32],
-    seq: &mut u64,
-) -> Result<Option<M>, FrameError> {
+pub fn open_frame<S: frame::FrameSource + ?Sized, M: for<'de> Deserialize<'de>>(src: &mut S, key: &[u8; 32], seq: &mut u64) -> Result<Option<M>, FrameError> {
     let Some(f) = frame::read_frame(src, TAG_LEN)? else { return Ok(None) };
     frame_tag(key, *seq, &f.body).verify_slice(&f.trailer).map_err(|_| FrameError::Auth(*seq))?;
     *seq += 1;

@@ -117,40 +117,65 @@ pub enum ToAgent {
 pub enum FromAgent {
     Hello(Hello),
     /// The program asked for a checkpoint through the C API.
-    Request { stop: bool },
+    Request {
+        stop: bool,
+    },
     /// Collectives started so far, per communicator. `MPI_Comm_create_group`, collective over
     /// its group only, is counted apart per key (parent, tag, group): its starts are among
     /// `comms` under the key, and `groups` names the members (world ranks) of each key that
     /// has a call in progress here, so that the members that have not called it yet get a
     /// target too.
-    Counters { comms: Vec<(CommGid, u64)>, groups: Vec<(CommGid, Vec<i32>)> },
+    Counters {
+        comms: Vec<(CommGid, u64)>,
+        groups: Vec<(CommGid, Vec<i32>)>,
+    },
     /// Gates closed at the aligned cut of targets `round`; messages sent per communicator and
     /// destination world rank. `untold`: the collective counts of the communicators this rank
     /// made after reporting its counters and was given no target for (its peers may be further
     /// on them: the coordinator then raises them, a new round).
-    SendCounts { round: u32, sent: Vec<(CommGid, i32, u64)>, untold: Vec<(CommGid, u64)> },
+    SendCounts {
+        round: u32,
+        sent: Vec<(CommGid, i32, u64)>,
+        untold: Vec<(CommGid, u64)>,
+    },
     /// Not aligned yet, and a program thread waits to start collective number `n` on `comm`,
     /// past its target: this rank cannot reach its targets without it (one rank ran ahead
     /// through collectives it could finish alone, such as a broadcast's root). `groups`: the
     /// members of the `MPI_Comm_create_group` keys among them (see `Counters`).
-    Wants { comms: Vec<(CommGid, u64)>, groups: Vec<(CommGid, Vec<i32>)> },
+    Wants {
+        comms: Vec<(CommGid, u64)>,
+        groups: Vec<(CommGid, Vec<i32>)>,
+    },
     /// In-flight messages drained, lower half released, state written.
-    ReadyToDump { drained_msgs: u64, drained_bytes: u64, state_bytes: u64, timings: Timings },
+    ReadyToDump {
+        drained_msgs: u64,
+        drained_bytes: u64,
+        state_bytes: u64,
+        timings: Timings,
+    },
     /// Running again after `Resume`.
-    Resumed { timings: Timings },
+    Resumed {
+        timings: Timings,
+    },
     /// The checkpoint cannot be taken (e.g. an open MPI file); the job keeps running.
-    Failed { reason: String },
+    Failed {
+        reason: String,
+    },
     /// A new PMI connection for lower-half generation `generation` (the first `MPI_Init` is
     /// generation 0). Sent with [`send_with_fd`]: the frame carries the keeper's end of a fresh
     /// socketpair; the agent installs the other end at the descriptor number named by `PMI_FD`.
-    PmiConnect { generation: u32 },
+    PmiConnect {
+        generation: u32,
+    },
     /// In-flight messages drained, the library still running: waits for `Release`.
     Drained,
     /// Answer to [`WRITE_TRACK_ENV`] (`--incremental` without soft-dirty bits), after `Hello`
     /// and again after each restore: a userfaultfd of this process in asynchronous
     /// write-protect mode, sent with [`send_with_fd`] (the agent closes its copy: the keeper's
     /// keeps the context alive, out of the images). `error`: why there is none (no descriptor).
-    WriteTracker { error: Option<String> },
+    WriteTracker {
+        error: Option<String>,
+    },
 }
 
 /// Environment variable the keeper sets when the agent is to send [`FromAgent::WriteTracker`].
@@ -192,10 +217,8 @@ mod tests {
 
     #[test]
     fn frames_round_trip() {
-        let msgs = vec![
-            FromAgent::Counters { comms: vec![(7, 3), (9, 0)], groups: vec![(9, vec![0, 2])] },
-            FromAgent::Failed { reason: "open MPI file".into() },
-        ];
+        let msgs =
+            vec![FromAgent::Counters { comms: vec![(7, 3), (9, 0)], groups: vec![(9, vec![0, 2])] }, FromAgent::Failed { reason: "open MPI file".into() }];
         let mut buf = Vec::new();
         for m in &msgs {
             send(&mut buf, m).unwrap();

@@ -50,13 +50,7 @@ fn generated_files_are_current() {
             .arg(&scratch.0)
             .output()
             .expect("running python3 (python3 is needed to check the generated files)");
-        assert!(
-            out.status.success(),
-            "{tool} failed ({}):\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "{tool} failed ({}):\n{}{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     }
     let made = files(&scratch.0);
     for dir in GEN_DIRS {
@@ -78,5 +72,9 @@ fn generated_files_are_current() {
             }
         }
     }
-    assert!(stale.is_empty(), "generated files differ from tools/gen_api.py's, tools/gen_ompi.py's and tools/gen_abi.py's output: {}; run `make gen` and commit the result", stale.join(", "));
+    assert!(
+        stale.is_empty(),
+        "generated files differ from tools/gen_api.py's, tools/gen_ompi.py's and tools/gen_abi.py's output: {}; run `make gen` and commit the result",
+        stale.join(", ")
+    );
 }

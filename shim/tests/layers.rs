@@ -85,6 +85,7 @@ fn the_lower_half_imports_neither_core_nor_face() {
 fn every_module_is_in_a_layer() {
     let lib = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).unwrap();
     let lib = code(&lib);
-    let mods: Vec<&str> = lib.lines().filter_map(|l| l.trim().strip_prefix("pub mod ").or_else(|| l.trim().strip_prefix("mod "))).map(|m| m.trim_end_matches(';')).collect();
+    let mods: Vec<&str> =
+        lib.lines().filter_map(|l| l.trim().strip_prefix("pub mod ").or_else(|| l.trim().strip_prefix("mod "))).map(|m| m.trim_end_matches(';')).collect();
     assert_eq!(mods, ["core", "face", "lower"], "lib.rs declares modules outside the three layers");
 }

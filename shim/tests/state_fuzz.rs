@@ -35,7 +35,14 @@ fn sample() -> Vec<u8> {
         files: vec![(
             0,
             0,
-            mpicr_shim::core::kinds::file::FileEntry::new(mpicr_virtid::VErrhandler::from_int(0), "/tmp/f", 9, mpicr_virtid::VComm::from_int(3), 42, vec![("cb_nodes".into(), "1".into())]),
+            mpicr_shim::core::kinds::file::FileEntry::new(
+                mpicr_virtid::VErrhandler::from_int(0),
+                "/tmp/f",
+                9,
+                mpicr_virtid::VComm::from_int(3),
+                42,
+                vec![("cb_nodes".into(), "1".into())],
+            ),
         )],
         wins: vec![],
         drained,

@@ -77,19 +77,14 @@ const RESUME: &str = "mpicr-test-resume";
 /// launch is ended there anyway and a checkpoint that fails should say why before that.
 fn checkpoint_timeout(resident: u64, left: Duration) -> Duration {
     let gib = resident as f64 / (1u64 << 30) as f64;
-    let t = (CKPT_TIMEOUT + CKPT_PER_GIB.mul_f64(gib))
-        .min(left.saturating_sub(CMD_GRACE))
-        .max(CKPT_TIMEOUT);
+    let t = (CKPT_TIMEOUT + CKPT_PER_GIB.mul_f64(gib)).min(left.saturating_sub(CMD_GRACE)).max(CKPT_TIMEOUT);
     // (whole seconds: the command line says them)
     Duration::from_secs(t.as_secs())
 }
 
 /// A seed from the clock and our PID, for runs without `MPICR_TEST_SEED`.
 pub fn fresh_seed() -> u64 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
     splitmix(t ^ (u64::from(std::process::id()) << 32)) % 1_000_000_000
 }
 
@@ -105,9 +100,7 @@ struct Rng(u64);
 
 impl Rng {
     fn for_case(seed: u64, id: &str) -> Rng {
-        let h = id.bytes().fold(0xcbf29ce484222325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
-        });
+        let h = id.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3));
         Rng(splitmix(seed ^ h))
     }
 
@@ -141,53 +134,32 @@ impl Drop for CliCopy {
 impl Harness {
     fn cli(&self) -> Result<(PathBuf, PathBuf), Error> {
         crate::once(&self.cli_copy, || {
-                for (p, what) in [
-                    (&self.mpicr, "mpicr-cli --bin mpicr"),
-                    (&self.shim, "mpicr-face-mpich"),
-                ] {
-                    if !p.is_file() {
-                        return Err(Error::Missing(format!(
-                            "{} does not exist: build it with `cargo build --release -p {what}`",
-                            p.display()
-                        )));
-                    }
+            for (p, what) in [(&self.mpicr, "mpicr-cli --bin mpicr"), (&self.shim, "mpicr-face-mpich")] {
+                if !p.is_file() {
+                    return Err(Error::Missing(format!("{} does not exist: build it with `cargo build --release -p {what}`", p.display())));
                 }
-                let dir = self
-                    .root
-                    .join("target/ctests")
-                    .join(format!("mpicr.{}", std::process::id()));
-                let copy = CliCopy {
-                    mpicr: dir.join("mpicr"),
-                    shim: dir.join("libmpicr.so"),
-                    dir,
-                };
-                fs::create_dir_all(&copy.dir)
-                    .and_then(|_| fs::copy(&self.mpicr, &copy.mpicr))
-                    .and_then(|_| fs::copy(&self.shim, &copy.shim))
-                    .map_err(Error::io("copy mpicr and libmpicr.so to", &copy.dir))?;
-                // The Open MPI face, which mpicr preloads for Open MPI programs, when built.
-                if self.shim_ompi.is_file() {
-                    fs::copy(&self.shim_ompi, copy.dir.join("libmpicr_ompi.so"))
-                        .map_err(Error::io("copy", &self.shim_ompi))?;
-                }
-                if self.shim_abi.is_file() {
-                    fs::copy(&self.shim_abi, copy.dir.join("libmpicr_abi.so"))
-                        .map_err(Error::io("copy", &self.shim_abi))?;
-                }
-                Ok(copy)
-            })
-            .map(|c| (c.mpicr.clone(), c.shim.clone()))
+            }
+            let dir = self.root.join("target/ctests").join(format!("mpicr.{}", std::process::id()));
+            let copy = CliCopy { mpicr: dir.join("mpicr"), shim: dir.join("libmpicr.so"), dir };
+            fs::create_dir_all(&copy.dir)
+                .and_then(|_| fs::copy(&self.mpicr, &copy.mpicr))
+                .and_then(|_| fs::copy(&self.shim, &copy.shim))
+                .map_err(Error::io("copy mpicr and libmpicr.so to", &copy.dir))?;
+            // The Open MPI face, which mpicr preloads for Open MPI programs, when built.
+            if self.shim_ompi.is_file() {
+                fs::copy(&self.shim_ompi, copy.dir.join("libmpicr_ompi.so")).map_err(Error::io("copy", &self.shim_ompi))?;
+            }
+            if self.shim_abi.is_file() {
+                fs::copy(&self.shim_abi, copy.dir.join("libmpicr_abi.so")).map_err(Error::io("copy", &self.shim_abi))?;
+            }
+            Ok(copy)
+        })
+        .map(|c| (c.mpicr.clone(), c.shim.clone()))
     }
 }
 
 /// Runs a case in a checkpoint mode; `oracle` is the native run with the same arguments.
-pub(crate) fn run_case(
-    h: &Harness,
-    case: &Case,
-    program: &Path,
-    args: &[String],
-    oracle: &JobOutput,
-) -> Result<(), Error> {
+pub(crate) fn run_case(h: &Harness, case: &Case, program: &Path, args: &[String], oracle: &JobOutput) -> Result<(), Error> {
     run_case_seeded(h, case, program, args, oracle, h.seed).verdict
 }
 
@@ -200,43 +172,20 @@ pub(crate) struct Ran {
 }
 
 /// `run_case` with the random choices drawn from `seed` (the soak gives each run its own).
-pub(crate) fn run_case_seeded(
-    h: &Harness,
-    case: &Case,
-    program: &Path,
-    args: &[String],
-    oracle: &JobOutput,
-    seed: u64,
-) -> Ran {
+pub(crate) fn run_case_seeded(h: &Harness, case: &Case, program: &Path, args: &[String], oracle: &JobOutput, seed: u64) -> Ran {
     let (mpicr, shim) = match h.cli() {
         Ok(c) => c,
-        Err(e) => {
-            return Ran {
-                verdict: Err(e),
-                checkpoints: 0,
-                restarts: 0,
-            }
-        }
+        Err(e) => return Ran { verdict: Err(e), checkpoints: 0, restarts: 0 },
     };
-    let steps: Result<u64, Error> = args.first().and_then(|a| a.parse().ok()).ok_or_else(|| {
-        Error::Invalid(format!(
-            "{}: the first of long-args is not a step count",
-            case.test.name
-        ))
-    });
+    let steps: Result<u64, Error> =
+        args.first().and_then(|a| a.parse().ok()).ok_or_else(|| Error::Invalid(format!("{}: the first of long-args is not a step count", case.test.name)));
     let setup = steps.and_then(|s| {
         let mpiexec = case.flavor.launcher(&h.root)?;
         Ok((s, Scratch::new(&case.id(), h.keep)?, mpiexec))
     });
     let (steps, scratch, (mpiexec, launcher)) = match setup {
         Ok(x) => x,
-        Err(e) => {
-            return Ran {
-                verdict: Err(e),
-                checkpoints: 0,
-                restarts: 0,
-            }
-        }
+        Err(e) => return Ran { verdict: Err(e), checkpoints: 0, restarts: 0 },
     };
     let mut cx = Ctx {
         case,
@@ -281,36 +230,21 @@ pub(crate) fn run_case_seeded(
     let verdict = match verdict {
         // jobs SIGKILLed on purpose may leave MPICH's segments: not mpicr's doing
         Ok(()) if !orphans.is_empty() && case.mode == Mode::Faults => {
-            cx.story.push(format!(
-                "removed what the killed jobs left in /dev/shm: {}",
-                orphans.join(", ")
-            ));
+            cx.story.push(format!("removed what the killed jobs left in /dev/shm: {}", orphans.join(", ")));
             Ok(())
         }
-        Ok(()) if !orphans.is_empty() => Err(Error::Check(format!(
-            "files left behind in /dev/shm (removed): {}",
-            orphans.join(", ")
-        ))),
-        Err(e) if !orphans.is_empty() => Err(Error::Check(format!(
-            "{e}\n  (removed what its jobs left in /dev/shm: {})",
-            orphans.join(", ")
-        ))),
+        Ok(()) if !orphans.is_empty() => Err(Error::Check(format!("files left behind in /dev/shm (removed): {}", orphans.join(", ")))),
+        Err(e) if !orphans.is_empty() => Err(Error::Check(format!("{e}\n  (removed what its jobs left in /dev/shm: {})", orphans.join(", ")))),
         v => v,
     };
-    if verdict.is_ok()
-        && std::env::var("MPICR_TEST_VERBOSE").is_ok_and(|v| !v.is_empty() && v != "0")
-    {
+    if verdict.is_ok() && std::env::var("MPICR_TEST_VERBOSE").is_ok_and(|v| !v.is_empty() && v != "0") {
         let mut s = String::new();
         for line in &cx.story {
             let _ = writeln!(s, "  {}: {line}", case.id());
         }
         print!("{s}");
     }
-    Ran {
-        verdict: verdict.map_err(|e| cx.report(e)),
-        checkpoints: cx.checkpoints,
-        restarts: cx.restarts,
-    }
+    Ran { verdict: verdict.map_err(|e| cx.report(e)), checkpoints: cx.checkpoints, restarts: cx.restarts }
 }
 
 /// A checkpoint to take during a launch.
@@ -338,11 +272,7 @@ struct Planned {
 
 impl Planned {
     fn new(trigger: Trigger, stop: bool) -> Planned {
-        Planned {
-            trigger,
-            stop,
-            fault: Fault::None,
-        }
+        Planned { trigger, stop, fault: Fault::None }
     }
 }
 
@@ -450,14 +380,7 @@ struct Driver<'a> {
 }
 
 impl<'a> Driver<'a> {
-    fn new(
-        mpicr: &'a Path,
-        ckdir: &'a Path,
-        io: &'a Path,
-        label: &'a str,
-        ranks: u32,
-        plan: Vec<Planned>,
-    ) -> Driver<'a> {
+    fn new(mpicr: &'a Path, ckdir: &'a Path, io: &'a Path, label: &'a str, ranks: u32, plan: Vec<Planned>) -> Driver<'a> {
         Driver {
             marker: "",
             program: Path::new(""),
@@ -504,52 +427,29 @@ impl<'a> Driver<'a> {
     fn ask(&mut self, asks: u32) -> Result<State, Error> {
         let p = self.plan.front().copied().expect("a planned checkpoint");
         self.seq += 1;
-        let out = self.io.join(format!(
-            "checkpoint-{}-{}.txt",
-            self.seq,
-            if p.stop { "stop" } else { "continue" }
-        ));
-        let file =
-            fs::File::create(&out).map_err(Error::io("create", &out))?;
+        let out = self.io.join(format!("checkpoint-{}-{}.txt", self.seq, if p.stop { "stop" } else { "continue" }));
+        let file = fs::File::create(&out).map_err(Error::io("create", &out))?;
         let file2 = file.try_clone().map_err(Error::io("duplicate the descriptor of", &out))?;
         let mut cmd = Command::new(self.mpicr);
         cmd.arg("checkpoint");
         if p.stop {
             cmd.arg("--stop");
         }
-        let left = self
-            .limit
-            .saturating_sub(self.started.map(|s| s.elapsed()).unwrap_or_default());
+        let left = self.limit.saturating_sub(self.started.map(|s| s.elapsed()).unwrap_or_default());
         let timeout = checkpoint_timeout(crate::job::resident_bytes(self.marker), left);
-        cmd.arg("--timeout")
-            .arg(format!("{}s", timeout.as_secs()))
-            .arg(self.ckdir)
-            .stdin(Stdio::null())
-            .stdout(file)
-            .stderr(file2);
+        cmd.arg("--timeout").arg(format!("{}s", timeout.as_secs())).arg(self.ckdir).stdin(Stdio::null()).stdout(file).stderr(file2);
         if p.fault == Fault::Fill && asks == 1 {
             self.fill()?;
         }
         self.struck = false;
-        let child = cmd
-            .spawn()
-            .map_err(Error::spawn(self.mpicr.display()))?;
+        let child = cmd.spawn().map_err(Error::spawn(self.mpicr.display()))?;
         if asks == 1 {
             let stop = if p.stop { " --stop" } else { "" };
-            let what = if timeout > CKPT_TIMEOUT {
-                format!("mpicr checkpoint{stop} --timeout {}s", timeout.as_secs())
-            } else {
-                format!("mpicr checkpoint{stop}")
-            };
+            let what =
+                if timeout > CKPT_TIMEOUT { format!("mpicr checkpoint{stop} --timeout {}s", timeout.as_secs()) } else { format!("mpicr checkpoint{stop}") };
             self.note(what);
         }
-        Ok(State::Asking {
-            child,
-            since: Instant::now(),
-            out,
-            asks,
-            timeout,
-        })
+        Ok(State::Asking { child, since: Instant::now(), out, asks, timeout })
     }
 
     fn poll(&mut self, work: &Path) -> Result<(), Error> {
@@ -567,10 +467,7 @@ impl<'a> Driver<'a> {
             self.resuming = false;
         }
         let paused = work.join(PAUSED).exists();
-        let timed = self
-            .plan
-            .iter()
-            .any(|p| matches!(p.trigger, Trigger::After(_)));
+        let timed = self.plan.iter().any(|p| matches!(p.trigger, Trigger::After(_)));
         if timed && self.ready.is_none() && out_sizes(self.io, self.ranks).iter().all(|&n| n > 0) {
             self.ready = Some(now);
             self.note("every rank has printed its first line".into());
@@ -582,12 +479,8 @@ impl<'a> Driver<'a> {
                     self.ask(1)?
                 }
                 Some(Trigger::Held) if paused => self.ask(1)?,
-                Some(Trigger::After(d)) if self.ready.is_some_and(|r| now - r >= d) => {
-                    self.ask(1)?
-                }
-                Some(Trigger::Since(d)) if self.started.is_some_and(|s| now - s >= d) => {
-                    self.ask(1)?
-                }
+                Some(Trigger::After(d)) if self.ready.is_some_and(|r| now - r >= d) => self.ask(1)?,
+                Some(Trigger::Since(d)) if self.started.is_some_and(|s| now - s >= d) => self.ask(1)?,
                 _ => {
                     if paused && self.auto_resume {
                         // a pause nobody checkpoints at (e.g. a later one reached again after
@@ -600,13 +493,7 @@ impl<'a> Driver<'a> {
             },
             State::Waiting { at, asks } if now >= at => self.ask(asks)?,
             s @ State::Waiting { .. } => s,
-            State::Asking {
-                mut child,
-                since,
-                out,
-                asks,
-                timeout,
-            } => {
+            State::Asking { mut child, since, out, asks, timeout } => {
                 if let Some(Fault::Kill(v)) = self.plan.front().map(|p| p.fault) {
                     if !self.struck {
                         self.strike(v, &mut child);
@@ -616,98 +503,45 @@ impl<'a> Driver<'a> {
                     Ok(None) if since.elapsed() > timeout + CMD_GRACE => {
                         let _ = child.kill();
                         let _ = child.wait();
-                        self.give_up(
-                            work,
-                            paused,
-                            format!(
-                                "`mpicr checkpoint` did not finish within {} s (killed)",
-                                (timeout + CMD_GRACE).as_secs()
-                            ),
-                        )?
+                        self.give_up(work, paused, format!("`mpicr checkpoint` did not finish within {} s (killed)", (timeout + CMD_GRACE).as_secs()))?
                     }
-                    Ok(None) => State::Asking {
-                        child,
-                        since,
-                        out,
-                        asks,
-                        timeout,
-                    },
+                    Ok(None) => State::Asking { child, since, out, asks, timeout },
                     Ok(Some(status)) => self.answered(work, paused, status, &out, asks)?,
-                    Err(e) => {
-                        self.give_up(work, paused, format!("waiting for `mpicr checkpoint`: {e}"))?
-                    }
+                    Err(e) => self.give_up(work, paused, format!("waiting for `mpicr checkpoint`: {e}"))?,
                 }
             }
-            State::Settling {
-                epoch,
-                last,
-                stable,
-                since,
-            } => {
+            State::Settling { epoch, last, stable, since } => {
                 let sizes = out_sizes(self.io, self.ranks);
                 let stable = if sizes == last { stable + 1 } else { 0 };
                 if stable >= 25 && since.elapsed() >= Duration::from_millis(600) {
-                    self.note(format!(
-                        "cut of epoch {epoch} at stdout bytes {sizes:?}; resumed"
-                    ));
-                    self.taken.push(Taken {
-                        epoch,
-                        cut: Some(sizes),
-                    });
+                    self.note(format!("cut of epoch {epoch} at stdout bytes {sizes:?}; resumed"));
+                    self.taken.push(Taken { epoch, cut: Some(sizes) });
                     self.resume(work)?;
                     State::Idle
                 } else {
-                    State::Settling {
-                        epoch,
-                        last: sizes,
-                        stable,
-                        since,
-                    }
+                    State::Settling { epoch, last: sizes, stable, since }
                 }
             }
         };
         Ok(())
     }
 
-    fn answered(
-        &mut self,
-        work: &Path,
-        paused: bool,
-        status: ExitStatus,
-        out: &Path,
-        asks: u32,
-    ) -> Result<State, Error> {
+    fn answered(&mut self, work: &Path, paused: bool, status: ExitStatus, out: &Path, asks: u32) -> Result<State, Error> {
         let text = fs::read_to_string(out).unwrap_or_default();
-        if let Some(p) = self
-            .plan
-            .front()
-            .copied()
-            .filter(|p| p.fault != Fault::None)
-        {
+        if let Some(p) = self.plan.front().copied().filter(|p| p.fault != Fault::None) {
             // a checkpoint with a fault: what it said is for the case to judge
             self.plan.pop_front();
             if p.fault == Fault::Fill {
                 self.unfill();
             }
-            self.note(format!(
-                "`mpicr checkpoint` answered ({status}): {}",
-                one_line(&text)
-            ));
+            self.note(format!("`mpicr checkpoint` answered ({status}): {}", one_line(&text)));
             self.answers.push(text);
             return Ok(State::Idle);
         }
         if status.success() {
             let p = self.plan.pop_front().expect("a planned checkpoint");
-            let Some(epoch) = text
-                .lines()
-                .find_map(|l| l.strip_prefix("epoch:"))
-                .and_then(|e| e.trim().parse().ok())
-            else {
-                return self.give_up(
-                    work,
-                    paused,
-                    format!("`mpicr checkpoint` succeeded but printed no epoch:\n{text}"),
-                );
+            let Some(epoch) = text.lines().find_map(|l| l.strip_prefix("epoch:")).and_then(|e| e.trim().parse().ok()) else {
+                return self.give_up(work, paused, format!("`mpicr checkpoint` succeeded but printed no epoch:\n{text}"));
             };
             self.note(format!("epoch {epoch} committed: {}", one_line(&text)));
             if matches!(p.trigger, Trigger::Held) && !p.stop {
@@ -716,12 +550,7 @@ impl<'a> Driver<'a> {
             }
             if matches!(p.trigger, Trigger::Pause) && !p.stop {
                 let last = out_sizes(self.io, self.ranks);
-                return Ok(State::Settling {
-                    epoch,
-                    last,
-                    stable: 0,
-                    since: Instant::now(),
-                });
+                return Ok(State::Settling { epoch, last, stable: 0, since: Instant::now() });
             }
             if p.stop {
                 self.auto_resume = false; // the job ends; a restart resumes the pause
@@ -731,21 +560,11 @@ impl<'a> Driver<'a> {
         }
         if asks < MAX_ASKS && NOT_READY.iter().any(|m| text.contains(m)) {
             if asks == 1 {
-                self.note(format!(
-                    "not ready, asking again every 100 ms: {}",
-                    one_line(&text)
-                ));
+                self.note(format!("not ready, asking again every 100 ms: {}", one_line(&text)));
             }
-            return Ok(State::Waiting {
-                at: Instant::now() + Duration::from_millis(100),
-                asks: asks + 1,
-            });
+            return Ok(State::Waiting { at: Instant::now() + Duration::from_millis(100), asks: asks + 1 });
         }
-        self.give_up(
-            work,
-            paused,
-            format!("`mpicr checkpoint` failed ({status}): {}", text.trim_end()),
-        )
+        self.give_up(work, paused, format!("`mpicr checkpoint` failed ({status}): {}", text.trim_end()))
     }
 
     /// `Fault::Kill`: waits (up to 10 s, while `mpicr checkpoint` runs) for CRIU to run under
@@ -753,11 +572,7 @@ impl<'a> Driver<'a> {
     fn strike(&mut self, victim: Victim, child: &mut Child) {
         self.struck = true;
         let needle = format!("{}={}\0", job::MARKER_VAR, self.marker).into_bytes();
-        let name: String = self
-            .program
-            .file_name()
-            .map(|n| n.to_string_lossy().chars().take(15).collect())
-            .unwrap_or_default();
+        let name: String = self.program.file_name().map(|n| n.to_string_lossy().chars().take(15).collect()).unwrap_or_default();
         let mut keepers: Vec<(u32, u32)> = Vec::new(); // (rank, pid)
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(10) {
@@ -781,20 +596,13 @@ impl<'a> Driver<'a> {
                     .collect();
                 keepers.sort_unstable();
             }
-            let criu = procs.iter().find(|p| {
-                !p.dead && p.comm != name && p.comm != "mpicr-init" && keepers.iter().any(|k| k.1 == p.ppid)
-            });
+            let criu = procs.iter().find(|p| !p.dead && p.comm != name && p.comm != "mpicr-init" && keepers.iter().any(|k| k.1 == p.ppid));
             if let (Some(c), Some(&first), Some(&last)) = (criu, keepers.first(), keepers.last()) {
                 let target = match victim {
                     // The keeper's child, or the child of the init of its PID namespace.
-                    Victim::Program => procs
-                        .iter()
-                        .find(|p| {
-                            p.comm == name
-                                && (p.ppid == last.1
-                                    || procs.iter().any(|q| q.pid == p.ppid && q.ppid == last.1))
-                        })
-                        .map(|p| p.pid),
+                    Victim::Program => {
+                        procs.iter().find(|p| p.comm == name && (p.ppid == last.1 || procs.iter().any(|q| q.pid == p.ppid && q.ppid == last.1))).map(|p| p.pid)
+                    }
                     Victim::Keeper => Some(last.1),
                     Victim::Coordinator => Some(first.1),
                 };
@@ -810,9 +618,7 @@ impl<'a> Driver<'a> {
                 return;
             }
             if matches!(child.try_wait(), Ok(Some(_))) {
-                self.note(
-                    "`mpicr checkpoint` ended before CRIU was seen: nothing was killed".into(),
-                );
+                self.note("`mpicr checkpoint` ended before CRIU was seen: nothing was killed".into());
                 return;
             }
             std::thread::sleep(Duration::from_millis(2));
@@ -826,17 +632,12 @@ impl<'a> Driver<'a> {
         let free = free_bytes(&dir)?;
         let size = free.saturating_sub(256 << 10);
         let path = dir.join("filler");
-        let f = fs::File::create(&path)
-            .map_err(Error::io("create", &path))?;
+        let f = fs::File::create(&path).map_err(Error::io("create", &path))?;
         use std::os::fd::AsRawFd;
         // SAFETY: plain syscall on a file we own.
         let rc = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, size as libc::off_t) };
         if rc != 0 {
-            return Err(Error::Check(format!(
-                "cannot fill {}: {}",
-                dir.display(),
-                std::io::Error::last_os_error()
-            )));
+            return Err(Error::Check(format!("cannot fill {}: {}", dir.display(), std::io::Error::last_os_error())));
         }
         let left = free_bytes(&dir)?;
         self.note(format!("filled {}: {left} bytes left", dir.display()));
@@ -864,14 +665,7 @@ impl<'a> Driver<'a> {
     /// After the launch ended: waits for a checkpoint command still running, and says which
     /// planned checkpoints were not taken.
     fn finish(&mut self, work: &Path) {
-        if let State::Asking {
-            mut child,
-            since,
-            out,
-            asks,
-            timeout,
-        } = std::mem::replace(&mut self.state, State::Idle)
-        {
+        if let State::Asking { mut child, since, out, asks, timeout } = std::mem::replace(&mut self.state, State::Idle) {
             let status = loop {
                 match child.try_wait() {
                     Ok(Some(s)) => break Some(s),
@@ -890,27 +684,18 @@ impl<'a> Driver<'a> {
                 // the job ended while the command was asking it (no coordinator any more, or
                 // not ready yet): the checkpoint was not taken, which is said below
                 Some(s) if !s.success() && plain && NOT_READY.iter().any(|m| text.contains(m)) => {
-                    self.note(format!(
-                        "`mpicr checkpoint` found no job to checkpoint any more: {}",
-                        one_line(&text)
-                    ));
+                    self.note(format!("`mpicr checkpoint` found no job to checkpoint any more: {}", one_line(&text)));
                 }
                 Some(s) => {
                     let _ = self.answered(work, false, s, &out, MAX_ASKS.max(asks));
                 }
                 None => {
-                    let _ = self.give_up(
-                        work,
-                        false,
-                        "`mpicr checkpoint` did not finish (killed)".into(),
-                    );
+                    let _ = self.give_up(work, false, "`mpicr checkpoint` did not finish (killed)".into());
                 }
             }
         }
         if let State::Settling { epoch, .. } = self.state {
-            self.failure.get_or_insert(format!(
-                "the job ended while paused after epoch {epoch} (it should have waited)"
-            ));
+            self.failure.get_or_insert(format!("the job ended while paused after epoch {epoch} (it should have waited)"));
         }
         if let Some(p) = self.plan.front() {
             let when = match p.trigger {
@@ -920,10 +705,7 @@ impl<'a> Driver<'a> {
             };
             let msg = format!(
                 "the job ended before the checkpoint planned {when} was taken (it ran {:.2} s)",
-                self.started
-                    .map(|s| s.elapsed())
-                    .unwrap_or_default()
-                    .as_secs_f64()
+                self.started.map(|s| s.elapsed()).unwrap_or_default().as_secs_f64()
             );
             self.note(msg.clone());
             self.failure.get_or_insert(msg);
@@ -936,12 +718,8 @@ impl<'a> Driver<'a> {
 /// renewals mode.
 fn renewal_counts() -> Result<(u64, u64), Error> {
     let v = std::env::var("MPICR_TEST_RENEWALS").unwrap_or_else(|_| "25,10".into());
-    let parsed = v
-        .split_once(',')
-        .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
-    parsed.filter(|&(a, _)| a > 0).ok_or_else(|| {
-        Error::Invalid(format!("MPICR_TEST_RENEWALS={v}: expected BEFORE,AFTER (two counts, BEFORE > 0)"))
-    })
+    let parsed = v.split_once(',').and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
+    parsed.filter(|&(a, _)| a > 0).ok_or_else(|| Error::Invalid(format!("MPICR_TEST_RENEWALS={v}: expected BEFORE,AFTER (two counts, BEFORE > 0)")))
 }
 
 /// Bytes of the files of one epoch's images.
@@ -960,20 +738,13 @@ fn epoch_bytes(ckdir: &Path, epoch: u64) -> u64 {
 }
 
 fn out_sizes(io: &Path, ranks: u32) -> Vec<u64> {
-    (0..ranks)
-        .map(|r| {
-            fs::metadata(job::rank_stdout(io, r))
-                .map(|m| m.len())
-                .unwrap_or(0)
-        })
-        .collect()
+    (0..ranks).map(|r| fs::metadata(job::rank_stdout(io, r)).map(|m| m.len()).unwrap_or(0)).collect()
 }
 
 /// Bytes free for us in the file system of `dir`.
 fn free_bytes(dir: &Path) -> Result<u64, Error> {
     use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
-        .map_err(|e| Error::Invalid(format!("{}: {e}", dir.display())))?;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(|e| Error::Invalid(format!("{}: {e}", dir.display())))?;
     // SAFETY: a plain C struct, for which all zeroes is a valid value.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: statvfs fills the struct we pass; the path is a valid C string.
@@ -1045,10 +816,7 @@ impl<'a> Ctx<'a> {
 
     fn rank_env(&self) -> Vec<(String, OsString)> {
         let mut env = vec![
-            (
-                "MPICR_TEST_PACE_US".into(),
-                self.case.test.ckpt_pace(self.case.ranks).to_string().into(),
-            ),
+            ("MPICR_TEST_PACE_US".into(), self.case.test.ckpt_pace(self.case.ranks).to_string().into()),
             ("MPICR_SHIM".into(), self.shim.clone().into_os_string()),
         ];
         env.extend(self.extra_env.iter().cloned());
@@ -1071,23 +839,14 @@ impl<'a> Ctx<'a> {
     fn pause_steps(&mut self, n: u64) -> Vec<u64> {
         let (lo, hi) = (self.steps * 15 / 100, self.steps * 80 / 100);
         let width = (hi - lo) / n;
-        let steps: Vec<u64> = (0..n)
-            .map(|k| self.rng.between(lo + k * width, lo + (k + 1) * width - 1))
-            .collect();
-        self.story
-            .push(format!("pause steps: {steps:?} of {}", self.steps));
+        let steps: Vec<u64> = (0..n).map(|k| self.rng.between(lo + k * width, lo + (k + 1) * width - 1)).collect();
+        self.story.push(format!("pause steps: {steps:?} of {}", self.steps));
         steps
     }
 
     /// Launches `job` under a driver with `plan`, records it, and requires the checkpoints to
     /// have been taken and the launch to have ended well (exit status 0, nothing left running).
-    fn launch(
-        &mut self,
-        label: &str,
-        job: Job,
-        plan: Vec<Planned>,
-        resume: Resume,
-    ) -> Result<Launched, Error> {
+    fn launch(&mut self, label: &str, job: Job, plan: Vec<Planned>, resume: Resume) -> Result<Launched, Error> {
         let io = self.scratch.root().join(label);
         let mut d = Driver::new(&self.mpicr, &self.ckdir, &io, label, job.ranks, plan);
         d.marker = &self.marker;
@@ -1096,25 +855,17 @@ impl<'a> Ctx<'a> {
         d.fill_dir = self.fill_dir.clone();
         d.resume_first = resume == Resume::First;
         d.auto_resume = resume != Resume::Never;
-        let result = job::run_in(&job, &self.scratch, &io, &self.marker, &mut |work| {
-            d.poll(work)
-        });
+        let result = job::run_in(&job, &self.scratch, &io, &self.marker, &mut |work| d.poll(work));
         d.finish(&self.scratch.work());
         d.unfill();
-        let (story, taken, failure, answers) = (
-            std::mem::take(&mut d.story),
-            std::mem::take(&mut d.taken),
-            d.failure.take(),
-            std::mem::take(&mut d.answers),
-        );
+        let (story, taken, failure, answers) = (std::mem::take(&mut d.story), std::mem::take(&mut d.taken), d.failure.take(), std::mem::take(&mut d.answers));
         self.story.extend(story);
         self.checkpoints += taken.len() as u64;
         let out = match result {
             Ok(out) => out,
             Err(e) => {
                 let text = e.to_string();
-                self.story
-                    .push(format!("{label}: {}", text.lines().next().unwrap_or("")));
+                self.story.push(format!("{label}: {}", text.lines().next().unwrap_or("")));
                 return Err(match failure {
                     // what went wrong first, then what became of the job
                     Some(f) => Error::Check(format!("{label}: {f}; then the job {text}")),
@@ -1122,11 +873,7 @@ impl<'a> Ctx<'a> {
                 });
             }
         };
-        self.story.push(format!(
-            "{label}: ended with {} after {:.2} s",
-            out.status,
-            out.elapsed.as_secs_f64()
-        ));
+        self.story.push(format!("{label}: ended with {} after {:.2} s", out.status, out.elapsed.as_secs_f64()));
         self.launches.push((label.to_string(), out.clone()));
         if let Some(f) = failure {
             // A job that then failed by itself says so: a checkpoint it ended before (or that
@@ -1137,21 +884,13 @@ impl<'a> Ctx<'a> {
             return Err(Error::Check(format!("{label}: {f}")));
         }
         if !out.stray.is_empty() {
-            return Err(Error::Check(format!(
-                "{label}: processes outlived mpiexec (killed): {}",
-                out.stray.join(", ")
-            )));
+            return Err(Error::Check(format!("{label}: processes outlived mpiexec (killed): {}", out.stray.join(", "))));
         }
-        Ok(Launched {
-            out,
-            taken,
-            answers,
-        })
+        Ok(Launched { out, taken, answers })
     }
 
     fn run_job(&self, pause_at: &[u64]) -> Job {
-        let mut wrapper: Vec<OsString> =
-            vec![self.mpicr.clone().into(), "run".into(), "--ckpt-dir".into()];
+        let mut wrapper: Vec<OsString> = vec![self.mpicr.clone().into(), "run".into(), "--ckpt-dir".into()];
         wrapper.push(self.ckdir.clone().into());
         wrapper.push("--".into());
         let mut rank_env = self.rank_env();
@@ -1196,53 +935,30 @@ impl<'a> Ctx<'a> {
         let planned = plan.len() as u64;
         let l = self.launch("run", job, plan, Resume::Pauses)?;
         if !l.out.status.success() {
-            return Err(Error::Check(format!(
-                "run: exited with {} (a checkpointed job must end with 0)",
-                l.out.status
-            )));
+            return Err(Error::Check(format!("run: exited with {} (a checkpointed job must end with 0)", l.out.status)));
         }
         let epochs: Vec<u64> = l.taken.iter().map(|t| t.epoch).collect();
         if epochs != (1..=planned).collect::<Vec<_>>() {
-            return Err(Error::Check(format!(
-                "run: the checkpoints were committed as epochs {epochs:?}, expected 1 to {planned}"
-            )));
+            return Err(Error::Check(format!("run: the checkpoints were committed as epochs {epochs:?}, expected 1 to {planned}")));
         }
         Ok(l)
     }
 
     /// `mpicr restart` of the whole job (from `epoch`, else the latest), which must end well;
     /// tried again when a restored PID is in use by an unrelated process.
-    fn restart(
-        &mut self,
-        label: &str,
-        epoch: Option<u64>,
-        resume: Resume,
-    ) -> Result<JobOutput, Error> {
+    fn restart(&mut self, label: &str, epoch: Option<u64>, resume: Resume) -> Result<JobOutput, Error> {
         for attempt in 1..=PID_CLASH_RETRIES + 1 {
-            let name = if attempt == 1 {
-                label.to_string()
-            } else {
-                format!("{label}-try{attempt}")
-            };
+            let name = if attempt == 1 { label.to_string() } else { format!("{label}-try{attempt}") };
             let job = self.restart_job(self.ranks(), &self.ckdir, epoch, self.timeout);
             let l = self.launch(&name, job, Vec::new(), resume)?;
-            let clash = l
-                .out
-                .stderr
-                .iter()
-                .any(|e| String::from_utf8_lossy(e).contains(PID_CLASH));
+            let clash = l.out.stderr.iter().any(|e| String::from_utf8_lossy(e).contains(PID_CLASH));
             if clash && attempt <= PID_CLASH_RETRIES && !l.out.status.success() {
-                self.story.push(format!(
-                    "{name}: a restored PID is in use by another process; trying again in 2 s"
-                ));
+                self.story.push(format!("{name}: a restored PID is in use by another process; trying again in 2 s"));
                 std::thread::sleep(Duration::from_secs(2));
                 continue;
             }
             if !l.out.status.success() {
-                return Err(Error::Check(format!(
-                    "{name}: `mpicr restart` exited with {}",
-                    l.out.status
-                )));
+                return Err(Error::Check(format!("{name}: `mpicr restart` exited with {}", l.out.status)));
             }
             self.restarts += 1;
             return Ok(l.out);
@@ -1252,10 +968,7 @@ impl<'a> Ctx<'a> {
 
     /// The epochs `mpicr status` reports complete must be exactly `want`.
     fn check_epochs(&mut self, want: &[u64]) -> Result<(), Error> {
-        let (ok, text) = bounded(
-            Command::new(&self.mpicr).arg("status").arg(&self.ckdir),
-            CMD_GRACE,
-        );
+        let (ok, text) = bounded(Command::new(&self.mpicr).arg("status").arg(&self.ckdir), CMD_GRACE);
         if !ok {
             return Err(Error::Check(format!("`mpicr status` failed:\n{text}")));
         }
@@ -1268,12 +981,9 @@ impl<'a> Ctx<'a> {
             })
             .collect();
         if complete != want {
-            return Err(Error::Check(format!(
-                "`mpicr status` lists complete epochs {complete:?}, expected {want:?}:\n{text}"
-            )));
+            return Err(Error::Check(format!("`mpicr status` lists complete epochs {complete:?}, expected {want:?}:\n{text}")));
         }
-        self.story
-            .push(format!("mpicr status: complete epochs {complete:?}"));
+        self.story.push(format!("mpicr status: complete epochs {complete:?}"));
         Ok(())
     }
 
@@ -1281,43 +991,30 @@ impl<'a> Ctx<'a> {
         let at = self.random_instant();
         let l = self.first_run(&[], vec![Planned::new(Trigger::After(at), false)])?;
         if let Some(d) = compare(self.oracle, &l.out) {
-            return Err(Error::Mismatch(format!(
-                "the checkpointed run differs from the native run: {d}"
-            )));
+            return Err(Error::Mismatch(format!("the checkpointed run differs from the native run: {d}")));
         }
         self.check_epochs(&[1])
     }
 
     fn stop_restart(&mut self) -> Result<(), Error> {
         let at = self.random_instant();
-        let run = self
-            .first_run(&[], vec![Planned::new(Trigger::After(at), true)])?
-            .out;
+        let run = self.first_run(&[], vec![Planned::new(Trigger::After(at), true)])?.out;
         self.check_prefix("run", &run)?;
         self.check_epochs(&[1])?;
         let after = self.restart("restart", None, Resume::Pauses)?;
         let whole = concat(&run, &after);
         match compare(self.oracle, &whole) {
             None => Ok(()),
-            Some(d) => Err(Error::Mismatch(format!(
-                "output before the stop + output after the restart differs from the native run: {d}"
-            ))),
+            Some(d) => Err(Error::Mismatch(format!("output before the stop + output after the restart differs from the native run: {d}"))),
         }
     }
 
     fn older_epoch(&mut self) -> Result<(), Error> {
         let pauses = self.pause_steps(2);
-        let plan = vec![
-            Planned::new(Trigger::Pause, false),
-            Planned::new(Trigger::Pause, true),
-        ];
+        let plan = vec![Planned::new(Trigger::Pause, false), Planned::new(Trigger::Pause, true)];
         let l = self.first_run(&pauses, plan)?;
         self.check_prefix("run", &l.out)?;
-        let cut = l
-            .taken
-            .first()
-            .and_then(|t| t.cut.clone())
-            .ok_or_else(|| Error::Check("epoch 1 has no recorded cut".into()))?;
+        let cut = l.taken.first().and_then(|t| t.cut.clone()).ok_or_else(|| Error::Check("epoch 1 has no recorded cut".into()))?;
         self.check_epochs(&[1, 2])?;
         let after = self.restart("restart-epoch1", Some(1), Resume::First)?;
         self.check_remainder("restart --epoch 1", &cut, &after)
@@ -1325,9 +1022,7 @@ impl<'a> Ctx<'a> {
 
     fn restart_twice(&mut self) -> Result<(), Error> {
         let pause = self.pause_steps(1);
-        let run = self
-            .first_run(&pause, vec![Planned::new(Trigger::Pause, true)])?
-            .out;
+        let run = self.first_run(&pause, vec![Planned::new(Trigger::Pause, true)])?.out;
         self.check_prefix("run", &run)?;
         let cut = out_lengths(&run);
         self.check_epochs(&[1])?;
@@ -1344,42 +1039,27 @@ impl<'a> Ctx<'a> {
     fn renewals(&mut self) -> Result<(), Error> {
         let (before, after) = renewal_counts()?;
         let pause = self.pause_steps(1);
-        let held = |n: u64, stop_last: bool| -> Vec<Planned> {
-            (0..n)
-                .map(|k| Planned::new(Trigger::Held, stop_last && k + 1 == n))
-                .collect()
-        };
+        let held = |n: u64, stop_last: bool| -> Vec<Planned> { (0..n).map(|k| Planned::new(Trigger::Held, stop_last && k + 1 == n)).collect() };
         let run = self.first_run(&pause, held(before + 1, true))?.out;
         self.check_prefix("run", &run)?;
         let job = self.restart_job(self.ranks(), &self.ckdir, None, self.timeout);
         let l = self.launch("restart", job, held(after, false), Resume::Pauses)?;
         if !l.out.status.success() {
-            return Err(Error::Check(format!(
-                "restart: `mpicr restart` exited with {}",
-                l.out.status
-            )));
+            return Err(Error::Check(format!("restart: `mpicr restart` exited with {}", l.out.status)));
         }
         let epochs: Vec<u64> = l.taken.iter().map(|t| t.epoch).collect();
         let want: Vec<u64> = (before + 2..before + 2 + after).collect();
         if epochs != want {
-            return Err(Error::Check(format!(
-                "restart: the checkpoints were committed as epochs {epochs:?}, expected {want:?}"
-            )));
+            return Err(Error::Check(format!("restart: the checkpoints were committed as epochs {epochs:?}, expected {want:?}")));
         }
         if let Some(d) = compare(self.oracle, &concat(&run, &l.out)) {
             return Err(Error::Mismatch(format!("output before the stop + output after the restart differs from the native run: {d}")));
         }
-        let sizes: Vec<(u64, u64)> = (1..before + 2 + after)
-            .map(|e| (e, epoch_bytes(&self.ckdir, e)))
-            .collect();
+        let sizes: Vec<(u64, u64)> = (1..before + 2 + after).map(|e| (e, epoch_bytes(&self.ckdir, e))).collect();
         // The baseline is the first epoch taken after a renewal (epoch 2): the program's own
         // heap grows once when a second copy of the library is brought up next to its state.
         let first = sizes.get(1).or(sizes.first()).map_or(0, |s| s.1);
-        let largest = sizes
-            .iter()
-            .max_by_key(|s| s.1)
-            .copied()
-            .unwrap_or_default();
+        let largest = sizes.iter().max_by_key(|s| s.1).copied().unwrap_or_default();
         self.story.push(format!(
             "image bytes per epoch: epoch 1 {}, epoch 2 {first}, last {}, largest {} (epoch {})",
             sizes.first().map_or(0, |s| s.1),
@@ -1389,64 +1069,30 @@ impl<'a> Ctx<'a> {
         ));
         // Slack: the shim's own state and CRIU's bookkeeping vary a little between epochs.
         if largest.1 > first + first / 10 + (1 << 20) {
-            return Err(Error::Check(format!(
-                "images grow with the number of epochs: epoch 2 has {first} bytes, epoch {} has {}",
-                largest.0, largest.1
-            )));
+            return Err(Error::Check(format!("images grow with the number of epochs: epoch 2 has {first} bytes, epoch {} has {}", largest.0, largest.1)));
         }
         Ok(())
     }
 
     fn restart_errors(&mut self) -> Result<(), Error> {
         let pause = self.pause_steps(1);
-        let run = self
-            .first_run(&pause, vec![Planned::new(Trigger::Pause, true)])?
-            .out;
+        let run = self.first_run(&pause, vec![Planned::new(Trigger::Pause, true)])?.out;
         self.check_prefix("run", &run)?;
         let cut = out_lengths(&run);
         self.check_epochs(&[1])?;
         let n = self.ranks();
         let ckdir = self.ckdir.clone();
-        let mut bad: Vec<(String, u32, PathBuf, Option<u64>, String)> = vec![(
-            "too-many-ranks".into(),
-            n + 1,
-            ckdir.clone(),
-            None,
-            format!("has {n} rank(s), but the launcher started {}", n + 1),
-        )];
+        let mut bad: Vec<(String, u32, PathBuf, Option<u64>, String)> =
+            vec![("too-many-ranks".into(), n + 1, ckdir.clone(), None, format!("has {n} rank(s), but the launcher started {}", n + 1))];
         if n > 1 {
-            bad.push((
-                "too-few-ranks".into(),
-                n - 1,
-                ckdir.clone(),
-                None,
-                format!("has {n} rank(s), but the launcher started {}", n - 1),
-            ));
+            bad.push(("too-few-ranks".into(), n - 1, ckdir.clone(), None, format!("has {n} rank(s), but the launcher started {}", n - 1)));
         }
-        bad.push((
-            "missing-epoch".into(),
-            n,
-            ckdir.clone(),
-            Some(7),
-            "epoch 7 does not exist".into(),
-        ));
+        bad.push(("missing-epoch".into(), n, ckdir.clone(), Some(7), "epoch 7 does not exist".into()));
         let missing = self.scratch.root().join("no-such-ckpt");
-        bad.push((
-            "missing-dir".into(),
-            n,
-            missing.clone(),
-            None,
-            format!("checkpoint directory {} does not exist", missing.display()),
-        ));
+        bad.push(("missing-dir".into(), n, missing.clone(), None, format!("checkpoint directory {} does not exist", missing.display())));
         let empty = self.scratch.root().join("not-a-ckpt");
         fs::create_dir_all(&empty).map_err(Error::io("create", &empty))?;
-        bad.push((
-            "not-a-ckpt-dir".into(),
-            n,
-            empty.clone(),
-            None,
-            "is not a checkpoint directory".into(),
-        ));
+        bad.push(("not-a-ckpt-dir".into(), n, empty.clone(), None, "is not a checkpoint directory".into()));
         for (label, ranks, dir, epoch, want) in bad {
             self.bad_restart(&label, ranks, &dir, epoch, &want)?;
         }
@@ -1474,29 +1120,19 @@ impl<'a> Ctx<'a> {
             n,
             &ckdir,
             None,
-            &format!(
-                "the MPI file {}, open in the program at the checkpoint ({size} bytes then), cannot be opened again",
-                path.display()
-            ),
+            &format!("the MPI file {}, open in the program at the checkpoint ({size} bytes then), cannot be opened again", path.display()),
         );
         let put_back = || fs::copy(&aside, &path).map(|_| ()).map_err(Error::io("put back", &path));
         put_back()?;
         removed?;
         let short = size / 2;
-        fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .and_then(|f| f.set_len(short))
-            .map_err(Error::io("truncate", &path))?;
+        fs::OpenOptions::new().write(true).open(&path).and_then(|f| f.set_len(short)).map_err(Error::io("truncate", &path))?;
         let truncated = self.bad_restart(
             &format!("{name}-truncated"),
             n,
             &ckdir,
             None,
-            &format!(
-                "the MPI file {}, open in the program at the checkpoint, has {short} bytes, fewer than the {size} it had then",
-                path.display()
-            ),
+            &format!("the MPI file {}, open in the program at the checkpoint, has {short} bytes, fewer than the {size} it had then", path.display()),
         );
         put_back()?;
         let _ = fs::remove_file(&aside);
@@ -1505,44 +1141,24 @@ impl<'a> Ctx<'a> {
 
     /// A restart that must fail, restoring nothing, with an error containing `want` (on a
     /// rank's stderr or mpiexec's output): returns the line that says it.
-    fn bad_restart(
-        &mut self,
-        label: &str,
-        ranks: u32,
-        dir: &Path,
-        epoch: Option<u64>,
-        want: &str,
-    ) -> Result<String, Error> {
+    fn bad_restart(&mut self, label: &str, ranks: u32, dir: &Path, epoch: Option<u64>, want: &str) -> Result<String, Error> {
         let job = self.restart_job(ranks, dir, epoch, BAD_RESTART_LIMIT);
         let out = match self.launch(label, job, Vec::new(), Resume::Never) {
             Ok(l) => l.out,
             Err(e) => return Err(Error::Check(format!("a bad restart did not fail cleanly: {e}"))),
         };
         if out.status.success() {
-            return Err(Error::Check(format!(
-                "{label}: `mpicr restart` succeeded (expected an error containing `{want}`)"
-            )));
+            return Err(Error::Check(format!("{label}: `mpicr restart` succeeded (expected an error containing `{want}`)")));
         }
         if out.stdout.iter().any(|o| !o.is_empty()) {
-            return Err(Error::Check(format!(
-                "{label}: a rank printed on stdout, so something was restored"
-            )));
+            return Err(Error::Check(format!("{label}: a rank printed on stdout, so something was restored")));
         }
-        let said: String = out
-            .stderr
-            .iter()
-            .chain(std::iter::once(&out.launcher))
-            .map(|b| String::from_utf8_lossy(b).into_owned())
-            .collect();
+        let said: String = out.stderr.iter().chain(std::iter::once(&out.launcher)).map(|b| String::from_utf8_lossy(b).into_owned()).collect();
         let Some(first) = said.lines().find(|l| l.contains(want)) else {
-            return Err(Error::Check(format!(
-                "{label}: the error does not say `{want}`; stderr and mpiexec said:\n{}",
-                indent(&said)
-            )));
+            return Err(Error::Check(format!("{label}: the error does not say `{want}`; stderr and mpiexec said:\n{}", indent(&said))));
         };
         let first = first.trim().to_string();
-        self.story
-            .push(format!("{label}: {} with `{first}`", out.status));
+        self.story.push(format!("{label}: {} with `{first}`", out.status));
         Ok(first)
     }
 
@@ -1556,26 +1172,20 @@ impl<'a> Ctx<'a> {
         let expected = remainder(self.oracle, cut)?;
         match compare(&expected, after) {
             None => Ok(()),
-            Some(d) => Err(Error::Mismatch(format!(
-                "the output of the {label} differs from the native output after the cut (line numbers count from the cut): {d}"
-            ))),
+            Some(d) => {
+                Err(Error::Mismatch(format!("the output of the {label} differs from the native output after the cut (line numbers count from the cut): {d}")))
+            }
         }
     }
 
     /// Nothing left in the working directory.
     fn check_workdir(&self) -> Result<(), Error> {
         let mut left: Vec<String> = fs::read_dir(self.scratch.work())
-            .map(|d| {
-                d.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
-                    .collect()
-            })
+            .map(|d| d.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned())).collect())
             .unwrap_or_default();
         left.sort();
         if !left.is_empty() {
-            return Err(Error::Check(format!(
-                "files left behind in the working directory: {}",
-                left.join(", ")
-            )));
+            return Err(Error::Check(format!("files left behind in the working directory: {}", left.join(", "))));
         }
         Ok(())
     }
@@ -1588,12 +1198,7 @@ impl<'a> Ctx<'a> {
         let mut s = String::new();
         let (head, rest) = summary.split_once('\n').unwrap_or((summary, ""));
         let _ = writeln!(s, "{head}");
-        let _ = writeln!(
-            s,
-            "  (random choices from MPICR_TEST_SEED={}; pacing {} us per step)",
-            self.seed,
-            self.case.test.ckpt_pace(self.case.ranks)
-        );
+        let _ = writeln!(s, "  (random choices from MPICR_TEST_SEED={}; pacing {} us per step)", self.seed, self.case.test.ckpt_pace(self.case.ranks));
         if !rest.is_empty() {
             let _ = writeln!(s, "{}", rest.trim_end());
         }
@@ -1610,10 +1215,7 @@ impl<'a> Ctx<'a> {
             }
         }
         if self.ckdir.is_dir() {
-            let (_, text) = bounded(
-                Command::new(&self.mpicr).arg("status").arg(&self.ckdir),
-                CMD_GRACE,
-            );
+            let (_, text) = bounded(Command::new(&self.mpicr).arg("status").arg(&self.ckdir), CMD_GRACE);
             let _ = writeln!(s, "  mpicr status:\n{}", indent(&text));
             s += &criu_logs(&self.ckdir);
         }
@@ -1634,9 +1236,7 @@ fn stopped_prefix(native: &JobOutput, label: &str, out: &JobOutput) -> Result<()
             )));
         }
         if got.len() == native.len() {
-            return Err(Error::Mismatch(format!(
-                "{label}: rank {r} printed all of its native output although the job was stopped before its end"
-            )));
+            return Err(Error::Mismatch(format!("{label}: rank {r} printed all of its native output although the job was stopped before its end")));
         }
     }
     Ok(())
@@ -1645,20 +1245,13 @@ fn stopped_prefix(native: &JobOutput, label: &str, out: &JobOutput) -> Result<()
 /// The native output after the cut (`cut[r]` bytes of rank r's stdout).
 fn remainder(native: &JobOutput, cut: &[u64]) -> Result<JobOutput, Error> {
     if cut.len() != native.stdout.len() {
-        return Err(Error::Check(format!(
-            "a cut of {} ranks for a job of {}",
-            cut.len(),
-            native.stdout.len()
-        )));
+        return Err(Error::Check(format!("a cut of {} ranks for a job of {}", cut.len(), native.stdout.len())));
     }
     let mut expected = native.clone();
     for (r, (out, &at)) in expected.stdout.iter_mut().zip(cut).enumerate() {
         let at = at as usize;
         if at > out.len() {
-            return Err(Error::Mismatch(format!(
-                "rank {r}: the cut ({at} bytes) is beyond the native output ({} bytes)",
-                out.len()
-            )));
+            return Err(Error::Mismatch(format!("rank {r}: the cut ({at} bytes) is beyond the native output ({} bytes)", out.len())));
         }
         out.drain(..at);
     }
@@ -1672,12 +1265,7 @@ fn out_lengths(out: &JobOutput) -> Vec<u64> {
 
 /// Two launches as one job: outputs concatenated per rank, the second one's status and files.
 fn concat(first: &JobOutput, second: &JobOutput) -> JobOutput {
-    let join = |a: &[Vec<u8>], b: &[Vec<u8>]| -> Vec<Vec<u8>> {
-        a.iter()
-            .zip(b)
-            .map(|(x, y)| [x.as_slice(), y.as_slice()].concat())
-            .collect()
-    };
+    let join = |a: &[Vec<u8>], b: &[Vec<u8>]| -> Vec<Vec<u8>> { a.iter().zip(b).map(|(x, y)| [x.as_slice(), y.as_slice()].concat()).collect() };
     JobOutput {
         status: second.status,
         stdout: join(&first.stdout, &second.stdout),
@@ -1696,21 +1284,12 @@ fn indent(text: &str) -> String {
 /// Runs `cmd` with its output in a pipe, killing it after `limit`: (success, stdout+stderr).
 fn bounded(cmd: &mut Command, limit: Duration) -> (bool, String) {
     let dir = std::env::temp_dir();
-    let path = dir.join(format!(
-        "mpicr-ctest-cmd-{}-{}",
-        std::process::id(),
-        job::new_marker()
-    ));
+    let path = dir.join(format!("mpicr-ctest-cmd-{}-{}", std::process::id(), job::new_marker()));
     let mut run = || -> Result<(bool, String), Error> {
         let f = fs::File::create(&path).map_err(Error::io("create", &path))?;
         let f2 = f.try_clone().map_err(Error::io("duplicate the descriptor of", &path))?;
         let program = format!("{cmd:?}");
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(f)
-            .stderr(f2)
-            .spawn()
-            .map_err(Error::spawn(program))?;
+        let mut child = cmd.stdin(Stdio::null()).stdout(f).stderr(f2).spawn().map_err(Error::spawn(program))?;
         let t = Instant::now();
         let status = loop {
             match child.try_wait() {
@@ -1739,21 +1318,14 @@ fn bounded(cmd: &mut Command, limit: Duration) -> (bool, String) {
 fn criu_logs(ckdir: &Path) -> String {
     const LINES: usize = 8;
     let mut s = String::new();
-    let mut epochs: Vec<PathBuf> = fs::read_dir(ckdir)
-        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
-        .unwrap_or_default();
-    epochs.retain(|p| {
-        p.file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with("epoch-"))
-    });
+    let mut epochs: Vec<PathBuf> = fs::read_dir(ckdir).map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
+    epochs.retain(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("epoch-")));
     epochs.sort();
     for e in epochs {
         if let Ok(failed) = fs::read_to_string(e.join("FAILED")) {
             let _ = writeln!(s, "  {}/FAILED:\n{}", e.display(), indent(&failed));
         }
-        let mut ranks: Vec<PathBuf> = fs::read_dir(&e)
-            .map(|d| d.filter_map(|x| x.ok().map(|x| x.path())).collect())
-            .unwrap_or_default();
+        let mut ranks: Vec<PathBuf> = fs::read_dir(&e).map(|d| d.filter_map(|x| x.ok().map(|x| x.path())).collect()).unwrap_or_default();
         ranks.retain(|p| p.is_dir());
         ranks.sort();
         for r in ranks {
@@ -1762,12 +1334,7 @@ fn criu_logs(ckdir: &Path) -> String {
                     continue;
                 };
                 let lines: Vec<&str> = text.lines().collect();
-                let errors: Vec<&str> = lines
-                    .iter()
-                    .copied()
-                    .filter(|l| l.contains("Error"))
-                    .take(LINES)
-                    .collect();
+                let errors: Vec<&str> = lines.iter().copied().filter(|l| l.contains("Error")).take(LINES).collect();
                 let tail = &lines[lines.len().saturating_sub(LINES)..];
                 let _ = writeln!(s, "  {} ({} lines):", r.join(log).display(), lines.len());
                 if !errors.is_empty() {
@@ -1801,12 +1368,7 @@ pub fn shm_orphans(before: &BTreeSet<String>) -> Vec<String> {
 
 /// What /dev/shm holds now.
 pub fn shm_entries() -> BTreeSet<String> {
-    fs::read_dir("/dev/shm")
-        .map(|d| {
-            d.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
-                .collect()
-        })
-        .unwrap_or_default()
+    fs::read_dir("/dev/shm").map(|d| d.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned())).collect()).unwrap_or_default()
 }
 
 /// Every /dev/shm path some process has open or mapped.
@@ -1817,22 +1379,13 @@ fn held_paths() -> BTreeSet<String> {
     };
     for p in procs.filter_map(|e| e.ok()) {
         let dir = p.path();
-        if !p
-            .file_name()
-            .to_string_lossy()
-            .bytes()
-            .all(|b| b.is_ascii_digit())
-        {
+        if !p.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
             continue;
         }
         if let Ok(fds) = fs::read_dir(dir.join("fd")) {
             for fd in fds.filter_map(|e| e.ok()) {
                 if let Ok(t) = fs::read_link(fd.path()) {
-                    held.insert(
-                        t.to_string_lossy()
-                            .trim_end_matches(" (deleted)")
-                            .to_string(),
-                    );
+                    held.insert(t.to_string_lossy().trim_end_matches(" (deleted)").to_string());
                 }
             }
         }
@@ -1937,10 +1490,7 @@ mod tests {
         drop(held);
         let orphans = shm_orphans(&before);
         let _ = fs::remove_file(&path);
-        assert!(
-            !found.contains(&name),
-            "a file open in this process counts as held"
-        );
+        assert!(!found.contains(&name), "a file open in this process counts as held");
         assert!(orphans.contains(&name), "{orphans:?}");
         assert!(!shm_orphans(&before).contains(&name));
     }

@@ -17,11 +17,7 @@ pub fn line_diff(expected: &[u8], actual: &[u8]) -> Option<String> {
     let act = String::from_utf8_lossy(actual);
     let a: Vec<&str> = exp.split_inclusive('\n').collect();
     let b: Vec<&str> = act.split_inclusive('\n').collect();
-    let ops = if a.len().saturating_mul(b.len()) <= MAX_CELLS {
-        lcs_ops(&a, &b)
-    } else {
-        prefix_ops(&a, &b)
-    };
+    let ops = if a.len().saturating_mul(b.len()) <= MAX_CELLS { lcs_ops(&a, &b) } else { prefix_ops(&a, &b) };
     Some(render(&ops))
 }
 
@@ -39,11 +35,7 @@ fn lcs_ops<'a>(a: &[&'a str], b: &[&'a str]) -> Vec<Op<'a>> {
     let at = |i: usize, j: usize| i * (m + 1) + j;
     for i in (0..n).rev() {
         for j in (0..m).rev() {
-            len[at(i, j)] = if a[i] == b[j] {
-                len[at(i + 1, j + 1)] + 1
-            } else {
-                len[at(i + 1, j)].max(len[at(i, j + 1)])
-            };
+            len[at(i, j)] = if a[i] == b[j] { len[at(i + 1, j + 1)] + 1 } else { len[at(i + 1, j)].max(len[at(i, j + 1)]) };
         }
     }
     let (mut i, mut j, mut ops) = (0, 0, Vec::new());
@@ -123,11 +115,7 @@ mod tests {
 
     #[test]
     fn changed_line_with_context() {
-        let d = line_diff(
-            b"1\n2\n3\n4\n5\n6\n7\n8\n9\n",
-            b"1\n2\n3\n4\nX\n6\n7\n8\n9\n",
-        )
-        .unwrap();
+        let d = line_diff(b"1\n2\n3\n4\n5\n6\n7\n8\n9\n", b"1\n2\n3\n4\nX\n6\n7\n8\n9\n").unwrap();
         assert_eq!(d, "  2\n  3\n  4\n- 5\n+ X\n  6\n  7\n  8\n");
     }
 

@@ -47,11 +47,7 @@ pub enum Error {
     /// A job was stopped before it ended by itself (`cause`: a timeout, an interrupt or the
     /// driver's error), with the processes killed and the last lines of its output.
     #[error("{cause}; stopped mpiexec{}\n{tails}", killed_list(.killed))]
-    Stopped {
-        cause: Box<Error>,
-        killed: Vec<String>,
-        tails: String,
-    },
+    Stopped { cause: Box<Error>, killed: Vec<String>, tails: String },
     /// Something the run needs is missing: an MPI tool, a wheel, a build output, a package.
     #[error("{0}")]
     Missing(String),
@@ -116,10 +112,7 @@ impl Error {
 
     /// This error, met while doing `context`.
     pub fn context(self, context: impl Into<String>) -> Error {
-        Error::Context {
-            context: context.into(),
-            source: Box::new(self),
-        }
+        Error::Context { context: context.into(), source: Box::new(self) }
     }
 
     /// This error, to be handed to several callers (see [`Error::Shared`]).
@@ -156,11 +149,8 @@ mod tests {
         assert_eq!(e.to_string(), "cannot read /x/y: entity not found");
         let e = Error::Check("exited with 1".into()).context("the restart");
         assert_eq!(e.to_string(), "the restart: exited with 1");
-        let e = Error::Stopped {
-            cause: Box::new(Error::Timeout(Duration::from_secs(3))),
-            killed: vec!["1 (a)".into(), "2 (b)".into()],
-            tails: "  tail\n".into(),
-        };
+        let e =
+            Error::Stopped { cause: Box::new(Error::Timeout(Duration::from_secs(3))), killed: vec!["1 (a)".into(), "2 (b)".into()], tails: "  tail\n".into() };
         assert_eq!(e.to_string(), "timed out after 3 s; stopped mpiexec; killed 1 (a), 2 (b)\n  tail\n");
         let shared = Error::Interrupted.shared();
         assert_eq!(Error::Shared(shared).to_string(), "interrupted");

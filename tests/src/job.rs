@@ -103,14 +103,9 @@ impl Scratch {
     pub fn new(label: &str, keep: bool) -> Result<Scratch, Error> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-        let safe: String = label
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-            .collect();
-        let root =
-            std::env::temp_dir().join(format!("mpicr-ctest-{}-{}-{safe}", std::process::id(), seq));
-        fs::create_dir_all(root.join("work"))
-            .map_err(Error::io("create", &root))?;
+        let safe: String = label.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+        let root = std::env::temp_dir().join(format!("mpicr-ctest-{}-{}-{safe}", std::process::id(), seq));
+        fs::create_dir_all(root.join("work")).map_err(Error::io("create", &root))?;
         Ok(Scratch { root, keep })
     }
 
@@ -145,22 +140,14 @@ pub fn run(job: &Job, scratch: &Scratch) -> Result<JobOutput, Error> {
 /// runs: the hook for modes that act on a running job (e.g. checkpoint it once a test has
 /// reached its pause point, see `t_pause_point` in c-tests/common.h). An error from the driver
 /// ends the job like a timeout does.
-pub fn run_driven(
-    job: &Job,
-    scratch: &Scratch,
-    driver: &mut dyn FnMut(&Path) -> Result<(), Error>,
-) -> Result<JobOutput, Error> {
+pub fn run_driven(job: &Job, scratch: &Scratch, driver: &mut dyn FnMut(&Path) -> Result<(), Error>) -> Result<JobOutput, Error> {
     run_in(job, scratch, scratch.root(), &new_marker(), driver)
 }
 
 /// A fresh job marker (see the module docs): unique on this machine while we live.
 pub fn new_marker() -> String {
     static SEQ: AtomicU64 = AtomicU64::new(0);
-    format!(
-        "{}.{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    )
+    format!("{}.{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed))
 }
 
 /// `run_driven` for one of several launches that share a scratch directory (a checkpointed
@@ -169,13 +156,7 @@ pub fn new_marker() -> String {
 /// existing files, so give every launch its own), and its processes carry `marker`. Restored
 /// processes keep the environment of the job they were checkpointed in, so the launches of one
 /// checkpointed job should share a marker.
-pub fn run_in(
-    job: &Job,
-    scratch: &Scratch,
-    io_dir: &Path,
-    marker: &str,
-    driver: &mut dyn FnMut(&Path) -> Result<(), Error>,
-) -> Result<JobOutput, Error> {
+pub fn run_in(job: &Job, scratch: &Scratch, io_dir: &Path, marker: &str, driver: &mut dyn FnMut(&Path) -> Result<(), Error>) -> Result<JobOutput, Error> {
     let out = run_once(job, scratch, io_dir, marker, driver)?;
     if !launcher_did_not_start(&out) {
         return Ok(out);
@@ -183,10 +164,7 @@ pub fn run_in(
     // No rank ran: the launcher itself failed to come up (seen once in a whole `make test`
     // with Open MPI 5's prterun). That says nothing of the program or of mpicr: launch again,
     // once, and say so.
-    eprintln!(
-        "note: {} did not start (\"{LAUNCHER_START_FAILED}\"); launching again",
-        job.mpiexec.display()
-    );
+    eprintln!("note: {} did not start (\"{LAUNCHER_START_FAILED}\"); launching again", job.mpiexec.display());
     std::thread::sleep(Duration::from_secs(1));
     run_once(job, scratch, io_dir, marker, driver)
 }
@@ -196,23 +174,14 @@ const LAUNCHER_START_FAILED: &str = "The PMIx server's listener thread failed to
 
 /// A launch that failed before any rank ran, because the launcher could not start.
 fn launcher_did_not_start(out: &JobOutput) -> bool {
-    !out.status.success()
-        && out.stdout.iter().all(|s| s.is_empty())
-        && String::from_utf8_lossy(&out.launcher).contains(LAUNCHER_START_FAILED)
+    !out.status.success() && out.stdout.iter().all(|s| s.is_empty()) && String::from_utf8_lossy(&out.launcher).contains(LAUNCHER_START_FAILED)
 }
 
-fn run_once(
-    job: &Job,
-    scratch: &Scratch,
-    io_dir: &Path,
-    marker: &str,
-    driver: &mut dyn FnMut(&Path) -> Result<(), Error>,
-) -> Result<JobOutput, Error> {
+fn run_once(job: &Job, scratch: &Scratch, io_dir: &Path, marker: &str, driver: &mut dyn FnMut(&Path) -> Result<(), Error>) -> Result<JobOutput, Error> {
     fs::create_dir_all(io_dir).map_err(Error::io("create", &io_dir))?;
     let dir = io_dir;
     let log_path = dir.join("mpiexec.log");
-    let log = File::create(&log_path)
-        .map_err(Error::io("create", &log_path))?;
+    let log = File::create(&log_path).map_err(Error::io("create", &log_path))?;
     let log2 = log.try_clone().map_err(Error::io("duplicate the descriptor of", &log_path))?;
 
     let mut cmd = Command::new(&job.mpiexec);
@@ -250,17 +219,10 @@ fn run_once(
         }
     }
     cmd.args(&job.wrapper).arg(&job.program).args(&job.args);
-    cmd.current_dir(scratch.work())
-        .env(MARKER_VAR, marker)
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(log2)
-        .process_group(0);
+    cmd.current_dir(scratch.work()).env(MARKER_VAR, marker).stdin(Stdio::null()).stdout(log).stderr(log2).process_group(0);
 
     let start = Instant::now();
-    let mut child = cmd
-        .spawn()
-        .map_err(Error::spawn(job.mpiexec.display()))?;
+    let mut child = cmd.spawn().map_err(Error::spawn(job.mpiexec.display()))?;
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
@@ -272,11 +234,7 @@ fn run_once(
             }
         }
         let over = start.elapsed() >= job.timeout;
-        let driven = if over {
-            Ok(())
-        } else {
-            driver(&scratch.work())
-        };
+        let driven = if over { Ok(()) } else { driver(&scratch.work()) };
         if over || interrupted() || driven.is_err() {
             // Ask Hydra to end the job itself first: it kills its ranks and removes its files
             // (MPICH 5's proxy leaves /tmp/hydra_hwloc_xmlfile_* behind when killed outright).
@@ -298,11 +256,7 @@ fn run_once(
                 Ok(()) => Error::Interrupted,
             };
             let partial = collect(job.ranks, dir, &log_path);
-            return Err(Error::Stopped {
-                cause: Box::new(cause),
-                killed,
-                tails: tails(&partial.0, &partial.1, &partial.2),
-            });
+            return Err(Error::Stopped { cause: Box::new(cause), killed, tails: tails(&partial.0, &partial.1, &partial.2) });
         }
         std::thread::sleep(POLL);
     };
@@ -316,22 +270,10 @@ fn run_once(
         collect_openmpi(job.ranks, dir);
     }
     let (stdout, stderr, launcher) = collect(job.ranks, dir, &log_path);
-    let mut leftovers: Vec<String> = fs::read_dir(scratch.work())
-        .map(|d| {
-            d.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut leftovers: Vec<String> =
+        fs::read_dir(scratch.work()).map(|d| d.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned())).collect()).unwrap_or_default();
     leftovers.sort();
-    Ok(JobOutput {
-        status,
-        stdout,
-        stderr,
-        launcher,
-        leftovers,
-        stray,
-        elapsed,
-    })
+    Ok(JobOutput { status, stdout, stderr, launcher, leftovers, stray, elapsed })
 }
 
 /// Where rank `r`'s stdout is while a job runs: Hydra's `out.R`, Open MPI 4.1's
@@ -384,12 +326,8 @@ fn collect_openmpi(ranks: u32, dir: &Path) {
 fn collect(ranks: u32, dir: &Path, log: &Path) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, Vec<u8>) {
     // A rank that printed nothing may have no file at all.
     let read = |p: PathBuf| fs::read(p).unwrap_or_default();
-    let stdout = (0..ranks)
-        .map(|r| read(dir.join(format!("out.{r}"))))
-        .collect();
-    let stderr = (0..ranks)
-        .map(|r| read(dir.join(format!("err.{r}"))))
-        .collect();
+    let stdout = (0..ranks).map(|r| read(dir.join(format!("out.{r}")))).collect();
+    let stderr = (0..ranks).map(|r| read(dir.join(format!("err.{r}")))).collect();
     (stdout, stderr, read(log.to_path_buf()))
 }
 
@@ -400,10 +338,7 @@ pub fn tails(stdout: &[Vec<u8>], stderr: &[Vec<u8>], launcher: &[u8]) -> String 
         let s = String::from_utf8_lossy(b);
         let lines: Vec<&str> = s.lines().collect();
         let from = lines.len().saturating_sub(LINES);
-        lines[from..]
-            .iter()
-            .map(|l| format!("    | {l}\n"))
-            .collect()
+        lines[from..].iter().map(|l| format!("    | {l}\n")).collect()
     };
     let mut out = String::new();
     for (r, (o, e)) in stdout.iter().zip(stderr).enumerate() {
@@ -449,11 +384,7 @@ fn kill_job(root: Option<u32>, marker: &str) -> Vec<String> {
     }
     for _ in 0..250 {
         let procs = scan_procs();
-        let is_member = |members: &[(u32, u64)], pid: u32| {
-            procs
-                .iter()
-                .any(|p| p.pid == pid && members.contains(&(p.pid, p.start)))
-        };
+        let is_member = |members: &[(u32, u64)], pid: u32| procs.iter().any(|p| p.pid == pid && members.contains(&(p.pid, p.start)));
         // grow the member set to a fixpoint
         loop {
             let before = members.len();
@@ -461,8 +392,7 @@ fn kill_job(root: Option<u32>, marker: &str) -> Vec<String> {
                 if members.contains(&(p.pid, p.start)) || p.pid == std::process::id() {
                     continue;
                 }
-                if Some(p.pid) == root || is_member(&members, p.ppid) || (!p.dead && marked(p.pid))
-                {
+                if Some(p.pid) == root || is_member(&members, p.ppid) || (!p.dead && marked(p.pid)) {
                     members.push((p.pid, p.start));
                 }
             }
@@ -470,10 +400,7 @@ fn kill_job(root: Option<u32>, marker: &str) -> Vec<String> {
                 break;
             }
         }
-        let alive: Vec<&Proc> = procs
-            .iter()
-            .filter(|p| !p.dead && members.contains(&(p.pid, p.start)))
-            .collect();
+        let alive: Vec<&Proc> = procs.iter().filter(|p| !p.dead && members.contains(&(p.pid, p.start))).collect();
         if alive.is_empty() {
             break;
         }

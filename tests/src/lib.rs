@@ -36,9 +36,9 @@ use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+pub use error::{Context, Error, Result};
 pub use job::{Job, JobOutput, Launcher, Scratch};
 pub use spec::TestSpec;
-pub use error::{Context, Error, Result};
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -78,16 +78,8 @@ pub enum Flavor {
 }
 
 impl Flavor {
-    pub const ALL: [Flavor; 8] = [
-        Flavor::Mpich4,
-        Flavor::Mpich5,
-        Flavor::Impi,
-        Flavor::OmpiOnMpich4,
-        Flavor::AbiOnMpich4,
-        Flavor::AbiOnMpich5,
-        Flavor::Ompi5,
-        Flavor::Ompi4,
-    ];
+    pub const ALL: [Flavor; 8] =
+        [Flavor::Mpich4, Flavor::Mpich5, Flavor::Impi, Flavor::OmpiOnMpich4, Flavor::AbiOnMpich4, Flavor::AbiOnMpich5, Flavor::Ompi5, Flavor::Ompi4];
     /// What runs when `MPICR_TEST_FLAVORS` is not set (a missing one is skipped, saying so).
     pub const DEFAULT: [Flavor; 5] = [Flavor::Mpich4, Flavor::Mpich5, Flavor::Impi, Flavor::OmpiOnMpich4, Flavor::AbiOnMpich4];
 
@@ -250,9 +242,8 @@ impl Flavor {
     /// The compiler wrapper, or a message saying how to get it.
     pub fn mpicc(self, root: &Path) -> Result<PathBuf, Error> {
         if matches!(self, Flavor::OmpiOnMpich4 | Flavor::Ompi4) {
-            return find_in_path("mpicc.openmpi").ok_or_else(|| {
-                Error::Missing(format!("{self}: `mpicc.openmpi` is not on PATH (Debian package libopenmpi-dev; run scripts/deps.sh)"))
-            });
+            return find_in_path("mpicc.openmpi")
+                .ok_or_else(|| Error::Missing(format!("{self}: `mpicc.openmpi` is not on PATH (Debian package libopenmpi-dev; run scripts/deps.sh)")));
         }
         if matches!(self, Flavor::AbiOnMpich4 | Flavor::AbiOnMpich5) {
             return wheel_tool(root, "mpicc_abi");
@@ -274,11 +265,9 @@ impl Flavor {
 
     fn tool(self, root: &Path, debian: &str, wheel: &str) -> Result<PathBuf, Error> {
         match self {
-            Flavor::Mpich4 | Flavor::OmpiOnMpich4 | Flavor::AbiOnMpich4 => find_in_path(debian).ok_or_else(|| {
-                Error::Missing(format!(
-                    "mpich4: `{debian}` is not on PATH (Debian package mpich; run scripts/deps.sh)"
-                ))
-            }),
+            Flavor::Mpich4 | Flavor::OmpiOnMpich4 | Flavor::AbiOnMpich4 => {
+                find_in_path(debian).ok_or_else(|| Error::Missing(format!("mpich4: `{debian}` is not on PATH (Debian package mpich; run scripts/deps.sh)")))
+            }
             Flavor::Ompi5 => ompi5_tool(root, wheel),
             Flavor::AbiOnMpich5 => wheel_tool(root, wheel),
             Flavor::Ompi4 => Err(Error::Missing(format!("ompi4: runs under Open MPI's mpirun, not {debian}"))),
@@ -287,10 +276,7 @@ impl Flavor {
                 if p.is_file() {
                     Ok(p)
                 } else {
-                    Err(Error::Missing(format!(
-                        "{self}: {} is missing (run scripts/deps.sh)",
-                        p.display()
-                    )))
+                    Err(Error::Missing(format!("{self}: {} is missing (run scripts/deps.sh)", p.display())))
                 }
             }
         }
@@ -339,10 +325,7 @@ fn ompi5_tool(root: &Path, name: &str) -> Result<PathBuf, Error> {
 fn ompi4_lib() -> Option<PathBuf> {
     let out = Command::new(find_in_path("mpicc.openmpi")?).arg("--showme:libdirs").output().ok()?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    text.split_whitespace()
-        .map(|d| Path::new(d).join("libmpi.so"))
-        .find(|p| p.is_file())
-        .and_then(|p| p.canonicalize().ok())
+    text.split_whitespace().map(|d| Path::new(d).join("libmpi.so")).find(|p| p.is_file()).and_then(|p| p.canonicalize().ok())
 }
 
 impl fmt::Display for Flavor {
@@ -352,9 +335,7 @@ impl fmt::Display for Flavor {
 }
 
 fn find_in_path(name: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(name)).find(|p| p.is_file())
 }
 
 /// How a case is run. `Native` is the oracle; every other mode must reproduce its output
@@ -414,14 +395,8 @@ impl Mode {
     /// What runs when `MPICR_TEST_MODES` is not set (`scripts/test-c.sh`).
     pub const DEFAULT: [Mode; 2] = [Mode::Native, Mode::Shim];
     /// `MPICR_TEST_MODES=checkpoint` (`scripts/test-ckpt.sh`).
-    pub const CHECKPOINT: [Mode; 6] = [
-        Mode::CheckpointContinue,
-        Mode::StopRestart,
-        Mode::TwoEpochsOlder,
-        Mode::RestartTwice,
-        Mode::RestartErrors,
-        Mode::Faults,
-    ];
+    pub const CHECKPOINT: [Mode; 6] =
+        [Mode::CheckpointContinue, Mode::StopRestart, Mode::TwoEpochsOlder, Mode::RestartTwice, Mode::RestartErrors, Mode::Faults];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -471,10 +446,7 @@ pub struct Case {
 impl Case {
     /// `name/flavor/npN/mode`, what filters match against.
     pub fn id(&self) -> String {
-        format!(
-            "{}/{}/np{}/{}",
-            self.test.name, self.flavor, self.ranks, self.mode
-        )
+        format!("{}/{}/np{}/{}", self.test.name, self.flavor, self.ranks, self.mode)
     }
 
     /// The program arguments this case runs with (before `{tmpdir}` is expanded): the long
@@ -506,20 +478,14 @@ pub fn matrix(tests: &[TestSpec], flavors: &[Flavor], modes: &[Mode]) -> Vec<Cas
                 for &mode in modes {
                     let wanted = if mode == Mode::Faults {
                         // one rank count is enough: the smallest
-                        t.ckpt_ranks.iter().min() == Some(&n)
-                            && t.ckpt_modes.iter().any(|m| m == mode.name())
+                        t.ckpt_ranks.iter().min() == Some(&n) && t.ckpt_modes.iter().any(|m| m == mode.name())
                     } else if mode.is_checkpoint() {
                         t.ckpt_ranks.contains(&n) && t.ckpt_modes.iter().any(|m| m == mode.name())
                     } else {
                         t.ranks.contains(&n)
                     };
                     if wanted {
-                        cases.push(Case {
-                            test: t.clone(),
-                            flavor,
-                            ranks: n,
-                            mode,
-                        });
+                        cases.push(Case { test: t.clone(), flavor, ranks: n, mode });
                     }
                 }
             }
@@ -534,11 +500,7 @@ pub fn validate(tests: &[TestSpec]) -> Result<(), Error> {
         for m in &t.ckpt_modes {
             if !Mode::parse(m).is_some_and(Mode::is_checkpoint) {
                 let names: Vec<&str> = Mode::CHECKPOINT.iter().map(|m| m.name()).collect();
-                return Err(Error::Check(format!(
-                    "{}: `ckpt-modes` names `{m}`, which is not one of {}",
-                    t.name,
-                    names.join(", ")
-                )));
+                return Err(Error::Check(format!("{}: `ckpt-modes` names `{m}`, which is not one of {}", t.name, names.join(", "))));
             }
         }
     }
@@ -551,9 +513,7 @@ type Shared<T> = Arc<Once<T>>;
 
 /// `cell`'s value, computed by `f` at the first call: a failure is reported to every caller.
 pub(crate) fn once<T>(cell: &Once<T>, f: impl FnOnce() -> Result<T>) -> Result<&T> {
-    cell.get_or_init(|| f().map_err(Error::shared))
-        .as_ref()
-        .map_err(|e| Error::Shared(Arc::clone(e)))
+    cell.get_or_init(|| f().map_err(Error::shared)).as_ref().map_err(|e| Error::Shared(Arc::clone(e)))
 }
 
 /// A private copy of the shim, removed when the harness is dropped.
@@ -594,28 +554,13 @@ pub struct Harness {
 impl Harness {
     /// Settings from the environment (see the crate docs); `root` is the workspace root.
     pub fn from_env(root: PathBuf) -> Harness {
-        let timeout = std::env::var("MPICR_TEST_TIMEOUT")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .map(Duration::from_secs)
-            .unwrap_or(DEFAULT_TIMEOUT);
+        let timeout = std::env::var("MPICR_TEST_TIMEOUT").ok().and_then(|s| s.parse().ok()).map(Duration::from_secs).unwrap_or(DEFAULT_TIMEOUT);
         let flag = |v: &str| std::env::var(v).is_ok_and(|s| !s.is_empty() && s != "0");
-        let shim = std::env::var_os("MPICR_SHIM")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root.join("target/release/libmpicr.so"));
-        let shim_ompi = std::env::var_os("MPICR_SHIM_OMPI")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root.join("target/release/libmpicr_ompi.so"));
-        let shim_abi = std::env::var_os("MPICR_SHIM_ABI")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root.join("target/release/libmpicr_abi.so"));
-        let mpicr = std::env::var_os("MPICR_TEST_MPICR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root.join("target/release/mpicr"));
-        let seed = std::env::var("MPICR_TEST_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(ckpt::fresh_seed);
+        let shim = std::env::var_os("MPICR_SHIM").map(PathBuf::from).unwrap_or_else(|| root.join("target/release/libmpicr.so"));
+        let shim_ompi = std::env::var_os("MPICR_SHIM_OMPI").map(PathBuf::from).unwrap_or_else(|| root.join("target/release/libmpicr_ompi.so"));
+        let shim_abi = std::env::var_os("MPICR_SHIM_ABI").map(PathBuf::from).unwrap_or_else(|| root.join("target/release/libmpicr_abi.so"));
+        let mpicr = std::env::var_os("MPICR_TEST_MPICR").map(PathBuf::from).unwrap_or_else(|| root.join("target/release/mpicr"));
+        let seed = std::env::var("MPICR_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(ckpt::fresh_seed);
         Harness {
             root,
             timeout,
@@ -638,10 +583,7 @@ impl Harness {
 
     /// The workspace root of this checkout (this crate lives in `<root>/tests`).
     pub fn workspace_root() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .expect("tests/ has a parent")
-            .to_path_buf()
+        Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
     }
 
     pub fn tests_dir(&self) -> PathBuf {
@@ -664,17 +606,13 @@ impl Harness {
                 if self.native_twice {
                     let again = self.execute(case, &program, args)?;
                     if let Some(diff) = compare(&out, &again) {
-                        return Err(Error::Mismatch(format!(
-                            "two native runs differ (not deterministic): {diff}"
-                        )));
+                        return Err(Error::Mismatch(format!("two native runs differ (not deterministic): {diff}")));
                     }
                 }
                 Ok(())
             }
             mode => {
-                let oracle = self.oracle(case, &program, args).with_context(|| {
-                    format!("the native run (the oracle) failed, so {mode} cannot be judged")
-                })?;
+                let oracle = self.oracle(case, &program, args).with_context(|| format!("the native run (the oracle) failed, so {mode} cannot be judged"))?;
                 if mode.is_checkpoint() {
                     return ckpt::run_case(self, case, &program, args, &oracle);
                 }
@@ -714,9 +652,7 @@ impl Harness {
                 let job = Job { rank_env, ..job };
                 job::run(&job, &scratch)
             }
-            mode => Err(Error::Check(format!(
-                "{mode} is not run by Harness::execute (see ckpt.rs)"
-            ))),
+            mode => Err(Error::Check(format!("{mode} is not run by Harness::execute (see ckpt.rs)"))),
         }
     }
 
@@ -728,24 +664,11 @@ impl Harness {
     /// The native output for `case`'s test/flavor/ranks with `args` (the mode's arguments, so
     /// that long runs are compared with long runs), run once and validated: see
     /// `check_self_verdict`.
-    fn oracle(
-        &self,
-        case: &Case,
-        program: &Path,
-        args: &[String],
-    ) -> Result<Arc<JobOutput>, Error> {
-        let key = (
-            case.test.name.clone(),
-            case.flavor,
-            case.ranks,
-            args.to_vec(),
-        );
+    fn oracle(&self, case: &Case, program: &Path, args: &[String]) -> Result<Arc<JobOutput>, Error> {
+        let key = (case.test.name.clone(), case.flavor, case.ranks, args.to_vec());
         let cell = self.oracles.lock().unwrap().entry(key).or_default().clone();
         once(&cell, || {
-            let native = Case {
-                mode: Mode::Native,
-                ..case.clone()
-            };
+            let native = Case { mode: Mode::Native, ..case.clone() };
             // (unpaced even for the checkpoint modes: pacing changes the timing only)
             let out = self.execute(&native, program, args)?;
             check_self_verdict(&case.test.name, &out)?;
@@ -766,17 +689,12 @@ impl Harness {
         let package = flavor.shim_package();
         once(cell, || {
             if !src.is_file() {
-                return Err(Error::Missing(format!(
-                    "the shim {} does not exist: build it with `cargo build --release -p {package}`",
-                    src.display()
-                )));
+                return Err(Error::Missing(format!("the shim {} does not exist: build it with `cargo build --release -p {package}`", src.display())));
             }
             let dir = self.root.join("target/ctests");
             let stem = flavor.shim_name().trim_end_matches(".so");
             let copy = dir.join(format!("{stem}.{}.so", std::process::id()));
-            std::fs::create_dir_all(&dir)
-                .and_then(|_| std::fs::copy(src, &copy))
-                .map_err(Error::io("copy", &src))?;
+            std::fs::create_dir_all(&dir).and_then(|_| std::fs::copy(src, &copy)).map_err(Error::io("copy", &src))?;
             Ok(ShimCopy(copy))
         })
         .map(|c| c.0.clone().into_os_string())
@@ -785,13 +703,7 @@ impl Harness {
     /// `target/ctests/<flavor>/<name>`, compiled when missing or older than its source or
     /// `common.h`. Once per key even when asked concurrently.
     pub fn build(&self, test: &TestSpec, flavor: Flavor) -> Result<PathBuf, Error> {
-        let cell = self
-            .builds
-            .lock()
-            .unwrap()
-            .entry((test.name.clone(), flavor))
-            .or_default()
-            .clone();
+        let cell = self.builds.lock().unwrap().entry((test.name.clone(), flavor)).or_default().clone();
         once(&cell, || self.compile(test, flavor)).cloned()
     }
 
@@ -800,30 +712,19 @@ impl Harness {
         let out = dir.join(&test.name);
         let header = self.tests_dir().join("common.h");
         let mtime = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
-        let newest_input = [mtime(&test.source), mtime(&header)]
-            .into_iter()
-            .flatten()
-            .max();
+        let newest_input = [mtime(&test.source), mtime(&header)].into_iter().flatten().max();
         if let (Some(bin), Some(src)) = (mtime(&out), newest_input) {
             if bin >= src {
                 return Ok(out);
             }
         }
-        std::fs::create_dir_all(&dir)
-            .map_err(Error::io("create", &dir))?;
+        std::fs::create_dir_all(&dir).map_err(Error::io("create", &dir))?;
         // Compile to a temporary name and rename: a half-written binary never looks fresh.
         let tmp = dir.join(format!(".{}.{}.tmp", test.name, std::process::id()));
         let mpicc = flavor.mpicc(&self.root)?;
         let result = Command::new(&mpicc)
             .envs(flavor.mpicc_env(&self.root))
-            .args([
-                "-std=gnu11",
-                "-O2",
-                "-g",
-                "-Wall",
-                "-Wextra",
-                "-Wno-unused-parameter",
-            ])
+            .args(["-std=gnu11", "-O2", "-g", "-Wall", "-Wextra", "-Wno-unused-parameter"])
             // MPICH 4.0's MPI_STATUSES_IGNORE ((MPI_Status *)1) trips a false positive of gcc 12.
             .arg("-Wno-stringop-overflow")
             .arg("-I")
@@ -836,14 +737,9 @@ impl Harness {
             .map_err(Error::spawn(mpicc.display()))?;
         if !result.status.success() {
             let _ = std::fs::remove_file(&tmp);
-            return Err(Error::Command(format!(
-                "{} failed to compile with {flavor}:\n{}",
-                test.name,
-                String::from_utf8_lossy(&result.stderr)
-            )));
+            return Err(Error::Command(format!("{} failed to compile with {flavor}:\n{}", test.name, String::from_utf8_lossy(&result.stderr))));
         }
-        std::fs::rename(&tmp, &out)
-            .map_err(Error::io("rename the new binary to", &out))?;
+        std::fs::rename(&tmp, &out).map_err(Error::io("rename the new binary to", &out))?;
         Ok(out)
     }
 }
@@ -856,17 +752,10 @@ pub fn check_self_verdict(name: &str, out: &JobOutput) -> Result<(), Error> {
         return Err(Error::Check(format!("exited with {}\n{}", out.status, detail())));
     }
     if !out.stray.is_empty() {
-        return Err(Error::Check(format!(
-            "processes outlived mpiexec (killed): {}\n{}",
-            out.stray.join(", "),
-            detail()
-        )));
+        return Err(Error::Check(format!("processes outlived mpiexec (killed): {}\n{}", out.stray.join(", "), detail())));
     }
     if !out.leftovers.is_empty() {
-        return Err(Error::Check(format!(
-            "left files behind in its working directory: {}",
-            out.leftovers.join(", ")
-        )));
+        return Err(Error::Check(format!("left files behind in its working directory: {}", out.leftovers.join(", "))));
     }
     let pass = format!("PASS {name}");
     for (rank, stdout) in out.stdout.iter().enumerate() {
@@ -875,10 +764,7 @@ pub fn check_self_verdict(name: &str, out: &JobOutput) -> Result<(), Error> {
             return Err(Error::Check(format!("rank {rank} reported: {line}\n{}", detail())));
         }
         if text.lines().last() != Some(pass.as_str()) {
-            return Err(Error::Check(format!(
-                "rank {rank} did not end with `{pass}`\n{}",
-                detail()
-            )));
+            return Err(Error::Check(format!("rank {rank} did not end with `{pass}`\n{}", detail())));
         }
     }
     Ok(())
@@ -906,10 +792,7 @@ pub fn compare(expected: &JobOutput, actual: &JobOutput) -> Option<String> {
         summary.push(format!("{} (expected {})", actual.status, expected.status));
     }
     if !actual.stray.is_empty() {
-        summary.push(format!(
-            "processes outlived mpiexec (killed): {}",
-            actual.stray.join(", ")
-        ));
+        summary.push(format!("processes outlived mpiexec (killed): {}", actual.stray.join(", ")));
     }
     if actual.leftovers != expected.leftovers {
         summary.push(format!("files left behind: {:?}", actual.leftovers));
@@ -946,13 +829,8 @@ fn first_difference(rank: usize, expected: &[u8], actual: &[u8]) -> String {
         match (el.next(), al.next()) {
             (Some(x), Some(y)) if x == y => n += 1,
             (x, y) => {
-                let show =
-                    |l: Option<&str>| l.map_or("(end of output)".to_string(), |l| format!("`{l}`"));
-                return format!(
-                    "rank {rank} line {n}: expected {}, got {}",
-                    show(x),
-                    show(y)
-                );
+                let show = |l: Option<&str>| l.map_or("(end of output)".to_string(), |l| format!("`{l}`"));
+                return format!("rank {rank} line {n}: expected {}, got {}", show(x), show(y));
             }
         }
     }

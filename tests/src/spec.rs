@@ -62,10 +62,7 @@ pub struct TestSpec {
 impl TestSpec {
     /// The pace of the checkpoint modes at `ranks` ranks, in microseconds per step.
     pub fn ckpt_pace(&self, ranks: u32) -> u64 {
-        self.ckpt_pace_for
-            .get(&ranks)
-            .copied()
-            .unwrap_or(self.ckpt_pace_us)
+        self.ckpt_pace_for.get(&ranks).copied().unwrap_or(self.ckpt_pace_us)
     }
 }
 
@@ -73,8 +70,7 @@ impl TestSpec {
 pub const DEFAULT_CKPT_PACE_US: u64 = 1000;
 
 /// The checkpoint modes of a test with `ckpt-ranks` but no `ckpt-modes`.
-pub const DEFAULT_CKPT_MODES: [&str; 4] =
-    ["continue", "stop-restart", "older-epoch", "restart-twice"];
+pub const DEFAULT_CKPT_MODES: [&str; 4] = ["continue", "stop-restart", "older-epoch", "restart-twice"];
 
 /// Parses the metadata of one test source. `name` is used in error messages and as the name.
 pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, Error> {
@@ -86,9 +82,7 @@ pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, Error> {
         _ => return Err(Error::Invalid(format!("{name}: the file does not start with a comment"))),
     };
     let head = &text[..head_end];
-    let at = head
-        .find(MARK)
-        .ok_or_else(|| Error::Invalid(format!("{name}: no `{MARK}` line in the leading comment")))?;
+    let at = head.find(MARK).ok_or_else(|| Error::Invalid(format!("{name}: no `{MARK}` line in the leading comment")))?;
     let line = head[at + MARK.len()..].lines().next().unwrap_or("");
 
     let mut spec = TestSpec {
@@ -107,16 +101,8 @@ pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, Error> {
     };
     let mut ckpt_modes = None;
     for field in line.split_whitespace() {
-        let (key, value) = field
-            .split_once('=')
-            .ok_or_else(|| Error::Invalid(format!("{name}: `{field}` is not key=value")))?;
-        let list = || -> Vec<String> {
-            value
-                .split(',')
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
-                .collect()
-        };
+        let (key, value) = field.split_once('=').ok_or_else(|| Error::Invalid(format!("{name}: `{field}` is not key=value")))?;
+        let list = || -> Vec<String> { value.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect() };
         let ranks = || -> Result<Vec<u32>, Error> {
             value
                 .split(',')
@@ -139,9 +125,7 @@ pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, Error> {
                 match k.strip_prefix("ckpt-pace.") {
                     None => spec.ckpt_pace_us = us,
                     Some(n) => {
-                        let n = n
-                            .parse::<u32>()
-                            .map_err(|_| Error::Invalid(format!("{name}: bad key `{k}`")))?;
+                        let n = n.parse::<u32>().map_err(|_| Error::Invalid(format!("{name}: bad key `{k}`")))?;
                         spec.ckpt_pace_for.insert(n, us);
                     }
                 }
@@ -149,15 +133,11 @@ pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, Error> {
             "args" => spec.args = list(),
             "long-args" => spec.long_args = Some(list()),
             k if k.starts_with("long-args.") => {
-                let n = k["long-args.".len()..]
-                    .parse::<u32>()
-                    .map_err(|_| Error::Invalid(format!("{name}: bad key `{k}`")))?;
+                let n = k["long-args.".len()..].parse::<u32>().map_err(|_| Error::Invalid(format!("{name}: bad key `{k}`")))?;
                 spec.long_args_for.insert(n, list());
             }
             "timeout" => {
-                let s: u64 = value
-                    .parse()
-                    .map_err(|_| Error::Invalid(format!("{name}: bad timeout `{value}`")))?;
+                let s: u64 = value.parse().map_err(|_| Error::Invalid(format!("{name}: bad timeout `{value}`")))?;
                 spec.timeout = Some(Duration::from_secs(s));
             }
             _ => return Err(Error::Invalid(format!("{name}: unknown key `{key}`"))),
@@ -173,14 +153,8 @@ pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, Error> {
         // the checkpoint modes pause at steps chosen from the step count
         let long = spec.long_args.iter().chain(spec.long_args_for.values());
         for args in long {
-            if args
-                .first()
-                .and_then(|a| a.parse::<u64>().ok())
-                .is_none_or(|n| n < 10)
-            {
-                return Err(Error::Invalid(format!(
-                    "{name}: `ckpt-ranks` needs long-args whose first value is the step count (at least 10)"
-                )));
+            if args.first().and_then(|a| a.parse::<u64>().ok()).is_none_or(|n| n < 10) {
+                return Err(Error::Invalid(format!("{name}: `ckpt-ranks` needs long-args whose first value is the step count (at least 10)")));
             }
         }
         if spec.long_args.is_none() {
@@ -194,13 +168,9 @@ pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, Error> {
         return Err(Error::Invalid(format!("{name}: `ckpt-files` names `{f}`, not a plain file name in the scratch directory")));
     }
     match ckpt_modes {
-        Some(_) if spec.ckpt_ranks.is_empty() => {
-            return Err(Error::Invalid(format!("{name}: `ckpt-modes` needs `ckpt-ranks`")))
-        }
+        Some(_) if spec.ckpt_ranks.is_empty() => return Err(Error::Invalid(format!("{name}: `ckpt-modes` needs `ckpt-ranks`"))),
         Some(m) => spec.ckpt_modes = m,
-        None if !spec.ckpt_ranks.is_empty() => {
-            spec.ckpt_modes = DEFAULT_CKPT_MODES.iter().map(|m| m.to_string()).collect()
-        }
+        None if !spec.ckpt_ranks.is_empty() => spec.ckpt_modes = DEFAULT_CKPT_MODES.iter().map(|m| m.to_string()).collect(),
         None => {}
     }
     Ok(spec)
@@ -210,17 +180,13 @@ pub fn parse(name: &str, source: &Path, text: &str) -> Result<TestSpec, Error> {
 /// than a silent omission.
 pub fn discover(dir: &Path) -> Result<Vec<TestSpec>, Error> {
     let entries = fs::read_dir(dir).map_err(Error::io("read", &dir))?;
-    let mut sources: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "c"))
-        .collect();
+    let mut sources: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "c")).collect();
     sources.sort();
     sources
         .iter()
         .map(|path| {
             let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-            let text = fs::read_to_string(path)
-                .map_err(Error::io("read", &path))?;
+            let text = fs::read_to_string(path).map_err(Error::io("read", &path))?;
             parse(&name, path, &text)
         })
         .collect()
@@ -229,9 +195,7 @@ pub fn discover(dir: &Path) -> Result<Vec<TestSpec>, Error> {
 /// `args` with the scratch directory substituted.
 pub fn expand_args(args: &[String], tmpdir: &Path) -> Vec<String> {
     let dir = tmpdir.to_string_lossy();
-    args.iter()
-        .map(|a| a.replace(TMPDIR_PLACEHOLDER, &dir))
-        .collect()
+    args.iter().map(|a| a.replace(TMPDIR_PLACEHOLDER, &dir)).collect()
 }
 
 #[cfg(test)]
@@ -244,8 +208,7 @@ mod tests {
 
     #[test]
     fn full_header() {
-        let s = p("/* mpicr-test: ranks=1,2,4 args=10,{tmpdir} long-args=1000 long-args.4=30 timeout=90\n * x */\nint main;")
-            .unwrap();
+        let s = p("/* mpicr-test: ranks=1,2,4 args=10,{tmpdir} long-args=1000 long-args.4=30 timeout=90\n * x */\nint main;").unwrap();
         assert_eq!(s.long_args_for.get(&4), Some(&vec!["30".to_string()]));
         assert_eq!(s.long_args_for.get(&2), None);
         assert_eq!(s.ranks, vec![1, 2, 4]);
@@ -266,10 +229,7 @@ mod tests {
     fn errors() {
         assert!(p("int x; /* mpicr-test: ranks=1 */").is_err()); // not in the leading comment
         assert!(p("/* mpicr-test: args=1 */").unwrap_err().to_string().contains("ranks"));
-        assert!(p("/* mpicr-test: ranks=1 rank=2 */")
-            .unwrap_err()
-            .to_string()
-            .contains("unknown key"));
+        assert!(p("/* mpicr-test: ranks=1 rank=2 */").unwrap_err().to_string().contains("unknown key"));
         assert!(p("/* mpicr-test: ranks=0 */").is_err());
         assert!(p("/* mpicr-test: ranks=1 timeout=x */").is_err());
         assert!(p("/* mpicr-test: ranks=1 long-args.x=1 long-args=2 */").is_err());
@@ -278,47 +238,27 @@ mod tests {
 
     #[test]
     fn checkpoint_keys() {
-        let s = p("/* mpicr-test: ranks=1,2,4 long-args=500 long-args.4=300 ckpt-ranks=2,4 */")
-            .unwrap();
+        let s = p("/* mpicr-test: ranks=1,2,4 long-args=500 long-args.4=300 ckpt-ranks=2,4 */").unwrap();
         assert_eq!(s.ckpt_ranks, vec![2, 4]);
         assert_eq!(s.ckpt_modes, DEFAULT_CKPT_MODES.to_vec());
-        let s =
-            p("/* mpicr-test: ranks=2 long-args=500 ckpt-ranks=2 ckpt-modes=continue */").unwrap();
+        let s = p("/* mpicr-test: ranks=2 long-args=500 ckpt-ranks=2 ckpt-modes=continue */").unwrap();
         assert_eq!(s.ckpt_modes, vec!["continue"]);
-        assert!(
-            p("/* mpicr-test: ranks=2 long-args=500 ckpt-modes=continue */")
-                .unwrap_err()
-                .to_string()
-                .contains("needs `ckpt-ranks`")
-        );
+        assert!(p("/* mpicr-test: ranks=2 long-args=500 ckpt-modes=continue */").unwrap_err().to_string().contains("needs `ckpt-ranks`"));
         assert!(p("/* mpicr-test: ranks=2 ckpt-ranks=2 */").is_err()); // no long-args
         assert!(p("/* mpicr-test: ranks=2 long-args={tmpdir} ckpt-ranks=2 */").is_err());
         assert!(p("/* mpicr-test: ranks=2 long-args=500 long-args.4=x ckpt-ranks=2 */").is_err());
         assert!(p("/* mpicr-test: ranks=2 long-args=500 ckpt-ranks=0 */").is_err());
-        assert!(p("/* mpicr-test: ranks=2 */")
-            .unwrap()
-            .ckpt_modes
-            .is_empty());
+        assert!(p("/* mpicr-test: ranks=2 */").unwrap().ckpt_modes.is_empty());
         let s = p("/* mpicr-test: ranks=4 long-args=400 ckpt-ranks=4 ckpt-pace=5000 */").unwrap();
         assert_eq!(s.ckpt_pace_us, 5000);
-        assert_eq!(
-            p("/* mpicr-test: ranks=4 */").unwrap().ckpt_pace_us,
-            DEFAULT_CKPT_PACE_US
-        );
+        assert_eq!(p("/* mpicr-test: ranks=4 */").unwrap().ckpt_pace_us, DEFAULT_CKPT_PACE_US);
         assert!(p("/* mpicr-test: ranks=4 long-args=400 ckpt-ranks=4 ckpt-pace=0 */").is_err());
-        let s =
-            p("/* mpicr-test: ranks=2,4 long-args=400 ckpt-ranks=2,4 ckpt-pace.4=9000 */").unwrap();
-        assert_eq!(
-            (s.ckpt_pace(2), s.ckpt_pace(4)),
-            (DEFAULT_CKPT_PACE_US, 9000)
-        );
+        let s = p("/* mpicr-test: ranks=2,4 long-args=400 ckpt-ranks=2,4 ckpt-pace.4=9000 */").unwrap();
+        assert_eq!((s.ckpt_pace(2), s.ckpt_pace(4)), (DEFAULT_CKPT_PACE_US, 9000));
         assert!(p("/* mpicr-test: ranks=4 long-args=400 ckpt-ranks=4 ckpt-pace.x=1 */").is_err());
         let s = p("/* mpicr-test: ranks=2 long-args=400 ckpt-ranks=2 ckpt-files=a.dat,b */").unwrap();
         assert_eq!(s.ckpt_files, vec!["a.dat", "b"]);
-        assert!(p("/* mpicr-test: ranks=2 ckpt-files=a.dat */")
-            .unwrap_err()
-            .to_string()
-            .contains("needs `ckpt-ranks`"));
+        assert!(p("/* mpicr-test: ranks=2 ckpt-files=a.dat */").unwrap_err().to_string().contains("needs `ckpt-ranks`"));
         assert!(p("/* mpicr-test: ranks=2 long-args=400 ckpt-ranks=2 ckpt-files=d/a */").is_err());
     }
 

@@ -12,13 +12,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 fn main() -> ExitCode {
-    let mut filters: Vec<String> = std::env::var("MPICR_TEST_CLI")
-        .unwrap_or_default()
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect();
+    let mut filters: Vec<String> =
+        std::env::var("MPICR_TEST_CLI").unwrap_or_default().split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect();
     let mut list = false;
     let mut skips: Vec<String> = Vec::new();
     let mut args = std::env::args().skip(1);
@@ -34,10 +29,7 @@ fn main() -> ExitCode {
             _ => filters.push(a),
         }
     }
-    let fns: Vec<_> = cli::all()
-        .into_iter()
-        .filter(|f| cli::selected(f, &filters) && (skips.is_empty() || !cli::selected(f, &skips)))
-        .collect();
+    let fns: Vec<_> = cli::all().into_iter().filter(|f| cli::selected(f, &filters) && (skips.is_empty() || !cli::selected(f, &skips))).collect();
     if list {
         for f in &fns {
             for c in f.cases {
@@ -71,11 +63,7 @@ fn main() -> ExitCode {
     }
     drop(env);
     println!();
-    println!(
-        "test-cli: {pass} passed, {fail} failed, {skip} skipped ({} cases, {:.0} s)",
-        pass + fail + skip,
-        start.elapsed().as_secs_f64()
-    );
+    println!("test-cli: {pass} passed, {fail} failed, {skip} skipped ({} cases, {:.0} s)", pass + fail + skip, start.elapsed().as_secs_f64());
     if fail == 0 && !mpicr_tests::job::interrupted() {
         ExitCode::SUCCESS
     } else {

@@ -9,8 +9,8 @@
 //! one does, 2 on a setup problem. `MPICR_TEST_SEED`, `MPICR_TEST_KEEP`, `MPICR_SHIM` and
 //! `MPICR_TEST_MPICR` apply as for the C tests (src/lib.rs).
 
-use mpicr_tests::Error;
 use mpicr_tests::conformance::{self, lists, Options, DIRS};
+use mpicr_tests::Error;
 use mpicr_tests::{job, Flavor, Harness};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -27,11 +27,7 @@ fn main() -> ExitCode {
 }
 
 fn list(s: &str) -> Vec<String> {
-    s.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(String::from)
-        .collect()
+    s.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
 }
 
 fn run() -> Result<bool, Error> {
@@ -65,16 +61,9 @@ fn run() -> Result<bool, Error> {
             Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
             _ => (a.clone(), None),
         };
-        let mut value = || {
-            inline
-                .clone()
-                .or_else(|| args.next())
-                .ok_or_else(|| Error::Invalid(format!("{flag} needs a value")))
-        };
+        let mut value = || inline.clone().or_else(|| args.next()).ok_or_else(|| Error::Invalid(format!("{flag} needs a value")));
         let secs = |v: String| -> Result<Duration, Error> {
-            v.parse()
-                .map(Duration::from_secs_f64)
-                .map_err(|_| Error::Invalid(format!("{flag}: `{v}` is not seconds")))
+            v.parse().map(Duration::from_secs_f64).map_err(|_| Error::Invalid(format!("{flag}: `{v}` is not seconds")))
         };
         match flag.as_str() {
             "--select" => match value()?.as_str() {
@@ -94,9 +83,7 @@ fn run() -> Result<bool, Error> {
                 o.shim = m.iter().any(|x| x == "shim");
                 o.checkpoint = m.iter().any(|x| x == "checkpoint");
             }
-            "--max-ranks" => {
-                o.max_ranks = value()?.parse().map_err(|_| Error::Invalid("--max-ranks wants a number".into()))?
-            }
+            "--max-ranks" => o.max_ranks = value()?.parse().map_err(|_| Error::Invalid("--max-ranks wants a number".into()))?,
             "--timeout" => o.timeout_cap = secs(value()?)?,
             "--ckpt-min" => o.ckpt_min = secs(value()?)?,
             // (relative to the workspace root: cargo runs this from the package's directory)
@@ -112,10 +99,7 @@ fn run() -> Result<bool, Error> {
         }
     }
     if !o.source.join("runtests.in").is_file() {
-        return Err(Error::Missing(format!(
-            "{} does not hold MPICH's test suite: run scripts/deps.sh (or scripts/conformance.sh)",
-            o.source.display()
-        )));
+        return Err(Error::Missing(format!("{} does not hold MPICH's test suite: run scripts/deps.sh (or scripts/conformance.sh)", o.source.display())));
     }
     job::install_interrupt_handler();
     conformance::run(&Harness::from_env(root), &o)
@@ -126,9 +110,7 @@ fn parse_flavors(s: &str) -> Result<Vec<Flavor>, Error> {
         .iter()
         .map(|n| match Flavor::parse(n) {
             Some(f @ (Flavor::Mpich4 | Flavor::Mpich5)) => Ok(f),
-            _ => Err(Error::Invalid(format!(
-                "`{n}`: the MPICH test suite runs on mpich4 and mpich5"
-            ))),
+            _ => Err(Error::Invalid(format!("`{n}`: the MPICH test suite runs on mpich4 and mpich5"))),
         })
         .collect()
 }

@@ -33,10 +33,7 @@ fn parse_options() -> Result<Options, Error> {
         skips: Vec::new(),
         exact: false,
         list: false,
-        jobs: env_list("MPICR_TEST_JOBS")
-            .first()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(1),
+        jobs: env_list("MPICR_TEST_JOBS").first().and_then(|s| s.parse().ok()).unwrap_or(1),
         ignored_only: false,
     };
     let mut args = std::env::args().skip(1);
@@ -45,19 +42,13 @@ fn parse_options() -> Result<Options, Error> {
             Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
             _ => (a.clone(), None),
         };
-        let mut value = |what: &str| -> Result<String, Error> {
-            inline
-                .clone()
-                .or_else(|| args.next())
-                .ok_or_else(|| Error::Invalid(format!("{what} needs a value")))
-        };
+        let mut value =
+            |what: &str| -> Result<String, Error> { inline.clone().or_else(|| args.next()).ok_or_else(|| Error::Invalid(format!("{what} needs a value"))) };
         match flag.as_str() {
             "--list" => o.list = true,
             "--exact" => o.exact = true,
             "--skip" => o.skips.push(value("--skip")?),
-            "--jobs" | "-j" | "--test-threads" => {
-                o.jobs = value(&flag)?.parse().map_err(|_| Error::Invalid(format!("bad {flag}")))?
-            }
+            "--jobs" | "-j" | "--test-threads" => o.jobs = value(&flag)?.parse().map_err(|_| Error::Invalid(format!("bad {flag}")))?,
             "--ignored" => o.ignored_only = true,
             // libtest flags that cargo or a user may pass and that do not apply here.
             "--color" | "--format" | "--logfile" | "-Z" => {
@@ -72,13 +63,7 @@ fn parse_options() -> Result<Options, Error> {
 }
 
 fn env_list(var: &str) -> Vec<String> {
-    std::env::var(var)
-        .unwrap_or_default()
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect()
+    std::env::var(var).unwrap_or_default().split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect()
 }
 
 fn selected<T: Copy>(var: &str, all: &[T], parse: fn(&str) -> Option<T>) -> Result<Vec<T>, Error> {
@@ -86,10 +71,7 @@ fn selected<T: Copy>(var: &str, all: &[T], parse: fn(&str) -> Option<T>) -> Resu
     if names.is_empty() {
         return Ok(all.to_vec());
     }
-    names
-        .iter()
-        .map(|n| parse(n).ok_or_else(|| Error::Invalid(format!("{var}: unknown `{n}`"))))
-        .collect()
+    names.iter().map(|n| parse(n).ok_or_else(|| Error::Invalid(format!("{var}: unknown `{n}`")))).collect()
 }
 
 /// `MPICR_TEST_FLAVORS`: flavor names, or `all`; unset: `Flavor::DEFAULT`. A default flavor
@@ -190,25 +172,13 @@ fn run() -> Result<bool, Error> {
                 id.contains(f.as_str())
             }
         };
-        (opts.filters.is_empty() || opts.filters.iter().any(hit))
-            && !opts.skips.iter().any(|s| id.contains(s.as_str()))
-            && !opts.ignored_only
+        (opts.filters.is_empty() || opts.filters.iter().any(hit)) && !opts.skips.iter().any(|s| id.contains(s.as_str())) && !opts.ignored_only
     };
     let cases: Vec<Case> = all.into_iter().filter(|c| wanted(c)).collect();
     let filtered_out = total - cases.len();
     // The soak draws from the continue and stop-restart cases the filters let through.
-    let soak_pool: Vec<Case> = if soak {
-        matrix(
-            &tests,
-            &flavors,
-            &[Mode::CheckpointContinue, Mode::StopRestart],
-        )
-        .into_iter()
-        .filter(|c| wanted(c))
-        .collect()
-    } else {
-        Vec::new()
-    };
+    let soak_pool: Vec<Case> =
+        if soak { matrix(&tests, &flavors, &[Mode::CheckpointContinue, Mode::StopRestart]).into_iter().filter(|c| wanted(c)).collect() } else { Vec::new() };
 
     if opts.list {
         for c in &cases {
@@ -224,16 +194,9 @@ fn run() -> Result<bool, Error> {
     if modes.is_empty() && soak {
         return mpicr_tests::ckpt::soak(&harness, &soak_pool);
     }
-    println!(
-        "\nrunning {} C test cases ({} job(s) at a time)",
-        cases.len(),
-        opts.jobs
-    );
+    println!("\nrunning {} C test cases ({} job(s) at a time)", cases.len(), opts.jobs);
     if modes.iter().any(|m| m.is_checkpoint()) {
-        println!(
-            "checkpoint modes: random choices from MPICR_TEST_SEED={}",
-            harness.seed()
-        );
+        println!("checkpoint modes: random choices from MPICR_TEST_SEED={}", harness.seed());
     }
     let started = Instant::now();
     let queue = Mutex::new(cases.into_iter().enumerate().collect::<VecDeque<_>>());
@@ -251,11 +214,7 @@ fn run() -> Result<bool, Error> {
                 let verdict = harness.run_case(&case);
                 let took = t.elapsed();
                 let word = if verdict.is_ok() { "ok" } else { "FAILED" };
-                println!(
-                    "test {} ... {word} ({:.2} s)",
-                    case.id(),
-                    took.as_secs_f64()
-                );
+                println!("test {} ... {word} ({:.2} s)", case.id(), took.as_secs_f64());
                 results.lock().unwrap().push((index, case, took, verdict));
             });
         }
@@ -268,11 +227,7 @@ fn run() -> Result<bool, Error> {
     if !failures.is_empty() {
         println!("\nfailures:\n");
         for (_, case, _, verdict) in &failures {
-            println!(
-                "---- {} ----\n{}\n",
-                case.id(),
-                verdict.as_ref().unwrap_err().to_string().trim_end()
-            );
+            println!("---- {} ----\n{}\n", case.id(), verdict.as_ref().unwrap_err().to_string().trim_end());
         }
         println!("failures:");
         for (_, case, _, verdict) in &failures {
@@ -312,11 +267,7 @@ fn print_timings(results: &[Outcome]) {
     let mut per_test: BTreeMap<&str, BTreeMap<Mode, Duration>> = BTreeMap::new();
     let mut per_mode: BTreeMap<Mode, (Duration, usize, usize)> = BTreeMap::new();
     for (_, case, took, verdict) in results {
-        *per_test
-            .entry(&case.test.name)
-            .or_default()
-            .entry(case.mode)
-            .or_default() += *took;
+        *per_test.entry(&case.test.name).or_default().entry(case.mode).or_default() += *took;
         let m = per_mode.entry(case.mode).or_default();
         m.0 += *took;
         if verdict.is_ok() {
@@ -330,10 +281,7 @@ fn print_timings(results: &[Outcome]) {
     let mut rows: Vec<_> = per_test.into_iter().collect();
     rows.sort_by_key(|(_, m)| std::cmp::Reverse(m.values().sum::<Duration>()));
     println!("\ntimings (seconds, all flavors and rank counts):");
-    let header: String = modes
-        .iter()
-        .map(|m| format!("{:>w$}", m.name(), w = width(m)))
-        .collect();
+    let header: String = modes.iter().map(|m| format!("{:>w$}", m.name(), w = width(m))).collect();
     println!("    {:<24}{header}", "test");
     for (name, by_mode) in rows {
         let cols: String = modes
@@ -345,19 +293,10 @@ fn print_timings(results: &[Outcome]) {
             .collect();
         println!("    {name:<24}{cols}");
     }
-    let cols: String = modes
-        .iter()
-        .map(|m| format!("{:>w$.2}", per_mode[m].0.as_secs_f64(), w = width(m)))
-        .collect();
+    let cols: String = modes.iter().map(|m| format!("{:>w$.2}", per_mode[m].0.as_secs_f64(), w = width(m))).collect();
     println!("    {:<24}{cols}", "total");
-    let cols: String = modes
-        .iter()
-        .map(|m| format!("{:>w$}", per_mode[m].1, w = width(m)))
-        .collect();
+    let cols: String = modes.iter().map(|m| format!("{:>w$}", per_mode[m].1, w = width(m))).collect();
     println!("    {:<24}{cols}", "cases passed");
-    let cols: String = modes
-        .iter()
-        .map(|m| format!("{:>w$}", per_mode[m].2, w = width(m)))
-        .collect();
+    let cols: String = modes.iter().map(|m| format!("{:>w$}", per_mode[m].2, w = width(m))).collect();
     println!("    {:<24}{cols}", "cases failed");
 }

@@ -19,18 +19,8 @@ fn compile_with(flavor: Flavor, dir: &Path, name: &str, src: &str) -> PathBuf {
     let c = dir.join(format!("{name}.c"));
     std::fs::write(&c, src).unwrap();
     let bin = dir.join(name);
-    let out = Command::new(flavor.mpicc(&root).unwrap())
-        .envs(flavor.mpicc_env(&root))
-        .arg("-o")
-        .arg(&bin)
-        .arg(&c)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = Command::new(flavor.mpicc(&root).unwrap()).envs(flavor.mpicc_env(&root)).arg("-o").arg(&bin).arg(&c).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     bin
 }
 
@@ -95,16 +85,9 @@ fn hanging_job_is_killed(flavor: Flavor) {
         let _ = std::fs::remove_file(Path::new("/dev/shm").join(o));
     }
     eprintln!("{err}");
-    assert!(
-        matches!(&err, Error::Stopped { cause, .. } if matches!(**cause, Error::Timeout(_))),
-        "{err:?}"
-    );
+    assert!(matches!(&err, Error::Stopped { cause, .. } if matches!(**cause, Error::Timeout(_))), "{err:?}");
     assert!(err.to_string().contains("timed out after 3 s"), "{err}");
-    assert!(
-        started.elapsed() < Duration::from_secs(20),
-        "cleanup took {:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed() < Duration::from_secs(20), "cleanup took {:?}", started.elapsed());
     // (which processes the message lists depends on timing: Hydra's proxy may kill its ranks
     // itself once mpiexec is gone)
     // nothing of the job may be left: no process still runs our binary from this directory
@@ -147,10 +130,7 @@ fn verdicts_and_comparisons() {
     let mut clean = out.clone();
     clean.leftovers.clear();
     assert!(check_self_verdict("wrong", &clean).is_ok());
-    assert!(check_self_verdict("other", &clean)
-        .unwrap_err()
-        .to_string()
-        .contains("PASS other"));
+    assert!(check_self_verdict("other", &clean).unwrap_err().to_string().contains("PASS other"));
     // equal outputs compare equal; a changed rank is shown as a diff
     assert!(compare(&clean, &clean).is_none());
     let mut changed = clean.clone();
@@ -210,45 +190,29 @@ fn pause_point_stops_the_job_until_resumed_without_changing_its_output() {
     let tests = mpicr_tests::spec::discover(&harness.tests_dir()).unwrap();
     let halo = tests.iter().find(|t| t.name == "app_halo2d").unwrap();
     let bin = harness.build(halo, Flavor::Mpich4).unwrap();
-    let with_args = |env: Vec<(String, std::ffi::OsString)>| Job {
-        args: vec!["30".into()],
-        rank_env: env,
-        ..job(bin.clone(), 2, Duration::from_secs(60))
-    };
+    let with_args = |env: Vec<(String, std::ffi::OsString)>| Job { args: vec!["30".into()], rank_env: env, ..job(bin.clone(), 2, Duration::from_secs(60)) };
 
-    let plain = job::run(
-        &with_args(Vec::new()),
-        &Scratch::new("harness-plain", false).unwrap(),
-    )
-    .unwrap();
+    let plain = job::run(&with_args(Vec::new()), &Scratch::new("harness-plain", false).unwrap()).unwrap();
     check_self_verdict("app_halo2d", &plain).unwrap();
 
     let mut polls_while_paused = 0;
     let mut resumed = false;
     let paused_job = with_args(vec![("MPICR_TEST_PAUSE_AT".into(), "10".into())]);
-    let out = job::run_driven(
-        &paused_job,
-        &Scratch::new("harness-paused", false).unwrap(),
-        &mut |work| {
-            if resumed || !work.join("mpicr-test-paused").exists() {
-                return Ok(());
-            }
-            // A checkpoint would be taken here. Stay paused a few polls to show the job waits.
-            polls_while_paused += 1;
-            if polls_while_paused == 5 {
-                let resume = work.join("mpicr-test-resume");
-                std::fs::write(&resume, b"").map_err(Error::io("write", &resume))?;
-                resumed = true;
-            }
-            Ok(())
-        },
-    )
+    let out = job::run_driven(&paused_job, &Scratch::new("harness-paused", false).unwrap(), &mut |work| {
+        if resumed || !work.join("mpicr-test-paused").exists() {
+            return Ok(());
+        }
+        // A checkpoint would be taken here. Stay paused a few polls to show the job waits.
+        polls_while_paused += 1;
+        if polls_while_paused == 5 {
+            let resume = work.join("mpicr-test-resume");
+            std::fs::write(&resume, b"").map_err(Error::io("write", &resume))?;
+            resumed = true;
+        }
+        Ok(())
+    })
     .unwrap();
     assert!(resumed, "the job never reached its pause point");
-    assert!(
-        compare(&plain, &out).is_none(),
-        "{:?}",
-        compare(&plain, &out)
-    );
+    assert!(compare(&plain, &out).is_none(), "{:?}", compare(&plain, &out));
     check_self_verdict("app_halo2d", &out).unwrap(); // includes: both files removed
 }

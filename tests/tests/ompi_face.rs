@@ -54,10 +54,7 @@ fn a_non_pie_open_mpi_program_runs_under_the_open_mpi_face() {
     // The executable copies the handles: the case this test is about.
     let relocs = Command::new("readelf").arg("-rW").arg(&bin).output().unwrap();
     let relocs = String::from_utf8_lossy(&relocs.stdout);
-    let copied: Vec<&str> = relocs
-        .lines()
-        .filter(|l| l.contains("R_X86_64_COPY") && l.contains("ompi_mpi_"))
-        .collect();
+    let copied: Vec<&str> = relocs.lines().filter(|l| l.contains("R_X86_64_COPY") && l.contains("ompi_mpi_")).collect();
     assert!(
         copied.iter().any(|l| l.contains("ompi_mpi_comm_world")) && copied.len() >= 3,
         "expected copy relocations of Open MPI's predefined handles in a -no-pie build:\n{relocs}"
@@ -73,18 +70,10 @@ fn a_non_pie_open_mpi_program_runs_under_the_open_mpi_face() {
         rank_env,
         timeout: Duration::from_secs(120),
     };
-    let oracle = job::run(
-        &job(native, Launcher::OpenMpi, Vec::new()),
-        &Scratch::new("ompi-face-no-pie-native", false).unwrap(),
-    )
-    .unwrap();
+    let oracle = job::run(&job(native, Launcher::OpenMpi, Vec::new()), &Scratch::new("ompi-face-no-pie-native", false).unwrap()).unwrap();
     mpicr_tests::check_self_verdict("coll_blocking", &oracle).unwrap();
     let shimmed = job::run(
-        &job(
-            flavor.mpiexec(&root).unwrap(),
-            Launcher::Hydra,
-            vec![("LD_PRELOAD".into(), shim.into_os_string())],
-        ),
+        &job(flavor.mpiexec(&root).unwrap(), Launcher::Hydra, vec![("LD_PRELOAD".into(), shim.into_os_string())]),
         &Scratch::new("ompi-face-no-pie-shim", false).unwrap(),
     )
     .unwrap();

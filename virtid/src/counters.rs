@@ -43,13 +43,7 @@ pub struct CountsSnapshot {
 impl CommCounters {
     fn new(peers: usize) -> Self {
         let zeros = || (0..peers).map(|_| AtomicU64::new(0)).collect::<Box<[_]>>();
-        CommCounters {
-            gid: AtomicU64::new(0),
-            alone: AtomicBool::new(false),
-            collectives: AtomicU64::new(0),
-            sent: zeros(),
-            recvd: zeros(),
-        }
+        CommCounters { gid: AtomicU64::new(0), alone: AtomicBool::new(false), collectives: AtomicU64::new(0), sent: zeros(), recvd: zeros() }
     }
 
     /// Counters of no communicator's slot: collective-like starts of something else that must

@@ -104,8 +104,19 @@ mod tests {
 
     #[test]
     fn round_trip_every_kind() {
-        for kind in [Kind::Comm, Kind::Group, Kind::Datatype, Kind::Errhandler, Kind::Op, Kind::Info,
-                     Kind::Win, Kind::Keyval, Kind::Request, Kind::Session, Kind::Message] {
+        for kind in [
+            Kind::Comm,
+            Kind::Group,
+            Kind::Datatype,
+            Kind::Errhandler,
+            Kind::Op,
+            Kind::Info,
+            Kind::Win,
+            Kind::Keyval,
+            Kind::Request,
+            Kind::Session,
+            Kind::Message,
+        ] {
             for index in [0, 1, 4095, 4096, MAX_INDEX] {
                 let h = VirtualHandle { kind, index }.to_int();
                 assert_eq!(decode(h, kind), Some(index), "{kind:?} {index}");

@@ -370,7 +370,11 @@ impl VFile {
     /// The value [`from_ptr`](Self::from_ptr) took; `None` for `NULL`, which each face names
     /// in its own ABI.
     pub const fn to_ptr(self) -> Option<u64> {
-        if self.0 >= 0 && self.0 <= u64::MAX as i128 { Some(self.0 as u64) } else { None }
+        if self.0 >= 0 && self.0 <= u64::MAX as i128 {
+            Some(self.0 as u64)
+        } else {
+            None
+        }
     }
 
     /// The table index of a virtual handle (`None` for `NULL` and foreign values).

@@ -29,8 +29,14 @@ pub struct CommRecipe {
 pub enum Topology {
     #[default]
     None,
-    Cart { dims: Vec<i32>, periods: Vec<i32> },
-    Graph { index: Vec<i32>, edges: Vec<i32> },
+    Cart {
+        dims: Vec<i32>,
+        periods: Vec<i32>,
+    },
+    Graph {
+        index: Vec<i32>,
+        edges: Vec<i32>,
+    },
     DistGraph {
         sources: Vec<i32>,
         source_weights: Option<Vec<i32>>,
@@ -82,15 +88,54 @@ pub enum TypeRef {
 /// Constructors of derived datatypes, with their arguments (large-count variants widen to i64).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TypeRecipe {
-    Contiguous { count: i64, old: TypeRef },
-    Vector { count: i64, blocklen: i64, stride: i64, old: TypeRef },
-    Hvector { count: i64, blocklen: i64, stride: i64, old: TypeRef },
-    Indexed { blocklens: Vec<i64>, displs: Vec<i64>, old: TypeRef },
-    Hindexed { blocklens: Vec<i64>, displs: Vec<i64>, old: TypeRef },
-    IndexedBlock { blocklen: i64, displs: Vec<i64>, old: TypeRef },
-    HindexedBlock { blocklen: i64, displs: Vec<i64>, old: TypeRef },
-    Struct { blocklens: Vec<i64>, displs: Vec<i64>, types: Vec<TypeRef> },
-    Subarray { sizes: Vec<i64>, subsizes: Vec<i64>, starts: Vec<i64>, order: i32, old: TypeRef },
+    Contiguous {
+        count: i64,
+        old: TypeRef,
+    },
+    Vector {
+        count: i64,
+        blocklen: i64,
+        stride: i64,
+        old: TypeRef,
+    },
+    Hvector {
+        count: i64,
+        blocklen: i64,
+        stride: i64,
+        old: TypeRef,
+    },
+    Indexed {
+        blocklens: Vec<i64>,
+        displs: Vec<i64>,
+        old: TypeRef,
+    },
+    Hindexed {
+        blocklens: Vec<i64>,
+        displs: Vec<i64>,
+        old: TypeRef,
+    },
+    IndexedBlock {
+        blocklen: i64,
+        displs: Vec<i64>,
+        old: TypeRef,
+    },
+    HindexedBlock {
+        blocklen: i64,
+        displs: Vec<i64>,
+        old: TypeRef,
+    },
+    Struct {
+        blocklens: Vec<i64>,
+        displs: Vec<i64>,
+        types: Vec<TypeRef>,
+    },
+    Subarray {
+        sizes: Vec<i64>,
+        subsizes: Vec<i64>,
+        starts: Vec<i64>,
+        order: i32,
+        old: TypeRef,
+    },
     Darray {
         size: i32,
         rank: i32,
@@ -101,11 +146,20 @@ pub enum TypeRecipe {
         order: i32,
         old: TypeRef,
     },
-    Resized { lb: i64, extent: i64, old: TypeRef },
-    Dup { old: TypeRef },
+    Resized {
+        lb: i64,
+        extent: i64,
+        old: TypeRef,
+    },
+    Dup {
+        old: TypeRef,
+    },
     /// `MPI_Type_create_f90_*` and `MPI_Type_match_size` results are predefined-like; kept for
     /// completeness of `Type_get_envelope`.
-    Named { combiner: i32, args: Vec<i64> },
+    Named {
+        combiner: i32,
+        args: Vec<i64>,
+    },
 }
 
 impl TypeRecipe {
@@ -113,9 +167,17 @@ impl TypeRecipe {
     pub fn inputs(&self) -> Vec<&TypeRef> {
         use TypeRecipe::*;
         match self {
-            Contiguous { old, .. } | Vector { old, .. } | Hvector { old, .. } | Indexed { old, .. }
-            | Hindexed { old, .. } | IndexedBlock { old, .. } | HindexedBlock { old, .. }
-            | Subarray { old, .. } | Darray { old, .. } | Resized { old, .. } | Dup { old } => vec![old],
+            Contiguous { old, .. }
+            | Vector { old, .. }
+            | Hvector { old, .. }
+            | Indexed { old, .. }
+            | Hindexed { old, .. }
+            | IndexedBlock { old, .. }
+            | HindexedBlock { old, .. }
+            | Subarray { old, .. }
+            | Darray { old, .. }
+            | Resized { old, .. }
+            | Dup { old } => vec![old],
             Struct { types, .. } => types.iter().collect(),
             Named { .. } => vec![],
         }
@@ -188,29 +250,63 @@ pub enum SendMode {
 /// What a request stands for, enough to re-post it or to report it as not restorable.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RequestRecipe {
-    Send { mode: SendMode, args: P2pArgs },
-    Recv { args: P2pArgs },
+    Send {
+        mode: SendMode,
+        args: P2pArgs,
+    },
+    Recv {
+        args: P2pArgs,
+    },
     /// Persistent requests (`MPI_Send_init` and kin): inactive between `MPI_Start`s.
-    PersistentSend { mode: SendMode, args: P2pArgs, active: bool },
-    PersistentRecv { args: P2pArgs, active: bool },
+    PersistentSend {
+        mode: SendMode,
+        args: P2pArgs,
+        active: bool,
+    },
+    PersistentRecv {
+        args: P2pArgs,
+        active: bool,
+    },
     /// Nonblocking or persistent collective, or anything else the library completes itself.
     /// A persistent collective keeps the arguments of its `MPI_*_init` (`init`), to be made
     /// again on a renewed library.
-    Collective { function: String, comm: VComm, persistent: bool, active: bool, init: Option<Box<CollInit>> },
+    Collective {
+        function: String,
+        comm: VComm,
+        persistent: bool,
+        active: bool,
+        init: Option<Box<CollInit>>,
+    },
     /// Partitioned point-to-point (`MPI_Psend_init` / `MPI_Precv_init`): persistent, made again
     /// from `init`; `ready` marks the partitions a started send made ready (`MPI_Pready*`).
-    Partitioned { init: Box<PartInit>, active: bool, ready: Vec<u64> },
+    Partitioned {
+        init: Box<PartInit>,
+        active: bool,
+        ready: Vec<u64>,
+    },
     /// Generalized request: completed by the program through `MPI_Grequest_complete`.
-    Generalized { query_fn: u64, free_fn: u64, cancel_fn: u64, extra_state: u64 },
+    Generalized {
+        query_fn: u64,
+        free_fn: u64,
+        cancel_fn: u64,
+        extra_state: u64,
+    },
     /// A request whose operation the shim already finished (e.g. a receive satisfied from the
     /// drained-message buffer); holds the status to report.
-    Completed { status: [i32; 5] },
+    Completed {
+        status: [i32; 5],
+    },
     /// Nonblocking MPI-IO (`MPI_File_i*`): completed by a checkpoint's drain, one after the other
     /// in the order this process started them (`seq`), as ROMIO's collective ones need.
-    FileIo { function: String, seq: u64 },
+    FileIo {
+        function: String,
+        seq: u64,
+    },
     /// Anything else: requests of RMA operations, buffer flushes, `MPI_Isendrecv`, matched
     /// receives; not restorable while pending.
-    Other { function: String },
+    Other {
+        function: String,
+    },
 }
 
 impl RequestRecipe {

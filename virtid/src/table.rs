@@ -134,11 +134,7 @@ impl<E, R: RealHandle> Table<E, R> {
     /// no insert or remove (nor their `insert_and`/`remove_and` side work) happens meanwhile.
     pub fn snapshot_map<T>(&self, mut f: impl FnMut(u32, R, &E) -> T) -> Vec<T> {
         let slab = self.slab.lock();
-        slab.entries
-            .iter()
-            .enumerate()
-            .filter_map(|(i, e)| e.as_ref().map(|e| f(i as u32, self.real(i as u32).unwrap_or(R::from_bits(0)), e)))
-            .collect()
+        slab.entries.iter().enumerate().filter_map(|(i, e)| e.as_ref().map(|e| f(i as u32, self.real(i as u32).unwrap_or(R::from_bits(0)), e))).collect()
     }
 
     /// Index, real handle and a clone of every live entry, in index order.

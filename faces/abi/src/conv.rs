@@ -150,12 +150,7 @@ pub(crate) fn status_to_mpich(s: &OStatus) -> m::MPI_Status {
 }
 
 pub(crate) fn status_to_face(s: &m::MPI_Status) -> OStatus {
-    OStatus {
-        source: rank_out(s.MPI_SOURCE),
-        tag: tag_out(s.MPI_TAG),
-        error: err_out(s.MPI_ERROR),
-        internal: [s.count_lo, s.count_hi_and_cancelled, 0, 0, 0],
-    }
+    OStatus { source: rank_out(s.MPI_SOURCE), tag: tag_out(s.MPI_TAG), error: err_out(s.MPI_ERROR), internal: [s.count_lo, s.count_hi_and_cancelled, 0, 0, 0] }
 }
 
 pub(crate) fn zero_status() -> m::MPI_Status {
@@ -255,16 +250,17 @@ pub fn amode_out(v: c_int) -> c_int {
 
 /// MPI_SEEK_SET, MPI_SEEK_CUR, MPI_SEEK_END.
 pub fn whence_in(v: c_int) -> c_int {
-    pair_in(
-        &[(mpich::MPI_SEEK_SET, abi::MPI_SEEK_SET), (mpich::MPI_SEEK_CUR, abi::MPI_SEEK_CUR), (mpich::MPI_SEEK_END, abi::MPI_SEEK_END)],
-        v,
-    )
+    pair_in(&[(mpich::MPI_SEEK_SET, abi::MPI_SEEK_SET), (mpich::MPI_SEEK_CUR, abi::MPI_SEEK_CUR), (mpich::MPI_SEEK_END, abi::MPI_SEEK_END)], v)
 }
 
 /// A view's displacement: MPI_DISPLACEMENT_CURRENT (-1 in the standard ABI, a displacement MPI
 /// refuses otherwise) becomes MPICH's.
 pub fn disp_in(v: m::MPI_Offset) -> m::MPI_Offset {
-    if v == -1 { m::MPI_DISPLACEMENT_CURRENT } else { v }
+    if v == -1 {
+        m::MPI_DISPLACEMENT_CURRENT
+    } else {
+        v
+    }
 }
 
 #[cfg(test)]
@@ -296,11 +292,20 @@ mod tests {
 
     #[test]
     fn statuses_keep_source_tag_error_and_count() {
-        let m0 = m::MPI_Status { count_lo: 12, count_hi_and_cancelled: 3, MPI_SOURCE: mpich::MPI_PROC_NULL, MPI_TAG: mpich::MPI_ANY_TAG, MPI_ERROR: mpich::MPI_ERR_TRUNCATE };
+        let m0 = m::MPI_Status {
+            count_lo: 12,
+            count_hi_and_cancelled: 3,
+            MPI_SOURCE: mpich::MPI_PROC_NULL,
+            MPI_TAG: mpich::MPI_ANY_TAG,
+            MPI_ERROR: mpich::MPI_ERR_TRUNCATE,
+        };
         let a = status_to_face(&m0);
         assert_eq!((a.source, a.tag, a.error), (abi::MPI_PROC_NULL, abi::MPI_ANY_TAG, abi::MPI_ERR_TRUNCATE));
         let back = status_to_mpich(&a);
-        assert_eq!((back.count_lo, back.count_hi_and_cancelled, back.MPI_SOURCE, back.MPI_TAG, back.MPI_ERROR), (12, 3, m0.MPI_SOURCE, m0.MPI_TAG, m0.MPI_ERROR));
+        assert_eq!(
+            (back.count_lo, back.count_hi_and_cancelled, back.MPI_SOURCE, back.MPI_TAG, back.MPI_ERROR),
+            (12, 3, m0.MPI_SOURCE, m0.MPI_TAG, m0.MPI_ERROR)
+        );
     }
 
     #[test]

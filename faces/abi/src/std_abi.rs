@@ -59,16 +59,32 @@ pub unsafe fn MPI_Abi_get_info(info: *mut OHandle) -> c_int {
 /// optional Fortran datatypes it provides (those the MPICH-ABI library lacks are "false": MPICH
 /// 4.0.2 has no MPI_LOGICAL1..16, MPI_REAL2, MPI_COMPLEX4, MPI_INTEGER16, MPICH 5 has them).
 pub unsafe fn MPI_Abi_get_fortran_info(info: *mut OHandle) -> c_int {
-    let mut pairs: Vec<(String, String)> =
-        [("mpi_logical_size", 4), ("mpi_integer_size", 4), ("mpi_real_size", 4), ("mpi_double_precision_size", 8)]
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .to_vec();
-    for ty in ["LOGICAL1", "LOGICAL2", "LOGICAL4", "LOGICAL8", "LOGICAL16", "INTEGER1", "INTEGER2", "INTEGER4", "INTEGER8",
-               "INTEGER16", "REAL2", "REAL4", "REAL8", "REAL16", "COMPLEX4", "COMPLEX8", "COMPLEX16", "COMPLEX32", "DOUBLE_COMPLEX"] {
+    let mut pairs: Vec<(String, String)> = [("mpi_logical_size", 4), ("mpi_integer_size", 4), ("mpi_real_size", 4), ("mpi_double_precision_size", 8)]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .to_vec();
+    for ty in [
+        "LOGICAL1",
+        "LOGICAL2",
+        "LOGICAL4",
+        "LOGICAL8",
+        "LOGICAL16",
+        "INTEGER1",
+        "INTEGER2",
+        "INTEGER4",
+        "INTEGER8",
+        "INTEGER16",
+        "REAL2",
+        "REAL4",
+        "REAL8",
+        "REAL16",
+        "COMPLEX4",
+        "COMPLEX8",
+        "COMPLEX16",
+        "COMPLEX32",
+        "DOUBLE_COMPLEX",
+    ] {
         let name = format!("MPI_{ty}");
-        let here = tables::PREDEFINED
-            .iter()
-            .any(|p| p.1 == Kind::Datatype && p.3 == name && mpicr_shim::core::handles::library_has_datatype(p.2));
+        let here = tables::PREDEFINED.iter().any(|p| p.1 == Kind::Datatype && p.3 == name && mpicr_shim::core::handles::library_has_datatype(p.2));
         pairs.push((format!("mpi_{}_supported", ty.to_lowercase()), if here { "true" } else { "false" }.to_string()));
     }
     // SAFETY: forwarded out-parameter.

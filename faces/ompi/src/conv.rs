@@ -178,13 +178,7 @@ pub(crate) fn status_to_mpich(s: &OStatus) -> m::MPI_Status {
 
 pub(crate) fn status_to_face(s: &m::MPI_Status) -> OStatus {
     let count = (s.count_lo as u32 as u64) | (((s.count_hi_and_cancelled as u32 >> 1) as u64) << 32);
-    OStatus {
-        source: rank_out(s.MPI_SOURCE),
-        tag: s.MPI_TAG,
-        error: err_out(s.MPI_ERROR),
-        cancelled: s.count_hi_and_cancelled & 1,
-        ucount: count as usize,
-    }
+    OStatus { source: rank_out(s.MPI_SOURCE), tag: s.MPI_TAG, error: err_out(s.MPI_ERROR), cancelled: s.count_hi_and_cancelled & 1, ucount: count as usize }
 }
 
 /// MPI_Status_c2f: Open MPI's Fortran status is its C status word by word (`MPI_STATUS_SIZE`

@@ -116,9 +116,7 @@ fn through_fns() -> Result<Times, String> {
     let mut provided = 0;
     let t1 = Instant::now();
     // SAFETY: null argc/argv are allowed; out-pointers are locals.
-    call("MPI_Init_thread", unsafe {
-        f.MPI_Init_thread.map(|i| i(std::ptr::null_mut(), std::ptr::null_mut(), MPI_THREAD_SERIALIZED, &mut provided))
-    })?;
+    call("MPI_Init_thread", unsafe { f.MPI_Init_thread.map(|i| i(std::ptr::null_mut(), std::ptr::null_mut(), MPI_THREAD_SERIALIZED, &mut provided)) })?;
     let init = t1.elapsed();
     let (mut rank, mut size) = (-1, -1);
     // SAFETY: out-pointers are locals.
@@ -151,7 +149,11 @@ fn raw_ompi(gen: &lower::Generation) -> Result<Times, String> {
     type P = *mut c_void;
     let sym = |n: &str| {
         let p = gen.data(n);
-        if p.is_null() { Err(format!("{} has no {n}", gen.path.display())) } else { Ok(p) }
+        if p.is_null() {
+            Err(format!("{} has no {n}", gen.path.display()))
+        } else {
+            Ok(p)
+        }
     };
     let check = |name: &str, rc: c_int| if rc == 0 { Ok(()) } else { Err(format!("{name} returned {rc}")) };
     // SAFETY: the functions of Open MPI's mpi.h, with their C signatures.

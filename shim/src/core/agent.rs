@@ -284,11 +284,7 @@ fn serve(reader: UnixStream) {
     while let Some(msg) = inbox.next_message() {
         match msg {
             ToAgent::Checkpoint { epoch, stop, state_path } => checkpoint::run(&mut inbox, epoch, stop, &state_path),
-            ToAgent::Abort { .. }
-            | ToAgent::Resume { .. }
-            | ToAgent::Targets { .. }
-            | ToAgent::ExpectedRecvs { .. }
-            | ToAgent::Release => {
+            ToAgent::Abort { .. } | ToAgent::Resume { .. } | ToAgent::Targets { .. } | ToAgent::ExpectedRecvs { .. } | ToAgent::Release => {
                 // Out of sequence: nothing in progress.
             }
         }
@@ -560,11 +556,8 @@ fn quiet_agent_panics() {
 
 /// One line saying what a caught panic said, and where (when the hook saw it).
 pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    let msg = payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into());
+    let msg =
+        payload.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| payload.downcast_ref::<String>().cloned()).unwrap_or_else(|| "unknown panic".into());
     let at = PANIC_AT.with(|p| std::mem::take(&mut *p.borrow_mut()));
     let line = if at.is_empty() { msg } else { format!("{msg} (at {at})") };
     line.split_whitespace().collect::<Vec<_>>().join(" ")

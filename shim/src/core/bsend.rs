@@ -35,7 +35,11 @@ pub fn automatic(addr: usize) -> bool {
 
 /// The space a buffer attached at `addr` with `size` bytes offers.
 pub fn capacity(addr: usize, size: i64) -> i64 {
-    if automatic(addr) { i64::MAX } else { size }
+    if automatic(addr) {
+        i64::MAX
+    } else {
+        size
+    }
 }
 
 struct Pending {
@@ -75,7 +79,16 @@ fn reap(pending: &mut Vec<Pending>, pool: Pool) -> Result<i64, c_int> {
 /// # Safety
 /// `buf` must be readable for `count` elements of `datatype` for the duration of the call.
 #[allow(clippy::too_many_arguments, reason = "MPI_Bsend's six arguments and the pool it is charged to")]
-pub unsafe fn send(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, pool: Pool, capacity: Option<i64>) -> Result<(), c_int> {
+pub unsafe fn send(
+    buf: *const c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    pool: Pool,
+    capacity: Option<i64>,
+) -> Result<(), c_int> {
     let f = lower::fns();
     let (pack_size, pack, isend) = match (f.MPI_Pack_size_c, f.MPI_Pack_c, f.MPI_Isend_c) {
         (Some(a), Some(b), Some(c)) => (a, b, c),

@@ -10,17 +10,17 @@
 //! - Pending sends then complete (their receivers drained them); pending receives are cancelled
 //!   and posted again after the renewal.
 
+use crate::core::agent::{self, AgentError, Budget, Event, Inbox};
 use crate::core::kinds::comm::{count_recv, peers, world_rank, world_size, CommEntry};
 use crate::core::kinds::library::{user_errors, UserError};
 use crate::core::kinds::{create_group, message, part, request, win, REFUSAL_ORDER, RENEWAL_ORDER};
 use crate::core::state::OBJ;
-use crate::core::agent::{self, AgentError, Budget, Event, Inbox};
 use crate::core::{app, drained, gate, handles, renew};
 use crate::lower;
 use crate::lower::abi::*;
 use mpicr_drain::{Counts, Message, Progress};
-use mpicr_virtid::RealHandle;
 use mpicr_proto::{FromAgent, Timings, ToAgent};
+use mpicr_virtid::RealHandle;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::os::raw::c_int;
@@ -196,10 +196,8 @@ pub(crate) fn run(inbox: &mut Inbox, epoch: u64, stop: bool, state_path: &str) {
     let mut stage = Stage::Aligning;
     let mut clock = Clock::new();
     let limits = Limits::from_env();
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        phases(inbox, epoch, stop, state_path, &limits, &mut stage, &mut clock)
-    }))
-    .unwrap_or_else(|p| Err(CheckpointError::Panic(agent::panic_message(&*p))));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| phases(inbox, epoch, stop, state_path, &limits, &mut stage, &mut clock)))
+        .unwrap_or_else(|p| Err(CheckpointError::Panic(agent::panic_message(&*p))));
     let Err(reason) = result else {
         app::release();
         agent::clear_pending_sigpipe();
@@ -221,8 +219,7 @@ pub(crate) fn run(inbox: &mut Inbox, epoch: u64, stop: bool, state_path: &str) {
     }
     // The drain may have cancelled pending receives; unreleased, the library still runs them.
     if matches!(stage, Stage::GateClosed | Stage::Drained) {
-        let reposted = std::panic::catch_unwind(request::repost_cancelled)
-            .unwrap_or_else(|p| Err(format!("internal error: {}", agent::panic_message(&*p))));
+        let reposted = std::panic::catch_unwind(request::repost_cancelled).unwrap_or_else(|p| Err(format!("internal error: {}", agent::panic_message(&*p))));
         if let Err(e) = reposted {
             lower::fatal(&format!("checkpoint failed ({reason}) and a receive it had cancelled could not be posted again: {e}"));
         }
@@ -234,15 +231,7 @@ pub(crate) fn run(inbox: &mut Inbox, epoch: u64, stop: bool, state_path: &str) {
     app::release();
 }
 
-fn phases(
-    inbox: &mut Inbox,
-    epoch: u64,
-    _stop: bool,
-    state_path: &str,
-    limits: &Limits,
-    stage: &mut Stage,
-    clock: &mut Clock,
-) -> Result<(), CheckpointError> {
+fn phases(inbox: &mut Inbox, epoch: u64, _stop: bool, state_path: &str, limits: &Limits, stage: &mut Stage, clock: &mut Clock) -> Result<(), CheckpointError> {
     if agent::finalizing() {
         return Err(CheckpointError::Finalizing);
     }
@@ -549,10 +538,8 @@ fn wait_aligned(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, Check
         // collective on its way there.
         let aligned = check_aligned().is_ok() && (!app::enabled() || app::parked());
         let known = agent::targets();
-        let wants: Vec<(u64, u64)> = agent::wants_past_targets()
-            .into_iter()
-            .filter(|w| !asked.contains(w) && (!aligned || !known.contains_key(&w.0)))
-            .collect();
+        let wants: Vec<(u64, u64)> =
+            agent::wants_past_targets().into_iter().filter(|w| !asked.contains(w) && (!aligned || !known.contains_key(&w.0))).collect();
         if !wants.is_empty() {
             tracing::debug!(target: "agent", ?wants, "asking for collective targets to rise");
             agent::send(&FromAgent::Wants { comms: wants.clone(), groups: create_group::members_of(&wants) })?;
@@ -718,9 +705,7 @@ fn check_aligned() -> Result<(), CheckpointError> {
             return Err(CheckpointError::NotAligned { made_by: c.recipe.made_by.to_string(), at: c.coll_seq, target: t });
         }
     }
-    part::not_aligned(&targets)
-        .or_else(|| create_group::not_aligned(&targets))
-        .map_or(Ok(()), |why| Err(CheckpointError::Other(why)))
+    part::not_aligned(&targets).or_else(|| create_group::not_aligned(&targets)).map_or(Ok(()), |why| Err(CheckpointError::Other(why)))
 }
 
 /// The collective counts of the communicators this rank has no target for: made after it
@@ -730,12 +715,7 @@ fn check_aligned() -> Result<(), CheckpointError> {
 /// these counts with what its peers reported or asked for.
 fn untold_counts() -> Vec<(u64, u64)> {
     let targets = agent::targets();
-    OBJ.comms
-        .snapshot()
-        .into_iter()
-        .filter(|(_, _, c)| !targets.contains_key(&c.recipe.gid))
-        .map(|(_, _, c)| (c.recipe.gid, c.coll_seq))
-        .collect()
+    OBJ.comms.snapshot().into_iter().filter(|(_, _, c)| !targets.contains_key(&c.recipe.gid)).map(|(_, _, c)| (c.recipe.gid, c.coll_seq)).collect()
 }
 
 /// Communicators by table index, with their real handles and peers as world ranks.
@@ -822,11 +802,8 @@ fn drain(comms: &CommIndex, expected: &[(u64, i32, u64)], limit: Duration, inbox
                 let mut data = vec![0u8; n.max(0) as usize];
                 let mut st2 = MPI_Status::default();
                 // SAFETY: `data` holds the probed message's bytes.
-                let rc = unsafe {
-                    f.MPI_Recv_c.map_or(MPI_ERR_OTHER, |r| {
-                        r(data.as_mut_ptr().cast(), n, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, *real, &mut st2)
-                    })
-                };
+                let rc =
+                    unsafe { f.MPI_Recv_c.map_or(MPI_ERR_OTHER, |r| r(data.as_mut_ptr().cast(), n, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, *real, &mut st2)) };
                 if rc != MPI_SUCCESS {
                     return Err(CheckpointError::DrainRecv(lower::error_string(rc)));
                 }

@@ -151,7 +151,6 @@ pub fn file(v: VFile) -> RealFile {
     }
 }
 
-
 macro_rules! lower_datatypes {
     ($($v:ident $c:ident),* $(,)?) => {
         /// The library's handle of one of the core's predefined datatypes (`None` for any other

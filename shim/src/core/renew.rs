@@ -13,13 +13,13 @@
 //!   unmaps what it leaked (see `lower`), so glibc reuses it: unbounded, and nothing of a
 //!   released generation stays in the image.
 
-use crate::lower::handles::RealComm;
 use crate::core::handles;
 use crate::core::kinds::comm::{errors_return_on, world_size};
 use crate::core::kinds::{FREE_ORDER, RENEWAL_ORDER};
 use crate::core::state::{OBJ, SELF_INDEX, WORLD_INDEX};
 use crate::lower;
 use crate::lower::abi::*;
+use crate::lower::handles::RealComm;
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -46,9 +46,7 @@ pub fn strategy() -> Strategy {
         Some("namespace") => Strategy::Namespace,
         Some("sessions") => Strategy::Sessions,
         None | Some("") => detect(),
-        Some(other) => lower::fatal(&format!(
-            "MPICR_RENEW={other} is not a renewal strategy (use sessions or namespace)"
-        )),
+        Some(other) => lower::fatal(&format!("MPICR_RENEW={other} is not a renewal strategy (use sessions or namespace)")),
     })
 }
 

@@ -77,7 +77,11 @@ pub fn try_run(name: &str, on: On, body: impl FnOnce() -> Result<(), c_int>) -> 
 /// A real call's return code as a `Result`, for `?`.
 #[inline(always)]
 pub fn ok(rc: c_int) -> Result<(), c_int> {
-    if rc == MPI_SUCCESS { Ok(()) } else { Err(rc) }
+    if rc == MPI_SUCCESS {
+        Ok(())
+    } else {
+        Err(rc)
+    }
 }
 
 /// A program handle converted to the real library's, for `?` in a wrapper body.

@@ -311,7 +311,11 @@ pub fn win(v: MPI_Win) -> MPI_Win {
 /// The core's file for the program's handle, a pointer (as [`vcomm`]).
 #[inline(always)]
 pub fn vfile(v: MPI_File) -> VFile {
-    if v == MPI_FILE_NULL { VFile::NULL } else { VFile::from_ptr(v as u64) }
+    if v == MPI_FILE_NULL {
+        VFile::NULL
+    } else {
+        VFile::from_ptr(v as u64)
+    }
 }
 
 /// The program's handle for the core's file.

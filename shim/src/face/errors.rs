@@ -2,12 +2,12 @@
 //! live in the shim and are applied here when a call fails, so user handlers see virtual
 //! handles and a fatal error prints a readable message naming the MPI function.
 
+use crate::core::kinds::errhandler;
+use crate::core::state::{OBJ, WORLD_INDEX};
 use crate::face::abi::*;
 use crate::face::conv;
 use crate::lower;
 pub use crate::lower::{error_string, fatal};
-use crate::core::state::{OBJ, WORLD_INDEX};
-use crate::core::kinds::errhandler;
 use mpicr_virtid::{ErrhandlerRecipe, VErrhandler};
 use std::os::raw::c_int;
 
@@ -153,7 +153,11 @@ fn dispatch(eh: VErrhandler, rc: c_int, func: &str, call_user: impl FnOnce(u64))
                 call_user(function);
                 // What the call returns after a user handler ran differs between MPICH
                 // releases (4.x: the error code, 5.x: MPI_SUCCESS); match the library.
-                if crate::core::renew::mpich_major() >= 5 { MPI_SUCCESS } else { rc }
+                if crate::core::renew::mpich_major() >= 5 {
+                    MPI_SUCCESS
+                } else {
+                    rc
+                }
             }
             None => abort_with(rc, func),
         },

@@ -28,12 +28,7 @@ pub fn init() {
     ONCE.call_once(|| {
         let Some(d) = directives(std::env::var(LOG_ENV).ok().as_deref()) else { return };
         let filter = tracing_subscriber::EnvFilter::builder().parse_lossy(d);
-        let sub = tracing_subscriber::fmt()
-            .with_writer(std::io::stderr)
-            .with_ansi(false)
-            .with_target(true)
-            .with_env_filter(filter)
-            .finish();
+        let sub = tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(false).with_target(true).with_env_filter(filter).finish();
         // Another copy of the shim in this process may have installed one: that one stays.
         let _ = tracing::subscriber::set_global_default(sub);
     });

@@ -25,7 +25,11 @@ pub const NAMES: [&str; 9] = [
 pub fn lookup(name: &str) -> *mut std::ffi::c_void {
     let g = super::current();
     let p = g.data(&format!("P{name}"));
-    if p.is_null() { g.data(name) } else { p }
+    if p.is_null() {
+        g.data(name)
+    } else {
+        p
+    }
 }
 
 /// MPICH's `MPIX_ERR_REVOKED` (its mpi.h; Open MPI's `MPI_ERR_REVOKED` converts to it).

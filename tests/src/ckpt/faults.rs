@@ -16,27 +16,16 @@
 //! said so). `MPICR_TEST_FAULTS=a,b` runs only the named faults; by default MPICH 4 runs all
 //! of them and MPICH 5 `FAULTS_MPICH5`.
 
+use super::{bounded, indent, out_lengths, Ctx, Fault, Launched, Planned, Resume, Trigger, Victim, CMD_GRACE};
 use crate::error::Error;
-use super::{
-    bounded, indent, out_lengths, Ctx, Fault, Launched, Planned, Resume, Trigger, Victim, CMD_GRACE,
-};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 /// Every fault, in the order they run.
-pub(crate) const FAULTS: [&str; 9] = [
-    "kill-program",
-    "kill-keeper",
-    "kill-coordinator",
-    "enospc",
-    "other-user",
-    "foreign-dir",
-    "pid-held",
-    "truncated-manifest",
-    "corrupt-image",
-];
+pub(crate) const FAULTS: [&str; 9] =
+    ["kill-program", "kill-keeper", "kill-coordinator", "enospc", "other-user", "foreign-dir", "pid-held", "truncated-manifest", "corrupt-image"];
 
 /// What MPICH 5 runs by default: the fault that most depends on the MPI library (the job is
 /// torn down while its library is released).
@@ -47,42 +36,32 @@ const FAULTS_MPICH5: [&str; 1] = ["kill-program"];
 /// (`checkpoint 2 aborted: rank R: criu dump failed ...`, seen with the program killed), or the
 /// job is torn down first and the coordinator goes away without an answer (seen for all three
 /// victims).
-const KILLED: [&str; 2] = [
-    "the coordinator closed the connection before answering",
-    "checkpoint 2 aborted: rank ",
-];
+const KILLED: [&str; 2] = ["the coordinator closed the connection before answering", "checkpoint 2 aborted: rank "];
 
 /// Size of the tmpfs of the `enospc` fault (only what is written uses memory).
 const TMPFS_SIZE: &str = "256m";
 
 fn selected(flavor: crate::Flavor) -> Result<Vec<&'static str>, Error> {
     let list = std::env::var("MPICR_TEST_FAULTS").unwrap_or_default();
-    let names: Vec<&str> = list
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .collect();
+    let names: Vec<&str> = list.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
     if names.is_empty() {
         return Ok(match flavor {
             crate::Flavor::Mpich4 => FAULTS.to_vec(),
-            crate::Flavor::Mpich5 | crate::Flavor::Impi | crate::Flavor::OmpiOnMpich4 | crate::Flavor::AbiOnMpich4 | crate::Flavor::AbiOnMpich5 | crate::Flavor::Ompi5 | crate::Flavor::Ompi4 => {
-                FAULTS_MPICH5.to_vec()
-            }
+            crate::Flavor::Mpich5
+            | crate::Flavor::Impi
+            | crate::Flavor::OmpiOnMpich4
+            | crate::Flavor::AbiOnMpich4
+            | crate::Flavor::AbiOnMpich5
+            | crate::Flavor::Ompi5
+            | crate::Flavor::Ompi4 => FAULTS_MPICH5.to_vec(),
         });
     }
     for n in &names {
         if !FAULTS.contains(n) {
-            return Err(Error::Invalid(format!(
-                "MPICR_TEST_FAULTS: unknown fault `{n}` (faults: {})",
-                FAULTS.join(", ")
-            )));
+            return Err(Error::Invalid(format!("MPICR_TEST_FAULTS: unknown fault `{n}` (faults: {})", FAULTS.join(", "))));
         }
     }
-    Ok(FAULTS
-        .iter()
-        .copied()
-        .filter(|f| names.contains(f))
-        .collect())
+    Ok(FAULTS.iter().copied().filter(|f| names.contains(f)).collect())
 }
 
 fn is_root() -> bool {
@@ -94,38 +73,20 @@ fn is_root() -> bool {
 type Checked = (&'static str, Result<String, Error>);
 
 const NEEDS_ROOT: [&str; 4] = ["enospc", "foreign-dir", "other-user", "pid-held"];
-const ON_STOPPED_JOB: [&str; 5] = [
-    "other-user",
-    "foreign-dir",
-    "pid-held",
-    "truncated-manifest",
-    "corrupt-image",
-];
+const ON_STOPPED_JOB: [&str; 5] = ["other-user", "foreign-dir", "pid-held", "truncated-manifest", "corrupt-image"];
 
 impl Ctx<'_> {
     pub(super) fn faults(&mut self) -> Result<(), Error> {
         let mut want = selected(self.case.flavor)?;
         if !is_root() {
-            let skipped: Vec<&str> = want
-                .iter()
-                .copied()
-                .filter(|f| NEEDS_ROOT.contains(f))
-                .collect();
+            let skipped: Vec<&str> = want.iter().copied().filter(|f| NEEDS_ROOT.contains(f)).collect();
             if !skipped.is_empty() {
-                println!(
-                    "  {}: skipped (they need root): {}",
-                    self.case.id(),
-                    skipped.join(", ")
-                );
+                println!("  {}: skipped (they need root): {}", self.case.id(), skipped.join(", "));
             }
             want.retain(|f| !NEEDS_ROOT.contains(f));
         }
         let mut results: Vec<Checked> = Vec::new();
-        for (name, victim) in [
-            ("kill-program", Victim::Program),
-            ("kill-keeper", Victim::Keeper),
-            ("kill-coordinator", Victim::Coordinator),
-        ] {
+        for (name, victim) in [("kill-program", Victim::Program), ("kill-keeper", Victim::Keeper), ("kill-coordinator", Victim::Coordinator)] {
             if want.contains(&name) {
                 let r = self.kill_fault(name, victim);
                 results.push((name, r));
@@ -135,11 +96,7 @@ impl Ctx<'_> {
             let r = self.enospc_fault();
             results.push(("enospc", r));
         }
-        let on_stopped: Vec<&'static str> = want
-            .iter()
-            .copied()
-            .filter(|f| ON_STOPPED_JOB.contains(f))
-            .collect();
+        let on_stopped: Vec<&'static str> = want.iter().copied().filter(|f| ON_STOPPED_JOB.contains(f)).collect();
         if !on_stopped.is_empty() {
             match self.stopped_job_faults(&on_stopped) {
                 Ok(rs) => results.extend(rs),
@@ -149,10 +106,7 @@ impl Ctx<'_> {
         for (name, r) in &results {
             match r {
                 Ok(line) => self.story.push(format!("fault {name}: ok: `{line}`")),
-                Err(e) => self.story.push(format!(
-                    "fault {name}: FAILED: {}",
-                    e.to_string().lines().next().unwrap_or("")
-                )),
+                Err(e) => self.story.push(format!("fault {name}: FAILED: {}", e.to_string().lines().next().unwrap_or(""))),
             }
         }
         let failed: Vec<&Checked> = results.iter().filter(|r| r.1.is_err()).collect();
@@ -160,12 +114,7 @@ impl Ctx<'_> {
             return Ok(());
         }
         let names: Vec<&str> = failed.iter().map(|r| r.0).collect();
-        let mut s = format!(
-            "{} of {} faults failed: {}",
-            failed.len(),
-            results.len(),
-            names.join(", ")
-        );
+        let mut s = format!("{} of {} faults failed: {}", failed.len(), results.len(), names.join(", "));
         for (name, r) in failed {
             s += &format!("\n  {name}: {}", r.as_ref().unwrap_err().to_string().trim_end());
         }
@@ -174,31 +123,14 @@ impl Ctx<'_> {
 
     /// A job that takes epoch 1 at a pause, goes on, and meets `fault` in its second checkpoint:
     /// the launch, the cut of epoch 1, and what `mpicr checkpoint` said of the second.
-    fn faulted_second_checkpoint(
-        &mut self,
-        label: &str,
-        fault: Fault,
-    ) -> Result<(Launched, Vec<u64>, String), Error> {
+    fn faulted_second_checkpoint(&mut self, label: &str, fault: Fault) -> Result<(Launched, Vec<u64>, String), Error> {
         let pause = self.pause_steps(1);
         let mut second = Planned::new(Trigger::After(Duration::ZERO), false);
         second.fault = fault;
         let job = self.run_job(&pause);
-        let l = self.launch(
-            label,
-            job,
-            vec![Planned::new(Trigger::Pause, false), second],
-            Resume::Pauses,
-        )?;
-        let cut = l
-            .taken
-            .first()
-            .and_then(|t| t.cut.clone())
-            .ok_or_else(|| Error::Check("epoch 1 was not taken".into()))?;
-        let said = l
-            .answers
-            .first()
-            .cloned()
-            .ok_or_else(|| Error::Check("the checkpoint with the fault was not asked for".into()))?;
+        let l = self.launch(label, job, vec![Planned::new(Trigger::Pause, false), second], Resume::Pauses)?;
+        let cut = l.taken.first().and_then(|t| t.cut.clone()).ok_or_else(|| Error::Check("epoch 1 was not taken".into()))?;
+        let said = l.answers.first().cloned().ok_or_else(|| Error::Check("the checkpoint with the fault was not asked for".into()))?;
         Ok((l, cut, said))
     }
 
@@ -208,8 +140,7 @@ impl Ctx<'_> {
         let (l, cut, said) = self.faulted_second_checkpoint(&format!("{name}-run"), Fault::Kill(victim))?;
         let said = &said;
         let line = expect_line(said, KILLED[0]).or_else(|_| expect_line(said, KILLED[1]))?;
-        self.story
-            .push(format!("{name}-run: the job ended with {}", l.out.status));
+        self.story.push(format!("{name}-run: the job ended with {}", l.out.status));
         self.check_started(&format!("{name}-run"), &l.out)?;
         self.check_epochs(&[1])?;
         let after = self.restart(&format!("{name}-restart"), None, Resume::First)?;
@@ -228,20 +159,13 @@ impl Ctx<'_> {
             let said = &said;
             let line = expect_line(said, "checkpoint 2 aborted: rank ")?;
             if !said.contains("No space left on device") {
-                return Err(Error::Check(format!(
-                    "the aborted checkpoint does not say `No space left on device`:\n{}",
-                    indent(said)
-                )));
+                return Err(Error::Check(format!("the aborted checkpoint does not say `No space left on device`:\n{}", indent(said))));
             }
             // A failed checkpoint leaves the job running: it must end as the native run does.
-            self.story
-                .push(format!("enospc-run: the job ended with {}", l.out.status));
+            self.story.push(format!("enospc-run: the job ended with {}", l.out.status));
             if !l.out.status.success() {
                 self.check_started("enospc-run", &l.out)?;
-                return Err(Error::Check(format!(
-                    "the job did not go on after the aborted checkpoint: it ended with {}",
-                    l.out.status
-                )));
+                return Err(Error::Check(format!("the job did not go on after the aborted checkpoint: it ended with {}", l.out.status)));
             }
             if let Some(d) = crate::compare(self.oracle, &l.out) {
                 return Err(Error::Mismatch(format!("the job went on after the aborted checkpoint, but its output differs from the native run: {d}")));
@@ -263,19 +187,9 @@ impl Ctx<'_> {
     fn stopped_job_faults(&mut self, faults: &[&'static str]) -> Result<Vec<Checked>, Error> {
         self.ckdir = self.scratch.root().join("ckpt-stopped");
         let pauses = self.pause_steps(2);
-        let l = self.first_run(
-            &pauses,
-            vec![
-                Planned::new(Trigger::Pause, false),
-                Planned::new(Trigger::Pause, true),
-            ],
-        )?;
+        let l = self.first_run(&pauses, vec![Planned::new(Trigger::Pause, false), Planned::new(Trigger::Pause, true)])?;
         self.check_prefix("run", &l.out)?;
-        let cut1 = l
-            .taken
-            .first()
-            .and_then(|t| t.cut.clone())
-            .ok_or_else(|| Error::Check("epoch 1 has no recorded cut".into()))?;
+        let cut1 = l.taken.first().and_then(|t| t.cut.clone()).ok_or_else(|| Error::Check("epoch 1 has no recorded cut".into()))?;
         let cut2 = out_lengths(&l.out);
         self.check_epochs(&[1, 2])?;
         let mut results = Vec::new();
@@ -291,48 +205,28 @@ impl Ctx<'_> {
         Ok(results)
     }
 
-    fn stopped_job_fault(
-        &mut self,
-        fault: &str,
-        cut1: &[u64],
-        cut2: &[u64],
-    ) -> Result<String, Error> {
+    fn stopped_job_fault(&mut self, fault: &str, cut1: &[u64], cut2: &[u64]) -> Result<String, Error> {
         let ckdir = self.ckdir.clone();
         let last = self.ranks() - 1;
         let epoch2 = ckdir.join("epoch-000002");
         let line = match fault {
             "other-user" => {
                 let (ok, text) = bounded(
-                    Command::new("setpriv")
-                        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
-                        .arg(&self.mpicr)
-                        .arg("status")
-                        .arg(&ckdir),
+                    Command::new("setpriv").args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"]).arg(&self.mpicr).arg("status").arg(&ckdir),
                     CMD_GRACE,
                 );
-                let want = format!(
-                    "cannot read the job in {}: permission denied",
-                    ckdir.display()
-                );
+                let want = format!("cannot read the job in {}: permission denied", ckdir.display());
                 if ok {
-                    return Err(Error::Check(format!(
-                        "`mpicr status` as nobody succeeded:\n{}",
-                        indent(&text)
-                    )));
+                    return Err(Error::Check(format!("`mpicr status` as nobody succeeded:\n{}", indent(&text))));
                 }
                 let line = expect_line(&text, &want)?;
-                self.story.push(format!(
-                    "other-user: `mpicr status` as nobody said `{line}`"
-                ));
+                self.story.push(format!("other-user: `mpicr status` as nobody said `{line}`"));
                 line
             }
             "foreign-dir" => {
                 let nobody = uid_of("nobody")?;
                 chown_r(&ckdir, &nobody.to_string())?;
-                let want = format!(
-                    "checkpoint directory {} is owned by uid {nobody}, not by you",
-                    ckdir.display()
-                );
+                let want = format!("checkpoint directory {} is owned by uid {nobody}, not by you", ckdir.display());
                 let r = self.bad_restart("foreign-dir", self.ranks(), &ckdir, None, &want);
                 // SAFETY: plain syscall.
                 let me = unsafe { libc::geteuid() };
@@ -341,25 +235,16 @@ impl Ctx<'_> {
             }
             "pid-held" => {
                 let rank_json = epoch2.join(format!("rank-{last}")).join("rank.json");
-                let text = fs::read_to_string(&rank_json)
-                    .map_err(Error::io("read", &rank_json))?;
-                let pid = json_number(&text, "pid")
-                    .ok_or_else(|| Error::Check(format!("{} has no pid", rank_json.display())))?;
+                let text = fs::read_to_string(&rank_json).map_err(Error::io("read", &rank_json))?;
+                let pid = json_number(&text, "pid").ok_or_else(|| Error::Check(format!("{} has no pid", rank_json.display())))?;
                 let holder = PidHolder::take(pid as libc::pid_t)?;
-                self.story.push(format!(
-                    "pid-held: process {} holds rank {last}'s PID",
-                    holder.0
-                ));
+                self.story.push(format!("pid-held: process {} holds rank {last}'s PID", holder.0));
                 let r = if in_pid_namespace(&text) {
                     // Restored in a PID namespace of its own, the rank's PIDs do not clash
                     // with ours: the restart of the latest epoch must succeed.
                     self.restart("pid-held-restart", None, Resume::First)
-                        .and_then(|after| {
-                            self.check_remainder("restart despite the held PID", cut2, &after)
-                        })
-                        .map(|()| {
-                            format!("restarted epoch 2 although PID {pid} is held (pid namespace)")
-                        })
+                        .and_then(|after| self.check_remainder("restart despite the held PID", cut2, &after))
+                        .map(|()| format!("restarted epoch 2 although PID {pid} is held (pid namespace)"))
                 } else {
                     // Without a PID namespace (MPICR_PIDNS=0, or no right to create one) the
                     // clash is refused clearly.
@@ -400,19 +285,12 @@ impl Ctx<'_> {
             "corrupt-image" => {
                 let rdir = epoch2.join(format!("rank-{last}"));
                 let file = largest_file(&rdir)?;
-                let mut bytes =
-                    fs::read(&file).map_err(Error::io("read", &file))?;
+                let mut bytes = fs::read(&file).map_err(Error::io("read", &file))?;
                 let at = bytes.len() / 2;
                 bytes[at] ^= 0xff;
                 fs::write(&file, &bytes).map_err(Error::io("write", &file))?;
-                self.story.push(format!(
-                    "corrupt-image: flipped byte {at} of {}",
-                    file.display()
-                ));
-                let want = format!(
-                    "image file {} is corrupt (checksum mismatch)",
-                    file.display()
-                );
+                self.story.push(format!("corrupt-image: flipped byte {at} of {}", file.display()));
+                let want = format!("image file {} is corrupt (checksum mismatch)", file.display());
                 let r = self.bad_restart("corrupt-image", self.ranks(), &ckdir, None, &want);
                 bytes[at] ^= 0xff;
                 fs::write(&file, &bytes).map_err(Error::io("write", &file))?;
@@ -442,18 +320,11 @@ impl Ctx<'_> {
 
 /// The first line of `said`, which must contain `want`.
 fn expect_line(said: &str, want: &str) -> Result<String, Error> {
-    let first = said
-        .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .trim();
+    let first = said.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
     if first.contains(want) {
         Ok(first.to_string())
     } else {
-        Err(Error::Check(format!(
-            "expected a message containing `{want}`, got:\n{}",
-            indent(said)
-        )))
+        Err(Error::Check(format!("expected a message containing `{want}`, got:\n{}", indent(said))))
     }
 }
 
@@ -471,10 +342,7 @@ fn in_pid_namespace(text: &str) -> bool {
     let Some(at) = text.find("\"pidns\"") else {
         return false;
     };
-    text[at + "\"pidns\"".len()..]
-        .trim_start()
-        .strip_prefix(':')
-        .is_some_and(|v| v.trim_start().starts_with("true"))
+    text[at + "\"pidns\"".len()..].trim_start().strip_prefix(':').is_some_and(|v| v.trim_start().starts_with("true"))
 }
 
 fn uid_of(user: &str) -> Result<u32, Error> {
@@ -489,18 +357,9 @@ fn uid_of(user: &str) -> Result<u32, Error> {
 }
 
 fn chown_r(dir: &Path, owner: &str) -> Result<(), Error> {
-    let out = Command::new("chown")
-        .arg("-R")
-        .arg(owner)
-        .arg(dir)
-        .output()
-        .map_err(Error::spawn("chown"))?;
+    let out = Command::new("chown").arg("-R").arg(owner).arg(dir).output().map_err(Error::spawn("chown"))?;
     if !out.status.success() {
-        return Err(Error::Command(format!(
-            "chown -R {owner} {} failed: {}",
-            dir.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
+        return Err(Error::Command(format!("chown -R {owner} {} failed: {}", dir.display(), String::from_utf8_lossy(&out.stderr).trim())));
     }
     Ok(())
 }
@@ -535,16 +394,9 @@ impl Tmpfs {
             .map_err(Error::spawn("mount"))?;
         if !out.status.success() {
             let _ = fs::remove_dir(path);
-            return Err(Error::Command(format!(
-                "mount -t tmpfs on {} failed: {}",
-                path.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
+            return Err(Error::Command(format!("mount -t tmpfs on {} failed: {}", path.display(), String::from_utf8_lossy(&out.stderr).trim())));
         }
-        Ok(Tmpfs {
-            path: path.to_path_buf(),
-            mounted: true,
-        })
+        Ok(Tmpfs { path: path.to_path_buf(), mounted: true })
     }
 
     fn unmount(mut self) -> Result<(), Error> {
@@ -571,10 +423,7 @@ impl Tmpfs {
         // still busy: detach it so that nothing stays mounted, and say so
         let _ = Command::new("umount").arg("-l").arg(&self.path).output();
         let _ = fs::remove_dir(&self.path);
-        Err(Error::Command(format!(
-            "umount {} failed ({last}); detached it lazily",
-            self.path.display()
-        )))
+        Err(Error::Command(format!("umount {} failed ({last}); detached it lazily", self.path.display())))
     }
 }
 
@@ -606,21 +455,10 @@ impl PidHolder {
             cgroup: u64,
         }
         let tid = [pid];
-        let args = CloneArgs {
-            exit_signal: libc::SIGCHLD as u64,
-            set_tid: tid.as_ptr() as u64,
-            set_tid_size: 1,
-            ..Default::default()
-        };
+        let args = CloneArgs { exit_signal: libc::SIGCHLD as u64, set_tid: tid.as_ptr() as u64, set_tid_size: 1, ..Default::default() };
         // SAFETY: clone3 without CLONE_VM is a fork: the child gets a copy of this process
         // and only makes raw system calls (no allocation, no locks) until it is killed.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_clone3,
-                &args as *const CloneArgs,
-                std::mem::size_of::<CloneArgs>(),
-            )
-        };
+        let r = unsafe { libc::syscall(libc::SYS_clone3, &args as *const CloneArgs, std::mem::size_of::<CloneArgs>()) };
         if r == 0 {
             // SAFETY: raw system calls in the child.
             unsafe {
@@ -631,10 +469,7 @@ impl PidHolder {
             }
         }
         if r < 0 {
-            return Err(Error::Check(format!(
-                "cannot create a process with PID {pid}: {}",
-                std::io::Error::last_os_error()
-            )));
+            return Err(Error::Check(format!("cannot create a process with PID {pid}: {}", std::io::Error::last_os_error())));
         }
         Ok(PidHolder(r as libc::pid_t))
     }
@@ -668,10 +503,7 @@ mod tests {
         if std::env::var_os("MPICR_TEST_FAULTS").is_none() {
             assert_eq!(selected(crate::Flavor::Mpich4).unwrap(), FAULTS.to_vec());
         }
-        assert_eq!(
-            expect_line("\n mpicr: x y\nmore", "x y").unwrap(),
-            "mpicr: x y"
-        );
+        assert_eq!(expect_line("\n mpicr: x y\nmore", "x y").unwrap(), "mpicr: x y");
         assert!(expect_line("mpicr: a\nx y", "x y").is_err());
     }
 }

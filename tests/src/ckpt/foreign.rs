@@ -13,8 +13,8 @@
 //! belongs to mpicr: the checkpoint was committed as epoch 1, `mpicr restart` ended well,
 //! nothing outlived `mpiexec`, nothing was left in /dev/shm (removed in any case).
 
-use crate::error::Error;
 use super::{concat, shm_entries, shm_orphans, Ctx, Planned, Resume, Rng, Trigger};
+use crate::error::Error;
 use crate::{job, Case, Flavor, Harness, JobOutput, Mode, Scratch, TestSpec};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -93,11 +93,7 @@ pub fn checkpoint_foreign(h: &Harness, f: &Foreign, oracle: &JobOutput) -> Forei
         }),
         flavor: f.flavor,
         ranks: f.ranks,
-        mode: if f.stop {
-            Mode::StopRestart
-        } else {
-            Mode::CheckpointContinue
-        },
+        mode: if f.stop { Mode::StopRestart } else { Mode::CheckpointContinue },
     };
     let mut cx = Ctx {
         case: &case,
@@ -129,10 +125,9 @@ pub fn checkpoint_foreign(h: &Harness, f: &Foreign, oracle: &JobOutput) -> Forei
         let _ = fs::remove_file(Path::new("/dev/shm").join(o));
     }
     match result {
-        Ok(ForeignRun::Done(_)) if !orphans.is_empty() => ForeignRun::Failed(cx.report(Error::Check(format!(
-            "files left behind in /dev/shm (removed): {}",
-            orphans.join(", ")
-        )))),
+        Ok(ForeignRun::Done(_)) if !orphans.is_empty() => {
+            ForeignRun::Failed(cx.report(Error::Check(format!("files left behind in /dev/shm (removed): {}", orphans.join(", ")))))
+        }
         Ok(run) => run,
         Err(e) => ForeignRun::Failed(cx.report(e)),
     }
@@ -141,18 +136,9 @@ pub fn checkpoint_foreign(h: &Harness, f: &Foreign, oracle: &JobOutput) -> Forei
 impl Ctx<'_> {
     fn foreign(&mut self, window: Duration, stop: bool) -> Result<ForeignRun, Error> {
         let at = window.mul_f64(self.rng.unit());
-        self.story.push(format!(
-            "random instant: {:.2} s after the launch (window {:.2} s)",
-            at.as_secs_f64(),
-            window.as_secs_f64()
-        ));
+        self.story.push(format!("random instant: {:.2} s after the launch (window {:.2} s)", at.as_secs_f64(), window.as_secs_f64()));
         let job = self.run_job(&[]);
-        let l = self.launch(
-            "run",
-            job,
-            vec![Planned::new(Trigger::Since(at), stop)],
-            Resume::Pauses,
-        );
+        let l = self.launch("run", job, vec![Planned::new(Trigger::Since(at), stop)], Resume::Pauses);
         let l = match l {
             Ok(l) => l,
             // the program ended first (or was in MPI_Finalize when asked): it was only run
@@ -169,9 +155,7 @@ impl Ctx<'_> {
         };
         let epochs: Vec<u64> = l.taken.iter().map(|t| t.epoch).collect();
         if epochs != [1] {
-            return Err(Error::Check(format!(
-                "run: the checkpoint was committed as epochs {epochs:?}, expected [1]"
-            )));
+            return Err(Error::Check(format!("run: the checkpoint was committed as epochs {epochs:?}, expected [1]")));
         }
         self.check_epochs(&[1])?;
         let out = if stop {
@@ -189,14 +173,8 @@ impl Ctx<'_> {
     /// before the planned one, or the checkpoint came while it was in MPI_Finalize (`e`: the
     /// launch's error).
     fn missed(&self, e: &Error) -> bool {
-        let ended_first = self
-            .story
-            .iter()
-            .any(|l| l.contains("the job ended before the checkpoint planned"));
-        let ended_by_itself = self
-            .launches
-            .last()
-            .is_some_and(|(label, _)| label == "run");
+        let ended_first = self.story.iter().any(|l| l.contains("the job ended before the checkpoint planned"));
+        let ended_by_itself = self.launches.last().is_some_and(|(label, _)| label == "run");
         ended_by_itself && (ended_first || e.to_string().contains(FINALIZING))
     }
 
@@ -204,11 +182,7 @@ impl Ctx<'_> {
         if let Ok(d) = fs::read_dir(self.scratch.work()) {
             for e in d.flatten() {
                 let p = e.path();
-                let _ = if p.is_dir() {
-                    fs::remove_dir_all(&p)
-                } else {
-                    fs::remove_file(&p)
-                };
+                let _ = if p.is_dir() { fs::remove_dir_all(&p) } else { fs::remove_file(&p) };
             }
         }
     }

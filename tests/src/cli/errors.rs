@@ -7,59 +7,27 @@ use super::{CaseFn, LIMIT, T};
 
 pub fn cases() -> Vec<CaseFn> {
     vec![
-        CaseFn {
-            name: "ckpt-errors",
-            cases: &[
-                "ckpt-missing-dir",
-                "ckpt-no-job",
-                "ckpt-no-shim-refused",
-                "status-missing-dir",
-            ],
-            run: ckpt_errors,
-        },
-        CaseFn {
-            name: "ckpt-comm-buffer",
-            cases: &["ckpt-comm-buffer"],
-            run: ckpt_comm_buffer,
-        },
+        CaseFn { name: "ckpt-errors", cases: &["ckpt-missing-dir", "ckpt-no-job", "ckpt-no-shim-refused", "status-missing-dir"], run: ckpt_errors },
+        CaseFn { name: "ckpt-comm-buffer", cases: &["ckpt-comm-buffer"], run: ckpt_comm_buffer },
     ]
 }
 
 /// A buffer attached to a communicator is carried: the checkpoint commits an epoch, and the job
 /// goes on to its end, its buffered sends on that communicator still fitting the buffer.
 fn ckpt_comm_buffer(t: &mut T) {
-    if !t.require(
-        &[t.env.have5, t.env.shim_built],
-        "MPICH 5 or the shim missing",
-    ) {
+    if !t.require(&[t.env.have5, t.env.shim_built], "MPICH 5 or the shim missing") {
         return;
     }
     let (d, o) = (t.p("ck-commbuf"), t.p("commbuf.out"));
     let mut c = t.mpi(5, 2);
-    c.arg(&t.env.m)
-        .args(["run", "--ckpt-dir"])
-        .arg(&d)
-        .arg("--")
-        .arg(t.env.bin("commbuf5"));
+    c.arg(&t.env.m).args(["run", "--ckpt-dir"]).arg(&d).arg("--").arg(t.env.bin("commbuf5"));
     let mut job = t.spawn(c, Some(&o), Some(&t.p("commbuf.err")));
-    let up = wait_for(
-        || std::fs::read_to_string(&o).is_ok_and(|s| s.matches(" started").count() == 2),
-        LIMIT,
-    );
-    let ck = if up {
-        t.ckpt(&d, &[])
-    } else {
-        (1, "never started".into())
-    };
+    let up = wait_for(|| std::fs::read_to_string(&o).is_ok_and(|s| s.matches(" started").count() == 2), LIMIT);
+    let ck = if up { t.ckpt(&d, &[]) } else { (1, "never started".into()) };
     let rc = job.wait(LIMIT * 2);
     let out = std::fs::read_to_string(&o).unwrap_or_default();
-    let good = ck.0 == 0
-        && rc == 0
-        && out.matches("done: sum 44850").count() == 2
-        && d.join("latest").exists();
-    t.check("ckpt-comm-buffer", good, |_| {
-        format!("checkpoint {ck:?}, job rc {rc}, output {out:?}")
-    });
+    let good = ck.0 == 0 && rc == 0 && out.matches("done: sum 44850").count() == 2 && d.join("latest").exists();
+    t.check("ckpt-comm-buffer", good, |_| format!("checkpoint {ck:?}, job rc {rc}, output {out:?}"));
 }
 
 fn ckpt_errors(t: &mut T) {
@@ -70,11 +38,7 @@ fn ckpt_errors(t: &mut T) {
     c.arg(t.p("nowhere"));
     let (rc, out) = t.out(c, LIMIT);
     // exit 3: no job runs on DIR (mpicr-checkpoint(1))
-    t.check(
-        "ckpt-missing-dir",
-        rc == 3 && out.contains("does not exist"),
-        |_| out.clone(),
-    );
+    t.check("ckpt-missing-dir", rc == 3 && out.contains("does not exist"), |_| out.clone());
 
     let mut c = t.m(["run", "--no-mpi", "--ckpt-dir"]);
     c.arg(t.p("ended")).args(["--", "true"]);
@@ -82,38 +46,21 @@ fn ckpt_errors(t: &mut T) {
     let mut c = t.m(["checkpoint"]);
     c.arg(t.p("ended"));
     let (rc, out) = t.out(c, LIMIT);
-    t.check(
-        "ckpt-no-job",
-        rc == 3 && out.contains("no job is running"),
-        |_| out.clone(),
-    );
+    t.check("ckpt-no-job", rc == 3 && out.contains("no job is running"), |_| out.clone());
 
     let d = t.p("noshim");
     let mut c = t.mpi(4, 2);
-    c.arg(&t.env.m)
-        .args(["run", "--no-shim", "--ckpt-dir"])
-        .arg(&d)
-        .arg("--")
-        .arg(t.env.bin("counter"))
-        .arg("42");
+    c.arg(&t.env.m).args(["run", "--no-shim", "--ckpt-dir"]).arg(&d).arg("--").arg(t.env.bin("counter")).arg("42");
     let mut job = t.spawn(c, None, None);
     t.wait_coordinator(&d, true);
     let mut c = t.m(["checkpoint"]);
     c.arg(&d);
     let (_, out) = t.out(c, LIMIT);
     job.wait(LIMIT);
-    t.check(
-        "ckpt-no-shim-refused",
-        out.contains("without the shim"),
-        |_| out.clone(),
-    );
+    t.check("ckpt-no-shim-refused", out.contains("without the shim"), |_| out.clone());
 
     let mut c = t.m(["status"]);
     c.arg(t.p("nowhere"));
     let (rc, out) = t.out(c, LIMIT);
-    t.check(
-        "status-missing-dir",
-        rc == 1 && out.contains("does not exist"),
-        |_| out.clone(),
-    );
+    t.check("status-missing-dir", rc == 1 && out.contains("does not exist"), |_| out.clone());
 }

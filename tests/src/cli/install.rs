@@ -6,10 +6,10 @@
 //! a program built by `mpicrcc` (libmpicr.so before libmpich.so.12, an rpath to PREFIX/lib) runs
 //! plainly under mpiexec and, under `mpicr run` without LD_PRELOAD, checkpoints and continues.
 
-use crate::error::Error;
 use super::paused::{pids_of, ring_with_oracle, same_output, start, Pause, ITERS};
 use super::xlib::build_with;
 use super::{Bg, CaseFn, LIMIT, T};
+use crate::error::Error;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -56,21 +56,12 @@ const FILES: &[&str] = &[
 /// directories (mpiexec.mpich, the compilers), not /usr/sbin (no system criu) nor anything of
 /// the source tree.
 fn installed_path(prefix: &Path) -> String {
-    format!(
-        "{}:/usr/local/bin:/usr/bin:/bin",
-        prefix.join("bin").display()
-    )
+    format!("{}:/usr/local/bin:/usr/bin:/bin", prefix.join("bin").display())
 }
 
 /// A command that sees only the installed mpicr: no MPICR_SHIM/MPICR_CRIU, PATH as above.
 fn installed(t: &T, prefix: &Path, mut c: Command) -> Command {
-    for v in [
-        "MPICR_SHIM",
-        "MPICR_CRIU",
-        "MPICR_TEST_MPICR",
-        "LD_PRELOAD",
-        "LD_LIBRARY_PATH",
-    ] {
+    for v in ["MPICR_SHIM", "MPICR_CRIU", "MPICR_TEST_MPICR", "LD_PRELOAD", "LD_LIBRARY_PATH"] {
         c.env_remove(v);
     }
     c.env("PATH", installed_path(prefix));
@@ -79,33 +70,16 @@ fn installed(t: &T, prefix: &Path, mut c: Command) -> Command {
 }
 
 fn install(t: &mut T) {
-    if !t.require(
-        &[t.env.criu_ok, t.env.have4, t.env.is_root, t.env.shim_built],
-        "needs MPICH 4, criu (make deps), root and libmpicr.so",
-    ) {
+    if !t.require(&[t.env.criu_ok, t.env.have4, t.env.is_root, t.env.shim_built], "needs MPICH 4, criu (make deps), root and libmpicr.so") {
         return;
     }
     let prefix = t.p("prefix");
     let mut c = t.cmd("make");
-    c.arg("-C")
-        .arg(&t.env.root)
-        .arg("install")
-        .arg(format!("PREFIX={}", prefix.display()));
+    c.arg("-C").arg(&t.env.root).arg("install").arg(format!("PREFIX={}", prefix.display()));
     let (rc, out) = t.out(c, LIMIT);
-    let missing: Vec<&str> = FILES
-        .iter()
-        .copied()
-        .filter(|f| !prefix.join(f).exists())
-        .collect();
-    let modfile = std::fs::read_dir(prefix.join("share/modulefiles/mpicr"))
-        .ok()
-        .and_then(|mut d| d.next())
-        .is_some();
-    t.check(
-        "install-files",
-        rc == 0 && missing.is_empty() && modfile,
-        |_| format!("make install rc={rc}, missing {missing:?}, module file: {modfile}\n{out}"),
-    );
+    let missing: Vec<&str> = FILES.iter().copied().filter(|f| !prefix.join(f).exists()).collect();
+    let modfile = std::fs::read_dir(prefix.join("share/modulefiles/mpicr")).ok().and_then(|mut d| d.next()).is_some();
+    t.check("install-files", rc == 0 && missing.is_empty() && modfile, |_| format!("make install rc={rc}, missing {missing:?}, module file: {modfile}\n{out}"));
     if rc != 0 {
         return t.skip_rest("make install failed");
     }
@@ -113,33 +87,17 @@ fn install(t: &mut T) {
     // Man pages: roff with a title; completions name the subcommands.
     let man_ok = ["mpicr.1", "mpicr-run.1", "mpicr-checkpoint.1"]
         .iter()
-        .all(|m| {
-            std::fs::read_to_string(prefix.join("share/man/man1").join(m))
-                .is_ok_and(|s| s.contains("\n.TH ") && s.contains("EXIT STATUS"))
-        });
-    let bash = std::fs::read_to_string(prefix.join("share/bash-completion/completions/mpicr"))
-        .unwrap_or_default();
-    t.check(
-        "install-man-completions",
-        man_ok && bash.contains("checkpoint") && bash.contains("restart"),
-        |_| {
-            format!(
-                "man pages well formed: {man_ok}; bash completion: {} bytes",
-                bash.len()
-            )
-        },
-    );
+        .all(|m| std::fs::read_to_string(prefix.join("share/man/man1").join(m)).is_ok_and(|s| s.contains("\n.TH ") && s.contains("EXIT STATUS")));
+    let bash = std::fs::read_to_string(prefix.join("share/bash-completion/completions/mpicr")).unwrap_or_default();
+    t.check("install-man-completions", man_ok && bash.contains("checkpoint") && bash.contains("restart"), |_| {
+        format!("man pages well formed: {man_ok}; bash completion: {} bytes", bash.len())
+    });
 
     let mut c = t.cmd("pkg-config");
-    c.env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
-        .args(["--cflags", "--libs", "mpicr"]);
+    c.env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig")).args(["--cflags", "--libs", "mpicr"]);
     let (rc, pc) = t.out(c, LIMIT);
     let want_i = format!("-I{}", prefix.join("include").display());
-    t.check(
-        "install-pkgconfig",
-        rc == 0 && pc.contains("-lmpicr") && pc.contains(&want_i),
-        |_| format!("rc={rc}: {pc}"),
-    );
+    t.check("install-pkgconfig", rc == 0 && pc.contains("-lmpicr") && pc.contains(&want_i), |_| format!("rc={rc}: {pc}"));
 
     let ring_src = t.env.root.join("c-tests/ckpt_ring.c");
     let (plain, oracle) = match ring_with_oracle(t, "ring_plain") {
@@ -152,8 +110,7 @@ fn install(t: &mut T) {
 
 /// The installed mpicr's library in the program, every rank.
 fn maps_name(pid: u32, lib: &Path) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .is_ok_and(|m| m.contains(&lib.display().to_string()))
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains(&lib.display().to_string()))
 }
 
 /// `mpiexec -n 2 PREFIX/bin/mpicr run --ckpt-dir D -- PROG`, once it has paused at 20.
@@ -188,7 +145,8 @@ fn ckpt_restart(t: &mut T, prefix: &Path, prog: &Path, oracle: &str) {
     });
     let rc1 = job.wait(LIMIT);
     if rcs != 0 || rc1 != 0 || !from_prefix {
-        return t.bad(name, format!("checkpoint --stop rc={rcs} {ck}; job rc={rc1}; ranks {pids:?} map {}: {from_prefix}; {}", lib.display(), super::tail(&e1, 5)));
+        return t
+            .bad(name, format!("checkpoint --stop rc={rcs} {ck}; job rc={rc1}; ranks {pids:?} map {}: {from_prefix}; {}", lib.display(), super::tail(&e1, 5)));
     }
     let mut c = installed(t, prefix, t.mpi(4, 2));
     c.arg(&m).arg("restart").arg(&d);
@@ -198,11 +156,7 @@ fn ckpt_restart(t: &mut T, prefix: &Path, prog: &Path, oracle: &str) {
     let rc2 = job2.wait(LIMIT);
     let same = same_output(&[&o1, &o2], oracle);
     t.check(name, resumed && rc2 == 0 && same.is_ok(), |_| {
-        format!(
-            "restart rc={rc2} (resumed: {resumed}); {}; {}",
-            same.as_ref().err().map(ToString::to_string).unwrap_or_default(),
-            super::tail(&e2, 8)
-        )
+        format!("restart rc={rc2} (resumed: {resumed}); {}; {}", same.as_ref().err().map(ToString::to_string).unwrap_or_default(), super::tail(&e2, 8))
     });
 }
 
@@ -212,8 +166,7 @@ fn wrapper(t: &mut T, prefix: &Path, src: &Path, oracle: &str) {
     let cc = prefix.join("bin/mpicrcc");
     let lib = prefix.join("lib");
     let mut c = installed(t, prefix, t.cmd(&cc));
-    c.env("MPICR_CC", "mpicc.mpich")
-        .args(["--showme", "-o", "x", "x.c"]);
+    c.env("MPICR_CC", "mpicc.mpich").args(["--showme", "-o", "x", "x.c"]);
     let (rc, show) = t.out(c, LIMIT);
     // The Open MPI wrapper (mpicc on PATH here is Open MPI's when it is installed) gets the
     // Open MPI face.
@@ -222,15 +175,9 @@ fn wrapper(t: &mut T, prefix: &Path, src: &Path, oracle: &str) {
     let (_, ompi) = t.out(c, LIMIT);
     let ompi_ok = !Path::new("/usr/bin/mpicc.openmpi").exists() || ompi.contains("-lmpicr_ompi");
     let rpath = format!("-Wl,-rpath,{}", lib.display());
-    t.check(
-        "install-wrapper-showme",
-        rc == 0
-            && show.contains("-lmpicr ")
-            && show.contains(&rpath)
-            && show.contains("-lmpich")
-            && ompi_ok,
-        |_| format!("rc={rc}: {show}\nopenmpi: {ompi}"),
-    );
+    t.check("install-wrapper-showme", rc == 0 && show.contains("-lmpicr ") && show.contains(&rpath) && show.contains("-lmpich") && ompi_ok, |_| {
+        format!("rc={rc}: {show}\nopenmpi: {ompi}")
+    });
 
     let mut c = installed(t, prefix, t.cmd(&cc));
     c.env("MPICR_CC", "mpicc.mpich");
@@ -240,32 +187,16 @@ fn wrapper(t: &mut T, prefix: &Path, src: &Path, oracle: &str) {
     };
     // libmpicr.so is needed before the MPI library, and found through the run path.
     let needed = elf_needed(&prog);
-    let order = needed
-        .iter()
-        .position(|n| n == "libmpicr.so")
-        .zip(needed.iter().position(|n| n.starts_with("libmpich.so")));
-    let runpath = Command::new("readelf")
-        .arg("-d")
-        .arg(&prog)
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    let linked =
-        matches!(order, Some((a, b)) if a < b) && runpath.contains(&lib.display().to_string());
+    let order = needed.iter().position(|n| n == "libmpicr.so").zip(needed.iter().position(|n| n.starts_with("libmpich.so")));
+    let runpath = Command::new("readelf").arg("-d").arg(&prog).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    let linked = matches!(order, Some((a, b)) if a < b) && runpath.contains(&lib.display().to_string());
     // Without mpicr: the shim only interposes, and the program runs as it would.
     let mut c = installed(t, prefix, t.mpi(4, 2));
     c.arg(&prog).arg(ITERS);
     let (rc, out, err) = t.out2(c, LIMIT);
-    t.check(
-        "install-wrapper-plain-run",
-        linked && rc == 0 && super::xlib::sorted(&out) == super::xlib::sorted(oracle),
-        |_| {
-            format!(
-                "needed {needed:?}, run path listed: {}; plain run rc={rc}: {err}",
-                runpath.contains(&lib.display().to_string())
-            )
-        },
-    );
+    t.check("install-wrapper-plain-run", linked && rc == 0 && super::xlib::sorted(&out) == super::xlib::sorted(oracle), |_| {
+        format!("needed {needed:?}, run path listed: {}; plain run rc={rc}: {err}", runpath.contains(&lib.display().to_string()))
+    });
 
     let name = "install-wrapper-ckpt-no-preload";
     let d = t.p("ck-wrapper");
@@ -276,10 +207,7 @@ fn wrapper(t: &mut T, prefix: &Path, src: &Path, oracle: &str) {
     };
     let pids = pids_of(&prog);
     let no_preload = pids.len() == 2
-        && pids.iter().all(|p| {
-            std::fs::read(format!("/proc/{p}/environ"))
-                .is_ok_and(|e| !e.split(|&b| b == 0).any(|v| v.starts_with(b"LD_PRELOAD=")))
-        });
+        && pids.iter().all(|p| std::fs::read(format!("/proc/{p}/environ")).is_ok_and(|e| !e.split(|&b| b == 0).any(|v| v.starts_with(b"LD_PRELOAD="))));
     let (rcc, ck) = t.ckpt_with(|| {
         let mut c = installed(t, prefix, t.cmd(prefix.join("bin/mpicr")));
         c.arg("checkpoint").arg(&d);
@@ -305,11 +233,6 @@ fn elf_needed(p: &Path) -> Vec<String> {
     String::from_utf8_lossy(&o.stdout)
         .lines()
         .filter(|l| l.contains("(NEEDED)"))
-        .filter_map(|l| {
-            l.split('[')
-                .nth(1)
-                .and_then(|r| r.split(']').next())
-                .map(str::to_string)
-        })
+        .filter_map(|l| l.split('[').nth(1).and_then(|r| r.split(']').next()).map(str::to_string))
         .collect()
 }

@@ -18,16 +18,8 @@ use std::time::Duration;
 
 pub fn cases() -> Vec<CaseFn> {
     vec![
-        CaseFn {
-            name: "lower-ompi5",
-            cases: &["lower-ompi5-raw-cycles", "lower-ompi5-adapter-cycles"],
-            run: ompi5_cycles,
-        },
-        CaseFn {
-            name: "lower-ompi5-shim",
-            cases: &["lower-ompi5-shim-ring"],
-            run: ompi5_shim_ring,
-        },
+        CaseFn { name: "lower-ompi5", cases: &["lower-ompi5-raw-cycles", "lower-ompi5-adapter-cycles"], run: ompi5_cycles },
+        CaseFn { name: "lower-ompi5-shim", cases: &["lower-ompi5-shim-ring"], run: ompi5_shim_ring },
     ]
 }
 

@@ -24,14 +24,14 @@ mod errors;
 mod hangs;
 mod install;
 mod lower;
-mod ompi_run;
 mod nonroot;
+mod ompi_run;
 mod paused;
 mod pidns;
+mod pmi2;
 mod protocol;
 mod relay;
 mod security;
-mod pmi2;
 mod slurm;
 mod slurm_pmix;
 mod stage;
@@ -127,11 +127,7 @@ pub fn all() -> Vec<CaseFn> {
     v.extend(slurm::cases());
     v.extend(pmi2::cases());
     v.extend(slurm_pmix::cases());
-    v.push(CaseFn {
-        name: "no-strays",
-        cases: &["no-stray-processes"],
-        run: no_strays,
-    });
+    v.push(CaseFn { name: "no-strays", cases: &["no-stray-processes"], run: no_strays });
     v
 }
 
@@ -178,11 +174,7 @@ impl<'a> T<'a> {
     }
     /// The cases of this function not reported yet.
     pub fn cases_left(&self) -> Vec<String> {
-        self.cases
-            .iter()
-            .filter(|c| !self.results.iter().any(|r| r.0 == **c))
-            .map(|c| c.to_string())
-            .collect()
+        self.cases.iter().filter(|c| !self.results.iter().any(|r| r.0 == **c)).map(|c| c.to_string()).collect()
     }
     /// Skips every case of this function not reported yet.
     pub fn skip_rest(&mut self, why: impl std::fmt::Display) {
@@ -217,9 +209,7 @@ impl<'a> T<'a> {
     pub fn cmd(&self, prog: impl AsRef<OsStr>) -> Command {
         let mut c = Command::new(prog);
         c.envs(self.exported.iter().map(|(k, v)| (k, v)));
-        c.env(MARKER_VAR, &self.marker)
-            .current_dir(&self.dir)
-            .stdin(Stdio::null());
+        c.env(MARKER_VAR, &self.marker).current_dir(&self.dir).stdin(Stdio::null());
         c
     }
     /// `mpicr ARGS...`
@@ -283,13 +273,7 @@ impl<'a> T<'a> {
         s
     }
     /// Runs `cmd` with stdout and stderr to files (None: /dev/null); its exit status.
-    pub fn to(
-        &self,
-        cmd: Command,
-        stdout: Option<&Path>,
-        stderr: Option<&Path>,
-        limit: Duration,
-    ) -> i32 {
+    pub fn to(&self, cmd: Command, stdout: Option<&Path>, stderr: Option<&Path>, limit: Duration) -> i32 {
         self.status(cmd, sink(stdout), sink(stderr), limit)
     }
     fn status(&self, cmd: Command, o: Stdio, e: Stdio, limit: Duration) -> i32 {
@@ -304,24 +288,18 @@ impl<'a> T<'a> {
     /// Starts `cmd` in the background (`bg` of the bash version) in a process group of its own;
     /// it is killed when the returned guard is dropped.
     pub fn spawn(&self, cmd: Command, stdout: Option<&Path>, stderr: Option<&Path>) -> Bg {
-        self.spawn_io(cmd, sink(stdout), sink(stderr))
-            .unwrap_or_else(|e| panic!("{e}"))
+        self.spawn_io(cmd, sink(stdout), sink(stderr)).unwrap_or_else(|e| panic!("{e}"))
     }
     fn spawn_io(&self, mut cmd: Command, o: Stdio, e: Stdio) -> Result<Bg, Error> {
         cmd.stdout(o).stderr(e).process_group(0);
         let program = format!("{:?}", cmd.get_program());
         let child = cmd.spawn().map_err(Error::spawn(program))?;
-        Ok(Bg {
-            child,
-            status: None,
-            started: Instant::now(),
-        })
+        Ok(Bg { child, status: None, started: Instant::now() })
     }
 
     fn fresh(&self, what: &str) -> PathBuf {
         static SEQ: AtomicU64 = AtomicU64::new(0);
-        self.dir
-            .join(format!(".{what}.{}", SEQ.fetch_add(1, Ordering::Relaxed)))
+        self.dir.join(format!(".{what}.{}", SEQ.fetch_add(1, Ordering::Relaxed)))
     }
 
     /// `mpicr checkpoint ARGS DIR`, retried while the job is not ready yet: (status, output).
@@ -341,14 +319,7 @@ impl<'a> T<'a> {
             if rc == 0 {
                 return (0, out);
             }
-            let retry = [
-                "cannot checkpoint",
-                "no job is running",
-                "does not answer",
-                "does not exist",
-            ]
-            .iter()
-            .any(|s| out.contains(s));
+            let retry = ["cannot checkpoint", "no job is running", "does not answer", "does not exist"].iter().any(|s| out.contains(s));
             if !retry {
                 return (rc, out);
             }
@@ -383,9 +354,7 @@ impl<'a> T<'a> {
 
 fn sink(p: Option<&Path>) -> Stdio {
     match p {
-        Some(p) => Stdio::from(
-            File::create(p).unwrap_or_else(|e| panic!("cannot create {}: {e}", p.display())),
-        ),
+        Some(p) => Stdio::from(File::create(p).unwrap_or_else(|e| panic!("cannot create {}: {e}", p.display()))),
         None => Stdio::null(),
     }
 }
@@ -482,10 +451,7 @@ pub fn kill_marked(marker: &str) -> Vec<String> {
     let me = std::process::id();
     let mut killed = Vec::new();
     for _ in 0..250 {
-        let alive: Vec<_> = scan_procs()
-            .into_iter()
-            .filter(|p| !p.dead && p.pid != me && marked(p.pid))
-            .collect();
+        let alive: Vec<_> = scan_procs().into_iter().filter(|p| !p.dead && p.pid != me && marked(p.pid)).collect();
         if alive.is_empty() {
             break;
         }
@@ -506,10 +472,7 @@ impl Drop for Guard {
     fn drop(&mut self) {
         let killed = kill_marked(&self.marker);
         if !killed.is_empty() {
-            STRAYS
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .extend(killed);
+            STRAYS.lock().unwrap_or_else(|e| e.into_inner()).extend(killed);
         }
         if self.keep {
             eprintln!("kept {}", self.dir.display());
@@ -524,31 +487,12 @@ pub fn run_fn(env: &Env, f: &CaseFn) -> Vec<(String, Verdict, String)> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let dir = env.top.join(f.name);
     let _ = fs::create_dir_all(&dir);
-    let marker = format!(
-        "cli.{}.{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    );
-    let guard = Guard {
-        marker: marker.clone(),
-        dir: dir.clone(),
-        keep: env.keep,
-    };
-    let mut t = T {
-        env,
-        dir,
-        marker,
-        results: Vec::new(),
-        exported: Vec::new(),
-        cases: f.cases,
-    };
+    let marker = format!("cli.{}.{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
+    let guard = Guard { marker: marker.clone(), dir: dir.clone(), keep: env.keep };
+    let mut t = T { env, dir, marker, results: Vec::new(), exported: Vec::new(), cases: f.cases };
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (f.run)(&mut t)));
     if let Err(p) = r {
-        let msg = p
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default();
+        let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
         for c in f.cases {
             if !t.results.iter().any(|r| r.0 == *c) {
                 t.bad(c, format!("the test panicked: {msg}"));
@@ -580,9 +524,7 @@ fn no_strays(t: &mut T) {
             }
         }
     }
-    t.check("no-stray-processes", strays.is_empty(), |_| {
-        strays.join(", ")
-    });
+    t.check("no-stray-processes", strays.is_empty(), |_| strays.join(", "));
 }
 
 /// Matches `pattern`, a basic regular expression as grep takes it (`^`, `$`, `.`, `*`, `\`
@@ -630,9 +572,7 @@ fn re_match(pattern: &str, line: &str) -> bool {
     }
     let text: Vec<char> = line.chars().collect();
     let starts = if anchored { 0..=0 } else { 0..=text.len() };
-    starts
-        .into_iter()
-        .any(|s| match_here(&atoms, &text[s..], end))
+    starts.into_iter().any(|s| match_here(&atoms, &text[s..], end))
 }
 
 fn match_here(atoms: &[(Atom, bool)], text: &[char], end: bool) -> bool {
@@ -663,17 +603,12 @@ pub fn complete(text: &str, ranks: u32, ticks: u32) -> Result<(), Error> {
     for l in text.lines() {
         let w: Vec<&str> = l.split_whitespace().collect();
         if w.len() >= 4 && w[0] == "rank" && w[2] == "tick" {
-            *seen
-                .entry((w[1].to_string(), w[3].to_string()))
-                .or_default() += 1;
+            *seen.entry((w[1].to_string(), w[3].to_string())).or_default() += 1;
         }
     }
     for r in 0..ranks {
         for i in 1..=ticks {
-            let n = seen
-                .get(&(r.to_string(), i.to_string()))
-                .copied()
-                .unwrap_or(0);
+            let n = seen.get(&(r.to_string(), i.to_string())).copied().unwrap_or(0);
             if n != 1 {
                 return Err(Error::Check(format!("rank {r} tick {i}: {n} times")));
             }
@@ -684,10 +619,7 @@ pub fn complete(text: &str, ranks: u32, ticks: u32) -> Result<(), Error> {
 
 /// Reads files and concatenates them (`cat A B`), missing ones as empty.
 pub fn cat(paths: &[&Path]) -> String {
-    paths
-        .iter()
-        .map(|p| String::from_utf8_lossy(&fs::read(p).unwrap_or_default()).into_owned())
-        .collect()
+    paths.iter().map(|p| String::from_utf8_lossy(&fs::read(p).unwrap_or_default()).into_owned()).collect()
 }
 
 /// The last `n` lines of a file (`tail -n`), for messages.
@@ -701,12 +633,7 @@ pub fn tail(path: &Path, n: usize) -> String {
 pub fn json_num(text: &str, key: &str) -> Option<u64> {
     let pat = format!("\"{key}\":");
     let i = text.find(&pat)?;
-    text[i + pat.len()..]
-        .trim_start()
-        .split(|c: char| !c.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()
+    text[i + pat.len()..].trim_start().split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
 }
 
 /// The first `"pid": N` of a rank's `rank.json`.
@@ -724,17 +651,11 @@ fn compile(env: &Env, cc: &OsStr, extra_env: Option<(&str, &OsStr)>, src: &str, 
     if out == "counter" {
         c.arg("-O1");
     }
-    c.arg("-o")
-        .arg(env.bin(out))
-        .arg(env.root.join("tests/cli-programs").join(format!("{src}.c")));
+    c.arg("-o").arg(env.bin(out)).arg(env.root.join("tests/cli-programs").join(format!("{src}.c")));
     match c.output() {
         Ok(o) if o.status.success() => true,
         Ok(o) => {
-            eprintln!(
-                "{:?} {src}.c failed: {}",
-                cc,
-                String::from_utf8_lossy(&o.stderr)
-            );
+            eprintln!("{:?} {src}.c failed: {}", cc, String::from_utf8_lossy(&o.stderr));
             false
         }
         Err(e) => {
@@ -745,24 +666,18 @@ fn compile(env: &Env, cc: &OsStr, extra_env: Option<(&str, &OsStr)>, src: &str, 
 }
 
 pub(super) fn find_in_path(name: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
 }
 
 /// Finds the tools, creates the scratch directory and compiles the test programs. Err when
 /// nothing can run (no `cc`).
 pub fn setup(root: PathBuf) -> Result<Env, Error> {
     let flag = |v: &str| std::env::var(v).is_ok_and(|s| !s.is_empty() && s != "0");
-    let m = std::env::var_os("MPICR_TEST_MPICR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target/release/mpicr"));
+    let m = std::env::var_os("MPICR_TEST_MPICR").map(PathBuf::from).unwrap_or_else(|| root.join("target/release/mpicr"));
     let fake = root.join("target/release/examples/fake_agent");
     for p in [&m, &fake] {
         if !p.is_file() {
-            return Err(Error::Missing(format!(
-                "{} is missing: cargo build --release -p mpicr-cli --bin mpicr --example fake_agent",
-                p.display()
-            )));
+            return Err(Error::Missing(format!("{} is missing: cargo build --release -p mpicr-cli --bin mpicr --example fake_agent", p.display())));
         }
     }
     let mpich5 = root.join(".deps/mpich5/bin");
@@ -789,8 +704,7 @@ pub fn setup(root: PathBuf) -> Result<Env, Error> {
     }
     if env.have4 {
         let cc = OsStr::new("mpicc.mpich");
-        env.have4 =
-            compile(&env, cc, None, "hello", "hello4") && compile(&env, cc, None, "fds", "fds4");
+        env.have4 = compile(&env, cc, None, "hello", "hello4") && compile(&env, cc, None, "fds", "fds4");
         if env.have4 {
             // built on demand in the bash version; its failure shows in the cases using them
             compile(&env, cc, None, "loop", "loop4");
@@ -805,8 +719,7 @@ pub fn setup(root: PathBuf) -> Result<Env, Error> {
         p.push(":");
         p.push(path);
         let e = Some(("PATH", p.as_os_str()));
-        env.have5 = compile(&env, cc.as_os_str(), e, "hello", "hello5")
-            && compile(&env, cc.as_os_str(), e, "fds", "fds5");
+        env.have5 = compile(&env, cc.as_os_str(), e, "hello", "hello5") && compile(&env, cc.as_os_str(), e, "fds", "fds5");
         if env.have5 {
             // MPI 4.1 (MPICH 4.0.2 lacks it); its failure shows in the case using it
             compile(&env, cc.as_os_str(), e, "commbuf", "commbuf5");
@@ -817,10 +730,7 @@ pub fn setup(root: PathBuf) -> Result<Env, Error> {
 
 /// Whether `f` runs under `filters` (none: everything).
 pub fn selected(f: &CaseFn, filters: &[String]) -> bool {
-    filters.is_empty()
-        || filters
-            .iter()
-            .any(|p| f.name.contains(p.as_str()) || f.cases.iter().any(|c| c.contains(p.as_str())))
+    filters.is_empty() || filters.iter().any(|p| f.name.contains(p.as_str()) || f.cases.iter().any(|c| c.contains(p.as_str())))
 }
 
 impl Drop for Env {
@@ -841,37 +751,13 @@ mod tests {
         assert!(grep("^epoch: *2", "epoch:2"));
         assert!(!grep("^epoch: *2", " epoch: 2"));
         assert!(!grep("^epoch: *3", "epoch: 2"));
-        assert!(grep(
-            "manifest of epoch 2 .*signature does not match",
-            "error: the manifest of epoch 2 (x) signature does not match"
-        ));
-        assert!(grep(
-            "fake_agent\\[0\\]: checkpoint aborted (not released)",
-            "fake_agent[0]: checkpoint aborted (not released): lost"
-        ));
-        assert!(!grep(
-            "fake_agent\\[0\\]: checkpoint aborted (not released)",
-            "fake_agent[1]: checkpoint aborted (not released)"
-        ));
-        assert!(grep(
-            "timed out .* waiting for rank(s) 1",
-            "timed out after 2 s waiting for rank(s) 1"
-        ));
-        assert_eq!(
-            grep_c(
-                "of 2: sum 3$",
-                "rank 0 of 2: sum 3\nrank 1 of 2: sum 3\nof 2: sum 33"
-            ),
-            2
-        );
-        assert!(grep(
-            "rc=0 .*closed=80 .*epoch: *1",
-            "rc=0 took=4.0 closed=80 epoch: 1"
-        ));
-        assert!(!grep(
-            "rc=0 .*closed=80 .*epoch: *1",
-            "rc=0 took=4.0 closed=8 epoch: 1"
-        ));
+        assert!(grep("manifest of epoch 2 .*signature does not match", "error: the manifest of epoch 2 (x) signature does not match"));
+        assert!(grep("fake_agent\\[0\\]: checkpoint aborted (not released)", "fake_agent[0]: checkpoint aborted (not released): lost"));
+        assert!(!grep("fake_agent\\[0\\]: checkpoint aborted (not released)", "fake_agent[1]: checkpoint aborted (not released)"));
+        assert!(grep("timed out .* waiting for rank(s) 1", "timed out after 2 s waiting for rank(s) 1"));
+        assert_eq!(grep_c("of 2: sum 3$", "rank 0 of 2: sum 3\nrank 1 of 2: sum 3\nof 2: sum 33"), 2);
+        assert!(grep("rc=0 .*closed=80 .*epoch: *1", "rc=0 took=4.0 closed=80 epoch: 1"));
+        assert!(!grep("rc=0 .*closed=80 .*epoch: *1", "rc=0 took=4.0 closed=8 epoch: 1"));
     }
 
     #[test]
@@ -880,18 +766,12 @@ mod tests {
         assert!(complete(two, 2, 2).is_ok());
         assert_eq!(complete(two, 2, 3).unwrap_err().to_string(), "rank 0 tick 3: 0 times");
         let twice = format!("{two}rank 1 tick 2 gen 1\n");
-        assert_eq!(
-            complete(&twice, 2, 2).unwrap_err().to_string(),
-            "rank 1 tick 2: 2 times"
-        );
+        assert_eq!(complete(&twice, 2, 2).unwrap_err().to_string(), "rank 1 tick 2: 2 times");
     }
 
     #[test]
     fn json_numbers() {
-        assert_eq!(
-            json_num("{\n  \"pid\": 123,\n  \"port\": 4567\n}", "port"),
-            Some(4567)
-        );
+        assert_eq!(json_num("{\n  \"pid\": 123,\n  \"port\": 4567\n}", "port"), Some(4567));
         assert_eq!(json_num("{\"pid\":9}", "pid"), Some(9));
         assert_eq!(json_num("{}", "pid"), None);
     }

@@ -15,12 +15,7 @@ use std::time::Duration;
 pub fn cases() -> Vec<CaseFn> {
     vec![CaseFn {
         name: "nonroot",
-        cases: &[
-            "nonroot-missing-capability-named",
-            "nonroot-no-mpi-checkpoint-restart",
-            "nonroot-images-private",
-            "nonroot-mpich4-checkpoint-restart",
-        ],
+        cases: &["nonroot-missing-capability-named", "nonroot-no-mpi-checkpoint-restart", "nonroot-images-private", "nonroot-mpich4-checkpoint-restart"],
         run: nonroot,
     }]
 }
@@ -37,11 +32,7 @@ struct TestUser {
 impl TestUser {
     fn kill_processes(&self) {
         for _ in 0..100 {
-            let mine: Vec<u32> = scan_procs()
-                .into_iter()
-                .filter(|p| !p.dead && real_uid(p.pid) == Some(self.uid))
-                .map(|p| p.pid)
-                .collect();
+            let mine: Vec<u32> = scan_procs().into_iter().filter(|p| !p.dead && real_uid(p.pid) == Some(self.uid)).map(|p| p.pid).collect();
             if mine.is_empty() {
                 return;
             }
@@ -59,10 +50,7 @@ impl Drop for TestUser {
         if self.created {
             self.kill_processes();
             std::thread::sleep(Duration::from_millis(200));
-            let _ = Command::new("userdel")
-                .arg(&self.name)
-                .stderr(std::process::Stdio::null())
-                .status();
+            let _ = Command::new("userdel").arg(&self.name).stderr(std::process::Stdio::null()).status();
         }
         if let Some(d) = &self.dir {
             let _ = fs::remove_dir_all(d);
@@ -78,8 +66,7 @@ fn real_uid(pid: u32) -> Option<u32> {
 }
 
 fn have(cmd: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
 }
 
 /// Files under `dir` (symlinks aside) not owned by `uid` or open to group or others.
@@ -119,17 +106,8 @@ fn nonroot(t: &mut T) {
         return t.skip_rest("no criu");
     }
     let name = format!("mpicr-t{}", std::process::id());
-    let mut user = TestUser {
-        name: name.clone(),
-        uid: 0,
-        created: false,
-        dir: None,
-    };
-    let ok = Command::new("useradd")
-        .args(["-r", "-M", "-d", "/nonexistent", "-s", "/usr/sbin/nologin"])
-        .arg(&name)
-        .status()
-        .is_ok_and(|s| s.success());
+    let mut user = TestUser { name: name.clone(), uid: 0, created: false, dir: None };
+    let ok = Command::new("useradd").args(["-r", "-M", "-d", "/nonexistent", "-s", "/usr/sbin/nologin"]).arg(&name).status().is_ok_and(|s| s.success());
     if !ok {
         for c in t.cases_left() {
             t.bad(&c, format!("useradd {name} failed"));
@@ -147,15 +125,11 @@ fn nonroot(t: &mut T) {
     let _ = std::os::unix::fs::chown(&nr, Some(uid), Some(gid));
     let as_u = |t: &T, args: &[&dyn AsRef<std::ffi::OsStr>]| {
         let mut c = t.cmd("setpriv");
-        c.arg(format!("--reuid={uid}"))
-            .arg(format!("--regid={gid}"))
-            .arg("--init-groups")
-            .arg("env")
-            .arg({
-                let mut h = std::ffi::OsString::from("HOME=");
-                h.push(&nr);
-                h
-            });
+        c.arg(format!("--reuid={uid}")).arg(format!("--regid={gid}")).arg("--init-groups").arg("env").arg({
+            let mut h = std::ffi::OsString::from("HOME=");
+            h.push(&nr);
+            h
+        });
         for a in args {
             c.arg(a.as_ref());
         }
@@ -189,77 +163,25 @@ fn nonroot(t: &mut T) {
     // The one line naming what is missing, before the program runs.
     let nocap = nr.join("criu-nocap");
     if nocap.is_file() {
-        let mut c = as_u(
-            t,
-            &[
-                &m,
-                &"run",
-                &"--no-mpi",
-                &"--ckpt-dir",
-                &nr.join("nocap"),
-                &"--",
-                &"./counter",
-                &"3",
-            ],
-        );
+        let mut c = as_u(t, &[&m, &"run", &"--no-mpi", &"--ckpt-dir", &nr.join("nocap"), &"--", &"./counter", &"3"]);
         c.env("MPICR_CRIU", &nocap);
         let (rc, out) = t.out(c, LIMIT);
-        let good = rc != 0
-            && out.lines().count() == 1
-            && grep("lacks CAP_CHECKPOINT_RESTORE.*make deps", &out);
-        t.check("nonroot-missing-capability-named", good, |_| {
-            format!("rc={rc}: {out}")
-        });
+        let good = rc != 0 && out.lines().count() == 1 && grep("lacks CAP_CHECKPOINT_RESTORE.*make deps", &out);
+        t.check("nonroot-missing-capability-named", good, |_| format!("rc={rc}: {out}"));
     } else {
-        t.skip(
-            "nonroot-missing-capability-named",
-            "no criu binary to copy without its capabilities",
-        );
+        t.skip("nonroot-missing-capability-named", "no criu binary to copy without its capabilities");
     }
-    let c = as_u(
-        t,
-        &[
-            &m,
-            &"run",
-            &"--no-mpi",
-            &"--ckpt-dir",
-            &nr.join("probe"),
-            &"--",
-            &"true",
-        ],
-    );
+    let c = as_u(t, &[&m, &"run", &"--no-mpi", &"--ckpt-dir", &nr.join("probe"), &"--", &"true"]);
     let (_, out) = t.out(c, LIMIT);
-    if ["lacks", "no_new_privs", "check --unprivileged"]
-        .iter()
-        .any(|s| out.contains(s))
-    {
-        return t.skip_rest(&format!(
-            "this machine's CRIU cannot serve a non-root user: {out}"
-        ));
+    if ["lacks", "no_new_privs", "check --unprivileged"].iter().any(|s| out.contains(s)) {
+        return t.skip_rest(&format!("this machine's CRIU cannot serve a non-root user: {out}"));
     }
 
     // No MPI: checkpoint, checkpoint --stop, restart; output equal to the uninterrupted run.
     let p = |f: &str| nr.join(f);
-    t.to(
-        as_u(t, &[&"./counter", &"60"]),
-        Some(&p("ref.out")),
-        None,
-        LIMIT,
-    );
+    t.to(as_u(t, &[&"./counter", &"60"]), Some(&p("ref.out")), None, LIMIT);
     let single = p("single");
-    let c = as_u(
-        t,
-        &[
-            &m,
-            &"run",
-            &"--no-mpi",
-            &"--ckpt-dir",
-            &single,
-            &"--",
-            &"./counter",
-            &"60",
-        ],
-    );
+    let c = as_u(t, &[&m, &"run", &"--no-mpi", &"--ckpt-dir", &single, &"--", &"./counter", &"60"]);
     let mut job = t.spawn(c, Some(&p("s1.out")), Some(&p("s1.err")));
     let (mut rc, mut r) = nr_ckpt(t, &[], &single);
     if rc == 0 {
@@ -268,61 +190,24 @@ fn nonroot(t: &mut T) {
         r = format!("{r}\n{r2}");
     }
     let rc1 = job.wait(LIMIT);
-    let rc2 = t.to(
-        as_u(t, &[&m, &"restart", &single]),
-        Some(&p("s2.out")),
-        Some(&p("s2.err")),
-        LIMIT,
-    );
-    let good = rc == 0
-        && rc1 == 0
-        && rc2 == 4
-        && r.contains("job stopped")
-        && cat(&[&p("s1.out"), &p("s2.out")]) == cat(&[&p("ref.out")]);
+    let rc2 = t.to(as_u(t, &[&m, &"restart", &single]), Some(&p("s2.out")), Some(&p("s2.err")), LIMIT);
+    let good = rc == 0 && rc1 == 0 && rc2 == 4 && r.contains("job stopped") && cat(&[&p("s1.out"), &p("s2.out")]) == cat(&[&p("ref.out")]);
     t.check("nonroot-no-mpi-checkpoint-restart", good, |_| {
-        format!(
-            "ckpt rc={rc} run rc={rc1} restart rc={rc2} (want 4): {r} {}\n{}",
-            super::tail(&p("s1.err"), 3),
-            super::tail(&p("s2.err"), 3)
-        )
+        format!("ckpt rc={rc} run rc={rc1} restart rc={rc2} (want 4): {r} {}\n{}", super::tail(&p("s1.err"), 3), super::tail(&p("s2.err"), 3))
     });
     // What the user's images are: the user's own, private.
     let mut loose = Vec::new();
     not_private(&single, uid, &mut loose);
     loose.truncate(3);
-    t.check("nonroot-images-private", loose.is_empty(), |_| {
-        loose.join("\n")
-    });
+    t.check("nonroot-images-private", loose.is_empty(), |_| loose.join("\n"));
 
     // MPICH 4, 2 ranks, with the shim.
     if !(t.env.have4 && t.env.shim_built) {
-        return t.skip(
-            "nonroot-mpich4-checkpoint-restart",
-            "needs MPICH 4 and libmpicr.so",
-        );
+        return t.skip("nonroot-mpich4-checkpoint-restart", "needs MPICH 4 and libmpicr.so");
     }
-    t.to(
-        as_u(t, &[&"mpiexec.mpich", &"-n", &"2", &"./loop4", &"60"]),
-        Some(&p("lref.unsorted")),
-        None,
-        LIMIT,
-    );
+    t.to(as_u(t, &[&"mpiexec.mpich", &"-n", &"2", &"./loop4", &"60"]), Some(&p("lref.unsorted")), None, LIMIT);
     let shim4 = p("shim4");
-    let c = as_u(
-        t,
-        &[
-            &"mpiexec.mpich",
-            &"-n",
-            &"2",
-            &m,
-            &"run",
-            &"--ckpt-dir",
-            &shim4,
-            &"--",
-            &"./loop4",
-            &"60",
-        ],
-    );
+    let c = as_u(t, &[&"mpiexec.mpich", &"-n", &"2", &m, &"run", &"--ckpt-dir", &shim4, &"--", &"./loop4", &"60"]);
     let mut job = t.spawn(c, Some(&p("l1.out")), Some(&p("l1.err")));
     let (mut rc, mut r) = nr_ckpt(t, &[], &shim4);
     if rc == 0 {
@@ -331,25 +216,12 @@ fn nonroot(t: &mut T) {
         r = format!("{r}\n{r2}");
     }
     let rc1 = job.wait(LIMIT);
-    let rc2 = t.to(
-        as_u(t, &[&"mpiexec.mpich", &"-n", &"2", &m, &"restart", &shim4]),
-        Some(&p("l2.out")),
-        Some(&p("l2.err")),
-        LIMIT,
-    );
+    let rc2 = t.to(as_u(t, &[&"mpiexec.mpich", &"-n", &"2", &m, &"restart", &shim4]), Some(&p("l2.out")), Some(&p("l2.err")), LIMIT);
     let reference = cat(&[&p("lref.unsorted")]);
     let got = cat(&[&p("l1.out"), &p("l2.out")]);
-    let good = rc == 0
-        && rc1 == 0
-        && rc2 == 0
-        && !reference.is_empty()
-        && sorted_lines(&got) == sorted_lines(&reference);
+    let good = rc == 0 && rc1 == 0 && rc2 == 0 && !reference.is_empty() && sorted_lines(&got) == sorted_lines(&reference);
     t.check("nonroot-mpich4-checkpoint-restart", good, |_| {
-        format!(
-            "ckpt rc={rc} run rc={rc1} restart rc={rc2}: {r} {}\n{}",
-            super::tail(&p("l1.err"), 3),
-            super::tail(&p("l2.err"), 3)
-        )
+        format!("ckpt rc={rc} run rc={rc1} restart rc={rc2}: {r} {}\n{}", super::tail(&p("l1.err"), 3), super::tail(&p("l2.err"), 3))
     });
     drop(user);
 }

@@ -50,11 +50,7 @@ fn prterun(t: &T, venv: &Path, ompi_personality: bool, vars: &[&str]) -> Command
 
 /// The ring's own lines, sorted (prterun adds notices: a help file it cannot find).
 pub(super) fn lines(s: &str) -> Vec<String> {
-    let mut v: Vec<String> = s
-        .lines()
-        .filter(|l| l.starts_with(|c: char| c.is_ascii_alphabetic()) && !l.starts_with("Sorry"))
-        .map(String::from)
-        .collect();
+    let mut v: Vec<String> = s.lines().filter(|l| l.starts_with(|c: char| c.is_ascii_alphabetic()) && !l.starts_with("Sorry")).map(String::from).collect();
     v.sort();
     v
 }

@@ -2,9 +2,9 @@
 //! (`MPICR_TEST_PAUSE_AT`, common.h's `t_pause_point`), for the cases that checkpoint it at a
 //! known iteration under some launcher and compare its output with the native run's.
 
-use crate::error::Error;
 use super::xlib::{sorted, wait_for};
 use super::{Bg, LIMIT, T};
+use crate::error::Error;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,8 +25,7 @@ impl Pause {
     }
     /// Sets the pause points (`20`, `20,40`) in the job's environment.
     pub fn arm(&self, c: &mut Command, at: &str) {
-        c.env("MPICR_TEST_PAUSE_AT", at)
-            .env("MPICR_TEST_TMPDIR", &self.dir);
+        c.env("MPICR_TEST_PAUSE_AT", at).env("MPICR_TEST_TMPDIR", &self.dir);
     }
     /// Waits (at most `LIMIT`) until the job is paused.
     pub fn wait(&self) -> bool {
@@ -68,9 +67,7 @@ pub fn pids_of(exe: &Path) -> Vec<u32> {
     let exe = std::fs::canonicalize(exe).unwrap_or_else(|_| exe.to_path_buf());
     crate::job::scan_procs()
         .into_iter()
-        .filter(|p| {
-            !p.dead && std::fs::read_link(format!("/proc/{}/exe", p.pid)).is_ok_and(|e| e == exe)
-        })
+        .filter(|p| !p.dead && std::fs::read_link(format!("/proc/{}/exe", p.pid)).is_ok_and(|e| e == exe))
         .map(|p| p.pid)
         .collect()
 }

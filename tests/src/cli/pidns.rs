@@ -2,24 +2,17 @@
 //! in cli/src/pidns.rs): a stopped job restarts while a process of ours holds rank 0's original
 //! pid.
 
-use crate::error::Error;
 use super::hangs::tails;
 use super::{cat, complete, rank_pid, CaseFn, LIMIT, T};
+use crate::error::Error;
 
 pub fn cases() -> Vec<CaseFn> {
-    vec![CaseFn {
-        name: "shim-mpich4-pidns",
-        cases: &["shim-mpich4-pidns-restart-held-pid"],
-        run: held_pid,
-    }]
+    vec![CaseFn { name: "shim-mpich4-pidns", cases: &["shim-mpich4-pidns-restart-held-pid"], run: held_pid }]
 }
 
 fn held_pid(t: &mut T) {
     let name = "shim-mpich4-pidns-restart-held-pid";
-    if !t.require(
-        &[t.env.criu_ok, t.env.have4, t.env.is_root],
-        "needs MPICH 4, criu and root",
-    ) {
+    if !t.require(&[t.env.criu_ok, t.env.have4, t.env.is_root], "needs MPICH 4, criu and root") {
         return;
     }
     if !t.env.shim_built {
@@ -27,13 +20,7 @@ fn held_pid(t: &mut T) {
     }
     let d = t.p("shimns");
     let mut c = t.mpi(4, 2);
-    c.env_remove("MPICR_PIDNS")
-        .arg(&t.env.m)
-        .args(["run", "--ckpt-dir"])
-        .arg(&d)
-        .arg("--")
-        .arg(t.env.bin("loop4"))
-        .arg("60");
+    c.env_remove("MPICR_PIDNS").arg(&t.env.m).args(["run", "--ckpt-dir"]).arg(&d).arg("--").arg(t.env.bin("loop4")).arg("60");
     let mut job = t.spawn(c, Some(&t.p("n1.out")), Some(&t.p("n1.err")));
     let mut rcs = t.ckpt(&d, &[]).0;
     if rcs == 0 {
@@ -62,10 +49,6 @@ fn held_pid(t: &mut T) {
         Err(Error::Check(String::new()))
     };
     t.check(name, msg.is_ok(), |t| {
-        format!(
-            "rc={rcs}/{rc}/{rc2} {}{}",
-            msg.as_ref().err().map(ToString::to_string).unwrap_or_default(),
-            tails(t, &["n1.err", "n2.err"], 5)
-        )
+        format!("rc={rcs}/{rc}/{rc2} {}{}", msg.as_ref().err().map(ToString::to_string).unwrap_or_default(), tails(t, &["n1.err", "n2.err"], 5))
     });
 }

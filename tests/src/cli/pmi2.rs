@@ -19,11 +19,7 @@ use std::process::Command;
 pub fn cases() -> Vec<CaseFn> {
     vec![
         CaseFn { name: "pmi2-hydra", cases: &["hydra-pmi2-keeper", "hydra-pmi-version-refused"], run: hydra },
-        CaseFn {
-            name: "slurm-pmi2",
-            cases: &["srun-pmi2-run", "srun-pmi2-continue", "srun-pmi2-stop-restart-srun"],
-            run: srun_pmi2,
-        },
+        CaseFn { name: "slurm-pmi2", cases: &["srun-pmi2-run", "srun-pmi2-continue", "srun-pmi2-stop-restart-srun"], run: srun_pmi2 },
     ]
 }
 
@@ -151,6 +147,10 @@ fn stop_restart(t: &mut T, impi: &Path, lib: &Path, prog: &Path, oracle: &str) {
     let rc2 = j2.wait(LIMIT);
     let same = same_output(&[&o1, &o2], oracle);
     t.check(name, again && rs2 == 0 && resumed && rc2 == 0 && same.is_ok() && t.epochs_complete(&d) == 2, |_| {
-        format!("srun restart: checkpoint rc={rs2} {c2}; job rc={rc2}; {}; {}", same.as_ref().err().map(ToString::to_string).unwrap_or_default(), super::tail(&e2, 8))
+        format!(
+            "srun restart: checkpoint rc={rs2} {c2}; job rc={rc2}; {}; {}",
+            same.as_ref().err().map(ToString::to_string).unwrap_or_default(),
+            super::tail(&e2, 8)
+        )
     });
 }

@@ -4,82 +4,32 @@
 //! barrier; a lost coordinator (test hook `MPICR_TEST_COORD_FAULT`); programs that end while
 //! their images are sealed (test hook `MPICR_TEST_SEAL_DELAY`).
 
-use crate::error::Error;
 use super::{cat, complete, grep, grep_c, tail, CaseFn, LIMIT, T};
+use crate::error::Error;
 
 pub fn cases() -> Vec<CaseFn> {
     vec![
-        CaseFn {
-            name: "agent-mpich4-n2",
-            cases: &["agent-mpich4-n2"],
-            run: |t| agent(t, 4, 2, false),
-        },
-        CaseFn {
-            name: "agent-mpich4-n2-close-pmi",
-            cases: &["agent-mpich4-n2-close-pmi"],
-            run: |t| agent(t, 4, 2, true),
-        },
-        CaseFn {
-            name: "agent-mpich5-n3",
-            cases: &["agent-mpich5-n3"],
-            run: |t| agent(t, 5, 3, false),
-        },
-        CaseFn {
-            name: "agent-mpich5-n3-close-pmi",
-            cases: &["agent-mpich5-n3-close-pmi"],
-            run: |t| agent(t, 5, 3, true),
-        },
-        CaseFn {
-            name: "agent-failures",
-            cases: &[
-                "agent-failure-aborts",
-                "agent-timeout-aborts",
-                "agent-job-survives-aborts",
-            ],
-            run: failures,
-        },
-        CaseFn {
-            name: "agent-barrier",
-            cases: &["agent-barrier-no-release-on-failure"],
-            run: barrier,
-        },
-        CaseFn {
-            name: "agent-late-init",
-            cases: &["agent-late-init-waits", "agent-late-init-times-out"],
-            run: late_init,
-        },
-        CaseFn {
-            name: "agent-exit-while-sealing",
-            cases: &["agent-exit-while-sealing-commits", "agent-exit-while-sealing-restarts"],
-            run: exit_while_sealing,
-        },
-        CaseFn {
-            name: "agent-coord-lost-before-release",
-            cases: &["agent-coord-lost-before-release"],
-            run: |t| coord_lost(t, "release", "not released", 0),
-        },
-        CaseFn {
-            name: "agent-coord-lost-before-dump",
-            cases: &["agent-coord-lost-before-dump"],
-            run: |t| coord_lost(t, "dump", "released: renewing", 1),
-        },
+        CaseFn { name: "agent-mpich4-n2", cases: &["agent-mpich4-n2"], run: |t| agent(t, 4, 2, false) },
+        CaseFn { name: "agent-mpich4-n2-close-pmi", cases: &["agent-mpich4-n2-close-pmi"], run: |t| agent(t, 4, 2, true) },
+        CaseFn { name: "agent-mpich5-n3", cases: &["agent-mpich5-n3"], run: |t| agent(t, 5, 3, false) },
+        CaseFn { name: "agent-mpich5-n3-close-pmi", cases: &["agent-mpich5-n3-close-pmi"], run: |t| agent(t, 5, 3, true) },
+        CaseFn { name: "agent-failures", cases: &["agent-failure-aborts", "agent-timeout-aborts", "agent-job-survives-aborts"], run: failures },
+        CaseFn { name: "agent-barrier", cases: &["agent-barrier-no-release-on-failure"], run: barrier },
+        CaseFn { name: "agent-late-init", cases: &["agent-late-init-waits", "agent-late-init-times-out"], run: late_init },
+        CaseFn { name: "agent-exit-while-sealing", cases: &["agent-exit-while-sealing-commits", "agent-exit-while-sealing-restarts"], run: exit_while_sealing },
+        CaseFn { name: "agent-coord-lost-before-release", cases: &["agent-coord-lost-before-release"], run: |t| coord_lost(t, "release", "not released", 0) },
+        CaseFn { name: "agent-coord-lost-before-dump", cases: &["agent-coord-lost-before-dump"], run: |t| coord_lost(t, "dump", "released: renewing", 1) },
     ]
 }
 
 fn tails(t: &T, files: &[&str]) -> String {
-    files
-        .iter()
-        .map(|f| format!("\n==> {f} <==\n{}", tail(&t.p(f), 5)))
-        .collect()
+    files.iter().map(|f| format!("\n==> {f} <==\n{}", tail(&t.p(f), 5))).collect()
 }
 
 /// Three checkpoints (the last --stop), a restart checkpointed with --stop again, a second
 /// restart: every tick printed once, generation 4 reached, four complete epochs.
 fn agent(t: &mut T, ver: u32, n: u32, close_pmi: bool) {
-    let name = format!(
-        "agent-mpich{ver}-n{n}{}",
-        if close_pmi { "-close-pmi" } else { "" }
-    );
+    let name = format!("agent-mpich{ver}-n{n}{}", if close_pmi { "-close-pmi" } else { "" });
     if !t.env.have(ver) {
         return t.skip(&name, format!("MPICH {ver} not installed"));
     }
@@ -110,13 +60,8 @@ fn agent(t: &mut T, ver: u32, n: u32, close_pmi: bool) {
     c.arg(&t.env.m).arg("restart").arg(&d);
     let rc3 = t.to(c, Some(&t.p("a3.out")), Some(&t.p("a3.err")), LIMIT);
     let all = cat(&[&t.p("a1.out"), &t.p("a2.out"), &t.p("a3.out")]);
-    let msg = if [rcs, rc, rcs2, rc2, rc3].iter().all(|&r| r == 0) {
-        complete(&all, n, 60)
-    } else {
-        Err(Error::Check(String::new()))
-    };
-    let good =
-        msg.is_ok() && cat(&[&t.p("a3.out")]).contains("gen 4") && t.epochs_complete(&d) == 4;
+    let msg = if [rcs, rc, rcs2, rc2, rc3].iter().all(|&r| r == 0) { complete(&all, n, 60) } else { Err(Error::Check(String::new())) };
+    let good = msg.is_ok() && cat(&[&t.p("a3.out")]).contains("gen 4") && t.epochs_complete(&d) == 4;
     t.check(&name, good, |t| {
         format!(
             "rc={rcs}/{rc}/{rcs2}/{rc2}/{rc3} {}{}",
@@ -149,13 +94,8 @@ fn failures(t: &mut T) {
     t.check("agent-failure-aborts", good, |_| format!("r1={r1}: {o1}"));
     let good = r2 != 0 && grep("timed out .* waiting for rank(s) 1", &o2);
     t.check("agent-timeout-aborts", good, |_| format!("r2={r2}: {o2}"));
-    let good = r3 == 0
-        && grep("^epoch: *3", &o3)
-        && rc == 0
-        && complete(&cat(&[&t.p("f.out")]), 2, 100).is_ok();
-    t.check("agent-job-survives-aborts", good, |_| {
-        format!("r3={r3} rc={rc}: {o3}")
-    });
+    let good = r3 == 0 && grep("^epoch: *3", &o3) && rc == 0 && complete(&cat(&[&t.p("f.out")]), 2, 100).is_ok();
+    t.check("agent-job-survives-aborts", good, |_| format!("r3={r3} rc={rc}: {o3}"));
 }
 
 /// A rank fails after the others drained: nobody may release (their renewal, a PMI barrier,
@@ -174,17 +114,12 @@ fn barrier(t: &mut T) {
     let out = cat(&[&t.p("b.out")]);
     let good = r1 != 0
         && o1.contains("checkpoint 1 aborted: rank 1: injected drain failure")
-        && grep(
-            "fake_agent\\[0\\]: checkpoint aborted (not released)",
-            &cat(&[&t.p("b.err")]),
-        )
+        && grep("fake_agent\\[0\\]: checkpoint aborted (not released)", &cat(&[&t.p("b.err")]))
         && r2 == 0
         && rc == 0
         && complete(&out, 2, 80).is_ok()
         && out.contains("rank 0 tick 80 gen 1");
-    t.check("agent-barrier-no-release-on-failure", good, |t| {
-        format!("r1={r1} r2={r2} rc={rc}: {o1} {o2}{}", tails(t, &["b.err"]))
-    });
+    t.check("agent-barrier-no-release-on-failure", good, |t| format!("r1={r1} r2={r2} rc={rc}: {o1} {o2}{}", tails(t, &["b.err"])));
 }
 
 /// The coordinator vanishes before Release (nobody released) or before Dump (released: every
@@ -205,15 +140,10 @@ fn coord_lost(t: &mut T, at: &str, want: &str, gen: u32) {
     let err = cat(&[&t.p("c.err")]);
     let good = r1 != 0
         && rc == 0
-        && grep_c(
-            &format!("checkpoint aborted ({want}): lost the coordinator"),
-            &err,
-        ) == 2
+        && grep_c(&format!("checkpoint aborted ({want}): lost the coordinator"), &err) == 2
         && complete(&out, 2, 60).is_ok()
         && out.contains(&format!("rank 1 tick 60 gen {gen}"));
-    t.check(&name, good, |t| {
-        format!("r1={r1} rc={rc}: {o1}{}", tails(t, &["c.err"]))
-    });
+    t.check(&name, good, |t| format!("r1={r1} rc={rc}: {o1}{}", tails(t, &["c.err"])));
 }
 
 /// `mpiexec -n N mpicr run --ckpt-dir D -- fake_agent ARGS` on MPICH `ver` (with
@@ -239,11 +169,8 @@ fn exit_while_sealing(t: &mut T) {
     let mut job = t.spawn(c, Some(&t.p("s1.out")), Some(&t.p("s1.err")));
     let (r1, o1) = t.ckpt(&d, &[]);
     let rc = job.wait(LIMIT);
-    let good = r1 == 0
-        && grep("^epoch: *1", &o1)
-        && rc == 0
-        && t.epochs_complete(&d) == 1
-        && grep("exiting right after the dump of epoch 1", &cat(&[&t.p("s1.err")]));
+    let good =
+        r1 == 0 && grep("^epoch: *1", &o1) && rc == 0 && t.epochs_complete(&d) == 1 && grep("exiting right after the dump of epoch 1", &cat(&[&t.p("s1.err")]));
     t.check("agent-exit-while-sealing-commits", good, |t| format!("r1={r1} rc={rc}: {o1}{}", tails(t, &["s1.err"])));
     let mut c = t.mpi(4, 2);
     c.arg(&t.env.m).arg("restart").arg(&d);

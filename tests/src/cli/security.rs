@@ -14,12 +14,7 @@ pub fn cases() -> Vec<CaseFn> {
     vec![
         CaseFn {
             name: "security-images",
-            cases: &[
-                "security-images-private",
-                "security-modified-manifest-refused",
-                "security-corrupt-newest-reported",
-                "security-restart-foreign-dir",
-            ],
+            cases: &["security-images-private", "security-modified-manifest-refused", "security-corrupt-newest-reported", "security-restart-foreign-dir"],
             run: images,
         },
         CaseFn {
@@ -33,11 +28,7 @@ pub fn cases() -> Vec<CaseFn> {
             ],
             run: dirs,
         },
-        CaseFn {
-            name: "coord-strangers",
-            cases: &["coord-strangers-bounded"],
-            run: strangers,
-        },
+        CaseFn { name: "coord-strangers", cases: &["coord-strangers-bounded"], run: strangers },
     ]
 }
 
@@ -133,12 +124,7 @@ fn images(t: &mut T) {
     loose_files(&d, &mut loose);
     let nimg = count_named(&d, &|n| n.starts_with("pages-") && n.ends_with(".img"));
     let good = rcs == 0 && loose.is_empty() && nimg >= 2 && d.join("job.key").is_file();
-    t.check("security-images-private", good, |_t| {
-        format!(
-            "rc={rcs} {r1} {r2}; group/other-accessible: {} ({nimg} images)",
-            loose.join("\n")
-        )
-    });
+    t.check("security-images-private", good, |_t| format!("rc={rcs} {r1} {r2}; group/other-accessible: {} ({nimg} images)", loose.join("\n")));
 
     // A modified manifest is refused by name; without --epoch the older epoch is used, with a
     // warning.
@@ -157,22 +143,13 @@ fn images(t: &mut T) {
     c.arg(&d);
     let (rc, out) = t.out(c, LIMIT);
     let good = rc != 0 && grep("manifest of epoch 2 .*signature does not match", &out);
-    t.check("security-modified-manifest-refused", good, |_t| {
-        format!("rc={rc}: {out}")
-    });
+    t.check("security-modified-manifest-refused", good, |_t| format!("rc={rc}: {out}"));
     let mut c = t.m(["restart"]);
     c.arg(&d);
     let rc = t.to(c, Some(&t.p("sec2.out")), Some(&t.p("sec2.err")), LIMIT);
     let err = cat(&[&t.p("sec2.err")]);
-    let good = rc == 4
-        && grep(
-            "warning: skipping epoch 2: its manifest .* is corrupt",
-            &err,
-        )
-        && tail(&t.p("sec2.out"), 1).contains("tick 60");
-    t.check("security-corrupt-newest-reported", good, |_t| {
-        format!("rc={rc}: {err}")
-    });
+    let good = rc == 4 && grep("warning: skipping epoch 2: its manifest .* is corrupt", &err) && tail(&t.p("sec2.out"), 1).contains("tick 60");
+    t.check("security-corrupt-newest-reported", good, |_t| format!("rc={rc}: {err}"));
     let _ = fs::write(&manifest, &backup);
 
     // Another user's directory (the images could be swapped under root's feet) is refused.
@@ -184,14 +161,9 @@ fn images(t: &mut T) {
     c.arg(&d);
     let (rc, out) = t.out(c, LIMIT);
     chown_r(&d, my_uid());
-    let want = format!(
-        "checkpoint directory {} is owned by uid {nobody}, not by you",
-        d.display()
-    );
+    let want = format!("checkpoint directory {} is owned by uid {nobody}, not by you", d.display());
     let good = rc == 125 && out.contains(&want) && out.lines().count() == 1;
-    t.check("security-restart-foreign-dir", good, |_t| {
-        format!("rc={rc}: {out}")
-    });
+    t.check("security-restart-foreign-dir", good, |_t| format!("rc={rc}: {out}"));
     let _ = fs::remove_dir_all(&d);
 }
 
@@ -208,18 +180,12 @@ fn dirs(t: &mut T) {
     let (rc, out) = t.out(c, LIMIT);
     let empty = fs::read_dir(&foreign).is_ok_and(|mut d| d.next().is_none());
     let good = rc == 125 && out.contains(&format!("owned by uid {nobody}, not by you")) && empty;
-    t.check("security-run-foreign-dir", good, |_t| {
-        format!("rc={rc}: {out}")
-    });
+    t.check("security-run-foreign-dir", good, |_t| format!("rc={rc}: {out}"));
 
     let mut c = t.m(["checkpoint"]);
     c.arg(&foreign);
     let (rc, out) = t.out(c, LIMIT);
-    t.check(
-        "security-checkpoint-foreign-dir",
-        rc == 1 && out.contains("owned by uid"),
-        |_t| out.clone(),
-    );
+    t.check("security-checkpoint-foreign-dir", rc == 1 && out.contains("owned by uid"), |_t| out.clone());
 
     let open = t.p("open");
     let _ = fs::create_dir(&open);
@@ -227,15 +193,8 @@ fn dirs(t: &mut T) {
     let mut c = t.m(["run", "--no-mpi", "--ckpt-dir"]);
     c.arg(&open).args(["--", "true"]);
     let (rc, out) = t.out(c, LIMIT);
-    let want = format!(
-        "{} is writable by group or others (mode 0777)",
-        open.display()
-    );
-    t.check(
-        "security-run-open-dir",
-        rc == 125 && out.contains(&want),
-        |_t| format!("rc={rc}: {out}"),
-    );
+    let want = format!("{} is writable by group or others (mode 0777)", open.display());
+    t.check("security-run-open-dir", rc == 125 && out.contains(&want), |_t| format!("rc={rc}: {out}"));
 
     // status by a user who cannot read the job says so (instead of "running: no").
     let p = t.p("pub");
@@ -261,28 +220,15 @@ fn dirs(t: &mut T) {
     };
     let (rc, out) = as_nobody(t);
     let want = format!("cannot read the job in {}: permission denied", ck.display());
-    t.check(
-        "security-status-unreadable-dir",
-        rc == 1 && out.contains(&want),
-        |_t| format!("rc={rc}: {out}"),
-    );
+    t.check("security-status-unreadable-dir", rc == 1 && out.contains(&want), |_t| format!("rc={rc}: {out}"));
     // An old-style directory: the job is readable, the coordinator file is not.
     let _ = fs::set_permissions(&ck, fs::Permissions::from_mode(0o755));
     let _ = fs::set_permissions(ck.join("job.json"), fs::Permissions::from_mode(0o644));
     let _ = fs::write(ck.join("coordinator.json"), "{}\n");
-    let _ = fs::set_permissions(
-        ck.join("coordinator.json"),
-        fs::Permissions::from_mode(0o600),
-    );
+    let _ = fs::set_permissions(ck.join("coordinator.json"), fs::Permissions::from_mode(0o600));
     let (rc, out) = as_nobody(t);
-    let good = rc == 0
-        && grep(
-            "running: *unknown: cannot read the job's coordinator file",
-            &out,
-        );
-    t.check("security-status-unreadable-coordinator", good, |_t| {
-        format!("rc={rc}: {out}")
-    });
+    let good = rc == 0 && grep("running: *unknown: cannot read the job's coordinator file", &out);
+    t.check("security-status-unreadable-coordinator", good, |_t| format!("rc={rc}: {out}"));
     let _ = fs::remove_dir_all(&p);
 }
 
@@ -333,16 +279,10 @@ fn strangers(t: &mut T) {
             }
         }
         // as the bash version's python printed it
-        out = format!(
-            "rc={rc} took={took:.1} closed={closed} {} {}",
-            so.trim(),
-            se.trim()
-        );
+        out = format!("rc={rc} took={took:.1} closed={closed} {} {}", so.trim(), se.trim());
     }
     drop(idle);
     let rc = job.wait(Duration::from_secs(120));
     let good = grep("rc=0 .*closed=80 .*epoch: *1", &out) && rc == 0;
-    t.check("coord-strangers-bounded", good, |t| {
-        format!("rc={rc} {out} {}", cat(&[&t.p("st.err")]))
-    });
+    t.check("coord-strangers-bounded", good, |t| format!("rc={rc} {out} {}", cat(&[&t.p("st.err")])));
 }

@@ -167,9 +167,7 @@ fn chain_srun_srun_hydra(t: &mut T, prog: &Path, oracle: &str) {
     let again = pause.resume() && pause.wait();
     let (rs2, c2) = if again { t.ckpt(&d, &["--stop"]) } else { (1, "the restored job never paused at 40".into()) };
     let rc2 = j2.wait(LIMIT);
-    t.check("srun-stop-restart-srun", again && rs2 == 0 && rc2 == 0, |_| {
-        format!("srun restart: stop rc={rs2} {c2}; job rc={rc2}; {}", super::tail(&e2, 8))
-    });
+    t.check("srun-stop-restart-srun", again && rs2 == 0 && rc2 == 0, |_| format!("srun restart: stop rc={rs2} {c2}; job rc={rc2}; {}", super::tail(&e2, 8)));
     if rs2 != 0 || rc2 != 0 {
         return t.bad("srun-to-hydra", "the srun restart failed");
     }

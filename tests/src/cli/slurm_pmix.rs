@@ -101,7 +101,11 @@ fn slurm_pmix(t: &mut T) {
     }
     match &ompi4 {
         Some(f) => last_dir = flavor(t, f).or(last_dir),
-        None => skip_flavor(t, &Flavor { tag: "ompi4", mpicc: PathBuf::new(), mpirun: PathBuf::new(), personality: false }, "mpicc.openmpi or mpirun.openmpi is missing (Debian's openmpi-bin, libopenmpi-dev)"),
+        None => skip_flavor(
+            t,
+            &Flavor { tag: "ompi4", mpicc: PathBuf::new(), mpirun: PathBuf::new(), personality: false },
+            "mpicc.openmpi or mpirun.openmpi is missing (Debian's openmpi-bin, libopenmpi-dev)",
+        ),
     }
     refusals(t, last_dir.as_deref());
     drop(cluster);
@@ -170,9 +174,7 @@ fn flavor(t: &mut T, f: &Flavor) -> Option<PathBuf> {
         let again = pause.resume() && pause.wait();
         let (rs2, c2) = if again { t.ckpt(&d, &["--stop"]) } else { (1, "the restored job never paused at 40".into()) };
         let rc2 = j2.wait(LIMIT);
-        t.check(&f.case("stop-restart-srun"), again && rs2 == 0 && rc2 == 0, |_| {
-            format!("srun restart: stop rc={rs2} {c2}; job rc={rc2}; {}", tail(&e2, 8))
-        });
+        t.check(&f.case("stop-restart-srun"), again && rs2 == 0 && rc2 == 0, |_| format!("srun restart: stop rc={rs2} {c2}; job rc={rc2}; {}", tail(&e2, 8)));
         if rs2 != 0 || rc2 != 0 {
             t.bad(&f.case("to-mpirun"), "the srun restart failed");
             false
@@ -232,9 +234,7 @@ fn refusals(t: &mut T, ompi_dir: Option<&Path>) {
                 let mut c = srun(t);
                 c.arg(&t.env.m).args(["run", "--ckpt-dir"]).arg(t.p("ck-mpich")).arg("--").arg(&prog).arg(ITERS);
                 let (rc, out) = t.out(c, LIMIT);
-                t.check(name, rc != 0 && out.contains("but srun --mpi=pmix serves PMIx") && out.contains("srun --mpi=pmi2"), |_| {
-                    format!("rc={rc}; {out}")
-                });
+                t.check(name, rc != 0 && out.contains("but srun --mpi=pmix serves PMIx") && out.contains("srun --mpi=pmi2"), |_| format!("rc={rc}; {out}"));
             }
             Err(e) => t.skip(name, e),
         }

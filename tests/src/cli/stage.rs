@@ -8,8 +8,8 @@
 //! dumps in full. `incremental-chain-restores`: a program rewriting a tenth of its pages between
 //! incremental checkpoints, stopped and restarted from the chain, ends as the uninterrupted run.
 
-use crate::error::Error;
 use super::{cat, CaseFn, LIMIT, T};
+use crate::error::Error;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -17,27 +17,23 @@ use std::time::{Duration, Instant};
 const TICKS: u32 = 400;
 
 pub fn cases() -> Vec<CaseFn> {
-    vec![CaseFn {
-        name: "stage",
-        cases: &[
-            "stage-epoch-committed-after-copy",
-            "stage-status-shows-staged",
-            "stage-interrupted-copy-keeps-previous",
-            "incremental-fallback-or-chain",
-            "stage-keep-prunes-with-chains",
-            "stage-restart-from-staged-epoch",
-            "stage-compress-restart",
-        ],
-        run: stage,
-    }, CaseFn {
-        name: "incremental",
-        cases: &["incremental-chain-restores"],
-        run: incremental_chain,
-    }, CaseFn {
-        name: "lazy-restart",
-        cases: &["lazy-restart", "lazy-restart-fallback"],
-        run: lazy_restart,
-    }]
+    vec![
+        CaseFn {
+            name: "stage",
+            cases: &[
+                "stage-epoch-committed-after-copy",
+                "stage-status-shows-staged",
+                "stage-interrupted-copy-keeps-previous",
+                "incremental-fallback-or-chain",
+                "stage-keep-prunes-with-chains",
+                "stage-restart-from-staged-epoch",
+                "stage-compress-restart",
+            ],
+            run: stage,
+        },
+        CaseFn { name: "incremental", cases: &["incremental-chain-restores"], run: incremental_chain },
+        CaseFn { name: "lazy-restart", cases: &["lazy-restart", "lazy-restart-fallback"], run: lazy_restart },
+    ]
 }
 
 /// `mpicr restart --lazy-pages`: a 2-rank MPI program stopped by a checkpoint runs again while
@@ -86,15 +82,16 @@ fn lazy_restart(t: &mut T) {
     let wrapper = t.p("criu-no-lazy");
     let real = t.env.root.join(".deps/criu/criu");
     let script = format!("#!/bin/sh\n[ \"$1\" = lazy-pages ] && {{ echo 'no lazy pages here' >&2; exit 1; }}\nexec '{}' \"$@\"\n", real.display());
-    let made = std::fs::write(&wrapper, script).is_ok()
-        && std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).is_ok();
+    let made = std::fs::write(&wrapper, script).is_ok() && std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).is_ok();
     let mut c = t.mpi(4, 2);
     c.env("MPICR_CRIU", &wrapper).env("MPICR_LAZY_PAGES", "1").arg(&m).arg("restart").arg(&d);
     let rc_c = t.to(c, Some(&t.p("l3.out")), Some(&t.p("l3.err")), LIMIT);
     let err = cat(&[&t.p("l3.err")]);
     let fell_back = err.lines().filter(|l| l.contains("lazy pages unavailable: criu lazy-pages ended before it listened")).count();
     let same = ticks(&cat(&[&t.p("l3.out")])) == ticks(&cat(&[&t.p("l2.out")])) && msg.is_ok();
-    t.check("lazy-restart-fallback", made && rc_c == 0 && fell_back == 2 && same, |_t| format!("rc={rc_c}, {fell_back} fallback line(s), output as the first restart: {same}; {err}"));
+    t.check("lazy-restart-fallback", made && rc_c == 0 && fell_back == 2 && same, |_t| {
+        format!("rc={rc_c}, {fell_back} fallback line(s), output as the first restart: {same}; {err}")
+    });
 }
 
 /// Per rank, how often each tick was printed.
@@ -165,10 +162,14 @@ fn stage(t: &mut T) {
     t.wait_coordinator(&d, true);
 
     let (rc, out) = t.ckpt(&d, &[]);
-    let leftover: Vec<_> = std::fs::read_dir(&s).map(|rd| rd.flatten().flat_map(|e| std::fs::read_dir(e.path()).into_iter().flatten().flatten()).map(|e| e.path()).collect()).unwrap_or_default();
+    let leftover: Vec<_> = std::fs::read_dir(&s)
+        .map(|rd| rd.flatten().flat_map(|e| std::fs::read_dir(e.path()).into_iter().flatten().flatten()).map(|e| e.path()).collect())
+        .unwrap_or_default();
     let marker = d.join("epoch-000001/rank-0/STAGED").exists() || d.join("epoch-000001/rank-1/STAGED").exists();
     let good = rc == 0 && t.epochs_complete(&d) == 1 && leftover.is_empty() && !marker;
-    t.check("stage-epoch-committed-after-copy", good, |t| format!("rc={rc} {out}; left in the stage directory: {leftover:?}; marker {marker}; {}", cat(&[&t.p("a.err")])));
+    t.check("stage-epoch-committed-after-copy", good, |t| {
+        format!("rc={rc} {out}; left in the stage directory: {leftover:?}; marker {marker}; {}", cat(&[&t.p("a.err")]))
+    });
 
     let (rc, out) = t.ckpt(&d, &["--no-wait"]);
     let until = Instant::now() + Duration::from_secs(20);
@@ -227,7 +228,9 @@ fn stage(t: &mut T) {
         && dirs.iter().any(|e| e == "epoch-000004")
         && broken.is_empty()
         && (tracking || dirs.len() == 2);
-    t.check("stage-keep-prunes-with-chains", good, |t| format!("checkpoints {rcs:?}, job {rc_b}, epochs {dirs:?}, broken links {broken:?}: {}", cat(&[&t.p("b.err")])));
+    t.check("stage-keep-prunes-with-chains", good, |t| {
+        format!("checkpoints {rcs:?}, job {rc_b}, epochs {dirs:?}, broken links {broken:?}: {}", cat(&[&t.p("b.err")]))
+    });
 
     // Restarted without the flags: a staged epoch is an epoch like any other.
     let mut c = t.mpi(4, 2);
@@ -235,7 +238,9 @@ fn stage(t: &mut T) {
     let rc = t.to(c, Some(&t.p("c.out")), Some(&t.p("c.err")), LIMIT);
     let both = cat(&[&t.p("b.out"), &t.p("c.out")]);
     let msg = continuous(&both, 2, TICKS);
-    t.check("stage-restart-from-staged-epoch", rc == 0 && msg.is_ok(), |t| format!("rc={rc} {} {}", msg.as_ref().err().map(ToString::to_string).unwrap_or_default(), cat(&[&t.p("c.err")])));
+    t.check("stage-restart-from-staged-epoch", rc == 0 && msg.is_ok(), |t| {
+        format!("rc={rc} {} {}", msg.as_ref().err().map(ToString::to_string).unwrap_or_default(), cat(&[&t.p("c.err")]))
+    });
 
     if std::process::Command::new("zstd").arg("--version").stdout(std::process::Stdio::null()).status().is_ok_and(|s| s.success()) {
         compressed(t, 200);
@@ -298,7 +303,14 @@ fn incremental_chain(t: &mut T) {
     let (p1, p3) = (pages(1), pages(3));
     let linked = d.join("epoch-000003/rank-0/parent").exists();
     let tracked = !dirty_tracking(t) || (linked && p3 < p1);
-    let good = rc_n == 0 && native.len() == 2 && native.iter().all(|l| l.contains("verify=ok")) && rcs == [0, 0, 0] && rc_a == 0 && rc_b == 0 && restarted == native && tracked;
+    let good = rc_n == 0
+        && native.len() == 2
+        && native.iter().all(|l| l.contains("verify=ok"))
+        && rcs == [0, 0, 0]
+        && rc_a == 0
+        && rc_b == 0
+        && restarted == native
+        && tracked;
     t.check("incremental-chain-restores", good, |t| {
         format!(
             "native {rc_n} {native:?}; checkpoints {rcs:?}, run {rc_a}, restart {rc_b} {restarted:?}; pages of epoch 1: {p1} bytes, epoch 3: {p3} (parent link {linked}); {}",
@@ -334,6 +346,10 @@ pub(super) fn compressed(t: &mut T, tick_count: u32) {
     let zst = !before.is_empty() && before.iter().all(|n| n.ends_with(".img.zst"));
     let good = rc == 0 && rc_a == 0 && rc_b == 0 && zst && after == before && msg.is_ok();
     t.check("stage-compress-restart", good, |t| {
-        format!("ckpt rc={rc} {out}; run {rc_a}, restart {rc_b}; pages {before:?} then {after:?}; {} {}", msg.as_ref().err().map(ToString::to_string).unwrap_or_default(), cat(&[&t.p("z1.err"), &t.p("z2.err")]))
+        format!(
+            "ckpt rc={rc} {out}; run {rc_a}, restart {rc_b}; pages {before:?} then {after:?}; {} {}",
+            msg.as_ref().err().map(ToString::to_string).unwrap_or_default(),
+            cat(&[&t.p("z1.err"), &t.p("z2.err")])
+        )
     });
 }

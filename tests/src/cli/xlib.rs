@@ -11,9 +11,9 @@
 //! restarted on the MPICH 5 wheel, with the output of its native run on the wheel's
 //! `libmpi_abi.so.1`: one binary, checkpointed over one library, restarted over another.
 
-use crate::error::Error;
 use super::hangs::tails;
 use super::{cat, CaseFn, LIMIT, T};
+use crate::error::Error;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -32,31 +32,11 @@ pub fn cases() -> Vec<CaseFn> {
             ],
             run: four_to_five,
         },
-        CaseFn {
-            name: "xlib-mpich5-to-mpich4",
-            cases: &["xlib-mpich5-to-mpich4"],
-            run: five_to_four,
-        },
-        CaseFn {
-            name: "xlib-mpich4-to-impi",
-            cases: &["xlib-mpich4-to-impi"],
-            run: four_to_impi,
-        },
-        CaseFn {
-            name: "xlib-ompi-mpich4-to-mpich5",
-            cases: &["xlib-ompi-mpich4-to-mpich5"],
-            run: ompi_four_to_five,
-        },
-        CaseFn {
-            name: "xlib-abi-mpich4-to-mpich5",
-            cases: &["xlib-abi-mpich4-to-mpich5"],
-            run: abi_four_to_five,
-        },
-        CaseFn {
-            name: "xlib-missing-function",
-            cases: &["xlib-refuse-missing-function", "xlib-shim-backstop"],
-            run: missing_function,
-        },
+        CaseFn { name: "xlib-mpich5-to-mpich4", cases: &["xlib-mpich5-to-mpich4"], run: five_to_four },
+        CaseFn { name: "xlib-mpich4-to-impi", cases: &["xlib-mpich4-to-impi"], run: four_to_impi },
+        CaseFn { name: "xlib-ompi-mpich4-to-mpich5", cases: &["xlib-ompi-mpich4-to-mpich5"], run: ompi_four_to_five },
+        CaseFn { name: "xlib-abi-mpich4-to-mpich5", cases: &["xlib-abi-mpich4-to-mpich5"], run: abi_four_to_five },
+        CaseFn { name: "xlib-missing-function", cases: &["xlib-refuse-missing-function", "xlib-shim-backstop"], run: missing_function },
     ]
 }
 
@@ -113,12 +93,7 @@ pub(super) fn build(t: &T, ver: u32, src: &Path, out: &str) -> Result<PathBuf, E
 /// Compiles `src` with the compiler command `c` into `bin/OUT` (c-tests' common.h on the path).
 pub(super) fn build_with(t: &T, mut c: Command, src: &Path, out: &str) -> Result<PathBuf, Error> {
     let bin = t.env.bin(out);
-    c.args(["-std=gnu11", "-O2", "-I"])
-        .arg(t.env.root.join("c-tests"))
-        .arg("-o")
-        .arg(&bin)
-        .arg(src)
-        .arg("-lm");
+    c.args(["-std=gnu11", "-O2", "-I"]).arg(t.env.root.join("c-tests")).arg("-o").arg(&bin).arg(src).arg("-lm");
     match c.output() {
         Ok(o) if o.status.success() => Ok(bin),
         Ok(o) => Err(Error::Command(format!("{} failed: {}", src.display(), String::from_utf8_lossy(&o.stderr)))),
@@ -192,10 +167,7 @@ fn restart_with(t: &T, ver: u32, lib: &Path, d: &Path) -> (i32, String) {
 /// under MPICH `to` with `--mpi-lib`, checkpointed again (continue) at iteration 40; the output
 /// of both runs equals the native run's. `refusals`: first the refused restarts.
 fn cross(t: &mut T, from: u32, to: u32, name: &str, refusals: bool) {
-    if !t.require(
-        &[t.env.criu_ok, t.env.have4, t.env.have5, t.env.is_root, t.env.shim_built],
-        "needs MPICH 4 and 5, criu, root and libmpicr.so",
-    ) {
+    if !t.require(&[t.env.criu_ok, t.env.have4, t.env.have5, t.env.is_root, t.env.shim_built], "needs MPICH 4 and 5, criu, root and libmpicr.so") {
         return;
     }
     let (Some(lib_to), Some(_)) = (lib_of(t, to), lib_of(t, from)) else {
@@ -226,14 +198,7 @@ fn cross(t: &mut T, from: u32, to: u32, name: &str, refusals: bool) {
     let _ = std::fs::create_dir_all(&pause);
     let (flag, go) = (pause.join("mpicr-test-paused"), pause.join("mpicr-test-resume"));
     let mut c = launcher(t, from, 2);
-    c.env("MPICR_TEST_PAUSE_AT", "20,40")
-        .env("MPICR_TEST_TMPDIR", &pause)
-        .arg(&t.env.m)
-        .args(["run", "--ckpt-dir"])
-        .arg(&d)
-        .arg("--")
-        .arg(&prog)
-        .arg(ITERS);
+    c.env("MPICR_TEST_PAUSE_AT", "20,40").env("MPICR_TEST_TMPDIR", &pause).arg(&t.env.m).args(["run", "--ckpt-dir"]).arg(&d).arg("--").arg(&prog).arg(ITERS);
     let (o1, e1) = (t.p(&format!("x{from}{to}-1.out")), t.p(&format!("x{from}{to}-1.err")));
     let mut job = t.spawn(c, Some(&o1), Some(&e1));
     let paused = wait_for(|| flag.exists(), LIMIT);
@@ -249,15 +214,11 @@ fn cross(t: &mut T, from: u32, to: u32, name: &str, refusals: bool) {
 
     if refusals {
         let (rc, out) = restart_with(t, to, &t.p("nowhere/libmpi.so.12"), &d);
-        t.check("xlib-refuse-missing-file", rc != 0 && out.contains("--mpi-lib") && out.contains("No such file"), |_| {
-            format!("rc={rc}: {out}")
-        });
+        t.check("xlib-refuse-missing-file", rc != 0 && out.contains("--mpi-lib") && out.contains("No such file"), |_| format!("rc={rc}: {out}"));
         match ldconfig("libmpi.so.40") {
             Some(ompi) => {
                 let (rc, out) = restart_with(t, to, &ompi, &d);
-                t.check("xlib-refuse-open-mpi", rc != 0 && out.contains("Open MPI's ABI") && out.contains("not the ABI"), |_| {
-                    format!("rc={rc}: {out}")
-                });
+                t.check("xlib-refuse-open-mpi", rc != 0 && out.contains("Open MPI's ABI") && out.contains("not the ABI"), |_| format!("rc={rc}: {out}"));
             }
             None => t.skip("xlib-refuse-open-mpi", "Open MPI's libmpi.so.40 is not installed"),
         }
@@ -267,9 +228,7 @@ fn cross(t: &mut T, from: u32, to: u32, name: &str, refusals: bool) {
                 let mut c = t.mpi(from, 1);
                 c.env("MPICR_MPI_LIB", &ompi).arg(&t.env.m).args(["run", "--ckpt-dir"]).arg(t.p("ckrun")).arg("--").arg(&prog).arg("4");
                 let (rc, out) = t.out(c, LIMIT);
-                t.check("xlib-run-refuse-open-mpi", rc != 0 && out.contains("MPICR_MPI_LIB") && out.contains("Open MPI's ABI"), |_| {
-                    format!("rc={rc}: {out}")
-                });
+                t.check("xlib-run-refuse-open-mpi", rc != 0 && out.contains("MPICR_MPI_LIB") && out.contains("Open MPI's ABI"), |_| format!("rc={rc}: {out}"));
             }
             None => t.skip("xlib-run-refuse-open-mpi", "Open MPI's libmpi.so.40 is not installed"),
         }
@@ -350,10 +309,7 @@ fn five_to_four(t: &mut T) {
 /// of the program, which only the shim sees: the restored ranks end with its fatal message.
 fn missing_function(t: &mut T) {
     let name = "xlib-refuse-missing-function";
-    if !t.require(
-        &[t.env.criu_ok, t.env.have4, t.env.have5, t.env.is_root, t.env.shim_built],
-        "needs MPICH 4 and 5, criu, root and libmpicr.so",
-    ) {
+    if !t.require(&[t.env.criu_ok, t.env.have4, t.env.have5, t.env.is_root, t.env.shim_built], "needs MPICH 4 and 5, criu, root and libmpicr.so") {
         return;
     }
     let Some(lib4) = mpich4_lib() else { return t.skip_rest("cannot find MPICH 4's library") };
@@ -371,9 +327,7 @@ fn missing_function(t: &mut T) {
         return t.bad(name, format!("run/checkpoint --stop: rc={rcs}/{rc1} {ck_out}{}", tails(t, &["m1.err"], 5)));
     }
     let (rc, out) = restart_with(t, 4, &lib4, &d);
-    t.check(name, rc != 0 && out.contains("lacks a function the program uses: MPI_Status_set_source"), |_| {
-        format!("rc={rc}: {out}")
-    });
+    t.check(name, rc != 0 && out.contains("lacks a function the program uses: MPI_Status_set_source"), |_| format!("rc={rc}: {out}"));
 
     // The split build: the import is in a library of the program, not in the program.
     let name = "xlib-shim-backstop";
@@ -406,9 +360,7 @@ fn missing_function(t: &mut T) {
     let (rc, out) = restart_with(t, 4, &lib4, &d);
     t.check(
         name,
-        rc != 0
-            && out.contains("mpicr: fatal: cannot renew the MPI library: ")
-            && out.contains("lacks a function the program uses: MPI_Status_set_source"),
+        rc != 0 && out.contains("mpicr: fatal: cannot renew the MPI library: ") && out.contains("lacks a function the program uses: MPI_Status_set_source"),
         |_| format!("rc={rc}: {out}"),
     );
 }

@@ -13,18 +13,15 @@
 //! A PATTERN is a test id (`dir/program/npN[/args][/env]`, see `Entry::id`) or a start of one
 //! that ends at a `/` (`attr/attrt` is every rank count of it).
 
-use crate::error::Error;
 use super::testlist::Entry;
+use crate::error::Error;
 use crate::Flavor;
 use std::fs;
 use std::path::Path;
 
 /// Whether `pattern` selects the test `id`.
 pub fn matches(pattern: &str, id: &str) -> bool {
-    id == pattern
-        || id
-            .strip_prefix(pattern)
-            .is_some_and(|rest| rest.starts_with('/'))
+    id == pattern || id.strip_prefix(pattern).is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// A line of `exclude.txt` or `known-issue14.txt`.
@@ -52,8 +49,7 @@ impl Listed {
 pub const CHECKPOINT_MODES: [&str; 2] = ["continue", "stop-restart"];
 
 fn lines(path: &Path) -> Result<Vec<(usize, String, String)>, Error> {
-    let text =
-        fs::read_to_string(path).map_err(Error::io("read", &path))?;
+    let text = fs::read_to_string(path).map_err(Error::io("read", &path))?;
     Ok(text
         .lines()
         .enumerate()
@@ -68,9 +64,7 @@ fn lines(path: &Path) -> Result<Vec<(usize, String, String)>, Error> {
 fn flavor(word: &str) -> Result<Option<Flavor>, Error> {
     match word {
         "*" => Ok(None),
-        w => Flavor::parse(w)
-            .map(Some)
-            .ok_or_else(|| Error::Invalid(format!("`{w}` is not mpich4, mpich5 or *"))),
+        w => Flavor::parse(w).map(Some).ok_or_else(|| Error::Invalid(format!("`{w}` is not mpich4, mpich5 or *"))),
     }
 }
 
@@ -86,12 +80,7 @@ pub fn read_exclude(path: &Path) -> Result<Vec<Listed>, Error> {
         if reason.is_empty() {
             return Err(at("a reason is required (after #)".into()));
         }
-        out.push(Listed {
-            flavor: flavor(f).map_err(|e| at(e.to_string()))?,
-            modes: Vec::new(),
-            pattern: pattern.to_string(),
-            reason,
-        });
+        out.push(Listed { flavor: flavor(f).map_err(|e| at(e.to_string()))?, modes: Vec::new(), pattern: pattern.to_string(), reason });
     }
     Ok(out)
 }
@@ -109,23 +98,12 @@ pub fn read_known(path: &Path) -> Result<Vec<Listed>, Error> {
             return Err(at("a reason is required (after #)".into()));
         }
         let modes: Vec<String> = match mode {
-            "*" => ["shim", "continue", "stop-restart"]
-                .map(String::from)
-                .to_vec(),
+            "*" => ["shim", "continue", "stop-restart"].map(String::from).to_vec(),
             "checkpoint" => CHECKPOINT_MODES.map(String::from).to_vec(),
             "shim" | "continue" | "stop-restart" => vec![mode.to_string()],
-            m => {
-                return Err(at(format!(
-                    "`{m}` is not shim, continue, stop-restart, checkpoint or *"
-                )))
-            }
+            m => return Err(at(format!("`{m}` is not shim, continue, stop-restart, checkpoint or *"))),
         };
-        out.push(Listed {
-            flavor: flavor(f).map_err(|e| at(e.to_string()))?,
-            modes,
-            pattern: pattern.to_string(),
-            reason,
-        });
+        out.push(Listed { flavor: flavor(f).map_err(|e| at(e.to_string()))?, modes, pattern: pattern.to_string(), reason });
     }
     Ok(out)
 }
@@ -145,43 +123,26 @@ pub fn read_selection(path: &Path) -> Result<Vec<Selected>, Error> {
         let checkpoint = match w[..] {
             [_] => false,
             [_, "checkpoint"] => true,
-            _ => {
-                return Err(Error::Invalid(format!(
-                    "{}:{n}: expected PATTERN [checkpoint]",
-                    path.display()
-                )))
-            }
+            _ => return Err(Error::Invalid(format!("{}:{n}: expected PATTERN [checkpoint]", path.display()))),
         };
-        out.push(Selected {
-            pattern: w[0].to_string(),
-            checkpoint,
-        });
+        out.push(Selected { pattern: w[0].to_string(), checkpoint });
     }
     Ok(out)
 }
 
 /// The entries a selection names, each with whether it runs through checkpoints; a pattern
 /// that selects nothing is an error (a renamed test must not drop out of CI silently).
-pub fn apply_selection(
-    entries: &[Entry],
-    selection: &[Selected],
-) -> Result<Vec<(Entry, bool)>, Error> {
+pub fn apply_selection(entries: &[Entry], selection: &[Selected]) -> Result<Vec<(Entry, bool)>, Error> {
     for s in selection {
         if !entries.iter().any(|e| matches(&s.pattern, &e.id())) {
-            return Err(Error::Invalid(format!(
-                "the selection names `{}`, which is no test",
-                s.pattern
-            )));
+            return Err(Error::Invalid(format!("the selection names `{}`, which is no test", s.pattern)));
         }
     }
     Ok(entries
         .iter()
         .filter_map(|e| {
             let id = e.id();
-            let hits: Vec<&Selected> = selection
-                .iter()
-                .filter(|s| matches(&s.pattern, &id))
-                .collect();
+            let hits: Vec<&Selected> = selection.iter().filter(|s| matches(&s.pattern, &id)).collect();
             (!hits.is_empty()).then(|| (e.clone(), hits.iter().any(|s| s.checkpoint)))
         })
         .collect())
@@ -204,11 +165,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("mpicr-lists-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         let p = dir.join("l.txt");
-        fs::write(
-            &p,
-            "# header\nmpich4 shim attr/attrt # keyvals\n* checkpoint coll/x/np4 # slow\n",
-        )
-        .unwrap();
+        fs::write(&p, "# header\nmpich4 shim attr/attrt # keyvals\n* checkpoint coll/x/np4 # slow\n").unwrap();
         let k = read_known(&p).unwrap();
         assert!(k[0].applies_in(Flavor::Mpich4, "shim", "attr/attrt/np2"));
         assert!(!k[0].applies_in(Flavor::Mpich5, "shim", "attr/attrt/np2"));

@@ -27,8 +27,8 @@ pub mod lists;
 pub mod testlist;
 pub mod verdict;
 
-use crate::error::Error;
 use crate::ckpt::{self, Foreign, ForeignRun};
+use crate::error::Error;
 use crate::{job, Flavor, Harness, Job, JobOutput, Scratch};
 use lists::{Listed, Selected};
 use std::collections::BTreeMap;
@@ -41,10 +41,7 @@ use std::time::{Duration, Instant};
 use testlist::{Entry, Judge};
 
 /// The directories of `test/mpi` that are run by default (those issue 14 names).
-pub const DIRS: [&str; 13] = [
-    "attr", "coll", "comm", "datatype", "errhan", "group", "info", "init", "io", "pt2pt", "rma",
-    "threads", "topo",
-];
+pub const DIRS: [&str; 13] = ["attr", "coll", "comm", "datatype", "errhan", "group", "info", "init", "io", "pt2pt", "rma", "threads", "topo"];
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -177,8 +174,7 @@ pub fn run(h: &Harness, o: &Options) -> Result<bool, Error> {
     } else {
         o.out_dir.clone()
     };
-    fs::create_dir_all(&out_dir)
-        .map_err(Error::io("create", &out_dir))?;
+    fs::create_dir_all(&out_dir).map_err(Error::io("create", &out_dir))?;
     let tsv_path = out_dir.join("results.tsv");
     let reports_path = out_dir.join("failures.txt");
     let mut not_run = 0;
@@ -193,24 +189,15 @@ pub fn run(h: &Harness, o: &Options) -> Result<bool, Error> {
         }
         let build = o.builds.join(flavor.name());
         if !build.join("config.status").is_file() {
-            return Err(Error::Missing(format!(
-                "{} is not a configured build of MPICH's test suite (scripts/conformance.sh configures it)",
-                build.display()
-            )));
+            return Err(Error::Missing(format!("{} is not a configured build of MPICH's test suite (scripts/conformance.sh configures it)", build.display())));
         }
         let mut entries = Vec::new();
         for d in &o.dirs {
             entries.extend(testlist::read_dir(&build, &o.source, d)?);
         }
         let xfail = entries.iter().filter(|e| e.xfail.is_some()).count();
-        let over = entries
-            .iter()
-            .filter(|e| e.xfail.is_none() && e.ranks > o.max_ranks)
-            .count();
-        skipped_note.push(format!(
-            "{flavor}: {xfail} entries MPICH marks xfail and {over} entries of more than {} ranks not run",
-            o.max_ranks
-        ));
+        let over = entries.iter().filter(|e| e.xfail.is_none() && e.ranks > o.max_ranks).count();
+        skipped_note.push(format!("{flavor}: {xfail} entries MPICH marks xfail and {over} entries of more than {} ranks not run", o.max_ranks));
         entries.retain(|e| e.xfail.is_none() && e.ranks <= o.max_ranks);
         let chosen: Vec<(Entry, bool)> = match &o.selection {
             Some(sel) => lists::apply_selection(&entries, sel)?,
@@ -223,18 +210,9 @@ pub fn run(h: &Harness, o: &Options) -> Result<bool, Error> {
                 o.filters.is_empty() || o.filters.iter().any(|f| id.contains(f.as_str()))
             })
             .collect();
-        println!(
-            "\n{flavor}: {} tests of {} (build tree {})",
-            chosen.len(),
-            o.dirs.join(" "),
-            build.display()
-        );
+        println!("\n{flavor}: {} tests of {} (build tree {})", chosen.len(), o.dirs.join(" "), build.display());
         if earlier.is_none() {
-            prebuild(
-                &build,
-                chosen.iter().map(|c| &c.0),
-                &out_dir.join(format!("make-{flavor}.log")),
-            );
+            prebuild(&build, chosen.iter().map(|c| &c.0), &out_dir.join(format!("make-{flavor}.log")));
         }
         for (entry, ckpt_selected) in chosen {
             if job::interrupted() {
@@ -260,13 +238,7 @@ pub fn run(h: &Harness, o: &Options) -> Result<bool, Error> {
                     Verdict::Fail(w) | Verdict::Refused(w) => w.as_str(),
                     _ => "",
                 };
-                let _ = writeln!(
-                    tsv,
-                    "{flavor}\t{}\t{mode}\t{}\t{:.2}\t{first}",
-                    t.entry.id(),
-                    r.0.word(),
-                    r.1.as_secs_f64()
-                );
+                let _ = writeln!(tsv, "{flavor}\t{}\t{mode}\t{}\t{:.2}\t{first}", t.entry.id(), r.0.word(), r.1.as_secs_f64());
             }
             println!("{line}");
             all.push(t);
@@ -295,10 +267,7 @@ pub fn run(h: &Harness, o: &Options) -> Result<bool, Error> {
     let new = diffs.iter().filter(|d| d.known.is_none()).count();
     let known = diffs.len() - new;
     let compared = all.iter().filter(|t| passed(&t.results.native)).count();
-    println!(
-        "conformance: {} passed, {new} failed, {known} skipped",
-        compared.saturating_sub(new + known)
-    );
+    println!("conformance: {} passed, {new} failed, {known} skipped", compared.saturating_sub(new + known));
     if job::interrupted() {
         println!("interrupted: the remaining tests were not run");
         return Ok(false);
@@ -313,35 +282,19 @@ pub fn run(h: &Harness, o: &Options) -> Result<bool, Error> {
 fn nothing_compared(all: &[Tested]) -> Result<(), Error> {
     let ran: Vec<&Tested> = all.iter().filter(|t| t.excluded.is_none()).collect();
     if all.is_empty() {
-        return Err(Error::Invalid(
-            "no test was chosen: check the filters, --dirs and --select".into(),
-        ));
+        return Err(Error::Invalid("no test was chosen: check the filters, --dirs and --select".into()));
     }
     if ran.is_empty() {
-        return Err(Error::Invalid(format!(
-            "no test was run: the {} chosen are all excluded (exclude.txt)",
-            all.len()
-        )));
+        return Err(Error::Invalid(format!("no test was run: the {} chosen are all excluded (exclude.txt)", all.len())));
     }
     if ran.iter().any(|t| passed(&t.results.native)) {
         return Ok(());
     }
-    let unbuilt = ran
-        .iter()
-        .filter(|t| {
-            matches!(&t.results.native, Some((Verdict::Fail(w), _)) if w.starts_with(DOES_NOT_BUILD))
-        })
-        .count();
+    let unbuilt = ran.iter().filter(|t| matches!(&t.results.native, Some((Verdict::Fail(w), _)) if w.starts_with(DOES_NOT_BUILD))).count();
     Err(Error::Check(if unbuilt == ran.len() {
-        format!(
-            "none of the {} tests built (see failures.txt and make-FLAVOR.log): nothing was compared",
-            ran.len()
-        )
+        format!("none of the {} tests built (see failures.txt and make-FLAVOR.log): nothing was compared", ran.len())
     } else {
-        format!(
-            "none of the {} tests passed natively ({unbuilt} did not build): nothing was compared",
-            ran.len()
-        )
+        format!("none of the {} tests passed natively ({unbuilt} did not build): nothing was compared", ran.len())
     }))
 }
 
@@ -350,23 +303,17 @@ fn passed(r: &Option<(Verdict, Duration)>) -> bool {
 }
 
 fn modes_of(r: &Results) -> Vec<(&'static str, &(Verdict, Duration))> {
-    [
-        ("native", &r.native),
-        ("shim", &r.shim),
-        ("continue", &r.cont),
-        ("stop-restart", &r.stop),
-    ]
-    .into_iter()
-    .filter_map(|(m, v)| v.as_ref().map(|v| (m, v)))
-    .collect()
+    [("native", &r.native), ("shim", &r.shim), ("continue", &r.cont), ("stop-restart", &r.stop)]
+        .into_iter()
+        .filter_map(|(m, v)| v.as_ref().map(|v| (m, v)))
+        .collect()
 }
 
 type Recorded = BTreeMap<(String, String), Results>;
 
 /// The per-mode verdicts of a `results.tsv`, by (flavor, test id).
 fn read_results(path: &Path) -> Result<Recorded, Error> {
-    let text =
-        fs::read_to_string(path).map_err(Error::io("read", &path))?;
+    let text = fs::read_to_string(path).map_err(Error::io("read", &path))?;
     let mut out: Recorded = BTreeMap::new();
     for (n, line) in text.lines().enumerate().skip(1) {
         let f: Vec<&str> = line.splitn(6, '\t').collect();
@@ -411,58 +358,23 @@ fn merge(into: &mut Recorded, later: Recorded) {
 /// has no result for it (it was cut short, or the entry was excluded then).
 fn recorded(o: &Options, results: &Recorded, flavor: Flavor, entry: Entry) -> Option<Tested> {
     let id = entry.id();
-    let excluded = o
-        .exclude
-        .iter()
-        .find(|l| l.applies(flavor, &id))
-        .map(|l| l.reason.clone());
+    let excluded = o.exclude.iter().find(|l| l.applies(flavor, &id)).map(|l| l.reason.clone());
     if excluded.is_some() {
-        return Some(Tested {
-            flavor,
-            entry,
-            excluded,
-            results: Results::default(),
-        });
+        return Some(Tested { flavor, entry, excluded, results: Results::default() });
     }
     let results = results.get(&(flavor.name().to_string(), id))?.clone();
-    Some(Tested {
-        flavor,
-        entry,
-        excluded: None,
-        results,
-    })
+    Some(Tested { flavor, entry, excluded: None, results })
 }
 
 /// Builds and runs one entry in every mode it is due for.
-fn run_one(
-    h: &Harness,
-    o: &Options,
-    flavor: Flavor,
-    build: &Path,
-    entry: Entry,
-    ckpt_selected: bool,
-    reports: &mut String,
-) -> Tested {
+fn run_one(h: &Harness, o: &Options, flavor: Flavor, build: &Path, entry: Entry, ckpt_selected: bool, reports: &mut String) -> Tested {
     let id = entry.id();
-    let mut t = Tested {
-        flavor,
-        excluded: o
-            .exclude
-            .iter()
-            .find(|l| l.applies(flavor, &id))
-            .map(|l| l.reason.clone()),
-        entry,
-        results: Results::default(),
-    };
+    let mut t = Tested { flavor, excluded: o.exclude.iter().find(|l| l.applies(flavor, &id)).map(|l| l.reason.clone()), entry, results: Results::default() };
     if t.excluded.is_some() {
         return t;
     }
     let mut note = |mode: &str, report: &str| {
-        let _ = writeln!(
-            reports,
-            "==== {flavor} {mode} {id}\n{}\n",
-            report.trim_end()
-        );
+        let _ = writeln!(reports, "==== {flavor} {mode} {id}\n{}\n", report.trim_end());
     };
     let program = match make(build, &t.entry) {
         Ok(p) => p,
@@ -474,12 +386,7 @@ fn run_one(
         }
     };
     let timeout = t.entry.time_limit.min(o.timeout_cap);
-    let env: Vec<(String, OsString)> = t
-        .entry
-        .env
-        .iter()
-        .map(|(k, v)| (k.clone(), OsString::from(v)))
-        .collect();
+    let env: Vec<(String, OsString)> = t.entry.env.iter().map(|(k, v)| (k.clone(), OsString::from(v))).collect();
     let job = Job {
         mpiexec: match flavor.mpiexec(&h.root) {
             Ok(m) => m,
@@ -509,10 +416,7 @@ fn run_one(
         };
         let mut shim_env = env.clone();
         shim_env.push(("LD_PRELOAD".into(), shim));
-        let job = Job {
-            rank_env: shim_env,
-            ..job.clone()
-        };
+        let job = Job { rank_env: shim_env, ..job.clone() };
         let (out, took) = launch(h, &format!("{flavor}-{id}-shim"), &job);
         let (v, _) = judged(t.entry.judge, &out, &mut |r| note("shim", r));
         t.results.shim = Some((v, took));
@@ -542,13 +446,9 @@ fn run_one(
             let v = match ckpt::checkpoint_foreign(h, &f, &native_out) {
                 ForeignRun::Done(out) => judge_checkpointed(t.entry.judge, &out, Verdict::Pass, "", &mut |r| note(mode, r)),
                 // ended well by itself before the checkpoint: its output must still pass
-                ForeignRun::Missed(out) => judge_checkpointed(
-                    t.entry.judge,
-                    &out,
-                    Verdict::Missed,
-                    "the job ended before the checkpoint, and ",
-                    &mut |r| note(mode, r),
-                ),
+                ForeignRun::Missed(out) => {
+                    judge_checkpointed(t.entry.judge, &out, Verdict::Missed, "the job ended before the checkpoint, and ", &mut |r| note(mode, r))
+                }
                 ForeignRun::Failed(report) => {
                     let report = report.to_string();
                     let v = checkpoint_failure(&first_line(&report));
@@ -604,11 +504,7 @@ fn launch(h: &Harness, label: &str, job: &Job) -> (Result<JobOutput, Error>, Dur
 
 /// The verdict of a launch, and its output when it ended by itself. `report` receives the
 /// whole story of a failure.
-fn judged(
-    how: Judge,
-    r: &Result<JobOutput, Error>,
-    report: &mut dyn FnMut(&str),
-) -> (Verdict, Option<JobOutput>) {
+fn judged(how: Judge, r: &Result<JobOutput, Error>, report: &mut dyn FnMut(&str)) -> (Verdict, Option<JobOutput>) {
     match r {
         Err(e) => {
             let e = e.to_string();
@@ -617,20 +513,14 @@ fn judged(
         }
         Ok(out) => {
             let v = if !out.stray.is_empty() {
-                Err(Error::Check(format!(
-                    "processes outlived mpiexec (killed): {}",
-                    out.stray.join(", ")
-                )))
+                Err(Error::Check(format!("processes outlived mpiexec (killed): {}", out.stray.join(", "))))
             } else {
                 verdict::judge(how, out)
             };
             match v {
                 Ok(()) => (Verdict::Pass, Some(out.clone())),
                 Err(e) => {
-                    report(&format!(
-                        "{e}\n{}",
-                        job::tails(&out.stdout, &out.stderr, &out.launcher)
-                    ));
+                    report(&format!("{e}\n{}", job::tails(&out.stdout, &out.stderr, &out.launcher)));
                     (Verdict::Fail(e.to_string()), Some(out.clone()))
                 }
             }
@@ -651,23 +541,14 @@ fn prebuild<'a>(build: &Path, entries: impl Iterator<Item = &'a Entry>, log: &Pa
     let t = Instant::now();
     let mut text = String::new();
     for (dir, programs) in &by_dir {
-        let out = Command::new("make")
-            .args(["-k", "-j2", "-s"])
-            .args(programs)
-            .current_dir(build.join(dir))
-            .output();
+        let out = Command::new("make").args(["-k", "-j2", "-s"]).args(programs).current_dir(build.join(dir)).output();
         if let Ok(out) = out {
             text += &String::from_utf8_lossy(&out.stdout);
             text += &String::from_utf8_lossy(&out.stderr);
         }
     }
     let _ = fs::write(log, text);
-    println!(
-        "built {} programs in {:.0} s (log: {})",
-        by_dir.values().map(Vec::len).sum::<usize>(),
-        t.elapsed().as_secs_f64(),
-        log.display()
-    );
+    println!("built {} programs in {:.0} s (log: {})", by_dir.values().map(Vec::len).sum::<usize>(), t.elapsed().as_secs_f64(), log.display());
 }
 
 /// How the failure of a program that did not build begins.
@@ -677,22 +558,11 @@ const DOES_NOT_BUILD: &str = "does not build";
 fn make(build: &Path, e: &Entry) -> Result<PathBuf, Error> {
     let dir = build.join(&e.dir);
     let program = dir.join(&e.program);
-    let out = Command::new("make")
-        .arg("-s")
-        .arg(&e.program)
-        .current_dir(&dir)
-        .output()
-        .map_err(Error::spawn(format!("make in {}", dir.display())))?;
+    let out = Command::new("make").arg("-s").arg(&e.program).current_dir(&dir).output().map_err(Error::spawn(format!("make in {}", dir.display())))?;
     if !out.status.success() || !program.is_file() {
         let text = String::from_utf8_lossy(&out.stderr);
-        let first = text
-            .lines()
-            .find(|l| l.contains("error"))
-            .unwrap_or_else(|| text.lines().next().unwrap_or(""));
-        return Err(Error::Command(format!(
-            "{DOES_NOT_BUILD}: {first}\n{}",
-            text.lines().take(30).collect::<Vec<_>>().join("\n")
-        )));
+        let first = text.lines().find(|l| l.contains("error")).unwrap_or_else(|| text.lines().next().unwrap_or(""));
+        return Err(Error::Command(format!("{DOES_NOT_BUILD}: {first}\n{}", text.lines().take(30).collect::<Vec<_>>().join("\n"))));
     }
     Ok(program)
 }
@@ -712,10 +582,7 @@ pub fn differences(all: &[Tested], known: &[Listed]) -> Vec<Difference> {
                     id: id.clone(),
                     mode,
                     why: why.clone(),
-                    known: known
-                        .iter()
-                        .find(|l| l.applies_in(t.flavor, mode, &id))
-                        .map(|l| l.reason.clone()),
+                    known: known.iter().find(|l| l.applies_in(t.flavor, mode, &id)).map(|l| l.reason.clone()),
                 });
             }
         }
@@ -739,16 +606,10 @@ struct Row {
 
 fn print_summary(o: &Options, all: &[Tested], diffs: &[Difference], notes: &[String]) {
     println!("\n=== MPICH test suite (test/mpi of Debian's mpich 4.0.2 source), per directory");
-    println!(
-        "    tests: entries run; native: passed natively; shim: passed under the shim, of those"
-    );
-    println!(
-        "    that passed natively; checkpoint: of those that passed natively and ran long enough"
-    );
+    println!("    tests: entries run; native: passed natively; shim: passed under the shim, of those");
+    println!("    that passed natively; checkpoint: of those that passed natively and ran long enough");
     println!("    (or ci.txt marks), passed through a checkpoint that goes on / stop + restart;");
-    println!(
-        "    (checkpoint modes) missed: the program ended well (status 0, output passing) before the checkpoint was committed;"
-    );
+    println!("    (checkpoint modes) missed: the program ended well (status 0, output passing) before the checkpoint was committed;");
     println!("    refused: mpicr refused the checkpoint, saying what it cannot checkpoint yet");
     for note in notes {
         println!("    {note}");
@@ -770,40 +631,22 @@ fn print_summary(o: &Options, all: &[Tested], diffs: &[Difference], notes: &[Str
                 r.shim_run += 1;
                 r.shim += usize::from(*v == Verdict::Pass);
             }
-            for (res, count) in [
-                (&t.results.cont, &mut r.cont),
-                (&t.results.stop, &mut r.stop),
-            ] {
+            for (res, count) in [(&t.results.cont, &mut r.cont), (&t.results.stop, &mut r.stop)] {
                 if let Some((v, _)) = res {
                     *count += usize::from(*v == Verdict::Pass);
                 }
             }
-            let ran: Vec<&(Verdict, Duration)> = [&t.results.cont, &t.results.stop]
-                .into_iter()
-                .flatten()
-                .collect();
+            let ran: Vec<&(Verdict, Duration)> = [&t.results.cont, &t.results.stop].into_iter().flatten().collect();
             if !ran.is_empty() {
                 r.ckpt_run += 1;
                 r.missed += ran.iter().filter(|v| v.0 == Verdict::Missed).count();
-                r.refused += ran
-                    .iter()
-                    .filter(|v| matches!(v.0, Verdict::Refused(_)))
-                    .count();
+                r.refused += ran.iter().filter(|v| matches!(v.0, Verdict::Refused(_))).count();
             }
         }
         println!("\n{flavor}:");
         println!(
             "    {:<10}{:>7}{:>10}{:>8}{:>10}{:>13}{:>10}{:>14}{:>8}{:>9}",
-            "dir",
-            "tests",
-            "excluded",
-            "native",
-            "shim",
-            "checkpointed",
-            "continue",
-            "stop-restart",
-            "missed",
-            "refused"
+            "dir", "tests", "excluded", "native", "shim", "checkpointed", "continue", "stop-restart", "missed", "refused"
         );
         let mut total = Row::default();
         for (dir, r) in &rows {
@@ -821,10 +664,7 @@ fn print_summary(o: &Options, all: &[Tested], diffs: &[Difference], notes: &[Str
         }
         print_row("total", &total);
     }
-    let native_failures: Vec<&Tested> = all
-        .iter()
-        .filter(|t| t.excluded.is_none() && !passed(&t.results.native))
-        .collect();
+    let native_failures: Vec<&Tested> = all.iter().filter(|t| t.excluded.is_none() && !passed(&t.results.native)).collect();
     if !native_failures.is_empty() {
         println!("\nfailing natively, not in scripts/conformance/exclude.txt (left out of the comparison):");
         for t in native_failures {
@@ -837,43 +677,23 @@ fn print_summary(o: &Options, all: &[Tested], diffs: &[Difference], notes: &[Str
     if !excluded.is_empty() {
         println!("\nexcluded (scripts/conformance/exclude.txt):");
         for t in excluded {
-            println!(
-                "    {} {}: {}",
-                t.flavor,
-                t.entry.id(),
-                t.excluded.as_deref().unwrap_or("")
-            );
+            println!("    {} {}: {}", t.flavor, t.entry.id(), t.excluded.as_deref().unwrap_or(""));
         }
     }
-    let (known, new): (Vec<&Difference>, Vec<&Difference>) =
-        diffs.iter().partition(|d| d.known.is_some());
-    println!(
-        "\ndifferences (passed natively, failed in another mode): {} new, {} known",
-        new.len(),
-        known.len()
-    );
+    let (known, new): (Vec<&Difference>, Vec<&Difference>) = diffs.iter().partition(|d| d.known.is_some());
+    println!("\ndifferences (passed natively, failed in another mode): {} new, {} known", new.len(), known.len());
     for d in &new {
         println!("    NEW   {} {} {}: {}", d.flavor, d.mode, d.id, d.why);
     }
     for d in &known {
-        println!(
-            "    known {} {} {}: {} [issue 14: {}]",
-            d.flavor,
-            d.mode,
-            d.id,
-            d.why,
-            d.known.as_deref().unwrap_or("")
-        );
+        println!("    known {} {} {}: {} [issue 14: {}]", d.flavor, d.mode, d.id, d.why, d.known.as_deref().unwrap_or(""));
     }
     // known failures that passed: their lines can go
     let mut fixed = Vec::new();
     for t in all.iter().filter(|t| passed(&t.results.native)) {
         let id = t.entry.id();
         for (mode, (v, _)) in modes_of(&t.results) {
-            if *v == Verdict::Pass
-                && mode != "native"
-                && o.known.iter().any(|l| l.applies_in(t.flavor, mode, &id))
-            {
+            if *v == Verdict::Pass && mode != "native" && o.known.iter().any(|l| l.applies_in(t.flavor, mode, &id)) {
                 fixed.push(format!("{} {mode} {id}", t.flavor));
             }
         }
@@ -931,32 +751,20 @@ mod tests {
             flavor: Flavor::Mpich4,
             entry: testlist::parse_line("attr", "attrt 2").unwrap(),
             excluded: excluded.then(|| "slow".to_string()),
-            results: Results {
-                native: native.map(|v| (v, Duration::ZERO)),
-                ..Results::default()
-            },
+            results: Results { native: native.map(|v| (v, Duration::ZERO)), ..Results::default() },
         };
         let unbuilt = || Some(Verdict::Fail(format!("{DOES_NOT_BUILD}: attrt.c:1: error")));
         // nothing chosen, or everything excluded
-        assert!(nothing_compared(&[])
-            .unwrap_err()
-            .to_string()
-            .contains("no test was chosen"));
+        assert!(nothing_compared(&[]).unwrap_err().to_string().contains("no test was chosen"));
         let e = nothing_compared(&[tested(None, true)]);
         assert!(e.unwrap_err().to_string().contains("all excluded"));
         // nothing built
         let e = nothing_compared(&[tested(unbuilt(), false), tested(unbuilt(), false)]);
         assert!(e.unwrap_err().to_string().contains("none of the 2 tests built"));
         // built, but nothing passed natively
-        let e = nothing_compared(&[
-            tested(unbuilt(), false),
-            tested(Some(Verdict::Fail("x".into())), false),
-        ]);
+        let e = nothing_compared(&[tested(unbuilt(), false), tested(Some(Verdict::Fail("x".into())), false)]);
         assert!(e.unwrap_err().to_string().contains("(1 did not build)"));
         // one native pass is enough
-        assert!(
-            nothing_compared(&[tested(unbuilt(), false), tested(Some(Verdict::Pass), false)])
-                .is_ok()
-        );
+        assert!(nothing_compared(&[tested(unbuilt(), false), tested(Some(Verdict::Pass), false)]).is_ok());
     }
 }

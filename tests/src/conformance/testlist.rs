@@ -93,24 +93,13 @@ pub fn read_dir(build: &Path, source: &Path, dir: &str) -> Result<Vec<Entry>, Er
     Ok(entries)
 }
 
-fn read_into(
-    build: &Path,
-    source: &Path,
-    dir: &str,
-    depth: u32,
-    out: &mut Vec<Entry>,
-) -> Result<(), Error> {
+fn read_into(build: &Path, source: &Path, dir: &str, depth: u32, out: &mut Vec<Entry>) -> Result<(), Error> {
     if depth > 4 {
         return Err(Error::Invalid(format!("{dir}: testlists nested too deep")));
     }
     let built = build.join(dir).join("testlist");
-    let path = if fs::metadata(&built).is_ok_and(|m| m.len() > 0) {
-        built
-    } else {
-        source.join(dir).join("testlist")
-    };
-    let text =
-        fs::read_to_string(&path).map_err(Error::io("read", &path))?;
+    let path = if fs::metadata(&built).is_ok_and(|m| m.len() > 0) { built } else { source.join(dir).join("testlist") };
+    let text = fs::read_to_string(&path).map_err(Error::io("read", &path))?;
     for (n, line) in text.lines().enumerate() {
         let at = || format!("{}:{}", path.display(), n + 1);
         let line = line.split('#').next().unwrap_or("").trim();
@@ -144,9 +133,7 @@ pub fn parse_line(dir: &str, line: &str) -> Result<Entry, Error> {
     let mut rest = words.peekable();
     if let Some(w) = rest.peek() {
         if !w.contains('=') {
-            e.ranks = w
-                .parse()
-                .map_err(|_| Error::Invalid(format!("`{w}` is not a number of ranks")))?;
+            e.ranks = w.parse().map_err(|_| Error::Invalid(format!("`{w}` is not a number of ranks")))?;
             rest.next();
         }
     }
@@ -158,15 +145,11 @@ pub fn parse_line(dir: &str, line: &str) -> Result<Entry, Error> {
         match key {
             "arg" => e.args.push(value.to_string()),
             "env" => {
-                let (k, v) = value
-                    .split_once('=')
-                    .ok_or_else(|| Error::Invalid(format!("env=`{value}` is not NAME=VALUE")))?;
+                let (k, v) = value.split_once('=').ok_or_else(|| Error::Invalid(format!("env=`{value}` is not NAME=VALUE")))?;
                 e.env.push((k.to_string(), v.to_string()));
             }
             "timeLimit" => {
-                let s: u64 = value
-                    .parse()
-                    .map_err(|_| Error::Invalid(format!("timeLimit=`{value}` is not seconds")))?;
+                let s: u64 = value.parse().map_err(|_| Error::Invalid(format!("timeLimit=`{value}` is not seconds")))?;
                 e.time_limit = Duration::from_secs(s);
             }
             "resultTest" => {
@@ -221,11 +204,7 @@ mod tests {
         fs::write(b.join("threads/testlist"), "pt2pt\n# comment\n!util:lib\n").unwrap();
         // empty in the build tree: the source's list counts
         fs::write(b.join("threads/pt2pt/testlist"), "").unwrap();
-        fs::write(
-            s.join("threads/pt2pt/testlist"),
-            "threads 2 timeLimit=600\n",
-        )
-        .unwrap();
+        fs::write(s.join("threads/pt2pt/testlist"), "threads 2 timeLimit=600\n").unwrap();
         let got = read_dir(&b, &s, "threads").unwrap();
         fs::remove_dir_all(&t).unwrap();
         assert_eq!(got.len(), 1);

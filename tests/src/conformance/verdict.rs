@@ -1,18 +1,14 @@
 //! The verdict of one run of a program of MPICH's test suite, by the suite's own rules
 //! (those of its `runtests` script): the program judges itself and says " No Errors".
 
-use crate::error::Error;
 use super::testlist::Judge;
+use crate::error::Error;
 use crate::JobOutput;
 
 /// Ok, or the first thing that makes the run a failure, in one line.
 pub fn judge(how: Judge, out: &JobOutput) -> Result<(), Error> {
     match how {
-        Judge::NonZeroExit if out.status.success() => {
-            Err(Error::Check(
-                "exited with status 0 (this test must end with a non-zero status)".into(),
-            ))
-        }
+        Judge::NonZeroExit if out.status.success() => Err(Error::Check("exited with status 0 (this test must end with a non-zero status)".into())),
         Judge::NonZeroExit => Ok(()),
         Judge::NoErrors => no_errors(out),
     }
@@ -52,10 +48,7 @@ fn no_errors(out: &JobOutput) -> Result<(), Error> {
         }));
     }
     if !out.status.success() {
-        return Err(Error::Check(format!(
-            "printed \" No Errors\" but exited with {}",
-            out.status
-        )));
+        return Err(Error::Check(format!("printed \" No Errors\" but exited with {}", out.status)));
     }
     Ok(())
 }
@@ -67,10 +60,7 @@ fn is_no_errors(line: &str) -> bool {
 /// Lines `runtests` accepts besides " No Errors" (a second " No Errors" is not one).
 fn let_through(line: &str) -> bool {
     let t = line.trim_end();
-    line.contains("FORTRAN STOP")
-        || line.trim() == "Test Passed"
-        || t.ends_with("requesting checkpoint")
-        || t.ends_with("checkpoint completed")
+    line.contains("FORTRAN STOP") || line.trim() == "Test Passed" || t.ends_with("requesting checkpoint") || t.ends_with("checkpoint completed")
 }
 
 fn clip(line: &str) -> String {
@@ -115,18 +105,9 @@ mod tests {
         assert!(e.to_string().contains("rank 0 stderr: `[WARNING] yaksa"), "{e}");
         let e = j(&out(0, &["Found 2 errors\n"], &[""])).unwrap_err();
         assert!(e.to_string().contains("Found 2 errors"), "{e}");
-        assert!(j(&out(0, &[""], &[""]))
-            .unwrap_err()
-            .to_string()
-            .contains("without printing"));
-        assert!(j(&out(1, &[" No Errors\n"], &[""]))
-            .unwrap_err()
-            .to_string()
-            .contains("exited with"));
-        assert!(
-            j(&out(0, &["\n No Errors\n"], &[""])).is_err(),
-            "blank lines count"
-        );
+        assert!(j(&out(0, &[""], &[""])).unwrap_err().to_string().contains("without printing"));
+        assert!(j(&out(1, &[" No Errors\n"], &[""])).unwrap_err().to_string().contains("exited with"));
+        assert!(j(&out(0, &["\n No Errors\n"], &[""])).is_err(), "blank lines count");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::core::state::{Attrs, OBJ, SELF_INDEX, WORLD_INDEX};
 use crate::lower;
 use crate::lower::abi::*;
 use crate::lower::handles::RealComm;
-use mpicr_virtid::{VComm, VErrhandler, CommCounters, CommRecipe, Counters, CountsSnapshot, Table, Topology};
+use mpicr_virtid::{CommCounters, CommRecipe, Counters, CountsSnapshot, Table, Topology, VComm, VErrhandler};
 use serde::{Deserialize, Serialize};
 use std::os::raw::{c_char, c_int};
 
@@ -89,9 +89,7 @@ impl Comms {
 
     /// Stores a new communicator with zeroed counters.
     pub fn insert(&self, real: RealComm, entry: CommEntry) -> Result<u32, mpicr_virtid::table::Full> {
-        self.table.insert_and(real, entry, |i, e| {
-            self.counters.attach(i, e.recipe.gid, e.alone(), CommEntry::peers_of(&e.recipe))
-        })
+        self.table.insert_and(real, entry, |i, e| self.counters.attach(i, e.recipe.gid, e.alone(), CommEntry::peers_of(&e.recipe)))
     }
 
     /// Replaces every communicator with saved ones, counters included (a restarted app-mode
@@ -142,7 +140,6 @@ impl Comms {
         e
     }
 }
-
 
 /// Counts a message sent to `dest` (rank in the communicator's remote/peer group). Lock-free.
 #[inline]
@@ -232,7 +229,18 @@ fn apply_topology(comm: c_int, t: &Topology) -> Result<c_int, String> {
                 let dw = dest_weights.as_ref().map_or(unweighted, |w| w.as_ptr());
                 check(
                     f.MPI_Dist_graph_create_adjacent.map_or(MPI_ERR_OTHER, |h| {
-                        h(comm, sources.len() as c_int, sources.as_ptr(), sw, destinations.len() as c_int, destinations.as_ptr(), dw, MPI_INFO_NULL, 0, &mut out)
+                        h(
+                            comm,
+                            sources.len() as c_int,
+                            sources.as_ptr(),
+                            sw,
+                            destinations.len() as c_int,
+                            destinations.as_ptr(),
+                            dw,
+                            MPI_INFO_NULL,
+                            0,
+                            &mut out,
+                        )
                     }),
                     "MPI_Dist_graph_create_adjacent",
                 )?
@@ -288,9 +296,7 @@ fn held_anywhere(mine: &[u64]) -> Result<std::collections::HashSet<u64>, String>
     let my_bytes = (mine.len() * 8) as c_int;
     // SAFETY: one int out of each rank into `counts` (world size ints).
     let rc = unsafe {
-        f.MPI_Allgather.map_or(MPI_ERR_OTHER, |h| {
-            h((&my_bytes as *const c_int).cast(), 1, MPI_INT, counts.as_mut_ptr().cast(), 1, MPI_INT, real_world())
-        })
+        f.MPI_Allgather.map_or(MPI_ERR_OTHER, |h| h((&my_bytes as *const c_int).cast(), 1, MPI_INT, counts.as_mut_ptr().cast(), 1, MPI_INT, real_world()))
     };
     check(rc, "MPI_Allgather (communicators held)")?;
     let mut displs = Vec::with_capacity(n);
@@ -324,7 +330,9 @@ pub struct Renew;
 impl Renewable for Renew {
     fn refusal(&self) -> Option<String> {
         if REVOKED.load(std::sync::atomic::Ordering::Relaxed) {
-            return Some("a communicator was revoked (MPIX_Comm_revoke): a renewed library cannot make it again revoked, so this job cannot be checkpointed".into());
+            return Some(
+                "a communicator was revoked (MPIX_Comm_revoke): a renewed library cannot make it again revoked, so this job cannot be checkpointed".into(),
+            );
         }
         let comms = OBJ.comms.snapshot();
         let (_, _, c) = comms.iter().find(|(_, _, c)| !c.restorable)?;
@@ -362,13 +370,8 @@ impl Renewable for Renew {
         let wg = world_group()?;
         // The program's communicators, and those it freed that another rank still holds
         // (`None`: made again only for the others' sake, and freed), in id order.
-        let mut comms: Vec<(Option<u32>, CommRecipe)> = OBJ
-            .comms
-            .snapshot()
-            .into_iter()
-            .filter(|(i, _, _)| *i != WORLD_INDEX && *i != SELF_INDEX)
-            .map(|(i, _, c)| (Some(i), c.recipe))
-            .collect();
+        let mut comms: Vec<(Option<u32>, CommRecipe)> =
+            OBJ.comms.snapshot().into_iter().filter(|(i, _, _)| *i != WORLD_INDEX && *i != SELF_INDEX).map(|(i, _, c)| (Some(i), c.recipe)).collect();
         let mine: Vec<u64> = comms.iter().map(|(_, r)| r.gid).collect();
         let held = held_anywhere(&mine)?;
         let freed = {

@@ -70,9 +70,10 @@ pub fn key(parent_gid: u64, tag: c_int, members: &[i32]) -> Option<Arc<Key>> {
     }
     let id = key_of(parent_gid, tag, members);
     let mut keys = KEYS.lock();
-    let k = keys.get_or_insert_with(HashMap::new).entry(id).or_insert_with(|| {
-        Arc::new(Key { counters: CommCounters::detached(id, members.len() == 1), members: members.to_vec(), done: AtomicU64::new(0) })
-    });
+    let k = keys
+        .get_or_insert_with(HashMap::new)
+        .entry(id)
+        .or_insert_with(|| Arc::new(Key { counters: CommCounters::detached(id, members.len() == 1), members: members.to_vec(), done: AtomicU64::new(0) }));
     Some(k.clone())
 }
 

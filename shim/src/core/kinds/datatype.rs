@@ -2,12 +2,12 @@
 //! the program may free those), whether it was committed, its attributes and name; the map from
 //! real handles back to virtual ones; and the rebuild with the large-count constructors.
 
-use crate::lower::handles::RealDatatype;
 use super::Renewable;
 use crate::core::handles;
 use crate::core::state::{Attrs, OBJ};
 use crate::lower;
 use crate::lower::abi::*;
+use crate::lower::handles::RealDatatype;
 use mpicr_virtid::table::Full;
 use mpicr_virtid::{DatatypeEntry, TypeRecipe, TypeRef, VDatatype};
 use parking_lot::Mutex;
@@ -100,7 +100,11 @@ pub fn build(recipe: &TypeRecipe) -> Result<c_int, c_int> {
     // SAFETY: every array passed is a live Vec of the length the constructor expects, the input
     // types are live, and `out` is a local.
     let rc = unsafe { classic(recipe, &inputs, &mut out).unwrap_or_else(|| large(recipe, &inputs, &mut out)) };
-    if rc == MPI_SUCCESS { Ok(out) } else { Err(rc) }
+    if rc == MPI_SUCCESS {
+        Ok(out)
+    } else {
+        Err(rc)
+    }
 }
 
 const MISSING: c_int = MPI_ERR_UNSUPPORTED_OPERATION;
@@ -159,9 +163,8 @@ unsafe fn classic(recipe: &TypeRecipe, inputs: &[c_int], out: &mut c_int) -> Opt
             }
             Darray { size, rank, gsizes, distribs, dargs, psizes, order, .. } => {
                 let g_ = ints(gsizes)?;
-                f.MPI_Type_create_darray.map_or(MISSING, |g| {
-                    g(*size, *rank, g_.len() as c_int, g_.as_ptr(), distribs.as_ptr(), dargs.as_ptr(), psizes.as_ptr(), *order, old, out)
-                })
+                f.MPI_Type_create_darray
+                    .map_or(MISSING, |g| g(*size, *rank, g_.len() as c_int, g_.as_ptr(), distribs.as_ptr(), dargs.as_ptr(), psizes.as_ptr(), *order, old, out))
             }
             Resized { lb, extent, .. } => f.MPI_Type_create_resized.map_or(MISSING, |g| g(old, *lb as MPI_Aint, *extent as MPI_Aint, out)),
             Dup { .. } | Named { .. } => return None,
@@ -199,9 +202,9 @@ unsafe fn large(recipe: &TypeRecipe, inputs: &[c_int], out: &mut c_int) -> c_int
             Struct { blocklens, displs, .. } => {
                 f.MPI_Type_create_struct_c.map_or(MISSING, |g| g(blocklens.len() as i64, blocklens.as_ptr(), displs.as_ptr(), inputs.as_ptr(), out))
             }
-            Subarray { sizes, subsizes, starts, order, .. } => f.MPI_Type_create_subarray_c.map_or(MISSING, |g| {
-                g(sizes.len() as c_int, sizes.as_ptr(), subsizes.as_ptr(), starts.as_ptr(), *order, old, out)
-            }),
+            Subarray { sizes, subsizes, starts, order, .. } => {
+                f.MPI_Type_create_subarray_c.map_or(MISSING, |g| g(sizes.len() as c_int, sizes.as_ptr(), subsizes.as_ptr(), starts.as_ptr(), *order, old, out))
+            }
             Darray { size, rank, gsizes, distribs, dargs, psizes, order, .. } => f.MPI_Type_create_darray_c.map_or(MISSING, |g| {
                 g(*size, *rank, gsizes.len() as c_int, gsizes.as_ptr(), distribs.as_ptr(), dargs.as_ptr(), psizes.as_ptr(), *order, old, out)
             }),
@@ -228,7 +231,11 @@ impl Built {
                 // SAFETY: a datatype just built.
                 let rc = unsafe { lower::fns().MPI_Type_commit.map_or(MPI_ERR_OTHER, |h| h(&mut real)) };
                 let b = Built { real, owned: true };
-                if rc == MPI_SUCCESS { Ok(b) } else { Err(rc) }
+                if rc == MPI_SUCCESS {
+                    Ok(b)
+                } else {
+                    Err(rc)
+                }
             }
         }
     }

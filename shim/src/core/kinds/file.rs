@@ -79,18 +79,7 @@ pub struct FileEntry {
 
 impl FileEntry {
     pub fn new(errhandler: VErrhandler, name: &str, amode: c_int, comm: VComm, gid: u64, open_hints: Vec<(String, String)>) -> Self {
-        FileEntry {
-            errhandler,
-            name: absolute(name),
-            amode,
-            comm,
-            gid,
-            open_hints,
-            later_hints: Vec::new(),
-            view: None,
-            split: None,
-            saved: None,
-        }
+        FileEntry { errhandler, name: absolute(name), amode, comm, gid, open_hints, later_hints: Vec::new(), view: None, split: None, saved: None }
     }
 
     /// The file's path, without ROMIO's file system prefix.
@@ -223,7 +212,10 @@ impl Renewable for Renew {
             // The program's own are registered again before files are reopened (`library`);
             // ROMIO (MPICH, Intel MPI) refuses views in them anyway.
             if let Some(v) = e.view.as_ref().filter(|v| !KNOWN_DATAREPS.contains(&v.datarep.as_str()) && !super::library::datarep_registered(&v.datarep)) {
-                return Some(format!("the MPI file {} cannot be checkpointed: its view is in the data representation {}, which mpicr does not know", e.name, v.datarep));
+                return Some(format!(
+                    "the MPI file {} cannot be checkpointed: its view is in the data representation {}, which mpicr does not know",
+                    e.name, v.datarep
+                ));
             }
         }
         None

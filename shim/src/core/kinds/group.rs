@@ -1,10 +1,10 @@
 //! Groups: every group is recorded as the world ranks it contains, in order (`GroupRecipe`).
 
-use crate::lower::handles::RealGroup;
 use super::{check, Renewable};
 use crate::core::state::{OBJ, WORLD_INDEX};
 use crate::lower;
 use crate::lower::abi::*;
+use crate::lower::handles::RealGroup;
 use mpicr_virtid::table::Full;
 use mpicr_virtid::{GroupRecipe, VGroup};
 use parking_lot::Mutex;

@@ -1,11 +1,11 @@
 //! Info objects: the recipe is their keys and values, read back from the library just before
 //! each release (the program may have changed them through any call).
 
-use crate::lower::handles::RealInfo;
 use super::{check, Renewable};
 use crate::core::state::OBJ;
 use crate::lower;
 use crate::lower::abi::*;
+use crate::lower::handles::RealInfo;
 use std::os::raw::{c_char, c_int};
 
 /// The keys and values of a real info object (none for MPI_INFO_NULL).

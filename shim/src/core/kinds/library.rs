@@ -44,8 +44,7 @@ struct UserErrors {
     removed_any: bool,
 }
 
-static USER_ERRORS: Mutex<UserErrors> =
-    Mutex::new(UserErrors { live: Vec::new(), fresh: Vec::new(), removed_any: false });
+static USER_ERRORS: Mutex<UserErrors> = Mutex::new(UserErrors { live: Vec::new(), fresh: Vec::new(), removed_any: false });
 
 /// Records a user error class, code or string the library accepted.
 pub fn add_user_error(e: UserError) {
@@ -152,7 +151,11 @@ fn register_datareps() -> Result<(), String> {
         // SAFETY: the program's callbacks and extra state, passed as it passed them the first
         // time (the upper half's memory is the same); the name is NUL-terminated.
         let rc = unsafe {
-            if d.large { f.MPI_Register_datarep_c.map(|h| h(name.as_ptr(), r, w, e, x)) } else { f.MPI_Register_datarep.map(|h| h(name.as_ptr(), r, w, e, x)) }
+            if d.large {
+                f.MPI_Register_datarep_c.map(|h| h(name.as_ptr(), r, w, e, x))
+            } else {
+                f.MPI_Register_datarep.map(|h| h(name.as_ptr(), r, w, e, x))
+            }
         };
         super::check(rc.unwrap_or(lower::abi::MPI_ERR_OTHER), &format!("registering the data representation {} again", d.name))?;
     }

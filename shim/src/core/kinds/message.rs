@@ -2,8 +2,6 @@
 //! the message came from the shim's buffer of drained messages. A checkpoint's drain receives
 //! the messages still in the library into that buffer, where `MPI_Mrecv` finds them.
 
-use mpicr_virtid::table::Full;
-use mpicr_virtid::{VComm, VMessage};
 use super::Renewable;
 use crate::core::kinds::comm::comm_gid;
 use crate::core::state::OBJ;
@@ -11,6 +9,8 @@ use crate::lower;
 use crate::lower::abi::*;
 use crate::lower::handles::RealMessage;
 use mpicr_drain::Message;
+use mpicr_virtid::table::Full;
+use mpicr_virtid::{VComm, VMessage};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -73,10 +73,13 @@ pub static FREE_ORDER: &[&dyn Renewable] =
     &[&request::Renew, &file::Renew, &win::Renew, &comm::Renew, &group::Renew, &datatype::Renew, &op::Renew, &info::Renew];
 
 /// The order checkpoints are refused in (the first refusal is the one reported).
-pub static REFUSAL_ORDER: &[&dyn Renewable] =
-    &[&file::Renew, &win::Renew, &session::Renew, &comm::Renew, &request::Renew, &library::Renew];
+pub static REFUSAL_ORDER: &[&dyn Renewable] = &[&file::Renew, &win::Renew, &session::Renew, &comm::Renew, &request::Renew, &library::Renew];
 
 /// A return code of the real library as a `Result` naming the call.
 pub(crate) fn check(rc: std::os::raw::c_int, what: &str) -> Result<(), String> {
-    if rc == crate::lower::abi::MPI_SUCCESS { Ok(()) } else { Err(format!("{what}: {}", crate::lower::error_string(rc))) }
+    if rc == crate::lower::abi::MPI_SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("{what}: {}", crate::lower::error_string(rc)))
+    }
 }

@@ -3,13 +3,13 @@
 //! the program's function the *virtual* datatype handle; MPI_User_function has no user-data
 //! argument, so each live op occupies one of a fixed set of trampolines, kept across renewals.
 
-use crate::lower::handles::{RealDatatype, RealOp};
 use super::Renewable;
 use crate::core::gate;
 use crate::core::kinds::datatype::virtual_of_real;
 use crate::core::state::OBJ;
 use crate::lower;
 use crate::lower::abi::*;
+use crate::lower::handles::{RealDatatype, RealOp};
 use mpicr_virtid::table::Full;
 use mpicr_virtid::{OpRecipe, VDatatype, VOp};
 use parking_lot::Mutex;
@@ -98,7 +98,11 @@ fn trampoline(slot: usize, large: bool) -> *mut c_void {
         32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63
         64 65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89 90 91 92 93 94 95
         96 97 98 99 100 101 102 103 104 105 106 107 108 109 110 111 112 113 114 115 116 117 118 119 120 121 122 123 124 125 126 127);
-    if large { TC[slot] as *mut c_void } else { T[slot] as *mut c_void }
+    if large {
+        TC[slot] as *mut c_void
+    } else {
+        T[slot] as *mut c_void
+    }
 }
 
 pub fn claim_slot(function: u64) -> Option<usize> {
@@ -139,7 +143,11 @@ pub fn create_real(recipe: &OpRecipe, slot: usize) -> Result<c_int, c_int> {
             f.MPI_Op_create.map_or(MPI_ERR_OTHER, |g| g(t, recipe.commute as c_int, &mut r))
         }
     };
-    if rc == MPI_SUCCESS { Ok(r) } else { Err(rc) }
+    if rc == MPI_SUCCESS {
+        Ok(r)
+    } else {
+        Err(rc)
+    }
 }
 
 /// The op kind around a checkpoint.

@@ -15,7 +15,6 @@
 //! The renewal makes every partitioned request again in this process's init order, so that the
 //! library matches sends and receives as it did before.
 
-use mpicr_virtid::{VComm, VInfo};
 use crate::core::handles;
 use crate::core::kinds::comm::{peers, world_rank};
 use crate::core::kinds::datatype::Built;
@@ -24,6 +23,7 @@ use crate::lower;
 use crate::lower::abi::*;
 use crate::lower::handles::RealRequest;
 use mpicr_virtid::{mix, CommCounters, PartInit, RequestRecipe};
+use mpicr_virtid::{VComm, VInfo};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};
@@ -69,8 +69,15 @@ fn pair_id(comm: VComm, peer: c_int, tag: c_int, send: bool) -> Option<u64> {
 /// The recipe of a partitioned request just made by the program.
 #[allow(clippy::too_many_arguments)]
 pub fn recipe(
-    send: bool, buf: u64, partitions: c_int, count: MPI_Count, datatype: mpicr_virtid::TypeRef, peer: c_int, tag: c_int,
-    comm: VComm, info: VInfo,
+    send: bool,
+    buf: u64,
+    partitions: c_int,
+    count: MPI_Count,
+    datatype: mpicr_virtid::TypeRef,
+    peer: c_int,
+    tag: c_int,
+    comm: VComm,
+    info: VInfo,
 ) -> RequestRecipe {
     let order = INITS.fetch_add(1, Ordering::Relaxed);
     let pair = match pair_id(comm, peer, tag, send) {

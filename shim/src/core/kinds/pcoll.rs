@@ -27,27 +27,47 @@ trait FromVal {
 }
 impl FromVal for c_int {
     fn from_val(v: &Val) -> Self {
-        if let Val::Int(x) = v { *x } else { 0 }
+        if let Val::Int(x) = v {
+            *x
+        } else {
+            0
+        }
     }
 }
 impl FromVal for MPI_Count {
     fn from_val(v: &Val) -> Self {
-        if let Val::Count(x) = v { *x } else { 0 }
+        if let Val::Count(x) = v {
+            *x
+        } else {
+            0
+        }
     }
 }
 impl FromVal for MPI_Aint {
     fn from_val(v: &Val) -> Self {
-        if let Val::Count(x) = v { *x as MPI_Aint } else { 0 }
+        if let Val::Count(x) = v {
+            *x as MPI_Aint
+        } else {
+            0
+        }
     }
 }
 impl<T> FromVal for *const T {
     fn from_val(v: &Val) -> Self {
-        if let Val::Ptr(p) = v { *p as *const T } else { std::ptr::null() }
+        if let Val::Ptr(p) = v {
+            *p as *const T
+        } else {
+            std::ptr::null()
+        }
     }
 }
 impl<T> FromVal for *mut T {
     fn from_val(v: &Val) -> Self {
-        if let Val::Ptr(p) = v { *p as *mut T } else { std::ptr::null_mut() }
+        if let Val::Ptr(p) = v {
+            *p as *mut T
+        } else {
+            std::ptr::null_mut()
+        }
     }
 }
 

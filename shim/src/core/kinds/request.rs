@@ -4,7 +4,6 @@
 //! are created again, receives may be satisfied from the drained-message buffer; nonblocking
 //! MPI-IO completes in the drain, in the order it was started ([`is_file_io`]).
 
-use crate::lower::handles::RealRequest;
 use super::{check, Renewable};
 use crate::core::drained;
 use crate::core::handles;
@@ -13,8 +12,9 @@ use crate::core::kinds::datatype::Built;
 use crate::core::state::OBJ;
 use crate::lower;
 use crate::lower::abi::*;
+use crate::lower::handles::RealRequest;
 use mpicr_virtid::table::Full;
-use mpicr_virtid::{VComm, P2pArgs, RequestRecipe, SendMode, TypeRef, VDatatype, VRequest};
+use mpicr_virtid::{P2pArgs, RequestRecipe, SendMode, TypeRef, VComm, VDatatype, VRequest};
 use serde::{Deserialize, Serialize};
 use std::os::raw::{c_int, c_void};
 
@@ -346,7 +346,8 @@ pub fn repost_cancelled() -> Result<(), String> {
                 f.MPI_Start.map_or(MPI_ERR_OTHER, |h| h(&mut r))
             } else {
                 let ty = Built::of(&args.datatype).map_err(|rc| format!("posting a receive again: {}", lower::error_string(rc)))?;
-                f.MPI_Irecv_c.map_or(MPI_ERR_OTHER, |h| h(args.buf as *mut c_void, args.count, ty.real, args.peer, args.tag, handles::comm(args.comm).raw(), &mut r))
+                f.MPI_Irecv_c
+                    .map_or(MPI_ERR_OTHER, |h| h(args.buf as *mut c_void, args.count, ty.real, args.peer, args.tag, handles::comm(args.comm).raw(), &mut r))
             }
         };
         check(rc, "posting a receive again")?;
@@ -423,7 +424,9 @@ impl Renewable for Renew {
                 | RequestRecipe::Partitioned { .. }
                     if r.comm_freed && (r.done.is_none() || r.recipe.is_persistent()) =>
                 {
-                    return Some("a receive or persistent request is pending on a communicator the program freed (MPI_Comm_free); it cannot be checkpointed yet".into());
+                    return Some(
+                        "a receive or persistent request is pending on a communicator the program freed (MPI_Comm_free); it cannot be checkpointed yet".into(),
+                    );
                 }
                 _ => {}
             }
@@ -455,7 +458,9 @@ impl Renewable for Renew {
             let mut r = MPI_REQUEST_NULL;
             // The datatype, built from its recipe when the program freed it meanwhile.
             let ty = match &e.recipe {
-                RequestRecipe::Recv { args } if e.repost => Some(Built::of(&args.datatype).map_err(|rc| format!("rebuilding a request's datatype: {}", lower::error_string(rc)))?),
+                RequestRecipe::Recv { args } if e.repost => {
+                    Some(Built::of(&args.datatype).map_err(|rc| format!("rebuilding a request's datatype: {}", lower::error_string(rc)))?)
+                }
                 RequestRecipe::PersistentRecv { args, .. } | RequestRecipe::PersistentSend { args, .. } => {
                     Some(Built::of(&args.datatype).map_err(|rc| format!("rebuilding a request's datatype: {}", lower::error_string(rc)))?)
                 }
@@ -473,7 +478,9 @@ impl Renewable for Renew {
                             });
                             continue;
                         }
-                        f.MPI_Irecv_c.map_or(MPI_ERR_OTHER, |h| h(args.buf as *mut c_void, args.count, dt(&args.datatype), args.peer, args.tag, handles::comm(args.comm).raw(), &mut r))
+                        f.MPI_Irecv_c.map_or(MPI_ERR_OTHER, |h| {
+                            h(args.buf as *mut c_void, args.count, dt(&args.datatype), args.peer, args.tag, handles::comm(args.comm).raw(), &mut r)
+                        })
                     }
                     RequestRecipe::PersistentRecv { args, active } => {
                         let rc = f.MPI_Recv_init_c.map_or(MPI_ERR_OTHER, |h| {
@@ -495,7 +502,9 @@ impl Renewable for Renew {
                             SendMode::Synchronous => f.MPI_Ssend_init_c,
                             SendMode::Ready => f.MPI_Rsend_init_c,
                         };
-                        init.map_or(MPI_ERR_OTHER, |h| h(args.buf as *const c_void, args.count, dt(&args.datatype), args.peer, args.tag, handles::comm(args.comm).raw(), &mut r))
+                        init.map_or(MPI_ERR_OTHER, |h| {
+                            h(args.buf as *const c_void, args.count, dt(&args.datatype), args.peer, args.tag, handles::comm(args.comm).raw(), &mut r)
+                        })
                     }
                     _ => MPI_SUCCESS,
                 }

@@ -213,7 +213,14 @@ pub fn map_saved() -> Result<(), String> {
         let len = e.saved.len().div_ceil(page()) * page();
         // SAFETY: a new private mapping where nothing may be mapped (NOREPLACE).
         let p = unsafe {
-            libc::mmap(e.base as *mut c_void, len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE, -1, 0)
+            libc::mmap(
+                e.base as *mut c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
         };
         if p as usize != e.base {
             return Err(format!(
@@ -479,7 +486,11 @@ fn alias_segment(e: &WinEntry, w: MPI_Win, new_base: usize) -> Result<(), String
     unsafe { lower::fns().MPI_Comm_size.map(|g| g(handles::comm(e.comm).raw(), &mut n)) };
     let (start, len) = segment_of(w, n).ok_or("its new shared segment cannot be queried")?;
     if len != s.len || new_base.wrapping_sub(start) != e.base.wrapping_sub(s.start) {
-        return Err(format!("its new shared segment has another layout ({len} bytes, this rank's part at {:#x}) than before ({} bytes)", new_base - start, s.len));
+        return Err(format!(
+            "its new shared segment has another layout ({len} bytes, this rank's part at {:#x}) than before ({} bytes)",
+            new_base - start,
+            s.len
+        ));
     }
     // SAFETY: `start..start+len` is the library's shared mapping of the new segment; old size 0
     // asks for a second mapping of the same pages, placed over the reservation made by
@@ -489,10 +500,14 @@ fn alias_segment(e: &WinEntry, w: MPI_Win, new_base: usize) -> Result<(), String
     if p as usize != s.start {
         let err = std::io::Error::last_os_error();
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-        let seg = maps.lines().filter(|l| {
-            let a = l.split('-').next().and_then(|a| usize::from_str_radix(a, 16).ok()).unwrap_or(0);
-            a <= start + len && a + (1 << 24) >= start
-        }).collect::<Vec<_>>().join(" | ");
+        let seg = maps
+            .lines()
+            .filter(|l| {
+                let a = l.split('-').next().and_then(|a| usize::from_str_radix(a, 16).ok()).unwrap_or(0);
+                a <= start + len && a + (1 << 24) >= start
+            })
+            .collect::<Vec<_>>()
+            .join(" | ");
         return Err(format!("its new shared segment ({start:#x}, {len} bytes) cannot be mapped at {:#x}: {err} (got {p:?}; maps: {seg})", s.start));
     }
     if !s.saved.is_empty() {

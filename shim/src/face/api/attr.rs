@@ -2,15 +2,15 @@
 //! delete callbacks. Nothing to rebuild after a restore, and callbacks see virtual handles.
 //! Predefined attributes (MPI_TAG_UB, MPI_WIN_BASE, ...) are answered by the real library.
 
-use std::sync::atomic::Ordering;
-use crate::face::abi::*;
-use crate::face::api::put;
+use crate::core::gate;
 use crate::core::kinds::{keyval, win};
 use crate::core::state::{Attrs, OBJ, SELF_INDEX};
+use crate::face::abi::*;
+use crate::face::api::put;
 use crate::face::{conv, errors};
-use crate::core::gate;
 use mpicr_virtid::{KeyvalObject, KeyvalRecipe, VKeyval, VWin};
 use std::os::raw::{c_int, c_void};
+use std::sync::atomic::Ordering;
 
 type CopyFn = unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut c_void, *mut c_void, *mut c_int) -> c_int;
 type DeleteFn = unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut c_void) -> c_int;
@@ -254,7 +254,12 @@ fn copy_all(from: Obj, to: Obj) -> c_int {
         // SAFETY: the program registered this function with the copy-callback signature.
         rc = unsafe {
             std::mem::transmute::<u64, CopyFn>(r.copy_fn)(
-                from.handle(), conv::keyval_abi(k), r.extra_state as *mut c_void, v as *mut c_void, &mut out as *mut usize as *mut c_void, &mut flag,
+                from.handle(),
+                conv::keyval_abi(k),
+                r.extra_state as *mut c_void,
+                v as *mut c_void,
+                &mut out as *mut usize as *mut c_void,
+                &mut flag,
             )
         };
         if rc != MPI_SUCCESS {

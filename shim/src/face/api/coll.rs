@@ -2,9 +2,9 @@
 //! `gen/collectives.rs`): the alignment check that lets a checkpoint stop every member of a
 //! communicator after the same number of collectives, and the datatype arrays of `*w` calls.
 
-use crate::face::abi::*;
 use crate::core::state::OBJ;
 use crate::core::{agent, gate};
+use crate::face::abi::*;
 use crate::face::conv;
 use crate::lower;
 use std::os::raw::c_int;
@@ -59,7 +59,11 @@ pub enum Side {
 pub unsafe fn coll_types(types: *const MPI_Datatype, real_comm: c_int, side: Side, neighbor: bool) -> Vec<MPI_Datatype> {
     let n = if neighbor {
         let (indeg, outdeg) = neighbor_degrees(real_comm);
-        if side == Side::Send { outdeg } else { indeg }
+        if side == Side::Send {
+            outdeg
+        } else {
+            indeg
+        }
     } else {
         crate::face::api::peer_count(real_comm)
     };
@@ -104,7 +108,11 @@ fn per_peer(comm: MPI_Comm, side: Side, neighbor: bool) -> usize {
     let real = conv::comm(comm);
     let n = if neighbor {
         let (indeg, outdeg) = neighbor_degrees(real);
-        if side == Side::Send { outdeg } else { indeg }
+        if side == Side::Send {
+            outdeg
+        } else {
+            indeg
+        }
     } else {
         crate::face::api::peer_count(real)
     };

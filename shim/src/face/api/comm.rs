@@ -1,18 +1,18 @@
 //! Communicators: constructors record a recipe (the group as world ranks, the topology, a
 //! job-wide id); destructors run attribute delete callbacks and free the virtual handle.
 
-use crate::lower::handles::RealComm;
-use crate::face::abi::*;
-use crate::face::api::coll::{begin_collective, begin_counted};
+use crate::core::gate;
+use crate::core::kinds::comm::CommEntry;
 use crate::core::kinds::create_group;
 use crate::core::kinds::group::world_ranks_of_group;
-use crate::face::api::{attr, put};
-use crate::core::kinds::comm::CommEntry;
 use crate::core::state::{OBJ, SELF_INDEX, WORLD_INDEX};
+use crate::face::abi::*;
+use crate::face::api::coll::{begin_collective, begin_counted};
+use crate::face::api::{attr, put};
 use crate::face::call::{self, On, ToReal};
 use crate::face::{conv, errors};
-use crate::core::gate;
 use crate::lower;
+use crate::lower::handles::RealComm;
 use mpicr_virtid::{child_gid, mix, self_gid, CommRecipe, Kind, Topology, VErrhandler, WORLD_GID};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -107,8 +107,7 @@ pub fn topology_of(real_comm: c_int) -> Topology {
             MPI_DIST_GRAPH => {
                 let (mut indeg, mut outdeg, mut weighted) = (0, 0, 0);
                 f.MPI_Dist_graph_neighbors_count.map(|g| g(real_comm, &mut indeg, &mut outdeg, &mut weighted));
-                let (mut src, mut sw, mut dst, mut dw) =
-                    (vec![0; indeg as usize], vec![0; indeg as usize], vec![0; outdeg as usize], vec![0; outdeg as usize]);
+                let (mut src, mut sw, mut dst, mut dw) = (vec![0; indeg as usize], vec![0; indeg as usize], vec![0; outdeg as usize], vec![0; outdeg as usize]);
                 // MPI_UNWEIGHTED must be the real library's sentinel when the graph has no weights.
                 let unweighted = crate::lower::real_unweighted();
                 let (swp, dwp) = if weighted != 0 { (sw.as_mut_ptr(), dw.as_mut_ptr()) } else { (unweighted, unweighted) };
@@ -130,13 +129,7 @@ pub fn topology_of(real_comm: c_int) -> Topology {
 }
 
 /// Registers a new real communicator under a virtual handle.
-pub fn register_comm(
-    real: c_int,
-    made_by: &str,
-    parent: Option<u64>,
-    errhandler: MPI_Errhandler,
-    gid: impl FnOnce(&[i32], Option<&[i32]>) -> u64,
-) -> MPI_Comm {
+pub fn register_comm(real: c_int, made_by: &str, parent: Option<u64>, errhandler: MPI_Errhandler, gid: impl FnOnce(&[i32], Option<&[i32]>) -> u64) -> MPI_Comm {
     let inter = crate::face::api::is_inter(real);
     let world_ranks = world_ranks_of_comm(real, false);
     let remote = inter.then(|| world_ranks_of_comm(real, true));
@@ -155,9 +148,7 @@ pub fn register_comm(
 }
 
 fn parent_info(parent: MPI_Comm) -> (u64, MPI_Errhandler) {
-    conv::comm_index(parent)
-        .and_then(|i| OBJ.comms.with(i, |c| (c.recipe.gid, conv::errhandler_abi(c.errhandler))))
-        .unwrap_or((0, MPI_ERRORS_ARE_FATAL))
+    conv::comm_index(parent).and_then(|i| OBJ.comms.with(i, |c| (c.recipe.gid, conv::errhandler_abi(c.errhandler)))).unwrap_or((0, MPI_ERRORS_ARE_FATAL))
 }
 
 /// Registers the communicator `real` (or hands out MPI_COMM_NULL) made by `name`, a collective
@@ -230,7 +221,12 @@ fn intercomm_gid(tag: u64, local: &[i32], remote: Option<&[i32]>) -> u64 {
 }
 
 pub unsafe fn MPI_Intercomm_create(
-    local_comm: MPI_Comm, local_leader: c_int, peer_comm: MPI_Comm, remote_leader: c_int, tag: c_int, newintercomm: *mut MPI_Comm,
+    local_comm: MPI_Comm,
+    local_leader: c_int,
+    peer_comm: MPI_Comm,
+    remote_leader: c_int,
+    tag: c_int,
+    newintercomm: *mut MPI_Comm,
 ) -> c_int {
     let (g, _) = begin_collective(local_comm);
     call::run_in(g, "MPI_Intercomm_create", On::Comm(local_comm), || {
@@ -247,8 +243,14 @@ pub unsafe fn MPI_Intercomm_create(
 }
 
 pub unsafe fn MPI_Intercomm_create_from_groups(
-    local_group: MPI_Group, local_leader: c_int, remote_group: MPI_Group, remote_leader: c_int, stringtag: *const c_char,
-    info: MPI_Info, errhandler: MPI_Errhandler, newintercomm: *mut MPI_Comm,
+    local_group: MPI_Group,
+    local_leader: c_int,
+    remote_group: MPI_Group,
+    remote_leader: c_int,
+    stringtag: *const c_char,
+    info: MPI_Info,
+    errhandler: MPI_Errhandler,
+    newintercomm: *mut MPI_Comm,
 ) -> c_int {
     call::run("MPI_Intercomm_create_from_groups", On::Default, || {
         // SAFETY: `stringtag` is the caller's NUL-terminated string (this function's safety contract).
@@ -304,7 +306,11 @@ pub unsafe fn MPI_Comm_create_group(comm: MPI_Comm, group: MPI_Group, tag: c_int
 }
 
 pub unsafe fn MPI_Comm_create_from_group(
-    group: MPI_Group, stringtag: *const c_char, info: MPI_Info, errhandler: MPI_Errhandler, newcomm: *mut MPI_Comm,
+    group: MPI_Group,
+    stringtag: *const c_char,
+    info: MPI_Info,
+    errhandler: MPI_Errhandler,
+    newcomm: *mut MPI_Comm,
 ) -> c_int {
     call::run("MPI_Comm_create_from_group", On::Default, || {
         // SAFETY: `stringtag` is the caller's NUL-terminated string (this function's safety contract).

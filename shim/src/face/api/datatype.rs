@@ -2,14 +2,14 @@
 //! embedded, since the program may free those), so the type can be built again on a fresh
 //! library with the large-count constructors.
 
-use crate::lower::handles::RealDatatype;
+use crate::core::gate;
+use crate::core::kinds::datatype as kind;
+use crate::core::state::OBJ;
 use crate::face::abi::*;
 use crate::face::api::put;
 use crate::face::call::{self, On, ToReal};
-use crate::core::kinds::datatype as kind;
-use crate::core::state::OBJ;
 use crate::face::{conv, errors};
-use crate::core::gate;
+use crate::lower::handles::RealDatatype;
 use mpicr_virtid::{TypeRecipe, TypeRef};
 use std::os::raw::c_int;
 
@@ -151,7 +151,12 @@ fn wrap_contents(of: MPI_Datatype, out: &mut [MPI_Datatype]) {
 }
 
 pub unsafe fn MPI_Type_get_contents(
-    datatype: MPI_Datatype, max_integers: c_int, max_addresses: c_int, max_datatypes: c_int, ints: *mut c_int, addrs: *mut MPI_Aint,
+    datatype: MPI_Datatype,
+    max_integers: c_int,
+    max_addresses: c_int,
+    max_datatypes: c_int,
+    ints: *mut c_int,
+    addrs: *mut MPI_Aint,
     types: *mut MPI_Datatype,
 ) -> c_int {
     let g = gate::enter();
@@ -162,12 +167,23 @@ pub unsafe fn MPI_Type_get_contents(
         wrap_contents(datatype, unsafe { std::slice::from_raw_parts_mut(types, max_datatypes as usize) });
     }
     drop(g);
-    if rc != MPI_SUCCESS { errors::raise_default(rc, "MPI_Type_get_contents") } else { rc }
+    if rc != MPI_SUCCESS {
+        errors::raise_default(rc, "MPI_Type_get_contents")
+    } else {
+        rc
+    }
 }
 
 pub unsafe fn MPI_Type_get_contents_c(
-    datatype: MPI_Datatype, max_integers: MPI_Count, max_addresses: MPI_Count, max_large_counts: MPI_Count, max_datatypes: MPI_Count,
-    ints: *mut c_int, addrs: *mut MPI_Aint, counts: *mut MPI_Count, types: *mut MPI_Datatype,
+    datatype: MPI_Datatype,
+    max_integers: MPI_Count,
+    max_addresses: MPI_Count,
+    max_large_counts: MPI_Count,
+    max_datatypes: MPI_Count,
+    ints: *mut c_int,
+    addrs: *mut MPI_Aint,
+    counts: *mut MPI_Count,
+    types: *mut MPI_Datatype,
 ) -> c_int {
     let g = gate::enter();
     let rc = real!(MPI_Type_get_contents_c(conv::datatype(datatype), max_integers, max_addresses, max_large_counts, max_datatypes, ints, addrs, counts, types));
@@ -177,5 +193,9 @@ pub unsafe fn MPI_Type_get_contents_c(
         wrap_contents(datatype, unsafe { std::slice::from_raw_parts_mut(types, max_datatypes as usize) });
     }
     drop(g);
-    if rc != MPI_SUCCESS { errors::raise_default(rc, "MPI_Type_get_contents_c") } else { rc }
+    if rc != MPI_SUCCESS {
+        errors::raise_default(rc, "MPI_Type_get_contents_c")
+    } else {
+        rc
+    }
 }

@@ -2,12 +2,12 @@
 //! the program runs unchanged, but they reach processes outside the job and cannot be rebuilt
 //! after a restore; a checkpoint while one is live is refused with a clear error.
 
+use crate::core::gate;
+use crate::core::state::OBJ;
 use crate::face::abi::*;
 use crate::face::api::comm::register_comm;
 use crate::face::api::put;
-use crate::core::state::OBJ;
 use crate::face::{conv, errors};
-use crate::core::gate;
 use parking_lot::Mutex;
 use std::os::raw::{c_char, c_int};
 
@@ -23,8 +23,14 @@ fn wrap(real: c_int, name: &str) -> MPI_Comm {
 }
 
 pub unsafe fn MPI_Comm_spawn(
-    command: *const c_char, argv: *mut *mut c_char, maxprocs: c_int, info: MPI_Info, root: c_int, comm: MPI_Comm,
-    intercomm: *mut MPI_Comm, errcodes: *mut c_int,
+    command: *const c_char,
+    argv: *mut *mut c_char,
+    maxprocs: c_int,
+    info: MPI_Info,
+    root: c_int,
+    comm: MPI_Comm,
+    intercomm: *mut MPI_Comm,
+    errcodes: *mut c_int,
 ) -> c_int {
     let g = gate::enter();
     let mut r = MPI_COMM_NULL;
@@ -40,8 +46,15 @@ pub unsafe fn MPI_Comm_spawn(
 }
 
 pub unsafe fn MPI_Comm_spawn_multiple(
-    count: c_int, commands: *mut *mut c_char, argvs: *mut *mut *mut c_char, maxprocs: *const c_int, infos: *const MPI_Info,
-    root: c_int, comm: MPI_Comm, intercomm: *mut MPI_Comm, errcodes: *mut c_int,
+    count: c_int,
+    commands: *mut *mut c_char,
+    argvs: *mut *mut *mut c_char,
+    maxprocs: *const c_int,
+    infos: *const MPI_Info,
+    root: c_int,
+    comm: MPI_Comm,
+    intercomm: *mut MPI_Comm,
+    errcodes: *mut c_int,
 ) -> c_int {
     let g = gate::enter();
     // SAFETY: `infos` is null or the program's array of `count` info handles (MPI's contract of this call);

@@ -1,12 +1,12 @@
 //! Error handlers live in the shim: real objects always use MPI_ERRORS_RETURN and `errors`
 //! applies the program's handler (see errors.rs).
 
-use crate::face::abi::*;
-use crate::face::api::put;
-use crate::core::state::OBJ;
-use crate::face::{conv, errors};
 use crate::core::gate;
 use crate::core::kinds::{self, errhandler, win};
+use crate::core::state::OBJ;
+use crate::face::abi::*;
+use crate::face::api::put;
+use crate::face::{conv, errors};
 use mpicr_virtid::{ErrhandlerRecipe, VErrhandler, VFile};
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -77,12 +77,14 @@ fn comm_errhandler(comm: MPI_Comm, set: Option<MPI_Errhandler>, name: &str) -> R
         }
     }
     let idx = conv::comm_index(comm).filter(|&i| OBJ.comms.real(i).is_some());
-    match idx.and_then(|i| OBJ.comms.with(i, |c| {
-        if let Some(eh) = set {
-            c.errhandler = conv::verrhandler(eh);
-        }
-        conv::errhandler_abi(c.errhandler)
-    })) {
+    match idx.and_then(|i| {
+        OBJ.comms.with(i, |c| {
+            if let Some(eh) = set {
+                c.errhandler = conv::verrhandler(eh);
+            }
+            conv::errhandler_abi(c.errhandler)
+        })
+    }) {
         Some(eh) => Ok(eh),
         None => {
             let _g = gate::enter();

@@ -70,7 +70,11 @@ pub fn refuse(fh: MPI_File) -> Result<(), c_int> {
 
 /// `MPI_File_get_byte_offset`: ROMIO checks the offset first.
 pub fn refuse_at(fh: MPI_File, offset: MPI_Offset) -> Result<(), c_int> {
-    if offset < 0 { Ok(()) } else { refuse(fh) }
+    if offset < 0 {
+        Ok(())
+    } else {
+        refuse(fh)
+    }
 }
 
 /// How a data access call of ROMIO treats a zero-byte access on a sequential file.
@@ -87,7 +91,15 @@ pub enum Zero {
 /// `write` or not: refused on a sequential file unless ROMIO would fail earlier (offset,
 /// count, datatype, a size not a multiple of the etype's, the access mode) or succeed at once
 /// (a zero-byte access, where `zero` says so); those cases go to the library.
-pub fn data(fh: MPI_File, real: MPI_File, offset: Option<MPI_Offset>, count: impl Into<i64>, datatype: MPI_Datatype, write: bool, zero: Zero) -> Result<(), c_int> {
+pub fn data(
+    fh: MPI_File,
+    real: MPI_File,
+    offset: Option<MPI_Offset>,
+    count: impl Into<i64>,
+    datatype: MPI_Datatype,
+    write: bool,
+    zero: Zero,
+) -> Result<(), c_int> {
     let Some(amode) = program_amode(fh) else { return Ok(()) };
     let count: i64 = count.into();
     if !romio() || offset.is_some_and(|o| o < 0) || count < 0 {

@@ -1,10 +1,10 @@
 //! Groups: every group is recorded as the world ranks it contains, in order.
 
-use crate::lower::handles::RealGroup;
-use crate::face::abi::*;
 use crate::core::kinds::group;
+use crate::face::abi::*;
 use crate::face::call::{self, On, ToReal};
 use crate::face::{conv, errors};
+use crate::lower::handles::RealGroup;
 use std::os::raw::c_int;
 
 /// Registers a real group under a virtual handle (predefined and null groups pass through).

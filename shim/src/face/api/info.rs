@@ -1,11 +1,11 @@
 //! Info objects: real objects underneath; their keys and values are read back at checkpoint
 //! time to rebuild them.
 
-use crate::lower::handles::RealInfo;
-use crate::face::abi::*;
 use crate::core::state::OBJ;
+use crate::face::abi::*;
 use crate::face::call::{self, On, ToReal};
 use crate::face::{conv, errors};
+use crate::lower::handles::RealInfo;
 use mpicr_virtid::{InfoRecipe, Kind};
 use std::os::raw::c_int;
 

@@ -1,14 +1,14 @@
 //! Start and end of MPI: the lower half is initialised with at least MPI_THREAD_SERIALIZED so
 //! the agent thread may drive it while the program's threads wait at the gate.
 
-use crate::face::abi::*;
+use crate::core::gate;
 use crate::core::renew::{FINALIZED, INITIALIZED, STAGE};
+use crate::face::abi::*;
 use crate::face::api::comm::register_world_and_self;
 use crate::face::conv;
-use crate::core::gate;
 
-use std::os::raw::{c_char, c_int};
 use crate::core::state::OBJ;
+use std::os::raw::{c_char, c_int};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 /// The thread level the program was told it got.

@@ -1,13 +1,13 @@
 //! Memory, buffers, user error classes, data representations and the ABI's data symbols.
 
-use crate::face::abi::*;
-use crate::face::call::{self, On};
-use crate::face::api::put;
-use crate::face::{conv, errors};
 use crate::core::bsend::{self, Pool};
 use crate::core::gate;
-use crate::lower;
 use crate::core::kinds::library::{add_datarep, add_user_error, remove_user_error, set_attached_buffer, Datarep, Removed, UserError};
+use crate::face::abi::*;
+use crate::face::api::put;
+use crate::face::call::{self, On};
+use crate::face::{conv, errors};
+use crate::lower;
 use std::os::raw::{c_char, c_int, c_void};
 
 /// Memory from MPI_Alloc_mem comes from the program's own allocator, so it stays valid across
@@ -219,7 +219,11 @@ pub static mut MPI_T_PVAR_ALL_HANDLES: *mut c_void = &raw mut PVAR_ALL_HANDLES_D
 /// library's.
 fn pvar_handle(h: *mut c_void) -> *mut c_void {
     // SAFETY: reading our own static's value.
-    if h == unsafe { MPI_T_PVAR_ALL_HANDLES } { lower::real_sentinel("MPI_T_PVAR_ALL_HANDLES").cast() } else { h }
+    if h == unsafe { MPI_T_PVAR_ALL_HANDLES } {
+        lower::real_sentinel("MPI_T_PVAR_ALL_HANDLES").cast()
+    } else {
+        h
+    }
 }
 
 macro_rules! pvar_call {
@@ -301,7 +305,9 @@ pub unsafe fn MPI_Session_iflush_buffer(session: MPI_Session, request: *mut MPI_
 
 /// Returns a predefined pair type (MPI 4.1), named as the program names it.
 pub unsafe fn MPI_Type_get_value_index(value_type: MPI_Datatype, index_type: MPI_Datatype, pair_type: *mut MPI_Datatype) -> c_int {
-    if let Err(rc) = call::try_run("MPI_Type_get_value_index", On::Default, || call::ok(real!(MPI_Type_get_value_index(conv::datatype(value_type), conv::datatype(index_type), pair_type)))) {
+    if let Err(rc) = call::try_run("MPI_Type_get_value_index", On::Default, || {
+        call::ok(real!(MPI_Type_get_value_index(conv::datatype(value_type), conv::datatype(index_type), pair_type)))
+    }) {
         return rc;
     }
     if !pair_type.is_null() {

@@ -1,16 +1,15 @@
 //! User-defined reductions: MPI_Op_create/free and the queries. The trampolines and their slots
 //! live with the op kind (`core::kinds::op`).
 
-use crate::lower::handles::RealOp;
+use crate::core::gate;
+use crate::core::kinds::op::{claim_slot, create_real, release_slot, OpEntry, SLOTS};
 use crate::face::abi::*;
 use crate::face::api::put;
-use crate::core::kinds::op::{claim_slot, create_real, release_slot, OpEntry, SLOTS};
 use crate::face::call::{self, On, ToReal};
 use crate::face::{conv, errors};
-use crate::core::gate;
+use crate::lower::handles::RealOp;
 use mpicr_virtid::OpRecipe;
 use std::os::raw::{c_int, c_void};
-
 
 unsafe fn create(function: *mut c_void, commute: c_int, op: *mut MPI_Op, large: bool, name: &str) -> c_int {
     crate::core::kinds::op::set_program_datatype(conv::datatype_abi);

@@ -2,19 +2,19 @@
 //! flight), every receive first looks at the drained-message buffer, and blocking calls are a
 //! nonblocking call plus a gated wait, so a rank blocked in MPI_Recv can be checkpointed.
 
-use crate::lower::handles::RealMessage;
-use crate::face::abi::*;
-use crate::face::api::request::{register_done, register_request, wait_internal};
-use crate::face::api::{library_status_in, put, put_library_status, put_status};
+use crate::core::bsend::{self, Pool};
 use crate::core::kinds::comm::{comm_gid, count_recv, count_send};
 use crate::core::kinds::message::{self, MessageEntry, CLAIMED};
 use crate::core::kinds::part;
 use crate::core::kinds::request::{complete_at_once, complete_blocking, take_drained_into, unpack};
 use crate::core::state::OBJ;
-use crate::face::{conv, errors};
-use crate::core::bsend::{self, Pool};
 use crate::core::{drained, gate};
+use crate::face::abi::*;
+use crate::face::api::request::{register_done, register_request, wait_internal};
+use crate::face::api::{library_status_in, put, put_library_status, put_status};
+use crate::face::{conv, errors};
 use crate::lower;
+use crate::lower::handles::RealMessage;
 use mpicr_virtid::{P2pArgs, RequestRecipe, SendMode, TypeRef, VDatatype, VMessage};
 use std::os::raw::{c_int, c_void};
 
@@ -83,7 +83,14 @@ impl Posted {
 /// buffer reaches the library through `real_call`, which its caller builds.
 #[allow(clippy::too_many_arguments)]
 fn post_send(
-    mode: SendMode, buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, blocking: Blocking,
+    mode: SendMode,
+    buf: *const c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    blocking: Blocking,
     real_call: impl FnOnce(c_int, c_int, &mut c_int) -> c_int,
 ) -> Result<Posted, c_int> {
     let (c, d) = (conv::comm_checked(comm)?, conv::datatype(dt));
@@ -108,7 +115,13 @@ fn post_send(
 /// at once (and `real_call` hands it to the library).
 #[allow(clippy::too_many_arguments)]
 unsafe fn post_recv(
-    buf: *mut c_void, count: i64, dt: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, blocking: Blocking,
+    buf: *mut c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    blocking: Blocking,
     real_call: impl FnOnce(c_int, c_int, &mut c_int) -> c_int,
 ) -> Result<Posted, c_int> {
     let a = args(buf, count, dt, source, tag, comm);
@@ -139,7 +152,12 @@ unsafe fn post_recv(
 macro_rules! isend {
     ($name:ident, $real:ident, $count:ty, $mode:ident) => {
         pub unsafe fn $name(
-            buf: *const c_void, count: $count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm,
+            buf: *const c_void,
+            count: $count,
+            datatype: MPI_Datatype,
+            dest: c_int,
+            tag: c_int,
+            comm: MPI_Comm,
             request: *mut MPI_Request,
         ) -> c_int {
             let g = gate::enter();
@@ -172,8 +190,9 @@ macro_rules! send {
                 return errors::raise_comm(comm, crate::lower::ulfm::MPIX_ERR_REVOKED, stringify!($name));
             }
             // `buf` is the caller's send buffer, valid for the whole call, which waits for the send.
-            let r =
-                post_send(SendMode::$mode, buf, count as i64, datatype, dest, tag, comm, Blocking::Until, |c, d, r| real!($real(buf, count, d, dest, tag, c, r)));
+            let r = post_send(SendMode::$mode, buf, count as i64, datatype, dest, tag, comm, Blocking::Until, |c, d, r| {
+                real!($real(buf, count, d, dest, tag, c, r))
+            });
             drop(g);
             let rc = match r {
                 // SAFETY: MPI_STATUS_IGNORE is a status argument `finish_blocking` accepts.
@@ -217,7 +236,12 @@ unsafe fn bsend(buf: *const c_void, count: i64, datatype: MPI_Datatype, dest: c_
 macro_rules! bsend {
     ($ibsend:ident, $bsend:ident, $count:ty) => {
         pub unsafe fn $ibsend(
-            buf: *const c_void, count: $count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm,
+            buf: *const c_void,
+            count: $count,
+            datatype: MPI_Datatype,
+            dest: c_int,
+            tag: c_int,
+            comm: MPI_Comm,
             request: *mut MPI_Request,
         ) -> c_int {
             // SAFETY: `buf` is the caller's send buffer (MPI's contract of this call).
@@ -257,13 +281,19 @@ send!(MPI_Rsend_c, MPI_Irsend_c, MPI_Count, Ready);
 macro_rules! recv {
     ($iname:ident, $name:ident, $real:ident, $count:ty) => {
         pub unsafe fn $iname(
-            buf: *mut c_void, count: $count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm,
+            buf: *mut c_void,
+            count: $count,
+            datatype: MPI_Datatype,
+            source: c_int,
+            tag: c_int,
+            comm: MPI_Comm,
             request: *mut MPI_Request,
         ) -> c_int {
             let g = gate::enter();
             // SAFETY: `buf` is the caller's receive buffer, writable for `count` `datatype`s until
             // the request completes (MPI's contract of this call).
-            let r = unsafe { post_recv(buf, count as i64, datatype, source, tag, comm, Blocking::No, |c, d, r| real!($real(buf, count, d, source, tag, c, r))) };
+            let r =
+                unsafe { post_recv(buf, count as i64, datatype, source, tag, comm, Blocking::No, |c, d, r| real!($real(buf, count, d, source, tag, c, r))) };
             drop(g);
             match r.map(Posted::request) {
                 Ok(v) => {
@@ -276,13 +306,19 @@ macro_rules! recv {
         }
 
         pub unsafe fn $name(
-            buf: *mut c_void, count: $count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm,
+            buf: *mut c_void,
+            count: $count,
+            datatype: MPI_Datatype,
+            source: c_int,
+            tag: c_int,
+            comm: MPI_Comm,
             status: *mut MPI_Status,
         ) -> c_int {
             let g = gate::enter();
             // SAFETY: `buf` is the caller's receive buffer, writable for `count` `datatype`s for
             // the whole call, which waits for the message.
-            let r = unsafe { post_recv(buf, count as i64, datatype, source, tag, comm, Blocking::Until, |c, d, r| real!($real(buf, count, d, source, tag, c, r))) };
+            let r =
+                unsafe { post_recv(buf, count as i64, datatype, source, tag, comm, Blocking::Until, |c, d, r| real!($real(buf, count, d, source, tag, c, r))) };
             drop(g);
             let rc = match r {
                 // SAFETY: `status` is the caller's: MPI_STATUS_IGNORE or writable.
@@ -303,15 +339,26 @@ recv!(MPI_Irecv_c, MPI_Recv_c, MPI_Irecv_c, MPI_Count);
 macro_rules! sendrecv {
     ($name:ident, $isend:ident, $irecv:ident, $count:ty) => {
         pub unsafe fn $name(
-            sendbuf: *const c_void, sendcount: $count, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int,
-            recvbuf: *mut c_void, recvcount: $count, recvtype: MPI_Datatype, source: c_int, recvtag: c_int,
-            comm: MPI_Comm, status: *mut MPI_Status,
+            sendbuf: *const c_void,
+            sendcount: $count,
+            sendtype: MPI_Datatype,
+            dest: c_int,
+            sendtag: c_int,
+            recvbuf: *mut c_void,
+            recvcount: $count,
+            recvtype: MPI_Datatype,
+            source: c_int,
+            recvtag: c_int,
+            comm: MPI_Comm,
+            status: *mut MPI_Status,
         ) -> c_int {
             let g = gate::enter();
             // SAFETY: `recvbuf` is writable for `recvcount` `recvtype`s for the whole call, which
             // waits for both halves (MPI's contract of this call).
             let rr = unsafe {
-                post_recv(recvbuf, recvcount as i64, recvtype, source, recvtag, comm, Blocking::Once, |c, d, r| real!($irecv(recvbuf, recvcount, d, source, recvtag, c, r)))
+                post_recv(recvbuf, recvcount as i64, recvtype, source, recvtag, comm, Blocking::Once, |c, d, r| {
+                    real!($irecv(recvbuf, recvcount, d, source, recvtag, c, r))
+                })
             };
             let sr = match rr {
                 // `sendbuf` stays valid for the whole call likewise.
@@ -328,7 +375,11 @@ macro_rules! sendrecv {
                     let rs = unsafe { s.finish_blocking(MPI_STATUS_IGNORE) };
                     // SAFETY: as above.
                     let rr = unsafe { r.finish_blocking(status) };
-                    if rs != MPI_SUCCESS { rs } else { rr }
+                    if rs != MPI_SUCCESS {
+                        rs
+                    } else {
+                        rr
+                    }
                 }
                 (Err(rc), _) | (_, Err(rc)) => rc,
             };
@@ -368,8 +419,15 @@ fn pack(buf: *const c_void, count: i64, dt: MPI_Datatype, comm: MPI_Comm) -> Res
 macro_rules! sendrecv_replace {
     ($name:ident, $count:ty) => {
         pub unsafe fn $name(
-            buf: *mut c_void, count: $count, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int,
-            comm: MPI_Comm, status: *mut MPI_Status,
+            buf: *mut c_void,
+            count: $count,
+            datatype: MPI_Datatype,
+            dest: c_int,
+            sendtag: c_int,
+            source: c_int,
+            recvtag: c_int,
+            comm: MPI_Comm,
+            status: *mut MPI_Status,
         ) -> c_int {
             let g = gate::enter();
             let packed = pack(buf, count as i64, datatype, comm);
@@ -416,9 +474,18 @@ unsafe fn post_exchange(name: &str, comm: MPI_Comm, dest: c_int, request: *mut M
 macro_rules! isendrecv {
     ($name:ident, $count:ty) => {
         pub unsafe fn $name(
-            sendbuf: *const c_void, sendcount: $count, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int,
-            recvbuf: *mut c_void, recvcount: $count, recvtype: MPI_Datatype, source: c_int, recvtag: c_int,
-            comm: MPI_Comm, request: *mut MPI_Request,
+            sendbuf: *const c_void,
+            sendcount: $count,
+            sendtype: MPI_Datatype,
+            dest: c_int,
+            sendtag: c_int,
+            recvbuf: *mut c_void,
+            recvcount: $count,
+            recvtype: MPI_Datatype,
+            source: c_int,
+            recvtag: c_int,
+            comm: MPI_Comm,
+            request: *mut MPI_Request,
         ) -> c_int {
             let (st, rt) = (conv::datatype(sendtype), conv::datatype(recvtype));
             // SAFETY: `request` is the caller's out-pointer; the buffers go to the library as the
@@ -438,14 +505,19 @@ isendrecv!(MPI_Isendrecv_c, MPI_Count);
 macro_rules! isendrecv_replace {
     ($name:ident, $count:ty) => {
         pub unsafe fn $name(
-            buf: *mut c_void, count: $count, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int,
-            comm: MPI_Comm, request: *mut MPI_Request,
+            buf: *mut c_void,
+            count: $count,
+            datatype: MPI_Datatype,
+            dest: c_int,
+            sendtag: c_int,
+            source: c_int,
+            recvtag: c_int,
+            comm: MPI_Comm,
+            request: *mut MPI_Request,
         ) -> c_int {
             let d = conv::datatype(datatype);
             // SAFETY: as for MPI_Isendrecv: `request` is writable, `buf` valid until completion.
-            unsafe {
-                post_exchange(stringify!($name), comm, dest, request, |c, r| real!($name(buf, count, d, dest, sendtag, source, recvtag, c, r)))
-            }
+            unsafe { post_exchange(stringify!($name), comm, dest, request, |c, r| real!($name(buf, count, d, dest, sendtag, source, recvtag, c, r))) }
         }
     };
 }
@@ -583,7 +655,10 @@ pub unsafe fn MPI_Mprobe(source: c_int, tag: c_int, comm: MPI_Comm, message: *mu
 /// `message` must be readable and writable, and `buf` writable for `count` elements of `dt`
 /// (a drained message is copied into it at once).
 unsafe fn mrecv_start(
-    buf: *mut c_void, count: i64, dt: MPI_Datatype, message: *mut MPI_Message,
+    buf: *mut c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    message: *mut MPI_Message,
     real_call: impl FnOnce(c_int, &mut c_int, &mut c_int) -> c_int,
 ) -> Result<MPI_Request, (MPI_Comm, c_int)> {
     // SAFETY: this function's contract: `message` is readable and writable.
@@ -667,7 +742,12 @@ mrecv!(MPI_Imrecv_c, MPI_Mrecv_c, MPI_Imrecv_c, MPI_Count);
 macro_rules! send_init {
     ($name:ident, $count:ty, $mode:ident) => {
         pub unsafe fn $name(
-            buf: *const c_void, count: $count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm,
+            buf: *const c_void,
+            count: $count,
+            datatype: MPI_Datatype,
+            dest: c_int,
+            tag: c_int,
+            comm: MPI_Comm,
             request: *mut MPI_Request,
         ) -> c_int {
             let g = gate::enter();
@@ -675,11 +755,7 @@ macro_rules! send_init {
             let mut r = MPI_REQUEST_NULL;
             let rc = real!($name(buf, count, d, dest, tag, c, &mut r));
             if rc == MPI_SUCCESS {
-                let recipe = RequestRecipe::PersistentSend {
-                    mode: SendMode::$mode,
-                    args: args(buf, count as i64, datatype, dest, tag, comm),
-                    active: false,
-                };
+                let recipe = RequestRecipe::PersistentSend { mode: SendMode::$mode, args: args(buf, count as i64, datatype, dest, tag, comm), active: false };
                 // SAFETY: `request` is the caller's out-pointer, valid for a write.
                 unsafe { put(request, register_request(r, recipe, comm, false)) };
             }
@@ -704,7 +780,12 @@ send_init!(MPI_Rsend_init_c, MPI_Count, Ready);
 macro_rules! recv_init {
     ($name:ident, $count:ty) => {
         pub unsafe fn $name(
-            buf: *mut c_void, count: $count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm,
+            buf: *mut c_void,
+            count: $count,
+            datatype: MPI_Datatype,
+            source: c_int,
+            tag: c_int,
+            comm: MPI_Comm,
             request: *mut MPI_Request,
         ) -> c_int {
             let g = gate::enter();
@@ -734,7 +815,12 @@ recv_init!(MPI_Recv_init_c, MPI_Count);
 /// # Safety
 /// `request` must be valid for a write.
 unsafe fn partitioned_init(
-    name: &str, send: bool, a: &P2pArgs, partitions: c_int, info: MPI_Info, request: *mut MPI_Request,
+    name: &str,
+    send: bool,
+    a: &P2pArgs,
+    partitions: c_int,
+    info: MPI_Info,
+    request: *mut MPI_Request,
     call: impl FnOnce(c_int, c_int, &mut c_int) -> c_int,
 ) -> c_int {
     let g = gate::enter();
@@ -762,23 +848,35 @@ fn dtype_of(a: &P2pArgs) -> VDatatype {
 }
 
 pub unsafe fn MPI_Psend_init(
-    buf: *const c_void, partitions: c_int, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm,
-    info: MPI_Info, request: *mut MPI_Request,
+    buf: *const c_void,
+    partitions: c_int,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    info: MPI_Info,
+    request: *mut MPI_Request,
 ) -> c_int {
     let a = args(buf, count, datatype, dest, tag, comm);
     let i = conv::info(info);
     // SAFETY: `request` is the caller's out-pointer; `buf` goes to the library as the caller passed
     // it.
     unsafe {
-        partitioned_init("MPI_Psend_init", true, &a, partitions, info, request, |c, d, r| {
-            real!(MPI_Psend_init(buf, partitions, count, d, dest, tag, c, i, r))
-        })
+        partitioned_init("MPI_Psend_init", true, &a, partitions, info, request, |c, d, r| real!(MPI_Psend_init(buf, partitions, count, d, dest, tag, c, i, r)))
     }
 }
 
 pub unsafe fn MPI_Precv_init(
-    buf: *mut c_void, partitions: c_int, count: MPI_Count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm,
-    info: MPI_Info, request: *mut MPI_Request,
+    buf: *mut c_void,
+    partitions: c_int,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    source: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    info: MPI_Info,
+    request: *mut MPI_Request,
 ) -> c_int {
     let a = args(buf, count, datatype, source, tag, comm);
     let i = conv::info(info);
@@ -802,7 +900,11 @@ fn on_request(name: &str, request: MPI_Request, ready: impl Iterator<Item = c_in
         }
     }
     drop(g);
-    if rc != MPI_SUCCESS { errors::raise_default(rc, name) } else { rc }
+    if rc != MPI_SUCCESS {
+        errors::raise_default(rc, name)
+    } else {
+        rc
+    }
 }
 
 pub unsafe fn MPI_Pready(partition: c_int, request: MPI_Request) -> c_int {
@@ -832,7 +934,8 @@ pub unsafe fn MPI_Parrived(request: MPI_Request, partition: c_int, flag: *mut c_
         unsafe { put(flag, 1) };
         return MPI_SUCCESS;
     }
-    let active = conv::vrequest(request).index()
+    let active = conv::vrequest(request)
+        .index()
         .and_then(|i| OBJ.requests.with(i, |e| matches!(e.recipe, RequestRecipe::Partitioned { active: true, init: ref i, .. } if !i.send)))
         .unwrap_or(false);
     on_request("MPI_Parrived", request, std::iter::empty(), |r| {

@@ -3,15 +3,15 @@
 //! A completion updates the drain accounting (receives count their source) and frees the
 //! virtual handle, or deactivates it for persistent requests.
 
-use crate::lower::handles::RealRequest;
-use crate::face::abi::*;
-use crate::face::api::{begin_collective, begin_counted, put_status, put_status_error};
-use crate::core::kinds::part;
+use crate::core::gate;
 use crate::core::kinds::comm::count_send;
+use crate::core::kinds::part;
 use crate::core::kinds::request::{self, file_io_started, is_file_io, poll, take_drained_into, RequestEntry};
 use crate::core::state::OBJ;
+use crate::face::abi::*;
+use crate::face::api::{begin_collective, begin_counted, put_status, put_status_error};
 use crate::face::{conv, errors};
-use crate::core::gate;
+use crate::lower::handles::RealRequest;
 use mpicr_virtid::{CollArg, CollInit, RequestRecipe};
 use smallvec::{smallvec, SmallVec};
 use std::os::raw::c_int;
@@ -62,9 +62,9 @@ fn finish(v: MPI_Request, idx: u32) -> MPI_Request {
     let persistent = OBJ.requests.with(idx, |e| {
         e.done = None;
         match &mut e.recipe {
-            RequestRecipe::PersistentSend { active, .. }
-            | RequestRecipe::PersistentRecv { active, .. }
-            | RequestRecipe::Collective { active, .. } => *active = false,
+            RequestRecipe::PersistentSend { active, .. } | RequestRecipe::PersistentRecv { active, .. } | RequestRecipe::Collective { active, .. } => {
+                *active = false
+            }
             RequestRecipe::Partitioned { active, ready, .. } => {
                 *active = false;
                 ready.clear();
@@ -85,7 +85,11 @@ fn finish(v: MPI_Request, idx: u32) -> MPI_Request {
 
 /// A request value that is not live: freed virtual handles become `conv::STALE`.
 fn stale_or_raw(v: MPI_Request) -> MPI_Request {
-    if conv::vrequest(v).index().is_some() { conv::STALE } else { v }
+    if conv::vrequest(v).index().is_some() {
+        conv::STALE
+    } else {
+        v
+    }
 }
 
 /// Status of an inactive or null request.
@@ -202,7 +206,11 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
     let status_at = |i: usize| -> *mut MPI_Status {
         // SAFETY: `statuses` is a real array with a status per request (this function's contract)
         // and every use of `status_at` passes an index `< n`.
-        if statuses.is_null() || statuses == MPI_STATUSES_IGNORE { MPI_STATUS_IGNORE } else { unsafe { statuses.add(i) } }
+        if statuses.is_null() || statuses == MPI_STATUSES_IGNORE {
+            MPI_STATUS_IGNORE
+        } else {
+            unsafe { statuses.add(i) }
+        }
     };
     // Inline storage: the common calls (MPI_Test, MPI_Wait, the blocking calls' waits) pass one
     // request, and a heap allocation per test would be most of their cost.
@@ -758,8 +766,11 @@ unsafe fn start_one(v: MPI_Request) -> c_int {
 }
 
 pub unsafe fn MPI_Grequest_start(
-    query_fn: *mut std::os::raw::c_void, free_fn: *mut std::os::raw::c_void, cancel_fn: *mut std::os::raw::c_void,
-    extra_state: *mut std::os::raw::c_void, request: *mut MPI_Request,
+    query_fn: *mut std::os::raw::c_void,
+    free_fn: *mut std::os::raw::c_void,
+    cancel_fn: *mut std::os::raw::c_void,
+    extra_state: *mut std::os::raw::c_void,
+    request: *mut MPI_Request,
 ) -> c_int {
     let g = gate::enter();
     let mut r = MPI_REQUEST_NULL;
@@ -769,12 +780,8 @@ pub unsafe fn MPI_Grequest_start(
         drop(g);
         return errors::raise_default(rc, "MPI_Grequest_start");
     }
-    let recipe = RequestRecipe::Generalized {
-        query_fn: query_fn as u64,
-        free_fn: free_fn as u64,
-        cancel_fn: cancel_fn as u64,
-        extra_state: extra_state as u64,
-    };
+    let recipe =
+        RequestRecipe::Generalized { query_fn: query_fn as u64, free_fn: free_fn as u64, cancel_fn: cancel_fn as u64, extra_state: extra_state as u64 };
     let v = register_request(r, recipe, MPI_COMM_WORLD, false);
     drop(g);
     // SAFETY: `request` is the caller's out-pointer, null or valid for a write (MPI's contract of this call).
@@ -820,7 +827,11 @@ unsafe fn const_slice<'a>(p: *const MPI_Request, n: c_int) -> &'a [MPI_Request] 
 fn status_slot(statuses: *mut MPI_Status, i: usize) -> *mut MPI_Status {
     // SAFETY: `statuses` is a real array with a status per request (this function's contract) and
     // `i < n`.
-    if statuses.is_null() || statuses == MPI_STATUSES_IGNORE { MPI_STATUS_IGNORE } else { unsafe { statuses.add(i) } }
+    if statuses.is_null() || statuses == MPI_STATUSES_IGNORE {
+        MPI_STATUS_IGNORE
+    } else {
+        unsafe { statuses.add(i) }
+    }
 }
 
 pub unsafe fn MPI_Request_get_status_all(count: c_int, reqs: *const MPI_Request, flag: *mut c_int, statuses: *mut MPI_Status) -> c_int {
@@ -879,7 +890,11 @@ pub unsafe fn MPI_Request_get_status_any(count: c_int, reqs: *const MPI_Request,
 }
 
 pub unsafe fn MPI_Request_get_status_some(
-    count: c_int, reqs: *const MPI_Request, outcount: *mut c_int, indices: *mut c_int, statuses: *mut MPI_Status,
+    count: c_int,
+    reqs: *const MPI_Request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MPI_Status,
 ) -> c_int {
     // SAFETY: `reqs` is the program's array of `count` requests (MPI's contract of this call); null or `count
     // <= 0` gives an empty slice.

@@ -4,15 +4,15 @@
 //! synchronisation calls record the epochs they open and close; `MPI_Win_allocate` memory is
 //! the shim's own mapping.
 
-use crate::face::abi::*;
-use crate::face::api::put;
-use crate::face::api::coll::begin_collective;
-use crate::face::call::{self, On, ToReal};
-use crate::face::api::request::register_request;
+use crate::core::gate;
 use crate::core::kinds::win::{self, Flavor, Segment, WinEntry};
 use crate::core::state::OBJ;
+use crate::face::abi::*;
+use crate::face::api::coll::begin_collective;
+use crate::face::api::put;
+use crate::face::api::request::register_request;
+use crate::face::call::{self, On, ToReal};
 use crate::face::{conv, errors};
-use crate::core::gate;
 use mpicr_virtid::RequestRecipe;
 use std::os::raw::{c_int, c_void};
 
@@ -22,8 +22,15 @@ use std::os::raw::{c_int, c_void};
 /// `win_allocate`), and registers it. `size` and `disp_unit` are the program's.
 #[allow(clippy::too_many_arguments)]
 unsafe fn create_win(
-    name: &'static str, comm: MPI_Comm, info: MPI_Info, flavor: Flavor, size: MPI_Aint, disp_unit: MPI_Aint, baseptr: *mut c_void,
-    win: *mut MPI_Win, make: impl FnOnce(MPI_Comm, MPI_Info, &mut MPI_Win) -> Result<(usize, bool), c_int>,
+    name: &'static str,
+    comm: MPI_Comm,
+    info: MPI_Info,
+    flavor: Flavor,
+    size: MPI_Aint,
+    disp_unit: MPI_Aint,
+    baseptr: *mut c_void,
+    win: *mut MPI_Win,
+    make: impl FnOnce(MPI_Comm, MPI_Info, &mut MPI_Win) -> Result<(usize, bool), c_int>,
 ) -> c_int {
     let (g, seq) = begin_collective(comm);
     call::run_in(g, name, On::Comm(comm), || {
@@ -173,20 +180,32 @@ pub unsafe fn MPI_Win_attach(win: MPI_Win, base: *mut c_void, size: MPI_Aint) ->
 }
 
 pub unsafe fn MPI_Win_detach(win: MPI_Win, base: *const c_void) -> c_int {
-    on_win("MPI_Win_detach", win, gate::enter(), |w| real!(MPI_Win_detach(w, base)), |e| {
-        if let Some(k) = e.attached.iter().position(|&(b, _)| b == base as usize) {
-            e.attached.remove(k);
-        }
-    })
+    on_win(
+        "MPI_Win_detach",
+        win,
+        gate::enter(),
+        |w| real!(MPI_Win_detach(w, base)),
+        |e| {
+            if let Some(k) = e.attached.iter().position(|&(b, _)| b == base as usize) {
+                e.attached.remove(k);
+            }
+        },
+    )
 }
 
 pub unsafe fn MPI_Win_set_info(win: MPI_Win, info: MPI_Info) -> c_int {
     let hints = std::cell::Cell::new(Vec::new());
-    on_win("MPI_Win_set_info", win, gate::enter(), |w| {
-        let i = conv::info(info);
-        hints.set(crate::core::kinds::info::entries(i));
-        real!(MPI_Win_set_info(w, i))
-    }, |e| crate::core::kinds::file::merge_hints(&mut e.hints, hints.take()))
+    on_win(
+        "MPI_Win_set_info",
+        win,
+        gate::enter(),
+        |w| {
+            let i = conv::info(info);
+            hints.set(crate::core::kinds::info::entries(i));
+            real!(MPI_Win_set_info(w, i))
+        },
+        |e| crate::core::kinds::file::merge_hints(&mut e.hints, hints.take()),
+    )
 }
 
 /// A fence: collective on the window's group, counted on its communicator like a collective.
@@ -213,11 +232,17 @@ pub unsafe fn MPI_Win_lock(lock_type: c_int, rank: c_int, assert: c_int, win: MP
 }
 
 pub unsafe fn MPI_Win_unlock(rank: c_int, win: MPI_Win) -> c_int {
-    on_win("MPI_Win_unlock", win, gate::enter(), |w| real!(MPI_Win_unlock(rank, w)), |e| {
-        if let Some(k) = e.epoch.locks.iter().position(|&(_, r)| r == rank) {
-            e.epoch.locks.remove(k);
-        }
-    })
+    on_win(
+        "MPI_Win_unlock",
+        win,
+        gate::enter(),
+        |w| real!(MPI_Win_unlock(rank, w)),
+        |e| {
+            if let Some(k) = e.epoch.locks.iter().position(|&(_, r)| r == rank) {
+                e.epoch.locks.remove(k);
+            }
+        },
+    )
 }
 
 pub unsafe fn MPI_Win_lock_all(assert: c_int, win: MPI_Win) -> c_int {
@@ -243,16 +268,22 @@ pub unsafe fn MPI_Win_complete(win: MPI_Win) -> c_int {
 /// Tests for the end of the exposure epoch (the end of `MPI_Win_wait` too).
 pub unsafe fn MPI_Win_test(win: MPI_Win, flag: *mut c_int) -> c_int {
     let done = std::cell::Cell::new(0);
-    let rc = on_win("MPI_Win_test", win, gate::enter(), |w| {
-        let mut d = 0;
-        let rc = real!(MPI_Win_test(w, &mut d));
-        done.set(d);
-        rc
-    }, |e| {
-        if done.get() != 0 {
-            e.epoch.post = false
-        }
-    });
+    let rc = on_win(
+        "MPI_Win_test",
+        win,
+        gate::enter(),
+        |w| {
+            let mut d = 0;
+            let rc = real!(MPI_Win_test(w, &mut d));
+            done.set(d);
+            rc
+        },
+        |e| {
+            if done.get() != 0 {
+                e.epoch.post = false
+            }
+        },
+    );
     // SAFETY: `flag` is the caller's out-pointer, null or valid for a write (MPI's contract).
     unsafe { put(flag, done.get()) };
     rc
@@ -383,13 +414,35 @@ rput_like!(MPI_Rget_c, MPI_Count, origin_addr: *mut c_void);
 macro_rules! raccumulate {
     ($name:ident, $count:ty) => {
         pub unsafe fn $name(
-            origin_addr: *const c_void, origin_count: $count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint,
-            target_count: $count, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win, request: *mut MPI_Request,
+            origin_addr: *const c_void,
+            origin_count: $count,
+            origin_datatype: MPI_Datatype,
+            target_rank: c_int,
+            target_disp: MPI_Aint,
+            target_count: $count,
+            target_datatype: MPI_Datatype,
+            op: MPI_Op,
+            win: MPI_Win,
+            request: *mut MPI_Request,
         ) -> c_int {
             // SAFETY: the caller's buffer and `request` are passed through under MPI's contract of this call;
             // the handles are translated.
-            unsafe { rma_request(stringify!($name), win, request, |r| real!($name(origin_addr, origin_count, conv::datatype(origin_datatype), target_rank, target_disp, target_count,
-                conv::datatype(target_datatype), conv::op(op), conv::win(win), r))) }
+            unsafe {
+                rma_request(stringify!($name), win, request, |r| {
+                    real!($name(
+                        origin_addr,
+                        origin_count,
+                        conv::datatype(origin_datatype),
+                        target_rank,
+                        target_disp,
+                        target_count,
+                        conv::datatype(target_datatype),
+                        conv::op(op),
+                        conv::win(win),
+                        r
+                    ))
+                })
+            }
         }
     };
 }
@@ -400,15 +453,41 @@ raccumulate!(MPI_Raccumulate_c, MPI_Count);
 macro_rules! rget_accumulate {
     ($name:ident, $count:ty) => {
         pub unsafe fn $name(
-            origin_addr: *const c_void, origin_count: $count, origin_datatype: MPI_Datatype, result_addr: *mut c_void,
-            result_count: $count, result_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: $count,
-            target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win, request: *mut MPI_Request,
+            origin_addr: *const c_void,
+            origin_count: $count,
+            origin_datatype: MPI_Datatype,
+            result_addr: *mut c_void,
+            result_count: $count,
+            result_datatype: MPI_Datatype,
+            target_rank: c_int,
+            target_disp: MPI_Aint,
+            target_count: $count,
+            target_datatype: MPI_Datatype,
+            op: MPI_Op,
+            win: MPI_Win,
+            request: *mut MPI_Request,
         ) -> c_int {
             // SAFETY: the caller's buffers and `request` are passed through under MPI's contract of this
             // call; the handles are translated.
-            unsafe { rma_request(stringify!($name), win, request, |r| real!($name(origin_addr, origin_count, conv::datatype(origin_datatype), result_addr, result_count,
-                conv::datatype(result_datatype), target_rank, target_disp, target_count, conv::datatype(target_datatype),
-                conv::op(op), conv::win(win), r))) }
+            unsafe {
+                rma_request(stringify!($name), win, request, |r| {
+                    real!($name(
+                        origin_addr,
+                        origin_count,
+                        conv::datatype(origin_datatype),
+                        result_addr,
+                        result_count,
+                        conv::datatype(result_datatype),
+                        target_rank,
+                        target_disp,
+                        target_count,
+                        conv::datatype(target_datatype),
+                        conv::op(op),
+                        conv::win(win),
+                        r
+                    ))
+                })
+            }
         }
     };
 }

@@ -1,12 +1,12 @@
 //! The program's own MPI sessions (MPI-4), virtualised; the recipe (the info's entries) is
 //! recorded here, the renewal is `core::kinds::session`'s.
 
-use crate::lower::handles::RealSession;
+use crate::core::gate;
+use crate::core::kinds::session::SessionEntry;
 use crate::face::abi::*;
 use crate::face::api::put;
-use crate::core::kinds::session::SessionEntry;
 use crate::face::{conv, errors};
-use crate::core::gate;
+use crate::lower::handles::RealSession;
 use std::os::raw::c_int;
 
 pub unsafe fn MPI_Session_init(info: MPI_Info, errhandler: MPI_Errhandler, session: *mut MPI_Session) -> c_int {
@@ -16,9 +16,8 @@ pub unsafe fn MPI_Session_init(info: MPI_Info, errhandler: MPI_Errhandler, sessi
     // world model: the agent and the renewal need it (`init::bring_up_lower`). Not after the
     // program's MPI_Finalize ended it (a library cannot be initialised again): such a session
     // is the library's alone, and checkpoints stay over (the agent stopped at MPI_Finalize).
-    let brought_up = !crate::face::api::init::lower_up()
-        && crate::core::renew::STAGE.load(std::sync::atomic::Ordering::Acquire) == 0
-        && !crate::core::app::enabled();
+    let brought_up =
+        !crate::face::api::init::lower_up() && crate::core::renew::STAGE.load(std::sync::atomic::Ordering::Acquire) == 0 && !crate::core::app::enabled();
     if brought_up {
         let level = session_thread_level(real_info).max(MPI_THREAD_SERIALIZED);
         // SAFETY: null argc/argv are allowed.
@@ -70,10 +69,7 @@ pub unsafe fn MPI_Session_finalize(session: *mut MPI_Session) -> c_int {
 /// The thread level a session asks for in its info (`thread_level`, MPI-4), at least serialized
 /// once raised by the caller (funneled and single alike).
 fn session_thread_level(real_info: MPI_Info) -> c_int {
-    let level = crate::core::kinds::info::entries(real_info)
-        .into_iter()
-        .find(|(k, _)| k == "thread_level")
-        .map(|(_, v)| v);
+    let level = crate::core::kinds::info::entries(real_info).into_iter().find(|(k, _)| k == "thread_level").map(|(_, v)| v);
     match level.as_deref() {
         Some("MPI_THREAD_MULTIPLE") => MPI_THREAD_MULTIPLE,
         Some("MPI_THREAD_SERIALIZED") => MPI_THREAD_SERIALIZED,

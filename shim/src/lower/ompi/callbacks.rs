@@ -109,7 +109,11 @@ unsafe extern "C" fn greq_cancel(g: *mut c_void, complete: c_int) -> c_int {
 }
 
 pub(super) unsafe extern "C" fn MPI_Grequest_start(
-    query: *mut c_void, free: *mut c_void, cancel: *mut c_void, extra: *mut c_void, request: *mut abi::MPI_Request,
+    query: *mut c_void,
+    free: *mut c_void,
+    cancel: *mut c_void,
+    extra: *mut c_void,
+    request: *mut abi::MPI_Request,
 ) -> c_int {
     let Some(f) = fns().MPI_Grequest_start else { return not_in_library("MPI_Grequest_start") };
     if request.is_null() {

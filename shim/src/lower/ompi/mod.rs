@@ -17,6 +17,7 @@
 //!   naming it; `not_adapted` says why when asked.
 
 mod callbacks;
+#[rustfmt::skip]
 mod gen;
 pub mod ulfm;
 
@@ -93,7 +94,13 @@ const INDEX_BITS: u32 = 26;
 /// the entry points and the predefined handles and starts the handle tables empty. Returns the
 /// core's table of entry points.
 pub fn begin(sym: &dyn Fn(&str) -> *mut c_void) -> crate::lower::gen::real::RealFns {
-    let mut lib = Library { fns: gen::OmpiFns::resolve(sym), predefined: HashMap::new(), predefined_back: HashMap::new(), nulls: HashMap::new(), file_null: sym("ompi_mpi_file_null\0") as usize };
+    let mut lib = Library {
+        fns: gen::OmpiFns::resolve(sym),
+        predefined: HashMap::new(),
+        predefined_back: HashMap::new(),
+        nulls: HashMap::new(),
+        file_null: sym("ompi_mpi_file_null\0") as usize,
+    };
     for &(k, mpich, symbol) in gen::PREDEFINED {
         let a = sym(symbol) as usize;
         if a == 0 {
@@ -226,7 +233,9 @@ impl Tables {
 
     fn release(&mut self, k: K, h: c_int) {
         let i = (h as u32 & ((1 << INDEX_BITS) - 1)) as usize;
-        let Some(slot) = self.slots.get_mut(&k).and_then(|s| s.get_mut(i)) else { return };
+        let Some(slot) = self.slots.get_mut(&k).and_then(|s| s.get_mut(i)) else {
+            return;
+        };
         if let Some((a, refs)) = slot {
             *refs -= 1;
             if *refs == 0 {
@@ -277,13 +286,7 @@ fn status_in(s: *const MPI_Status) -> OStatus {
     }
     // SAFETY: the caller's status, valid when not ignored (MPI's contract).
     let s = unsafe { *s };
-    OStatus {
-        source: rank_in(s.MPI_SOURCE),
-        tag: s.MPI_TAG,
-        error: class_in(s.MPI_ERROR),
-        cancelled: s.count_hi_and_cancelled & 1,
-        ucount: s.bytes() as usize,
-    }
+    OStatus { source: rank_in(s.MPI_SOURCE), tag: s.MPI_TAG, error: class_in(s.MPI_ERROR), cancelled: s.count_hi_and_cancelled & 1, ucount: s.bytes() as usize }
 }
 
 fn status_out(o: &OStatus) -> MPI_Status {
@@ -405,9 +408,7 @@ fn flags_in(table: &[(c_int, c_int)], v: c_int) -> c_int {
 /// remote group's for an intercommunicator (0 for a handle not known: the call then fails).
 fn comm_len(comm: c_int) -> usize {
     let f = fns();
-    let (Some(c), Some(inter), Some(size), Some(remote)) =
-        (h2p(K::Comm, comm), f.MPI_Comm_test_inter, f.MPI_Comm_size, f.MPI_Comm_remote_size)
-    else {
+    let (Some(c), Some(inter), Some(size), Some(remote)) = (h2p(K::Comm, comm), f.MPI_Comm_test_inter, f.MPI_Comm_size, f.MPI_Comm_remote_size) else {
         return 0;
     };
     let (mut is_inter, mut n) = (0, 0);
@@ -443,7 +444,13 @@ fn neighbor_len(comm: c_int, out: bool) -> usize {
             return 0;
         }
         let n = match enum_out(gen::E_STATUS, topo) {
-            abi::MPI_DIST_GRAPH if dist(c, &mut a, &mut b, &mut w) == 0 => if out { b } else { a },
+            abi::MPI_DIST_GRAPH if dist(c, &mut a, &mut b, &mut w) == 0 => {
+                if out {
+                    b
+                } else {
+                    a
+                }
+            }
             abi::MPI_GRAPH if rank(c, &mut a) == 0 && graph(c, a, &mut b) == 0 => b,
             abi::MPI_CART if cart(c, &mut a) == 0 => 2 * a,
             _ => 0,
