@@ -10,6 +10,8 @@
 #   PREFIX/include/mpicr.h                 the C API
 #   PREFIX/libexec/mpicr/criu              mpicr's private CRIU, with the libraries it runs on in
 #   PREFIX/libexec/mpicr/criu-lib/         (its ELF interpreter and RPATH name them)
+#   PREFIX/libexec/mpicr/criu-wt           the write-tracking CRIU of `mpicr run --incremental`
+#                                          (`make deps-incremental` builds it; absent: none)
 #   PREFIX/share/man/man1/mpicr.1, mpicr-SUBCOMMAND.1   generated from the CLI definition
 #   PREFIX/share/bash-completion/completions/mpicr, share/zsh/site-functions/_mpicr,
 #   PREFIX/share/fish/vendor_completions.d/mpicr.fish
@@ -23,6 +25,8 @@
 # root/usr/lib/x86_64-linux-gnu), or CRIU=/path/to/criu copies that binary as is; CRIU=none
 # installs none (mpicr then uses MPICR_CRIU, or criu on PATH). As root, the installed CRIU
 # gets the file capabilities a non-root user's checkpoints need (scripts/criu-caps.sh).
+# The write-tracking CRIU comes from CRIU_WT (default .deps/criu-wt/criu; CRIU_WT=none: none);
+# it runs on the system's libraries, as built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -34,6 +38,7 @@ dest=${DESTDIR:-}${prefix}
 target=${TARGET_DIR:-$root/target/release}
 criu_tree=${CRIU_TREE:-$root/.deps/criu}
 criu_bin=${CRIU:-}
+criu_wt=${CRIU_WT:-$root/.deps/criu-wt/criu}
 
 for f in mpicr libmpicr.so libmpicr_ompi.so libmpicr_abi.so; do
     [ -f "$target/$f" ] || { echo "install: $target/$f is missing: run \`make build\` first" >&2; exit 1; }
@@ -80,9 +85,19 @@ else
     say "no CRIU in $criu_tree (make deps puts one there; or CRIU=/path/to/criu, CRIU=none)" >&2
     exit 1
 fi
-if [ -f "$dest/libexec/mpicr/criu" ] && [ "$(id -u)" -eq 0 ] && command -v setcap >/dev/null; then
+rm -f "$dest/libexec/mpicr/criu-wt"
+if [ "$criu_wt" != none ] && [ -x "$criu_wt" ]; then
+    install -m 755 "$criu_wt" "$dest/libexec/mpicr/criu-wt"
+elif [ "$criu_wt" != none ]; then
+    say "no write-tracking CRIU ($criu_wt; \`make deps-incremental\` builds it): --incremental needs soft-dirty bits then"
+fi
+if [ "$(id -u)" -eq 0 ] && command -v setcap >/dev/null; then
     . scripts/criu-caps.sh
-    criu_grant "$dest/libexec/mpicr/criu" "$prefix/libexec/mpicr/criu" "install: "
+    for c in criu criu-wt; do
+        if [ -f "$dest/libexec/mpicr/$c" ]; then
+            criu_grant "$dest/libexec/mpicr/$c" "$prefix/libexec/mpicr/$c" "install: "
+        fi
+    done
 fi
 
 # --- pkg-config, man pages, completions, module file, docs -----------------------------------

@@ -43,18 +43,19 @@ pub fn dirty_tracking(criu: &Path) -> bool {
 /// The one line said when `--incremental` cannot be honoured.
 pub fn unavailable_line(criu: &Path) -> String {
     format!(
-        "mpicr: --incremental: {} reports no memory dirty tracking on this kernel (`criu check --feature mem_dirty_track`; needs CONFIG_MEM_SOFT_DIRTY), and the CRIU for write tracking is not installed (`make deps-incremental`): every checkpoint is a full dump",
+        "mpicr: --incremental: {} reports no memory dirty tracking on this kernel (`criu check --feature mem_dirty_track`; needs CONFIG_MEM_SOFT_DIRTY), and the CRIU for write tracking is not installed (`make deps-incremental`, then `make install`): every checkpoint is a full dump",
         criu.display()
     )
 }
 
 /// The CRIU patched for write tracking (`scripts/install-criu-wt.sh`): `$MPICR_CRIU_WT`, else
-/// `.deps/criu-wt/criu` of the source tree the mpicr binary was built in.
+/// the install prefix's (`PREFIX/libexec/mpicr/criu-wt`), else `.deps/criu-wt/criu` of the
+/// source tree the mpicr binary was built in.
 pub fn write_tracking_criu() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("MPICR_CRIU_WT").filter(|v| !v.is_empty()) {
         return Some(PathBuf::from(p)).filter(|p| crate::sys::is_executable(p));
     }
-    crate::paths::source_tree_dep("criu-wt/criu")
+    crate::paths::installed_criu_wt().or_else(|| crate::paths::source_tree_dep("criu-wt/criu"))
 }
 
 /// Dirty tracking by userfaultfd write-protection: the patched CRIU, and the program's

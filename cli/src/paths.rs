@@ -22,6 +22,12 @@ pub fn installed_criu() -> Option<PathBuf> {
     exe_dir().map(|d| d.join("../libexec/mpicr/criu"))
 }
 
+/// mpicr's write-tracking CRIU (`mpicr run --incremental` without soft-dirty bits) in an
+/// install prefix: `PREFIX/libexec/mpicr/criu-wt`, when `make install` put one there.
+pub fn installed_criu_wt() -> Option<PathBuf> {
+    exe_dir().map(|d| d.join("../libexec/mpicr/criu-wt")).filter(|p| crate::sys::is_executable(p))
+}
+
 /// An executable `.deps/REL` of the source tree the mpicr binary was built in
 /// (`target/release/../../.deps/REL`, or one level further up for a worktree's target), as
 /// `make deps` installs the private CRIUs.
