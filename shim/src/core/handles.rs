@@ -16,8 +16,7 @@
 use crate::core::state::{OBJ, SELF_INDEX, WORLD_INDEX};
 use crate::lower::abi::*;
 use crate::lower::handles::{RealComm, RealDatatype, RealFile, RealGroup, RealInfo, RealMessage, RealOp, RealRequest, RealSession, RealWin};
-use mpicr_virtid::encoding::decode;
-use mpicr_virtid::{Kind, VComm, VDatatype, VFile, VGroup, VInfo, VMessage, VOp, VRequest, VSession, VWin, VirtualHandle};
+use mpicr_virtid::{VComm, VDatatype, VFile, VGroup, VInfo, VMessage, VOp, VRequest, VSession, VWin};
 use std::os::raw::c_int;
 
 /// What a freed virtual handle becomes on its way to the real library: a value of MPICH's
@@ -241,11 +240,6 @@ pub fn predefined_vmessage(r: MPI_Message) -> Option<VMessage> {
     }
 }
 
-/// Encodes a new virtual handle.
-pub fn handle(kind: Kind, index: u32) -> c_int {
-    VirtualHandle { kind, index }.to_int()
-}
-
 /// The virtual handle of the communicator at `index` (the predefined ones for world and self).
 pub fn comm_handle(index: u32) -> VComm {
     match index {
@@ -253,10 +247,4 @@ pub fn comm_handle(index: u32) -> VComm {
         SELF_INDEX => VComm::SELF,
         i => VComm::virtual_at(i),
     }
-}
-
-/// Index of a virtual handle of `kind`.
-#[inline(always)]
-pub fn index(v: c_int, kind: Kind) -> Option<u32> {
-    decode(v, kind)
 }

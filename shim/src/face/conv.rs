@@ -8,13 +8,12 @@
 
 use crate::core::state::OBJ;
 use crate::face::abi::*;
-use mpicr_virtid::encoding::decode;
-use mpicr_virtid::{Kind, VComm, VDatatype, VErrhandler, VFile, VGroup, VInfo, VKeyval, VMessage, VOp, VRequest, VSession, VWin};
+use mpicr_virtid::{VComm, VDatatype, VErrhandler, VFile, VGroup, VInfo, VKeyval, VMessage, VOp, VRequest, VSession, VWin};
 use std::os::raw::c_int;
 
 // Windows' and files' handles are still the core's integers (MPICH's ABI on both sides): the
 // core's own primitives serve the face as they are.
-pub use crate::core::handles::{handle, index, SESSIONS_ONLY, STALE};
+pub use crate::core::handles::{SESSIONS_ONLY, STALE};
 
 /// The core's communicator for the program's handle: the predefined ones are the core's own,
 /// any other value (virtual, or invented by the program) is carried as it is.
@@ -367,19 +366,15 @@ pub fn win_checked(v: MPI_Win) -> Result<MPI_Win, c_int> {
     }
 }
 
-macro_rules! int_kind {
-    ($fn:ident, $kind:ident, $table:ident) => {
-        #[inline(always)]
-        pub fn $fn(v: c_int) -> c_int {
-            match decode(v, Kind::$kind) {
-                Some(i) => OBJ.$table.real(i).map_or(STALE, |r| r.raw()),
-                None => v,
-            }
-        }
-    };
+/// The real info of the program's handle for the library: a freed one becomes [`STALE`] (the
+/// library's error for an invalid info), the predefined and foreign values pass unchanged.
+#[inline(always)]
+pub fn info(v: MPI_Info) -> MPI_Info {
+    match vinfo(v).index() {
+        Some(i) => OBJ.infos.real(i).map_or(STALE, |r| r.raw()),
+        None => v,
+    }
 }
-
-int_kind!(info, Info, infos);
 
 /// Translates an array of datatypes (e.g. `MPI_Alltoallw`, `MPI_Type_create_struct`).
 ///

@@ -13,7 +13,7 @@ use crate::face::call::{self, On, ToReal};
 use crate::face::{conv, errors};
 use crate::lower;
 use crate::lower::handles::RealComm;
-use mpicr_virtid::{child_gid, mix, self_gid, CommRecipe, Kind, Topology, VErrhandler, WORLD_GID};
+use mpicr_virtid::{child_gid, mix, self_gid, CommRecipe, Topology, VComm, VErrhandler, WORLD_GID};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::os::raw::{c_char, c_int};
@@ -142,7 +142,7 @@ pub fn register_comm(real: c_int, made_by: &str, parent: Option<u64>, errhandler
         parent,
     };
     match OBJ.comms.insert(RealComm(real), CommEntry::new(recipe, conv::verrhandler(errhandler))) {
-        Ok(i) => conv::handle(Kind::Comm, i),
+        Ok(i) => conv::comm_abi(VComm::virtual_at(i)),
         Err(_) => errors::fatal("too many live communicators"),
     }
 }
@@ -181,7 +181,7 @@ pub fn derived_attrs(parent: MPI_Comm, v: MPI_Comm, name: &str) -> Result<(), c_
 /// Frees a communicator the program never saw, without running delete callbacks.
 fn discard_comm(v: MPI_Comm) {
     attr::discard_comm_attrs(v);
-    let Some(idx) = conv::index(v, Kind::Comm) else { return };
+    let Some(idx) = conv::vcomm(v).index() else { return };
     let g = gate::enter();
     let mut real = conv::comm(v);
     if let Some(free) = lower::fns().MPI_Comm_free {
@@ -369,7 +369,7 @@ unsafe fn idup(comm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm, request: 
     entry.recipe.made_by = name.to_string();
     let fresh = CommEntry { attrs: Vec::new(), ..CommEntry::new(entry.recipe, entry.errhandler) };
     let v = match OBJ.comms.insert(RealComm(rn), fresh) {
-        Ok(i) => conv::handle(Kind::Comm, i),
+        Ok(i) => conv::comm_abi(VComm::virtual_at(i)),
         Err(_) => errors::fatal("too many live communicators"),
     };
     let vr = crate::face::api::request::register_collective(rr, comm, name, false);
@@ -406,7 +406,7 @@ unsafe fn free_comm(comm: *mut MPI_Comm, name: &'static str) -> c_int {
     // SAFETY: `comm` is non-null (checked above) and points to the program's communicator (MPI's contract of
     // the free calls).
     let v = unsafe { *comm };
-    let idx = conv::index(v, Kind::Comm).filter(|&i| OBJ.comms.real(i).is_some());
+    let idx = conv::vcomm(v).index().filter(|&i| OBJ.comms.real(i).is_some());
     let Some(idx) = idx else {
         // Predefined, null, freed or invented: the real library gives the native error.
         let g = gate::enter();

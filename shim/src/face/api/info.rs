@@ -6,7 +6,7 @@ use crate::face::abi::*;
 use crate::face::call::{self, On, ToReal};
 use crate::face::{conv, errors};
 use crate::lower::handles::RealInfo;
-use mpicr_virtid::{InfoRecipe, Kind};
+use mpicr_virtid::{InfoRecipe, VInfo};
 use std::os::raw::c_int;
 
 pub fn register_info(real: c_int) -> MPI_Info {
@@ -14,7 +14,7 @@ pub fn register_info(real: c_int) -> MPI_Info {
         return real;
     }
     match OBJ.infos.insert(RealInfo(real), InfoRecipe::default()) {
-        Ok(i) => conv::handle(Kind::Info, i),
+        Ok(i) => conv::info_abi(VInfo::virtual_at(i)),
         Err(_) => errors::fatal("too many live info objects"),
     }
 }
@@ -29,7 +29,7 @@ pub unsafe fn MPI_Info_free(info: *mut MPI_Info) -> c_int {
         let v = unsafe { *info };
         let mut r = call::Info(v).to_real()?;
         call::ok(real!(MPI_Info_free(&mut r)))?;
-        if let Some(i) = conv::index(v, Kind::Info) {
+        if let Some(i) = conv::vinfo(v).index() {
             OBJ.infos.remove(i);
         }
         // SAFETY: as above.
