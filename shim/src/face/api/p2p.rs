@@ -290,9 +290,9 @@ macro_rules! recv {
             request: *mut MPI_Request,
         ) -> c_int {
             let g = gate::enter();
-            // SAFETY: `buf` is the caller's receive buffer, writable for `count` `datatype`s until
-            // the request completes (MPI's contract of this call).
             let r =
+                // SAFETY: `buf` is the caller's receive buffer, writable for `count` `datatype`s until
+                // the request completes (MPI's contract of this call).
                 unsafe { post_recv(buf, count as i64, datatype, source, tag, comm, Blocking::No, |c, d, r| real!($real(buf, count, d, source, tag, c, r))) };
             drop(g);
             match r.map(Posted::request) {
@@ -315,9 +315,9 @@ macro_rules! recv {
             status: *mut MPI_Status,
         ) -> c_int {
             let g = gate::enter();
-            // SAFETY: `buf` is the caller's receive buffer, writable for `count` `datatype`s for
-            // the whole call, which waits for the message.
             let r =
+                // SAFETY: `buf` is the caller's receive buffer, writable for `count` `datatype`s for
+                // the whole call, which waits for the message.
                 unsafe { post_recv(buf, count as i64, datatype, source, tag, comm, Blocking::Until, |c, d, r| real!($real(buf, count, d, source, tag, c, r))) };
             drop(g);
             let rc = match r {

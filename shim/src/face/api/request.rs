@@ -204,11 +204,11 @@ struct Tested {
 unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: Mode) -> Tested {
     let n = reqs.len();
     let status_at = |i: usize| -> *mut MPI_Status {
-        // SAFETY: `statuses` is a real array with a status per request (this function's contract)
-        // and every use of `status_at` passes an index `< n`.
         if statuses.is_null() || statuses == MPI_STATUSES_IGNORE {
             MPI_STATUS_IGNORE
         } else {
+            // SAFETY: `statuses` is a real array with a status per request (this function's
+            // contract) and every use of `status_at` passes an index `< n`.
             unsafe { statuses.add(i) }
         }
     };
@@ -825,11 +825,11 @@ unsafe fn const_slice<'a>(p: *const MPI_Request, n: c_int) -> &'a [MPI_Request] 
 }
 
 fn status_slot(statuses: *mut MPI_Status, i: usize) -> *mut MPI_Status {
-    // SAFETY: `statuses` is a real array with a status per request (this function's contract) and
-    // `i < n`.
     if statuses.is_null() || statuses == MPI_STATUSES_IGNORE {
         MPI_STATUS_IGNORE
     } else {
+        // SAFETY: `statuses` is a real array with a status per request (this function's contract)
+        // and `i < n`.
         unsafe { statuses.add(i) }
     }
 }
