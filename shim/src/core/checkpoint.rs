@@ -70,7 +70,10 @@ pub enum CheckpointError {
     Write { path: String, err: std::io::Error },
     #[error(transparent)]
     Renew(#[from] renew::RenewError),
-    /// What another part (a kind's refusal, the drain's bookkeeping) said.
+    /// The drain's bookkeeping: more messages received from a peer than it sent.
+    #[error("{0}")]
+    Drain(#[from] mpicr_drain::TooManyReceived),
+    /// What another part (a kind's refusal, an app-mode rank) said.
     #[error("{0}")]
     Other(String),
 }
