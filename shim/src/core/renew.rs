@@ -125,7 +125,7 @@ pub enum RenewError {
     Init(String),
     /// The program uses functions the restart's library lacks (their names).
     #[error("{0}")]
-    Imports(String),
+    Imports(#[from] lower::MissingImports),
     /// A kind of object could not be rebuilt (its own words).
     #[error("{0}")]
     Rebuild(String),
@@ -398,7 +398,7 @@ pub fn renew(restarted: bool, size: Option<i32>) -> Result<(), RenewError> {
             let changed = path != lower::current().path;
             let gen = lower::load_generation(&path).map_err(RenewError::Load)?;
             if changed {
-                lower::check_program_imports(gen).map_err(RenewError::Imports)?;
+                lower::check_program_imports(gen)?;
             }
             gen.number
         }
