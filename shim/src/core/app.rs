@@ -335,9 +335,9 @@ pub unsafe fn restore_at_init(rank_dir: &str, argc: *mut c_int, argv: *mut *mut 
     for kind in RENEWAL_ORDER {
         kind.forget();
     }
-    crate::core::kinds::win::map_saved()?;
+    crate::core::kinds::win::map_saved().map_err(|e| e.to_string())?;
     for kind in RENEWAL_ORDER {
-        kind.before_renewal()?;
+        kind.before_renewal().map_err(|e| e.to_string())?;
     }
     // SAFETY: passed through from the program's MPI_Init.
     let (world, selfc, provided) = unsafe { renew::init_lower(argc, argv, level) }.map_err(|rc| format!("MPI_Init: {}", lower::error_string(rc)))?;
@@ -346,7 +346,7 @@ pub unsafe fn restore_at_init(rank_dir: &str, argc: *mut c_int, argv: *mut *mut 
     OBJ.comms.set_real(WORLD_INDEX, RealComm(world));
     OBJ.comms.set_real(SELF_INDEX, RealComm(selfc));
     for kind in RENEWAL_ORDER {
-        kind.rebuild()?;
+        kind.rebuild().map_err(|e| e.to_string())?;
     }
     // The launcher's PMI relay numbered this library generation + 1 (as for the restored
     // ranks); the next renewal must announce the one after.
