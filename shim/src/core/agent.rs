@@ -226,8 +226,8 @@ fn start_thread(reader: UnixStream) {
 /// A restarted app-mode process (`core::app`), in its `MPI_Init`: takes the control connection
 /// and waits for the keeper's `Resume` (every rank restored), applying its settings; returns the
 /// job's size. The agent thread starts later ([`start_after_restart`]).
-pub(crate) fn await_restart() -> Result<i32, String> {
-    let mut reader = connect().ok_or("not running under `mpicr restart` (no control connection)")?;
+pub(crate) fn await_restart() -> Result<i32, AgentError> {
+    let mut reader = connect().ok_or(AgentError::NotRestarted)?;
     loop {
         match mpicr_proto::recv(&mut reader) {
             Ok(Some(ToAgent::Resume { restarted: true, size, env, .. })) => {
@@ -240,10 +240,10 @@ pub(crate) fn await_restart() -> Result<i32, String> {
                 *RESTART_READER.lock() = Some(reader);
                 return Ok(size);
             }
-            Ok(Some(ToAgent::Abort { reason })) => return Err(reason),
+            Ok(Some(ToAgent::Abort { reason })) => return Err(AgentError::Aborted(reason)),
             Ok(Some(_)) => {}
-            Ok(None) => return Err("the keeper closed the control connection".into()),
-            Err(e) => return Err(format!("control connection: {e}")),
+            Ok(None) => return Err(AgentError::Closed),
+            Err(e) => return Err(AgentError::Connection(e.to_string())),
         }
     }
 }
@@ -332,6 +332,12 @@ pub enum AgentError {
     Connection(String),
     #[error("not running under `mpicr run`")]
     NotSupervised,
+    /// A restarted app-mode process found no control connection.
+    #[error("not running under `mpicr restart` (no control connection)")]
+    NotRestarted,
+    /// The keeper aborted the restart (its reason).
+    #[error("{0}")]
+    Aborted(String),
 }
 
 /// Why there is no write tracker (`FromAgent::WriteTracker`'s error).
