@@ -99,6 +99,16 @@ pub fn expected_receives(sent: &[Vec<(u64, i32, u64)>]) -> Vec<Vec<(u64, i32, u6
     out
 }
 
+/// A rank received more messages from a peer than the peer reported sending.
+#[derive(Debug, thiserror::Error)]
+#[error("rank received {got} messages from world rank {src} on communicator {comm:#x} but only {sent} were sent")]
+pub struct TooManyReceived {
+    pub got: u64,
+    pub src: i32,
+    pub comm: u64,
+    pub sent: u64,
+}
+
 /// A rank's drain: how many messages it must still receive per (communicator, source).
 #[derive(Debug, Default, Clone)]
 pub struct Progress {
@@ -107,12 +117,12 @@ pub struct Progress {
 
 impl Progress {
     /// `expected`: what peers sent; `received`: what this rank has received so far.
-    pub fn new(expected: &[(u64, i32, u64)], received: &Counts) -> Result<Self, String> {
+    pub fn new(expected: &[(u64, i32, u64)], received: &Counts) -> Result<Self, TooManyReceived> {
         let mut missing = Counts::new();
         for &(comm, src, n) in expected {
             let got = received.get(&(comm, src)).copied().unwrap_or(0);
             if got > n {
-                return Err(format!("rank received {got} messages from world rank {src} on communicator {comm:#x} but only {n} were sent"));
+                return Err(TooManyReceived { got, src, comm, sent: n });
             }
             if got < n {
                 missing.insert((comm, src), n - got);

@@ -13,6 +13,7 @@
 
 use crate::conv::{self, OHandle, OStatus};
 use crate::gen::tables::{face, mpich};
+use mpicr_shim::core::app::FaceStateError;
 use mpicr_shim::face::abi as m;
 use mpicr_shim::face::api as f;
 use mpicr_virtid::Kind;
@@ -602,8 +603,8 @@ pub fn save_state() -> Vec<u8> {
 }
 
 /// Puts back what [`save_state`] wrote.
-pub fn restore_state(bytes: &[u8]) -> Result<(), String> {
-    let bad = || format!("the {}'s part of shim.state is damaged ({} bytes)", conv::FACE, bytes.len());
+pub fn restore_state(bytes: &[u8]) -> Result<(), FaceStateError> {
+    let bad = || FaceStateError::Damaged { face: conv::FACE, len: bytes.len() };
     if !bytes.len().is_multiple_of(8) || bytes.len() < 4 * SLOTS * 8 || !(bytes.len() / 8 - 4 * SLOTS).is_multiple_of(4) {
         return Err(bad());
     }

@@ -19,6 +19,25 @@ use std::os::raw::{c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// Why a generation failed.
+#[derive(Debug, thiserror::Error)]
+enum HarnessError {
+    #[error("{0}")]
+    Load(#[from] lower::LoadError),
+    /// A call through the MPICH-ABI entry points failed (its code and the library's words).
+    #[error("{call} returned {rc}: {reason}")]
+    Failed { call: &'static str, rc: c_int, reason: String },
+    #[error("{0}: no entry point")]
+    NoEntryPoint(&'static str),
+    #[error("the allreduce gave {got}, not {want}")]
+    Sum { got: c_int, want: c_int },
+    #[error("{} has no {name}", .library.display())]
+    NoSymbol { library: PathBuf, name: &'static str },
+    /// A call through Open MPI's own symbols failed (`--raw`).
+    #[error("{call} returned {rc}")]
+    RawFailed { call: &'static str, rc: c_int },
+}
+
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let flag = |args: &mut Vec<String>, name: &str| {
@@ -80,9 +99,9 @@ struct Times {
 }
 
 /// One generation: load, init, allreduce, finalize, release. Returns this process's rank.
-fn cycle(path: &Path, g: u32, raw: bool) -> Result<c_int, String> {
+fn cycle(path: &Path, g: u32, raw: bool) -> Result<c_int, HarnessError> {
     let t0 = Instant::now();
-    let gen = lower::load_generation(path).map_err(|e| e.to_string())?;
+    let gen = lower::load_generation(path)?;
     let loaded = t0.elapsed();
     let t = if raw && lower::family(path) == lower::Family::OpenMpi { raw_ompi(gen)? } else { through_fns()? };
     let fences = gen.pmix_fences();
@@ -104,13 +123,13 @@ fn cycle(path: &Path, g: u32, raw: bool) -> Result<c_int, String> {
 }
 
 /// Init, allreduce and finalize through the MPICH-ABI entry points.
-fn through_fns() -> Result<Times, String> {
+fn through_fns() -> Result<Times, HarnessError> {
     let f = lower::fns();
-    let call = |name: &str, rc: Option<c_int>| -> Result<(), String> {
+    let call = |call: &'static str, rc: Option<c_int>| -> Result<(), HarnessError> {
         match rc {
             Some(MPI_SUCCESS) => Ok(()),
-            Some(rc) => Err(format!("{name} returned {rc}: {}", lower::error_string(rc))),
-            None => Err(format!("{name}: no entry point")),
+            Some(rc) => Err(HarnessError::Failed { call, rc, reason: lower::error_string(rc) }),
+            None => Err(HarnessError::NoEntryPoint(call)),
         }
     };
     let mut provided = 0;
@@ -136,26 +155,27 @@ fn through_fns() -> Result<Times, String> {
     Ok(Times { rank, size, init })
 }
 
-fn check_sum(sum: c_int, size: c_int) -> Result<(), String> {
-    if sum == size * (size + 1) / 2 {
+fn check_sum(sum: c_int, size: c_int) -> Result<(), HarnessError> {
+    let want = size * (size + 1) / 2;
+    if sum == want {
         Ok(())
     } else {
-        Err(format!("the allreduce gave {sum}, not {}", size * (size + 1) / 2))
+        Err(HarnessError::Sum { got: sum, want })
     }
 }
 
 /// The same through Open MPI's own symbols and ABI (pointer handles).
-fn raw_ompi(gen: &lower::Generation) -> Result<Times, String> {
+fn raw_ompi(gen: &lower::Generation) -> Result<Times, HarnessError> {
     type P = *mut c_void;
-    let sym = |n: &str| {
-        let p = gen.data(n);
+    let sym = |name: &'static str| {
+        let p = gen.data(name);
         if p.is_null() {
-            Err(format!("{} has no {n}", gen.path.display()))
+            Err(HarnessError::NoSymbol { library: gen.path.clone(), name })
         } else {
             Ok(p)
         }
     };
-    let check = |name: &str, rc: c_int| if rc == 0 { Ok(()) } else { Err(format!("{name} returned {rc}")) };
+    let check = |call: &'static str, rc: c_int| if rc == 0 { Ok(()) } else { Err(HarnessError::RawFailed { call, rc }) };
     // SAFETY: the functions of Open MPI's mpi.h, with their C signatures.
     let (init, rankf, sizef, allreduce, finalize) = unsafe {
         (

@@ -226,8 +226,8 @@ fn start_thread(reader: UnixStream) {
 /// A restarted app-mode process (`core::app`), in its `MPI_Init`: takes the control connection
 /// and waits for the keeper's `Resume` (every rank restored), applying its settings; returns the
 /// job's size. The agent thread starts later ([`start_after_restart`]).
-pub(crate) fn await_restart() -> Result<i32, String> {
-    let mut reader = connect().ok_or("not running under `mpicr restart` (no control connection)")?;
+pub(crate) fn await_restart() -> Result<i32, AgentError> {
+    let mut reader = connect().ok_or(AgentError::NotRestarted)?;
     loop {
         match mpicr_proto::recv(&mut reader) {
             Ok(Some(ToAgent::Resume { restarted: true, size, env, .. })) => {
@@ -240,10 +240,10 @@ pub(crate) fn await_restart() -> Result<i32, String> {
                 *RESTART_READER.lock() = Some(reader);
                 return Ok(size);
             }
-            Ok(Some(ToAgent::Abort { reason })) => return Err(reason),
+            Ok(Some(ToAgent::Abort { reason })) => return Err(AgentError::Aborted(reason)),
             Ok(Some(_)) => {}
-            Ok(None) => return Err("the keeper closed the control connection".into()),
-            Err(e) => return Err(format!("control connection: {e}")),
+            Ok(None) => return Err(AgentError::Closed),
+            Err(e) => return Err(AgentError::Connection(e.to_string())),
         }
     }
 }
@@ -332,6 +332,21 @@ pub enum AgentError {
     Connection(String),
     #[error("not running under `mpicr run`")]
     NotSupervised,
+    /// A restarted app-mode process found no control connection.
+    #[error("not running under `mpicr restart` (no control connection)")]
+    NotRestarted,
+    /// The keeper aborted the restart (its reason).
+    #[error("{0}")]
+    Aborted(String),
+}
+
+/// Why there is no write tracker (`FromAgent::WriteTracker`'s error).
+#[derive(Debug, thiserror::Error)]
+pub enum WriteTrackerError {
+    #[error("userfaultfd: {0}")]
+    Userfaultfd(std::io::Error),
+    #[error("userfaultfd asynchronous write-protect mode (Linux 6.7+): {0}")]
+    WriteProtect(std::io::Error),
 }
 
 /// What drives the agent: one channel, fed by the control-socket reader thread (messages from
@@ -598,7 +613,7 @@ pub(crate) fn send_write_tracker() {
     let w = ctl.lock();
     let sent = match write_tracker() {
         Ok(fd) => mpicr_proto::send_with_fd(&w, &FromAgent::WriteTracker { error: None }, std::os::fd::AsFd::as_fd(&fd)),
-        Err(e) => mpicr_proto::send_on(&w, &FromAgent::WriteTracker { error: Some(e) }),
+        Err(e) => mpicr_proto::send_on(&w, &FromAgent::WriteTracker { error: Some(e.to_string()) }),
     };
     if let Err(e) = sent {
         tracing::debug!(target: "agent", "cannot send the write tracker: {e}");
@@ -607,7 +622,7 @@ pub(crate) fn send_write_tracker() {
 
 /// A userfaultfd with `UFFD_FEATURE_WP_ASYNC` (Linux 6.7+), user-mode faults only (allowed
 /// without privilege whatever `vm.unprivileged_userfaultfd` says).
-fn write_tracker() -> Result<std::os::fd::OwnedFd, String> {
+fn write_tracker() -> Result<std::os::fd::OwnedFd, WriteTrackerError> {
     const UFFD_USER_MODE_ONLY: libc::c_int = 1;
     const UFFD_API: u64 = 0xAA;
     const UFFD_FEATURE_WP_ASYNC: u64 = 1 << 15;
@@ -622,14 +637,14 @@ fn write_tracker() -> Result<std::os::fd::OwnedFd, String> {
     // SAFETY: userfaultfd(2) takes flags only and returns a new descriptor or -1.
     let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK | UFFD_USER_MODE_ONLY) };
     if fd < 0 {
-        return Err(format!("userfaultfd: {}", std::io::Error::last_os_error()));
+        return Err(WriteTrackerError::Userfaultfd(std::io::Error::last_os_error()));
     }
     // SAFETY: a descriptor the kernel just created for us alone.
     let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
     let mut api = UffdioApi { api: UFFD_API, features: UFFD_FEATURE_WP_ASYNC, ioctls: 0 };
     // SAFETY: UFFDIO_API reads and writes one struct uffdio_api, which `api` is (repr(C)).
     if unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&fd), UFFDIO_API, &mut api as *mut UffdioApi) } != 0 {
-        return Err(format!("userfaultfd asynchronous write-protect mode (Linux 6.7+): {}", std::io::Error::last_os_error()));
+        return Err(WriteTrackerError::WriteProtect(std::io::Error::last_os_error()));
     }
     Ok(fd)
 }

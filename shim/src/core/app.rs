@@ -30,6 +30,53 @@ pub const APP_RESTORE_ENV: &str = "MPICR_APP_RESTORE";
 
 pub type SaveFn = unsafe extern "C" fn(*const c_char, *mut c_void) -> c_int;
 
+/// Why the program's data could not be saved or restored, or a restarted app-mode rank could
+/// not get its objects back: the one line the keeper hears and the program's stderr shows.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error("nothing registered to {which} (mpicr_app_register)")]
+    NothingRegistered { which: &'static str },
+    /// The data directory's path holds a NUL.
+    #[error("{0}")]
+    DirName(#[from] std::ffi::NulError),
+    #[error("the program's {which} function returned {rc} for {}", .dir.display())]
+    Returned { which: &'static str, rc: c_int, dir: std::path::PathBuf },
+    #[error("creating {}: {err}", .dir.display())]
+    CreateDir { dir: std::path::PathBuf, err: std::io::Error },
+    #[error("the program's save function did not return within {secs} s")]
+    SaveTimeout { secs: u64 },
+    /// The program's `restore` failed (or was not registered).
+    #[error("restart of app-mode rank {rank} failed: {source}")]
+    Restore { rank: i32, source: Box<AppError> },
+    #[error("restart of an app-mode rank: {0}")]
+    AwaitRestart(#[source] agent::AgentError),
+    #[error("app mode needs the namespace renewal (unset MPICR_RENEW)")]
+    NotNamespace,
+    #[error("reading {}: {err}", .path.display())]
+    ReadState { path: std::path::PathBuf, err: std::io::Error },
+    #[error("decoding {}: {err}", .path.display())]
+    DecodeState { path: std::path::PathBuf, err: postcard::Error },
+    #[error("{} has state format {format}, this mpicr reads {}: restart it with the mpicr that wrote it", .path.display(), STATE_FORMAT)]
+    StateFormat { path: std::path::PathBuf, format: u32 },
+    #[error("the image has {image} ranks but the job has {job}")]
+    Size { image: i32, job: i32 },
+    #[error("restart of an app-mode rank: {0}")]
+    FaceState(#[source] FaceStateError),
+    #[error("MPI_Init: {0}")]
+    Init(String),
+    #[error("{0}")]
+    Rebuild(#[from] crate::core::kinds::RebuildError),
+}
+
+/// Why a face's part of `shim.state` could not be put back ([`FaceState`]).
+#[derive(Debug, thiserror::Error)]
+pub enum FaceStateError {
+    #[error("the {face}'s part of shim.state is damaged ({len} bytes)")]
+    Damaged { face: &'static str, len: usize },
+    #[error("the image was written under another MPI face than this program's")]
+    OtherFace,
+}
+
 /// Is this process an app-mode rank? (Read once: the keeper sets it at the start.)
 pub fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -54,7 +101,7 @@ pub fn register(save: SaveFn, restore: SaveFn, arg: usize) -> c_int {
     match RESTORE_PENDING.lock().take() {
         Some(dir) => match call_restore(&dir) {
             Ok(()) => 0,
-            Err(e) => lower::fatal(&e),
+            Err(e) => lower::fatal(&e.to_string()),
         },
         None => 0,
     }
@@ -73,24 +120,24 @@ pub fn data_dir(rank_dir: &std::path::Path) -> std::path::PathBuf {
     rank_dir.join("app")
 }
 
-fn call(which: &str, dir: &std::path::Path) -> Result<(), String> {
+fn call(which: &'static str, dir: &std::path::Path) -> Result<(), AppError> {
     let (f, arg) = {
         let r = REGISTERED.lock();
-        let Some(r) = r.as_ref() else { return Err(format!("nothing registered to {which} (mpicr_app_register)")) };
+        let Some(r) = r.as_ref() else { return Err(AppError::NothingRegistered { which }) };
         (if which == "save" { r.save } else { r.restore }, r.arg)
     };
-    let c = std::ffi::CString::new(dir.display().to_string()).map_err(|e| e.to_string())?;
+    let c = std::ffi::CString::new(dir.display().to_string())?;
     // SAFETY: a function the program registered with this signature, and its own argument.
     let rc = unsafe { f(c.as_ptr(), arg as *mut c_void) };
     if rc != 0 {
-        return Err(format!("the program's {which} function returned {rc} for {}", dir.display()));
+        return Err(AppError::Returned { which, rc, dir: dir.to_path_buf() });
     }
     Ok(())
 }
 
-fn call_restore(rank_dir: &str) -> Result<(), String> {
+fn call_restore(rank_dir: &str) -> Result<(), AppError> {
     let rank = crate::core::kinds::comm::world_rank();
-    call("restore", &data_dir(std::path::Path::new(rank_dir))).map_err(|e| format!("restart of app-mode rank {rank} failed: {e}"))
+    call("restore", &data_dir(std::path::Path::new(rank_dir))).map_err(|e| AppError::Restore { rank, source: Box::new(e) })
 }
 
 // --- Safe points -------------------------------------------------------------------------
@@ -109,7 +156,7 @@ struct Safe {
     park: Park,
     /// A save the agent asked the parked thread for, and its outcome.
     save_dir: Option<std::path::PathBuf>,
-    saved: Option<Result<(), String>>,
+    saved: Option<Result<(), AppError>>,
 }
 static SAFE: Mutex<Safe> = Mutex::new(Safe { park: Park::Idle, save_dir: None, saved: None });
 static SAFE_CHANGED: Condvar = Condvar::new();
@@ -137,7 +184,7 @@ pub fn safe_point() -> c_int {
         }
         if let Some(dir) = s.save_dir.take() {
             drop(s);
-            let r = std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display())).and_then(|_| call("save", &dir));
+            let r = std::fs::create_dir_all(&dir).map_err(|err| AppError::CreateDir { dir: dir.clone(), err }).and_then(|_| call("save", &dir));
             s = SAFE.lock();
             s.saved = Some(r);
             SAFE_CHANGED.notify_all();
@@ -230,7 +277,7 @@ pub(crate) fn release() {
 }
 
 /// The agent, after the release: the parked thread runs the program's `save` into `dir`.
-pub(crate) fn save(dir: std::path::PathBuf, limit: Duration) -> Result<(), String> {
+pub(crate) fn save(dir: std::path::PathBuf, limit: Duration) -> Result<(), AppError> {
     let mut s = SAFE.lock();
     s.save_dir = Some(dir);
     s.saved = None;
@@ -238,7 +285,7 @@ pub(crate) fn save(dir: std::path::PathBuf, limit: Duration) -> Result<(), Strin
     let deadline = std::time::Instant::now() + limit;
     while s.saved.is_none() {
         if SAFE_CHANGED.wait_until(&mut s, deadline).timed_out() && s.saved.is_none() {
-            return Err(format!("the program's save function did not return within {} s", limit.as_secs()));
+            return Err(AppError::SaveTimeout { secs: limit.as_secs() });
         }
     }
     s.saved.take().unwrap_or(Ok(()))
@@ -253,15 +300,15 @@ pub fn take_restore_dir() -> Option<String> {
     Some(d)
 }
 
-fn read_state(rank_dir: &str) -> Result<StateFile, String> {
+fn read_state(rank_dir: &str) -> Result<StateFile, AppError> {
     let path = std::path::Path::new(rank_dir).join("shim.state");
-    let bytes = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let bytes = std::fs::read(&path).map_err(|err| AppError::ReadState { path: path.clone(), err })?;
     // The format comes first: an older layout is named as such, not as a decoding error.
-    let format: u32 = postcard::take_from_bytes(&bytes).map(|(f, _)| f).map_err(|e| format!("decoding {}: {e}", path.display()))?;
+    let format: u32 = postcard::take_from_bytes(&bytes).map(|(f, _)| f).map_err(|err| AppError::DecodeState { path: path.clone(), err })?;
     if format != STATE_FORMAT {
-        return Err(format!("{} has state format {format}, this mpicr reads {STATE_FORMAT}: restart it with the mpicr that wrote it", path.display()));
+        return Err(AppError::StateFormat { path, format });
     }
-    postcard::from_bytes(&bytes).map_err(|e| format!("decoding {}: {e}", path.display()))
+    postcard::from_bytes(&bytes).map_err(|err| AppError::DecodeState { path, err })
 }
 
 /// What a face that is not MPICH's keeps of its own for the program's callbacks (the program's
@@ -270,7 +317,7 @@ fn read_state(rank_dir: &str) -> Result<StateFile, String> {
 /// Addresses in it stay valid: app-mode processes run without address-space randomisation.
 pub struct FaceState {
     pub save: fn() -> Vec<u8>,
-    pub restore: fn(&[u8]) -> Result<(), String>,
+    pub restore: fn(&[u8]) -> Result<(), FaceStateError>,
 }
 static FACE_STATE: std::sync::OnceLock<FaceState> = std::sync::OnceLock::new();
 
@@ -284,11 +331,11 @@ pub fn face_state() -> Vec<u8> {
     FACE_STATE.get().map_or_else(Vec::new, |f| (f.save)())
 }
 
-fn restore_face_state(bytes: &[u8]) -> Result<(), String> {
+fn restore_face_state(bytes: &[u8]) -> Result<(), FaceStateError> {
     match FACE_STATE.get() {
         Some(f) => (f.restore)(bytes),
         None if bytes.is_empty() => Ok(()),
-        None => Err("the image was written under another MPI face than this program's".into()),
+        None => Err(FaceStateError::OtherFace),
     }
 }
 
@@ -320,17 +367,17 @@ fn install(s: StateFile) {
 ///
 /// # Safety
 /// `argc` and `argv` are null or the program's, as MPI_Init_thread requires.
-pub unsafe fn restore_at_init(rank_dir: &str, argc: *mut c_int, argv: *mut *mut *mut c_char, level: c_int) -> Result<c_int, String> {
-    let size = agent::await_restart().map_err(|e| format!("restart of an app-mode rank: {e}"))?;
+pub unsafe fn restore_at_init(rank_dir: &str, argc: *mut c_int, argv: *mut *mut *mut c_char, level: c_int) -> Result<c_int, AppError> {
+    let size = agent::await_restart().map_err(AppError::AwaitRestart)?;
     if renew::strategy() != renew::Strategy::Namespace {
-        return Err("app mode needs the namespace renewal (unset MPICR_RENEW)".into());
+        return Err(AppError::NotNamespace);
     }
     let state = read_state(rank_dir)?;
     if state.world_size != size {
-        return Err(format!("the image has {} ranks but the job has {size}", state.world_size));
+        return Err(AppError::Size { image: state.world_size, job: size });
     }
     let generation = state.generation;
-    restore_face_state(&state.face).map_err(|e| format!("restart of an app-mode rank: {e}"))?;
+    restore_face_state(&state.face).map_err(AppError::FaceState)?;
     install(state);
     for kind in RENEWAL_ORDER {
         kind.forget();
@@ -340,7 +387,7 @@ pub unsafe fn restore_at_init(rank_dir: &str, argc: *mut c_int, argv: *mut *mut 
         kind.before_renewal()?;
     }
     // SAFETY: passed through from the program's MPI_Init.
-    let (world, selfc, provided) = unsafe { renew::init_lower(argc, argv, level) }.map_err(|rc| format!("MPI_Init: {}", lower::error_string(rc)))?;
+    let (world, selfc, provided) = unsafe { renew::init_lower(argc, argv, level) }.map_err(|rc| AppError::Init(lower::error_string(rc)))?;
     crate::core::kinds::comm::errors_return_on(world);
     crate::core::kinds::comm::errors_return_on(selfc);
     OBJ.comms.set_real(WORLD_INDEX, RealComm(world));
@@ -377,6 +424,17 @@ mod tests {
         let ended = not_reached(0, 5, &[("MPI_Init".into(), 40, 39)], true);
         assert!(ended.contains("ended its loop") && ended.contains("the program is finalizing MPI"), "{ended}");
         assert!(!ended.contains("waits to start"), "{ended}");
+    }
+
+    #[test]
+    fn errors_read_as_the_lines_users_see() {
+        let returned = AppError::Returned { which: "restore", rc: 7, dir: "/e/rank.0/app".into() };
+        let e = AppError::Restore { rank: 0, source: Box::new(returned) };
+        assert_eq!(e.to_string(), "restart of app-mode rank 0 failed: the program's restore function returned 7 for /e/rank.0/app");
+        let e = AppError::StateFormat { path: "/e/shim.state".into(), format: 1 };
+        assert_eq!(e.to_string(), format!("/e/shim.state has state format 1, this mpicr reads {STATE_FORMAT}: restart it with the mpicr that wrote it"));
+        let e = AppError::FaceState(FaceStateError::Damaged { face: "Open MPI face", len: 12 });
+        assert_eq!(e.to_string(), "restart of an app-mode rank: the Open MPI face's part of shim.state is damaged (12 bytes)");
     }
 
     #[test]

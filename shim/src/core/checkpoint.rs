@@ -70,7 +70,13 @@ pub enum CheckpointError {
     Write { path: String, err: std::io::Error },
     #[error(transparent)]
     Renew(#[from] renew::RenewError),
-    /// What another part (a kind's refusal, the drain's bookkeeping) said.
+    /// Cancelling the pending receives or receiving the matched-probe messages failed.
+    #[error("{0}")]
+    Kind(#[from] crate::core::kinds::RebuildError),
+    /// The drain's bookkeeping: more messages received from a peer than it sent.
+    #[error("{0}")]
+    Drain(#[from] mpicr_drain::TooManyReceived),
+    /// What another part (a kind's refusal, an app-mode rank) said.
     #[error("{0}")]
     Other(String),
 }
@@ -219,7 +225,8 @@ pub(crate) fn run(inbox: &mut Inbox, epoch: u64, stop: bool, state_path: &str) {
     }
     // The drain may have cancelled pending receives; unreleased, the library still runs them.
     if matches!(stage, Stage::GateClosed | Stage::Drained) {
-        let reposted = std::panic::catch_unwind(request::repost_cancelled).unwrap_or_else(|p| Err(format!("internal error: {}", agent::panic_message(&*p))));
+        let reposted = std::panic::catch_unwind(|| request::repost_cancelled().map_err(|e| e.to_string()))
+            .unwrap_or_else(|p| Err(format!("internal error: {}", agent::panic_message(&*p))));
         if let Err(e) = reposted {
             lower::fatal(&format!("checkpoint failed ({reason}) and a receive it had cancelled could not be posted again: {e}"));
         }

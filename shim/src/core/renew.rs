@@ -125,10 +125,10 @@ pub enum RenewError {
     Init(String),
     /// The program uses functions the restart's library lacks (their names).
     #[error("{0}")]
-    Imports(String),
+    Imports(#[from] lower::MissingImports),
     /// A kind of object could not be rebuilt (its own words).
     #[error("{0}")]
-    Rebuild(String),
+    Rebuild(#[from] crate::core::kinds::RebuildError),
 }
 
 /// The session of the current generation (`sessions` strategy).
@@ -389,7 +389,7 @@ pub fn renew(restarted: bool, size: Option<i32>) -> Result<(), RenewError> {
         }
     }
     for kind in RENEWAL_ORDER {
-        kind.before_renewal().map_err(RenewError::Rebuild)?;
+        kind.before_renewal()?;
     }
     let generation = match strategy() {
         Strategy::Namespace => {
@@ -398,7 +398,7 @@ pub fn renew(restarted: bool, size: Option<i32>) -> Result<(), RenewError> {
             let changed = path != lower::current().path;
             let gen = lower::load_generation(&path).map_err(RenewError::Load)?;
             if changed {
-                lower::check_program_imports(gen).map_err(RenewError::Imports)?;
+                lower::check_program_imports(gen)?;
             }
             gen.number
         }
@@ -419,7 +419,7 @@ pub fn renew(restarted: bool, size: Option<i32>) -> Result<(), RenewError> {
     OBJ.comms.set_real(WORLD_INDEX, RealComm(world));
     OBJ.comms.set_real(SELF_INDEX, RealComm(selfc));
     for kind in RENEWAL_ORDER {
-        kind.rebuild().map_err(RenewError::Rebuild)?;
+        kind.rebuild()?;
     }
     tracing::debug!(target: "renew", generation, "renewed");
     Ok(())

@@ -2,6 +2,7 @@
 //! see, inside "renewing the MPI library failed: ..." and the like).
 
 use std::io;
+use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -31,4 +32,21 @@ pub enum LoadError {
     Environment(io::Error),
     #[error("{0} does not look like an MPI library (no MPI_Init)")]
     NotMpi(String),
+    /// [`super::locate`]: a program of another ABI (named) and no MPICH-ABI library to run it on.
+    #[error("the program speaks {0}, which mpicr runs on an MPICH-ABI library: none found (libmpich.so.12 or libmpi.so.12 in LD_LIBRARY_PATH or the system's library directories); set MPICR_MPI_LIB")]
+    NoMpichFor(&'static str),
+    #[error("{} is Open MPI: run the program under libmpicr_ompi.so (mpicr run chooses it), which translates Open MPI's ABI to an MPICH-ABI library underneath", .0.display())]
+    OpenMpi(PathBuf),
+    #[error("{} is the MPI-5 standard ABI: run the program under libmpicr_abi.so (mpicr run chooses it), which translates it to an MPICH-ABI library underneath", .0.display())]
+    StandardAbi(PathBuf),
+    #[error("the program is not linked to an MPICH-ABI library (libmpich.so.12 or libmpi.so.12); set MPICR_MPI_LIB")]
+    NotLinked,
+}
+
+/// [`super::check_program_imports`]: the library lacks functions the program uses (their names).
+#[derive(Debug, thiserror::Error)]
+#[error("{} lacks {} the program uses: {}", .library.display(), if .names.len() == 1 { "a function" } else { "functions" }, .names.join(", "))]
+pub struct MissingImports {
+    pub library: PathBuf,
+    pub names: Vec<String>,
 }

@@ -17,7 +17,7 @@
 
 pub mod abi;
 mod error;
-pub use error::LoadError;
+pub use error::{LoadError, MissingImports};
 pub mod handles;
 pub mod log;
 pub mod ompi;
@@ -176,7 +176,7 @@ fn load_first() -> &'static Generation {
         // SAFETY: see `current`.
         return unsafe { &*p };
     }
-    match locate().and_then(|path| load_locked(&path).map_err(|e| e.to_string())) {
+    match locate().and_then(|path| load_locked(&path)) {
         Ok(g) => g,
         Err(e) => fatal(&format!("cannot load the MPI library underneath: {e}")),
     }
@@ -977,14 +977,12 @@ pub fn foreign_face() -> Option<&'static str> {
 
 /// The real library: `MPICR_MPI_LIB`, or the MPICH-ABI library the program is linked to, or
 /// (for a program of another ABI, through its face) an MPICH-ABI library of the system.
-pub fn locate() -> Result<PathBuf, String> {
+pub fn locate() -> Result<PathBuf, LoadError> {
     if let Some(p) = std::env::var_os("MPICR_MPI_LIB") {
         return Ok(PathBuf::from(p));
     }
     if let Some(abi) = foreign_face() {
-        return system_mpich().ok_or_else(|| {
-            format!("the program speaks {abi}, which mpicr runs on an MPICH-ABI library: none found (libmpich.so.12 or libmpi.so.12 in LD_LIBRARY_PATH or the system's library directories); set MPICR_MPI_LIB")
-        });
+        return system_mpich().ok_or(LoadError::NoMpichFor(abi));
     }
     let mut found: Vec<PathBuf> = Vec::new();
     // SAFETY: dl_iterate_phdr calls `collect` with valid dl_phdr_info pointers; `found` outlives it.
@@ -996,15 +994,12 @@ pub fn locate() -> Result<PathBuf, String> {
         return Ok(p);
     }
     if let Some(p) = pick(&|n| n.starts_with("libmpi.so.40")) {
-        return Err(format!(
-            "{} is Open MPI: run the program under libmpicr_ompi.so (mpicr run chooses it), which translates Open MPI's ABI to an MPICH-ABI library underneath",
-            p.display()
-        ));
+        return Err(LoadError::OpenMpi(p));
     }
     if let Some(p) = pick(&|n| n.starts_with("libmpi_abi")) {
-        return Err(format!("{} is the MPI-5 standard ABI: run the program under libmpicr_abi.so (mpicr run chooses it), which translates it to an MPICH-ABI library underneath", p.display()));
+        return Err(LoadError::StandardAbi(p));
     }
-    Err("the program is not linked to an MPICH-ABI library (libmpich.so.12 or libmpi.so.12); set MPICR_MPI_LIB".into())
+    Err(LoadError::NotLinked)
 }
 
 /// The first `libmpich.so.12` (else `libmpi.so.12`) in `LD_LIBRARY_PATH`, then in the system's
@@ -1035,7 +1030,7 @@ pub fn library_for_renewal() -> PathBuf {
 /// program, the libraries and modules it loaded, e.g. Python's mpi4py) must be defined by the
 /// library of `gen`. Err names the missing functions. Objects that define `MPI_Init` themselves
 /// (the shim, the MPI library the program was linked to) are not asked.
-pub fn check_program_imports(gen: &Generation) -> Result<(), String> {
+pub fn check_program_imports(gen: &Generation) -> Result<(), MissingImports> {
     let mut objects: Vec<PathBuf> = vec![PathBuf::from("/proc/self/exe")];
     // SAFETY: dl_iterate_phdr calls `collect` with valid dl_phdr_info pointers; `objects` outlives it.
     unsafe { libc::dl_iterate_phdr(Some(collect), &mut objects as *mut Vec<PathBuf> as *mut c_void) };
@@ -1059,8 +1054,7 @@ pub fn check_program_imports(gen: &Generation) -> Result<(), String> {
     if missing.is_empty() {
         return Ok(());
     }
-    let list: Vec<String> = missing.into_iter().collect();
-    Err(format!("{} lacks {} the program uses: {}", gen.path.display(), if list.len() == 1 { "a function" } else { "functions" }, list.join(", ")))
+    Err(MissingImports { library: gen.path.clone(), names: missing.into_iter().collect() })
 }
 
 unsafe extern "C" fn collect(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
@@ -1132,6 +1126,14 @@ pub fn real_unweighted() -> *mut c_int {
 mod tests {
     use super::abi::*;
     use super::lacking_datatypes;
+
+    #[test]
+    fn missing_imports_are_named_in_one_line() {
+        let one = super::MissingImports { library: "/l/libmpi.so.12".into(), names: vec!["MPI_Status_set_source".into()] };
+        assert_eq!(one.to_string(), "/l/libmpi.so.12 lacks a function the program uses: MPI_Status_set_source");
+        let two = super::MissingImports { library: "/l/libmpi.so.12".into(), names: vec!["MPI_A".into(), "MPI_B".into()] };
+        assert_eq!(two.to_string(), "/l/libmpi.so.12 lacks functions the program uses: MPI_A, MPI_B");
+    }
 
     #[test]
     fn the_datatypes_a_library_lacks_follow_its_version() {

@@ -2,7 +2,7 @@
 //! attributes, name, counters), the lock-free counters of sends, receives and collectives the
 //! drain and the alignment read, and the collective rebuild on a renewed library.
 
-use super::{check, Renewable};
+use super::{check, RebuildError, Renewable};
 use crate::core::handles;
 use crate::core::renew::real_world;
 use crate::core::state::{Attrs, OBJ, SELF_INDEX, WORLD_INDEX};
@@ -185,18 +185,18 @@ pub fn errors_return_on(real_comm: c_int) {
 }
 
 /// The real group of MPI_COMM_WORLD in the current generation (caller frees).
-pub(super) fn world_group() -> Result<c_int, String> {
+pub(super) fn world_group() -> Result<c_int, RebuildError> {
     let mut g = MPI_GROUP_NULL;
     // SAFETY: valid out-pointer.
     let rc = unsafe { lower::fns().MPI_Comm_group.map_or(MPI_ERR_OTHER, |f| f(real_world(), &mut g)) };
     if rc != MPI_SUCCESS {
-        return Err("MPI_Comm_group(MPI_COMM_WORLD) failed".into());
+        return Err(RebuildError::WorldGroup);
     }
     Ok(g)
 }
 
 /// An intracommunicator with exactly `ranks` (world ranks, in order), collective over them.
-fn comm_of_ranks(world_group: c_int, ranks: &[i32], tag: c_int) -> Result<c_int, String> {
+fn comm_of_ranks(world_group: c_int, ranks: &[i32], tag: c_int) -> Result<c_int, RebuildError> {
     let f = lower::fns();
     let (mut g, mut c) = (MPI_GROUP_NULL, MPI_COMM_NULL);
     // SAFETY: arrays are live Vecs; out-pointers are locals.
@@ -208,7 +208,7 @@ fn comm_of_ranks(world_group: c_int, ranks: &[i32], tag: c_int) -> Result<c_int,
     Ok(c)
 }
 
-fn apply_topology(comm: c_int, t: &Topology) -> Result<c_int, String> {
+fn apply_topology(comm: c_int, t: &Topology) -> Result<c_int, RebuildError> {
     let f = lower::fns();
     let mut out = MPI_COMM_NULL;
     // SAFETY: arrays are live Vecs of the lengths passed; out-pointer is a local.
@@ -289,7 +289,7 @@ pub fn note_freed(e: &CommEntry) {
 
 /// The ids of the communicators some rank of the job still holds, `mine` being this rank's:
 /// an exchange over the renewed library's world (every rank renews at once).
-fn held_anywhere(mine: &[u64]) -> Result<std::collections::HashSet<u64>, String> {
+fn held_anywhere(mine: &[u64]) -> Result<std::collections::HashSet<u64>, RebuildError> {
     let f = lower::fns();
     let n = world_size().max(1) as usize;
     let mut counts = vec![0 as c_int; n];
@@ -365,7 +365,7 @@ impl Renewable for Renew {
     /// Communicators (the renewal set up world and self) are rebuilt in the order of their
     /// job-wide ids, the same on every rank, so the collective creations of overlapping groups
     /// never wait on each other in a cycle; then every communicator gets its name back.
-    fn rebuild(&self) -> Result<(), String> {
+    fn rebuild(&self) -> Result<(), RebuildError> {
         let f = lower::fns();
         let wg = world_group()?;
         // The program's communicators, and those it freed that another rank still holds
@@ -387,7 +387,7 @@ impl Renewable for Renew {
             let mut comm = local;
             if let Some(remote) = &r.remote_world_ranks {
                 let mut inter = MPI_COMM_NULL;
-                let remote_leader = *remote.first().ok_or("an intercommunicator without a remote group")?;
+                let remote_leader = *remote.first().ok_or(RebuildError::NoRemoteGroup)?;
                 // SAFETY: live communicators; out-pointer is a local.
                 unsafe {
                     check(f.MPI_Intercomm_create.map_or(MPI_ERR_OTHER, |h| h(local, 0, real_world(), remote_leader, tag, &mut inter)), "MPI_Intercomm_create")?;

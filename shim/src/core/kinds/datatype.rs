@@ -2,7 +2,7 @@
 //! the program may free those), whether it was committed, its attributes and name; the map from
 //! real handles back to virtual ones; and the rebuild with the large-count constructors.
 
-use super::Renewable;
+use super::{RebuildError, Renewable};
 use crate::core::handles;
 use crate::core::state::{Attrs, OBJ};
 use crate::lower;
@@ -278,10 +278,10 @@ impl Renewable for Renew {
     }
 
     /// Every type is built from its recipe, committed if it was, and named as it was.
-    fn rebuild(&self) -> Result<(), String> {
+    fn rebuild(&self) -> Result<(), RebuildError> {
         let f = lower::fns();
         for (idx, _, t) in OBJ.datatypes.snapshot() {
-            let mut real = build(&t.dt.recipe).map_err(|rc| format!("rebuilding a datatype: {}", lower::error_string(rc)))?;
+            let mut real = build(&t.dt.recipe).map_err(|rc| RebuildError::mpi("rebuilding a datatype", rc))?;
             if t.dt.committed {
                 // SAFETY: a datatype just built.
                 unsafe { f.MPI_Type_commit.map(|h| h(&mut real)) };

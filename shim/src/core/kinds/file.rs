@@ -25,7 +25,7 @@
 //! sync, close and open are collective.
 
 use super::datatype::Built;
-use super::{check, info, Renewable};
+use super::{check, info, RebuildError, Renewable};
 use crate::core::handles;
 use crate::core::state::OBJ;
 use crate::lower;
@@ -272,7 +272,7 @@ impl Renewable for Renew {
     }
 
     /// Every file is still on disk, at least as large as at the checkpoint.
-    fn before_renewal(&self) -> Result<(), String> {
+    fn before_renewal(&self) -> Result<(), RebuildError> {
         for (_, _, e) in ordered() {
             let (Some(s), path) = (&e.saved, e.path()) else { continue };
             // Only paths of the local file system can be looked at here.
@@ -280,31 +280,20 @@ impl Renewable for Renew {
                 continue;
             }
             match std::fs::metadata(path) {
-                Err(err) => {
-                    return Err(format!(
-                        "the MPI file {path}, open in the program at the checkpoint ({} bytes then), cannot be opened again: {err}; put it back as it was at the checkpoint",
-                        s.size
-                    ))
-                }
-                Ok(m) if (m.len() as i64) < s.size => {
-                    return Err(format!(
-                        "the MPI file {path}, open in the program at the checkpoint, has {} bytes, fewer than the {} it had then; put it back as it was at the checkpoint",
-                        m.len(),
-                        s.size
-                    ))
-                }
+                Err(err) => return Err(RebuildError::FileGone { path: path.to_string(), size: s.size, err }),
+                Ok(m) if (m.len() as i64) < s.size => return Err(RebuildError::FileShrunk { path: path.to_string(), now: m.len(), then: s.size }),
                 Ok(_) => {}
             }
         }
         Ok(())
     }
 
-    fn rebuild(&self) -> Result<(), String> {
+    fn rebuild(&self) -> Result<(), RebuildError> {
         let f = lower::fns();
         let (t, files) = (std::time::Instant::now(), ordered());
         let n = files.len();
         for (idx, _, e) in files {
-            let name = std::ffi::CString::new(e.name.as_str()).map_err(|_| format!("the MPI file name {:?} holds a NUL", e.name))?;
+            let name = std::ffi::CString::new(e.name.as_str()).map_err(|_| RebuildError::FileNameNul(e.name.clone()))?;
             let hints = info::build(&e.open_hints)?;
             let mut r: MPI_File = std::ptr::null_mut();
             // SAFETY: a live real communicator (rebuilt by the communicator kind), a
@@ -313,7 +302,7 @@ impl Renewable for Renew {
             info::free(hints);
             check(rc, &format!("opening the MPI file {} again", e.name))?;
             OBJ.files.set_real(idx, RealFile(r));
-            restore(r, &e).map_err(|why| format!("the MPI file {}: {why}", e.name))?;
+            restore(r, &e).map_err(|why| RebuildError::File { name: e.name.clone(), source: Box::new(why) })?;
         }
         if n > 0 {
             tracing::debug!(target: "renew", files = n, us = t.elapsed().as_micros() as u64, "opened the MPI files again");
@@ -323,10 +312,10 @@ impl Renewable for Renew {
 }
 
 /// Gives a reopened real file what the program had set: atomicity, hints, view, file pointers.
-fn restore(r: MPI_File, e: &FileEntry) -> Result<(), String> {
+fn restore(r: MPI_File, e: &FileEntry) -> Result<(), RebuildError> {
     let f = lower::fns();
     let s = e.saved.clone().unwrap_or_default();
-    let built = |t: &TypeRef| Built::of(t).map_err(|rc| format!("rebuilding a datatype of its view: {}", lower::error_string(rc)));
+    let built = |t: &TypeRef| Built::of(t).map_err(|rc| RebuildError::mpi("rebuilding a datatype of its view", rc));
     // SAFETY: for every call below, `r` is the live real file just opened; the info objects and
     // datatypes are live until freed after their use; strings are NUL-terminated.
     unsafe {

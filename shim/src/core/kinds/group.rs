@@ -1,6 +1,6 @@
 //! Groups: every group is recorded as the world ranks it contains, in order (`GroupRecipe`).
 
-use super::{check, Renewable};
+use super::{check, RebuildError, Renewable};
 use crate::core::state::{OBJ, WORLD_INDEX};
 use crate::lower;
 use crate::lower::abi::*;
@@ -97,7 +97,7 @@ impl Renewable for Renew {
         }
     }
 
-    fn rebuild(&self) -> Result<(), String> {
+    fn rebuild(&self) -> Result<(), RebuildError> {
         let f = lower::fns();
         let wg = super::comm::world_group()?;
         for (idx, _, g) in OBJ.groups.snapshot() {

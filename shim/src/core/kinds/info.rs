@@ -1,7 +1,7 @@
 //! Info objects: the recipe is their keys and values, read back from the library just before
 //! each release (the program may have changed them through any call).
 
-use super::{check, Renewable};
+use super::{check, RebuildError, Renewable};
 use crate::core::state::OBJ;
 use crate::lower;
 use crate::lower::abi::*;
@@ -35,7 +35,7 @@ pub fn entries(real: c_int) -> Vec<(String, String)> {
 }
 
 /// A new real info object holding `entries` (the caller frees it).
-pub fn build(entries: &[(String, String)]) -> Result<c_int, String> {
+pub fn build(entries: &[(String, String)]) -> Result<c_int, RebuildError> {
     let f = lower::fns();
     let mut real = MPI_INFO_NULL;
     // SAFETY: out-pointer and NUL-terminated strings.
@@ -73,7 +73,7 @@ impl Renewable for Renew {
         }
     }
 
-    fn rebuild(&self) -> Result<(), String> {
+    fn rebuild(&self) -> Result<(), RebuildError> {
         for (idx, _, info) in OBJ.infos.snapshot() {
             OBJ.infos.set_real(idx, RealInfo(build(&info.entries)?));
         }

@@ -2,7 +2,7 @@
 //! classes, codes and strings (in the order made, so the same values come back) and the
 //! buffer attached for buffered sends.
 
-use super::Renewable;
+use super::{RebuildError, Renewable};
 use crate::lower;
 use parking_lot::Mutex;
 use std::os::raw::{c_int, c_void};
@@ -143,7 +143,7 @@ pub fn datarep_registered(name: &str) -> bool {
 
 /// Registers the program's data representations with a renewed library, before its files are
 /// reopened (their views may name them), in the order the program did.
-fn register_datareps() -> Result<(), String> {
+fn register_datareps() -> Result<(), RebuildError> {
     let f = lower::fns();
     for d in DATAREPS.lock().iter() {
         let name = std::ffi::CString::new(d.name.as_str()).unwrap_or_default();
@@ -186,7 +186,7 @@ impl Renewable for Renew {
     /// Replays user error classes/codes/strings (each class and code must come back with its
     /// value), attaches the buffered-send buffer again and registers the program's data
     /// representations.
-    fn rebuild(&self) -> Result<(), String> {
+    fn rebuild(&self) -> Result<(), RebuildError> {
         register_datareps()?;
         let f = lower::fns();
         for e in user_errors() {
@@ -204,7 +204,7 @@ impl Renewable for Renew {
             };
             super::check(rc.unwrap_or(lower::abi::MPI_ERR_OTHER), &format!("replaying {e:?}"))?;
             if let Some(v) = e.made().filter(|&v| v != out) {
-                return Err(format!("replaying {e:?}: the renewed library gave {out}, not {v}"));
+                return Err(RebuildError::Replayed { error: e, got: out, want: v });
             }
         }
         // the renewed library made them from fresh, in this order

@@ -2,7 +2,7 @@
 //! the message came from the shim's buffer of drained messages. A checkpoint's drain receives
 //! the messages still in the library into that buffer, where `MPI_Mrecv` finds them.
 
-use super::Renewable;
+use super::{RebuildError, Renewable};
 use crate::core::kinds::comm::comm_gid;
 use crate::core::state::OBJ;
 use crate::lower;
@@ -33,7 +33,7 @@ pub static CLAIMED: parking_lot::Mutex<Vec<(u32, Message)>> = parking_lot::Mutex
 
 /// Receives the matched-probe messages still in the library into [`CLAIMED`] (the drain's last
 /// step, once every rank drained).
-pub fn drain_matched() -> Result<(), String> {
+pub fn drain_matched() -> Result<(), RebuildError> {
     let f = lower::fns();
     for (idx, real, m) in OBJ.messages.snapshot() {
         if m.drained.is_some() {
@@ -45,7 +45,7 @@ pub fn drain_matched() -> Result<(), String> {
         // SAFETY: a live real message handle; `data` holds its bytes.
         let rc = unsafe { f.MPI_Mrecv_c.map_or(MPI_ERR_OTHER, |g| g(data.as_mut_ptr().cast(), m.bytes, MPI_BYTE, &mut msg, &mut st)) };
         if rc != MPI_SUCCESS {
-            return Err("receiving a matched-probe message failed".into());
+            return Err(RebuildError::MatchedProbe);
         }
         let gid = comm_gid(m.comm).unwrap_or(0);
         OBJ.messages.with(idx, |x| x.drained = Some(0));

@@ -3,7 +3,7 @@
 //! the program's function the *virtual* datatype handle; MPI_User_function has no user-data
 //! argument, so each live op occupies one of a fixed set of trampolines, kept across renewals.
 
-use super::Renewable;
+use super::{RebuildError, Renewable};
 use crate::core::gate;
 use crate::core::kinds::datatype::virtual_of_real;
 use crate::core::state::OBJ;
@@ -164,9 +164,9 @@ impl Renewable for Renew {
     }
 
     /// Each op is created again on its own trampoline slot.
-    fn rebuild(&self) -> Result<(), String> {
+    fn rebuild(&self) -> Result<(), RebuildError> {
         for (idx, _, op) in OBJ.ops.snapshot() {
-            let real = create_real(&op.recipe, op.slot).map_err(|rc| format!("rebuilding an op: {}", lower::error_string(rc)))?;
+            let real = create_real(&op.recipe, op.slot).map_err(|rc| RebuildError::mpi("rebuilding an op", rc))?;
             OBJ.ops.set_real(idx, RealOp(real));
         }
         Ok(())

@@ -15,6 +15,7 @@
 //! The renewal makes every partitioned request again in this process's init order, so that the
 //! library matches sends and receives as it did before.
 
+use super::RebuildError;
 use crate::core::handles;
 use crate::core::kinds::comm::{peers, world_rank};
 use crate::core::kinds::datatype::Built;
@@ -154,7 +155,7 @@ pub fn not_aligned(targets: &HashMap<u64, u64>) -> Option<String> {
 }
 
 /// The renewal: every partitioned request made again, in this process's init order.
-pub fn rebuild() -> Result<(), String> {
+pub fn rebuild() -> Result<(), RebuildError> {
     let f = lower::fns();
     let mut todo: Vec<(u32, Box<PartInit>)> = OBJ
         .requests
@@ -167,7 +168,7 @@ pub fn rebuild() -> Result<(), String> {
         .collect();
     todo.sort_by_key(|(_, i)| i.order);
     for (idx, i) in todo {
-        let t = Built::of(&i.datatype).map_err(|rc| format!("rebuilding a partitioned request's datatype: {}", lower::error_string(rc)))?;
+        let t = Built::of(&i.datatype).map_err(|rc| RebuildError::mpi("rebuilding a partitioned request's datatype", rc))?;
         let (c, inf) = (handles::comm(i.comm).raw(), handles::info(i.info).raw());
         let mut r = MPI_REQUEST_NULL;
         // SAFETY: the program's buffer (kept for the request's life, as MPI requires) and live

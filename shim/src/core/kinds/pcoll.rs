@@ -5,6 +5,7 @@
 //! A started one was counted as a collective by `MPI_Start` (alignment) and completed in the
 //! drain, like a nonblocking collective; the program's wait then finds it done.
 
+use super::RebuildError;
 use crate::core::handles;
 use crate::core::kinds::datatype::Built;
 use crate::core::state::OBJ;
@@ -72,9 +73,9 @@ impl<T> FromVal for *mut T {
 }
 
 /// The real handle of a virtual op; a freed op is an error.
-fn op(v: VOp) -> Result<c_int, String> {
+fn op(v: VOp) -> Result<c_int, RebuildError> {
     match v.index() {
-        Some(i) => OBJ.ops.real(i).map(|r| r.raw()).ok_or_else(|| "its reduction op was freed".to_string()),
+        Some(i) => OBJ.ops.real(i).map(|r| r.raw()).ok_or(RebuildError::OpFreed),
         None => Ok(handles::op(v).raw()),
     }
 }
@@ -88,14 +89,14 @@ struct Keep {
     wide: Vec<Vec<MPI_Aint>>,
 }
 
-fn built(keep: &mut Keep, t: &mpicr_virtid::TypeRef) -> Result<c_int, String> {
-    let b = Built::of(t).map_err(|rc| format!("rebuilding its datatype: {}", lower::error_string(rc)))?;
+fn built(keep: &mut Keep, t: &mpicr_virtid::TypeRef) -> Result<c_int, RebuildError> {
+    let b = Built::of(t).map_err(|rc| RebuildError::mpi("rebuilding its datatype", rc))?;
     let r = b.real;
     keep.types.push(b);
     Ok(r)
 }
 
-fn resolve(args: &[CollArg], keep: &mut Keep) -> Result<Vec<Val>, String> {
+fn resolve(args: &[CollArg], keep: &mut Keep) -> Result<Vec<Val>, RebuildError> {
     let mut out = Vec::with_capacity(args.len());
     for a in args {
         out.push(match a {
@@ -144,7 +145,7 @@ macro_rules! inits {
 }
 
 /// Makes one persistent collective again; returns the real request.
-fn remake(init: &CollInit) -> Result<c_int, String> {
+fn remake(init: &CollInit) -> Result<c_int, RebuildError> {
     let mut keep = Keep::default();
     let v = resolve(&init.args, &mut keep)?;
     let mut r = MPI_REQUEST_NULL;
@@ -198,7 +199,7 @@ fn remake(init: &CollInit) -> Result<c_int, String> {
 }
 
 /// The renewal: every persistent collective made again, in the job-wide order.
-pub fn rebuild() -> Result<(), String> {
+pub fn rebuild() -> Result<(), RebuildError> {
     let mut todo: Vec<(u32, Box<CollInit>)> = OBJ
         .requests
         .snapshot()
@@ -210,7 +211,7 @@ pub fn rebuild() -> Result<(), String> {
         .collect();
     todo.sort_by_key(|(_, i)| (i.comm_gid, i.seq));
     for (idx, init) in todo {
-        let r = remake(&init).map_err(|e| format!("making a persistent collective again ({}): {e}", init.function))?;
+        let r = remake(&init).map_err(|e| RebuildError::Collective { function: init.function.clone(), source: Box::new(e) })?;
         OBJ.requests.set_real(idx, RealRequest(r));
     }
     Ok(())

@@ -4,7 +4,7 @@
 //! are created again, receives may be satisfied from the drained-message buffer; nonblocking
 //! MPI-IO completes in the drain, in the order it was started ([`is_file_io`]).
 
-use super::{check, Renewable};
+use super::{check, RebuildError, Renewable};
 use crate::core::drained;
 use crate::core::handles;
 use crate::core::kinds::comm::{comm_gid, count_recv};
@@ -292,7 +292,7 @@ pub fn pending_sends() -> usize {
 
 /// The drain's end: receives still pending are cancelled, to be posted again after the renewal
 /// ([`Renew::rebuild`]); one that matched a message meanwhile is recorded and counted by `poll`.
-pub fn cancel_receives(deadline: std::time::Instant) -> Result<(), String> {
+pub fn cancel_receives(deadline: std::time::Instant) -> Result<(), RebuildError> {
     let f = lower::fns();
     for (idx, real, e) in OBJ.requests.snapshot() {
         if e.done.is_some() || e.repost || !active(&e.recipe) || !is_recv(&e.recipe) {
@@ -314,7 +314,7 @@ pub fn cancel_receives(deadline: std::time::Instant) -> Result<(), String> {
                 break;
             }
             if std::time::Instant::now() > deadline {
-                return Err("a pending receive could not be cancelled".into());
+                return Err(RebuildError::CancelReceive);
             }
         }
     }
@@ -324,7 +324,7 @@ pub fn cancel_receives(deadline: std::time::Instant) -> Result<(), String> {
 /// A checkpoint failed after its drain cancelled pending receives, before the library was
 /// released: they are posted again on the same library (from the drained messages first, as
 /// the renewal does), or the program would wait on requests the library has freed.
-pub fn repost_cancelled() -> Result<(), String> {
+pub fn repost_cancelled() -> Result<(), RebuildError> {
     let f = lower::fns();
     for (idx, real, e) in OBJ.requests.snapshot() {
         let args = match &e.recipe {
@@ -345,7 +345,7 @@ pub fn repost_cancelled() -> Result<(), String> {
             if e.recipe.is_persistent() {
                 f.MPI_Start.map_or(MPI_ERR_OTHER, |h| h(&mut r))
             } else {
-                let ty = Built::of(&args.datatype).map_err(|rc| format!("posting a receive again: {}", lower::error_string(rc)))?;
+                let ty = Built::of(&args.datatype).map_err(|rc| RebuildError::mpi("posting a receive again", rc))?;
                 f.MPI_Irecv_c
                     .map_or(MPI_ERR_OTHER, |h| h(args.buf as *mut c_void, args.count, ty.real, args.peer, args.tag, handles::comm(args.comm).raw(), &mut r))
             }
@@ -449,7 +449,7 @@ impl Renewable for Renew {
     /// Posts cancelled receives again (or completes them from the drained messages) and
     /// re-creates persistent requests: point-to-point ones here, collective and partitioned
     /// ones in their own orders (`pcoll`, `part`).
-    fn rebuild(&self) -> Result<(), String> {
+    fn rebuild(&self) -> Result<(), RebuildError> {
         let f = lower::fns();
         for (idx, _, e) in OBJ.requests.snapshot() {
             if matches!(e.recipe, RequestRecipe::Collective { init: Some(_), .. } | RequestRecipe::Partitioned { .. }) {
@@ -459,10 +459,10 @@ impl Renewable for Renew {
             // The datatype, built from its recipe when the program freed it meanwhile.
             let ty = match &e.recipe {
                 RequestRecipe::Recv { args } if e.repost => {
-                    Some(Built::of(&args.datatype).map_err(|rc| format!("rebuilding a request's datatype: {}", lower::error_string(rc)))?)
+                    Some(Built::of(&args.datatype).map_err(|rc| RebuildError::mpi("rebuilding a request's datatype", rc))?)
                 }
                 RequestRecipe::PersistentRecv { args, .. } | RequestRecipe::PersistentSend { args, .. } => {
-                    Some(Built::of(&args.datatype).map_err(|rc| format!("rebuilding a request's datatype: {}", lower::error_string(rc)))?)
+                    Some(Built::of(&args.datatype).map_err(|rc| RebuildError::mpi("rebuilding a request's datatype", rc))?)
                 }
                 _ => None,
             };

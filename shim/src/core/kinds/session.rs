@@ -6,7 +6,7 @@
 //! and both are rebuilt from the renewed library's world like any other. A program of sessions
 //! only gets that world underneath at its first session (`face::api::init::bring_up_lower`).
 
-use super::{check, Renewable};
+use super::{check, RebuildError, Renewable};
 use crate::core::state::OBJ;
 use crate::lower;
 use crate::lower::abi::*;
@@ -49,7 +49,7 @@ pub fn note_group_without_world() {
 }
 
 /// Opens a real session with `info`'s entries, errors returned (the shim raises them).
-fn open(info: &[(String, String)]) -> Result<RealSession, String> {
+fn open(info: &[(String, String)]) -> Result<RealSession, RebuildError> {
     let f = lower::fns();
     let real_info = if info.is_empty() { MPI_INFO_NULL } else { super::info::build(info)? };
     let mut s = MPI_SESSION_NULL;
@@ -96,7 +96,7 @@ impl Renewable for Renew {
         }
     }
 
-    fn rebuild(&self) -> Result<(), String> {
+    fn rebuild(&self) -> Result<(), RebuildError> {
         for (idx, _, s) in OBJ.sessions.snapshot() {
             OBJ.sessions.set_real(idx, open(&s.info)?);
         }

@@ -20,7 +20,7 @@
 //! Windows are walked in the order of their communicators' job-wide ids, the same on every
 //! rank: fences, frees and creations are collective.
 
-use super::{check, info, Renewable};
+use super::{check, info, RebuildError, Renewable};
 use crate::core::handles;
 use crate::core::state::{Attrs, OBJ};
 use crate::lower;
@@ -205,7 +205,7 @@ pub fn map_owned(size: MPI_Aint) -> Option<usize> {
 /// of each `MPI_Win_allocate` window at its old address (the program keeps that address in its
 /// saved data) and puts the saved bytes back. A fresh process has nothing there yet; it runs
 /// without address-space randomisation, like the one that made the window.
-pub fn map_saved() -> Result<(), String> {
+pub fn map_saved() -> Result<(), RebuildError> {
     for (_, _, e) in ordered() {
         if e.flavor != Flavor::Allocate || e.saved.is_empty() {
             continue;
@@ -223,13 +223,8 @@ pub fn map_saved() -> Result<(), String> {
             )
         };
         if p as usize != e.base {
-            return Err(format!(
-                "the memory of the window from {} cannot be mapped again at {:#x} ({} bytes): {}",
-                e.made_by,
-                e.base,
-                e.saved.len(),
-                std::io::Error::last_os_error()
-            ));
+            let err = std::io::Error::last_os_error();
+            return Err(RebuildError::WinMemory { made_by: e.made_by.clone(), base: e.base, len: e.saved.len(), err });
         }
         // SAFETY: the mapping just made holds at least `saved.len()` bytes.
         unsafe { std::ptr::copy_nonoverlapping(e.saved.as_ptr(), e.base as *mut u8, e.saved.len()) };
@@ -406,7 +401,7 @@ impl Renewable for Renew {
 
     /// Shared segments: their old ranges are reserved before the library maps anything, so
     /// that the renewal can map the new segments there.
-    fn before_renewal(&self) -> Result<(), String> {
+    fn before_renewal(&self) -> Result<(), RebuildError> {
         for (_, _, e) in ordered() {
             let Some(s) = &e.segment else { continue };
             // SAFETY: a new inaccessible mapping where nothing may be mapped (NOREPLACE).
@@ -414,25 +409,20 @@ impl Renewable for Renew {
                 libc::mmap(s.start as *mut c_void, s.len, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE, -1, 0)
             };
             if p as usize != s.start {
-                return Err(format!(
-                    "the shared window from {} cannot be mapped again at {:#x} ({} bytes): {}",
-                    e.made_by,
-                    s.start,
-                    s.len,
-                    std::io::Error::last_os_error()
-                ));
+                let err = std::io::Error::last_os_error();
+                return Err(RebuildError::SharedReserve { made_by: e.made_by.clone(), start: s.start, len: s.len, err });
             }
         }
         Ok(())
     }
 
-    fn rebuild(&self) -> Result<(), String> {
+    fn rebuild(&self) -> Result<(), RebuildError> {
         let t = std::time::Instant::now();
         let wins = ordered();
         for (idx, _, e) in &wins {
-            let w = make(e).map_err(|why| format!("the window from {}: {why}", e.made_by))?;
+            let w = make(e).map_err(|why| RebuildError::Window { made_by: e.made_by.clone(), source: Box::new(why) })?;
             OBJ.wins.set_real(*idx, RealWin(w));
-            restore(w, *idx, e).map_err(|why| format!("the window from {}: {why}", e.made_by))?;
+            restore(w, *idx, e).map_err(|why| RebuildError::Window { made_by: e.made_by.clone(), source: Box::new(why) })?;
         }
         if !wins.is_empty() {
             tracing::debug!(target: "renew", windows = wins.len(), us = t.elapsed().as_micros() as u64, "made the windows again");
@@ -442,7 +432,7 @@ impl Renewable for Renew {
 }
 
 /// Makes the real window of `e` on the renewed library (collective on its communicator).
-fn make(e: &WinEntry) -> Result<MPI_Win, String> {
+fn make(e: &WinEntry) -> Result<MPI_Win, RebuildError> {
     let f = lower::fns();
     let comm = handles::comm(e.comm).raw();
     let hints = info::build(&e.hints)?;
@@ -479,18 +469,14 @@ fn make(e: &WinEntry) -> Result<MPI_Win, String> {
 }
 
 /// Maps the renewed shared segment at the old one's address and puts this rank's part back.
-fn alias_segment(e: &WinEntry, w: MPI_Win, new_base: usize) -> Result<(), String> {
+fn alias_segment(e: &WinEntry, w: MPI_Win, new_base: usize) -> Result<(), RebuildError> {
     let Some(s) = &e.segment else { return Ok(()) };
     let mut n = 0;
     // SAFETY: a live real communicator and a local out-pointer.
     unsafe { lower::fns().MPI_Comm_size.map(|g| g(handles::comm(e.comm).raw(), &mut n)) };
-    let (start, len) = segment_of(w, n).ok_or("its new shared segment cannot be queried")?;
+    let (start, len) = segment_of(w, n).ok_or(RebuildError::SegmentQuery)?;
     if len != s.len || new_base.wrapping_sub(start) != e.base.wrapping_sub(s.start) {
-        return Err(format!(
-            "its new shared segment has another layout ({len} bytes, this rank's part at {:#x}) than before ({} bytes)",
-            new_base - start,
-            s.len
-        ));
+        return Err(RebuildError::SegmentLayout { len, part: new_base - start, old_len: s.len });
     }
     // SAFETY: `start..start+len` is the library's shared mapping of the new segment; old size 0
     // asks for a second mapping of the same pages, placed over the reservation made by
@@ -508,7 +494,7 @@ fn alias_segment(e: &WinEntry, w: MPI_Win, new_base: usize) -> Result<(), String
             })
             .collect::<Vec<_>>()
             .join(" | ");
-        return Err(format!("its new shared segment ({start:#x}, {len} bytes) cannot be mapped at {:#x}: {err} (got {p:?}; maps: {seg})", s.start));
+        return Err(RebuildError::SegmentMap { start, len, at: s.start, err, got: p as usize, maps: seg });
     }
     if !s.saved.is_empty() {
         // SAFETY: this rank's part of the segment, now mapped at its old address, is as large
@@ -519,7 +505,7 @@ fn alias_segment(e: &WinEntry, w: MPI_Win, new_base: usize) -> Result<(), String
 }
 
 /// Gives a renewed real window what the program had set and the state it was in.
-fn restore(w: MPI_Win, idx: u32, e: &WinEntry) -> Result<(), String> {
+fn restore(w: MPI_Win, idx: u32, e: &WinEntry) -> Result<(), RebuildError> {
     let f = lower::fns();
     // SAFETY: for every call below, `w` is the live real window just made; the attached memory
     // is the program's, still attached in its view; strings are NUL-terminated.

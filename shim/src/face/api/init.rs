@@ -130,6 +130,7 @@ unsafe fn restore_app(dir: &str, argc: *mut c_int, argv: *mut *mut *mut c_char, 
     match unsafe { crate::core::app::restore_at_init(dir, argc, argv, level) } {
         Ok(p) => p,
         Err(e) => {
+            let e = e.to_string();
             crate::core::agent::report_failure(&e);
             crate::lower::fatal(&e)
         }
