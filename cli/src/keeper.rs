@@ -1080,6 +1080,9 @@ impl Keeper {
             // The dirty bits were cleared: only this epoch's images can be the next parent.
             self.store.tracker.last_dump = Some(epoch);
         }
+        // The generation the image's program renews into at a restart: read before it runs
+        // again, since its renewal right after the resume moves the relay on.
+        let next_generation = self.relay.as_ref().map_or(0, |r| r.next_generation());
         // Checkpoint-and-continue: the image is complete, so the program runs again now;
         // checksums and the commit follow without stopping it. (The renewal inside is
         // collective, so it waits for the ranks still dumping.)
@@ -1104,7 +1107,7 @@ impl Keeper {
             launcher_vars: crate::pmix::PmixEnv::launcher_env().into_iter().map(|(k, _)| k).collect(),
             sockets: sockets.into_values().collect(),
             pipes: pipes.into_values().collect(),
-            next_generation: self.relay.as_ref().map_or(0, |r| r.next_generation()),
+            next_generation,
             agent: self.mode == Mode::Agent,
             agent_hello: self.agent.clone(),
             app: None,
@@ -1129,6 +1132,8 @@ impl Keeper {
     /// An app-mode rank's part of a checkpoint: the program already saved its data and the
     /// shim its state; record how to start it again, and let it run on unless the job stops.
     fn app_dump(&mut self, epoch: u64, rdir: &std::path::Path, launch: &crate::app::AppLaunch, leave_stopped: bool, t: Instant) -> Result<RankManifest> {
+        // Before the program runs on and renews (see `dump`).
+        let next_generation = self.relay.as_ref().map_or(0, |r| r.next_generation());
         if !leave_stopped {
             self.resume_after_dump(epoch)?;
             self.tell_coord(ToCoord::Running { epoch });
@@ -1149,7 +1154,7 @@ impl Keeper {
             launcher_vars: Vec::new(),
             sockets: Vec::new(),
             pipes: Vec::new(),
-            next_generation: self.relay.as_ref().map_or(0, |r| r.next_generation()),
+            next_generation,
             agent: true,
             agent_hello: self.agent.clone(),
             app: None,
