@@ -68,7 +68,7 @@ impl Criu {
         cmd.args(dump_flags(external_unix, leave_stopped, unprivileged()));
         cmd.args(extra);
         cmd.envs(env.iter().map(|(k, v)| (k, v)));
-        run(cmd, "dump", &dir.join("dump.log"), timeout, fds)
+        run(cmd, "dump", &dir.join("dump.log"), timeout, fds, Lifetime::EndsWithKeeper)
     }
 
     /// Restores the image in `dir` detached (`restore -d`); `inherit` maps resources of the image
@@ -99,7 +99,14 @@ impl Criu {
         if lazy {
             cmd.arg("--lazy-pages");
         }
-        run(cmd, "restore", &dir.join("restore.log"), timeout, fds)?;
+        let lifetime = match crate::restore_guard::criu_options() {
+            Some((args, (k, v))) => {
+                cmd.args(args).env(k, v);
+                Lifetime::FinishesRestore
+            }
+            None => Lifetime::EndsWithKeeper,
+        };
+        run(cmd, "restore", &dir.join("restore.log"), timeout, fds, lifetime)?;
         let text = std::fs::read_to_string(&pidfile).with_context(|| format!("criu restore wrote no {}", pidfile.display()))?;
         let _ = std::fs::remove_file(&pidfile);
         text.trim().parse().with_context(|| format!("criu restore wrote a bad pid file: {text:?}"))
@@ -337,7 +344,17 @@ pub fn restore_inherit_flag(fd: RawFd, resource: &str) -> Vec<String> {
 }
 
 /// Runs CRIU with `fds` placed at the given numbers, bounded by `timeout`.
-fn run(mut cmd: Command, what: &str, log: &Path, timeout: Duration, fds: Vec<(OwnedFd, RawFd)>) -> Result<()> {
+/// Whether a CRIU may outlive the keeper that started it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lifetime {
+    /// Killed with the keeper (parent-death signal, the keeper's process group): a dump.
+    EndsWithKeeper,
+    /// A guarded restore (`restore_guard`): it runs to its end in a process group of its own,
+    /// and its action script ends the restored tree if the keeper is gone by then.
+    FinishesRestore,
+}
+
+fn run(mut cmd: Command, what: &str, log: &Path, timeout: Duration, fds: Vec<(OwnedFd, RawFd)>, lifetime: Lifetime) -> Result<()> {
     let pairs: Vec<(RawFd, RawFd)> = fds.iter().map(|(fd, n)| (fd.as_raw_fd(), *n)).collect();
     // Park sources above the target numbers first.
     let parked: Vec<OwnedFd> = fds
@@ -348,11 +365,18 @@ fn run(mut cmd: Command, what: &str, log: &Path, timeout: Duration, fds: Vec<(Ow
     let parked_pairs: Vec<(RawFd, RawFd)> = parked.iter().map(|p| p.as_raw_fd()).zip(pairs.iter().map(|p| p.1)).collect();
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
     let keeper = std::process::id() as libc::pid_t;
+    if lifetime == Lifetime::FinishesRestore {
+        cmd.process_group(0);
+    }
+    // The keeper's children before the restore: a restored root is another (`--restore-sibling`).
+    let children_before = if lifetime == Lifetime::FinishesRestore { crate::sys::own_children() } else { Vec::new() };
     // SAFETY: only umask, prctl, getppid and dup2 (async-signal-safe) on integers computed before fork.
     unsafe {
         cmd.pre_exec(move || {
-            // A SIGKILLed keeper cannot run `end_running`: its CRIU must not outlive it.
-            crate::sys::child_set_pdeathsig(keeper)?;
+            // A SIGKILLed keeper cannot run `end_running`: a dump must not outlive it.
+            if lifetime == Lifetime::EndsWithKeeper {
+                crate::sys::child_set_pdeathsig(keeper)?;
+            }
             // Images hold the program's memory: nothing CRIU creates may be readable by others.
             crate::sys::child_umask(0o077)?;
             for &(from, to) in &parked_pairs {
@@ -400,6 +424,12 @@ fn run(mut cmd: Command, what: &str, log: &Path, timeout: Duration, fds: Vec<(Ow
             Err(_) => {
                 kill_running(pid);
                 let _ = rx.recv_timeout(Duration::from_secs(10));
+                if lifetime == Lifetime::FinishesRestore {
+                    // What CRIU had restored is no descendant of CRIU's: end it too.
+                    for c in crate::sys::own_children().into_iter().filter(|c| *c != pid && !children_before.contains(c)) {
+                        crate::keeper::kill_program(c);
+                    }
+                }
                 bail!("criu {what} did not finish within {}s and was killed{}", timeout.as_secs(), describe_failure(&err_text, log));
             }
         }

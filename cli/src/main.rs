@@ -25,6 +25,7 @@ mod pmi;
 mod pmi_relay;
 mod pmix;
 mod restart;
+mod restore_guard;
 mod slurm;
 mod sockdiag;
 mod spawn;
@@ -64,6 +65,9 @@ fn main() {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == pidns::INIT_ARG) {
         pidns::init_main(&args[2..]);
+    }
+    if let Some(code) = restore_guard::action_from_env(&args) {
+        std::process::exit(code);
     }
     let cli = Cli::parse();
     log::init();

@@ -277,10 +277,17 @@ pub fn wait_exited_no_reap(pid: i32) {
 }
 
 /// The parent pid of `pid`, from /proc.
-fn parent_of(pid: i32) -> Option<i32> {
+pub fn parent_of(pid: i32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may contain spaces and parentheses: fields follow its last ')'.
     stat[stat.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The live children of this process.
+pub fn own_children() -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let Ok(rd) = std::fs::read_dir("/proc") else { return Vec::new() };
+    rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()).filter(|&p| parent_of(p) == Some(me)).collect()
 }
 
 /// Every live process whose ancestry leads to `root` (root excluded).

@@ -2,6 +2,7 @@
 //! restored PIDs (with and without a PID namespace), the restart errors, periodic and SIGUSR1
 //! checkpoints.
 
+use super::xlib::wait_for;
 use super::{cat, complete, grep, grep_c, json_num, rank_pid, tail, CaseFn, LIMIT, T};
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ pub fn cases_first() -> Vec<CaseFn> {
     vec![
         CaseFn { name: "criu-single", cases: &["criu-single-stop", "criu-single-restart", "criu-single-restart-epoch1"], run: single },
         CaseFn { name: "criu-pid-clash", cases: &["criu-pid-clash-pidns-restarts", "criu-pid-clash-named"], run: pid_clash },
+        CaseFn { name: "criu-restart-killed", cases: &["restart-killed-while-restoring-leaves-nothing", "restart-after-killed-restore"], run: killed_restore },
     ]
 }
 
@@ -205,4 +207,82 @@ fn sigusr1(t: &mut T) {
     let err = cat(&[&t.p("u.err")]);
     let good = n == 1 && err.contains("checkpoint: epoch 1 committed");
     t.check("sigusr1-checkpoint", good, |_t| format!("{n} epochs: {err}"));
+}
+
+/// A launcher may end a rank while CRIU restores it (Hydra kills each rank's process group when
+/// another rank fails). The restart's process group is killed as soon as the restored root
+/// exists (memory still being restored: 192 MiB), three times: nothing of the restore may be
+/// left (it was: the half-restored tree slept for good), and the image restores to the end after.
+fn killed_restore(t: &mut T) {
+    if !t.require(&[t.env.criu_ok], "no criu") {
+        return;
+    }
+    let d = t.p("killed");
+    let mut c = t.m(["run", "--no-mpi", "--ckpt-dir"]);
+    c.arg(&d).arg("--").arg(t.env.bin("counter")).args(["40", "192"]);
+    let o1 = t.p("k1.out");
+    let mut job = t.spawn(c, Some(&o1), Some(&t.p("k1.err")));
+    let started = wait_for(|| std::fs::read_to_string(&o1).is_ok_and(|s| s.lines().count() >= 3), LIMIT);
+    let ck = if started { t.ckpt(&d, &["--stop"]) } else { (1, "never started".into()) };
+    let rc = job.wait(BG_LIMIT);
+    if ck.0 != 0 || rc != 0 {
+        return t.skip_rest(format!("the checkpoint failed: {ck:?}, rc {rc}"));
+    }
+    let mut seen_root = 0;
+    let mut left = Vec::new();
+    for _ in 0..3 {
+        let mut c = t.m(["restart"]);
+        c.arg(&d);
+        let mut r = t.spawn(c, None, Some(&t.p("kill.err")));
+        let keeper = r.pid();
+        // The restored root is the keeper's child beside CRIU (`--restore-sibling`). Its
+        // environment is not readable while CRIU replaces its memory: it is followed by pid
+        // and start time instead of the test's marker.
+        let mut roots = Vec::new();
+        wait_for_mut(|| {
+            roots = crate::job::scan_procs().into_iter().filter(|p| !p.dead && p.ppid == keeper && p.comm != "criu").map(|p| (p.pid, p.start)).collect();
+            !roots.is_empty()
+        });
+        seen_root += usize::from(!roots.is_empty());
+        r.kill_group();
+        let _ = r.wait(LIMIT);
+        let alive = || {
+            crate::job::scan_procs()
+                .into_iter()
+                .filter(|p| !p.dead && roots.contains(&(p.pid, p.start)))
+                .map(|p| format!("{} ({})", p.pid, p.comm))
+                .collect::<Vec<_>>()
+        };
+        if !wait_for(|| alive().is_empty(), Duration::from_secs(20)) {
+            left = alive();
+            for (pid, _) in &roots {
+                // SAFETY: plain syscall on the pid of the root seen just now, still alive.
+                unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
+            }
+            break;
+        }
+    }
+    t.check("restart-killed-while-restoring-leaves-nothing", seen_root > 0 && left.is_empty(), |_| {
+        format!("the restored root was seen {seen_root} time(s) of 3; left alive: {}", left.join(", "))
+    });
+    let mut c = t.m(["restart"]);
+    c.arg(&d);
+    let o2 = t.p("k2.out");
+    let rc = t.to(c, Some(&o2), Some(&t.p("k2.err")), LIMIT);
+    let msg = complete(&cat(&[&o1, &o2]), 1, 40);
+    t.check("restart-after-killed-restore", rc == 40 % 7 && msg.is_ok(), |t| {
+        format!("rc={rc} (want {}) {} {}", 40 % 7, msg.as_ref().err().map(ToString::to_string).unwrap_or_default(), cat(&[&t.p("k2.err")]))
+    });
+}
+
+/// Polls `cond` each millisecond for at most `LIMIT`.
+fn wait_for_mut(mut cond: impl FnMut() -> bool) -> bool {
+    let t = std::time::Instant::now();
+    while t.elapsed() < LIMIT {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    false
 }

@@ -302,6 +302,13 @@ impl<'a> T<'a> {
         self.dir.join(format!(".{what}.{}", SEQ.fetch_add(1, Ordering::Relaxed)))
     }
 
+    /// "pid (comm)" of every live process that carries this function's marker.
+    pub fn marked_alive(&self) -> Vec<String> {
+        let needle = crate::job::marker_needle(&self.marker);
+        let me = std::process::id();
+        scan_procs().into_iter().filter(|p| !p.dead && p.pid != me && crate::job::carries(p.pid, &needle)).map(|p| format!("{} ({})", p.pid, p.comm)).collect()
+    }
+
     /// `mpicr checkpoint ARGS DIR`, retried while the job is not ready yet: (status, output).
     pub fn ckpt(&self, dir: &Path, args: &[&str]) -> (i32, String) {
         self.ckpt_with(|| {
@@ -414,6 +421,10 @@ impl Bg {
         }
         self.status
     }
+    /// SIGKILL to its whole process group, as a launcher ends a rank.
+    pub fn kill_group(&mut self) {
+        self.signal_group(libc::SIGKILL);
+    }
     /// Signals the process itself (`kill -SIG $pid`), while it is not reaped.
     pub fn signal(&mut self, sig: libc::c_int) {
         if self.status.is_none() && matches!(self.child.try_wait(), Ok(None)) {
@@ -463,6 +474,8 @@ pub fn kill_marked(marker: &str) -> Vec<String> {
 
 /// Ends a function: kills what it left running, removes its scratch directory (also on panic).
 struct Guard {
+    /// The function's name, to say who left the processes it kills.
+    name: &'static str,
     marker: String,
     dir: PathBuf,
     keep: bool,
@@ -472,7 +485,8 @@ impl Drop for Guard {
     fn drop(&mut self) {
         let killed = kill_marked(&self.marker);
         if !killed.is_empty() {
-            STRAYS.lock().unwrap_or_else(|e| e.into_inner()).extend(killed);
+            let name = self.name;
+            STRAYS.lock().unwrap_or_else(|e| e.into_inner()).extend(killed.into_iter().map(|k| format!("{k} left by {name}")));
         }
         if self.keep {
             eprintln!("kept {}", self.dir.display());
@@ -488,7 +502,7 @@ pub fn run_fn(env: &Env, f: &CaseFn) -> Vec<(String, Verdict, String)> {
     let dir = env.top.join(f.name);
     let _ = fs::create_dir_all(&dir);
     let marker = format!("cli.{}.{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
-    let guard = Guard { marker: marker.clone(), dir: dir.clone(), keep: env.keep };
+    let guard = Guard { name: f.name, marker: marker.clone(), dir: dir.clone(), keep: env.keep };
     let mut t = T { env, dir, marker, results: Vec::new(), exported: Vec::new(), cases: f.cases };
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (f.run)(&mut t)));
     if let Err(p) = r {
