@@ -213,7 +213,9 @@ pub fn settle(limit: Duration) -> Settled {
     let Some(tx) = EVENTS.get() else { return Settled::Idle };
     let (reply, rx) = mpsc::channel();
     let until = Instant::now() + limit;
-    if tx.lock().map(|t| t.send(Event::Settle { until, reply })).is_err() {
+    // A coordinator that is gone (its channel closed, or poisoned) has nothing to settle.
+    let sent = tx.lock().is_ok_and(|t| t.send(Event::Settle { until, reply }).is_ok());
+    if !sent {
         return Settled::Idle;
     }
     // The coordinator answers at `until` at the latest; the margin covers its abort.

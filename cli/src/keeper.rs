@@ -1093,13 +1093,6 @@ impl Keeper {
             self.tell_coord(ToCoord::Running { epoch });
         }
         let meta = RankMeta {
-            format: images::FORMAT,
-            job_id: self.job_id.clone(),
-            epoch,
-            rank: self.rank,
-            size: self.size,
-            host: sys::hostname(),
-            pid: self.pid,
             tids,
             pidns: self.init_dir.is_some(),
             init_dir: self.init_dir.clone(),
@@ -1107,17 +1100,40 @@ impl Keeper {
             launcher_vars: crate::pmix::PmixEnv::launcher_env().into_iter().map(|(k, _)| k).collect(),
             sockets: sockets.into_values().collect(),
             pipes: pipes.into_values().collect(),
-            next_generation,
-            agent: self.mode == Mode::Agent,
-            agent_hello: self.agent.clone(),
-            app: None,
             parent_epoch: parent,
+            ..self.rank_meta(epoch, next_generation)
         };
         // Synced and checksummed off the event loop: the renewal of the resumed program needs
         // this keeper (its PMI connection) while the checksums of a large image take seconds.
         self.sealed(true);
         self.store.seal_in_background(target, meta, t)?;
         Ok(None)
+    }
+
+    /// What an epoch records of this rank, before the parts only a CRIU image has (threads, the
+    /// PID namespace, the sockets and pipes CRIU saw, the parent of an incremental dump).
+    fn rank_meta(&self, epoch: u64, next_generation: u32) -> RankMeta {
+        RankMeta {
+            format: images::FORMAT,
+            job_id: self.job_id.clone(),
+            epoch,
+            rank: self.rank,
+            size: self.size,
+            host: sys::hostname(),
+            pid: self.pid,
+            tids: Vec::new(),
+            pidns: false,
+            init_dir: None,
+            lower_env: Vec::new(),
+            launcher_vars: Vec::new(),
+            sockets: Vec::new(),
+            pipes: Vec::new(),
+            next_generation,
+            agent: self.mode == Mode::Agent,
+            agent_hello: self.agent.clone(),
+            app: None,
+            parent_epoch: None,
+        }
     }
 
     /// Lets the program run on right after its image (or an app-mode rank's save) is complete.
@@ -1138,28 +1154,8 @@ impl Keeper {
             self.resume_after_dump(epoch)?;
             self.tell_coord(ToCoord::Running { epoch });
         }
-        let meta = RankMeta {
-            format: images::FORMAT,
-            job_id: self.job_id.clone(),
-            epoch,
-            rank: self.rank,
-            size: self.size,
-            host: sys::hostname(),
-            pid: self.pid,
-            tids: Vec::new(),
-            pidns: false,
-            init_dir: None,
-            lower_env: Vec::new(),
-            // A fresh start takes the launcher's variables from the new launcher only (`app`).
-            launcher_vars: Vec::new(),
-            sockets: Vec::new(),
-            pipes: Vec::new(),
-            next_generation,
-            agent: true,
-            agent_hello: self.agent.clone(),
-            app: None,
-            parent_epoch: None,
-        };
+        // A fresh start takes the launcher's variables from the new launcher only (`app`).
+        let meta = RankMeta { agent: true, ..self.rank_meta(epoch, next_generation) };
         crate::app::record(rdir, meta, launch, t)
     }
 
