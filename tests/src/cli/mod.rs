@@ -15,7 +15,8 @@
 //! that whatever outlives it (a rank restored by CRIU, a Hydra proxy) is found and killed by PID
 //! when the function ends, panics included; every wait is bounded; each function works in a
 //! scratch directory of its own, removed at the end (`MPICR_TEST_KEEP=1` keeps them). Processes
-//! found alive at the end of a function are reported by the last case, `no-stray-processes`.
+//! still alive 5 s after the end of a function (a `criu restore` whose keeper was killed ends on
+//! its own within that) are reported, with the function, by the last case, `no-stray-processes`.
 
 mod app;
 mod commands;
@@ -481,8 +482,18 @@ struct Guard {
     keep: bool,
 }
 
+/// How long what a function started may take to end by itself after it: a `criu restore` whose
+/// keeper the launcher killed finishes (and ends the tree it made) on its own.
+const SETTLE: Duration = Duration::from_secs(5);
+
 impl Drop for Guard {
     fn drop(&mut self) {
+        let needle = crate::job::marker_needle(&self.marker);
+        let me = std::process::id();
+        let settled = Instant::now();
+        while settled.elapsed() < SETTLE && scan_procs().iter().any(|p| !p.dead && p.pid != me && crate::job::carries(p.pid, &needle)) {
+            std::thread::sleep(POLL);
+        }
         let killed = kill_marked(&self.marker);
         if !killed.is_empty() {
             let name = self.name;
