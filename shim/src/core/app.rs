@@ -17,6 +17,7 @@ use crate::core::kinds::{op, RENEWAL_ORDER};
 use crate::core::state::{OBJ, SELF_INDEX, WORLD_INDEX};
 use crate::core::{agent, drained, renew};
 use crate::lower;
+use crate::lower::calls::init::ProgramArgs;
 use crate::lower::handles::RealComm;
 use parking_lot::{Condvar, Mutex};
 use std::os::raw::{c_char, c_int, c_void};
@@ -363,11 +364,8 @@ fn install(s: StateFile) {
 /// `MPI_Init` of a restarted app-mode process: waits for the keeper's word that every rank
 /// restored (`Resume`), initialises the library, rebuilds every object of `shim.state` under
 /// its old virtual handle, and calls the program's `restore` (now, or at registration).
-/// Returns the thread level the library provides.
-///
-/// # Safety
-/// `argc` and `argv` are null or the program's, as MPI_Init_thread requires.
-pub unsafe fn restore_at_init(rank_dir: &str, argc: *mut c_int, argv: *mut *mut *mut c_char, level: c_int) -> Result<c_int, AppError> {
+/// Returns the thread level the library provides. `args`: the program's `argc`/`argv`.
+pub fn restore_at_init(rank_dir: &str, args: ProgramArgs, level: c_int) -> Result<c_int, AppError> {
     let size = agent::await_restart().map_err(AppError::AwaitRestart)?;
     if renew::strategy() != renew::Strategy::Namespace {
         return Err(AppError::NotNamespace);
@@ -386,8 +384,7 @@ pub unsafe fn restore_at_init(rank_dir: &str, argc: *mut c_int, argv: *mut *mut 
     for kind in RENEWAL_ORDER {
         kind.before_renewal()?;
     }
-    // SAFETY: passed through from the program's MPI_Init.
-    let (world, selfc, provided) = unsafe { renew::init_lower(argc, argv, level) }.map_err(|rc| AppError::Init(lower::error_string(rc)))?;
+    let (world, selfc, provided) = renew::init_lower(args, level).map_err(|rc| AppError::Init(lower::error_string(rc)))?;
     crate::core::kinds::comm::errors_return_on(world);
     crate::core::kinds::comm::errors_return_on(selfc);
     OBJ.comms.set_real(WORLD_INDEX, RealComm(world));

@@ -16,10 +16,13 @@
 //! entry points.
 
 pub mod abi;
+pub mod calls;
 mod error;
+pub mod fds;
 pub use error::{LoadError, MissingImports};
 pub mod handles;
 pub mod log;
+pub mod memory;
 pub mod ompi;
 mod threads;
 pub mod ulfm;
