@@ -11,6 +11,7 @@
 pub mod comm;
 pub mod init;
 pub mod object;
+pub mod win;
 
 /// Calls the real library's `$f` with `$args`: `Some(rc)`, or `None` where the library lacks it.
 ///
