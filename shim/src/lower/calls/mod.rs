@@ -9,6 +9,7 @@
 //! [`datatype`], [`op`], [`file`]; [`object`] holds what every kind shares (free, names).
 
 pub mod comm;
+pub mod datatype;
 pub mod init;
 pub mod object;
 pub mod win;
