@@ -686,7 +686,7 @@ unsafe fn mrecv_start(
             let pos = claimed.iter().position(|(i, _)| *i == idx).expect("claimed drained message");
             claimed.remove(pos).1
         };
-        let st = unpack(&m.data, buf, count, conv::vdatatype(dt), entry.comm, m.source, m.tag);
+        let st = unpack(&m.data, buf as usize, count, conv::vdatatype(dt), entry.comm, m.source, m.tag);
         return Ok(register_done(RequestRecipe::Other { function: "MPI_Mrecv".into() }, conv::comm_abi(entry.comm), &st));
     }
     let mut r = MPI_REQUEST_NULL;
