@@ -15,6 +15,7 @@ pub mod comm;
 pub mod datatype;
 pub mod init;
 pub mod object;
+pub mod op;
 pub mod request;
 pub mod win;
 
