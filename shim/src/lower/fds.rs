@@ -1,5 +1,6 @@
-//! File descriptors the renewal handles: the released library's leftovers, and the PMI
-//! connection a new generation finds under the number `PMI_FD` names.
+//! File descriptors: the released library's leftovers, the PMI
+//! connection a new generation finds under the number `PMI_FD` names, the keeper's control
+//! socket and the write tracker handed to it.
 
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::os::raw::c_int;
@@ -37,4 +38,58 @@ pub fn dup_onto(fd: &OwnedFd, target: c_int) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Takes descriptor `fd`, the control socket the keeper passed for this process's exclusive
+/// use: made close-on-exec (the program's children must not inherit it), then owned.
+pub fn adopt_socket(fd: c_int) -> std::os::unix::net::UnixStream {
+    // SAFETY: F_GETFD/F_SETFD only change the flags of a descriptor number; on a number that is
+    // not open they fail, and the failure shows when the socket is used.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFD);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+        }
+    }
+    // SAFETY: the keeper passed us this descriptor for our exclusive use, and nothing else in
+    // the process owns it.
+    unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) }
+}
+
+/// Which step of [`write_tracker`] failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UffdStep {
+    /// userfaultfd(2) itself.
+    Create,
+    /// `UFFDIO_API` with `UFFD_FEATURE_WP_ASYNC`.
+    Api,
+}
+
+/// A userfaultfd with `UFFD_FEATURE_WP_ASYNC` (Linux 6.7+), user-mode faults only (allowed
+/// without privilege whatever `vm.unprivileged_userfaultfd` says).
+pub fn write_tracker() -> Result<OwnedFd, (UffdStep, std::io::Error)> {
+    const UFFD_USER_MODE_ONLY: libc::c_int = 1;
+    const UFFD_API: u64 = 0xAA;
+    const UFFD_FEATURE_WP_ASYNC: u64 = 1 << 15;
+    // _IOWR(0xAA, 0x3F, struct uffdio_api)
+    const UFFDIO_API: libc::c_ulong = 0xC018_AA3F;
+    #[repr(C)]
+    struct UffdioApi {
+        api: u64,
+        features: u64,
+        ioctls: u64,
+    }
+    // SAFETY: userfaultfd(2) takes flags only and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK | UFFD_USER_MODE_ONLY) };
+    if fd < 0 {
+        return Err((UffdStep::Create, std::io::Error::last_os_error()));
+    }
+    // SAFETY: a descriptor the kernel just created for us alone.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let mut api = UffdioApi { api: UFFD_API, features: UFFD_FEATURE_WP_ASYNC, ioctls: 0 };
+    // SAFETY: UFFDIO_API reads and writes one struct uffdio_api, which `api` is (repr(C)).
+    if unsafe { libc::ioctl(fd.as_raw_fd(), UFFDIO_API, &mut api as *mut UffdioApi) } != 0 {
+        return Err((UffdStep::Api, std::io::Error::last_os_error()));
+    }
+    Ok(fd)
 }

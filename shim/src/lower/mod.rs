@@ -24,6 +24,7 @@ pub mod handles;
 pub mod log;
 pub mod memory;
 pub mod ompi;
+pub mod signals;
 mod threads;
 pub mod ulfm;
 
