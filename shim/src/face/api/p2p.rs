@@ -226,8 +226,8 @@ unsafe fn bsend(buf: *const c_void, count: i64, datatype: MPI_Datatype, dest: c_
             None => (Pool::Process, crate::core::kinds::library::attached_buffer()),
         };
         let capacity = attached.map(|(addr, size)| bsend::capacity(addr, size));
-        // SAFETY: `buf` is the caller's, readable for the message (MPI's contract of the call).
-        unsafe { bsend::send(buf, count, conv::datatype(datatype), dest, tag, c, pool, capacity) }?;
+        // `buf` is the caller's, readable for the message (MPI's contract of the call).
+        bsend::send(buf as usize, count, conv::datatype(datatype), dest, tag, c, pool, capacity)?;
         count_send(conv::vcomm(comm), dest);
     }
     Ok(if request { register_done(recipe, comm, &done) } else { MPI_REQUEST_NULL })

@@ -16,6 +16,7 @@ pub mod datatype;
 pub mod init;
 pub mod object;
 pub mod op;
+pub mod p2p;
 pub mod request;
 pub mod win;
 
