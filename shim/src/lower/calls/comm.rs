@@ -93,3 +93,19 @@ pub fn allgatherv_u64(mine: &[u64], all: &mut [u64], counts: &[c_int], displs: &
     let my_bytes = (mine.len() * 8) as c_int;
     real!(MPI_Allgatherv(mine.as_ptr().cast(), my_bytes, MPI_BYTE, all.as_mut_ptr().cast(), counts.as_ptr(), displs.as_ptr(), MPI_BYTE, comm))
 }
+
+/// `MPI_Comm_rank`.
+pub fn comm_rank(comm: MPI_Comm, rank: &mut c_int) -> Option<c_int> {
+    real!(MPI_Comm_rank(comm, rank))
+}
+
+/// `MPI_Group_size`.
+pub fn group_size(group: MPI_Group, size: &mut c_int) -> Option<c_int> {
+    real!(MPI_Group_size(group, size))
+}
+
+/// `MPI_Group_translate_ranks` of `ranks` of `group` into `other`, into `out` (one per rank).
+pub fn group_translate_ranks(group: MPI_Group, ranks: &[c_int], other: MPI_Group, out: &mut [c_int]) -> Option<c_int> {
+    assert!(out.len() >= ranks.len(), "MPI_Group_translate_ranks: a result per rank");
+    real!(MPI_Group_translate_ranks(group, ranks.len() as c_int, ranks.as_ptr(), other, out.as_mut_ptr()))
+}

@@ -13,6 +13,7 @@
 
 pub mod comm;
 pub mod datatype;
+pub mod file;
 pub mod init;
 pub mod object;
 pub mod op;
