@@ -69,3 +69,10 @@ impl Drop for PackedSend {
         }
     }
 }
+
+/// `MPI_Mrecv_c` of `count` bytes (`MPI_BYTE`) of the matched message `msg` into `data`, which
+/// holds them.
+pub fn mrecv_bytes(data: &mut [u8], count: MPI_Count, msg: &mut MPI_Message, st: &mut MPI_Status) -> Option<c_int> {
+    assert!(count <= data.len() as MPI_Count, "MPI_Mrecv_c: {count} bytes into {}", data.len());
+    real!(MPI_Mrecv_c(data.as_mut_ptr().cast(), count, MPI_BYTE, msg, st))
+}

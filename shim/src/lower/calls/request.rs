@@ -86,3 +86,23 @@ pub fn send_init_c(
 pub fn unpack_c(data: &[u8], pos: &mut MPI_Count, buf: usize, count: MPI_Count, datatype: MPI_Datatype, comm: MPI_Comm) -> Option<c_int> {
     real!(MPI_Unpack_c(data.as_ptr() as *const c_void, data.len() as MPI_Count, pos, buf as *mut c_void, count, datatype, comm))
 }
+
+/// `MPI_Psend_init` (`send`) or `MPI_Precv_init` on the program's buffer at `buf`.
+pub fn partitioned_init(
+    send: bool,
+    buf: usize,
+    partitions: c_int,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    peer: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    info: MPI_Info,
+    r: &mut MPI_Request,
+) -> Option<c_int> {
+    if send {
+        real!(MPI_Psend_init(buf as *const c_void, partitions, count, datatype, peer, tag, comm, info, r))
+    } else {
+        real!(MPI_Precv_init(buf as *mut c_void, partitions, count, datatype, peer, tag, comm, info, r))
+    }
+}
