@@ -20,7 +20,7 @@ use crate::lower;
 use crate::lower::calls::init::ProgramArgs;
 use crate::lower::handles::RealComm;
 use parking_lot::{Condvar, Mutex};
-use std::os::raw::{c_char, c_int, c_void};
+use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -29,7 +29,9 @@ pub const APP_MODE_ENV: &str = "MPICR_APP_MODE";
 /// Set by the keeper when it restarts an app-mode program: the rank's directory of the epoch.
 pub const APP_RESTORE_ENV: &str = "MPICR_APP_RESTORE";
 
-pub type SaveFn = unsafe extern "C" fn(*const c_char, *mut c_void) -> c_int;
+/// The program's save or restore function, called with the data directory (the face wraps the
+/// C function and the argument it registered with it).
+pub type AppFn = std::sync::Arc<dyn Fn(&std::ffi::CStr) -> c_int + Send + Sync>;
 
 /// Why the program's data could not be saved or restored, or a restarted app-mode rank could
 /// not get its objects back: the one line the keeper hears and the program's stderr shows.
@@ -85,9 +87,8 @@ pub fn enabled() -> bool {
 }
 
 struct Registered {
-    save: SaveFn,
-    restore: SaveFn,
-    arg: usize,
+    save: AppFn,
+    restore: AppFn,
 }
 static REGISTERED: Mutex<Option<Registered>> = Mutex::new(None);
 /// The restart's rank directory, until `restore` ran (it runs at registration when the program
@@ -97,8 +98,8 @@ static RESTARTED: AtomicBool = AtomicBool::new(false);
 
 /// `mpicr_app_register`. Returns the result of `restore` when it ran now (a restarted process
 /// that registered after `MPI_Init`), else 0.
-pub fn register(save: SaveFn, restore: SaveFn, arg: usize) -> c_int {
-    *REGISTERED.lock() = Some(Registered { save, restore, arg });
+pub fn register(save: AppFn, restore: AppFn) -> c_int {
+    *REGISTERED.lock() = Some(Registered { save, restore });
     match RESTORE_PENDING.lock().take() {
         Some(dir) => match call_restore(&dir) {
             Ok(()) => 0,
@@ -122,14 +123,13 @@ pub fn data_dir(rank_dir: &std::path::Path) -> std::path::PathBuf {
 }
 
 fn call(which: &'static str, dir: &std::path::Path) -> Result<(), AppError> {
-    let (f, arg) = {
+    let f = {
         let r = REGISTERED.lock();
         let Some(r) = r.as_ref() else { return Err(AppError::NothingRegistered { which }) };
-        (if which == "save" { r.save } else { r.restore }, r.arg)
+        std::sync::Arc::clone(if which == "save" { &r.save } else { &r.restore })
     };
     let c = std::ffi::CString::new(dir.display().to_string())?;
-    // SAFETY: a function the program registered with this signature, and its own argument.
-    let rc = unsafe { f(c.as_ptr(), arg as *mut c_void) };
+    let rc = f(&c);
     if rc != 0 {
         return Err(AppError::Returned { which, rc, dir: dir.to_path_buf() });
     }
