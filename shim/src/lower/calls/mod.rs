@@ -11,6 +11,7 @@
 // The wrappers mirror MPI's argument lists.
 #![allow(clippy::too_many_arguments)]
 
+pub mod coll;
 pub mod comm;
 pub mod datatype;
 pub mod file;
