@@ -67,6 +67,7 @@ fn program_datatype(real: MPI_Datatype) -> MPI_Datatype {
     }
 }
 
+#[allow(unsafe_code, reason = "a trampoline the library calls: the program's user function, called with its own datatype handle")]
 unsafe extern "C" fn tramp<const N: usize>(a: *mut c_void, b: *mut c_void, len: *mut c_int, dt: *mut MPI_Datatype) {
     let f = FUNCS[N].load(Ordering::Acquire);
     // SAFETY: the slot holds the program's MPI_User_function while the op is live; `dt` points
@@ -78,6 +79,7 @@ unsafe extern "C" fn tramp<const N: usize>(a: *mut c_void, b: *mut c_void, len: 
     }
 }
 
+#[allow(unsafe_code, reason = "as `tramp`, for the large-count signature")]
 unsafe extern "C" fn tramp_c<const N: usize>(a: *mut c_void, b: *mut c_void, len: *mut MPI_Count, dt: *mut MPI_Datatype) {
     let f = FUNCS[N].load(Ordering::Acquire);
     // SAFETY: as in `tramp`, for the large-count signature.
