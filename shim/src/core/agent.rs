@@ -18,7 +18,6 @@ use crate::core::{checkpoint, renew};
 use mpicr_proto::{FromAgent, Hello, ToAgent, CTL_FD_ENV};
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
@@ -194,16 +193,8 @@ fn connect() -> Option<UnixStream> {
     // the descriptor nor its number. (Removing the variable races only with a program thread
     // calling setenv/getenv during MPI_Init, which nothing sane does.)
     std::env::remove_var(CTL_FD_ENV);
-    // SAFETY: F_GETFD/F_SETFD only change the flags of a descriptor number; on a number that is
-    // not open they fail, and the failure shows below when the socket is used.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFD);
-        if flags >= 0 {
-            libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
-        }
-    }
-    // SAFETY: the keeper passed us this descriptor for our exclusive use.
-    let sock = unsafe { UnixStream::from_raw_fd(fd) };
+    // Close-on-exec; a number that is not open fails below, when the socket is used.
+    let sock = crate::lower::fds::adopt_socket(fd);
     let reader = match sock.try_clone() {
         Ok(r) => r,
         Err(e) => {
@@ -297,30 +288,13 @@ fn serve(reader: UnixStream) {
 /// keeper never got makes the renewal fail with a message, not the rank die of a signal), and
 /// the threads the library starts from it, which inherit the mask. Program threads keep theirs.
 fn block_sigpipe() {
-    // SAFETY: a signal set local to this call, changing only this thread's mask.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGPIPE);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
+    crate::lower::signals::block_sigpipe();
 }
 
 /// Takes a SIGPIPE left pending on the agent thread by a write that failed with EPIPE (see
 /// [`block_sigpipe`]), so that it is not carried along (nor into an image) for nothing.
 pub(crate) fn clear_pending_sigpipe() {
-    // SAFETY: local signal set and a zero timeout; sigtimedwait only takes SIGPIPE if pending,
-    // and it is blocked on this thread, as sigtimedwait requires.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGPIPE);
-        let mut pending: libc::sigset_t = std::mem::zeroed();
-        if libc::sigpending(&mut pending) == 0 && libc::sigismember(&pending, libc::SIGPIPE) == 1 {
-            let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-            libc::sigtimedwait(&set, std::ptr::null_mut(), &zero);
-        }
-    }
+    crate::lower::signals::clear_pending_sigpipe();
 }
 
 /// What went wrong on the control connection, as the keeper hears it.
@@ -623,30 +597,10 @@ pub(crate) fn send_write_tracker() {
 /// A userfaultfd with `UFFD_FEATURE_WP_ASYNC` (Linux 6.7+), user-mode faults only (allowed
 /// without privilege whatever `vm.unprivileged_userfaultfd` says).
 fn write_tracker() -> Result<std::os::fd::OwnedFd, WriteTrackerError> {
-    const UFFD_USER_MODE_ONLY: libc::c_int = 1;
-    const UFFD_API: u64 = 0xAA;
-    const UFFD_FEATURE_WP_ASYNC: u64 = 1 << 15;
-    // _IOWR(0xAA, 0x3F, struct uffdio_api)
-    const UFFDIO_API: libc::c_ulong = 0xC018_AA3F;
-    #[repr(C)]
-    struct UffdioApi {
-        api: u64,
-        features: u64,
-        ioctls: u64,
-    }
-    // SAFETY: userfaultfd(2) takes flags only and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK | UFFD_USER_MODE_ONLY) };
-    if fd < 0 {
-        return Err(WriteTrackerError::Userfaultfd(std::io::Error::last_os_error()));
-    }
-    // SAFETY: a descriptor the kernel just created for us alone.
-    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
-    let mut api = UffdioApi { api: UFFD_API, features: UFFD_FEATURE_WP_ASYNC, ioctls: 0 };
-    // SAFETY: UFFDIO_API reads and writes one struct uffdio_api, which `api` is (repr(C)).
-    if unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&fd), UFFDIO_API, &mut api as *mut UffdioApi) } != 0 {
-        return Err(WriteTrackerError::WriteProtect(std::io::Error::last_os_error()));
-    }
-    Ok(fd)
+    crate::lower::fds::write_tracker().map_err(|(step, e)| match step {
+        crate::lower::fds::UffdStep::Create => WriteTrackerError::Userfaultfd(e),
+        crate::lower::fds::UffdStep::Api => WriteTrackerError::WriteProtect(e),
+    })
 }
 
 /// Hands the keeper its end of a fresh PMI socketpair for lower-half generation `generation`.

@@ -17,9 +17,10 @@ use crate::core::kinds::{op, RENEWAL_ORDER};
 use crate::core::state::{OBJ, SELF_INDEX, WORLD_INDEX};
 use crate::core::{agent, drained, renew};
 use crate::lower;
+use crate::lower::calls::init::ProgramArgs;
 use crate::lower::handles::RealComm;
 use parking_lot::{Condvar, Mutex};
-use std::os::raw::{c_char, c_int, c_void};
+use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -28,7 +29,9 @@ pub const APP_MODE_ENV: &str = "MPICR_APP_MODE";
 /// Set by the keeper when it restarts an app-mode program: the rank's directory of the epoch.
 pub const APP_RESTORE_ENV: &str = "MPICR_APP_RESTORE";
 
-pub type SaveFn = unsafe extern "C" fn(*const c_char, *mut c_void) -> c_int;
+/// The program's save or restore function, called with the data directory (the face wraps the
+/// C function and the argument it registered with it).
+pub type AppFn = std::sync::Arc<dyn Fn(&std::ffi::CStr) -> c_int + Send + Sync>;
 
 /// Why the program's data could not be saved or restored, or a restarted app-mode rank could
 /// not get its objects back: the one line the keeper hears and the program's stderr shows.
@@ -84,9 +87,8 @@ pub fn enabled() -> bool {
 }
 
 struct Registered {
-    save: SaveFn,
-    restore: SaveFn,
-    arg: usize,
+    save: AppFn,
+    restore: AppFn,
 }
 static REGISTERED: Mutex<Option<Registered>> = Mutex::new(None);
 /// The restart's rank directory, until `restore` ran (it runs at registration when the program
@@ -96,8 +98,8 @@ static RESTARTED: AtomicBool = AtomicBool::new(false);
 
 /// `mpicr_app_register`. Returns the result of `restore` when it ran now (a restarted process
 /// that registered after `MPI_Init`), else 0.
-pub fn register(save: SaveFn, restore: SaveFn, arg: usize) -> c_int {
-    *REGISTERED.lock() = Some(Registered { save, restore, arg });
+pub fn register(save: AppFn, restore: AppFn) -> c_int {
+    *REGISTERED.lock() = Some(Registered { save, restore });
     match RESTORE_PENDING.lock().take() {
         Some(dir) => match call_restore(&dir) {
             Ok(()) => 0,
@@ -121,14 +123,13 @@ pub fn data_dir(rank_dir: &std::path::Path) -> std::path::PathBuf {
 }
 
 fn call(which: &'static str, dir: &std::path::Path) -> Result<(), AppError> {
-    let (f, arg) = {
+    let f = {
         let r = REGISTERED.lock();
         let Some(r) = r.as_ref() else { return Err(AppError::NothingRegistered { which }) };
-        (if which == "save" { r.save } else { r.restore }, r.arg)
+        std::sync::Arc::clone(if which == "save" { &r.save } else { &r.restore })
     };
     let c = std::ffi::CString::new(dir.display().to_string())?;
-    // SAFETY: a function the program registered with this signature, and its own argument.
-    let rc = unsafe { f(c.as_ptr(), arg as *mut c_void) };
+    let rc = f(&c);
     if rc != 0 {
         return Err(AppError::Returned { which, rc, dir: dir.to_path_buf() });
     }
@@ -363,11 +364,8 @@ fn install(s: StateFile) {
 /// `MPI_Init` of a restarted app-mode process: waits for the keeper's word that every rank
 /// restored (`Resume`), initialises the library, rebuilds every object of `shim.state` under
 /// its old virtual handle, and calls the program's `restore` (now, or at registration).
-/// Returns the thread level the library provides.
-///
-/// # Safety
-/// `argc` and `argv` are null or the program's, as MPI_Init_thread requires.
-pub unsafe fn restore_at_init(rank_dir: &str, argc: *mut c_int, argv: *mut *mut *mut c_char, level: c_int) -> Result<c_int, AppError> {
+/// Returns the thread level the library provides. `args`: the program's `argc`/`argv`.
+pub fn restore_at_init(rank_dir: &str, args: ProgramArgs, level: c_int) -> Result<c_int, AppError> {
     let size = agent::await_restart().map_err(AppError::AwaitRestart)?;
     if renew::strategy() != renew::Strategy::Namespace {
         return Err(AppError::NotNamespace);
@@ -386,8 +384,7 @@ pub unsafe fn restore_at_init(rank_dir: &str, argc: *mut c_int, argv: *mut *mut 
     for kind in RENEWAL_ORDER {
         kind.before_renewal()?;
     }
-    // SAFETY: passed through from the program's MPI_Init.
-    let (world, selfc, provided) = unsafe { renew::init_lower(argc, argv, level) }.map_err(|rc| AppError::Init(lower::error_string(rc)))?;
+    let (world, selfc, provided) = renew::init_lower(args, level).map_err(|rc| AppError::Init(lower::error_string(rc)))?;
     crate::core::kinds::comm::errors_return_on(world);
     crate::core::kinds::comm::errors_return_on(selfc);
     OBJ.comms.set_real(WORLD_INDEX, RealComm(world));

@@ -14,9 +14,10 @@
 //! A checkpoint's drain receives every counted message, so after it the sends here are
 //! delivered: the release forgets them ([`forget`]).
 
+use crate::lower::calls::p2p::{self, PackedSend};
 use crate::lower::{self, abi::*};
 use parking_lot::Mutex;
-use std::os::raw::{c_int, c_void};
+use std::os::raw::c_int;
 
 /// Where a buffered send's space is charged: the process's buffer (`MPI_Buffer_attach`), a
 /// communicator's or a session's (by the index of their virtual handles).
@@ -44,9 +45,8 @@ pub fn capacity(addr: usize, size: i64) -> i64 {
 
 struct Pending {
     pool: Pool,
-    real: MPI_Request,
-    /// The packed message, sent from here (the heap block does not move with the struct).
-    _bytes: Vec<u8>,
+    /// The packed message and its request.
+    send: PackedSend,
     charge: i64,
 }
 
@@ -54,13 +54,13 @@ static PENDING: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
 
 /// Completes what the library finished sending; returns the space still charged to `pool`.
 fn reap(pending: &mut Vec<Pending>, pool: Pool) -> Result<i64, c_int> {
-    let f = lower::fns();
-    let test = f.MPI_Test.ok_or(MPI_ERR_INTERN)?;
+    if lower::fns().MPI_Test.is_none() {
+        return Err(MPI_ERR_INTERN);
+    }
     let mut err = MPI_SUCCESS;
     pending.retain_mut(|p| {
         let mut flag = 0;
-        // SAFETY: a request this module started; flag is a local, the status is ignored.
-        let rc = unsafe { test(&mut p.real, &mut flag, MPI_STATUS_IGNORE) };
+        let rc = p.send.test(&mut flag).unwrap_or(MPI_ERR_INTERN);
         if rc != MPI_SUCCESS {
             err = rc;
             return true;
@@ -74,13 +74,12 @@ fn reap(pending: &mut Vec<Pending>, pool: Pool) -> Result<i64, c_int> {
 }
 
 /// Sends `count` elements of `datatype` at `buf` to `dest` as a buffered send (real handles),
-/// charged to `pool`, whose buffer offers `capacity` bytes (`None`: no buffer attached).
-///
-/// # Safety
-/// `buf` must be readable for `count` elements of `datatype` for the duration of the call.
+/// charged to `pool`, whose buffer offers `capacity` bytes (`None`: no buffer attached). `buf`
+/// is the program's, as its call passed it: readable for `count` elements of `datatype` for
+/// the duration of the call (the program's contract of the call).
 #[allow(clippy::too_many_arguments, reason = "MPI_Bsend's six arguments and the pool it is charged to")]
-pub unsafe fn send(
-    buf: *const c_void,
+pub fn send(
+    buf: usize,
     count: MPI_Count,
     datatype: MPI_Datatype,
     dest: c_int,
@@ -90,13 +89,11 @@ pub unsafe fn send(
     capacity: Option<i64>,
 ) -> Result<(), c_int> {
     let f = lower::fns();
-    let (pack_size, pack, isend) = match (f.MPI_Pack_size_c, f.MPI_Pack_c, f.MPI_Isend_c) {
-        (Some(a), Some(b), Some(c)) => (a, b, c),
-        _ => return Err(MPI_ERR_INTERN),
-    };
+    if f.MPI_Pack_size_c.is_none() || f.MPI_Pack_c.is_none() || f.MPI_Isend_c.is_none() {
+        return Err(MPI_ERR_INTERN);
+    }
     let mut size: MPI_Count = 0;
-    // SAFETY: out-pointer is a local; the handles are the caller's real ones.
-    let rc = unsafe { pack_size(count, datatype, comm, &mut size) };
+    let rc = p2p::pack_size_c(count, datatype, comm, &mut size).unwrap_or(MPI_ERR_INTERN);
     if rc != MPI_SUCCESS {
         return Err(rc);
     }
@@ -109,18 +106,18 @@ pub unsafe fn send(
     }
     let mut bytes = vec![0u8; size.max(1) as usize];
     let mut pos: MPI_Count = 0;
-    // SAFETY: `bytes` holds `size` bytes, what MPI_Pack_size asked for; `buf` is the caller's.
-    let rc = unsafe { pack(buf, count, datatype, bytes.as_mut_ptr() as *mut c_void, size, &mut pos, comm) };
+    // `bytes` holds `size` bytes, what MPI_Pack_size asked for.
+    let rc = p2p::pack_c(buf, count, datatype, &mut bytes[..size.max(0) as usize], &mut pos, comm).unwrap_or(MPI_ERR_INTERN);
     if rc != MPI_SUCCESS {
         return Err(rc);
     }
-    let mut real = MPI_REQUEST_NULL;
-    // SAFETY: the packed bytes stay allocated (in PENDING) until the request completes.
-    let rc = unsafe { isend(bytes.as_ptr() as *const c_void, pos, MPI_PACKED, dest, tag, comm, &mut real) };
+    // The packed bytes stay allocated (in PENDING) until the request completes.
+    let (rc, send) = PackedSend::start(bytes, pos, dest, tag, comm);
+    let rc = rc.unwrap_or(MPI_ERR_INTERN);
     if rc != MPI_SUCCESS {
         return Err(rc);
     }
-    pending.push(Pending { pool, real, _bytes: bytes, charge });
+    pending.push(Pending { pool, send, charge });
     Ok(())
 }
 
@@ -143,5 +140,7 @@ pub fn in_flight_of(pool: Pool) -> Result<usize, c_int> {
 
 /// The library is released: every buffered message was delivered (the drain received it).
 pub fn forget() {
-    PENDING.lock().clear();
+    for p in PENDING.lock().drain(..) {
+        p.send.released();
+    }
 }

@@ -18,6 +18,7 @@ use crate::core::state::OBJ;
 use crate::core::{app, drained, gate, handles, renew};
 use crate::lower;
 use crate::lower::abi::*;
+use crate::lower::calls;
 use mpicr_drain::{Counts, Message, Progress};
 use mpicr_proto::{FromAgent, Timings, ToAgent};
 use mpicr_virtid::RealHandle;
@@ -412,9 +413,8 @@ fn phases(inbox: &mut Inbox, epoch: u64, _stop: bool, state_path: &str, limits: 
 pub(crate) fn progress() {
     let Some(world) = OBJ.comms.real(crate::core::state::WORLD_INDEX) else { return };
     let (mut flag, mut st) = (0, MPI_Status::default());
-    // SAFETY: a probe of a live real communicator into locals, by the only thread in the
-    // library (the callers' contract).
-    unsafe { lower::fns().MPI_Iprobe.map(|p| p(MPI_ANY_SOURCE, MPI_ANY_TAG, world.raw(), &mut flag, &mut st)) };
+    // By the only thread in the library (the callers' contract).
+    calls::p2p::iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, world.raw(), &mut flag, &mut st);
 }
 
 /// [`expect`], making the library progress meanwhile (see [`progress`]): this rank's gate is
@@ -788,7 +788,6 @@ fn test_pending(comms: &CommIndex, progress: &mut Progress) -> usize {
 /// messages): a loop, paced by [`pause`]. Another rank may fail meanwhile: the coordinator's
 /// abort, queued on the agent's channel, ends the drain early.
 fn drain(comms: &CommIndex, expected: &[(u64, i32, u64)], limit: Duration, inbox: &mut Inbox) -> Result<(), CheckpointError> {
-    let f = lower::fns();
     let deadline = Instant::now() + limit;
     let mut progress = Progress::new(expected, &received_counts())?;
     // Messages in flight: received by the program's own receives, or drained.
@@ -800,17 +799,15 @@ fn drain(comms: &CommIndex, expected: &[(u64, i32, u64)], limit: Duration, inbox
             let (_, real, _) = &comms.by_idx[idx];
             loop {
                 let (mut flag, mut st) = (0, MPI_Status::default());
-                // SAFETY: probing a live real communicator into locals.
-                unsafe { f.MPI_Iprobe.map(|p| p(MPI_ANY_SOURCE, MPI_ANY_TAG, *real, &mut flag, &mut st)) };
+                calls::p2p::iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, *real, &mut flag, &mut st);
                 if flag == 0 {
                     break;
                 }
                 let n = st.bytes();
                 let mut data = vec![0u8; n.max(0) as usize];
                 let mut st2 = MPI_Status::default();
-                // SAFETY: `data` holds the probed message's bytes.
-                let rc =
-                    unsafe { f.MPI_Recv_c.map_or(MPI_ERR_OTHER, |r| r(data.as_mut_ptr().cast(), n, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, *real, &mut st2)) };
+                // `data` holds the probed message's bytes.
+                let rc = calls::p2p::recv_bytes(&mut data, n, st.MPI_SOURCE, st.MPI_TAG, *real, &mut st2).unwrap_or(MPI_ERR_OTHER);
                 if rc != MPI_SUCCESS {
                     return Err(CheckpointError::DrainRecv(lower::error_string(rc)));
                 }

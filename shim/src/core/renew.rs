@@ -19,8 +19,11 @@ use crate::core::kinds::{FREE_ORDER, RENEWAL_ORDER};
 use crate::core::state::{OBJ, SELF_INDEX, WORLD_INDEX};
 use crate::lower;
 use crate::lower::abi::*;
+use crate::lower::calls;
+use crate::lower::calls::init::ProgramArgs;
+use crate::lower::calls::object::Kind;
 use crate::lower::handles::RealComm;
-use std::os::raw::{c_int, c_void};
+use std::os::raw::c_int;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -73,12 +76,7 @@ pub fn mpich_major() -> u32 {
 
 /// MPI_Get_library_version of the real library (callable before MPI_Init).
 pub fn library_version() -> String {
-    let mut buf = vec![0 as std::os::raw::c_char; 8192];
-    let mut len = 0;
-    // SAFETY: the buffer exceeds MPI_MAX_LIBRARY_VERSION_STRING (8192 in MPICH).
-    unsafe { lower::fns().MPI_Get_library_version.map(|f| f(buf.as_mut_ptr(), &mut len)) };
-    // SAFETY: the library wrote a NUL-terminated string (or left the zeroed buffer).
-    unsafe { lower::cstr(buf.as_ptr()) }
+    calls::init::library_version()
 }
 
 /// Renewals this process can still make; `None`: unbounded (see `lower::renewals_left`).
@@ -141,18 +139,14 @@ pub fn real_world() -> c_int {
 
 /// Initialises the lower half for the program's MPI_Init: returns the real world and self
 /// communicators and the thread level provided.
-///
-/// # Safety
-/// `argc` and `argv` are null or the program's, as MPI_Init_thread requires.
-pub unsafe fn init_lower(argc: *mut c_int, argv: *mut *mut *mut std::os::raw::c_char, level: c_int) -> Result<(c_int, c_int, c_int), c_int> {
+/// `args`: the program's `argc`/`argv` (none at a renewal).
+pub fn init_lower(args: ProgramArgs, level: c_int) -> Result<(c_int, c_int, c_int), c_int> {
     lower::log::init();
-    let f = lower::fns();
     remember_level(level);
     match strategy() {
         Strategy::Namespace => {
             let mut provided = 0;
-            // SAFETY: the program's argc/argv, passed through.
-            let rc = unsafe { f.MPI_Init_thread.map_or(MPI_ERR_OTHER, |i| i(argc, argv, level, &mut provided)) };
+            let rc = calls::init::init_thread(args, level, &mut provided).unwrap_or(MPI_ERR_OTHER);
             if rc != MPI_SUCCESS {
                 return Err(rc);
             }
@@ -160,8 +154,7 @@ pub unsafe fn init_lower(argc: *mut c_int, argv: *mut *mut *mut std::os::raw::c_
         }
         Strategy::Sessions if !WORLD_MODEL_USED.swap(true, Ordering::AcqRel) => {
             let mut provided = 0;
-            // SAFETY: the program's argc/argv, passed through.
-            let rc = unsafe { f.MPI_Init_thread.map_or(MPI_ERR_OTHER, |i| i(argc, argv, level, &mut provided)) };
+            let rc = calls::init::init_thread(args, level, &mut provided).unwrap_or(MPI_ERR_OTHER);
             if rc != MPI_SUCCESS {
                 return Err(rc);
             }
@@ -184,7 +177,6 @@ static WORLD_MODEL_ENDED: std::sync::atomic::AtomicBool = std::sync::atomic::Ato
 
 /// `sessions`: a session plus communicators for the world and self process sets.
 fn open_session(level: c_int) -> Result<(c_int, c_int, c_int), c_int> {
-    let f = lower::fns();
     let mut info = MPI_INFO_NULL;
     let mut session = MPI_SESSION_NULL;
     let name = |l: c_int| match l {
@@ -195,34 +187,28 @@ fn open_session(level: c_int) -> Result<(c_int, c_int, c_int), c_int> {
     };
     let key = std::ffi::CString::new("thread_level").unwrap();
     let val = std::ffi::CString::new(name(level)).unwrap();
-    // SAFETY: out-pointers are locals; strings are NUL-terminated.
-    unsafe {
-        let rc = f.MPI_Info_create.map_or(MPI_ERR_OTHER, |h| h(&mut info));
-        if rc != MPI_SUCCESS {
-            return Err(rc);
-        }
-        f.MPI_Info_set.map(|h| h(info, key.as_ptr(), val.as_ptr()));
-        let rc = f.MPI_Session_init.map_or(MPI_ERR_OTHER, |h| h(info, MPI_ERRORS_RETURN, &mut session));
-        f.MPI_Info_free.map(|h| h(&mut info));
-        if rc != MPI_SUCCESS {
-            return Err(rc);
-        }
+    let rc = calls::init::info_create(&mut info).unwrap_or(MPI_ERR_OTHER);
+    if rc != MPI_SUCCESS {
+        return Err(rc);
+    }
+    calls::init::info_set(info, &key, &val);
+    let rc = calls::init::session_init(info, MPI_ERRORS_RETURN, &mut session).unwrap_or(MPI_ERR_OTHER);
+    calls::object::free(Kind::Info, &mut info);
+    if rc != MPI_SUCCESS {
+        return Err(rc);
     }
     SESSION.store(session, Ordering::Release);
     let comm_of = |pset: &str, tag: &str| -> Result<c_int, c_int> {
         let (p, t) = (std::ffi::CString::new(pset).unwrap(), std::ffi::CString::new(tag).unwrap());
         let (mut g, mut c) = (MPI_GROUP_NULL, MPI_COMM_NULL);
-        // SAFETY: as above.
-        unsafe {
-            let rc = f.MPI_Group_from_session_pset.map_or(MPI_ERR_OTHER, |h| h(session, p.as_ptr(), &mut g));
-            if rc != MPI_SUCCESS {
-                return Err(rc);
-            }
-            let rc = f.MPI_Comm_create_from_group.map_or(MPI_ERR_OTHER, |h| h(g, t.as_ptr(), MPI_INFO_NULL, MPI_ERRORS_RETURN, &mut c));
-            f.MPI_Group_free.map(|h| h(&mut g));
-            if rc != MPI_SUCCESS {
-                return Err(rc);
-            }
+        let rc = calls::init::group_from_session_pset(session, &p, &mut g).unwrap_or(MPI_ERR_OTHER);
+        if rc != MPI_SUCCESS {
+            return Err(rc);
+        }
+        let rc = calls::init::comm_create_from_group(g, &t, MPI_INFO_NULL, MPI_ERRORS_RETURN, &mut c).unwrap_or(MPI_ERR_OTHER);
+        calls::object::free(Kind::Group, &mut g);
+        if rc != MPI_SUCCESS {
+            return Err(rc);
         }
         Ok(c)
     };
@@ -243,20 +229,16 @@ pub fn finalize_lower() -> c_int {
 
 /// Finalizes the current generation of the library (its world model, or its session).
 fn finalize_generation() -> c_int {
-    let f = lower::fns();
     match strategy() {
-        // SAFETY: the program finalizes; nothing is pending.
-        Strategy::Namespace => unsafe { f.MPI_Finalize.map_or(MPI_ERR_OTHER, |g| g()) },
+        Strategy::Namespace => calls::init::finalize().unwrap_or(MPI_ERR_OTHER),
         Strategy::Sessions if IN_WORLD_MODEL.swap(false, Ordering::AcqRel) => {
             // MPI_Finalize ends the PMI connection too (a session's finalize keeps it).
             WORLD_MODEL_ENDED.store(true, Ordering::Release);
-            // SAFETY: as for `namespace`.
-            unsafe { f.MPI_Finalize.map_or(MPI_ERR_OTHER, |g| g()) }
+            calls::init::finalize().unwrap_or(MPI_ERR_OTHER)
         }
         Strategy::Sessions => {
             let mut s = SESSION.swap(MPI_SESSION_NULL, Ordering::AcqRel);
-            // SAFETY: the session opened by `open_session`.
-            unsafe { f.MPI_Session_finalize.map_or(MPI_ERR_OTHER, |g| g(&mut s)) }
+            calls::init::session_finalize(&mut s).unwrap_or(MPI_ERR_OTHER)
         }
     }
 }
@@ -360,8 +342,7 @@ fn unmap_shared_memory() {
             let Ok(target) = std::fs::read_link(e.path()) else { continue };
             let Some(fd) = e.file_name().to_str().and_then(|n| n.parse::<c_int>().ok()) else { continue };
             if is_library_shm(&target.to_string_lossy()) {
-                // SAFETY: a descriptor of the released library's shared memory.
-                unsafe { libc::close(fd) };
+                lower::fds::close_leftover(fd);
             }
         }
     }
@@ -374,9 +355,8 @@ fn unmap_shared_memory() {
         }
         let Some((a, b)) = range.split_once('-') else { continue };
         let (Ok(start), Ok(end)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else { continue };
-        // SAFETY: the range is a mapping of the released library's shared memory, which no
-        // code runs on any more.
-        unsafe { libc::munmap(start as *mut c_void, end - start) };
+        // A mapping of the released library's shared memory, which no code runs on any more.
+        lower::memory::unmap(start, end - start);
     }
 }
 
@@ -411,9 +391,7 @@ pub fn renew(restarted: bool, size: Option<i32>) -> Result<(), RenewError> {
     if strategy() == Strategy::Namespace || WORLD_MODEL_ENDED.swap(false, Ordering::AcqRel) {
         connect_pmi(generation)?;
     }
-    // SAFETY: null argc/argv are allowed.
-    let (world, selfc, _) = unsafe { init_lower(std::ptr::null_mut(), std::ptr::null_mut(), LEVEL.load(Ordering::Acquire)) }
-        .map_err(|rc| RenewError::Init(lower::error_string(rc)))?;
+    let (world, selfc, _) = init_lower(ProgramArgs::NONE, LEVEL.load(Ordering::Acquire)).map_err(|rc| RenewError::Init(lower::error_string(rc)))?;
     errors_return_on(world);
     errors_return_on(selfc);
     OBJ.comms.set_real(WORLD_INDEX, RealComm(world));
@@ -432,30 +410,19 @@ fn connect_pmi(generation: u32) -> Result<(), RenewError> {
     if !crate::core::agent::supervised() {
         return Ok(());
     }
-    let mut fds = [0 as c_int; 2];
-    // SAFETY: socketpair writes two descriptors into `fds`.
-    if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } != 0 {
-        return Err(RenewError::Socketpair(std::io::Error::last_os_error()));
-    }
-    use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
-    // SAFETY: socketpair just made both descriptors, and nothing else owns them.
-    let (ours, keeper_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (ours, keeper_end) = lower::fds::socketpair().map_err(RenewError::Socketpair)?;
+    use std::os::fd::{AsFd, AsRawFd};
     crate::core::agent::send_pmi_connect(generation, keeper_end.as_fd()).map_err(RenewError::PmiConnect)?;
     drop(keeper_end);
     if ours.as_raw_fd() == pmi_fd {
         // The number was free (the old library closed it) and socketpair reused it: keep it
         // open there, without close-on-exec, as dup2 would have left it.
-        let fd = std::os::fd::IntoRawFd::into_raw_fd(ours);
-        // SAFETY: clearing the flags of a descriptor we own.
-        unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
+        lower::fds::keep_open(ours);
         return Ok(());
     }
-    // SAFETY: dup2 of a descriptor we own onto the number PMI_FD names (it clears CLOEXEC on the
-    // copy); `ours` is closed when dropped.
-    if unsafe { libc::dup2(ours.as_raw_fd(), pmi_fd) } < 0 {
-        return Err(RenewError::Dup2 { fd: pmi_fd, err: std::io::Error::last_os_error() });
-    }
-    Ok(())
+    // Onto the number PMI_FD names (dup2 clears CLOEXEC on the copy); `ours` is closed when
+    // dropped.
+    lower::fds::dup_onto(&ours, pmi_fd).map_err(|err| RenewError::Dup2 { fd: pmi_fd, err })
 }
 
 #[cfg(test)]

@@ -2,21 +2,23 @@
 //! thread after every checkpoint once the job runs again.
 
 use parking_lot::Mutex;
-use std::os::raw::{c_int, c_void};
+use std::sync::Arc;
 
-struct Callback(unsafe extern "C" fn(c_int, *mut c_void), usize);
-static CALLBACKS: Mutex<Vec<Callback>> = Mutex::new(Vec::new());
+/// A callback of the program's, `f(restarted, arg)` (the face wraps the C function and its
+/// argument).
+pub type ResumeFn = Arc<dyn Fn(bool) + Send + Sync>;
 
-/// Registers `f(restarted, arg)`.
-pub fn register(f: unsafe extern "C" fn(c_int, *mut c_void), arg: usize) {
-    CALLBACKS.lock().push(Callback(f, arg));
+static CALLBACKS: Mutex<Vec<ResumeFn>> = Mutex::new(Vec::new());
+
+/// Registers a callback.
+pub fn register(f: ResumeFn) {
+    CALLBACKS.lock().push(f);
 }
 
 /// Runs the registered callbacks (agent thread, gate open).
 pub(crate) fn resumed(restarted: bool) {
-    let cbs: Vec<(unsafe extern "C" fn(c_int, *mut c_void), usize)> = CALLBACKS.lock().iter().map(|c| (c.0, c.1)).collect();
-    for (f, arg) in cbs {
-        // SAFETY: a callback the program registered with this signature.
-        unsafe { f(restarted as c_int, arg as *mut c_void) };
+    let cbs: Vec<ResumeFn> = CALLBACKS.lock().clone();
+    for f in cbs {
+        f(restarted);
     }
 }

@@ -38,7 +38,10 @@ pub extern "C" fn mpicr_generation() -> c_int {
 pub extern "C" fn mpicr_on_resume(cb: mpicr_resume_fn, arg: *mut c_void) -> c_int {
     match cb {
         Some(f) => {
-            crate::core::resume::register(f, arg as usize);
+            let arg = arg as usize;
+            // SAFETY: a callback the program registered with this signature, and its own
+            // argument (mpicr.h's contract).
+            crate::core::resume::register(std::sync::Arc::new(move |restarted: bool| unsafe { f(restarted as c_int, arg as *mut c_void) }));
             0
         }
         None => -1,
@@ -70,7 +73,16 @@ pub type mpicr_restore_fn = Option<unsafe extern "C" fn(dir: *const c_char, arg:
 #[no_mangle]
 pub extern "C" fn mpicr_app_register(save: mpicr_save_fn, restore: mpicr_restore_fn, arg: *mut c_void) -> c_int {
     match (save, restore) {
-        (Some(s), Some(r)) => crate::core::app::register(s, r, arg as usize),
+        (Some(s), Some(r)) => {
+            let arg = arg as usize;
+            // Functions the program registered with this signature, called with a NUL-terminated
+            // directory and its own argument (mpicr.h's contract).
+            // SAFETY: as said above.
+            let save = std::sync::Arc::new(move |dir: &std::ffi::CStr| unsafe { s(dir.as_ptr(), arg as *mut c_void) });
+            // SAFETY: as above.
+            let restore = std::sync::Arc::new(move |dir: &std::ffi::CStr| unsafe { r(dir.as_ptr(), arg as *mut c_void) });
+            crate::core::app::register(save, restore)
+        }
         _ => -1,
     }
 }

@@ -16,11 +16,15 @@
 //! entry points.
 
 pub mod abi;
+pub mod calls;
 mod error;
+pub mod fds;
 pub use error::{LoadError, MissingImports};
 pub mod handles;
 pub mod log;
+pub mod memory;
 pub mod ompi;
+pub mod signals;
 mod threads;
 pub mod ulfm;
 

@@ -6,12 +6,13 @@ use super::{check, RebuildError, Renewable};
 use crate::core::handles;
 use crate::core::renew::real_world;
 use crate::core::state::{Attrs, OBJ, SELF_INDEX, WORLD_INDEX};
-use crate::lower;
 use crate::lower::abi::*;
+use crate::lower::calls;
+use crate::lower::calls::object::{Kind, Named};
 use crate::lower::handles::RealComm;
 use mpicr_virtid::{CommCounters, CommRecipe, Counters, CountsSnapshot, Table, Topology, VComm, VErrhandler};
 use serde::{Deserialize, Serialize};
-use std::os::raw::{c_char, c_int};
+use std::os::raw::c_int;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CommEntry {
@@ -178,17 +179,13 @@ pub fn world_size() -> i32 {
 /// Sets MPI_ERRORS_RETURN on a real communicator: the shim applies the program's error
 /// handlers itself.
 pub fn errors_return_on(real_comm: c_int) {
-    if let Some(f) = lower::fns().MPI_Comm_set_errhandler {
-        // SAFETY: a live real communicator and a predefined error handler.
-        unsafe { f(real_comm, MPI_ERRORS_RETURN) };
-    }
+    calls::comm::comm_set_errhandler(real_comm, MPI_ERRORS_RETURN);
 }
 
 /// The real group of MPI_COMM_WORLD in the current generation (caller frees).
 pub(super) fn world_group() -> Result<c_int, RebuildError> {
     let mut g = MPI_GROUP_NULL;
-    // SAFETY: valid out-pointer.
-    let rc = unsafe { lower::fns().MPI_Comm_group.map_or(MPI_ERR_OTHER, |f| f(real_world(), &mut g)) };
+    let rc = calls::comm::comm_group(real_world(), &mut g).unwrap_or(MPI_ERR_OTHER);
     if rc != MPI_SUCCESS {
         return Err(RebuildError::WorldGroup);
     }
@@ -197,78 +194,40 @@ pub(super) fn world_group() -> Result<c_int, RebuildError> {
 
 /// An intracommunicator with exactly `ranks` (world ranks, in order), collective over them.
 fn comm_of_ranks(world_group: c_int, ranks: &[i32], tag: c_int) -> Result<c_int, RebuildError> {
-    let f = lower::fns();
     let (mut g, mut c) = (MPI_GROUP_NULL, MPI_COMM_NULL);
-    // SAFETY: arrays are live Vecs; out-pointers are locals.
-    unsafe {
-        check(f.MPI_Group_incl.map_or(MPI_ERR_OTHER, |h| h(world_group, ranks.len() as c_int, ranks.as_ptr(), &mut g)), "MPI_Group_incl")?;
-        check(f.MPI_Comm_create_group.map_or(MPI_ERR_OTHER, |h| h(real_world(), g, tag, &mut c)), "MPI_Comm_create_group")?;
-        f.MPI_Group_free.map(|h| h(&mut g));
-    }
+    check(calls::comm::group_incl(world_group, ranks, &mut g).unwrap_or(MPI_ERR_OTHER), "MPI_Group_incl")?;
+    check(calls::comm::comm_create_group(real_world(), g, tag, &mut c).unwrap_or(MPI_ERR_OTHER), "MPI_Comm_create_group")?;
+    calls::object::free(Kind::Group, &mut g);
     Ok(c)
 }
 
 fn apply_topology(comm: c_int, t: &Topology) -> Result<c_int, RebuildError> {
-    let f = lower::fns();
     let mut out = MPI_COMM_NULL;
-    // SAFETY: arrays are live Vecs of the lengths passed; out-pointer is a local.
-    unsafe {
-        match t {
-            Topology::None => return Ok(comm),
-            Topology::Cart { dims, periods } => check(
-                f.MPI_Cart_create.map_or(MPI_ERR_OTHER, |h| h(comm, dims.len() as c_int, dims.as_ptr(), periods.as_ptr(), 0, &mut out)),
-                "MPI_Cart_create",
-            )?,
-            Topology::Graph { index, edges } => check(
-                f.MPI_Graph_create.map_or(MPI_ERR_OTHER, |h| h(comm, index.len() as c_int, index.as_ptr(), edges.as_ptr(), 0, &mut out)),
-                "MPI_Graph_create",
-            )?,
-            Topology::DistGraph { sources, source_weights, destinations, dest_weights } => {
-                let unweighted = lower::real_unweighted() as *const c_int;
-                let sw = source_weights.as_ref().map_or(unweighted, |w| w.as_ptr());
-                let dw = dest_weights.as_ref().map_or(unweighted, |w| w.as_ptr());
-                check(
-                    f.MPI_Dist_graph_create_adjacent.map_or(MPI_ERR_OTHER, |h| {
-                        h(
-                            comm,
-                            sources.len() as c_int,
-                            sources.as_ptr(),
-                            sw,
-                            destinations.len() as c_int,
-                            destinations.as_ptr(),
-                            dw,
-                            MPI_INFO_NULL,
-                            0,
-                            &mut out,
-                        )
-                    }),
-                    "MPI_Dist_graph_create_adjacent",
-                )?
-            }
-        }
-        let mut c = comm;
-        f.MPI_Comm_free.map(|h| h(&mut c));
+    match t {
+        Topology::None => return Ok(comm),
+        Topology::Cart { dims, periods } => check(calls::comm::cart_create(comm, dims, periods, &mut out).unwrap_or(MPI_ERR_OTHER), "MPI_Cart_create")?,
+        Topology::Graph { index, edges } => check(calls::comm::graph_create(comm, index, edges, &mut out).unwrap_or(MPI_ERR_OTHER), "MPI_Graph_create")?,
+        Topology::DistGraph { sources, source_weights, destinations, dest_weights } => check(
+            calls::comm::dist_graph_create_adjacent(comm, sources, source_weights.as_deref(), destinations, dest_weights.as_deref(), &mut out)
+                .unwrap_or(MPI_ERR_OTHER),
+            "MPI_Dist_graph_create_adjacent",
+        )?,
     }
+    let mut c = comm;
+    calls::object::free(Kind::Comm, &mut c);
     errors_return_on(out);
     Ok(out)
 }
 
 /// Reads the name the program gave a real object (`MPI_Comm_get_name`, `MPI_Type_get_name`).
-pub(super) fn name_of(get: Option<unsafe extern "C" fn(c_int, *mut c_char, *mut c_int) -> c_int>, h: c_int) -> Option<String> {
-    let mut buf = vec![0 as c_char; 129];
-    let mut len = 0;
-    // SAFETY: MPI_MAX_OBJECT_NAME (128) + 1 bytes.
-    unsafe { get.map(|g| g(h, buf.as_mut_ptr(), &mut len)) };
-    // SAFETY: the library wrote a NUL-terminated name (or left the zeroed buffer).
-    let s = unsafe { lower::cstr(buf.as_ptr()) };
-    (!s.is_empty()).then_some(s)
+pub(super) fn name_of(kind: Named, h: c_int) -> Option<String> {
+    calls::object::name(kind, h)
 }
 
 /// Gives a rebuilt object the name it had (`MPI_Comm_set_name`, `MPI_Type_set_name`).
-pub(super) fn restore_name(set: Option<unsafe extern "C" fn(c_int, *const c_char) -> c_int>, h: c_int, name: Option<String>) {
+pub(super) fn restore_name(kind: Named, h: c_int, name: Option<String>) {
     if let Some(n) = name.and_then(|n| std::ffi::CString::new(n).ok()) {
-        // SAFETY: a live real object and a NUL-terminated name.
-        unsafe { set.map(|g| g(h, n.as_ptr())) };
+        calls::object::set_name(kind, h, &n);
     }
 }
 
@@ -290,14 +249,11 @@ pub fn note_freed(e: &CommEntry) {
 /// The ids of the communicators some rank of the job still holds, `mine` being this rank's:
 /// an exchange over the renewed library's world (every rank renews at once).
 fn held_anywhere(mine: &[u64]) -> Result<std::collections::HashSet<u64>, RebuildError> {
-    let f = lower::fns();
     let n = world_size().max(1) as usize;
     let mut counts = vec![0 as c_int; n];
     let my_bytes = (mine.len() * 8) as c_int;
-    // SAFETY: one int out of each rank into `counts` (world size ints).
-    let rc = unsafe {
-        f.MPI_Allgather.map_or(MPI_ERR_OTHER, |h| h((&my_bytes as *const c_int).cast(), 1, MPI_INT, counts.as_mut_ptr().cast(), 1, MPI_INT, real_world()))
-    };
+    // One int out of each rank into `counts` (world size ints).
+    let rc = calls::comm::allgather_int(my_bytes, &mut counts, real_world()).unwrap_or(MPI_ERR_OTHER);
     check(rc, "MPI_Allgather (communicators held)")?;
     let mut displs = Vec::with_capacity(n);
     let mut total = 0;
@@ -306,12 +262,8 @@ fn held_anywhere(mine: &[u64]) -> Result<std::collections::HashSet<u64>, Rebuild
         total += c;
     }
     let mut all = vec![0u64; total as usize / 8];
-    // SAFETY: `mine` has `my_bytes` bytes; `all` has room for every rank's, at `displs`.
-    let rc = unsafe {
-        f.MPI_Allgatherv.map_or(MPI_ERR_OTHER, |h| {
-            h(mine.as_ptr().cast(), my_bytes, MPI_BYTE, all.as_mut_ptr().cast(), counts.as_ptr(), displs.as_ptr(), MPI_BYTE, real_world())
-        })
-    };
+    // `all` has room for every rank's, at `displs`.
+    let rc = calls::comm::allgatherv_u64(mine, &mut all, &counts, &displs, real_world()).unwrap_or(MPI_ERR_OTHER);
     check(rc, "MPI_Allgatherv (communicators held)")?;
     Ok(all.into_iter().collect())
 }
@@ -341,15 +293,13 @@ impl Renewable for Renew {
 
     /// Names are read back (the library keeps them).
     fn snapshot(&self) {
-        let f = lower::fns();
         for (idx, real, _) in OBJ.comms.snapshot() {
-            let n = name_of(f.MPI_Comm_get_name, real.raw());
+            let n = name_of(Named::Comm, real.raw());
             OBJ.comms.with(idx, |c| c.name = n);
         }
     }
 
     fn free_real(&self) {
-        let f = lower::fns();
         for (_, r, _) in OBJ.comms.snapshot() {
             // World and self are the library's own in the world model (not to be freed); the
             // `sessions` strategy made its own.
@@ -357,8 +307,8 @@ impl Renewable for Renew {
                 continue;
             }
             let mut r = r.raw();
-            // SAFETY: a live real communicator of the current generation, freed once.
-            unsafe { f.MPI_Comm_free.map(|g| g(&mut r)) };
+            // A live real communicator of the current generation, freed once.
+            calls::object::free(Kind::Comm, &mut r);
         }
     }
 
@@ -366,7 +316,6 @@ impl Renewable for Renew {
     /// job-wide ids, the same on every rank, so the collective creations of overlapping groups
     /// never wait on each other in a cycle; then every communicator gets its name back.
     fn rebuild(&self) -> Result<(), RebuildError> {
-        let f = lower::fns();
         let wg = world_group()?;
         // The program's communicators, and those it freed that another rank still holds
         // (`None`: made again only for the others' sake, and freed), in id order.
@@ -388,11 +337,8 @@ impl Renewable for Renew {
             if let Some(remote) = &r.remote_world_ranks {
                 let mut inter = MPI_COMM_NULL;
                 let remote_leader = *remote.first().ok_or(RebuildError::NoRemoteGroup)?;
-                // SAFETY: live communicators; out-pointer is a local.
-                unsafe {
-                    check(f.MPI_Intercomm_create.map_or(MPI_ERR_OTHER, |h| h(local, 0, real_world(), remote_leader, tag, &mut inter)), "MPI_Intercomm_create")?;
-                    f.MPI_Comm_free.map(|h| h(&mut comm));
-                }
+                check(calls::comm::intercomm_create(local, 0, real_world(), remote_leader, tag, &mut inter).unwrap_or(MPI_ERR_OTHER), "MPI_Intercomm_create")?;
+                calls::object::free(Kind::Comm, &mut comm);
                 comm = inter;
             }
             comm = apply_topology(comm, &r.topology)?;
@@ -400,16 +346,16 @@ impl Renewable for Renew {
                 Some(idx) => {
                     OBJ.comms.set_real(idx, RealComm(comm));
                 }
-                // SAFETY: the communicator just made, freed once (a local operation in MPICH).
-                None => unsafe {
-                    f.MPI_Comm_free.map(|h| h(&mut comm));
-                },
+                // The communicator just made, freed once (a local operation in MPICH).
+                None => {
+                    calls::object::free(Kind::Comm, &mut comm);
+                }
             }
         }
-        // SAFETY: freeing the world group made above.
-        unsafe { f.MPI_Group_free.map(|h| h(&mut { wg })) };
+        // Freeing the world group made above.
+        calls::object::free(Kind::Group, &mut { wg });
         for (_, real, c) in OBJ.comms.snapshot() {
-            restore_name(f.MPI_Comm_set_name, real.raw(), c.name);
+            restore_name(Named::Comm, real.raw(), c.name);
         }
         Ok(())
     }

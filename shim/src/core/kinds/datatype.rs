@@ -5,8 +5,9 @@
 use super::{RebuildError, Renewable};
 use crate::core::handles;
 use crate::core::state::{Attrs, OBJ};
-use crate::lower;
 use crate::lower::abi::*;
+use crate::lower::calls;
+use crate::lower::calls::object::{Kind, Named};
 use crate::lower::handles::RealDatatype;
 use mpicr_virtid::table::Full;
 use mpicr_virtid::{DatatypeEntry, TypeRecipe, TypeRef, VDatatype};
@@ -97,121 +98,11 @@ pub fn build(recipe: &TypeRecipe) -> Result<c_int, c_int> {
         });
     }
     let mut out = MPI_DATATYPE_NULL;
-    // SAFETY: every array passed is a live Vec of the length the constructor expects, the input
-    // types are live, and `out` is a local.
-    let rc = unsafe { classic(recipe, &inputs, &mut out).unwrap_or_else(|| large(recipe, &inputs, &mut out)) };
+    let rc = calls::datatype::classic(recipe, &inputs, &mut out).unwrap_or_else(|| calls::datatype::large(recipe, &inputs, &mut out));
     if rc == MPI_SUCCESS {
         Ok(out)
     } else {
         Err(rc)
-    }
-}
-
-const MISSING: c_int = MPI_ERR_UNSUPPORTED_OPERATION;
-
-/// The MPI-3 constructor of a recipe whose counts fit in an int (`None` otherwise): ROMIO in
-/// MPICH 4.0.2 cannot flatten a type made by a large-count constructor (its
-/// MPI_Type_get_envelope refuses one), so a file view rebuilt that way would fail.
-///
-/// # Safety
-/// `inputs` are live real datatypes, those of `recipe.inputs()` in order.
-unsafe fn classic(recipe: &TypeRecipe, inputs: &[c_int], out: &mut c_int) -> Option<c_int> {
-    use TypeRecipe::*;
-    let f = lower::fns();
-    let old = inputs.first().copied().unwrap_or(MPI_DATATYPE_NULL);
-    let int = |v: i64| c_int::try_from(v).ok();
-    let ints = |v: &[i64]| v.iter().map(|&x| c_int::try_from(x).ok()).collect::<Option<Vec<c_int>>>();
-    let aints = |v: &[i64]| v.iter().map(|&x| x as MPI_Aint).collect::<Vec<MPI_Aint>>();
-    // SAFETY: every call is as this function requires, with arrays of the lengths passed.
-    let rc = unsafe {
-        match recipe {
-            Contiguous { count, .. } => {
-                let c = int(*count)?;
-                f.MPI_Type_contiguous.map_or(MISSING, |g| g(c, old, out))
-            }
-            Vector { count, blocklen, stride, .. } => {
-                let (c, b, s) = (int(*count)?, int(*blocklen)?, int(*stride)?);
-                f.MPI_Type_vector.map_or(MISSING, |g| g(c, b, s, old, out))
-            }
-            Hvector { count, blocklen, stride, .. } => {
-                let (c, b) = (int(*count)?, int(*blocklen)?);
-                f.MPI_Type_create_hvector.map_or(MISSING, |g| g(c, b, *stride as MPI_Aint, old, out))
-            }
-            Indexed { blocklens, displs, .. } => {
-                let (b, d, n) = (ints(blocklens)?, ints(displs)?, int(blocklens.len() as i64)?);
-                f.MPI_Type_indexed.map_or(MISSING, |g| g(n, b.as_ptr(), d.as_ptr(), old, out))
-            }
-            Hindexed { blocklens, displs, .. } => {
-                let (b, d, n) = (ints(blocklens)?, aints(displs), int(blocklens.len() as i64)?);
-                f.MPI_Type_create_hindexed.map_or(MISSING, |g| g(n, b.as_ptr(), d.as_ptr(), old, out))
-            }
-            IndexedBlock { blocklen, displs, .. } => {
-                let (b, d, n) = (int(*blocklen)?, ints(displs)?, int(displs.len() as i64)?);
-                f.MPI_Type_create_indexed_block.map_or(MISSING, |g| g(n, b, d.as_ptr(), old, out))
-            }
-            HindexedBlock { blocklen, displs, .. } => {
-                let (b, d, n) = (int(*blocklen)?, aints(displs), int(displs.len() as i64)?);
-                f.MPI_Type_create_hindexed_block.map_or(MISSING, |g| g(n, b, d.as_ptr(), old, out))
-            }
-            Struct { blocklens, displs, .. } => {
-                let (b, d, n) = (ints(blocklens)?, aints(displs), int(blocklens.len() as i64)?);
-                f.MPI_Type_create_struct.map_or(MISSING, |g| g(n, b.as_ptr(), d.as_ptr(), inputs.as_ptr(), out))
-            }
-            Subarray { sizes, subsizes, starts, order, .. } => {
-                let (a, b, c) = (ints(sizes)?, ints(subsizes)?, ints(starts)?);
-                f.MPI_Type_create_subarray.map_or(MISSING, |g| g(a.len() as c_int, a.as_ptr(), b.as_ptr(), c.as_ptr(), *order, old, out))
-            }
-            Darray { size, rank, gsizes, distribs, dargs, psizes, order, .. } => {
-                let g_ = ints(gsizes)?;
-                f.MPI_Type_create_darray
-                    .map_or(MISSING, |g| g(*size, *rank, g_.len() as c_int, g_.as_ptr(), distribs.as_ptr(), dargs.as_ptr(), psizes.as_ptr(), *order, old, out))
-            }
-            Resized { lb, extent, .. } => f.MPI_Type_create_resized.map_or(MISSING, |g| g(old, *lb as MPI_Aint, *extent as MPI_Aint, out)),
-            Dup { .. } | Named { .. } => return None,
-        }
-    };
-    Some(rc)
-}
-
-/// The large-count constructor of a recipe (or `MPI_Type_dup`).
-///
-/// # Safety
-/// As for [`classic`].
-unsafe fn large(recipe: &TypeRecipe, inputs: &[c_int], out: &mut c_int) -> c_int {
-    use TypeRecipe::*;
-    let f = lower::fns();
-    let old = inputs.first().copied().unwrap_or(MPI_DATATYPE_NULL);
-    // SAFETY: every call is as this function requires, with arrays of the lengths passed.
-    unsafe {
-        match recipe {
-            Contiguous { count, .. } => f.MPI_Type_contiguous_c.map_or(MISSING, |g| g(*count, old, out)),
-            Vector { count, blocklen, stride, .. } => f.MPI_Type_vector_c.map_or(MISSING, |g| g(*count, *blocklen, *stride, old, out)),
-            Hvector { count, blocklen, stride, .. } => f.MPI_Type_create_hvector_c.map_or(MISSING, |g| g(*count, *blocklen, *stride, old, out)),
-            Indexed { blocklens, displs, .. } => {
-                f.MPI_Type_indexed_c.map_or(MISSING, |g| g(blocklens.len() as i64, blocklens.as_ptr(), displs.as_ptr(), old, out))
-            }
-            Hindexed { blocklens, displs, .. } => {
-                f.MPI_Type_create_hindexed_c.map_or(MISSING, |g| g(blocklens.len() as i64, blocklens.as_ptr(), displs.as_ptr(), old, out))
-            }
-            IndexedBlock { blocklen, displs, .. } => {
-                f.MPI_Type_create_indexed_block_c.map_or(MISSING, |g| g(displs.len() as i64, *blocklen, displs.as_ptr(), old, out))
-            }
-            HindexedBlock { blocklen, displs, .. } => {
-                f.MPI_Type_create_hindexed_block_c.map_or(MISSING, |g| g(displs.len() as i64, *blocklen, displs.as_ptr(), old, out))
-            }
-            Struct { blocklens, displs, .. } => {
-                f.MPI_Type_create_struct_c.map_or(MISSING, |g| g(blocklens.len() as i64, blocklens.as_ptr(), displs.as_ptr(), inputs.as_ptr(), out))
-            }
-            Subarray { sizes, subsizes, starts, order, .. } => {
-                f.MPI_Type_create_subarray_c.map_or(MISSING, |g| g(sizes.len() as c_int, sizes.as_ptr(), subsizes.as_ptr(), starts.as_ptr(), *order, old, out))
-            }
-            Darray { size, rank, gsizes, distribs, dargs, psizes, order, .. } => f.MPI_Type_create_darray_c.map_or(MISSING, |g| {
-                g(*size, *rank, gsizes.len() as c_int, gsizes.as_ptr(), distribs.as_ptr(), dargs.as_ptr(), psizes.as_ptr(), *order, old, out)
-            }),
-            Resized { lb, extent, .. } => f.MPI_Type_create_resized_c.map_or(MISSING, |g| g(old, *lb, *extent, out)),
-            Dup { .. } => f.MPI_Type_dup.map_or(MISSING, |g| g(old, out)),
-            Named { .. } => MISSING,
-        }
     }
 }
 
@@ -228,8 +119,7 @@ impl Built {
             TypeRef::Predefined(h) => Ok(Built { real: handles::datatype(*h).raw(), owned: false }),
             TypeRef::Derived(r) => {
                 let mut real = build(r)?;
-                // SAFETY: a datatype just built.
-                let rc = unsafe { lower::fns().MPI_Type_commit.map_or(MPI_ERR_OTHER, |h| h(&mut real)) };
+                let rc = calls::datatype::commit(&mut real).unwrap_or(MPI_ERR_OTHER);
                 let b = Built { real, owned: true };
                 if rc == MPI_SUCCESS {
                     Ok(b)
@@ -244,8 +134,8 @@ impl Built {
 impl Drop for Built {
     fn drop(&mut self) {
         if self.owned {
-            // SAFETY: a datatype built by `of`, freed once.
-            unsafe { lower::fns().MPI_Type_free.map(|g| g(&mut self.real)) };
+            // A datatype built by `of`, freed once.
+            calls::object::free(Kind::Datatype, &mut self.real);
         }
     }
 }
@@ -256,9 +146,8 @@ pub struct Renew;
 impl Renewable for Renew {
     /// Names are read back (the library keeps them).
     fn snapshot(&self) {
-        let f = lower::fns();
         for (idx, real, _) in OBJ.datatypes.snapshot() {
-            let n = super::comm::name_of(f.MPI_Type_get_name, real.raw());
+            let n = super::comm::name_of(Named::Datatype, real.raw());
             OBJ.datatypes.with(idx, |t| t.name = n);
         }
     }
@@ -269,28 +158,25 @@ impl Renewable for Renew {
     }
 
     fn free_real(&self) {
-        let f = lower::fns();
         for (_, r, _) in OBJ.datatypes.snapshot() {
             let mut r = r.raw();
-            // SAFETY: a live real datatype of the current generation, freed once.
-            unsafe { f.MPI_Type_free.map(|g| g(&mut r)) };
+            // A live real datatype of the current generation, freed once.
+            calls::object::free(Kind::Datatype, &mut r);
         }
     }
 
     /// Every type is built from its recipe, committed if it was, and named as it was.
     fn rebuild(&self) -> Result<(), RebuildError> {
-        let f = lower::fns();
         for (idx, _, t) in OBJ.datatypes.snapshot() {
             let mut real = build(&t.dt.recipe).map_err(|rc| RebuildError::mpi("rebuilding a datatype", rc))?;
             if t.dt.committed {
-                // SAFETY: a datatype just built.
-                unsafe { f.MPI_Type_commit.map(|h| h(&mut real)) };
+                calls::datatype::commit(&mut real);
             }
             OBJ.datatypes.set_real(idx, RealDatatype(real));
             remember_real(RealDatatype(real), VDatatype::virtual_at(idx));
         }
         for (_, real, t) in OBJ.datatypes.snapshot() {
-            super::comm::restore_name(f.MPI_Type_set_name, real.raw(), t.name);
+            super::comm::restore_name(Named::Datatype, real.raw(), t.name);
         }
         Ok(())
     }

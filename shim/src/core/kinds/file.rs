@@ -28,8 +28,9 @@ use super::datatype::Built;
 use super::{check, info, RebuildError, Renewable};
 use crate::core::handles;
 use crate::core::state::OBJ;
-use crate::lower;
 use crate::lower::abi::*;
+use crate::lower::calls;
+use crate::lower::calls::object::Kind;
 use crate::lower::handles::RealFile;
 use mpicr_virtid::table::Full;
 use mpicr_virtid::{TypeRef, VComm, VErrhandler, VFile};
@@ -160,24 +161,19 @@ pub fn comm_of(v: VFile) -> VComm {
 /// that no rank still has the file open when another is past its close: a checkpoint then finds
 /// it open everywhere or nowhere), and frees the private communicator.
 pub fn after_close(e: &FileEntry) -> c_int {
-    let f = lower::fns();
     let Some(idx) = handles::comm_index(e.comm) else { return MPI_SUCCESS };
+    // The file's communicator, made at its open.
     let mut comm = handles::comm(e.comm).raw();
     let mut rank = -1;
-    // SAFETY: a live real communicator (the file's, made at its open); out-pointers are locals
-    // and the name is NUL-terminated.
-    let rc = unsafe {
-        f.MPI_Comm_rank.map(|g| g(comm, &mut rank));
-        if e.amode & MPI_MODE_DELETE_ON_CLOSE != 0 && rank == 0 {
-            if let Ok(name) = std::ffi::CString::new(e.name.as_str()) {
-                // As ROMIO's close: a failure to delete is not the close's.
-                f.MPI_File_delete.map(|g| g(name.as_ptr(), MPI_INFO_NULL));
-            }
+    calls::comm::comm_rank(comm, &mut rank);
+    if e.amode & MPI_MODE_DELETE_ON_CLOSE != 0 && rank == 0 {
+        if let Ok(name) = std::ffi::CString::new(e.name.as_str()) {
+            // As ROMIO's close: a failure to delete is not the close's.
+            calls::file::delete(&name, MPI_INFO_NULL);
         }
-        let rc = f.MPI_Barrier.map_or(MPI_ERR_OTHER, |g| g(comm));
-        f.MPI_Comm_free.map(|g| g(&mut comm));
-        rc
-    };
+    }
+    let rc = calls::comm::barrier(comm).unwrap_or(MPI_ERR_OTHER);
+    calls::object::free(Kind::Comm, &mut comm);
     OBJ.comms.remove(idx);
     rc
 }
@@ -224,26 +220,22 @@ impl Renewable for Renew {
     /// Every rank has drained (nonblocking I/O completed): the file's bytes go to disk and its
     /// file pointers, atomicity and size are read back.
     fn snapshot(&self) {
-        let f = lower::fns();
         let (t, files) = (std::time::Instant::now(), ordered());
         let n = files.len();
         for (idx, real, e) in files {
-            let r = real.raw();
+            let r = real;
             let mut s = Saved::default();
             let (mut atomic, mut shared) = (0, 0);
-            // SAFETY: a live real file of the current generation; out-pointers are locals.
-            unsafe {
-                // Collective, in the same order on every rank; erroneous on a read-only file.
-                if e.amode & MPI_MODE_RDONLY == 0 {
-                    f.MPI_File_sync.map(|g| g(r));
-                }
-                f.MPI_File_get_position.map(|g| g(r, &mut s.position));
-                if f.MPI_File_get_position_shared.map_or(MPI_ERR_OTHER, |g| g(r, &mut shared)) == MPI_SUCCESS {
-                    s.shared = Some(shared);
-                }
-                f.MPI_File_get_atomicity.map(|g| g(r, &mut atomic));
-                f.MPI_File_get_size.map(|g| g(r, &mut s.size));
+            // Collective, in the same order on every rank; erroneous on a read-only file.
+            if e.amode & MPI_MODE_RDONLY == 0 {
+                calls::file::sync(r);
             }
+            calls::file::position(r, &mut s.position);
+            if calls::file::position_shared(r, &mut shared).unwrap_or(MPI_ERR_OTHER) == MPI_SUCCESS {
+                s.shared = Some(shared);
+            }
+            calls::file::atomicity(r, &mut atomic);
+            calls::file::size(r, &mut s.size);
             s.atomic = atomic != 0;
             OBJ.files.with(idx, |x| x.saved = Some(s));
         }
@@ -254,16 +246,15 @@ impl Renewable for Renew {
 
     /// Closes every real file (collective, in the same order on every rank).
     fn free_real(&self) {
-        let f = lower::fns();
         let (t, files) = (std::time::Instant::now(), ordered());
         let n = files.len();
         for (idx, real, _) in files {
-            let mut r = real.raw();
-            if r.is_null() {
+            let mut r = real;
+            if r.raw().is_null() {
                 continue;
             }
-            // SAFETY: a live real file of the current generation, closed once.
-            unsafe { f.MPI_File_close.map(|g| g(&mut r)) };
+            // A live real file of the current generation, closed once.
+            calls::file::close(&mut r);
             OBJ.files.set_real(idx, RealFile(std::ptr::null_mut()));
         }
         if n > 0 {
@@ -289,19 +280,17 @@ impl Renewable for Renew {
     }
 
     fn rebuild(&self) -> Result<(), RebuildError> {
-        let f = lower::fns();
         let (t, files) = (std::time::Instant::now(), ordered());
         let n = files.len();
         for (idx, _, e) in files {
             let name = std::ffi::CString::new(e.name.as_str()).map_err(|_| RebuildError::FileNameNul(e.name.clone()))?;
             let hints = info::build(&e.open_hints)?;
-            let mut r: MPI_File = std::ptr::null_mut();
-            // SAFETY: a live real communicator (rebuilt by the communicator kind), a
-            // NUL-terminated name, a live info object and a local out-pointer.
-            let rc = unsafe { f.MPI_File_open.map_or(MPI_ERR_OTHER, |g| g(handles::comm(e.comm).raw(), name.as_ptr(), reopen_amode(e.amode), hints, &mut r)) };
+            let mut r = RealFile(std::ptr::null_mut());
+            // On the communicator rebuilt by the communicator kind.
+            let rc = calls::file::open(handles::comm(e.comm).raw(), &name, reopen_amode(e.amode), hints, &mut r).unwrap_or(MPI_ERR_OTHER);
             info::free(hints);
             check(rc, &format!("opening the MPI file {} again", e.name))?;
-            OBJ.files.set_real(idx, RealFile(r));
+            OBJ.files.set_real(idx, r);
             restore(r, &e).map_err(|why| RebuildError::File { name: e.name.clone(), source: Box::new(why) })?;
         }
         if n > 0 {
@@ -312,34 +301,31 @@ impl Renewable for Renew {
 }
 
 /// Gives a reopened real file what the program had set: atomicity, hints, view, file pointers.
-fn restore(r: MPI_File, e: &FileEntry) -> Result<(), RebuildError> {
-    let f = lower::fns();
+fn restore(r: RealFile, e: &FileEntry) -> Result<(), RebuildError> {
     let s = e.saved.clone().unwrap_or_default();
     let built = |t: &TypeRef| Built::of(t).map_err(|rc| RebuildError::mpi("rebuilding a datatype of its view", rc));
-    // SAFETY: for every call below, `r` is the live real file just opened; the info objects and
-    // datatypes are live until freed after their use; strings are NUL-terminated.
-    unsafe {
-        f.MPI_File_set_errhandler.map(|g| g(r, MPI_ERRORS_RETURN));
-        if s.atomic {
-            check(f.MPI_File_set_atomicity.map_or(MPI_ERR_OTHER, |g| g(r, 1)), "MPI_File_set_atomicity")?;
-        }
-        if !e.later_hints.is_empty() {
-            let hints = info::build(&e.later_hints)?;
-            let rc = f.MPI_File_set_info.map_or(MPI_ERR_OTHER, |g| g(r, hints));
-            info::free(hints);
-            check(rc, "MPI_File_set_info")?;
-        }
-        if let Some(v) = &e.view {
-            let (et, ft) = (built(&v.etype)?, built(&v.filetype)?);
-            let rep = std::ffi::CString::new(v.datarep.as_str()).unwrap_or_default();
-            let rc = f.MPI_File_set_view.map_or(MPI_ERR_OTHER, |g| g(r, v.disp, et.real, ft.real, rep.as_ptr(), MPI_INFO_NULL));
-            check(rc, "MPI_File_set_view")?;
-        }
-        check(f.MPI_File_seek.map_or(MPI_ERR_OTHER, |g| g(r, s.position, MPI_SEEK_SET)), "MPI_File_seek")?;
-        // Collective; read alike on every rank after the drain, so all call it or none do.
-        if let Some(shared) = s.shared {
-            check(f.MPI_File_seek_shared.map_or(MPI_ERR_OTHER, |g| g(r, shared, MPI_SEEK_SET)), "MPI_File_seek_shared")?;
-        }
+    // `r` is the live real file just opened; the info objects and datatypes are live until
+    // freed after their use.
+    calls::file::set_errhandler(r, MPI_ERRORS_RETURN);
+    if s.atomic {
+        check(calls::file::set_atomicity(r, 1).unwrap_or(MPI_ERR_OTHER), "MPI_File_set_atomicity")?;
+    }
+    if !e.later_hints.is_empty() {
+        let hints = info::build(&e.later_hints)?;
+        let rc = calls::file::set_info(r, hints).unwrap_or(MPI_ERR_OTHER);
+        info::free(hints);
+        check(rc, "MPI_File_set_info")?;
+    }
+    if let Some(v) = &e.view {
+        let (et, ft) = (built(&v.etype)?, built(&v.filetype)?);
+        let rep = std::ffi::CString::new(v.datarep.as_str()).unwrap_or_default();
+        let rc = calls::file::set_view(r, v.disp, et.real, ft.real, &rep, MPI_INFO_NULL).unwrap_or(MPI_ERR_OTHER);
+        check(rc, "MPI_File_set_view")?;
+    }
+    check(calls::file::seek(r, s.position, MPI_SEEK_SET).unwrap_or(MPI_ERR_OTHER), "MPI_File_seek")?;
+    // Collective; read alike on every rank after the drain, so all call it or none do.
+    if let Some(shared) = s.shared {
+        check(calls::file::seek_shared(r, shared, MPI_SEEK_SET).unwrap_or(MPI_ERR_OTHER), "MPI_File_seek_shared")?;
     }
     Ok(())
 }

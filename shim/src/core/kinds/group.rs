@@ -4,6 +4,8 @@ use super::{check, RebuildError, Renewable};
 use crate::core::state::{OBJ, WORLD_INDEX};
 use crate::lower;
 use crate::lower::abi::*;
+use crate::lower::calls;
+use crate::lower::calls::object::Kind;
 use crate::lower::handles::RealGroup;
 use mpicr_virtid::table::Full;
 use mpicr_virtid::{GroupRecipe, VGroup};
@@ -47,8 +49,7 @@ fn real_world_group() -> Option<c_int> {
     }
     let world = OBJ.comms.real(WORLD_INDEX)?.raw();
     let mut h = MPI_GROUP_NULL;
-    // SAFETY: valid out-pointer, live communicator.
-    let rc = unsafe { lower::fns().MPI_Comm_group?(world, &mut h) };
+    let rc = calls::comm::comm_group(world, &mut h)?;
     (rc == MPI_SUCCESS).then(|| {
         *cached = Some((gen, h));
         h
@@ -57,26 +58,20 @@ fn real_world_group() -> Option<c_int> {
 
 /// World ranks of the members of a real group, in group order (the recipe of a new group).
 pub fn world_ranks_of_group(real_group: c_int) -> Vec<i32> {
-    let f = lower::fns();
     let mut n = 0;
-    // SAFETY: valid out-pointers; arrays sized by the group size.
-    unsafe {
-        let Some(size) = f.MPI_Group_size else { return Vec::new() };
-        if size(real_group, &mut n) != MPI_SUCCESS || n <= 0 {
-            return Vec::new();
-        }
-        let Some(world) = real_world_group() else {
-            // No world model underneath: no world to translate to.
-            super::session::note_group_without_world();
-            return (0..n).collect();
-        };
-        let ranks: Vec<c_int> = (0..n).collect();
-        let mut out = vec![MPI_UNDEFINED; n as usize];
-        if let Some(tr) = f.MPI_Group_translate_ranks {
-            tr(real_group, n, ranks.as_ptr(), world, out.as_mut_ptr());
-        }
-        out
+    let Some(rc) = calls::comm::group_size(real_group, &mut n) else { return Vec::new() };
+    if rc != MPI_SUCCESS || n <= 0 {
+        return Vec::new();
     }
+    let Some(world) = real_world_group() else {
+        // No world model underneath: no world to translate to.
+        super::session::note_group_without_world();
+        return (0..n).collect();
+    };
+    let ranks: Vec<c_int> = (0..n).collect();
+    let mut out = vec![MPI_UNDEFINED; n as usize];
+    calls::comm::group_translate_ranks(real_group, &ranks, world, &mut out);
+    out
 }
 
 /// The group kind around a checkpoint.
@@ -89,27 +84,22 @@ impl Renewable for Renew {
     }
 
     fn free_real(&self) {
-        let f = lower::fns();
         for (_, r, _) in OBJ.groups.snapshot() {
             let mut r = r.raw();
-            // SAFETY: a live real group of the current generation, freed once.
-            unsafe { f.MPI_Group_free.map(|g| g(&mut r)) };
+            // A live real group of the current generation, freed once.
+            calls::object::free(Kind::Group, &mut r);
         }
     }
 
     fn rebuild(&self) -> Result<(), RebuildError> {
-        let f = lower::fns();
         let wg = super::comm::world_group()?;
         for (idx, _, g) in OBJ.groups.snapshot() {
             let mut out = MPI_GROUP_NULL;
-            // SAFETY: live array and out-pointer.
-            unsafe {
-                check(f.MPI_Group_incl.map_or(MPI_ERR_OTHER, |h| h(wg, g.world_ranks.len() as c_int, g.world_ranks.as_ptr(), &mut out)), "MPI_Group_incl")?;
-            }
+            check(calls::comm::group_incl(wg, &g.world_ranks, &mut out).unwrap_or(MPI_ERR_OTHER), "MPI_Group_incl")?;
             OBJ.groups.set_real(idx, RealGroup(out));
         }
-        // SAFETY: freeing the group made above.
-        unsafe { f.MPI_Group_free.map(|h| h(&mut { wg })) };
+        // Freeing the group made above.
+        calls::object::free(Kind::Group, &mut { wg });
         Ok(())
     }
 }

@@ -4,8 +4,10 @@
 
 use super::{RebuildError, Renewable};
 use crate::lower;
+use crate::lower::calls;
+use crate::lower::calls::init::AddError;
 use parking_lot::Mutex;
-use std::os::raw::{c_int, c_void};
+use std::os::raw::c_int;
 
 /// A user error class, code or string, as made by MPI_Add_error_*, with the value the library
 /// gave the class or code.
@@ -144,19 +146,11 @@ pub fn datarep_registered(name: &str) -> bool {
 /// Registers the program's data representations with a renewed library, before its files are
 /// reopened (their views may name them), in the order the program did.
 fn register_datareps() -> Result<(), RebuildError> {
-    let f = lower::fns();
     for d in DATAREPS.lock().iter() {
         let name = std::ffi::CString::new(d.name.as_str()).unwrap_or_default();
-        let (r, w, e, x) = (d.read as *mut c_void, d.write as *mut c_void, d.extent as *mut c_void, d.extra as *mut c_void);
-        // SAFETY: the program's callbacks and extra state, passed as it passed them the first
-        // time (the upper half's memory is the same); the name is NUL-terminated.
-        let rc = unsafe {
-            if d.large {
-                f.MPI_Register_datarep_c.map(|h| h(name.as_ptr(), r, w, e, x))
-            } else {
-                f.MPI_Register_datarep.map(|h| h(name.as_ptr(), r, w, e, x))
-            }
-        };
+        // The program's callbacks and extra state, passed as it passed them the first time
+        // (the upper half's memory is the same).
+        let rc = calls::init::register_datarep(&name, d.large, d.read, d.write, d.extent, d.extra);
         super::check(rc.unwrap_or(lower::abi::MPI_ERR_OTHER), &format!("registering the data representation {} again", d.name))?;
     }
     Ok(())
@@ -188,18 +182,14 @@ impl Renewable for Renew {
     /// representations.
     fn rebuild(&self) -> Result<(), RebuildError> {
         register_datareps()?;
-        let f = lower::fns();
         for e in user_errors() {
             let mut out = 0;
-            // SAFETY: out-pointers are locals; strings are NUL-terminated.
-            let rc = unsafe {
-                match &e {
-                    UserError::Class { .. } => f.MPI_Add_error_class.map(|h| h(&mut out)),
-                    UserError::Code { class, .. } => f.MPI_Add_error_code.map(|h| h(*class, &mut out)),
-                    UserError::String { code, text } => {
-                        let t = std::ffi::CString::new(text.as_str()).unwrap_or_default();
-                        f.MPI_Add_error_string.map(|h| h(*code, t.as_ptr()))
-                    }
+            let rc = match &e {
+                UserError::Class { .. } => calls::init::add_error(AddError::Class, &mut out),
+                UserError::Code { class, .. } => calls::init::add_error(AddError::Code(*class), &mut out),
+                UserError::String { code, text } => {
+                    let t = std::ffi::CString::new(text.as_str()).unwrap_or_default();
+                    calls::init::add_error(AddError::String(*code, &t), &mut out)
                 }
             };
             super::check(rc.unwrap_or(lower::abi::MPI_ERR_OTHER), &format!("replaying {e:?}"))?;
@@ -213,8 +203,8 @@ impl Renewable for Renew {
         u.removed_any = false;
         drop(u);
         if let Some((buf, size)) = attached_buffer() {
-            // SAFETY: the program's buffer, still attached from its point of view.
-            unsafe { f.MPI_Buffer_attach_c.map(|h| h(buf as *mut c_void, size)) };
+            // The program's buffer, still attached from its point of view.
+            calls::init::buffer_attach_c(buf, size);
         }
         Ok(())
     }

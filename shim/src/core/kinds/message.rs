@@ -5,8 +5,8 @@
 use super::{RebuildError, Renewable};
 use crate::core::kinds::comm::comm_gid;
 use crate::core::state::OBJ;
-use crate::lower;
 use crate::lower::abi::*;
+use crate::lower::calls;
 use crate::lower::handles::RealMessage;
 use mpicr_drain::Message;
 use mpicr_virtid::table::Full;
@@ -34,7 +34,6 @@ pub static CLAIMED: parking_lot::Mutex<Vec<(u32, Message)>> = parking_lot::Mutex
 /// Receives the matched-probe messages still in the library into [`CLAIMED`] (the drain's last
 /// step, once every rank drained).
 pub fn drain_matched() -> Result<(), RebuildError> {
-    let f = lower::fns();
     for (idx, real, m) in OBJ.messages.snapshot() {
         if m.drained.is_some() {
             continue;
@@ -42,8 +41,8 @@ pub fn drain_matched() -> Result<(), RebuildError> {
         let mut msg = real.raw();
         let mut data = vec![0u8; m.bytes.max(0) as usize];
         let mut st = MPI_Status::default();
-        // SAFETY: a live real message handle; `data` holds its bytes.
-        let rc = unsafe { f.MPI_Mrecv_c.map_or(MPI_ERR_OTHER, |g| g(data.as_mut_ptr().cast(), m.bytes, MPI_BYTE, &mut msg, &mut st)) };
+        // `data` holds its bytes.
+        let rc = calls::p2p::mrecv_bytes(&mut data, m.bytes, &mut msg, &mut st).unwrap_or(MPI_ERR_OTHER);
         if rc != MPI_SUCCESS {
             return Err(RebuildError::MatchedProbe);
         }

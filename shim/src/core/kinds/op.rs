@@ -9,6 +9,9 @@ use crate::core::kinds::datatype::virtual_of_real;
 use crate::core::state::OBJ;
 use crate::lower;
 use crate::lower::abi::*;
+use crate::lower::calls;
+use crate::lower::calls::object::Kind;
+use crate::lower::calls::op::UserOp;
 use crate::lower::handles::{RealDatatype, RealOp};
 use mpicr_virtid::table::Full;
 use mpicr_virtid::{OpRecipe, VDatatype, VOp};
@@ -36,8 +39,8 @@ pub fn forget(v: VOp) {
     }
 }
 
-type UserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut MPI_Datatype);
-type UserFnC = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut MPI_Count, *mut MPI_Datatype);
+type UserFn = calls::op::UserFunction;
+type UserFnC = calls::op::UserFunctionC;
 
 /// Number of user ops that may be live at once.
 pub const SLOTS: usize = 128;
@@ -64,6 +67,7 @@ fn program_datatype(real: MPI_Datatype) -> MPI_Datatype {
     }
 }
 
+#[allow(unsafe_code, reason = "a trampoline the library calls: the program's user function, called with its own datatype handle")]
 unsafe extern "C" fn tramp<const N: usize>(a: *mut c_void, b: *mut c_void, len: *mut c_int, dt: *mut MPI_Datatype) {
     let f = FUNCS[N].load(Ordering::Acquire);
     // SAFETY: the slot holds the program's MPI_User_function while the op is live; `dt` points
@@ -75,6 +79,7 @@ unsafe extern "C" fn tramp<const N: usize>(a: *mut c_void, b: *mut c_void, len: 
     }
 }
 
+#[allow(unsafe_code, reason = "as `tramp`, for the large-count signature")]
 unsafe extern "C" fn tramp_c<const N: usize>(a: *mut c_void, b: *mut c_void, len: *mut MPI_Count, dt: *mut MPI_Datatype) {
     let f = FUNCS[N].load(Ordering::Acquire);
     // SAFETY: as in `tramp`, for the large-count signature.
@@ -89,7 +94,7 @@ macro_rules! table {
     ($f:ident, $t:ty; $($n:literal)*) => { [$($f::<$n> as $t),*] };
 }
 
-fn trampoline(slot: usize, large: bool) -> *mut c_void {
+fn trampoline(slot: usize, large: bool) -> UserOp {
     static T: [UserFn; SLOTS] = table!(tramp, UserFn; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
         32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63
         64 65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89 90 91 92 93 94 95
@@ -99,9 +104,9 @@ fn trampoline(slot: usize, large: bool) -> *mut c_void {
         64 65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89 90 91 92 93 94 95
         96 97 98 99 100 101 102 103 104 105 106 107 108 109 110 111 112 113 114 115 116 117 118 119 120 121 122 123 124 125 126 127);
     if large {
-        TC[slot] as *mut c_void
+        UserOp::Large(TC[slot])
     } else {
-        T[slot] as *mut c_void
+        UserOp::Classic(T[slot])
     }
 }
 
@@ -132,17 +137,9 @@ pub fn release_slot(slot: usize) {
 
 /// Creates the real op for a recipe (also used after a renewal) in an existing slot.
 pub fn create_real(recipe: &OpRecipe, slot: usize) -> Result<c_int, c_int> {
-    let f = lower::fns();
     let mut r = MPI_OP_NULL;
     let t = trampoline(slot, recipe.large_count);
-    // SAFETY: the trampoline has the signature the library expects for this op kind.
-    let rc = unsafe {
-        if recipe.large_count {
-            f.MPI_Op_create_c.map_or(MPI_ERR_OTHER, |g| g(t, recipe.commute as c_int, &mut r))
-        } else {
-            f.MPI_Op_create.map_or(MPI_ERR_OTHER, |g| g(t, recipe.commute as c_int, &mut r))
-        }
-    };
+    let rc = calls::op::create(t, recipe.commute as c_int, &mut r).unwrap_or(MPI_ERR_OTHER);
     if rc == MPI_SUCCESS {
         Ok(r)
     } else {
@@ -155,11 +152,10 @@ pub struct Renew;
 
 impl Renewable for Renew {
     fn free_real(&self) {
-        let f = lower::fns();
         for (_, r, _) in OBJ.ops.snapshot() {
             let mut r = r.raw();
-            // SAFETY: a live real op of the current generation, freed once.
-            unsafe { f.MPI_Op_free.map(|g| g(&mut r)) };
+            // A live real op of the current generation, freed once.
+            calls::object::free(Kind::Op, &mut r);
         }
     }
 

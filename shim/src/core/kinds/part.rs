@@ -20,14 +20,14 @@ use crate::core::handles;
 use crate::core::kinds::comm::{peers, world_rank};
 use crate::core::kinds::datatype::Built;
 use crate::core::state::OBJ;
-use crate::lower;
 use crate::lower::abi::*;
+use crate::lower::calls;
 use crate::lower::handles::RealRequest;
 use mpicr_virtid::{mix, CommCounters, PartInit, RequestRecipe};
 use mpicr_virtid::{VComm, VInfo};
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::os::raw::{c_int, c_void};
+use std::os::raw::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -156,7 +156,6 @@ pub fn not_aligned(targets: &HashMap<u64, u64>) -> Option<String> {
 
 /// The renewal: every partitioned request made again, in this process's init order.
 pub fn rebuild() -> Result<(), RebuildError> {
-    let f = lower::fns();
     let mut todo: Vec<(u32, Box<PartInit>)> = OBJ
         .requests
         .snapshot()
@@ -171,15 +170,9 @@ pub fn rebuild() -> Result<(), RebuildError> {
         let t = Built::of(&i.datatype).map_err(|rc| RebuildError::mpi("rebuilding a partitioned request's datatype", rc))?;
         let (c, inf) = (handles::comm(i.comm).raw(), handles::info(i.info).raw());
         let mut r = MPI_REQUEST_NULL;
-        // SAFETY: the program's buffer (kept for the request's life, as MPI requires) and live
-        // real handles; `r` is a local.
-        let rc = unsafe {
-            if i.send {
-                f.MPI_Psend_init.map_or(MPI_ERR_OTHER, |g| g(i.buf as *const c_void, i.partitions, i.count, t.real, i.peer, i.tag, c, inf, &mut r))
-            } else {
-                f.MPI_Precv_init.map_or(MPI_ERR_OTHER, |g| g(i.buf as *mut c_void, i.partitions, i.count, t.real, i.peer, i.tag, c, inf, &mut r))
-            }
-        };
+        // The program's buffer (kept for the request's life, as MPI requires).
+        let rc =
+            calls::request::partitioned_init(i.send, i.buf as usize, i.partitions, i.count, t.real, i.peer, i.tag, c, inf, &mut r).unwrap_or(MPI_ERR_OTHER);
         super::check(rc, if i.send { "making a partitioned send again" } else { "making a partitioned receive again" })?;
         OBJ.requests.set_real(idx, RealRequest(r));
     }

@@ -10,13 +10,15 @@ use crate::core::handles;
 use crate::core::kinds::comm::{comm_gid, count_recv};
 use crate::core::kinds::datatype::Built;
 use crate::core::state::OBJ;
-use crate::lower;
 use crate::lower::abi::*;
+use crate::lower::calls;
+use crate::lower::calls::object::Kind;
+use crate::lower::calls::request::SendInit;
 use crate::lower::handles::RealRequest;
 use mpicr_virtid::table::Full;
 use mpicr_virtid::{P2pArgs, RequestRecipe, SendMode, TypeRef, VComm, VDatatype, VRequest};
 use serde::{Deserialize, Serialize};
-use std::os::raw::{c_int, c_void};
+use std::os::raw::c_int;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RequestEntry {
@@ -102,11 +104,7 @@ fn test_real(r: &mut c_int) -> Option<MPI_Status> {
             return completed(rc, 1, st);
         }
     }
-    let rc = match lower::fns().MPI_Test {
-        // SAFETY: a live real request of the current lower half; out-pointers are locals.
-        Some(t) => unsafe { t(r, &mut flag, &mut st) },
-        None => MPI_ERR_OTHER,
-    };
+    let rc = calls::request::test(r, &mut flag, &mut st).unwrap_or(MPI_ERR_OTHER);
     completed(rc, flag, st)
 }
 
@@ -120,16 +118,7 @@ fn test_real(r: &mut c_int) -> Option<MPI_Status> {
 /// tests in a loop, so a complete request is found and completed without progress. Checkpoints
 /// are refused while a session is open, so this path never meets a drain.
 fn complete_without_progress(r: &mut c_int, st: &mut MPI_Status) -> Option<c_int> {
-    let f = lower::fns();
-    let (get_status, wait) = (f.MPI_Request_get_status?, f.MPI_Wait?);
-    let mut flag = 0;
-    // SAFETY: a live real request of the current lower half; out-pointers are locals.
-    let rc = unsafe { get_status(*r, &mut flag, st) };
-    if rc != MPI_SUCCESS {
-        return Some(rc);
-    }
-    // SAFETY: as above; the request is complete, so the wait returns at once.
-    (flag != 0).then(|| unsafe { wait(r, st) })
+    calls::request::wait_if_complete(r, st)
 }
 
 /// Is this a nonblocking MPI-IO request? MPICH makes them generalized requests whose progress
@@ -195,8 +184,7 @@ pub(crate) fn took_message(st: &MPI_Status) -> bool {
 
 fn error_class(code: c_int) -> c_int {
     let mut class = MPI_ERR_OTHER;
-    // SAFETY: the out-pointer is a local.
-    unsafe { lower::fns().MPI_Error_class.map(|f| f(code, &mut class)) };
+    calls::init::error_class(code, &mut class);
     class
 }
 
@@ -221,30 +209,26 @@ pub fn take_drained_into(a: &P2pArgs) -> Option<MPI_Status> {
     // (a type the program freed, see `note_type_freed`, is built for the copy)
     let ty = Built::of(&a.datatype).ok()?;
     let m = drained::take(gid, a.peer, a.tag)?;
-    Some(unpack_real(&m.data, a.buf as *mut c_void, a.count, ty.real, a.comm, m.source, m.tag))
+    Some(unpack_real(&m.data, a.buf as usize, a.count, ty.real, a.comm, m.source, m.tag))
 }
 
 /// Copies a drained message (packed bytes) into the program's typed buffer.
-pub(crate) fn unpack(data: &[u8], buf: *mut c_void, count: i64, dt: VDatatype, comm: VComm, source: c_int, tag: c_int) -> MPI_Status {
+pub(crate) fn unpack(data: &[u8], buf: usize, count: i64, dt: VDatatype, comm: VComm, source: c_int, tag: c_int) -> MPI_Status {
     unpack_real(data, buf, count, handles::datatype(dt).raw(), comm, source, tag)
 }
 
 /// As [`unpack`], with the real datatype.
-fn unpack_real(data: &[u8], buf: *mut c_void, count: i64, rdt: c_int, comm: VComm, source: c_int, tag: c_int) -> MPI_Status {
-    let f = lower::fns();
+fn unpack_real(data: &[u8], buf: usize, count: i64, rdt: c_int, comm: VComm, source: c_int, tag: c_int) -> MPI_Status {
     let mut size: MPI_Count = 0;
-    // SAFETY: out-pointer is a local.
-    unsafe { f.MPI_Type_size_c.map(|g| g(rdt, &mut size)) };
+    calls::datatype::size_c(rdt, &mut size);
     let capacity = size.saturating_mul(count);
     let mut st = MPI_Status { MPI_SOURCE: source, MPI_TAG: tag, MPI_ERROR: MPI_SUCCESS, ..Default::default() };
     let (n, err) = if data.len() as i64 > capacity { (capacity, MPI_ERR_TRUNCATE) } else { (data.len() as i64, MPI_SUCCESS) };
     if n > 0 && size > 0 {
         let mut pos: MPI_Count = 0;
-        // SAFETY: `data` holds at least `n` bytes; the program's buffer holds `count` elements
-        // of `dt`, of which `n / size` are written.
-        unsafe {
-            f.MPI_Unpack_c.map(|g| g(data.as_ptr() as *const c_void, n as MPI_Count, &mut pos, buf, n / size, rdt, handles::comm(comm).raw()));
-        }
+        // The first `n` bytes of `data`; the program's buffer holds `count` elements of `dt`,
+        // of which `n / size` are written.
+        calls::request::unpack_c(&data[..n as usize], &mut pos, buf, n / size, rdt, handles::comm(comm).raw());
     }
     st.set_bytes(n);
     st.MPI_ERROR = err;
@@ -293,14 +277,12 @@ pub fn pending_sends() -> usize {
 /// The drain's end: receives still pending are cancelled, to be posted again after the renewal
 /// ([`Renew::rebuild`]); one that matched a message meanwhile is recorded and counted by `poll`.
 pub fn cancel_receives(deadline: std::time::Instant) -> Result<(), RebuildError> {
-    let f = lower::fns();
     for (idx, real, e) in OBJ.requests.snapshot() {
         if e.done.is_some() || e.repost || !active(&e.recipe) || !is_recv(&e.recipe) {
             continue;
         }
         let mut r = real.raw();
-        // SAFETY: a live real receive request.
-        unsafe { f.MPI_Cancel.map(|c| c(&mut r)) };
+        calls::request::cancel(&mut r);
         loop {
             if let Some(st) = poll(idx, real.raw()) {
                 if st.count_hi_and_cancelled & 1 != 0 {
@@ -325,7 +307,6 @@ pub fn cancel_receives(deadline: std::time::Instant) -> Result<(), RebuildError>
 /// released: they are posted again on the same library (from the drained messages first, as
 /// the renewal does), or the program would wait on requests the library has freed.
 pub fn repost_cancelled() -> Result<(), RebuildError> {
-    let f = lower::fns();
     for (idx, real, e) in OBJ.requests.snapshot() {
         let args = match &e.recipe {
             RequestRecipe::Recv { args } | RequestRecipe::PersistentRecv { args, .. } if e.repost => args,
@@ -339,16 +320,14 @@ pub fn repost_cancelled() -> Result<(), RebuildError> {
             continue;
         }
         let mut r = real.raw();
-        // SAFETY: the program's buffer (its receive is still pending for the program) and live
-        // handles of the current library; a persistent request is inactive since its cancel.
-        let rc = unsafe {
-            if e.recipe.is_persistent() {
-                f.MPI_Start.map_or(MPI_ERR_OTHER, |h| h(&mut r))
-            } else {
-                let ty = Built::of(&args.datatype).map_err(|rc| RebuildError::mpi("posting a receive again", rc))?;
-                f.MPI_Irecv_c
-                    .map_or(MPI_ERR_OTHER, |h| h(args.buf as *mut c_void, args.count, ty.real, args.peer, args.tag, handles::comm(args.comm).raw(), &mut r))
-            }
+        // The program's buffer (its receive is still pending for the program); a persistent
+        // request is inactive since its cancel.
+        let rc = if e.recipe.is_persistent() {
+            calls::request::start(&mut r).unwrap_or(MPI_ERR_OTHER)
+        } else {
+            let ty = Built::of(&args.datatype).map_err(|rc| RebuildError::mpi("posting a receive again", rc))?;
+            calls::request::irecv_c(args.buf as usize, args.count, ty.real, args.peer, args.tag, handles::comm(args.comm).raw(), &mut r)
+                .unwrap_or(MPI_ERR_OTHER)
         };
         check(rc, "posting a receive again")?;
         OBJ.requests.set_real(idx, RealRequest(r));
@@ -436,12 +415,11 @@ impl Renewable for Renew {
 
     /// Persistent requests are freed (the others completed or were cancelled in the drain).
     fn free_real(&self) {
-        let f = lower::fns();
         for (_, r, e) in OBJ.requests.snapshot() {
             let mut r = r.raw();
             if e.recipe.is_persistent() && r != MPI_REQUEST_NULL {
-                // SAFETY: a live real persistent request of the current generation, freed once.
-                unsafe { f.MPI_Request_free.map(|g| g(&mut r)) };
+                // A live real persistent request of the current generation, freed once.
+                calls::object::free(Kind::Request, &mut r);
             }
         }
     }
@@ -450,7 +428,6 @@ impl Renewable for Renew {
     /// re-creates persistent requests: point-to-point ones here, collective and partitioned
     /// ones in their own orders (`pcoll`, `part`).
     fn rebuild(&self) -> Result<(), RebuildError> {
-        let f = lower::fns();
         for (idx, _, e) in OBJ.requests.snapshot() {
             if matches!(e.recipe, RequestRecipe::Collective { init: Some(_), .. } | RequestRecipe::Partitioned { .. }) {
                 continue;
@@ -467,47 +444,59 @@ impl Renewable for Renew {
                 _ => None,
             };
             let dt = |_: &TypeRef| ty.as_ref().map_or(MPI_DATATYPE_NULL, |b| b.real);
-            // SAFETY: the program's buffers and live translated handles.
-            let rc = unsafe {
-                match &e.recipe {
-                    RequestRecipe::Recv { args } if e.repost => {
-                        if let Some(st) = take_drained_into(args) {
-                            OBJ.requests.with(idx, |x| {
-                                x.done = Some(st.as_array());
-                                x.repost = false;
-                            });
-                            continue;
-                        }
-                        f.MPI_Irecv_c.map_or(MPI_ERR_OTHER, |h| {
-                            h(args.buf as *mut c_void, args.count, dt(&args.datatype), args.peer, args.tag, handles::comm(args.comm).raw(), &mut r)
-                        })
-                    }
-                    RequestRecipe::PersistentRecv { args, active } => {
-                        let rc = f.MPI_Recv_init_c.map_or(MPI_ERR_OTHER, |h| {
-                            h(args.buf as *mut c_void, args.count, dt(&args.datatype), args.peer, args.tag, handles::comm(args.comm).raw(), &mut r)
+            // The program's buffers and live translated handles.
+            let rc = match &e.recipe {
+                RequestRecipe::Recv { args } if e.repost => {
+                    if let Some(st) = take_drained_into(args) {
+                        OBJ.requests.with(idx, |x| {
+                            x.done = Some(st.as_array());
+                            x.repost = false;
                         });
-                        if rc == MPI_SUCCESS && *active && e.repost {
-                            if let Some(st) = take_drained_into(args) {
-                                OBJ.requests.with(idx, |x| x.done = Some(st.as_array()));
-                            } else {
-                                f.MPI_Start.map(|h| h(&mut r));
-                            }
-                        }
-                        rc
+                        continue;
                     }
-                    RequestRecipe::PersistentSend { mode, args, .. } => {
-                        let init = match mode {
-                            SendMode::Standard => f.MPI_Send_init_c,
-                            SendMode::Buffered => f.MPI_Bsend_init_c,
-                            SendMode::Synchronous => f.MPI_Ssend_init_c,
-                            SendMode::Ready => f.MPI_Rsend_init_c,
-                        };
-                        init.map_or(MPI_ERR_OTHER, |h| {
-                            h(args.buf as *const c_void, args.count, dt(&args.datatype), args.peer, args.tag, handles::comm(args.comm).raw(), &mut r)
-                        })
-                    }
-                    _ => MPI_SUCCESS,
+                    calls::request::irecv_c(args.buf as usize, args.count, dt(&args.datatype), args.peer, args.tag, handles::comm(args.comm).raw(), &mut r)
+                        .unwrap_or(MPI_ERR_OTHER)
                 }
+                RequestRecipe::PersistentRecv { args, active } => {
+                    let rc = calls::request::recv_init_c(
+                        args.buf as usize,
+                        args.count,
+                        dt(&args.datatype),
+                        args.peer,
+                        args.tag,
+                        handles::comm(args.comm).raw(),
+                        &mut r,
+                    )
+                    .unwrap_or(MPI_ERR_OTHER);
+                    if rc == MPI_SUCCESS && *active && e.repost {
+                        if let Some(st) = take_drained_into(args) {
+                            OBJ.requests.with(idx, |x| x.done = Some(st.as_array()));
+                        } else {
+                            calls::request::start(&mut r);
+                        }
+                    }
+                    rc
+                }
+                RequestRecipe::PersistentSend { mode, args, .. } => {
+                    let init = match mode {
+                        SendMode::Standard => SendInit::Standard,
+                        SendMode::Buffered => SendInit::Buffered,
+                        SendMode::Synchronous => SendInit::Synchronous,
+                        SendMode::Ready => SendInit::Ready,
+                    };
+                    calls::request::send_init_c(
+                        init,
+                        args.buf as usize,
+                        args.count,
+                        dt(&args.datatype),
+                        args.peer,
+                        args.tag,
+                        handles::comm(args.comm).raw(),
+                        &mut r,
+                    )
+                    .unwrap_or(MPI_ERR_OTHER)
+                }
+                _ => MPI_SUCCESS,
             };
             check(rc, "re-posting a request")?;
             OBJ.requests.set_real(idx, RealRequest(r));

@@ -10,6 +10,7 @@ use super::{check, RebuildError, Renewable};
 use crate::core::state::OBJ;
 use crate::lower;
 use crate::lower::abi::*;
+use crate::lower::calls;
 use crate::lower::handles::RealSession;
 use mpicr_virtid::table::Full;
 use mpicr_virtid::{VErrhandler, VSession};
@@ -50,11 +51,9 @@ pub fn note_group_without_world() {
 
 /// Opens a real session with `info`'s entries, errors returned (the shim raises them).
 fn open(info: &[(String, String)]) -> Result<RealSession, RebuildError> {
-    let f = lower::fns();
     let real_info = if info.is_empty() { MPI_INFO_NULL } else { super::info::build(info)? };
     let mut s = MPI_SESSION_NULL;
-    // SAFETY: a live real info (or null) and a local out-pointer.
-    let rc = unsafe { f.MPI_Session_init.map_or(MPI_ERR_OTHER, |h| h(real_info, MPI_ERRORS_RETURN, &mut s)) };
+    let rc = calls::init::session_init(real_info, MPI_ERRORS_RETURN, &mut s).unwrap_or(MPI_ERR_OTHER);
     if real_info != MPI_INFO_NULL {
         super::info::free(real_info);
     }
@@ -85,11 +84,10 @@ impl Renewable for Renew {
     /// kind freed its real objects (`renew::release`), so no communicator or group of the
     /// session is left.
     fn forget(&self) {
-        let f = lower::fns();
         for (idx, r, _) in OBJ.sessions.snapshot() {
             let mut r = r.raw();
-            // SAFETY: a live real session of the current generation, finalized once.
-            let rc = unsafe { f.MPI_Session_finalize.map_or(MPI_ERR_OTHER, |g| g(&mut r)) };
+            // A live real session of the current generation, finalized once.
+            let rc = calls::init::session_finalize(&mut r).unwrap_or(MPI_ERR_OTHER);
             if rc != MPI_SUCCESS {
                 tracing::debug!(target: "renew", session = idx, error = %lower::error_string(rc), "MPI_Session_finalize at release");
             }

@@ -23,13 +23,15 @@
 use super::{check, info, RebuildError, Renewable};
 use crate::core::handles;
 use crate::core::state::{Attrs, OBJ};
-use crate::lower;
 use crate::lower::abi::*;
+use crate::lower::calls;
+use crate::lower::calls::object::{Kind, Named};
 use crate::lower::handles::RealWin;
+use crate::lower::memory;
 use mpicr_virtid::table::Full;
 use mpicr_virtid::{VComm, VErrhandler, VWin};
 use serde::{Deserialize, Serialize};
-use std::os::raw::{c_int, c_void};
+use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Registers a window the library made; `library_memory`: its memory is the library's own
@@ -185,8 +187,7 @@ impl WinEntry {
 }
 
 fn page() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize
+    memory::page()
 }
 
 /// Memory for `MPI_Win_allocate`, mapped by the shim: private, so in the CRIU image, and at an
@@ -196,9 +197,7 @@ pub fn map_owned(size: MPI_Aint) -> Option<usize> {
         return Some(0);
     }
     let len = (size as usize).div_ceil(page()) * page();
-    // SAFETY: a fresh anonymous mapping; no existing memory is affected.
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
-    (p != libc::MAP_FAILED).then_some(p as usize)
+    memory::map_anywhere(len)
 }
 
 /// A restarted app-mode process (`core::app`), before the library is loaded: maps the memory
@@ -210,24 +209,9 @@ pub fn map_saved() -> Result<(), RebuildError> {
         if e.flavor != Flavor::Allocate || e.saved.is_empty() {
             continue;
         }
-        let len = e.saved.len().div_ceil(page()) * page();
-        // SAFETY: a new private mapping where nothing may be mapped (NOREPLACE).
-        let p = unsafe {
-            libc::mmap(
-                e.base as *mut c_void,
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
-                -1,
-                0,
-            )
-        };
-        if p as usize != e.base {
-            let err = std::io::Error::last_os_error();
+        if let Err((_, err)) = memory::map_at_with(e.base, &e.saved) {
             return Err(RebuildError::WinMemory { made_by: e.made_by.clone(), base: e.base, len: e.saved.len(), err });
         }
-        // SAFETY: the mapping just made holds at least `saved.len()` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(e.saved.as_ptr(), e.base as *mut u8, e.saved.len()) };
     }
     Ok(())
 }
@@ -253,27 +237,24 @@ fn set_library_memory(idx: u32, on: bool) -> bool {
 pub fn unmap_owned(base: usize, size: MPI_Aint) {
     if base != 0 && size > 0 {
         let len = (size as usize).div_ceil(page()) * page();
-        // SAFETY: the mapping made by `map_owned` for a window the program freed.
-        unsafe { libc::munmap(base as *mut c_void, len) };
+        // The mapping made by `map_owned` for a window the program freed.
+        memory::unmap(base, len);
     }
 }
 
 /// The page-aligned extent of a shared window's segment: every rank's part, as
 /// `MPI_Win_shared_query` reports it on the real window `w` of `n` ranks.
 pub fn segment_of(w: MPI_Win, n: c_int) -> Option<(usize, usize)> {
-    let f = lower::fns();
     let (mut lo, mut hi) = (usize::MAX, 0usize);
     for r in 0..n {
-        let (mut size, mut du, mut base): (MPI_Aint, c_int, *mut c_void) = (0, 0, std::ptr::null_mut());
-        // SAFETY: a live real shared window; out-pointers are locals (the base is written to a
-        // pointer-sized local, as MPI's `void *baseptr` of this call is).
-        let rc = unsafe { f.MPI_Win_shared_query?(w, r, &mut size, &mut du, (&mut base as *mut *mut c_void).cast()) };
+        let (mut size, mut du, mut base): (MPI_Aint, c_int, usize) = (0, 0, 0);
+        let rc = calls::win::shared_query(w, r, &mut size, &mut du, &mut base)?;
         if rc != MPI_SUCCESS {
             return None;
         }
-        if size > 0 && !base.is_null() {
-            lo = lo.min(base as usize);
-            hi = hi.max(base as usize + size as usize);
+        if size > 0 && base != 0 {
+            lo = lo.min(base);
+            hi = hi.max(base + size as usize);
         }
     }
     if lo >= hi {
@@ -341,32 +322,21 @@ impl Renewable for Renew {
     /// Every rank drained and no passive-target or PSCW epoch is open: fence epochs are
     /// completed, names read back and shared segments saved.
     fn snapshot(&self) {
-        let f = lower::fns();
         let t = std::time::Instant::now();
         let wins = ordered();
         for (idx, real, e) in &wins {
             let w = real.raw();
-            let mut name = [0 as std::os::raw::c_char; MPI_MAX_OBJECT_NAME as usize];
-            let mut len = 0;
-            // SAFETY: a live real window of the current generation; the name buffer holds
-            // MPI_MAX_OBJECT_NAME characters.
-            unsafe {
-                if e.epoch.fence {
-                    // Collective, in the same order on every rank (fences are aligned).
-                    f.MPI_Win_fence.map(|g| g(MPI_MODE_NOSUCCEED, w));
-                }
-                f.MPI_Win_get_name.map(|g| g(w, name.as_mut_ptr(), &mut len));
+            if e.epoch.fence {
+                // Collective, in the same order on every rank (fences are aligned).
+                calls::win::fence(MPI_MODE_NOSUCCEED, w);
             }
-            // SAFETY: MPI wrote a NUL-terminated name into the buffer.
-            let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
+            let name = calls::object::name(Named::Win, w);
             let keep = e.size > 0 && (e.flavor == Flavor::Shared || (e.flavor == Flavor::Allocate && crate::core::app::enabled()));
-            let saved = keep.then(|| {
-                // SAFETY: this rank's part of the live shared segment, or the shim's own mapping
-                // of an allocated window: `size` bytes at `base`.
-                unsafe { std::slice::from_raw_parts(e.base as *const u8, e.size as usize) }.to_vec()
-            });
+            // This rank's part of the live shared segment, or the shim's own mapping of an
+            // allocated window: `size` bytes at `base`.
+            let saved = keep.then(|| memory::read(e.base, e.size as usize));
             OBJ.wins.with(*idx, |x| {
-                x.name = (!name.is_empty()).then_some(name);
+                x.name = name;
                 match (x.segment.as_mut(), saved) {
                     (Some(s), Some(b)) => s.saved = b,
                     (None, Some(b)) => x.saved = b,
@@ -381,20 +351,18 @@ impl Renewable for Renew {
 
     /// Frees every real window (collective, in the same order on every rank).
     fn free_real(&self) {
-        let f = lower::fns();
         for (idx, real, _) in ordered() {
             let mut w = real.raw();
             if w == MPI_WIN_NULL {
                 continue;
             }
-            // SAFETY: a live real window of the current generation, freed once.
-            unsafe { f.MPI_Win_free.map(|g| g(&mut w)) };
+            calls::object::free(Kind::Win, &mut w);
             OBJ.wins.set_real(idx, RealWin(MPI_WIN_NULL));
             if let Some(s) = OBJ.wins.with(idx, |e| e.segment.clone()).flatten() {
                 // The program's view of the segment goes with it (its part was saved): the
-                // renewal maps the new one there.
-                // SAFETY: the segment's range, which only the freed window used.
-                unsafe { libc::munmap(s.start as *mut c_void, s.len) };
+                // renewal maps the new one there. The segment's range, which only the freed
+                // window used.
+                memory::unmap(s.start, s.len);
             }
         }
     }
@@ -404,11 +372,9 @@ impl Renewable for Renew {
     fn before_renewal(&self) -> Result<(), RebuildError> {
         for (_, _, e) in ordered() {
             let Some(s) = &e.segment else { continue };
-            // SAFETY: a new inaccessible mapping where nothing may be mapped (NOREPLACE).
-            let p = unsafe {
-                libc::mmap(s.start as *mut c_void, s.len, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE, -1, 0)
-            };
-            if p as usize != s.start {
+            // A new inaccessible mapping where nothing may be mapped (NOREPLACE).
+            let p = memory::map_at(s.start, s.len, false);
+            if p != s.start {
                 let err = std::io::Error::last_os_error();
                 return Err(RebuildError::SharedReserve { made_by: e.made_by.clone(), start: s.start, len: s.len, err });
             }
@@ -433,34 +399,31 @@ impl Renewable for Renew {
 
 /// Makes the real window of `e` on the renewed library (collective on its communicator).
 fn make(e: &WinEntry) -> Result<MPI_Win, RebuildError> {
-    let f = lower::fns();
     let comm = handles::comm(e.comm).raw();
     let hints = info::build(&e.hints)?;
     let mut w = MPI_WIN_NULL;
     let du = e.disp_unit;
-    // SAFETY: a live real communicator (rebuilt by the communicator kind), a live info object,
-    // local out-pointers; the memory is the program's (create), the shim's own mapping
-    // (allocate), or the library's (shared), valid for `size` bytes.
-    let rc = unsafe {
-        match e.flavor {
-            Flavor::Create | Flavor::Allocate => match c_int::try_from(du) {
-                Ok(du) => f.MPI_Win_create.map_or(MPI_ERR_OTHER, |g| g(e.base as *mut c_void, e.size, du, hints, comm, &mut w)),
-                Err(_) => f.MPI_Win_create_c.map_or(MPI_ERR_OTHER, |g| g(e.base as *mut c_void, e.size, du, hints, comm, &mut w)),
-            },
-            Flavor::Dynamic => f.MPI_Win_create_dynamic.map_or(MPI_ERR_OTHER, |g| g(hints, comm, &mut w)),
-            Flavor::Shared => {
-                let mut base: *mut c_void = std::ptr::null_mut();
-                let out = (&mut base as *mut *mut c_void).cast();
-                let rc = match c_int::try_from(du) {
-                    Ok(du) => f.MPI_Win_allocate_shared.map_or(MPI_ERR_OTHER, |g| g(e.size, du, hints, comm, out, &mut w)),
-                    Err(_) => f.MPI_Win_allocate_shared_c.map_or(MPI_ERR_OTHER, |g| g(e.size, du, hints, comm, out, &mut w)),
-                };
-                if rc == MPI_SUCCESS {
-                    info::free(hints);
-                    return alias_segment(e, w, base as usize).map(|_| w);
-                }
-                rc
+    // The memory is the program's (create), the shim's own mapping (allocate), or the
+    // library's (shared), valid for `size` bytes.
+    let rc = match e.flavor {
+        Flavor::Create | Flavor::Allocate => match c_int::try_from(du) {
+            Ok(du) => calls::win::create(e.base, e.size, du, hints, comm, &mut w),
+            Err(_) => calls::win::create_c(e.base, e.size, du, hints, comm, &mut w),
+        }
+        .unwrap_or(MPI_ERR_OTHER),
+        Flavor::Dynamic => calls::win::create_dynamic(hints, comm, &mut w).unwrap_or(MPI_ERR_OTHER),
+        Flavor::Shared => {
+            let mut base = 0usize;
+            let rc = match c_int::try_from(du) {
+                Ok(du) => calls::win::allocate_shared(e.size, du, hints, comm, &mut base, &mut w),
+                Err(_) => calls::win::allocate_shared_c(e.size, du, hints, comm, &mut base, &mut w),
             }
+            .unwrap_or(MPI_ERR_OTHER);
+            if rc == MPI_SUCCESS {
+                info::free(hints);
+                return alias_segment(e, w, base).map(|_| w);
+            }
+            rc
         }
     };
     info::free(hints);
@@ -472,18 +435,15 @@ fn make(e: &WinEntry) -> Result<MPI_Win, RebuildError> {
 fn alias_segment(e: &WinEntry, w: MPI_Win, new_base: usize) -> Result<(), RebuildError> {
     let Some(s) = &e.segment else { return Ok(()) };
     let mut n = 0;
-    // SAFETY: a live real communicator and a local out-pointer.
-    unsafe { lower::fns().MPI_Comm_size.map(|g| g(handles::comm(e.comm).raw(), &mut n)) };
+    calls::comm::comm_size(handles::comm(e.comm).raw(), &mut n);
     let (start, len) = segment_of(w, n).ok_or(RebuildError::SegmentQuery)?;
     if len != s.len || new_base.wrapping_sub(start) != e.base.wrapping_sub(s.start) {
         return Err(RebuildError::SegmentLayout { len, part: new_base - start, old_len: s.len });
     }
-    // SAFETY: `start..start+len` is the library's shared mapping of the new segment; old size 0
-    // asks for a second mapping of the same pages, placed over the reservation made by
-    // `before_renewal` (which only the shim uses).
-    // (The system call itself: glibc's variadic wrapper was seen to return null here.)
-    let p = unsafe { libc::syscall(libc::SYS_mremap, start, 0usize, len, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, s.start) } as usize as *mut c_void;
-    if p as usize != s.start {
+    // `start..start+len` is the library's shared mapping of the new segment, mapped again over
+    // the reservation made by `before_renewal` (which only the shim uses).
+    let p = memory::alias(start, len, s.start);
+    if p != s.start {
         let err = std::io::Error::last_os_error();
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
         let seg = maps
@@ -494,53 +454,49 @@ fn alias_segment(e: &WinEntry, w: MPI_Win, new_base: usize) -> Result<(), Rebuil
             })
             .collect::<Vec<_>>()
             .join(" | ");
-        return Err(RebuildError::SegmentMap { start, len, at: s.start, err, got: p as usize, maps: seg });
+        return Err(RebuildError::SegmentMap { start, len, at: s.start, err, got: p, maps: seg });
     }
     if !s.saved.is_empty() {
-        // SAFETY: this rank's part of the segment, now mapped at its old address, is as large
-        // as what was saved from it.
-        unsafe { std::ptr::copy_nonoverlapping(s.saved.as_ptr(), e.base as *mut u8, s.saved.len()) };
+        // This rank's part of the segment, now mapped at its old address, is as large as what
+        // was saved from it.
+        memory::write(e.base, &s.saved);
     }
     Ok(())
 }
 
 /// Gives a renewed real window what the program had set and the state it was in.
 fn restore(w: MPI_Win, idx: u32, e: &WinEntry) -> Result<(), RebuildError> {
-    let f = lower::fns();
-    // SAFETY: for every call below, `w` is the live real window just made; the attached memory
-    // is the program's, still attached in its view; strings are NUL-terminated.
-    unsafe {
-        f.MPI_Win_set_errhandler.map(|g| g(w, MPI_ERRORS_RETURN));
-        for &(base, size) in &e.attached {
-            check(f.MPI_Win_attach.map_or(MPI_ERR_OTHER, |g| g(w, base as *mut c_void, size)), "MPI_Win_attach")?;
-        }
-        if let Some(name) = e.name.as_ref().and_then(|n| std::ffi::CString::new(n.as_str()).ok()) {
-            f.MPI_Win_set_name.map(|g| g(w, name.as_ptr()));
-        }
-        if let Some(s) = &e.segment {
-            // Every rank's part is back before any rank's program reads it.
-            check(f.MPI_Barrier.map_or(MPI_ERR_OTHER, |g| g(handles::comm(e.comm).raw())), "MPI_Barrier")?;
-            let start = segment_of(w, comm_size(e.comm)).map_or(s.start, |(st, _)| st);
-            OBJ.wins.with(idx, |x| {
-                if let Some(seg) = x.segment.as_mut() {
-                    seg.real_start = start;
-                    seg.saved = Vec::new();
-                }
-            });
-        }
-        if !e.saved.is_empty() {
-            OBJ.wins.with(idx, |x| x.saved = Vec::new());
-        }
-        if e.epoch.fence {
-            check(f.MPI_Win_fence.map_or(MPI_ERR_OTHER, |g| g(MPI_MODE_NOPRECEDE, w)), "MPI_Win_fence")?;
-        }
+    // `w` is the live real window just made; the attached memory is the program's, still
+    // attached in its view.
+    calls::win::set_errhandler(w, MPI_ERRORS_RETURN);
+    for &(base, size) in &e.attached {
+        check(calls::win::attach(w, base, size).unwrap_or(MPI_ERR_OTHER), "MPI_Win_attach")?;
+    }
+    if let Some(name) = e.name.as_ref().and_then(|n| std::ffi::CString::new(n.as_str()).ok()) {
+        calls::object::set_name(Named::Win, w, &name);
+    }
+    if let Some(s) = &e.segment {
+        // Every rank's part is back before any rank's program reads it.
+        check(calls::comm::barrier(handles::comm(e.comm).raw()).unwrap_or(MPI_ERR_OTHER), "MPI_Barrier")?;
+        let start = segment_of(w, comm_size(e.comm)).map_or(s.start, |(st, _)| st);
+        OBJ.wins.with(idx, |x| {
+            if let Some(seg) = x.segment.as_mut() {
+                seg.real_start = start;
+                seg.saved = Vec::new();
+            }
+        });
+    }
+    if !e.saved.is_empty() {
+        OBJ.wins.with(idx, |x| x.saved = Vec::new());
+    }
+    if e.epoch.fence {
+        check(calls::win::fence(MPI_MODE_NOPRECEDE, w).unwrap_or(MPI_ERR_OTHER), "MPI_Win_fence")?;
     }
     Ok(())
 }
 
 fn comm_size(comm: VComm) -> c_int {
     let mut n = 0;
-    // SAFETY: a live real communicator and a local out-pointer.
-    unsafe { lower::fns().MPI_Comm_size.map(|g| g(handles::comm(comm).raw(), &mut n)) };
+    calls::comm::comm_size(handles::comm(comm).raw(), &mut n);
     n
 }

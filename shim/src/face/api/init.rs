@@ -89,7 +89,8 @@ pub use crate::core::state::lower_up;
 /// `argc` and `argv` are null or the program's, as MPI_Init_thread requires.
 pub unsafe fn bring_up_lower(argc: *mut c_int, argv: *mut *mut *mut c_char, level: c_int) -> Result<(), c_int> {
     // SAFETY: passed through from the caller's contract.
-    let (world, selfc, real_provided) = unsafe { crate::core::renew::init_lower(argc, argv, level) }?;
+    let args = unsafe { crate::lower::calls::init::ProgramArgs::new(argc, argv) };
+    let (world, selfc, real_provided) = crate::core::renew::init_lower(args, level)?;
     REAL_PROVIDED.store(real_provided, Ordering::Release);
     let rc = register_world_and_self(world, selfc);
     LOWER_UP.store(true, Ordering::Release);
@@ -127,7 +128,8 @@ pub fn end_lower_if_unused(name: &str) -> c_int {
 /// message, which the keeper hears first (the restart stops there).
 unsafe fn restore_app(dir: &str, argc: *mut c_int, argv: *mut *mut *mut c_char, level: c_int) -> c_int {
     // SAFETY: the program's argc/argv, passed through.
-    match unsafe { crate::core::app::restore_at_init(dir, argc, argv, level) } {
+    let args = unsafe { crate::lower::calls::init::ProgramArgs::new(argc, argv) };
+    match crate::core::app::restore_at_init(dir, args, level) {
         Ok(p) => p,
         Err(e) => {
             let e = e.to_string();

@@ -226,8 +226,8 @@ unsafe fn bsend(buf: *const c_void, count: i64, datatype: MPI_Datatype, dest: c_
             None => (Pool::Process, crate::core::kinds::library::attached_buffer()),
         };
         let capacity = attached.map(|(addr, size)| bsend::capacity(addr, size));
-        // SAFETY: `buf` is the caller's, readable for the message (MPI's contract of the call).
-        unsafe { bsend::send(buf, count, conv::datatype(datatype), dest, tag, c, pool, capacity) }?;
+        // `buf` is the caller's, readable for the message (MPI's contract of the call).
+        bsend::send(buf as usize, count, conv::datatype(datatype), dest, tag, c, pool, capacity)?;
         count_send(conv::vcomm(comm), dest);
     }
     Ok(if request { register_done(recipe, comm, &done) } else { MPI_REQUEST_NULL })
@@ -686,7 +686,7 @@ unsafe fn mrecv_start(
             let pos = claimed.iter().position(|(i, _)| *i == idx).expect("claimed drained message");
             claimed.remove(pos).1
         };
-        let st = unpack(&m.data, buf, count, conv::vdatatype(dt), entry.comm, m.source, m.tag);
+        let st = unpack(&m.data, buf as usize, count, conv::vdatatype(dt), entry.comm, m.source, m.tag);
         return Ok(register_done(RequestRecipe::Other { function: "MPI_Mrecv".into() }, conv::comm_abi(entry.comm), &st));
     }
     let mut r = MPI_REQUEST_NULL;
