@@ -205,6 +205,17 @@ pub enum Settled {
     Failed(u64, String),
 }
 
+/// The hosting keeper's program ended cleanly: waits (at most `limit`) until every rank has
+/// joined, so that a rank whose keeper started late (a short program: `mpicr run --no-mpi --
+/// echo`, whose rank 0 ended before rank 1 connected) does not find the coordinator gone and fail.
+/// `true` when they all joined.
+pub fn all_joined(limit: Duration) -> bool {
+    let Some(tx) = EVENTS.get() else { return true };
+    let (reply, rx) = mpsc::channel();
+    let sent = tx.lock().is_ok_and(|t| t.send(Event::AllJoined { reply }).is_ok());
+    sent && rx.recv_timeout(limit).is_ok()
+}
+
 /// The hosting keeper's program ended: a checkpoint in progress (its images dumped, their
 /// sealing or the other ranks' still running) must be committed, or failed cleanly, before
 /// this process and the coordinator with it end. Waits for that at most `limit`; the
@@ -242,6 +253,10 @@ enum Event {
     Tick,
     /// `--stop-before`: the job's time limit is near.
     TimeLimit,
+    /// The hosting keeper's program ended cleanly (see [`all_joined`]).
+    AllJoined {
+        reply: Sender<()>,
+    },
     /// The hosting keeper's program ended (see [`settle`]).
     Settle {
         until: Instant,
@@ -409,6 +424,8 @@ struct Coordinator {
     limit_stop: bool,
     /// Told how the checkpoint in progress ends (see [`settle`]).
     settle: Vec<Sender<Settled>>,
+    /// Told once every rank has joined (see [`all_joined`]).
+    all_joined: Vec<Sender<()>>,
 }
 
 /// A checkpoint request parked until every rank has an agent (see [`Coordinator::waiting`]).
@@ -452,6 +469,7 @@ impl Coordinator {
             ever_joined: BTreeSet::new(),
             limit_stop: false,
             settle: Vec::new(),
+            all_joined: Vec::new(),
         }
     }
 
@@ -599,6 +617,13 @@ impl Coordinator {
                     self.request(false, Requester::Internal("periodic"), DEFAULT_CKPT_TIMEOUT);
                 }
             }
+            Event::AllJoined { reply } => {
+                if self.ever_joined.len() as i32 == self.size() {
+                    let _ = reply.send(());
+                } else {
+                    self.all_joined.push(reply);
+                }
+            }
             Event::Settle { until, reply } => match self.ckpt.as_mut() {
                 None => {
                     let _ = reply.send(Settled::Idle);
@@ -694,6 +719,11 @@ impl Coordinator {
         let rank = hello.rank;
         self.ranks.insert(rank, Rank { conn, writer, hello, agent: None, restored: false });
         self.ever_joined.insert(rank);
+        if self.ever_joined.len() as i32 == self.size() {
+            for w in self.all_joined.drain(..) {
+                let _ = w.send(());
+            }
+        }
         self.start_waiting();
     }
 

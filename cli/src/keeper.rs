@@ -31,6 +31,9 @@ pub(crate) const CRIU_TIMEOUT: Duration = Duration::from_secs(600);
 /// The number at which a dump's CRIU inherits the program's write tracker (`incremental`).
 const CRIU_UFFD_FD: i32 = 10;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the coordinator's host waits, after its program ended well, for ranks that have not
+/// joined yet.
+const JOIN_LIMIT: Duration = Duration::from_secs(10);
 /// How long the rank-0 keeper, its program ended, waits for a checkpoint in progress to be
 /// committed (the other ranks' images sealed) before the coordinator fails it.
 const SETTLE_LIMIT: Duration = Duration::from_secs(300);
@@ -1175,7 +1178,12 @@ impl Keeper {
             }
         }
         if let Some(info) = self.coord_info.take() {
-            // This process hosts the coordinator: a checkpoint whose dumps are done (the program
+            // This process hosts the coordinator: a job that ended well ends for every rank,
+            // also one whose keeper has not connected yet (it would find no coordinator).
+            if clean && !coordinator::all_joined(JOIN_LIMIT) {
+                tracing::warn!(target: "keeper", "mpicr[{}]: not every rank joined the coordinator within {} s of the end", self.rank, JOIN_LIMIT.as_secs());
+            }
+            // A checkpoint whose dumps are done (the program
             // ran on and ended while they were sealed) is committed, or failed cleanly, first.
             match coordinator::settle(SETTLE_LIMIT) {
                 coordinator::Settled::Idle => {}
