@@ -336,6 +336,16 @@ macro_rules! predefined_datatypes {
     };
 }
 
+/// Calls macro `$m` with the core's predefined ops, each with the name of its handle in an MPI
+/// ABI (`NULL MPI_OP_NULL, MAX MPI_MAX, ...`): the one list from which a face and the lower
+/// adapter each make their conversions.
+#[macro_export]
+macro_rules! predefined_ops {
+    ($m:ident) => {
+        $m! { NULL MPI_OP_NULL, MAX MPI_MAX, MIN MPI_MIN, SUM MPI_SUM, PROD MPI_PROD, LAND MPI_LAND, BAND MPI_BAND, LOR MPI_LOR, BOR MPI_BOR, LXOR MPI_LXOR, BXOR MPI_BXOR, MINLOC MPI_MINLOC, MAXLOC MPI_MAXLOC, REPLACE MPI_REPLACE, NO_OP MPI_NO_OP }
+    };
+}
+
 virtual_kind!(
     /// An RMA window.
     VWin, Win {

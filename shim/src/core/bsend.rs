@@ -14,8 +14,8 @@
 //! A checkpoint's drain receives every counted message, so after it the sends here are
 //! delivered: the release forgets them ([`forget`]).
 
+use crate::lower::abi::*;
 use crate::lower::calls::p2p::{self, PackedSend};
-use crate::lower::{self, abi::*};
 use parking_lot::Mutex;
 use std::os::raw::c_int;
 
@@ -54,9 +54,6 @@ static PENDING: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
 
 /// Completes what the library finished sending; returns the space still charged to `pool`.
 fn reap(pending: &mut Vec<Pending>, pool: Pool) -> Result<i64, c_int> {
-    if lower::fns().MPI_Test.is_none() {
-        return Err(MPI_ERR_INTERN);
-    }
     let mut err = MPI_SUCCESS;
     pending.retain_mut(|p| {
         let mut flag = 0;
@@ -76,7 +73,8 @@ fn reap(pending: &mut Vec<Pending>, pool: Pool) -> Result<i64, c_int> {
 /// Sends `count` elements of `datatype` at `buf` to `dest` as a buffered send (real handles),
 /// charged to `pool`, whose buffer offers `capacity` bytes (`None`: no buffer attached). `buf`
 /// is the program's, as its call passed it: readable for `count` elements of `datatype` for
-/// the duration of the call (the program's contract of the call).
+/// the duration of the call (the program's contract of the call). A library without MPI 4's
+/// large-count calls that it uses fails it with `MPI_ERR_INTERN` (the lower wrappers say `None`).
 #[allow(clippy::too_many_arguments, reason = "MPI_Bsend's six arguments and the pool it is charged to")]
 pub fn send(
     buf: usize,
@@ -88,10 +86,6 @@ pub fn send(
     pool: Pool,
     capacity: Option<i64>,
 ) -> Result<(), c_int> {
-    let f = lower::fns();
-    if f.MPI_Pack_size_c.is_none() || f.MPI_Pack_c.is_none() || f.MPI_Isend_c.is_none() {
-        return Err(MPI_ERR_INTERN);
-    }
     let mut size: MPI_Count = 0;
     let rc = p2p::pack_size_c(count, datatype, comm, &mut size).unwrap_or(MPI_ERR_INTERN);
     if rc != MPI_SUCCESS {

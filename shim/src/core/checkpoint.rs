@@ -77,15 +77,21 @@ pub enum CheckpointError {
     /// The drain's bookkeeping: more messages received from a peer than it sent.
     #[error("{0}")]
     Drain(#[from] mpicr_drain::TooManyReceived),
-    /// What another part (a kind's refusal, an app-mode rank) said.
+    /// The program made something a checkpoint cannot carry (a kind's or app mode's refusal).
     #[error("{0}")]
-    Other(String),
-}
-
-impl From<String> for CheckpointError {
-    fn from(s: String) -> Self {
-        CheckpointError::Other(s)
-    }
+    Refused(String),
+    /// An app-mode rank's own save function failed.
+    #[error("app-mode rank {rank}: {err}")]
+    AppSave { rank: i32, err: app::AppError },
+    /// An app-mode rank did not reach its safe point (why, with the collectives it still owes).
+    #[error("{0}")]
+    AppNotReached(String),
+    /// A one-sided epoch stayed open past the alignment's limit.
+    #[error("{why}: it did not end within {secs} s")]
+    EpochOpen { why: String, secs: u64 },
+    /// Persistent collectives or group creations not at their targets after the gate closed.
+    #[error("{0}")]
+    PartNotAligned(String),
 }
 
 /// A message of the keeper where none was expected: the coordinator's abort, or out of
@@ -244,7 +250,7 @@ fn phases(inbox: &mut Inbox, epoch: u64, _stop: bool, state_path: &str, limits: 
         return Err(CheckpointError::Finalizing);
     }
     if let Some(why) = refusal() {
-        return Err(CheckpointError::Other(why));
+        return Err(CheckpointError::Refused(why));
     }
     renew::check_renewal()?;
     // An app-mode rank is taken only at a safe point: its program runs on until it parks there,
@@ -313,7 +319,7 @@ fn phases(inbox: &mut Inbox, epoch: u64, _stop: bool, state_path: &str, limits: 
         // the collectives other ranks had entered, and those may have made what cannot be
         // carried, which the first asking could not see.
         if let Some(why) = refusal() {
-            return Err(CheckpointError::Other(why));
+            return Err(CheckpointError::Refused(why));
         }
         test_panic("align");
         let comms = CommIndex::build();
@@ -357,7 +363,7 @@ fn phases(inbox: &mut Inbox, epoch: u64, _stop: bool, state_path: &str, limits: 
     if app::enabled() {
         let rank_dir = std::path::Path::new(state_path).parent().unwrap_or(std::path::Path::new("."));
         let dir = app::data_dir(rank_dir);
-        app::save(dir.clone(), limits.resume).map_err(|e| CheckpointError::Other(format!("app-mode rank {}: {e}", world_rank())))?;
+        app::save(dir.clone(), limits.resume).map_err(|err| CheckpointError::AppSave { rank: world_rank(), err })?;
         state_bytes += dir_bytes(&dir);
         clock.lap("save");
     }
@@ -498,7 +504,7 @@ fn not_at_safe_point() -> CheckpointError {
             (made_by, n, targets.get(&g).copied().unwrap_or(0))
         })
         .collect();
-    CheckpointError::Other(app::not_reached(world_rank(), app::calls_since_wanted(), &waiting, app::is_finishing()))
+    CheckpointError::AppNotReached(app::not_reached(world_rank(), app::calls_since_wanted(), &waiting, app::is_finishing()))
 }
 
 /// Does this rank still have collectives to run before the current targets? (An app-mode rank
@@ -610,7 +616,7 @@ fn close_gate(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, Checkpo
                 None => break Ok(None),
                 Some(why) if Instant::now() > deadline => {
                     gate::open();
-                    break Err(CheckpointError::Other(format!("{why}: it did not end within {} s", limit.as_secs())));
+                    break Err(CheckpointError::EpochOpen { why, secs: limit.as_secs() });
                 }
                 Some(_) => {
                     gate::open();
@@ -712,7 +718,7 @@ fn check_aligned() -> Result<(), CheckpointError> {
             return Err(CheckpointError::NotAligned { made_by: c.recipe.made_by.to_string(), at: c.coll_seq, target: t });
         }
     }
-    part::not_aligned(&targets).or_else(|| create_group::not_aligned(&targets)).map_or(Ok(()), |why| Err(CheckpointError::Other(why)))
+    part::not_aligned(&targets).or_else(|| create_group::not_aligned(&targets)).map_or(Ok(()), |why| Err(CheckpointError::PartNotAligned(why)))
 }
 
 /// The collective counts of the communicators this rank has no target for: made after it

@@ -100,32 +100,23 @@ pub fn session(v: VSession) -> RealSession {
     }
 }
 
-/// The real op of a virtual one (the predefined ones are the library's, a foreign value passes
-/// unchanged, a freed one becomes [`STALE`]).
-#[inline(always)]
-pub fn op(v: VOp) -> RealOp {
-    RealOp(match v {
-        VOp::NULL => MPI_OP_NULL,
-        VOp::MAX => MPI_MAX,
-        VOp::MIN => MPI_MIN,
-        VOp::SUM => MPI_SUM,
-        VOp::PROD => MPI_PROD,
-        VOp::LAND => MPI_LAND,
-        VOp::BAND => MPI_BAND,
-        VOp::LOR => MPI_LOR,
-        VOp::BOR => MPI_BOR,
-        VOp::LXOR => MPI_LXOR,
-        VOp::BXOR => MPI_BXOR,
-        VOp::MINLOC => MPI_MINLOC,
-        VOp::MAXLOC => MPI_MAXLOC,
-        VOp::REPLACE => MPI_REPLACE,
-        VOp::NO_OP => MPI_NO_OP,
-        v => match v.index() {
-            Some(i) => return OBJ.ops.real(i).unwrap_or(RealOp(STALE)),
-            None => v.to_int().unwrap_or(STALE),
-        },
-    })
+macro_rules! lower_ops {
+    ($($v:ident $c:ident),* $(,)?) => {
+        /// The real op of a virtual one (the predefined ones are the library's, a foreign value
+        /// passes unchanged, a freed one becomes [`STALE`]).
+        #[inline(always)]
+        pub fn op(v: VOp) -> RealOp {
+            RealOp(match v {
+                $(VOp::$v => $c,)*
+                v => match v.index() {
+                    Some(i) => return OBJ.ops.real(i).unwrap_or(RealOp(STALE)),
+                    None => v.to_int().unwrap_or(STALE),
+                },
+            })
+        }
+    };
 }
+mpicr_virtid::predefined_ops!(lower_ops);
 
 /// The real window of a virtual one (as [`request`]).
 #[inline(always)]

@@ -65,18 +65,14 @@ fn detect() -> Strategy {
 pub fn mpich_major() -> u32 {
     static MAJOR: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *MAJOR.get_or_init(|| {
-        library_version()
+        lower::current()
+            .library_version()
             .split("MPICH Version:")
             .nth(1)
             .and_then(|rest| rest.trim_start().split(|c: char| !c.is_ascii_digit()).next())
             .and_then(|d| d.parse::<u32>().ok())
             .unwrap_or(0)
     })
-}
-
-/// MPI_Get_library_version of the real library (callable before MPI_Init).
-pub fn library_version() -> String {
-    calls::init::library_version()
 }
 
 /// Renewals this process can still make; `None`: unbounded (see `lower::renewals_left`).

@@ -156,51 +156,28 @@ pub fn session(v: MPI_Session) -> MPI_Session {
     crate::core::handles::session(vsession(v)).raw()
 }
 
-/// The core's op for the program's handle (as [`vcomm`]).
-#[inline(always)]
-pub fn vop(v: MPI_Op) -> VOp {
-    match v {
-        MPI_OP_NULL => VOp::NULL,
-        MPI_MAX => VOp::MAX,
-        MPI_MIN => VOp::MIN,
-        MPI_SUM => VOp::SUM,
-        MPI_PROD => VOp::PROD,
-        MPI_LAND => VOp::LAND,
-        MPI_BAND => VOp::BAND,
-        MPI_LOR => VOp::LOR,
-        MPI_BOR => VOp::BOR,
-        MPI_LXOR => VOp::LXOR,
-        MPI_BXOR => VOp::BXOR,
-        MPI_MINLOC => VOp::MINLOC,
-        MPI_MAXLOC => VOp::MAXLOC,
-        MPI_REPLACE => VOp::REPLACE,
-        MPI_NO_OP => VOp::NO_OP,
-        v => VOp::from_int(v),
-    }
-}
+macro_rules! face_ops {
+    ($($v:ident $c:ident),* $(,)?) => {
+        /// The core's op for the program's handle (as [`vcomm`]).
+        #[inline(always)]
+        pub fn vop(v: MPI_Op) -> VOp {
+            match v {
+                $($c => VOp::$v,)*
+                v => VOp::from_int(v),
+            }
+        }
 
-/// The program's handle for the core's op.
-#[inline(always)]
-pub fn op_abi(v: VOp) -> MPI_Op {
-    match v {
-        VOp::NULL => MPI_OP_NULL,
-        VOp::MAX => MPI_MAX,
-        VOp::MIN => MPI_MIN,
-        VOp::SUM => MPI_SUM,
-        VOp::PROD => MPI_PROD,
-        VOp::LAND => MPI_LAND,
-        VOp::BAND => MPI_BAND,
-        VOp::LOR => MPI_LOR,
-        VOp::BOR => MPI_BOR,
-        VOp::LXOR => MPI_LXOR,
-        VOp::BXOR => MPI_BXOR,
-        VOp::MINLOC => MPI_MINLOC,
-        VOp::MAXLOC => MPI_MAXLOC,
-        VOp::REPLACE => MPI_REPLACE,
-        VOp::NO_OP => MPI_NO_OP,
-        v => v.to_int().unwrap_or(MPI_OP_NULL),
-    }
+        /// The program's handle for the core's op.
+        #[inline(always)]
+        pub fn op_abi(v: VOp) -> MPI_Op {
+            match v {
+                $(VOp::$v => $c,)*
+                v => v.to_int().unwrap_or(MPI_OP_NULL),
+            }
+        }
+    };
 }
+mpicr_virtid::predefined_ops!(face_ops);
 
 /// The real op of the program's handle (see `core::handles::op`).
 #[inline(always)]

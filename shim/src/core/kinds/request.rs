@@ -326,14 +326,18 @@ pub fn repost_cancelled() -> Result<(), RebuildError> {
             calls::request::start(&mut r).unwrap_or(MPI_ERR_OTHER)
         } else {
             let ty = Built::of(&args.datatype).map_err(|rc| RebuildError::mpi("posting a receive again", rc))?;
-            calls::request::irecv_c(args.buf as usize, args.count, ty.real, args.peer, args.tag, handles::comm(args.comm).raw(), &mut r)
-                .unwrap_or(MPI_ERR_OTHER)
+            calls::request::irecv_c(&real_args(args, ty.real), &mut r).unwrap_or(MPI_ERR_OTHER)
         };
         check(rc, "posting a receive again")?;
         OBJ.requests.set_real(idx, RealRequest(r));
         OBJ.requests.with(idx, |x| x.repost = false);
     }
     Ok(())
+}
+
+/// A recipe's arguments in the current generation's handles, its datatype already built.
+fn real_args(a: &P2pArgs, datatype: MPI_Datatype) -> calls::request::RealP2p {
+    calls::request::RealP2p { buf: a.buf as usize, count: a.count, datatype, peer: a.peer, tag: a.tag, comm: handles::comm(a.comm).raw() }
 }
 
 /// Is the request started (persistent ones only when active)?
@@ -443,7 +447,7 @@ impl Renewable for Renew {
                 }
                 _ => None,
             };
-            let dt = |_: &TypeRef| ty.as_ref().map_or(MPI_DATATYPE_NULL, |b| b.real);
+            let dt = || ty.as_ref().map_or(MPI_DATATYPE_NULL, |b| b.real);
             // The program's buffers and live translated handles.
             let rc = match &e.recipe {
                 RequestRecipe::Recv { args } if e.repost => {
@@ -454,20 +458,10 @@ impl Renewable for Renew {
                         });
                         continue;
                     }
-                    calls::request::irecv_c(args.buf as usize, args.count, dt(&args.datatype), args.peer, args.tag, handles::comm(args.comm).raw(), &mut r)
-                        .unwrap_or(MPI_ERR_OTHER)
+                    calls::request::irecv_c(&real_args(args, dt()), &mut r).unwrap_or(MPI_ERR_OTHER)
                 }
                 RequestRecipe::PersistentRecv { args, active } => {
-                    let rc = calls::request::recv_init_c(
-                        args.buf as usize,
-                        args.count,
-                        dt(&args.datatype),
-                        args.peer,
-                        args.tag,
-                        handles::comm(args.comm).raw(),
-                        &mut r,
-                    )
-                    .unwrap_or(MPI_ERR_OTHER);
+                    let rc = calls::request::recv_init_c(&real_args(args, dt()), &mut r).unwrap_or(MPI_ERR_OTHER);
                     if rc == MPI_SUCCESS && *active && e.repost {
                         if let Some(st) = take_drained_into(args) {
                             OBJ.requests.with(idx, |x| x.done = Some(st.as_array()));
@@ -484,17 +478,7 @@ impl Renewable for Renew {
                         SendMode::Synchronous => SendInit::Synchronous,
                         SendMode::Ready => SendInit::Ready,
                     };
-                    calls::request::send_init_c(
-                        init,
-                        args.buf as usize,
-                        args.count,
-                        dt(&args.datatype),
-                        args.peer,
-                        args.tag,
-                        handles::comm(args.comm).raw(),
-                        &mut r,
-                    )
-                    .unwrap_or(MPI_ERR_OTHER)
+                    calls::request::send_init_c(init, &real_args(args, dt()), &mut r).unwrap_or(MPI_ERR_OTHER)
                 }
                 _ => MPI_SUCCESS,
             };

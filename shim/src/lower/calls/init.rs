@@ -71,16 +71,6 @@ pub fn error_class(code: c_int, class: &mut c_int) -> Option<c_int> {
     real!(MPI_Error_class(code, class))
 }
 
-/// `MPI_Get_library_version`'s string, read whatever it returned (the zeroed buffer where the
-/// library lacks it: an empty string).
-pub fn library_version() -> String {
-    // MPI_MAX_LIBRARY_VERSION_STRING is 8192 in MPICH.
-    let mut buf = vec![0 as c_char; 8192];
-    let mut len = 0;
-    real!(MPI_Get_library_version(buf.as_mut_ptr(), &mut len));
-    super::object::string_of(&buf)
-}
-
 /// The keys and values of the real info `info` (`MPI_Info_get_nkeys`, then for each key
 /// `MPI_Info_get_nthkey` and `MPI_Info_get_string`); the keys without a value are left out.
 pub fn info_entries(info: MPI_Info) -> Vec<(String, String)> {

@@ -42,14 +42,26 @@ pub fn start(r: &mut MPI_Request) -> Option<c_int> {
     real!(MPI_Start(r))
 }
 
-/// `MPI_Irecv_c` into the program's buffer at `buf`.
-pub fn irecv_c(buf: usize, count: MPI_Count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, r: &mut MPI_Request) -> Option<c_int> {
-    real!(MPI_Irecv_c(buf as *mut c_void, count, datatype, source, tag, comm, r))
+/// The arguments of a point-to-point call in the library's handles: the program's buffer at
+/// `buf`, `count` elements of `datatype`, the peer (source or destination), tag and communicator.
+#[derive(Clone, Copy, Debug)]
+pub struct RealP2p {
+    pub buf: usize,
+    pub count: MPI_Count,
+    pub datatype: MPI_Datatype,
+    pub peer: c_int,
+    pub tag: c_int,
+    pub comm: MPI_Comm,
 }
 
-/// `MPI_Recv_init_c` into the program's buffer at `buf`.
-pub fn recv_init_c(buf: usize, count: MPI_Count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, r: &mut MPI_Request) -> Option<c_int> {
-    real!(MPI_Recv_init_c(buf as *mut c_void, count, datatype, source, tag, comm, r))
+/// `MPI_Irecv_c`.
+pub fn irecv_c(a: &RealP2p, r: &mut MPI_Request) -> Option<c_int> {
+    real!(MPI_Irecv_c(a.buf as *mut c_void, a.count, a.datatype, a.peer, a.tag, a.comm, r))
+}
+
+/// `MPI_Recv_init_c`.
+pub fn recv_init_c(a: &RealP2p, r: &mut MPI_Request) -> Option<c_int> {
+    real!(MPI_Recv_init_c(a.buf as *mut c_void, a.count, a.datatype, a.peer, a.tag, a.comm, r))
 }
 
 /// The mode of a persistent send.
@@ -61,23 +73,14 @@ pub enum SendInit {
     Ready,
 }
 
-/// `MPI_{Send,Bsend,Ssend,Rsend}_init_c` from the program's buffer at `buf`.
-pub fn send_init_c(
-    mode: SendInit,
-    buf: usize,
-    count: MPI_Count,
-    datatype: MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    comm: MPI_Comm,
-    r: &mut MPI_Request,
-) -> Option<c_int> {
-    let buf = buf as *const c_void;
+/// `MPI_{Send,Bsend,Ssend,Rsend}_init_c`.
+pub fn send_init_c(mode: SendInit, a: &RealP2p, r: &mut MPI_Request) -> Option<c_int> {
+    let (buf, RealP2p { count, datatype, peer, tag, comm, .. }) = (a.buf as *const c_void, *a);
     match mode {
-        SendInit::Standard => real!(MPI_Send_init_c(buf, count, datatype, dest, tag, comm, r)),
-        SendInit::Buffered => real!(MPI_Bsend_init_c(buf, count, datatype, dest, tag, comm, r)),
-        SendInit::Synchronous => real!(MPI_Ssend_init_c(buf, count, datatype, dest, tag, comm, r)),
-        SendInit::Ready => real!(MPI_Rsend_init_c(buf, count, datatype, dest, tag, comm, r)),
+        SendInit::Standard => real!(MPI_Send_init_c(buf, count, datatype, peer, tag, comm, r)),
+        SendInit::Buffered => real!(MPI_Bsend_init_c(buf, count, datatype, peer, tag, comm, r)),
+        SendInit::Synchronous => real!(MPI_Ssend_init_c(buf, count, datatype, peer, tag, comm, r)),
+        SendInit::Ready => real!(MPI_Rsend_init_c(buf, count, datatype, peer, tag, comm, r)),
     }
 }
 
