@@ -12,6 +12,10 @@ RAW_FILE holds one measurement per line (whitespace-separated; written by script
                                            (s2 FIELDs also: init_ms init_mpicr_ms restore_criu_ms
                                            restore_verify_ms lazy_restore_ms lazy_done_ms;
                                            mpicr-FLAVOR's lazy_restore_ms: `restart --lazy-pages`)
+  s2i MODE MIB REP FIELD VALUE             section 2's incremental measurement: MODE full or
+                                           incremental; FIELD stop_ms bytes back_ms (epoch 2,
+                                           continue), stopx_ms bytesx (epoch 3, --stop)
+  s2ina MODE MIB TEXT...                   why it could not be measured (or ran full dumps)
   s3 WHO NxMIB REP FIELD VALUE, s3na ...   section 3 (scaling): N processes of MIB MiB
 
 Every value in a table is the median over repetitions. Nothing here judges speed by failing:
@@ -25,6 +29,7 @@ SMALL_LAT_GOAL = 1.03   # small messages within 3% of native
 CHEAP_CALLS = ("iprobe", "comm_rank")   # the calls the 40 ns goal is about
 CALL_GOAL_NS = 40.0     # cheap calls: under 40 ns added per call
 RESTART_GOAL = 1.2      # mpicr restart within 1.2x bare CRIU restore + one MPI_Init
+INCR_GOAL = 0.2         # incremental stop time <= 0.2x a full dump's with 10% of memory changed
 COLL_GOAL = 1.05        # the Allreduce loop on split communicators within 5% of native
 CALL_NAMES = {"iprobe": "MPI_Iprobe (empty)", "comm_rank": "MPI_Comm_rank",
               "send_self": "MPI_Send+Recv to self", "barrier_self": "MPI_Barrier(SELF)",
@@ -101,6 +106,34 @@ def restart_table(s2, rows, na):
                 "as the restart table), ratio to its plain restart",
                 f"  {'who':<14}{'MiB/proc':>9}{'plain ms':>10}{'running ms':>12}{'all in ms':>14}"
                 f"{'running/':>10}{'all in/':>10}"] + lazy
+    return out
+
+
+def incremental_table(s2i, mibs, na):
+    """Full dumps next to incremental ones of the same workload, and their ratio."""
+    out = ["", "  incremental checkpoints: 2 ranks of dirty (the same contiguous tenth of each rank's memory "
+           "rewritten every 50 ms),",
+           "  under `mpicr run` (full) and `mpicr run --incremental`; epoch 2 continues, epoch 3 is --stop "
+           "(epoch 1, full in both, not shown);",
+           "  MPI back: the renewed library (MPI calls waited until then); ratio: incremental/full stop time",
+           f"  {'MiB/proc':>10}{'epoch':>7}{'full stop':>11}{'incr stop':>11}{'ratio':>7}{'full MiB':>10}"
+           f"{'incr MiB':>10}{'MPI back f/i ms':>17}  goal"]
+    for mib in mibs:
+        if mib in na:
+            out.append(f"  {mib:>10}  {na[mib]}")
+        for epoch, stop, nbytes in (("2", "stop_ms", "bytes"), ("3 stop", "stopx_ms", "bytesx")):
+            full, incr = med(s2i, "full", mib, stop), med(s2i, "incremental", mib, stop)
+            if full is None and incr is None:
+                continue
+            fb, ib = med(s2i, "full", mib, nbytes), med(s2i, "incremental", mib, nbytes)
+            ratio = incr / full if full and incr is not None else None
+            back = ""
+            if epoch == "2":
+                back = f"{fmt(med(s2i, 'full', mib, 'back_ms'))}/{fmt(med(s2i, 'incremental', mib, 'back_ms'))}"
+            goal = f"{'met' if ratio <= INCR_GOAL else 'MISSED'} (<={INCR_GOAL})" if ratio is not None else ""
+            out.append(f"  {mib:>10}{epoch:>7}{fmt(full):>11}{fmt(incr):>11}"
+                       f"{(f'{ratio:.2f}' if ratio is not None else '-'):>7}"
+                       f"{fmt(fb / 2**20 if fb else None):>10}{fmt(ib / 2**20 if ib else None):>10}{back:>17}  {goal}")
     return out
 
 
@@ -182,6 +215,9 @@ def main(path):
     s2 = defaultdict(list)            # (who, mib, field) -> [values]
     s2_rows = []                      # (who, mib) in first-seen order
     s2_na = {}
+    s2i = defaultdict(list)           # (mode, mib, field) -> [values]
+    s2i_mibs = []
+    s2i_na = {}
     s3 = defaultdict(list)            # (who, "NxMIB", field) -> [values]
     s3_keys = {}                      # who -> ["NxMIB", ...] in first-seen order
     s3_na = {}
@@ -208,6 +244,15 @@ def main(path):
                 if (who, mib) not in s2_rows:
                     s2_rows.append((who, mib))
                 s2_na[(who, mib)] = " ".join(p[3:])
+            elif p[0] == "s2i":
+                _, mode, mib, _rep, field, value = p
+                if mib not in s2i_mibs:
+                    s2i_mibs.append(mib)
+                s2i[(mode, mib, field)].append(float(value))
+            elif p[0] == "s2ina":
+                if p[2] not in s2i_mibs:
+                    s2i_mibs.append(p[2])
+                s2i_na[p[2]] = " ".join(p[3:])
             elif p[0] == "s3":
                 _, who, key, _rep, field, value = p
                 s3[(who, key, field)].append(float(value))
@@ -315,6 +360,8 @@ def main(path):
             out.append(f"  {label:<22}{mib:>9}{fmt(stop):>10}{fmt(dump):>10}"
                        f"{fmt(nbytes / 2**20 if nbytes else None):>13}{fmt(mbps):>9}{fmt(restore):>12}")
         out.extend(restart_table(s2, s2_rows, s2_na))
+    if s2i_mibs:
+        out.extend(incremental_table(s2i, s2i_mibs, s2i_na))
     if s3_keys:
         if out:
             out.append("")

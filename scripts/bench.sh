@@ -19,6 +19,10 @@
 #       memory plus one MPI_Init of the same job (bench/init_time.c), and the ratio; the bare
 #       images are also restored with CRIU lazy pages (`criu lazy-pages` daemons, userfaultfd),
 #       and mpicr's epoch again with `mpicr restart --lazy-pages` (BENCH_LAZY=0 skips both).
+#     - incremental: 2 ranks of tests/cli-programs/dirty.c rewriting one contiguous tenth of
+#       their memory every 50 ms, under `mpicr run` and under `mpicr run --incremental` (one
+#       MPI flavor): three checkpoints 2 s apart (the third `--stop`); the stop time and bytes of
+#       the second and third, and the ratio incremental/full (goal 0.2; ckpt_incremental).
 #   Section 3, scaling: checkpoint cost at 1, 2, 4, 8 ranks (64 MiB each; 8 oversubscribes) and
 #     at 64..512 MiB per process (2 ranks), bare CRIU next to mpicr (one MPI flavor), with the
 #     fitted slopes (ms per rank, ms per GiB) and ms per GiB written at each point.
@@ -36,6 +40,8 @@
 #   BENCH_CKPT_SIZES="64 512"   MiB per process
 #   BENCH_CKPT_REPS=3     section 2 repetitions
 #   BENCH_CKPT_FLAVORS="mpich4 mpich5"   MPI libraries for the mpicr measurement
+#   BENCH_INCR=1          section 2 also measures incremental checkpoints (ckpt_incremental)
+#   BENCH_INCR_FLAVOR=mpich4   MPI library for it
 #   BENCH_LAZY=1          section 2 also restores the bare-CRIU images with lazy pages, and
 #                         mpicr's with `mpicr restart --lazy-pages`
 #   BENCH_SCALE_RANKS="1 2 4 8"  BENCH_SCALE_MIBS="64 256 512"  BENCH_SCALE_REPS=2
@@ -78,6 +84,8 @@ scale_rank_mib=64
 scale_mibs="$scale_mibs ${BENCH_SCALE_BIG:-}"
 scale_flavor=${BENCH_SCALE_FLAVOR:-mpich4}
 lazy=${BENCH_LAZY:-1}
+incr=${BENCH_INCR:-1}
+incr_flavor=${BENCH_INCR_FLAVOR:-mpich4}
 flavors=${BENCH_FLAVORS:-"mpich4 mpich5"}
 bind=${BENCH_BIND:-core}
 ckpt_flavors=${BENCH_CKPT_FLAVORS:-"mpich4 mpich5"}
@@ -627,6 +635,84 @@ ckpt_mpicr_once() {
     say "$tag: mpicr ($f) $n x $mib MiB run $rep/$(reps_of "$tag"): stop ${stop:-?} ms, checkpoint ${dump_ms} ms, restore ${restore_ms} ms (keepers' image checks ${verify_ms:-?} ms, CRIU part ${criu_ms:-?} ms; MPI_Init alone ${init_ms:--} ms, under mpicr run ${init_mpicr_ms:--} ms)${lazy_restore_ms:+, restore --lazy-pages $lazy_restore_ms ms}"
 }
 
+# checkpoint_line DIR [--stop]: `mpicr checkpoint [--stop] DIR` (bounded; a checkpoint asked
+# before the agents are up is retried); sets ck_line (its output), ck_stop (ms) and ck_bytes.
+checkpoint_line() {
+    local d=$1 rc tries
+    shift
+    for tries in $(seq 20); do
+        rc=0
+        ck_line=$(timeout -k 5 "$T_MPICR" "$mpicr" checkpoint "$@" "$d" 2>&1) || rc=$?
+        [ $rc -ne 0 ] && grep -q 'try again later' <<<"$ck_line" && [ "$tries" -lt 20 ] || break
+        sleep 0.5
+    done
+    [ $rc -eq 0 ] || { echo "$ck_line" >&2; return 1; }
+    ck_stop=$(grep -i 'stop' <<<"$ck_line" | head -n 1 | to_ms)
+    ck_bytes=$(sed -n 's/^bytes written: *\([0-9][0-9]*\).*/\1/p' <<<"$ck_line" | head -n 1)
+    ck_back=$(grep '^MPI back' <<<"$ck_line" | head -n 1 | to_ms)
+}
+
+# ckpt_incremental MIB REP: ckpt_incremental_once in a subshell of its own (as ckpt_mpicr): a
+# failure is recorded and shown, and the script exits non-zero after the tables.
+ckpt_incremental() {
+    local rc=0
+    [ -z "${mpicr_failed[incr-$1]:-}" ] || return 0
+    set +e
+    (
+        set -e
+        in_subshell=1
+        declare -A own_pids=() own_groups=()
+        trap cleanup EXIT
+        ckpt_incremental_once "$@"
+    )
+    rc=$?
+    set -e
+    if [ $rc -ne 0 ]; then
+        mpicr_failed[incr-$1]=1
+        echo "s2ina incremental $1 FAILED (run $2; the error is printed above the tables)" >> "$raw"
+        failures+=("incremental: $incr_flavor, 2 x $1 MiB, run $2")
+    fi
+}
+
+# ckpt_incremental_once MIB REP: 2 ranks of dirty (MIB MiB each, the same contiguous tenth rewritten
+# every 50 ms) under `mpicr run` (mode full) and `mpicr run --incremental`, three checkpoints 2 s
+# apart, the last with --stop. Epoch 1 is a full dump in both; the raw file gets epochs 2
+# (continue: stop_ms, bytes) and 3 (--stop: stopx_ms, bytesx) of each mode.
+ckpt_incremental_once() {
+    local mib=$1 rep=$2 f=$incr_flavor mode dir ck log waited rc e
+    local mpiexec
+    mpiexec=$(flavor_mpiexec "$f")
+    for mode in full incremental; do
+        dir=$scratch/incr-$mode-$mib-$rep ck=$dir/ckpt log=$dir/run.log
+        mkdir -p "$dir"
+        start_job "$T_MPICR" "$log" "$mpiexec" -n 2 "$mpicr" run $([ $mode = incremental ] && echo --incremental) \
+            --ckpt-dir "$ck" -- "$out/$f/dirty" "$mib" 100000 100000 block
+        waited=0
+        until grep -q '^rank 0 tick 1$' "$log"; do
+            alive "$job" || { tail_log "$log"; die "incremental: dirty ($mode, $mib MiB) ended before its first tick"; }
+            [ $waited -lt $((T_READY * 10)) ] || { tail_log "$log"; die "incremental: dirty ($mode, $mib MiB) not ticking after ${T_READY}s"; }
+            sleep 0.1; waited=$((waited + 1))
+        done
+        for e in 1 2 3; do
+            sleep 2
+            checkpoint_line "$ck" $([ $e = 3 ] && echo --stop) || { tail_log "$log"; die "incremental: checkpoint $e ($mode, $mib MiB) failed"; }
+            say "incremental ($mode, 2 x $mib MiB) epoch $e: $(tr '\n' ' ' <<<"$ck_line")"
+            case $e in
+                2) echo "s2i $mode $mib $rep stop_ms $ck_stop"; echo "s2i $mode $mib $rep bytes $ck_bytes"
+                   [ -z "$ck_back" ] || echo "s2i $mode $mib $rep back_ms $ck_back" ;;
+                3) echo "s2i $mode $mib $rep stopx_ms $ck_stop"; echo "s2i $mode $mib $rep bytesx $ck_bytes" ;;
+            esac >> "$raw"
+        done
+        rc=0
+        wait_group "$job" || rc=$?
+        [ $rc -eq 0 ] || { tail_log "$log"; die "incremental: the job stopped by 'mpicr checkpoint --stop' ($mode, $mib MiB) exited with status $rc"; }
+        if [ $mode = incremental ] && grep -q ': full dumps' "$log"; then
+            echo "s2ina incremental $mib $(grep -m1 ': full dumps' "$log" | sed 's/.*--incremental: //')" >> "$raw"
+        fi
+        rm -rf "$dir"
+    done
+}
+
 section2_prereq() {
     [ -x "$criu" ] || die "CRIU wrapper .deps/criu/criu is missing (run: make deps)"
     [ "$(id -u)" = 0 ] || die "sections 2 and 3 need root (CRIU)"
@@ -642,6 +728,7 @@ section2() {
         for rep in $(seq "$ckpt_reps"); do
             ckpt_reference_criu "$mib" "$rep"
             for f in $ckpt_flavors; do ckpt_mpicr "$f" "$mib" "$rep"; done
+            [ "$incr" = 0 ] || ckpt_incremental "$mib" "$rep"
         done
     done
 }
@@ -680,6 +767,11 @@ for f in $flavors; do
 done
 if [ $run2 = 1 ]; then
     for f in $ckpt_flavors; do build_flavor "$f"; done
+    if [ "$incr" = 1 ]; then
+        build_flavor "$incr_flavor"
+        "$(flavor_cc "$incr_flavor")" -O2 -Wall -o "$out/$incr_flavor/dirty" tests/cli-programs/dirty.c ||
+            die "$incr_flavor: building tests/cli-programs/dirty.c failed"
+    fi
 fi
 if [ $run3 = 1 ]; then build_flavor "$scale_flavor"; fi
 if [ $run1 = 1 ]; then section1; fi
