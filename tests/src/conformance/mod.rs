@@ -13,7 +13,7 @@
 //!    MPICH's `runtests` does) and run natively; its verdict follows the suite's rules
 //!    (`verdict.rs`: one " No Errors" line and exit status 0, unless the list asks for a
 //!    non-zero status).
-//! 3. The same binary runs under the shim (`LD_PRELOAD`), and (for programs that run long
+//! 3. A test that passed natively runs again under the shim (`LD_PRELOAD`), and (for programs that run long
 //!    enough natively to be caught mid-way, or that `ci.txt` marks) under `mpicr run` with one
 //!    checkpoint at a random instant, once going on and once stopped and restarted
 //!    (`ckpt::checkpoint_foreign`); the output over every launch is judged by the same rules.
@@ -406,7 +406,9 @@ fn run_one(h: &Harness, o: &Options, flavor: Flavor, build: &Path, entry: Entry,
     let (native, took) = launch(h, &format!("{flavor}-{id}-native"), &job);
     let (native_verdict, native_out) = judged(t.entry.judge, &native, &mut |r| note("native", r));
     t.results.native = Some((native_verdict.clone(), took));
-    if o.shim {
+    // A test that failed natively stays out of the comparison: its shim run would only cost
+    // time (up to the limit again for one that timed out).
+    if o.shim && native_verdict == Verdict::Pass {
         let shim = match h.shim_library(flavor) {
             Ok(s) => s,
             Err(e) => {
