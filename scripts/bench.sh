@@ -180,6 +180,16 @@ start_job() {
     job=$!
     track_group "$job"
 }
+# wait_line LOG PATTERN SECONDS WHAT: waits until the job of start_job writes a line matching
+# PATTERN to LOG; dies (with the log's tail) when the job ends first or after SECONDS.
+wait_line() {
+    local log=$1 pat=$2 secs=$3 what=$4 waited=0
+    until grep -q "$pat" "$log"; do
+        alive "$job" || { tail_log "$log"; die "$what ended before a line '$pat'"; }
+        [ $waited -lt $((secs * 10)) ] || { tail_log "$log"; die "$what: no line '$pat' after ${secs}s"; }
+        sleep 0.1; waited=$((waited + 1))
+    done
+}
 # wait_group PID: waits for a job of start_job (bounded by its timeout) and untracks it.
 # Returns the job's exit status (124: timed out).
 wait_group() {
@@ -505,15 +515,11 @@ ckpt_mpicr() {
 # epoch with `mpicr restart ARGS...` and waits for ckpt_mem's "resumed" line; sets resumed_ms
 # (launch to running again) and job.
 restart_resumed() {
-    local log=$1 what=$2 t0 waited=0 at
+    local log=$1 what=$2 t0 at
     shift 2
     t0=$(now)
     start_job "$T_MPICR" "$log" "$mpiexec" -n "$n" "$mpicr" restart "$@" "$ck"
-    until grep -q '^ckpt_mem: resumed' "$log"; do
-        alive "$job" || { tail_log "$log"; die "$tag: $what ($f, $mib MiB) ended before the program resumed"; }
-        [ $waited -lt $((T_RESUME * 10)) ] || { tail_log "$log"; die "$tag: $what ($f, $mib MiB): no resume after ${T_RESUME}s"; }
-        sleep 0.1; waited=$((waited + 1))
-    done
+    wait_line "$log" '^ckpt_mem: resumed' "$T_RESUME" "$tag: $what ($f, $mib MiB)"
     at=$(sed -n 's/^ckpt_mem: resumed .*at=\([0-9.]*\).*/\1/p' "$log" | tail -n 1)
     resumed_ms=$(awk -v a="$t0" -v b="$at" 'BEGIN { printf "%.1f", (b - a) * 1000 }')
 }
@@ -534,31 +540,16 @@ ckpt_mpicr_once() {
     mpiexec=$(flavor_mpiexec "$f")
     local dir=$scratch/mpicr-$tag-$f-$key-$rep init_ms="" init_mpicr_ms="" criu_ms="" verify_ms=""
     local ck=$dir/ckpt stopf=$dir/stop runlog=$dir/run.log rstlog=$dir/restart.log
-    local rc t0 line stop bytes dump_ms restore_ms at waited tries
+    local rc t0 line stop bytes dump_ms restore_ms at tries
     mkdir -p "$dir"
     # `timeout` puts the job in a process group of its own: cleanup can end all of it.
     start_job "$T_MPICR" "$runlog" "$mpiexec" -n "$n" "$mpicr" run --ckpt-dir "$ck" -- \
         "$out/$f/ckpt_mem" "$mib" 120 "$stopf"
-    waited=0
-    until grep -q '^ckpt_mem: ready' "$runlog"; do
-        alive "$job" || { tail_log "$runlog"; die "$tag: mpicr run ($f, $mib MiB) ended before ready"; }
-        [ $waited -lt $((T_READY * 10)) ] || { tail_log "$runlog"; die "$tag: mpicr run ($f, $mib MiB) not ready after ${T_READY}s"; }
-        sleep 0.1; waited=$((waited + 1))
-    done
+    wait_line "$runlog" '^ckpt_mem: ready' "$T_READY" "$tag: mpicr run ($f, $mib MiB)"
 
-    # checkpoint, job continues. "try again later": the ranks' agents are not up yet.
-    for tries in $(seq 20); do
-        t0=$(now)
-        rc=0
-        line=$(timeout -k 5 "$T_MPICR" "$mpicr" checkpoint "$ck" 2>&1) || rc=$?
-        dump_ms=$(ms_since "$t0")
-        [ $rc -ne 0 ] && grep -q 'try again later' <<<"$line" && [ "$tries" -lt 20 ] || break
-        sleep 0.5
-    done
-    echo "$line" > "$dir/checkpoint.out"
-    [ $rc -eq 0 ] || { tail_log "$dir/checkpoint.out"; tail_log "$runlog"; die "$tag: mpicr checkpoint ($f, $mib MiB) failed (exit status $rc)"; }
-    stop=$(grep -i 'stop' <<<"$line" | head -n 1 | to_ms)
-    bytes=$(sed -n 's/^bytes written: *\([0-9][0-9]*\).*/\1/p' <<<"$line" | head -n 1)
+    # checkpoint, job continues
+    checkpoint_line "$ck" || { tail_log "$runlog"; die "$tag: mpicr checkpoint ($f, $mib MiB) failed"; }
+    line=$ck_line stop=$ck_stop bytes=$ck_bytes dump_ms=$ck_ms
     [ -n "$bytes" ] || bytes=$(grep -iE 'bytes|[KMG]i?B|written' <<<"$line" | head -n 1 | to_bytes)
     say "$tag: mpicr checkpoint ($f, $n x $mib MiB): $(tr '\n' ' ' <<<"$line")"
 
@@ -635,18 +626,22 @@ ckpt_mpicr_once() {
     say "$tag: mpicr ($f) $n x $mib MiB run $rep/$(reps_of "$tag"): stop ${stop:-?} ms, checkpoint ${dump_ms} ms, restore ${restore_ms} ms (keepers' image checks ${verify_ms:-?} ms, CRIU part ${criu_ms:-?} ms; MPI_Init alone ${init_ms:--} ms, under mpicr run ${init_mpicr_ms:--} ms)${lazy_restore_ms:+, restore --lazy-pages $lazy_restore_ms ms}"
 }
 
-# checkpoint_line DIR [--stop]: `mpicr checkpoint [--stop] DIR` (bounded; a checkpoint asked
-# before the agents are up is retried); sets ck_line (its output), ck_stop (ms) and ck_bytes.
+# checkpoint_line DIR [--stop]: `mpicr checkpoint [--stop] DIR` (bounded; "try again later", a
+# checkpoint asked before the agents are up, is retried); sets ck_line (its output), ck_ms (the
+# command's wall time), ck_stop (ms), ck_bytes and ck_back (MPI back, ms). Fails, with the
+# output shown, when the command does.
 checkpoint_line() {
-    local d=$1 rc tries
+    local d=$1 rc tries t0
     shift
     for tries in $(seq 20); do
         rc=0
+        t0=$(now)
         ck_line=$(timeout -k 5 "$T_MPICR" "$mpicr" checkpoint "$@" "$d" 2>&1) || rc=$?
+        ck_ms=$(ms_since "$t0")
         [ $rc -ne 0 ] && grep -q 'try again later' <<<"$ck_line" && [ "$tries" -lt 20 ] || break
         sleep 0.5
     done
-    [ $rc -eq 0 ] || { echo "$ck_line" >&2; return 1; }
+    [ $rc -eq 0 ] || { echo "$ck_line" >&2; echo "bench: mpicr checkpoint: exit status $rc" >&2; return 1; }
     ck_stop=$(grep -i 'stop' <<<"$ck_line" | head -n 1 | to_ms)
     ck_bytes=$(sed -n 's/^bytes written: *\([0-9][0-9]*\).*/\1/p' <<<"$ck_line" | head -n 1)
     ck_back=$(grep '^MPI back' <<<"$ck_line" | head -n 1 | to_ms)
@@ -687,12 +682,7 @@ ckpt_incremental_once() {
         mkdir -p "$dir"
         start_job "$T_MPICR" "$log" "$mpiexec" -n 2 "$mpicr" run $([ $mode = incremental ] && echo --incremental) \
             --ckpt-dir "$ck" -- "$out/$f/dirty" "$mib" 100000 100000 block
-        waited=0
-        until grep -q '^rank 0 tick 1$' "$log"; do
-            alive "$job" || { tail_log "$log"; die "incremental: dirty ($mode, $mib MiB) ended before its first tick"; }
-            [ $waited -lt $((T_READY * 10)) ] || { tail_log "$log"; die "incremental: dirty ($mode, $mib MiB) not ticking after ${T_READY}s"; }
-            sleep 0.1; waited=$((waited + 1))
-        done
+        wait_line "$log" '^rank 0 tick 1$' "$T_READY" "incremental: dirty ($mode, $mib MiB)"
         for e in 1 2 3; do
             sleep 2
             checkpoint_line "$ck" $([ $e = 3 ] && echo --stop) || { tail_log "$log"; die "incremental: checkpoint $e ($mode, $mib MiB) failed"; }
