@@ -642,9 +642,10 @@ checkpoint_line() {
         sleep 0.5
     done
     [ $rc -eq 0 ] || { echo "$ck_line" >&2; echo "bench: mpicr checkpoint: exit status $rc" >&2; return 1; }
-    ck_stop=$(grep -i 'stop' <<<"$ck_line" | head -n 1 | to_ms)
+    # (--stop prints no "MPI back": a missing line leaves its value empty)
+    ck_stop=$(grep -i 'stop' <<<"$ck_line" | head -n 1 | to_ms || true)
     ck_bytes=$(sed -n 's/^bytes written: *\([0-9][0-9]*\).*/\1/p' <<<"$ck_line" | head -n 1)
-    ck_back=$(grep '^MPI back' <<<"$ck_line" | head -n 1 | to_ms)
+    ck_back=$(grep '^MPI back' <<<"$ck_line" | head -n 1 | to_ms || true)
 }
 
 # ckpt_incremental MIB REP: ckpt_incremental_once in a subshell of its own (as ckpt_mpicr): a
