@@ -101,7 +101,7 @@ pub fn session(v: VSession) -> RealSession {
 }
 
 macro_rules! lower_ops {
-    ($($v:ident $c:ident),* $(,)?) => {
+    (; $($v:ident $c:ident),* $(,)?) => {
         /// The real op of a virtual one (the predefined ones are the library's, a foreign value
         /// passes unchanged, a freed one becomes [`STALE`]).
         #[inline(always)]
@@ -142,7 +142,7 @@ pub fn file(v: VFile) -> RealFile {
 }
 
 macro_rules! lower_datatypes {
-    ($($v:ident $c:ident),* $(,)?) => {
+    (; $($v:ident $c:ident),* $(,)?) => {
         /// The library's handle of one of the core's predefined datatypes (`None` for any other
         /// value).
         #[inline(always)]

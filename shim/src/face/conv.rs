@@ -156,28 +156,36 @@ pub fn session(v: MPI_Session) -> MPI_Session {
     crate::core::handles::session(vsession(v)).raw()
 }
 
-macro_rules! face_ops {
-    ($($v:ident $c:ident),* $(,)?) => {
-        /// The core's op for the program's handle (as [`vcomm`]).
+/// The two directions between the program's predefined handles of one kind and the core's,
+/// made from one of `mpicr_virtid`'s lists (`predefined_ops!`, `predefined_datatypes!`): `$to`
+/// (a value the list lacks becomes the core's foreign value) and `$from` (a core value without
+/// a program integer becomes `$null`).
+/// The two directions between the program's predefined handles of one kind and the core's,
+/// called by one of `mpicr_virtid`'s lists (`predefined_ops!`, `predefined_datatypes!`): `$to`
+/// (a value the list lacks becomes the core's foreign value) and `$from` (a core value without
+/// a program integer becomes `$null`).
+macro_rules! face_predefined {
+    ([$v_ty:ident $abi_ty:ident $to:ident $from:ident $null:ident $to_doc:literal] ; $($v:ident $c:ident),* $(,)?) => {
+        #[doc = $to_doc]
         #[inline(always)]
-        pub fn vop(v: MPI_Op) -> VOp {
+        pub fn $to(v: $abi_ty) -> $v_ty {
             match v {
-                $($c => VOp::$v,)*
-                v => VOp::from_int(v),
+                $($c => $v_ty::$v,)*
+                v => $v_ty::from_int(v),
             }
         }
 
-        /// The program's handle for the core's op.
+        /// The program's handle for the core's one.
         #[inline(always)]
-        pub fn op_abi(v: VOp) -> MPI_Op {
+        pub fn $from(v: $v_ty) -> $abi_ty {
             match v {
-                $(VOp::$v => $c,)*
-                v => v.to_int().unwrap_or(MPI_OP_NULL),
+                $($v_ty::$v => $c,)*
+                v => v.to_int().unwrap_or($null),
             }
         }
     };
 }
-mpicr_virtid::predefined_ops!(face_ops);
+mpicr_virtid::predefined_ops!(face_predefined, [VOp MPI_Op vop op_abi MPI_OP_NULL "The core's op for the program's handle (as [`vcomm`])."]);
 
 /// The real op of the program's handle (see `core::handles::op`).
 #[inline(always)]
@@ -185,29 +193,11 @@ pub fn op(v: MPI_Op) -> MPI_Op {
     crate::core::handles::op(vop(v)).raw()
 }
 
-macro_rules! face_datatypes {
-    ($($v:ident $c:ident),* $(,)?) => {
-        /// The core's datatype for the program's handle (as [`vcomm`]; aliases such as
-        /// `MPI_LONG_LONG` are the same value in MPICH's ABI).
-        #[inline(always)]
-        pub fn vdatatype(v: MPI_Datatype) -> VDatatype {
-            match v {
-                $($c => VDatatype::$v,)*
-                v => VDatatype::from_int(v),
-            }
-        }
-
-        /// The program's handle for the core's datatype.
-        #[inline(always)]
-        pub fn datatype_abi(v: VDatatype) -> MPI_Datatype {
-            match v {
-                $(VDatatype::$v => $c,)*
-                v => v.to_int().unwrap_or(MPI_DATATYPE_NULL),
-            }
-        }
-    };
-}
-mpicr_virtid::predefined_datatypes!(face_datatypes);
+mpicr_virtid::predefined_datatypes!(
+    face_predefined,
+    [VDatatype MPI_Datatype vdatatype datatype_abi MPI_DATATYPE_NULL
+        "The core's datatype for the program's handle (as [`vcomm`]; aliases such as `MPI_LONG_LONG` are the same value in MPICH's ABI)."]
+);
 
 /// The real datatype of the program's handle (see `core::handles::datatype`).
 #[inline(always)]
