@@ -488,26 +488,32 @@ ckpt_mpicr() {
         fi
         return 0
     fi
-    # After a failure, the later repetitions of the same case are skipped.
-    [ -z "${mpicr_failed[$tag-$f-$key]:-}" ] || return 0
-    # A repetition runs in a subshell with its own cleanup: when it fails, its processes end,
-    # the failure is recorded and shown, the other measurements still run, and the script
-    # exits non-zero after printing the tables.
-    local rc=0
+    guarded "$tag-$f-$key" "${tag}na $who $key" "$tag: mpicr with $f, $n x $mib MiB, run $rep" \
+        ckpt_mpicr_once "$f" "$mib" "$rep" "$n" "$tag"
+}
+
+# guarded KEY NA_PREFIX LABEL CMD...: runs one repetition CMD in a subshell with its own cleanup:
+# when it fails, its processes end, "NA_PREFIX FAILED ..." goes to the raw file, LABEL to the
+# failures, the other measurements still run, and the script exits non-zero after printing the
+# tables. After a failure, the later repetitions of the same KEY are skipped.
+guarded() {
+    local key=$1 na=$2 label=$3 rc=0
+    shift 3
+    [ -z "${mpicr_failed[$key]:-}" ] || return 0
     set +e
     (
         set -e
         in_subshell=1
         declare -A own_pids=() own_groups=()
         trap cleanup EXIT
-        ckpt_mpicr_once "$f" "$mib" "$rep" "$n" "$tag"
+        "$@"
     )
     rc=$?
     set -e
     if [ $rc -ne 0 ]; then
-        mpicr_failed[$tag-$f-$key]=1
-        echo "${tag}na $who $key FAILED (run $rep; the error is printed above the tables)" >> "$raw"
-        failures+=("$tag: mpicr with $f, $n x $mib MiB, run $rep")
+        mpicr_failed[$key]=1
+        echo "$na FAILED (${label##*, }; the error is printed above the tables)" >> "$raw"
+        failures+=("$label")
     fi
 }
 
@@ -648,26 +654,9 @@ checkpoint_line() {
     ck_back=$(grep '^MPI back' <<<"$ck_line" | head -n 1 | to_ms || true)
 }
 
-# ckpt_incremental MIB REP: ckpt_incremental_once in a subshell of its own (as ckpt_mpicr): a
-# failure is recorded and shown, and the script exits non-zero after the tables.
+# ckpt_incremental MIB REP: ckpt_incremental_once, guarded (see guarded).
 ckpt_incremental() {
-    local rc=0
-    [ -z "${mpicr_failed[incr-$1]:-}" ] || return 0
-    set +e
-    (
-        set -e
-        in_subshell=1
-        declare -A own_pids=() own_groups=()
-        trap cleanup EXIT
-        ckpt_incremental_once "$@"
-    )
-    rc=$?
-    set -e
-    if [ $rc -ne 0 ]; then
-        mpicr_failed[incr-$1]=1
-        echo "s2ina incremental $1 FAILED (run $2; the error is printed above the tables)" >> "$raw"
-        failures+=("incremental: $incr_flavor, 2 x $1 MiB, run $2")
-    fi
+    guarded "incr-$1" "s2ina incremental $1" "incremental: $incr_flavor, 2 x $1 MiB, run $2" ckpt_incremental_once "$@"
 }
 
 # ckpt_incremental_once MIB REP: 2 ranks of dirty (MIB MiB each, the same contiguous tenth rewritten
