@@ -343,6 +343,10 @@ def main(path):
         out.append("  mpicr: stop and MiB as printed by `mpicr checkpoint`; dump = wall time of that command; "
                    "restore = `mpiexec mpicr restart` launch until the program runs again")
         out.append("  MB/s = bytes written / dump")
+        if meta.get("warm"):
+            out.append("  free memory warmed before each dump (BENCH_WARM=1: this VM hands free pages back to its host, "
+                       "whose first write costs ~10x)" if meta["warm"][0][0] == "1" else
+                       "  free memory NOT warmed (BENCH_WARM=0): a dump meeting pages the VM handed back to its host pays ~10x per page")
         out.append(f"  {'who':<22}{'MiB/proc':>9}{'stop ms':>10}{'dump ms':>10}{'MiB written':>13}"
                    f"{'MB/s':>9}{'restore ms':>12}")
         for who, mib in s2_rows:

@@ -42,6 +42,8 @@
 #   BENCH_CKPT_FLAVORS="mpich4 mpich5"   MPI libraries for the mpicr measurement
 #   BENCH_INCR=1          section 2 also measures incremental checkpoints (ckpt_incremental)
 #   BENCH_INCR_FLAVOR=mpich4   MPI library for it
+#   BENCH_WARM=1          sections 2 and 3 warm the machine's free memory before each measured
+#                         dump (warm_memory; 0: dumps meet whatever memory the VM has)
 #   BENCH_LAZY=1          section 2 also restores the bare-CRIU images with lazy pages, and
 #                         mpicr's with `mpicr restart --lazy-pages`
 #   BENCH_SCALE_RANKS="1 2 4 8"  BENCH_SCALE_MIBS="64 256 512"  BENCH_SCALE_REPS=2
@@ -84,6 +86,7 @@ scale_rank_mib=64
 scale_mibs="$scale_mibs ${BENCH_SCALE_BIG:-}"
 scale_flavor=${BENCH_SCALE_FLAVOR:-mpich4}
 lazy=${BENCH_LAZY:-1}
+warm=${BENCH_WARM:-1}
 incr=${BENCH_INCR:-1}
 incr_flavor=${BENCH_INCR_FLAVOR:-mpich4}
 flavors=${BENCH_FLAVORS:-"mpich4 mpich5"}
@@ -337,6 +340,7 @@ ckpt_reference_criu() {
     done
 
     # Dump all at once, as the keepers of a 4-rank job would.
+    warm_memory $((n * mib * 11 / 10))
     t0=$(now)
     for i in $(seq 0 $((n - 1))); do
         start_job "$T_CRIU" "$dir/dstats$i" "$criu" dump -t "${pids[$i]}" -D "$dir/img$i" \
@@ -554,12 +558,14 @@ ckpt_mpicr_once() {
     wait_line "$runlog" '^ckpt_mem: ready' "$T_READY" "$tag: mpicr run ($f, $mib MiB)"
 
     # checkpoint, job continues
+    warm_memory $((n * mib * 11 / 10))
     checkpoint_line "$ck" || { tail_log "$runlog"; die "$tag: mpicr checkpoint ($f, $mib MiB) failed"; }
     line=$ck_line stop=$ck_stop bytes=$ck_bytes dump_ms=$ck_ms
     [ -n "$bytes" ] || bytes=$(grep -iE 'bytes|[KMG]i?B|written' <<<"$line" | head -n 1 | to_bytes)
     say "$tag: mpicr checkpoint ($f, $n x $mib MiB): $(tr '\n' ' ' <<<"$line")"
 
     # checkpoint and stop
+    warm_memory $((n * mib * 11 / 10))
     rc=0
     timeout -k 5 "$T_MPICR" "$mpicr" checkpoint --stop "$ck" >"$dir/stop.out" 2>&1 || rc=$?
     [ $rc -eq 0 ] || { tail_log "$dir/stop.out"; die "$tag: mpicr checkpoint --stop ($f, $mib MiB) failed (exit status $rc)"; }
@@ -632,6 +638,17 @@ ckpt_mpicr_once() {
     say "$tag: mpicr ($f) $n x $mib MiB run $rep/$(reps_of "$tag"): stop ${stop:-?} ms, checkpoint ${dump_ms} ms, restore ${restore_ms} ms (keepers' image checks ${verify_ms:-?} ms, CRIU part ${criu_ms:-?} ms; MPI_Init alone ${init_ms:--} ms, under mpicr run ${init_mpicr_ms:--} ms)${lazy_restore_ms:+, restore --lazy-pages $lazy_restore_ms ms}"
 }
 
+# warm_memory MIB: writes MIB MiB to a scratch file and deletes it, before a measured dump
+# (BENCH_WARM=1, the default). This machine is a VM that hands free memory back to its host: the
+# first write to such a page cost about ten times a warm one (CRIU's log of one dump: 2.5 ms per
+# MiB of pages written instead of 0.25), so a dump that met cold pages looked 5-10 times slower
+# than the same dump a minute later. The pages the deletion frees serve the dump that follows.
+warm_memory() {
+    [ "$warm" = 1 ] || return 0
+    dd if=/dev/zero of="$scratch/warm" bs=1M count="$1" status=none || true
+    rm -f "$scratch/warm"
+}
+
 # checkpoint_line DIR [--stop]: `mpicr checkpoint [--stop] DIR` (bounded; "try again later", a
 # checkpoint asked before the agents are up, is retried); sets ck_line (its output), ck_ms (the
 # command's wall time), ck_stop (ms), ck_bytes and ck_back (MPI back, ms). Fails, with the
@@ -675,6 +692,8 @@ ckpt_incremental_once() {
         wait_line "$log" '^rank 0 tick 1$' "$T_READY" "incremental: dirty ($mode, $mib MiB)"
         for e in 1 2 3; do
             sleep 2
+            # Both modes alike, as much as a full dump writes.
+            warm_memory $((2 * mib * 11 / 10))
             checkpoint_line "$ck" $([ $e = 3 ] && echo --stop) || { tail_log "$log"; die "incremental: checkpoint $e ($mode, $mib MiB) failed"; }
             say "incremental ($mode, 2 x $mib MiB) epoch $e: $(tr '\n' ' ' <<<"$ck_line")"
             case $e in
@@ -702,6 +721,7 @@ section2_prereq() {
 section2() {
     section2_prereq
     echo "meta ckpt_reps $ckpt_reps" >> "$raw"
+    echo "meta warm $warm" >> "$raw"
     local mib f rep
     # Reference and mpicr repetitions alternate, so that both meet the same machine load.
     for mib in $ckpt_sizes; do
