@@ -45,11 +45,11 @@ pub fn checkpoint(args: CheckpointArgs) -> Result<()> {
         match msg {
             Ok(Some(ToClient::Done(r))) => break r,
             Ok(Some(ToClient::Started { epoch })) if args.no_wait => {
-                println!("epoch:         {epoch} (begun; `mpicr status {}` tells how it ends)", dir.root.display());
+                crate::outln!("epoch:         {epoch} (begun; `mpicr status {}` tells how it ends)", dir.root.display());
                 return Ok(());
             }
             Ok(Some(ToClient::Queued(why))) if args.no_wait => {
-                println!("queued:        {why}; the checkpoint begins once they are ready");
+                crate::outln!("queued:        {why}; the checkpoint begins once they are ready");
                 return Ok(());
             }
             Ok(Some(ToClient::Started { .. } | ToClient::Queued(_))) => {}
@@ -65,12 +65,12 @@ pub fn checkpoint(args: CheckpointArgs) -> Result<()> {
             Err(e) => return Err(e).context("reading the coordinator's answer"),
         }
     };
-    println!("epoch:         {}", r.epoch);
-    println!("stop time:     {}", format_duration(Duration::from_micros(r.stop_time_us)));
+    crate::outln!("epoch:         {}", r.epoch);
+    crate::outln!("stop time:     {}", format_duration(Duration::from_micros(r.stop_time_us)));
     if let Some(us) = r.mpi_back_us {
-        println!("MPI back:      {} (the renewed MPI library; MPI calls waited until then)", format_duration(Duration::from_micros(us)));
+        crate::outln!("MPI back:      {} (the renewed MPI library; MPI calls waited until then)", format_duration(Duration::from_micros(us)));
     }
-    println!("bytes written: {} ({})", r.bytes, human_bytes(r.bytes));
+    crate::outln!("bytes written: {} ({})", r.bytes, human_bytes(r.bytes));
     if r.stopped {
         // Open MPI's library underneath restarts under a PMIx launcher only, any other under a
         // PMI one.
@@ -79,9 +79,9 @@ pub fn checkpoint(args: CheckpointArgs) -> Result<()> {
         let how = format!("restart with `{launcher} -n {} mpicr restart {}` (or {or_srun})", r.ranks, dir.root.display());
         if args.wait {
             wait_job_end(&dir, &info, timeout.saturating_sub(started.elapsed()))?;
-            println!("job ended:     {how}");
+            crate::outln!("job ended:     {how}");
         } else {
-            println!("job stopped:   {how}");
+            crate::outln!("job stopped:   {how}");
         }
     }
     Ok(())

@@ -19,7 +19,7 @@ pub fn completions(shell: Shell, out: &mut dyn Write) -> Result<()> {
 pub fn generate(a: &GenDocsArgs) -> Result<()> {
     if let Some(dir) = &a.man {
         for p in man_pages(dir)? {
-            println!("{}", p.display());
+            crate::outln!("{}", p.display());
         }
     }
     if let Some(dir) = &a.completions {
@@ -28,7 +28,7 @@ pub fn generate(a: &GenDocsArgs) -> Result<()> {
             std::fs::create_dir_all(p.parent().unwrap_or(dir)).with_context(|| format!("creating {}", dir.display()))?;
             let mut f = std::fs::File::create(&p).with_context(|| format!("creating {}", p.display()))?;
             completions(shell, &mut f)?;
-            println!("{}", p.display());
+            crate::outln!("{}", p.display());
         }
     }
     Ok(())

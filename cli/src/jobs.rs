@@ -125,18 +125,18 @@ pub fn jobs() -> Vec<JobLine> {
 pub fn list(json: bool) -> Result<()> {
     let jobs = jobs();
     if json {
-        println!("{}", serde_json::to_string_pretty(&jobs)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&jobs)?);
         return Ok(());
     }
     if jobs.is_empty() {
-        println!("no mpicr job of this user runs on this node");
+        crate::outln!("no mpicr job of this user runs on this node");
         return Ok(());
     }
-    println!("{:<16} {:>5} {:<11} {:<32} {:<40} PROGRAM", "JOB", "RANKS", "HERE", "STATE", "DIRECTORY");
+    crate::outln!("{:<16} {:>5} {:<11} {:<32} {:<40} PROGRAM", "JOB", "RANKS", "HERE", "STATE", "DIRECTORY");
     for j in &jobs {
         let mut here: Vec<String> = j.local_ranks.iter().map(|r| r.map_or("?".into(), |r| r.to_string())).collect();
         here.sort();
-        println!(
+        crate::outln!(
             "{:<16} {:>5} {:<11} {:<32} {:<40} {}",
             j.job_id.as_deref().unwrap_or("-"),
             j.ranks.map_or("-".into(), |r| r.to_string()),
@@ -168,7 +168,7 @@ pub fn prune(a: &PruneArgs) -> Result<()> {
     let epochs = dir.epochs()?;
     let list: Vec<(u64, bool)> = epochs.iter().map(|e| (e.epoch, matches!(e.state, EpochState::Complete(_)))).collect();
     if !list.iter().any(|e| e.1) {
-        println!("{}: no complete epoch, nothing removed", dir.root.display());
+        crate::outln!("{}: no complete epoch, nothing removed", dir.root.display());
         return Ok(());
     }
     let all: Vec<u64> = list.iter().map(|e| e.0).collect();
@@ -182,15 +182,15 @@ pub fn prune(a: &PruneArgs) -> Result<()> {
             EpochState::Corrupt(_) => "corrupt",
         };
         if a.dry_run {
-            println!("would remove epoch {} ({what}, {})", e.epoch, human_bytes(size));
+            crate::outln!("would remove epoch {} ({what}, {})", e.epoch, human_bytes(size));
         } else {
             remove_epoch(&e.dir)?;
-            println!("removed epoch {} ({what}, {})", e.epoch, human_bytes(size));
+            crate::outln!("removed epoch {} ({what}, {})", e.epoch, human_bytes(size));
         }
         freed += size;
     }
     let kept: Vec<String> = list.iter().filter(|e| !gone.contains(&e.0)).map(|e| e.0.to_string()).collect();
-    println!(
+    crate::outln!(
         "{} {} in {} epoch(s); kept epoch(s) {}",
         if a.dry_run { "would free" } else { "freed" },
         human_bytes(freed),

@@ -47,6 +47,35 @@ macro_rules! elog {
         let _ = std::io::stderr().lock().write_all(line.as_bytes());
     }};
 }
+/// `print!`/`println!` for a command's output: a reader that went away (`mpicr status | head
+/// -3`) ends the command as SIGPIPE ends a C tool, not with a panic and its backtrace.
+#[macro_export]
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = write!(std::io::stdout().lock(), $($arg)*) {
+            $crate::stdout_failed(e);
+        }
+    }};
+}
+#[macro_export]
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout().lock(), $($arg)*) {
+            $crate::stdout_failed(e);
+        }
+    }};
+}
+/// Standard output failed: a closed pipe ends the process by SIGPIPE (what a shell reports for
+/// `cmd | head`); any other error is a one-line error.
+pub fn stdout_failed(e: std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        sys::die_by_signal(libc::SIGPIPE);
+    }
+    elog!("mpicr: writing to standard output: {e}");
+    std::process::exit(1);
+}
 /// Writes `s` to stderr as it is, in one write, without a newline (progress lines).
 pub fn elog_raw(s: &str) {
     use std::io::Write as _;

@@ -166,9 +166,9 @@ fn unfinished(e: &crate::images::EpochEntry, state: &'static str, note: String) 
 pub fn status(dir: &CkptDir, json: bool) -> Result<()> {
     let r = report(dir)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        print!("{}", text(&r)?);
+        crate::out!("{}", text(&r)?);
     }
     Ok(())
 }
