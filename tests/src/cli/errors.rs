@@ -7,7 +7,7 @@ use super::{CaseFn, LIMIT, T};
 
 pub fn cases() -> Vec<CaseFn> {
     vec![
-        CaseFn { name: "ckpt-errors", cases: &["ckpt-missing-dir", "ckpt-no-job", "ckpt-no-shim-refused", "status-missing-dir"], run: ckpt_errors },
+        CaseFn { name: "ckpt-errors", cases: &["ckpt-missing-dir", "ckpt-no-job", "status-reader-gone", "ckpt-no-shim-refused", "status-missing-dir"], run: ckpt_errors },
         CaseFn { name: "ckpt-comm-buffer", cases: &["ckpt-comm-buffer"], run: ckpt_comm_buffer },
     ]
 }
@@ -47,6 +47,17 @@ fn ckpt_errors(t: &mut T) {
     c.arg(t.p("ended"));
     let (rc, out) = t.out(c, LIMIT);
     t.check("ckpt-no-job", rc == 3 && out.contains("no job is running"), |_| out.clone());
+
+    // Its output into a pipe nobody reads any more (`mpicr status D | head -1`): ended by SIGPIPE
+    // as a C tool is, nothing on stderr (no panic).
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let mut c = t.m(["status"]);
+    c.arg(t.p("ended")).stdout(writer).stderr(std::process::Stdio::piped());
+    let r = c.output().expect("mpicr status");
+    let sig = std::os::unix::process::ExitStatusExt::signal(&r.status);
+    let err = String::from_utf8_lossy(&r.stderr).into_owned();
+    t.check("status-reader-gone", sig == Some(libc::SIGPIPE) && err.is_empty(), |_| format!("{:?}, stderr: {err}", r.status));
 
     let d = t.p("noshim");
     let mut c = t.mpi(4, 2);
