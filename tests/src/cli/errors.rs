@@ -7,7 +7,11 @@ use super::{CaseFn, LIMIT, T};
 
 pub fn cases() -> Vec<CaseFn> {
     vec![
-        CaseFn { name: "ckpt-errors", cases: &["ckpt-missing-dir", "ckpt-no-job", "status-reader-gone", "ckpt-no-shim-refused", "status-missing-dir"], run: ckpt_errors },
+        CaseFn {
+            name: "ckpt-errors",
+            cases: &["ckpt-missing-dir", "ckpt-no-job", "status-reader-gone", "ckpt-no-shim-refused", "status-missing-dir"],
+            run: ckpt_errors,
+        },
         CaseFn { name: "ckpt-comm-buffer", cases: &["ckpt-comm-buffer"], run: ckpt_comm_buffer },
     ]
 }
