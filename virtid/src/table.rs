@@ -1,8 +1,9 @@
 //! One table per handle kind: a slab of entries behind a mutex (creation, free, checkpoint) and
 //! a parallel array of atomics holding the current real handle of each slot (the hot path).
 //!
-//! Invariant: `reals[i]` is `LIVE | real` exactly while slot `i` holds an entry, and is
-//! rewritten in place when the lower half is renewed. Readers never take the mutex.
+//! Invariant: `reals[i]` is `LIVE | real` exactly while slot `i` holds an entry (plus `HINT`
+//! when the table's hint holds for that entry), and is rewritten in place when the lower half
+//! is renewed. Readers never take the mutex.
 
 use crate::slots::Slots;
 pub use crate::slots::CAPACITY;
@@ -11,6 +12,9 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 const LIVE: u64 = 1 << 63;
+/// The table's hint holds for the entry (see [`Table::with_hint`]). Real handles keep clear of
+/// it: 32-bit handles, and user-space addresses, which stay below bit 57.
+const HINT: u64 = 1 << 62;
 
 /// The type a table stores its real handles as: a kind's own handle type (the shim's lower
 /// half has one per kind of object), kept in 63 bits. `u64` is the untyped default.
@@ -33,6 +37,9 @@ impl RealHandle for u64 {
 pub struct Table<E, R: RealHandle = u64> {
     reals: Slots<AtomicU64>,
     slab: Mutex<Slab<E>>,
+    /// A property of entries that readers may see without the lock ([`Table::real_hinted`]):
+    /// evaluated under the lock after every change of an entry, published with its real handle.
+    hint: Option<fn(&E) -> bool>,
     _real: PhantomData<fn() -> R>,
 }
 
@@ -53,14 +60,42 @@ impl<E, R: RealHandle> Default for Table<E, R> {
 
 impl<E, R: RealHandle> Table<E, R> {
     pub fn new() -> Self {
-        Table { reals: Slots::new(), slab: Mutex::new(Slab { entries: Vec::new(), free: Vec::new() }), _real: PhantomData }
+        Table { reals: Slots::new(), slab: Mutex::new(Slab { entries: Vec::new(), free: Vec::new() }), hint: None, _real: PhantomData }
+    }
+
+    /// A table whose readers also learn, without the lock, whether `hint` holds for a live
+    /// entry ([`Table::real_hinted`]). Every change of an entry goes through the table's
+    /// methods, which evaluate `hint` again under the lock: it can never be stale.
+    pub fn with_hint(hint: fn(&E) -> bool) -> Self {
+        Table { hint: Some(hint), ..Self::new() }
     }
 
     /// The real handle of live slot `index`, without locking.
     #[inline(always)]
     pub fn real(&self, index: u32) -> Option<R> {
+        self.real_hinted(index).map(|(r, _)| r)
+    }
+
+    /// The real handle of live slot `index` and whether the table's hint holds for its entry,
+    /// without locking (always false without a hint).
+    #[inline(always)]
+    pub fn real_hinted(&self, index: u32) -> Option<(R, bool)> {
         let v = self.reals.get(index)?.load(Ordering::Acquire);
-        (v & LIVE != 0).then(|| R::from_bits(v & !LIVE))
+        (v & LIVE != 0).then(|| (R::from_bits(v & !(LIVE | HINT)), v & HINT != 0))
+    }
+
+    /// The slot word of a live entry with real handle bits `real`.
+    fn word(&self, real: u64, entry: &E) -> u64 {
+        let hinted = self.hint.is_some_and(|h| h(entry));
+        LIVE | (real & !(LIVE | HINT)) | if hinted { HINT } else { 0 }
+    }
+
+    /// Publishes the hint of live slot `index` again after its entry changed (lock held).
+    fn rehint(&self, index: u32, entry: &E) {
+        if self.hint.is_some() {
+            let slot = self.slot(index);
+            slot.store(self.word(slot.load(Ordering::Relaxed), entry), Ordering::Release);
+        }
     }
 
     fn slot(&self, index: u32) -> &AtomicU64 {
@@ -85,8 +120,8 @@ impl<E, R: RealHandle> Table<E, R> {
             None => return Err(Full),
         };
         f(index, &entry);
+        self.slot(index).store(self.word(real.to_bits(), &entry), Ordering::Release);
         slab.entries[index as usize] = Some(entry);
-        self.slot(index).store(LIVE | real.to_bits(), Ordering::Release);
         Ok(index)
     }
 
@@ -109,17 +144,35 @@ impl<E, R: RealHandle> Table<E, R> {
     /// Points a live slot at a new real handle (after the lower half was renewed).
     pub fn set_real(&self, index: u32, real: R) -> bool {
         let slab = self.slab.lock();
-        if !matches!(slab.entries.get(index as usize), Some(Some(_))) {
-            return false;
-        }
-        self.slot(index).store(LIVE | real.to_bits(), Ordering::Release);
+        let Some(Some(entry)) = slab.entries.get(index as usize) else { return false };
+        self.slot(index).store(self.word(real.to_bits(), entry), Ordering::Release);
         true
     }
 
     /// Runs `f` on a live entry.
     pub fn with<T>(&self, index: u32, f: impl FnOnce(&mut E) -> T) -> Option<T> {
         let mut slab = self.slab.lock();
-        slab.entries.get_mut(index as usize)?.as_mut().map(f)
+        let entry = slab.entries.get_mut(index as usize)?.as_mut()?;
+        let out = f(entry);
+        self.rehint(index, entry);
+        Some(out)
+    }
+
+    /// Runs `f` on a live entry and removes the entry unless `f` returns true, under one lock
+    /// (one pass where `with` then `remove` took two). `None` if the slot was not live, else
+    /// whether the entry stays.
+    pub fn with_or_remove(&self, index: u32, f: impl FnOnce(&mut E) -> bool) -> Option<bool> {
+        let mut slab = self.slab.lock();
+        let entry = slab.entries.get_mut(index as usize)?.as_mut()?;
+        let keep = f(entry);
+        if keep {
+            self.rehint(index, entry);
+        } else {
+            self.slot(index).store(0, Ordering::Release);
+            slab.entries[index as usize] = None;
+            slab.free.push(index);
+        }
+        Some(keep)
     }
 
     /// Clones a live entry.
@@ -174,8 +227,8 @@ impl<E, R: RealHandle> Table<E, R> {
             if slab.entries.len() <= i {
                 slab.entries.resize_with(i + 1, || None);
             }
+            self.slot(index).store(self.word(real.to_bits(), &entry), Ordering::Release);
             slab.entries[i] = Some(entry);
-            self.slot(index).store(LIVE | real.to_bits(), Ordering::Release);
         }
         let free: Vec<u32> = (0..slab.entries.len() as u32).rev().filter(|&i| slab.entries[i as usize].is_none()).collect();
         slab.free = free;
@@ -198,6 +251,11 @@ mod tests {
         assert_eq!(t.remove(a), None, "double free is reported");
         let c = t.insert(7, "c").unwrap();
         assert_eq!(c, a, "freed slots are reused");
+        assert_eq!(t.with_or_remove(c, |e| *e == "c"), Some(true), "kept");
+        assert_eq!(t.real(c), Some(7));
+        assert_eq!(t.with_or_remove(c, |_| false), Some(false), "removed");
+        assert_eq!((t.real(c), t.with_or_remove(c, |_| true)), (None, None));
+        assert_eq!(t.insert(8, "d"), Ok(c), "a slot removed so is reused");
         assert_eq!(t.len(), 2);
     }
 

@@ -54,7 +54,7 @@ pub static OBJ: LazyLock<Objects> = LazyLock::new(|| Objects {
     ops: Table::new(),
     infos: Table::new(),
     errhandlers: Table::new(),
-    requests: Table::new(),
+    requests: Table::with_hint(crate::core::kinds::request::in_library_only),
     messages: Table::new(),
     wins: Table::new(),
     files: Table::new(),

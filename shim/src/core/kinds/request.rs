@@ -37,6 +37,14 @@ pub struct RequestEntry {
     pub comm_freed: bool,
 }
 
+/// The hint of the request table ([`mpicr_virtid::table::Table::with_hint`]): the request is
+/// one of the library's alone, pending there or complete but not yet tested (not persistent,
+/// not completed by the shim), so a completion test needs nothing of its entry but the real
+/// handle: the program's MPI_Test and MPI_Wait of such a request read no entry under the lock.
+pub fn in_library_only(e: &RequestEntry) -> bool {
+    e.done.is_none() && !e.recipe.is_persistent()
+}
+
 /// Registers a request: its real request (the library's null one for a request the shim
 /// completed itself) and what the core keeps about it. `Err` when the table is full.
 pub fn register(real: RealRequest, entry: RequestEntry) -> Result<VRequest, Full> {
@@ -57,6 +65,54 @@ pub fn poll(idx: u32, real: c_int) -> Option<MPI_Status> {
         count_if_received(comm, &st);
     }
     Some(st)
+}
+
+/// Hands a completed request over to the program, under one lock of the table: a persistent
+/// one becomes inactive and stays (true), any other is freed (false). `None`: not live.
+pub fn hand_over(idx: u32) -> Option<bool> {
+    OBJ.requests.with_or_remove(idx, |e| {
+        e.done = None;
+        inactivate(&mut e.recipe);
+        e.recipe.is_persistent()
+    })
+}
+
+/// A persistent request's recipe once its operation completed: inactive (and, partitioned,
+/// no partition ready).
+fn inactivate(recipe: &mut RequestRecipe) {
+    match recipe {
+        RequestRecipe::PersistentSend { active, .. } | RequestRecipe::PersistentRecv { active, .. } | RequestRecipe::Collective { active, .. } => {
+            *active = false
+        }
+        RequestRecipe::Partitioned { active, ready, .. } => {
+            *active = false;
+            ready.clear();
+        }
+        _ => {}
+    }
+}
+
+/// One test of pending request `idx` (real `real`) whose completion goes to the program at
+/// once (its MPI_Test or MPI_Wait of this one request): when it completed, a received message
+/// is counted and the request handed over in the same lock ([`hand_over`]), where [`poll`]
+/// and then [`hand_over`] take the lock twice. Returns the status, whether the handle stays
+/// (persistent) and the request's communicator (its error handler reports a failure). The
+/// gate must be held: no drain can see the request between the test and the hand-over.
+pub fn complete_one(idx: u32, real: c_int) -> Option<(MPI_Status, bool, VComm)> {
+    let mut r = real;
+    let st = test_real(&mut r)?;
+    let (mut recv_comm, mut comm) = (None, VComm::NULL);
+    let keep = OBJ.requests.with_or_remove(idx, |e| {
+        comm = e.comm;
+        recv_comm = e.counts_recv.then_some(e.comm);
+        e.done = None;
+        inactivate(&mut e.recipe);
+        e.recipe.is_persistent()
+    });
+    if let Some(comm) = recv_comm {
+        count_if_received(comm, &st);
+    }
+    Some((st, keep.unwrap_or(false), comm))
 }
 
 /// One test of a request that a blocking call has just posted, before it is registered (see

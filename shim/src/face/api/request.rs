@@ -59,27 +59,9 @@ pub fn register_persistent_collective(real: c_int, comm: MPI_Comm, function: &st
 /// handle the program keeps: MPI_REQUEST_NULL, or the same handle for persistent requests
 /// (now inactive).
 fn finish(v: MPI_Request, idx: u32) -> MPI_Request {
-    let persistent = OBJ.requests.with(idx, |e| {
-        e.done = None;
-        match &mut e.recipe {
-            RequestRecipe::PersistentSend { active, .. } | RequestRecipe::PersistentRecv { active, .. } | RequestRecipe::Collective { active, .. } => {
-                *active = false
-            }
-            RequestRecipe::Partitioned { active, ready, .. } => {
-                *active = false;
-                ready.clear();
-            }
-            _ => {}
-        }
-        e.recipe.is_persistent()
-    });
-    match persistent {
+    match request::hand_over(idx) {
         Some(true) => v,
-        Some(false) => {
-            OBJ.requests.remove(idx);
-            MPI_REQUEST_NULL
-        }
-        None => MPI_REQUEST_NULL,
+        _ => MPI_REQUEST_NULL,
     }
 }
 
@@ -127,7 +109,11 @@ fn classify(v: MPI_Request) -> Slot {
         return Slot::Inert;
     }
     let Some(idx) = conv::vrequest(v).index() else { return Slot::Invalid };
-    let Some(real) = OBJ.requests.real(idx) else { return Slot::Invalid };
+    let Some((real, in_library_only)) = OBJ.requests.real_hinted(idx) else { return Slot::Invalid };
+    if in_library_only {
+        // What the entry below would say, read without the table's lock (`request::in_library_only`).
+        return Slot::Real(idx, real.raw());
+    }
     let state = OBJ.requests.with(idx, |e| {
         let inactive = matches!(
             e.recipe,
@@ -192,6 +178,9 @@ struct Tested {
     /// (usize::MAX when all inert).
     indices: SmallVec<[usize; 4]>,
     rc: c_int,
+    /// The communicator of a failed request that was freed as it completed, when the caller
+    /// did not look it up before (see [`MPI_Wait`]).
+    err_comm: Option<MPI_Comm>,
 }
 
 /// One non-blocking completion attempt over `reqs` in `mode`; the gate must be held.
@@ -225,7 +214,7 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
             Some(f) => unsafe { f(&mut raw, &mut flag, &mut st) },
             None => MPI_ERR_REQUEST,
         };
-        return Tested { flag: false, indices: SmallVec::new(), rc: if rc == MPI_SUCCESS { MPI_ERR_REQUEST } else { rc } };
+        return Tested { flag: false, indices: SmallVec::new(), rc: if rc == MPI_SUCCESS { MPI_ERR_REQUEST } else { rc }, err_comm: None };
     }
     if slots.iter().all(|s| matches!(s, Slot::Inert)) {
         if mode.all() {
@@ -240,7 +229,22 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
             Mode::Any => smallvec![MPI_UNDEFINED as usize],
             Mode::Some => smallvec![usize::MAX],
         };
-        return Tested { flag: true, indices: none, rc: MPI_SUCCESS };
+        return Tested { flag: true, indices: none, rc: MPI_SUCCESS, err_comm: None };
+    }
+    // One request pending in the library, to the program as soon as it completes (MPI_Test,
+    // MPI_Wait, the waits of the blocking calls): tested, counted and handed over with one lock
+    // of the table, the common case of every nonblocking message. The same outcome as below.
+    if let (1, Mode::All, Slot::Real(idx, r)) = (n, mode, &slots[0]) {
+        let Some((st, keep, comm)) = request::complete_one(*idx, *r) else {
+            return Tested { flag: false, indices: SmallVec::new(), rc: MPI_SUCCESS, err_comm: None };
+        };
+        if !keep {
+            reqs[0] = MPI_REQUEST_NULL;
+        }
+        // SAFETY: `status_at` gives MPI_STATUS_IGNORE or the caller's status (contract above).
+        unsafe { put_status(status_at(0), &st) };
+        let err_comm = (st.MPI_ERROR != MPI_SUCCESS).then(|| conv::comm_abi(comm));
+        return Tested { flag: true, indices: smallvec![0], rc: st.MPI_ERROR, err_comm };
     }
     // Test what is pending, stopping at the first completion for Testany.
     for s in slots.iter_mut() {
@@ -265,18 +269,20 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
     let pending = slots.iter().any(|s| matches!(s, Slot::Real(..)));
     let take: SmallVec<[usize; 4]> = match (mode, first_error) {
         // Testall hands over everything only when everything completed, or stops at an error.
-        (Mode::All | Mode::TestAll | Mode::WaitAll, None) if pending => return Tested { flag: false, indices: SmallVec::new(), rc: MPI_SUCCESS },
+        (Mode::All | Mode::TestAll | Mode::WaitAll, None) if pending => {
+            return Tested { flag: false, indices: SmallVec::new(), rc: MPI_SUCCESS, err_comm: None }
+        }
         // At a failed request, Waitall and Testall hand over it and the completed requests
         // before it; those after it stay with the program, pending (as MPICH does).
         // Open MPI's MPI_Waitall completes every request even when one fails.
-        (Mode::WaitAll, Some(_)) if pending && open_mpi() => return Tested { flag: false, indices: SmallVec::new(), rc: MPI_SUCCESS },
+        (Mode::WaitAll, Some(_)) if pending && open_mpi() => return Tested { flag: false, indices: SmallVec::new(), rc: MPI_SUCCESS, err_comm: None },
         (Mode::WaitAll, Some(_)) if open_mpi() => done,
         (Mode::All | Mode::TestAll | Mode::WaitAll, Some(e)) => done.into_iter().filter(|&i| i <= e).collect(),
         (Mode::All | Mode::TestAll | Mode::WaitAll | Mode::Some, _) => done,
         (Mode::Any, _) => done.into_iter().take(1).collect(),
     };
     if take.is_empty() {
-        return Tested { flag: false, indices: SmallVec::new(), rc: MPI_SUCCESS };
+        return Tested { flag: false, indices: SmallVec::new(), rc: MPI_SUCCESS, err_comm: None };
     }
     // One request's failure is the call's error; among several (Waitall, Waitsome, ...) it is
     // MPI_ERR_IN_STATUS, and only then are the statuses' MPI_ERROR fields written (MPI 4.1,
@@ -331,7 +337,7 @@ unsafe fn test_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
             }
         }
     }
-    Tested { flag: true, indices: take, rc }
+    Tested { flag: true, indices: take, rc, err_comm: None }
 }
 
 /// The communicator whose error handler reports a request's failure.
@@ -429,12 +435,16 @@ pub unsafe fn MPI_Wait(request: *mut MPI_Request, status: *mut MPI_Status) -> c_
     // SAFETY: `request` is non-null (checked above) and points to the caller's request, which this
     // call may update.
     let reqs = unsafe { std::slice::from_raw_parts_mut(request, 1) };
-    let comm = request_comm(reqs[0]);
+    // The communicator that reports a failure, looked up now (the request is freed as it
+    // completes), except for a request of the library alone: its completion names it
+    // (`Tested::err_comm`), and the common wait takes no lock for it.
+    let in_library_only = conv::vrequest(reqs[0]).index().and_then(|i| OBJ.requests.real_hinted(i)).is_some_and(|(_, only)| only);
+    let comm = (!in_library_only).then(|| request_comm(reqs[0]));
     // SAFETY: `status` is the caller's: ignored, or room for a status per request, as `wait_many`
     // requires.
     let t = unsafe { wait_many(reqs, status, Mode::All) };
     if t.rc != MPI_SUCCESS {
-        return errors::raise_comm(comm, t.rc, "MPI_Wait");
+        return errors::raise_comm(t.err_comm.or(comm).unwrap_or(MPI_COMM_WORLD), t.rc, "MPI_Wait");
     }
     MPI_SUCCESS
 }
