@@ -9,7 +9,9 @@
  *   call NAME  cost of one cheap call in a tight loop, ns per call: MPI_Iprobe with nothing
  *              pending (ANY_SOURCE, ANY_TAG), MPI_Comm_rank; and of the shortest paths through
  *              the shim's message and collective accounting: send_self (one MPI_Send of 0 B
- *              to this rank plus the MPI_Recv that takes it, ns per pair) and barrier_self
+ *              to this rank plus the MPI_Recv that takes it, ns per pair), isend_self (the
+ *              nonblocking way of halo exchanges: MPI_Irecv and MPI_Isend of 0 B to this rank,
+ *              then MPI_Wait on each, ns per pair) and barrier_self
  *              (MPI_Barrier on MPI_COMM_SELF); test_null (MPI_Test on MPI_REQUEST_NULL) and
  *              allreduce_self (MPI_Allreduce of 1 int on MPI_COMM_SELF)
  *   coll allreduce_split  a collective-heavy loop, microseconds per call: MPI_Allreduce of 1 double
@@ -69,7 +71,7 @@ static void check(int rc, const char *what) {
     }
 }
 
-enum kind { PINGPONG, STREAM, IPROBE, COMM_RANK, SEND_SELF, BARRIER_SELF, TEST_NULL, ALLREDUCE_SELF, ALLREDUCE_SPLIT };
+enum kind { PINGPONG, STREAM, IPROBE, COMM_RANK, SEND_SELF, ISEND_SELF, BARRIER_SELF, TEST_NULL, ALLREDUCE_SELF, ALLREDUCE_SPLIT };
 static char *buf;
 static MPI_Comm split[NSPLIT];
 static volatile int sink;
@@ -131,6 +133,15 @@ static double run(enum kind kind, int size, long n) {
         for (long i = 0; i < n; i++) {
             check(MPI_Send(buf, 0, MPI_CHAR, rank, TAG, MPI_COMM_WORLD), "MPI_Send");
             check(MPI_Recv(buf, 0, MPI_CHAR, rank, TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
+        }
+        break;
+    case ISEND_SELF:
+        for (long i = 0; i < n; i++) {
+            MPI_Request r[2];
+            check(MPI_Irecv(buf, 0, MPI_CHAR, rank, TAG, MPI_COMM_WORLD, &r[0]), "MPI_Irecv");
+            check(MPI_Isend(buf, 0, MPI_CHAR, rank, TAG, MPI_COMM_WORLD, &r[1]), "MPI_Isend");
+            check(MPI_Wait(&r[1], MPI_STATUS_IGNORE), "MPI_Wait");
+            check(MPI_Wait(&r[0], MPI_STATUS_IGNORE), "MPI_Wait");
         }
         break;
     case BARRIER_SELF:
@@ -203,7 +214,7 @@ static int shim_loaded(void) {
 static void bench_call(enum kind kind, const char *name) {
     sink = 0;
     double s = measure(kind, 0);
-    if (kind != COMM_RANK && kind != SEND_SELF && kind != BARRIER_SELF && sink != 0) {
+    if (kind != COMM_RANK && kind != SEND_SELF && kind != ISEND_SELF && kind != BARRIER_SELF && sink != 0) {
         fprintf(stderr, "mpibench: %s gave a wrong result\n", name);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
@@ -242,6 +253,7 @@ int main(int argc, char **argv) {
     bench_call(IPROBE, "iprobe");
     bench_call(COMM_RANK, "comm_rank");
     bench_call(SEND_SELF, "send_self");
+    bench_call(ISEND_SELF, "isend_self");
     bench_call(BARRIER_SELF, "barrier_self");
     bench_call(TEST_NULL, "test_null");
     bench_call(ALLREDUCE_SELF, "allreduce_self");

@@ -32,7 +32,8 @@ RESTART_GOAL = 1.2      # mpicr restart within 1.2x bare CRIU restore + one MPI_
 INCR_GOAL = 0.2         # incremental stop time <= 0.2x a full dump's with 10% of memory changed
 COLL_GOAL = 1.05        # the Allreduce loop on split communicators within 5% of native
 CALL_NAMES = {"iprobe": "MPI_Iprobe (empty)", "comm_rank": "MPI_Comm_rank",
-              "send_self": "MPI_Send+Recv to self", "barrier_self": "MPI_Barrier(SELF)",
+              "send_self": "MPI_Send+Recv to self", "isend_self": "Irecv+Isend+2 Wait self",
+              "barrier_self": "MPI_Barrier(SELF)",
               "test_null": "MPI_Test(REQUEST_NULL)", "allreduce_self": "MPI_Allreduce(SELF,1)"}
 
 
