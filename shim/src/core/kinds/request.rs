@@ -125,6 +125,11 @@ pub fn complete_at_once(real: &mut c_int, recv_comm: Option<VComm>) -> Option<MP
     Some(st)
 }
 
+/// How many completion tests a waiting thread makes between two `sched_yield`s (every wait loop
+/// of the shim): other threads and processes on its core get a turn, as an oversubscribed job
+/// needs.
+pub const YIELD_EVERY: u32 = 64;
+
 /// Completes a request that a blocking call (MPI_Send, MPI_Recv, ...) has just posted, under
 /// the caller's gate hold, without registering it: tests it until it completes, or until a
 /// checkpoint closes the gate (then `None`, and the caller registers it before it leaves the
@@ -145,7 +150,7 @@ pub fn complete_blocking(real: &mut c_int, recv_comm: Option<VComm>) -> Option<M
         }
         // As the general wait loop: other threads and processes on the core get a turn.
         spins = spins.wrapping_add(1);
-        if spins.is_multiple_of(64) {
+        if spins.is_multiple_of(YIELD_EVERY) {
             std::thread::yield_now();
         }
     }

@@ -6,7 +6,7 @@ use crate::core::bsend::{self, Pool};
 use crate::core::kinds::comm::{comm_gid, count_recv, count_send};
 use crate::core::kinds::message::{self, MessageEntry, CLAIMED};
 use crate::core::kinds::part;
-use crate::core::kinds::request::{complete_at_once, complete_blocking, take_drained_into, unpack};
+use crate::core::kinds::request::{complete_at_once, complete_blocking, take_drained_into, unpack, YIELD_EVERY};
 use crate::core::state::OBJ;
 use crate::core::{drained, gate};
 use crate::face::abi::*;
@@ -570,7 +570,7 @@ pub unsafe fn MPI_Probe(source: c_int, tag: c_int, comm: MPI_Comm, status: *mut 
             return rc;
         }
         spins = spins.wrapping_add(1);
-        if spins.is_multiple_of(64) {
+        if spins.is_multiple_of(YIELD_EVERY) {
             std::thread::yield_now();
         }
     }
@@ -642,7 +642,7 @@ pub unsafe fn MPI_Mprobe(source: c_int, tag: c_int, comm: MPI_Comm, message: *mu
             return rc;
         }
         spins = spins.wrapping_add(1);
-        if spins.is_multiple_of(64) {
+        if spins.is_multiple_of(YIELD_EVERY) {
             std::thread::yield_now();
         }
     }

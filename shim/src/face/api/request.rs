@@ -6,7 +6,7 @@
 use crate::core::gate;
 use crate::core::kinds::comm::count_send;
 use crate::core::kinds::part;
-use crate::core::kinds::request::{self, file_io_started, is_file_io, poll, take_drained_into, RequestEntry};
+use crate::core::kinds::request::{self, file_io_started, is_file_io, poll, take_drained_into, RequestEntry, YIELD_EVERY};
 use crate::core::state::OBJ;
 use crate::face::abi::*;
 use crate::face::api::{begin_collective, begin_counted, put_status, put_status_error};
@@ -373,7 +373,7 @@ unsafe fn wait_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
                     break;
                 }
                 spins = spins.wrapping_add(1);
-                if spins.is_multiple_of(64) {
+                if spins.is_multiple_of(YIELD_EVERY) {
                     std::thread::yield_now();
                 }
             }
@@ -390,7 +390,7 @@ unsafe fn wait_many(reqs: &mut [MPI_Request], statuses: *mut MPI_Status, mode: M
             return t;
         }
         spins = spins.wrapping_add(1);
-        if spins.is_multiple_of(64) {
+        if spins.is_multiple_of(YIELD_EVERY) {
             std::thread::yield_now();
         }
     }
