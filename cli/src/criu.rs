@@ -17,16 +17,19 @@ pub struct Criu {
     pub bin: PathBuf,
 }
 
-/// CRIU's log level for dumps, restores and the lazy-pages daemon: `-v3` (each step, warnings,
-/// errors) unless `MPICR_CRIU_LOG_LEVEL` (0-4) says otherwise. Not `-v4` by default: its lines
-/// per run of pages (95,000 for a dump of 512 MiB whose every tenth page changed) added ~75 ms
-/// to such a dump, while the program stood still.
-fn log_level() -> Result<&'static str> {
+/// CRIU's log level: `MPICR_CRIU_LOG_LEVEL` (0-4), else `default`. Dumps default to `-v3` (each
+/// step, warnings, errors): `-v4` writes a line per run of pages (95,000 for a dump of 512 MiB
+/// whose every tenth page changed), ~75 ms more while the program stands still. Restores and
+/// the lazy-pages daemon keep `-v4`: a faster restore made a known race more likely (a keeper
+/// killed just as CRIU finished restoring left CRIU, still tracing the tree, and the tree
+/// behind: 2 of 8 tries under load at `-v3`, 0 of 8 at `-v4`; not fixed yet).
+fn log_level(default: &'static str) -> Result<&'static str> {
     match std::env::var("MPICR_CRIU_LOG_LEVEL").as_deref() {
-        Err(_) | Ok("") | Ok("3") => Ok("-v3"),
+        Err(_) | Ok("") => Ok(default),
         Ok("0") => Ok("-v0"),
         Ok("1") => Ok("-v1"),
         Ok("2") => Ok("-v2"),
+        Ok("3") => Ok("-v3"),
         Ok("4") => Ok("-v4"),
         Ok(v) => bail!("MPICR_CRIU_LOG_LEVEL={v}: CRIU's log levels are 0 to 4"),
     }
@@ -79,7 +82,7 @@ impl Criu {
     ) -> Result<()> {
         let dir = &dir.canonicalize().with_context(|| format!("resolving {}", dir.display()))?;
         let mut cmd = Command::new(&self.bin);
-        cmd.arg("dump").arg("-t").arg(pid.to_string()).arg("-D").arg(dir).arg("-o").arg("dump.log").arg(log_level()?);
+        cmd.arg("dump").arg("-t").arg(pid.to_string()).arg("-D").arg(dir).arg("-o").arg("dump.log").arg(log_level("-v3")?);
         cmd.args(dump_flags(external_unix, leave_stopped, unprivileged()));
         cmd.args(extra);
         cmd.envs(env.iter().map(|(k, v)| (k, v)));
@@ -100,7 +103,7 @@ impl Criu {
         let mut cmd = Command::new(&self.bin);
         // --restore-sibling: the restored program becomes the keeper's child directly (not
         // CRIU's), so its parent-death signal refers to the keeper and CRIU's exit is harmless.
-        cmd.arg("restore").arg("-d").arg("--restore-sibling").arg("-D").arg(dir).arg("-o").arg("restore.log").arg(log_level()?);
+        cmd.arg("restore").arg("-d").arg("--restore-sibling").arg("-D").arg(dir).arg("-o").arg("restore.log").arg(log_level("-v4")?);
         cmd.arg("--pidfile").arg(&pidfile);
         let mut fds = Vec::new();
         for (next, (fd, res)) in (10..).zip(inherit) {
@@ -174,7 +177,7 @@ impl Criu {
         let dir = dir.canonicalize().with_context(|| format!("resolving {}", dir.display()))?;
         let _ = std::fs::remove_file(dir.join(LAZY_SOCKET));
         let mut cmd = Command::new(&self.bin);
-        cmd.arg("lazy-pages").arg("-D").arg(&dir).arg("-o").arg(LAZY_LOG).arg(log_level()?);
+        cmd.arg("lazy-pages").arg("-D").arg(&dir).arg("-o").arg(LAZY_LOG).arg(log_level("-v4")?);
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         let keeper = std::process::id() as libc::pid_t;
         // SAFETY: only prctl, getppid and umask (async-signal-safe) on integers computed before fork.
