@@ -447,7 +447,7 @@ reps_of() { if [ "$1" = s2 ]; then echo "$ckpt_reps"; else echo "$scale_reps"; f
 mpicr_has_checkpoint() {
     [ -x "$mpicr" ] || return 1
     timeout 10 "$mpicr" checkpoint --help >/dev/null 2>&1 && return 0
-    timeout 10 "$mpicr" --help 2>&1 | grep -qw checkpoint
+    grep -qw checkpoint <<<"$(timeout 10 "$mpicr" --help 2>&1)"
 }
 
 # to_ms: the first duration on stdin -> milliseconds; empty when it cannot tell. Understands
@@ -577,7 +577,7 @@ ckpt_mpicr_once() {
     # restart, once `mpicr status` no longer reports the job as running (bounded; a job that
     # is still reported running after that is left for `mpicr restart` to complain about)
     for tries in $(seq 50); do
-        timeout 10 "$mpicr" status "$ck" 2>/dev/null | grep -q '^running: *no' && break
+        grep -q '^running: *no' <<<"$(timeout 10 "$mpicr" status "$ck" 2>/dev/null)" && break
         sleep 0.2
     done
     # The reference for the restart: one MPI_Init of the same job shape, launched the same way.

@@ -12,7 +12,10 @@ cd "$(dirname "$0")/.."
 shim=target/release/libmpicr.so
 [ -f "$shim" ] || { echo "check-exports: $shim is missing (run make build)" >&2; exit 1; }
 mpich=$(gcc -print-file-name=libmpich.so.12)
-[ -f "$mpich" ] || mpich=$(ldconfig -p | awk '/libmpich.so.12 /{print $NF; exit}')
+# ldconfig_path NAME: the path ldconfig's cache gives NAME. (The cache is read whole first: awk
+# leaving early would kill ldconfig -p with SIGPIPE, which pipefail turns into exit 141.)
+ldconfig_path() { awk -v n="$1" '$1 == n {print $NF; exit}' <<<"$(ldconfig -p)"; }
+[ -f "$mpich" ] || mpich=$(ldconfig_path libmpich.so.12)
 [ -f "$mpich" ] || { echo "check-exports: Debian's libmpich.so.12 not found (run make deps)" >&2; exit 1; }
 wheel=.deps/mpich5/lib/libmpi.so.12
 [ -f "$wheel" ] || { echo "check-exports: $wheel not found (run make deps)" >&2; exit 1; }
@@ -38,7 +41,7 @@ for lib in "$mpich" "$wheel"; do
     covers "$shim" "$lib" "$(basename "$(dirname "$lib")")/$(basename "$lib")" "$ulfm" "ULFM MPIX_Comm_*" || status=1
 done
 ompi_shim=target/release/libmpicr_ompi.so
-ompi=$(ldconfig -p | awk '/libmpi.so.40 /{print $NF; exit}')
+ompi=$(ldconfig_path libmpi.so.40)
 if [ ! -f "$ompi_shim" ]; then
     echo "check-exports: $ompi_shim is missing (run make build)" >&2
     status=1

@@ -15,7 +15,7 @@ scripts/check-exports.sh
 step "rustfmt: every hand-written Rust file is formatted"
 if cargo fmt --version >/dev/null 2>&1; then
     if ! diff=$(cargo fmt --all --check 2>&1); then
-        printf '%s\n' "$diff" | head -40
+        head -40 <<<"$diff"
         echo "cargo fmt --all --check: the files above differ from rustfmt's style; run cargo fmt --all" >&2
         exit 1
     fi
