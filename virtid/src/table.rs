@@ -135,10 +135,16 @@ impl<E, R: RealHandle> Table<E, R> {
     pub fn remove_and(&self, index: u32, f: impl FnOnce(u32, &E)) -> Option<E> {
         let mut slab = self.slab.lock();
         let entry = slab.entries.get_mut(index as usize)?.take()?;
-        self.slot(index).store(0, Ordering::Release);
+        // (the slot reads as not live before `f` detaches side data; no insert runs meanwhile)
+        self.vacate(&mut slab, index);
         f(index, &entry);
-        slab.free.push(index);
         Some(entry)
+    }
+
+    /// Marks slot `index`, whose entry is gone, free for reuse (lock held).
+    fn vacate(&self, slab: &mut Slab<E>, index: u32) {
+        self.slot(index).store(0, Ordering::Release);
+        slab.free.push(index);
     }
 
     /// Points a live slot at a new real handle (after the lower half was renewed).
@@ -168,9 +174,8 @@ impl<E, R: RealHandle> Table<E, R> {
         if keep {
             self.rehint(index, entry);
         } else {
-            self.slot(index).store(0, Ordering::Release);
             slab.entries[index as usize] = None;
-            slab.free.push(index);
+            self.vacate(&mut slab, index);
         }
         Some(keep)
     }

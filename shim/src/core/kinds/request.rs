@@ -70,11 +70,15 @@ pub fn poll(idx: u32, real: c_int) -> Option<MPI_Status> {
 /// Hands a completed request over to the program, under one lock of the table: a persistent
 /// one becomes inactive and stays (true), any other is freed (false). `None`: not live.
 pub fn hand_over(idx: u32) -> Option<bool> {
-    OBJ.requests.with_or_remove(idx, |e| {
-        e.done = None;
-        inactivate(&mut e.recipe);
-        e.recipe.is_persistent()
-    })
+    OBJ.requests.with_or_remove(idx, settle)
+}
+
+/// A completed request's entry once handed over: no status kept, persistent ones inactive.
+/// Whether the entry stays (persistent).
+fn settle(e: &mut RequestEntry) -> bool {
+    e.done = None;
+    inactivate(&mut e.recipe);
+    e.recipe.is_persistent()
 }
 
 /// A persistent request's recipe once its operation completed: inactive (and, partitioned,
@@ -105,9 +109,7 @@ pub fn complete_one(idx: u32, real: c_int) -> Option<(MPI_Status, bool, VComm)> 
     let keep = OBJ.requests.with_or_remove(idx, |e| {
         comm = e.comm;
         recv_comm = e.counts_recv.then_some(e.comm);
-        e.done = None;
-        inactivate(&mut e.recipe);
-        e.recipe.is_persistent()
+        settle(e)
     });
     if let Some(comm) = recv_comm {
         count_if_received(comm, &st);
