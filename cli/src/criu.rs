@@ -409,6 +409,8 @@ fn run(mut cmd: Command, what: &str, log: &Path, timeout: Duration, fds: Vec<(Ow
     let pid = child.id() as i32;
     running.push(pid);
     drop(running);
+    // Started while CRIU is unreaped (the reaping thread below is not yet running).
+    let watcher = if lifetime == Lifetime::FinishesRestore { crate::restore_guard::start_watcher(pid, timeout) } else { None };
     drop(fds);
     drop(parked);
     let stderr = child.stderr.take();
@@ -444,7 +446,7 @@ fn run(mut cmd: Command, what: &str, log: &Path, timeout: Duration, fds: Vec<(Ow
                 let _ = rx.recv_timeout(Duration::from_secs(10));
                 if lifetime == Lifetime::FinishesRestore {
                     // What CRIU had restored is no descendant of CRIU's: end it too.
-                    for c in crate::sys::own_children().into_iter().filter(|c| *c != pid && !children_before.contains(c)) {
+                    for c in crate::sys::own_children().into_iter().filter(|c| *c != pid && Some(*c) != watcher && !children_before.contains(c)) {
                         crate::keeper::kill_program(c);
                     }
                 }

@@ -276,6 +276,69 @@ pub fn wait_exited_no_reap(pid: i32) {
     }
 }
 
+/// A pidfd for `pid` (close-on-exec): it polls readable once the process has ended, and a
+/// signal sent through it never reaches a later process that reuses the pid.
+pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes two integers and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created by the kernel for us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Takes ownership of descriptor `fd`, inherited from the parent at a number agreed on, if it is
+/// open.
+pub fn take_inherited(fd: RawFd) -> Option<OwnedFd> {
+    // SAFETY: F_GETFD only reads the descriptor's flags.
+    cvt(unsafe { libc::fcntl(fd, libc::F_GETFD) }).ok()?;
+    // SAFETY: the descriptor is open, and the caller's protocol gives it to this process alone.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Sends `sig` through a pidfd. A process that has already ended is not an error.
+pub fn pidfd_kill(fd: BorrowedFd<'_>, sig: i32) -> io::Result<()> {
+    // SAFETY: pidfd_send_signal with an open descriptor, an integer and no siginfo.
+    let r = unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), sig, std::ptr::null::<libc::siginfo_t>(), 0) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ESRCH) {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Waits until one of `fds` polls readable (a pidfd: its process ended), at most `limit` (`None`:
+/// without bound). The index of the first readable one, or `None` when the time ran out.
+pub fn poll_readable(fds: &[BorrowedFd<'_>], limit: Option<std::time::Duration>) -> io::Result<Option<usize>> {
+    let mut polled: Vec<libc::pollfd> = fds.iter().map(|f| libc::pollfd { fd: f.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
+    let ms = limit.map_or(-1, |d| d.as_millis().min(i32::MAX as u128) as libc::c_int);
+    loop {
+        // SAFETY: `polled` is a valid array of `polled.len()` pollfd structs for the kernel to fill.
+        let r = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, ms) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        return Ok(polled.iter().position(|p| p.revents != 0));
+    }
+}
+
+/// The processes `tracer` ptraces (`TracerPid` of their /proc status).
+pub fn tracees_of(tracer: i32) -> Vec<i32> {
+    let Ok(rd) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let traced_by = |pid: i32| -> Option<i32> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        status.lines().find_map(|l| l.strip_prefix("TracerPid:"))?.trim().parse().ok()
+    };
+    rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()).filter(|&p| traced_by(p) == Some(tracer)).collect()
+}
+
 /// The parent pid of `pid`, from /proc.
 pub fn parent_of(pid: i32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

@@ -211,8 +211,10 @@ fn sigusr1(t: &mut T) {
 
 /// A launcher may end a rank while CRIU restores it (Hydra kills each rank's process group when
 /// another rank fails). The restart's process group is killed as soon as the restored root
-/// exists (memory still being restored: 192 MiB), three times: nothing of the restore may be
-/// left (it was: the half-restored tree slept for good), and the image restores to the end after.
+/// exists (memory still being restored: 192 MiB), and (the second of three times) once CRIU
+/// ptraces the root, near the restore's end, where the root's parent-death signal is set: nothing
+/// of the restore may be left (it was: the half-restored tree slept for good; and CRIU with the
+/// PID namespace's init, each waiting for the other), and the image restores to the end after.
 fn killed_restore(t: &mut T) {
     if !t.require(&[t.env.criu_ok], "no criu") {
         return;
@@ -229,8 +231,9 @@ fn killed_restore(t: &mut T) {
         return t.skip_rest(format!("the checkpoint failed: {ck:?}, rc {rc}"));
     }
     let mut seen_root = 0;
+    let mut seen_traced = false;
     let mut left = Vec::new();
-    for _ in 0..3 {
+    for round in 0..3 {
         let mut c = t.m(["restart"]);
         c.arg(&d);
         let mut r = t.spawn(c, None, Some(&t.p("kill.err")));
@@ -244,6 +247,26 @@ fn killed_restore(t: &mut T) {
             !roots.is_empty()
         });
         seen_root += usize::from(!roots.is_empty());
+        if round == 1 {
+            // Until CRIU traces the root, or the root or CRIU is gone (a window of milliseconds:
+            // missed, the round is one more like the others).
+            let traced = |pid: u32| {
+                let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+                status.lines().find_map(|l| l.strip_prefix("TracerPid:")).is_some_and(|v| v.trim() != "0")
+            };
+            let criu = crate::job::scan_procs().into_iter().find(|p| !p.dead && p.ppid == keeper && p.comm == "criu").map(|p| p.pid);
+            let alive = |pid: u32| std::path::Path::new(&format!("/proc/{pid}")).exists();
+            seen_traced = roots.first().zip(criu).is_some_and(|(&(pid, _), criu)| {
+                let t = std::time::Instant::now();
+                while alive(pid) && alive(criu) && t.elapsed() < LIMIT {
+                    if traced(pid) {
+                        return true;
+                    }
+                    std::thread::yield_now();
+                }
+                false
+            });
+        }
         r.kill_group();
         let _ = r.wait(LIMIT);
         let alive = || {
@@ -263,7 +286,7 @@ fn killed_restore(t: &mut T) {
         }
     }
     t.check("restart-killed-while-restoring-leaves-nothing", seen_root > 0 && left.is_empty(), |_| {
-        format!("the restored root was seen {seen_root} time(s) of 3; left alive: {}", left.join(", "))
+        format!("the restored root was seen {seen_root} time(s) of 3 (killed while CRIU traced it: {seen_traced}); left alive: {}", left.join(", "))
     });
     let mut c = t.m(["restart"]);
     c.arg(&d);
