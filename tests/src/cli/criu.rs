@@ -238,12 +238,13 @@ fn killed_restore(t: &mut T) {
         c.arg(&d);
         let mut r = t.spawn(c, None, Some(&t.p("kill.err")));
         let keeper = r.pid();
-        // The restored root is the keeper's child beside CRIU (`--restore-sibling`). Its
+        // The restored root is the keeper's child beside CRIU (`--restore-sibling`) and the
+        // restore's watcher (`mpicr`); it is named `criu` until CRIU names it again. Its
         // environment is not readable while CRIU replaces its memory: it is followed by pid
         // and start time instead of the test's marker.
         let mut roots = Vec::new();
         wait_for_mut(|| {
-            roots = crate::job::scan_procs().into_iter().filter(|p| !p.dead && p.ppid == keeper && p.comm != "criu").map(|p| (p.pid, p.start)).collect();
+            roots = crate::job::scan_procs().into_iter().filter(|p| !p.dead && p.ppid == keeper && p.comm != "criu" && p.comm != "mpicr").map(|p| (p.pid, p.start)).collect();
             !roots.is_empty()
         });
         seen_root += usize::from(!roots.is_empty());
