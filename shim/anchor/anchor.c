@@ -139,7 +139,7 @@ EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...) {
  * and frees a block or two in many calls (a short MPI_Allreduce: one of each), and the lock's
  * two atomic operations per malloc and per free were most of what the shim added to such a
  * call. A thread that ends leaves its cached blocks unused (at most TCACHE_MAX blocks of each
- * class up to TCACHE_LIMIT bytes, ~46 KiB); they go with the slabs when the namespace is
+ * class up to 1 KiB, ~46 KiB); they go with the slabs when the namespace is
  * released. */
 
 #define HDR 16
@@ -161,8 +161,7 @@ static pthread_mutex_t heap_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *free_list[NCLASS];
 static char *slab_next, *slab_end;
 
-#define TCACHE_CLASSES 11 /* classes up to TCACHE_LIMIT */
-#define TCACHE_LIMIT 1024
+#define TCACHE_CLASSES 11 /* the classes up to 1 KiB (class_size[10]) */
 #define TCACHE_MAX 16
 /* This thread's cached free blocks of each small class (a list through their first word).
  * Dynamic TLS of this namespace's copy of the anchor: a new generation starts empty. */
