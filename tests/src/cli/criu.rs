@@ -244,7 +244,11 @@ fn killed_restore(t: &mut T) {
         // and start time instead of the test's marker.
         let mut roots = Vec::new();
         wait_for_mut(|| {
-            roots = crate::job::scan_procs().into_iter().filter(|p| !p.dead && p.ppid == keeper && p.comm != "criu" && p.comm != "mpicr").map(|p| (p.pid, p.start)).collect();
+            roots = crate::job::scan_procs()
+                .into_iter()
+                .filter(|p| !p.dead && p.ppid == keeper && p.comm != "criu" && p.comm != "mpicr")
+                .map(|p| (p.pid, p.start))
+                .collect();
             !roots.is_empty()
         });
         seen_root += usize::from(!roots.is_empty());
