@@ -25,8 +25,8 @@ fi
 
 # Clean crates stay clean: any clippy warning fails (under a second with a warm target dir, 45 s
 # after a change to the shim).
-step "clippy: shim, the three faces, virtid, the CLI (warnings are errors)"
-cargo clippy --release -q -p mpicr-shim -p mpicr-face-mpich -p mpicr-face-ompi -p mpicr-face-abi -p mpicr-virtid -p mpicr-cli -- -D warnings
+step "clippy: shim, the three faces, virtid, the CLI, the tests (warnings are errors)"
+cargo clippy --release -q -p mpicr-shim -p mpicr-face-mpich -p mpicr-face-ompi -p mpicr-face-abi -p mpicr-virtid -p mpicr-cli -p mpicr-tests --tests -- -D warnings
 
 step "C programs: native vs libmpicr, MPICH 4.0.2, MPICH 5 and Intel MPI, Open MPI programs on MPICH 4.0.2 (libmpicr_ompi.so; also a -no-pie one) and standard-ABI programs on MPICH 4.0.2 (libmpicr_abi.so), 1/2/4 ranks"
 scripts/test-c.sh

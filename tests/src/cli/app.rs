@@ -200,7 +200,7 @@ fn underneath(t: &mut T, ver: u32) {
     };
     let (rc0, oracle, err0) = native(t, APPLES + ORANGES, ITERS);
     if rc0 != 0 || super::ompi_run::lines(&oracle).is_empty() {
-        return t.skip_rest(&format!("the native run failed ({rc0}): {err0}"));
+        return t.skip_rest(format!("the native run failed ({rc0}): {err0}"));
     }
     let name = |c: &str| format!("app-mixed-{}-{c}", flavor(ver));
     let d = t.p("ck-chain");
@@ -486,12 +486,12 @@ fn bindings(t: &mut T) {
         let name = format!("app-python-mpich{ver}");
         let py = t.env.root.join(format!(".deps/mpi4py-mpich{ver}/bin/python"));
         if !t.env.have(ver) {
-            t.skip(&name, &format!("no MPICH {ver}"));
+            t.skip(&name, format!("no MPICH {ver}"));
         } else if py.is_file() {
             let prog = vec![py.into_os_string(), t.env.root.join("bindings/python/tests/app_ring.py").into_os_string()];
             binding(t, ver, &name, &prog);
         } else {
-            t.skip(&name, &format!("no mpi4py build in .deps/mpi4py-mpich{ver} (scripts/mpi4py-tests.sh builds it)"));
+            t.skip(&name, format!("no mpi4py build in .deps/mpi4py-mpich{ver} (scripts/mpi4py-tests.sh builds it)"));
         }
     }
     let bin = t.env.bin("app_ring_f");

@@ -73,7 +73,7 @@ fn ompi5_shim_ring(t: &mut T) {
     c.arg(&prog).arg("64");
     let (rc0, native, _) = t.out2(c, LIMIT);
     if rc0 != 0 {
-        return t.skip_rest(&format!("the native run failed ({rc0})"));
+        return t.skip_rest(format!("the native run failed ({rc0})"));
     }
     let shim = t.env.root.join("target/release/libmpicr.so");
     let mut c = t.cmd(&prterun);

@@ -138,7 +138,7 @@ fn nonroot(t: &mut T) {
     };
     let m = t.env.m.clone();
     if t.to(as_u(t, &[&"test", &"-x", &m]), None, None, LIMIT) != 0 {
-        return t.skip_rest(&format!("{} is not reachable by other users", m.display()));
+        return t.skip_rest(format!("{} is not reachable by other users", m.display()));
     }
     let _ = fs::copy(t.env.bin("counter"), nr.join("counter"));
     if t.env.have4 && t.env.bin("loop4").is_file() {
@@ -174,7 +174,7 @@ fn nonroot(t: &mut T) {
     let c = as_u(t, &[&m, &"run", &"--no-mpi", &"--ckpt-dir", &nr.join("probe"), &"--", &"true"]);
     let (_, out) = t.out(c, LIMIT);
     if ["lacks", "no_new_privs", "check --unprivileged"].iter().any(|s| out.contains(s)) {
-        return t.skip_rest(&format!("this machine's CRIU cannot serve a non-root user: {out}"));
+        return t.skip_rest(format!("this machine's CRIU cannot serve a non-root user: {out}"));
     }
 
     // No MPI: checkpoint, checkpoint --stop, restart; output equal to the uninterrupted run.

@@ -136,7 +136,7 @@ fn lower_ckpt(t: &mut T, f: &Flavor) {
     c.arg(&prog).arg(ITERS);
     let (rc0, native, _) = t.out2(c, LIMIT);
     if rc0 != 0 || lines(&native).is_empty() {
-        return t.skip_rest(&format!("the native run under the launcher failed ({rc0})"));
+        return t.skip_rest(format!("the native run under the launcher failed ({rc0})"));
     }
 
     let mut c = (f.launch)(t, true, &[]);

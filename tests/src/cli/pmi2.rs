@@ -94,7 +94,7 @@ fn srun_pmi2(t: &mut T) {
     c.arg(&prog).arg(ITERS);
     let (rc, oracle, err) = t.out2(c, LIMIT);
     if rc != 0 {
-        return t.skip_rest(&format!("the native srun run of Intel MPI over libpmi2 failed ({rc}): {err}"));
+        return t.skip_rest(format!("the native srun run of Intel MPI over libpmi2 failed ({rc}): {err}"));
     }
 
     // To its end: the keepers initialised PMI-2 with srun (job.json says so).

@@ -53,7 +53,7 @@ pub(super) fn up(t: &mut T) -> Option<Cluster> {
         if rc != 0 {
             // The script's own line says what failed (the daemons' log lines follow it).
             let why = out.lines().find(|l| l.starts_with("slurm-local:")).or(out.lines().last()).unwrap_or("").to_string();
-            t.skip_rest(&format!("the local Slurm cannot start: {why}"));
+            t.skip_rest(format!("the local Slurm cannot start: {why}"));
             return None;
         }
     }

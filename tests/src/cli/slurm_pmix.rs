@@ -131,7 +131,7 @@ fn flavor(t: &mut T, f: &Flavor) -> Option<PathBuf> {
     c.arg(&prog).arg(ITERS);
     let (rc, native, err) = t.out2(c, LIMIT);
     if rc != 0 || lines(&native).is_empty() {
-        skip_flavor(t, f, &format!("the native srun --mpi=pmix run failed ({rc}): {}", err.lines().last().unwrap_or("")));
+        skip_flavor(t, f, format!("the native srun --mpi=pmix run failed ({rc}): {}", err.lines().last().unwrap_or("")));
         return None;
     }
     let same = |pieces: &[&Path]| lines(&cat(pieces)) == lines(&native);

@@ -191,7 +191,7 @@ fn cross(t: &mut T, from: u32, to: u32, name: &str, refusals: bool) {
     c.arg(&prog).arg(ITERS);
     let (rc0, native, _) = t.out2(c, LIMIT);
     if rc0 != 0 {
-        return t.skip_rest(&format!("the native run failed ({rc0})"));
+        return t.skip_rest(format!("the native run failed ({rc0})"));
     }
     let d = t.p(&format!("ck{from}{to}"));
     let pause = t.p(&format!("pause{from}{to}"));
