@@ -331,12 +331,11 @@ pub fn poll_readable(fds: &[BorrowedFd<'_>], limit: Option<std::time::Duration>)
 
 /// The processes `tracer` ptraces (`TracerPid` of their /proc status).
 pub fn tracees_of(tracer: i32) -> Vec<i32> {
-    let Ok(rd) = std::fs::read_dir("/proc") else { return Vec::new() };
     let traced_by = |pid: i32| -> Option<i32> {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         status.lines().find_map(|l| l.strip_prefix("TracerPid:"))?.trim().parse().ok()
     };
-    rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()).filter(|&p| traced_by(p) == Some(tracer)).collect()
+    all_pids().filter(|&p| traced_by(p) == Some(tracer)).collect()
 }
 
 /// The parent pid of `pid`, from /proc.
@@ -349,14 +348,17 @@ pub fn parent_of(pid: i32) -> Option<i32> {
 /// The live children of this process.
 pub fn own_children() -> Vec<i32> {
     let me = std::process::id() as i32;
-    let Ok(rd) = std::fs::read_dir("/proc") else { return Vec::new() };
-    rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()).filter(|&p| parent_of(p) == Some(me)).collect()
+    all_pids().filter(|&p| parent_of(p) == Some(me)).collect()
+}
+
+/// The pids listed in /proc now (none when it cannot be read).
+fn all_pids() -> impl Iterator<Item = i32> {
+    std::fs::read_dir("/proc").into_iter().flatten().filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
 }
 
 /// Every live process whose ancestry leads to `root` (root excluded).
 fn descendants(root: i32) -> Vec<i32> {
-    let Ok(rd) = std::fs::read_dir("/proc") else { return Vec::new() };
-    let parents: Vec<(i32, i32)> = rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()).filter_map(|p| Some((p, parent_of(p)?))).collect();
+    let parents: Vec<(i32, i32)> = all_pids().filter_map(|p| Some((p, parent_of(p)?))).collect();
     let mut found = vec![root];
     let mut i = 0;
     while i < found.len() {
