@@ -17,12 +17,104 @@ pub struct Criu {
     pub bin: PathBuf,
 }
 
+/// What a dump of the program is started with, but the descriptors handed to CRIU: equal specs
+/// start the same `criu dump`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DumpSpec {
+    /// The CRIU binary (the write tracker's own build for `--incremental`).
+    pub bin: PathBuf,
+    /// The root of the dumped tree.
+    pub pid: i32,
+    /// The image directory (log: `dump.log` in it).
+    pub dir: PathBuf,
+    /// Inodes of unix sockets whose peers stay outside the image (the keeper's ends).
+    pub external_unix: Vec<u64>,
+    /// The tree stays stopped after the dump (`checkpoint --stop`: nothing the program does
+    /// after the dump may happen twice once it is restarted; SIGCONT undoes it on an abort).
+    pub leave_stopped: bool,
+    /// More options (`incremental`'s `--track-mem`, `--prev-images-dir`).
+    pub extra: Vec<String>,
+    /// More environment (the write tracker's).
+    pub env: Vec<(String, String)>,
+}
+
+impl DumpSpec {
+    /// Whether a dump started with this spec does what `now` asks: the same but for the
+    /// keeper's sockets that closed since (an external socket that is gone is never looked up).
+    pub fn same_start(&self, now: &DumpSpec) -> bool {
+        let DumpSpec { bin, pid, dir, external_unix, leave_stopped, extra, env } = now;
+        self.bin == *bin
+            && self.pid == *pid
+            && self.dir == *dir
+            && self.leave_stopped == *leave_stopped
+            && self.extra == *extra
+            && self.env == *env
+            && external_unix.iter().all(|i| self.external_unix.contains(i))
+    }
+
+    fn command(&self) -> Result<(Command, PathBuf)> {
+        let dir = &self.dir.canonicalize().with_context(|| format!("resolving {}", self.dir.display()))?;
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("dump").arg("-t").arg(self.pid.to_string()).arg("-D").arg(dir).arg("-o").arg("dump.log").arg(log_level("-v3")?);
+        cmd.args(dump_flags(&self.external_unix, self.leave_stopped, unprivileged()));
+        cmd.args(&self.extra);
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+        Ok((cmd, dir.join("dump.log")))
+    }
+}
+
+/// A `criu dump` started ahead, waiting at its gate before it seizes the program.
+pub struct PendingDump {
+    spec: DumpSpec,
+    started: Started,
+    gate: crate::dump_gate::Gate,
+}
+
+impl PendingDump {
+    /// What this dump was started with.
+    pub fn spec(&self) -> &DumpSpec {
+        &self.spec
+    }
+
+    /// Whether its CRIU has ended (it cannot dump any more).
+    pub fn ended(&self) -> bool {
+        self.started.ended()
+    }
+
+    /// Lets the dump seize the program and waits for it to end, as `Criu::dump` does.
+    pub fn go(self) -> Result<()> {
+        let PendingDump { started, gate, .. } = self;
+        match gate.open(started.pid, || started.ended(), started.timeout) {
+            Ok(()) => started.finish(),
+            // What CRIU says of itself tells more than the gate.
+            Err(crate::dump_gate::NotOpened::CriuEnded) => started.finish().and_then(|()| bail!("criu dump ended before it dumped anything")),
+            Err(e) => {
+                kill_running(started.pid);
+                Err(e).context("starting the dump")
+            }
+        }
+    }
+
+    /// Calls the dump off before it touched the program, and waits (bounded) for CRIU to end,
+    /// so that another dump into the same directory finds nothing of this one's running.
+    pub fn cancel(self) {
+        let PendingDump { started, gate, .. } = self;
+        drop(gate);
+        let pid = started.pid;
+        if started.status.recv_timeout(Duration::from_secs(10)).is_err() {
+            kill_running(pid);
+            let _ = started.status.recv_timeout(Duration::from_secs(10));
+        }
+    }
+}
+
 /// CRIU's log level: `MPICR_CRIU_LOG_LEVEL` (0-4), else `default`. Dumps default to `-v3` (each
 /// step, warnings, errors): `-v4` writes a line per run of pages (95,000 for a dump of 512 MiB
 /// whose every tenth page changed), ~75 ms more while the program stands still. Restores and
-/// the lazy-pages daemon keep `-v4`: a faster restore made a known race more likely (a keeper
-/// killed just as CRIU finished restoring left CRIU, still tracing the tree, and the tree
-/// behind: 2 of 8 tries under load at `-v3`, 0 of 8 at `-v4`; not fixed yet).
+/// the lazy-pages daemon keep `-v4` (a restore's log is what explains a failed restart; at
+/// 4 x 512 MiB the restart took as long at `-v2`). `-v4` once also made a race rarer (a keeper
+/// killed while CRIU traced the restored tree left both behind), which `restore_guard`'s
+/// watcher has closed since.
 fn log_level(default: &'static str) -> Result<&'static str> {
     match std::env::var("MPICR_CRIU_LOG_LEVEL").as_deref() {
         Err(_) | Ok("") => Ok(default),
@@ -63,30 +155,22 @@ impl Criu {
         bail!("criu not found: set MPICR_CRIU, or install it (scripts/deps.sh puts one in .deps/criu, `make install` one in PREFIX/libexec/mpicr)")
     }
 
-    /// Dumps the process tree rooted at `pid` into `dir` (log: `dir/dump.log`). The tree is left
-    /// running, or stopped (`leave_stopped`, for `checkpoint --stop`: nothing the program does
-    /// after the dump may happen twice once it is restarted; SIGCONT undoes it on an abort).
-    /// `extra`: more options (`incremental`'s `--track-mem`, `--prev-images-dir`); `env` and
-    /// `fds` (descriptor, number in CRIU): what the write tracker hands CRIU (`incremental`).
-    #[allow(clippy::too_many_arguments)]
-    pub fn dump_with(
-        &self,
-        pid: i32,
-        dir: &Path,
-        external_unix: &[u64],
-        leave_stopped: bool,
-        extra: &[String],
-        env: &[(String, String)],
-        fds: Vec<(OwnedFd, RawFd)>,
-        timeout: Duration,
-    ) -> Result<()> {
-        let dir = &dir.canonicalize().with_context(|| format!("resolving {}", dir.display()))?;
-        let mut cmd = Command::new(&self.bin);
-        cmd.arg("dump").arg("-t").arg(pid.to_string()).arg("-D").arg(dir).arg("-o").arg("dump.log").arg(log_level("-v3")?);
-        cmd.args(dump_flags(external_unix, leave_stopped, unprivileged()));
-        cmd.args(extra);
-        cmd.envs(env.iter().map(|(k, v)| (k, v)));
-        run(cmd, "dump", &dir.join("dump.log"), timeout, fds, Lifetime::EndsWithKeeper)
+    /// Dumps the program as `spec` says, handing CRIU `fds` (descriptor, number in CRIU).
+    pub fn dump(spec: &DumpSpec, fds: Vec<(OwnedFd, RawFd)>, timeout: Duration) -> Result<()> {
+        let (cmd, log) = spec.command()?;
+        run(cmd, "dump", &log, timeout, fds, Lifetime::EndsWithKeeper)
+    }
+
+    /// Starts the dump `spec` describes, held before it seizes the program until
+    /// `PendingDump::go` (see `dump_gate`). `tag` names the gate among this keeper's dumps.
+    pub fn start_dump(spec: &DumpSpec, fds: Vec<(OwnedFd, RawFd)>, timeout: Duration, tag: &str) -> Result<PendingDump> {
+        let exe = crate::restore_guard::own_exe().context("this binary cannot be run as CRIU's action script")?;
+        let gate = crate::dump_gate::Gate::listen(tag)?;
+        let (mut cmd, log) = spec.command()?;
+        let (k, v) = gate.env();
+        cmd.arg("--action-script").arg(exe).env(k, v);
+        let started = Started::spawn(cmd, "dump", &log, timeout, fds, Lifetime::EndsWithKeeper)?;
+        Ok(PendingDump { spec: spec.clone(), started, gate })
     }
 
     /// Restores the image in `dir` detached (`restore -d`); `inherit` maps resources of the image
@@ -372,89 +456,121 @@ enum Lifetime {
     FinishesRestore,
 }
 
-fn run(mut cmd: Command, what: &str, log: &Path, timeout: Duration, fds: Vec<(OwnedFd, RawFd)>, lifetime: Lifetime) -> Result<()> {
-    let pairs: Vec<(RawFd, RawFd)> = fds.iter().map(|(fd, n)| (fd.as_raw_fd(), *n)).collect();
-    // Park sources above the target numbers first.
-    let parked: Vec<OwnedFd> = fds
-        .iter()
-        .map(|(fd, _)| crate::sys::dup_at_least(std::os::fd::AsFd::as_fd(fd), 300))
-        .collect::<std::io::Result<_>>()
-        .context("duplicating descriptors for criu")?;
-    let parked_pairs: Vec<(RawFd, RawFd)> = parked.iter().map(|p| p.as_raw_fd()).zip(pairs.iter().map(|p| p.1)).collect();
-    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-    let keeper = std::process::id() as libc::pid_t;
-    if lifetime == Lifetime::FinishesRestore {
-        cmd.process_group(0);
-    }
-    // The keeper's children before the restore: a restored root is another (`--restore-sibling`).
-    let children_before = if lifetime == Lifetime::FinishesRestore { crate::sys::own_children() } else { Vec::new() };
-    // SAFETY: only umask, prctl, getppid and dup2 (async-signal-safe) on integers computed before fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            // A SIGKILLed keeper cannot run `end_running`: a dump must not outlive it.
-            if lifetime == Lifetime::EndsWithKeeper {
-                crate::sys::child_set_pdeathsig(keeper)?;
-            }
-            // Images hold the program's memory: nothing CRIU creates may be readable by others.
-            crate::sys::child_umask(0o077)?;
-            for &(from, to) in &parked_pairs {
-                crate::sys::child_dup2(from, to)?;
-            }
-            Ok(())
-        });
-    }
-    // Registered before another thread can end the keeper (see `end_running`).
-    let mut running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
-    let mut child = cmd.spawn().with_context(|| format!("starting {}", cmd.get_program().to_string_lossy()))?;
-    let pid = child.id() as i32;
-    running.push(pid);
-    drop(running);
-    // Started while CRIU is unreaped (the reaping thread below is not yet running).
-    let watcher = if lifetime == Lifetime::FinishesRestore { crate::restore_guard::start_watcher(pid, timeout) } else { None };
-    drop(fds);
-    drop(parked);
-    let stderr = child.stderr.take();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        // Waited for without reaping, then reaped under the lock: `end_running` never signals
-        // a pid that was reaped (and could be reused) meanwhile.
-        crate::sys::wait_exited_no_reap(pid);
+fn run(cmd: Command, what: &'static str, log: &Path, timeout: Duration, fds: Vec<(OwnedFd, RawFd)>, lifetime: Lifetime) -> Result<()> {
+    Started::spawn(cmd, what, log, timeout, fds, lifetime)?.finish()
+}
+
+/// A CRIU started by `Started::spawn` and not yet waited for.
+struct Started {
+    pid: i32,
+    what: &'static str,
+    log: PathBuf,
+    timeout: Duration,
+    lifetime: Lifetime,
+    watcher: Option<i32>,
+    children_before: Vec<i32>,
+    status: std::sync::mpsc::Receiver<std::io::Result<std::process::ExitStatus>>,
+    exited: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stderr: std::sync::mpsc::Receiver<String>,
+}
+
+impl Started {
+    fn spawn(mut cmd: Command, what: &'static str, log: &Path, timeout: Duration, fds: Vec<(OwnedFd, RawFd)>, lifetime: Lifetime) -> Result<Started> {
+        let pairs: Vec<(RawFd, RawFd)> = fds.iter().map(|(fd, n)| (fd.as_raw_fd(), *n)).collect();
+        // Park sources above the target numbers first.
+        let parked: Vec<OwnedFd> = fds
+            .iter()
+            .map(|(fd, _)| crate::sys::dup_at_least(std::os::fd::AsFd::as_fd(fd), 300))
+            .collect::<std::io::Result<_>>()
+            .context("duplicating descriptors for criu")?;
+        let parked_pairs: Vec<(RawFd, RawFd)> = parked.iter().map(|p| p.as_raw_fd()).zip(pairs.iter().map(|p| p.1)).collect();
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        let keeper = std::process::id() as libc::pid_t;
+        if lifetime == Lifetime::FinishesRestore {
+            cmd.process_group(0);
+        }
+        // The keeper's children before the restore: a restored root is another (`--restore-sibling`).
+        let children_before = if lifetime == Lifetime::FinishesRestore { crate::sys::own_children() } else { Vec::new() };
+        // SAFETY: only umask, prctl, getppid and dup2 (async-signal-safe) on integers computed before fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                // A SIGKILLed keeper cannot run `end_running`: a dump must not outlive it.
+                if lifetime == Lifetime::EndsWithKeeper {
+                    crate::sys::child_set_pdeathsig(keeper)?;
+                }
+                // Images hold the program's memory: nothing CRIU creates may be readable by others.
+                crate::sys::child_umask(0o077)?;
+                for &(from, to) in &parked_pairs {
+                    crate::sys::child_dup2(from, to)?;
+                }
+                Ok(())
+            });
+        }
+        // Registered before another thread can end the keeper (see `end_running`).
         let mut running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
-        running.retain(|&p| p != pid);
-        let _ = tx.send(child.wait());
-    });
-    let mut err_text = String::new();
-    if let Some(mut e) = stderr {
-        use std::io::Read;
+        let mut child = cmd.spawn().with_context(|| format!("starting {}", cmd.get_program().to_string_lossy()))?;
+        let pid = child.id() as i32;
+        running.push(pid);
+        drop(running);
+        // Started while CRIU is unreaped (the reaping thread below is not yet running).
+        let watcher = if lifetime == Lifetime::FinishesRestore { crate::restore_guard::start_watcher(pid, timeout) } else { None };
+        drop(fds);
+        drop(parked);
+        let stderr = child.stderr.take().context("criu: no stderr pipe")?;
+        let (tx, status) = std::sync::mpsc::channel();
+        let exited = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let exited_set = exited.clone();
+        std::thread::spawn(move || {
+            // Waited for without reaping, then reaped under the lock: `end_running` never signals
+            // a pid that was reaped (and could be reused) meanwhile.
+            crate::sys::wait_exited_no_reap(pid);
+            exited_set.store(true, std::sync::atomic::Ordering::Release);
+            let mut running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+            running.retain(|&p| p != pid);
+            let _ = tx.send(child.wait());
+        });
         let (etx, erx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
+            use std::io::Read;
             let mut s = String::new();
-            let _ = e.read_to_string(&mut s);
+            let _ = { stderr }.read_to_string(&mut s);
             let _ = etx.send(s);
         });
-        match rx.recv_timeout(timeout) {
-            Ok(status) => {
-                err_text = erx.recv_timeout(Duration::from_secs(5)).unwrap_or_default();
-                let status = status.context("waiting for criu")?;
-                if status.success() {
+        Ok(Started { pid, what, log: log.to_path_buf(), timeout, lifetime, watcher, children_before, status, exited, stderr: erx })
+    }
+
+    /// Waits for CRIU (at most its time limit, counted from now; killed after it): `Ok` when it
+    /// succeeded, else what it said and the end of its log.
+    fn finish(self) -> Result<()> {
+        let Started { pid, what, log, timeout, lifetime, watcher, children_before, status, stderr, .. } = self;
+        match status.recv_timeout(timeout) {
+            Ok(st) => {
+                let err_text = stderr.recv_timeout(Duration::from_secs(5)).unwrap_or_default();
+                let st = st.context("waiting for criu")?;
+                if st.success() {
                     return Ok(());
                 }
-                bail!("criu {what} failed ({status}){}", describe_failure(&err_text, log));
+                bail!("criu {what} failed ({st}){}", describe_failure(&err_text, &log));
             }
             Err(_) => {
                 kill_running(pid);
-                let _ = rx.recv_timeout(Duration::from_secs(10));
+                let _ = status.recv_timeout(Duration::from_secs(10));
+                let err_text = stderr.recv_timeout(Duration::from_secs(1)).unwrap_or_default();
                 if lifetime == Lifetime::FinishesRestore {
                     // What CRIU had restored is no descendant of CRIU's: end it too.
                     for c in crate::sys::own_children().into_iter().filter(|c| *c != pid && Some(*c) != watcher && !children_before.contains(c)) {
                         crate::keeper::kill_program(c);
                     }
                 }
-                bail!("criu {what} did not finish within {}s and was killed{}", timeout.as_secs(), describe_failure(&err_text, log));
+                bail!("criu {what} did not finish within {}s and was killed{}", timeout.as_secs(), describe_failure(&err_text, &log));
             }
         }
     }
-    bail!("criu {what}: no stderr pipe")
+
+    /// Whether CRIU has ended (not yet reaped, perhaps: `finish` says how).
+    fn ended(&self) -> bool {
+        self.exited.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 /// CRIU processes started and not yet reaped.

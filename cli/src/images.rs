@@ -686,6 +686,17 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     res.with_context(|| format!("writing {}", path.display()))
 }
 
+/// Moves every entry of directory `from` into `to` (on the same file system), replacing what
+/// `to` has of the same name.
+pub fn move_entries(from: &Path, to: &Path) -> Result<()> {
+    for e in fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let e = e.with_context(|| format!("reading {}", from.display()))?;
+        let dest = to.join(e.file_name());
+        fs::rename(e.path(), &dest).with_context(|| format!("moving {} to {}", e.path().display(), dest.display()))?;
+    }
+    Ok(())
+}
+
 /// Reads a whole file through `update`; returns its length.
 fn read_through(path: &Path, mut update: impl FnMut(&[u8])) -> Result<u64> {
     let mut f = fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;

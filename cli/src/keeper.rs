@@ -5,7 +5,7 @@
 use crate::args::RunArgs;
 use crate::coord_wire::{self, AgentInfo, CoordInfo, FromCoord, Hello, KeeperHello, Mode, SecureTx, ToCoord};
 use crate::coordinator;
-use crate::criu::Criu;
+use crate::criu::{Criu, DumpSpec};
 use crate::ctl;
 use crate::images::{self, CkptDir, ExternalPipe, ExternalSocket, JobInfo, RankManifest, RankMeta};
 use crate::keeper_state::{CkptState, State};
@@ -19,7 +19,7 @@ use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
@@ -550,6 +550,9 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         state: State::Running,
         relays,
         coord_info: mine,
+        early_dump: None,
+        ahead_off: false,
+        ahead_count: 0,
         app: app_launch,
         store: crate::stage::Store::new(tx.clone(), &args.store, &info.job_id, l.rank, tracker)?,
     };
@@ -661,11 +664,65 @@ pub(crate) struct Keeper {
     pub(crate) relays: Vec<std::thread::JoinHandle<()>>,
     /// Set on rank 0: the coordinator it hosts.
     pub(crate) coord_info: Option<CoordInfo>,
+    /// The CRIU of the next dump, started ahead of it (`start_dump_ahead`).
+    pub(crate) early_dump: Option<EarlyDump>,
+    /// No dump is started ahead until the next checkpoint begins (the last try failed).
+    pub(crate) ahead_off: bool,
+    /// Dumps started ahead so far (names their gates).
+    pub(crate) ahead_count: u64,
     /// An app-mode rank: how its program was started (never dumped by CRIU).
     pub(crate) app: Option<crate::app::AppLaunch>,
     /// Where dumps go (`--stage-dir`), incremental dumps (`--incremental`), and the images being
     /// sealed off the event loop (`Ev::Sealed` says when).
     pub(crate) store: crate::stage::Store,
+}
+
+/// Whether dumps start ahead (`Keeper::start_dump_ahead`): unless `MPICR_DUMP_AHEAD=0`. A CRIU
+/// waiting at its gate holds ~2 MiB of memory of its own (and its script ~1 MiB) per rank.
+fn dump_ahead_wanted() -> bool {
+    std::env::var_os("MPICR_DUMP_AHEAD").is_none_or(|v| v != "0")
+}
+
+/// A dump started ahead (`Keeper::start_dump_ahead`) into `dir`, from where its images move
+/// into the epoch's directory once it is done.
+/// Dropped, it is called off (CRIU ends without touching the program) and its directory goes.
+pub(crate) struct EarlyDump {
+    dir: PathBuf,
+    /// `None` once it was let go.
+    pending: Option<crate::criu::PendingDump>,
+}
+
+impl EarlyDump {
+    /// Whether it does the dump `now` describes, and still waits to.
+    fn fits(&self, now: &DumpSpec) -> bool {
+        self.pending.as_ref().is_some_and(|p| p.spec().same_start(now) && !p.ended())
+    }
+
+    /// Lets it dump, and moves its images into `to`.
+    fn go(mut self, to: &Path) -> Result<()> {
+        self.pending.take().context("internal error: a dump started ahead went twice")?.go()?;
+        images::move_entries(&self.dir, to)
+    }
+}
+
+impl Drop for EarlyDump {
+    fn drop(&mut self) {
+        if let Some(p) = self.pending.take() {
+            p.cancel();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        // The parent, once no rank of this node uses it.
+        let _ = self.dir.parent().map(std::fs::remove_dir);
+    }
+}
+
+/// What `Keeper::plan_dump` found: CRIU's start, and what the epoch records of it.
+struct DumpPlan {
+    spec: DumpSpec,
+    fds: Vec<(OwnedFd, RawFd)>,
+    sockets: BTreeMap<u64, ExternalSocket>,
+    pipes: BTreeMap<u64, ExternalPipe>,
+    parent: Option<u64>,
 }
 
 impl Keeper {
@@ -695,6 +752,8 @@ impl Keeper {
     }
 
     pub(crate) fn event_loop(&mut self, rx: Receiver<Ev>) -> Result<Outcome> {
+        // A program without an agent sends nothing before its first checkpoint.
+        self.maybe_dump_ahead();
         loop {
             let ev = rx.recv().map_err(|_| anyhow!("internal error: event channel closed"))?;
             tracing::debug!(target: "keeper", "mpicr[{}]: {} <- {ev:?}", self.rank, self.state.name());
@@ -743,6 +802,15 @@ impl Keeper {
                 }
             }
             self.trace_transition(before);
+            self.maybe_dump_ahead();
+        }
+    }
+
+    /// Idle again (after a checkpoint, or the program's start): the next dump's CRIU starts.
+    /// The sockets its program shares with the keeper are settled by then.
+    fn maybe_dump_ahead(&mut self) {
+        if self.early_dump.is_none() && !self.ahead_off && self.idle_for_dump_ahead() {
+            self.start_dump_ahead(false);
         }
     }
 
@@ -807,6 +875,8 @@ impl Keeper {
                 }
             }
             FromAgent::WriteTracker { error } => {
+                // A dump started ahead holds the tracker this one replaces.
+                self.early_dump = None;
                 if let Some(e) = &error {
                     tracing::warn!(target: "keeper", "mpicr[{}]: --incremental: the program's write tracker is unavailable ({e}): full dumps", self.rank);
                 }
@@ -896,6 +966,12 @@ impl Keeper {
                             self.fail_ckpt(epoch, format!("{e:#}"));
                         }
                     }
+                }
+                // Started (or kept, when one started earlier fits) while the program gets
+                // ready for its dump.
+                if self.in_ckpt(epoch) {
+                    self.ahead_off = false;
+                    self.start_dump_ahead(stop);
                 }
             }
             FromCoord::Targets { epoch, round, comms, groups } => {
@@ -1030,55 +1106,32 @@ impl Keeper {
             return self.app_dump(epoch, &rdir, &launch, leave_stopped, t).map(Some);
         }
         let target = self.store.target(&self.dir, epoch, false);
-        let rdir = target.images.clone();
-        images::private_dir_all(&rdir)?;
-        let peers = crate::sockdiag::unix_peers().context("listing unix socket peers (sock_diag)")?;
-        let mut sockets: BTreeMap<u64, ExternalSocket> = BTreeMap::new();
-        let mut pipes: BTreeMap<u64, ExternalPipe> = BTreeMap::new();
-        for (fd, link) in tree_fds(self.pid)? {
-            if let Some(ino) = link_inode(&link, "socket:[") {
-                if let Some(role) = peers.get(&ino).and_then(|p| self.keeper_socks.get(p)) {
-                    sockets.entry(ino).or_insert_with(|| ExternalSocket { fds: vec![], ino, role: role.clone() }).fds.push(fd);
-                }
-            } else if let Some(ino) = link_inode(&link, "pipe:[") {
-                let stream = if ino == self.stdout_ino {
-                    "stdout"
-                } else if ino == self.stderr_ino {
-                    "stderr"
-                } else if ino == self.status_ino {
-                    "status"
-                } else {
-                    continue;
-                };
-                pipes.entry(ino).or_insert_with(|| ExternalPipe { fds: vec![], ino, stream: stream.into() }).fds.push(fd);
-            }
-        }
-        if !sockets.values().any(|s| s.role == "ctl") {
-            bail!("the program no longer holds its control socket (descriptor {PROGRAM_CTL_FD})");
-        }
-        let tids = program_tids(self.pid);
-        let ext: Vec<u64> = sockets.keys().copied().collect();
-        let mut criu = Criu::locate()?;
+        images::private_dir_all(&target.images)?;
+        let staged = target.images != target.fin;
         if let Some(why) = self.store.tracker.inactive_reason() {
             tracing::warn!(target: "keeper", "mpicr[{}]: {why}", self.rank);
         }
-        let parent = self.store.tracker.parent(&self.dir, self.rank);
-        let staged = (target.images != target.fin).then_some(&self.dir);
-        let extra = self.store.tracker.flags(parent, self.rank, staged);
-        let (mut env, mut fds) = (Vec::new(), Vec::new());
-        // The write tracker is of the process holding the control socket (under a PID
-        // namespace that is not the tree's root).
-        let ctl_ino = sockets.values().find(|s| s.role == "ctl").map(|s| s.ino);
-        let program = ctl_ino.and_then(|ino| socket_holder(self.pid, ino)).unwrap_or(self.pid);
-        if let Some(t) = self.store.tracker.criu_for_dump(program, CRIU_UFFD_FD)? {
-            criu = Criu { bin: t.criu };
-            env.push(t.env);
-            fds.push(t.fd);
-        }
+        let ahead = self.early_dump.take();
+        let plan = self.plan_dump(ahead.as_ref().map_or(&target.images, |a| &a.dir), staged, leave_stopped)?;
+        let tids = program_tids(self.pid);
         // A dump that fails may have cleared the bits (re-armed the tracker) already: until
         // this one succeeds, no epoch is a safe parent.
         self.store.tracker.last_dump = None;
-        criu.dump_with(self.pid, &rdir, &ext, leave_stopped, &extra, &env, fds, CRIU_TIMEOUT)?;
+        let DumpPlan { spec, fds, sockets, pipes, parent } = plan;
+        match ahead {
+            // Its images move into place (the same file system), off the program's stop.
+            Some(a) if a.fits(&spec) => {
+                drop(fds);
+                a.go(&target.images)?;
+            }
+            ahead => {
+                if let Some(a) = ahead {
+                    tracing::debug!(target: "keeper", "mpicr[{}]: the dump started ahead does not fit this one: started again", self.rank);
+                    drop(a);
+                }
+                Criu::dump(&DumpSpec { dir: target.images.clone(), ..spec }, fds, CRIU_TIMEOUT)?;
+            }
+        }
         if self.store.tracker.active() {
             // The dirty bits were cleared: only this epoch's images can be the next parent.
             self.store.tracker.last_dump = Some(epoch);
@@ -1111,6 +1164,99 @@ impl Keeper {
         self.sealed(true);
         self.store.seal_in_background(target, meta, t)?;
         Ok(None)
+    }
+
+    /// Everything a CRIU dump of the program into `dir` is started with, from the program's
+    /// descriptors as they are now. `staged`: the dump goes to a stage directory.
+    fn plan_dump(&self, dir: &Path, staged: bool, leave_stopped: bool) -> Result<DumpPlan> {
+        let peers = crate::sockdiag::unix_peers().context("listing unix socket peers (sock_diag)")?;
+        let mut sockets: BTreeMap<u64, ExternalSocket> = BTreeMap::new();
+        let mut pipes: BTreeMap<u64, ExternalPipe> = BTreeMap::new();
+        for (fd, link) in tree_fds(self.pid)? {
+            if let Some(ino) = link_inode(&link, "socket:[") {
+                if let Some(role) = peers.get(&ino).and_then(|p| self.keeper_socks.get(p)) {
+                    sockets.entry(ino).or_insert_with(|| ExternalSocket { fds: vec![], ino, role: role.clone() }).fds.push(fd);
+                }
+            } else if let Some(ino) = link_inode(&link, "pipe:[") {
+                let stream = if ino == self.stdout_ino {
+                    "stdout"
+                } else if ino == self.stderr_ino {
+                    "stderr"
+                } else if ino == self.status_ino {
+                    "status"
+                } else {
+                    continue;
+                };
+                pipes.entry(ino).or_insert_with(|| ExternalPipe { fds: vec![], ino, stream: stream.into() }).fds.push(fd);
+            }
+        }
+        if !sockets.values().any(|s| s.role == "ctl") {
+            bail!("the program no longer holds its control socket (descriptor {PROGRAM_CTL_FD})");
+        }
+        let mut bin = Criu::locate()?.bin;
+        let parent = self.store.tracker.parent(&self.dir, self.rank);
+        let extra = self.store.tracker.flags(parent, self.rank, staged.then_some(&self.dir));
+        let (mut env, mut fds) = (Vec::new(), Vec::new());
+        // The write tracker is of the process holding the control socket (under a PID
+        // namespace that is not the tree's root).
+        let ctl_ino = sockets.values().find(|s| s.role == "ctl").map(|s| s.ino);
+        let program = ctl_ino.and_then(|ino| socket_holder(self.pid, ino)).unwrap_or(self.pid);
+        if let Some(t) = self.store.tracker.criu_for_dump(program, CRIU_UFFD_FD)? {
+            bin = t.criu;
+            env.push(t.env);
+            fds.push(t.fd);
+        }
+        let spec = DumpSpec { bin, pid: self.pid, dir: dir.to_path_buf(), external_unix: sockets.keys().copied().collect(), leave_stopped, extra, env };
+        Ok(DumpPlan { spec, fds, sockets, pipes, parent })
+    }
+
+    /// Starts the CRIU of the next dump ahead of it, held at its gate until the program is ready
+    /// (`dump_gate`): its start-up (~30-50 ms of kernel probing) is then off the program's stop.
+    /// Called as a checkpoint begins (`stop`: a `checkpoint --stop`), where a dump started
+    /// earlier that fits is kept, and when the keeper is idle again after one (`stop` false,
+    /// the usual next request). A dump that cannot start ahead starts when due, as before.
+    fn start_dump_ahead(&mut self, stop: bool) {
+        if self.app.is_some() || self.ahead_off || !dump_ahead_wanted() {
+            return;
+        }
+        match self.try_dump_ahead(stop) {
+            Ok(Some(a)) => self.early_dump = Some(a),
+            Ok(None) => {}
+            Err(e) => {
+                // Not tried again before the next checkpoint: each try lists the sockets.
+                self.ahead_off = true;
+                tracing::debug!(target: "keeper", "mpicr[{}]: the next dump starts when due: {e:#}", self.rank);
+            }
+        }
+    }
+
+    /// `start_dump_ahead`'s work: the dump started, or `None` when the one already started fits.
+    fn try_dump_ahead(&mut self, stop: bool) -> Result<Option<EarlyDump>> {
+        let dir = self.store.ahead_dir(&self.dir);
+        let plan = self.plan_dump(&dir, self.store.staged(), stop)?;
+        if let Some(a) = self.early_dump.take() {
+            if a.fits(&plan.spec) {
+                self.early_dump = Some(a);
+                return Ok(None);
+            }
+        }
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+        }
+        images::private_dir_all(&dir)?;
+        self.ahead_count += 1;
+        let pending = Criu::start_dump(&plan.spec, plan.fds, CRIU_TIMEOUT, &self.ahead_count.to_string())?;
+        Ok(Some(EarlyDump { dir, pending: Some(pending) }))
+    }
+
+    /// Whether the next dump's CRIU can start now: no checkpoint in progress, the program's
+    /// agent up, and (incremental dumps) the last dump committed, which is its parent.
+    fn idle_for_dump_ahead(&self) -> bool {
+        matches!(self.state, State::Running)
+            && self.coord.is_some()
+            && (self.mode == Mode::NoMpi || self.agent.is_some())
+            && self.store.sealing_epoch().is_none()
+            && (self.store.tracker.last_dump.is_none() || self.store.tracker.parent(&self.dir, self.rank).is_some())
     }
 
     /// What an epoch records of this rank, before the parts only a CRIU image has (threads, the

@@ -10,6 +10,7 @@ mod coordinator;
 mod criu;
 mod ctl;
 mod docs;
+mod dump_gate;
 #[cfg(test)]
 mod fuzz;
 mod images;
@@ -94,6 +95,9 @@ fn main() {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == pidns::INIT_ARG) {
         pidns::init_main(&args[2..]);
+    }
+    if let Some(code) = dump_gate::action_from_env(&args) {
+        std::process::exit(code);
     }
     if let Some(code) = restore_guard::action_from_env(&args) {
         std::process::exit(code);

@@ -329,6 +329,9 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
         state: crate::keeper_state::State::AwaitingGo { epoch },
         relays,
         coord_info: mine,
+        early_dump: None,
+        ahead_off: false,
+        ahead_count: 0,
         app: None,
         store: crate::stage::Store::new(tx.clone(), &args.store, &job.job_id, rank, tracker)?,
     };
@@ -511,6 +514,9 @@ fn restart_app(
         state: crate::keeper_state::State::AwaitingGo { epoch },
         relays,
         coord_info: mine,
+        early_dump: None,
+        ahead_off: false,
+        ahead_count: 0,
         app: Some(launch.clone()),
         store,
     };

@@ -49,7 +49,7 @@ pub fn criu_options() -> Option<(Vec<OsString>, (String, String))> {
 }
 
 /// This binary, when it can be named and run again.
-fn own_exe() -> Option<std::path::PathBuf> {
+pub fn own_exe() -> Option<std::path::PathBuf> {
     std::env::current_exe().ok().filter(|p| crate::sys::is_executable(p))
 }
 

@@ -102,6 +102,23 @@ impl Store {
         Ok(t)
     }
 
+    /// Where this rank's next dump is started ahead (`Keeper::start_dump_ahead`): beside the
+    /// epochs it goes to (the stage directory's, else the checkpoint directory's), so that its
+    /// images move into place by renaming, and a relative parent link (`--prev-images-dir`)
+    /// means the same from both.
+    pub fn ahead_dir(&self, dir: &CkptDir) -> PathBuf {
+        let base = match &self.stage {
+            Some(s) => s.clone(),
+            None => dir.root.clone(),
+        };
+        base.join(".next-dump").join(format!("rank-{}", self.rank))
+    }
+
+    /// Whether dumps go to a stage directory (`--stage-dir`).
+    pub fn staged(&self) -> bool {
+        self.stage.is_some()
+    }
+
     /// Seals the dump (after a copy from the stage directory) on a thread of its own, which
     /// says `Ev::Sealed` when done; `take_sealed` has its result. One at a time: the caller
     /// takes the previous one first.

@@ -329,6 +329,18 @@ pub fn poll_readable(fds: &[BorrowedFd<'_>], limit: Option<std::time::Duration>)
     }
 }
 
+/// The pid of the process at the other end of a connected unix socket (`SO_PEERCRED`).
+pub fn peer_pid(sock: BorrowedFd<'_>) -> io::Result<i32> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt fills at most `len` bytes of `cred`, a ucred that lives through the call.
+    let r = unsafe { libc::getsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cred.pid)
+}
+
 /// The processes `tracer` ptraces (`TracerPid` of their /proc status).
 pub fn tracees_of(tracer: i32) -> Vec<i32> {
     let traced_by = |pid: i32| -> Option<i32> {

@@ -11,7 +11,11 @@ const BG_LIMIT: Duration = Duration::from_secs(120);
 
 pub fn cases_first() -> Vec<CaseFn> {
     vec![
-        CaseFn { name: "criu-single", cases: &["criu-single-stop", "criu-single-restart", "criu-single-restart-epoch1"], run: single },
+        CaseFn {
+            name: "criu-single",
+            cases: &["criu-single-dump-ahead", "criu-single-stop", "criu-single-dump-ahead-gone", "criu-single-restart", "criu-single-restart-epoch1"],
+            run: single,
+        },
         CaseFn { name: "criu-pid-clash", cases: &["criu-pid-clash-pidns-restarts", "criu-pid-clash-named"], run: pid_clash },
         CaseFn { name: "criu-restart-killed", cases: &["restart-killed-while-restoring-leaves-nothing", "restart-after-killed-restore"], run: killed_restore },
     ]
@@ -46,7 +50,17 @@ fn single(t: &mut T) {
     let mut c = t.m(["run", "--no-mpi", "--ckpt-dir"]);
     c.arg(&d).arg("--").arg(t.env.bin("counter")).arg("60");
     let mut job = t.spawn(c, Some(&t.p("s1.out")), Some(&t.p("s1.err")));
+    // The keeper starts the next dump's CRIU ahead, waiting at its gate before it seizes
+    // anything: once the job runs, and again after each checkpoint (the first went to epoch 1).
+    let ahead = d.join(".next-dump").join("rank-0");
+    let waiting = || criu_waiting_in(&ahead);
+    let before = wait_for(waiting, Duration::from_secs(20));
     let (mut rcs, r1) = t.ckpt(&d, &[]);
+    let after = rcs == 0 && wait_for(waiting, Duration::from_secs(20));
+    let dumped = grep_c("Seized task", &cat(&[&d.join("epoch-000001/rank-0/dump.log")])) > 0;
+    t.check("criu-single-dump-ahead", before && after && dumped, |_t| {
+        format!("a CRIU waiting in {}: before the checkpoint {before}, after it {after}; epoch 1's dump.log names the seize: {dumped}", ahead.display())
+    });
     let mut r2 = String::new();
     if rcs == 0 {
         (rcs, r2) = t.ckpt(&d, &["--stop"]);
@@ -54,6 +68,9 @@ fn single(t: &mut T) {
     let rc = job.wait(BG_LIMIT);
     let good = rcs == 0 && rc == 0 && grep("^epoch: *2", &r2) && r2.contains("job stopped");
     t.check("criu-single-stop", good, |t| format!("ckpt rc={rcs} run rc={rc}: {r1} {r2} {}", cat(&[&t.p("s1.err")])));
+    // Nothing of it outlives the job: its directory, its CRIU.
+    let gone = !d.join(".next-dump").exists() && !criu_waiting_in(&ahead);
+    t.check("criu-single-dump-ahead-gone", gone, |_t| format!("{} or its CRIU is left after the job ended", ahead.display()));
 
     let mut c = t.m(["restart"]);
     c.arg(&d);
@@ -70,6 +87,18 @@ fn single(t: &mut T) {
     let rc = t.to(c, Some(&t.p("s3.out")), None, LIMIT);
     let last = tail(&t.p("s3.out"), 1);
     t.check("criu-single-restart-epoch1", rc == 4 && last.contains("tick 60"), |_t| format!("rc={rc}"));
+}
+
+/// Whether a `criu dump` into `dir` runs (by its command line, whose path CRIU got resolved:
+/// compared by its last three components).
+fn criu_waiting_in(dir: &std::path::Path) -> bool {
+    let tail: Vec<_> = dir.components().rev().take(3).collect();
+    let want = tail.iter().rev().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/");
+    crate::job::scan_procs().iter().filter(|p| p.comm == "criu" && !p.dead).any(|p| {
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", p.pid)).unwrap_or_default();
+        let args: Vec<String> = cmdline.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        args.iter().any(|a| a == "dump") && args.iter().any(|a| a.ends_with(&format!("/{want}")))
+    })
 }
 
 /// Restored processes keep their ids. In the program's own PID namespace (the default; MPICR_PIDNS=0 turns it off) those

@@ -162,8 +162,15 @@ fn stage(t: &mut T) {
     t.wait_coordinator(&d, true);
 
     let (rc, out) = t.ckpt(&d, &[]);
+    // `.next-dump` is the next dump, started ahead and waiting (README): not a leftover.
     let leftover: Vec<_> = std::fs::read_dir(&s)
-        .map(|rd| rd.flatten().flat_map(|e| std::fs::read_dir(e.path()).into_iter().flatten().flatten()).map(|e| e.path()).collect())
+        .map(|rd| {
+            rd.flatten()
+                .flat_map(|e| std::fs::read_dir(e.path()).into_iter().flatten().flatten())
+                .map(|e| e.path())
+                .filter(|p| !p.ends_with(".next-dump"))
+                .collect()
+        })
         .unwrap_or_default();
     let marker = d.join("epoch-000001/rank-0/STAGED").exists() || d.join("epoch-000001/rank-1/STAGED").exists();
     let good = rc == 0 && t.epochs_complete(&d) == 1 && leftover.is_empty() && !marker;
