@@ -3,7 +3,7 @@
 //! rank's image directory; its last lines are part of every failure message.
 
 use anyhow::{bail, Context, Result};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -25,6 +25,9 @@ pub struct DumpSpec {
     pub bin: PathBuf,
     /// The root of the dumped tree.
     pub pid: i32,
+    /// The program (the root, or its child under a PID namespace): a dump whose root or program
+    /// ends is stopped (CRIU may wait for good on a tree that dies under it).
+    pub program: i32,
     /// The image directory (log: `dump.log` in it).
     pub dir: PathBuf,
     /// Inodes of unix sockets whose peers stay outside the image (the keeper's ends).
@@ -42,9 +45,10 @@ impl DumpSpec {
     /// Whether a dump started with this spec does what `now` asks: the same but for the
     /// keeper's sockets that closed since (an external socket that is gone is never looked up).
     pub fn same_start(&self, now: &DumpSpec) -> bool {
-        let DumpSpec { bin, pid, dir, external_unix, leave_stopped, extra, env } = now;
+        let DumpSpec { bin, pid, program, dir, external_unix, leave_stopped, extra, env } = now;
         self.bin == *bin
             && self.pid == *pid
+            && self.program == *program
             && self.dir == *dir
             && self.leave_stopped == *leave_stopped
             && self.extra == *extra
@@ -81,10 +85,13 @@ impl PendingDump {
         self.started.ended()
     }
 
-    /// Lets the dump seize the program and waits for it to end, as `Criu::dump` does.
-    pub fn go(self) -> Result<()> {
-        let PendingDump { started, gate, .. } = self;
-        match gate.open(started.pid, || started.ended(), started.timeout) {
+    /// Lets the dump seize the program and waits for it to end, as `Criu::dump` does. Failures
+    /// name CRIU's log as `shown` (where the caller moves it).
+    pub fn go(self, shown: &Path) -> Result<()> {
+        let PendingDump { mut started, gate, .. } = self;
+        started.shown = shown.to_path_buf();
+        // CRIU waits at the gate once it is past its start-up, which takes well under a second.
+        match gate.open(started.pid, || started.ended(), GATE_LIMIT) {
             Ok(()) => started.finish(),
             // What CRIU says of itself tells more than the gate.
             Err(crate::dump_gate::NotOpened::CriuEnded) => started.finish().and_then(|()| bail!("criu dump ended before it dumped anything")),
@@ -107,6 +114,9 @@ impl PendingDump {
         }
     }
 }
+
+/// How long a dump started ahead may take to reach its gate once it is due.
+const GATE_LIMIT: Duration = Duration::from_secs(60);
 
 /// CRIU's log level: `MPICR_CRIU_LOG_LEVEL` (0-4), else `default`. Dumps default to `-v3` (each
 /// step, warnings, errors): `-v4` writes a line per run of pages (95,000 for a dump of 512 MiB
@@ -158,7 +168,7 @@ impl Criu {
     /// Dumps the program as `spec` says, handing CRIU `fds` (descriptor, number in CRIU).
     pub fn dump(spec: &DumpSpec, fds: Vec<(OwnedFd, RawFd)>, timeout: Duration) -> Result<()> {
         let (cmd, log) = spec.command()?;
-        run(cmd, "dump", &log, timeout, fds, Lifetime::EndsWithKeeper)
+        Started::spawn(cmd, "dump", &log, timeout, fds, Lifetime::EndsWithKeeper)?.watching(&[spec.pid, spec.program]).finish()
     }
 
     /// Starts the dump `spec` describes, held before it seizes the program until
@@ -169,7 +179,7 @@ impl Criu {
         let (mut cmd, log) = spec.command()?;
         let (k, v) = gate.env();
         cmd.arg("--action-script").arg(exe).env(k, v);
-        let started = Started::spawn(cmd, "dump", &log, timeout, fds, Lifetime::EndsWithKeeper)?;
+        let started = Started::spawn(cmd, "dump", &log, timeout, fds, Lifetime::EndsWithKeeper)?.watching(&[spec.pid, spec.program]);
         Ok(PendingDump { spec: spec.clone(), started, gate })
     }
 
@@ -289,7 +299,7 @@ impl Criu {
         while !d.dir.join(LAZY_SOCKET).exists() {
             if let Ok(st) = d.done.try_recv() {
                 let log = d.dir.join(LAZY_LOG);
-                bail!("criu lazy-pages ended before it listened ({}){}", st.map(|s| s.to_string()).unwrap_or_default(), describe_failure("", &log));
+                bail!("criu lazy-pages ended before it listened ({}){}", st.map(|s| s.to_string()).unwrap_or_default(), describe_failure("", &log, &log));
             }
             if std::time::Instant::now() >= until {
                 d.kill();
@@ -308,9 +318,11 @@ impl LazyPages {
         let log = self.dir.join(LAZY_LOG);
         let r = match self.done.recv_timeout(limit) {
             Ok(Ok(st)) if st.success() => Ok(()),
-            Ok(st) => {
-                Err(anyhow::anyhow!("criu lazy-pages failed ({}){}", st.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string()), describe_failure("", &log)))
-            }
+            Ok(st) => Err(anyhow::anyhow!(
+                "criu lazy-pages failed ({}){}",
+                st.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string()),
+                describe_failure("", &log, &log)
+            )),
             Err(_) => {
                 kill_running(self.pid);
                 let _ = self.done.recv_timeout(Duration::from_secs(10));
@@ -472,6 +484,10 @@ struct Started {
     status: std::sync::mpsc::Receiver<std::io::Result<std::process::ExitStatus>>,
     exited: std::sync::Arc<std::sync::atomic::AtomicBool>,
     stderr: std::sync::mpsc::Receiver<String>,
+    /// A dump's: pidfds of the dumped tree's root and program, whose end ends the wait for CRIU.
+    watched: Vec<OwnedFd>,
+    /// The log as failures name it (where it will be: see `PendingDump::go`).
+    shown: PathBuf,
 }
 
 impl Started {
@@ -536,21 +552,54 @@ impl Started {
             let _ = { stderr }.read_to_string(&mut s);
             let _ = etx.send(s);
         });
-        Ok(Started { pid, what, log: log.to_path_buf(), timeout, lifetime, watcher, children_before, status, exited, stderr: erx })
+        Ok(Started {
+            pid,
+            what,
+            log: log.to_path_buf(),
+            timeout,
+            lifetime,
+            watcher,
+            children_before,
+            status,
+            exited,
+            stderr: erx,
+            watched: Vec::new(),
+            shown: log.to_path_buf(),
+        })
     }
 
     /// Waits for CRIU (at most its time limit, counted from now; killed after it): `Ok` when it
     /// succeeded, else what it said and the end of its log.
     fn finish(self) -> Result<()> {
-        let Started { pid, what, log, timeout, lifetime, watcher, children_before, status, stderr, .. } = self;
-        match status.recv_timeout(timeout) {
+        let Started { pid, what, log, timeout, lifetime, watcher, children_before, status, stderr, watched, shown, .. } = self;
+        let until = std::time::Instant::now() + timeout;
+        let describe = |err_text: &str| describe_failure(err_text, &log, &shown);
+        let got = loop {
+            // In short waits while a dumped tree lives: a program killed while CRIU held it
+            // left CRIU waiting for good (measured: 1 dump in ~10 with the program SIGKILLed).
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            let step = if watched.is_empty() { left } else { left.min(Duration::from_millis(50)) };
+            match status.recv_timeout(step) {
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) if !left.is_zero() => {
+                    let fds: Vec<_> = watched.iter().map(|f| f.as_fd()).collect();
+                    if !fds.is_empty() && crate::sys::poll_readable(&fds, Some(Duration::ZERO)).ok().flatten().is_some() {
+                        kill_running(pid);
+                        let _ = status.recv_timeout(Duration::from_secs(10));
+                        let err_text = stderr.recv_timeout(Duration::from_secs(1)).unwrap_or_default();
+                        bail!("the program ended while criu dumped it; criu was stopped{}", describe(&err_text));
+                    }
+                }
+                r => break r,
+            }
+        };
+        match got {
             Ok(st) => {
                 let err_text = stderr.recv_timeout(Duration::from_secs(5)).unwrap_or_default();
                 let st = st.context("waiting for criu")?;
                 if st.success() {
                     return Ok(());
                 }
-                bail!("criu {what} failed ({st}){}", describe_failure(&err_text, &log));
+                bail!("criu {what} failed ({st}){}", describe(&err_text));
             }
             Err(_) => {
                 kill_running(pid);
@@ -562,9 +611,15 @@ impl Started {
                         crate::keeper::kill_program(c);
                     }
                 }
-                bail!("criu {what} did not finish within {}s and was killed{}", timeout.as_secs(), describe_failure(&err_text, &log));
+                bail!("criu {what} did not finish within {}s and was killed{}", timeout.as_secs(), describe(&err_text));
             }
         }
+    }
+
+    /// Its wait (`finish`) also ends when one of `pids` ends (a dumped tree's root, its program).
+    fn watching(mut self, pids: &[i32]) -> Started {
+        self.watched = pids.iter().filter_map(|&p| crate::sys::pidfd_open(p).ok()).collect();
+        self
     }
 
     /// Whether CRIU has ended (not yet reaped, perhaps: `finish` says how).
@@ -594,7 +649,9 @@ fn kill_running(pid: i32) {
     }
 }
 
-fn describe_failure(stderr: &str, log: &Path) -> String {
+/// What CRIU said on stderr and the end of its `log`, which is named as `shown` (where it is
+/// moved to after a dump started ahead).
+fn describe_failure(stderr: &str, log: &Path, shown: &Path) -> String {
     let mut s = String::new();
     let stderr = stderr.trim();
     if !stderr.is_empty() {
@@ -602,7 +659,7 @@ fn describe_failure(stderr: &str, log: &Path) -> String {
     }
     let tail = log_tail(log, 12);
     if !tail.is_empty() {
-        s.push_str(&format!("\n  last lines of {}:\n{}", log.display(), tail));
+        s.push_str(&format!("\n  last lines of {}:\n{}", shown.display(), tail));
     }
     s
 }

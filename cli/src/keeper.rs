@@ -698,10 +698,11 @@ impl EarlyDump {
         self.pending.as_ref().is_some_and(|p| p.spec().same_start(now) && !p.ended())
     }
 
-    /// Lets it dump, and moves its images into `to`.
+    /// Lets it dump, and moves its images (after a failure, its log) into `to`.
     fn go(mut self, to: &Path) -> Result<()> {
-        self.pending.take().context("internal error: a dump started ahead went twice")?.go()?;
-        images::move_entries(&self.dir, to)
+        let done = self.pending.take().context("internal error: a dump started ahead went twice")?.go(&to.join("dump.log"));
+        let moved = images::move_entries(&self.dir, to);
+        done.and(moved)
     }
 }
 
@@ -1206,7 +1207,8 @@ impl Keeper {
             env.push(t.env);
             fds.push(t.fd);
         }
-        let spec = DumpSpec { bin, pid: self.pid, dir: dir.to_path_buf(), external_unix: sockets.keys().copied().collect(), leave_stopped, extra, env };
+        let spec =
+            DumpSpec { bin, pid: self.pid, program, dir: dir.to_path_buf(), external_unix: sockets.keys().copied().collect(), leave_stopped, extra, env };
         Ok(DumpPlan { spec, fds, sockets, pipes, parent })
     }
 

@@ -127,7 +127,13 @@ impl Ctx<'_> {
         let pause = self.pause_steps(1);
         let mut second = Planned::new(Trigger::After(Duration::ZERO), false);
         second.fault = fault;
-        let job = self.run_job(&pause);
+        let mut job = self.run_job(&pause);
+        if matches!(fault, Fault::Kill(_)) {
+            // Struck as CRIU appears: that is as the dump begins only when each dump's CRIU
+            // starts when due. Started ahead (README), it waits long before, and a kill then lands
+            // anywhere in the checkpoint, a dump that already finished included.
+            job.rank_env.push(("MPICR_DUMP_AHEAD".into(), "0".into()));
+        }
         let l = self.launch(label, job, vec![Planned::new(Trigger::Pause, false), second], Resume::Pauses)?;
         let cut = l.taken.first().and_then(|t| t.cut.clone()).ok_or_else(|| Error::Check("epoch 1 was not taken".into()))?;
         let said = l.answers.first().cloned().ok_or_else(|| Error::Check("the checkpoint with the fault was not asked for".into()))?;
