@@ -47,6 +47,7 @@ fn single(t: &mut T) {
         return;
     }
     let d = t.p("single");
+    t.export("MPICR_DUMP_AHEAD", "1");
     let mut c = t.m(["run", "--no-mpi", "--ckpt-dir"]);
     c.arg(&d).arg("--").arg(t.env.bin("counter")).arg("60");
     let mut job = t.spawn(c, Some(&t.p("s1.out")), Some(&t.p("s1.err")));
