@@ -107,11 +107,7 @@ impl PendingDump {
     pub fn cancel(self) {
         let PendingDump { started, gate, .. } = self;
         drop(gate);
-        let pid = started.pid;
-        if started.status.recv_timeout(Duration::from_secs(10)).is_err() {
-            kill_running(pid);
-            let _ = started.status.recv_timeout(Duration::from_secs(10));
-        }
+        end_within(started.pid, &started.status, Duration::from_secs(10));
     }
 }
 
@@ -172,10 +168,10 @@ impl Criu {
     }
 
     /// Starts the dump `spec` describes, held before it seizes the program until
-    /// `PendingDump::go` (see `dump_gate`). `tag` names the gate among this keeper's dumps.
-    pub fn start_dump(spec: &DumpSpec, fds: Vec<(OwnedFd, RawFd)>, timeout: Duration, tag: &str) -> Result<PendingDump> {
+    /// `PendingDump::go` (see `dump_gate`).
+    pub fn start_dump(spec: &DumpSpec, fds: Vec<(OwnedFd, RawFd)>, timeout: Duration) -> Result<PendingDump> {
         let exe = crate::restore_guard::own_exe().context("this binary cannot be run as CRIU's action script")?;
-        let gate = crate::dump_gate::Gate::listen(tag)?;
+        let gate = crate::dump_gate::Gate::listen()?;
         let (mut cmd, log) = spec.command()?;
         let (k, v) = gate.env();
         cmd.arg("--action-script").arg(exe).env(k, v);
@@ -583,8 +579,7 @@ impl Started {
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) if !left.is_zero() => {
                     let fds: Vec<_> = watched.iter().map(|f| f.as_fd()).collect();
                     if !fds.is_empty() && crate::sys::poll_readable(&fds, Some(Duration::ZERO)).ok().flatten().is_some() {
-                        kill_running(pid);
-                        let _ = status.recv_timeout(Duration::from_secs(10));
+                        end_within(pid, &status, Duration::ZERO);
                         let err_text = stderr.recv_timeout(Duration::from_secs(1)).unwrap_or_default();
                         bail!("the program ended while criu dumped it; criu was stopped{}", describe(&err_text));
                     }
@@ -602,8 +597,7 @@ impl Started {
                 bail!("criu {what} failed ({st}){}", describe(&err_text));
             }
             Err(_) => {
-                kill_running(pid);
-                let _ = status.recv_timeout(Duration::from_secs(10));
+                end_within(pid, &status, Duration::ZERO);
                 let err_text = stderr.recv_timeout(Duration::from_secs(1)).unwrap_or_default();
                 if lifetime == Lifetime::FinishesRestore {
                     // What CRIU had restored is no descendant of CRIU's: end it too.
@@ -638,6 +632,15 @@ pub fn end_running() {
     let running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
     for &pid in running.iter() {
         crate::sys::kill_tree(pid);
+    }
+}
+
+/// Lets CRIU `pid` end by itself within `grace`, else ends it (`kill_running`) and waits for
+/// its status (10 s at most).
+fn end_within(pid: i32, status: &std::sync::mpsc::Receiver<std::io::Result<std::process::ExitStatus>>, grace: Duration) {
+    if status.recv_timeout(grace).is_err() {
+        kill_running(pid);
+        let _ = status.recv_timeout(Duration::from_secs(10));
     }
 }
 

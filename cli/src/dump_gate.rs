@@ -17,6 +17,7 @@ use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Names the gate (an abstract socket) in the environment of `criu dump` and its scripts.
@@ -44,9 +45,10 @@ pub enum NotOpened {
 }
 
 impl Gate {
-    /// A new gate, named after this process and `tag` (unique among this keeper's dumps).
-    pub fn listen(tag: &str) -> Result<Gate> {
-        let name = format!("mpicr-dump-gate.{}.{tag}", std::process::id());
+    /// A new gate, named after this process and a count of its gates.
+    pub fn listen() -> Result<Gate> {
+        static OPENED: AtomicU64 = AtomicU64::new(0);
+        let name = format!("mpicr-dump-gate.{}.{}", std::process::id(), OPENED.fetch_add(1, Ordering::Relaxed));
         let addr = SocketAddr::from_abstract_name(name.as_bytes()).context("naming the dump gate")?;
         let listener = UnixListener::bind_addr(&addr).with_context(|| format!("opening the dump gate @{name}"))?;
         listener.set_nonblocking(true).context("opening the dump gate")?;
@@ -157,7 +159,7 @@ mod tests {
 
     #[test]
     fn only_the_criu_child_is_let_through() {
-        let gate = Gate::listen("test-go").unwrap();
+        let gate = Gate::listen().unwrap();
         // This process plays CRIU: the script is its child.
         let c = script(&gate.name);
         gate.open(std::process::id() as i32, || false, Duration::from_secs(30)).unwrap();
@@ -172,7 +174,7 @@ mod tests {
 
     #[test]
     fn a_closed_gate_calls_the_dump_off() {
-        let gate = Gate::listen("test-off").unwrap();
+        let gate = Gate::listen().unwrap();
         let c = script(&gate.name);
         drop(gate);
         assert_ne!(verdict(c), "go");
@@ -180,7 +182,7 @@ mod tests {
 
     #[test]
     fn a_criu_that_ended_is_not_waited_for() {
-        let gate = Gate::listen("test-ended").unwrap();
+        let gate = Gate::listen().unwrap();
         assert!(matches!(gate.open(std::process::id() as i32, || true, Duration::from_secs(30)), Err(NotOpened::CriuEnded)));
     }
 }

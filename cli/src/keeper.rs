@@ -552,7 +552,6 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         coord_info: mine,
         early_dump: None,
         ahead_off: false,
-        ahead_count: 0,
         app: app_launch,
         store: crate::stage::Store::new(tx.clone(), &args.store, &info.job_id, l.rank, tracker)?,
     };
@@ -668,8 +667,6 @@ pub(crate) struct Keeper {
     pub(crate) early_dump: Option<EarlyDump>,
     /// No dump is started ahead until the next checkpoint begins (the last try failed).
     pub(crate) ahead_off: bool,
-    /// Dumps started ahead so far (names their gates).
-    pub(crate) ahead_count: u64,
     /// An app-mode rank: how its program was started (never dumped by CRIU).
     pub(crate) app: Option<crate::app::AppLaunch>,
     /// Where dumps go (`--stage-dir`), incremental dumps (`--incremental`), and the images being
@@ -1248,8 +1245,7 @@ impl Keeper {
             std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
         }
         images::private_dir_all(&dir)?;
-        self.ahead_count += 1;
-        let pending = Criu::start_dump(&plan.spec, plan.fds, CRIU_TIMEOUT, &self.ahead_count.to_string())?;
+        let pending = Criu::start_dump(&plan.spec, plan.fds, CRIU_TIMEOUT)?;
         Ok(Some(EarlyDump { dir, pending: Some(pending) }))
     }
 

@@ -102,6 +102,8 @@ fn main() {
     if let Some(code) = restore_guard::action_from_env(&args) {
         std::process::exit(code);
     }
+    // Before anything could replace the binary (see `paths::exe`).
+    let _ = paths::exe();
     let cli = Cli::parse();
     log::init();
     let wrapper = matches!(cli.command, Command::Run(_) | Command::Restart(_));

@@ -2,11 +2,21 @@
 
 use crate::mpilib::Face;
 use anyhow::{bail, Result};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The running mpicr binary, resolved once (`main` asks first): a rebuild or `make install`
+/// while a job runs replaces the file, and the kernel then names the running one
+/// "PATH (deleted)", from which neither the CRIU beside it nor the binary itself (CRIU's action
+/// script) could be found again.
+pub fn exe() -> Option<&'static Path> {
+    static EXE: OnceLock<Option<PathBuf>> = OnceLock::new();
+    EXE.get_or_init(|| std::env::current_exe().ok()?.canonicalize().ok()).as_deref()
+}
 
 /// The directory holding the running mpicr binary.
 pub fn exe_dir() -> Option<PathBuf> {
-    std::env::current_exe().ok()?.canonicalize().ok()?.parent().map(PathBuf::from)
+    exe()?.parent().map(PathBuf::from)
 }
 
 /// Where mpicr's libraries are, relative to its binary: next to it (a build tree,

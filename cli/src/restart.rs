@@ -331,7 +331,6 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
         coord_info: mine,
         early_dump: None,
         ahead_off: false,
-        ahead_count: 0,
         app: None,
         store: crate::stage::Store::new(tx.clone(), &args.store, &job.job_id, rank, tracker)?,
     };
@@ -516,7 +515,6 @@ fn restart_app(
         coord_info: mine,
         early_dump: None,
         ahead_off: false,
-        ahead_count: 0,
         app: Some(launch.clone()),
         store,
     };

@@ -48,9 +48,9 @@ pub fn criu_options() -> Option<(Vec<OsString>, (String, String))> {
     Some((vec!["--action-script".into(), exe.into_os_string()], (KEEPER_ENV.to_string(), std::process::id().to_string())))
 }
 
-/// This binary, when it can be named and run again.
+/// This binary, when it can be named and run again (a rebuild in its place is run instead).
 pub fn own_exe() -> Option<std::path::PathBuf> {
-    std::env::current_exe().ok().filter(|p| crate::sys::is_executable(p))
+    crate::paths::exe().filter(|p| crate::sys::is_executable(p)).map(std::path::Path::to_path_buf)
 }
 
 /// Starts the watcher of the guarded restore whose CRIU is `criu` (the keeper's child, not yet

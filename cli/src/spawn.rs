@@ -102,7 +102,9 @@ pub fn spawn(plan: Plan) -> Result<Spawned, SpawnError> {
     let mut status = None;
     let mut init = None;
     if let Some(dir) = &plan.pidns {
-        let exe = std::env::current_exe().map_err(|e| other(e, "finding the mpicr executable for the init"))?;
+        let exe = crate::paths::exe()
+            .map(std::path::Path::to_path_buf)
+            .ok_or_else(|| other(std::io::Error::from(std::io::ErrorKind::NotFound), "finding the mpicr executable for the init"))?;
         let (r, w) = sys::pipe().map_err(|e| other(e, "creating the status pipe"))?;
         let high = sys::dup_at_least(w.as_fd(), 200).map_err(|e| other(e, "duplicating a descriptor"))?;
         let target = moves.iter().map(|&(_, t)| t).max().unwrap_or(2) + 1;
