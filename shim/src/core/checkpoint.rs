@@ -94,6 +94,18 @@ pub enum CheckpointError {
     PartNotAligned(String),
 }
 
+/// The coordinator's abort, with what this rank still waited for when it came (`state`): the
+/// coordinator knows only whose message is missing, the rank knows why (the keeper logs it).
+fn aborted_while(e: CheckpointError, state: impl FnOnce() -> Option<String>) -> CheckpointError {
+    match e {
+        CheckpointError::Aborted(reason) => match state() {
+            Some(why) => CheckpointError::Aborted(format!("{reason}; {why}")),
+            None => CheckpointError::Aborted(reason),
+        },
+        e => e,
+    }
+}
+
 /// A message of the keeper where none was expected: the coordinator's abort, or out of
 /// sequence.
 fn unexpected(m: ToAgent, when: &'static str) -> CheckpointError {
@@ -288,14 +300,19 @@ fn phases(inbox: &mut Inbox, epoch: u64, _stop: bool, state_path: &str, limits: 
             Some(d) => d.saturating_duration_since(Instant::now()),
             None => align_limit,
         };
-        if let Some(r) = wait_aligned(inbox, limit).map_err(|e| match (app_deadline, e) {
-            (Some(_), CheckpointError::Waited(inner, _)) => CheckpointError::Waited(inner, align_limit.as_secs()),
-            (_, e) => e,
-        })? {
+        if let Some(r) = wait_aligned(inbox, limit)
+            .map_err(|e| match (app_deadline, e) {
+                (Some(_), CheckpointError::Waited(inner, _)) => CheckpointError::Waited(inner, align_limit.as_secs()),
+                (_, e) => e,
+            })
+            .map_err(|e| aborted_while(e, || check_aligned().err().map(|why| format!("this rank was still aligning: {why}"))))?
+        {
             round = r;
             continue;
         }
-        if let Some(r) = close_gate(inbox, limits.align)? {
+        if let Some(r) = close_gate(inbox, limits.align)
+            .map_err(|e| aborted_while(e, || (!gate::empty()).then(|| "a program thread of this rank was still inside the MPI library".to_string())))?
+        {
             round = r;
             continue;
         }

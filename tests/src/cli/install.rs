@@ -2,7 +2,8 @@
 //! there (man pages, completions, pkg-config, module file, CRIU), a 2-rank `ckpt_ring` job runs
 //! under the installed `mpicr` (its libmpicr.so from PREFIX/lib, its CRIU from
 //! PREFIX/libexec/mpicr; PATH without the source tree nor /usr/sbin), is stopped by a checkpoint
-//! and restarted, with the native run's output. And the wrapper compiler: `mpicrcc --showme`,
+//! and restarted, with the native run's output; its mpicr is replaced (as a second `make install`
+//! replaces it) before that checkpoint, which must not notice. And the wrapper compiler: `mpicrcc --showme`,
 //! a program built by `mpicrcc` (libmpicr.so before libmpich.so.12, an rpath to PREFIX/lib) runs
 //! plainly under mpiexec and, under `mpicr run` without LD_PRELOAD, checkpoints and continues.
 
@@ -21,6 +22,7 @@ pub fn cases() -> Vec<CaseFn> {
             "install-files",
             "install-man-completions",
             "install-pkgconfig",
+            "install-replaced-under-job",
             "install-ckpt-restart",
             "install-wrapper-showme",
             "install-wrapper-plain-run",
@@ -140,10 +142,17 @@ fn ckpt_restart(t: &mut T, prefix: &Path, prog: &Path, oracle: &str) {
     let lib = prefix.join("lib/libmpicr.so");
     let pids = pids_of(prog);
     let from_prefix = pids.len() == 2 && pids.iter().all(|&p| maps_name(p, &lib));
+    // A new copy renamed over it, as `install` does: the running keepers' binary is then
+    // "PATH (deleted)", and their CRIU must still be found.
+    let copy = prefix.join("bin/.mpicr.new");
+    let replaced = std::fs::copy(&m, &copy).and_then(|_| std::fs::rename(&copy, &m));
     let (rcs, ck) = t.ckpt_with(|| {
         let mut c = installed(t, prefix, t.cmd(&m));
         c.args(["checkpoint", "--stop"]).arg(&d);
         c
+    });
+    t.check("install-replaced-under-job", replaced.is_ok() && rcs == 0, |_| {
+        format!("replacing {}: {replaced:?}; checkpoint --stop rc={rcs} {ck}", m.display())
     });
     let rc1 = job.wait(LIMIT);
     if rcs != 0 || rc1 != 0 || !from_prefix {
