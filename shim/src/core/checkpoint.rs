@@ -284,13 +284,14 @@ fn phases(inbox: &mut Inbox, epoch: u64, _stop: bool, state_path: &str, limits: 
     let (group_counts, groups) = create_group::in_progress();
     counters.extend(group_counts);
     agent::send(&FromAgent::Counters { comms: counters, groups })?;
-    let mut round = match expect(inbox, limits.align, "collective targets")? {
-        ToAgent::Targets { round, comms, groups } => {
-            agent::set_targets(comms.into_iter().collect::<HashMap<_, _>>(), &groups);
-            round
-        }
-        other => return Err(unexpected(other, "while aligning")),
-    };
+    let mut round =
+        match expect(inbox, limits.align, "collective targets").map_err(|e| aborted_while(e, || Some("this rank was waiting for its targets".into())))? {
+            ToAgent::Targets { round, comms, groups } => {
+                agent::set_targets(comms.into_iter().collect::<HashMap<_, _>>(), &groups);
+                round
+            }
+            other => return Err(unexpected(other, "while aligning")),
+        };
     let aligning_since = Instant::now();
     let expected = loop {
         tracing::debug!(target: "agent", epoch, round, "aligning collectives");
@@ -300,19 +301,14 @@ fn phases(inbox: &mut Inbox, epoch: u64, _stop: bool, state_path: &str, limits: 
             Some(d) => d.saturating_duration_since(Instant::now()),
             None => align_limit,
         };
-        if let Some(r) = wait_aligned(inbox, limit)
-            .map_err(|e| match (app_deadline, e) {
-                (Some(_), CheckpointError::Waited(inner, _)) => CheckpointError::Waited(inner, align_limit.as_secs()),
-                (_, e) => e,
-            })
-            .map_err(|e| aborted_while(e, || check_aligned().err().map(|why| format!("this rank was still aligning: {why}"))))?
-        {
+        if let Some(r) = wait_aligned(inbox, limit).map_err(|e| match (app_deadline, e) {
+            (Some(_), CheckpointError::Waited(inner, _)) => CheckpointError::Waited(inner, align_limit.as_secs()),
+            (_, e) => e,
+        })? {
             round = r;
             continue;
         }
-        if let Some(r) = close_gate(inbox, limits.align)
-            .map_err(|e| aborted_while(e, || (!gate::empty()).then(|| "a program thread of this rank was still inside the MPI library".to_string())))?
-        {
+        if let Some(r) = close_gate(inbox, limits.align)? {
             round = r;
             continue;
         }
@@ -581,7 +577,14 @@ fn wait_aligned(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, Check
         if asked.is_empty() && check_aligned().is_ok() && (!app::enabled() || app::parked()) {
             return Ok(None);
         }
-        match wait_aligning(inbox, &mut budget)? {
+        let woke = wait_aligning(inbox, &mut budget).map_err(|e| {
+            aborted_while(e, || match check_aligned() {
+                Err(why) => Some(format!("this rank was still aligning: {why}")),
+                Ok(()) if !asked.is_empty() => Some(format!("this rank had asked for {} target(s) to rise and waited for them", asked.len())),
+                Ok(()) => Some("this rank was aligning".into()),
+            })
+        })?;
+        match woke {
             Woke::Raised(round) => return Ok(Some(round)),
             Woke::Progress => {}
             // Checked again: the collectives may have arrived since the check above.
@@ -676,7 +679,7 @@ fn close_gate_once(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, Ch
         }
         Ok(None)
     };
-    let r = wait();
+    let r = wait().map_err(|e| aborted_while(e, || (!gate::empty()).then(|| "a program thread of this rank was still inside the MPI library".into())));
     if !matches!(r, Ok(None)) {
         gate::open();
     }
