@@ -376,6 +376,14 @@ impl Budget {
     pub(crate) fn left(&self) -> Duration {
         self.limit.saturating_sub(self.waited)
     }
+    /// A budget of at most `most` out of what is left (its waiting counted back by `spend`).
+    pub(crate) fn part(&self, most: Duration) -> Budget {
+        Budget::new(self.left().min(most))
+    }
+    /// Counts what `part` (from [`Budget::part`]) waited.
+    pub(crate) fn spend(&mut self, part: &Budget) {
+        self.waited += part.waited;
+    }
     #[cfg(test)]
     fn spent(&self) -> bool {
         self.waited >= self.limit

@@ -606,20 +606,30 @@ fn wait_aligned(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, Check
 enum Woke {
     /// The coordinator raised targets (another rank's wants): align again, in this round.
     Raised(u32),
-    /// A program thread moved on: check again.
+    /// A program thread moved on, or `RECHECK` passed: check again.
     Progress,
     TimedOut,
 }
 
+/// How long a wait of the alignment sleeps before it looks again unwoken. Program threads wake
+/// the agent when they move on (`agent::notify_progress`), but a change that wakes nobody (seen:
+/// a rank aligned while its agent slept on, 1 checkpoint in ~15 under a parallel compile) would
+/// otherwise cost the whole alignment limit.
+const RECHECK: Duration = Duration::from_millis(250);
+
 fn wait_aligning(inbox: &mut Inbox, budget: &mut Budget) -> Result<Woke, CheckpointError> {
-    match inbox.next_within(budget)? {
+    let mut step = budget.part(RECHECK);
+    let got = inbox.next_within(&mut step);
+    budget.spend(&step);
+    match got? {
         Some(Event::Keeper(ToAgent::Targets { round, comms, groups })) => {
             agent::raise_targets(&comms, &groups);
             Ok(Woke::Raised(round))
         }
         Some(Event::Keeper(m)) => Err(unexpected(m, "during the checkpoint")),
         Some(_) => Ok(Woke::Progress),
-        None => Ok(Woke::TimedOut),
+        None if budget.left().is_zero() => Ok(Woke::TimedOut),
+        None => Ok(Woke::Progress),
     }
 }
 
