@@ -674,12 +674,10 @@ pub(crate) struct Keeper {
     pub(crate) store: crate::stage::Store,
 }
 
-/// Whether dumps start ahead (`Keeper::start_dump_ahead`): with `MPICR_DUMP_AHEAD=1`. Not yet
-/// the default: one full test run with it saw a checkpoint time out in its SendCounts phase,
-/// not seen again in 10 runs of that test and not explained. A CRIU waiting at its gate holds
-/// ~2 MiB of memory of its own (and its script ~1 MiB) per rank.
+/// Whether dumps start ahead (`Keeper::start_dump_ahead`): unless `MPICR_DUMP_AHEAD=0`. A CRIU
+/// waiting at its gate holds ~2 MiB of memory of its own (and its script ~1 MiB) per rank.
 fn dump_ahead_wanted() -> bool {
-    std::env::var_os("MPICR_DUMP_AHEAD").is_some_and(|v| v == "1")
+    std::env::var_os("MPICR_DUMP_AHEAD").is_none_or(|v| v != "0")
 }
 
 /// A dump started ahead (`Keeper::start_dump_ahead`) into `dir`, from where its images move
