@@ -2,8 +2,8 @@
 //! there (man pages, completions, pkg-config, module file, CRIU), a 2-rank `ckpt_ring` job runs
 //! under the installed `mpicr` (its libmpicr.so from PREFIX/lib, its CRIU from
 //! PREFIX/libexec/mpicr; PATH without the source tree nor /usr/sbin), is stopped by a checkpoint
-//! and restarted, with the native run's output; its mpicr is replaced (as a second `make install`
-//! replaces it) before that checkpoint, which must not notice. And the wrapper compiler: `mpicrcc --showme`,
+//! and restarted, with the native run's output. A job whose mpicr is replaced under it (as a
+//! second `make install` does) gets a checkpoint refused with the reason, and runs on. And the wrapper compiler: `mpicrcc --showme`,
 //! a program built by `mpicrcc` (libmpicr.so before libmpich.so.12, an rpath to PREFIX/lib) runs
 //! plainly under mpiexec and, under `mpicr run` without LD_PRELOAD, checkpoints and continues.
 
@@ -110,6 +110,33 @@ fn install(t: &mut T) {
     };
     ckpt_restart(t, &prefix, &plain, &oracle);
     wrapper(t, &prefix, &ring_src, &oracle);
+    replaced_under_job(t, &prefix);
+}
+
+/// `PREFIX/bin/mpicr` replaced (a new copy renamed over it, as `install` does) while a job runs
+/// on it: its keeper still finds its CRIU, and refuses the checkpoint with the reason (the PID
+/// namespace's init runs the deleted binary, which a restart could not restore); the job runs on.
+fn replaced_under_job(t: &mut T, prefix: &Path) {
+    let m = prefix.join("bin/mpicr");
+    let d = t.p("ck-replaced");
+    let mut c = installed(t, prefix, t.cmd(&m));
+    c.args(["run", "--no-mpi", "--ckpt-dir"]).arg(&d).arg("--").arg(t.env.bin("counter")).arg("600");
+    let mut job = t.spawn(c, None, Some(&t.p("replaced.err")));
+    // Replaced once the keeper runs (its coordinator is up), not before its exec.
+    t.wait_coordinator(&d, true);
+    let copy = prefix.join("bin/.mpicr.new");
+    let replaced = std::fs::copy(&m, &copy).and_then(|_| std::fs::rename(&copy, &m));
+    let (rcs, ck) = t.ckpt_with(|| {
+        let mut c = installed(t, prefix, t.cmd(&m));
+        c.arg("checkpoint").arg(&d);
+        c
+    });
+    let runs = job.try_status().is_none();
+    job.signal(libc::SIGTERM);
+    job.wait(LIMIT);
+    t.check("install-replaced-under-job", replaced.is_ok() && rcs != 0 && ck.contains("mpicr was replaced while this job ran") && runs, |_| {
+        format!("replacing {}: {replaced:?}; checkpoint rc={rcs} (want a refusal naming the replacement): {ck}; job still running: {runs}", m.display())
+    });
 }
 
 /// The installed mpicr's library in the program, every rank.
@@ -142,17 +169,10 @@ fn ckpt_restart(t: &mut T, prefix: &Path, prog: &Path, oracle: &str) {
     let lib = prefix.join("lib/libmpicr.so");
     let pids = pids_of(prog);
     let from_prefix = pids.len() == 2 && pids.iter().all(|&p| maps_name(p, &lib));
-    // A new copy renamed over it, as `install` does: the running keepers' binary is then
-    // "PATH (deleted)", and their CRIU must still be found.
-    let copy = prefix.join("bin/.mpicr.new");
-    let replaced = std::fs::copy(&m, &copy).and_then(|_| std::fs::rename(&copy, &m));
     let (rcs, ck) = t.ckpt_with(|| {
         let mut c = installed(t, prefix, t.cmd(&m));
         c.args(["checkpoint", "--stop"]).arg(&d);
         c
-    });
-    t.check("install-replaced-under-job", replaced.is_ok() && rcs == 0, |_| {
-        format!("replacing {}: {replaced:?}; checkpoint --stop rc={rcs} {ck}", m.display())
     });
     let rc1 = job.wait(LIMIT);
     if rcs != 0 || rc1 != 0 || !from_prefix {
