@@ -612,9 +612,9 @@ enum Woke {
 }
 
 /// How long a wait of the alignment sleeps before it looks again unwoken. Program threads wake
-/// the agent when they move on (`agent::notify_progress`), but a change that wakes nobody (seen:
-/// a rank aligned while its agent slept on, 1 checkpoint in ~15 under a parallel compile) would
-/// otherwise cost the whole alignment limit.
+/// the agent when they move on (`agent::notify_progress`); a guard for a change that wakes
+/// nobody, which would otherwise cost the whole alignment limit (seen while wake-ups asked for
+/// before the agent's channel existed were lost: see `notify_progress`).
 const RECHECK: Duration = Duration::from_millis(250);
 
 fn wait_aligning(inbox: &mut Inbox, budget: &mut Budget) -> Result<Woke, CheckpointError> {
