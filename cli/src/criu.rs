@@ -170,7 +170,7 @@ impl Criu {
     /// Starts the dump `spec` describes, held before it seizes the program until
     /// `PendingDump::go` (see `dump_gate`).
     pub fn start_dump(spec: &DumpSpec, fds: Vec<(OwnedFd, RawFd)>, timeout: Duration) -> Result<PendingDump> {
-        let exe = crate::restore_guard::own_exe().context("this binary cannot be run as CRIU's action script")?;
+        let exe = crate::paths::runnable_exe().context("this binary cannot be run as CRIU's action script")?;
         let gate = crate::dump_gate::Gate::listen()?;
         let (mut cmd, log) = spec.command()?;
         let (k, v) = gate.env();

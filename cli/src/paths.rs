@@ -14,6 +14,12 @@ pub fn exe() -> Option<&'static Path> {
     EXE.get_or_init(|| std::env::current_exe().ok()?.canonicalize().ok()).as_deref()
 }
 
+/// This binary, to run again (the PID namespace's init, CRIU's action script, a restore's
+/// watcher), when it can be named and run (a rebuild in its place is run instead).
+pub fn runnable_exe() -> Option<PathBuf> {
+    exe().filter(|p| crate::sys::is_executable(p)).map(Path::to_path_buf)
+}
+
 /// The directory holding the running mpicr binary.
 pub fn exe_dir() -> Option<PathBuf> {
     exe()?.parent().map(PathBuf::from)

@@ -44,20 +44,15 @@ const WATCH_FD: RawFd = 3;
 /// The options and environment that make `criu restore` run this guard, or none when this
 /// binary cannot be named (then the restore is as unguarded as CRIU makes it).
 pub fn criu_options() -> Option<(Vec<OsString>, (String, String))> {
-    let exe = own_exe()?;
+    let exe = crate::paths::runnable_exe()?;
     Some((vec!["--action-script".into(), exe.into_os_string()], (KEEPER_ENV.to_string(), std::process::id().to_string())))
-}
-
-/// This binary, when it can be named and run again (a rebuild in its place is run instead).
-pub fn own_exe() -> Option<std::path::PathBuf> {
-    crate::paths::exe().filter(|p| crate::sys::is_executable(p)).map(std::path::Path::to_path_buf)
 }
 
 /// Starts the watcher of the guarded restore whose CRIU is `criu` (the keeper's child, not yet
 /// reaped, so that its pid is still CRIU's), with the restore's time limit. Its pid, or `None`
 /// when it cannot be started (the restore then runs with the action script alone).
 pub fn start_watcher(criu: i32, limit: Duration) -> Option<i32> {
-    let exe = own_exe()?;
+    let exe = crate::paths::runnable_exe()?;
     let pidfd = crate::sys::pidfd_open(criu).ok()?;
     // Parked above WATCH_FD, so that the move in the child cannot land on itself.
     let parked = crate::sys::dup_at_least(pidfd.as_fd(), WATCH_FD + 1).ok()?;

@@ -102,8 +102,7 @@ pub fn spawn(plan: Plan) -> Result<Spawned, SpawnError> {
     let mut status = None;
     let mut init = None;
     if let Some(dir) = &plan.pidns {
-        let exe = crate::paths::exe()
-            .map(std::path::Path::to_path_buf)
+        let exe = crate::paths::runnable_exe()
             .ok_or_else(|| other(std::io::Error::from(std::io::ErrorKind::NotFound), "finding the mpicr executable for the init"))?;
         let (r, w) = sys::pipe().map_err(|e| other(e, "creating the status pipe"))?;
         let high = sys::dup_at_least(w.as_fd(), 200).map_err(|e| other(e, "duplicating a descriptor"))?;

@@ -363,7 +363,8 @@ pub(crate) fn notify_progress() {
 /// How long one wait of [`Inbox`] sleeps before it counts the time it waited. A slice never
 /// counts more than its own length, so the time CRIU keeps the process frozen for a dump, or
 /// the time between a dump and a restore (even on a host whose clock is far ahead), is not
-/// taken from a deadline.
+/// taken from a deadline. The alignment also looks again after each slice unwoken
+/// (`checkpoint::wait_aligning`).
 const SLICE: Duration = Duration::from_millis(250);
 
 /// A deadline that counts only time this process ran (see [`SLICE`]).
@@ -379,14 +380,6 @@ impl Budget {
     }
     pub(crate) fn left(&self) -> Duration {
         self.limit.saturating_sub(self.waited)
-    }
-    /// A budget of at most `most` out of what is left (its waiting counted back by `spend`).
-    pub(crate) fn part(&self, most: Duration) -> Budget {
-        Budget::new(self.left().min(most))
-    }
-    /// Counts what `part` (from [`Budget::part`]) waited.
-    pub(crate) fn spend(&mut self, part: &Budget) {
-        self.waited += part.waited;
     }
     #[cfg(test)]
     fn spent(&self) -> bool {
@@ -459,25 +452,35 @@ impl Inbox {
         e
     }
 
-    /// The next event, waiting at most what is left of `budget` (see [`SLICE`]); `Ok(None)`
-    /// when it ran out.
-    pub(crate) fn next_within(&mut self, budget: &mut Budget) -> Result<Option<Event>, AgentError> {
+    /// The next event, waiting at most one [`SLICE`] of what is left of `budget`; `Ok(None)`
+    /// when that passed without one.
+    pub(crate) fn next_in_slice(&mut self, budget: &mut Budget) -> Result<Option<Event>, AgentError> {
         if let Some(ev) = self.poll()? {
             return Ok(Some(ev));
         }
+        let slice = SLICE.min(budget.left());
+        if slice.is_zero() {
+            return Ok(None);
+        }
+        let t = Instant::now();
+        let got = self.rx.recv_timeout(slice);
+        budget.waited += Instant::now().saturating_duration_since(t).min(slice);
+        match got {
+            Ok(ev) => self.take(ev).map(Some),
+            Err(RecvTimeoutError::Timeout) => Ok(None),
+            Err(RecvTimeoutError::Disconnected) => Err(self.disconnected()),
+        }
+    }
+
+    /// The next event, waiting at most what is left of `budget` (see [`SLICE`]); `Ok(None)`
+    /// when it ran out.
+    pub(crate) fn next_within(&mut self, budget: &mut Budget) -> Result<Option<Event>, AgentError> {
         loop {
-            let slice = SLICE.min(budget.left());
-            if slice.is_zero() {
-                return Ok(None);
+            if let Some(ev) = self.next_in_slice(budget)? {
+                return Ok(Some(ev));
             }
-            let t = Instant::now();
-            let got = self.rx.recv_timeout(slice);
-            let waited = Instant::now().saturating_duration_since(t).min(slice);
-            budget.waited += waited;
-            match got {
-                Ok(ev) => return self.take(ev).map(Some),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return Err(self.disconnected()),
+            if budget.left().is_zero() {
+                return Ok(None);
             }
         }
     }
@@ -667,6 +670,20 @@ mod tests {
         let mut none = Budget::new(Duration::ZERO);
         assert!(matches!(inbox.next_within(&mut none).unwrap(), Some(Event::Keeper(ToAgent::Release))));
         assert!(inbox.next_within(&mut none).unwrap().is_none());
+    }
+
+    #[test]
+    fn one_slice_ends_unwoken_and_counts_no_more_than_itself() {
+        let (_tx, mut inbox) = Inbox::with_channel();
+        let mut budget = Budget::new(Duration::from_secs(60));
+        let t = Instant::now();
+        assert!(inbox.next_in_slice(&mut budget).unwrap().is_none());
+        assert!(t.elapsed() >= SLICE);
+        assert!(budget.left() >= Duration::from_secs(60) - SLICE && budget.left() < Duration::from_secs(60));
+        // The last part of a budget is a shorter slice.
+        let mut budget = Budget::new(Duration::from_millis(20));
+        assert!(inbox.next_in_slice(&mut budget).unwrap().is_none());
+        assert!(budget.spent());
     }
 
     #[test]

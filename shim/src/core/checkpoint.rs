@@ -606,22 +606,18 @@ fn wait_aligned(inbox: &mut Inbox, limit: Duration) -> Result<Option<u32>, Check
 enum Woke {
     /// The coordinator raised targets (another rank's wants): align again, in this round.
     Raised(u32),
-    /// A program thread moved on, or `RECHECK` passed: check again.
+    /// A program thread moved on, or a slice passed unwoken: check again.
     Progress,
     TimedOut,
 }
 
-/// How long a wait of the alignment sleeps before it looks again unwoken. Program threads wake
-/// the agent when they move on (`agent::notify_progress`); a guard for a change that wakes
-/// nobody, which would otherwise cost the whole alignment limit (seen while wake-ups asked for
-/// before the agent's channel existed were lost: see `notify_progress`).
-const RECHECK: Duration = Duration::from_millis(250);
-
+/// One wait of the alignment: at most one `agent::SLICE` of `budget`. Program threads wake the
+/// agent when they move on (`agent::notify_progress`); looking again after a slice unwoken
+/// guards against a change that wakes nobody, which would otherwise cost the whole alignment
+/// limit (seen while wake-ups asked for before the agent's channel existed were lost: see
+/// `notify_progress`).
 fn wait_aligning(inbox: &mut Inbox, budget: &mut Budget) -> Result<Woke, CheckpointError> {
-    let mut step = budget.part(RECHECK);
-    let got = inbox.next_within(&mut step);
-    budget.spend(&step);
-    match got? {
+    match inbox.next_in_slice(budget)? {
         Some(Event::Keeper(ToAgent::Targets { round, comms, groups })) => {
             agent::raise_targets(&comms, &groups);
             Ok(Woke::Raised(round))

@@ -101,6 +101,10 @@ pub fn counters(init: &PartInit) -> Option<Arc<CommCounters>> {
 }
 
 /// Records partitions `parts` of request `idx` as ready; wakes a checkpoint that waits for them.
+/// Outside a checkpoint's alignment nothing waits, and `MPI_Pready` pays one atomic load: the
+/// mark is made under the table's lock before `aligning` is read, and the agent sets it before
+/// it looks at the marks under that lock, so either it sees this mark or this call sees it
+/// aligning.
 pub fn mark_ready(idx: u32, parts: impl Iterator<Item = c_int>) {
     OBJ.requests.with(idx, |e| {
         if let RequestRecipe::Partitioned { init, ready, .. } = &mut e.recipe {
@@ -113,7 +117,9 @@ pub fn mark_ready(idx: u32, parts: impl Iterator<Item = c_int>) {
             }
         }
     });
-    crate::core::agent::notify_progress();
+    if crate::core::agent::aligning() {
+        crate::core::agent::notify_progress();
+    }
 }
 
 fn all_ready(init: &PartInit, ready: &[u64]) -> bool {
