@@ -13,6 +13,7 @@ mod docs;
 mod dump_gate;
 #[cfg(test)]
 mod fuzz;
+mod ghosts;
 mod images;
 mod incremental;
 mod jobs;

@@ -253,7 +253,20 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
             })
             .context("starting the thread that verifies the page images")?
     };
+    let turn = if crate::ghosts::in_image(&rdir) {
+        let (turn, waited) = crate::ghosts::take_turn(CRIU_TIMEOUT).with_context(|| format!("restoring rank {rank} from {}", rdir.display()))?;
+        if args.verbose {
+            crate::elog!(
+                "mpicr[{rank}]: the images hold files deleted while the job ran: restored in turn with this node's other ranks (waited {})",
+                crate::args::format_duration(waited)
+            );
+        }
+        Some(turn)
+    } else {
+        None
+    };
     let (restored, lazy) = restore_maybe_lazy(&criu, &rdir, inherit, args.lazy(), rank);
+    drop(turn);
     crate::compress::remove(&expanded);
     let t_wait = Instant::now();
     let checked = pages_checked.join().unwrap_or_else(|_| Err(anyhow::anyhow!("internal error while verifying the page images")));

@@ -22,19 +22,22 @@ pub fn cases_first() -> Vec<CaseFn> {
 }
 
 pub fn cases_mpiexec() -> Vec<CaseFn> {
-    vec![CaseFn {
-        name: "criu-mpiexec",
-        cases: &[
-            "criu-mpiexec-stop-exit-0",
-            "restart-wrong-rank-count",
-            "criu-mpiexec-restart",
-            "restart-missing-epoch",
-            "restart-corrupt-manifest",
-            "status-skips-corrupt-epoch",
-            "run-refuses-used-dir",
-        ],
-        run: mpiexec,
-    }]
+    vec![
+        CaseFn {
+            name: "criu-mpiexec",
+            cases: &[
+                "criu-mpiexec-stop-exit-0",
+                "restart-wrong-rank-count",
+                "criu-mpiexec-restart",
+                "restart-missing-epoch",
+                "restart-corrupt-manifest",
+                "status-skips-corrupt-epoch",
+                "run-refuses-used-dir",
+            ],
+            run: mpiexec,
+        },
+        CaseFn { name: "criu-program-replaced", cases: &["criu-program-replaced-restart"], run: program_replaced },
+    ]
 }
 
 pub fn cases_periodic() -> Vec<CaseFn> {
@@ -203,6 +206,39 @@ fn mpiexec(t: &mut T) {
     let (rc, out) = t.out(c, LIMIT);
     let good = rc != 0 && out.contains("already holds checkpoints");
     t.check("run-refuses-used-dir", good, |_t| format!("rc={rc}: {out}"));
+}
+
+/// The program's binary replaced (a rebuild renamed over it) while two ranks of it run on this
+/// node: both images carry the deleted binary as a ghost file of the same name, and the restart,
+/// whose ranks restore side by side, brings back every tick.
+fn program_replaced(t: &mut T) {
+    if !t.require(&[t.env.criu_ok, t.env.have4], "needs MPICH 4 and criu") {
+        return;
+    }
+    let d = t.p("replaced");
+    let bin = t.p("replaced-bin");
+    let prog = bin.join("counter");
+    let copied = std::fs::create_dir_all(&bin).and_then(|_| std::fs::copy(t.env.bin("counter"), &prog));
+    let mut c = t.mpi(4, 2);
+    c.arg(&t.env.m).args(["run", "--no-mpi", "--ckpt-dir"]).arg(&d).arg("--").arg(&prog).arg("63");
+    let mut job = t.spawn(c, Some(&t.p("r1.out")), Some(&t.p("r1.err")));
+    t.wait_coordinator(&d, true);
+    let fresh = bin.join(".counter.new");
+    let replaced = copied.and_then(|_| std::fs::copy(&prog, &fresh)).and_then(|_| std::fs::rename(&fresh, &prog));
+    let (rcs, ck) = t.ckpt(&d, &["--stop"]);
+    let rc1 = job.wait(LIMIT);
+    let ghosts = (0..2).all(|r| d.join(format!("epoch-000001/rank-{r}/ghost-file-1.img")).exists());
+    let mut c = t.mpi(4, 2);
+    c.arg(&t.env.m).args(["restart", "-v"]).arg(&d);
+    let rc2 = t.to(c, Some(&t.p("r2.out")), Some(&t.p("r2.err")), LIMIT);
+    let msg = complete(&cat(&[&t.p("r1.out"), &t.p("r2.out")]), 2, 63);
+    t.check("criu-program-replaced-restart", replaced.is_ok() && rcs == 0 && rc1 == 0 && ghosts && rc2 == 0 && msg.is_ok(), |t| {
+        format!(
+            "replaced: {replaced:?}; checkpoint --stop rc={rcs} {ck}; job rc={rc1}; ghost files in both images: {ghosts}; restart rc={rc2} {} {}",
+            msg.as_ref().err().map(ToString::to_string).unwrap_or_default(),
+            tail(&t.p("r2.err"), 8)
+        )
+    });
 }
 
 fn periodic(t: &mut T) {
