@@ -944,10 +944,6 @@ impl Keeper {
                         return Ok(());
                     }
                 };
-                if let Some(why) = self.replaced_init() {
-                    self.fail_ckpt(epoch, why);
-                    return Ok(());
-                }
                 if let Err(e) = self.state.begin(CkptState::new(epoch, stop)) {
                     self.fail_ckpt(epoch, e.to_string());
                     return Ok(());
@@ -1166,24 +1162,6 @@ impl Keeper {
         self.sealed(true);
         self.store.seal_in_background(target, meta, t)?;
         Ok(None)
-    }
-
-    /// Why this rank cannot be dumped since mpicr was replaced under it (a rebuild, `make
-    /// install`): its PID namespace's init still runs the old binary, now a deleted file, which
-    /// CRIU would carry in every rank's image under one name, and ranks restoring side by side
-    /// on a node clash on it (measured: "Unable to change ... .ghost ownership").
-    fn replaced_init(&self) -> Option<String> {
-        if self.app.is_some() {
-            return None;
-        }
-        self.init_dir.as_ref()?;
-        let exe = std::fs::read_link(format!("/proc/{}/exe", self.pid)).ok()?;
-        let shown = exe.to_string_lossy();
-        let old = shown.strip_suffix(" (deleted)")?;
-        Some(format!(
-            "mpicr was replaced while this job ran ({old}): the old binary, which this rank's PID-namespace init still runs, could not be restored; \
-             the job runs on, and its last complete epoch stays the one to restart from"
-        ))
     }
 
     /// Everything a CRIU dump of the program into `dir` is started with, from the program's

@@ -113,29 +113,47 @@ fn install(t: &mut T) {
     replaced_under_job(t, &prefix);
 }
 
-/// `PREFIX/bin/mpicr` replaced (a new copy renamed over it, as `install` does) while a job runs
-/// on it: its keeper still finds its CRIU, and refuses the checkpoint with the reason (the PID
-/// namespace's init runs the deleted binary, which a restart could not restore); the job runs on.
+/// `PREFIX/bin/mpicr` replaced (a new copy renamed over it, as `install` does) while two ranks
+/// of a job run on it: the keepers still find their CRIU, the checkpoints carry the deleted binary
+/// (which each rank's PID-namespace init still runs) as a ghost file of the same name in both
+/// images, the job runs on after the first, and the restart, whose ranks restore in turn on this
+/// node (`ghosts`), brings back every tick.
 fn replaced_under_job(t: &mut T, prefix: &Path) {
     let m = prefix.join("bin/mpicr");
     let d = t.p("ck-replaced");
-    let mut c = installed(t, prefix, t.cmd(&m));
-    c.args(["run", "--no-mpi", "--ckpt-dir"]).arg(&d).arg("--").arg(t.env.bin("counter")).arg("600");
-    let mut job = t.spawn(c, None, Some(&t.p("replaced.err")));
-    // Replaced once the keeper runs (its coordinator is up), not before its exec.
+    let mut c = installed(t, prefix, t.mpi(4, 2));
+    // 126 ticks of 50 ms: exit status 0, time for two checkpoints.
+    c.arg(&m).args(["run", "--no-mpi", "--ckpt-dir"]).arg(&d).arg("--").arg(t.env.bin("counter")).arg("126");
+    let (o1, e1) = (t.p("replaced-1.out"), t.p("replaced-1.err"));
+    let mut job = t.spawn(c, Some(&o1), Some(&e1));
+    // Replaced once the keepers run (the coordinator is up), not before their exec.
     t.wait_coordinator(&d, true);
     let copy = prefix.join("bin/.mpicr.new");
     let replaced = std::fs::copy(&m, &copy).and_then(|_| std::fs::rename(&copy, &m));
-    let (rcs, ck) = t.ckpt_with(|| {
-        let mut c = installed(t, prefix, t.cmd(&m));
-        c.arg("checkpoint").arg(&d);
-        c
-    });
+    let ckpt = |t: &T, stop: bool| {
+        t.ckpt_with(|| {
+            let mut c = installed(t, prefix, t.cmd(&m));
+            c.arg("checkpoint").args(stop.then_some("--stop")).arg(&d);
+            c
+        })
+    };
+    let (rc_go, go) = ckpt(t, false);
     let runs = job.try_status().is_none();
-    job.signal(libc::SIGTERM);
-    job.wait(LIMIT);
-    t.check("install-replaced-under-job", replaced.is_ok() && rcs != 0 && ck.contains("mpicr was replaced while this job ran") && runs, |_| {
-        format!("replacing {}: {replaced:?}; checkpoint rc={rcs} (want a refusal naming the replacement): {ck}; job still running: {runs}", m.display())
+    let (rc_stop, stop) = ckpt(t, true);
+    let rc1 = job.wait(LIMIT);
+    let mut c = installed(t, prefix, t.mpi(4, 2));
+    c.arg(&m).arg("restart").arg(&d);
+    let (o2, e2) = (t.p("replaced-2.out"), t.p("replaced-2.err"));
+    let rc2 = t.to(c, Some(&o2), Some(&e2), LIMIT);
+    let msg = super::complete(&super::cat(&[&o1, &o2]), 2, 126);
+    let good = replaced.is_ok() && rc_go == 0 && runs && rc_stop == 0 && rc1 == 0 && rc2 == 0 && msg.is_ok();
+    t.check("install-replaced-under-job", good, |_| {
+        format!(
+            "replacing {}: {replaced:?}; checkpoint rc={rc_go} {go}; job ran on: {runs}; checkpoint --stop rc={rc_stop} {stop}; job rc={rc1}; restart rc={rc2} {}; {}",
+            m.display(),
+            msg.as_ref().err().map(ToString::to_string).unwrap_or_default(),
+            super::tail(&e2, 8)
+        )
     });
 }
 
