@@ -61,9 +61,9 @@ def med(table, *key):
     return statistics.median(v) if v else None
 
 
-def restart_table(s2, rows, na):
+def restart_table(s2, rows, na, ranks):
     """Restart: mpicr next to bare CRIU's restore of the same memory plus one MPI_Init."""
-    out = ["", f"  Restart, 4 ranks: reference = bare CRIU restore (above) + one MPI_Init of the same job "
+    out = ["", f"  Restart, {ranks} ranks: reference = bare CRIU restore (above) + one MPI_Init of the same job "
                f"(launch to initialized); goal mpicr/reference <= {RESTART_GOAL}",
            "  keepers' CRIU = slowest `restored epoch ... in` of `mpicr restart -v` (CRIU restore and "
            "rejoining the coordinator);",
@@ -338,9 +338,10 @@ def main(path):
         if out:
             out.append("")
         reps = meta["ckpt_reps"][0][0] if meta.get("ckpt_reps") else "?"
-        out.append(f"Section 2: checkpoint cost, 4 processes dumped concurrently; median of {reps} runs")
-        out.append("  bare CRIU: stop = longest 'Frozen time' of the 4 dumps; dump = wall time until every "
-                   "image was written; restore = wall time of 4 concurrent `criu restore -d`")
+        ranks = meta["ckpt_ranks"][0][0] if meta.get("ckpt_ranks") else "4"
+        out.append(f"Section 2: checkpoint cost, {ranks} processes dumped concurrently; median of {reps} runs")
+        out.append(f"  bare CRIU: stop = longest 'Frozen time' of the {ranks} dumps; dump = wall time until every "
+                   f"image was written; restore = wall time of {ranks} concurrent `criu restore -d`")
         out.append("  mpicr: stop and MiB as printed by `mpicr checkpoint`; dump = wall time of that command; "
                    "restore = `mpiexec mpicr restart` launch until the program runs again")
         out.append("  MB/s = bytes written / dump")
@@ -364,7 +365,7 @@ def main(path):
             mbps = nbytes / (dump / 1000.0) / 1e6 if nbytes and dump else None
             out.append(f"  {label:<22}{mib:>9}{fmt(stop):>10}{fmt(dump):>10}"
                        f"{fmt(nbytes / 2**20 if nbytes else None):>13}{fmt(mbps):>9}{fmt(restore):>12}")
-        out.extend(restart_table(s2, s2_rows, s2_na))
+        out.extend(restart_table(s2, s2_rows, s2_na, ranks))
     if s2i_mibs:
         out.extend(incremental_table(s2i, s2i_mibs, s2i_na))
     if s3_keys:

@@ -8,7 +8,7 @@
 #     communicators, ns per cheap call), natively and with LD_PRELOAD=target/release/libmpicr.so
 #     on every rank, on Debian's MPICH 4 and the MPICH 5 wheel. Native and shim runs alternate
 #     (ABBA order); ratios are medians of the per-pair ratios, with their min..max.
-#   Section 2, checkpoint cost: 4 processes holding 64 MiB and 512 MiB each.
+#   Section 2, checkpoint cost: 4 processes (BENCH_CKPT_RANKS) holding 64 MiB and 512 MiB each.
 #     - reference: bench/mem_hold.c (no MPI) dumped by bare CRIU, 4 dumps at once
 #       (ckpt_reference_criu);
 #     - mpicr: bench/ckpt_mem.c under `mpicr run`, `mpicr checkpoint`, `--stop`, `mpicr restart`
@@ -39,6 +39,7 @@
 #   BENCH_FLAVORS="mpich4 mpich5"
 #   BENCH_CKPT_SIZES="64 512"   MiB per process
 #   BENCH_CKPT_REPS=3     section 2 repetitions
+#   BENCH_CKPT_RANKS=4    section 2 processes (bare CRIU and mpicr alike; 2 leaves a core per rank)
 #   BENCH_CKPT_FLAVORS="mpich4 mpich5"   MPI libraries for the mpicr measurement
 #   BENCH_INCR=1          section 2 also measures incremental checkpoints (ckpt_incremental)
 #   BENCH_INCR_FLAVOR=mpich4   MPI library for it
@@ -92,6 +93,7 @@ incr_flavor=${BENCH_INCR_FLAVOR:-mpich4}
 flavors=${BENCH_FLAVORS:-"mpich4 mpich5"}
 bind=${BENCH_BIND:-core}
 ckpt_flavors=${BENCH_CKPT_FLAVORS:-"mpich4 mpich5"}
+ckpt_ranks=${BENCH_CKPT_RANKS:-4}
 shim_so=${MPICR_SO:-$root/target/release/libmpicr.so}
 mpicr=${MPICR:-$root/target/release/mpicr}
 if [ -n "${MPICR_SO:-}" ]; then export MPICR_SHIM=$MPICR_SO; fi
@@ -721,13 +723,14 @@ section2_prereq() {
 section2() {
     section2_prereq
     echo "meta ckpt_reps $ckpt_reps" >> "$raw"
+    echo "meta ckpt_ranks $ckpt_ranks" >> "$raw"
     echo "meta warm $warm" >> "$raw"
     local mib f rep
     # Reference and mpicr repetitions alternate, so that both meet the same machine load.
     for mib in $ckpt_sizes; do
         for rep in $(seq "$ckpt_reps"); do
-            ckpt_reference_criu "$mib" "$rep"
-            for f in $ckpt_flavors; do ckpt_mpicr "$f" "$mib" "$rep"; done
+            ckpt_reference_criu "$mib" "$rep" "$ckpt_ranks"
+            for f in $ckpt_flavors; do ckpt_mpicr "$f" "$mib" "$rep" "$ckpt_ranks"; done
             [ "$incr" = 0 ] || ckpt_incremental "$mib" "$rep"
         done
     done
