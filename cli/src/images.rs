@@ -820,7 +820,9 @@ fn is_listed_name(name: &str) -> bool {
 }
 
 /// Checks a rank directory against its manifest entry; the error names the first bad file.
-/// Each listed name must be a plain name of a regular file.
+/// Each listed name must be a plain name of a regular file. (A restart defers the page files:
+/// `verify_rank_dir_but_pages`.)
+#[cfg(test)]
 pub fn verify_rank_dir(dir: &Path, expected: &[FileSum]) -> Result<()> {
     let deferred = verify_rank_dir_but_pages(dir, expected)?;
     verify_files(dir, &deferred)

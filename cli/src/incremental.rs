@@ -205,9 +205,12 @@ pub fn spare_parents(dir: &CkptDir, all: &[u64], gone: Vec<u64>) -> Vec<u64> {
 
 /// Checks the chain under rank `rank` of an epoch before a restore: every parent epoch is
 /// complete, its rank directory matches its manifest, and the `parent` link leads there.
-pub fn verify_chain(dir: &CkptDir, meta: &RankMeta, rank: i32) -> Result<()> {
+/// The parents' raw page files are only checked to exist and returned, per directory, for the
+/// restart to checksum while CRIU restores (as the epoch's own: `images::verify_rank_dir_but_pages`).
+pub fn verify_chain(dir: &CkptDir, meta: &RankMeta, rank: i32) -> Result<Vec<(PathBuf, Vec<images::FileSum>)>> {
     let mut child = meta.clone();
     let mut seen = BTreeSet::new();
+    let mut pages = Vec::new();
     while let Some(p) = child.parent_epoch {
         if p >= child.epoch || !seen.insert(p) {
             bail!("rank {rank} of epoch {} names parent epoch {p}, which cannot be its parent", child.epoch);
@@ -220,10 +223,12 @@ pub fn verify_chain(dir: &CkptDir, meta: &RankMeta, rank: i32) -> Result<()> {
         let m = dir.select_epoch(Some(p)).with_context(|| format!("epoch {} is incremental on epoch {p}, which is needed to restore it", child.epoch))?;
         let entry = m.rank_info.iter().find(|r| r.rank == rank).with_context(|| format!("the manifest of epoch {p} has no entry for rank {rank}"))?;
         let pdir = dir.rank_dir(p, rank);
-        images::verify_rank_dir(&pdir, &entry.files).with_context(|| format!("rank {rank} of epoch {p} (parent of epoch {})", child.epoch))?;
+        let deferred =
+            images::verify_rank_dir_but_pages(&pdir, &entry.files).with_context(|| format!("rank {rank} of epoch {p} (parent of epoch {})", child.epoch))?;
         child = images::read_json(&pdir.join("rank.json"))?;
+        pages.push((pdir, deferred));
     }
-    Ok(())
+    Ok(pages)
 }
 
 #[cfg(test)]
@@ -272,9 +277,17 @@ mod tests {
     #[test]
     fn a_chain_is_verified_to_its_root() {
         let (d, _) = chain_dir();
-        verify_chain(&d, &meta(3, Some(2)), 0).unwrap();
-        // A corrupt parent image breaks the restore of its children, with the epoch named.
+        let pages = verify_chain(&d, &meta(3, Some(2)), 0).unwrap();
+        let dirs: Vec<PathBuf> = pages.iter().map(|(d, _)| d.clone()).collect();
+        assert_eq!(dirs, [d.rank_dir(2, 0), d.rank_dir(1, 0)]);
+        assert!(pages.iter().all(|(d, f)| f.len() == 1 && images::verify_files(d, f).is_ok()));
+        // A parent's corrupt page file is found by the deferred check, which names the file.
         std::fs::write(d.rank_dir(1, 0).join("pages-1.img"), "changed").unwrap();
+        let pages = verify_chain(&d, &meta(3, Some(2)), 0).unwrap();
+        let e = format!("{:#}", images::verify_files(&pages[1].0, &pages[1].1).unwrap_err());
+        assert!(e.contains("epoch-000001") && e.contains("corrupt"), "{e}");
+        // A parent's corrupt metadata breaks the restore of its children at once, with the epoch named.
+        std::fs::write(d.rank_dir(1, 0).join("rank.json"), "{}").unwrap();
         let e = format!("{:#}", verify_chain(&d, &meta(3, Some(2)), 0).unwrap_err());
         assert!(e.contains("epoch 1") && e.contains("corrupt"), "{e}");
         // A parent gone.

@@ -62,7 +62,7 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     if meta.rank != rank || meta.epoch != epoch || meta.job_id != job.job_id {
         bail!("{} does not describe rank {rank} of epoch {epoch} of job {}", rdir.join("rank.json").display(), job.job_id);
     }
-    crate::incremental::verify_chain(&dir, &meta, rank)?;
+    let parent_pages = crate::incremental::verify_chain(&dir, &meta, rank)?;
     // Without a PID namespace of its own the program comes back under its old ids, which must
     // be free on this node; with one, CRIU makes a new namespace and the ids are its own.
     let busy = if meta.pidns || meta.app.is_some() { Vec::new() } else { busy_ids(&meta) };
@@ -240,16 +240,20 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     let t = Instant::now();
     // Pages compressed on their way here (`--compress`) are expanded for CRIU, then removed.
     let expanded = crate::compress::expand(&crate::compress::chain_dirs(&dir, &meta))?;
-    // The page files (the memory-sized part) are checksummed while CRIU restores, which reads
-    // them too; the restored tree stays stopped until they match. CRIU parses only files
-    // verified above.
+    // The page files (the memory-sized part), the epoch's and its parents' (`--incremental`),
+    // are checksummed while CRIU restores, which reads them too; the restored tree stays
+    // stopped until they match. CRIU parses only files verified above.
     let pages_checked = {
         let rdir = rdir.clone();
         std::thread::Builder::new()
             .name("mpicr-verify".into())
             .spawn(move || {
                 let t = Instant::now();
-                images::verify_files(&rdir, &pages).map(|()| t.elapsed())
+                images::verify_files(&rdir, &pages)?;
+                for (d, files) in &parent_pages {
+                    images::verify_files(d, files)?;
+                }
+                Ok(t.elapsed())
             })
             .context("starting the thread that verifies the page images")?
     };
