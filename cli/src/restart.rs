@@ -244,16 +244,12 @@ pub fn restart(args: RestartArgs) -> Result<Outcome> {
     // are checksummed while CRIU restores, which reads them too; the restored tree stays
     // stopped until they match. CRIU parses only files verified above.
     let pages_checked = {
-        let rdir = rdir.clone();
+        let all_pages: Vec<_> = std::iter::once((rdir.clone(), pages)).chain(parent_pages).collect();
         std::thread::Builder::new()
             .name("mpicr-verify".into())
             .spawn(move || {
                 let t = Instant::now();
-                images::verify_files(&rdir, &pages)?;
-                for (d, files) in &parent_pages {
-                    images::verify_files(d, files)?;
-                }
-                Ok(t.elapsed())
+                all_pages.iter().try_for_each(|(d, files)| images::verify_files(d, files)).map(|()| t.elapsed())
             })
             .context("starting the thread that verifies the page images")?
     };

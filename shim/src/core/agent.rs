@@ -343,12 +343,12 @@ static EVENTS: OnceLock<Sender<Event>> = OnceLock::new();
 /// queue another (one wake-up covers every change before the agent looks).
 static PROGRESS_QUEUED: AtomicBool = AtomicBool::new(false);
 
-/// Tells the agent that a program thread moved on (see [`Event::Progress`]). Called while a
-/// checkpoint waits for program threads (aligning, or the gate closing), and by `MPI_Pready*`
-/// always. Nothing is marked queued before the agent's channel exists: a program that called
-/// `MPI_Pready` before the agent thread had started (a busy node) left the mark set with no
-/// event behind it, and every later wake-up of the process was dropped (its checkpoints then
-/// waited for the agent's recheck, before that for the coordinator's time-out).
+/// Tells the agent that a program thread moved on (see [`Event::Progress`]). Called only while
+/// a checkpoint waits for program threads (aligning, or the gate closing): the normal paths
+/// never get here. Nothing is marked queued before the agent's channel exists: a program that
+/// called `MPI_Pready` (which then woke the agent always) before the agent thread had started
+/// left the mark set with no event behind it, and every later wake-up of the process was
+/// dropped (its checkpoints then waited for the agent's recheck).
 #[cold]
 pub(crate) fn notify_progress() {
     let Some(tx) = EVENTS.get() else { return };
