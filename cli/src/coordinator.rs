@@ -954,6 +954,8 @@ impl Coordinator {
             Expected(BTreeMap<i32, Vec<(CommGid, i32, u64)>>),
             Release,
             Dump,
+            /// This rank dumped: its node's ranks seal once all of them have.
+            NodeDumped(i32),
             Commit,
             Finish,
             Abort(String),
@@ -1074,7 +1076,7 @@ impl Coordinator {
                         c.last_running = Some(Instant::now());
                         c.mark("running");
                     }
-                    Next::Nothing
+                    Next::NodeDumped(r)
                 }
                 ToCoord::Resumed { timings, .. } => {
                     if let Some(&(_, us)) = timings.iter().find(|(n, _)| n == "renew") {
@@ -1126,9 +1128,20 @@ impl Coordinator {
             }
             Next::Release => self.broadcast(&FromCoord::Release { epoch }),
             Next::Dump => self.broadcast(&FromCoord::Dump { epoch }),
+            Next::NodeDumped(r) => self.seal_node_when_dumped(epoch, r),
             Next::Commit => self.commit(),
             Next::Finish => self.finish(),
             Next::Abort(reason) => self.abort(reason),
+        }
+    }
+
+    /// Tells the ranks on `r`'s node to seal their images of `epoch` once every one of them has
+    /// dumped (`FromCoord::NodeDumped`): until then their checksums would slow the dumps left.
+    fn seal_node_when_dumped(&mut self, epoch: u64, r: i32) {
+        let Some(c) = self.ckpt.as_ref() else { return };
+        let hosts = self.ranks.iter().map(|(&q, k)| (q, k.hello.host.as_str()));
+        for q in node_all_dumped(hosts, r, &c.running) {
+            self.send_to(q, &FromCoord::NodeDumped { epoch });
         }
     }
 
@@ -1262,6 +1275,18 @@ impl Coordinator {
     }
 }
 
+/// The ranks on `r`'s host (`hosts`: rank and host of each connected rank) when every one of
+/// them is in `dumped`, else none.
+fn node_all_dumped<'a>(hosts: impl Iterator<Item = (i32, &'a str)> + Clone, r: i32, dumped: &BTreeSet<i32>) -> Vec<i32> {
+    let Some((_, host)) = hosts.clone().find(|&(q, _)| q == r) else { return Vec::new() };
+    let node: Vec<i32> = hosts.filter(|&(_, h)| h == host).map(|(q, _)| q).collect();
+    if node.iter().all(|q| dumped.contains(q)) {
+        node
+    } else {
+        Vec::new()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1339,6 +1364,16 @@ mod tests {
         assert_eq!(g[&1], vec![(60, 1)]);
         assert_eq!(g[&2], vec![(60, 1)]);
         assert_eq!(group_targets(&members, &t, [99].into_iter(), 3)[&1], vec![], "unknown key: nobody");
+    }
+
+    #[test]
+    fn a_node_seals_once_its_last_rank_has_dumped() {
+        let hosts = [(0, "a"), (1, "b"), (2, "a"), (3, "b")];
+        let dumped = |rs: &[i32]| rs.iter().copied().collect::<BTreeSet<i32>>();
+        assert_eq!(node_all_dumped(hosts.into_iter(), 0, &dumped(&[0, 1])), Vec::<i32>::new(), "rank 2 on a still dumps");
+        assert_eq!(node_all_dumped(hosts.into_iter(), 2, &dumped(&[0, 1, 2])), vec![0, 2]);
+        assert_eq!(node_all_dumped(hosts.into_iter(), 3, &dumped(&[1, 3])), vec![1, 3], "b does not wait for a");
+        assert_eq!(node_all_dumped(hosts.into_iter(), 9, &dumped(&[9])), Vec::<i32>::new(), "a rank that left names no node");
     }
 
     #[test]

@@ -151,6 +151,7 @@ fn coord_plain() -> Vec<Sealer> {
         sealed(FromCoord::Abort { epoch: 2, reason: "r".into() }),
         sealed(FromCoord::Stop),
         sealed(FromCoord::Release { epoch: 2 }),
+        sealed(FromCoord::NodeDumped { epoch: 2 }),
         sealed(ToCoord::Drained { epoch: 2 }),
         sealed(ToClient::Done(CkptResult { epoch: 1, stop_time_us: 2, mpi_back_us: Some(5), bytes: 3, ranks: 4, stopped: true })),
         sealed(ToClient::Error("e".into())),

@@ -760,6 +760,7 @@ impl Keeper {
                 Ev::Child(r) => {
                     let exit = r?;
                     // A dump that completed is still committed (its program ran on and ended).
+                    self.seal_held(None);
                     self.sealed(true);
                     return Ok(self.finish(exit));
                 }
@@ -781,6 +782,7 @@ impl Keeper {
                 Ev::Coord(m) => self.on_coord(m)?,
                 Ev::CoordClosed => {
                     self.coord = None;
+                    self.store.drop_held();
                     if let Some(c) = self.state.end_ckpt() {
                         if c.stopped {
                             resume_stopped(self.pid);
@@ -1040,6 +1042,7 @@ impl Keeper {
                 }
                 if self.state.ckpt().is_some_and(|c| c.epoch == epoch) {
                     self.say(&format!("checkpoint {epoch} aborted: {reason}"));
+                    self.store.drop_held();
                     if self.state.end_ckpt().is_some_and(|c| c.stopped) {
                         resume_stopped(self.pid);
                     }
@@ -1053,6 +1056,7 @@ impl Keeper {
                 self.state.stop();
                 kill_program(self.pid);
             }
+            FromCoord::NodeDumped { epoch } => self.seal_held(Some(epoch)),
             FromCoord::Go { epoch } => {
                 if !self.state.go(epoch, self.mode == Mode::Agent) {
                     return Ok(());
@@ -1088,6 +1092,17 @@ impl Keeper {
     /// The sealing thread ended (or, `wait`, is waited for): reports its epoch. Sent even when
     /// this keeper's checkpoint state already ended (the agent renewed and said `Resumed`
     /// first): the coordinator ignores the words of an epoch it no longer runs.
+    /// Starts sealing the held dump of `epoch` (`None`: whichever is held; see
+    /// `Store::seal_when_node_dumped`).
+    fn seal_held(&mut self, epoch: Option<u64>) {
+        let held = self.store.sealing_epoch();
+        if let Err(e) = self.store.seal_held(epoch) {
+            if let Some(e_held) = held {
+                self.fail_ckpt(e_held, format!("{e:#}"));
+            }
+        }
+    }
+
     fn sealed(&mut self, wait: bool) {
         let Some((epoch, info, started)) = self.store.take_sealed(wait) else { return };
         self.report_dumped(epoch, info, started);
@@ -1160,7 +1175,12 @@ impl Keeper {
         // Synced and checksummed off the event loop: the renewal of the resumed program needs
         // this keeper (its PMI connection) while the checksums of a large image take seconds.
         self.sealed(true);
-        self.store.seal_in_background(target, meta, t)?;
+        if leave_stopped {
+            self.store.seal_in_background(target, meta, t)?;
+        } else {
+            // Once this node's other ranks have dumped too (`FromCoord::NodeDumped`).
+            self.store.seal_when_node_dumped(target, meta, t);
+        }
         Ok(None)
     }
 

@@ -259,6 +259,11 @@ pub enum FromCoord {
     Release {
         epoch: u64,
     },
+    /// Checkpoint-and-continue: every rank on this rank's node has dumped `epoch` (reported
+    /// `Running`): seal the images now, no longer taking CPU from the node's dumps.
+    NodeDumped {
+        epoch: u64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
