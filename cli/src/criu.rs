@@ -664,7 +664,25 @@ fn describe_failure(stderr: &str, log: &Path, shown: &Path) -> String {
     if !tail.is_empty() {
         s.push_str(&format!("\n  last lines of {}:\n{}", shown.display(), tail));
     }
+    if let Some(hint) = std::fs::read_to_string(log).ok().and_then(|t| changed_file_hint(&t)) {
+        s.push_str(&format!("\n  {hint}"));
+    }
     s
+}
+
+/// What a restore that failed because a file the image maps is no longer the one it mapped
+/// means for the user (CRIU checks each file's size, and its build-ID when told to; whatever it
+/// did not dump is read from the file itself), from the restore's log.
+fn changed_file_hint(log: &str) -> Option<String> {
+    const MARKERS: [&str; 3] = [" has bad size ", " has bad build-ID", " has bad mode "];
+    let line = log.lines().find(|l| l.contains("Error") && MARKERS.iter().any(|m| l.contains(m)))?;
+    let path = line.split_once("): File ")?.1;
+    let path = MARKERS.iter().find_map(|m| path.split_once(m)).map(|(p, _)| p)?;
+    Some(format!(
+        "/{path} changed since the checkpoint: a restart needs the same program, libraries and mpicr \
+         as the job that was checkpointed (a rebuild or reinstall in between prevents it; put the \
+         file back, or restart with the build that took the checkpoint)"
+    ))
 }
 
 /// The last `n` lines of a CRIU log, errors first when there are any, indented.
@@ -680,6 +698,17 @@ pub fn log_tail(log: &Path, n: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_mapped_file_that_changed_is_named_with_what_to_do() {
+        let log = "(00.03) 1: Error (criu/files-reg.c:2175): File work/bin/mpicr has bad size 32650096 (expect 33664032)\n\
+                   (00.03) 1: Error (criu/mem.c:1424): `- Can't open vma\n";
+        let hint = super::changed_file_hint(log).unwrap();
+        assert!(hint.starts_with("/work/bin/mpicr changed since the checkpoint:"), "{hint}");
+        let log = "(00.03) 1: Error (criu/files-reg.c:2153): File usr/lib/libx.so has bad build-ID\n";
+        assert!(super::changed_file_hint(log).unwrap().starts_with("/usr/lib/libx.so changed"));
+        assert_eq!(super::changed_file_hint("(00.03) Error (criu/cr-restore.c:2320): Restoring FAILED.\n"), None);
+    }
+
     use super::*;
 
     #[test]
