@@ -318,16 +318,23 @@ mod tests {
     use super::*;
     use crate::images::tests::tempdir;
 
-    #[test]
-    fn a_staged_dump_is_copied_checksummed_and_removed() {
-        let base = tempdir("stage");
+    /// A checkpoint directory and a stage directory under a fresh temporary base, and rank 0's
+    /// store of job `job` staging there: (base, checkpoint dir, stage root, store, its events).
+    fn staged_store(name: &str, job: &str) -> (PathBuf, CkptDir, PathBuf, Store, std::sync::mpsc::Receiver<Ev>) {
+        let base = tempdir(name);
         let dir = CkptDir::new(base.join("ckpt"));
         images::private_dir_all(&dir.root).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         let stage_root = base.join("shm");
         fs::create_dir(&stage_root).unwrap();
         let args = crate::args::StoreArgs { stage_dir: Some(stage_root.clone()), ..Default::default() };
-        let mut s = Store::new(tx, &args, "j1", 0, Default::default()).unwrap();
+        let s = Store::new(tx, &args, job, 0, Default::default()).unwrap();
+        (base, dir, stage_root, s, rx)
+    }
+
+    #[test]
+    fn a_staged_dump_is_copied_checksummed_and_removed() {
+        let (base, dir, stage_root, mut s, rx) = staged_store("stage", "j1");
         let t = s.prepare(&dir, 3, false).unwrap();
         assert!(t.images.starts_with(&stage_root) && t.fin == dir.rank_dir(3, 0));
         fs::write(t.images.join("pages-1.img"), vec![7u8; 3 << 20]).unwrap();
@@ -351,16 +358,10 @@ mod tests {
         assert!(!stage_root.join("mpicr-j1").exists());
         fs::remove_dir_all(&base).unwrap();
     }
+
     #[test]
     fn a_held_dump_is_sealed_only_when_its_node_has_dumped_and_dropped_with_its_checkpoint() {
-        let base = tempdir("held");
-        let dir = CkptDir::new(base.join("ckpt"));
-        images::private_dir_all(&dir.root).unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let stage_root = base.join("shm");
-        fs::create_dir(&stage_root).unwrap();
-        let args = crate::args::StoreArgs { stage_dir: Some(stage_root.clone()), ..Default::default() };
-        let mut s = Store::new(tx, &args, "j2", 0, Default::default()).unwrap();
+        let (base, dir, _stage_root, mut s, rx) = staged_store("held", "j2");
         let held = |s: &mut Store, epoch: u64| {
             let t = s.prepare(&dir, epoch, false).unwrap();
             fs::write(t.images.join("pages-1.img"), vec![epoch as u8; 4096]).unwrap();
