@@ -13,7 +13,9 @@
 //!    (what every peer sent it).
 //! 4. `Drained` from all, then `Release`: a job-wide barrier, since releasing the library (and
 //!    renewing it after an abort) is collective: either every rank releases or none does.
-//! 5. `ReadyToDump` from all, then `Dump`: each keeper runs CRIU (`--leave-running`).
+//! 5. `ReadyToDump` from all, then `Dump`: each keeper runs CRIU (`--leave-running`), lets the
+//!    program run on and says `Running`. Once every rank of a node has, `NodeDumped` to them:
+//!    they seal their images now, no longer taking CPU from that node's dumps still running.
 //! 6. `Dumped` from all (each keeper sends it once its images are sealed, after the copy from
 //!    its `--stage-dir`): MANIFEST.json (atomic rename), then `latest`. The epoch now exists;
 //!    `--keep N` then removes older epochs (never a parent a kept incremental epoch needs).
