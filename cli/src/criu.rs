@@ -660,11 +660,12 @@ fn describe_failure(stderr: &str, log: &Path, shown: &Path) -> String {
     if !stderr.is_empty() {
         s.push_str(&format!("; criu said: {}", stderr.lines().last().unwrap_or("")));
     }
-    let tail = log_tail(log, 12);
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let tail = tail_of(&text, 12);
     if !tail.is_empty() {
         s.push_str(&format!("\n  last lines of {}:\n{}", shown.display(), tail));
     }
-    if let Some(hint) = std::fs::read_to_string(log).ok().and_then(|t| changed_file_hint(&t)) {
+    if let Some(hint) = changed_file_hint(&text) {
         s.push_str(&format!("\n  {hint}"));
     }
     s
@@ -685,9 +686,8 @@ fn changed_file_hint(log: &str) -> Option<String> {
     ))
 }
 
-/// The last `n` lines of a CRIU log, errors first when there are any, indented.
-pub fn log_tail(log: &Path, n: usize) -> String {
-    let Ok(text) = std::fs::read_to_string(log) else { return String::new() };
+/// The last `n` lines of a CRIU log's text, errors first when there are any, indented.
+fn tail_of(text: &str, n: usize) -> String {
     // CRIU always logs this one as an error (it cannot raise its own descriptor limit); noise.
     let lines: Vec<&str> = text.lines().filter(|l| !l.contains("Can't setup RLIMIT_NOFILE")).collect();
     let errors: Vec<&str> = lines.iter().copied().filter(|l| l.contains("Error") || l.contains("error")).collect();
@@ -698,18 +698,18 @@ pub fn log_tail(log: &Path, n: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn a_mapped_file_that_changed_is_named_with_what_to_do() {
-        let log = "(00.03) 1: Error (criu/files-reg.c:2175): File work/bin/mpicr has bad size 32650096 (expect 33664032)\n\
+        let log = "(00.03) 1: Error (criu/files-reg.c:2175): File opt/app/bin/mpicr has bad size 32650096 (expect 33664032)\n\
                    (00.03) 1: Error (criu/mem.c:1424): `- Can't open vma\n";
-        let hint = super::changed_file_hint(log).unwrap();
-        assert!(hint.starts_with("/work/bin/mpicr changed since the checkpoint:"), "{hint}");
+        let hint = changed_file_hint(log).unwrap();
+        assert!(hint.starts_with("/opt/app/bin/mpicr changed since the checkpoint:"), "{hint}");
         let log = "(00.03) 1: Error (criu/files-reg.c:2153): File usr/lib/libx.so has bad build-ID\n";
-        assert!(super::changed_file_hint(log).unwrap().starts_with("/usr/lib/libx.so changed"));
-        assert_eq!(super::changed_file_hint("(00.03) Error (criu/cr-restore.c:2320): Restoring FAILED.\n"), None);
+        assert!(changed_file_hint(log).unwrap().starts_with("/usr/lib/libx.so changed"));
+        assert_eq!(changed_file_hint("(00.03) Error (criu/cr-restore.c:2320): Restoring FAILED.\n"), None);
     }
-
-    use super::*;
 
     #[test]
     fn flags() {
@@ -757,11 +757,7 @@ mod tests {
 
     #[test]
     fn log_tail_prefers_errors() {
-        let d = crate::images::tests::tempdir("log");
-        let p = d.join("dump.log");
-        std::fs::write(&p, "a\nb\n(00.1) Error (criu/sk-unix.c:1): boom\nc\n").unwrap();
-        let t = log_tail(&p, 5);
+        let t = tail_of("a\nb\n(00.1) Error (criu/sk-unix.c:1): boom\nc\n", 5);
         assert!(t.contains("boom") && !t.contains(" a"), "{t}");
-        std::fs::remove_dir_all(&d).unwrap();
     }
 }

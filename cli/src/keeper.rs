@@ -1089,9 +1089,6 @@ impl Keeper {
         }
     }
 
-    /// The sealing thread ended (or, `wait`, is waited for): reports its epoch. Sent even when
-    /// this keeper's checkpoint state already ended (the agent renewed and said `Resumed`
-    /// first): the coordinator ignores the words of an epoch it no longer runs.
     /// Starts sealing the held dump of `epoch` (`None`: whichever is held; see
     /// `Store::seal_when_node_dumped`).
     fn seal_held(&mut self, epoch: Option<u64>) {
@@ -1103,6 +1100,9 @@ impl Keeper {
         }
     }
 
+    /// The sealing thread ended (or, `wait`, is waited for): reports its epoch. Sent even when
+    /// this keeper's checkpoint state already ended (the agent renewed and said `Resumed`
+    /// first): the coordinator ignores the words of an epoch it no longer runs.
     fn sealed(&mut self, wait: bool) {
         let Some((epoch, info, started)) = self.store.take_sealed(wait) else { return };
         self.report_dumped(epoch, info, started);

@@ -63,6 +63,17 @@ pub struct Target {
     pub fin: PathBuf,
 }
 
+impl Target {
+    /// Removes the images' copy in the stage directory (with its epoch directory once empty);
+    /// nothing for a dump written to the checkpoint directory itself.
+    fn remove_stage_copy(&self) {
+        if self.images != self.fin {
+            let _ = fs::remove_dir_all(&self.images);
+            let _ = self.images.parent().map(fs::remove_dir);
+        }
+    }
+}
+
 impl Store {
     /// `stage_root`: `--stage-dir`. What an earlier keeper of this rank left in the stage
     /// directory (killed during a copy) is removed.
@@ -140,10 +151,7 @@ impl Store {
             .name("mpicr-seal".into())
             .spawn(move || {
                 let result = seal(&t, &meta, started, compress);
-                if t.images != t.fin {
-                    let _ = fs::remove_dir_all(&t.images);
-                    let _ = t.images.parent().map(fs::remove_dir);
-                }
+                t.remove_stage_copy();
                 let _ = tx.send(Ev::Sealed(epoch));
                 result
             })
@@ -173,10 +181,8 @@ impl Store {
 
     /// Drops the held dump (its checkpoint ended without it), with its stage directory.
     pub fn drop_held(&mut self) {
-        let Some(h) = self.held.take() else { return };
-        if h.target.images != h.target.fin {
-            let _ = fs::remove_dir_all(&h.target.images);
-            let _ = h.target.images.parent().map(fs::remove_dir);
+        if let Some(h) = self.held.take() {
+            h.target.remove_stage_copy();
         }
     }
 
